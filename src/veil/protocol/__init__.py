@@ -1,0 +1,1 @@
+"""Generated gRPC/protobuf code (never hand-edited)."""
