@@ -1,0 +1,1 @@
+"""Generated from protos/veil/protocol/v1 by scripts/gen_protos.py."""
