@@ -1,0 +1,140 @@
+"""HPKE sealing of input and aggregate shares (RFC 9180, base mode).
+
+One suite throughout, as in DAP: DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 /
+AES-128-GCM. The primitives come from `cryptography.hazmat.primitives.hpke`.
+
+Its single-shot API takes `info` but no AEAD associated data, so the DAP
+associated data (task id, report metadata, public share; or the batch of an
+aggregate share) is appended to the application label and carried in `info`.
+`info` enters the HPKE key schedule, so a ciphertext opened with any other
+context fails exactly as with a wrong `aad`. The label is fixed per message
+kind, so label || context is an unambiguous encoding.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
+
+KEM_ID_X25519_HKDF_SHA256 = 0x0020
+KDF_ID_HKDF_SHA256 = 0x0001
+AEAD_ID_AES_128_GCM = 0x0001
+ENC_SIZE = 32  # X25519 encapsulated key
+PUBLIC_KEY_SIZE = 32
+
+ROLE_COLLECTOR = 0
+ROLE_CLIENT = 1
+ROLE_LEADER = 2
+ROLE_HELPER = 3
+
+_SUITE = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.AES_128_GCM)
+_INPUT_SHARE_LABEL = b"veil-v1 input share"
+_AGG_SHARE_LABEL = b"veil-v1 aggregate share"
+
+
+class HpkeError(Exception):
+    """A ciphertext did not open: wrong key, wrong context or tampered bytes."""
+
+
+@dataclass(frozen=True)
+class HpkeConfig:
+    """A public HPKE key with its one-byte-range identifier (DAP "HpkeConfig")."""
+
+    config_id: int
+    public_key: bytes
+    kem_id: int = KEM_ID_X25519_HKDF_SHA256
+    kdf_id: int = KDF_ID_HKDF_SHA256
+    aead_id: int = AEAD_ID_AES_128_GCM
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.config_id <= 255:
+            raise ValueError(f"HPKE config id {self.config_id} is outside 0..255")
+        if len(self.public_key) != PUBLIC_KEY_SIZE:
+            raise ValueError(f"HPKE public key must be {PUBLIC_KEY_SIZE} bytes")
+
+    def is_supported(self) -> bool:
+        return (self.kem_id, self.kdf_id, self.aead_id) == (
+            KEM_ID_X25519_HKDF_SHA256,
+            KDF_ID_HKDF_SHA256,
+            AEAD_ID_AES_128_GCM,
+        )
+
+
+@dataclass(frozen=True)
+class HpkeKeypair:
+    config: HpkeConfig
+    private_key: bytes
+
+    def __repr__(self) -> str:  # never print the private key
+        return f"HpkeKeypair(config_id={self.config.config_id})"
+
+
+@dataclass(frozen=True)
+class Ciphertext:
+    config_id: int
+    enc: bytes
+    payload: bytes
+
+
+def generate_keypair(config_id: int) -> HpkeKeypair:
+    """A fresh X25519 keypair (randomness from the OS through `cryptography`)."""
+    sk = X25519PrivateKey.generate()
+    pk = sk.public_key().public_bytes_raw()
+    return HpkeKeypair(HpkeConfig(config_id, pk), sk.private_bytes_raw())
+
+
+def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
+    if not config.is_supported():
+        raise HpkeError(f"HPKE config {config.config_id} uses an unsupported suite")
+    pk = X25519PublicKey.from_public_bytes(config.public_key)
+    out = _SUITE.encrypt(plaintext, pk, info=info)
+    return Ciphertext(config.config_id, out[:ENC_SIZE], out[ENC_SIZE:])
+
+
+def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
+    """Open `ciphertext`; raises HpkeError on any failure."""
+    if ciphertext.config_id != keypair.config.config_id:
+        raise HpkeError(f"unknown HPKE config id {ciphertext.config_id}")
+    if len(ciphertext.enc) != ENC_SIZE:
+        raise HpkeError("malformed HPKE encapsulated key")
+    sk = X25519PrivateKey.from_private_bytes(keypair.private_key)
+    try:
+        return _SUITE.decrypt(ciphertext.enc + ciphertext.payload, sk, info=info)
+    except (InvalidTag, ValueError) as e:
+        raise HpkeError("HPKE decryption failed") from e
+
+
+def input_share_info(
+    server_role: int, task_id: bytes, report_id: bytes, time: int, public_share: bytes
+) -> bytes:
+    """Context of an input share sealed by a client to `server_role`.
+
+    Binds the task, the report metadata and the public share (DAP
+    InputShareAad), so a share cannot be moved to another report or task.
+    task_id (32 bytes), report_id (16) and time (8) have fixed sizes, so the
+    encoding is injective with the public share last.
+    """
+    return (
+        _INPUT_SHARE_LABEL
+        + bytes([ROLE_CLIENT, server_role])
+        + task_id
+        + report_id
+        + struct.pack(">Q", time)
+        + public_share
+    )
+
+
+def agg_share_info(
+    server_role: int, task_id: bytes, start: int, duration: int, report_count: int
+) -> bytes:
+    """Context of an aggregate share sealed by an aggregator to the collector."""
+    return (
+        _AGG_SHARE_LABEL
+        + bytes([server_role, ROLE_COLLECTOR])
+        + task_id
+        + struct.pack(">QQQ", start, duration, report_count)
+    )
