@@ -1,0 +1,567 @@
+"""Aggregator storage: the `Datastore` protocol and its SQLite (WAL) backend.
+
+Every method is one unit of work in one transaction, so a crash leaves either
+all of it or none of it. An upload the leader acknowledged has been committed
+with `synchronous=FULL`, so it survives `kill -9` and power loss of the
+process. The aggregator logic serialises its read-modify-write steps (batch
+aggregates) with a process lock; a backend shared by several processes
+(PostgreSQL) would take row locks instead.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time as _time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair
+
+# Report states on the leader.
+PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
+
+
+class StorageConflict(Exception):
+    """The write contradicts stored state (reused id with other content, collected batch)."""
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    report_id: bytes
+    time: int
+    public_share: bytes
+    leader_ct: Ciphertext
+    helper_ct: Ciphertext
+
+
+@dataclass(frozen=True)
+class BatchAggregate:
+    """The running aggregate of one time bucket (DAP "batch bucket")."""
+
+    bucket: int
+    agg_share: bytes | None  # encoded VDAF aggregate share; None while empty
+    report_count: int
+    checksum: bytes  # XOR of SHA-256(report_id)
+    collected_by: bytes | None = None
+
+
+@dataclass(frozen=True)
+class CollectionRecord:
+    task_id: bytes
+    job_id: bytes
+    start: int
+    duration: int
+    state: str  # pending | finished | failed
+    report_count: int = 0
+    checksum: bytes = b""
+    leader_ct: Ciphertext | None = None
+    helper_ct: Ciphertext | None = None
+    error_code: int = 0
+    error_message: str = ""
+
+
+class Datastore(Protocol):
+    """What the leader and helper logic need from storage."""
+
+    # Both roles.
+    def hpke_keypairs(self) -> list[HpkeKeypair]: ...
+    def add_hpke_keypair(self, keypair: HpkeKeypair) -> None: ...
+    def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]: ...
+    def rejections(self, task_id: bytes) -> dict[str, int]: ...
+
+    # Leader.
+    def put_reports(
+        self, task_id: bytes, reports: Sequence[tuple[int, StoredReport]]
+    ) -> tuple[int, int]: ...
+    def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int: ...
+    def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]: ...
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]: ...
+    def finish_aggregation_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        outcomes: Mapping[bytes, str | None],
+        updates: Sequence[BatchAggregate],
+    ) -> None: ...
+    def tasks_with_pending_reports(self) -> list[bytes]: ...
+    def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int: ...
+    def put_collection(self, record: CollectionRecord) -> CollectionRecord: ...
+    def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
+    def pending_collections(self) -> list[CollectionRecord]: ...
+    def update_collection(self, record: CollectionRecord) -> None: ...
+    def close_batch(
+        self, task_id: bytes, start: int, end: int, job_id: bytes, step: int
+    ) -> None: ...
+
+    # Helper.
+    def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None: ...
+    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]: ...
+    def commit_helper_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        request_hash: bytes,
+        response: bytes,
+        report_ids: Sequence[bytes],
+        rejected: Sequence[str],
+        updates: Sequence[BatchAggregate],
+    ) -> None: ...
+    def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
+    def commit_helper_collection(self, record: CollectionRecord, step: int) -> None: ...
+
+
+def pack_ct(ct: Ciphertext) -> bytes:
+    return bytes([ct.config_id]) + ct.enc + ct.payload
+
+
+def unpack_ct(data: bytes) -> Ciphertext:
+    return Ciphertext(data[0], data[1:33], data[33:])
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS hpke_keys (
+    config_id INTEGER PRIMARY KEY, public_key BLOB NOT NULL, private_key BLOB NOT NULL,
+    created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS reports (
+    task_id BLOB NOT NULL, report_id BLOB NOT NULL, time INTEGER NOT NULL,
+    public_share BLOB NOT NULL, leader_ct BLOB NOT NULL, helper_ct BLOB NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0, job_id BLOB, reason TEXT,
+    PRIMARY KEY (task_id, report_id));
+CREATE INDEX IF NOT EXISTS reports_state ON reports (task_id, state, time);
+CREATE INDEX IF NOT EXISTS reports_job ON reports (task_id, job_id);
+CREATE TABLE IF NOT EXISTS aggregation_jobs (
+    task_id BLOB NOT NULL, job_id BLOB NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (task_id, job_id));
+CREATE TABLE IF NOT EXISTS batch_aggregates (
+    task_id BLOB NOT NULL, bucket INTEGER NOT NULL, agg_share BLOB,
+    report_count INTEGER NOT NULL, checksum BLOB NOT NULL, collected_by BLOB,
+    PRIMARY KEY (task_id, bucket));
+CREATE TABLE IF NOT EXISTS rejections (
+    task_id BLOB NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (task_id, reason));
+CREATE TABLE IF NOT EXISTS collections (
+    task_id BLOB NOT NULL, job_id BLOB NOT NULL, start INTEGER NOT NULL,
+    duration INTEGER NOT NULL, state TEXT NOT NULL, report_count INTEGER NOT NULL,
+    checksum BLOB NOT NULL, leader_ct BLOB, helper_ct BLOB, error_code INTEGER NOT NULL,
+    error_message TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (task_id, job_id));
+CREATE TABLE IF NOT EXISTS helper_jobs (
+    task_id BLOB NOT NULL, job_id BLOB NOT NULL, request_hash BLOB NOT NULL,
+    response BLOB NOT NULL, PRIMARY KEY (task_id, job_id));
+CREATE TABLE IF NOT EXISTS helper_reports (
+    task_id BLOB NOT NULL, report_id BLOB NOT NULL, PRIMARY KEY (task_id, report_id));
+"""
+
+
+class SqliteDatastore:
+    """`Datastore` on one SQLite file in WAL mode."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        self._local = threading.local()
+        with self._tx() as db:
+            db.executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # --- both roles -------------------------------------------------------
+
+    def hpke_keypairs(self) -> list[HpkeKeypair]:
+        rows = self._conn().execute(
+            "SELECT config_id, public_key, private_key FROM hpke_keys ORDER BY created DESC"
+        )
+        return [HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)) for c, pk, sk in rows]
+
+    def add_hpke_keypair(self, keypair: HpkeKeypair) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO hpke_keys VALUES (?, ?, ?, ?)",
+                (
+                    keypair.config.config_id,
+                    keypair.config.public_key,
+                    keypair.private_key,
+                    _time.time(),
+                ),
+            )
+
+    def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
+        rows = self._conn().execute(
+            "SELECT bucket, agg_share, report_count, checksum, collected_by FROM batch_aggregates"
+            " WHERE task_id = ? AND bucket >= ? AND bucket < ? ORDER BY bucket",
+            (task_id, start, end),
+        )
+        return [
+            BatchAggregate(
+                b, None if s is None else bytes(s), n, bytes(c), None if w is None else bytes(w)
+            )
+            for b, s, n, c, w in rows
+        ]
+
+    def rejections(self, task_id: bytes) -> dict[str, int]:
+        rows = self._conn().execute(
+            "SELECT reason, count FROM rejections WHERE task_id = ?", (task_id,)
+        )
+        return {r: n for r, n in rows}
+
+    @staticmethod
+    def _write_aggregates(
+        db: sqlite3.Connection, task_id: bytes, updates: Sequence[BatchAggregate]
+    ) -> None:
+        for u in updates:
+            db.execute(
+                "INSERT INTO batch_aggregates VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (task_id, bucket) DO UPDATE SET agg_share = excluded.agg_share,"
+                " report_count = excluded.report_count, checksum = excluded.checksum",
+                (task_id, u.bucket, u.agg_share, u.report_count, u.checksum, u.collected_by),
+            )
+
+    @staticmethod
+    def _count_rejections(db: sqlite3.Connection, task_id: bytes, reasons: Sequence[str]) -> None:
+        for reason in reasons:
+            db.execute(
+                "INSERT INTO rejections VALUES (?, ?, 1)"
+                " ON CONFLICT (task_id, reason) DO UPDATE SET count = count + 1",
+                (task_id, reason),
+            )
+
+    @staticmethod
+    def _collected(db: sqlite3.Connection, task_id: bytes, buckets: set[int]) -> set[int]:
+        out = set()
+        for b in buckets:
+            row = db.execute(
+                "SELECT collected_by FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
+                (task_id, b),
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                out.add(b)
+        return out
+
+    # --- leader -----------------------------------------------------------
+
+    def put_reports(
+        self, task_id: bytes, reports: Sequence[tuple[int, StoredReport]]
+    ) -> tuple[int, int]:
+        """Store (bucket, report) pairs; all or nothing. Returns (stored, duplicates).
+
+        Raises StorageConflict if a bucket was already collected or a report
+        id is taken by a report with other content.
+        """
+        accepted = duplicates = 0
+        with self._tx() as db:
+            collected = self._collected(db, task_id, {b for b, _ in reports})
+            for bucket, r in reports:
+                if bucket in collected:
+                    raise StorageConflict(f"batch_collected:{bucket}")
+                row = (
+                    r.time,
+                    r.public_share,
+                    pack_ct(r.leader_ct),
+                    pack_ct(r.helper_ct),
+                )
+                old = db.execute(
+                    "SELECT time, public_share, leader_ct, helper_ct FROM reports"
+                    " WHERE task_id = ? AND report_id = ?",
+                    (task_id, r.report_id),
+                ).fetchone()
+                if old is not None:
+                    if tuple(old) != row:
+                        raise StorageConflict(f"report_id:{r.report_id.hex()}")
+                    duplicates += 1
+                    continue
+                db.execute(
+                    "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct,"
+                    " helper_ct) VALUES (?, ?, ?, ?, ?, ?)",
+                    (task_id, r.report_id, *row),
+                )
+                accepted += 1
+        return accepted, duplicates
+
+    def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int:
+        with self._tx() as db:
+            ids = [
+                row[0]
+                for row in db.execute(
+                    "SELECT report_id FROM reports WHERE task_id = ? AND state = ?"
+                    " ORDER BY time LIMIT ?",
+                    (task_id, PENDING, limit),
+                )
+            ]
+            if not ids:
+                return 0
+            db.execute(
+                "INSERT INTO aggregation_jobs VALUES (?, ?, 'open', ?)",
+                (task_id, job_id, _time.time()),
+            )
+            db.executemany(
+                "UPDATE reports SET state = ?, job_id = ? WHERE task_id = ? AND report_id = ?",
+                [(IN_JOB, job_id, task_id, i) for i in ids],
+            )
+            return len(ids)
+
+    def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
+        rows = self._conn().execute(
+            "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open' ORDER BY created"
+        )
+        return [(bytes(t), bytes(j)) for t, j in rows]
+
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]:
+        rows = self._conn().execute(
+            "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
+            " WHERE task_id = ? AND job_id = ? ORDER BY report_id",
+            (task_id, job_id),
+        )
+        return [
+            StoredReport(bytes(i), t, bytes(p), unpack_ct(bytes(lc)), unpack_ct(bytes(hc)))
+            for i, t, p, lc, hc in rows
+        ]
+
+    def finish_aggregation_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        outcomes: Mapping[bytes, str | None],
+        updates: Sequence[BatchAggregate],
+    ) -> None:
+        """Record each report as aggregated (None) or rejected (reason); write aggregates."""
+        with self._tx() as db:
+            state = db.execute(
+                "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?",
+                (task_id, job_id),
+            ).fetchone()
+            if state is None or state[0] != "open":
+                raise StorageConflict(f"aggregation job {job_id.hex()} is not open")
+            for report_id, reason in outcomes.items():
+                db.execute(
+                    "UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND report_id = ?",
+                    (AGGREGATED if reason is None else REJECTED, reason, task_id, report_id),
+                )
+            self._count_rejections(db, task_id, [r for r in outcomes.values() if r is not None])
+            self._write_aggregates(db, task_id, updates)
+            db.execute(
+                "UPDATE aggregation_jobs SET state = 'finished' WHERE task_id = ? AND job_id = ?",
+                (task_id, job_id),
+            )
+
+    def tasks_with_pending_reports(self) -> list[bytes]:
+        rows = self._conn().execute(
+            "SELECT DISTINCT task_id FROM reports WHERE state = ?", (PENDING,)
+        )
+        return [bytes(r[0]) for r in rows]
+
+    def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT COUNT(*) FROM reports WHERE task_id = ? AND state IN (?, ?)"
+                " AND time >= ? AND time < ?",
+                (task_id, PENDING, IN_JOB, start, end),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    @staticmethod
+    def _collection_row(row: Sequence[Any]) -> CollectionRecord:
+        t, j, s, d, st, n, c, lc, hc, ec, em = row
+        return CollectionRecord(
+            bytes(t),
+            bytes(j),
+            int(s),
+            int(d),
+            str(st),
+            int(n),
+            bytes(c),
+            None if lc is None else unpack_ct(bytes(lc)),
+            None if hc is None else unpack_ct(bytes(hc)),
+            int(ec),
+            str(em),
+        )
+
+    _COLLECTION_COLS = (
+        "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
+        " helper_ct, error_code, error_message"
+    )
+
+    @staticmethod
+    def _collection_values(r: CollectionRecord) -> tuple[object, ...]:
+        return (
+            r.task_id,
+            r.job_id,
+            r.start,
+            r.duration,
+            r.state,
+            r.report_count,
+            r.checksum,
+            None if r.leader_ct is None else pack_ct(r.leader_ct),
+            None if r.helper_ct is None else pack_ct(r.helper_ct),
+            r.error_code,
+            r.error_message,
+        )
+
+    def put_collection(self, record: CollectionRecord) -> CollectionRecord:
+        """Insert a collection job, or return the stored one with the same id.
+
+        Raises StorageConflict if the id is taken by a job for another interval.
+        """
+        with self._tx() as db:
+            row = db.execute(
+                f"SELECT {self._COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
+                (record.task_id, record.job_id),
+            ).fetchone()
+            if row is not None:
+                old = self._collection_row(row)
+                if (old.start, old.duration) != (record.start, record.duration):
+                    raise StorageConflict("collection job id reused for another interval")
+                return old
+            db.execute(
+                f"INSERT INTO collections ({self._COLLECTION_COLS}, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*self._collection_values(record), _time.time()),
+            )
+            return record
+
+    def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
+        row = (
+            self._conn()
+            .execute(
+                f"SELECT {self._COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
+                (task_id, job_id),
+            )
+            .fetchone()
+        )
+        return None if row is None else self._collection_row(row)
+
+    def pending_collections(self) -> list[CollectionRecord]:
+        rows = self._conn().execute(
+            f"SELECT {self._COLLECTION_COLS} FROM collections"
+            " WHERE state = 'pending' ORDER BY created"
+        )
+        return [self._collection_row(r) for r in rows]
+
+    def update_collection(self, record: CollectionRecord) -> None:
+        with self._tx() as db:
+            db.execute(
+                f"REPLACE INTO collections ({self._COLLECTION_COLS}, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " (SELECT created FROM collections WHERE task_id = ? AND job_id = ?))",
+                (*self._collection_values(record), record.task_id, record.job_id),
+            )
+
+    def _close(
+        self, db: sqlite3.Connection, task_id: bytes, start: int, end: int, job_id: bytes, step: int
+    ) -> None:
+        for bucket in range(start, end, step):
+            row = db.execute(
+                "SELECT collected_by FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
+                (task_id, bucket),
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO batch_aggregates VALUES (?, ?, NULL, 0, ?, ?)",
+                    (task_id, bucket, bytes(32), job_id),
+                )
+            elif row[0] is None:
+                db.execute(
+                    "UPDATE batch_aggregates SET collected_by = ? WHERE task_id = ? AND bucket = ?",
+                    (job_id, task_id, bucket),
+                )
+            elif bytes(row[0]) != job_id:
+                raise StorageConflict(f"batch_collected:{bucket}")
+
+    def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
+        """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
+        with self._tx() as db:
+            self._close(db, task_id, start, end, job_id, step)
+
+    # --- helper -----------------------------------------------------------
+
+    def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT request_hash, response FROM helper_jobs WHERE task_id = ? AND job_id = ?",
+                (task_id, job_id),
+            )
+            .fetchone()
+        )
+        return None if row is None else (bytes(row[0]), bytes(row[1]))
+
+    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
+        db = self._conn()
+        seen = set()
+        for i in report_ids:
+            if db.execute(
+                "SELECT 1 FROM helper_reports WHERE task_id = ? AND report_id = ?", (task_id, i)
+            ).fetchone():
+                seen.add(i)
+        return seen
+
+    def commit_helper_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        request_hash: bytes,
+        response: bytes,
+        report_ids: Sequence[bytes],
+        rejected: Sequence[str],
+        updates: Sequence[BatchAggregate],
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO helper_jobs VALUES (?, ?, ?, ?)",
+                (task_id, job_id, request_hash, response),
+            )
+            db.executemany(
+                "INSERT INTO helper_reports VALUES (?, ?)", [(task_id, i) for i in report_ids]
+            )
+            self._count_rejections(db, task_id, rejected)
+            self._write_aggregates(db, task_id, updates)
+
+    def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
+        return self.get_collection(task_id, job_id)
+
+    def commit_helper_collection(self, record: CollectionRecord, step: int) -> None:
+        """Close the batch and store the sealed, noised share, in one transaction."""
+        with self._tx() as db:
+            self._close(
+                db,
+                record.task_id,
+                record.start,
+                record.start + record.duration,
+                record.job_id,
+                step,
+            )
+            db.execute(
+                f"INSERT INTO collections ({self._COLLECTION_COLS}, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*self._collection_values(record), _time.time()),
+            )
