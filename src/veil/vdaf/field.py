@@ -58,9 +58,6 @@ class Field:
             raise ZeroDivisionError("zero has no inverse")
         return type(self)(pow(self.val, -1, self.MODULUS))
 
-    def int(self) -> int:
-        return self.val
-
     def __int__(self) -> int:
         return self.val
 
