@@ -27,7 +27,9 @@ from typing import Any
 
 import tomli_w
 
+from veil import vdaf
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
+from veil.vdaf import Prio3
 
 TASK_ID_SIZE = 32
 VDAF_TYPES = ("count", "sum", "sumvec", "histogram", "multihot")
@@ -71,10 +73,8 @@ class VdafSpec:
         if self.type not in VDAF_TYPES:
             raise TaskError(f"unknown VDAF type {self.type!r}; expected one of {VDAF_TYPES}")
 
-    def instantiate(self) -> Any:
+    def instantiate(self) -> Prio3[Any, Any]:
         """The veil.vdaf object for two aggregators."""
-        from veil import vdaf
-
         if self.type == "count":
             return vdaf.Prio3Count(2)
         if self.type == "sum":

@@ -1,0 +1,292 @@
+"""The helper's logic (draft-ietf-ppm-dap sections 4.5 and 4.6, helper side).
+
+The helper trusts the leader with nothing it can check itself: it
+authenticates every call, refuses replayed report ids, late or early reports
+and reports in collected batches, verifies each proof jointly with the
+leader's verifier share, and releases a batch only once, only if its own
+count and checksum equal the leader's, and only above min_batch_size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import struct
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from veil.aggregator.core import (
+    BATCH_COLLECTED,
+    HPKE_DECRYPT_ERROR,
+    HPKE_UNKNOWN_CONFIG_ID,
+    INVALID_MESSAGE,
+    REPORT_ID_SIZE,
+    REPORT_REPLAYED,
+    REPORT_TOO_EARLY,
+    TASK_EXPIRED,
+    VDAF_DECODE_ERROR,
+    VDAF_VERIFY_ERROR,
+    AggregatorBase,
+    VerifyInitItem,
+    VerifyResult,
+    accumulate,
+    authorize,
+    batch_summary,
+    check_interval,
+    vdaf_ctx,
+)
+from veil.aggregator.errors import (
+    BatchCollected,
+    BatchMismatch,
+    BatchTooSmall,
+    InvalidMessage,
+    JobConflict,
+    TooLarge,
+)
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.storage import CollectionRecord, Datastore
+from veil.hpke import (
+    ROLE_HELPER,
+    Ciphertext,
+    HpkeError,
+    agg_share_info,
+    input_share_info,
+    open_,
+    seal,
+)
+from veil.task import Task
+from veil.vdaf import Prio3, VerifyError
+
+log = logging.getLogger(__name__)
+
+MAX_JOB_SIZE = 10_000
+
+
+def request_hash(task_id: bytes, job_id: bytes, items: Sequence[VerifyInitItem]) -> bytes:
+    h = hashlib.sha256(task_id + job_id)
+    for it in items:
+        for part in (
+            it.report_id,
+            struct.pack(">QB", it.time, it.encrypted_input_share.config_id),
+            it.public_share,
+            it.encrypted_input_share.enc,
+            it.encrypted_input_share.payload,
+            it.leader_verifier_share,
+        ):
+            h.update(struct.pack(">I", len(part)) + part)
+    return h.digest()
+
+
+def _encode_response(results: Sequence[VerifyResult]) -> bytes:
+    return json.dumps(
+        [
+            [
+                r.report_id.hex(),
+                None if r.verifier_message is None else r.verifier_message.hex(),
+                r.reject,
+            ]
+            for r in results
+        ]
+    ).encode()
+
+
+def _decode_response(data: bytes) -> list[VerifyResult]:
+    return [
+        VerifyResult(bytes.fromhex(i), None if m is None else bytes.fromhex(m), r)
+        for i, m, r in json.loads(data)
+    ]
+
+
+class Helper(AggregatorBase):
+    role_name = "helper"
+
+    def __init__(
+        self,
+        tasks: Mapping[bytes, Task],
+        store: Datastore,
+        privacy: PrivacyEngine,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(tasks, store, *(() if clock is None else (clock,)))
+        for t in self.tasks.values():
+            if t.aggregator_token_hash is None:
+                raise ValueError(f"task {t.id_text} lacks aggregator_token_sha256 for the helper")
+        self.privacy = privacy
+        # Serialises the read-check-write steps (replay set, batch aggregates).
+        self._lock = threading.Lock()
+
+    # --- aggregation ------------------------------------------------------
+
+    def aggregate(
+        self, task_id: bytes, token: str | None, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> list[VerifyResult]:
+        task = self.task(task_id)
+        authorize(task, token, task.aggregator_token_hash, "aggregator")
+        if len(job_id) != 16:
+            raise InvalidMessage("aggregation_job_id must be 16 bytes")
+        if len(items) > MAX_JOB_SIZE:
+            raise TooLarge(f"aggregation job has {len(items)} reports; at most {MAX_JOB_SIZE}")
+        digest = request_hash(task_id, job_id, items)
+        with self._lock:
+            stored = self.store.helper_job(task_id, job_id)
+            if stored is not None:
+                if stored[0] != digest:
+                    raise JobConflict(
+                        f"aggregation job {job_id.hex()} was already run with other content;"
+                        " use a fresh job id"
+                    )
+                return _decode_response(stored[1])
+            results, accepted, new_ids = self._verify(task, items)
+            vdaf = self.vdafs[task_id]
+            buckets = {b for b, _, _ in accepted}
+            existing = {
+                a.bucket: a for b in buckets for a in self.store.batch_aggregates(task_id, b, b + 1)
+            }
+            updates = accumulate(vdaf, existing, accepted)
+            self.store.commit_helper_job(
+                task_id,
+                job_id,
+                digest,
+                _encode_response(results),
+                new_ids,
+                [r.reject for r in results if r.reject is not None],
+                updates,
+            )
+        return results
+
+    def _verify(
+        self, task: Task, items: Sequence[VerifyInitItem]
+    ) -> tuple[list[VerifyResult], list[tuple[int, bytes, list[int]]], list[bytes]]:
+        vdaf = self.vdafs[task.task_id]
+        ctx = vdaf_ctx(task.task_id)
+        now = self.clock()
+        ids = [it.report_id for it in items]
+        seen = self.store.seen_reports(task.task_id, [i for i in ids if len(i) == REPORT_ID_SIZE])
+        results: list[VerifyResult] = []
+        accepted: list[tuple[int, bytes, list[int]]] = []
+        new_ids: list[bytes] = []
+        collected: dict[int, bool] = {}
+        for it in items:
+            reason, msg, out = self._verify_one(task, vdaf, ctx, now, it, seen, collected)
+            if len(it.report_id) == REPORT_ID_SIZE and it.report_id not in seen:
+                seen.add(it.report_id)
+                new_ids.append(it.report_id)
+            if reason is not None:
+                results.append(VerifyResult(it.report_id, reject=reason))
+            else:
+                assert out is not None
+                results.append(VerifyResult(it.report_id, verifier_message=msg))
+                accepted.append((task.bucket(it.time), it.report_id, out))
+        return results, accepted, new_ids
+
+    def _verify_one(
+        self,
+        task: Task,
+        vdaf: Prio3[Any, Any],
+        ctx: bytes,
+        now: float,
+        it: VerifyInitItem,
+        seen: set[bytes],
+        collected: dict[int, bool],
+    ) -> tuple[str | None, bytes, list[int] | None]:
+        if len(it.report_id) != REPORT_ID_SIZE:
+            return INVALID_MESSAGE, b"", None
+        if it.report_id in seen:
+            return REPORT_REPLAYED, b"", None
+        if it.time > now + task.max_clock_skew:
+            return REPORT_TOO_EARLY, b"", None
+        if not task.not_before <= it.time < task.not_after:
+            return TASK_EXPIRED, b"", None
+        bucket = task.bucket(it.time)
+        if bucket not in collected:
+            aggs = self.store.batch_aggregates(task.task_id, bucket, bucket + 1)
+            collected[bucket] = bool(aggs and aggs[0].collected_by is not None)
+        if collected[bucket]:
+            return BATCH_COLLECTED, b"", None
+        keypair = self.keypairs.get(it.encrypted_input_share.config_id)
+        if keypair is None:
+            return HPKE_UNKNOWN_CONFIG_ID, b"", None
+        info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
+        try:
+            plaintext = open_(keypair, it.encrypted_input_share, info)
+        except HpkeError:
+            return HPKE_DECRYPT_ERROR, b"", None
+        assert task.verify_key is not None
+        try:
+            public_share = vdaf.decode_public_share(it.public_share)
+            input_share = vdaf.decode_input_share(1, plaintext)
+            state, helper_vs = vdaf.verify_init(
+                task.verify_key, ctx, 1, None, it.report_id, public_share, input_share
+            )
+            leader_vs = vdaf.decode_verifier_share(state, it.leader_verifier_share)
+        except VerifyError:
+            return VDAF_VERIFY_ERROR, b"", None
+        except ValueError:
+            return VDAF_DECODE_ERROR, b"", None
+        try:
+            message = vdaf.verifier_shares_to_message(ctx, None, [leader_vs, helper_vs])
+            out_share = vdaf.verify_next(ctx, state, message)
+        except (VerifyError, ValueError):
+            return VDAF_VERIFY_ERROR, b"", None
+        return None, vdaf.encode_verifier_message(message), out_share
+
+    # --- collection -------------------------------------------------------
+
+    def aggregate_share(
+        self,
+        task_id: bytes,
+        token: str | None,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        report_count: int,
+        checksum: bytes,
+    ) -> Ciphertext:
+        task = self.task(task_id)
+        authorize(task, token, task.aggregator_token_hash, "aggregator")
+        if len(collection_id) != 16:
+            raise InvalidMessage("collection_job_id must be 16 bytes")
+        check_interval(task, start, duration)
+        with self._lock:
+            stored = self.store.helper_collection(task_id, collection_id)
+            if stored is not None:
+                if (stored.start, stored.duration) != (start, duration) or stored.helper_ct is None:
+                    raise JobConflict(f"collection job {collection_id.hex()} was for another batch")
+                return stored.helper_ct
+            aggs = self.store.batch_aggregates(task_id, start, start + duration)
+            for a in aggs:
+                if a.collected_by is not None and a.collected_by != collection_id:
+                    raise BatchCollected(
+                        f"the batch overlapping [{start}, +{duration}) was already collected"
+                        f" (time bucket {a.bucket}); a batch is collected at most once"
+                    )
+            vdaf = self.vdafs[task_id]
+            share, count, mine = batch_summary(vdaf, aggs)
+            if count != report_count or mine != checksum:
+                raise BatchMismatch(
+                    f"the helper aggregated {count} reports in this batch, the leader"
+                    f" {report_count}; or the checksums differ: retry after pending"
+                    " aggregation jobs finish"
+                )
+            if count < task.min_batch_size:
+                raise BatchTooSmall(
+                    f"the batch has {count} reports; the task needs at least {task.min_batch_size}"
+                )
+            self.privacy.check(task)
+            noised, _eps = self.privacy.release(task, vdaf, collection_id, share)
+            assert task.collector_hpke_config is not None
+            ct = seal(
+                task.collector_hpke_config,
+                agg_share_info(ROLE_HELPER, task_id, start, duration, count),
+                vdaf.encode_agg_share(noised),
+            )
+            self.store.commit_helper_collection(
+                CollectionRecord(
+                    task_id, collection_id, start, duration, "finished", count, checksum, None, ct
+                ),
+                task.time_precision,
+            )
+            log.info("released helper share for %d reports", count)
+            return ct

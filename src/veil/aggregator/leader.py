@@ -1,0 +1,401 @@
+"""The leader's logic (draft-ietf-ppm-dap sections 4.4 to 4.6, leader side).
+
+Uploads are checked and stored; a driver (`run_once`, called in a loop by the
+server) groups stored reports into aggregation jobs, completes each with one
+round trip to the helper, and then serves pending collection jobs. One driver
+thread does all of this in order, so a collection never races an aggregation
+job over the same reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from veil.aggregator.core import (
+    HPKE_DECRYPT_ERROR,
+    HPKE_UNKNOWN_CONFIG_ID,
+    REPORT_DROPPED,
+    REPORT_ID_SIZE,
+    VDAF_DECODE_ERROR,
+    VDAF_VERIFY_ERROR,
+    AggregatorBase,
+    VerifyInitItem,
+    VerifyResult,
+    accumulate,
+    authorize,
+    batch_summary,
+    check_interval,
+    check_report_time,
+    vdaf_ctx,
+)
+from veil.aggregator.errors import (
+    STATUS_CODES,
+    AggregatorError,
+    BatchCollected,
+    BatchTooSmall,
+    InvalidMessage,
+    JobConflict,
+    NotFound,
+    ReportIdConflict,
+    TooLarge,
+    Unavailable,
+)
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.storage import CollectionRecord, Datastore, StorageConflict, StoredReport
+from veil.hpke import (
+    ROLE_LEADER,
+    Ciphertext,
+    HpkeError,
+    agg_share_info,
+    input_share_info,
+    open_,
+    seal,
+)
+from veil.task import Task
+from veil.vdaf import Prio3, VerifyError
+
+log = logging.getLogger(__name__)
+
+MAX_UPLOAD_REPORTS = 10_000
+MAX_PUBLIC_SHARE = 1 << 16
+MAX_CIPHERTEXT = 1 << 20
+
+
+class HelperApi(Protocol):
+    """The helper as the leader calls it (a gRPC client in production).
+
+    Implementations raise Unavailable when the helper cannot be reached (the
+    leader retries later) and other AggregatorError subclasses for refusals.
+    """
+
+    def aggregate(
+        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> list[VerifyResult]: ...
+
+    def aggregate_share(
+        self,
+        task: Task,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        report_count: int,
+        checksum: bytes,
+    ) -> Ciphertext: ...
+
+
+class Leader(AggregatorBase):
+    role_name = "leader"
+
+    def __init__(
+        self,
+        tasks: Mapping[bytes, Task],
+        store: Datastore,
+        helper: HelperApi,
+        privacy: PrivacyEngine,
+        clock: Callable[[], float] | None = None,
+        job_size: int = 500,
+    ) -> None:
+        super().__init__(tasks, store, *(() if clock is None else (clock,)))
+        for t in self.tasks.values():
+            if t.aggregator_token is None or t.collector_token_hash is None:
+                raise ValueError(f"task {t.id_text} lacks the leader's tokens")
+        self.helper = helper
+        self.privacy = privacy
+        self.job_size = job_size
+
+    # --- upload -----------------------------------------------------------
+
+    def upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
+        """Validate and store reports, all or nothing. Returns (stored, duplicates)."""
+        task = self.task(task_id)
+        if not reports:
+            raise InvalidMessage("the upload holds no report")
+        if len(reports) > MAX_UPLOAD_REPORTS:
+            raise TooLarge(
+                f"{len(reports)} reports in one upload; send at most {MAX_UPLOAD_REPORTS}"
+            )
+        now = self.clock()
+        seen: set[bytes] = set()
+        for i, r in enumerate(reports):
+            where = f"report {i} ({r.report_id.hex()})"
+            if len(r.report_id) != REPORT_ID_SIZE:
+                raise InvalidMessage(f"report {i}: report_id must be {REPORT_ID_SIZE} bytes")
+            if r.report_id in seen:
+                raise InvalidMessage(f"{where} appears twice in one upload")
+            seen.add(r.report_id)
+            if r.time % task.time_precision:
+                raise InvalidMessage(
+                    f"{where}: time {r.time} is not rounded down to the task's time_precision"
+                    f" ({task.time_precision} s)"
+                )
+            try:
+                check_report_time(task, r.time, now)
+            except AggregatorError as e:
+                raise type(e)(f"{where}: {e}") from None
+            if r.leader_ct.config_id not in self.keypairs:
+                raise InvalidMessage(
+                    f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
+                    " leader's HPKE config again"
+                )
+            if (
+                len(r.public_share) > MAX_PUBLIC_SHARE
+                or max(len(r.leader_ct.payload), len(r.helper_ct.payload)) > MAX_CIPHERTEXT
+            ):
+                raise TooLarge(f"{where} is larger than any report of this task can be")
+            if len(r.leader_ct.enc) != 32 or len(r.helper_ct.enc) != 32:
+                raise InvalidMessage(f"{where}: malformed HPKE encapsulated key")
+        try:
+            return self.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
+        except StorageConflict as e:
+            kind, _, what = str(e).partition(":")
+            if kind == "batch_collected":
+                raise BatchCollected(
+                    f"the batch holding time bucket {what} was already collected; reports for it"
+                    " are no longer accepted"
+                ) from None
+            raise ReportIdConflict(
+                f"report id {what} was already uploaded with other content; use a fresh report id"
+            ) from None
+
+    # --- collection requests ------------------------------------------------
+
+    def create_collection(
+        self, task_id: bytes, token: str | None, collection_id: bytes, start: int, duration: int
+    ) -> CollectionRecord:
+        task = self.task(task_id)
+        authorize(task, token, task.collector_token_hash, "collector")
+        if len(collection_id) != 16:
+            raise InvalidMessage("collection_job_id must be 16 bytes")
+        check_interval(task, start, duration)
+        existing = self.store.get_collection(task_id, collection_id)
+        if existing is not None:
+            if (existing.start, existing.duration) != (start, duration):
+                raise JobConflict(f"collection job {collection_id.hex()} is for another batch")
+            return existing
+        end = start + duration
+        aggs = self.store.batch_aggregates(task_id, start, end)
+        for a in aggs:
+            if a.collected_by is not None:
+                raise BatchCollected(
+                    f"the batch [{start}, +{duration}) overlaps time bucket {a.bucket}, which"
+                    " was already collected; a batch is collected at most once"
+                )
+        count = sum(a.report_count for a in aggs) + self.store.unaggregated_count(
+            task_id, start, end
+        )
+        if count < task.min_batch_size:
+            raise BatchTooSmall(
+                f"the batch [{start}, +{duration}) holds {count} reports; the task's min_batch_size"
+                f" is {task.min_batch_size}: wait for more reports or collect a longer interval"
+            )
+        self.privacy.check(task)
+        try:
+            return self.store.put_collection(
+                CollectionRecord(task_id, collection_id, start, duration, "pending")
+            )
+        except StorageConflict as e:
+            raise JobConflict(str(e)) from None
+
+    def get_collection(
+        self, task_id: bytes, token: str | None, collection_id: bytes
+    ) -> CollectionRecord:
+        task = self.task(task_id)
+        authorize(task, token, task.collector_token_hash, "collector")
+        record = self.store.get_collection(task_id, collection_id)
+        if record is None:
+            raise NotFound(f"no collection job {collection_id.hex()} in this task")
+        return record
+
+    # --- driver -----------------------------------------------------------
+
+    def run_once(self) -> bool:
+        """One pass of the driver; True if it made progress."""
+        progress = False
+        for task_id in self.store.tasks_with_pending_reports():
+            if task_id not in self.tasks:
+                continue
+            while self.store.create_aggregation_job(
+                task_id, secrets.token_bytes(16), self.job_size
+            ):
+                progress = True
+        for task_id, job_id in self.store.open_aggregation_jobs():
+            try:
+                self.run_aggregation_job(task_id, job_id)
+                progress = True
+            except Unavailable as e:
+                log.warning("aggregation job %s waits for the helper: %s", job_id.hex(), e)
+                return progress
+        for record in self.store.pending_collections():
+            try:
+                progress |= self.run_collection(record)
+            except Unavailable as e:
+                log.warning("collection job %s waits for the helper: %s", record.job_id.hex(), e)
+                return progress
+        return progress
+
+    def _leader_verify(
+        self, task: Task, vdaf: Prio3[Any, Any], ctx: bytes, r: StoredReport
+    ) -> tuple[str | None, Any, bytes]:
+        keypair = self.keypairs.get(r.leader_ct.config_id)
+        if keypair is None:
+            return HPKE_UNKNOWN_CONFIG_ID, None, b""
+        info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
+        try:
+            plaintext = open_(keypair, r.leader_ct, info)
+        except HpkeError:
+            return HPKE_DECRYPT_ERROR, None, b""
+        assert task.verify_key is not None
+        try:
+            public_share = vdaf.decode_public_share(r.public_share)
+            input_share = vdaf.decode_input_share(0, plaintext)
+            state, verifier_share = vdaf.verify_init(
+                task.verify_key, ctx, 0, None, r.report_id, public_share, input_share
+            )
+        except VerifyError:
+            return VDAF_VERIFY_ERROR, None, b""
+        except ValueError:
+            return VDAF_DECODE_ERROR, None, b""
+        return None, state, vdaf.encode_verifier_share(verifier_share)
+
+    def run_aggregation_job(self, task_id: bytes, job_id: bytes) -> None:
+        """Complete one aggregation job; idempotent, safe to repeat after a crash."""
+        task = self.tasks[task_id]
+        vdaf = self.vdafs[task_id]
+        ctx = vdaf_ctx(task_id)
+        reports = self.store.job_reports(task_id, job_id)
+        outcomes: dict[bytes, str | None] = {}
+        states: dict[bytes, Any] = {}
+        items: list[VerifyInitItem] = []
+        by_id = {r.report_id: r for r in reports}
+        for r in reports:
+            reason, state, verifier_share = self._leader_verify(task, vdaf, ctx, r)
+            if reason is not None:
+                outcomes[r.report_id] = reason
+                continue
+            states[r.report_id] = state
+            items.append(
+                VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, verifier_share)
+            )
+        accepted: list[tuple[int, bytes, list[int]]] = []
+        if items:
+            results = self.helper.aggregate(task, job_id, items)
+            if [x.report_id for x in results] != [x.report_id for x in items]:
+                raise Unavailable("the helper answered for other reports than it was sent")
+            for res in results:
+                if res.verifier_message is None:
+                    outcomes[res.report_id] = res.reject or REPORT_DROPPED
+                    continue
+                state = states[res.report_id]
+                try:
+                    message = vdaf.decode_verifier_message(state, res.verifier_message)
+                    out_share = vdaf.verify_next(ctx, state, message)
+                except (VerifyError, ValueError):
+                    outcomes[res.report_id] = VDAF_VERIFY_ERROR
+                    continue
+                outcomes[res.report_id] = None
+                bucket = task.bucket(by_id[res.report_id].time)
+                accepted.append((bucket, res.report_id, out_share))
+        buckets = {b for b, _, _ in accepted}
+        existing = {
+            a.bucket: a for b in buckets for a in self.store.batch_aggregates(task_id, b, b + 1)
+        }
+        updates = accumulate(vdaf, existing, accepted)
+        self.store.finish_aggregation_job(task_id, job_id, outcomes, updates)
+        rejected = sum(1 for v in outcomes.values() if v is not None)
+        log.info(
+            "aggregation job %s: %d aggregated, %d rejected", job_id.hex(), len(accepted), rejected
+        )
+
+    def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
+        log.warning("collection job %s failed: %s", record.job_id.hex(), error)
+        self.store.update_collection(
+            CollectionRecord(
+                record.task_id,
+                record.job_id,
+                record.start,
+                record.duration,
+                "failed",
+                record.report_count,
+                record.checksum,
+                record.leader_ct,
+                None,
+                STATUS_CODES.get(error.status, 13),
+                str(error),
+            )
+        )
+        return True
+
+    def run_collection(self, record: CollectionRecord) -> bool:
+        """Advance one pending collection job; True if it made progress."""
+        task = self.tasks.get(record.task_id)
+        if task is None:
+            return False
+        start, end = record.start, record.start + record.duration
+        if record.leader_ct is None:
+            try:
+                self.store.close_batch(task.task_id, start, end, record.job_id, task.time_precision)
+            except StorageConflict:
+                return self._fail(
+                    record, BatchCollected("the batch was already collected by another job")
+                )
+            if self.store.unaggregated_count(task.task_id, start, end):
+                return False  # the next pass aggregates them first
+            vdaf = self.vdafs[task.task_id]
+            share, count, checksum = batch_summary(
+                vdaf, self.store.batch_aggregates(task.task_id, start, end)
+            )
+            if count < task.min_batch_size:
+                return self._fail(
+                    record,
+                    BatchTooSmall(
+                        f"only {count} valid reports in the batch after verification; the task's"
+                        f" min_batch_size is {task.min_batch_size}"
+                    ),
+                )
+            try:
+                noised, _eps = self.privacy.release(task, vdaf, record.job_id, share)
+            except AggregatorError as e:
+                return self._fail(record, e)
+            assert task.collector_hpke_config is not None
+            ct = seal(
+                task.collector_hpke_config,
+                agg_share_info(ROLE_LEADER, task.task_id, start, record.duration, count),
+                vdaf.encode_agg_share(noised),
+            )
+            record = CollectionRecord(
+                record.task_id,
+                record.job_id,
+                start,
+                record.duration,
+                "pending",
+                count,
+                checksum,
+                ct,
+            )
+            self.store.update_collection(record)
+        try:
+            helper_ct = self.helper.aggregate_share(
+                task, record.job_id, start, record.duration, record.report_count, record.checksum
+            )
+        except Unavailable:
+            raise
+        except AggregatorError as e:
+            return self._fail(record, e)
+        self.store.update_collection(
+            CollectionRecord(
+                record.task_id,
+                record.job_id,
+                start,
+                record.duration,
+                "finished",
+                record.report_count,
+                record.checksum,
+                record.leader_ct,
+                helper_ct,
+            )
+        )
+        log.info("collection job %s finished: %d reports", record.job_id.hex(), record.report_count)
+        return True
