@@ -1,0 +1,251 @@
+"""Running an aggregator: configuration, TLS, health, driver and shutdown.
+
+Configuration is one TOML file (paths in it are relative to the file):
+
+    listen = "127.0.0.1:7001"          # host:port to serve on
+    storage = "leader.db"              # SQLite database (created if missing)
+    tasks = ["demo.leader.toml"]       # task files written by `veil task new`
+    max_message_bytes = 16777216       # largest request or response accepted
+    [tls]                              # optional; required off loopback
+    cert = "server.pem"
+    key = "server.key"
+    client_ca = "clients-ca.pem"       # optional: require client certificates (mTLS)
+    [helper_tls]                       # leader only: how to reach the helper over TLS
+    ca = "helper-ca.pem"
+    cert = "leader-client.pem"         # optional client certificate for mTLS
+    key = "leader-client.key"
+    [driver]                           # leader only
+    interval = 0.5                     # seconds between idle passes
+    job_size = 500                     # reports per aggregation job
+
+Without [tls] the server only listens on a loopback address, and says so.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import signal
+import threading
+import tomllib
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from veil.aggregator.helper import Helper
+from veil.aggregator.leader import Leader
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService
+from veil.aggregator.storage import SqliteDatastore
+from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
+from veil.task import Task, TaskError, load_task
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """The server configuration is unusable; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: str
+    storage: Path
+    tasks: list[Task]
+    max_message_bytes: int = 16 << 20
+    tls: TlsFiles | None = None
+    helper_tls: TlsFiles | None = None
+    driver_interval: float = 0.5
+    job_size: int = 500
+    grace_seconds: float = 30.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _tls(table: dict[str, Any] | None, base: Path, cert_key: str) -> TlsFiles | None:
+    if table is None:
+        return None
+
+    def path(key: str) -> Path | None:
+        return base / table[key] if key in table else None
+
+    return TlsFiles(path("cert"), path("key"), path(cert_key))
+
+
+def load_config(path: Path) -> ServerConfig:
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from e
+    base = path.parent
+    try:
+        tasks = [load_task(base / p) for p in raw.get("tasks", [])]
+    except (OSError, TaskError) as e:
+        raise ConfigError(str(e)) from e
+    if "listen" not in raw or "storage" not in raw:
+        raise ConfigError(f"{path}: 'listen' and 'storage' are required")
+    tls = _tls(raw.get("tls"), base, "client_ca")
+    if tls is not None and (tls.cert is None or tls.key is None):
+        raise ConfigError(f"{path}: [tls] needs both 'cert' and 'key'")
+    driver = raw.get("driver", {})
+    return ServerConfig(
+        listen=str(raw["listen"]),
+        storage=base / raw["storage"],
+        tasks=tasks,
+        max_message_bytes=int(raw.get("max_message_bytes", 16 << 20)),
+        tls=tls,
+        helper_tls=_tls(raw.get("helper_tls"), base, "ca"),
+        driver_interval=float(driver.get("interval", 0.5)),
+        job_size=int(driver.get("job_size", 500)),
+        grace_seconds=float(raw.get("grace_seconds", 30.0)),
+    )
+
+
+def _read(p: Path | None) -> bytes | None:
+    return p.read_bytes() if p is not None else None
+
+
+def grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+    ]
+
+
+def helper_channel_factory(config: ServerConfig) -> Any:
+    def factory(address: str) -> grpc.Channel:
+        options = grpc_options(config)
+        t = config.helper_tls
+        if t is None:
+            if not is_loopback(address):
+                raise ConfigError(
+                    f"helper address {address} is not loopback: configure [helper_tls]"
+                )
+            log.warning("talking to the helper at %s in plaintext (loopback only)", address)
+            return grpc.insecure_channel(address, options=options)
+        creds = grpc.ssl_channel_credentials(_read(t.ca), _read(t.key), _read(t.cert))
+        return grpc.secure_channel(address, creds, options=options)
+
+    return factory
+
+
+class AggregatorServer:
+    """A running leader or helper: gRPC server, health service and (leader) driver."""
+
+    def __init__(self, role: str, config: ServerConfig) -> None:
+        if role not in ("leader", "helper"):
+            raise ConfigError(f"unknown role {role!r}")
+        self.role = role
+        self.config = config
+        self.store = SqliteDatastore(config.storage)
+        self.privacy = PrivacyEngine(str(config.storage))
+        tasks = {t.task_id: t for t in config.tasks}
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8), options=grpc_options(config)
+        )
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.leader: Leader | None = None
+        self._stop = threading.Event()
+        self._driver: threading.Thread | None = None
+        if role == "leader":
+            helper = GrpcHelperClient(helper_channel_factory(config))
+            self.leader = Leader(tasks, self.store, helper, self.privacy, job_size=config.job_size)
+            leader_pb2_grpc.add_LeaderServicer_to_server(  # type: ignore[no-untyped-call]
+                LeaderService(self.leader), self.server
+            )
+            self.service_name = "veil.protocol.v1.Leader"
+        else:
+            helper_logic = Helper(tasks, self.store, self.privacy)
+            helper_pb2_grpc.add_HelperServicer_to_server(  # type: ignore[no-untyped-call]
+                HelperService(helper_logic), self.server
+            )
+            self.service_name = "veil.protocol.v1.Helper"
+        self._bind()
+
+    def _bind(self) -> None:
+        c = self.config
+        if c.tls is None:
+            if not is_loopback(c.listen):
+                raise ConfigError(
+                    f"refusing to listen on {c.listen} without TLS: add a [tls] table with"
+                    " cert and key, or listen on a loopback address"
+                )
+            log.warning("serving %s in plaintext on loopback %s (no [tls])", self.role, c.listen)
+            self.port = self.server.add_insecure_port(c.listen)
+        else:
+            assert c.tls.cert is not None and c.tls.key is not None
+            creds = grpc.ssl_server_credentials(
+                [(c.tls.key.read_bytes(), c.tls.cert.read_bytes())],
+                root_certificates=_read(c.tls.ca),
+                require_client_auth=c.tls.ca is not None,
+            )
+            self.port = self.server.add_secure_port(c.listen, creds)
+        if self.port == 0:
+            raise ConfigError(f"cannot listen on {c.listen}")
+
+    def start(self) -> None:
+        self.server.start()
+        for name in ("", self.service_name):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.leader is not None:
+            self._driver = threading.Thread(target=self._drive, name="driver", daemon=True)
+            self._driver.start()
+        log.info("%s serving on %s (port %d)", self.role, self.config.listen, self.port)
+
+    def _drive(self) -> None:
+        assert self.leader is not None
+        while not self._stop.is_set():
+            try:
+                busy = self.leader.run_once()
+            except Exception:
+                log.exception("driver pass failed; retrying")
+                busy = False
+            if not busy:
+                self._stop.wait(self.config.driver_interval)
+
+    def stop(self) -> None:
+        """Graceful stop: refuse new calls, let in-flight calls and the driver's
+        current step finish (each step is one transaction)."""
+        log.info("%s shutting down", self.role)
+        self.health.enter_graceful_shutdown()
+        self._stop.set()
+        self.server.stop(self.config.grace_seconds).wait()
+        if self._driver is not None:
+            self._driver.join(self.config.grace_seconds)
+        self.store.close()
+
+    def serve_forever(self) -> None:
+        """Start, then block until SIGTERM or SIGINT, then stop gracefully."""
+        done = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            done.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        done.wait()
+        self.stop()

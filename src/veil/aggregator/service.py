@@ -1,0 +1,278 @@
+"""The gRPC services of the leader and helper: thin adapters over the logic.
+
+Each handler decodes the request into the logic's values, calls the logic,
+encodes the answer and maps AggregatorError to its gRPC status. Nothing here
+decides anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from veil.aggregator.core import VerifyInitItem, VerifyResult
+from veil.aggregator.errors import BY_STATUS, AggregatorError, InvalidMessage, Unavailable
+from veil.aggregator.helper import Helper
+from veil.aggregator.leader import Leader
+from veil.aggregator.storage import CollectionRecord, StoredReport
+from veil.hpke import Ciphertext, HpkeConfig
+from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
+from veil.task import Task
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def bearer_token(context: grpc.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value[len("Bearer ") :]
+    return None
+
+
+def handler(fn: Callable[..., T]) -> Callable[..., T]:
+    """Map logic errors to gRPC statuses; never leak internals of other failures."""
+
+    @functools.wraps(fn)
+    def wrapped(self: Any, request: Any, context: grpc.ServicerContext) -> T:
+        try:
+            return fn(self, request, context)
+        except AggregatorError as e:
+            context.abort(grpc.StatusCode[e.status], str(e))
+        except Exception:
+            log.exception("internal error in %s", fn.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server's log")
+        raise AssertionError("unreachable")
+
+    return wrapped
+
+
+def ct_to_pb(ct: Ciphertext) -> messages_pb2.HpkeCiphertext:
+    return messages_pb2.HpkeCiphertext(config_id=ct.config_id, enc=ct.enc, payload=ct.payload)
+
+
+def ct_from_pb(msg: messages_pb2.HpkeCiphertext, what: str) -> Ciphertext:
+    if msg.config_id > 255:
+        raise InvalidMessage(f"{what}: HPKE config id {msg.config_id} is out of range")
+    return Ciphertext(msg.config_id, msg.enc, msg.payload)
+
+
+def configs_to_pb(configs: Sequence[HpkeConfig]) -> messages_pb2.HpkeConfigList:
+    return messages_pb2.HpkeConfigList(
+        configs=[
+            messages_pb2.HpkeConfig(
+                config_id=c.config_id,
+                kem_id=c.kem_id,
+                kdf_id=c.kdf_id,
+                aead_id=c.aead_id,
+                public_key=c.public_key,
+            )
+            for c in configs
+        ]
+    )
+
+
+def interval_pb(start: int, duration: int) -> messages_pb2.Interval:
+    return messages_pb2.Interval(start=start, duration=duration)
+
+
+class LeaderService(leader_pb2_grpc.LeaderServicer):
+    def __init__(self, leader: Leader) -> None:
+        self.leader = leader
+
+    @handler
+    def GetHpkeConfig(
+        self, request: messages_pb2.HpkeConfigRequest, context: grpc.ServicerContext
+    ) -> messages_pb2.HpkeConfigList:
+        return configs_to_pb(self.leader.hpke_configs(request.task_id))
+
+    @handler
+    def UploadReports(
+        self, request: leader_pb2.UploadRequest, context: grpc.ServicerContext
+    ) -> leader_pb2.UploadResponse:
+        reports = [
+            StoredReport(
+                r.metadata.report_id,
+                r.metadata.time,
+                r.public_share,
+                ct_from_pb(r.leader_encrypted_input_share, f"report {i}"),
+                ct_from_pb(r.helper_encrypted_input_share, f"report {i}"),
+            )
+            for i, r in enumerate(request.reports)
+        ]
+        accepted, duplicates = self.leader.upload(request.task_id, reports)
+        return leader_pb2.UploadResponse(accepted=accepted, duplicates=duplicates)
+
+    @handler
+    def CreateCollection(
+        self, request: leader_pb2.CreateCollectionRequest, context: grpc.ServicerContext
+    ) -> leader_pb2.CollectionJob:
+        record = self.leader.create_collection(
+            request.task_id,
+            bearer_token(context),
+            request.collection_job_id,
+            request.batch_interval.start,
+            request.batch_interval.duration,
+        )
+        return collection_to_pb(record)
+
+    @handler
+    def GetCollection(
+        self, request: leader_pb2.GetCollectionRequest, context: grpc.ServicerContext
+    ) -> leader_pb2.CollectionJob:
+        record = self.leader.get_collection(
+            request.task_id, bearer_token(context), request.collection_job_id
+        )
+        return collection_to_pb(record)
+
+
+def collection_to_pb(r: CollectionRecord) -> leader_pb2.CollectionJob:
+    state = {
+        "pending": leader_pb2.CollectionJob.PENDING,
+        "finished": leader_pb2.CollectionJob.FINISHED,
+        "failed": leader_pb2.CollectionJob.FAILED,
+    }[r.state]
+    msg = leader_pb2.CollectionJob(
+        state=state,
+        collection_job_id=r.job_id,
+        batch_interval=interval_pb(r.start, r.duration),
+    )
+    if r.state == "finished":
+        assert r.leader_ct is not None and r.helper_ct is not None
+        msg.report_count = r.report_count
+        msg.leader_encrypted_agg_share.CopyFrom(ct_to_pb(r.leader_ct))
+        msg.helper_encrypted_agg_share.CopyFrom(ct_to_pb(r.helper_ct))
+    elif r.state == "failed":
+        msg.error_code = r.error_code
+        msg.error_message = r.error_message
+    return msg
+
+
+class HelperService(helper_pb2_grpc.HelperServicer):
+    def __init__(self, helper: Helper) -> None:
+        self.helper = helper
+
+    @handler
+    def GetHpkeConfig(
+        self, request: messages_pb2.HpkeConfigRequest, context: grpc.ServicerContext
+    ) -> messages_pb2.HpkeConfigList:
+        return configs_to_pb(self.helper.hpke_configs(request.task_id))
+
+    @handler
+    def Aggregate(
+        self, request: helper_pb2.AggregationJobRequest, context: grpc.ServicerContext
+    ) -> helper_pb2.AggregationJobResponse:
+        items = [
+            VerifyInitItem(
+                v.report_share.metadata.report_id,
+                v.report_share.metadata.time,
+                v.report_share.public_share,
+                ct_from_pb(v.report_share.encrypted_input_share, f"report {i}"),
+                v.leader_verifier_share,
+            )
+            for i, v in enumerate(request.verify_inits)
+        ]
+        results = self.helper.aggregate(
+            request.task_id, bearer_token(context), request.aggregation_job_id, items
+        )
+        out = helper_pb2.AggregationJobResponse()
+        for res in results:
+            if res.verifier_message is not None:
+                out.verify_resps.add(report_id=res.report_id, verifier_message=res.verifier_message)
+            else:
+                code = helper_pb2.ReportError.Value((res.reject or "report_dropped").upper())
+                out.verify_resps.add(report_id=res.report_id, reject=code)
+        return out
+
+    @handler
+    def GetAggregateShare(
+        self, request: helper_pb2.AggregateShareRequest, context: grpc.ServicerContext
+    ) -> helper_pb2.AggregateShareResponse:
+        ct = self.helper.aggregate_share(
+            request.task_id,
+            bearer_token(context),
+            request.collection_job_id,
+            request.batch_interval.start,
+            request.batch_interval.duration,
+            request.report_count,
+            request.checksum,
+        )
+        return helper_pb2.AggregateShareResponse(encrypted_agg_share=ct_to_pb(ct))
+
+
+class GrpcHelperClient:
+    """The leader's `HelperApi` over gRPC."""
+
+    def __init__(
+        self,
+        channel_factory: Callable[[str], grpc.Channel],
+        timeout: float = 60.0,
+    ) -> None:
+        self._factory = channel_factory
+        self._stubs: dict[str, helper_pb2_grpc.HelperStub] = {}
+        self.timeout = timeout
+
+    def _stub(self, address: str) -> helper_pb2_grpc.HelperStub:
+        if address not in self._stubs:
+            stub = helper_pb2_grpc.HelperStub(self._factory(address))  # type: ignore[no-untyped-call]
+            self._stubs[address] = stub
+        return self._stubs[address]
+
+    def _call(self, task: Task, method: str, request: Any) -> Any:
+        metadata = (("authorization", f"Bearer {task.aggregator_token}"),)
+        try:
+            return getattr(self._stub(task.helper_address), method)(
+                request, metadata=metadata, timeout=self.timeout
+            )
+        except grpc.RpcError as e:
+            code = e.code()
+            name = code.name if code is not None else "UNAVAILABLE"
+            if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN"):
+                raise Unavailable(f"helper at {task.helper_address}: {e.details()}") from None
+            cls = BY_STATUS.get(name, AggregatorError)
+            raise cls(f"the helper refused: {e.details()}") from None
+
+    def aggregate(
+        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> list[VerifyResult]:
+        request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
+        for it in items:
+            v = request.verify_inits.add(leader_verifier_share=it.leader_verifier_share)
+            v.report_share.metadata.report_id = it.report_id
+            v.report_share.metadata.time = it.time
+            v.report_share.public_share = it.public_share
+            v.report_share.encrypted_input_share.CopyFrom(ct_to_pb(it.encrypted_input_share))
+        response = self._call(task, "Aggregate", request)
+        results = []
+        for r in response.verify_resps:
+            if r.WhichOneof("result") == "verifier_message":
+                results.append(VerifyResult(r.report_id, verifier_message=r.verifier_message))
+            else:
+                results.append(
+                    VerifyResult(r.report_id, reject=helper_pb2.ReportError.Name(r.reject).lower())
+                )
+        return results
+
+    def aggregate_share(
+        self,
+        task: Task,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        report_count: int,
+        checksum: bytes,
+    ) -> Ciphertext:
+        request = helper_pb2.AggregateShareRequest(
+            task_id=task.task_id,
+            collection_job_id=collection_id,
+            batch_interval=interval_pb(start, duration),
+            report_count=report_count,
+            checksum=checksum,
+        )
+        response = self._call(task, "GetAggregateShare", request)
+        return ct_from_pb(response.encrypted_agg_share, "helper aggregate share")
