@@ -23,7 +23,6 @@ Without [tls] the server only listens on a loopback address, and says so.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import signal
 import threading
@@ -42,6 +41,7 @@ from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService
 from veil.aggregator.storage import SqliteDatastore
+from veil.grpc_util import is_loopback
 from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
 from veil.task import Task, TaskError, load_task
 
@@ -71,16 +71,6 @@ class ServerConfig:
     job_size: int = 500
     grace_seconds: float = 30.0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def is_loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _tls(table: dict[str, Any] | None, base: Path, cert_key: str) -> TlsFiles | None:

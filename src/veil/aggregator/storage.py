@@ -163,8 +163,8 @@ class SqliteDatastore:
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
         self._local = threading.local()
-        with self._tx() as db:
-            db.executescript(_SCHEMA)
+        # executescript commits on its own; the schema is idempotent.
+        self._conn().executescript(_SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

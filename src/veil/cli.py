@@ -1,0 +1,262 @@
+"""The `veil` command: servers, task setup, upload and collection."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task, write_toml
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def parse_measurement(spec: VdafSpec, text: str) -> Any:
+    """A measurement from its command-line text: an integer, or comma-separated integers."""
+    text = text.strip()
+    try:
+        if spec.type == "count":
+            if text.lower() in ("true", "yes"):
+                return 1
+            if text.lower() in ("false", "no"):
+                return 0
+            return int(text)
+        if spec.type in ("sum", "histogram"):
+            return int(text)
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"not a valid {spec.type} measurement: {text!r}") from None
+    if spec.type == "multihot":
+        return [bool(v) for v in values]
+    return values
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from veil.aggregator.server import AggregatorServer, ConfigError, load_config
+
+    _setup_logging(args.log_level)
+    try:
+        server = AggregatorServer(args.role, load_config(Path(args.config)))
+    except ConfigError as e:
+        print(f"veil {args.role}: {e}", file=sys.stderr)
+        return 2
+    server.serve_forever()
+    return 0
+
+
+def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> None:
+    if path.exists():
+        with path.open("rb") as f:
+            config = tomllib.load(f)
+    else:
+        config = {"listen": listen, "storage": f"{role}.db", "tasks": []}
+    rel = os.path.relpath(Path(task_file).resolve(), path.parent.resolve())
+    tasks = list(config.get("tasks", []))
+    if str(rel) not in tasks:
+        tasks.append(str(rel))
+    config["tasks"] = tasks
+    write_toml(path, config, secret=False)
+
+
+def cmd_task_new(args: argparse.Namespace) -> int:
+    vdaf = VdafSpec(
+        args.vdaf,
+        max_measurement=args.max_measurement,
+        length=args.length,
+        chunk_length=args.chunk_length,
+        max_weight=args.max_weight,
+    )
+    try:
+        vdaf.instantiate()
+    except (ValueError, TypeError) as e:
+        print(f"veil task new: bad VDAF parameters: {e}", file=sys.stderr)
+        return 2
+    dp = DpSpec(args.mechanism, args.epsilon, args.budget)
+    files = new_task(
+        vdaf,
+        args.leader,
+        args.helper,
+        time_precision=args.time_precision,
+        min_batch_size=args.min_batch_size,
+        max_clock_skew=args.max_clock_skew,
+        dp=dp,
+    )
+    out = Path(args.out)
+    paths = {}
+    for role, task in (
+        ("leader", files.leader),
+        ("helper", files.helper),
+        ("collector", files.collector),
+        ("client", files.client),
+    ):
+        paths[role] = out / f"{args.name}.{role}.toml"
+        write_toml(paths[role], task.to_dict(), secret=role != "client")
+    if args.leader_config:
+        _add_task_to_config(Path(args.leader_config), "leader", paths["leader"], args.leader)
+    if args.helper_config:
+        _add_task_to_config(Path(args.helper_config), "helper", paths["helper"], args.helper)
+    print(f"task {files.client.id_text}")
+    for role, p in paths.items():
+        print(f"  {role:9} {p}")
+    return 0
+
+
+def _load(path: str) -> Task:
+    try:
+        return load_task(Path(path))
+    except (OSError, TaskError) as e:
+        raise SystemExit(f"veil: {e}") from None
+
+
+def _read_ca(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from veil.client import Client, UploadError
+
+    _setup_logging(args.log_level)
+    task = _load(args.task)
+    texts: list[str] = []
+    if args.file:
+        lines = Path(args.file).read_text().splitlines()
+        texts += [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    texts += args.values
+    if not texts:
+        print("veil upload: give a value or --file", file=sys.stderr)
+        return 2
+    try:
+        measurements = [parse_measurement(task.vdaf, t) for t in texts]
+    except ValueError as e:
+        print(f"veil upload: {e}", file=sys.stderr)
+        return 2
+    with Client(task, root_certificates=_read_ca(args.ca)) as client:
+        try:
+            result = client.upload_batch(measurements, report_time=args.time)
+        except ValueError as e:
+            print(f"veil upload: invalid measurement: {e}", file=sys.stderr)
+            return 2
+        except UploadError as e:
+            print(f"veil upload: {e}", file=sys.stderr)
+            return 1
+    print(f"uploaded {result.accepted} reports ({result.duplicates} already stored)")
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    import time
+
+    from veil.collector import CollectionError, Collector
+
+    _setup_logging(args.log_level)
+    task = _load(args.task)
+    tp = task.time_precision
+    if args.start == "now":
+        now = int(time.time())
+        start = now - now % tp
+    else:
+        start = int(args.start)
+    duration = args.duration or tp
+    with Collector(task, root_certificates=_read_ca(args.ca)) as collector:
+        try:
+            r = collector.collect(start, duration, wait=args.wait, confidence=args.confidence)
+        except CollectionError as e:
+            print(f"veil collect: {e}", file=sys.stderr)
+            return 1
+    print(
+        json.dumps(
+            {
+                "batch": {"start": r.start, "duration": r.duration},
+                "report_count": r.report_count,
+                "estimate": r.estimate,
+                "confidence_interval": {
+                    "level": r.confidence,
+                    "lower": r.lower,
+                    "upper": r.upper,
+                },
+                "mechanism": r.mechanism,
+                "epsilon_spent": str(r.epsilon_spent),
+                "seconds": round(r.seconds, 3),
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="veil", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for role in ("leader", "helper"):
+        p = sub.add_parser(role, help=f"run the {role} aggregator")
+        p.add_argument("--config", required=True, help=f"{role}.toml")
+        p.add_argument("--log-level", default="info")
+        p.set_defaults(func=cmd_server, role=role)
+
+    task = sub.add_parser("task", help="task definitions").add_subparsers(
+        dest="task_command", required=True
+    )
+    p = task.add_parser("new", help="write matching task files for every party")
+    p.add_argument(
+        "--vdaf", required=True, choices=["count", "sum", "sumvec", "histogram", "multihot"]
+    )
+    p.add_argument("--max-measurement", type=int, default=0)
+    p.add_argument("--length", type=int, default=0)
+    p.add_argument("--chunk-length", type=int, default=0)
+    p.add_argument("--max-weight", type=int, default=0)
+    p.add_argument("--leader", required=True, help="leader host:port")
+    p.add_argument("--helper", required=True, help="helper host:port")
+    p.add_argument("--time-precision", type=int, default=3600, help="seconds")
+    p.add_argument("--min-batch-size", type=int, default=10)
+    p.add_argument("--max-clock-skew", type=int, default=60, help="seconds")
+    p.add_argument("--mechanism", default="none", help="DP mechanism (see veil.dp)")
+    p.add_argument("--epsilon", default="0", help="ε per collection, e.g. 1 or 1/2")
+    p.add_argument("--budget", default="0", help="total ε the task may spend")
+    p.add_argument("--name", default="task", help="file name stem")
+    p.add_argument("--out", default=".", help="directory for the task files")
+    p.add_argument("--leader-config", help="add the task to this leader.toml (created if missing)")
+    p.add_argument("--helper-config", help="add the task to this helper.toml (created if missing)")
+    p.set_defaults(func=cmd_task_new)
+
+    p = sub.add_parser("upload", help="upload measurements")
+    p.add_argument("--task", required=True, help="the client's task file")
+    p.add_argument("values", nargs="*", help="measurements, e.g. 1, 42 or 1,0,3")
+    p.add_argument("--file", help="a file with one measurement per line")
+    p.add_argument("--time", type=int, help="report time (default: now)")
+    p.add_argument("--ca", help="PEM file of the CA that signed the servers' certificates")
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=cmd_upload)
+
+    p = sub.add_parser("collect", help="collect a batch")
+    p.add_argument("--task", required=True, help="the collector's task file")
+    p.add_argument("--start", default="now", help="batch start (epoch seconds) or 'now'")
+    p.add_argument("--duration", type=int, help="seconds (default: the time precision)")
+    p.add_argument("--wait", type=float, default=300.0)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--ca", help="PEM file of the CA that signed the leader's certificate")
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=cmd_collect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

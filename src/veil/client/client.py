@@ -1,0 +1,184 @@
+"""The client: shard a measurement with Prio3, seal each input share to its
+aggregator with HPKE and upload the report to the leader.
+
+Each report gets a fresh random 16-byte report id (also the VDAF nonce). A
+retried upload resends the same reports with the same ids, and the leader
+stores a report id once, so a retry never counts twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from veil.grpc_util import open_channel
+from veil.hpke import (
+    ROLE_HELPER,
+    ROLE_LEADER,
+    Ciphertext,
+    HpkeConfig,
+    input_share_info,
+    seal,
+)
+from veil.protocol.v1 import helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
+from veil.task import Task
+
+log = logging.getLogger(__name__)
+
+# Statuses worth retrying with the same request.
+_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+class UploadError(Exception):
+    """The leader refused an upload (or stayed unreachable); `code` is the gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Report:
+    report_id: bytes
+    time: int
+    public_share: bytes
+    leader_ct: Ciphertext
+    helper_ct: Ciphertext
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    accepted: int
+    duplicates: int
+
+
+def _ct_pb(ct: Ciphertext) -> messages_pb2.HpkeCiphertext:
+    return messages_pb2.HpkeCiphertext(config_id=ct.config_id, enc=ct.enc, payload=ct.payload)
+
+
+def _config(pb: Any) -> HpkeConfig:
+    return HpkeConfig(pb.config_id, pb.public_key, pb.kem_id, pb.kdf_id, pb.aead_id)
+
+
+class Client:
+    """Uploads measurements for one task.
+
+    `task` is the client's task file (`veil task new` writes it). TLS is used
+    unless the aggregators are on loopback; pass `root_certificates` (PEM) to
+    trust a private CA.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        root_certificates: bytes | None = None,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.5,
+        batch_size: int = 1000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.task = task
+        self.vdaf = task.vdaf.instantiate()
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.batch_size = batch_size
+        self.clock = clock
+        self._leader_channel = open_channel(task.leader_address, root_certificates)
+        self._helper_channel = open_channel(task.helper_address, root_certificates)
+        self._leader = leader_pb2_grpc.LeaderStub(self._leader_channel)  # type: ignore[no-untyped-call]
+        self._helper = helper_pb2_grpc.HelperStub(self._helper_channel)  # type: ignore[no-untyped-call]
+        self._configs: dict[int, HpkeConfig] = {}
+
+    def close(self) -> None:
+        self._leader_channel.close()
+        self._helper_channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., Any], request: Any) -> Any:
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                return method(request, timeout=self.timeout)
+            except grpc.RpcError as e:
+                code = e.code()
+                if code in _TRANSIENT and attempt < self.retries:
+                    log.info("retrying after %s (attempt %d)", code.name, attempt + 1)
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise UploadError(code, e.details() or "") from None
+        raise AssertionError("unreachable")
+
+    def hpke_config(self, role: int) -> HpkeConfig:
+        """The aggregator's HPKE config (fetched once, then cached)."""
+        if role not in self._configs:
+            stub = self._leader if role == ROLE_LEADER else self._helper
+            reply = self._call(
+                stub.GetHpkeConfig, messages_pb2.HpkeConfigRequest(task_id=self.task.task_id)
+            )
+            usable = [c for c in map(_config, reply.configs) if c.is_supported()]
+            if not usable:
+                raise UploadError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "the aggregator offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
+                )
+            self._configs[role] = usable[0]
+        return self._configs[role]
+
+    def report_time(self) -> int:
+        now = int(self.clock())
+        return now - now % self.task.time_precision
+
+    def build_report(self, measurement: Any, report_time: int | None = None) -> Report:
+        """Shard and seal one measurement. Raises ValueError on an invalid measurement."""
+        t = self.report_time() if report_time is None else report_time
+        t -= t % self.task.time_precision
+        report_id = secrets.token_bytes(16)
+        rand = secrets.token_bytes(self.vdaf.RAND_SIZE)
+        ctx = b"veil-v1" + self.task.task_id
+        public_share, input_shares = self.vdaf.shard(ctx, measurement, report_id, rand)
+        ps = self.vdaf.encode_public_share(public_share)
+        cts = []
+        for role, share in zip((ROLE_LEADER, ROLE_HELPER), input_shares, strict=True):
+            info = input_share_info(role, self.task.task_id, report_id, t, ps)
+            cts.append(seal(self.hpke_config(role), info, self.vdaf.encode_input_share(share)))
+        return Report(report_id, t, ps, cts[0], cts[1])
+
+    def upload_reports(self, reports: Sequence[Report]) -> UploadResult:
+        """Upload prepared reports in batches; retried batches keep their report ids."""
+        accepted = duplicates = 0
+        for i in range(0, len(reports), self.batch_size):
+            request = leader_pb2.UploadRequest(task_id=self.task.task_id)
+            for r in reports[i : i + self.batch_size]:
+                pb = request.reports.add(public_share=r.public_share)
+                pb.metadata.report_id = r.report_id
+                pb.metadata.time = r.time
+                pb.leader_encrypted_input_share.CopyFrom(_ct_pb(r.leader_ct))
+                pb.helper_encrypted_input_share.CopyFrom(_ct_pb(r.helper_ct))
+            reply = self._call(self._leader.UploadReports, request)
+            accepted += reply.accepted
+            duplicates += reply.duplicates
+        return UploadResult(accepted, duplicates)
+
+    def upload(self, measurement: Any, report_time: int | None = None) -> UploadResult:
+        return self.upload_reports([self.build_report(measurement, report_time)])
+
+    def upload_batch(
+        self, measurements: Iterable[Any], report_time: int | None = None
+    ) -> UploadResult:
+        return self.upload_reports([self.build_report(m, report_time) for m in measurements])

@@ -1,0 +1,191 @@
+"""The collector (draft-ietf-ppm-dap section 4.6, collector side).
+
+It asks the leader to collect a batch (a time interval), polls the collection
+job, opens the leader's and the helper's noised aggregate shares with its HPKE
+key, adds them, lifts each field element to the centred integer (v >= p/2
+means v - p, since noise can be negative) and returns the estimate with its
+confidence interval, the report count and the ε spent.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import grpc
+
+from veil.collector.estimate import estimate
+from veil.grpc_util import open_channel
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeError, agg_share_info, open_
+from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
+from veil.task import Task
+
+_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+class CollectionError(Exception):
+    """The collection was refused or failed; `code` is the gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class CollectionResult:
+    """A collected batch.
+
+    `estimate` is a number for count and sum tasks and a list for vector
+    tasks; `lower`/`upper` bound each coordinate at `confidence`. With
+    mechanism "none" the estimate is the exact aggregate and the bounds equal it.
+    """
+
+    start: int
+    duration: int
+    report_count: int
+    estimate: Any
+    lower: Any
+    upper: Any
+    confidence: float
+    epsilon_spent: Fraction
+    mechanism: str
+    noisy_aggregate: list[int]
+    seconds: float
+
+
+def centred(value: int, modulus: int) -> int:
+    return value - modulus if value >= modulus // 2 + (modulus & 1) else value
+
+
+def _code(n: int) -> grpc.StatusCode:
+    for c in grpc.StatusCode:
+        if c.value[0] == n:
+            return c
+    return grpc.StatusCode.UNKNOWN
+
+
+class Collector:
+    """Collects batches of one task; `task` is the collector's task file."""
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if task.collector_token is None or task.collector_hpke_keypair is None:
+            raise ValueError("not a collector's task file: it lacks the token or the HPKE key")
+        self.task = task
+        self.vdaf = task.vdaf.instantiate()
+        self.timeout = timeout
+        self.clock = clock
+        self._channel = open_channel(
+            task.leader_address, root_certificates, private_key, certificate_chain
+        )
+        self._leader = leader_pb2_grpc.LeaderStub(self._channel)  # type: ignore[no-untyped-call]
+        self._metadata = (("authorization", f"Bearer {task.collector_token}"),)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., Any], request: Any, deadline: float) -> Any:
+        delay = 0.2
+        while True:
+            try:
+                return method(request, metadata=self._metadata, timeout=self.timeout)
+            except grpc.RpcError as e:
+                if e.code() in _TRANSIENT and self.clock() + delay < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                raise CollectionError(e.code(), e.details() or "") from None
+
+    def collect(
+        self,
+        start: int,
+        duration: int,
+        *,
+        wait: float = 300.0,
+        poll_interval: float = 0.2,
+        confidence: float = 0.95,
+        collection_job_id: bytes | None = None,
+    ) -> CollectionResult:
+        """Collect the batch [start, start + duration) (seconds since the epoch).
+
+        Both bounds must be multiples of the task's time_precision. Waits up to
+        `wait` seconds for the aggregators. Raises CollectionError.
+        """
+        began = self.clock()
+        deadline = began + wait
+        job_id = collection_job_id or secrets.token_bytes(16)
+        interval = messages_pb2.Interval(start=start, duration=duration)
+        request = leader_pb2.CreateCollectionRequest(
+            task_id=self.task.task_id, collection_job_id=job_id, batch_interval=interval
+        )
+        # An unreachable leader fails fast here; later polls ride out restarts.
+        job = self._call(self._leader.CreateCollection, request, min(deadline, began + 15.0))
+        poll = leader_pb2.GetCollectionRequest(task_id=self.task.task_id, collection_job_id=job_id)
+        while job.state == leader_pb2.CollectionJob.PENDING:
+            if self.clock() > deadline:
+                raise CollectionError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"collection job {job_id.hex()} still pending after {wait} s; collect again"
+                    " with the same collection_job_id to resume",
+                )
+            time.sleep(poll_interval)
+            job = self._call(self._leader.GetCollection, poll, deadline)
+        if job.state != leader_pb2.CollectionJob.FINISHED:
+            raise CollectionError(_code(job.error_code), job.error_message)
+        return self._finish(job, start, duration, confidence, self.clock() - began)
+
+    def _open(self, role: int, pb: Any, start: int, duration: int, count: int) -> list[int]:
+        assert self.task.collector_hpke_keypair is not None
+        info = agg_share_info(role, self.task.task_id, start, duration, count)
+        try:
+            plaintext = open_(
+                self.task.collector_hpke_keypair, Ciphertext(pb.config_id, pb.enc, pb.payload), info
+            )
+            return list(self.vdaf.decode_agg_share(None, plaintext))
+        except (HpkeError, ValueError) as e:
+            raise CollectionError(
+                grpc.StatusCode.DATA_LOSS, f"cannot open an aggregate share: {e}"
+            ) from None
+
+    def _finish(
+        self, job: Any, start: int, duration: int, confidence: float, seconds: float
+    ) -> CollectionResult:
+        count = job.report_count
+        leader = self._open(ROLE_LEADER, job.leader_encrypted_agg_share, start, duration, count)
+        helper = self._open(ROLE_HELPER, job.helper_encrypted_agg_share, start, duration, count)
+        p = self.vdaf.field.MODULUS
+        noisy = [centred(v, p) for v in self.vdaf.merge(None, [leader, helper])]
+        est, lower, upper, eps = estimate(self.task, noisy, count, confidence)
+        scalar = self.task.vdaf.type in ("count", "sum")
+        return CollectionResult(
+            start=start,
+            duration=duration,
+            report_count=count,
+            estimate=est[0] if scalar else est,
+            lower=lower[0] if scalar else lower,
+            upper=upper[0] if scalar else upper,
+            confidence=confidence,
+            epsilon_spent=eps,
+            mechanism=self.task.dp.mechanism,
+            noisy_aggregate=noisy,
+            seconds=seconds,
+        )
