@@ -258,9 +258,9 @@ def _dgauss_vec(sigma2: Fraction, n: int, rng: RandomSource) -> IntArray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _bernoulli_exp_fraction_vec(num: IntArray, den: int, rng: RandomSource) -> npt.NDArray[
-    np.bool_
-]:
+def _bernoulli_exp_fraction_vec(
+    num: IntArray, den: int, rng: RandomSource
+) -> npt.NDArray[np.bool_]:
     """Lane-wise Bernoulli(exp(-num/den)) for any num >= 0 (CKS20 Alg. 1, γ > 1 case)."""
     whole = num // den
     ok = np.ones(num.size, dtype=np.bool_)
@@ -425,9 +425,7 @@ def _polya_exact_from(
 
 
 @functools.lru_cache(maxsize=64)
-def _polya_table(
-    shares: int, x: Fraction
-) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+def _polya_table(shares: int, x: Fraction) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
     los: list[int] = []
     his: list[int] = []
     for lo, hi in _polya_cdf_bounds(shares, x, _TABLE_PREC):
