@@ -6,7 +6,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -142,10 +142,9 @@ def test_ledger_is_durable_and_exact_on_disk(db: Path) -> None:
     BudgetLedger.sqlite(db).spend("t", "0.1", collection_id="c")
     reopened = BudgetLedger.sqlite(db)
     assert reopened.remaining("t") == Fraction(1, 5)
-    with sqlite3.connect(db) as conn:
-        tables = {
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
-        }
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        tables = {row[0] for row in rows}
         stored = conn.execute("SELECT amount FROM dp_spends").fetchone()[0]
     assert tables == {"dp_surveys", "dp_tasks", "dp_spends"}
     assert stored == "1/10"  # exact text, not the float 0.1
