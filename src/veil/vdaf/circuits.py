@@ -331,9 +331,7 @@ class MultihotCountVec(Valid[Sequence[bool], list[int]]):
 
     EVAL_OUTPUT_LEN = 2
 
-    def __init__(
-        self, field: type[Field], length: int, max_weight: int, chunk_length: int
-    ) -> None:
+    def __init__(self, field: type[Field], length: int, max_weight: int, chunk_length: int) -> None:
         _require_int("length", length, 1)
         _require_int("max_weight", max_weight, 1, length)
         _require_int("chunk_length", chunk_length, 1)

@@ -153,9 +153,7 @@ class Prio3(Generic[Measurement, AggResult]):
         )
 
         joint_rands = self.joint_rands(ctx, self.joint_rand_seed(ctx, joint_rand_parts))
-        leader_proofs_share = self._prove_all(
-            meas, self.prove_rands(ctx, prove_seed), joint_rands
-        )
+        leader_proofs_share = self._prove_all(meas, self.prove_rands(ctx, prove_seed), joint_rands)
         for j in range(n_helpers):
             leader_proofs_share = self.field.vec_sub(
                 leader_proofs_share, self.helper_proofs_share(ctx, j + 1, helper_shares[j])
@@ -394,9 +392,7 @@ class Prio3(Generic[Measurement, AggResult]):
             self._done(encoded, 0, "public share")
             return None
         size = self.xof.SEED_SIZE
-        parts = [
-            self._take(encoded, i * size, size, "public share") for i in range(self.SHARES)
-        ]
+        parts = [self._take(encoded, i * size, size, "public share") for i in range(self.SHARES)]
         self._done(encoded, self.SHARES * size, "public share")
         return parts
 
