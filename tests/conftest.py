@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# VEIL_TEST_LONG=1 runs the long mode of the fault, fuzz and load suites
+# (hundreds of thousands of cases, minutes of load); CI runs the short mode.
+LONG = os.environ.get("VEIL_TEST_LONG") == "1"
+
 # The vectors are not ours to commit: they come from $VEIL_VDAF_VECTORS or
 # from ../shared/vdaf-test-vectors beside the checkout.
 _DEFAULT_VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "vdaf-test-vectors"

@@ -147,9 +147,7 @@ def test_prio3_vector(vdaf_vectors: Path, name: str) -> None:
             agg_shares[agg_id] = share
             assert vdaf.encode_agg_share(share).hex() == tv["agg_shares"][agg_id]
         elif kind == "unshard":
-            decoded = [
-                vdaf.decode_agg_share(None, bytes.fromhex(h)) for h in tv["agg_shares"]
-            ]
+            decoded = [vdaf.decode_agg_share(None, bytes.fromhex(h)) for h in tv["agg_shares"]]
             assert vdaf.unshard(None, decoded, len(reports)) == tv["agg_result"]
         else:
             raise AssertionError(f"unknown operation {kind}")

@@ -1,0 +1,101 @@
+"""Prometheus metrics for the aggregators.
+
+We use ``prometheus_client``: it is the reference implementation of the
+Prometheus text exposition format, has no further dependencies and serves
+the format itself, which is all an aggregator needs; OpenTelemetry would
+add an SDK and an exporter for the same output. Each server owns its own
+``CollectorRegistry`` (never the global default), so several servers and
+tests can live in one process. Metrics are off unless a port is configured.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.exposition import generate_latest
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_PER_REPORT_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 0.1)
+
+
+class Metrics:
+    """The metrics one aggregator exposes. ``role`` is "leader" or "helper"."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.reports_received = Counter(
+            "veil_reports_received", "Reports received at upload.", ["task"], registry=r
+        )
+        self.reports_accepted = Counter(
+            "veil_reports_accepted",
+            "Reports that passed verification and were aggregated.",
+            ["task"],
+            registry=r,
+        )
+        self.reports_rejected = Counter(
+            "veil_reports_rejected", "Reports rejected, by reason.", ["task", "reason"], registry=r
+        )
+        self.aggregation_jobs = Counter(
+            "veil_aggregation_jobs",
+            "Aggregation jobs completed, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.aggregation_job_seconds = Histogram(
+            "veil_aggregation_job_seconds",
+            "Wall time of one aggregation job.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.verify_seconds_per_report = Histogram(
+            "veil_verify_seconds_per_report",
+            "Verification time per report, averaged over a job.",
+            buckets=_PER_REPORT_BUCKETS,
+            registry=r,
+        )
+        self.collections = Counter(
+            "veil_collections", "Collections, by outcome.", ["task", "outcome"], registry=r
+        )
+        self.budget_spent = Gauge(
+            "veil_budget_spent_epsilon", "Privacy budget spent per task.", ["task"], registry=r
+        )
+        self.budget_remaining = Gauge(
+            "veil_budget_remaining_epsilon",
+            "Privacy budget remaining per task.",
+            ["task"],
+            registry=r,
+        )
+        self.hpke_opens = Counter(
+            "veil_hpke_opens", "HPKE open attempts, by outcome.", ["outcome"], registry=r
+        )
+        self.storage_bytes = Gauge(
+            "veil_storage_bytes", "Size of the aggregator's database.", registry=r
+        )
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def track_storage(self, size: Callable[[], float]) -> None:
+        """Report the database size whenever metrics are scraped."""
+        self.storage_bytes.set_function(size)
+
+    def render(self) -> bytes:
+        """The current metrics in the Prometheus text format."""
+        out: bytes = generate_latest(self.registry)
+        return out
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` on a separate port; returns the bound port."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server, self._thread = server, thread
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

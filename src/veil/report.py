@@ -1,0 +1,137 @@
+"""Presenting survey results: a text table, JSON, and plots.
+
+A result pairs, per question, the exact aggregate of the simulated or known
+answers (``truth``, when there is one) with the collector's DP estimate and
+its confidence interval. Integer questions are shown as means (sum divided
+by the published report count), the other kinds as counts or sums per
+option or coordinate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+
+Number = float | int
+Value = Number | list[Number]
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    question: str
+    kind: str
+    truth: Value | None
+    estimate: Value
+    ci_low: Value
+    ci_high: Value
+    epsilon: float
+    reports: int
+    labels: tuple[str, ...] = ()  # option names or coordinate labels for vectors
+
+    def rows(self) -> list[tuple[str, Number | None, Number, Number, Number]]:
+        """(label, truth, estimate, low, high) per scalar shown."""
+        if not isinstance(self.estimate, list):
+            assert not isinstance(self.ci_low, list) and not isinstance(self.ci_high, list)
+            t = self.truth if not isinstance(self.truth, list) else None
+            return [("", t, self.estimate, self.ci_low, self.ci_high)]
+        assert isinstance(self.ci_low, list) and isinstance(self.ci_high, list)
+        labels = self.labels or tuple(f"[{i}]" for i in range(len(self.estimate)))
+        truths: Sequence[Number | None] = (
+            self.truth if isinstance(self.truth, list) else [None] * len(self.estimate)
+        )
+        return list(zip(labels, truths, self.estimate, self.ci_low, self.ci_high, strict=True))
+
+
+def _fmt(x: Number | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int) or float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.2f}"
+
+
+def format_table(results: Sequence[QuestionResult], confidence: Fraction | float = 0.95) -> str:
+    """A plain-text table, one block per question."""
+    level = f"{float(confidence) * 100:g}% CI"
+    header = ("question", "", "truth", "estimate", level, "epsilon")
+    lines: list[tuple[str, ...]] = [header]
+    for r in results:
+        for i, (label, t, est, lo, hi) in enumerate(r.rows()):
+            name = r.question if i == 0 else ""
+            eps = f"{r.epsilon:g}" if i == 0 else ""
+            lines.append((name, label, _fmt(t), _fmt(est), f"[{_fmt(lo)}, {_fmt(hi)}]", eps))
+    widths = [max(len(row[c]) for row in lines) for c in range(len(header))]
+    out = []
+    for j, row in enumerate(lines):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def to_json(results: Sequence[QuestionResult]) -> str:
+    """One JSON list, an object per question with the documented keys."""
+    keys = ("question", "kind", "truth", "estimate", "ci_low", "ci_high", "epsilon")
+    return json.dumps([{k: asdict(r)[k] for k in keys} for r in results], indent=2)
+
+
+def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
+    """Estimate (with its interval) against truth, one panel per question,
+    written as a PNG of 1200 x (400 * rows) pixels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 2
+    rows = max(1, -(-len(results) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 4 * rows), dpi=100, squeeze=False)
+    for ax, r in zip(axes.flat, results, strict=False):
+        data = r.rows()
+        xs = list(range(len(data)))
+        est = [d[2] for d in data]
+        lo = [d[2] - d[3] for d in data]
+        hi = [d[4] - d[2] for d in data]
+        ax.errorbar(xs, est, yerr=[lo, hi], fmt="o", capsize=4, label="DP estimate (95% CI)")
+        truths = [d[1] for d in data]
+        if all(t is not None for t in truths):
+            ax.scatter(xs, truths, marker="x", color="black", zorder=3, label="truth")
+        ax.set_xticks(xs, [d[0] or r.question for d in data], rotation=30, ha="right")
+        ax.set_title(f"{r.question} ({r.kind}, epsilon={r.epsilon:g})")
+        ax.legend(fontsize="small")
+    for ax in list(axes.flat)[len(results) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
+def plot_sweep(sweep: Sequence[tuple[float, Sequence[QuestionResult]]], path: str | Path) -> None:
+    """Mean absolute error of each question's estimate against epsilon."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    names = [r.question for r in sweep[0][1]]
+    for i, name in enumerate(names):
+        xs, ys = [], []
+        for eps, results in sweep:
+            rows = results[i].rows()
+            errors = [abs(est - t) for _, t, est, _, _ in rows if t is not None]
+            if errors:
+                xs.append(eps)
+                ys.append(sum(errors) / len(errors))
+        ax.plot(xs, ys, marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("symlog")
+    ax.set_xlabel("survey epsilon")
+    ax.set_ylabel("mean absolute error")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)

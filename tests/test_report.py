@@ -1,0 +1,58 @@
+"""Result tables, JSON and plots."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from veil.report import QuestionResult, format_table, plot_results, plot_sweep, to_json
+
+RESULTS = [
+    QuestionResult("remote", "yes_no", 357, 351.0, 340.0, 362.0, 0.5, 1000),
+    QuestionResult(
+        "team",
+        "choice",
+        [391, 220, 389],
+        [388.0, 223.5, 390.0],
+        [370.0, 205.0, 372.0],
+        [406.0, 242.0, 408.0],
+        0.5,
+        1000,
+        ("eng", "sales", "other"),
+    ),
+]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_table_lists_every_row() -> None:
+    table = format_table(RESULTS)
+    lines = table.splitlines()
+    assert lines[0].split()[:4] == ["question", "truth", "estimate", "95%"]
+    assert "remote" in lines[2] and "357" in lines[2] and "[340, 362]" in lines[2]
+    assert any(line.split()[0] == "sales" for line in lines[3:])
+    assert len(lines) == 2 + 1 + 3
+
+
+def test_json_has_documented_keys() -> None:
+    data = json.loads(to_json(RESULTS))
+    assert [set(d) for d in data] == [
+        {"question", "kind", "truth", "estimate", "ci_low", "ci_high", "epsilon"}
+    ] * 2
+    assert data[1]["estimate"] == [388.0, 223.5, 390.0]
+
+
+def test_plots_are_pngs_of_expected_size(tmp_path: Path) -> None:
+    out = tmp_path / "results.png"
+    plot_results(RESULTS, out)
+    assert png_size(out) == (1200, 400)
+    sweep = tmp_path / "sweep.png"
+    plot_sweep([(0.5, RESULTS), (1.0, RESULTS)], sweep)
+    assert png_size(sweep) == (800, 500)
