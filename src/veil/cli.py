@@ -12,6 +12,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,21 @@ def cmd_task_new(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as e:
         print(f"veil task new: bad VDAF parameters: {e}", file=sys.stderr)
         return 2
-    dp = DpSpec(args.mechanism, args.epsilon, args.budget)
+    try:
+        dp = DpSpec(
+            args.mechanism,
+            epsilon=args.epsilon if args.mechanism in ("geometric", "laplace") else None,
+            rho=args.rho if args.mechanism == "gaussian" else None,
+            mode=args.mode,
+            fixed_point_bits=args.fixed_point_bits,
+            budget=args.budget,
+            survey=args.survey,
+            survey_budget=args.survey_budget,
+        )
+        dp.plan(vdaf)
+    except TaskError as e:
+        print(f"veil task new: {e}", file=sys.stderr)
+        return 2
     files = new_task(
         vdaf,
         args.leader,
@@ -200,6 +215,15 @@ def cmd_upload(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number(x: Any) -> Any:
+    """A Fraction as an int when whole, else a float (for JSON output)."""
+    if isinstance(x, list):
+        return [_number(v) for v in x]
+    if isinstance(x, Fraction):
+        return int(x) if x.denominator == 1 else float(x)
+    return x
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
     from veil.collector import CollectionError, Collector
 
@@ -223,11 +247,11 @@ def cmd_collect(args: argparse.Namespace) -> int:
             {
                 "batch": {"start": r.start, "duration": r.duration},
                 "report_count": r.report_count,
-                "estimate": r.estimate,
+                "estimate": _number(r.estimate),
                 "confidence_interval": {
                     "level": r.confidence,
-                    "lower": r.lower,
-                    "upper": r.upper,
+                    "lower": _number(r.lower),
+                    "upper": _number(r.upper),
                 },
                 "mechanism": r.mechanism,
                 "epsilon_spent": str(r.epsilon_spent),
@@ -270,9 +294,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-precision", type=int, default=3600, help="seconds")
     p.add_argument("--min-batch-size", type=int, default=10)
     p.add_argument("--max-clock-skew", type=int, default=60, help="seconds")
-    p.add_argument("--mechanism", default="none", help="DP mechanism (see veil.dp)")
-    p.add_argument("--epsilon", default="0", help="ε per collection, e.g. 1 or 1/2")
-    p.add_argument("--budget", default="0", help="total ε the task may spend")
+    p.add_argument(
+        "--mechanism",
+        default="geometric",
+        choices=["geometric", "laplace", "gaussian", "none"],
+        help="DP mechanism (default geometric; none publishes exact sums)",
+    )
+    p.add_argument("--epsilon", default="1", help="ε per collection, e.g. 1 or 1/2")
+    p.add_argument("--rho", default="1/2", help="ρ per collection (gaussian)")
+    p.add_argument("--mode", default="independent", choices=["independent", "split"])
+    p.add_argument("--fixed-point-bits", type=int, default=0, help="laplace only")
+    p.add_argument("--budget", help="total ε (or ρ) of the task (default: one collection's)")
+    p.add_argument("--survey", help="survey id shared by tasks over the same respondents")
+    p.add_argument("--survey-budget", help="total ε (or ρ) of the survey")
     p.add_argument("--name", default="task", help="file name stem")
     p.add_argument("--out", default=".", help="directory for the task files")
     p.add_argument("--leader-config", help="add the task to this leader.toml (created if missing)")

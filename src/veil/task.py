@@ -22,12 +22,14 @@ import hmac
 import secrets
 import tomllib
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from veil import vdaf
+from veil.dp import DPConfig, DPError, NoisePlan
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
 from veil.vdaf import Prio3
 
@@ -100,37 +102,100 @@ class VdafSpec:
             raise TaskError(f"bad [vdaf] table: {e}") from e
 
 
+_DP_VDAF_NAMES = {
+    "count": "Prio3Count",
+    "sum": "Prio3Sum",
+    "sumvec": "Prio3SumVec",
+    "histogram": "Prio3Histogram",
+    "multihot": "Prio3MultihotCountVec",
+}
+
+
 @dataclass(frozen=True)
 class DpSpec:
-    """DP parameters of a task; interpreted by veil.dp.
+    """DP parameters of a task, interpreted by veil.dp (see `veil.dp.DPConfig`).
 
-    mechanism "none" adds no noise and spends no budget (for testing and for
-    deployments that publish exact aggregates). Other keys pass through to
-    veil.dp unchanged.
+    mechanism: geometric (default in `veil task new`), laplace, gaussian or none
+    (no noise, no budget: tests and deployments that publish exact sums).
+    epsilon (or rho for gaussian) is spent by each collection; budget is the
+    task's total (default: one collection's worth per report); survey and
+    survey_budget put several tasks over the same respondents under one total.
     """
 
     mechanism: str = "none"
-    epsilon: str = "0"
-    budget: str = "0"
-    extra: dict[str, Any] = field(default_factory=dict)
+    epsilon: str | None = None
+    rho: str | None = None
+    mode: str = "independent"
+    fixed_point_bits: int = 0
+    budget: str | None = None
+    survey: str | None = None
+    survey_budget: str | None = None
+
+    def config(self) -> DPConfig:
+        try:
+            return DPConfig.parse(
+                self.mechanism, self.epsilon, self.rho, self.mode, self.fixed_point_bits
+            )
+        except DPError as e:
+            raise TaskError(f"bad [dp] table: {e}") from e
+
+    def plan(self, vdaf: VdafSpec) -> NoisePlan:
+        params = {
+            k: v
+            for k, v in vdaf.to_dict().items()
+            if k in ("max_measurement", "length", "max_weight") and v
+        }
+        try:
+            return NoisePlan.for_task(self.config(), _DP_VDAF_NAMES[vdaf.type], params)
+        except DPError as e:
+            raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+
+    @property
+    def amount(self) -> Fraction | None:
+        """What one collection spends (ε, or ρ for gaussian); None without noise."""
+        c = self.config()
+        return c.epsilon if c.epsilon is not None else c.rho
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.mechanism,
-            "epsilon": self.epsilon,
-            "budget": self.budget,
-            **self.extra,
-        }
+        d: dict[str, Any] = {"mechanism": self.mechanism}
+        for k in ("epsilon", "rho", "budget", "survey", "survey_budget"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        if self.mode != "independent":
+            d["mode"] = self.mode
+        if self.fixed_point_bits:
+            d["fixed_point_bits"] = self.fixed_point_bits
+        return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DpSpec:
-        d = dict(d)
-        return DpSpec(
-            mechanism=str(d.pop("mechanism", "none")),
-            epsilon=str(d.pop("epsilon", "0")),
-            budget=str(d.pop("budget", "0")),
-            extra=d,
+        def opt(key: str) -> str | None:
+            return None if d.get(key) is None else str(d[key])
+
+        unknown = set(d) - {
+            "mechanism",
+            "epsilon",
+            "rho",
+            "mode",
+            "fixed_point_bits",
+            "budget",
+            "survey",
+            "survey_budget",
+        }
+        if unknown:
+            raise TaskError(f"unknown keys in [dp]: {sorted(unknown)}")
+        spec = DpSpec(
+            mechanism=str(d.get("mechanism", "none")),
+            epsilon=opt("epsilon"),
+            rho=opt("rho"),
+            mode=str(d.get("mode", "independent")),
+            fixed_point_bits=int(d.get("fixed_point_bits", 0)),
+            budget=opt("budget"),
+            survey=opt("survey"),
+            survey_budget=opt("survey_budget"),
         )
+        spec.config()
+        return spec
 
 
 @dataclass(frozen=True)

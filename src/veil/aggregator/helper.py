@@ -274,8 +274,8 @@ class Helper(AggregatorBase):
                 raise BatchTooSmall(
                     f"the batch has {count} reports; the task needs at least {task.min_batch_size}"
                 )
-            self.privacy.check(task)
-            noised, _eps = self.privacy.release(task, vdaf, collection_id, share)
+            self.privacy.check(task, start, duration)
+            noised, _eps = self.privacy.release(task, vdaf, collection_id, start, duration, share)
             assert task.collector_hpke_config is not None
             ct = seal(
                 task.collector_hpke_config,

@@ -191,7 +191,7 @@ class Leader(AggregatorBase):
                 f"the batch [{start}, +{duration}) holds {count} reports; the task's min_batch_size"
                 f" is {task.min_batch_size}: wait for more reports or collect a longer interval"
             )
-        self.privacy.check(task)
+        self.privacy.check(task, start, duration)
         try:
             return self.store.put_collection(
                 CollectionRecord(task_id, collection_id, start, duration, "pending")
@@ -356,7 +356,9 @@ class Leader(AggregatorBase):
                     ),
                 )
             try:
-                noised, _eps = self.privacy.release(task, vdaf, record.job_id, share)
+                noised, _eps = self.privacy.release(
+                    task, vdaf, record.job_id, start, record.duration, share
+                )
             except AggregatorError as e:
                 return self._fail(record, e)
             assert task.collector_hpke_config is not None

@@ -150,7 +150,7 @@ class AggregatorServer:
         self.role = role
         self.config = config
         self.store = SqliteDatastore(config.storage)
-        self.privacy = PrivacyEngine(str(config.storage))
+        self.privacy = PrivacyEngine(str(config.storage), config.tasks)
         tasks = {t.task_id: t for t in config.tasks}
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8), options=grpc_options(config)

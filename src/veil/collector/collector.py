@@ -18,7 +18,8 @@ from typing import Any
 
 import grpc
 
-from veil.collector.estimate import estimate
+from veil.collector.estimate import estimates
+from veil.dp import decode
 from veil.grpc_util import open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeError, agg_share_info, open_
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
@@ -40,9 +41,11 @@ class CollectionError(Exception):
 class CollectionResult:
     """A collected batch.
 
-    `estimate` is a number for count and sum tasks and a list for vector
-    tasks; `lower`/`upper` bound each coordinate at `confidence`. With
-    mechanism "none" the estimate is the exact aggregate and the bounds equal it.
+    `estimate` is a Fraction for count and sum tasks and a list of Fractions
+    for vector tasks; `lower`/`upper` bound each coordinate at `confidence`
+    (each coordinate marginally). `epsilon_spent` is the ε of this collection
+    (ρ for the gaussian mechanism, 0 for none). With mechanism "none" the
+    estimate is the exact aggregate and the bounds equal it.
     """
 
     start: int
@@ -56,10 +59,6 @@ class CollectionResult:
     mechanism: str
     noisy_aggregate: list[int]
     seconds: float
-
-
-def centred(value: int, modulus: int) -> int:
-    return value - modulus if value >= modulus // 2 + (modulus & 1) else value
 
 
 def _code(n: int) -> grpc.StatusCode:
@@ -173,18 +172,22 @@ class Collector:
         leader = self._open(ROLE_LEADER, job.leader_encrypted_agg_share, start, duration, count)
         helper = self._open(ROLE_HELPER, job.helper_encrypted_agg_share, start, duration, count)
         p = self.vdaf.field.MODULUS
-        noisy = [centred(v, p) for v in self.vdaf.merge(None, [leader, helper])]
-        est, lower, upper, eps = estimate(self.task, noisy, count, confidence)
+        noisy = decode(self.vdaf.merge(None, [leader, helper]), p)
+        est, spent = estimates(self.task, noisy, confidence)
         scalar = self.task.vdaf.type in ("count", "sum")
+
+        def pick(values: list[Fraction]) -> Any:
+            return values[0] if scalar else values
+
         return CollectionResult(
             start=start,
             duration=duration,
             report_count=count,
-            estimate=est[0] if scalar else est,
-            lower=lower[0] if scalar else lower,
-            upper=upper[0] if scalar else upper,
+            estimate=pick([e.value for e in est]),
+            lower=pick([e.low for e in est]),
+            upper=pick([e.high for e in est]),
             confidence=confidence,
-            epsilon_spent=eps,
+            epsilon_spent=spent,
             mechanism=self.task.dp.mechanism,
             noisy_aggregate=noisy,
             seconds=seconds,
