@@ -128,6 +128,7 @@ class Deployment:
 def start_deployment(
     root: Path,
     tasks: Mapping[str, tuple[VdafSpec, DpSpec, dict[str, Any]]],
+    job_size: int = 500,
 ) -> Deployment:
     """Write task files and configs under `root` and start both servers.
 
@@ -148,7 +149,7 @@ def start_deployment(
             "listen": addr,
             "storage": f"{role}.db",
             "tasks": [f"{name}.{role}.toml" for name in files],
-            "driver": {"interval": 0.1},
+            "driver": {"interval": 0.1, "job_size": job_size},
             "grace_seconds": 10,
         }
         write_toml(root / f"{role}.toml", config, secret=False)
