@@ -105,6 +105,8 @@ class Leader(AggregatorBase):
         self.helper = helper
         self.privacy = privacy
         self.job_size = job_size
+        # Set by run_once when the helper could not be reached (the driver backs off).
+        self.helper_unreachable = False
 
     # --- upload -----------------------------------------------------------
 
@@ -214,6 +216,7 @@ class Leader(AggregatorBase):
     def run_once(self) -> bool:
         """One pass of the driver; True if it made progress."""
         progress = False
+        self.helper_unreachable = False
         for task_id in self.store.tasks_with_pending_reports():
             if task_id not in self.tasks:
                 continue
@@ -227,12 +230,14 @@ class Leader(AggregatorBase):
                 progress = True
             except Unavailable as e:
                 log.warning("aggregation job %s waits for the helper: %s", job_id.hex(), e)
+                self.helper_unreachable = True
                 return progress
         for record in self.store.pending_collections():
             try:
                 progress |= self.run_collection(record)
             except Unavailable as e:
                 log.warning("collection job %s waits for the helper: %s", record.job_id.hex(), e)
+                self.helper_unreachable = True
                 return progress
         return progress
 

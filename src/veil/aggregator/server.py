@@ -207,14 +207,23 @@ class AggregatorServer:
 
     def _drive(self) -> None:
         assert self.leader is not None
+        idle = self.config.driver_interval
+        backoff = idle
         while not self._stop.is_set():
             try:
                 busy = self.leader.run_once()
             except Exception:
                 log.exception("driver pass failed; retrying")
                 busy = False
+            if self.leader.helper_unreachable:
+                # Back off while the helper is away, up to 2 s, so it is
+                # neither flooded nor waited for long once it is back.
+                backoff = min(backoff * 2, max(idle, 2.0))
+                self._stop.wait(backoff)
+                continue
+            backoff = idle
             if not busy:
-                self._stop.wait(self.config.driver_interval)
+                self._stop.wait(idle)
 
     def stop(self) -> None:
         """Graceful stop: refuse new calls, let in-flight calls and the driver's

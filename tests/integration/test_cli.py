@@ -1,0 +1,75 @@
+"""The `veil` command by hand: task new, leader, helper, upload, collect."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.deployment import Server, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def veil(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "veil.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_round_trip(tmp_path: Path) -> None:
+    leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    made = veil(
+        "task", "new", "--vdaf", "sum", "--max-measurement", "50", "--min-batch-size", "3",
+        "--mechanism", "none", "--leader", leader, "--helper", helper, "--name", "ages",
+        "--out", "tasks", "--leader-config", "leader.toml", "--helper-config", "helper.toml",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "tasks" / "ages.client.toml").exists()
+    assert (tmp_path / "tasks" / "ages.leader.toml").stat().st_mode & 0o077 == 0
+    servers = [
+        Server("helper", tmp_path / "helper.toml", tmp_path / "helper.log", helper),
+        Server("leader", tmp_path / "leader.toml", tmp_path / "leader.log", leader),
+    ]
+    try:
+        for s in servers:
+            s.start()
+        now = int(time.time())
+        t = now - now % 3600 - 3600
+        (tmp_path / "values.txt").write_text("# ages\n10\n20\n")
+        up = veil(
+            "upload", "--task", "tasks/ages.client.toml", "--time", str(t), "--file", "values.txt",
+            "30", cwd=tmp_path,
+        )  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        assert "uploaded 3 reports" in up.stdout
+        bad = veil("upload", "--task", "tasks/ages.client.toml", "51", cwd=tmp_path)
+        assert bad.returncode == 2 and "invalid measurement" in bad.stderr
+        out = veil(
+            "collect", "--task", "tasks/ages.collector.toml", "--start", str(t), cwd=tmp_path
+        )
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result["report_count"] == 3 and result["estimate"] == 60
+        again = veil(
+            "collect", "--task", "tasks/ages.collector.toml", "--start", str(t), cwd=tmp_path
+        )
+        assert again.returncode == 1 and "FAILED_PRECONDITION" in again.stderr
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_server_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
+    (tmp_path / "leader.toml").write_text('listen = "0.0.0.0:0"\nstorage = "l.db"\n')
+    r = veil("leader", "--config", "leader.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "without TLS" in r.stderr
