@@ -34,7 +34,9 @@ import numpy.typing as npt
 
 from veil.dp._exact import (
     INT64_SAFE,
+    BoolArray,
     IntArray,
+    ObjArray,
     RandomSource,
     bernoulli_exp,
     bernoulli_exp_one_vec,
@@ -264,27 +266,27 @@ def _dgauss_vec(sigma2: Fraction, n: int, rng: RandomSource) -> IntArray:
         m = 2 * need + 32
         y = _dlap_vec(t, 1, m, rng)
         top = int(np.abs(y).max()) if y.size else 0
-        if (top * b * t + a) ** 2 > INT64_SAFE or den * 64 > INT64_SAFE:
-            accept = np.array([_dgauss_accept(int(v), sigma2, t, rng) for v in y], dtype=bool)
+        num: IntArray | ObjArray
+        if (top * b * t + a) ** 2 > INT64_SAFE:
+            # Past 64 bits: the same arithmetic on Python ints in object lanes.
+            num = (np.abs(y).astype(object) * (b * t) - a) ** 2
         else:
             num = (np.abs(y) * (b * t) - a) ** 2
-            accept = _bernoulli_exp_fraction_vec(num, den, rng)
+        accept = _bernoulli_exp_fraction_vec(num, den, rng)
         z = y[accept][:need]
         parts.append(z)
         need -= z.size
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _bernoulli_exp_fraction_vec(
-    num: IntArray, den: int, rng: RandomSource
-) -> npt.NDArray[np.bool_]:
+def _bernoulli_exp_fraction_vec(num: IntArray | ObjArray, den: int, rng: RandomSource) -> BoolArray:
     """Lane-wise Bernoulli(exp(-num/den)) for any num >= 0 (CKS20 Alg. 1, γ > 1 case)."""
     whole = num // den
     ok = np.ones(num.size, dtype=np.bool_)
     # exp(-γ) = exp(-1)**floor(γ) · exp(-frac(γ)): every factor must succeed.
     rounds = int(whole.max()) if num.size else 0
     for j in range(1, rounds + 1):
-        lanes = np.flatnonzero(ok & (whole >= j))
+        lanes = np.flatnonzero(ok & np.asarray(whole >= j, dtype=np.bool_))
         if not lanes.size:
             break
         ok[lanes] = bernoulli_exp_one_vec(lanes.size, rng)
@@ -331,7 +333,7 @@ class DiscreteGaussian:
         t = _gauss_proposal_scale(self.sigma_squared)
         if t <= _VEC_MAX_PARAM:
             return _dgauss_vec(self.sigma_squared, n, rng)
-        return np.array([_dgauss_scalar(self.sigma_squared, rng) for _ in range(n)])
+        return np.array([_dgauss_scalar(self.sigma_squared, rng) for _ in range(n)], dtype=np.int64)
 
     def sample_vec(self, n: int, rng: RandomSource | None = None) -> list[int]:
         """n independent exact draws."""
