@@ -34,6 +34,8 @@ from veil.dp import (
     centred_lift,
     decode,
     draw_noise,
+    encode_fixed_point,
+    fixed_point_bound,
     noise_half_width,
     sensitivity,
 )
@@ -395,3 +397,20 @@ def test_split_shift_loss_is_attained_at_zero(scale, shift) -> None:
     logs = np.log(table[half - half // 2 : half + half // 2 + 1])
     brute = float(np.max(np.abs(logs[shift:] - logs[:-shift])))
     assert _shift_loss(noise, shift) == pytest.approx(brute, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- fixed point
+
+
+def test_fixed_point_encoding_scales_the_sensitivity() -> None:
+    assert encode_fixed_point("1.5", 8) == 384
+    assert encode_fixed_point("0.001", 8) == 0  # below the granularity
+    assert encode_fixed_point(Fraction(3, 512), 8) == 2  # 1.5 rounds to even
+    bound = fixed_point_bound("1.5", 8)
+    assert bound == 384 and fixed_point_bound("0.0001", 8) == 1
+    plan = NoisePlan.for_task(DPConfig.laplace(1, 8), "Prio3Sum", {"max_measurement": bound})
+    assert plan.scale == 384  # Δ = 1.5 · 2**8, noise still an integer
+    with pytest.raises(InvalidParameter):
+        encode_fixed_point(1, 33)
+    with pytest.raises(InvalidParameter):
+        fixed_point_bound(0, 8)

@@ -61,6 +61,8 @@ from veil.dp.mechanisms import (
     centred_lift,
     decode,
     draw_noise,
+    encode_fixed_point,
+    fixed_point_bound,
     sensitivity,
 )
 
@@ -97,8 +99,10 @@ __all__ = [
     "clamp",
     "decode",
     "draw_noise",
+    "encode_fixed_point",
     "estimate",
     "feasible_range",
+    "fixed_point_bound",
     "frequencies",
     "mean",
     "noise_half_width",

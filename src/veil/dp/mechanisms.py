@@ -49,6 +49,8 @@ __all__ = [
     "centred_lift",
     "decode",
     "draw_noise",
+    "encode_fixed_point",
+    "fixed_point_bound",
     "parse_budget",
     "sensitivity",
 ]
@@ -183,7 +185,13 @@ class DPConfig:
         fixed_point_bits: int,
         mode: NoiseMode = NoiseMode.INDEPENDENT,
     ) -> DPConfig:
-        """Discrete Laplace on fixed-point values encoded as round(x · 2**bits)."""
+        """Discrete Laplace on fixed-point values encoded as round(x · 2**bits).
+
+        The Prio3 parameters (e.g. Sum's max_measurement = fixed_point_bound(M, bits))
+        are in encoded units, so the sensitivity and the scale Δ/ε are 2**bits times
+        those of the real values; the noise stays an exact integer, and the collector's
+        estimates are divided by 2**bits.
+        """
         return cls(
             Mechanism.LAPLACE,
             epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON),
@@ -229,6 +237,34 @@ class DPConfig:
             rho=None if rho is None else parse_budget(rho, "rho", MAX_RHO),
             mode=noise_mode,
             fixed_point_bits=fixed_point_bits,
+        )
+
+
+def encode_fixed_point(value: int | Fraction | str, bits: int) -> int:
+    """The integer a client submits for `value` at granularity 2**-bits.
+
+    round(value · 2**bits), ties to even. With the laplace mechanism the Prio3 type's
+    parameters are in these units, so its sensitivity is already scaled by 2**bits;
+    `fixed_point_bound` turns a real bound into such a parameter.
+    """
+    _check_bits(bits)
+    return round(exact_rational(value, "value") * (1 << bits))
+
+
+def fixed_point_bound(real_max: int | Fraction | str, bits: int) -> int:
+    """ceil(real_max · 2**bits): the max_measurement that admits every encoded value."""
+    _check_bits(bits)
+    exact = exact_rational(real_max, "real_max")
+    if exact <= 0:
+        raise InvalidParameter(f"real_max must be > 0, got {exact}")
+    scaled = exact * (1 << bits)
+    return -((-scaled.numerator) // scaled.denominator)
+
+
+def _check_bits(bits: int) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= MAX_FIXED_POINT_BITS:
+        raise InvalidParameter(
+            f"fixed-point bits must be an int in [0, {MAX_FIXED_POINT_BITS}], got {bits!r}"
         )
 
 
