@@ -17,7 +17,9 @@ from veil.dp import (
     BudgetExceeded,
     BudgetLedger,
     BudgetUnit,
+    DPConfig,
     InvalidParameter,
+    NoisePlan,
     SqliteLedgerStore,
     UnknownTask,
 )
@@ -259,3 +261,19 @@ def test_the_race_test_can_fail_without_the_lock(db: Path) -> None:
     # with "database is locked" at upgrade time; with it, exactly one spends and the
     # rest get a clear BudgetExceeded (previous test).
     assert len(spent) > 1 or any(isinstance(e, sqlite3.OperationalError) for e in errors)
+
+
+def test_charge_spends_what_the_plan_costs(ledger: BudgetLedger) -> None:
+    ledger.add_task("eps", 1)
+    ledger.add_task("rho", 1, BudgetUnit.RHO)
+    geometric = NoisePlan.for_task(DPConfig.geometric("0.25"), "Prio3Count", {})
+    gaussian = NoisePlan.for_task(DPConfig.gaussian("0.5"), "Prio3Count", {})
+    assert ledger.charge("eps", geometric).amount == Fraction(1, 4)
+    assert ledger.charge("rho", gaussian).amount == Fraction(1, 2)
+    with pytest.raises(InvalidParameter, match="spends rho"):
+        ledger.charge("eps", gaussian)
+    with pytest.raises(UnknownTask):
+        ledger.charge("missing", geometric)
+    none = NoisePlan.for_task(DPConfig.none(), "Prio3Count", {})
+    assert ledger.charge("eps", none) is None
+    assert ledger.remaining("eps") == Fraction(3, 4)

@@ -83,8 +83,8 @@ def test_discrete_laplace_pmf_sums_to_one() -> None:
 
 
 def test_large_parameters_fall_back_to_the_exact_scalar_path() -> None:
-    # Numerator above 2**40: the NumPy lanes could overflow, so Python ints take over.
-    dist = DiscreteLaplace(Fraction(2**41 + 1, 2**40))
+    # Numerator above 2**48: the int64 lanes could overflow, so Python ints take over.
+    dist = DiscreteLaplace(Fraction(2**49 + 1, 2**48))
     samples = np.array(dist.sample_vec(3000, random.Random("big")), dtype=np.float64)
     assert abs(samples.var() - dist.variance()) < 0.15 * dist.variance()
 
@@ -106,6 +106,30 @@ def test_discrete_gaussian_scalar_fits_pmf(gof) -> None:
     samples = [dist.sample(rng) for _ in range(DRAWS)]
     table = dist.pmf_table()
     check_fit(gof, "DiscreteGaussian(σ²=5/2) scalar", samples, symmetric_support(table), table)
+
+
+def test_discrete_gaussian_with_big_rationals_fits_pmf(gof) -> None:
+    # σ² = 10**9/123456789 (from ρ = 0.123456789): the acceptance test's numbers pass
+    # 64 bits and run in object lanes of Python ints.
+    dist = DiscreteGaussian.from_sigma_squared(Fraction(10**9, 123456789))
+    samples = dist.sample_array(DRAWS, random.Random("dgauss-big-rational"))
+    table = dist.pmf_table()
+    check_fit(
+        gof, "DiscreteGaussian(σ²=10⁹/123456789) vec", samples, symmetric_support(table), table
+    )
+
+
+def test_discrete_gaussian_with_huge_sigma_fits_binned_pmf(gof) -> None:
+    # σ ≈ 146543 (Sum with max 2**16 at ρ = 0.1); bins of 4096 values keep every
+    # expected count large enough for the chi-square test.
+    dist = DiscreteGaussian.from_sigma_squared(Fraction(2**32, 2) / Fraction(1, 10))
+    samples = dist.sample_array(DRAWS, random.Random("dgauss-huge"))
+    table = dist.pmf_table()
+    width = 4096
+    start = symmetric_support(table)
+    pad = (-table.size) % width
+    binned = np.concatenate([table, np.zeros(pad)]).reshape(-1, width).sum(axis=1)
+    check_fit(gof, "DiscreteGaussian(σ≈146543) binned", (samples - start) // width, 0, binned)
 
 
 def test_discrete_gaussian_moments() -> None:
@@ -231,6 +255,23 @@ def test_bernoulli_exp_frequency(gamma) -> None:
     tolerance = 5 * math.sqrt(p * (1 - p) / n) + 1e-12
     assert abs(scalar - p) <= tolerance
     assert abs(vector - p) <= tolerance
+
+
+def test_bernoulli_ratio_for_big_integers() -> None:
+    rng = random.Random("ratio")
+    den = 3 * 2**80
+    num = np.array([2**80] * 30_000, dtype=object)  # p = 1/3 with 82-bit numbers
+    freq = _exact.bernoulli_ratio_vec(num, den, rng).mean()
+    assert abs(freq - 1 / 3) < 5 * math.sqrt(2 / 9 / 30_000)
+
+
+def test_ratio_refinement_decides_exactly() -> None:
+    # u = floor(2**62 / 3): the first 62 bits cannot decide U < 1/3. The remaining
+    # probability is frac(2**62 / 3) = 1/3, which the refinement must reproduce.
+    u = 2**62 // 3
+    rng = random.Random("refine")
+    freq = sum(_exact._refine_ratio(u, 62, 1, 3, rng) for _ in range(6000)) / 6000
+    assert abs(freq - 1 / 3) < 5 * math.sqrt(2 / 9 / 6000)
 
 
 def test_uniform_below_is_uniform(gof) -> None:

@@ -19,20 +19,27 @@ import pytest
 from scipy import stats
 
 from veil.dp import (
+    DiscreteLaplace,
     DPConfig,
     InvalidParameter,
     InvalidSensitivity,
     Mechanism,
     NoiseMode,
     NoisePlan,
+    PolyaDifference,
     Sensitivity,
+    TotalNoise,
     add_noise,
     apply_noise,
     centred_lift,
     decode,
     draw_noise,
+    encode_fixed_point,
+    fixed_point_bound,
+    noise_half_width,
     sensitivity,
 )
+from veil.dp.mechanisms import _shift_loss
 
 FIELD64 = 2**32 * (2**32 - 1) + 1
 FIELD128 = 2**66 * 4611686018427387897 + 1
@@ -339,3 +346,71 @@ def test_total_noise_through_the_field_fits_the_published_pmf(gof, config) -> No
     p = gof(result - 3, -centre, table)
     print(f"GOF total noise {config.mechanism}/{config.mode}: p = {p:.4f}")
     assert p > 1e-3
+
+
+# --------------------------------------------------------------------------- total noise
+
+
+def test_total_noise_closed_forms_match_the_convolution() -> None:
+    single = DiscreteLaplace(3)
+    two = TotalNoise((single, single))
+    table = np.convolve(single.pmf_table(), single.pmf_table())
+    centre = (table.size - 1) // 2
+    for z in (0, 1, -1, 5, 40):
+        assert two.pmf(z) == pytest.approx(table[centre + z], rel=1e-9)
+    for c in (0, 3, 10, 50):
+        assert two.central_mass(c) == pytest.approx(
+            table[centre - c : centre + c + 1].sum(), abs=1e-12
+        )
+    one = TotalNoise((single,))
+    assert one.central_mass(4) == pytest.approx(sum(single.pmf(z) for z in range(-4, 5)), abs=1e-14)
+    assert two.variance() == pytest.approx(2 * single.variance())
+
+
+def test_large_scales_need_no_tables() -> None:
+    # Δ = 2**16 at ε = 0.5: scale 131072; closed forms keep this instantaneous.
+    for mode in NoiseMode:
+        plan = NoisePlan.for_task(
+            DPConfig.laplace("0.5", 16, mode), "Prio3Sum", {"max_measurement": 2**16}
+        )
+        noise = plan.total_noise()
+        c, coverage = noise_half_width(plan, 0.05)
+        assert coverage >= 0.95 > noise.central_mass(c - 1)
+        assert c > 100_000
+    split = NoisePlan.for_task(
+        DPConfig.geometric("0.5", NoiseMode.SPLIT), "Prio3Sum", {"max_measurement": 2**16}
+    )
+    # One coordinate moving by m = 2**16: the loss is ε plus at most ln(1/c_m), where
+    # c_m = Γ(m + 1/2)/(Γ(1/2) m!) is the NB(1/2) coefficient (about 1/sqrt(π m)).
+    m = 2**16
+    log_inv_c = math.lgamma(0.5) + math.lgamma(m + 1) - math.lgamma(m + 0.5)
+    assert 0.5 < float(split.server_epsilon) <= 0.5 + log_inv_c + 1e-6
+
+
+@pytest.mark.parametrize(("scale", "shift"), [(1, 1), ("0.4", 1), (3, 2), (10, 7)])
+def test_split_shift_loss_is_attained_at_zero(scale, shift) -> None:
+    # The supremum over all windows, found by brute force on the table, is the value
+    # at d = 0 that server_epsilon uses (log-convexity argument in _shift_loss).
+    noise = PolyaDifference(scale, 2)
+    table = noise.pmf_table()
+    half = (table.size - 1) // 2
+    logs = np.log(table[half - half // 2 : half + half // 2 + 1])
+    brute = float(np.max(np.abs(logs[shift:] - logs[:-shift])))
+    assert _shift_loss(noise, shift) == pytest.approx(brute, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- fixed point
+
+
+def test_fixed_point_encoding_scales_the_sensitivity() -> None:
+    assert encode_fixed_point("1.5", 8) == 384
+    assert encode_fixed_point("0.001", 8) == 0  # below the granularity
+    assert encode_fixed_point(Fraction(3, 512), 8) == 2  # 1.5 rounds to even
+    bound = fixed_point_bound("1.5", 8)
+    assert bound == 384 and fixed_point_bound("0.0001", 8) == 1
+    plan = NoisePlan.for_task(DPConfig.laplace(1, 8), "Prio3Sum", {"max_measurement": bound})
+    assert plan.scale == 384  # Δ = 1.5 · 2**8, noise still an integer
+    with pytest.raises(InvalidParameter):
+        encode_fixed_point(1, 33)
+    with pytest.raises(InvalidParameter):
+        fixed_point_bound(0, 8)

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+ObjArray = npt.NDArray[np.object_]
 BoolArray = npt.NDArray[np.bool_]
 
 # Bounds handed to the int64 lanes stay below this, so no product can overflow.
@@ -105,26 +106,58 @@ def uniform_below_vec(rng: RandomSource, m: int, size: int) -> IntArray:
     return out
 
 
-def bernoulli_exp_vec(num: IntArray, den: int, rng: RandomSource) -> BoolArray:
-    """Lane-wise Bernoulli(exp(-num[i] / den)) for 0 <= num[i] <= den (CKS20 Alg. 1)."""
+def bernoulli_exp_vec(num: IntArray | ObjArray, den: int, rng: RandomSource) -> BoolArray:
+    """Lane-wise Bernoulli(exp(-num[i] / den)) for 0 <= num[i] <= den (CKS20 Alg. 1).
+
+    `num` may be int64 or, for numbers beyond 64 bits, a NumPy object array of ints.
+    """
     result = np.zeros(num.size, dtype=np.bool_)
     alive = np.arange(num.size)
     k = 1
     while alive.size:
         bound = den * k
-        if bound > INT64_SAFE:
-            # Reached only with probability below 1/(2**62 / den)!; finish exactly
-            # in Python integers rather than risk an overflow.
-            for lane in alive:
-                result[lane] = _bernoulli_exp_unit(Fraction(int(num[lane]), den), rng, k)
-            break
-        # A_k ~ Bernoulli(gamma / k) = [uniform on [0, den*k) < num].
-        a = uniform_below_vec(rng, bound, alive.size) < num[alive]
+        # A_k ~ Bernoulli(gamma / k) = Bernoulli(num / (den * k)).
+        if bound <= INT64_SAFE and num.dtype != object:
+            a = uniform_below_vec(rng, bound, alive.size) < num[alive]
+        else:
+            a = bernoulli_ratio_vec(num[alive], bound, rng)
         stopped = alive[~a]
         result[stopped] = k % 2 == 1
         alive = alive[a]
         k += 1
     return result
+
+
+def bernoulli_ratio_vec(num: IntArray | ObjArray, den: int, rng: RandomSource) -> BoolArray:
+    """Lane-wise Bernoulli(num[i] / den) for integers 0 <= num[i] <= den of any size.
+
+    Each lane compares a uniform real U with num/den. U's first 62 bits u decide the
+    comparison unless u = floor(2**62 · num/den) (probability 2**-62 per lane); such
+    lanes reveal more bits of U until decided. The arithmetic is on Python ints in
+    NumPy object arrays, so no size limit applies.
+    """
+    u = (random_words(rng, num.size) >> np.uint64(2)).astype(object)
+    scaled = num.astype(object) * (1 << 62)
+    floor_t = scaled // den
+    ceil_t = -((-scaled) // den)
+    yes = np.asarray(u + 1 <= floor_t, dtype=np.bool_)  # U < (u+1)/2**62 <= num/den
+    no = np.asarray(u >= ceil_t, dtype=np.bool_)  # U >= u/2**62 >= num/den
+    result = yes
+    for i in np.flatnonzero(~(yes | no)).tolist():
+        result[i] = _refine_ratio(int(u[i]), 62, int(num[i]), den, rng)
+    return result
+
+
+def _refine_ratio(u: int, bits: int, num: int, den: int, rng: RandomSource) -> bool:
+    """Decide U < num/den where U's first `bits` bits are u, drawing more as needed."""
+    while True:
+        u = (u << 32) | rng.getrandbits(32)
+        bits += 32
+        scaled = num << bits
+        if u + 1 <= scaled // den:
+            return True
+        if u >= -((-scaled) // den):
+            return False
 
 
 def bernoulli_exp_one_vec(size: int, rng: RandomSource) -> BoolArray:

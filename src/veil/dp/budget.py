@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Protocol
 
 from veil.dp.errors import BudgetExceeded, InvalidParameter, UnknownTask
-from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, parse_budget
+from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, Mechanism, NoisePlan, parse_budget
 
 __all__ = [
     "Batch",
@@ -252,6 +252,35 @@ class BudgetLedger:
                 raise BudgetExceeded(asked, remaining, why)
             tx.add_spend(wanted)
             return wanted
+
+    def charge(
+        self,
+        task_id: str,
+        plan: NoisePlan,
+        batch: Batch | None = None,
+        collection_id: str | None = None,
+    ) -> Spend | None:
+        """Spend what one collection under `plan` costs: ε, or ρ for the gaussian mechanism.
+
+        Mechanism none costs nothing on the ledger (it promises no privacy at all,
+        which draw_noise logs); None is returned and nothing is recorded.
+        """
+        config = plan.config
+        if config.mechanism is Mechanism.NONE:
+            return None
+        if config.mechanism is Mechanism.GAUSSIAN:
+            amount, unit = config.rho, BudgetUnit.RHO
+        else:
+            amount, unit = config.epsilon, BudgetUnit.EPSILON
+        assert amount is not None  # DPConfig validation guarantees it
+        with self._store.transaction() as tx:
+            task = _known_task(tx, task_id)
+        if task.unit is not unit:
+            raise InvalidParameter(
+                f"task {task_id!r} budgets {task.unit} but mechanism {config.mechanism} "
+                f"spends {unit}"
+            )
+        return self.spend(task_id, amount, batch, collection_id)
 
 
 def _check_id(value: str, what: str) -> str:

@@ -34,7 +34,9 @@ import numpy.typing as npt
 
 from veil.dp._exact import (
     INT64_SAFE,
+    BoolArray,
     IntArray,
+    ObjArray,
     RandomSource,
     bernoulli_exp,
     bernoulli_exp_one_vec,
@@ -54,16 +56,33 @@ __all__ = [
     "Polya",
     "PolyaDifference",
     "RandomSource",
+    "convolve",
     "exact_rational",
 ]
 
 # Tail mass left out of pmf tables used for confidence intervals and ε accounting.
 PMF_TAIL = 1e-15
 
-# The NumPy lanes keep every intermediate below 2**62; these caps on the parameters
-# leave headroom for the loop counters (which exceed ~60 with negligible probability,
-# and are checked anyway).
-_VEC_MAX_PARAM = 1 << 40
+# The NumPy lanes keep every intermediate below 2**62. With t <= 2**48 the products
+# t·K and t·V (K, V loop counters, geometric with means below 2) stay in range until a
+# counter passes 2**13, which has probability below 1e-1000; it is checked anyway.
+_VEC_MAX_PARAM = 1 << 48
+# Below this many entries np.convolve (exact summation) is cheap; above, FFT.
+_DIRECT_CONVOLVE_MAX = 1 << 13
+
+
+def convolve(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The pmf of the sum of two independent variables given by pmf tables a and b.
+
+    Small tables are summed directly; large ones go through the FFT, whose absolute
+    error (~1e-16 times the peak) is far below what quantiles at α >= 1e-9 need.
+    """
+    if min(a.size, b.size) <= _DIRECT_CONVOLVE_MAX:
+        return np.convolve(a, b)
+    size = a.size + b.size - 1
+    out = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)
+    result: npt.NDArray[np.float64] = np.clip(out, 0.0, None)
+    return result
 
 
 def exact_rational(value: int | Fraction | str, what: str) -> Fraction:
@@ -177,7 +196,7 @@ class DiscreteLaplace:
         _check_count(n)
         t, s = self.scale.numerator, self.scale.denominator
         rng = _default_rng(rng)
-        if t <= _VEC_MAX_PARAM and s <= _VEC_MAX_PARAM:
+        if t <= _VEC_MAX_PARAM and s <= INT64_SAFE:
             return _dlap_vec(t, s, n, rng)
         return np.array([_dlap_scalar(t, s, rng) for _ in range(n)], dtype=np.int64)
 
@@ -247,27 +266,27 @@ def _dgauss_vec(sigma2: Fraction, n: int, rng: RandomSource) -> IntArray:
         m = 2 * need + 32
         y = _dlap_vec(t, 1, m, rng)
         top = int(np.abs(y).max()) if y.size else 0
-        if (top * b * t + a) ** 2 > INT64_SAFE or den * 64 > INT64_SAFE:
-            accept = np.array([_dgauss_accept(int(v), sigma2, t, rng) for v in y], dtype=bool)
+        num: IntArray | ObjArray
+        if (top * b * t + a) ** 2 > INT64_SAFE:
+            # Past 64 bits: the same arithmetic on Python ints in object lanes.
+            num = (np.abs(y).astype(object) * (b * t) - a) ** 2
         else:
             num = (np.abs(y) * (b * t) - a) ** 2
-            accept = _bernoulli_exp_fraction_vec(num, den, rng)
+        accept = _bernoulli_exp_fraction_vec(num, den, rng)
         z = y[accept][:need]
         parts.append(z)
         need -= z.size
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _bernoulli_exp_fraction_vec(
-    num: IntArray, den: int, rng: RandomSource
-) -> npt.NDArray[np.bool_]:
+def _bernoulli_exp_fraction_vec(num: IntArray | ObjArray, den: int, rng: RandomSource) -> BoolArray:
     """Lane-wise Bernoulli(exp(-num/den)) for any num >= 0 (CKS20 Alg. 1, γ > 1 case)."""
     whole = num // den
     ok = np.ones(num.size, dtype=np.bool_)
     # exp(-γ) = exp(-1)**floor(γ) · exp(-frac(γ)): every factor must succeed.
     rounds = int(whole.max()) if num.size else 0
     for j in range(1, rounds + 1):
-        lanes = np.flatnonzero(ok & (whole >= j))
+        lanes = np.flatnonzero(ok & np.asarray(whole >= j, dtype=np.bool_))
         if not lanes.size:
             break
         ok[lanes] = bernoulli_exp_one_vec(lanes.size, rng)
@@ -314,15 +333,16 @@ class DiscreteGaussian:
         t = _gauss_proposal_scale(self.sigma_squared)
         if t <= _VEC_MAX_PARAM:
             return _dgauss_vec(self.sigma_squared, n, rng)
-        return np.array([_dgauss_scalar(self.sigma_squared, rng) for _ in range(n)])
+        return np.array([_dgauss_scalar(self.sigma_squared, rng) for _ in range(n)], dtype=np.int64)
 
     def sample_vec(self, n: int, rng: RandomSource | None = None) -> list[int]:
         """n independent exact draws."""
         return [int(z) for z in self.sample_array(n, rng).tolist()]
 
     def _bound(self) -> int:
-        # exp(-M²/(2σ²)) < 1e-17 past M, and the normaliser is >= 1.
-        return math.ceil(math.sqrt(2 * float(self.sigma_squared) * 40 * math.log(10) / 1)) + 1
+        # Past M the unnormalised terms are below exp(-M²/(2σ²)) = 1e-40 and decay
+        # faster than geometrically; the normaliser is >= 1.
+        return math.ceil(math.sqrt(2 * float(self.sigma_squared) * 40 * math.log(10))) + 1
 
     @functools.cached_property
     def _table(self) -> npt.NDArray[np.float64]:
@@ -505,6 +525,10 @@ class Polya:
         q = math.exp(-1 / float(self.scale))
         return q / (self.shares * (1 - q) ** 2)
 
+    @functools.cached_property
+    def _pmf_array(self) -> npt.NDArray[np.float64]:
+        return self.pmf_array()
+
     def pmf_array(self) -> npt.NDArray[np.float64]:
         """P(0), P(1), ..., P(K) with the tail beyond K below 1e-17."""
         x = 1 / float(self.scale)
@@ -512,9 +536,12 @@ class Polya:
         log_q = -x
         bound = math.ceil((math.log(1e-17) + math.log(-math.expm1(-x))) / log_q) + 1
         k = np.arange(bound + 1, dtype=np.float64)
-        lgamma = np.vectorize(math.lgamma)
-        log_p = lgamma(k + r) - math.lgamma(r) - lgamma(k + 1)
-        return np.asarray(np.exp(log_p + r * math.log(-math.expm1(-x)) + k * log_q))
+        # ln c_k = Σ_{i=1..k} ln((i - 1 + r) / i), accumulated (log1p keeps each term
+        # accurate: (i-1+r)/i = 1 - (1-r)/i).
+        steps = np.log1p(-(1 - r) / k[1:])
+        log_c = np.concatenate(([0.0], np.cumsum(steps)))
+        table: npt.NDArray[np.float64] = np.exp(log_c + r * math.log(-math.expm1(-x)) + k * log_q)
+        return table
 
     def pmf(self, k: int) -> float:
         """P(K = k) in double precision."""
@@ -561,15 +588,25 @@ class PolyaDifference:
         return [int(z) for z in self.sample_array(n, rng).tolist()]
 
     @functools.cached_property
+    def _polya_pmf(self) -> npt.NDArray[np.float64]:
+        return self.polya.pmf_array()
+
+    @functools.cached_property
     def _table(self) -> npt.NDArray[np.float64]:
-        p = self.polya.pmf_array()
-        return np.convolve(p, p[::-1])
+        p = self._polya_pmf
+        return convolve(p, p[::-1])
 
     def pmf(self, z: int) -> float:
-        """P(X - Y = z) = Σ_j P(j) P(j + |z|), in double precision."""
-        table = self._table
-        bound = (table.size - 1) // 2
-        return float(table[z + bound]) if abs(z) <= bound else 0.0
+        """P(X - Y = z) = Σ_j P(j) P(j + |z|), summed directly in double precision.
+
+        Every term is positive, so the result is accurate in relative terms even far
+        in the tail (which the privacy-loss computation of the split mode relies on).
+        """
+        p = self._polya_pmf
+        d = abs(z)
+        if d >= p.size:
+            return 0.0
+        return float(np.dot(p[: p.size - d], p[d:]))
 
     def variance(self) -> float:
         """2 r q / (1-q)², r = 1/shares."""

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-import numpy as np
-
 from veil.dp.errors import InvalidParameter
 from veil.dp.mechanisms import Mechanism, NoisePlan
 
@@ -66,15 +64,19 @@ def noise_half_width(plan: NoisePlan, alpha: float) -> tuple[int, float]:
     """(c, P(|Z| <= c)) for the least integer c with P(|Z| <= c) >= 1 - alpha."""
     if not MIN_ALPHA <= alpha < 1:
         raise InvalidParameter(f"alpha must be in [{MIN_ALPHA}, 1), got {alpha}")
-    centre, table = plan.total_noise_pmf()
-    # mass[c] = P(|Z| <= c), summed from the centre outwards.
-    outward = table[centre:].copy()
-    outward[1:] += table[:centre][::-1]
-    mass = np.cumsum(outward)
-    c = int(np.searchsorted(mass, 1 - alpha, side="left"))
-    if c >= mass.size:  # pragma: no cover - the tables hold all but 1e-14 of the mass
-        c = mass.size - 1
-    return c, float(min(mass[c], 1.0))
+    noise = plan.total_noise()
+    # Smallest c with P(|Z| <= c) >= 1 - alpha: double an upper bracket, then bisect
+    # (P(|Z| <= c) is non-decreasing in c).
+    lo, hi = -1, 1
+    while noise.central_mass(hi) < 1 - alpha:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if noise.central_mass(mid) >= 1 - alpha:
+            hi = mid
+        else:
+            lo = mid
+    return hi, min(noise.central_mass(hi), 1.0)
 
 
 def estimate(noised: Sequence[int], plan: NoisePlan, alpha: float = 0.05) -> list[Estimate]:

@@ -28,6 +28,7 @@ from veil.dp.distributions import (
     DiscreteGaussian,
     DiscreteLaplace,
     PolyaDifference,
+    convolve,
     exact_rational,
 )
 from veil.dp.errors import InvalidParameter, InvalidSensitivity
@@ -42,11 +43,14 @@ __all__ = [
     "NoiseMode",
     "NoisePlan",
     "Sensitivity",
+    "TotalNoise",
     "add_noise",
     "apply_noise",
     "centred_lift",
     "decode",
     "draw_noise",
+    "encode_fixed_point",
+    "fixed_point_bound",
     "parse_budget",
     "sensitivity",
 ]
@@ -181,7 +185,13 @@ class DPConfig:
         fixed_point_bits: int,
         mode: NoiseMode = NoiseMode.INDEPENDENT,
     ) -> DPConfig:
-        """Discrete Laplace on fixed-point values encoded as round(x · 2**bits)."""
+        """Discrete Laplace on fixed-point values encoded as round(x · 2**bits).
+
+        The Prio3 parameters (e.g. Sum's max_measurement = fixed_point_bound(M, bits))
+        are in encoded units, so the sensitivity and the scale Δ/ε are 2**bits times
+        those of the real values; the noise stays an exact integer, and the collector's
+        estimates are divided by 2**bits.
+        """
         return cls(
             Mechanism.LAPLACE,
             epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON),
@@ -227,6 +237,34 @@ class DPConfig:
             rho=None if rho is None else parse_budget(rho, "rho", MAX_RHO),
             mode=noise_mode,
             fixed_point_bits=fixed_point_bits,
+        )
+
+
+def encode_fixed_point(value: int | Fraction | str, bits: int) -> int:
+    """The integer a client submits for `value` at granularity 2**-bits.
+
+    round(value · 2**bits), ties to even. With the laplace mechanism the Prio3 type's
+    parameters are in these units, so its sensitivity is already scaled by 2**bits;
+    `fixed_point_bound` turns a real bound into such a parameter.
+    """
+    _check_bits(bits)
+    return round(exact_rational(value, "value") * (1 << bits))
+
+
+def fixed_point_bound(real_max: int | Fraction | str, bits: int) -> int:
+    """ceil(real_max · 2**bits): the max_measurement that admits every encoded value."""
+    _check_bits(bits)
+    exact = exact_rational(real_max, "real_max")
+    if exact <= 0:
+        raise InvalidParameter(f"real_max must be > 0, got {exact}")
+    scaled = exact * (1 << bits)
+    return -((-scaled.numerator) // scaled.denominator)
+
+
+def _check_bits(bits: int) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= MAX_FIXED_POINT_BITS:
+        raise InvalidParameter(
+            f"fixed-point bits must be an int in [0, {MAX_FIXED_POINT_BITS}], got {bits!r}"
         )
 
 
@@ -317,6 +355,76 @@ def sensitivity(vdaf: str, params: Mapping[str, int]) -> Sensitivity:
     )
 
 
+# --------------------------------------------------------------------------- total noise
+
+
+@dataclass(frozen=True)
+class TotalNoise:
+    """The sum of independent noises, all the same distribution (or none at all).
+
+    `central_mass(c)` = P(|Z| <= c) is what confidence intervals need; for discrete
+    Laplace summands it has a closed form, so no table is built for them however
+    large the scale.
+    """
+
+    parts: tuple[DiscreteLaplace | DiscreteGaussian, ...]
+
+    def __post_init__(self) -> None:
+        if len(set(self.parts)) > 1:
+            raise InvalidParameter("TotalNoise sums copies of one distribution")
+
+    def _laplace(self) -> tuple[float, int] | None:
+        if self.parts and isinstance(self.parts[0], DiscreteLaplace) and len(self.parts) <= 2:
+            return self.parts[0].decay, len(self.parts)
+        return None
+
+    def pmf(self, z: int) -> float:
+        """P(Z = z)."""
+        laplace = self._laplace()
+        if laplace is not None:
+            q, count = laplace
+            c0 = (1 - q) / (1 + q)
+            if count == 1:
+                return c0 * q ** abs(z)
+            # Σ_k q**(|k| + |z-k|) = q**|z| · (|z| + 1 + 2q²/(1-q²)).
+            return c0 * c0 * q ** abs(z) * (abs(z) + 1 + 2 * q * q / (1 - q * q))
+        centre, table = self.table()
+        return float(table[z + centre]) if abs(z) <= centre else 0.0
+
+    def central_mass(self, c: int) -> float:
+        """P(|Z| <= c) for an integer c >= 0."""
+        if not self.parts:
+            return 1.0
+        laplace = self._laplace()
+        if laplace is not None:
+            q, count = laplace
+            if count == 1:
+                return 1 - 2 * q ** (c + 1) / (1 + q)
+            # P(Z >= z) for z >= 1 from the pmf above, summed in closed form.
+            z = c + 1
+            c0 = (1 - q) / (1 + q)
+            h = 1 + 2 * q * q / (1 - q * q)
+            tail = c0 * c0 * q**z * (h / (1 - q) + (z * (1 - q) + q) / (1 - q) ** 2)
+            return 1 - 2 * tail
+        centre, table = self.table()
+        lo, hi = max(centre - c, 0), min(centre + c, table.size - 1)
+        return float(min(math.fsum(table[lo : hi + 1].tolist()), 1.0))
+
+    def variance(self) -> float:
+        """The sum of the summands' variances."""
+        return sum((part.variance() for part in self.parts), 0.0)
+
+    def table(self) -> tuple[int, npt.NDArray[np.float64]]:
+        """(M, p): p[i] = P(Z = i - M), tail mass beyond M below 1e-14."""
+        if not self.parts:
+            return 0, np.ones(1)
+        single = self.parts[0].pmf_table()
+        table = single
+        for _ in self.parts[1:]:
+            table = convolve(table, single)
+        return (table.size - 1) // 2, table
+
+
 # --------------------------------------------------------------------------- noise plan
 
 
@@ -391,26 +499,22 @@ class NoisePlan:
             return PolyaDifference(self.scale, AGGREGATORS)
         return DiscreteLaplace(self.scale)
 
-    def total_noise_pmf(self) -> tuple[int, npt.NDArray[np.float64]]:
-        """(M, p): p[i] = P(total noise = i - M) in the collector's combined result.
+    def total_noise(self) -> TotalNoise:
+        """The noise in the collector's combined result (public: no data enters it).
 
-        Independent mode: the convolution of the aggregators' noises; split mode: one
-        discrete Laplace. Computed from public parameters only; tail mass < 1e-14.
+        Independent mode: the sum of the aggregators' noises; split mode: exactly one
+        discrete Laplace of scale Δ₁/ε.
         """
-        mech = self.config.mechanism
-        if mech is Mechanism.NONE:
-            return 0, np.ones(1)
-        if self.config.mode is NoiseMode.SPLIT:
-            assert self.scale is not None
-            table = DiscreteLaplace(self.scale).pmf_table()
-        else:
-            noise = self.server_noise()
-            assert noise is not None
-            single = noise.pmf_table()
-            table = single
-            for _ in range(AGGREGATORS - 1):
-                table = np.convolve(table, single)
-        return (table.size - 1) // 2, table
+        noise = self.server_noise()
+        if noise is None:
+            return TotalNoise(())
+        if isinstance(noise, PolyaDifference):
+            return TotalNoise((DiscreteLaplace(noise.scale),))
+        return TotalNoise((noise,) * AGGREGATORS)
+
+    def total_noise_pmf(self) -> tuple[int, npt.NDArray[np.float64]]:
+        """(M, p): p[i] = P(total noise = i - M), tail mass beyond M below 1e-14."""
+        return self.total_noise().table()
 
     @property
     def epsilon(self) -> Fraction | None:
@@ -447,23 +551,24 @@ class NoisePlan:
 
 
 def _shift_loss(noise: PolyaDifference, shift: int) -> float:
-    """max_d |ln P(d) - ln P(d+shift)| for the Pólya difference `noise`."""
-    # Rigorous bound: P(d)/P(d+m) = q**-m · S(d)/S(d+m) with S(d) = Σ_j c_j c_{j+d} q**2j
-    # and c_k = Γ(k+r)/(Γ(r) k!) decreasing, so S(d)/S(d+m) <= max_k c_k/c_{k+m}
-    # = 1/c_m; the other direction and shifts across 0 are bounded by the same.
+    """max_d |ln P(d) - ln P(d+m)| for the Pólya difference `noise` and m = shift.
+
+    The NB(r, q) pmf c_k q**k (r <= 1) is log-convex, and so is the mixture
+    P(d) = Σ_j p(j) p(j+d) on d >= 0 (sums of log-convex sequences are log-convex).
+    With P symmetric and decreasing in |d|, every window [d, d+m] therefore loses at
+    most ln P(0) - ln P(m): that is the supremum, attained at d = 0.
+
+    Also, c_k is decreasing, so P(0)/P(m) <= q**-m / c_m; that rigorous bound is
+    used where P(m) underflows, and caps the floating-point value.
+    """
     r = 1 / noise.shares
     bound = shift / float(noise.scale) + (
         math.lgamma(r) + math.lgamma(shift + 1) - math.lgamma(shift + r)
     )
-    # The pmf table is accurate in relative terms except near its truncated ends, so
-    # the ratio is taken over the inner half; beyond it P(d)/P(d+m) has settled to
-    # its limit q**-m from above.
-    table = noise.pmf_table()
-    half = (table.size - 1) // 2
-    inner = np.log(table[half - half // 2 : half + half // 2 + 1])
-    if shift >= inner.size // 2:
+    at_shift = noise.pmf(shift)
+    if at_shift <= 0.0:
         return bound
-    return min(bound, float(np.max(np.abs(inner[shift:] - inner[:-shift]))))
+    return min(bound, math.log(noise.pmf(0)) - math.log(at_shift))
 
 
 # --------------------------------------------------------------------------- field noise
