@@ -1,98 +1,41 @@
-"""A real leader and helper, each in its own process, on 127.0.0.1 with free ports.
+"""Test access to a real leader and helper in separate processes (veil.aggregator.local).
 
-Tests build the task files with `veil.task.new_task`, write both servers'
-configs, start `python -m veil.cli leader|helper --config ...` and always stop
-them (a fixture's `finally`). Network traffic only ever goes to loopback.
+Fixtures always stop the servers in a `finally`; traffic only goes to loopback.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from veil.aggregator.local import LocalDeployment, ServerProcess, free_port
 from veil.client import Client
 from veil.collector import Collector
-from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task, write_toml
+from veil.task import DpSpec, Task, TaskFiles, VdafSpec
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class Server:
-    role: str
-    config: Path
-    log: Path
-    address: str
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 20.0) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "veil.cli", self.role, "--config", str(self.config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.role} exited: {self.log.read_text()[-2000:]}")
-                try:
-                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"{self.role} did not become healthy: {self.log.read_text()}"
-                    )
-                time.sleep(0.1)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
-        """Stop the process (SIGTERM: graceful; SIGKILL: crash). Returns its exit code."""
-        if self.proc is None:
-            return None
-        proc, self.proc = self.proc, None
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                return proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                return proc.wait()
-        return proc.returncode
+Server = ServerProcess
+__all__ = ["Deployment", "Server", "free_port", "start_deployment"]
 
 
 @dataclass
 class Deployment:
-    root: Path
-    tasks: dict[str, TaskFiles]
-    leader: Server
-    helper: Server
-    leader_db: Path
-    helper_db: Path
+    local: LocalDeployment
     clients: list[Client] = field(default_factory=list)
+
+    @property
+    def tasks(self) -> dict[str, TaskFiles]:
+        return self.local.tasks
+
+    @property
+    def leader(self) -> ServerProcess:
+        return self.local.leader
+
+    @property
+    def helper(self) -> ServerProcess:
+        return self.local.helper
 
     def client(self, name: str, **kwargs: Any) -> Client:
         c = Client(self.tasks[name].client, **kwargs)
@@ -102,27 +45,23 @@ class Deployment:
     def collector(self, name: str, task: Task | None = None) -> Collector:
         return Collector(task or self.tasks[name].collector)
 
+    def _query(self, role: str, sql: str, name: str) -> list[Any]:
+        with sqlite3.connect(self.local.root / f"{role}.db") as conn:
+            return conn.execute(sql, (self.tasks[name].client.task_id,)).fetchall()
+
     def rejections(self, role: str, name: str) -> dict[str, int]:
-        db = self.leader_db if role == "leader" else self.helper_db
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute(
-                "SELECT reason, count FROM rejections WHERE task_id = ?",
-                (self.tasks[name].client.task_id,),
-            ).fetchall()
+        rows = self._query(role, "SELECT reason, count FROM rejections WHERE task_id = ?", name)
         return dict(rows)
 
     def stored_reports(self, name: str) -> int:
-        with sqlite3.connect(self.leader_db) as conn:
-            row = conn.execute(
-                "SELECT COUNT(*) FROM reports WHERE task_id = ?", (self.tasks[name].client.task_id,)
-            ).fetchone()
-        return int(row[0])
+        return int(
+            self._query("leader", "SELECT COUNT(*) FROM reports WHERE task_id = ?", name)[0][0]
+        )
 
     def stop(self) -> None:
         for c in self.clients:
             c.close()
-        self.leader.stop()
-        self.helper.stop()
+        self.local.stop()
 
 
 def start_deployment(
@@ -130,37 +69,4 @@ def start_deployment(
     tasks: Mapping[str, tuple[VdafSpec, DpSpec, dict[str, Any]]],
     job_size: int = 500,
 ) -> Deployment:
-    """Write task files and configs under `root` and start both servers.
-
-    `tasks` maps a name to (vdaf, dp, keyword arguments of new_task).
-    """
-    leader_addr = f"127.0.0.1:{free_port()}"
-    helper_addr = f"127.0.0.1:{free_port()}"
-    files = {
-        name: new_task(vdaf, leader_addr, helper_addr, dp=dp, **kw)
-        for name, (vdaf, dp, kw) in tasks.items()
-    }
-    for name, f in files.items():
-        for role in ("leader", "helper", "collector", "client"):
-            write_toml(root / f"{name}.{role}.toml", getattr(f, role).to_dict(), secret=True)
-    servers = {}
-    for role, addr in (("leader", leader_addr), ("helper", helper_addr)):
-        config = {
-            "listen": addr,
-            "storage": f"{role}.db",
-            "tasks": [f"{name}.{role}.toml" for name in files],
-            "driver": {"interval": 0.1, "job_size": job_size},
-            "grace_seconds": 10,
-        }
-        write_toml(root / f"{role}.toml", config, secret=False)
-        servers[role] = Server(role, root / f"{role}.toml", root / f"{role}.log", addr)
-    dep = Deployment(
-        root, files, servers["leader"], servers["helper"], root / "leader.db", root / "helper.db"
-    )
-    try:
-        dep.helper.start()
-        dep.leader.start()
-    except BaseException:
-        dep.stop()
-        raise
-    return dep
+    return Deployment(LocalDeployment.start(root, tasks, job_size=job_size))

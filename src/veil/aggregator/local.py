@@ -1,0 +1,142 @@
+"""A leader and a helper as local processes on loopback, for demos and benchmarks.
+
+`LocalDeployment.start` writes task files and both servers' configs into a
+directory, starts `python -m veil.cli leader|helper --config ...` and waits
+until both report SERVING through gRPC health checking. Always `stop()` it
+(or use it as a context manager). Only loopback addresses are used.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServerProcess:
+    role: str
+    config: Path
+    log: Path
+    address: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "veil.cli", self.role, "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.role} exited: {self.log.read_text()[-2000:]}")
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop(signal.SIGKILL)
+                    raise RuntimeError(f"{self.role} did not become healthy; see {self.log}")
+                time.sleep(0.1)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        """Stop the process (SIGTERM: graceful; SIGKILL: crash). Returns its exit code."""
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait()
+        return proc.returncode
+
+
+@dataclass
+class LocalDeployment:
+    root: Path
+    tasks: dict[str, TaskFiles]
+    leader: ServerProcess
+    helper: ServerProcess
+
+    @classmethod
+    def start(
+        cls,
+        root: Path,
+        tasks: Mapping[str, tuple[VdafSpec, DpSpec, dict[str, Any]]],
+        job_size: int = 500,
+        driver_interval: float = 0.1,
+    ) -> LocalDeployment:
+        """Write task files and configs under `root` and start both servers.
+
+        `tasks` maps a name to (vdaf, dp, keyword arguments of `new_task`).
+        """
+        root.mkdir(parents=True, exist_ok=True)
+        leader_addr = f"127.0.0.1:{free_port()}"
+        helper_addr = f"127.0.0.1:{free_port()}"
+        files = {
+            name: new_task(vdaf, leader_addr, helper_addr, dp=dp, **kw)
+            for name, (vdaf, dp, kw) in tasks.items()
+        }
+        for name, f in files.items():
+            for role in ("leader", "helper", "collector", "client"):
+                write_toml(root / f"{name}.{role}.toml", getattr(f, role).to_dict(), secret=True)
+        servers = {}
+        for role, addr in (("leader", leader_addr), ("helper", helper_addr)):
+            config = {
+                "listen": addr,
+                "storage": f"{role}.db",
+                "tasks": [f"{name}.{role}.toml" for name in files],
+                "driver": {"interval": driver_interval, "job_size": job_size},
+                "grace_seconds": 10,
+            }
+            write_toml(root / f"{role}.toml", config, secret=False)
+            servers[role] = ServerProcess(role, root / f"{role}.toml", root / f"{role}.log", addr)
+        dep = cls(root, files, servers["leader"], servers["helper"])
+        try:
+            dep.helper.start()
+            dep.leader.start()
+        except BaseException:
+            dep.stop()
+            raise
+        return dep
+
+    def stop(self) -> None:
+        self.leader.stop()
+        self.helper.stop()
+
+    def __enter__(self) -> LocalDeployment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
