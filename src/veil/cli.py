@@ -202,7 +202,12 @@ def cmd_upload(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"veil upload: {e}", file=sys.stderr)
         return 2
-    with Client(task, root_certificates=_read_ca(args.ca)) as client:
+    with Client(
+        task,
+        root_certificates=_read_ca(args.ca),
+        private_key=_read_ca(args.client_key),
+        certificate_chain=_read_ca(args.client_cert),
+    ) as client:
         try:
             result = client.upload_batch(measurements, report_time=args.time)
         except ValueError as e:
@@ -319,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", help="a file with one measurement per line")
     p.add_argument("--time", type=int, help="report time (default: now)")
     p.add_argument("--ca", help="PEM file of the CA that signed the servers' certificates")
+    p.add_argument("--client-cert", help="PEM client certificate, for an mTLS aggregator")
+    p.add_argument("--client-key", help="PEM key of --client-cert")
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=cmd_upload)
 

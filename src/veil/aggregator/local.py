@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from veil.grpc_util import open_channel
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 
 
@@ -41,7 +42,18 @@ class ServerProcess:
     address: str
     proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(
+        self,
+        timeout: float = 20.0,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+    ) -> None:
+        """Start the server and wait until its health check says SERVING.
+
+        Give `root_certificates` (and a client key and certificate for mTLS)
+        when the server uses TLS.
+        """
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
@@ -51,7 +63,8 @@ class ServerProcess:
                 env=env,
             )
         deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
+        tls = (root_certificates, private_key, certificate_chain)
+        with open_channel(self.address, *tls) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if self.proc.poll() is not None:

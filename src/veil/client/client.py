@@ -72,7 +72,8 @@ class Client:
 
     `task` is the client's task file (`veil task new` writes it). TLS is used
     unless the aggregators are on loopback; pass `root_certificates` (PEM) to
-    trust a private CA.
+    trust a private CA, and `private_key`/`certificate_chain` (PEM) where an
+    aggregator requires client certificates (mTLS).
     """
 
     def __init__(
@@ -80,6 +81,8 @@ class Client:
         task: Task,
         *,
         root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
         timeout: float = 30.0,
         retries: int = 5,
         backoff: float = 0.5,
@@ -93,8 +96,9 @@ class Client:
         self.backoff = backoff
         self.batch_size = batch_size
         self.clock = clock
-        self._leader_channel = open_channel(task.leader_address, root_certificates)
-        self._helper_channel = open_channel(task.helper_address, root_certificates)
+        tls = (root_certificates, private_key, certificate_chain)
+        self._leader_channel = open_channel(task.leader_address, *tls)
+        self._helper_channel = open_channel(task.helper_address, *tls)
         self._leader = leader_pb2_grpc.LeaderStub(self._leader_channel)  # type: ignore[no-untyped-call]
         self._helper = helper_pb2_grpc.HelperStub(self._helper_channel)  # type: ignore[no-untyped-call]
         self._configs: dict[int, HpkeConfig] = {}
