@@ -1,0 +1,259 @@
+"""Leader and helper logic in one process (no gRPC): each rule on its own."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from veil.aggregator.core import VerifyInitItem, VerifyResult
+from veil.aggregator.errors import (
+    BatchCollected,
+    BatchMismatch,
+    BudgetExhausted,
+    InvalidMessage,
+    JobConflict,
+    ReportTimeRejected,
+    Unauthenticated,
+    UnknownTask,
+)
+from veil.aggregator.helper import Helper
+from veil.aggregator.leader import Leader
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.storage import SqliteDatastore, StoredReport
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeConfig, input_share_info, seal
+from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
+
+NOW = 1_800_000_000
+TP = 3600
+T = NOW - NOW % TP - TP
+
+
+class InProcessHelper:
+    """HelperApi calling the helper logic directly, with the leader's token."""
+
+    def __init__(self, helper: Helper) -> None:
+        self.helper = helper
+        self.calls = 0
+
+    def aggregate(
+        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> list[VerifyResult]:
+        self.calls += 1
+        return self.helper.aggregate(task.task_id, task.aggregator_token, job_id, items)
+
+    def aggregate_share(
+        self,
+        task: Task,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        count: int,
+        checksum: bytes,
+    ) -> Ciphertext:
+        return self.helper.aggregate_share(
+            task.task_id, task.aggregator_token, collection_id, start, duration, count, checksum
+        )
+
+
+class World:
+    def __init__(self, tmp: Path, files: TaskFiles) -> None:
+        self.files = files
+        self.helper_store = SqliteDatastore(tmp / "helper.db")
+        self.leader_store = SqliteDatastore(tmp / "leader.db")
+        self.helper = Helper(
+            {files.helper.task_id: files.helper},
+            self.helper_store,
+            PrivacyEngine(str(tmp / "helper.db"), [files.helper]),
+            clock=lambda: NOW,
+        )
+        self.link = InProcessHelper(self.helper)
+        self.leader = Leader(
+            {files.leader.task_id: files.leader},
+            self.leader_store,
+            self.link,
+            PrivacyEngine(str(tmp / "leader.db"), [files.leader]),
+            clock=lambda: NOW,
+            job_size=4,
+        )
+        self.vdaf = files.client.vdaf.instantiate()
+
+    def report(self, value: int, t: int = T) -> StoredReport:
+        task_id = self.files.client.task_id
+        rid = secrets.token_bytes(16)
+        ps, shares = self.vdaf.shard(
+            b"veil-v1" + task_id, value, rid, secrets.token_bytes(self.vdaf.RAND_SIZE)
+        )
+        ps_bytes = self.vdaf.encode_public_share(ps)
+        cts = [
+            seal(
+                config,
+                input_share_info(role, task_id, rid, t, ps_bytes),
+                self.vdaf.encode_input_share(s),
+            )
+            for role, config, s in (
+                (ROLE_LEADER, self.leader.current_config, shares[0]),
+                (ROLE_HELPER, self.helper.current_config, shares[1]),
+            )
+        ]
+        return StoredReport(rid, t, ps_bytes, cts[0], cts[1])
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    files = new_task(
+        VdafSpec("sum", max_measurement=10), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=2
+    )
+    return World(tmp_path, files)
+
+
+def test_upload_is_all_or_nothing(world: World) -> None:
+    task_id = world.files.client.task_id
+    good = world.report(3)
+    cases = [
+        (replace(world.report(1), report_id=b"short"), InvalidMessage, "16 bytes"),
+        (replace(world.report(1), time=T + 1), InvalidMessage, "time_precision"),
+        (world.report(1, t=NOW + 2 * TP), ReportTimeRejected, "future"),
+        (
+            replace(
+                world.report(1),
+                leader_ct=replace(good.leader_ct, config_id=(good.leader_ct.config_id + 1) % 256),
+            ),
+            InvalidMessage,
+            "HPKE config",
+        ),
+    ]
+    for bad, error, words in cases:
+        with pytest.raises(error, match=words):
+            world.leader.upload(task_id, [good, bad])
+    assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 0
+    with pytest.raises(UnknownTask):
+        world.leader.upload(bytes(32), [good])
+    assert world.leader.upload(task_id, [good]) == (1, 0)
+    assert world.leader.upload(task_id, [good]) == (0, 1)
+
+
+def test_aggregation_and_collection_in_process(world: World) -> None:
+    task_id = world.files.client.task_id
+    world.leader.upload(task_id, [world.report(v) for v in range(10)])
+    while world.leader.run_once():
+        pass
+    assert world.link.calls == 3  # 10 reports in jobs of 4
+    token = world.files.collector.collector_token
+    job = secrets.token_bytes(16)
+    world.leader.create_collection(task_id, token, job, T, TP)
+    while world.leader.run_once():
+        pass
+    record = world.leader.get_collection(task_id, token, job)
+    assert (record.state, record.report_count) == ("finished", 10)
+    with pytest.raises(Unauthenticated):
+        world.leader.get_collection(task_id, "wrong", job)
+    with pytest.raises(Unauthenticated):
+        world.leader.get_collection(task_id, None, job)
+
+
+def _items(world: World, n: int) -> list[VerifyInitItem]:
+    """Verify-init items as the leader would send them."""
+    task = world.files.leader
+    out = []
+    for v in range(n):
+        r = world.report(v % 2)
+        _, _state, vs = world.leader._leader_verify(task, world.vdaf, b"veil-v1" + task.task_id, r)
+        out.append(VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, vs))
+    return out
+
+
+def test_helper_job_idempotent_and_replay_refused(world: World) -> None:
+    task = world.files.leader
+    items = _items(world, 3)
+    job = secrets.token_bytes(16)
+    first = world.helper.aggregate(task.task_id, task.aggregator_token, job, items)
+    assert all(r.verifier_message is not None and r.reject is None for r in first)
+    # A retry of the same job gets the same answer and counts nothing twice.
+    assert world.helper.aggregate(task.task_id, task.aggregator_token, job, items) == first
+    with pytest.raises(JobConflict):
+        world.helper.aggregate(task.task_id, task.aggregator_token, job, items[:2])
+    # The same reports under a new job id are replays.
+    again = world.helper.aggregate(
+        task.task_id, task.aggregator_token, secrets.token_bytes(16), items
+    )
+    assert [r.reject for r in again] == ["report_replayed"] * 3
+    aggs = world.helper_store.batch_aggregates(task.task_id, T, T + TP)
+    assert sum(a.report_count for a in aggs) == 3
+    with pytest.raises(Unauthenticated):
+        world.helper.aggregate(task.task_id, "not-it", secrets.token_bytes(16), items)
+
+
+def test_helper_checks_count_and_checksum(world: World) -> None:
+    task = world.files.leader
+    world.helper.aggregate(
+        task.task_id, task.aggregator_token, secrets.token_bytes(16), _items(world, 3)
+    )
+    with pytest.raises(BatchMismatch):
+        world.helper.aggregate_share(
+            task.task_id, task.aggregator_token, secrets.token_bytes(16), T, TP, 4, bytes(32)
+        )
+    with pytest.raises(BatchMismatch):
+        world.helper.aggregate_share(
+            task.task_id, task.aggregator_token, secrets.token_bytes(16), T, TP, 3, bytes(32)
+        )
+
+
+def test_helper_serves_the_same_noised_share(tmp_path: Path) -> None:
+    files = new_task(
+        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", dp=DpSpec("geometric", epsilon="1")
+    )
+    world = World(tmp_path, files)
+    task = files.leader
+    items = _items(world, 4)
+    world.helper.aggregate(task.task_id, task.aggregator_token, secrets.token_bytes(16), items)
+    from veil.aggregator.core import batch_summary
+
+    _, count, checksum = batch_summary(
+        world.vdaf, world.helper_store.batch_aggregates(task.task_id, T, T + TP)
+    )
+    job = secrets.token_bytes(16)
+    first = world.helper.aggregate_share(
+        task.task_id, task.aggregator_token, job, T, TP, count, checksum
+    )
+    assert (
+        world.helper.aggregate_share(
+            task.task_id, task.aggregator_token, job, T, TP, count, checksum
+        )
+        == first
+    )
+    # Another collection job for the same batch is refused.
+    with pytest.raises(BatchCollected):
+        world.helper.aggregate_share(
+            task.task_id, task.aggregator_token, secrets.token_bytes(16), T, TP, count, checksum
+        )
+
+
+def test_budget_refused_before_anything_is_written(tmp_path: Path) -> None:
+    files = new_task(
+        VdafSpec("count"),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        dp=DpSpec("geometric", epsilon="1", budget="1/2"),
+    )
+    world = World(tmp_path, files)
+    task_id = files.client.task_id
+    world.leader.upload(task_id, [world.report(1)])
+    with pytest.raises(BudgetExhausted):
+        world.leader.create_collection(
+            task_id, files.collector.collector_token, secrets.token_bytes(16), T, TP
+        )
+    assert world.leader_store.pending_collections() == []
+
+
+def test_hpke_config_is_stable_across_restarts(tmp_path: Path, world: World) -> None:
+    config: HpkeConfig = world.helper.current_config
+    again = Helper(
+        {world.files.helper.task_id: world.files.helper},
+        SqliteDatastore(tmp_path / "helper.db"),
+        PrivacyEngine(str(tmp_path / "helper.db"), []),
+    )
+    assert again.current_config == config
