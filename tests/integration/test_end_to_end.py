@@ -258,3 +258,24 @@ def test_unknown_task_and_bad_interval(dep: Deployment) -> None:
         collector.collect(past_bucket(2) + 1, TP, wait=10)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "time_precision" in e.value.message
+
+
+def test_message_size_limits(dep: Deployment) -> None:
+    from veil.protocol.v1 import leader_pb2, leader_pb2_grpc
+
+    client = dep.client("plain")
+    stored = dep.stored_reports("plain")
+    report = client.build_report(1, past_bucket(2))
+    with pytest.raises(UploadError) as e:
+        client.upload_reports([replace(report, public_share=bytes(1 << 17))])
+    assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # A request above the server's max_message_bytes (16 MiB) is refused by gRPC.
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    with grpc.insecure_channel(dep.leader.address, options=options) as channel:
+        stub = leader_pb2_grpc.LeaderStub(channel)
+        request = leader_pb2.UploadRequest(task_id=dep.tasks["plain"].client.task_id)
+        request.reports.add(public_share=bytes(17 << 20))
+        with pytest.raises(grpc.RpcError) as rpc:
+            stub.UploadReports(request, timeout=30)
+        assert rpc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert dep.stored_reports("plain") == stored
