@@ -91,11 +91,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_server(args: argparse.Namespace) -> int:
     from veil.aggregator.server import AggregatorServer, ConfigError, load_config
+    from veil.logs import configure_logging
 
-    _setup_logging(args.log_level)
     try:
-        server = AggregatorServer(args.role, load_config(Path(args.config)))
-    except ConfigError as e:
+        config = load_config(Path(args.config))
+        configure_logging(args.log_level or config.log_level, config.log_format == "json")
+        server = AggregatorServer(args.role, config)
+    except (ConfigError, ValueError) as e:
         print(f"veil {args.role}: {e}", file=sys.stderr)
         return 2
     server.serve_forever()
@@ -280,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     for role in ("leader", "helper"):
         p = sub.add_parser(role, help=f"run the {role} aggregator")
         p.add_argument("--config", required=True, help=f"{role}.toml")
-        p.add_argument("--log-level", default="info")
+        p.add_argument("--log-level", help="debug, info, warning or error (default: config)")
         p.set_defaults(func=cmd_server, role=role)
 
     task = sub.add_parser("task", help="task definitions").add_subparsers(

@@ -68,5 +68,6 @@ def start_deployment(
     root: Path,
     tasks: Mapping[str, tuple[VdafSpec, DpSpec, dict[str, Any]]],
     job_size: int = 500,
+    metrics: bool = False,
 ) -> Deployment:
-    return Deployment(LocalDeployment.start(root, tasks, job_size=job_size))
+    return Deployment(LocalDeployment.start(root, tasks, job_size=job_size, metrics=metrics))

@@ -55,7 +55,7 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     survey = DpSpec("geometric", epsilon="1", survey="s1", survey_budget="3/2")
     tasks["survey_a"] = (VdafSpec("count"), survey, {})
     tasks["survey_b"] = (VdafSpec("count"), survey, {})
-    d = start_deployment(Path(tmp_path_factory.mktemp("e2e")), tasks)
+    d = start_deployment(Path(tmp_path_factory.mktemp("e2e")), tasks, metrics=True)
     try:
         yield d
     finally:
@@ -123,6 +123,19 @@ def test_tampered_reports_rejected_and_not_counted(dep: Deployment) -> None:
     assert (r.report_count, r.estimate) == (3, 6)
     assert dep.rejections("leader", "plain") == {"hpke_decrypt_error": 1, "vdaf_verify_error": 1}
     assert dep.rejections("helper", "plain") == {"vdaf_verify_error": 1}
+    # The same counts, by reason, on each server's metrics endpoint (loopback).
+    import urllib.request
+
+    label = dep.tasks["plain"].client.id_text
+    for server, reasons in (
+        (dep.leader, ("hpke_decrypt_error", "vdaf_verify_error")),
+        (dep.helper, ("vdaf_verify_error",)),
+    ):
+        assert server.metrics_address is not None
+        with urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        for reason in reasons:
+            assert f'veil_reports_rejected_total{{reason="{reason}",task="{label}"}} 1.0' in text
 
 
 def forged_report(client: Any, value: int, t: int) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 from veil.aggregator.errors import InvalidMessage, ReportTimeRejected, Unauthenticated, UnknownTask
 from veil.aggregator.storage import BatchAggregate, Datastore
 from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair, generate_keypair
+from veil.metrics import Metrics
 from veil.task import Task, token_matches
 from veil.vdaf import Prio3
 
@@ -166,8 +167,10 @@ class AggregatorBase:
         tasks: Mapping[bytes, Task],
         store: Datastore,
         clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
     ) -> None:
         self.tasks = dict(tasks)
+        self.metrics = metrics
         self.store = store
         self.clock = clock
         self.vdafs = {tid: t.vdaf.instantiate() for tid, t in self.tasks.items()}

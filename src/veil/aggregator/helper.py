@@ -14,6 +14,7 @@ import json
 import logging
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ from veil.hpke import (
     open_,
     seal,
 )
+from veil.metrics import Metrics
 from veil.task import Task
 from veil.vdaf import Prio3, VerifyError
 
@@ -108,8 +110,9 @@ class Helper(AggregatorBase):
         store: Datastore,
         privacy: PrivacyEngine,
         clock: Callable[[], float] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
-        super().__init__(tasks, store, *(() if clock is None else (clock,)))
+        super().__init__(tasks, store, clock or time.time, metrics)
         for t in self.tasks.values():
             if t.aggregator_token_hash is None:
                 raise ValueError(f"task {t.id_text} lacks aggregator_token_sha256 for the helper")
@@ -154,6 +157,13 @@ class Helper(AggregatorBase):
                 [r.reject for r in results if r.reject is not None],
                 updates,
             )
+        if self.metrics is not None:
+            m = self.metrics
+            m.aggregation_jobs.labels("finished").inc()
+            m.reports_accepted.labels(task.id_text).inc(len(accepted))
+            for r in results:
+                if r.reject is not None:
+                    m.reports_rejected.labels(task.id_text, r.reject).inc()
         return results
 
     def _verify(
@@ -288,5 +298,8 @@ class Helper(AggregatorBase):
                 ),
                 task.time_precision,
             )
+            if self.metrics is not None:
+                self.metrics.collections.labels(task.id_text, "finished").inc()
+                self.privacy.report_budget(task, self.metrics)
             log.info("released helper share for %d reports", count)
             return ct

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -54,7 +55,8 @@ from veil.hpke import (
     open_,
     seal,
 )
-from veil.task import Task
+from veil.metrics import Metrics
+from veil.task import Task, b64e
 from veil.vdaf import Prio3, VerifyError
 
 log = logging.getLogger(__name__)
@@ -97,8 +99,9 @@ class Leader(AggregatorBase):
         privacy: PrivacyEngine,
         clock: Callable[[], float] | None = None,
         job_size: int = 500,
+        metrics: Metrics | None = None,
     ) -> None:
-        super().__init__(tasks, store, *(() if clock is None else (clock,)))
+        super().__init__(tasks, store, clock or time.time, metrics)
         for t in self.tasks.values():
             if t.aggregator_token is None or t.collector_token_hash is None:
                 raise ValueError(f"task {t.id_text} lacks the leader's tokens")
@@ -150,7 +153,12 @@ class Leader(AggregatorBase):
             if len(r.leader_ct.enc) != 32 or len(r.helper_ct.enc) != 32:
                 raise InvalidMessage(f"{where}: malformed HPKE encapsulated key")
         try:
-            return self.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
+            stored, duplicates = self.store.put_reports(
+                task_id, [(task.bucket(r.time), r) for r in reports]
+            )
+            if self.metrics is not None:
+                self.metrics.reports_received.labels(task.id_text).inc(stored)
+            return stored, duplicates
         except StorageConflict as e:
             kind, _, what = str(e).partition(":")
             if kind == "batch_collected":
@@ -270,6 +278,7 @@ class Leader(AggregatorBase):
         task = self.tasks[task_id]
         vdaf = self.vdafs[task_id]
         ctx = vdaf_ctx(task_id)
+        began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
         outcomes: dict[bytes, str | None] = {}
         states: dict[bytes, Any] = {}
@@ -286,7 +295,12 @@ class Leader(AggregatorBase):
             )
         accepted: list[tuple[int, bytes, list[int]]] = []
         if items:
-            results = self.helper.aggregate(task, job_id, items)
+            try:
+                results = self.helper.aggregate(task, job_id, items)
+            except Unavailable:
+                if self.metrics is not None:
+                    self.metrics.aggregation_jobs.labels("helper_unavailable").inc()
+                raise
             if [x.report_id for x in results] != [x.report_id for x in items]:
                 raise Unavailable("the helper answered for other reports than it was sent")
             for res in results:
@@ -310,12 +324,25 @@ class Leader(AggregatorBase):
         updates = accumulate(vdaf, existing, accepted)
         self.store.finish_aggregation_job(task_id, job_id, outcomes, updates)
         rejected = sum(1 for v in outcomes.values() if v is not None)
+        if self.metrics is not None:
+            m = self.metrics
+            m.aggregation_jobs.labels("finished").inc()
+            elapsed = time.monotonic() - began
+            m.aggregation_job_seconds.observe(elapsed)
+            if reports:
+                m.verify_seconds_per_report.observe(elapsed / len(reports))
+            m.reports_accepted.labels(task.id_text).inc(len(accepted))
+            for reason in outcomes.values():
+                if reason is not None:
+                    m.reports_rejected.labels(task.id_text, reason).inc()
         log.info(
             "aggregation job %s: %d aggregated, %d rejected", job_id.hex(), len(accepted), rejected
         )
 
     def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
         log.warning("collection job %s failed: %s", record.job_id.hex(), error)
+        if self.metrics is not None:
+            self.metrics.collections.labels(_task_label(record.task_id), "failed").inc()
         self.store.update_collection(
             CollectionRecord(
                 record.task_id,
@@ -364,6 +391,8 @@ class Leader(AggregatorBase):
                 noised, _eps = self.privacy.release(
                     task, vdaf, record.job_id, start, record.duration, share
                 )
+                if self.metrics is not None:
+                    self.privacy.report_budget(task, self.metrics)
             except AggregatorError as e:
                 return self._fail(record, e)
             assert task.collector_hpke_config is not None
@@ -404,5 +433,11 @@ class Leader(AggregatorBase):
                 helper_ct,
             )
         )
+        if self.metrics is not None:
+            self.metrics.collections.labels(task.id_text, "finished").inc()
         log.info("collection job %s finished: %d reports", record.job_id.hex(), record.report_count)
         return True
+
+
+def _task_label(task_id: bytes) -> str:
+    return b64e(task_id)

@@ -41,6 +41,7 @@ class ServerProcess:
     log: Path
     address: str
     proc: subprocess.Popen[bytes] | None = None
+    metrics_address: str | None = None
 
     def start(
         self,
@@ -109,6 +110,7 @@ class LocalDeployment:
         tasks: Mapping[str, tuple[VdafSpec, DpSpec, dict[str, Any]]],
         job_size: int = 500,
         driver_interval: float = 0.1,
+        metrics: bool = False,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
@@ -126,15 +128,20 @@ class LocalDeployment:
                 write_toml(root / f"{name}.{role}.toml", getattr(f, role).to_dict(), secret=True)
         servers = {}
         for role, addr in (("leader", leader_addr), ("helper", helper_addr)):
-            config = {
+            config: dict[str, Any] = {
                 "listen": addr,
                 "storage": f"{role}.db",
                 "tasks": [f"{name}.{role}.toml" for name in files],
                 "driver": {"interval": driver_interval, "job_size": job_size},
                 "grace_seconds": 10,
             }
+            metrics_address = f"127.0.0.1:{free_port()}" if metrics else None
+            if metrics_address is not None:
+                config["metrics"] = {"listen": metrics_address}
             write_toml(root / f"{role}.toml", config, secret=False)
-            servers[role] = ServerProcess(role, root / f"{role}.toml", root / f"{role}.log", addr)
+            servers[role] = ServerProcess(
+                role, root / f"{role}.toml", root / f"{role}.log", addr, None, metrics_address
+            )
         dep = cls(root, files, servers["leader"], servers["helper"])
         try:
             dep.helper.start()

@@ -17,6 +17,7 @@ from typing import Any
 
 from veil.aggregator.errors import BudgetExhausted, InvalidMessage
 from veil.dp import Batch, BudgetExceeded, BudgetLedger, BudgetUnit, DPError, add_noise
+from veil.metrics import Metrics
 from veil.task import Task
 from veil.vdaf import Prio3
 
@@ -44,6 +45,12 @@ class PrivacyEngine:
                 total = task.dp.survey_budget or task.dp.budget or amount
                 self.ledger.add_survey(task.dp.survey, total, unit)
             self.ledger.add_task(task.id_text, task.dp.budget or amount, unit, task.dp.survey)
+
+    def report_budget(self, task: Task, metrics: Metrics) -> None:
+        """Export what remains of the task's budget (for a whole-task batch)."""
+        if task.dp.amount is not None:
+            remaining = self.ledger.remaining(task.id_text)
+            metrics.budget_remaining.labels(task.id_text).set(float(remaining))
 
     def check(self, task: Task, start: int, duration: int) -> None:
         """Raise BudgetExhausted if collecting this batch would exceed the budget."""

@@ -14,6 +14,10 @@ Configuration is one TOML file (paths in it are relative to the file):
     ca = "helper-ca.pem"
     cert = "leader-client.pem"         # optional client certificate for mTLS
     key = "leader-client.key"
+    log_level = "info"                 # VEIL_LOG_LEVEL overrides
+    log_format = "text"                # or "json" (JSON lines)
+    [metrics]                          # optional Prometheus endpoint
+    listen = "127.0.0.1:9101"
     [driver]                           # leader only
     interval = 0.5                     # seconds between idle passes
     job_size = 500                     # reports per aggregation job
@@ -28,7 +32,7 @@ import signal
 import threading
 import tomllib
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,6 +46,7 @@ from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService
 from veil.aggregator.storage import SqliteDatastore
 from veil.grpc_util import is_loopback
+from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
 from veil.task import Task, TaskError, load_task
 
@@ -70,7 +75,9 @@ class ServerConfig:
     driver_interval: float = 0.5
     job_size: int = 500
     grace_seconds: float = 30.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    log_level: str | None = None
+    log_format: str = "text"
+    metrics_listen: str | None = None
 
 
 def _tls(table: dict[str, Any] | None, base: Path, cert_key: str) -> TlsFiles | None:
@@ -110,6 +117,9 @@ def load_config(path: Path) -> ServerConfig:
         driver_interval=float(driver.get("interval", 0.5)),
         job_size=int(driver.get("job_size", 500)),
         grace_seconds=float(raw.get("grace_seconds", 30.0)),
+        log_level=raw.get("log_level"),
+        log_format=str(raw.get("log_format", "text")),
+        metrics_listen=raw.get("metrics", {}).get("listen"),
     )
 
 
@@ -152,6 +162,8 @@ class AggregatorServer:
         self.store = SqliteDatastore(config.storage)
         self.privacy = PrivacyEngine(str(config.storage), config.tasks)
         tasks = {t.task_id: t for t in config.tasks}
+        self.metrics = Metrics(role)
+        self.metrics.track_storage(lambda: float(config.storage.stat().st_size))
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8), options=grpc_options(config)
         )
@@ -162,13 +174,20 @@ class AggregatorServer:
         self._driver: threading.Thread | None = None
         if role == "leader":
             helper = GrpcHelperClient(helper_channel_factory(config))
-            self.leader = Leader(tasks, self.store, helper, self.privacy, job_size=config.job_size)
+            self.leader = Leader(
+                tasks,
+                self.store,
+                helper,
+                self.privacy,
+                job_size=config.job_size,
+                metrics=self.metrics,
+            )
             leader_pb2_grpc.add_LeaderServicer_to_server(  # type: ignore[no-untyped-call]
                 LeaderService(self.leader), self.server
             )
             self.service_name = "veil.protocol.v1.Leader"
         else:
-            helper_logic = Helper(tasks, self.store, self.privacy)
+            helper_logic = Helper(tasks, self.store, self.privacy, metrics=self.metrics)
             helper_pb2_grpc.add_HelperServicer_to_server(  # type: ignore[no-untyped-call]
                 HelperService(helper_logic), self.server
             )
@@ -200,6 +219,10 @@ class AggregatorServer:
         self.server.start()
         for name in ("", self.service_name):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.config.metrics_listen is not None:
+            host, _, port = self.config.metrics_listen.rpartition(":")
+            bound = self.metrics.serve(host.strip("[]"), int(port))
+            log.info("metrics on http://%s:%d/metrics", host, bound)
         if self.leader is not None:
             self._driver = threading.Thread(target=self._drive, name="driver", daemon=True)
             self._driver.start()
@@ -234,6 +257,7 @@ class AggregatorServer:
         self.server.stop(self.config.grace_seconds).wait()
         if self._driver is not None:
             self._driver.join(self.config.grace_seconds)
+        self.metrics.stop()
         self.store.close()
 
     def serve_forever(self) -> None:
