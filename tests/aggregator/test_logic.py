@@ -257,3 +257,39 @@ def test_hpke_config_is_stable_across_restarts(tmp_path: Path, world: World) -> 
         PrivacyEngine(str(tmp_path / "helper.db"), []),
     )
     assert again.current_config == config
+
+
+def test_failed_collection_reopens_the_batch(world: World) -> None:
+    task_id = world.files.client.task_id
+    token = world.files.collector.collector_token
+    good = world.report(4)
+    bad = world.report(5)
+    bad = replace(bad, leader_ct=replace(bad.leader_ct, payload=bytes(len(bad.leader_ct.payload))))
+    world.leader.upload(task_id, [good, bad])
+    job = secrets.token_bytes(16)
+    world.leader.create_collection(task_id, token, job, T, TP)  # 2 reports stored
+    while world.leader.run_once():
+        pass
+    failed = world.leader.get_collection(task_id, token, job)
+    assert failed.state == "failed" and "min_batch_size" in failed.error_message
+    # Nothing left the batch: it is open for more reports and a new collection.
+    world.leader.upload(task_id, [world.report(6)])
+    job2 = secrets.token_bytes(16)
+    world.leader.create_collection(task_id, token, job2, T, TP)
+    while world.leader.run_once():
+        pass
+    done = world.leader.get_collection(task_id, token, job2)
+    assert (done.state, done.report_count) == ("finished", 2)
+    assert world.leader_store.rejections(task_id) == {"hpke_decrypt_error": 1}
+
+
+def test_reports_outside_the_task_window(tmp_path: Path) -> None:
+    files = new_task(
+        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", not_before=T, not_after=T + TP
+    )
+    world = World(tmp_path, files)
+    with pytest.raises(ReportTimeRejected, match="window"):
+        world.leader.upload(files.client.task_id, [world.report(1, t=T - TP)])
+    with pytest.raises(ReportTimeRejected, match="window"):
+        world.leader.upload(files.client.task_id, [world.report(1, t=T + TP)])
+    assert world.leader.upload(files.client.task_id, [world.report(1, t=T)]) == (1, 0)

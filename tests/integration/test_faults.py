@@ -125,3 +125,23 @@ def test_sigterm_is_graceful(dep: Deployment) -> None:
     with dep.collector("sum") as c:
         r = c.collect(t, TP, wait=60)
     assert (r.report_count, r.estimate) == (3, 6)
+
+
+def test_client_retries_until_the_leader_is_back(dep: Deployment) -> None:
+    client = dep.client("sum", backoff=0.2, retries=8)
+    t = bucket(7)
+    reports = [client.build_report(v, t) for v in (5, 6)]
+    dep.leader.stop(signal.SIGKILL)
+    import threading
+
+    restart = threading.Timer(1.0, dep.leader.start)
+    restart.start()
+    try:
+        assert client.upload_reports(reports).accepted == 2
+    finally:
+        restart.join()
+    # A retry after an ambiguous failure resends the same report ids: no double count.
+    assert client.upload_reports(reports).duplicates == 2
+    with dep.collector("sum") as c:
+        r = c.collect(t, TP, wait=60)
+    assert (r.report_count, r.estimate) == (2, 11)

@@ -340,10 +340,12 @@ class Leader(AggregatorBase):
         )
 
     def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
+        """Mark the job failed. Before the leader's share exists nothing has left
+        the batch, so its buckets are reopened for a later collection."""
         log.warning("collection job %s failed: %s", record.job_id.hex(), error)
         if self.metrics is not None:
             self.metrics.collections.labels(_task_label(record.task_id), "failed").inc()
-        self.store.update_collection(
+        self.store.fail_collection(
             CollectionRecord(
                 record.task_id,
                 record.job_id,
@@ -356,7 +358,8 @@ class Leader(AggregatorBase):
                 None,
                 STATUS_CODES.get(error.status, 13),
                 str(error),
-            )
+            ),
+            reopen=record.leader_ct is None,
         )
         return True
 

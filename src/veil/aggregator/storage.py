@@ -96,6 +96,7 @@ class Datastore(Protocol):
     def close_batch(
         self, task_id: bytes, start: int, end: int, job_id: bytes, step: int
     ) -> None: ...
+    def fail_collection(self, record: CollectionRecord, reopen: bool) -> None: ...
 
     # Helper.
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None: ...
@@ -501,6 +502,28 @@ class SqliteDatastore:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
         with self._tx() as db:
             self._close(db, task_id, start, end, job_id, step)
+
+    def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
+        """Store a failed collection job; with `reopen`, release the buckets it
+        closed (nothing was released from them), in the same transaction."""
+        with self._tx() as db:
+            if reopen:
+                db.execute(
+                    "UPDATE batch_aggregates SET collected_by = NULL"
+                    " WHERE task_id = ? AND collected_by = ?",
+                    (record.task_id, record.job_id),
+                )
+                db.execute(
+                    "DELETE FROM batch_aggregates WHERE task_id = ? AND report_count = 0"
+                    " AND agg_share IS NULL AND collected_by IS NULL",
+                    (record.task_id,),
+                )
+            db.execute(
+                f"REPLACE INTO collections ({self._COLLECTION_COLS}, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " (SELECT created FROM collections WHERE task_id = ? AND job_id = ?))",
+                (*self._collection_values(record), record.task_id, record.job_id),
+            )
 
     # --- helper -----------------------------------------------------------
 
