@@ -336,3 +336,13 @@ def test_bad_count_and_shares_are_refused() -> None:
         Polya(1, 0)
     with pytest.raises(InvalidParameter):
         PolyaDifference(1, 1.5)  # type: ignore[arg-type]
+
+
+def test_fft_convolution_matches_direct_summation(monkeypatch) -> None:
+    table = DiscreteGaussian(300).pmf_table()
+    direct = np.convolve(table, table)
+    monkeypatch.setattr(distributions, "_DIRECT_CONVOLVE_MAX", 16)
+    via_fft = distributions.convolve(table, table)
+    assert via_fft.shape == direct.shape
+    assert np.abs(via_fft - direct).max() < 1e-15
+    assert via_fft.min() >= 0

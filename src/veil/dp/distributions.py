@@ -80,7 +80,8 @@ def convolve(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDAr
     if min(a.size, b.size) <= _DIRECT_CONVOLVE_MAX:
         return np.convolve(a, b)
     size = a.size + b.size - 1
-    out = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)
+    padded = 1 << (size - 1).bit_length()  # pocketfft is slowest on sizes with big primes
+    out = np.fft.irfft(np.fft.rfft(a, padded) * np.fft.rfft(b, padded), padded)[:size]
     result: npt.NDArray[np.float64] = np.clip(out, 0.0, None)
     return result
 
