@@ -268,7 +268,8 @@ def _dgauss_vec(sigma2: Fraction, n: int, rng: RandomSource) -> IntArray:
         y = _dlap_vec(t, 1, m, rng)
         top = int(np.abs(y).max()) if y.size else 0
         num: IntArray | ObjArray
-        if (top * b * t + a) ** 2 > INT64_SAFE:
+        # max(top, 1) keeps b·t itself in range too; den must fit for num // den.
+        if (max(top, 1) * b * t + a) ** 2 > INT64_SAFE or den > INT64_SAFE:
             # Past 64 bits: the same arithmetic on Python ints in object lanes.
             num = (np.abs(y).astype(object) * (b * t) - a) ** 2
         else:
