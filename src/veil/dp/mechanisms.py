@@ -542,10 +542,11 @@ class NoisePlan:
         Independent mode: ε itself, since the other aggregator's noise alone is a full
         discrete Laplace. Split mode: the other aggregator's share X is a Pólya
         difference, and the privacy loss of a shift by m is
-        L(m) = max_d |ln P(X=d) - ln P(X=d+m)|; with at most `coordinates` coordinates
-        moving by at most `per_coordinate` each, and L subadditive, the worst case is
-        coordinates · L(per_coordinate). L is evaluated on the double-precision pmf and
-        rounded up to a multiple of 10**-6.
+        L(m) = max_d |ln P(X=d) - ln P(X=d+m)| = ln P(X=0) - ln P(X=m) (see
+        `_shift_loss`). The noise is independent per coordinate, so losses add; at most
+        `coordinates` coordinates move, each by at most `per_coordinate`, and L is
+        increasing, so the worst case is coordinates · L(per_coordinate). L is
+        evaluated in double precision and rounded up to a multiple of 10**-6.
         """
         if self.config.epsilon is None:
             return None
