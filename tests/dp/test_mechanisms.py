@@ -16,6 +16,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from veil.dp import (
@@ -465,3 +467,17 @@ def test_epsilon_audit_histogram_from_one_aggregator(mode) -> None:
     )
     assert bound <= float(plan.server_epsilon)
     assert bound > 0.85 * float(plan.server_epsilon)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([FIELD64, FIELD128]), st.data())
+def test_centred_lift_inverts_reduction(modulus, data) -> None:
+    half = (modulus - 1) // 2
+    value = data.draw(st.integers(min_value=-half, max_value=half))
+    assert centred_lift(value % modulus, modulus) == value
+    noise = data.draw(st.integers(min_value=-(2**40), max_value=2**40))
+    share = data.draw(st.integers(min_value=0, max_value=modulus - 1))
+    rest = (value - share) % modulus
+    combined = (apply_noise([share], [noise], modulus)[0] + rest) % modulus
+    if abs(value + noise) <= half:
+        assert centred_lift(combined, modulus) == value + noise
