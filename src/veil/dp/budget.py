@@ -1,0 +1,502 @@
+"""The privacy budget ledger: durable, exact, and atomic.
+
+Accounting (per report, since neighbouring datasets differ in one report):
+
+- Within a task, a report lies in every batch interval that contains its time. Its
+  privacy loss is the sum of the amounts spent on collections whose batch contains
+  it (sequential composition); collections of disjoint batches touch disjoint
+  reports and so compose in parallel. A task's loss is therefore the *peak* over
+  time of the amounts stacked on each instant, and a spend fits if that peak stays
+  within the task's total.
+- A survey is several tasks over the same respondents. One respondent's reports
+  may fall in any batch of each task, so the survey's loss is the sum over its tasks
+  of each task's peak (sequential composition across tasks), which must stay within
+  the survey's total.
+
+Amounts are ε (pure DP) or ρ (zCDP, which also composes by addition); a task and its
+survey use one unit. All amounts are exact Fractions, stored as text, never floats.
+
+A spend is one transaction (`BEGIN IMMEDIATE` in SQLite: the write lock is taken
+before the budget is read), so two concurrent collections can never both pass
+when only one fits. A collection id that was already charged is not charged again:
+a retried request gets the same answer.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Protocol
+
+from veil.dp.errors import BudgetExceeded, InvalidParameter, UnknownTask
+from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, Mechanism, NoisePlan, parse_budget
+
+__all__ = [
+    "Batch",
+    "BudgetLedger",
+    "BudgetUnit",
+    "LedgerStore",
+    "LedgerTransaction",
+    "Spend",
+    "SqliteLedgerStore",
+    "SurveyBudget",
+    "TaskBudget",
+]
+
+# Batch bounds are integers (DAP time in seconds, or any other public index); this
+# range stands for "every report of the task".
+_EVERYTHING = (-(1 << 62), 1 << 62)
+
+
+class BudgetUnit(enum.StrEnum):
+    """What a budget counts: ε for pure DP, ρ for zCDP (the gaussian mechanism)."""
+
+    EPSILON = "epsilon"
+    RHO = "rho"
+
+    @property
+    def maximum(self) -> Fraction:
+        """The largest total or spend accepted in this unit."""
+        return MAX_EPSILON if self is BudgetUnit.EPSILON else MAX_RHO
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The reports of a task with start <= time < end (a DAP batch interval)."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        for bound in (self.start, self.end):
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise InvalidParameter(f"batch bounds must be ints, got {bound!r}")
+        if not _EVERYTHING[0] <= self.start < self.end <= _EVERYTHING[1]:
+            raise InvalidParameter(
+                f"a batch needs start < end within ±2**62, got [{self.start}, {self.end})"
+            )
+
+    @classmethod
+    def everything(cls) -> Batch:
+        """Every report of the task (a collection without a time interval)."""
+        return cls(*_EVERYTHING)
+
+    def overlaps(self, other: Batch) -> bool:
+        """Whether some report could lie in both batches."""
+        return self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True)
+class SurveyBudget:
+    """A total budget shared by the tasks of one survey (same respondents)."""
+
+    survey_id: str
+    total: Fraction
+    unit: BudgetUnit
+
+
+@dataclass(frozen=True)
+class TaskBudget:
+    """A task's total budget, and the survey it belongs to, if any."""
+
+    task_id: str
+    total: Fraction
+    unit: BudgetUnit
+    survey_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One charged collection."""
+
+    collection_id: str
+    task_id: str
+    amount: Fraction
+    batch: Batch
+
+
+class LedgerTransaction(Protocol):
+    """Reads and writes inside one exclusive transaction of a LedgerStore."""
+
+    def survey(self, survey_id: str) -> SurveyBudget | None: ...
+
+    def task(self, task_id: str) -> TaskBudget | None: ...
+
+    def survey_tasks(self, survey_id: str) -> Sequence[TaskBudget]: ...
+
+    def spends(self, task_id: str) -> Sequence[Spend]: ...
+
+    def spend(self, collection_id: str) -> Spend | None: ...
+
+    def add_survey(self, survey: SurveyBudget) -> None: ...
+
+    def add_task(self, task: TaskBudget) -> None: ...
+
+    def add_spend(self, spend: Spend) -> None: ...
+
+
+class LedgerStore(Protocol):
+    """Durable storage for the ledger.
+
+    `transaction()` must be serialisable with respect to every other transaction
+    that writes (SQLite: BEGIN IMMEDIATE; PostgreSQL: SERIALIZABLE, or SELECT ... FOR
+    UPDATE on the task and survey rows), commit on normal exit and roll back on an
+    exception.
+    """
+
+    def transaction(self) -> AbstractContextManager[LedgerTransaction]: ...
+
+
+class BudgetLedger:
+    """Per-task and per-survey privacy budgets; refuses any spend that would overspend.
+
+    Every method runs in one transaction of the store; a refused or invalid request
+    changes nothing.
+    """
+
+    def __init__(self, store: LedgerStore) -> None:
+        self._store = store
+
+    @classmethod
+    def sqlite(cls, path: str | os.PathLike[str]) -> BudgetLedger:
+        """A ledger in the SQLite database at `path` (tables prefixed dp_)."""
+        return cls(SqliteLedgerStore(path))
+
+    def add_survey(
+        self, survey_id: str, total: Fraction | int | str, unit: BudgetUnit = BudgetUnit.EPSILON
+    ) -> SurveyBudget:
+        """Register a survey's total budget (idempotent for identical arguments)."""
+        survey = SurveyBudget(_check_id(survey_id, "survey id"), _amount(total, unit), unit)
+        with self._store.transaction() as tx:
+            existing = tx.survey(survey_id)
+            if existing is None:
+                tx.add_survey(survey)
+            elif existing != survey:
+                raise InvalidParameter(
+                    f"survey {survey_id!r} is already registered with total "
+                    f"{existing.total} {existing.unit}; budgets are immutable"
+                )
+        return survey
+
+    def add_task(
+        self,
+        task_id: str,
+        total: Fraction | int | str,
+        unit: BudgetUnit = BudgetUnit.EPSILON,
+        survey_id: str | None = None,
+    ) -> TaskBudget:
+        """Register a task's total budget, optionally inside a survey (idempotent)."""
+        task = TaskBudget(_check_id(task_id, "task id"), _amount(total, unit), unit, survey_id)
+        with self._store.transaction() as tx:
+            if survey_id is not None:
+                survey = tx.survey(survey_id)
+                if survey is None:
+                    raise UnknownTask(f"unknown survey {survey_id!r}; add it before its tasks")
+                if survey.unit is not unit:
+                    raise InvalidParameter(
+                        f"task {task_id!r} counts {unit} but survey {survey_id!r} counts "
+                        f"{survey.unit}; a survey composes one unit"
+                    )
+            existing = tx.task(task_id)
+            if existing is None:
+                tx.add_task(task)
+            elif existing != task:
+                raise InvalidParameter(
+                    f"task {task_id!r} is already registered with total {existing.total} "
+                    f"{existing.unit} (survey {existing.survey_id!r}); budgets are immutable"
+                )
+        return task
+
+    def remaining(self, task_id: str, batch: Batch | None = None) -> Fraction:
+        """The largest amount a collection of `batch` (default: all) could still spend."""
+        with self._store.transaction() as tx:
+            task = _known_task(tx, task_id)
+            return _remaining(tx, task, batch or Batch.everything())[0]
+
+    def spend(
+        self,
+        task_id: str,
+        amount: Fraction | int | str,
+        batch: Batch | None = None,
+        collection_id: str | None = None,
+    ) -> Spend:
+        """Charge `amount` for collecting `batch` of a task, or raise BudgetExceeded.
+
+        `collection_id` (default: a fresh id) makes the call idempotent: charging the
+        same collection again returns the recorded spend without charging twice.
+        """
+        batch = batch or Batch.everything()
+        with self._store.transaction() as tx:
+            task = _known_task(tx, task_id)
+            asked = _amount(amount, task.unit)
+            if collection_id is None:
+                collection_id = os.urandom(16).hex()
+            _check_id(collection_id, "collection id")
+            wanted = Spend(collection_id, task_id, asked, batch)
+            previous = tx.spend(collection_id)
+            if previous is not None:
+                if previous != wanted:
+                    raise InvalidParameter(
+                        f"collection {collection_id!r} was already charged as {previous}; "
+                        "a retry must repeat the same task, amount and batch"
+                    )
+                return previous
+            remaining, why = _remaining(tx, task, batch)
+            if asked > remaining:
+                raise BudgetExceeded(asked, remaining, why)
+            tx.add_spend(wanted)
+            return wanted
+
+    def charge(
+        self,
+        task_id: str,
+        plan: NoisePlan,
+        batch: Batch | None = None,
+        collection_id: str | None = None,
+    ) -> Spend | None:
+        """Spend what one collection under `plan` costs: ε, or ρ for the gaussian mechanism.
+
+        Mechanism none costs nothing on the ledger (it promises no privacy at all,
+        which draw_noise logs); None is returned and nothing is recorded.
+        """
+        config = plan.config
+        if config.mechanism is Mechanism.NONE:
+            return None
+        if config.mechanism is Mechanism.GAUSSIAN:
+            amount, unit = config.rho, BudgetUnit.RHO
+        else:
+            amount, unit = config.epsilon, BudgetUnit.EPSILON
+        assert amount is not None  # DPConfig validation guarantees it
+        with self._store.transaction() as tx:
+            task = _known_task(tx, task_id)
+        if task.unit is not unit:
+            raise InvalidParameter(
+                f"task {task_id!r} budgets {task.unit} but mechanism {config.mechanism} "
+                f"spends {unit}"
+            )
+        return self.spend(task_id, amount, batch, collection_id)
+
+
+def _check_id(value: str, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidParameter(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _amount(value: Fraction | int | str, unit: BudgetUnit) -> Fraction:
+    return parse_budget(value, unit.value, unit.maximum)
+
+
+def _known_task(tx: LedgerTransaction, task_id: str) -> TaskBudget:
+    task = tx.task(task_id)
+    if task is None:
+        raise UnknownTask(f"no privacy budget is registered for task {task_id!r}")
+    return task
+
+
+def _peak(spends: Sequence[Spend], within: Batch) -> Fraction:
+    """max over instants in `within` of the amounts of spends whose batch holds it."""
+    relevant = [s for s in spends if s.batch.overlaps(within)]
+    # The stacked amount only changes where a batch starts, so those points (and the
+    # window's own start) are the only candidates for the maximum.
+    points = {within.start} | {s.batch.start for s in relevant if s.batch.start > within.start}
+    return max(
+        (
+            sum((s.amount for s in relevant if s.batch.start <= p < s.batch.end), Fraction(0))
+            for p in points
+        ),
+        default=Fraction(0),
+    )
+
+
+def _remaining(tx: LedgerTransaction, task: TaskBudget, batch: Batch) -> tuple[Fraction, str]:
+    """What a spend on `batch` may still take, and which budget binds."""
+    spends = tx.spends(task.task_id)
+    stacked = _peak(spends, batch)
+    remaining = task.total - stacked
+    why = (
+        f"task {task.task_id!r} has a total of {task.total} {task.unit} and reports in "
+        f"batch [{batch.start}, {batch.end}) have already spent {stacked}"
+    )
+    if task.survey_id is not None:
+        survey = tx.survey(task.survey_id)
+        assert survey is not None  # add_task checked it; surveys are never removed
+        others = sum(
+            (
+                _peak(tx.spends(t.task_id), Batch.everything())
+                for t in tx.survey_tasks(survey.survey_id)
+                if t.task_id != task.task_id
+            ),
+            Fraction(0),
+        )
+        # The survey's loss is the sum of the tasks' peaks. This task's peak becomes
+        # max(own_peak, stacked + x): x fits if that stays within total - others.
+        own_peak = _peak(spends, Batch.everything())
+        survey_remaining = max(survey.total - others, own_peak) - stacked
+        if survey_remaining < remaining:
+            remaining = survey_remaining
+            why = (
+                f"survey {survey.survey_id!r} has a total of {survey.total} {survey.unit}; "
+                f"its other tasks have spent {others} and this batch {stacked}"
+            )
+    return max(remaining, Fraction(0)), why
+
+
+# --------------------------------------------------------------------------- SQLite
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS dp_surveys (
+    survey_id TEXT PRIMARY KEY,
+    total TEXT NOT NULL,
+    unit TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dp_tasks (
+    task_id TEXT PRIMARY KEY,
+    total TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    survey_id TEXT REFERENCES dp_surveys (survey_id)
+);
+CREATE INDEX IF NOT EXISTS dp_tasks_survey ON dp_tasks (survey_id);
+CREATE TABLE IF NOT EXISTS dp_spends (
+    collection_id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL REFERENCES dp_tasks (task_id),
+    amount TEXT NOT NULL,
+    batch_start INTEGER NOT NULL,
+    batch_end INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dp_spends_task ON dp_spends (task_id);
+"""
+
+
+class SqliteLedgerTransaction:
+    """LedgerTransaction over one SQLite connection inside BEGIN IMMEDIATE."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def survey(self, survey_id: str) -> SurveyBudget | None:
+        row = self._conn.execute(
+            "SELECT survey_id, total, unit FROM dp_surveys WHERE survey_id = ?", (survey_id,)
+        ).fetchone()
+        return None if row is None else SurveyBudget(row[0], Fraction(row[1]), BudgetUnit(row[2]))
+
+    def task(self, task_id: str) -> TaskBudget | None:
+        row = self._conn.execute(
+            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE task_id = ?", (task_id,)
+        ).fetchone()
+        return None if row is None else _task_from_row(row)
+
+    def survey_tasks(self, survey_id: str) -> list[TaskBudget]:
+        rows = self._conn.execute(
+            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE survey_id = ?",
+            (survey_id,),
+        ).fetchall()
+        return [_task_from_row(row) for row in rows]
+
+    def spends(self, task_id: str) -> list[Spend]:
+        rows = self._conn.execute(
+            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends "
+            "WHERE task_id = ?",
+            (task_id,),
+        ).fetchall()
+        return [_spend_from_row(row) for row in rows]
+
+    def spend(self, collection_id: str) -> Spend | None:
+        row = self._conn.execute(
+            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends "
+            "WHERE collection_id = ?",
+            (collection_id,),
+        ).fetchone()
+        return None if row is None else _spend_from_row(row)
+
+    def add_survey(self, survey: SurveyBudget) -> None:
+        self._conn.execute(
+            "INSERT INTO dp_surveys (survey_id, total, unit) VALUES (?, ?, ?)",
+            (survey.survey_id, str(survey.total), survey.unit.value),
+        )
+
+    def add_task(self, task: TaskBudget) -> None:
+        self._conn.execute(
+            "INSERT INTO dp_tasks (task_id, total, unit, survey_id) VALUES (?, ?, ?, ?)",
+            (task.task_id, str(task.total), task.unit.value, task.survey_id),
+        )
+
+    def add_spend(self, spend: Spend) -> None:
+        self._conn.execute(
+            "INSERT INTO dp_spends (collection_id, task_id, amount, batch_start, batch_end) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (
+                spend.collection_id,
+                spend.task_id,
+                str(spend.amount),
+                spend.batch.start,
+                spend.batch.end,
+            ),
+        )
+
+
+def _task_from_row(row: tuple[str, str, str, str | None]) -> TaskBudget:
+    return TaskBudget(row[0], Fraction(row[1]), BudgetUnit(row[2]), row[3])
+
+
+def _spend_from_row(row: tuple[str, str, str, int, int]) -> Spend:
+    return Spend(row[0], row[1], Fraction(row[2]), Batch(row[3], row[4]))
+
+
+class SqliteLedgerStore:
+    """LedgerStore in an SQLite database (the aggregator's own, in WAL mode).
+
+    Each transaction uses a fresh connection (so threads and processes may share
+    the store) and takes the write lock up front with BEGIN IMMEDIATE; a concurrent
+    spend waits up to `timeout` seconds for it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        connect: Callable[[], sqlite3.Connection] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if (path is None) == (connect is None):
+            raise InvalidParameter("give exactly one of a database path or a connect function")
+        if connect is None:
+            assert path is not None
+            connect = functools.partial(sqlite3.connect, os.fspath(path), timeout=timeout)
+        self._connect = connect
+        conn = self._open()
+        try:
+            # WAL lets readers proceed during a spend; it persists in the database file.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+        finally:
+            conn.close()
+
+    def _open(self) -> sqlite3.Connection:
+        conn = self._connect()
+        # Autocommit at the driver level, so that BEGIN IMMEDIATE below is the one
+        # and only transaction boundary.
+        conn.isolation_level = None
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteLedgerTransaction]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+        conn = self._open()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield SqliteLedgerTransaction(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            conn.close()

@@ -1,0 +1,157 @@
+"""Estimates and confidence intervals for the collector, and consistent post-processing.
+
+The decoded result is y = a + Z, with a the true aggregate and Z the total noise
+(symmetric, mean 0), so y is an unbiased estimate of a. The interval [y - c, y + c],
+with c the smallest integer such that P(|Z| <= c) >= 1 - α, covers a with probability
+at least 1 - α; c comes from the exact pmf of Z (the convolution of the aggregators'
+noises in independent mode, one discrete Laplace in split mode), which depends only on
+public parameters (the task's NoisePlan), never on the data.
+
+Post-processing (clamping, projection) cannot weaken DP, but it trades the
+unbiasedness of y for smaller error; the functions say which they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from veil.dp.errors import InvalidParameter
+from veil.dp.mechanisms import Mechanism, NoisePlan
+
+__all__ = [
+    "Estimate",
+    "clamp",
+    "estimate",
+    "feasible_range",
+    "frequencies",
+    "mean",
+    "noise_half_width",
+    "project_histogram",
+]
+
+# The noise pmf tables are exact to ~1e-14 in absolute terms; smaller α would ask for
+# more precision than they have.
+MIN_ALPHA = 1e-9
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a confidence interval [low, high].
+
+    `coverage` is the exact probability (from the noise pmf) that such an interval
+    covers the truth; it is at least `level` and exceeds it only because the noise
+    is integer-valued.
+    """
+
+    value: Fraction
+    low: Fraction
+    high: Fraction
+    level: float
+    coverage: float
+
+    def scaled(self, factor: Fraction) -> Estimate:
+        """The estimate of factor · truth (factor > 0), e.g. a mean from a sum."""
+        if factor <= 0:
+            raise InvalidParameter(f"scale factor must be > 0, got {factor}")
+        return Estimate(
+            self.value * factor, self.low * factor, self.high * factor, self.level, self.coverage
+        )
+
+
+def noise_half_width(plan: NoisePlan, alpha: float) -> tuple[int, float]:
+    """(c, P(|Z| <= c)) for the least integer c with P(|Z| <= c) >= 1 - alpha."""
+    if not MIN_ALPHA <= alpha < 1:
+        raise InvalidParameter(f"alpha must be in [{MIN_ALPHA}, 1), got {alpha}")
+    noise = plan.total_noise()
+    # Smallest c with P(|Z| <= c) >= 1 - alpha: double an upper bracket, then bisect
+    # (P(|Z| <= c) is non-decreasing in c).
+    lo, hi = -1, 1
+    while noise.central_mass(hi) < 1 - alpha:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if noise.central_mass(mid) >= 1 - alpha:
+            hi = mid
+        else:
+            lo = mid
+    return hi, min(noise.central_mass(hi), 1.0)
+
+
+def estimate(noised: Sequence[int], plan: NoisePlan, alpha: float = 0.05) -> list[Estimate]:
+    """Per-coordinate unbiased estimates and (1 - alpha) confidence intervals.
+
+    `noised` is the decoded (centred-lifted) aggregate. With the laplace mechanism
+    the values are fixed-point and are divided by 2**fixed_point_bits. Each interval
+    holds marginally for its coordinate; for simultaneous coverage of k coordinates
+    pass alpha / k (Bonferroni).
+    """
+    c, coverage = noise_half_width(plan, alpha)
+    unit = Fraction(1, 1 << plan.config.fixed_point_bits)
+    if plan.config.mechanism is not Mechanism.LAPLACE:
+        unit = Fraction(1)
+    return [Estimate(y * unit, (y - c) * unit, (y + c) * unit, 1 - alpha, coverage) for y in noised]
+
+
+def feasible_range(vdaf: str, params: Mapping[str, int], report_count: int) -> tuple[int, int]:
+    """[low, high] that each coordinate of the true aggregate lies in (public bounds)."""
+    if report_count < 0:
+        raise InvalidParameter(f"report_count must be >= 0, got {report_count}")
+    if vdaf in ("Prio3Count", "Prio3Histogram", "Prio3MultihotCountVec"):
+        return 0, report_count
+    if vdaf == "Prio3Sum" or vdaf.startswith("Prio3SumVec"):
+        if "max_measurement" in params:
+            top = params["max_measurement"]
+        elif "bits" in params:
+            top = (1 << params["bits"]) - 1
+        else:
+            raise InvalidParameter(f"{vdaf} needs max_measurement for its feasible range")
+        return 0, report_count * top
+    raise InvalidParameter(f"no feasible range known for VDAF type {vdaf!r}")
+
+
+def clamp(
+    values: Sequence[Fraction | int], low: Fraction | int, high: Fraction | int
+) -> list[Fraction]:
+    """Each value clamped to [low, high] (biased towards the interior, smaller error)."""
+    if low > high:
+        raise InvalidParameter(f"empty range [{low}, {high}]")
+    return [Fraction(min(max(v, low), high)) for v in values]
+
+
+def project_histogram(values: Sequence[Fraction | int], total: int) -> list[Fraction]:
+    """The closest point (in L2) to `values` with non-negative entries summing to `total`.
+
+    Exact Euclidean projection onto the scaled simplex (the sort-and-threshold method,
+    Held, Wolfe, Crowder 1974; Duchi et al. 2008): x_i = max(v_i - θ, 0) with θ chosen
+    so that the sum is `total`. `total` is the published report count.
+    """
+    if total < 0:
+        raise InvalidParameter(f"total must be >= 0, got {total}")
+    if not values:
+        raise InvalidParameter("cannot project an empty histogram")
+    exact = [Fraction(v) for v in values]
+    if total == 0:
+        return [Fraction(0)] * len(exact)
+    ordered = sorted(exact, reverse=True)
+    running = Fraction(0)
+    theta = Fraction(0)
+    for k, v in enumerate(ordered, start=1):
+        running += v
+        candidate = (running - total) / k
+        if v - candidate > 0:
+            theta = candidate
+    return [max(v - theta, Fraction(0)) for v in exact]
+
+
+def mean(sum_estimate: Estimate, report_count: int) -> Estimate:
+    """Mean (sum / n) with its interval; the report count n is public and exact."""
+    if report_count < 1:
+        raise InvalidParameter(f"a mean needs report_count >= 1, got {report_count}")
+    return sum_estimate.scaled(Fraction(1, report_count))
+
+
+def frequencies(counts: Sequence[Estimate], report_count: int) -> list[Estimate]:
+    """Per-bucket frequencies (count / n) with their intervals."""
+    return [mean(c, report_count) for c in counts]

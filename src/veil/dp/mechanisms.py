@@ -1,0 +1,645 @@
+"""DP mechanisms per task: configuration, sensitivity, and noise in the field.
+
+A task fixes a `DPConfig` (mechanism, ε or ρ, noise mode, fixed-point bits). Its
+Prio3 type fixes the sensitivity under *replacement* of one report (the report count
+is published, as in DAP). Together they make a `NoisePlan`, which says what each
+aggregator draws, what total noise the collector's result carries, and what privacy
+each party gets.
+
+Noise lives in the field: an integer z is added as z mod p to a coordinate of the
+aggregate share; the collector undoes the wrap with the centred lift (v >= p/2 means
+v - p), which is exact as long as |aggregate + noise| < p/2.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from veil.dp._exact import RandomSource
+from veil.dp.distributions import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    PolyaDifference,
+    convolve,
+    exact_rational,
+)
+from veil.dp.errors import InvalidParameter, InvalidSensitivity
+
+__all__ = [
+    "AGGREGATORS",
+    "MAX_EPSILON",
+    "MAX_FIXED_POINT_BITS",
+    "MAX_RHO",
+    "DPConfig",
+    "Mechanism",
+    "NoiseMode",
+    "NoisePlan",
+    "Sensitivity",
+    "TotalNoise",
+    "add_noise",
+    "apply_noise",
+    "centred_lift",
+    "decode",
+    "draw_noise",
+    "encode_fixed_point",
+    "fixed_point_bound",
+    "parse_budget",
+    "sensitivity",
+]
+
+log = logging.getLogger("veil.dp")
+
+# Above ε = 20 the output distributions of neighbours may differ by e**20 ≈ 5·10**8:
+# that is no longer a privacy guarantee, so it is refused as a likely mistake.
+MAX_EPSILON = Fraction(20)
+# ρ-zCDP with ρ = 20 already allows ε ≈ 20 + 2√(20·ln(1/δ)); larger is refused alike.
+MAX_RHO = Fraction(20)
+# Granularity 2**-32 is finer than any measurement a bounded Prio3 type can carry
+# usefully in Field64; more bits only make Δ (and the noise) larger.
+MAX_FIXED_POINT_BITS = 32
+# veil runs Prio3 between exactly two aggregators (leader and helper).
+AGGREGATORS = 2
+
+
+class Mechanism(enum.StrEnum):
+    """How noise is drawn. `NONE` must be chosen explicitly and is logged as a warning."""
+
+    GEOMETRIC = "geometric"  # discrete Laplace, scale Δ/ε: pure ε-DP (the default)
+    LAPLACE = "laplace"  # the same on fixed-point values at granularity 2**-bits
+    GAUSSIAN = "gaussian"  # discrete Gaussian, σ² = Δ₂²/(2ρ): ρ-zCDP
+    NONE = "none"  # no noise at all: no privacy beyond secret sharing
+
+
+class NoiseMode(enum.StrEnum):
+    """Who adds how much noise."""
+
+    # Each aggregator adds the full noise: ε-DP even against one aggregator that knows
+    # its own noise (the default).
+    INDEPENDENT = "independent"
+    # Each adds a Pólya-difference share, the total being exactly one discrete Laplace:
+    # half the variance, but one aggregator alone sees a weaker ε (NoisePlan.server_epsilon).
+    SPLIT = "split"
+
+
+def parse_budget(value: int | float | Fraction | str, what: str, maximum: Fraction) -> Fraction:
+    """An ε or ρ as an exact Fraction in (0, maximum].
+
+    A float is taken as the decimal it prints as (0.1 means 1/10, not the binary
+    double nearest to it), which is the number its writer meant.
+    """
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidParameter(f"{what} must be finite, got {value}")
+        value = repr(value)
+    if isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity", "nan"}:
+        raise InvalidParameter(f"{what} must be finite, got {value!r}")
+    exact = exact_rational(value, what)
+    if exact <= 0:
+        raise InvalidParameter(f"{what} must be > 0, got {exact}")
+    if exact > maximum:
+        raise InvalidParameter(
+            f"{what} = {exact} is above the maximum {maximum}: that is no meaningful "
+            f"privacy guarantee; choose {what} <= {maximum}"
+        )
+    return exact
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """The DP parameters of one task (immutable, validated on construction).
+
+    Use the constructors `geometric`, `laplace`, `gaussian`, `none` or `parse`
+    (for untyped task definitions); all refuse bad input with `InvalidParameter`.
+    """
+
+    mechanism: Mechanism
+    epsilon: Fraction | None = None
+    rho: Fraction | None = None
+    mode: NoiseMode = NoiseMode.INDEPENDENT
+    fixed_point_bits: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mechanism, Mechanism):
+            raise InvalidParameter(f"mechanism must be a Mechanism, got {self.mechanism!r}")
+        if not isinstance(self.mode, NoiseMode):
+            raise InvalidParameter(f"mode must be a NoiseMode, got {self.mode!r}")
+        bits = self.fixed_point_bits
+        if isinstance(bits, bool) or not isinstance(bits, int):
+            raise InvalidParameter(f"fixed_point_bits must be an int, got {bits!r}")
+        for name in ("epsilon", "rho"):
+            value = getattr(self, name)
+            if value is not None:
+                maximum = MAX_EPSILON if name == "epsilon" else MAX_RHO
+                object.__setattr__(self, name, parse_budget(value, name, maximum))
+        mech = self.mechanism
+        if mech in (Mechanism.GEOMETRIC, Mechanism.LAPLACE):
+            if self.epsilon is None:
+                raise InvalidParameter(f"mechanism {mech} needs epsilon")
+            if self.rho is not None:
+                raise InvalidParameter(f"mechanism {mech} takes epsilon, not rho")
+        elif mech is Mechanism.GAUSSIAN:
+            if self.rho is None:
+                raise InvalidParameter(
+                    "mechanism gaussian needs rho (the zCDP parameter); for pure ε-DP use geometric"
+                )
+            if self.epsilon is not None:
+                raise InvalidParameter("mechanism gaussian takes rho, not epsilon")
+        elif self.epsilon is not None or self.rho is not None:
+            raise InvalidParameter("mechanism none adds no noise and takes no epsilon or rho")
+        if self.mode is NoiseMode.SPLIT and mech not in (Mechanism.GEOMETRIC, Mechanism.LAPLACE):
+            raise InvalidParameter(
+                f"split mode divides a discrete Laplace between the aggregators; "
+                f"mechanism {mech} supports only independent mode"
+            )
+        if mech is Mechanism.LAPLACE:
+            if not 0 <= bits <= MAX_FIXED_POINT_BITS:
+                raise InvalidParameter(
+                    f"fixed_point_bits must be in [0, {MAX_FIXED_POINT_BITS}], got {bits}"
+                )
+        elif bits != 0:
+            raise InvalidParameter(
+                f"fixed_point_bits applies to mechanism laplace only, not {mech}"
+            )
+
+    @classmethod
+    def geometric(
+        cls, epsilon: int | float | Fraction | str, mode: NoiseMode = NoiseMode.INDEPENDENT
+    ) -> DPConfig:
+        """Discrete Laplace with scale Δ/ε: pure ε-DP (the default mechanism)."""
+        return cls(
+            Mechanism.GEOMETRIC, epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON), mode=mode
+        )
+
+    @classmethod
+    def laplace(
+        cls,
+        epsilon: int | float | Fraction | str,
+        fixed_point_bits: int,
+        mode: NoiseMode = NoiseMode.INDEPENDENT,
+    ) -> DPConfig:
+        """Discrete Laplace on fixed-point values encoded as round(x · 2**bits).
+
+        The Prio3 parameters (e.g. Sum's max_measurement = fixed_point_bound(M, bits))
+        are in encoded units, so the sensitivity and the scale Δ/ε are 2**bits times
+        those of the real values; the noise stays an exact integer, and the collector's
+        estimates are divided by 2**bits.
+        """
+        return cls(
+            Mechanism.LAPLACE,
+            epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON),
+            mode=mode,
+            fixed_point_bits=fixed_point_bits,
+        )
+
+    @classmethod
+    def gaussian(cls, rho: int | float | Fraction | str) -> DPConfig:
+        """Discrete Gaussian with σ² = Δ₂²/(2ρ): ρ-zCDP."""
+        return cls(Mechanism.GAUSSIAN, rho=parse_budget(rho, "rho", MAX_RHO))
+
+    @classmethod
+    def none(cls) -> DPConfig:
+        """No noise. Only for tests and deployments that accept no DP; logged as a warning."""
+        return cls(Mechanism.NONE)
+
+    @classmethod
+    def parse(
+        cls,
+        mechanism: str,
+        epsilon: int | float | Fraction | str | None = None,
+        rho: int | float | Fraction | str | None = None,
+        mode: str = "independent",
+        fixed_point_bits: int = 0,
+    ) -> DPConfig:
+        """From untyped task settings; the mechanism must be named (no silent default)."""
+        try:
+            mech = Mechanism(mechanism)
+        except ValueError:
+            known = ", ".join(m.value for m in Mechanism)
+            raise InvalidParameter(
+                f"unknown DP mechanism {mechanism!r}; choose one of {known}"
+            ) from None
+        try:
+            noise_mode = NoiseMode(mode)
+        except ValueError:
+            known = ", ".join(m.value for m in NoiseMode)
+            raise InvalidParameter(f"unknown noise mode {mode!r}; choose one of {known}") from None
+        return cls(
+            mech,
+            epsilon=None if epsilon is None else parse_budget(epsilon, "epsilon", MAX_EPSILON),
+            rho=None if rho is None else parse_budget(rho, "rho", MAX_RHO),
+            mode=noise_mode,
+            fixed_point_bits=fixed_point_bits,
+        )
+
+
+def encode_fixed_point(value: int | Fraction | str, bits: int) -> int:
+    """The integer a client submits for `value` at granularity 2**-bits.
+
+    round(value · 2**bits), ties to even. With the laplace mechanism the Prio3 type's
+    parameters are in these units, so its sensitivity is already scaled by 2**bits;
+    `fixed_point_bound` turns a real bound into such a parameter.
+    """
+    _check_bits(bits)
+    return round(exact_rational(value, "value") * (1 << bits))
+
+
+def fixed_point_bound(real_max: int | Fraction | str, bits: int) -> int:
+    """ceil(real_max · 2**bits): the max_measurement that admits every encoded value."""
+    _check_bits(bits)
+    exact = exact_rational(real_max, "real_max")
+    if exact <= 0:
+        raise InvalidParameter(f"real_max must be > 0, got {exact}")
+    scaled = exact * (1 << bits)
+    return -((-scaled.numerator) // scaled.denominator)
+
+
+def _check_bits(bits: int) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= MAX_FIXED_POINT_BITS:
+        raise InvalidParameter(
+            f"fixed-point bits must be an int in [0, {MAX_FIXED_POINT_BITS}], got {bits!r}"
+        )
+
+
+# --------------------------------------------------------------------------- sensitivity
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """How far one report can move the aggregate, under replacement of one report.
+
+    At most `coordinates` coordinates change, each by at most `per_coordinate`; so
+    the L1 sensitivity is their product and the squared L2 sensitivity is
+    coordinates · per_coordinate². Keeping the shape (not just L1) lets the split
+    mode compute the per-server ε exactly for each type.
+    """
+
+    coordinates: int
+    per_coordinate: int
+
+    @property
+    def l1(self) -> int:
+        """Δ₁, which sets the discrete Laplace scale Δ₁/ε."""
+        return self.coordinates * self.per_coordinate
+
+    @property
+    def l2_squared(self) -> int:
+        """Δ₂², which sets the discrete Gaussian σ² = Δ₂²/(2ρ)."""
+        return self.coordinates * self.per_coordinate**2
+
+
+_SUMVEC_NAMES = ("Prio3SumVec", "Prio3SumVecField64MultiproofHmacSha256Aes128")
+VDAF_TYPES = (
+    "Prio3Count",
+    "Prio3Sum",
+    *_SUMVEC_NAMES,
+    "Prio3Histogram",
+    "Prio3MultihotCountVec",
+)
+
+
+def _param(vdaf: str, params: Mapping[str, int], name: str) -> int:
+    if name not in params:
+        raise InvalidSensitivity(f"{vdaf} needs the parameter {name!r} to derive its sensitivity")
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidSensitivity(f"{vdaf} parameter {name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def sensitivity(vdaf: str, params: Mapping[str, int]) -> Sensitivity:
+    """The sensitivity of a Prio3 type's aggregate under replacement of one report.
+
+    - Prio3Count: a 0 becomes a 1: one coordinate by 1 (Δ₁ = 1).
+    - Prio3Sum(max_measurement): 0 becomes max_measurement (Δ₁ = max_measurement).
+    - Prio3SumVec(length, max_measurement): every coordinate can go from 0 to
+      max_measurement (Δ₁ = length · max_measurement). Drafts that give `bits`
+      instead mean max_measurement = 2**bits - 1. Also the multiproof variant.
+    - Prio3Histogram(length): a 1 moves from one bucket to another: two coordinates
+      by 1 (Δ₁ = 2; 1 when length is 1).
+    - Prio3MultihotCountVec(length, max_weight): up to max_weight ones turn off and
+      as many others turn on: Δ₁ = min(2 · max_weight, length), each by 1.
+
+    `chunk_length` and other parameters do not affect the sensitivity.
+    """
+    if vdaf == "Prio3Count":
+        return Sensitivity(1, 1)
+    if vdaf == "Prio3Sum":
+        return Sensitivity(1, _param(vdaf, params, "max_measurement"))
+    if vdaf in _SUMVEC_NAMES:
+        length = _param(vdaf, params, "length")
+        if "max_measurement" not in params and "bits" in params:
+            top = (1 << _param(vdaf, params, "bits")) - 1
+        else:
+            top = _param(vdaf, params, "max_measurement")
+        return Sensitivity(length, top)
+    if vdaf == "Prio3Histogram":
+        return Sensitivity(min(2, _param(vdaf, params, "length")), 1)
+    if vdaf == "Prio3MultihotCountVec":
+        length = _param(vdaf, params, "length")
+        weight = _param(vdaf, params, "max_weight")
+        if weight > length:
+            raise InvalidSensitivity(
+                f"Prio3MultihotCountVec max_weight ({weight}) cannot exceed length ({length})"
+            )
+        return Sensitivity(min(2 * weight, length), 1)
+    raise InvalidSensitivity(
+        f"unknown VDAF type {vdaf!r}; sensitivity is defined for {', '.join(VDAF_TYPES)}"
+    )
+
+
+# --------------------------------------------------------------------------- total noise
+
+
+@dataclass(frozen=True)
+class TotalNoise:
+    """The sum of independent noises, all the same distribution (or none at all).
+
+    `central_mass(c)` = P(|Z| <= c) is what confidence intervals need; for discrete
+    Laplace summands it has a closed form, so no table is built for them however
+    large the scale.
+    """
+
+    parts: tuple[DiscreteLaplace | DiscreteGaussian, ...]
+
+    def __post_init__(self) -> None:
+        if len(set(self.parts)) > 1:
+            raise InvalidParameter("TotalNoise sums copies of one distribution")
+
+    def _laplace(self) -> tuple[float, int] | None:
+        if self.parts and isinstance(self.parts[0], DiscreteLaplace) and len(self.parts) <= 2:
+            return self.parts[0].decay, len(self.parts)
+        return None
+
+    def pmf(self, z: int) -> float:
+        """P(Z = z)."""
+        laplace = self._laplace()
+        if laplace is not None:
+            q, count = laplace
+            c0 = (1 - q) / (1 + q)
+            if count == 1:
+                return c0 * q ** abs(z)
+            # Σ_k q**(|k| + |z-k|) = q**|z| · (|z| + 1 + 2q²/(1-q²)).
+            return c0 * c0 * q ** abs(z) * (abs(z) + 1 + 2 * q * q / (1 - q * q))
+        table = self._table
+        centre = (table.size - 1) // 2
+        return float(table[z + centre]) if abs(z) <= centre else 0.0
+
+    def central_mass(self, c: int) -> float:
+        """P(|Z| <= c) for an integer c >= 0."""
+        if not self.parts:
+            return 1.0
+        laplace = self._laplace()
+        if laplace is not None:
+            q, count = laplace
+            if count == 1:
+                return 1 - 2 * q ** (c + 1) / (1 + q)
+            # P(Z >= z) for z >= 1 from the pmf above, summed in closed form.
+            z = c + 1
+            c0 = (1 - q) / (1 + q)
+            h = 1 + 2 * q * q / (1 - q * q)
+            tail = c0 * c0 * q**z * (h / (1 - q) + (z * (1 - q) + q) / (1 - q) ** 2)
+            return 1 - 2 * tail
+        mass = self._central_masses
+        return float(mass[min(c, mass.size - 1)])
+
+    @functools.cached_property
+    def _central_masses(self) -> npt.NDArray[np.float64]:
+        # mass[c] = P(|Z| <= c), accumulated from the centre outwards (symmetric Z).
+        centre, table = self.table()
+        outward = table[centre:].copy()
+        outward[1:] += table[:centre][::-1]
+        return np.minimum(np.cumsum(outward), 1.0)
+
+    def variance(self) -> float:
+        """The sum of the summands' variances."""
+        return sum((part.variance() for part in self.parts), 0.0)
+
+    def table(self) -> tuple[int, npt.NDArray[np.float64]]:
+        """(M, p): p[i] = P(Z = i - M), tail mass beyond M below 1e-14."""
+        table = self._table
+        return (table.size - 1) // 2, table.copy()
+
+    @functools.cached_property
+    def _table(self) -> npt.NDArray[np.float64]:
+        if not self.parts:
+            return np.ones(1)
+        single = self.parts[0].pmf_table()
+        table = single
+        for _ in self.parts[1:]:
+            table = convolve(table, single)
+        return table
+
+
+# --------------------------------------------------------------------------- noise plan
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """What noise a task's aggregators add, and what privacy that buys.
+
+    Build it with `NoisePlan.for_task`; every field is public (the collector uses the
+    same plan to compute confidence intervals from public parameters only).
+    """
+
+    config: DPConfig
+    sensitivity: Sensitivity
+
+    @classmethod
+    def for_task(
+        cls,
+        config: DPConfig,
+        vdaf: str,
+        params: Mapping[str, int],
+        declared_l1: int | None = None,
+    ) -> NoisePlan:
+        """The plan for a task; a declared Δ₁ must be at least what the type allows.
+
+        A declared sensitivity below the type's would under-noise (and so break the
+        ε promise); above it is allowed (more noise, same coordinates shape), e.g. to
+        share one scale across several tasks.
+        """
+        derived = sensitivity(vdaf, params)
+        if declared_l1 is None:
+            return cls(config, derived)
+        if isinstance(declared_l1, bool) or not isinstance(declared_l1, int) or declared_l1 < 1:
+            raise InvalidSensitivity(
+                f"a declared sensitivity must be an int >= 1, got {declared_l1!r}"
+            )
+        if declared_l1 < derived.l1:
+            raise InvalidSensitivity(
+                f"declared sensitivity {declared_l1} does not fit {vdaf} with {dict(params)}: "
+                f"one report can move the aggregate by {derived.l1} in L1"
+            )
+        if declared_l1 % derived.coordinates:
+            raise InvalidSensitivity(
+                f"declared sensitivity {declared_l1} does not fit {vdaf}: it must be a "
+                f"multiple of the {derived.coordinates} coordinates one report can change"
+            )
+        return cls(config, Sensitivity(derived.coordinates, declared_l1 // derived.coordinates))
+
+    @property
+    def scale(self) -> Fraction | None:
+        """The discrete Laplace scale Δ₁/ε of the total noise (None unless Laplace)."""
+        if self.config.epsilon is None or self.config.mechanism is Mechanism.GAUSSIAN:
+            return None
+        return self.sensitivity.l1 / self.config.epsilon
+
+    @property
+    def sigma_squared(self) -> Fraction | None:
+        """σ² = Δ₂²/(2ρ) of each aggregator's discrete Gaussian (None unless Gaussian)."""
+        if self.config.rho is None:
+            return None
+        return self.sensitivity.l2_squared / (2 * self.config.rho)
+
+    def server_noise(self) -> DiscreteLaplace | DiscreteGaussian | PolyaDifference | None:
+        """The distribution each aggregator draws, per coordinate (None: no noise)."""
+        mech = self.config.mechanism
+        if mech is Mechanism.NONE:
+            return None
+        if mech is Mechanism.GAUSSIAN:
+            assert self.sigma_squared is not None
+            return DiscreteGaussian.from_sigma_squared(self.sigma_squared)
+        assert self.scale is not None
+        if self.config.mode is NoiseMode.SPLIT:
+            return PolyaDifference(self.scale, AGGREGATORS)
+        return DiscreteLaplace(self.scale)
+
+    def total_noise(self) -> TotalNoise:
+        """The noise in the collector's combined result (public: no data enters it).
+
+        Independent mode: the sum of the aggregators' noises; split mode: exactly one
+        discrete Laplace of scale Δ₁/ε.
+        """
+        noise = self.server_noise()
+        if noise is None:
+            return TotalNoise(())
+        if isinstance(noise, PolyaDifference):
+            return TotalNoise((DiscreteLaplace(noise.scale),))
+        return TotalNoise((noise,) * AGGREGATORS)
+
+    def total_noise_pmf(self) -> tuple[int, npt.NDArray[np.float64]]:
+        """(M, p): p[i] = P(total noise = i - M), tail mass beyond M below 1e-14."""
+        return self.total_noise().table()
+
+    @property
+    def epsilon(self) -> Fraction | None:
+        """ε against the collector and everyone downstream (None for Gaussian/none)."""
+        return self.config.epsilon
+
+    @property
+    def server_epsilon(self) -> Fraction | None:
+        """ε against one aggregator that knows its own noise (None for Gaussian/none).
+
+        Independent mode: ε itself, since the other aggregator's noise alone is a full
+        discrete Laplace. Split mode: the other aggregator's share X is a Pólya
+        difference, and the privacy loss of a shift by m is
+        L(m) = max_d |ln P(X=d) - ln P(X=d+m)| = ln P(X=0) - ln P(X=m) (see
+        `_shift_loss`). The noise is independent per coordinate, so losses add; at most
+        `coordinates` coordinates move, each by at most `per_coordinate`, and L is
+        increasing, so the worst case is coordinates · L(per_coordinate). L is
+        evaluated in double precision and rounded up to a multiple of 10**-6.
+        """
+        if self.config.epsilon is None:
+            return None
+        if self.config.mode is NoiseMode.INDEPENDENT:
+            return self.config.epsilon
+        assert self.scale is not None
+        loss = _shift_loss(
+            PolyaDifference(self.scale, AGGREGATORS), self.sensitivity.per_coordinate
+        )
+        total = self.sensitivity.coordinates * loss
+        return Fraction(math.ceil(total * 1e6 * (1 + 1e-9)), 10**6)
+
+    @property
+    def server_rho(self) -> Fraction | None:
+        """ρ against one aggregator (Gaussian mechanism, independent mode): ρ itself."""
+        return self.config.rho
+
+
+def _shift_loss(noise: PolyaDifference, shift: int) -> float:
+    """max_d |ln P(d) - ln P(d+m)| for the Pólya difference `noise` and m = shift.
+
+    The NB(r, q) pmf c_k q**k (r <= 1) is log-convex, and so is the mixture
+    P(d) = Σ_j p(j) p(j+d) on d >= 0 (sums of log-convex sequences are log-convex).
+    With P symmetric and decreasing in |d|, every window [d, d+m] therefore loses at
+    most ln P(0) - ln P(m): that is the supremum, attained at d = 0.
+
+    Also, c_k is decreasing, so P(0)/P(m) <= q**-m / c_m; that rigorous bound is
+    used where P(m) underflows, and caps the floating-point value.
+    """
+    r = 1 / noise.shares
+    bound = shift / float(noise.scale) + (
+        math.lgamma(r) + math.lgamma(shift + 1) - math.lgamma(shift + r)
+    )
+    at_shift = noise.pmf(shift)
+    if at_shift <= 0.0:
+        return bound
+    return min(bound, math.log(noise.pmf(0)) - math.log(at_shift))
+
+
+# --------------------------------------------------------------------------- field noise
+
+
+def draw_noise(plan: NoisePlan, length: int, rng: RandomSource | None = None) -> list[int]:
+    """This aggregator's noise for an aggregate share of `length` coordinates.
+
+    Depends only on the plan and the (public) length, never on the data, so it can
+    be drawn ahead of the collection request: then the request's timing says nothing
+    about the noise. Independent draws per coordinate.
+    """
+    noise = plan.server_noise()
+    if noise is None:
+        log.warning(
+            "DP mechanism 'none': this aggregate share leaves the aggregator without "
+            "differential-privacy noise"
+        )
+        return [0] * length
+    return noise.sample_vec(length, rng)
+
+
+def apply_noise(share: Sequence[int], noise: Sequence[int], modulus: int) -> list[int]:
+    """share + noise mod p, coordinate by coordinate (negative noise wraps around)."""
+    _check_modulus(modulus)
+    if len(share) != len(noise):
+        raise InvalidParameter(
+            f"aggregate share has {len(share)} coordinates but the noise has {len(noise)}"
+        )
+    out = [(x + z) % modulus for x, z in zip(share, noise, strict=True)]
+    return out
+
+
+def add_noise(
+    share: Sequence[int], modulus: int, plan: NoisePlan, rng: RandomSource | None = None
+) -> list[int]:
+    """A new list: the aggregate share with this aggregator's noise added mod p."""
+    for x in share:
+        if not 0 <= x < modulus:
+            raise InvalidParameter(f"aggregate share coordinate {x} is not in [0, {modulus})")
+    return apply_noise(share, draw_noise(plan, len(share), rng), modulus)
+
+
+def centred_lift(value: int, modulus: int) -> int:
+    """The integer in (-p/2, p/2) congruent to value: v >= p/2 means v - p."""
+    _check_modulus(modulus)
+    if not 0 <= value < modulus:
+        raise InvalidParameter(f"field element {value} is not in [0, {modulus})")
+    return value - modulus if 2 * value >= modulus else value
+
+
+def decode(aggregate: Sequence[int], modulus: int) -> list[int]:
+    """The centred lift of every coordinate of an unsharded (noised) aggregate."""
+    return [centred_lift(v, modulus) for v in aggregate]
+
+
+def _check_modulus(modulus: int) -> None:
+    if isinstance(modulus, bool) or not isinstance(modulus, int) or modulus < 3:
+        raise InvalidParameter(f"the field modulus must be an int >= 3, got {modulus!r}")

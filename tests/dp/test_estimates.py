@@ -1,0 +1,161 @@
+"""Collector estimates, confidence intervals and post-processing (veil.dp.estimates)."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+
+import pytest
+
+from veil.dp import (
+    DPConfig,
+    Estimate,
+    InvalidParameter,
+    NoiseMode,
+    NoisePlan,
+    add_noise,
+    clamp,
+    decode,
+    estimate,
+    feasible_range,
+    frequencies,
+    mean,
+    noise_half_width,
+    project_histogram,
+)
+
+FIELD64 = 2**32 * (2**32 - 1) + 1
+RUNS = 2_000
+
+
+def noised_aggregates(plan: NoisePlan, truth: int, runs: int, seed: str) -> list[int]:
+    """`runs` independent collections of the same truth, through both aggregators."""
+    rng = random.Random(seed)
+    leader = [rng.randrange(FIELD64) for _ in range(runs)]
+    helper = [(truth - s) % FIELD64 for s in leader]
+    a = add_noise(leader, FIELD64, plan, rng)
+    b = add_noise(helper, FIELD64, plan, rng)
+    return decode([(x + y) % FIELD64 for x, y in zip(a, b, strict=True)], FIELD64)
+
+
+@pytest.mark.parametrize(
+    ("config", "vdaf", "params"),
+    [
+        (DPConfig.geometric(1), "Prio3Count", {}),
+        (DPConfig.geometric("0.5", NoiseMode.SPLIT), "Prio3Sum", {"max_measurement": 4}),
+        (DPConfig.gaussian("0.1"), "Prio3Histogram", {"length": 4}),
+        (DPConfig.laplace(2, 4), "Prio3Sum", {"max_measurement": 16}),
+    ],
+    ids=["geometric", "split", "gaussian", "laplace-fixed-point"],
+)
+def test_confidence_interval_coverage(config, vdaf, params) -> None:
+    plan = NoisePlan.for_task(config, vdaf, params)
+    truth = 40
+    results = estimate(noised_aggregates(plan, truth, RUNS, f"ci-{vdaf}"), plan, alpha=0.05)
+    unit = Fraction(1, 2**config.fixed_point_bits)
+    covered = sum(e.low <= truth * unit <= e.high for e in results) / RUNS
+    expected = results[0].coverage
+    print(f"CI coverage {config.mechanism}/{config.mode}: {covered:.4f} (exact {expected:.4f})")
+    assert expected >= 0.95
+    assert abs(covered - expected) <= 4 * math.sqrt(expected * (1 - expected) / RUNS)
+
+
+def test_estimate_is_unbiased() -> None:
+    plan = NoisePlan.for_task(DPConfig.geometric("0.5"), "Prio3Count", {})
+    results = estimate(noised_aggregates(plan, 100, 20_000, "unbiased"), plan)
+    values = [float(e.value) for e in results]
+    _, table = plan.total_noise_pmf()
+    sd = math.sqrt(2 * 2 * math.exp(-0.5) / (1 - math.exp(-0.5)) ** 2)
+    assert abs(sum(values) / len(values) - 100) < 5 * sd / math.sqrt(len(values))
+    assert table.sum() == pytest.approx(1, abs=1e-12)
+
+
+def test_half_width_is_the_least_that_covers() -> None:
+    # Split mode: the total is one discrete Laplace, P(|Z| <= c) = 1 - 2q**(c+1)/(1+q).
+    plan = NoisePlan.for_task(DPConfig.geometric(1, NoiseMode.SPLIT), "Prio3Count", {})
+    q = math.exp(-1)
+    for alpha in (0.5, 0.05, 0.01, 1e-6):
+        c, coverage = noise_half_width(plan, alpha)
+        exact = 1 - 2 * q ** (c + 1) / (1 + q)
+        assert coverage == pytest.approx(exact, abs=1e-12)
+        assert exact >= 1 - alpha
+        assert 1 - 2 * q**c / (1 + q) < 1 - alpha  # c - 1 would not do
+
+
+def test_independent_mode_interval_is_wider_than_split() -> None:
+    independent = NoisePlan.for_task(DPConfig.geometric(1), "Prio3Count", {})
+    split = NoisePlan.for_task(DPConfig.geometric(1, NoiseMode.SPLIT), "Prio3Count", {})
+    assert noise_half_width(independent, 0.05)[0] > noise_half_width(split, 0.05)[0]
+
+
+def test_none_mechanism_has_exact_answers() -> None:
+    plan = NoisePlan.for_task(DPConfig.none(), "Prio3Count", {})
+    assert estimate([7], plan) == [Estimate(Fraction(7), Fraction(7), Fraction(7), 0.95, 1.0)]
+
+
+def test_fixed_point_values_are_scaled_back() -> None:
+    plan = NoisePlan.for_task(DPConfig.laplace(1, 3), "Prio3Sum", {"max_measurement": 80})
+    (result,) = estimate([20], plan)
+    assert result.value == Fraction(20, 8)
+    assert result.low < result.value < result.high
+
+
+@pytest.mark.parametrize("alpha", [0, 1, -0.1, 1e-12])
+def test_bad_alpha_is_refused(alpha) -> None:
+    plan = NoisePlan.for_task(DPConfig.geometric(1), "Prio3Count", {})
+    with pytest.raises(InvalidParameter, match="alpha"):
+        estimate([1], plan, alpha=alpha)
+
+
+# --------------------------------------------------------------------------- post-processing
+
+
+def test_project_histogram_example() -> None:
+    assert project_histogram([5, -1, 2], 5) == [4, 0, 1]
+    assert project_histogram([3, 3], 0) == [0, 0]
+    assert project_histogram([-4, -4], 2) == [1, 1]
+
+
+def test_project_histogram_is_the_nearest_feasible_point() -> None:
+    rng = random.Random("projection")
+    for _ in range(200):
+        length = rng.randrange(1, 8)
+        values = [rng.randrange(-20, 40) for _ in range(length)]
+        total = rng.randrange(0, 60)
+        x = project_histogram(values, total)
+        assert sum(x) == total and min(x) >= 0
+        dist = sum((a - b) ** 2 for a, b in zip(x, values, strict=True))
+        for _ in range(20):
+            # Random feasible points are never closer.
+            cuts = sorted(Fraction(rng.randrange(0, 1000), 1000) * total for _ in range(length - 1))
+            y = [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+            assert dist <= sum((a - b) ** 2 for a, b in zip(y, values, strict=True))
+
+
+def test_project_histogram_refuses_bad_input() -> None:
+    with pytest.raises(InvalidParameter):
+        project_histogram([], 3)
+    with pytest.raises(InvalidParameter):
+        project_histogram([1], -1)
+
+
+def test_clamp_and_feasible_range() -> None:
+    low, high = feasible_range("Prio3Sum", {"max_measurement": 10}, 5)
+    assert (low, high) == (0, 50)
+    assert clamp([-3, 20, 60], low, high) == [0, 20, 50]
+    assert feasible_range("Prio3Histogram", {"length": 3}, 9) == (0, 9)
+    assert feasible_range("Prio3SumVec", {"length": 3, "bits": 2}, 9) == (0, 27)
+    with pytest.raises(InvalidParameter):
+        clamp([1], 2, 1)
+    with pytest.raises(InvalidParameter):
+        feasible_range("Prio3Count", {}, -1)
+
+
+def test_mean_and_frequencies() -> None:
+    total = Estimate(Fraction(30), Fraction(20), Fraction(40), 0.95, 0.96)
+    assert mean(total, 10) == Estimate(Fraction(3), Fraction(2), Fraction(4), 0.95, 0.96)
+    hist = [Estimate(Fraction(v), Fraction(v - 2), Fraction(v + 2), 0.95, 0.96) for v in (6, 4)]
+    assert [f.value for f in frequencies(hist, 10)] == [Fraction(3, 5), Fraction(2, 5)]
+    with pytest.raises(InvalidParameter):
+        mean(total, 0)
