@@ -37,6 +37,7 @@ CASES: list[tuple[str, DPConfig, str, dict[str, int]]] = [
     ),
     ("laplace ε=1, 16 bits, Sum", DPConfig.laplace(1, 16), "Prio3Sum", {"max_measurement": 2**16}),
     ("gaussian ρ=0.1, Histogram", DPConfig.gaussian("0.1"), "Prio3Histogram", {"length": 8}),
+    ("gaussian ρ=0.1, Sum 2**16", DPConfig.gaussian("0.1"), "Prio3Sum", {"max_measurement": 2**16}),
 ]
 
 

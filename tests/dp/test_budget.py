@@ -11,6 +11,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from veil.dp import (
     Batch,
@@ -20,7 +22,10 @@ from veil.dp import (
     DPConfig,
     InvalidParameter,
     NoisePlan,
+    Spend,
     SqliteLedgerStore,
+    SurveyBudget,
+    TaskBudget,
     UnknownTask,
 )
 from veil.dp.budget import SqliteLedgerTransaction
@@ -277,3 +282,88 @@ def test_charge_spends_what_the_plan_costs(ledger: BudgetLedger) -> None:
     none = NoisePlan.for_task(DPConfig.none(), "Prio3Count", {})
     assert ledger.charge("eps", none) is None
     assert ledger.remaining("eps") == Fraction(3, 4)
+
+
+class MemoryStore:
+    """A LedgerStore in memory: shows the Protocol is all the ledger needs."""
+
+    def __init__(self) -> None:
+        self.surveys: dict[str, SurveyBudget] = {}
+        self.tasks: dict[str, TaskBudget] = {}
+        self.spends_by_id: dict[str, Spend] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[MemoryStore]:
+        with self._lock:
+            snapshot = (dict(self.surveys), dict(self.tasks), dict(self.spends_by_id))
+            try:
+                yield self
+            except BaseException:
+                self.surveys, self.tasks, self.spends_by_id = snapshot
+                raise
+
+    def survey(self, survey_id: str) -> SurveyBudget | None:
+        return self.surveys.get(survey_id)
+
+    def task(self, task_id: str) -> TaskBudget | None:
+        return self.tasks.get(task_id)
+
+    def survey_tasks(self, survey_id: str) -> list[TaskBudget]:
+        return [t for t in self.tasks.values() if t.survey_id == survey_id]
+
+    def spends(self, task_id: str) -> list[Spend]:
+        return [s for s in self.spends_by_id.values() if s.task_id == task_id]
+
+    def spend(self, collection_id: str) -> Spend | None:
+        return self.spends_by_id.get(collection_id)
+
+    def add_survey(self, survey: SurveyBudget) -> None:
+        self.surveys[survey.survey_id] = survey
+
+    def add_task(self, task: TaskBudget) -> None:
+        self.tasks[task.task_id] = task
+
+    def add_spend(self, spend: Spend) -> None:
+        self.spends_by_id[spend.collection_id] = spend
+
+
+spend_requests = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.fractions(min_value=Fraction(1, 10), max_value=Fraction(3, 2), max_denominator=10),
+        st.integers(min_value=0, max_value=20),
+        st.integers(min_value=1, max_value=10),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spend_requests)
+def test_no_sequence_of_spends_overspends(requests) -> None:
+    store = MemoryStore()
+    ledger = BudgetLedger(store)
+    ledger.add_survey("s", 3)
+    ledger.add_task("a", 2, survey_id="s")
+    ledger.add_task("b", 2, survey_id="s")
+    for i, (task, amount, start, length) in enumerate(requests):
+        batch = Batch(start, start + length)
+        remaining = ledger.remaining(task, batch)
+        try:
+            ledger.spend(task, amount, batch, collection_id=str(i))
+            assert amount <= remaining
+        except BudgetExceeded as refused:
+            assert amount > remaining == refused.remaining
+    # Replay the accepted spends: at every instant each task stays within 2, and
+    # the tasks' peaks sum to at most the survey's 3.
+    peaks = {}
+    for task in ("a", "b"):
+        spends = store.spends(task)
+        stacked = [
+            sum((s.amount for s in spends if s.batch.start <= t < s.batch.end), Fraction(0))
+            for t in range(0, 31)
+        ]
+        peaks[task] = max(stacked)
+        assert peaks[task] <= 2
+    assert peaks["a"] + peaks["b"] <= 3

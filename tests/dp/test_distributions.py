@@ -336,3 +336,23 @@ def test_bad_count_and_shares_are_refused() -> None:
         Polya(1, 0)
     with pytest.raises(InvalidParameter):
         PolyaDifference(1, 1.5)  # type: ignore[arg-type]
+
+
+def test_fft_convolution_matches_direct_summation(monkeypatch) -> None:
+    table = DiscreteGaussian(300).pmf_table()
+    direct = np.convolve(table, table)
+    monkeypatch.setattr(distributions, "_DIRECT_CONVOLVE_MAX", 16)
+    via_fft = distributions.convolve(table, table)
+    assert via_fft.shape == direct.shape
+    assert np.abs(via_fft - direct).max() < 1e-15
+    assert via_fft.min() >= 0
+
+
+def test_discrete_gaussian_beyond_64_bits_in_every_part() -> None:
+    # Denominators so large that b·t and the acceptance denominator leave int64 even
+    # when every proposal is 0; the object lanes must take over, not overflow.
+    tiny = DiscreteGaussian.from_sigma_squared(Fraction(1, 2**70))
+    assert tiny.sample_vec(200, random.Random(1)) == [0] * 200
+    wide = DiscreteGaussian.from_sigma_squared(Fraction(10**12 + 1, 10**6 + 3))
+    samples = np.array(wide.sample_vec(4000, random.Random(2)), dtype=np.float64)
+    assert abs(samples.var() / wide.variance() - 1) < 0.1

@@ -80,7 +80,8 @@ def convolve(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> npt.NDAr
     if min(a.size, b.size) <= _DIRECT_CONVOLVE_MAX:
         return np.convolve(a, b)
     size = a.size + b.size - 1
-    out = np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)
+    padded = 1 << (size - 1).bit_length()  # pocketfft is slowest on sizes with big primes
+    out = np.fft.irfft(np.fft.rfft(a, padded) * np.fft.rfft(b, padded), padded)[:size]
     result: npt.NDArray[np.float64] = np.clip(out, 0.0, None)
     return result
 
@@ -267,7 +268,8 @@ def _dgauss_vec(sigma2: Fraction, n: int, rng: RandomSource) -> IntArray:
         y = _dlap_vec(t, 1, m, rng)
         top = int(np.abs(y).max()) if y.size else 0
         num: IntArray | ObjArray
-        if (top * b * t + a) ** 2 > INT64_SAFE:
+        # max(top, 1) keeps b·t itself in range too; den must fit for num // den.
+        if (max(top, 1) * b * t + a) ** 2 > INT64_SAFE or den > INT64_SAFE:
             # Past 64 bits: the same arithmetic on Python ints in object lanes.
             num = (np.abs(y).astype(object) * (b * t) - a) ** 2
         else:

@@ -13,7 +13,7 @@ unbiasedness of y for smaller error; the functions say which they return.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -94,7 +94,7 @@ def estimate(noised: Sequence[int], plan: NoisePlan, alpha: float = 0.05) -> lis
     return [Estimate(y * unit, (y - c) * unit, (y + c) * unit, 1 - alpha, coverage) for y in noised]
 
 
-def feasible_range(vdaf: str, params: dict[str, int], report_count: int) -> tuple[int, int]:
+def feasible_range(vdaf: str, params: Mapping[str, int], report_count: int) -> tuple[int, int]:
     """[low, high] that each coordinate of the true aggregate lies in (public bounds)."""
     if report_count < 0:
         raise InvalidParameter(f"report_count must be >= 0, got {report_count}")

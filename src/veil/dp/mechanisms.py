@@ -14,6 +14,7 @@ v - p), which is exact as long as |aggregate + noise| < p/2.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -388,7 +389,8 @@ class TotalNoise:
                 return c0 * q ** abs(z)
             # Σ_k q**(|k| + |z-k|) = q**|z| · (|z| + 1 + 2q²/(1-q²)).
             return c0 * c0 * q ** abs(z) * (abs(z) + 1 + 2 * q * q / (1 - q * q))
-        centre, table = self.table()
+        table = self._table
+        centre = (table.size - 1) // 2
         return float(table[z + centre]) if abs(z) <= centre else 0.0
 
     def central_mass(self, c: int) -> float:
@@ -406,9 +408,16 @@ class TotalNoise:
             h = 1 + 2 * q * q / (1 - q * q)
             tail = c0 * c0 * q**z * (h / (1 - q) + (z * (1 - q) + q) / (1 - q) ** 2)
             return 1 - 2 * tail
+        mass = self._central_masses
+        return float(mass[min(c, mass.size - 1)])
+
+    @functools.cached_property
+    def _central_masses(self) -> npt.NDArray[np.float64]:
+        # mass[c] = P(|Z| <= c), accumulated from the centre outwards (symmetric Z).
         centre, table = self.table()
-        lo, hi = max(centre - c, 0), min(centre + c, table.size - 1)
-        return float(min(math.fsum(table[lo : hi + 1].tolist()), 1.0))
+        outward = table[centre:].copy()
+        outward[1:] += table[:centre][::-1]
+        return np.minimum(np.cumsum(outward), 1.0)
 
     def variance(self) -> float:
         """The sum of the summands' variances."""
@@ -416,13 +425,18 @@ class TotalNoise:
 
     def table(self) -> tuple[int, npt.NDArray[np.float64]]:
         """(M, p): p[i] = P(Z = i - M), tail mass beyond M below 1e-14."""
+        table = self._table
+        return (table.size - 1) // 2, table.copy()
+
+    @functools.cached_property
+    def _table(self) -> npt.NDArray[np.float64]:
         if not self.parts:
-            return 0, np.ones(1)
+            return np.ones(1)
         single = self.parts[0].pmf_table()
         table = single
         for _ in self.parts[1:]:
             table = convolve(table, single)
-        return (table.size - 1) // 2, table
+        return table
 
 
 # --------------------------------------------------------------------------- noise plan
@@ -528,10 +542,11 @@ class NoisePlan:
         Independent mode: ε itself, since the other aggregator's noise alone is a full
         discrete Laplace. Split mode: the other aggregator's share X is a Pólya
         difference, and the privacy loss of a shift by m is
-        L(m) = max_d |ln P(X=d) - ln P(X=d+m)|; with at most `coordinates` coordinates
-        moving by at most `per_coordinate` each, and L subadditive, the worst case is
-        coordinates · L(per_coordinate). L is evaluated on the double-precision pmf and
-        rounded up to a multiple of 10**-6.
+        L(m) = max_d |ln P(X=d) - ln P(X=d+m)| = ln P(X=0) - ln P(X=m) (see
+        `_shift_loss`). The noise is independent per coordinate, so losses add; at most
+        `coordinates` coordinates move, each by at most `per_coordinate`, and L is
+        increasing, so the worst case is coordinates · L(per_coordinate). L is
+        evaluated in double precision and rounded up to a multiple of 10**-6.
         """
         if self.config.epsilon is None:
             return None
