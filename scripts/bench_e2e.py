@@ -59,6 +59,7 @@ def main() -> None:
                 t2 = time.perf_counter()
             t3 = time.perf_counter()
             dep.helper.start()
+            t3b = time.perf_counter()
             store = SqliteDatastore(Path(tmp) / "leader.db")
             while store.unaggregated_count(files.client.task_id, 0, 2**62):
                 time.sleep(0.02)
@@ -78,6 +79,8 @@ def main() -> None:
                 "build_reports_per_s": round(n / (t1 - t0)),
                 "upload_reports_per_s": round(n / (t2 - t1)),
                 "aggregate_reports_per_s": round(n / (t4 - t3)),
+                "helper_start_seconds": round(t3b - t3, 2),
+                "aggregate_reports_per_s_after_helper_up": round(n / (t4 - t3b)),
                 "collect_seconds": round(t5 - t4, 3),
                 "report_count": result.report_count,
             }

@@ -120,7 +120,7 @@ class Collector:
         duration: int,
         *,
         wait: float = 300.0,
-        poll_interval: float = 0.2,
+        poll_interval: float = 0.05,
         confidence: float = 0.95,
         collection_job_id: bytes | None = None,
     ) -> CollectionResult:
@@ -147,6 +147,7 @@ class Collector:
                     " with the same collection_job_id to resume",
                 )
             time.sleep(poll_interval)
+            poll_interval = min(poll_interval * 1.5, 2.0)
             job = self._call(self._leader.GetCollection, poll, deadline)
         if job.state != leader_pb2.CollectionJob.FINISHED:
             raise CollectionError(_code(job.error_code), job.error_message)
