@@ -304,3 +304,29 @@ def test_noise_is_drawn_ahead_of_the_request() -> None:
     draws = [pool.take(b"t" * 32) for _ in range(3)]
     assert all(len(d) == 50 for d in draws)
     assert draws[0] != draws[1] != draws[2]  # fresh noise for every release
+
+
+def test_helper_rejects_malformed_shares_without_counting(world: World) -> None:
+    task = world.files.leader
+    items = _items(world, 5)
+    broken = [
+        replace(items[0], public_share=items[0].public_share + b"\x00"),  # trailing byte
+        replace(items[1], leader_verifier_share=items[1].leader_verifier_share[:-1]),  # truncated
+        replace(items[2], leader_verifier_share=items[2].leader_verifier_share + b"\x00"),
+        replace(
+            items[3],
+            encrypted_input_share=replace(items[3].encrypted_input_share, payload=b"\x00" * 20),
+        ),
+        replace(items[4], time=items[4].time + TP),  # metadata no longer matches the seal
+    ]
+    results = world.helper.aggregate(
+        task.task_id, task.aggregator_token, secrets.token_bytes(16), broken
+    )
+    assert [r.reject for r in results] == [
+        "hpke_decrypt_error",  # the public share is bound into the HPKE context
+        "vdaf_decode_error",
+        "vdaf_decode_error",
+        "hpke_decrypt_error",
+        "hpke_decrypt_error",
+    ]
+    assert world.helper_store.batch_aggregates(task.task_id, 0, 2**62) == []
