@@ -110,6 +110,8 @@ class Leader(AggregatorBase):
         self.job_size = job_size
         # Set by run_once when the helper could not be reached (the driver backs off).
         self.helper_unreachable = False
+        # The server sets this on shutdown: run_once stops between two steps.
+        self.should_stop: Callable[[], bool] = lambda: False
 
     # --- upload -----------------------------------------------------------
 
@@ -233,6 +235,8 @@ class Leader(AggregatorBase):
             ):
                 progress = True
         for task_id, job_id in self.store.open_aggregation_jobs():
+            if self.should_stop():
+                return progress
             try:
                 self.run_aggregation_job(task_id, job_id)
                 progress = True
@@ -241,6 +245,8 @@ class Leader(AggregatorBase):
                 self.helper_unreachable = True
                 return progress
         for record in self.store.pending_collections():
+            if self.should_stop():
+                return progress
             try:
                 progress |= self.run_collection(record)
             except Unavailable as e:

@@ -182,6 +182,7 @@ class AggregatorServer:
                 job_size=config.job_size,
                 metrics=self.metrics,
             )
+            self.leader.should_stop = self._stop.is_set
             leader_pb2_grpc.add_LeaderServicer_to_server(  # type: ignore[no-untyped-call]
                 LeaderService(self.leader), self.server
             )
