@@ -145,3 +145,32 @@ def test_client_retries_until_the_leader_is_back(dep: Deployment) -> None:
     with dep.collector("sum") as c:
         r = c.collect(t, TP, wait=60)
     assert (r.report_count, r.estimate) == (2, 11)
+
+
+def test_sigterm_during_uploads_loses_nothing(dep: Deployment) -> None:
+    import threading
+
+    client = dep.client("sum", backoff=0.2, retries=10)
+    t = bucket(8)
+    batches = [
+        [client.build_report(v % 101, t) for v in range(i * 10, i * 10 + 10)] for i in range(20)
+    ]
+    acknowledged = 0
+
+    def upload() -> None:
+        nonlocal acknowledged
+        for reports in batches:
+            result = client.upload_reports(reports)
+            acknowledged += result.accepted + result.duplicates
+            time.sleep(0.05)
+
+    uploader = threading.Thread(target=upload)
+    uploader.start()
+    time.sleep(0.3)
+    assert dep.leader.stop(signal.SIGTERM) == 0
+    dep.leader.start()
+    uploader.join(60)
+    assert acknowledged == 200
+    with dep.collector("sum") as c:
+        r = c.collect(t, TP, wait=60)
+    assert (r.report_count, r.estimate) == (200, sum(v % 101 for v in range(200)))
