@@ -73,3 +73,16 @@ def test_server_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
     (tmp_path / "leader.toml").write_text('listen = "0.0.0.0:0"\nstorage = "l.db"\n')
     r = veil("leader", "--config", "leader.toml", cwd=tmp_path)
     assert r.returncode == 2 and "without TLS" in r.stderr
+
+
+def test_server_config_errors_are_reported(tmp_path: Path) -> None:
+    (tmp_path / "helper.toml").write_text(
+        'listen = "127.0.0.1:0"\nstorage = "h.db"\nlisten_port = 1\n'
+    )
+    r = veil("helper", "--config", "helper.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown settings ['listen_port']" in r.stderr
+    (tmp_path / "helper.toml").write_text(
+        'listen = "127.0.0.1:0"\nstorage = "h.db"\ntasks = ["x.toml"]\n'
+    )
+    r = veil("helper", "--config", "helper.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "x.toml" in r.stderr

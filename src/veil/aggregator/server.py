@@ -90,17 +90,40 @@ def _tls(table: dict[str, Any] | None, base: Path, cert_key: str) -> TlsFiles | 
     return TlsFiles(path("cert"), path("key"), path(cert_key))
 
 
+_KEYS = {
+    "listen",
+    "storage",
+    "tasks",
+    "max_message_bytes",
+    "tls",
+    "helper_tls",
+    "driver",
+    "grace_seconds",
+    "log_level",
+    "log_format",
+    "metrics",
+}
+
+
 def load_config(path: Path) -> ServerConfig:
     try:
         with path.open("rb") as f:
             raw = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from e
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown settings {sorted(unknown)}; expected some of {sorted(_KEYS)}"
+        )
     base = path.parent
     try:
         tasks = [load_task(base / p) for p in raw.get("tasks", [])]
     except (OSError, TaskError) as e:
         raise ConfigError(str(e)) from e
+    ids = [t.task_id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{path}: the same task is listed twice")
     if "listen" not in raw or "storage" not in raw:
         raise ConfigError(f"{path}: 'listen' and 'storage' are required")
     tls = _tls(raw.get("tls"), base, "client_ca")
