@@ -118,6 +118,7 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             n,
         )
     if q.kind == "yes_no":
+        assert isinstance(exact, int)
         return QuestionResult(
             q.id,
             q.kind,
