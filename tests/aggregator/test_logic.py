@@ -293,3 +293,14 @@ def test_reports_outside_the_task_window(tmp_path: Path) -> None:
     with pytest.raises(ReportTimeRejected, match="window"):
         world.leader.upload(files.client.task_id, [world.report(1, t=T + TP)])
     assert world.leader.upload(files.client.task_id, [world.report(1, t=T)]) == (1, 0)
+
+
+def test_noise_is_drawn_ahead_of_the_request() -> None:
+    from veil.aggregator.privacy import NoisePool
+
+    spec = VdafSpec("histogram", length=50, chunk_length=7)
+    pool = NoisePool()
+    pool.add(b"t" * 32, DpSpec("geometric", epsilon="1").plan(spec), 50)
+    draws = [pool.take(b"t" * 32) for _ in range(3)]
+    assert all(len(d) == 50 for d in draws)
+    assert draws[0] != draws[1] != draws[2]  # fresh noise for every release

@@ -6,17 +6,32 @@ bytes on every retry, so released noise is never re-sampled. The spend is
 keyed by the collection job id, so a retry after a crash between the spend
 and the store is not charged twice (and the first draw, never released, is
 simply discarded).
+
+Noise is drawn ahead of the request by a background thread (one vector per
+task kept ready): the exact samplers take a data-independent but random
+time, and drawing inside the request would let its latency hint at the
+noise's magnitude.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
 from veil.aggregator.errors import BudgetExhausted, InvalidMessage
-from veil.dp import Batch, BudgetExceeded, BudgetLedger, BudgetUnit, DPError, add_noise
+from veil.dp import (
+    Batch,
+    BudgetExceeded,
+    BudgetLedger,
+    BudgetUnit,
+    DPError,
+    NoisePlan,
+    apply_noise,
+    draw_noise,
+)
 from veil.metrics import Metrics
 from veil.task import Task
 from veil.vdaf import Prio3
@@ -28,11 +43,53 @@ def _unit(task: Task) -> BudgetUnit:
     return BudgetUnit.RHO if task.dp.mechanism == "gaussian" else BudgetUnit.EPSILON
 
 
+class NoisePool:
+    """One pre-drawn noise vector per task, refilled in the background."""
+
+    def __init__(self) -> None:
+        self._ready: dict[bytes, list[int]] = {}
+        self._plans: dict[bytes, tuple[NoisePlan, int]] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, task_id: bytes, plan: NoisePlan, length: int) -> None:
+        with self._cond:
+            self._plans[task_id] = (plan, length)
+            self._cond.notify_all()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._fill, name="noise", daemon=True)
+            self._thread.start()
+
+    def _fill(self) -> None:
+        while True:
+            with self._cond:
+                missing = [t for t in self._plans if t not in self._ready]
+                if not missing:
+                    self._cond.wait()
+                    continue
+            task_id = missing[0]
+            plan, length = self._plans[task_id]
+            noise = draw_noise(plan, length)
+            with self._cond:
+                self._ready[task_id] = noise
+                self._cond.notify_all()
+
+    def take(self, task_id: bytes) -> list[int]:
+        """The task's next noise vector (waits only if the pool is still drawing)."""
+        with self._cond:
+            while task_id not in self._ready:
+                self._cond.wait()
+            noise = self._ready.pop(task_id)
+            self._cond.notify_all()
+            return noise
+
+
 class PrivacyEngine:
     """Budget ledger (in the aggregator's own SQLite file) and noise."""
 
     def __init__(self, ledger_path: str, tasks: Iterable[Task]) -> None:
         self.ledger = BudgetLedger.sqlite(ledger_path)
+        self.pool = NoisePool()
         for task in tasks:
             amount = task.dp.amount
             if amount is None:
@@ -45,6 +102,8 @@ class PrivacyEngine:
                 total = task.dp.survey_budget or task.dp.budget or amount
                 self.ledger.add_survey(task.dp.survey, total, unit)
             self.ledger.add_task(task.id_text, task.dp.budget or amount, unit, task.dp.survey)
+            length = len(task.vdaf.instantiate().agg_init(None))
+            self.pool.add(task.task_id, task.dp.plan(task.vdaf), length)
 
     def report_budget(self, task: Task, metrics: Metrics) -> None:
         """Export what remains of the task's budget (for a whole-task batch)."""
@@ -86,5 +145,4 @@ class PrivacyEngine:
             raise BudgetExhausted(f"privacy budget exhausted: {e}") from None
         except DPError as e:
             raise InvalidMessage(f"budget ledger refused the spend: {e}") from None
-        plan = task.dp.plan(task.vdaf)
-        return add_noise(agg_share, vdaf.field.MODULUS, plan), amount
+        return apply_noise(agg_share, self.pool.take(task.task_id), vdaf.field.MODULUS), amount
