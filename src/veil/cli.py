@@ -84,6 +84,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_survey_deploy(args: argparse.Namespace) -> int:
+    from veil.deploy import DeployError, deploy_survey
+    from veil.survey import SurveyError, load_survey
+
+    try:
+        survey = load_survey(args.survey)
+        text = Path(args.survey).read_text(encoding="utf-8")
+        dep = deploy_survey(
+            survey,
+            text,
+            Path(args.out),
+            args.leader,
+            args.helper,
+            tls=not args.no_tls,
+            time_precision=args.time_precision,
+        )
+    except (SurveyError, DeployError, OSError) as e:
+        print(f"veil survey deploy: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote the deployment of {survey.name!r} ({len(survey.questions)} tasks) to {dep.out}:")
+    print(
+        f"  {dep.leader_config.parent}/   to the leader's operator:  veil leader --config "
+        f"{dep.leader_config}"
+    )
+    print(
+        f"  {dep.helper_config.parent}/   to the helper's operator:  veil helper --config "
+        f"{dep.helper_config}"
+    )
+    print(f"  {dep.collector_dir}/   stays with the survey operator (collector keys and tokens)")
+    print(f"  {dep.client_dir}/   public: ships with the client app")
+    if not args.no_tls:
+        print(
+            "Each server directory has an empty tls/ folder: see the README section"
+            " 'Deploying a survey across two organisations' for the certificates."
+        )
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """A user's survey, simulated end to end through real servers."""
     from fractions import Fraction
@@ -319,6 +357,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON list instead")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=cmd_demo)
+
+    survey = sub.add_parser("survey", help="survey deployments").add_subparsers(
+        dest="survey_command", required=True
+    )
+    p = survey.add_parser(
+        "deploy", help="write leader, helper, collector and client files for a survey"
+    )
+    p.add_argument("--survey", required=True, help="survey TOML file")
+    p.add_argument("--out", required=True, help="new directory for the files")
+    p.add_argument("--leader", required=True, help="leader host:port as clients reach it")
+    p.add_argument("--helper", required=True, help="helper host:port as the leader reaches it")
+    p.add_argument("--time-precision", type=int, default=3600, help="seconds")
+    p.add_argument("--no-tls", action="store_true", help="plaintext (only for servers on loopback)")
+    p.set_defaults(func=cmd_survey_deploy)
 
     sim = sub.add_parser("simulate", help="simulate respondents answering your survey")
     sim.add_argument("--survey", required=True, help="survey TOML file")
