@@ -68,16 +68,38 @@ def postgres_dsn() -> Iterator[str]:
     port = _free_port()
     try:
         subprocess.run(
-            [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "veil", "-A", "trust",
-             "--no-sync", "-E", "UTF8"],
-            check=True, capture_output=True,
+            [
+                *prefix,
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "veil",
+                "-A",
+                "trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+            check=True,
+            capture_output=True,
         )
         subprocess.run(
-            [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(logfile), "-w",
-             "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets} -c fsync=off "
-             "-c max_connections=200",
-             "start"],
-            check=True, capture_output=True,
+            [
+                *prefix,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(logfile),
+                "-w",
+                "-o",
+                f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets} -c fsync=off "
+                "-c max_connections=200",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
         )
         yield f"host=127.0.0.1 port={port} user=veil dbname=postgres"
     finally:

@@ -6,19 +6,15 @@ import argparse
 import json
 import logging
 import os
-import random
-import secrets
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from veil.localsim import run_local
 from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task, write_toml
-from veil.vdaf import Prio3, Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
 
 
 def _setup_logging(level: str) -> None:
@@ -48,45 +44,124 @@ def parse_measurement(spec: VdafSpec, text: str) -> Any:
     return values
 
 
-def _demo_local(respondents: int) -> int:
-    """Prio3 shard -> verify -> aggregate -> unshard in one process, on
-    simulated answers, without servers or noise."""
-    rng = random.Random(secrets.randbits(64))
-    questions: list[tuple[str, Prio3[Any, Any], Any]] = [
-        ("yes/no (Count)", Prio3Count(2), lambda: int(rng.random() < 0.3)),
-        ("age 0..120 (Sum)", Prio3Sum(2, 120), lambda: rng.randrange(18, 90)),
-        ("favourite of 8 (Histogram)", Prio3Histogram(2, 8, 3), lambda: rng.randrange(8)),
-        (
-            "3 scores 0..10 (SumVec)",
-            Prio3SumVec(2, 3, 10, 3),
-            lambda: [rng.randrange(11) for _ in range(3)],
-        ),
-    ]
-    print(f"veil local round trip: {respondents} simulated respondents, 2 aggregators in-process")
-    print("(no servers, no DP noise: this checks the Prio3 core end to end)\n")
-    for name, vdaf, draw in questions:
-        answers = [draw() for _ in range(respondents)]
-        start = time.perf_counter()
-        run = run_local(vdaf, answers, b"veil demo")
-        elapsed = time.perf_counter() - start
-        if isinstance(answers[0], list):
-            truth: Any = [sum(col) for col in zip(*answers, strict=True)]
-        elif isinstance(vdaf, Prio3Histogram):
-            truth = [answers.count(i) for i in range(8)]
-        else:
-            truth = sum(answers)
-        status = "ok" if run.result == truth else "MISMATCH"
-        print(
-            f"{name:28s} truth={truth} aggregate={run.result} "
-            f"accepted={run.accepted} [{status}, {elapsed:.2f}s]"
-        )
-        if run.result != truth:
-            return 1
-    return 0
+def _status_printer(quiet: bool) -> Callable[[str], None]:
+    """Status lines go to stderr, and not at all with --json."""
+
+    def say(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr)
+
+    return say
+
+
+def _print_results(results: list[Any], as_json: bool) -> None:
+    from veil.report import format_table, to_json
+
+    print(to_json(results) if as_json else format_table(results))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return _demo_local(args.respondents)
+    """The example survey, simulated end to end through real servers."""
+    from veil.demo import example_survey, run_survey
+    from veil.logs import configure_logging
+
+    # The servers log to their own files; here only errors would matter.
+    configure_logging("error")
+    survey = example_survey()
+    say = _status_printer(args.json)
+    say(
+        f"veil demo: {args.respondents} simulated respondents answer {len(survey.questions)}"
+        f" questions (total epsilon {survey.epsilon}, {survey.mechanism} noise)"
+    )
+    started = time.perf_counter()
+    try:
+        results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
+    except ValueError as e:
+        print(f"veil demo: {e}", file=sys.stderr)
+        return 2
+    _print_results(results, args.json)
+    say(f"done in {time.perf_counter() - started:.1f} s; temporary files removed")
+    return 0
+
+
+def cmd_survey_deploy(args: argparse.Namespace) -> int:
+    from veil.deploy import DeployError, deploy_survey
+    from veil.survey import SurveyError, load_survey
+
+    try:
+        survey = load_survey(args.survey)
+        text = Path(args.survey).read_text(encoding="utf-8")
+        dep = deploy_survey(
+            survey,
+            text,
+            Path(args.out),
+            args.leader,
+            args.helper,
+            tls=not args.no_tls,
+            time_precision=args.time_precision,
+        )
+    except (SurveyError, DeployError, OSError) as e:
+        print(f"veil survey deploy: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote the deployment of {survey.name!r} ({len(survey.questions)} tasks) to {dep.out}:")
+    print(
+        f"  {dep.leader_config.parent}/   to the leader's operator:  veil leader --config "
+        f"{dep.leader_config}"
+    )
+    print(
+        f"  {dep.helper_config.parent}/   to the helper's operator:  veil helper --config "
+        f"{dep.helper_config}"
+    )
+    print(f"  {dep.collector_dir}/   stays with the survey operator (collector keys and tokens)")
+    print(f"  {dep.client_dir}/   public: ships with the client app")
+    if not args.no_tls:
+        print(
+            "Each server directory has an empty tls/ folder: see the README section"
+            " 'Deploying a survey across two organisations' for the certificates."
+        )
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """A user's survey, simulated end to end through real servers."""
+    from fractions import Fraction
+
+    from veil.demo import load, run_survey, with_epsilon
+    from veil.logs import configure_logging
+    from veil.report import plot_results, plot_sweep
+    from veil.survey import SurveyError
+
+    configure_logging("error")
+    try:
+        survey = load(args.survey)
+        if args.epsilon is not None:
+            survey = with_epsilon(survey, Fraction(args.epsilon))
+    except (SurveyError, ValueError, ZeroDivisionError) as e:
+        print(f"veil simulate: {e}", file=sys.stderr)
+        return 2
+    say = _status_printer(args.json)
+    try:
+        if args.sweep_epsilon:
+            sweep = []
+            for eps in args.sweep_epsilon:
+                say(f"epsilon = {eps}")
+                scaled = with_epsilon(survey, Fraction(eps))
+                sweep.append(
+                    (float(Fraction(eps)), run_survey(scaled, args.respondents, progress=False))
+                )
+            out = args.plot or "sweep.png"
+            plot_sweep(sweep, out)
+            say(f"wrote {out}")
+            return 0
+        results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
+    except ValueError as e:
+        print(f"veil simulate: {e}", file=sys.stderr)
+        return 2
+    _print_results(results, args.json)
+    if args.plot:
+        plot_results(results, args.plot)
+        say(f"wrote {args.plot}")
+    return 0
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -275,9 +350,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="veil", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="run the local demo")
-    demo.add_argument("--respondents", type=int, default=300)
+    demo = sub.add_parser(
+        "demo", help="the example survey through a local leader and helper (start here)"
+    )
+    demo.add_argument("--respondents", type=int, default=10_000)
+    demo.add_argument("--json", action="store_true", help="print one JSON list instead")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=cmd_demo)
+
+    survey = sub.add_parser("survey", help="survey deployments").add_subparsers(
+        dest="survey_command", required=True
+    )
+    p = survey.add_parser(
+        "deploy", help="write leader, helper, collector and client files for a survey"
+    )
+    p.add_argument("--survey", required=True, help="survey TOML file")
+    p.add_argument("--out", required=True, help="new directory for the files")
+    p.add_argument("--leader", required=True, help="leader host:port as clients reach it")
+    p.add_argument("--helper", required=True, help="helper host:port as the leader reaches it")
+    p.add_argument("--time-precision", type=int, default=3600, help="seconds")
+    p.add_argument("--no-tls", action="store_true", help="plaintext (only for servers on loopback)")
+    p.set_defaults(func=cmd_survey_deploy)
+
+    sim = sub.add_parser("simulate", help="simulate respondents answering your survey")
+    sim.add_argument("--survey", required=True, help="survey TOML file")
+    sim.add_argument("--respondents", type=int, default=10_000)
+    sim.add_argument("--epsilon", help="override the survey's total epsilon")
+    sim.add_argument("--plot", help="write a PNG: estimates against truth (or the sweep)")
+    sim.add_argument(
+        "--sweep-epsilon", nargs="+", metavar="EPS", help="plot error against these epsilons"
+    )
+    sim.add_argument("--json", action="store_true")
+    sim.add_argument("--no-progress", action="store_true")
+    sim.set_defaults(func=cmd_simulate)
 
     for role in ("leader", "helper"):
         p = sub.add_parser(role, help=f"run the {role} aggregator")

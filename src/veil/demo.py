@@ -1,0 +1,227 @@
+"""Running a survey end to end on this machine: `veil demo` and `veil simulate`.
+
+A leader and a helper start as separate processes on loopback with SQLite in
+a temporary directory; simulated respondents answer every question; their
+reports go through the client library over gRPC; the leader aggregates with
+the helper; the collector collects each question's batch and gets DP
+estimates with confidence intervals. Everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+from tqdm import tqdm
+
+from veil.aggregator.local import LocalDeployment
+from veil.aggregator.storage import SqliteDatastore
+from veil.client import Client
+from veil.collector import CollectionResult, Collector
+from veil.report import Number, QuestionResult
+from veil.simulate import simulate_respondents, truth
+from veil.survey import Question, Survey, load_survey, parse_survey
+from veil.task import DpSpec, VdafSpec
+
+UPLOAD_CHUNK = 500
+
+
+def example_survey() -> Survey:
+    """The example survey shipped with veil (examples/survey.toml)."""
+    text = resources.files("veil").joinpath("data/example_survey.toml").read_text("utf-8")
+    return parse_survey(text, "example_survey.toml")
+
+
+def with_epsilon(survey: Survey, epsilon: Fraction) -> Survey:
+    """The same survey with its total ε (and every question's share) rescaled."""
+    factor = epsilon / survey.epsilon
+    questions = tuple(
+        Question(**{**q.__dict__, "epsilon": q.epsilon * factor}) for q in survey.questions
+    )
+    return Survey(
+        survey.name,
+        epsilon,
+        survey.mechanism,
+        survey.min_batch_size,
+        survey.max_respondents,
+        questions,
+        survey.path,
+    )
+
+
+def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]]:
+    """One task per question, every task under the survey's total budget."""
+    specs = {}
+    for q in survey.questions:
+        vdaf = VdafSpec(q.vdaf_type, **q.vdaf_params)
+        if survey.mechanism == "none":
+            dp = DpSpec(mechanism="none")
+        else:
+            eps = str(q.epsilon)
+            dp = DpSpec(
+                mechanism=survey.mechanism,
+                epsilon=eps if survey.mechanism != "gaussian" else None,
+                rho=eps if survey.mechanism == "gaussian" else None,
+                budget=eps,
+                survey=_survey_id(survey),
+                survey_budget=str(survey.epsilon),
+            )
+        specs[q.id] = (vdaf, dp, {"min_batch_size": survey.min_batch_size})
+    return specs
+
+
+def _survey_id(survey: Survey) -> str:
+    return "".join(c if c.isalnum() else "-" for c in survey.name.lower()).strip("-") or "survey"
+
+
+@dataclass
+class _Progress:
+    enabled: bool
+    stream: TextIO
+
+    def bar(self, total: int, desc: str) -> tqdm[Any]:
+        return tqdm(
+            total=total,
+            desc=desc,
+            unit="report",
+            disable=not self.enabled,
+            file=self.stream,
+            leave=True,
+            dynamic_ncols=True,
+        )
+
+
+def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult) -> QuestionResult:
+    exact = truth(q, answers)
+    epsilon = float(r.epsilon_spent)
+    if q.kind == "integer":
+        # A mean: the sum's estimate and bounds over the published report count.
+        n = r.report_count
+        assert isinstance(exact, int)
+        return QuestionResult(
+            q.id,
+            q.kind,
+            exact / len(answers),
+            float(r.estimate / n),
+            float(r.lower / n),
+            float(r.upper / n),
+            epsilon,
+            n,
+        )
+    if q.kind == "yes_no":
+        assert isinstance(exact, int)
+        return QuestionResult(
+            q.id,
+            q.kind,
+            exact,
+            float(r.estimate),
+            float(r.lower),
+            float(r.upper),
+            epsilon,
+            r.report_count,
+        )
+    assert isinstance(exact, list)
+    labels = q.options if q.options else tuple(f"[{i}]" for i in range(q.length))
+    return QuestionResult(
+        q.id,
+        q.kind,
+        cast(list[Number], exact),
+        [float(x) for x in r.estimate],
+        [float(x) for x in r.lower],
+        [float(x) for x in r.upper],
+        epsilon,
+        r.report_count,
+        labels,
+    )
+
+
+def run_survey(
+    survey: Survey,
+    respondents: int,
+    *,
+    progress: bool = True,
+    stream: TextIO = sys.stderr,
+    seed: int | None = None,
+    workdir: Path | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> list[QuestionResult]:
+    """Deploy the survey locally, simulate `respondents`, and collect every question."""
+    if respondents < survey.min_batch_size:
+        raise ValueError(
+            f"{respondents} respondents are fewer than the survey's min_batch_size "
+            f"({survey.min_batch_size}): no batch could be released"
+        )
+    say = on_status or (lambda _msg: None)
+    rng = random.Random(secrets.randbits(64) if seed is None else seed)
+    answers = simulate_respondents(survey, respondents, rng)
+    bars = _Progress(progress, stream)
+    with tempfile.TemporaryDirectory(prefix="veil-demo-") as tmp:
+        root = workdir or Path(tmp)
+        say(f"starting a leader and a helper on 127.0.0.1 (SQLite in {root})")
+        deployment = LocalDeployment.start(root, task_specs(survey))
+        try:
+            return _run(survey, answers, deployment, bars, say)
+        finally:
+            deployment.stop()
+
+
+def _run(
+    survey: Survey,
+    answers: list[dict[str, Any]],
+    deployment: LocalDeployment,
+    bars: _Progress,
+    say: Callable[[str], None],
+) -> list[QuestionResult]:
+    total = len(answers) * len(survey.questions)
+    batch: dict[str, tuple[int, int]] = {}
+    with bars.bar(total, "upload") as bar:
+        for q in survey.questions:
+            with Client(deployment.tasks[q.id].client) as client:
+                report_time = client.report_time()
+                precision = deployment.tasks[q.id].client.time_precision
+                batch[q.id] = (report_time, precision)
+                measurements = [q.to_measurement(a[q.id]) for a in answers]
+                for i in range(0, len(measurements), UPLOAD_CHUNK):
+                    chunk = measurements[i : i + UPLOAD_CHUNK]
+                    client.upload_batch(chunk, report_time)
+                    bar.update(len(chunk))
+
+    store = SqliteDatastore(deployment.root / "leader.db")
+    try:
+        with bars.bar(total, "aggregate") as bar:
+            done = 0
+            while done < total:
+                pending = sum(
+                    store.unaggregated_count(
+                        deployment.tasks[q.id].client.task_id, start, start + precision
+                    )
+                    for q in survey.questions
+                    for start, precision in [batch[q.id]]
+                )
+                bar.update(total - pending - done)
+                done = total - pending
+                if pending:
+                    time.sleep(0.2)
+    finally:
+        store.close()
+
+    results = []
+    for q in survey.questions:
+        start, precision = batch[q.id]
+        with Collector(deployment.tasks[q.id].collector) as collector:
+            results.append(_result(q, answers, collector.collect(start, precision)))
+    say("collected every question")
+    return results
+
+
+def load(path: str | None) -> Survey:
+    return example_survey() if path is None else load_survey(path)

@@ -1,0 +1,105 @@
+"""`veil demo` and `veil simulate` end to end at a small size: real leader
+and helper processes on loopback, uploads through the client library,
+collection with DP noise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from tests.test_report import png_size
+from veil.demo import example_survey, run_survey, with_epsilon
+from veil.report import QuestionResult
+
+
+def _within(result: QuestionResult, widths: float = 3.0) -> bool:
+    for _label, truth, est, low, high in result.rows():
+        assert truth is not None
+        width = max(high - low, 1e-9)
+        if abs(est - truth) > widths * width:
+            return False
+    return True
+
+
+def test_demo_estimates_lie_near_the_truth() -> None:
+    survey = example_survey()
+    results = run_survey(survey, 300, progress=False, seed=1)
+    assert [r.question for r in results] == [q.id for q in survey.questions]
+    for r in results:
+        assert r.reports == 300
+        assert _within(r), r
+    spent = sum((Fraction(r.epsilon).limit_denominator(1000) for r in results), Fraction(0))
+    assert spent == survey.epsilon
+
+
+def test_mechanism_none_gives_the_exact_truth() -> None:
+    survey = example_survey()
+    exact = type(survey)(**{**survey.__dict__, "mechanism": "none"})
+    for r in run_survey(exact, 150, progress=False, seed=2):
+        for _label, truth, est, low, high in r.rows():
+            assert truth == pytest.approx(est) and low == high == est
+        assert r.epsilon == 0
+
+
+def test_with_epsilon_rescales_every_question() -> None:
+    survey = with_epsilon(example_survey(), Fraction(1, 2))
+    assert survey.epsilon == Fraction(1, 2)
+    assert sum((q.epsilon for q in survey.questions), Fraction(0)) == Fraction(1, 2)
+
+
+def test_demo_command_json(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "veil.cli", "demo", "--respondents", "200", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    data = json.loads(out.stdout)
+    assert [d["question"] for d in data] == ["remote", "commute", "team", "tools", "ratings"]
+    for d in data:
+        assert set(d) == {"question", "kind", "truth", "estimate", "ci_low", "ci_high", "epsilon"}
+        assert d["ci_low"] <= d["estimate"] <= d["ci_high"] or isinstance(d["estimate"], list)
+
+
+def test_simulate_command_plots(tmp_path: Path) -> None:
+    plot = tmp_path / "out.png"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "veil.cli",
+            "simulate",
+            "--survey",
+            "examples/survey.toml",
+            "--respondents",
+            "150",
+            "--plot",
+            str(plot),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert png_size(plot) == (1200, 1200)
+
+
+def test_simulate_reports_survey_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[survey]\nname = "x"\nepsilon = 1\n\n[[question]]\nid = "q"\nkind = "essay"\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "veil.cli", "simulate", "--survey", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert f"{bad}:7: unknown kind 'essay'" in out.stderr
