@@ -1,0 +1,418 @@
+"""Malicious clients against a real leader and helper: every kind of bad
+report is refused at upload or rejected during aggregation, with its reason,
+counted by the server that caught it, and the collected aggregate equals the
+sum of the honest reports alone.
+
+Each kind gets its own time bucket holding honest reports and the bad one,
+so a bad report that slipped through would show in that bucket's sum.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.integration.deployment import Deployment, start_deployment
+from tests.integration.test_end_to_end import forged_report
+from tests.reliability.common import TP, bucket, record, rejections
+from veil.client import Client, Report, UploadError
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, input_share_info, seal
+from veil.task import DpSpec, VdafSpec
+
+pytestmark = [pytest.mark.slow, pytest.mark.adversarial]
+
+NONE = DpSpec("none")
+HONEST = [10, 20, 30]
+
+
+@pytest.fixture(scope="module")
+def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
+        "sum": (VdafSpec("sum", max_measurement=100), NONE, {}),
+        # Histogram uses joint randomness: its public share carries the parts.
+        "hist": (VdafSpec("histogram", length=5, chunk_length=2), NONE, {}),
+        "other": (VdafSpec("sum", max_measurement=100), NONE, {}),
+    }
+    d = start_deployment(Path(tmp_path_factory.mktemp("malicious")), tasks)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def _flip(data: bytes, at: int = 0) -> bytes:
+    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
+
+
+def _seal(
+    client: Client,
+    report_id: bytes,
+    t: int,
+    public_share: bytes,
+    leader: bytes,
+    helper: bytes,
+    task_id: bytes | None = None,
+) -> Report:
+    """Seal chosen plaintexts exactly as an honest client would seal its shares."""
+    tid = client.task.task_id if task_id is None else task_id
+    cts = [
+        seal(client.hpke_config(role), input_share_info(role, tid, report_id, t, public_share), pt)
+        for role, pt in ((ROLE_LEADER, leader), (ROLE_HELPER, helper))
+    ]
+    return Report(report_id, t, public_share, cts[0], cts[1])
+
+
+def _shard(client: Client, measurement: Any) -> tuple[bytes, Any, list[Any]]:
+    vdaf = client.vdaf
+    rid = secrets.token_bytes(16)
+    ctx = b"veil-v1" + client.task.task_id
+    public, shares = vdaf.shard(ctx, measurement, rid, secrets.token_bytes(vdaf.RAND_SIZE))
+    return rid, public, shares
+
+
+# --- bad reports rejected during aggregation ----------------------------
+
+
+def out_of_range_with_honest_proof(client: Client, t: int) -> Report:
+    """Sum value 102 > max 100: the encoding is not a bit vector, but the
+    proof is computed honestly on it (a malicious client running the prover)."""
+    vdaf = client.vdaf
+    meas = vdaf.flp.encode(100)
+    meas[0] += 2
+    assert vdaf.flp.truncate(meas) == [102]
+    rid = secrets.token_bytes(16)
+    ctx = b"veil-v1" + client.task.task_id
+    seeds = secrets.token_bytes(vdaf.RAND_SIZE)
+    size = vdaf.xof.SEED_SIZE
+    _, shares = vdaf._shard_without_joint_rand(
+        ctx, meas, [seeds[i : i + size] for i in range(0, len(seeds), size)]
+    )
+    return _seal(
+        client,
+        rid,
+        t,
+        b"",
+        vdaf.encode_input_share(shares[0]),
+        vdaf.encode_input_share(shares[1]),
+    )
+
+
+def tampered_proof(client: Client, t: int) -> Report:
+    vdaf = client.vdaf
+    rid, public, shares = _shard(client, 5)
+    leader = shares[0]
+    proof = list(leader.proofs_share)
+    proof[0] = (proof[0] + 1) % vdaf.field.MODULUS
+    bad = leader._replace(proofs_share=proof)
+    return _seal(
+        client,
+        rid,
+        t,
+        vdaf.encode_public_share(public),
+        vdaf.encode_input_share(bad),
+        vdaf.encode_input_share(shares[1]),
+    )
+
+
+def tampered_joint_rand_part(client: Client, t: int) -> Report:
+    vdaf = client.vdaf
+    rid, public, shares = _shard(client, 2)
+    parts = list(public)
+    parts[1] = _flip(parts[1])
+    return _seal(
+        client,
+        rid,
+        t,
+        vdaf.encode_public_share(parts),
+        vdaf.encode_input_share(shares[0]),
+        vdaf.encode_input_share(shares[1]),
+    )
+
+
+def mismatched_public_share(client: Client, t: int) -> Report:
+    """Shares of one report with the public share of another (same value)."""
+    vdaf = client.vdaf
+    rid, _, shares = _shard(client, 3)
+    _, other_public, _ = _shard(client, 3)
+    return _seal(
+        client,
+        rid,
+        t,
+        vdaf.encode_public_share(other_public),
+        vdaf.encode_input_share(shares[0]),
+        vdaf.encode_input_share(shares[1]),
+    )
+
+
+def garbage_public_share(client: Client, t: int) -> Report:
+    vdaf = client.vdaf
+    rid, public, shares = _shard(client, 1)
+    size = len(vdaf.encode_public_share(public))
+    return _seal(
+        client,
+        rid,
+        t,
+        secrets.token_bytes(size + 3),
+        vdaf.encode_input_share(shares[0]),
+        vdaf.encode_input_share(shares[1]),
+    )
+
+
+def _lengths(leader_extra: int, helper_extra: int) -> Callable[[Client, int], Report]:
+    def build(client: Client, t: int) -> Report:
+        vdaf = client.vdaf
+        rid, public, shares = _shard(client, 7 if client.task.vdaf.type == "sum" else 3)
+        leader = vdaf.encode_input_share(shares[0])
+        helper = vdaf.encode_input_share(shares[1])
+        leader = leader + bytes(leader_extra) if leader_extra >= 0 else leader[:leader_extra]
+        helper = helper + bytes(helper_extra) if helper_extra >= 0 else helper[:helper_extra]
+        return _seal(client, rid, t, vdaf.encode_public_share(public), leader, helper)
+
+    return build
+
+
+def field_element_out_of_range(client: Client, t: int) -> Report:
+    """A leader measurement share whose first element encodes a value >= p."""
+    vdaf = client.vdaf
+    rid, public, shares = _shard(client, 9)
+    leader = bytearray(vdaf.encode_input_share(shares[0]))
+    size = vdaf.field.ENCODED_SIZE
+    leader[:size] = (vdaf.field.MODULUS + 1).to_bytes(size, "little")
+    return _seal(
+        client,
+        rid,
+        t,
+        vdaf.encode_public_share(public),
+        bytes(leader),
+        vdaf.encode_input_share(shares[1]),
+    )
+
+
+def undecryptable_for(role: str) -> Callable[[Client, int], Report]:
+    def build(client: Client, t: int) -> Report:
+        r = client.build_report(4, t)
+        ct = r.leader_ct if role == "leader" else r.helper_ct
+        bad = replace(ct, payload=_flip(ct.payload, len(ct.payload) // 2))
+        return replace(r, **{f"{role}_ct": bad})
+
+    return build
+
+
+def unknown_helper_key_id(client: Client, t: int) -> Report:
+    r = client.build_report(4, t)
+    return replace(r, helper_ct=replace(r.helper_ct, config_id=(r.helper_ct.config_id + 1) % 256))
+
+
+def share_for_another_task(dep: Deployment) -> Callable[[Client, int], Report]:
+    """An honest report of task "other" (its id sealed into both shares),
+    uploaded to task "sum"."""
+
+    def build(client: Client, t: int) -> Report:
+        return dep.client("other").build_report(4, t)
+
+    return build
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Uploaded (acknowledged) but rejected during aggregation."""
+
+    kind: str
+    task: str
+    build: Callable[[Client, int], Report]
+    leader: dict[str, int]  # rejections the leader records (it records every outcome)
+    helper: dict[str, int]  # rejections the helper records itself
+
+
+def _aggregation_cases(dep: Deployment) -> list[Rejected]:
+    verify = {"vdaf_verify_error": 1}
+    decode = {"vdaf_decode_error": 1}
+    return [
+        Rejected("out-of-range value, honest proof", "sum", out_of_range_with_honest_proof,
+                 verify, verify),
+        Rejected("input share altered after proving", "sum",
+                 lambda c, t: forged_report(c, 5, t), verify, verify),
+        Rejected("tampered proof", "sum", tampered_proof, verify, verify),
+        Rejected("tampered joint-randomness part", "hist", tampered_joint_rand_part,
+                 verify, verify),
+        Rejected("mismatched public share", "hist", mismatched_public_share, verify, verify),
+        Rejected("garbage public share", "hist", garbage_public_share, decode, {}),
+        Rejected("leader share 8 bytes too long", "sum", _lengths(8, 0), decode, {}),
+        Rejected("leader share 1 byte short", "sum", _lengths(-1, 0), decode, {}),
+        Rejected("helper share 8 bytes too long", "hist", _lengths(0, 8), decode, decode),
+        Rejected("field element >= p", "sum", field_element_out_of_range, decode, {}),
+        Rejected("undecryptable leader ciphertext", "sum", undecryptable_for("leader"),
+                 {"hpke_decrypt_error": 1}, {}),
+        Rejected("undecryptable helper ciphertext", "sum", undecryptable_for("helper"),
+                 {"hpke_decrypt_error": 1}, {"hpke_decrypt_error": 1}),
+        Rejected("unknown helper HPKE key id", "sum", unknown_helper_key_id,
+                 {"hpke_unknown_config_id": 1}, {"hpke_unknown_config_id": 1}),
+        Rejected("share for another task", "sum", share_for_another_task(dep),
+                 {"hpke_decrypt_error": 1}, {}),
+    ]  # fmt: skip
+
+
+_next_hour = iter(range(2, 1000))
+
+
+def _honest(client: Client, t: int) -> list[Report]:
+    values = HONEST if client.task.vdaf.type == "sum" else [0, 1, 4]
+    return [client.build_report(v, t) for v in values]
+
+
+def _expected(client: Client) -> Any:
+    return sum(HONEST) if client.task.vdaf.type == "sum" else [1, 1, 0, 0, 1]
+
+
+def test_bad_reports_rejected_by_reason_and_not_counted(dep: Deployment) -> None:
+    outcomes = []
+    for case in _aggregation_cases(dep):
+        client = dep.client(case.task)
+        task_id = client.task.task_id
+        t = bucket(next(_next_hour))
+        before = {
+            role: rejections(dep.local.root / f"{role}.db", task_id)
+            for role in ("leader", "helper")
+        }
+        reports = _honest(client, t)
+        reports.insert(secrets.randbelow(len(reports) + 1), case.build(client, t))
+        assert client.upload_reports(reports).accepted == len(reports), case.kind
+        with dep.collector(case.task) as collector:
+            r = collector.collect(t, TP, wait=60)
+        delta = {}
+        for role in ("leader", "helper"):
+            after = rejections(dep.local.root / f"{role}.db", task_id)
+            delta[role] = {
+                k: after[k] - before[role].get(k, 0)
+                for k in after
+                if after[k] != before[role].get(k, 0)
+            }
+        outcomes.append((case.kind, delta["leader"], delta["helper"]))
+        assert (r.report_count, r.estimate) == (3, _expected(client)), case.kind
+        assert delta["leader"] == case.leader, case.kind
+        assert delta["helper"] == case.helper, case.kind
+    record(
+        "malicious_clients.aggregation",
+        kinds=len(outcomes),
+        outcomes={k: {"leader": lead, "helper": help_} for k, lead, help_ in outcomes},
+        aggregate_unchanged=True,
+    )
+
+
+# --- bad uploads refused outright -----------------------------------------
+
+
+def _refusals(dep: Deployment) -> list[tuple[str, Callable[[Client, int], list[Report]], Any, str]]:
+    def unknown_leader_key(c: Client, t: int) -> list[Report]:
+        r = c.build_report(1, t)
+        return [
+            replace(r, leader_ct=replace(r.leader_ct, config_id=(r.leader_ct.config_id + 1) % 256))
+        ]
+
+    def far_future(c: Client, t: int) -> list[Report]:
+        return [c.build_report(1, bucket(-24 * 365))]
+
+    def unaligned(c: Client, t: int) -> list[Report]:
+        return [replace(c.build_report(1, t), time=t + 1)]
+
+    def oversized(c: Client, t: int) -> list[Report]:
+        return [replace(c.build_report(1, t), public_share=bytes(1 << 17))]
+
+    def short_enc(c: Client, t: int) -> list[Report]:
+        r = c.build_report(1, t)
+        return [replace(r, helper_ct=Ciphertext(r.helper_ct.config_id, b"\x00" * 31, b""))]
+
+    def bad_id(c: Client, t: int) -> list[Report]:
+        return [replace(c.build_report(1, t), report_id=bytes(15))]
+
+    def reused_id(c: Client, t: int) -> list[Report]:
+        first = c.build_report(1, t)
+        assert c.upload_reports([first]).accepted == 1
+        return [replace(c.build_report(2, t), report_id=first.report_id)]
+
+    def honest_with_one_bad(c: Client, t: int) -> list[Report]:
+        # All or nothing: one bad report refuses the whole upload.
+        return [*_honest(c, t), *far_future(c, t)]
+
+    def twice_in_one_upload(c: Client, t: int) -> list[Report]:
+        r = c.build_report(1, t)
+        return [r, r]
+
+    return [
+        ("unknown leader HPKE key id", unknown_leader_key, grpc.StatusCode.INVALID_ARGUMENT,
+         "unknown leader HPKE config id"),
+        ("far-future timestamp", far_future, grpc.StatusCode.OUT_OF_RANGE, "in the future"),
+        ("time not rounded to time_precision", unaligned, grpc.StatusCode.INVALID_ARGUMENT,
+         "time_precision"),
+        ("oversized report", oversized, grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than"),
+        ("malformed HPKE encapsulated key", short_enc, grpc.StatusCode.INVALID_ARGUMENT,
+         "encapsulated key"),
+        ("report id of 15 bytes", bad_id, grpc.StatusCode.INVALID_ARGUMENT, "16 bytes"),
+        ("report id reused with other content", reused_id, grpc.StatusCode.ALREADY_EXISTS,
+         "already uploaded"),
+        ("one bad report among honest ones", honest_with_one_bad, grpc.StatusCode.OUT_OF_RANGE,
+         "in the future"),
+        ("same report twice in one upload", twice_in_one_upload,
+         grpc.StatusCode.INVALID_ARGUMENT, "twice"),
+    ]  # fmt: skip
+
+
+def test_bad_uploads_refused_with_reason_and_nothing_stored(dep: Deployment) -> None:
+    client = dep.client("sum")
+    t = bucket(next(_next_hour))
+    honest = _honest(client, t)
+    assert client.upload_reports(honest).accepted == len(honest)
+    refused = {}
+    for kind, build, code, words in _refusals(dep):
+        reports = build(client, t)
+        stored = dep.stored_reports("sum")
+        with pytest.raises(UploadError) as e:
+            client.upload_reports(reports)
+        assert e.value.code == code, kind
+        assert words in e.value.message, (kind, e.value.message)
+        assert dep.stored_reports("sum") == stored, kind
+        refused[kind] = code.name
+    # An exact replay is acknowledged as a duplicate and stored once.
+    again = client.upload_reports(honest)
+    assert (again.accepted, again.duplicates) == (0, len(honest))
+    with dep.collector("sum") as collector:
+        r = collector.collect(t, TP, wait=60)
+    # The honest reports plus the first report of "reused id" (value 1).
+    assert (r.report_count, r.estimate) == (len(honest) + 1, sum(HONEST) + 1)
+    record("malicious_clients.upload", kinds=len(refused) + 1, refused=refused, replay="duplicate")
+
+
+def test_garbage_and_oversized_messages(dep: Deployment) -> None:
+    """Bytes that are no UploadRequest at all, and a request above
+    max_message_bytes: refused by gRPC before our code, nothing stored, and
+    the leader keeps serving."""
+    stored = dep.stored_reports("sum")
+    codes = {}
+    with grpc.insecure_channel(
+        dep.leader.address, options=[("grpc.max_send_message_length", 64 << 20)]
+    ) as channel:
+        raw = channel.unary_unary("/veil.protocol.v1.Leader/UploadReports")
+        for size in (1, 7, 100, 4096):
+            for _ in range(5):
+                try:
+                    raw(secrets.token_bytes(size), timeout=10)
+                    name = "accepted"
+                except grpc.RpcError as e:
+                    name = e.code().name
+                codes[name] = codes.get(name, 0) + 1
+        with pytest.raises(grpc.RpcError) as rpc:
+            raw(bytes(17 << 20), timeout=30)
+        assert rpc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert dep.stored_reports("sum") == stored
+    # Random bytes may happen to parse as an (empty or unknown-task) request;
+    # either way they must be refused.
+    assert "accepted" not in codes, codes
+    client = dep.client("sum")
+    assert client.upload(1, bucket(1)).accepted == 1
+    record("malicious_clients.garbage", messages=20, oversized=1, refused_by_code=codes)
