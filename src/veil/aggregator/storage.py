@@ -10,6 +10,7 @@ aggregates) with a process lock; a backend shared by several processes
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time as _time
@@ -158,12 +159,28 @@ CREATE TABLE IF NOT EXISTS helper_reports (
 """
 
 
+def _owner_only(path: str) -> None:
+    """Create the database file readable by its owner only, or narrow it.
+
+    It holds the aggregator's HPKE private keys and its un-noised aggregate
+    shares. SQLite gives the -wal and -shm files the mode of the database
+    file, so they follow.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class SqliteDatastore:
     """`Datastore` on one SQLite file in WAL mode."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
         self._local = threading.local()
+        if self.path != ":memory:" and not self.path.startswith("file:"):
+            _owner_only(self.path)
         # executescript commits on its own; the schema is idempotent.
         self._conn().executescript(_SCHEMA)
 
