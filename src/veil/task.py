@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import secrets
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -331,10 +332,20 @@ def load_task(path: Path) -> Task:
 
 
 def write_toml(path: Path, data: dict[str, Any], secret: bool) -> None:
+    """Write `data` as TOML; a `secret` file is owner-only from its creation.
+
+    Creating the file with mode 0600 (and narrowing a file that existed
+    before writing to it) leaves no moment in which the secret is readable
+    by others, as writing first and chmod-ing afterwards would.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(tomli_w.dumps(data).encode())
-    if secret:
-        path.chmod(0o600)
+    if not secret:
+        path.write_bytes(tomli_w.dumps(data).encode())
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(tomli_w.dumps(data).encode())
 
 
 @dataclass(frozen=True)
