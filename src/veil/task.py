@@ -315,7 +315,8 @@ class Task:
             )
         except KeyError as e:
             raise TaskError(f"task definition lacks {e.args[0]!r}") from e
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, AttributeError) as e:
+            # AttributeError: a table where a value belongs, or the reverse.
             if isinstance(e, TaskError):
                 raise
             raise TaskError(f"bad task definition: {e}") from e
@@ -325,7 +326,7 @@ def load_task(path: Path) -> Task:
     try:
         with path.open("rb") as f:
             return Task.from_dict(tomllib.load(f))
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise TaskError(f"{path}: {e}") from e
     except TaskError as e:
         raise TaskError(f"{path}: {e}") from e

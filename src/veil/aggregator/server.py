@@ -106,11 +106,24 @@ _KEYS = {
 
 
 def load_config(path: Path) -> ServerConfig:
+    """Read and check a server configuration; raises ConfigError only."""
     try:
         with path.open("rb") as f:
             raw = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from e
+    try:
+        return _parse_config(path, raw)
+    except (TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        # A setting of the wrong TOML type (a table where a number belongs...).
+        raise ConfigError(f"{path}: a setting has the wrong type: {e}") from e
+
+
+def _parse_config(path: Path, raw: dict[str, Any]) -> ServerConfig:
+    if not isinstance(raw.get("tasks", []), list):
+        raise ConfigError(f"{path}: 'tasks' must be a list of task file paths")
     unknown = set(raw) - _KEYS
     if unknown:
         raise ConfigError(
