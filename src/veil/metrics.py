@@ -31,6 +31,12 @@ class Metrics:
         self.reports_received = Counter(
             "veil_reports_received", "Reports received at upload.", ["task"], registry=r
         )
+        self.uploads_refused = Counter(
+            "veil_uploads_refused",
+            "Upload requests refused before storage, by error.",
+            ["task", "reason"],
+            registry=r,
+        )
         self.reports_accepted = Counter(
             "veil_reports_accepted",
             "Reports that passed verification and were aggregated.",

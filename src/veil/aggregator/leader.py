@@ -116,7 +116,21 @@ class Leader(AggregatorBase):
     # --- upload -----------------------------------------------------------
 
     def upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
-        """Validate and store reports, all or nothing. Returns (stored, duplicates)."""
+        """Validate and store reports, all or nothing. Returns (stored, duplicates).
+
+        A refused upload is counted by reason, as rejected reports are, so
+        that malformed or malicious uploads show on the metrics too.
+        """
+        try:
+            return self._upload(task_id, reports)
+        except AggregatorError as e:
+            if self.metrics is not None:
+                # Task ids are chosen by the caller: only known ones become labels.
+                label = b64e(task_id) if task_id in self.tasks else "unknown"
+                self.metrics.uploads_refused.labels(label, type(e).__name__).inc()
+            raise
+
+    def _upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
         task = self.task(task_id)
         if not reports:
             raise InvalidMessage("the upload holds no report")
