@@ -39,7 +39,7 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         "hist": (VdafSpec("histogram", length=5, chunk_length=2), NONE, {}),
         "other": (VdafSpec("sum", max_measurement=100), NONE, {}),
     }
-    d = start_deployment(Path(tmp_path_factory.mktemp("malicious")), tasks)
+    d = start_deployment(Path(tmp_path_factory.mktemp("malicious")), tasks, metrics=True)
     try:
         yield d
     finally:
@@ -308,7 +308,22 @@ def test_bad_reports_rejected_by_reason_and_not_counted(dep: Deployment) -> None
 # --- bad uploads refused outright -----------------------------------------
 
 
-def _refusals(dep: Deployment) -> list[tuple[str, Callable[[Client, int], list[Report]], Any, str]]:
+def _refused_counts(dep: Deployment, task: str) -> dict[str, float]:
+    """veil_uploads_refused_total by reason for one task, from the leader's metrics."""
+    import re
+    import urllib.request
+
+    assert dep.leader.metrics_address is not None
+    with urllib.request.urlopen(f"http://{dep.leader.metrics_address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    label = dep.tasks[task].client.id_text
+    pattern = rf'veil_uploads_refused_total{{reason="(\w+)",task="{re.escape(label)}"}} (\S+)'
+    return {m[0]: float(m[1]) for m in re.findall(pattern, text)}
+
+
+def _refusals(
+    dep: Deployment,
+) -> list[tuple[str, Callable[[Client, int], list[Report]], Any, str, str]]:
     def unknown_leader_key(c: Client, t: int) -> list[Report]:
         r = c.build_report(1, t)
         return [
@@ -346,20 +361,23 @@ def _refusals(dep: Deployment) -> list[tuple[str, Callable[[Client, int], list[R
 
     return [
         ("unknown leader HPKE key id", unknown_leader_key, grpc.StatusCode.INVALID_ARGUMENT,
-         "unknown leader HPKE config id"),
-        ("far-future timestamp", far_future, grpc.StatusCode.OUT_OF_RANGE, "in the future"),
+         "unknown leader HPKE config id", "InvalidMessage"),
+        ("far-future timestamp", far_future, grpc.StatusCode.OUT_OF_RANGE, "in the future",
+         "ReportTimeRejected"),
         ("time not rounded to time_precision", unaligned, grpc.StatusCode.INVALID_ARGUMENT,
-         "time_precision"),
-        ("oversized report", oversized, grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than"),
+         "time_precision", "InvalidMessage"),
+        ("oversized report", oversized, grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than",
+         "TooLarge"),
         ("malformed HPKE encapsulated key", short_enc, grpc.StatusCode.INVALID_ARGUMENT,
-         "encapsulated key"),
-        ("report id of 15 bytes", bad_id, grpc.StatusCode.INVALID_ARGUMENT, "16 bytes"),
+         "encapsulated key", "InvalidMessage"),
+        ("report id of 15 bytes", bad_id, grpc.StatusCode.INVALID_ARGUMENT, "16 bytes",
+         "InvalidMessage"),
         ("report id reused with other content", reused_id, grpc.StatusCode.ALREADY_EXISTS,
-         "already uploaded"),
+         "already uploaded", "ReportIdConflict"),
         ("one bad report among honest ones", honest_with_one_bad, grpc.StatusCode.OUT_OF_RANGE,
-         "in the future"),
+         "in the future", "ReportTimeRejected"),
         ("same report twice in one upload", twice_in_one_upload,
-         grpc.StatusCode.INVALID_ARGUMENT, "twice"),
+         grpc.StatusCode.INVALID_ARGUMENT, "twice", "InvalidMessage"),
     ]  # fmt: skip
 
 
@@ -369,15 +387,19 @@ def test_bad_uploads_refused_with_reason_and_nothing_stored(dep: Deployment) -> 
     honest = _honest(client, t)
     assert client.upload_reports(honest).accepted == len(honest)
     refused = {}
-    for kind, build, code, words in _refusals(dep):
+    for kind, build, code, words, reason in _refusals(dep):
         reports = build(client, t)
         stored = dep.stored_reports("sum")
+        counted = _refused_counts(dep, "sum")
         with pytest.raises(UploadError) as e:
             client.upload_reports(reports)
         assert e.value.code == code, kind
         assert words in e.value.message, (kind, e.value.message)
         assert dep.stored_reports("sum") == stored, kind
-        refused[kind] = code.name
+        now = _refused_counts(dep, "sum")
+        delta = {k: v - counted.get(k, 0) for k, v in now.items() if v != counted.get(k, 0)}
+        assert delta == {reason: 1}, (kind, delta)
+        refused[kind] = f"{code.name} ({reason})"
     # An exact replay is acknowledged as a duplicate and stored once.
     again = client.upload_reports(honest)
     assert (again.accepted, again.duplicates) == (0, len(honest))
