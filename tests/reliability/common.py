@@ -14,12 +14,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
+
+from tests.integration.deployment import Deployment
+from veil.hpke import ROLE_HELPER, input_share_info, seal
+from veil.protocol.v1 import helper_pb2
 
 TP = 3600
 
@@ -92,3 +97,31 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def leader_verify_init_item(dep: Deployment, name: str, t: int, value: int) -> Any:
+    """An aggregation job item for `value` as an honest leader would send it:
+    fresh client shares, the leader's verifier share computed from its own
+    input share, and the helper's input share sealed to the helper."""
+    client = dep.client(name)
+    leader_task = dep.tasks[name].leader
+    vdaf = client.vdaf
+    rid = secrets.token_bytes(16)
+    ctx = b"veil-v1" + leader_task.task_id
+    public, shares = vdaf.shard(ctx, value, rid, secrets.token_bytes(vdaf.RAND_SIZE))
+    ps = vdaf.encode_public_share(public)
+    assert leader_task.verify_key is not None
+    _, leader_vs = vdaf.verify_init(leader_task.verify_key, ctx, 0, None, rid, public, shares[0])
+    ct = seal(
+        client.hpke_config(ROLE_HELPER),
+        input_share_info(ROLE_HELPER, leader_task.task_id, rid, t, ps),
+        vdaf.encode_input_share(shares[1]),
+    )
+    item = helper_pb2.VerifyInit(leader_verifier_share=vdaf.encode_verifier_share(leader_vs))
+    item.report_share.metadata.report_id = rid
+    item.report_share.metadata.time = t
+    item.report_share.public_share = ps
+    item.report_share.encrypted_input_share.config_id = ct.config_id
+    item.report_share.encrypted_input_share.enc = ct.enc
+    item.report_share.encrypted_input_share.payload = ct.payload
+    return item

@@ -34,8 +34,14 @@ from hypothesis import strategies as st
 
 from tests.conftest import LONG
 from tests.integration.deployment import Deployment
-from tests.reliability.common import DOCUMENTED, TP, bucket, record, state_digest
-from tests.reliability.test_peers import _verify_init_item
+from tests.reliability.common import (
+    DOCUMENTED,
+    TP,
+    bucket,
+    leader_verify_init_item,
+    record,
+    state_digest,
+)
 from tests.vdaf.test_fuzz import _mutate, mutations
 from veil.aggregator.local import LocalDeployment
 from veil.protocol.v1 import helper_pb2, leader_pb2, messages_pb2
@@ -167,7 +173,7 @@ class Env:
         job = helper_pb2.AggregationJobRequest(
             task_id=self.task_id, aggregation_job_id=secrets.token_bytes(16)
         )
-        job.verify_inits.append(_verify_init_item(dep, "fuzz", self.t, 2))
+        job.verify_inits.append(leader_verify_init_item(dep, "fuzz", self.t, 2))
         interval = messages_pb2.Interval(start=self.t, duration=TP)
         self.valid: dict[tuple[str, str], bytes] = {
             ("leader", "GetHpkeConfig"): messages_pb2.HpkeConfigRequest(

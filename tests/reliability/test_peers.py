@@ -19,7 +19,14 @@ import pytest
 
 from tests.conftest import LONG
 from tests.integration.deployment import Deployment, start_deployment
-from tests.reliability.common import TP, bucket, query, record, state_digest
+from tests.reliability.common import (
+    TP,
+    bucket,
+    leader_verify_init_item,
+    query,
+    record,
+    state_digest,
+)
 from veil.collector import CollectionError
 from veil.dp import decode
 from veil.hpke import (
@@ -27,9 +34,7 @@ from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
     agg_share_info,
-    input_share_info,
     open_,
-    seal,
 )
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc
 from veil.task import DpSpec, VdafSpec
@@ -188,37 +193,11 @@ def test_helper_checks_count_checksum_and_collects_once(dep: Deployment) -> None
     record("peers.helper_batch_checks", wrong_count_or_checksum=4, second_collection=2)
 
 
-def _verify_init_item(dep: Deployment, name: str, t: int, value: int) -> Any:
-    """An aggregation job item as the leader would send it (computed here)."""
-    client = dep.client(name)
-    leader_task = dep.tasks[name].leader
-    vdaf = client.vdaf
-    rid = secrets.token_bytes(16)
-    ctx = b"veil-v1" + leader_task.task_id
-    public, shares = vdaf.shard(ctx, value, rid, secrets.token_bytes(vdaf.RAND_SIZE))
-    ps = vdaf.encode_public_share(public)
-    assert leader_task.verify_key is not None
-    _, leader_vs = vdaf.verify_init(leader_task.verify_key, ctx, 0, None, rid, public, shares[0])
-    ct = seal(
-        client.hpke_config(ROLE_HELPER),
-        input_share_info(ROLE_HELPER, leader_task.task_id, rid, t, ps),
-        vdaf.encode_input_share(shares[1]),
-    )
-    item = helper_pb2.VerifyInit(leader_verifier_share=vdaf.encode_verifier_share(leader_vs))
-    item.report_share.metadata.report_id = rid
-    item.report_share.metadata.time = t
-    item.report_share.public_share = ps
-    item.report_share.encrypted_input_share.config_id = ct.config_id
-    item.report_share.encrypted_input_share.enc = ct.enc
-    item.report_share.encrypted_input_share.payload = ct.payload
-    return item
-
-
 def test_helper_refuses_replays_from_the_leader(dep: Deployment) -> None:
     t = bucket(4)
     name = "other"
     task_id = dep.tasks[name].client.task_id
-    items = [_verify_init_item(dep, name, t, v) for v in (3, 4)]
+    items = [leader_verify_init_item(dep, name, t, v) for v in (3, 4)]
     auth = _token(dep, name)
 
     def job(job_id: bytes, its: list[Any]) -> helper_pb2.AggregationJobRequest:
