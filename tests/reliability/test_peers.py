@@ -296,7 +296,7 @@ def _open(dep: Deployment, role: int, ct: Any, start: int, count: int) -> list[i
     assert task.collector_hpke_keypair is not None
     info = agg_share_info(role, task.task_id, start, NOISE_TP, count)
     plain = open_(task.collector_hpke_keypair, Ciphertext(ct.config_id, ct.enc, ct.payload), info)
-    return list(dep.collector("noisy").vdaf.decode_agg_share(None, plain))
+    return list(task.vdaf.instantiate().decode_agg_share(None, plain))
 
 
 def test_no_aggregator_releases_an_unnoised_share(dep: Deployment) -> None:
