@@ -1,0 +1,467 @@
+"""Vectorised arithmetic in the fields of draft-irtf-cfrg-vdaf-18, Section 6.1,
+for the batched Prio3 path (``veil.vdaf.batch``).
+
+A *field array* holds many elements at once. Its trailing axes are the
+element axes; which leading axes exist depends on the field:
+
+- Field64: ``uint64`` array of reduced elements, shape ``(*shape)``.
+- Field128: ``int64`` array of shape ``(4, *shape)``, the element's four
+  little-endian 32-bit limbs, each in ``[0, 2^32)``, value reduced.
+
+Generic code indexes element axes only from the right (``a[..., i]``,
+``axis=-1``) so that it runs unchanged on both layouts. Every operation
+returns reduced elements. Multiplication splits operands into 32-bit limbs
+and uses the shape of each prime for the reduction:
+
+- Goldilocks ``p = 2^64 - 2^32 + 1``: ``2^64 = 2^32 - 1`` and ``2^96 = -1``.
+- ``p = 2^128 - 28 * 2^64 + 1``: ``2^128 = 28 * 2^64 - 1``; the product's
+  limbs at ``2^160``, ``2^192`` and ``2^224`` fold the same way.
+
+Inputs of these functions must be reduced; nothing checks that except the
+decoders, which report unreduced encodings per element.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from veil.vdaf.field import Field, Field64, Field128
+
+Arr = npt.NDArray[Any]
+
+_M32 = 0xFFFFFFFF
+
+
+class VecField(ABC):
+    """The arithmetic of one prime field over field arrays."""
+
+    field: ClassVar[type[Field]]
+    MODULUS: ClassVar[int]
+    ENCODED_SIZE: ClassVar[int]
+
+    # -- conversion ---------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def from_ints(cls, values: Any) -> Arr:
+        """A field array from (nested sequences of) reduced ints."""
+
+    @classmethod
+    @abstractmethod
+    def to_ints(cls, a: Arr) -> Any:
+        """Nested lists of ints, the inverse of ``from_ints``."""
+
+    @classmethod
+    @abstractmethod
+    def decode(cls, raw: Arr) -> tuple[Arr, Arr]:
+        """Decode ``uint8`` rows of ``count * ENCODED_SIZE`` bytes into a
+        ``(rows, count)`` field array and a ``(rows, count)`` boolean mask of
+        the elements that were reduced (unreduced ones decode to garbage)."""
+
+    @classmethod
+    @abstractmethod
+    def encode(cls, a: Arr) -> Arr:
+        """The ``uint8`` little-endian encoding of a ``(rows, count)`` array,
+        shape ``(rows, count * ENCODED_SIZE)``."""
+
+    @classmethod
+    def constant(cls, value: int, shape: tuple[int, ...] = ()) -> Arr:
+        return cls.from_ints(np.full(shape, value % cls.MODULUS, dtype=object).tolist())
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...]) -> Arr:
+        return cls.constant(0, shape)
+
+    # -- shape helpers (element axes are trailing) ---------------------------
+
+    @classmethod
+    @abstractmethod
+    def elem_shape(cls, a: Arr) -> tuple[int, ...]: ...
+
+    @classmethod
+    def reshape(cls, a: Arr, shape: tuple[int, ...]) -> Arr:
+        return a.reshape(a.shape[: a.ndim - len(cls.elem_shape(a))] + shape)
+
+    @classmethod
+    def moveaxis(cls, a: Arr, source: int, dest: int) -> Arr:
+        """Move element axes; ``source`` and ``dest`` must be negative."""
+        return np.moveaxis(a, source, dest)
+
+    @classmethod
+    def stack(cls, arrays: Sequence[Arr], axis: int = -1) -> Arr:
+        """Stack along a new element axis (``axis`` negative)."""
+        return np.stack(list(arrays), axis=axis)
+
+    @classmethod
+    def concat(cls, arrays: Sequence[Arr], axis: int = -1) -> Arr:
+        return np.concatenate(list(arrays), axis=axis)
+
+    @classmethod
+    @abstractmethod
+    def select(cls, mask: Arr, a: Arr, b: Arr) -> Arr:
+        """Elementwise ``a if mask else b``; ``mask`` has element shape."""
+
+    # -- arithmetic -----------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def add(cls, a: Arr, b: Arr) -> Arr: ...
+
+    @classmethod
+    @abstractmethod
+    def sub(cls, a: Arr, b: Arr) -> Arr: ...
+
+    @classmethod
+    @abstractmethod
+    def neg(cls, a: Arr) -> Arr: ...
+
+    @classmethod
+    @abstractmethod
+    def mul(cls, a: Arr, b: Arr) -> Arr: ...
+
+    @classmethod
+    @abstractmethod
+    def sum(cls, a: Arr, axis: int = -1) -> Arr:
+        """Sum along an element axis (negative), reduced."""
+
+    @classmethod
+    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
+        """``sum(a * b)`` along an element axis (operands broadcast)."""
+        return cls.sum(cls.mul(a, b), axis)
+
+    @classmethod
+    @abstractmethod
+    def eq(cls, a: Arr, b: Arr) -> Arr:
+        """Elementwise equality, a boolean array of the element shape."""
+
+    @classmethod
+    @abstractmethod
+    def is_zero(cls, a: Arr) -> Arr: ...
+
+    @classmethod
+    def pow(cls, a: Arr, exponent: int) -> Arr:
+        """``a ** exponent`` elementwise, by square and multiply."""
+        result = cls.constant(1, cls.elem_shape(a))
+        base = a
+        while exponent:
+            if exponent & 1:
+                result = cls.mul(result, base)
+            exponent >>= 1
+            if exponent:
+                base = cls.mul(base, base)
+        return result
+
+    @classmethod
+    def inv(cls, a: Arr) -> Arr:
+        """Elementwise inverse (zero maps to zero). Montgomery's trick along
+        the last element axis: three multiplications per element and one
+        modular inversion, with Python ints, per row."""
+        n = cls.elem_shape(a)[-1]
+        zero = cls.is_zero(a)
+        x = cls.select(zero, cls.constant(1), a)
+        prefix = [x[..., 0]]
+        for i in range(1, n):
+            prefix.append(cls.mul(prefix[-1], x[..., i]))
+        totals = np.asarray(cls.to_ints(prefix[-1]), dtype=object)
+        inverted = [pow(int(v), -1, cls.MODULUS) for v in totals.reshape(-1)]
+        acc = cls.from_ints(np.array(inverted, dtype=object).reshape(totals.shape).tolist())
+        out: list[Arr] = [acc] * n
+        for i in range(n - 1, 0, -1):
+            out[i] = cls.mul(acc, prefix[i - 1])
+            acc = cls.mul(acc, x[..., i])
+        out[0] = acc
+        return cls.select(zero, a, cls.stack(out))
+
+
+class VecField64(VecField):
+    """Field64 (Goldilocks) on ``uint64`` arrays."""
+
+    field = Field64
+    MODULUS = Field64.MODULUS
+    ENCODED_SIZE = 8
+    _P = np.uint64(Field64.MODULUS)
+    _EPS = np.uint64(0xFFFFFFFF)  # 2^64 mod p
+
+    @classmethod
+    def from_ints(cls, values: Any) -> Arr:
+        return np.array(values, dtype=np.uint64)
+
+    @classmethod
+    def to_ints(cls, a: Arr) -> Any:
+        return a.tolist()
+
+    @classmethod
+    def decode(cls, raw: Arr) -> tuple[Arr, Arr]:
+        rows, width = raw.shape
+        a = np.ascontiguousarray(raw).view("<u8").reshape(rows, width // 8).astype(np.uint64)
+        return a, np.asarray(a < cls._P)
+
+    @classmethod
+    def encode(cls, a: Arr) -> Arr:
+        rows, count = a.shape
+        return np.ascontiguousarray(a, dtype="<u8").view(np.uint8).reshape(rows, count * 8)
+
+    @classmethod
+    def elem_shape(cls, a: Arr) -> tuple[int, ...]:
+        return tuple(a.shape)
+
+    @classmethod
+    def select(cls, mask: Arr, a: Arr, b: Arr) -> Arr:
+        return np.where(mask, a, b)
+
+    @classmethod
+    def add(cls, a: Arr, b: Arr) -> Arr:
+        # a + b = a - (p - b); a borrow means a + b < p, fixed by adding p.
+        nb = cls._P - b
+        r = a - nb
+        r += np.where(a < nb, cls._P, np.uint64(0))
+        return r
+
+    @classmethod
+    def sub(cls, a: Arr, b: Arr) -> Arr:
+        r = a - b
+        r += np.where(a < b, cls._P, np.uint64(0))
+        return r
+
+    @classmethod
+    def neg(cls, a: Arr) -> Arr:
+        return np.where(a == 0, a, cls._P - a)
+
+    @classmethod
+    def _reduce128(cls, lo: Arr, hi: Arr) -> Arr:
+        """``lo + 2^64 * hi`` modulo p, for ``hi < 2^64``."""
+        eps = cls._EPS
+        hi_hi = hi >> np.uint64(32)
+        hi_lo = hi & eps
+        # 2^96 = -1: subtract hi_hi; a borrow wrapped by 2^64 = eps too much.
+        t: Arr = lo - hi_hi
+        t -= np.where(lo < hi_hi, eps, np.uint64(0))
+        # 2^64 = eps: add hi_lo * eps (< 2^64); a carry lost 2^64 = eps.
+        u = hi_lo * eps
+        r: Arr = t + u
+        r += np.where(r < u, eps, np.uint64(0))
+        r -= np.where(r >= cls._P, cls._P, np.uint64(0))
+        return r
+
+    @classmethod
+    def mul(cls, a: Arr, b: Arr) -> Arr:
+        m = cls._EPS
+        s = np.uint64(32)
+        a0 = a & m
+        a1 = a >> s
+        b0 = b & m
+        b1 = b >> s
+        ll = a0 * b0
+        lh = a0 * b1
+        hl = a1 * b0
+        hh = a1 * b1
+        mid = (ll >> s) + (lh & m) + (hl & m)
+        lo: Arr = np.asarray((ll & m) | (mid << s))
+        hi: Arr = np.asarray(hh + (lh >> s) + (hl >> s) + (mid >> s))
+        return cls._reduce128(lo, hi)
+
+    @classmethod
+    def sum(cls, a: Arr, axis: int = -1) -> Arr:
+        # Sum 32-bit halves separately so nothing overflows (< 2^32 terms).
+        lo = np.sum(a & cls._EPS, axis=axis, dtype=np.uint64)
+        hi = np.sum(a >> np.uint64(32), axis=axis, dtype=np.uint64)
+        # lo + 2^32 * hi = lo + 2^32 * (hi mod 2^32) + 2^64 * (hi >> 32)
+        lo2 = (hi & cls._EPS) << np.uint64(32)
+        total_lo: Arr = np.asarray(lo + lo2)
+        carry = (total_lo < lo).astype(np.uint64)
+        return cls._reduce128(total_lo, np.asarray((hi >> np.uint64(32)) + carry))
+
+    @classmethod
+    def eq(cls, a: Arr, b: Arr) -> Arr:
+        return np.asarray(a == b)
+
+    @classmethod
+    def is_zero(cls, a: Arr) -> Arr:
+        return np.asarray(a == 0)
+
+
+# Limbs of the Field128 modulus p = 2^128 - 28 * 2^64 + 1.
+_P128_LIMBS = (1, 0, 0xFFFFFFE4, 0xFFFFFFFF)
+
+
+class VecField128(VecField):
+    """Field128 on ``int64`` arrays of four 32-bit limbs (leading axis)."""
+
+    field = Field128
+    MODULUS = Field128.MODULUS
+    ENCODED_SIZE = 16
+
+    @classmethod
+    def from_ints(cls, values: Any) -> Arr:
+        obj = np.array(values, dtype=object)
+        return np.stack(
+            [np.asarray((obj >> (32 * i)) & _M32, dtype=object).astype(np.int64) for i in range(4)]
+        )
+
+    @classmethod
+    def to_ints(cls, a: Arr) -> Any:
+        obj = a.astype(object)
+        return np.asarray(obj[0] | (obj[1] << 32) | (obj[2] << 64) | (obj[3] << 96)).tolist()
+
+    @classmethod
+    def decode(cls, raw: Arr) -> tuple[Arr, Arr]:
+        rows, width = raw.shape
+        limbs = np.ascontiguousarray(raw).view("<u4").reshape(rows, width // 16, 4)
+        a = np.moveaxis(limbs, -1, 0).astype(np.int64)
+        return a, ~cls._ge_p(a[0], a[1], a[2], a[3], None)
+
+    @classmethod
+    def encode(cls, a: Arr) -> Arr:
+        _, rows, count = a.shape
+        return (
+            np.ascontiguousarray(np.moveaxis(a, 0, -1), dtype="<u4")
+            .view(np.uint8)
+            .reshape(rows, count * 16)
+        )
+
+    @classmethod
+    def elem_shape(cls, a: Arr) -> tuple[int, ...]:
+        return tuple(a.shape[1:])
+
+    @classmethod
+    def stack(cls, arrays: Sequence[Arr], axis: int = -1) -> Arr:
+        return np.stack(list(arrays), axis=axis if axis < 0 else axis + 1)
+
+    @classmethod
+    def select(cls, mask: Arr, a: Arr, b: Arr) -> Arr:
+        return np.stack([np.where(mask, a[i], b[i]) for i in range(4)])
+
+    @staticmethod
+    def _ge_p(x0: Arr, x1: Arr, x2: Arr, x3: Arr, carry: Arr | None) -> Arr:
+        """Whether ``x + carry * 2^128 >= p`` for limbs in ``[0, 2^32)``."""
+        top = x3 == _P128_LIMBS[3]
+        ge = top & ((x2 > _P128_LIMBS[2]) | ((x2 == _P128_LIMBS[2]) & ((x1 > 0) | (x0 >= 1))))
+        return np.asarray(ge if carry is None else ge | (carry > 0))
+
+    @staticmethod
+    def _propagate(x0: Arr, x1: Arr, x2: Arr, x3: Arr) -> tuple[Arr, Arr, Arr, Arr, Arr]:
+        """Signed carry propagation: limbs in ``[0, 2^32)`` and the signed
+        multiple of ``2^128`` left over."""
+        x1 = x1 + (x0 >> 32)
+        x2 = x2 + (x1 >> 32)
+        x3 = x3 + (x2 >> 32)
+        return x0 & _M32, x1 & _M32, x2 & _M32, x3 & _M32, x3 >> 32
+
+    @classmethod
+    def _normalize(cls, c0: Arr, c1: Arr, c2: Arr, c3: Arr) -> Arr:
+        """Reduce ``c0 + c1 2^32 + c2 2^64 + c3 2^96`` for signed ``|c_i| < 2^62``."""
+        x0, x1, x2, x3, top = cls._propagate(c0, c1, c2, c3)
+        # 2^128 = 28 * 2^64 - 1. Twice brings the value into [0, 2^128).
+        for _ in range(2):
+            x0 = x0 - top
+            x2 = x2 + 28 * top
+            x0, x1, x2, x3, top = cls._propagate(x0, x1, x2, x3)
+        return cls._sub_p_if_ge(x0, x1, x2, x3)
+
+    @classmethod
+    def _sub_p_if_ge(cls, x0: Arr, x1: Arr, x2: Arr, x3: Arr) -> Arr:
+        d0 = x0 - _P128_LIMBS[0]
+        d1 = x1 - _P128_LIMBS[1] + (d0 >> 32)
+        d2 = x2 - _P128_LIMBS[2] + (d1 >> 32)
+        d3 = x3 - _P128_LIMBS[3] + (d2 >> 32)
+        ge = (d3 >> 32) >= 0
+        return np.stack(
+            [
+                np.where(ge, d0 & _M32, x0),
+                np.where(ge, d1 & _M32, x1),
+                np.where(ge, d2 & _M32, x2),
+                np.where(ge, d3 & _M32, x3),
+            ]
+        )
+
+    @classmethod
+    def add(cls, a: Arr, b: Arr) -> Arr:
+        return cls._normalize(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+    @classmethod
+    def sub(cls, a: Arr, b: Arr) -> Arr:
+        return cls._normalize(a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
+
+    @classmethod
+    def neg(cls, a: Arr) -> Arr:
+        return cls._normalize(-a[0], -a[1], -a[2], -a[3])
+
+    @staticmethod
+    def _columns(a: Arr, b: Arr) -> list[Arr]:
+        """The schoolbook product as eight 32-bit-spaced columns, each a sum
+        of at most eight 32-bit halves of limb products (``< 2^35``)."""
+        au = a.view(np.uint64)
+        bu = b.view(np.uint64)
+        m = np.uint64(_M32)
+        s = np.uint64(32)
+        lo: dict[int, list[Arr]] = {k: [] for k in range(8)}
+        for i in range(4):
+            ai = au[i]
+            for j in range(4):
+                prod = ai * bu[j]
+                lo[i + j].append(prod & m)
+                lo[i + j + 1].append(prod >> s)
+        cols = []
+        for k in range(8):
+            terms = lo[k]
+            acc = terms[0].copy() if len(terms) == 1 else terms[0] + terms[1]
+            for t in terms[2:]:
+                acc += t
+            cols.append(acc.view(np.int64))
+        return cols
+
+    @classmethod
+    def _fold_columns(cls, c: Sequence[Arr]) -> Arr:
+        # 2^128 = 28 2^64 - 1, 2^160 = 28 2^96 - 2^32,
+        # 2^192 = 783 2^64 - 28, 2^224 = 783 2^96 - 28 2^32.
+        return cls._normalize(
+            c[0] - c[4] - 28 * c[6],
+            c[1] - c[5] - 28 * c[7],
+            c[2] + 28 * c[4] + 783 * c[6],
+            c[3] + 28 * c[5] + 783 * c[7],
+        )
+
+    @classmethod
+    def mul(cls, a: Arr, b: Arr) -> Arr:
+        return cls._fold_columns(cls._columns(a, b))
+
+    @classmethod
+    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
+        # Lazy reduction: sum the unreduced columns, reduce once. Each term
+        # adds < 2^35 to a column; folding multiplies by < 2^10: fine for
+        # fewer than 2^17 terms, which every circuit here stays under.
+        cols = cls._columns(a, b)
+        count = cols[0].shape[axis] if cols[0].ndim else 1
+        if count >= 1 << 17:
+            return super().dot(a, b, axis)
+        summed = [np.sum(c, axis=axis) for c in cols]
+        return cls._fold_columns(summed)
+
+    @classmethod
+    def sum(cls, a: Arr, axis: int = -1) -> Arr:
+        count = a.shape[axis]
+        if count >= 1 << 28:
+            raise ValueError("too many terms for one vectorised sum")
+        s = np.sum(a, axis=axis if axis < 0 else axis + 1)
+        return cls._normalize(s[0], s[1], s[2], s[3])
+
+    @classmethod
+    def eq(cls, a: Arr, b: Arr) -> Arr:
+        return np.asarray((a[0] == b[0]) & (a[1] == b[1]) & (a[2] == b[2]) & (a[3] == b[3]))
+
+    @classmethod
+    def is_zero(cls, a: Arr) -> Arr:
+        return np.asarray((a[0] == 0) & (a[1] == 0) & (a[2] == 0) & (a[3] == 0))
+
+
+def vec_field(field: type[Field]) -> type[VecField]:
+    """The vectorised arithmetic for ``field``."""
+    for vec in (VecField64, VecField128):
+        if issubclass(field, vec.field):
+            return vec
+    raise ValueError(f"no vectorised arithmetic for {field.__name__}")

@@ -1,0 +1,197 @@
+"""The BBCGGI19 FLP of draft-irtf-cfrg-vdaf-18, Section 7.3, over a batch of
+reports: ``prove``, ``query`` and ``decide`` as in ``veil.vdaf.flp``, with
+one row per report in every argument and result.
+
+Per-circuit constants are computed once per instance: the roots of unity
+of each gadget's domain and the prefix-extension rows. The query point
+``t`` differs per report, so the barycentric weights are computed per
+report, vectorised across the batch: the ``D`` differences ``t - w^i`` are
+inverted with Montgomery's trick (one modular inversion per report), and
+the wire domain's weights reuse them (its roots are every ``D/P``-th root
+of the gadget domain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from veil.vdaf.batch_circuits import BatchCircuit, batch_circuit, gadget_eval
+from veil.vdaf.batch_field import Arr, VecField, vec_field
+from veil.vdaf.flp import FlpBBCGGI19
+from veil.vdaf.gadgets import Gadget
+from veil.vdaf.poly import PrefixExtension, inv_ntt, ntt
+
+
+@dataclass(frozen=True)
+class _Layout:
+    gadget: Gadget
+    calls: int
+    wire_len: int  # P
+    poly_len: int
+    domain: int  # D
+    nodes: Arr  # w_D^i, i < D
+    ext_rows: Arr  # (D - poly_len, poly_len): the missing values of G
+    extend: Arr | None  # (P, D): wire values on the P-domain to the D-domain
+
+
+def _ntt_matrix(field: Any, wire_len: int, domain: int) -> list[list[int]]:
+    """Row i: the values on the D-domain of the polynomial that is 1 at the
+    i-th P-th root of unity and 0 at the others."""
+    rows = []
+    for i in range(wire_len):
+        unit = [0] * wire_len
+        unit[i] = 1
+        rows.append(ntt(field, inv_ntt(field, unit), domain))
+    return rows
+
+
+class BatchFlp:
+    """``FlpBBCGGI19`` over a batch; lengths and names as in the scalar one."""
+
+    def __init__(self, flp: FlpBBCGGI19[Any, Any], lifted: bool = False) -> None:
+        self.flp = flp
+        self.valid = flp.valid
+        self.vf: type[VecField] = vec_field(flp.field)
+        self.circuit: BatchCircuit = batch_circuit(flp.valid, lifted)
+        field = flp.field
+        p = field.MODULUS
+        self.layouts = []
+        for lay in flp.layouts:
+            w = field.root_of_unity(lay.domain)
+            nodes = [pow(w, i, p) for i in range(lay.domain)]
+            ext = PrefixExtension(field, lay.poly_len)
+            rows = ext._rows
+            self.layouts.append(
+                _Layout(
+                    gadget=lay.gadget,
+                    calls=lay.calls,
+                    wire_len=lay.wire_len,
+                    poly_len=lay.poly_len,
+                    domain=lay.domain,
+                    nodes=self.vf.from_ints(nodes),
+                    ext_rows=self.vf.from_ints(rows) if rows else self.vf.zeros((0, lay.poly_len)),
+                    extend=None,
+                )
+            )
+        self._extend_cache: dict[int, Arr] = {}
+
+    # -- prove -------------------------------------------------------------
+
+    def _wire_polys(self, seeds: Arr, wires: Arr, wire_len: int) -> Arr:
+        """``(rows, ARITY, P)``: seed, then one value per call, then zeros."""
+        vf = self.vf
+        rows, arity, calls = vf.elem_shape(wires)
+        parts = [seeds[..., None], wires]
+        if wire_len - 1 - calls:
+            parts.append(vf.zeros((rows, arity, wire_len - 1 - calls)))
+        return vf.concat(parts)
+
+    def _extend(self, lay: _Layout, values: Arr) -> Arr:
+        """Values on the P-domain to values on the D-domain (last axis)."""
+        vf = self.vf
+        key = id(lay)
+        matrix = self._extend_cache.get(key)
+        if matrix is None:
+            matrix = vf.from_ints(_ntt_matrix(self.flp.field, lay.wire_len, lay.domain))
+            self._extend_cache[key] = matrix
+        # (..., P, 1) * (P, D) summed over P.
+        return vf.dot(values[..., None], matrix, axis=-2)
+
+    def prove(self, meas: Arr, prove_rand: Arr, joint_rand: Arr) -> Arr:
+        """``(rows, PROOF_LEN)`` from ``(rows, MEAS_LEN)``,
+        ``(rows, PROVE_RAND_LEN)`` and ``(rows, JOINT_RAND_LEN)``."""
+        vf = self.vf
+        wires, _ = self.circuit.eval(meas, joint_rand, 1, None)
+        parts = []
+        offset = 0
+        for lay, w in zip(self.layouts, wires, strict=True):
+            arity = lay.gadget.ARITY
+            seeds = prove_rand[..., offset : offset + arity]
+            offset += arity
+            polys = self._wire_polys(seeds, w, lay.wire_len)
+            on_domain = self._extend(lay, polys)  # (rows, ARITY, D)
+            g = gadget_eval(vf, lay.gadget, on_domain)
+            parts += [seeds, g[..., : lay.poly_len]]
+        return vf.concat(parts)
+
+    # -- query -------------------------------------------------------------
+
+    def query(
+        self, meas: Arr, proof: Arr, query_rand: Arr, joint_rand: Arr, num_shares: int
+    ) -> tuple[Arr, Arr, Arr]:
+        """The verifier shares ``(rows, VERIFIER_LEN)``, a mask of reports
+        whose query point is a root of unity of a wire domain (rejected, as
+        the scalar ``query`` raises), and a mask of reports whose point is a
+        root of unity of a gadget domain only: their weights here are wrong
+        and the caller must recompute them with the scalar FLP."""
+        vf = self.vf
+        rows = vf.elem_shape(meas)[0]
+        offset = 0
+        seeds_all = []
+        g_all = []
+        outputs = []
+        for lay in self.layouts:
+            arity = lay.gadget.ARITY
+            seeds = proof[..., offset : offset + arity]
+            offset += arity
+            g = proof[..., offset : offset + lay.poly_len]
+            offset += lay.poly_len
+            if lay.domain > lay.poly_len:
+                missing = vf.dot(g[..., None, :], lay.ext_rows)  # (rows, D - poly_len)
+                g = vf.concat([g, missing])
+            step = lay.domain // lay.wire_len
+            outputs.append(g[..., step : step * (lay.calls + 1) : step])
+            seeds_all.append(seeds)
+            g_all.append(g)
+
+        wires, out = self.circuit.eval(meas, joint_rand, num_shares, outputs)
+        assert out is not None
+        e = self.valid.EVAL_OUTPUT_LEN
+        if e > 1:
+            v = vf.dot(query_rand[..., :e], out)
+            points = query_rand[..., e:]
+        else:
+            v = out[..., 0]
+            points = query_rand
+
+        parts = [v[..., None]]
+        bad = np.zeros(rows, dtype=bool)
+        node_hit = np.zeros(rows, dtype=bool)
+        for i, lay in enumerate(self.layouts):
+            t = points[..., i]
+            d = lay.domain
+            p_len = lay.wire_len
+            step = d // p_len
+            t_p = vf.pow(t, p_len)
+            t_d = vf.pow(t_p, step)
+            one = vf.constant(1)
+            bad |= vf.eq(t_p, one)
+            node_hit |= vf.eq(t_d, one) & ~vf.eq(t_p, one)
+            # l_i(t) = (t^n - 1) / n * w^i / (t - w^i) on each domain.
+            diff_inv = vf.inv(vf.sub(t[..., None], lay.nodes))  # (rows, D)
+            base = vf.mul(lay.nodes, diff_inv)
+            scale_d = vf.mul(vf.sub(t_d, one), vf.constant(pow(d, -1, vf.MODULUS)))
+            scale_p = vf.mul(vf.sub(t_p, one), vf.constant(pow(p_len, -1, vf.MODULUS)))
+            weights_d = vf.mul(base, scale_d[..., None])
+            weights_p = vf.mul(base[..., ::step], scale_p[..., None])
+            polys = self._wire_polys(seeds_all[i], wires[i], p_len)  # (rows, ARITY, P)
+            parts.append(vf.dot(polys, weights_p[..., None, :]))
+            parts.append(vf.dot(g_all[i], weights_d)[..., None])
+        return vf.concat(parts), bad, node_hit
+
+    def decide(self, verifier: Arr) -> Arr:
+        """A boolean mask: which combined verifiers accept."""
+        vf = self.vf
+        ok = vf.is_zero(verifier[..., 0])
+        offset = 1
+        for lay in self.layouts:
+            arity = lay.gadget.ARITY
+            checks = verifier[..., offset : offset + arity]
+            gadget_check = verifier[..., offset + arity]
+            offset += arity + 1
+            value = gadget_eval(vf, lay.gadget, checks[..., None])[..., 0]
+            ok &= vf.eq(value, gadget_check)
+        return np.asarray(ok)
