@@ -22,7 +22,7 @@ from veil.vdaf.batch_circuits import BatchCircuit, batch_circuit, gadget_eval
 from veil.vdaf.batch_field import Arr, VecField, vec_field
 from veil.vdaf.flp import FlpBBCGGI19
 from veil.vdaf.gadgets import Gadget
-from veil.vdaf.poly import PrefixExtension, inv_ntt, ntt
+from veil.vdaf.poly import PrefixExtension
 
 
 @dataclass(frozen=True)
@@ -34,18 +34,75 @@ class _Layout:
     domain: int  # D
     nodes: Arr  # w_D^i, i < D
     ext_rows: Arr  # (D - poly_len, poly_len): the missing values of G
-    extend: Arr | None  # (P, D): wire values on the P-domain to the D-domain
+    extend: _Extension
 
 
-def _ntt_matrix(field: Any, wire_len: int, domain: int) -> list[list[int]]:
-    """Row i: the values on the D-domain of the polynomial that is 1 at the
-    i-th P-th root of unity and 0 at the others."""
-    rows = []
-    for i in range(wire_len):
-        unit = [0] * wire_len
-        unit[i] = 1
-        rows.append(ntt(field, inv_ntt(field, unit), domain))
-    return rows
+class _Ntt:
+    """Radix-2 NTT of size ``n`` along the last axis, vectorised over all
+    other axes: bit-reversal, then ``log2 n`` butterfly stages."""
+
+    def __init__(self, vf: type[VecField], n: int) -> None:
+        self.vf = vf
+        self.n = n
+        bits = n.bit_length() - 1
+        self.perm = np.array(
+            [int(format(i, f"0{bits}b")[::-1], 2) if bits else 0 for i in range(n)], dtype=np.intp
+        )
+        field = vf.field
+        p = field.MODULUS
+        self.twiddles = []
+        size = 2
+        while size <= n:
+            w = field.root_of_unity(size)
+            self.twiddles.append(vf.from_ints([pow(w, k, p) for k in range(size // 2)]))
+            size <<= 1
+
+    def __call__(self, a: Arr) -> Arr:
+        vf = self.vf
+        n = self.n
+        lead = vf.elem_shape(a)[:-1]
+        a = a[..., self.perm]
+        size = 2
+        for tw in self.twiddles:
+            half = size // 2
+            blocks = vf.reshape(a, (*lead, n // size, size))
+            u = blocks[..., :half]
+            v = vf.mul(blocks[..., half:], tw)
+            a = vf.reshape(vf.concat([vf.add(u, v), vf.sub(u, v)]), (*lead, n))
+            size <<= 1
+        return a
+
+
+class _Extension:
+    """Values of polynomials of degree ``< P`` at the P-th roots of unity to
+    their values at the D-th roots (``D = s P``, last axis): the roots
+    ``w_D^(i s + c)`` form s cosets, so one inverse NTT gives coefficients
+    and each coset ``c > 0`` is a twist by ``w_D^(c k) / P`` and an NTT."""
+
+    def __init__(self, vf: type[VecField], wire_len: int, domain: int) -> None:
+        self.vf = vf
+        self.wire_len = wire_len
+        self.domain = domain
+        self.ntt = _Ntt(vf, wire_len)
+        p = vf.MODULUS
+        w = vf.field.root_of_unity(domain)
+        n_inv = pow(wire_len, -1, p)
+        self.twists = [
+            vf.from_ints([pow(w, c * k, p) * n_inv % p for k in range(wire_len)])
+            for c in range(1, domain // wire_len)
+        ]
+        # Inverse NTT = forward NTT, then reverse all but the first entry.
+        self.reverse = np.array([0, *range(wire_len - 1, 0, -1)], dtype=np.intp)
+
+    def __call__(self, values: Arr) -> Arr:
+        vf = self.vf
+        if not self.twists:
+            return values
+        coeffs_unscaled = self.ntt(values)[..., self.reverse]
+        cosets = [values] + [self.ntt(vf.mul(coeffs_unscaled, tw)) for tw in self.twists]
+        stacked = vf.stack(cosets, axis=-1)  # (..., P, s)
+        lead = vf.elem_shape(values)[:-1]
+        return vf.reshape(stacked, (*lead, self.domain))
 
 
 class BatchFlp:
@@ -73,10 +130,9 @@ class BatchFlp:
                     domain=lay.domain,
                     nodes=self.vf.from_ints(nodes),
                     ext_rows=self.vf.from_ints(rows) if rows else self.vf.zeros((0, lay.poly_len)),
-                    extend=None,
+                    extend=_Extension(self.vf, lay.wire_len, lay.domain),
                 )
             )
-        self._extend_cache: dict[int, Arr] = {}
 
     # -- prove -------------------------------------------------------------
 
@@ -88,17 +144,6 @@ class BatchFlp:
         if wire_len - 1 - calls:
             parts.append(vf.zeros((rows, arity, wire_len - 1 - calls)))
         return vf.concat(parts)
-
-    def _extend(self, lay: _Layout, values: Arr) -> Arr:
-        """Values on the P-domain to values on the D-domain (last axis)."""
-        vf = self.vf
-        key = id(lay)
-        matrix = self._extend_cache.get(key)
-        if matrix is None:
-            matrix = vf.from_ints(_ntt_matrix(self.flp.field, lay.wire_len, lay.domain))
-            self._extend_cache[key] = matrix
-        # (..., P, 1) * (P, D) summed over P.
-        return vf.dot(values[..., None], matrix, axis=-2)
 
     def prove(self, meas: Arr, prove_rand: Arr, joint_rand: Arr) -> Arr:
         """``(rows, PROOF_LEN)`` from ``(rows, MEAS_LEN)``,
@@ -112,7 +157,7 @@ class BatchFlp:
             seeds = prove_rand[..., offset : offset + arity]
             offset += arity
             polys = self._wire_polys(seeds, w, lay.wire_len)
-            on_domain = self._extend(lay, polys)  # (rows, ARITY, D)
+            on_domain = lay.extend(polys)  # (rows, ARITY, D)
             g = gadget_eval(vf, lay.gadget, on_domain)
             parts += [seeds, g[..., : lay.poly_len]]
         return vf.concat(parts)
