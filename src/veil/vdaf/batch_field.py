@@ -70,8 +70,9 @@ class VecField(ABC):
         shape ``(rows, count * ENCODED_SIZE)``."""
 
     @classmethod
+    @abstractmethod
     def constant(cls, value: int, shape: tuple[int, ...] = ()) -> Arr:
-        return cls.from_ints(np.full(shape, value % cls.MODULUS, dtype=object).tolist())
+        """``value`` (reduced first) in every element of ``shape``."""
 
     @classmethod
     def zeros(cls, shape: tuple[int, ...]) -> Arr:
@@ -203,6 +204,10 @@ class VecField64(VecField):
         return np.array(values, dtype=np.uint64)
 
     @classmethod
+    def constant(cls, value: int, shape: tuple[int, ...] = ()) -> Arr:
+        return np.full(shape, value % cls.MODULUS, dtype=np.uint64)
+
+    @classmethod
     def to_ints(cls, a: Arr) -> Any:
         return a.tolist()
 
@@ -313,6 +318,11 @@ class VecField128(VecField):
         return np.stack(
             [np.asarray((obj >> (32 * i)) & _M32, dtype=object).astype(np.int64) for i in range(4)]
         )
+
+    @classmethod
+    def constant(cls, value: int, shape: tuple[int, ...] = ()) -> Arr:
+        v = value % cls.MODULUS
+        return np.stack([np.full(shape, (v >> (32 * i)) & _M32, dtype=np.int64) for i in range(4)])
 
     @classmethod
     def to_ints(cls, a: Arr) -> Any:
