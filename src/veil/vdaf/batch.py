@@ -175,7 +175,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
     """
 
     # Field elements per sub-batch array, and reports per sub-batch at most.
-    chunk_elements = 1 << 14
+    chunk_elements = 1 << 15
     max_chunk = 2048
 
     def __init__(self, vdaf: Prio3[Measurement, AggResult], lifted: bool = False) -> None:

@@ -326,7 +326,7 @@ class VecField128(VecField):
 
     @classmethod
     def to_ints(cls, a: Arr) -> Any:
-        obj = a.astype(object)
+        obj = cls.canonical(a).astype(object)
         return np.asarray(obj[0] | (obj[1] << 32) | (obj[2] << 64) | (obj[3] << 96)).tolist()
 
     @classmethod
@@ -340,7 +340,7 @@ class VecField128(VecField):
     def encode(cls, a: Arr) -> Arr:
         _, rows, count = a.shape
         return (
-            np.ascontiguousarray(np.moveaxis(a, 0, -1), dtype="<u4")
+            np.ascontiguousarray(np.moveaxis(cls.canonical(a), 0, -1), dtype="<u4")
             .view(np.uint8)
             .reshape(rows, count * 16)
         )
@@ -375,14 +375,20 @@ class VecField128(VecField):
 
     @classmethod
     def _normalize(cls, c0: Arr, c1: Arr, c2: Arr, c3: Arr) -> Arr:
-        """Reduce ``c0 + c1 2^32 + c2 2^64 + c3 2^96`` for signed ``|c_i| < 2^62``."""
+        """Weakly reduce ``c0 + c1 2^32 + c2 2^64 + c3 2^96`` for signed
+        ``|c_i| < 2^62``: limbs in ``[0, 2^32)``, value ``< 2^128`` but
+        possibly ``>= p`` (``canonical`` finishes the job where it matters)."""
         x0, x1, x2, x3, top = cls._propagate(c0, c1, c2, c3)
         # 2^128 = 28 * 2^64 - 1. Twice brings the value into [0, 2^128).
         for _ in range(2):
             x0 = x0 - top
             x2 = x2 + 28 * top
             x0, x1, x2, x3, top = cls._propagate(x0, x1, x2, x3)
-        return cls._sub_p_if_ge(x0, x1, x2, x3)
+        return np.stack([x0, x1, x2, x3])
+
+    @classmethod
+    def canonical(cls, a: Arr) -> Arr:
+        return cls._sub_p_if_ge(a[0], a[1], a[2], a[3])
 
     @classmethod
     def _sub_p_if_ge(cls, x0: Arr, x1: Arr, x2: Arr, x3: Arr) -> Arr:
@@ -420,21 +426,18 @@ class VecField128(VecField):
         bu = b.view(np.uint64)
         m = np.uint64(_M32)
         s = np.uint64(32)
-        lo: dict[int, list[Arr]] = {k: [] for k in range(8)}
+        cols: list[Arr | None] = [None] * 8
         for i in range(4):
             ai = au[i]
             for j in range(4):
                 prod = ai * bu[j]
-                lo[i + j].append(prod & m)
-                lo[i + j + 1].append(prod >> s)
-        cols = []
-        for k in range(8):
-            terms = lo[k]
-            acc = terms[0].copy() if len(terms) == 1 else terms[0] + terms[1]
-            for t in terms[2:]:
-                acc += t
-            cols.append(acc.view(np.int64))
-        return cols
+                for k, half in ((i + j, prod & m), (i + j + 1, prod >> s)):
+                    acc = cols[k]
+                    if acc is None:
+                        cols[k] = half
+                    else:
+                        acc += half
+        return [c.view(np.int64) for c in cols if c is not None]
 
     @classmethod
     def _fold_columns(cls, c: Sequence[Arr]) -> Arr:
@@ -473,10 +476,11 @@ class VecField128(VecField):
 
     @classmethod
     def eq(cls, a: Arr, b: Arr) -> Arr:
-        return np.asarray((a[0] == b[0]) & (a[1] == b[1]) & (a[2] == b[2]) & (a[3] == b[3]))
+        return cls.is_zero(cls.sub(a, b))
 
     @classmethod
     def is_zero(cls, a: Arr) -> Arr:
+        a = cls.canonical(a)
         return np.asarray((a[0] == 0) & (a[1] == 0) & (a[2] == 0) & (a[3] == 0))
 
 
