@@ -158,6 +158,15 @@ class VecField(ABC):
         return result
 
     @classmethod
+    def inv_each(cls, a: Arr) -> Arr:
+        """Elementwise inverse, one Python-int inversion per element (zero
+        maps to zero): for the few elements Montgomery's trick leaves."""
+        values = np.asarray(cls.to_ints(a), dtype=object)
+        p = cls.MODULUS
+        inverted = [pow(int(v), -1, p) if v else 0 for v in values.reshape(-1)]
+        return cls.from_ints(np.array(inverted, dtype=object).reshape(values.shape).tolist())
+
+    @classmethod
     def inv(cls, a: Arr) -> Arr:
         """Elementwise inverse (zero maps to zero). Montgomery's trick along
         the last element axis, as a product tree: about three
@@ -176,10 +185,7 @@ class VecField(ABC):
         while cls.elem_shape(levels[-1])[-1] > 1:
             top = levels[-1]
             levels.append(cls.mul(top[..., 0::2], top[..., 1::2]))
-        roots = np.asarray(cls.to_ints(levels[-1][..., 0]), dtype=object)
-        inverted = [pow(int(v), -1, cls.MODULUS) for v in roots.reshape(-1)]
-        inv = cls.from_ints(np.array(inverted, dtype=object).reshape(roots.shape).tolist())
-        inv = inv[..., None]
+        inv = cls.inv_each(levels[-1][..., 0])[..., None]
         for level in reversed(levels[:-1]):
             # Children of each node: inverse of one is the node's inverse
             # times the other.

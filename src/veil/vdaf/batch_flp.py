@@ -35,6 +35,7 @@ class _Layout:
     nodes: Arr  # w_D^i, i < D
     ext_rows: Arr  # (D - poly_len, poly_len): the missing values of G
     extend: _Extension
+    root_levels: list[Arr]  # level l: w_D^(2^l i) for i < D / 2^l
 
 
 class _Ntt:
@@ -105,6 +106,28 @@ class _Extension:
         return vf.reshape(stacked, (*lead, self.domain))
 
 
+def _inverse_differences(
+    vf: type[VecField], t: Arr, root_levels: list[Arr]
+) -> tuple[Arr, list[Arr]]:
+    """``1 / (t - w^i)`` for the D-th roots of unity ``w^i`` (``(rows, D)``,
+    zero where ``t^D = 1``) and ``[t, t^2, t^4, ..., t^D]``.
+
+    Montgomery's trick on a product tree that costs nothing to build:
+    pairing ``w^i`` with ``w^(i + D/2) = -w^i`` gives ``t^2 - w^(2i)``, so
+    level l holds ``t^(2^l) - u`` over the ``D/2^l``-th roots ``u`` and the
+    root is ``t^D - 1``. Only the descent multiplies: two per node.
+    """
+    t_pows = [t]
+    for _ in root_levels:
+        t_pows.append(vf.mul(t_pows[-1], t_pows[-1]))
+    levels = [vf.sub(t_pows[lvl][..., None], roots) for lvl, roots in enumerate(root_levels)]
+    inv = vf.inv_each(vf.sub(t_pows[-1], vf.constant(1)))[..., None]
+    for level in reversed(levels):
+        half = vf.elem_shape(level)[-1] // 2
+        inv = vf.concat([vf.mul(inv, level[..., half:]), vf.mul(inv, level[..., :half])])
+    return inv, t_pows
+
+
 class BatchFlp:
     """``FlpBBCGGI19`` over a batch; lengths and names as in the scalar one."""
 
@@ -131,6 +154,10 @@ class BatchFlp:
                     nodes=self.vf.from_ints(nodes),
                     ext_rows=self.vf.from_ints(rows) if rows else self.vf.zeros((0, lay.poly_len)),
                     extend=_Extension(self.vf, lay.wire_len, lay.domain),
+                    root_levels=[
+                        self.vf.from_ints(nodes[:: 1 << lvl][: lay.domain >> lvl])
+                        for lvl in range(lay.domain.bit_length() - 1)
+                    ],
                 )
             )
 
@@ -210,21 +237,21 @@ class BatchFlp:
             d = lay.domain
             p_len = lay.wire_len
             step = d // p_len
-            t_p = vf.pow(t, p_len)
-            t_d = vf.pow(t_p, step)
+            diff_inv, t_pows = _inverse_differences(vf, t, lay.root_levels)
+            t_p = t_pows[p_len.bit_length() - 1]
+            t_d = t_pows[-1]
             one = vf.constant(1)
             bad |= vf.eq(t_p, one)
             node_hit |= vf.eq(t_d, one) & ~vf.eq(t_p, one)
-            # l_i(t) = (t^n - 1) / n * w^i / (t - w^i) on each domain.
-            diff_inv = vf.inv(vf.sub(t[..., None], lay.nodes))  # (rows, D)
+            # l_i(t) = (t^n - 1) / n * w^i / (t - w^i) on each domain; the
+            # D-domain's scale is applied once, after the sum.
             base = vf.mul(lay.nodes, diff_inv)
             scale_d = vf.mul(vf.sub(t_d, one), vf.constant(pow(d, -1, vf.MODULUS)))
             scale_p = vf.mul(vf.sub(t_p, one), vf.constant(pow(p_len, -1, vf.MODULUS)))
-            weights_d = vf.mul(base, scale_d[..., None])
             weights_p = vf.mul(base[..., ::step], scale_p[..., None])
             polys = self._wire_polys(seeds_all[i], wires[i], p_len)  # (rows, ARITY, P)
             parts.append(vf.dot(polys, weights_p[..., None, :]))
-            parts.append(vf.dot(g_all[i], weights_d)[..., None])
+            parts.append(vf.mul(vf.dot(g_all[i], base), scale_d)[..., None])
         return vf.concat(parts), bad, node_hit
 
     def decide(self, verifier: Arr) -> Arr:
