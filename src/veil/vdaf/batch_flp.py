@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from veil.vdaf.batch_circuits import BatchCircuit, batch_circuit, gadget_eval
-from veil.vdaf.batch_field import Arr, VecField, vec_field
+from veil.vdaf.batch_field import Arr, FixedMatrix128, VecField, VecField128, vec_field
 from veil.vdaf.flp import FlpBBCGGI19
 from veil.vdaf.gadgets import Gadget
-from veil.vdaf.poly import PrefixExtension
+from veil.vdaf.poly import PrefixExtension, inv_ntt, ntt
 
 
 @dataclass(frozen=True)
@@ -94,13 +94,34 @@ class _Extension:
         ]
         # Inverse NTT = forward NTT, then reverse all but the first entry.
         self.reverse = np.array([0, *range(wire_len - 1, 0, -1)], dtype=np.intp)
+        # Small Field128 domains: one fixed-matrix product on the BLAS.
+        self.matrix: FixedMatrix128 | None = None
+        if vf is VecField128 and wire_len <= self.MATRIX_MAX and self.twists:
+            field = vf.field
+            rows = []
+            s = domain // wire_len
+            for k in range(wire_len):
+                unit = [0] * wire_len
+                unit[k] = 1
+                on_domain = ntt(field, inv_ntt(field, unit), domain)
+                rows.append([on_domain[i * s + c] for c in range(1, s) for i in range(wire_len)])
+            self.matrix = FixedMatrix128(rows)
+
+    MATRIX_MAX = 32
 
     def __call__(self, values: Arr) -> Arr:
         vf = self.vf
         if not self.twists:
             return values
-        coeffs_unscaled = self.ntt(values)[..., self.reverse]
-        cosets = [values] + [self.ntt(vf.mul(coeffs_unscaled, tw)) for tw in self.twists]
+        if self.matrix is not None:
+            out = self.matrix(values)
+            p_len = self.wire_len
+            cosets = [values] + [
+                out[..., c * p_len : (c + 1) * p_len] for c in range(len(self.twists))
+            ]
+        else:
+            coeffs_unscaled = self.ntt(values)[..., self.reverse]
+            cosets = [values] + [self.ntt(vf.mul(coeffs_unscaled, tw)) for tw in self.twists]
         stacked = vf.stack(cosets, axis=-1)  # (..., P, s)
         lead = vf.elem_shape(values)[:-1]
         return vf.reshape(stacked, (*lead, self.domain))
