@@ -290,13 +290,16 @@ class VecField64(VecField):
     @classmethod
     def sum(cls, a: Arr, axis: int = -1) -> Arr:
         # Sum 32-bit halves separately so nothing overflows (< 2^32 terms).
-        lo = np.sum(a & cls._EPS, axis=axis, dtype=np.uint64)
-        hi = np.sum(a >> np.uint64(32), axis=axis, dtype=np.uint64)
+        # keepdims: never let the result become a NumPy scalar, whose
+        # (intended) wrap-around would warn.
+        lo = np.sum(a & cls._EPS, axis=axis, dtype=np.uint64, keepdims=True)
+        hi = np.sum(a >> np.uint64(32), axis=axis, dtype=np.uint64, keepdims=True)
         # lo + 2^32 * hi = lo + 2^32 * (hi mod 2^32) + 2^64 * (hi >> 32)
         lo2 = (hi & cls._EPS) << np.uint64(32)
         total_lo: Arr = np.asarray(lo + lo2)
         carry = (total_lo < lo).astype(np.uint64)
-        return cls._reduce128(total_lo, np.asarray((hi >> np.uint64(32)) + carry))
+        out = cls._reduce128(total_lo, np.asarray((hi >> np.uint64(32)) + carry))
+        return np.squeeze(out, axis=axis)
 
     @classmethod
     def eq(cls, a: Arr, b: Arr) -> Arr:
