@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from veil.vdaf.field import Field, Field64, Field128
+from veil.vdaf.poly import batch_inverse
 
 Arr = npt.NDArray[Any]
 
@@ -159,11 +160,14 @@ class VecField(ABC):
 
     @classmethod
     def inv_each(cls, a: Arr) -> Arr:
-        """Elementwise inverse, one Python-int inversion per element (zero
-        maps to zero): for the few elements Montgomery's trick leaves."""
+        """Elementwise inverse (zero maps to zero) with Python ints and
+        Montgomery's trick over all elements: one modular inversion in all
+        (``pow(x, -1, p)`` costs microseconds at these sizes)."""
         values = np.asarray(cls.to_ints(a), dtype=object)
-        p = cls.MODULUS
-        inverted = [pow(int(v), -1, p) if v else 0 for v in values.reshape(-1)]
+        flat = values.reshape(-1).tolist()
+        nonzero = [v for v in flat if v]
+        inverses = iter(batch_inverse(cls.field, nonzero))
+        inverted = [next(inverses) if v else 0 for v in flat]
         return cls.from_ints(np.array(inverted, dtype=object).reshape(values.shape).tolist())
 
     @classmethod
@@ -493,6 +497,38 @@ class VecField128(VecField):
         return np.asarray((a[0] == 0) & (a[1] == 0) & (a[2] == 0) & (a[3] == 0))
 
 
+def _limbs16(x: Arr, axis: int) -> Arr:
+    """Field128 limbs ``(4, ...)`` to exact float64 16-bit limbs, the new
+    limb axis (8 long) inserted at ``axis`` (negative) of the element shape."""
+    shape = list(x.shape[1:])
+    pos = len(shape) + 1 + axis
+    out = np.empty((*shape[:pos], 8, *shape[pos:]), dtype=np.float64)
+    index: list[Any] = [slice(None)] * out.ndim
+    for i in range(4):
+        index[pos] = 2 * i
+        out[tuple(index)] = x[i] & 0xFFFF
+        index[pos] = 2 * i + 1
+        out[tuple(index)] = x[i] >> 16
+    return out
+
+
+def _fold_cols16(cols16: Arr) -> Arr:
+    """Exact float64 sums at weights ``2^(16 c)``, ``c < 15``, each below
+    ``2^52``, shape ``(..., 15)``, to reduced Field128 limbs ``(4, ...)``."""
+    d = cols16.astype(np.int64)
+    even = d[..., 0::2]  # 8 columns at 2^(32 k)
+    odd = d[..., 1::2]  # 7 columns at 2^(32 k + 16)
+    cols = []
+    for c in range(8):
+        acc = even[..., c]
+        if c < 7:
+            acc = acc + ((odd[..., c] & 0xFFFF) << 16)
+        if c > 0:
+            acc = acc + (odd[..., c - 1] >> 16)
+        cols.append(acc)
+    return VecField128._fold_columns(cols)
+
+
 class FixedMatrix128:
     """Products ``x @ M`` of Field128 arrays with a fixed matrix ``M``
     (``K x J``), on the BLAS: operands are split into 16-bit limbs held
@@ -520,24 +556,9 @@ class FixedMatrix128:
         """``x`` of element shape ``(..., K)`` to ``(..., J)``."""
         lead = x.shape[1:-1]
         rows = int(np.prod(lead, dtype=np.int64))
-        lo = x & 0xFFFF
-        hi = x >> 16
-        # (4, 2, ..., K) -> (..., 8, K): limb 2i is lo_i, 2i+1 is hi_i.
-        limbs = np.stack([lo, hi], axis=1).reshape((8, rows, self.k))
-        flat = np.ascontiguousarray(limbs.transpose(1, 0, 2), dtype=np.float64)
+        flat = _limbs16(x.reshape(4, rows, self.k), -2)  # (rows, 8, K)
         cols16 = (flat.reshape(rows, 8 * self.k) @ self.big).reshape(rows, self.j, 15)
-        d = cols16.astype(np.int64)
-        even = d[..., 0::2]  # 8 columns at 2^(32 k)
-        odd = d[..., 1::2]  # 7 columns at 2^(32 k + 16)
-        cols = []
-        for c in range(8):
-            acc = even[..., c]
-            if c < 7:
-                acc = acc + ((odd[..., c] & 0xFFFF) << 16)
-            if c > 0:
-                acc = acc + (odd[..., c - 1] >> 16)
-            cols.append(acc)
-        out = VecField128._fold_columns(cols)  # (4, rows, J)
+        out = _fold_cols16(cols16)  # (4, rows, J)
         return out.reshape((4, *lead, self.j))
 
 
