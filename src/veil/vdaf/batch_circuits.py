@@ -61,6 +61,22 @@ class BatchCircuit(ABC):
     def truncate(self, meas: Arr) -> Arr:
         """``(reports, OUTPUT_LEN)``."""
 
+    def wire_evals(
+        self,
+        meas: Arr,
+        joint_rand: Arr,
+        num_shares: int,
+        gadget_outputs: Sequence[Arr],
+        seeds: Sequence[Arr],
+        weights: Sequence[Arr],
+    ) -> tuple[list[Arr], Arr] | None:
+        """Optionally, a shortcut for the verifier: each gadget's wire
+        polynomials evaluated at the query point, ``(reports, ARITY)``, given
+        the seeds and the Lagrange weights ``(reports, P)`` of that point,
+        together with the circuit output. ``None``: no shortcut, the FLP
+        evaluates the wires from ``eval``."""
+        return None
+
 
 class _Column:
     """A batch of field elements (one per report) behaving like the ints the
@@ -257,28 +273,96 @@ def powers(vf: type[VecField], r: Arr, count: int) -> Arr:
     return pw
 
 
+def scaled_powers(vf: type[VecField], r: Arr, scale: Arr, count: int) -> Arr:
+    """``(..., count)`` array of ``scale * r^1 .. scale * r^count``."""
+    pw = vf.mul(scale, r)[..., None]
+    r_have = r  # r^have, have = entries so far
+    while vf.elem_shape(pw)[-1] < count:
+        have = vf.elem_shape(pw)[-1]
+        take = min(have, count - have)
+        pw = vf.concat([pw, vf.mul(pw[..., :take], r_have[..., None])])
+        if have + take < count:
+            r_have = vf.mul(r_have, r_have)
+    return pw
+
+
 class _Chunked(BatchCircuit):
     """The range check shared by SumVec, Histogram and MultihotCountVec
-    (``circuits.chunked_bit_check``), vectorised over reports and chunks."""
+    (``circuits.chunked_bit_check``), vectorised over reports and chunks:
+    call k multiplies ``r_k^(j+1) x_kj`` by ``x_kj - 1/S`` for each j in
+    its chunk."""
 
     chunk_length: int
 
-    def _bit_check_wires(self, meas: Arr, joint_rand: Arr, num_shares: int) -> Arr:
+    def _chunks(self, meas: Arr) -> Arr:
+        """The measurement as ``(reports, calls, chunk_length)``, zero padded."""
         vf = self.vf
         rows, length = vf.elem_shape(meas)
         calls = self.valid.GADGET_CALLS[0]
         m = self.chunk_length
         pad = calls * m - length
         x = vf.concat([meas, vf.zeros((rows, pad))]) if pad else meas
-        x = vf.reshape(x, (rows, calls, m))
+        return vf.reshape(x, (rows, calls, m))
+
+    def _bit_check_wires(self, meas: Arr, joint_rand: Arr, num_shares: int) -> Arr:
+        vf = self.vf
+        rows = vf.elem_shape(meas)[0]
+        m = self.chunk_length
+        x = self._chunks(meas)
         r_pows = powers(vf, joint_rand, m)  # (rows, calls, m)
-        left = vf.mul(r_pows, x)
+        one = vf.constant(1)
+        if bool(np.all(vf.is_zero(x) | vf.eq(x, one))):
+            # The prover's own encoding is all bits: select, don't multiply.
+            left = vf.select(vf.is_zero(x), x, r_pows)
+        else:
+            left = vf.mul(r_pows, x)
         right = vf.sub(x, vf.constant(pow(num_shares, -1, vf.MODULUS)))
         inter = vf.stack([left, right], axis=-1)  # (rows, calls, m, 2)
+        calls = self.valid.GADGET_CALLS[0]
         return vf.moveaxis(vf.reshape(inter, (rows, calls, 2 * m)), -1, -2)
 
     def _range_check(self, gadget_outputs: Sequence[Arr]) -> Arr:
         return self.vf.sum(gadget_outputs[0], axis=-1)
+
+    @abstractmethod
+    def _output(self, meas: Arr, gadget_outputs: Sequence[Arr], num_shares: int) -> Arr: ...
+
+    def eval(
+        self, meas: Arr, joint_rand: Arr, num_shares: int, gadget_outputs: Sequence[Arr] | None
+    ) -> tuple[list[Arr], Arr | None]:
+        wires = self._bit_check_wires(meas, joint_rand, num_shares)
+        if gadget_outputs is None:
+            return [wires], None
+        return [wires], self._output(meas, gadget_outputs, num_shares)
+
+    def wire_evals(
+        self,
+        meas: Arr,
+        joint_rand: Arr,
+        num_shares: int,
+        gadget_outputs: Sequence[Arr],
+        seeds: Sequence[Arr],
+        weights: Sequence[Arr],
+    ) -> tuple[list[Arr], Arr] | None:
+        # With weights w_k of the query point: left wire j is
+        # seed w_0 + sum_k (w_k r_k^(j+1)) x_kj, right wire j is
+        # seed w_0 + sum_k w_k x_kj - (1/S) sum_k w_k. Folding the weights
+        # into the powers of r saves one multiplication per entry.
+        vf = self.vf
+        rows = vf.elem_shape(meas)[0]
+        m = self.chunk_length
+        calls = self.valid.GADGET_CALLS[0]
+        x = self._chunks(meas)  # (rows, calls, m)
+        w = weights[0]
+        w_calls = w[..., 1 : calls + 1]
+        coeffs = scaled_powers(vf, joint_rand, w_calls, m)  # (rows, calls, m)
+        left = vf.dot(coeffs, x, axis=-2)
+        shares_inv = vf.constant(pow(num_shares, -1, vf.MODULUS))
+        offset = vf.mul(vf.sum(w_calls, axis=-1), shares_inv)
+        right = vf.sub(vf.dot(x, w_calls[..., None], axis=-2), offset[..., None])
+        both = vf.reshape(vf.stack([left, right], axis=-1), (rows, 2 * m))
+        evals = vf.add(both, vf.mul(seeds[0], w[..., 0:1]))
+        return [evals], self._output(meas, gadget_outputs, num_shares)
 
 
 class CountBatch(BatchCircuit):
@@ -340,13 +424,8 @@ class SumVecBatch(_Chunked):
         bits = _range_checked_bits(vals, v.max_measurement).reshape(len(rows), -1)
         return _bits_to_field(self.vf, bits)
 
-    def eval(
-        self, meas: Arr, joint_rand: Arr, num_shares: int, gadget_outputs: Sequence[Arr] | None
-    ) -> tuple[list[Arr], Arr | None]:
-        wires = self._bit_check_wires(meas, joint_rand, num_shares)
-        if gadget_outputs is None:
-            return [wires], None
-        return [wires], self._range_check(gadget_outputs)[..., None]
+    def _output(self, meas: Arr, gadget_outputs: Sequence[Arr], num_shares: int) -> Arr:
+        return self._range_check(gadget_outputs)[..., None]
 
     def truncate(self, meas: Arr) -> Arr:
         v = self.valid
@@ -372,15 +451,10 @@ class HistogramBatch(_Chunked):
         bits[np.arange(len(idx)), np.array(idx, dtype=np.intp)] = 1
         return _bits_to_field(self.vf, bits)
 
-    def eval(
-        self, meas: Arr, joint_rand: Arr, num_shares: int, gadget_outputs: Sequence[Arr] | None
-    ) -> tuple[list[Arr], Arr | None]:
+    def _output(self, meas: Arr, gadget_outputs: Sequence[Arr], num_shares: int) -> Arr:
         vf = self.vf
-        wires = self._bit_check_wires(meas, joint_rand, num_shares)
-        if gadget_outputs is None:
-            return [wires], None
         sum_check = vf.sub(vf.sum(meas, axis=-1), vf.constant(pow(num_shares, -1, vf.MODULUS)))
-        return [wires], vf.stack([self._range_check(gadget_outputs), sum_check], axis=-1)
+        return vf.stack([self._range_check(gadget_outputs), sum_check], axis=-1)
 
     def truncate(self, meas: Arr) -> Arr:
         return meas
@@ -393,19 +467,12 @@ class MultihotCountVecBatch(_Chunked):
         super().__init__(valid)
         self.chunk_length = valid.chunk_length
 
-    def eval(
-        self, meas: Arr, joint_rand: Arr, num_shares: int, gadget_outputs: Sequence[Arr] | None
-    ) -> tuple[list[Arr], Arr | None]:
+    def _output(self, meas: Arr, gadget_outputs: Sequence[Arr], num_shares: int) -> Arr:
         vf = self.vf
         v = self.valid
-        wires = self._bit_check_wires(meas, joint_rand, num_shares)
-        if gadget_outputs is None:
-            return [wires], None
         weight = vf.sum(meas[..., : v.length], axis=-1)
         reported = vf.dot(meas[..., v.length :], _range_weights(vf, v.max_weight))
-        return [wires], vf.stack(
-            [self._range_check(gadget_outputs), vf.sub(weight, reported)], axis=-1
-        )
+        return vf.stack([self._range_check(gadget_outputs), vf.sub(weight, reported)], axis=-1)
 
     def truncate(self, meas: Arr) -> Arr:
         return meas[..., : self.valid.length]

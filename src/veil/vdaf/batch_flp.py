@@ -240,19 +240,14 @@ class BatchFlp:
             seeds_all.append(seeds)
             g_all.append(g)
 
-        wires, out = self.circuit.eval(meas, joint_rand, num_shares, outputs)
-        assert out is not None
+        # Lagrange weights of each gadget's query point, then the wires.
         e = self.valid.EVAL_OUTPUT_LEN
-        if e > 1:
-            v = vf.dot(query_rand[..., :e], out)
-            points = query_rand[..., e:]
-        else:
-            v = out[..., 0]
-            points = query_rand
-
-        parts = [v[..., None]]
+        points = query_rand[..., e:] if e > 1 else query_rand
         bad = np.zeros(rows, dtype=bool)
         node_hit = np.zeros(rows, dtype=bool)
+        one = vf.constant(1)
+        wire_weights = []
+        g_evals = []
         for i, lay in enumerate(self.layouts):
             t = points[..., i]
             d = lay.domain
@@ -261,7 +256,6 @@ class BatchFlp:
             diff_inv, t_pows = _inverse_differences(vf, t, lay.root_levels)
             t_p = t_pows[p_len.bit_length() - 1]
             t_d = t_pows[-1]
-            one = vf.constant(1)
             bad |= vf.eq(t_p, one)
             node_hit |= vf.eq(t_d, one) & ~vf.eq(t_p, one)
             # l_i(t) = (t^n - 1) / n * w^i / (t - w^i) on each domain; the
@@ -269,10 +263,28 @@ class BatchFlp:
             base = vf.mul(lay.nodes, diff_inv)
             scale_d = vf.mul(vf.sub(t_d, one), vf.constant(pow(d, -1, vf.MODULUS)))
             scale_p = vf.mul(vf.sub(t_p, one), vf.constant(pow(p_len, -1, vf.MODULUS)))
-            weights_p = vf.mul(base[..., ::step], scale_p[..., None])
-            polys = self._wire_polys(seeds_all[i], wires[i], p_len)  # (rows, ARITY, P)
-            parts.append(vf.dot(polys, weights_p[..., None, :]))
-            parts.append(vf.mul(vf.dot(g_all[i], base), scale_d)[..., None])
+            wire_weights.append(vf.mul(base[..., ::step], scale_p[..., None]))
+            g_evals.append(vf.mul(vf.dot(g_all[i], base), scale_d))
+
+        shortcut = self.circuit.wire_evals(
+            meas, joint_rand, num_shares, outputs, seeds_all, wire_weights
+        )
+        if shortcut is not None:
+            wire_evals, out = shortcut
+        else:
+            wires, maybe_out = self.circuit.eval(meas, joint_rand, num_shares, outputs)
+            assert maybe_out is not None
+            out = maybe_out
+            wire_evals = [
+                vf.dot(self._wire_polys(seeds, w, lay.wire_len), weights[..., None, :])
+                for seeds, w, lay, weights in zip(
+                    seeds_all, wires, self.layouts, wire_weights, strict=True
+                )
+            ]
+        v = vf.dot(query_rand[..., :e], out) if e > 1 else out[..., 0]
+        parts = [v[..., None]]
+        for evals, g_t in zip(wire_evals, g_evals, strict=True):
+            parts += [evals, g_t[..., None]]
         return vf.concat(parts), bad, node_hit
 
     def decide(self, verifier: Arr) -> Arr:
