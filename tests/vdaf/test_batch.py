@@ -281,3 +281,35 @@ def test_empty_batch() -> None:
     init = batch.verify_init_batch(bytes(32), CTX, 0, [], [], [])
     out = batch.verify_next_batch(CTX, init.state, [])
     assert batch.aggregate_batch(out) == [0] * 4
+
+
+@pytest.mark.parametrize("wire_len,domain", [(4, 8), (16, 32), (64, 128), (4, 16)])
+@pytest.mark.parametrize("kind", ["dense", "small", "sparse"])
+def test_extension_paths_match_ntt(wire_len: int, domain: int, kind: str) -> None:
+    """Every way ``_Extension`` extends wire polynomials (NTT, fixed-matrix
+    GEMM, small-integer GEMM, sparse) agrees with the scalar NTT."""
+    import random
+
+    from veil.vdaf import Field128
+    from veil.vdaf.batch_field import VecField128
+    from veil.vdaf.batch_flp import _Extension
+    from veil.vdaf.poly import inv_ntt, ntt
+
+    p = Field128.MODULUS
+    rng = random.Random(f"{wire_len}-{domain}-{kind}")
+    rows = []
+    for _ in range(5):
+        row = [rng.randrange(p)]
+        for _ in range(wire_len - 1):
+            if kind == "dense":
+                row.append(rng.randrange(p))
+            elif kind == "small":
+                row.append(rng.choice([0, 1, p - 1, 7, p - 300]))
+            else:
+                row.append(rng.randrange(p) if rng.random() < 0.1 else 0)
+        rows.append(row)
+    got = VecField128.to_ints(
+        _Extension(VecField128, wire_len, domain)(VecField128.from_ints(rows))
+    )
+    want = [ntt(Field128, inv_ntt(Field128, row), domain) for row in rows]
+    assert got == want

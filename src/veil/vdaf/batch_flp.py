@@ -76,9 +76,21 @@ class _Ntt:
 
 class _Extension:
     """Values of polynomials of degree ``< P`` at the P-th roots of unity to
-    their values at the D-th roots (``D = s P``, last axis): the roots
-    ``w_D^(i s + c)`` form s cosets, so one inverse NTT gives coefficients
-    and each coset ``c > 0`` is a twist by ``w_D^(c k) / P`` and an NTT."""
+    their values at the D-th roots (``D = s P``, last axis). The roots
+    ``w_D^(i s + c)`` form s cosets; coset 0 is the input. The others are a
+    fixed linear map E of the input, computed by the cheapest of:
+
+    - an NTT: inverse NTT, twist by ``w_D^(c k) / P``, NTT (any field);
+    - one GEMM on 16-bit limbs (Field128, small P), ``FixedMatrix128``;
+    - for Field128 wires whose values past the seed are small integers (the
+      prover's ``x - 1`` on bits): a GEMM with E's limbs only, exact in
+      float64, plus ``seed * E[0]``;
+    - for Field128 wires that are mostly zero past the seed (the prover's
+      ``r^j x`` on a one-hot vector): ``value * E[k]`` per non-zero entry.
+    """
+
+    MATRIX_MAX = 32
+    SMALL = 1 << 15
 
     def __init__(self, vf: type[VecField], wire_len: int, domain: int) -> None:
         self.vf = vf
@@ -94,9 +106,9 @@ class _Extension:
         ]
         # Inverse NTT = forward NTT, then reverse all but the first entry.
         self.reverse = np.array([0, *range(wire_len - 1, 0, -1)], dtype=np.intp)
-        # Small Field128 domains: one fixed-matrix product on the BLAS.
         self.matrix: FixedMatrix128 | None = None
-        if vf is VecField128 and wire_len <= self.MATRIX_MAX and self.twists:
+        self.rows: Arr | None = None
+        if vf is VecField128 and self.twists:
             field = vf.field
             rows = []
             s = domain // wire_len
@@ -105,26 +117,73 @@ class _Extension:
                 unit[k] = 1
                 on_domain = ntt(field, inv_ntt(field, unit), domain)
                 rows.append([on_domain[i * s + c] for c in range(1, s) for i in range(wire_len)])
-            self.matrix = FixedMatrix128(rows)
-
-    MATRIX_MAX = 32
+            if wire_len <= self.MATRIX_MAX:
+                self.matrix = FixedMatrix128(rows)
+            self.rows = vf.from_ints(rows)  # (P, J)
+            obj = np.array(rows, dtype=object)
+            self.row_limbs = np.stack(
+                [((obj >> (16 * b)) & 0xFFFF).astype(np.float64) for b in range(8)], axis=-1
+            ).reshape(wire_len, -1)  # (P, J * 8)
 
     def __call__(self, values: Arr) -> Arr:
         vf = self.vf
         if not self.twists:
             return values
-        if self.matrix is not None:
-            out = self.matrix(values)
-            p_len = self.wire_len
-            cosets = [values] + [
-                out[..., c * p_len : (c + 1) * p_len] for c in range(len(self.twists))
-            ]
-        else:
-            coeffs_unscaled = self.ntt(values)[..., self.reverse]
-            cosets = [values] + [self.ntt(vf.mul(coeffs_unscaled, tw)) for tw in self.twists]
-        stacked = vf.stack(cosets, axis=-1)  # (..., P, s)
+        p_len = self.wire_len
         lead = vf.elem_shape(values)[:-1]
+        flat = vf.reshape(values, (-1, p_len))
+        out = self._others(flat)
+        cosets = [flat] + [out[..., c * p_len : (c + 1) * p_len] for c in range(len(self.twists))]
+        stacked = vf.stack(cosets, axis=-1)  # (R, P, s)
         return vf.reshape(stacked, (*lead, self.domain))
+
+    def _generic(self, flat: Arr) -> Arr:
+        vf = self.vf
+        if self.matrix is not None:
+            return self.matrix(flat)
+        coeffs_unscaled = self.ntt(flat)[..., self.reverse]
+        return vf.concat([self.ntt(vf.mul(coeffs_unscaled, tw)) for tw in self.twists])
+
+    def _others(self, flat: Arr) -> Arr:
+        """``(R, P)`` values to the ``(R, J)`` values on cosets ``1 .. s-1``."""
+        vf = self.vf
+        if vf is not VecField128 or self.rows is None:
+            return self._generic(flat)
+        rows_e = self.rows
+        count = flat.shape[1]
+        rest = vf.concat([vf.zeros((count, 1)), flat[..., 1:]])
+        result = vf.mul(flat[..., 0:1], rows_e[..., 0, :])  # seed * E[0]
+        pos = vf.canonical(rest)
+        neg = vf.canonical(vf.neg(rest))
+        high_zero_pos = (pos[1] == 0) & (pos[2] == 0) & (pos[3] == 0)
+        high_zero_neg = (neg[1] == 0) & (neg[2] == 0) & (neg[3] == 0)
+        small_pos = high_zero_pos & (pos[0] < self.SMALL)
+        small_neg = high_zero_neg & (neg[0] < self.SMALL)
+        small_rows = np.all(small_pos | small_neg, axis=-1)
+        idx = np.flatnonzero(small_rows)
+        if idx.size:
+            signed = np.where(small_pos[idx], pos[0][idx], -neg[0][idx]).astype(np.float64)
+            sums = (signed @ self.row_limbs).reshape(idx.size, -1, 8).astype(np.int64)
+            part = VecField128._normalize(
+                *[sums[..., 2 * k] + (sums[..., 2 * k + 1] << 16) for k in range(4)]
+            )
+            result[:, idx] = vf.add(result[:, idx], part)
+        big = np.flatnonzero(~small_rows)
+        if big.size:
+            sub = rest[:, big]
+            nonzero = ~vf.is_zero(sub)
+            nnz = int(nonzero.sum())
+            if nnz <= big.size * max(1, self.wire_len.bit_length() - 1):
+                row_i, col_k = np.nonzero(nonzero)
+                prods = vf.mul(sub[:, row_i, col_k][..., None], rows_e[:, col_k])  # (4, nnz, J)
+                acc = np.zeros((4, big.size, prods.shape[-1]), dtype=np.int64)
+                for limb in range(4):
+                    np.add.at(acc[limb], row_i, prods[limb])
+                part = VecField128._normalize(acc[0], acc[1], acc[2], acc[3])
+            else:
+                part = self._generic(sub)
+            result[:, big] = vf.add(result[:, big], part)
+        return result
 
 
 def _inverse_differences(
