@@ -249,11 +249,12 @@ def _range_checked_bits(values: Arr, max_measurement: int) -> Arr:
     return out
 
 
-def _range_weights(vf: type[VecField], max_measurement: int) -> Arr:
+def _range_weights(max_measurement: int) -> list[int]:
+    """The weights of ``encode_range_checked_int``'s bits."""
     bits = max_measurement.bit_length()
     weights = [1 << i for i in range(bits - 1)]
     weights.append(max_measurement - ((1 << (bits - 1)) - 1))
-    return vf.from_ints([w % vf.MODULUS for w in weights])
+    return weights
 
 
 def _bits_to_field(vf: type[VecField], bits: Arr) -> Arr:
@@ -398,8 +399,7 @@ class SumBatch(BatchCircuit):
         return [wires], None if gadget_outputs is None else gadget_outputs[0]
 
     def truncate(self, meas: Arr) -> Arr:
-        weights = _range_weights(self.vf, self.valid.max_measurement)
-        return self.vf.dot(meas, weights)[..., None]
+        return self.vf.dot_consts(meas, _range_weights(self.valid.max_measurement))[..., None]
 
 
 class SumVecBatch(_Chunked):
@@ -431,7 +431,7 @@ class SumVecBatch(_Chunked):
         v = self.valid
         rows = self.vf.elem_shape(meas)[0]
         shaped = self.vf.reshape(meas, (rows, v.length, v.bits))
-        return self.vf.dot(shaped, _range_weights(self.vf, v.max_measurement))
+        return self.vf.dot_consts(shaped, _range_weights(v.max_measurement))
 
 
 class HistogramBatch(_Chunked):
@@ -471,7 +471,7 @@ class MultihotCountVecBatch(_Chunked):
         vf = self.vf
         v = self.valid
         weight = vf.sum(meas[..., : v.length], axis=-1)
-        reported = vf.dot(meas[..., v.length :], _range_weights(vf, v.max_weight))
+        reported = vf.dot_consts(meas[..., v.length :], _range_weights(v.max_weight))
         return vf.stack([self._range_check(gadget_outputs), vf.sub(weight, reported)], axis=-1)
 
     def truncate(self, meas: Arr) -> Arr:

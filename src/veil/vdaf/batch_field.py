@@ -137,6 +137,11 @@ class VecField(ABC):
         return cls.sum(cls.mul(a, b), axis)
 
     @classmethod
+    def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
+        """``sum_i a[..., i] * weights[i]`` for fixed non-negative ints."""
+        return cls.dot(a, cls.from_ints([w % cls.MODULUS for w in weights]))
+
+    @classmethod
     @abstractmethod
     def eq(cls, a: Arr, b: Arr) -> Arr:
         """Elementwise equality, a boolean array of the element shape."""
@@ -478,6 +483,16 @@ class VecField128(VecField):
             return super().dot(a, b, axis)
         summed = [np.sum(c, axis=axis) for c in cols]
         return cls._fold_columns(summed)
+
+    @classmethod
+    def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
+        # Small weights (range-check bit weights): limb by limb, no
+        # multi-limb products; the signed normalisation absorbs the carries.
+        if all(0 <= w < 1 << 24 for w in weights) and len(weights) < 1 << 6:
+            w = np.array(weights, dtype=np.int64)
+            c = [a[limb] @ w for limb in range(4)]
+            return cls._normalize(c[0], c[1], c[2], c[3])
+        return super().dot_consts(a, weights)
 
     @classmethod
     def sum(cls, a: Arr, axis: int = -1) -> Arr:

@@ -152,7 +152,6 @@ class _Extension:
         rows_e = self.rows
         count = flat.shape[1]
         rest = vf.concat([vf.zeros((count, 1)), flat[..., 1:]])
-        result = vf.mul(flat[..., 0:1], rows_e[..., 0, :])  # seed * E[0]
         pos = vf.canonical(rest)
         neg = vf.canonical(vf.neg(rest))
         high_zero_pos = (pos[1] == 0) & (pos[2] == 0) & (pos[3] == 0)
@@ -160,6 +159,13 @@ class _Extension:
         small_pos = high_zero_pos & (pos[0] < self.SMALL)
         small_neg = high_zero_neg & (neg[0] < self.SMALL)
         small_rows = np.all(small_pos | small_neg, axis=-1)
+        big = np.flatnonzero(~small_rows)
+        nonzero = ~vf.is_zero(rest[:, big])
+        sparse = int(nonzero.sum()) <= big.size * max(1, self.wire_len.bit_length() - 1)
+        # seed * E[0], except for dense rows, whose seeds go with the rest.
+        result = vf.mul(flat[..., 0:1], rows_e[..., 0, :])
+        if big.size and not sparse:
+            result[:, big] = self._generic(flat[:, big])
         idx = np.flatnonzero(small_rows)
         if idx.size:
             signed = np.where(small_pos[idx], pos[0][idx], -neg[0][idx]).astype(np.float64)
@@ -168,20 +174,14 @@ class _Extension:
                 *[sums[..., 2 * k] + (sums[..., 2 * k + 1] << 16) for k in range(4)]
             )
             result[:, idx] = vf.add(result[:, idx], part)
-        big = np.flatnonzero(~small_rows)
-        if big.size:
+        if big.size and sparse:
             sub = rest[:, big]
-            nonzero = ~vf.is_zero(sub)
-            nnz = int(nonzero.sum())
-            if nnz <= big.size * max(1, self.wire_len.bit_length() - 1):
-                row_i, col_k = np.nonzero(nonzero)
-                prods = vf.mul(sub[:, row_i, col_k][..., None], rows_e[:, col_k])  # (4, nnz, J)
-                acc = np.zeros((4, big.size, prods.shape[-1]), dtype=np.int64)
-                for limb in range(4):
-                    np.add.at(acc[limb], row_i, prods[limb])
-                part = VecField128._normalize(acc[0], acc[1], acc[2], acc[3])
-            else:
-                part = self._generic(sub)
+            row_i, col_k = np.nonzero(nonzero)
+            prods = vf.mul(sub[:, row_i, col_k][..., None], rows_e[:, col_k])  # (4, nnz, J)
+            acc = np.zeros((4, big.size, prods.shape[-1]), dtype=np.int64)
+            for limb in range(4):
+                np.add.at(acc[limb], row_i, prods[limb])
+            part = VecField128._normalize(acc[0], acc[1], acc[2], acc[3])
             result[:, big] = vf.add(result[:, big], part)
         return result
 
