@@ -234,12 +234,22 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
     return circuits._require_int(name, value, low, high)
 
 
+def _all_ints_in(values: Sequence[object], low: int, high: int) -> bool:
+    """Fast path of the measurement checks (``type(x) is int`` excludes
+    bools); on ``False`` the caller runs the per-value check that names the
+    culprit."""
+    ints: list[int] = [x for x in values if type(x) is int]
+    if len(ints) != len(values):
+        return False
+    return not ints or (low <= min(ints) and max(ints) <= high)
+
+
 def _range_checked_bits(values: Arr, max_measurement: int) -> Arr:
     """``encode_range_checked_int`` on a ``uint64``/object array of values:
     ``(..., bits)`` of 0/1."""
     bits = max_measurement.bit_length()
     rest_all_ones = (1 << (bits - 1)) - 1
-    obj = values.astype(object)
+    obj = values if values.dtype == np.int64 else values.astype(object)
     last = obj > rest_all_ones
     rest = np.where(last, obj - (max_measurement - rest_all_ones), obj)
     out = np.zeros((*values.shape, bits), dtype=np.uint64)
@@ -368,7 +378,10 @@ class _Chunked(BatchCircuit):
 
 class CountBatch(BatchCircuit):
     def encode(self, measurements: Sequence[Any]) -> Arr:
-        vals = [_check_int(f"measurement {i}: Count", m, 0, 1) for i, m in enumerate(measurements)]
+        vals = list(measurements)
+        if not _all_ints_in(vals, 0, 1):
+            for i, m in enumerate(measurements):
+                _check_int(f"measurement {i}: Count", m, 0, 1)
         return _bits_to_field(self.vf, np.array(vals, dtype=np.uint64).reshape(-1, 1))
 
     def eval(
@@ -389,8 +402,12 @@ class SumBatch(BatchCircuit):
 
     def encode(self, measurements: Sequence[Any]) -> Arr:
         top = self.valid.max_measurement
-        vals = [_check_int(f"measurement {i}: Sum", m, 0, top) for i, m in enumerate(measurements)]
-        return _bits_to_field(self.vf, _range_checked_bits(np.array(vals, dtype=object), top))
+        vals = list(measurements)
+        if not _all_ints_in(vals, 0, top):
+            for i, m in enumerate(measurements):
+                _check_int(f"measurement {i}: Sum", m, 0, top)
+        kind = np.int64 if top < 1 << 62 else object
+        return _bits_to_field(self.vf, _range_checked_bits(np.array(vals, dtype=kind), top))
 
     def eval(
         self, meas: Arr, joint_rand: Arr, num_shares: int, gadget_outputs: Sequence[Arr] | None
@@ -414,13 +431,12 @@ class SumVecBatch(_Chunked):
         rows = []
         for i, m in enumerate(measurements):
             circuits._require_sequence(f"measurement {i}: SumVec", m, v.length)
-            rows.append(
-                [
+            if not _all_ints_in(m, 0, v.max_measurement):
+                for j, x in enumerate(m):
                     _check_int(f"measurement {i}: SumVec[{j}]", x, 0, v.max_measurement)
-                    for j, x in enumerate(m)
-                ]
-            )
-        vals = np.array(rows, dtype=object).reshape(len(rows), v.length)
+            rows.append(m)
+        kind = np.int64 if v.max_measurement < 1 << 62 else object
+        vals = np.array(rows, dtype=kind).reshape(len(rows), v.length)
         bits = _range_checked_bits(vals, v.max_measurement).reshape(len(rows), -1)
         return _bits_to_field(self.vf, bits)
 
@@ -443,10 +459,10 @@ class HistogramBatch(_Chunked):
 
     def encode(self, measurements: Sequence[Any]) -> Arr:
         length = self.valid.length
-        idx = [
-            _check_int(f"measurement {i}: Histogram", m, 0, length - 1)
-            for i, m in enumerate(measurements)
-        ]
+        idx = list(measurements)
+        if not _all_ints_in(idx, 0, length - 1):
+            for i, m in enumerate(measurements):
+                _check_int(f"measurement {i}: Histogram", m, 0, length - 1)
         bits = np.zeros((len(idx), length), dtype=np.uint64)
         bits[np.arange(len(idx)), np.array(idx, dtype=np.intp)] = 1
         return _bits_to_field(self.vf, bits)

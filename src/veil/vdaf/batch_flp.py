@@ -152,12 +152,7 @@ class _Extension:
         rows_e = self.rows
         count = flat.shape[1]
         rest = vf.concat([vf.zeros((count, 1)), flat[..., 1:]])
-        pos = vf.canonical(rest)
-        neg = vf.canonical(vf.neg(rest))
-        high_zero_pos = (pos[1] == 0) & (pos[2] == 0) & (pos[3] == 0)
-        high_zero_neg = (neg[1] == 0) & (neg[2] == 0) & (neg[3] == 0)
-        small_pos = high_zero_pos & (pos[0] < self.SMALL)
-        small_neg = high_zero_neg & (neg[0] < self.SMALL)
+        small_pos, small_neg, neg0 = _small_signed(rest, self.SMALL)
         small_rows = np.all(small_pos | small_neg, axis=-1)
         big = np.flatnonzero(~small_rows)
         nonzero = ~vf.is_zero(rest[:, big])
@@ -168,7 +163,7 @@ class _Extension:
             result[:, big] = self._generic(flat[:, big])
         idx = np.flatnonzero(small_rows)
         if idx.size:
-            signed = np.where(small_pos[idx], pos[0][idx], -neg[0][idx]).astype(np.float64)
+            signed = np.where(small_pos[idx], rest[0][idx], -neg0[idx]).astype(np.float64)
             sums = (signed @ self.row_limbs).reshape(idx.size, -1, 8).astype(np.int64)
             part = VecField128._normalize(
                 *[sums[..., 2 * k] + (sums[..., 2 * k + 1] << 16) for k in range(4)]
@@ -184,6 +179,21 @@ class _Extension:
             part = VecField128._normalize(acc[0], acc[1], acc[2], acc[3])
             result[:, big] = vf.add(result[:, big], part)
         return result
+
+
+def _small_signed(a: Arr, bound: int) -> tuple[Arr, Arr, Arr]:
+    """Which Field128 elements are ``v`` or ``p - v`` for ``0 <= v < bound``
+    (two masks), and the low limb of ``p - a``. Cheap and conservative: a
+    small value held as ``v + p`` (weakly reduced) counts as not small."""
+    small_pos = (a[1] == 0) & (a[2] == 0) & (a[3] == 0) & (a[0] < bound)
+    # p - a, limb by limb with signed borrows; small iff it is below bound.
+    d0 = 1 - a[0]
+    d1 = -a[1] + (d0 >> 32)
+    d2 = 0xFFFFFFE4 - a[2] + (d1 >> 32)
+    d3 = 0xFFFFFFFF - a[3] + (d2 >> 32)
+    low = d0 & 0xFFFFFFFF
+    small_neg = (d1 & 0xFFFFFFFF == 0) & (d2 & 0xFFFFFFFF == 0) & (d3 == 0) & (low < bound)
+    return small_pos, small_neg, low
 
 
 def _inverse_differences(
