@@ -209,7 +209,7 @@ def _scalar_outcome(
 
 
 @settings(
-    max_examples=12,
+    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -267,10 +267,30 @@ def test_mixed_batch_matches_scalar(data: st.DataObject, which: str) -> None:
         assert out.ok.tolist() == [i in accepted for i in range(size)], j
 
 
-def test_bad_measurement_names_the_report() -> None:
-    batch = BatchPrio3(Prio3Count(2))
+@pytest.mark.parametrize(
+    "which,good,bad",
+    [
+        ("count", 1, 2),
+        ("count", 0, True),
+        ("sum", 1000, 1001),
+        ("sum", 0, -1),
+        ("sumvec", [0, 1, 2, 3, 0], [0, 1, 4, 3, 0]),
+        ("sumvec", [0, 1, 2, 3, 0], [0, 1, 2]),
+        ("sumvec", [0, 1, 2, 3, 0], [0, 1, False, 3, 0]),
+        ("histogram", 6, 7),
+        ("histogram", 0, 1.0),
+        ("multihot", [True] * 3 + [False] * 3, [True] * 4 + [False] * 2),
+    ],
+)
+def test_bad_measurement_names_the_report(which: str, good: Any, bad: Any) -> None:
+    """The batched encoders reject what the scalar ones reject, naming the
+    report; a good measurement beside it does not matter."""
+    vdaf, _ = _VDAFS[which]
+    with pytest.raises(ValueError):
+        vdaf.shard(CTX, bad, bytes(16), bytes(vdaf.RAND_SIZE))
+    batch = BatchPrio3(vdaf)
     with pytest.raises(ValueError, match="measurement 1"):
-        batch.shard_batch(CTX, [1, 2], [bytes(16)] * 2, [bytes(64)] * 2)
+        batch.shard_batch(CTX, [good, bad], [bytes(16)] * 2, [bytes(vdaf.RAND_SIZE)] * 2)
 
 
 def test_empty_batch() -> None:
