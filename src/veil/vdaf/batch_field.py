@@ -394,14 +394,14 @@ class VecField128(VecField):
     @classmethod
     def _normalize(cls, c0: Arr, c1: Arr, c2: Arr, c3: Arr) -> Arr:
         """Weakly reduce ``c0 + c1 2^32 + c2 2^64 + c3 2^96`` for signed
-        ``|c_i| < 2^62``: limbs in ``[0, 2^32)``, value ``< 2^128`` but
+        ``|c_i| < 2^61``: limbs in ``[0, 2^32)``, value ``< 2^128`` but
         possibly ``>= p`` (``canonical`` finishes the job where it matters)."""
-        x0, x1, x2, x3, top = cls._propagate(c0, c1, c2, c3)
-        # 2^128 = 28 * 2^64 - 1. Twice brings the value into [0, 2^128).
-        for _ in range(2):
-            x0 = x0 - top
-            x2 = x2 + 28 * top
-            x0, x1, x2, x3, top = cls._propagate(x0, x1, x2, x3)
+        # 2^128 = 28 * 2^64 - 1. Fold c3's high part first: the value is
+        # then within 2^127 of [0, 2^128), so one propagation leaves a
+        # top of -1, 0 or 1, and folding that cannot carry again.
+        high = c3 >> 32
+        x0, x1, x2, x3, top = cls._propagate(c0 - high, c1, c2 + 28 * high, c3 & _M32)
+        x0, x1, x2, x3, _ = cls._propagate(x0 - top, x1, x2 + 28 * top, x3)
         return np.stack([x0, x1, x2, x3])
 
     @classmethod
@@ -475,11 +475,11 @@ class VecField128(VecField):
     @classmethod
     def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
         # Lazy reduction: sum the unreduced columns, reduce once. Each term
-        # adds < 2^35 to a column; folding multiplies by < 2^10: fine for
-        # fewer than 2^17 terms, which every circuit here stays under.
+        # adds < 2^35 to a column; folding multiplies by < 2^10 and
+        # _normalize takes < 2^61: fine below 2^15 terms.
         cols = cls._columns(a, b)
         count = cols[0].shape[axis] if cols[0].ndim else 1
-        if count >= 1 << 17:
+        if count >= 1 << 15:
             return super().dot(a, b, axis)
         summed = [np.sum(c, axis=axis) for c in cols]
         return cls._fold_columns(summed)
@@ -488,7 +488,7 @@ class VecField128(VecField):
     def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
         # Small weights (range-check bit weights): limb by limb, no
         # multi-limb products; the signed normalisation absorbs the carries.
-        if all(0 <= w < 1 << 24 for w in weights) and len(weights) < 1 << 6:
+        if all(0 <= w < 1 << 20 for w in weights) and len(weights) < 1 << 6:
             w = np.array(weights, dtype=np.int64)
             c = [a[limb] @ w for limb in range(4)]
             return cls._normalize(c[0], c[1], c[2], c[3])
