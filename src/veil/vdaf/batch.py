@@ -174,16 +174,14 @@ class BatchPrio3(Generic[Measurement, AggResult]):
     not know always take that path).
     """
 
-    # Field elements per sub-batch when sharding and when verifying (the
-    # prover's NTTs and GEMMs like caches; the verifier's many small steps
-    # like fewer, larger calls), and reports per sub-batch at most.
-    # Measured on 2 cores: Field64 (cheap, memory-bound steps) is best at
-    # ~16k elements per verifier sub-batch, Field128 (Python-bound steps)
-    # at ~256k.
+    # Field elements per sub-batch when sharding and when verifying, and
+    # reports per sub-batch at most. Measured on 2 cores: the verifier's
+    # many per-report steps favour large sub-batches (the field operations
+    # block themselves for the caches); the prover's transforms and copies
+    # favour smaller ones.
     shard_chunk_elements = 1 << 15
-    verify_chunk_elements = 1 << 14
-    verify_chunk_elements_128 = 1 << 18
-    max_chunk = 1024
+    verify_chunk_elements = 1 << 18
+    max_chunk = 4096
 
     def __init__(self, vdaf: Prio3[Measurement, AggResult], lifted: bool = False) -> None:
         if vdaf.xof is not XofTurboShake128:
@@ -191,8 +189,6 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         self.vdaf = vdaf
         self.flp = BatchFlp(vdaf.flp, lifted)
         self.vf = self.flp.vf
-        if self.vf.ENCODED_SIZE == 16:
-            self.verify_chunk_elements = self.verify_chunk_elements_128
         self.field = vdaf.field
         scalar = vdaf.flp
         self.MEAS_LEN = scalar.MEAS_LEN

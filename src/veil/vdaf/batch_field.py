@@ -24,7 +24,7 @@ decoders, which report unreduced encodings per element.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -110,21 +110,76 @@ class VecField(ABC):
 
     # -- arithmetic -----------------------------------------------------------
 
+    # Elements per block of the elementwise operations. Each operation is
+    # tens of NumPy passes over its operands; blocks this size keep the
+    # temporaries in cache (several times faster than whole large arrays)
+    # while the per-call overhead stays small.
+    BLOCK: ClassVar[int] = 1 << 14
+
     @classmethod
-    @abstractmethod
-    def add(cls, a: Arr, b: Arr) -> Arr: ...
+    def _first(cls, a: Arr, ndim: int, part: slice) -> Arr:
+        """``a`` restricted to ``part`` of the first of ``ndim`` element
+        axes, unless ``a`` broadcasts along it."""
+        shape = cls.elem_shape(a)
+        if len(shape) < ndim or shape[0] == 1:
+            return a
+        return a[part] if cls.ENCODED_SIZE == 8 else a[:, part]
+
+    @classmethod
+    def _blocked(
+        cls, fn: Callable[..., Arr], args: Sequence[Arr], reduces_first: bool = False
+    ) -> Arr:
+        shape = np.broadcast_shapes(*(cls.elem_shape(a) for a in args))
+        total = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if total <= cls.BLOCK or reduces_first or shape[0] <= 1:
+            return fn(*args)
+        step = max(1, cls.BLOCK // (total // shape[0]))
+        if step >= shape[0]:
+            return fn(*args)
+        parts = [
+            fn(*(cls._first(a, len(shape), slice(i, i + step)) for a in args))
+            for i in range(0, shape[0], step)
+        ]
+        out_ndim = len(cls.elem_shape(parts[0]))
+        return cls.concat(parts, axis=-out_ndim)
+
+    @classmethod
+    def add(cls, a: Arr, b: Arr) -> Arr:
+        return cls._blocked(cls._add, (a, b))
+
+    @classmethod
+    def sub(cls, a: Arr, b: Arr) -> Arr:
+        return cls._blocked(cls._sub, (a, b))
+
+    @classmethod
+    def neg(cls, a: Arr) -> Arr:
+        return cls._blocked(cls._neg, (a,))
+
+    @classmethod
+    def mul(cls, a: Arr, b: Arr) -> Arr:
+        return cls._blocked(cls._mul, (a, b))
+
+    @classmethod
+    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
+        """``sum(a * b)`` along an element axis (negative; operands broadcast)."""
+        ndim = len(np.broadcast_shapes(cls.elem_shape(a), cls.elem_shape(b)))
+        return cls._blocked(lambda x, y: cls._dot(x, y, axis), (a, b), reduces_first=axis == -ndim)
 
     @classmethod
     @abstractmethod
-    def sub(cls, a: Arr, b: Arr) -> Arr: ...
+    def _add(cls, a: Arr, b: Arr) -> Arr: ...
 
     @classmethod
     @abstractmethod
-    def neg(cls, a: Arr) -> Arr: ...
+    def _sub(cls, a: Arr, b: Arr) -> Arr: ...
 
     @classmethod
     @abstractmethod
-    def mul(cls, a: Arr, b: Arr) -> Arr: ...
+    def _neg(cls, a: Arr) -> Arr: ...
+
+    @classmethod
+    @abstractmethod
+    def _mul(cls, a: Arr, b: Arr) -> Arr: ...
 
     @classmethod
     @abstractmethod
@@ -132,9 +187,8 @@ class VecField(ABC):
         """Sum along an element axis (negative), reduced."""
 
     @classmethod
-    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
-        """``sum(a * b)`` along an element axis (operands broadcast)."""
-        return cls.sum(cls.mul(a, b), axis)
+    def _dot(cls, a: Arr, b: Arr, axis: int) -> Arr:
+        return cls.sum(cls._mul(a, b), axis)
 
     @classmethod
     def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
@@ -246,7 +300,7 @@ class VecField64(VecField):
         return np.where(mask, a, b)
 
     @classmethod
-    def add(cls, a: Arr, b: Arr) -> Arr:
+    def _add(cls, a: Arr, b: Arr) -> Arr:
         # a + b = a - (p - b); a borrow means a + b < p, fixed by adding p.
         nb = cls._P - b
         r = a - nb
@@ -254,13 +308,13 @@ class VecField64(VecField):
         return r
 
     @classmethod
-    def sub(cls, a: Arr, b: Arr) -> Arr:
+    def _sub(cls, a: Arr, b: Arr) -> Arr:
         r = a - b
         r += np.where(a < b, cls._P, np.uint64(0))
         return r
 
     @classmethod
-    def neg(cls, a: Arr) -> Arr:
+    def _neg(cls, a: Arr) -> Arr:
         return np.where(a == 0, a, cls._P - a)
 
     @classmethod
@@ -280,7 +334,7 @@ class VecField64(VecField):
         return r
 
     @classmethod
-    def mul(cls, a: Arr, b: Arr) -> Arr:
+    def _mul(cls, a: Arr, b: Arr) -> Arr:
         m = cls._EPS
         s = np.uint64(32)
         a0 = a & m
@@ -425,15 +479,15 @@ class VecField128(VecField):
         )
 
     @classmethod
-    def add(cls, a: Arr, b: Arr) -> Arr:
+    def _add(cls, a: Arr, b: Arr) -> Arr:
         return cls._normalize(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
 
     @classmethod
-    def sub(cls, a: Arr, b: Arr) -> Arr:
+    def _sub(cls, a: Arr, b: Arr) -> Arr:
         return cls._normalize(a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
 
     @classmethod
-    def neg(cls, a: Arr) -> Arr:
+    def _neg(cls, a: Arr) -> Arr:
         return cls._normalize(-a[0], -a[1], -a[2], -a[3])
 
     @staticmethod
@@ -469,18 +523,18 @@ class VecField128(VecField):
         )
 
     @classmethod
-    def mul(cls, a: Arr, b: Arr) -> Arr:
+    def _mul(cls, a: Arr, b: Arr) -> Arr:
         return cls._fold_columns(cls._columns(a, b))
 
     @classmethod
-    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
+    def _dot(cls, a: Arr, b: Arr, axis: int) -> Arr:
         # Lazy reduction: sum the unreduced columns, reduce once. Each term
         # adds < 2^35 to a column; folding multiplies by < 2^10 and
         # _normalize takes < 2^61: fine below 2^15 terms.
         cols = cls._columns(a, b)
         count = cols[0].shape[axis] if cols[0].ndim else 1
         if count >= 1 << 15:
-            return super().dot(a, b, axis)
+            return super()._dot(a, b, axis)
         summed = [np.sum(c, axis=axis) for c in cols]
         return cls._fold_columns(summed)
 
