@@ -16,6 +16,27 @@ mismatch) never raises for the batch: each result carries ``errors``, one
 ``VdafError`` or ``None`` per report, and ``ok``, a boolean mask; later
 steps pass earlier failures through. Only misuse that would be wrong for
 every report (a bad verify key, ``agg_id`` or batch lengths) raises.
+
+One aggregation job, both aggregators in one process (in a deployment the
+leader and helper each run their half and exchange the encoded shares)::
+
+    batch = BatchPrio3(Prio3Histogram(2, 100, 10))
+    sharded = batch.shard_batch(ctx, measurements, nonces, rands)
+    inits = [
+        batch.verify_init_batch(key, ctx, j, nonces, sharded.public_shares,
+                                sharded.input_shares[j])
+        for j in (0, 1)
+    ]
+    msgs = batch.verifier_shares_to_message_batch(
+        ctx, [init.verifier_shares for init in inits])
+    outs = [batch.verify_next_batch(ctx, init.state, msgs.messages) for init in inits]
+    agg_shares = [batch.aggregate_batch(out) for out in outs]  # list[int] each
+    rejected = [i for i, e in enumerate(outs[0].errors) if e is not None]
+
+Work is split into sub-batches (``shard_chunk_elements``,
+``verify_chunk_elements``) so memory stays bounded however many reports are
+passed; throughput-bound processes should also call
+``veil.tuning.tune_allocator()`` once at start-up.
 """
 
 from __future__ import annotations
@@ -659,7 +680,3 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         shares = [vdaf.decode_input_share(j, batch.input_shares[j][i]) for j in range(self.SHARES)]
         return public, shares
 
-
-def as_verifier_share(vdaf: Prio3[Any, Any], encoded: bytes) -> VerifierShare:
-    """Decode one encoded verifier share (its state is not needed for Prio3)."""
-    return vdaf.decode_verifier_share(VerifyState([], None), encoded)

@@ -42,9 +42,9 @@ class BatchCircuit(ABC):
                 encoded.append(self.valid.encode(m))
             except ValueError as e:
                 raise ValueError(f"measurement {i}: {e}") from e
-        return self.vf.from_ints(encoded).reshape(
-            self.vf.zeros((len(encoded), self.valid.MEAS_LEN)).shape
-        )
+        if not encoded:
+            return self.vf.zeros((0, self.valid.MEAS_LEN))
+        return self.vf.from_ints(encoded)
 
     @abstractmethod
     def eval(
