@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from veil.grpc_util import open_channel
+from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
 from veil.hpke import (
     ROLE_HELPER,
     ROLE_LEADER,
@@ -32,17 +32,9 @@ from veil.vdaf.batch import BatchPrio3
 
 log = logging.getLogger(__name__)
 
-# Statuses worth retrying with the same request.
-_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
-
-class UploadError(Exception):
+class UploadError(RpcRefused):
     """The leader refused an upload (or stayed unreachable); `code` is the gRPC status."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -122,7 +114,7 @@ class Client:
                 return method(request, timeout=self.timeout)
             except grpc.RpcError as e:
                 code = e.code()
-                if code in _TRANSIENT and attempt < self.retries:
+                if code in TRANSIENT_CODES and attempt < self.retries:
                     log.info("retrying after %s (attempt %d)", code.name, attempt + 1)
                     time.sleep(delay)
                     delay *= 2
