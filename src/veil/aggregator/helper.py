@@ -157,6 +157,8 @@ class Helper(AggregatorBase):
                 [r.reject for r in results if r.reject is not None],
                 updates,
             )
+            times = {it.report_id: it.time for it in items}
+            self.store.record_helper_report_times(task_id, [(i, times[i]) for i in new_ids])
         if self.metrics is not None:
             m = self.metrics
             m.aggregation_jobs.labels("finished").inc()
