@@ -235,7 +235,7 @@ def test_size_and_reclaim_space(store: Datastore) -> None:
         outcomes = {r.report_id: None for r in store.job_reports(TASK, job)}
         store.finish_aggregation_job(TASK, job, outcomes, [])
     assert store.collect_garbage(TASK, TP, 3600, None).reports == 500
-    store.reclaim_space()
-    assert store.size_bytes() < full // 10
+    store.reclaim_space()  # the background kind: must not grow the database
+    assert store.size_bytes() <= full
     store.reclaim_space(full=True)
     assert store.size_bytes() < full // 10

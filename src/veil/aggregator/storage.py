@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair
 
+WAL_SIZE_LIMIT = 16 << 20
+
 # Report states on the leader.
 PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
 REPORT_STATE_NAMES = {
@@ -288,6 +290,9 @@ class SqliteDatastore:
             # without rewriting the whole database.
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
+            # After a checkpoint, a WAL file larger than this is cut back to it
+            # (by default it keeps its largest size forever).
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
             self._local.conn = conn
@@ -862,11 +867,14 @@ class SqliteDatastore:
         db = self._conn()
         if full:
             db.execute("VACUUM")
+            # TRUNCATE waits for readers and briefly holds off writers: fine
+            # for an operator's command, not for the server's background pass.
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         else:
             # executescript steps the pragma to completion; execute() would
             # free a single page.
             db.executescript("PRAGMA incremental_vacuum;")
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def size_bytes(self) -> int:
         total = 0
