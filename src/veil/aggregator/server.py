@@ -94,6 +94,7 @@ class ServerConfig:
     log_format: str = "text"
     metrics_listen: str | None = None
     gc_interval: float = 60.0
+    task_paths: tuple[Path, ...] = ()
     keys: KeyPolicy = field(default_factory=KeyPolicy)
 
 
@@ -186,6 +187,7 @@ def load_config(path: Path) -> ServerConfig:
         log_format=str(raw.get("log_format", "text")),
         metrics_listen=raw.get("metrics", {}).get("listen"),
         gc_interval=gc_interval,
+        task_paths=tuple(base / p for p in raw.get("tasks", [])),
         keys=policy,
     )
 
