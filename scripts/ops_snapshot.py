@@ -67,7 +67,8 @@ def main() -> None:
             print(f"$ curl -s {url} | grep -v '^#' | grep -v _bucket")
             with urllib.request.urlopen(url, timeout=10) as resp:
                 for line in resp.read().decode().splitlines():
-                    if line.startswith(INTERESTING) and not line.endswith("_created"):
+                    name = line.split("{", 1)[0].split(" ", 1)[0]
+                    if line.startswith(INTERESTING) and not name.endswith("_created"):
                         print(line)
             print()
             run("gc", "--vacuum", "--config", "leader.toml", cwd=root)

@@ -207,10 +207,25 @@ def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
     assert store.seen_reports(TASK, ids) == {ids[1], ids[3]}
     assert store.collect_garbage(TASK, TP, 10**9, None).replay_records == 1
     assert store.seen_reports(TASK, ids) == {ids[3]}
+    # The job record stays while a replay record of its reports does (ids[3]).
     assert store.helper_job(TASK, b"j" * 16) is not None
     assert store.collect_garbage(TASK, TP, None, 0.0).helper_jobs == 0
     assert store.collect_garbage(TASK, TP, None, time.time() + 60).helper_jobs == 1
     assert store.helper_job(TASK, b"j" * 16) is None
+
+
+def test_gc_helper_job_goes_with_its_last_replay_record(store: Datastore) -> None:
+    ids = [i.to_bytes(16, "big") for i in range(2)]
+    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [])
+    store.commit_helper_job(TASK, b"k" * 16, b"h" * 32, b"resp", [b"z" * 16], [], [])
+    store.record_helper_report_times(TASK, [(ids[0], 7200), (ids[1], 7200), (b"z" * 16, 0)])
+    store.commit_helper_collection(
+        CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 2, b"x" * 32, None, CT), TP
+    )
+    result = store.collect_garbage(TASK, TP, None, None)
+    assert (result.replay_records, result.helper_jobs) == (2, 1)
+    assert store.helper_job(TASK, b"j" * 16) is None
+    assert store.helper_job(TASK, b"k" * 16) is not None
 
 
 def test_gc_only_touches_its_task(store: Datastore) -> None:

@@ -256,6 +256,7 @@ _ADDED_COLUMNS = (
     ("hpke_keys", "state", "TEXT NOT NULL DEFAULT 'active'"),
     ("hpke_keys", "expires_at", "REAL"),
     ("helper_reports", "time", "INTEGER"),
+    ("helper_reports", "job_id", "BLOB"),
     ("helper_jobs", "created", "REAL"),
 )
 
@@ -279,6 +280,9 @@ class SqliteDatastore:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
         db.execute(
             "CREATE INDEX IF NOT EXISTS helper_reports_time ON helper_reports (task_id, time)"
+        )
+        db.execute(
+            "CREATE INDEX IF NOT EXISTS helper_reports_job ON helper_reports (task_id, job_id)"
         )
 
     def _conn(self) -> sqlite3.Connection:
@@ -687,8 +691,8 @@ class SqliteDatastore:
                 (task_id, job_id, request_hash, response, _time.time()),
             )
             db.executemany(
-                "INSERT INTO helper_reports (task_id, report_id) VALUES (?, ?)",
-                [(task_id, i) for i in report_ids],
+                "INSERT INTO helper_reports (task_id, report_id, job_id) VALUES (?, ?, ?)",
+                [(task_id, i, job_id) for i in report_ids],
             )
             self._count_rejections(db, task_id, rejected)
             self._write_aggregates(db, task_id, updates)
@@ -809,9 +813,12 @@ class SqliteDatastore:
         - Helper replay records with a time, on the same two conditions as
           leader reports.
         - Helper job records (kept to answer a retried job identically)
-          created before `job_horizon`: the caller picks it so that every
-          report of such a job is older than the report horizon, and a
-          retry would be refused report by report anyway.
+          created before `job_horizon` (the caller picks it so that every
+          report of such a job is older than the report horizon), or whose
+          reports have no replay record left (their batch was collected, so
+          the leader finished the job before; or they were all refused
+          before: a retry gets the same answer). Either way a retry is
+          refused report by report and counts nothing twice.
         - Finished or failed collections whose interval ends at or before
           `report_horizon`.
 
@@ -839,7 +846,7 @@ class SqliteDatastore:
                 f" ({age} OR {self._FINISHED_BUCKET.format(t='helper_reports')})",
                 (task_id, *age_args, tp),
             ).rowcount
-            aggregates = helper_jobs = collections = 0
+            aggregates = collections = 0
             if horizon is not None:
                 aggregates = db.execute(
                     "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
@@ -850,11 +857,14 @@ class SqliteDatastore:
                     " AND start + duration <= ?",
                     (task_id, horizon),
                 ).rowcount
-            if job_horizon is not None:
-                helper_jobs = db.execute(
-                    "DELETE FROM helper_jobs WHERE task_id = ? AND created < ?",
-                    (task_id, job_horizon),
-                ).rowcount
+            # Records written before job ids were kept with the replay records
+            # (created IS NULL) are left to the horizon.
+            helper_jobs = db.execute(
+                "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
+                " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
+                " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+                (task_id, job_horizon if job_horizon is not None else float("-inf")),
+            ).rowcount
         return GcResult(reports, jobs, aggregates, replay, helper_jobs, collections)
 
     def reclaim_space(self, full: bool = False) -> None:
