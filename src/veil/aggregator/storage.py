@@ -167,6 +167,9 @@ class Datastore(Protocol):
 
     # Operations: key rotation, garbage collection, status (both roles).
     #
+    # commit_helper_job (above) also records, for GC, the job id with each
+    # replay record and the time the job record was written; a job record
+    # is deleted with its last replay record (see collect_garbage).
     # hpke_keys: every key with its state, oldest first.
     # add_hpke_key: insert a key; StorageConflict if its config id is taken.
     # activate_hpke_key: in one transaction, make `config_id` (pending or
