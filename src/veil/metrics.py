@@ -101,6 +101,17 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.aggregation_jobs_open = Gauge(
+            "veil_aggregation_jobs_open",
+            "Aggregation jobs the leader has started and not finished.",
+            registry=r,
+        )
+        self.reports_unaggregated = Gauge(
+            "veil_reports_unaggregated",
+            "Reports stored by the leader and not yet aggregated (the backlog).",
+            ["task"],
+            registry=r,
+        )
         self.gc_runs = Counter("veil_gc_runs", "Garbage-collection passes.", registry=r)
         self.gc_seconds = Histogram(
             "veil_gc_seconds",

@@ -240,6 +240,8 @@ def test_status_gc_and_metrics(dep: Deployment) -> None:
     assert metric(text, "veil_gc_runs_total") >= 1
     assert metric(text, 'veil_gc_deleted_rows_total{kind="reports"}') >= 30
     assert metric(text, "veil_storage_bytes") > 0
+    assert metric(text, f'veil_reports_unaggregated{{task="{label}"}}') == 0
+    assert metric(text, "veil_aggregation_jobs_open") == 0
     helper_text = scrape(dep.helper.metrics_address)
     assert metric(helper_text, 'veil_hpke_opens_total{outcome="ok"}') >= 30
     assert metric(helper_text, "veil_aggregation_job_seconds_count") >= 2

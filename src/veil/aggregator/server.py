@@ -344,6 +344,11 @@ class AggregatorServer:
                         self.metrics.gc_deleted.labels(kind).inc(n)
         for task in self.config.tasks:
             self.privacy.report_budget(task, self.metrics)
+        if self.leader is not None:
+            self.metrics.aggregation_jobs_open.set(len(self.store.open_aggregation_jobs()))
+            for task in self.config.tasks:
+                backlog = self.store.unaggregated_count(task.task_id, 0, 2**63 - 1)
+                self.metrics.reports_unaggregated.labels(task.id_text).set(backlog)
 
     def _maintain(self) -> None:
         # Key promotion happens even with GC off, and no later than one
