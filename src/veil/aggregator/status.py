@@ -64,7 +64,11 @@ def gather(
         for bucket in sorted(set(counts) | set(aggregates)):
             agg = aggregates.get(bucket)
             by_state = counts.get(bucket, {})
-            collected = agg is not None and agg.collected_by is not None
+            closed_by = agg.collected_by if agg is not None else None
+            if closed_by is None:
+                state = "open"
+            else:
+                state = "collected" if closed_by in finished_by else "collecting"
             batches.append(
                 {
                     "start": bucket,
@@ -72,13 +76,7 @@ def gather(
                     "aggregated": agg.report_count if agg is not None else 0,
                     "pending": by_state.get("pending", 0) + by_state.get("in_job", 0),
                     "rejected": by_state.get("rejected", 0),
-                    "state": (
-                        "collected"
-                        if collected and agg is not None and agg.collected_by in finished_by
-                        else "collecting"
-                        if collected
-                        else "open"
-                    ),
+                    "state": state,
                 }
             )
         totals: Counter[str] = Counter()
