@@ -10,14 +10,13 @@ job over the same reports.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from veil.aggregator.core import (
-    HPKE_DECRYPT_ERROR,
-    HPKE_UNKNOWN_CONFIG_ID,
     REPORT_DROPPED,
     REPORT_ID_SIZE,
     AggregatorBase,
@@ -48,10 +47,8 @@ from veil.aggregator.storage import CollectionRecord, Datastore, StorageConflict
 from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
-    HpkeError,
     agg_share_info,
     input_share_info,
-    open_,
     seal,
 )
 from veil.metrics import Metrics
@@ -117,6 +114,19 @@ class Leader(AggregatorBase):
     def upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
         """Validate and store reports, all or nothing. Returns (stored, duplicates)."""
         task = self.task(task_id)
+        try:
+            stored, duplicates = self._upload(task, reports)
+        except AggregatorError as e:
+            if self.metrics is not None:
+                self.metrics.uploads_refused.labels(task.id_text, _reason(e)).inc()
+            raise
+        if self.metrics is not None:
+            self.metrics.reports_received.labels(task.id_text).inc(stored)
+            self.metrics.reports_duplicate.labels(task.id_text).inc(duplicates)
+        return stored, duplicates
+
+    def _upload(self, task: Task, reports: Sequence[StoredReport]) -> tuple[int, int]:
+        task_id = task.task_id
         if not reports:
             raise InvalidMessage("the upload holds no report")
         if len(reports) > MAX_UPLOAD_REPORTS:
@@ -141,7 +151,7 @@ class Leader(AggregatorBase):
                 check_report_time(task, r.time, now)
             except AggregatorError as e:
                 raise type(e)(f"{where}: {e}") from None
-            if r.leader_ct.config_id not in self.keypairs:
+            if self.keypair(r.leader_ct.config_id) is None:
                 raise InvalidMessage(
                     f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
                     " leader's HPKE config again"
@@ -154,12 +164,7 @@ class Leader(AggregatorBase):
             if len(r.leader_ct.enc) != 32 or len(r.helper_ct.enc) != 32:
                 raise InvalidMessage(f"{where}: malformed HPKE encapsulated key")
         try:
-            stored, duplicates = self.store.put_reports(
-                task_id, [(task.bucket(r.time), r) for r in reports]
-            )
-            if self.metrics is not None:
-                self.metrics.reports_received.labels(task.id_text).inc(stored)
-            return stored, duplicates
+            return self.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
         except StorageConflict as e:
             kind, _, what = str(e).partition(":")
             if kind == "batch_collected":
@@ -240,7 +245,12 @@ class Leader(AggregatorBase):
                 self.run_aggregation_job(task_id, job_id)
                 progress = True
             except Unavailable as e:
-                log.warning("aggregation job %s waits for the helper: %s", job_id.hex(), e)
+                log.warning(
+                    "aggregation job %s waits for the helper: %s",
+                    job_id.hex(),
+                    e,
+                    extra={"task_id": _task_label(task_id), "job_id": job_id.hex()},
+                )
                 self.helper_unreachable = True
                 return progress
         for record in self.store.pending_collections():
@@ -249,21 +259,23 @@ class Leader(AggregatorBase):
             try:
                 progress |= self.run_collection(record)
             except Unavailable as e:
-                log.warning("collection job %s waits for the helper: %s", record.job_id.hex(), e)
+                log.warning(
+                    "collection job %s waits for the helper: %s",
+                    record.job_id.hex(),
+                    e,
+                    extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
+                )
                 self.helper_unreachable = True
                 return progress
         return progress
 
     def _open_leader_share(self, task: Task, r: StoredReport) -> tuple[str | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
-        keypair = self.keypairs.get(r.leader_ct.config_id)
-        if keypair is None:
-            return HPKE_UNKNOWN_CONFIG_ID, b""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
-        try:
-            return None, open_(keypair, r.leader_ct, info)
-        except HpkeError:
-            return HPKE_DECRYPT_ERROR, b""
+        plaintext = self.open_share(self.keypair(r.leader_ct.config_id), r.leader_ct, info)
+        if isinstance(plaintext, str):
+            return plaintext, b""
+        return None, plaintext
 
     def run_aggregation_job(self, task_id: bytes, job_id: bytes) -> None:
         """Complete one aggregation job; idempotent, safe to repeat after a crash.
@@ -353,13 +365,22 @@ class Leader(AggregatorBase):
                 if reason is not None:
                     m.reports_rejected.labels(task.id_text, reason).inc()
         log.info(
-            "aggregation job %s: %d aggregated, %d rejected", job_id.hex(), len(accepted), rejected
+            "aggregation job %s: %d aggregated, %d rejected",
+            job_id.hex(),
+            len(accepted),
+            rejected,
+            extra={"task_id": task.id_text, "job_id": job_id.hex()},
         )
 
     def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
         """Mark the job failed. Before the leader's share exists nothing has left
         the batch, so its buckets are reopened for a later collection."""
-        log.warning("collection job %s failed: %s", record.job_id.hex(), error)
+        log.warning(
+            "collection job %s failed: %s",
+            record.job_id.hex(),
+            error,
+            extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
+        )
         if self.metrics is not None:
             self.metrics.collections.labels(_task_label(record.task_id), "failed").inc()
         self.store.fail_collection(
@@ -455,9 +476,19 @@ class Leader(AggregatorBase):
         )
         if self.metrics is not None:
             self.metrics.collections.labels(task.id_text, "finished").inc()
-        log.info("collection job %s finished: %d reports", record.job_id.hex(), record.report_count)
+        log.info(
+            "collection job %s finished: %d reports",
+            record.job_id.hex(),
+            record.report_count,
+            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
+        )
         return True
 
 
 def _task_label(task_id: bytes) -> str:
     return b64e(task_id)
+
+
+def _reason(error: AggregatorError) -> str:
+    """A metric label for a refusal: the error class in snake case."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
