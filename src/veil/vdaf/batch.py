@@ -415,21 +415,28 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         if len(public_shares) != rows or len(input_shares) != rows:
             raise ValueError("nonces, public shares and input shares must have the same length")
         vf = self.vf
-        seeds0 = np.zeros((0, SEED_SIZE), dtype=np.uint8) if self._joint else None
-        state = BatchVerifyState(vf, vf.zeros((0, self.OUTPUT_LEN)), seeds0, [])
-        result = VerifyInitBatch(state, [])
+        outs = [vf.zeros((0, self.OUTPUT_LEN))]
+        seeds = [np.zeros((0, SEED_SIZE), dtype=np.uint8)]
+        errors: Errors = []
+        shares: list[bytes | None] = []
         for s in self._chunks(rows, self.verify_chunk_elements):
             part = self._verify_init_chunk(
                 verify_key, ctx, agg_id, nonces[s], public_shares[s], input_shares[s]
             )
-            state.out_shares = vf.concat([state.out_shares, part.state.out_shares], axis=-2)
-            if state.corrected_seeds is not None and part.state.corrected_seeds is not None:
-                state.corrected_seeds = np.concatenate(
-                    [state.corrected_seeds, part.state.corrected_seeds]
-                )
-            state.errors += part.state.errors
-            result.verifier_shares += part.verifier_shares
-        return result
+            outs.append(part.state.out_shares)
+            if part.state.corrected_seeds is not None:
+                seeds.append(part.state.corrected_seeds)
+            errors += part.state.errors
+            shares += part.verifier_shares
+        # One concatenation at the end: appending chunk by chunk would copy
+        # the growing arrays again and again.
+        state = BatchVerifyState(
+            vf,
+            vf.concat(outs, axis=-2),
+            np.concatenate(seeds) if self._joint else None,
+            errors,
+        )
+        return VerifyInitBatch(state, shares)
 
     def _verify_init_chunk(
         self,
