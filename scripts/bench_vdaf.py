@@ -87,10 +87,14 @@ def main() -> None:
         return
     print(
         f"{'VDAF':28} {'batch':>7} {'shard us':>11} {'verify us':>11}"
-        f"   (median of {runs}; allocator {'tuned' if tuned else 'default'})"
+        f" {'(cpu shard':>11} {'verify)':>9}"
+        f"   median of {runs}; allocator {'tuned' if tuned else 'default'}"
     )
     for r in rows:
-        print(f"{r.name:28} {r.batch:>7} {r.shard_us:>11.1f} {r.verify_us:>11.1f}")
+        print(
+            f"{r.name:28} {r.batch:>7} {r.shard_us:>11.1f} {r.verify_us:>11.1f}"
+            f" {r.shard_cpu_us:>11.1f} {r.verify_cpu_us:>9.1f}"
+        )
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
 
 
