@@ -534,8 +534,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         for i, e in enumerate(errors):
             if e is not None:
                 verifier_shares[i] = None
-        ok = _errors_mask(errors)
-        out_shares = vf.select(ok[:, None], out_shares, vf.zeros((rows, self.OUTPUT_LEN)))
+        out_shares = self._zero_failed(out_shares, _errors_mask(errors))
         state = BatchVerifyState(vf, out_shares, corrected, errors)
         return VerifyInitBatch(state, verifier_shares)
 
@@ -658,10 +657,17 @@ class BatchPrio3(Generic[Measurement, AggResult]):
                     errors[i] = VerifyError("the report was rejected")
                 elif msg:
                     errors[i] = CodecError("verifier message must be empty for this circuit")
-        vf = self.vf
-        ok = _errors_mask(errors)
-        out = vf.select(ok[:, None], state.out_shares, vf.zeros((rows, self.OUTPUT_LEN)))
-        return OutShareBatch(vf, out, errors)
+        out = self._zero_failed(state.out_shares, _errors_mask(errors))
+        return OutShareBatch(self.vf, out, errors)
+
+    def _zero_failed(self, out_shares: Arr, ok: Arr) -> Arr:
+        """Output shares with the rows of failed reports zeroed (a copy only
+        if some failed: these arrays are the largest the batch holds)."""
+        if ok.all():
+            return out_shares
+        out = out_shares.copy()
+        out[..., ~ok, :] = 0
+        return out
 
     # -- aggregation ------------------------------------------------------------
 
@@ -670,7 +676,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         them, from ``agg_init``)."""
         vf = self.vf
         ok = out_shares.ok
-        kept = vf.select(ok[:, None], out_shares.out_shares, vf.zeros((len(ok), self.OUTPUT_LEN)))
+        kept = self._zero_failed(out_shares.out_shares, ok)
         if len(ok) == 0:
             return self.vdaf.agg_init(None)
         result: list[int] = vf.to_ints(vf.sum(vf.moveaxis(kept, -2, -1), axis=-1))
