@@ -692,4 +692,3 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         public = vdaf.decode_public_share(batch.public_shares[i])
         shares = [vdaf.decode_input_share(j, batch.input_shares[j][i]) for j in range(self.SHARES)]
         return public, shares
-
