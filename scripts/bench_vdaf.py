@@ -4,7 +4,7 @@
     python scripts/bench_vdaf.py --json     # one JSON object, name -> numbers
     python scripts/bench_vdaf.py --quick    # small batches, under a minute
     python scripts/bench_vdaf.py --memory   # 100,000 Histogram(100) reports, streamed
-    python scripts/bench_vdaf.py --default-malloc   # without veil.tuning.tune_allocator
+    python scripts/bench_vdaf.py --untuned  # without veil.tuning (allocator, BLAS threads)
 
 The logic lives in ``veil.benchmarks``; this only parses flags and prints.
 """
@@ -16,12 +16,13 @@ import json
 import multiprocessing
 
 from veil.benchmarks import cases, peak_rss_mib, run_case, stream_histogram
-from veil.tuning import tune_allocator
+from veil.tuning import limit_blas_threads, tune_allocator
 
 
 def _memory_child(reports: int, chunk: int, tune: bool, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     if tune:
         tune_allocator()
+        limit_blas_threads(1)
     result, seconds = stream_histogram(reports, chunk)
     queue.put((sum(result), seconds, peak_rss_mib()))
 
@@ -45,20 +46,20 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-free substring of the case names")
     parser.add_argument("--memory", action="store_true", help="streamed 100k Histogram(100)")
     parser.add_argument(
-        "--default-malloc",
+        "--untuned",
         action="store_true",
-        help="keep glibc's allocator defaults (see veil.tuning.tune_allocator)",
+        help="skip veil.tuning (allocator thresholds, one BLAS thread)",
     )
     args = parser.parse_args()
     runs = max(5, args.runs)
-    tuned = not args.default_malloc and tune_allocator()
+    tuned = not args.untuned and tune_allocator() and limit_blas_threads(1)
 
     if args.memory:
-        total, seconds, rss = _memory(100_000, 10_000, not args.default_malloc)
+        total, seconds, rss = _memory(100_000, 10_000, not args.untuned)
         print(
             f"100000 Prio3Histogram(100,10) reports streamed in chunks of 10000: "
             f"{seconds:.1f} s, {total} counted, peak RSS {rss:.0f} MiB"
-            f" (allocator {'tuned' if not args.default_malloc else 'default'})"
+            f" ({'untuned' if args.untuned else 'tuned'})"
         )
         return
 
@@ -87,10 +88,14 @@ def main() -> None:
         return
     print(
         f"{'VDAF':28} {'batch':>7} {'shard us':>11} {'verify us':>11}"
-        f"   (median of {runs}; allocator {'tuned' if tuned else 'default'})"
+        f" {'(cpu shard':>11} {'verify)':>9}"
+        f"   median of {runs}; {'tuned' if tuned else 'untuned'}"
     )
     for r in rows:
-        print(f"{r.name:28} {r.batch:>7} {r.shard_us:>11.1f} {r.verify_us:>11.1f}")
+        print(
+            f"{r.name:28} {r.batch:>7} {r.shard_us:>11.1f} {r.verify_us:>11.1f}"
+            f" {r.shard_cpu_us:>11.1f} {r.verify_cpu_us:>9.1f}"
+        )
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
 
 

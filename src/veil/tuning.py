@@ -40,3 +40,45 @@ def tune_allocator(
     ok &= mallopt(_M_TRIM_THRESHOLD, trim_threshold)
     ok &= mallopt(_M_TOP_PAD, top_pad)
     return bool(ok)
+
+
+_BLAS_SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+
+
+def limit_blas_threads(threads: int = 1) -> bool:
+    """Cap the threads of the OpenBLAS that NumPy loaded (as
+    ``OPENBLAS_NUM_THREADS`` would before start-up).
+
+    The batched path's GEMMs are small and many; OpenBLAS's worker threads
+    then spend their time spinning, which doubled the prover's cost on the
+    2-core benchmark machine, and more when other processes compete for the
+    cores. Parallelism belongs one level up (worker processes, one per core).
+    Returns False where no OpenBLAS is found (e.g. NumPy on Accelerate/MKL).
+    """
+    import numpy  # noqa: F401  (make sure its BLAS is loaded)
+
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        return False
+    done = False
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _BLAS_SETTERS:
+            setter = getattr(lib, name, None)
+            if setter is not None:
+                setter.argtypes = [ctypes.c_int]
+                setter.restype = None
+                setter(threads)
+                done = True
+                break
+    return done

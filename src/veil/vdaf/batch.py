@@ -415,21 +415,28 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         if len(public_shares) != rows or len(input_shares) != rows:
             raise ValueError("nonces, public shares and input shares must have the same length")
         vf = self.vf
-        seeds0 = np.zeros((0, SEED_SIZE), dtype=np.uint8) if self._joint else None
-        state = BatchVerifyState(vf, vf.zeros((0, self.OUTPUT_LEN)), seeds0, [])
-        result = VerifyInitBatch(state, [])
+        outs = [vf.zeros((0, self.OUTPUT_LEN))]
+        seeds = [np.zeros((0, SEED_SIZE), dtype=np.uint8)]
+        errors: Errors = []
+        shares: list[bytes | None] = []
         for s in self._chunks(rows, self.verify_chunk_elements):
             part = self._verify_init_chunk(
                 verify_key, ctx, agg_id, nonces[s], public_shares[s], input_shares[s]
             )
-            state.out_shares = vf.concat([state.out_shares, part.state.out_shares], axis=-2)
-            if state.corrected_seeds is not None and part.state.corrected_seeds is not None:
-                state.corrected_seeds = np.concatenate(
-                    [state.corrected_seeds, part.state.corrected_seeds]
-                )
-            state.errors += part.state.errors
-            result.verifier_shares += part.verifier_shares
-        return result
+            outs.append(part.state.out_shares)
+            if part.state.corrected_seeds is not None:
+                seeds.append(part.state.corrected_seeds)
+            errors += part.state.errors
+            shares += part.verifier_shares
+        # One concatenation at the end: appending chunk by chunk would copy
+        # the growing arrays again and again.
+        state = BatchVerifyState(
+            vf,
+            vf.concat(outs, axis=-2),
+            np.concatenate(seeds) if self._joint else None,
+            errors,
+        )
+        return VerifyInitBatch(state, shares)
 
     def _verify_init_chunk(
         self,
@@ -527,8 +534,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         for i, e in enumerate(errors):
             if e is not None:
                 verifier_shares[i] = None
-        ok = _errors_mask(errors)
-        out_shares = vf.select(ok[:, None], out_shares, vf.zeros((rows, self.OUTPUT_LEN)))
+        out_shares = self._zero_failed(out_shares, _errors_mask(errors))
         state = BatchVerifyState(vf, out_shares, corrected, errors)
         return VerifyInitBatch(state, verifier_shares)
 
@@ -651,10 +657,17 @@ class BatchPrio3(Generic[Measurement, AggResult]):
                     errors[i] = VerifyError("the report was rejected")
                 elif msg:
                     errors[i] = CodecError("verifier message must be empty for this circuit")
-        vf = self.vf
-        ok = _errors_mask(errors)
-        out = vf.select(ok[:, None], state.out_shares, vf.zeros((rows, self.OUTPUT_LEN)))
-        return OutShareBatch(vf, out, errors)
+        out = self._zero_failed(state.out_shares, _errors_mask(errors))
+        return OutShareBatch(self.vf, out, errors)
+
+    def _zero_failed(self, out_shares: Arr, ok: Arr) -> Arr:
+        """Output shares with the rows of failed reports zeroed (a copy only
+        if some failed: these arrays are the largest the batch holds)."""
+        if ok.all():
+            return out_shares
+        out = out_shares.copy()
+        out[..., ~ok, :] = 0
+        return out
 
     # -- aggregation ------------------------------------------------------------
 
@@ -663,7 +676,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         them, from ``agg_init``)."""
         vf = self.vf
         ok = out_shares.ok
-        kept = vf.select(ok[:, None], out_shares.out_shares, vf.zeros((len(ok), self.OUTPUT_LEN)))
+        kept = self._zero_failed(out_shares.out_shares, ok)
         if len(ok) == 0:
             return self.vdaf.agg_init(None)
         result: list[int] = vf.to_ints(vf.sum(vf.moveaxis(kept, -2, -1), axis=-1))

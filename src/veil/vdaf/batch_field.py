@@ -6,19 +6,27 @@ element axes; which leading axes exist depends on the field:
 
 - Field64: ``uint64`` array of reduced elements, shape ``(*shape)``.
 - Field128: ``int64`` array of shape ``(4, *shape)``, the element's four
-  little-endian 32-bit limbs, each in ``[0, 2^32)``, value reduced.
+  little-endian 32-bit limbs, each in ``[0, 2^32)``. Values are *weakly*
+  reduced: below ``2^128`` but possibly ``>= p``. Every operation accepts
+  that, and ``canonical`` (applied by ``encode``, ``to_ints``, ``eq`` and
+  ``is_zero``) finishes the reduction where the value is observed.
 
 Generic code indexes element axes only from the right (``a[..., i]``,
-``axis=-1``) so that it runs unchanged on both layouts. Every operation
-returns reduced elements. Multiplication splits operands into 32-bit limbs
-and uses the shape of each prime for the reduction:
+``axis=-1``) so that it runs unchanged on both layouts. Multiplication
+splits operands into 32-bit limbs and uses the shape of each prime for the
+reduction:
 
 - Goldilocks ``p = 2^64 - 2^32 + 1``: ``2^64 = 2^32 - 1`` and ``2^96 = -1``.
 - ``p = 2^128 - 28 * 2^64 + 1``: ``2^128 = 28 * 2^64 - 1``; the product's
   limbs at ``2^160``, ``2^192`` and ``2^224`` fold the same way.
 
-Inputs of these functions must be reduced; nothing checks that except the
-decoders, which report unreduced encodings per element.
+Elementwise operations run in cache-sized blocks (``BLOCK``): each is tens
+of NumPy passes, several times faster when the temporaries stay in cache.
+Products with fixed matrices (``FixedMatrix128``) go to the BLAS on exact
+16-bit limbs in float64.
+
+Field64 inputs must be reduced and Field128 limbs in range; nothing checks
+that except the decoders, which report unreduced encodings per element.
 """
 
 from __future__ import annotations
