@@ -361,23 +361,23 @@ def _refusals(
 
     return [
         ("unknown leader HPKE key id", unknown_leader_key, grpc.StatusCode.INVALID_ARGUMENT,
-         "unknown leader HPKE config id", "InvalidMessage"),
+         "unknown leader HPKE config id", "invalid_message"),
         ("far-future timestamp", far_future, grpc.StatusCode.OUT_OF_RANGE, "in the future",
-         "ReportTimeRejected"),
+         "report_time_rejected"),
         ("time not rounded to time_precision", unaligned, grpc.StatusCode.INVALID_ARGUMENT,
-         "time_precision", "InvalidMessage"),
+         "time_precision", "invalid_message"),
         ("oversized report", oversized, grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than",
-         "TooLarge"),
+         "too_large"),
         ("malformed HPKE encapsulated key", short_enc, grpc.StatusCode.INVALID_ARGUMENT,
-         "encapsulated key", "InvalidMessage"),
+         "encapsulated key", "invalid_message"),
         ("report id of 15 bytes", bad_id, grpc.StatusCode.INVALID_ARGUMENT, "16 bytes",
-         "InvalidMessage"),
+         "invalid_message"),
         ("report id reused with other content", reused_id, grpc.StatusCode.ALREADY_EXISTS,
-         "already uploaded", "ReportIdConflict"),
+         "already uploaded", "report_id_conflict"),
         ("one bad report among honest ones", honest_with_one_bad, grpc.StatusCode.OUT_OF_RANGE,
-         "in the future", "ReportTimeRejected"),
+         "in the future", "report_time_rejected"),
         ("same report twice in one upload", twice_in_one_upload,
-         grpc.StatusCode.INVALID_ARGUMENT, "twice", "InvalidMessage"),
+         grpc.StatusCode.INVALID_ARGUMENT, "twice", "invalid_message"),
     ]  # fmt: skip
 
 

@@ -10,18 +10,15 @@ job over the same reports.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from veil.aggregator.core import (
-    HPKE_DECRYPT_ERROR,
-    HPKE_UNKNOWN_CONFIG_ID,
     REPORT_DROPPED,
     REPORT_ID_SIZE,
-    VDAF_DECODE_ERROR,
-    VDAF_VERIFY_ERROR,
     AggregatorBase,
     VerifyInitItem,
     VerifyResult,
@@ -30,6 +27,7 @@ from veil.aggregator.core import (
     batch_summary,
     check_interval,
     check_report_time,
+    rejection_reason,
     vdaf_ctx,
 )
 from veil.aggregator.errors import (
@@ -49,15 +47,13 @@ from veil.aggregator.storage import CollectionRecord, Datastore, StorageConflict
 from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
-    HpkeError,
     agg_share_info,
     input_share_info,
-    open_,
     seal,
 )
 from veil.metrics import Metrics
 from veil.task import Task, b64e
-from veil.vdaf import Prio3, VerifyError
+from veil.vdaf import VerifyError
 
 log = logging.getLogger(__name__)
 
@@ -116,22 +112,21 @@ class Leader(AggregatorBase):
     # --- upload -----------------------------------------------------------
 
     def upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
-        """Validate and store reports, all or nothing. Returns (stored, duplicates).
-
-        A refused upload is counted by reason, as rejected reports are, so
-        that malformed or malicious uploads show on the metrics too.
-        """
+        """Validate and store reports, all or nothing. Returns (stored, duplicates)."""
+        task = self.task(task_id)
         try:
-            return self._upload(task_id, reports)
+            stored, duplicates = self._upload(task, reports)
         except AggregatorError as e:
             if self.metrics is not None:
-                # Task ids are chosen by the caller: only known ones become labels.
-                label = b64e(task_id) if task_id in self.tasks else "unknown"
-                self.metrics.uploads_refused.labels(label, type(e).__name__).inc()
+                self.metrics.uploads_refused.labels(task.id_text, _reason(e)).inc()
             raise
+        if self.metrics is not None:
+            self.metrics.reports_received.labels(task.id_text).inc(stored)
+            self.metrics.reports_duplicate.labels(task.id_text).inc(duplicates)
+        return stored, duplicates
 
-    def _upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
-        task = self.task(task_id)
+    def _upload(self, task: Task, reports: Sequence[StoredReport]) -> tuple[int, int]:
+        task_id = task.task_id
         if not reports:
             raise InvalidMessage("the upload holds no report")
         if len(reports) > MAX_UPLOAD_REPORTS:
@@ -156,7 +151,7 @@ class Leader(AggregatorBase):
                 check_report_time(task, r.time, now)
             except AggregatorError as e:
                 raise type(e)(f"{where}: {e}") from None
-            if r.leader_ct.config_id not in self.keypairs:
+            if self.keypair(r.leader_ct.config_id) is None:
                 raise InvalidMessage(
                     f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
                     " leader's HPKE config again"
@@ -169,12 +164,7 @@ class Leader(AggregatorBase):
             if len(r.leader_ct.enc) != 32 or len(r.helper_ct.enc) != 32:
                 raise InvalidMessage(f"{where}: malformed HPKE encapsulated key")
         try:
-            stored, duplicates = self.store.put_reports(
-                task_id, [(task.bucket(r.time), r) for r in reports]
-            )
-            if self.metrics is not None:
-                self.metrics.reports_received.labels(task.id_text).inc(stored)
-            return stored, duplicates
+            return self.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
         except StorageConflict as e:
             kind, _, what = str(e).partition(":")
             if kind == "batch_collected":
@@ -255,7 +245,12 @@ class Leader(AggregatorBase):
                 self.run_aggregation_job(task_id, job_id)
                 progress = True
             except Unavailable as e:
-                log.warning("aggregation job %s waits for the helper: %s", job_id.hex(), e)
+                log.warning(
+                    "aggregation job %s waits for the helper: %s",
+                    job_id.hex(),
+                    e,
+                    extra={"task_id": _task_label(task_id), "job_id": job_id.hex()},
+                )
                 self.helper_unreachable = True
                 return progress
         for record in self.store.pending_collections():
@@ -264,52 +259,63 @@ class Leader(AggregatorBase):
             try:
                 progress |= self.run_collection(record)
             except Unavailable as e:
-                log.warning("collection job %s waits for the helper: %s", record.job_id.hex(), e)
+                log.warning(
+                    "collection job %s waits for the helper: %s",
+                    record.job_id.hex(),
+                    e,
+                    extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
+                )
                 self.helper_unreachable = True
                 return progress
         return progress
 
-    def _leader_verify(
-        self, task: Task, vdaf: Prio3[Any, Any], ctx: bytes, r: StoredReport
-    ) -> tuple[str | None, Any, bytes]:
-        keypair = self.keypairs.get(r.leader_ct.config_id)
-        if keypair is None:
-            return HPKE_UNKNOWN_CONFIG_ID, None, b""
+    def _open_leader_share(self, task: Task, r: StoredReport) -> tuple[str | None, bytes]:
+        """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
-        try:
-            plaintext = open_(keypair, r.leader_ct, info)
-        except HpkeError:
-            return HPKE_DECRYPT_ERROR, None, b""
-        assert task.verify_key is not None
-        try:
-            public_share = vdaf.decode_public_share(r.public_share)
-            input_share = vdaf.decode_input_share(0, plaintext)
-            state, verifier_share = vdaf.verify_init(
-                task.verify_key, ctx, 0, None, r.report_id, public_share, input_share
-            )
-        except VerifyError:
-            return VDAF_VERIFY_ERROR, None, b""
-        except ValueError:
-            return VDAF_DECODE_ERROR, None, b""
-        return None, state, vdaf.encode_verifier_share(verifier_share)
+        plaintext = self.open_share(self.keypair(r.leader_ct.config_id), r.leader_ct, info)
+        if isinstance(plaintext, str):
+            return plaintext, b""
+        return None, plaintext
 
     def run_aggregation_job(self, task_id: bytes, job_id: bytes) -> None:
-        """Complete one aggregation job; idempotent, safe to repeat after a crash."""
+        """Complete one aggregation job; idempotent, safe to repeat after a crash.
+
+        The job's reports are verified together on the batched path: one
+        bad report is rejected alone and never spoils the others."""
         task = self.tasks[task_id]
         vdaf = self.vdafs[task_id]
+        batch = self.batch_vdafs[task_id]
         ctx = vdaf_ctx(task_id)
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
         outcomes: dict[bytes, str | None] = {}
-        states: dict[bytes, Any] = {}
-        items: list[VerifyInitItem] = []
-        by_id = {r.report_id: r for r in reports}
+        opened: list[StoredReport] = []
+        plaintexts: list[bytes] = []
         for r in reports:
-            reason, state, verifier_share = self._leader_verify(task, vdaf, ctx, r)
+            reason, plaintext = self._open_leader_share(task, r)
             if reason is not None:
                 outcomes[r.report_id] = reason
+            else:
+                opened.append(r)
+                plaintexts.append(plaintext)
+        assert task.verify_key is not None
+        init = batch.verify_init_batch(
+            task.verify_key,
+            ctx,
+            0,
+            [r.report_id for r in opened],
+            [r.public_share for r in opened],
+            plaintexts,
+        )
+        items: list[VerifyInitItem] = []
+        row_of: dict[bytes, int] = {}
+        for i, (r, error, verifier_share) in enumerate(
+            zip(opened, init.errors, init.verifier_shares, strict=True)
+        ):
+            if error is not None or verifier_share is None:
+                outcomes[r.report_id] = rejection_reason(error or VerifyError("rejected"))
                 continue
-            states[r.report_id] = state
+            row_of[r.report_id] = i
             items.append(
                 VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, verifier_share)
             )
@@ -323,20 +329,23 @@ class Leader(AggregatorBase):
                 raise
             if [x.report_id for x in results] != [x.report_id for x in items]:
                 raise Unavailable("the helper answered for other reports than it was sent")
+            messages: list[bytes | None] = [None] * len(opened)
             for res in results:
                 if res.verifier_message is None:
                     outcomes[res.report_id] = res.reject or REPORT_DROPPED
+                else:
+                    messages[row_of[res.report_id]] = res.verifier_message
+            out = batch.verify_next_batch(ctx, init.state, messages)
+            for res in results:
+                if res.verifier_message is None:
                     continue
-                state = states[res.report_id]
-                try:
-                    message = vdaf.decode_verifier_message(state, res.verifier_message)
-                    out_share = vdaf.verify_next(ctx, state, message)
-                except (VerifyError, ValueError):
-                    outcomes[res.report_id] = VDAF_VERIFY_ERROR
+                i = row_of[res.report_id]
+                error = out.errors[i]
+                if error is not None:
+                    outcomes[res.report_id] = rejection_reason(error)
                     continue
                 outcomes[res.report_id] = None
-                bucket = task.bucket(by_id[res.report_id].time)
-                accepted.append((bucket, res.report_id, out_share))
+                accepted.append((task.bucket(opened[i].time), res.report_id, out.out_share(i)))
         buckets = {b for b, _, _ in accepted}
         existing = {
             a.bucket: a for b in buckets for a in self.store.batch_aggregates(task_id, b, b + 1)
@@ -356,13 +365,22 @@ class Leader(AggregatorBase):
                 if reason is not None:
                     m.reports_rejected.labels(task.id_text, reason).inc()
         log.info(
-            "aggregation job %s: %d aggregated, %d rejected", job_id.hex(), len(accepted), rejected
+            "aggregation job %s: %d aggregated, %d rejected",
+            job_id.hex(),
+            len(accepted),
+            rejected,
+            extra={"task_id": task.id_text, "job_id": job_id.hex()},
         )
 
     def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
         """Mark the job failed. Before the leader's share exists nothing has left
         the batch, so its buckets are reopened for a later collection."""
-        log.warning("collection job %s failed: %s", record.job_id.hex(), error)
+        log.warning(
+            "collection job %s failed: %s",
+            record.job_id.hex(),
+            error,
+            extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
+        )
         if self.metrics is not None:
             self.metrics.collections.labels(_task_label(record.task_id), "failed").inc()
         self.store.fail_collection(
@@ -458,9 +476,19 @@ class Leader(AggregatorBase):
         )
         if self.metrics is not None:
             self.metrics.collections.labels(task.id_text, "finished").inc()
-        log.info("collection job %s finished: %d reports", record.job_id.hex(), record.report_count)
+        log.info(
+            "collection job %s finished: %d reports",
+            record.job_id.hex(),
+            record.report_count,
+            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
+        )
         return True
 
 
 def _task_label(task_id: bytes) -> str:
     return b64e(task_id)
+
+
+def _reason(error: AggregatorError) -> str:
+    """A metric label for a refusal: the error class in snake case."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()

@@ -111,10 +111,13 @@ class LocalDeployment:
         job_size: int = 500,
         driver_interval: float = 0.1,
         metrics: bool = False,
+        extra_config: Mapping[str, Any] | None = None,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
-        `tasks` maps a name to (vdaf, dp, keyword arguments of `new_task`).
+        `tasks` maps a name to (vdaf, dp, keyword arguments of `new_task`);
+        `extra_config` adds settings (e.g. `gc`, `keys`, `log_format`) to
+        both servers' configs.
         """
         root.mkdir(parents=True, exist_ok=True)
         leader_addr = f"127.0.0.1:{free_port()}"
@@ -134,6 +137,7 @@ class LocalDeployment:
                 "tasks": [f"{name}.{role}.toml" for name in files],
                 "driver": {"interval": driver_interval, "job_size": job_size},
                 "grace_seconds": 10,
+                **(extra_config or {}),
             }
             metrics_address = f"127.0.0.1:{free_port()}" if metrics else None
             if metrics_address is not None:
