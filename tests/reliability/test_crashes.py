@@ -32,8 +32,9 @@ from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
-CRASHES_DURING_UPLOAD = 70 if LONG else 16
-CRASHES_DURING_COLLECTION = 40 if LONG else 10
+# Crashes while uploads arrive and are aggregated; the collection phase adds more.
+CRASHES_DURING_UPLOAD = 70 if LONG else 20
+CRASHES_PER_COLLECTION = 3
 BUCKETS = 12 if LONG else 6
 BATCHES_PER_BUCKET = 20 if LONG else 8
 BATCH = 20
@@ -139,35 +140,35 @@ def test_sigkill_everywhere_loses_and_duplicates_nothing(tmp_path: Path) -> None
         results: dict[int, Any] = {}
         job_ids = {t: secrets.token_bytes(16) for t in expected}
 
-        def collect() -> None:
+        def collect(t: int) -> None:
             try:
                 with Collector(dep.tasks["sum"].collector) as collector:
-                    for t in expected:
-                        while t not in results:
-                            try:
-                                results[t] = collector.collect(
-                                    t, TP, wait=180, collection_job_id=job_ids[t]
-                                )
-                            except CollectionError as e:
-                                # The same job id resumes the same collection.
-                                if e.code not in _TRANSIENT:
-                                    raise
-                                time.sleep(0.2)
+                    while t not in results:
+                        try:
+                            results[t] = collector.collect(
+                                t, TP, wait=180, collection_job_id=job_ids[t]
+                            )
+                        except CollectionError as e:
+                            # The same job id resumes the same collection.
+                            if e.code not in _TRANSIENT:
+                                raise
+                            time.sleep(0.2)
             except BaseException as e:
                 errors.append(e)
 
-        collector_thread = threading.Thread(target=collect, name="collector")
-        collector_thread.start()
-        try:
-            # Kills for as long as collections are under way (bounded).
-            while (
-                collector_thread.is_alive()
-                and chaos.total("collection") < CRASHES_DURING_COLLECTION
-            ):
-                time.sleep(_pause(0.0, 0.3))
-                chaos.crash("collection")
-        finally:
-            collector_thread.join(600)
+        # One bucket at a time: start its collection, then kill while it is
+        # under way (at most CRASHES_PER_COLLECTION times).
+        for t in expected:
+            collecting = threading.Thread(target=collect, args=(t,), name="collector")
+            collecting.start()
+            try:
+                for _ in range(CRASHES_PER_COLLECTION):
+                    time.sleep(_pause(0.0, 0.15))
+                    if not collecting.is_alive():
+                        break
+                    chaos.crash("collection")
+            finally:
+                collecting.join(600)
         assert not errors, errors
         got = {t: (r.report_count, r.estimate) for t, r in results.items()}
         # Rejected exactly once each: the leader records every forged report.
@@ -190,5 +191,6 @@ def test_sigkill_everywhere_loses_and_duplicates_nothing(tmp_path: Path) -> None
         assert got == expected
         assert leader_rejected == invalid
         assert chaos.total() >= 20
+        assert chaos.total("collection") >= 1
     finally:
         dep.stop()
