@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veil.aggregator.errors import InvalidMessage, ReportTimeRejected, Unauthenticated, UnknownTask
-from veil.aggregator.storage import BatchAggregate, Datastore
+from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
 from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair, generate_keypair
 from veil.metrics import Metrics
 from veil.task import Task, token_matches
@@ -143,6 +143,17 @@ def accumulate(
     ]
 
 
+def share_merge(vdaf: Prio3[Any, Any]) -> ShareMerge:
+    """Field addition of two encoded aggregate shares, for the store to apply under its lock."""
+
+    def merge(a: bytes, b: bytes) -> bytes:
+        return vdaf.encode_agg_share(
+            vdaf.merge(None, [vdaf.decode_agg_share(None, a), vdaf.decode_agg_share(None, b)])
+        )
+
+    return merge
+
+
 def batch_summary(
     vdaf: Prio3[Any, Any], aggregates: Sequence[BatchAggregate]
 ) -> tuple[list[int], int, bytes]:
@@ -183,6 +194,12 @@ class AggregatorBase:
             store.add_hpke_keypair(keys[0])
         self.keypairs: dict[int, HpkeKeypair] = {k.config.config_id: k for k in keys}
         self.current_config = keys[0].config
+
+    def reload_keys(self) -> None:
+        """Read the HPKE keys again (another process sharing the store may have added one)."""
+        keys = self.store.hpke_keypairs()
+        if keys:
+            self.keypairs = {k.config.config_id: k for k in keys}
 
     def task(self, task_id: bytes) -> Task:
         task = self.tasks.get(task_id)

@@ -36,6 +36,7 @@ from veil.aggregator.core import (
     authorize,
     batch_summary,
     check_interval,
+    share_merge,
     vdaf_ctx,
 )
 from veil.aggregator.errors import (
@@ -143,11 +144,6 @@ class Helper(AggregatorBase):
                 return _decode_response(stored[1])
             results, accepted, new_ids = self._verify(task, items)
             vdaf = self.vdafs[task_id]
-            buckets = {b for b, _, _ in accepted}
-            existing = {
-                a.bucket: a for b in buckets for a in self.store.batch_aggregates(task_id, b, b + 1)
-            }
-            updates = accumulate(vdaf, existing, accepted)
             self.store.commit_helper_job(
                 task_id,
                 job_id,
@@ -155,7 +151,8 @@ class Helper(AggregatorBase):
                 _encode_response(results),
                 new_ids,
                 [r.reject for r in results if r.reject is not None],
-                updates,
+                accumulate(vdaf, {}, accepted),
+                share_merge(vdaf),
             )
         if self.metrics is not None:
             m = self.metrics
