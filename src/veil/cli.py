@@ -179,6 +179,21 @@ def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from veil.aggregator.server import AggregationWorker, ConfigError, load_config
+    from veil.logs import configure_logging
+
+    try:
+        config = load_config(Path(args.config))
+        configure_logging(args.log_level or config.log_level, config.log_format == "json")
+        worker = AggregationWorker(config)
+    except (ConfigError, ValueError) as e:
+        print(f"veil worker: {e}", file=sys.stderr)
+        return 2
+    worker.serve_forever()
+    return 0
+
+
 def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> None:
     if path.exists():
         with path.open("rb") as f:
@@ -389,6 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", required=True, help=f"{role}.toml")
         p.add_argument("--log-level", help="debug, info, warning or error (default: config)")
         p.set_defaults(func=cmd_server, role=role)
+    p = sub.add_parser(
+        "worker",
+        help="run leader aggregation and collection workers only (shared PostgreSQL storage)",
+    )
+    p.add_argument("--config", required=True, help="the leader's leader.toml")
+    p.add_argument("--log-level", help="debug, info, warning or error (default: config)")
+    p.set_defaults(func=cmd_worker)
 
     task = sub.add_parser("task", help="task definitions").add_subparsers(
         dest="task_command", required=True
