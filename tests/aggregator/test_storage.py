@@ -178,14 +178,19 @@ def test_close_batch_once_and_reopen(store: Datastore) -> None:
     assert store.put_reports(TASK, [(3600, report(1))]) == (1, 0)
 
 
-def test_nothing_is_added_to_a_collected_bucket(store: Datastore) -> None:
+def test_a_closed_bucket_still_takes_the_jobs_it_waits_for(store: Datastore) -> None:
+    # A collection closes its batch first, then waits for the jobs holding the
+    # batch's reports: those still add to the closed bucket.
     store.put_reports(TASK, [(3600, report(1))])
     store.create_aggregation_job(TASK, b"j" * 16, 10)
     store.close_batch(TASK, 3600, 7200, b"c" * 16, 3600)
+    assert store.unaggregated_count(TASK, 3600, 7200) == 1
     delta = BatchAggregate(3600, share(1), 1, b"c" * 32)
-    with pytest.raises(StorageConflict):
-        store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, [delta], MERGE)
-    assert store.open_aggregation_jobs() == [(TASK, b"j" * 16)]  # rolled back whole
+    store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, [delta], MERGE)
+    assert store.unaggregated_count(TASK, 3600, 7200) == 0
+    assert store.batch_aggregates(TASK, 3600, 7200) == [
+        BatchAggregate(3600, share(1), 1, b"c" * 32, b"c" * 16)
+    ]
 
 
 def test_helper_records(store: Datastore) -> None:

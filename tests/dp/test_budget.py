@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from veil.aggregator.postgres import PostgresLedgerStore, PostgresLedgerTransaction
 from veil.dp import (
     Batch,
     BudgetExceeded,
@@ -28,7 +29,6 @@ from veil.dp import (
     TaskBudget,
     UnknownTask,
 )
-from veil.aggregator.postgres import PostgresLedgerStore, PostgresLedgerTransaction
 from veil.dp.budget import SqliteLedgerTransaction
 
 

@@ -267,6 +267,7 @@ class Leader(AggregatorBase):
             except StorageConflict:
                 # Our lease had expired and another driver finished the job first.
                 log.info("aggregation job %s was finished by another worker", job_id.hex())
+                progress = True
         for record in self.store.acquire_collections(self.worker_id, self.lease_seconds, 16):
             if self.should_stop():
                 return progress

@@ -64,13 +64,12 @@ def merge_aggregate(
 ) -> BatchAggregate:
     """`old` plus what one job adds to its bucket (a backend calls this under its lock).
 
-    Raises StorageConflict when the bucket was collected: nothing may be added
-    to a batch whose share has left, and the job's transaction must not commit.
+    A closed bucket (collected_by set) still takes the jobs that held its
+    reports when it was closed: the collection waits for them before it reads
+    the aggregate. Reports that arrive later are refused before they get here.
     """
     if old is None:
         return BatchAggregate(delta.bucket, delta.agg_share, delta.report_count, delta.checksum)
-    if old.collected_by is not None:
-        raise StorageConflict(f"batch_collected:{old.bucket}")
     if old.agg_share is None:
         share = delta.agg_share
     elif delta.agg_share is None:
@@ -82,7 +81,7 @@ def merge_aggregate(
         share,
         old.report_count + delta.report_count,
         bytes(x ^ y for x, y in zip(old.checksum, delta.checksum, strict=True)),
-        None,
+        old.collected_by,
     )
 
 

@@ -19,10 +19,11 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DSN_ENV = "VEIL_TEST_POSTGRES_DSN"
 
@@ -52,6 +53,19 @@ def with_schema(dsn: str, schema: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     return make_conninfo(dsn, options=f"-c search_path={schema}")
+
+
+def as_url(dsn: str) -> str:
+    """`dsn` (key=value or URL) as a postgresql:// URL, the form veil's configs take."""
+    params = conninfo_to_dict(dsn)
+    host = str(params.pop("host", "127.0.0.1"))
+    port = str(params.pop("port", "5432"))
+    user = quote(str(params.pop("user", "postgres")), safe="")
+    password = params.pop("password", None)
+    dbname = quote(str(params.pop("dbname", "postgres")), safe="")
+    auth = user if password is None else f"{user}:{quote(str(password), safe='')}"
+    query = urlencode({k: str(v) for k, v in params.items() if v is not None}, quote_via=quote)
+    return f"postgresql://{auth}@{host}:{port}/{dbname}" + (f"?{query}" if query else "")
 
 
 @contextmanager
