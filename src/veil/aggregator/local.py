@@ -133,13 +133,15 @@ class LocalDeployment:
         storage: Mapping[str, str] | None = None,
         workers: int = 0,
         lease_seconds: float = 60.0,
+        start_workers: bool = True,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
         `tasks` maps a name to (vdaf, dp, keyword arguments of `new_task`).
         `storage` maps "leader" and "helper" to a postgresql:// URL each
         (default: an SQLite file each). With `workers` > 0 the leader's own
-        driver is off and that many worker processes run it instead.
+        driver is off and that many worker processes run it instead (started
+        later with `start_worker()` when `start_workers` is false).
         """
         root.mkdir(parents=True, exist_ok=True)
         leader_addr = f"127.0.0.1:{free_port()}"
@@ -181,7 +183,7 @@ class LocalDeployment:
             dep.helper.start()
             # The front end first: it makes the HPKE key the workers then read.
             dep.leader.start()
-            for w in worker_procs:
+            for w in worker_procs if start_workers else []:
                 w.start_worker()
         except BaseException:
             dep.stop()
