@@ -37,8 +37,17 @@ TP = 3600
 SPEC = VdafSpec("sum", max_measurement=1000)
 
 
-def one_run(dsn: str, workers: int, reports: int, job_size: int) -> float:
-    """Reports aggregated per second with `workers` workers, on a fresh deployment."""
+def cpu_seconds(pid: int | None) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(dsn: str, workers: int, reports: int, job_size: int) -> tuple[float, dict[str, float]]:
+    """Reports aggregated per second with `workers` workers, on a fresh deployment,
+    and the CPU µs per report each process spent meanwhile (robust to a busy machine)."""
     suffix = secrets.token_hex(4)
     leader_db = with_schema(dsn, f"bench_leader_{suffix}")
     helper_db = with_schema(dsn, f"bench_helper_{suffix}")
@@ -69,15 +78,23 @@ def one_run(dsn: str, workers: int, reports: int, job_size: int) -> float:
                 raise RuntimeError("workers did not start")
             time.sleep(0.05)
         time.sleep(0.5)
+        procs = {"helper": dep.helper.pid, "front end": dep.leader.pid} | {
+            f"worker {i + 1}": w.pid for i, w in enumerate(dep.workers)
+        }
         assert client.upload_reports(built).accepted == reports
         began = time.perf_counter()
+        cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         while store.unaggregated_count(files.client.task_id, 0, 1 << 62):
             time.sleep(0.02)
         elapsed = time.perf_counter() - began
+        cpu = {
+            name: (cpu_seconds(pid) - cpu_before[name]) * 1e6 / reports
+            for name, pid in procs.items()
+        }
         rejected = store.rejections(files.client.task_id)
         if rejected:
             raise RuntimeError(f"reports rejected during the benchmark: {rejected}")
-    return reports / elapsed
+    return reports / elapsed, cpu
 
 
 def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
@@ -97,7 +114,7 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
             seal(
                 kp.config,
                 input_share_info(role, task_id, rid, 0, ps),
-                vdaf.encode_input_share(j, shares[j]),
+                vdaf.encode_input_share(shares[j]),
             )
             for j, (kp, role) in enumerate(((leader_kp, ROLE_LEADER), (helper_kp, ROLE_HELPER)))
         ]
@@ -171,12 +188,20 @@ def main() -> None:
             f" {os.cpu_count()} CPUs, helper and leader front end on the same machine"
         )
         print(f"{'workers':>7} | {'median reports/s':>16} | {'min':>6} | {'max':>6} | runs")
+        cpu_by_k = {}
         for k in args.workers:
-            rates = [one_run(dsn, k, args.reports, args.job_size) for _ in range(args.runs)]
+            results = [one_run(dsn, k, args.reports, args.job_size) for _ in range(args.runs)]
+            rates = [r for r, _ in results]
+            cpu_by_k[k] = {
+                name: statistics.median(c[name] for _, c in results) for name in results[0][1]
+            }
             print(
                 f"{k:>7} | {statistics.median(rates):>16.0f} | {min(rates):>6.0f} |"
                 f" {max(rates):>6.0f} | {', '.join(f'{r:.0f}' for r in rates)}"
             )
+        print("\nCPU µs per report while aggregating (median over runs):")
+        for k, cpu in cpu_by_k.items():
+            print(f"  {k} worker(s): " + ", ".join(f"{n} {v:.0f}" for n, v in cpu.items()))
         print("\nper-report cost of each step, one process (µs/report):")
         for name, cost in step_costs(dsn, min(args.reports, 1000), args.job_size).items():
             print(f"  {name:<32} {cost:>8.0f}")
