@@ -194,6 +194,141 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_database(args: argparse.Namespace, command: str) -> tuple[Any, Any] | None:
+    """(config, store) of the aggregator whose config file is --config."""
+    from veil.aggregator.postgres import PostgresDatastore
+    from veil.aggregator.server import ConfigError, load_config
+    from veil.aggregator.storage import SqliteDatastore
+
+    try:
+        config = load_config(Path(args.config))
+    except ConfigError as e:
+        print(f"veil {command}: {e}", file=sys.stderr)
+        return None
+    if not isinstance(config.storage, Path):
+        return config, PostgresDatastore(config.storage, pool_size=1)
+    if not config.storage.exists():
+        print(
+            f"veil {command}: no database at {config.storage}: start the server once first",
+            file=sys.stderr,
+        )
+        return None
+    return config, SqliteDatastore(config.storage)
+
+
+def _role(args: argparse.Namespace, config: Any) -> str:
+    if args.role:
+        return str(args.role)
+    # The role is not written in the config; only the leader's tasks hold the
+    # aggregator token (to send; the helper holds its hash).
+    return "leader" if any(t.aggregator_token for t in config.tasks) else "helper"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from veil.aggregator.status import gather, render_text
+    from veil.dp import BudgetLedger
+
+    opened = _open_database(args, "status")
+    if opened is None:
+        return 2
+    config, store = opened
+    try:
+        if isinstance(config.storage, Path):
+            ledger = BudgetLedger.sqlite(config.storage)
+        else:
+            from veil.aggregator.postgres import PostgresLedgerStore
+
+            ledger = BudgetLedger(PostgresLedgerStore(config.storage, store.pool))
+        status = gather(_role(args, config), config, store, ledger)
+    finally:
+        store.close()
+    print(json.dumps(status, indent=2) if args.json else render_text(status))
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from veil.aggregator.maintenance import collect_garbage
+    from veil.aggregator.server import storage_label
+    from veil.logs import configure_logging
+
+    configure_logging("warning")
+    opened = _open_database(args, "gc")
+    if opened is None:
+        return 2
+    config, store = opened
+    try:
+        before = store.size_bytes()
+        results = collect_garbage(store, config.tasks, time.time(), full_vacuum=args.vacuum)
+        after = store.size_bytes()
+    finally:
+        store.close()
+    out = {
+        "database": storage_label(config.storage),
+        "bytes_before": before,
+        "bytes_after": after,
+        "deleted": {task: dataclasses.asdict(r) for task, r in results.items()},
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for task, r in results.items():
+            kinds = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(r).items() if v)
+            print(f"task {task}: deleted {kinds or 'nothing'}")
+        print(
+            f"database {storage_label(config.storage)}: {before} bytes before, {after} bytes after"
+        )
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from veil.aggregator.maintenance import KeyPolicy, KeyRotationError, activate, rotate
+
+    opened = _open_database(args, "keys")
+    if opened is None:
+        return 2
+    config, store = opened
+    grace = config.keys.grace_seconds if args.grace is None else args.grace
+    now = time.time()
+    try:
+        if args.keys_command == "rotate":
+            key = rotate(store, now, KeyPolicy(config.keys.pending_seconds, grace), args.now)
+            if args.now:
+                print(f"key {key.config_id} is active; the previous key expires in {grace:g} s")
+            else:
+                print(
+                    f"key {key.config_id} is pending; the server makes it active after"
+                    f" {config.keys.pending_seconds:g} s (or: veil keys activate"
+                    f" --config {args.config} {key.config_id})"
+                )
+        elif args.keys_command == "activate":
+            activate(store, args.config_id, now, grace)
+            print(f"key {args.config_id} is active; the previous key expires in {grace:g} s")
+        keys = store.hpke_keys()
+    except KeyRotationError as e:
+        print(f"veil keys: {e}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if args.keys_command == "list":
+        rows = [
+            {
+                "config_id": k.config_id,
+                "state": k.state,
+                "created": k.created,
+                "expires": k.expires_at,
+            }
+            for k in keys
+        ]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for r in rows:
+                print(f"{r['config_id']:>3}  {r['state']}")
+    return 0
+
+
 def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> None:
     if path.exists():
         with path.open("rb") as f:
@@ -244,6 +379,7 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         min_batch_size=args.min_batch_size,
         max_clock_skew=args.max_clock_skew,
         dp=dp,
+        report_expiry_age=args.report_expiry_age,
     )
     out = Path(args.out)
     paths = {}
@@ -429,6 +565,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-batch-size", type=int, default=10)
     p.add_argument("--max-clock-skew", type=int, default=60, help="seconds")
     p.add_argument(
+        "--report-expiry-age",
+        type=int,
+        help="seconds after which reports are refused and their data deleted (default: never)",
+    )
+    p.add_argument(
         "--mechanism",
         default="geometric",
         choices=["geometric", "laplace", "gaussian", "none"],
@@ -446,6 +587,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leader-config", help="add the task to this leader.toml (created if missing)")
     p.add_argument("--helper-config", help="add the task to this helper.toml (created if missing)")
     p.set_defaults(func=cmd_task_new)
+
+    p = sub.add_parser(
+        "status", help="an aggregator's tasks, batches, jobs, collections, budgets and keys"
+    )
+    p.add_argument("--config", required=True, help="the server's leader.toml or helper.toml")
+    p.add_argument("--role", choices=["leader", "helper"], help="(default: from the config)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("gc", help="delete expired and collected data now, and report the space")
+    p.add_argument("--config", required=True, help="the server's leader.toml or helper.toml")
+    p.add_argument(
+        "--vacuum", action="store_true", help="rewrite the whole file (briefly blocks writers)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_gc)
+
+    keys = sub.add_parser("keys", help="an aggregator's HPKE keys").add_subparsers(
+        dest="keys_command", required=True
+    )
+    for name, text in (
+        ("list", "list the keys and their states"),
+        ("rotate", "add a new key (pending, or active at once with --now)"),
+        ("activate", "make a pending key the active one"),
+    ):
+        p = keys.add_parser(name, help=text)
+        p.add_argument("--config", required=True, help="the server's leader.toml or helper.toml")
+        p.add_argument(
+            "--grace",
+            type=float,
+            help="seconds the previous key still opens reports (default: [keys] grace_seconds)",
+        )
+        if name == "rotate":
+            p.add_argument("--now", action="store_true", help="activate the new key immediately")
+        if name == "activate":
+            p.add_argument("config_id", type=int)
+        if name == "list":
+            p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("upload", help="upload measurements")
     p.add_argument("--task", required=True, help="the client's task file")

@@ -161,17 +161,40 @@ def run_survey(
             f"({survey.min_batch_size}): no batch could be released"
         )
     say = on_status or (lambda _msg: None)
-    rng = random.Random(secrets.randbits(64) if seed is None else seed)
-    answers = simulate_respondents(survey, respondents, rng)
-    bars = _Progress(progress, stream)
     with tempfile.TemporaryDirectory(prefix="veil-demo-") as tmp:
         root = workdir or Path(tmp)
         say(f"starting a leader and a helper on 127.0.0.1 (SQLite in {root})")
         deployment = LocalDeployment.start(root, task_specs(survey))
         try:
-            return _run(survey, answers, deployment, bars, say)
+            return run_on(
+                deployment,
+                survey,
+                respondents,
+                progress=progress,
+                stream=stream,
+                seed=seed,
+                on_status=say,
+            )
         finally:
             deployment.stop()
+
+
+def run_on(
+    deployment: LocalDeployment,
+    survey: Survey,
+    respondents: int,
+    *,
+    progress: bool = True,
+    stream: TextIO = sys.stderr,
+    seed: int | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> list[QuestionResult]:
+    """Simulate `respondents` answering `survey` against a running deployment
+    of its tasks (`task_specs(survey)`), and collect every question."""
+    rng = random.Random(secrets.randbits(64) if seed is None else seed)
+    answers = simulate_respondents(survey, respondents, rng)
+    bars = _Progress(progress, stream)
+    return _run(survey, answers, deployment, bars, on_status or (lambda _msg: None))
 
 
 def _run(

@@ -11,7 +11,7 @@ survey needs, each party's in its own directory.
 The leader's, helper's and collector's directories and files are created
 readable by their owner only (they hold the verify key, tokens and the
 collector's HPKE private key); the client files are public. With TLS the
-server configs name certificate files under each party's ``tls/`` directory;
+server configs name certificate files under each server's ``tls/`` directory;
 each organisation puts its own certificates there.
 """
 
@@ -103,17 +103,13 @@ def deploy_survey(
             "log_format": "json",
         }
         if tls:
-            # The helper accepts only the leader's client certificate (mTLS);
-            # the leader presents it and checks the helper's server certificate.
+            # Server-authenticated TLS on both servers. The leader proves itself
+            # to the helper with its bearer token, as in DAP; requiring client
+            # certificates on the helper would also lock out the clients, which
+            # fetch the helper's HPKE configuration themselves.
             config["tls"] = {"cert": f"tls/{role}.crt", "key": f"tls/{role}.key"}
-            if role == "helper":
-                config["tls"]["client_ca"] = "tls/leader-ca.crt"
-            else:
-                config["helper_tls"] = {
-                    "ca": "tls/helper-ca.crt",
-                    "cert": "tls/leader-client.crt",
-                    "key": "tls/leader-client.key",
-                }
+            if role == "leader":
+                config["helper_tls"] = {"ca": "tls/helper-ca.crt"}
             (dirs[role] / "tls").mkdir(mode=PRIVATE_DIR)
         _toml(dirs[role] / f"{role}.toml", config, PRIVATE_FILE)
 

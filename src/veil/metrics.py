@@ -61,17 +61,63 @@ class Metrics:
         self.collections = Counter(
             "veil_collections", "Collections, by outcome.", ["task", "outcome"], registry=r
         )
+        # Gaussian tasks count rho (zCDP), the others epsilon: the unit label says which.
         self.budget_spent = Gauge(
-            "veil_budget_spent_epsilon", "Privacy budget spent per task.", ["task"], registry=r
+            "veil_budget_spent",
+            "Privacy loss so far per task (and per survey, task label 'survey:<id>').",
+            ["task", "unit"],
+            registry=r,
         )
         self.budget_remaining = Gauge(
-            "veil_budget_remaining_epsilon",
-            "Privacy budget remaining per task.",
+            "veil_budget_remaining",
+            "Privacy budget one more collection over all reports could spend.",
+            ["task", "unit"],
+            registry=r,
+        )
+        self.uploads_refused = Counter(
+            "veil_uploads_refused",
+            "Upload requests refused before storage (nothing stored), by reason.",
+            ["task", "reason"],
+            registry=r,
+        )
+        self.reports_duplicate = Counter(
+            "veil_reports_duplicate",
+            "Uploaded reports already stored with the same content (acknowledged again).",
             ["task"],
             registry=r,
         )
         self.hpke_opens = Counter(
-            "veil_hpke_opens", "HPKE open attempts, by outcome.", ["outcome"], registry=r
+            "veil_hpke_opens",
+            "HPKE opens of input shares, by outcome (ok or the rejection reason).",
+            ["outcome"],
+            registry=r,
+        )
+        self.hpke_keys = Gauge(
+            "veil_hpke_keys", "Stored HPKE keys, by state.", ["state"], registry=r
+        )
+        self.gc_deleted = Counter(
+            "veil_gc_deleted_rows",
+            "Rows deleted by garbage collection, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.aggregation_jobs_open = Gauge(
+            "veil_aggregation_jobs_open",
+            "Aggregation jobs the leader has started and not finished.",
+            registry=r,
+        )
+        self.reports_unaggregated = Gauge(
+            "veil_reports_unaggregated",
+            "Reports stored by the leader and not yet aggregated (the backlog).",
+            ["task"],
+            registry=r,
+        )
+        self.gc_runs = Counter("veil_gc_runs", "Garbage-collection passes.", registry=r)
+        self.gc_seconds = Histogram(
+            "veil_gc_seconds",
+            "Wall time of one garbage-collection pass.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.storage_bytes = Gauge(
             "veil_storage_bytes", "Size of the aggregator's database.", registry=r

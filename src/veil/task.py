@@ -211,6 +211,10 @@ class Task:
     max_clock_skew: int = 60
     dp: DpSpec = DpSpec()
     collector_hpke_config: HpkeConfig | None = None
+    # Reports older than this many seconds are refused at upload and their
+    # data deleted by garbage collection (DAP report_expiry_age); None keeps
+    # reports until their batch is collected.
+    report_expiry_age: int | None = None
     verify_key: bytes | None = field(default=None, repr=False)
     aggregator_token: str | None = field(default=None, repr=False)
     aggregator_token_hash: bytes | None = None
@@ -223,6 +227,14 @@ class Task:
             raise TaskError(f"task id must be {TASK_ID_SIZE} bytes")
         if self.time_precision <= 0 or self.min_batch_size <= 0:
             raise TaskError("time_precision and min_batch_size must be positive")
+        if self.report_expiry_age is not None and self.report_expiry_age <= 0:
+            raise TaskError("report_expiry_age must be a positive number of seconds")
+
+    def report_horizon(self, now: float) -> int | None:
+        """Reports with a time before this are expired (None: reports never expire)."""
+        if self.report_expiry_age is None:
+            return None
+        return int(now) - self.report_expiry_age
 
     @property
     def id_text(self) -> str:
@@ -246,6 +258,7 @@ class Task:
             self.max_clock_skew,
             self.dp,
             self.collector_hpke_config,
+            self.report_expiry_age,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -266,6 +279,8 @@ class Task:
                 "config_id": self.collector_hpke_config.config_id,
                 "public_key": b64e(self.collector_hpke_config.public_key),
             }
+        if self.report_expiry_age is not None:
+            d["report_expiry_age"] = self.report_expiry_age
         if self.verify_key is not None:
             d["verify_key"] = b64e(self.verify_key)
         if self.aggregator_token is not None:
@@ -305,6 +320,9 @@ class Task:
                 max_clock_skew=int(d.get("max_clock_skew", 60)),
                 dp=DpSpec.from_dict(d.get("dp", {})),
                 collector_hpke_config=config,
+                report_expiry_age=(
+                    None if d.get("report_expiry_age") is None else int(d["report_expiry_age"])
+                ),
                 verify_key=opt_bytes("verify_key"),
                 aggregator_token=d.get("aggregator_token"),
                 aggregator_token_hash=opt_bytes("aggregator_token_sha256"),
@@ -357,6 +375,7 @@ def new_task(
     max_clock_skew: int = 60,
     dp: DpSpec | None = None,
     verify_key_size: int = 32,
+    report_expiry_age: int | None = None,
 ) -> TaskFiles:
     """Fresh ids, keys and tokens, split into each party's view of the task."""
     collector_kp = generate_keypair(secrets.randbelow(256))
@@ -374,6 +393,7 @@ def new_task(
         max_clock_skew=max_clock_skew,
         dp=dp or DpSpec(),
         collector_hpke_config=collector_kp.config,
+        report_expiry_age=report_expiry_age,
     )
     verify_key = secrets.token_bytes(verify_key_size)
     return TaskFiles(

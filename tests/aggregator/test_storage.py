@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,9 +13,13 @@ import pytest
 from veil.aggregator.core import share_merge
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import (
+    KEY_ACTIVE,
+    KEY_EXPIRED,
+    KEY_PENDING,
     BatchAggregate,
     CollectionRecord,
     Datastore,
+    HpkeKey,
     SqliteDatastore,
     StorageConflict,
     StoredReport,
@@ -260,3 +265,158 @@ def test_concurrent_workers_count_every_report_once(opener: Opener) -> None:
     assert agg.report_count == n
     assert agg.agg_share == share(*range(n))
     assert first.unaggregated_count(TASK, 0, 7200) == 0
+
+
+# --- operations: key rotation, garbage collection, status -----------------
+
+TP = 3600
+
+
+def test_hpke_key_states_and_rotation(store: Datastore) -> None:
+    old, new = generate_keypair(1), generate_keypair(2)
+    store.add_hpke_key(HpkeKey(old, KEY_ACTIVE, 100.0))
+    store.add_hpke_key(HpkeKey(new, KEY_PENDING, 200.0))
+    with pytest.raises(StorageConflict):
+        store.add_hpke_key(HpkeKey(generate_keypair(2), KEY_PENDING, 300.0))
+    assert [(k.config_id, k.state) for k in store.hpke_keys()] == [(1, "active"), (2, "pending")]
+    # Every stored key opens ciphertexts, whatever its state.
+    assert {k.config.config_id for k in store.hpke_keypairs()} == {1, 2}
+
+    store.activate_hpke_key(2, now=1000.0, grace=50.0)
+    keys = {k.config_id: k for k in store.hpke_keys()}
+    assert (keys[1].state, keys[1].expires_at) == (KEY_EXPIRED, 1050.0)
+    assert (keys[2].state, keys[2].expires_at) == (KEY_ACTIVE, None)
+    assert keys[2].keypair == new
+    store.activate_hpke_key(2, now=1001.0, grace=50.0)  # already active: no change
+    assert {k.config_id: k.state for k in store.hpke_keys()} == {1: "expired", 2: "active"}
+    with pytest.raises(StorageConflict):
+        store.activate_hpke_key(1, now=1002.0, grace=50.0)  # an expired key stays expired
+    with pytest.raises(StorageConflict):
+        store.activate_hpke_key(77, now=1002.0, grace=50.0)
+
+    assert store.delete_expired_hpke_keys(1049.0) == []
+    assert store.delete_expired_hpke_keys(1050.0) == [1]
+    assert [k.config_id for k in store.hpke_keys()] == [2]
+
+
+def _aggregate_all(store: Datastore, job: bytes, reject: frozenset[bytes] = frozenset()) -> None:
+    assert store.create_aggregation_job(TASK, job, 1000) > 0
+    ids = [r.report_id for r in store.job_reports(TASK, job)]
+    store.finish_aggregation_job(
+        TASK, job, {i: ("x" if i in reject else None) for i in ids}, [], MERGE
+    )
+
+
+def test_gc_leader_keeps_what_replay_protection_needs(store: Datastore) -> None:
+    # Buckets 0 and 3600 (old), 7200 (collected), 10800 (current).
+    store.put_reports(TASK, [(0, report(1, 0)), (3600, report(2, 3600))])
+    store.put_reports(TASK, [(7200, report(3, 7200)), (10800, report(4, 10800))])
+    _aggregate_all(store, b"j" * 16, reject=frozenset({report(2).report_id}))
+    store.put_reports(TASK, [(10800, report(5, 10800))])  # still pending
+    store.close_batch(TASK, 7200, 10800, b"c" * 16, TP)
+    # Closed but not finished: the collection may still fail and reopen the bucket.
+    assert store.collect_garbage(TASK, TP, None, None).reports == 0
+    store.put_collection(CollectionRecord(TASK, b"c" * 16, 7200, 3600, "pending"))
+    store.update_collection(CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 1))
+
+    # No expiry: only the finished collection's report goes.
+    result = store.collect_garbage(TASK, TP, None, None)
+    assert result.reports == 1
+    assert store.report_counts(TASK, TP) == {
+        0: {"aggregated": 1},
+        3600: {"rejected": 1},
+        10800: {"aggregated": 1, "pending": 1},
+    }
+    with pytest.raises(StorageConflict):  # the replay into the collected bucket is still refused
+        store.put_reports(TASK, [(7200, report(3, 7200))])
+
+    # Horizon 7200: the aggregated and rejected reports before it go, the job
+    # with no report left goes, the pending report stays.
+    result = store.collect_garbage(TASK, TP, 7200, None)
+    assert result.reports == 2
+    assert store.report_counts(TASK, TP) == {10800: {"aggregated": 1, "pending": 1}}
+    assert store.open_aggregation_jobs() == []
+    assert store.unaggregated_count(TASK, 0, 14400) == 1
+    # The job still holds report 4, so it is kept until that report goes.
+    assert store.collect_garbage(TASK, TP, 7200, None).aggregation_jobs == 0
+    assert store.collect_garbage(TASK, TP, 14400, None).aggregation_jobs == 1
+
+
+def test_gc_batch_aggregates_and_collections_past_horizon(store: Datastore) -> None:
+    store.put_reports(TASK, [(0, report(1, 0))])
+    store.create_aggregation_job(TASK, b"j" * 16, 10)
+    aggs = [BatchAggregate(0, b"s", 1, b"c" * 32), BatchAggregate(3600, b"s", 1, b"c" * 32)]
+    store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, aggs, MERGE)
+    store.put_collection(CollectionRecord(TASK, b"c" * 16, 0, 3600, "pending"))
+    store.fail_collection(CollectionRecord(TASK, b"c" * 16, 0, 3600, "failed"), reopen=False)
+    store.put_collection(CollectionRecord(TASK, b"d" * 16, 3600, 3600, "pending"))
+    result = store.collect_garbage(TASK, TP, 3600, None)
+    assert (result.batch_aggregates, result.collections) == (1, 1)
+    assert [a.bucket for a in store.batch_aggregates(TASK, 0, 7200)] == [3600]
+    assert [c.job_id for c in store.collections(TASK)] == [b"d" * 16]
+    # A pending collection is never deleted, whatever its age.
+    assert store.collect_garbage(TASK, TP, 10**9, None).collections == 0
+    assert result.total() == result.reports + result.aggregation_jobs + 2
+
+
+def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
+    ids = [i.to_bytes(16, "big") for i in range(4)]
+    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [], MERGE)
+    store.record_helper_report_times(TASK, [(ids[0], 0), (ids[1], 3600), (ids[2], 7200)])
+    # ids[3] has no time (as after a crash between the two calls): always kept.
+    store.commit_helper_collection(
+        CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 1, b"x" * 32, None, CT), TP
+    )
+    result = store.collect_garbage(TASK, TP, 3600, None)
+    assert result.replay_records == 2  # ids[0] (too old) and ids[2] (bucket collected)
+    assert store.seen_reports(TASK, ids) == {ids[1], ids[3]}
+    assert store.collect_garbage(TASK, TP, 10**9, None).replay_records == 1
+    assert store.seen_reports(TASK, ids) == {ids[3]}
+    # The job record stays while a replay record of its reports does (ids[3]).
+    assert store.helper_job(TASK, b"j" * 16) is not None
+    assert store.collect_garbage(TASK, TP, None, 0.0).helper_jobs == 0
+    assert store.collect_garbage(TASK, TP, None, time.time() + 60).helper_jobs == 1
+    assert store.helper_job(TASK, b"j" * 16) is None
+
+
+def test_gc_helper_job_goes_with_its_last_replay_record(store: Datastore) -> None:
+    ids = [i.to_bytes(16, "big") for i in range(2)]
+    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [], MERGE)
+    store.commit_helper_job(TASK, b"k" * 16, b"h" * 32, b"resp", [b"z" * 16], [], [], MERGE)
+    store.record_helper_report_times(TASK, [(ids[0], 7200), (ids[1], 7200), (b"z" * 16, 0)])
+    store.commit_helper_collection(
+        CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 2, b"x" * 32, None, CT), TP
+    )
+    result = store.collect_garbage(TASK, TP, None, None)
+    assert (result.replay_records, result.helper_jobs) == (2, 1)
+    assert store.helper_job(TASK, b"j" * 16) is None
+    assert store.helper_job(TASK, b"k" * 16) is not None
+
+
+def test_gc_only_touches_its_task(store: Datastore) -> None:
+    other = b"o" * 32
+    store.put_reports(other, [(0, report(1, 0))])
+    store.create_aggregation_job(other, b"j" * 16, 10)
+    store.finish_aggregation_job(other, b"j" * 16, {report(1).report_id: None}, [], MERGE)
+    assert store.collect_garbage(TASK, TP, 10**9, time.time() + 60).total() == 0
+    assert store.report_counts(other, TP) == {0: {"aggregated": 1}}
+
+
+def test_size_and_reclaim_space(store: Datastore) -> None:
+    # Random payloads: PostgreSQL compresses large values, and zeros to nothing.
+    big = Ciphertext(1, b"e" * 32, secrets.token_bytes(4000))
+    reports = [(0, StoredReport(i.to_bytes(16, "big"), 0, b"ps", big, big)) for i in range(500)]
+    store.put_reports(TASK, reports)
+    store.reclaim_space()
+    full = store.size_bytes()
+    assert full > 500 * 8000
+    while store.create_aggregation_job(TASK, secrets.token_bytes(16), 100):
+        pass
+    for _, job in store.open_aggregation_jobs():
+        outcomes = {r.report_id: None for r in store.job_reports(TASK, job)}
+        store.finish_aggregation_job(TASK, job, outcomes, [], MERGE)
+    assert store.collect_garbage(TASK, TP, 3600, None).reports == 500
+    store.reclaim_space()  # the background kind: must not grow the database
+    assert store.size_bytes() <= full
+    store.reclaim_space(full=True)
+    assert store.size_bytes() < full // 10

@@ -427,3 +427,19 @@ def test_no_sequence_of_spends_overspends(requests) -> None:
         peaks[task] = max(stacked)
         assert peaks[task] <= 2
     assert peaks["a"] + peaks["b"] <= 3
+
+
+def test_status_reports_loss_with_parallel_composition(tmp_path: Path) -> None:
+    ledger = BudgetLedger.sqlite(tmp_path / "status.db")
+    ledger.add_survey("s", 3)
+    ledger.add_task("a", 2, survey_id="s")
+    ledger.add_task("b", 2, survey_id="s")
+    ledger.spend("a", Fraction(1, 2), Batch(0, 10), "c1")
+    ledger.spend("a", Fraction(1, 2), Batch(10, 20), "c2")  # disjoint: the loss stays 1/2
+    ledger.spend("b", 1, Batch(0, 10), "c3")
+    a = ledger.task_status("a")
+    assert (a.total, a.spent, a.remaining, a.collections) == (2, Fraction(1, 2), Fraction(3, 2), 2)
+    s = ledger.survey_status("s")
+    assert (s.total, s.spent, s.remaining, s.collections) == (3, Fraction(3, 2), Fraction(3, 2), 3)
+    with pytest.raises(UnknownTask):
+        ledger.survey_status("nope")

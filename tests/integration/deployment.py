@@ -69,5 +69,10 @@ def start_deployment(
     tasks: Mapping[str, tuple[VdafSpec, DpSpec, dict[str, Any]]],
     job_size: int = 500,
     metrics: bool = False,
+    extra_config: Mapping[str, Any] | None = None,
 ) -> Deployment:
-    return Deployment(LocalDeployment.start(root, tasks, job_size=job_size, metrics=metrics))
+    return Deployment(
+        LocalDeployment.start(
+            root, tasks, job_size=job_size, metrics=metrics, extra_config=extra_config
+        )
+    )

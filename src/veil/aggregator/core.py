@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from veil.aggregator.errors import InvalidMessage, ReportTimeRejected, Unauthenticated, UnknownTask
+from veil.aggregator.maintenance import active_key, ensure_active_key
 from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
-from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair, generate_keypair
+from veil.hpke import Ciphertext, HpkeConfig, HpkeError, HpkeKeypair, open_
 from veil.metrics import Metrics
 from veil.task import Task, token_matches
 from veil.vdaf import Prio3
@@ -29,6 +30,9 @@ CHECKSUM_SIZE = 32
 CTX_PREFIX = b"veil-v1"
 # Upper bound on the number of time buckets in one collected interval.
 MAX_BATCH_BUCKETS = 100_000
+# How stale the in-memory copy of the HPKE keys may get before a config
+# request or an unknown config id makes the server read them again.
+KEY_REFRESH_SECONDS = 1.0
 
 # Reasons a report is rejected during aggregation (the ReportError enum of
 # helper.proto, in lower case).
@@ -107,6 +111,14 @@ def check_report_time(task: Task, report_time: int, now: float) -> None:
         raise ReportTimeRejected(
             f"report time {report_time} is outside the task's window"
             f" [{task.not_before}, {task.not_after})"
+        )
+    horizon = task.report_horizon(now)
+    if horizon is not None and report_time < horizon:
+        # Refused, not stored: garbage collection may already have deleted
+        # reports this old, so a replay of one would go unnoticed.
+        raise ReportTimeRejected(
+            f"report time {report_time} is older than the task's report_expiry_age of"
+            f" {task.report_expiry_age} s: the report has expired"
         )
 
 
@@ -188,18 +200,52 @@ class AggregatorBase:
         for t in self.tasks.values():
             if t.verify_key is None:
                 raise ValueError(f"task {t.id_text} has no verify_key: not an aggregator's task")
-        keys = store.hpke_keypairs()
-        if not keys:
-            keys = [generate_keypair(secrets.randbelow(256))]
-            store.add_hpke_keypair(keys[0])
-        self.keypairs: dict[int, HpkeKeypair] = {k.config.config_id: k for k in keys}
-        self.current_config = keys[0].config
+        ensure_active_key(store, clock())
+        self._keys_read_at = -float("inf")
+        self._keys_lock = threading.Lock()
+        self.refresh_keys()
 
-    def reload_keys(self) -> None:
-        """Read the HPKE keys again (another process sharing the store may have added one)."""
-        keys = self.store.hpke_keypairs()
-        if keys:
-            self.keypairs = {k.config.config_id: k for k in keys}
+    def refresh_keys(self) -> None:
+        """Re-read the key set from storage, where `veil keys` changes it."""
+        keys = self.store.hpke_keys()
+        current = active_key(keys) or max(keys, key=lambda k: k.created)
+        # Two assignments of whole values: readers see the old or the new set.
+        self.keypairs: dict[int, HpkeKeypair] = {k.config_id: k.keypair for k in keys}
+        self.current_config: HpkeConfig = current.keypair.config
+        self._keys_read_at = time.monotonic()
+
+    def _maybe_refresh_keys(self) -> None:
+        # At most once per KEY_REFRESH_SECONDS, whatever the traffic: a flood
+        # of unknown config ids costs one small query a second, no more.
+        if time.monotonic() - self._keys_read_at < KEY_REFRESH_SECONDS:
+            return
+        if self._keys_lock.acquire(blocking=False):
+            try:
+                self.refresh_keys()
+            finally:
+                self._keys_lock.release()
+
+    def keypair(self, config_id: int) -> HpkeKeypair | None:
+        """The stored key with this config id (re-reading storage if unknown)."""
+        keypair = self.keypairs.get(config_id)
+        if keypair is None:
+            self._maybe_refresh_keys()
+            keypair = self.keypairs.get(config_id)
+        return keypair
+
+    def open_share(self, keypair: HpkeKeypair | None, ct: Ciphertext, info: bytes) -> str | bytes:
+        """Open an input share: the plaintext, or the rejection reason. Counted in metrics."""
+        if keypair is None:
+            outcome: str | bytes = HPKE_UNKNOWN_CONFIG_ID
+        else:
+            try:
+                outcome = open_(keypair, ct, info)
+            except HpkeError:
+                outcome = HPKE_DECRYPT_ERROR
+        if self.metrics is not None:
+            label = outcome if isinstance(outcome, str) else "ok"
+            self.metrics.hpke_opens.labels(label).inc()
+        return outcome
 
     def task(self, task_id: bytes) -> Task:
         task = self.tasks.get(task_id)
@@ -212,4 +258,5 @@ class AggregatorBase:
     def hpke_configs(self, task_id: bytes) -> list[HpkeConfig]:
         if task_id:
             self.task(task_id)
+        self._maybe_refresh_keys()
         return [self.current_config]

@@ -20,9 +20,8 @@ from typing import Any
 
 from veil.aggregator.core import (
     BATCH_COLLECTED,
-    HPKE_DECRYPT_ERROR,
-    HPKE_UNKNOWN_CONFIG_ID,
     INVALID_MESSAGE,
+    REPORT_DROPPED,
     REPORT_ID_SIZE,
     REPORT_REPLAYED,
     REPORT_TOO_EARLY,
@@ -52,10 +51,8 @@ from veil.aggregator.storage import CollectionRecord, Datastore
 from veil.hpke import (
     ROLE_HELPER,
     Ciphertext,
-    HpkeError,
     agg_share_info,
     input_share_info,
-    open_,
     seal,
 )
 from veil.metrics import Metrics
@@ -133,6 +130,7 @@ class Helper(AggregatorBase):
         if len(items) > MAX_JOB_SIZE:
             raise TooLarge(f"aggregation job has {len(items)} reports; at most {MAX_JOB_SIZE}")
         digest = request_hash(task_id, job_id, items)
+        began = time.monotonic()
         with self._lock:
             stored = self.store.helper_job(task_id, job_id)
             if stored is not None:
@@ -154,13 +152,26 @@ class Helper(AggregatorBase):
                 accumulate(vdaf, {}, accepted),
                 share_merge(vdaf),
             )
+            times = {it.report_id: it.time for it in items}
+            self.store.record_helper_report_times(task_id, [(i, times[i]) for i in new_ids])
+        rejected = [r.reject for r in results if r.reject is not None]
         if self.metrics is not None:
             m = self.metrics
             m.aggregation_jobs.labels("finished").inc()
+            elapsed = time.monotonic() - began
+            m.aggregation_job_seconds.observe(elapsed)
+            if items:
+                m.verify_seconds_per_report.observe(elapsed / len(items))
             m.reports_accepted.labels(task.id_text).inc(len(accepted))
-            for r in results:
-                if r.reject is not None:
-                    m.reports_rejected.labels(task.id_text, r.reject).inc()
+            for reason in rejected:
+                m.reports_rejected.labels(task.id_text, reason).inc()
+        log.info(
+            "aggregation job %s: %d aggregated, %d rejected",
+            job_id.hex(),
+            len(accepted),
+            len(rejected),
+            extra={"task_id": task.id_text, "job_id": job_id.hex()},
+        )
         return results
 
     def _verify(
@@ -206,20 +217,21 @@ class Helper(AggregatorBase):
             return REPORT_TOO_EARLY, b"", None
         if not task.not_before <= it.time < task.not_after:
             return TASK_EXPIRED, b"", None
+        horizon = task.report_horizon(now)
+        if horizon is not None and it.time < horizon:
+            # Expired: its replay record may already be gone (DAP: report_dropped).
+            return REPORT_DROPPED, b"", None
         bucket = task.bucket(it.time)
         if bucket not in collected:
             aggs = self.store.batch_aggregates(task.task_id, bucket, bucket + 1)
             collected[bucket] = bool(aggs and aggs[0].collected_by is not None)
         if collected[bucket]:
             return BATCH_COLLECTED, b"", None
-        keypair = self.keypairs.get(it.encrypted_input_share.config_id)
-        if keypair is None:
-            return HPKE_UNKNOWN_CONFIG_ID, b"", None
+        ct = it.encrypted_input_share
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
-        try:
-            plaintext = open_(keypair, it.encrypted_input_share, info)
-        except HpkeError:
-            return HPKE_DECRYPT_ERROR, b"", None
+        plaintext = self.open_share(self.keypair(ct.config_id), ct, info)
+        if isinstance(plaintext, str):
+            return plaintext, b"", None
         assert task.verify_key is not None
         try:
             public_share = vdaf.decode_public_share(it.public_share)
@@ -298,5 +310,9 @@ class Helper(AggregatorBase):
             if self.metrics is not None:
                 self.metrics.collections.labels(task.id_text, "finished").inc()
                 self.privacy.report_budget(task, self.metrics)
-            log.info("released helper share for %d reports", count)
+            log.info(
+                "released helper share for %d reports",
+                count,
+                extra={"task_id": task.id_text, "job_id": collection_id.hex()},
+            )
             return ct

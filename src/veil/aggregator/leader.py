@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import socket
 import time
@@ -22,8 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from veil.aggregator.core import (
-    HPKE_DECRYPT_ERROR,
-    HPKE_UNKNOWN_CONFIG_ID,
     REPORT_DROPPED,
     REPORT_ID_SIZE,
     VDAF_DECODE_ERROR,
@@ -56,10 +55,8 @@ from veil.aggregator.storage import CollectionRecord, Datastore, StorageConflict
 from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
-    HpkeError,
     agg_share_info,
     input_share_info,
-    open_,
     seal,
 )
 from veil.metrics import Metrics
@@ -131,6 +128,19 @@ class Leader(AggregatorBase):
     def upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
         """Validate and store reports, all or nothing. Returns (stored, duplicates)."""
         task = self.task(task_id)
+        try:
+            stored, duplicates = self._upload(task, reports)
+        except AggregatorError as e:
+            if self.metrics is not None:
+                self.metrics.uploads_refused.labels(task.id_text, _reason(e)).inc()
+            raise
+        if self.metrics is not None:
+            self.metrics.reports_received.labels(task.id_text).inc(stored)
+            self.metrics.reports_duplicate.labels(task.id_text).inc(duplicates)
+        return stored, duplicates
+
+    def _upload(self, task: Task, reports: Sequence[StoredReport]) -> tuple[int, int]:
+        task_id = task.task_id
         if not reports:
             raise InvalidMessage("the upload holds no report")
         if len(reports) > MAX_UPLOAD_REPORTS:
@@ -139,8 +149,6 @@ class Leader(AggregatorBase):
             )
         now = self.clock()
         seen: set[bytes] = set()
-        if any(r.leader_ct.config_id not in self.keypairs for r in reports):
-            self.reload_keys()  # a front end sharing the store may have made a new key
         for i, r in enumerate(reports):
             where = f"report {i} ({r.report_id.hex()})"
             if len(r.report_id) != REPORT_ID_SIZE:
@@ -157,7 +165,7 @@ class Leader(AggregatorBase):
                 check_report_time(task, r.time, now)
             except AggregatorError as e:
                 raise type(e)(f"{where}: {e}") from None
-            if r.leader_ct.config_id not in self.keypairs:
+            if self.keypair(r.leader_ct.config_id) is None:
                 raise InvalidMessage(
                     f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
                     " leader's HPKE config again"
@@ -170,12 +178,7 @@ class Leader(AggregatorBase):
             if len(r.leader_ct.enc) != 32 or len(r.helper_ct.enc) != 32:
                 raise InvalidMessage(f"{where}: malformed HPKE encapsulated key")
         try:
-            stored, duplicates = self.store.put_reports(
-                task_id, [(task.bucket(r.time), r) for r in reports]
-            )
-            if self.metrics is not None:
-                self.metrics.reports_received.labels(task.id_text).inc(stored)
-            return stored, duplicates
+            return self.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
         except StorageConflict as e:
             kind, _, what = str(e).partition(":")
             if kind == "batch_collected":
@@ -261,7 +264,12 @@ class Leader(AggregatorBase):
                 self.run_aggregation_job(task_id, job_id)
                 progress = True
             except Unavailable as e:
-                log.warning("aggregation job %s waits for the helper: %s", job_id.hex(), e)
+                log.warning(
+                    "aggregation job %s waits for the helper: %s",
+                    job_id.hex(),
+                    e,
+                    extra={"task_id": _task_label(task_id), "job_id": job_id.hex()},
+                )
                 self.helper_unreachable = True
                 return progress
             except StorageConflict:
@@ -274,7 +282,12 @@ class Leader(AggregatorBase):
             try:
                 progress |= self.run_collection(record)
             except Unavailable as e:
-                log.warning("collection job %s waits for the helper: %s", record.job_id.hex(), e)
+                log.warning(
+                    "collection job %s waits for the helper: %s",
+                    record.job_id.hex(),
+                    e,
+                    extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
+                )
                 self.helper_unreachable = True
                 return progress
             except StorageConflict:
@@ -285,14 +298,10 @@ class Leader(AggregatorBase):
     def _leader_verify(
         self, task: Task, vdaf: Prio3[Any, Any], ctx: bytes, r: StoredReport
     ) -> tuple[str | None, Any, bytes]:
-        keypair = self.keypairs.get(r.leader_ct.config_id)
-        if keypair is None:
-            return HPKE_UNKNOWN_CONFIG_ID, None, b""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
-        try:
-            plaintext = open_(keypair, r.leader_ct, info)
-        except HpkeError:
-            return HPKE_DECRYPT_ERROR, None, b""
+        plaintext = self.open_share(self.keypair(r.leader_ct.config_id), r.leader_ct, info)
+        if isinstance(plaintext, str):
+            return plaintext, None, b""
         assert task.verify_key is not None
         try:
             public_share = vdaf.decode_public_share(r.public_share)
@@ -313,8 +322,6 @@ class Leader(AggregatorBase):
         ctx = vdaf_ctx(task_id)
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
-        if any(r.leader_ct.config_id not in self.keypairs for r in reports):
-            self.reload_keys()  # another process may have added a key since we started
         outcomes: dict[bytes, str | None] = {}
         states: dict[bytes, Any] = {}
         items: list[VerifyInitItem] = []
@@ -371,13 +378,22 @@ class Leader(AggregatorBase):
                 if reason is not None:
                     m.reports_rejected.labels(task.id_text, reason).inc()
         log.info(
-            "aggregation job %s: %d aggregated, %d rejected", job_id.hex(), len(accepted), rejected
+            "aggregation job %s: %d aggregated, %d rejected",
+            job_id.hex(),
+            len(accepted),
+            rejected,
+            extra={"task_id": task.id_text, "job_id": job_id.hex()},
         )
 
     def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
         """Mark the job failed. Before the leader's share exists nothing has left
         the batch, so its buckets are reopened for a later collection."""
-        log.warning("collection job %s failed: %s", record.job_id.hex(), error)
+        log.warning(
+            "collection job %s failed: %s",
+            record.job_id.hex(),
+            error,
+            extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
+        )
         if self.metrics is not None:
             self.metrics.collections.labels(_task_label(record.task_id), "failed").inc()
         self.store.fail_collection(
@@ -473,9 +489,19 @@ class Leader(AggregatorBase):
         )
         if self.metrics is not None:
             self.metrics.collections.labels(task.id_text, "finished").inc()
-        log.info("collection job %s finished: %d reports", record.job_id.hex(), record.report_count)
+        log.info(
+            "collection job %s finished: %d reports",
+            record.job_id.hex(),
+            record.report_count,
+            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
+        )
         return True
 
 
 def _task_label(task_id: bytes) -> str:
     return b64e(task_id)
+
+
+def _reason(error: AggregatorError) -> str:
+    """A metric label for a refusal: the error class in snake case."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()

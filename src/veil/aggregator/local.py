@@ -134,6 +134,7 @@ class LocalDeployment:
         workers: int = 0,
         lease_seconds: float = 60.0,
         start_workers: bool = True,
+        extra_config: Mapping[str, Any] | None = None,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
@@ -142,6 +143,8 @@ class LocalDeployment:
         (default: an SQLite file each). With `workers` > 0 the leader's own
         driver is off and that many worker processes run it instead (started
         later with `start_worker()` when `start_workers` is false).
+        `extra_config` adds settings (e.g. `gc`, `keys`, `log_format`) to
+        both servers' configs.
         """
         root.mkdir(parents=True, exist_ok=True)
         leader_addr = f"127.0.0.1:{free_port()}"
@@ -166,6 +169,7 @@ class LocalDeployment:
                     "lease_seconds": lease_seconds,
                 },
                 "grace_seconds": 10,
+                **(extra_config or {}),
             }
             metrics_address = f"127.0.0.1:{free_port()}" if metrics else None
             if metrics_address is not None:

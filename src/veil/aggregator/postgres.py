@@ -34,15 +34,22 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from veil.aggregator.storage import (
     AGGREGATED,
     IN_JOB,
+    KEY_ACTIVE,
+    KEY_EXPIRED,
+    KEY_STATES,
     PENDING,
     REJECTED,
+    REPORT_STATE_NAMES,
     BatchAggregate,
     CollectionRecord,
+    GcResult,
+    HpkeKey,
     ShareMerge,
     StorageConflict,
     StoredReport,
@@ -123,6 +130,17 @@ MIGRATIONS: tuple[str, ...] = (
         collection_id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES dp_tasks (task_id),
         amount TEXT NOT NULL, batch_start BIGINT NOT NULL, batch_end BIGINT NOT NULL);
     CREATE INDEX dp_spends_task ON dp_spends (task_id);
+    """,
+    # HPKE key rotation states; what garbage collection needs to know about
+    # the helper's replay records and job records (veil.aggregator.maintenance).
+    """
+    ALTER TABLE hpke_keys ADD COLUMN state TEXT NOT NULL DEFAULT 'active';
+    ALTER TABLE hpke_keys ADD COLUMN expires_at DOUBLE PRECISION;
+    ALTER TABLE helper_reports ADD COLUMN time BIGINT;
+    ALTER TABLE helper_reports ADD COLUMN job_id BYTEA;
+    ALTER TABLE helper_jobs ADD COLUMN created DOUBLE PRECISION;
+    CREATE INDEX helper_reports_time ON helper_reports (task_id, time);
+    CREATE INDEX helper_reports_job ON helper_reports (task_id, job_id);
     """,
 )
 
@@ -250,6 +268,7 @@ class PostgresDatastore:
     # --- both roles -------------------------------------------------------
 
     def hpke_keypairs(self) -> list[HpkeKeypair]:
+        """Every stored key (whatever its state: all of them open ciphertexts)."""
         rows = self._run(
             lambda db: db.execute(
                 "SELECT config_id, public_key, private_key FROM hpke_keys ORDER BY created DESC"
@@ -260,7 +279,8 @@ class PostgresDatastore:
     def add_hpke_keypair(self, keypair: HpkeKeypair) -> None:
         self._run(
             lambda db: db.execute(
-                "INSERT INTO hpke_keys VALUES (%s, %s, %s, %s)",
+                "INSERT INTO hpke_keys (config_id, public_key, private_key, created)"
+                " VALUES (%s, %s, %s, %s)",
                 (
                     keypair.config.config_id,
                     keypair.config.public_key,
@@ -658,12 +678,14 @@ class PostgresDatastore:
     ) -> None:
         def work(db: Conn) -> None:
             db.execute(
-                "INSERT INTO helper_jobs VALUES (%s, %s, %s, %s)",
-                (task_id, job_id, request_hash, response),
+                "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (task_id, job_id, request_hash, response, _time.time()),
             )
             with db.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO helper_reports VALUES (%s, %s)", [(task_id, i) for i in report_ids]
+                    "INSERT INTO helper_reports (task_id, report_id, job_id) VALUES (%s, %s, %s)",
+                    [(task_id, i, job_id) for i in report_ids],
                 )
             self._count_rejections(db, task_id, rejected)
             self._merge_aggregates(db, task_id, deltas, merge)
@@ -692,6 +714,205 @@ class PostgresDatastore:
             )
 
         self._run(work)
+
+    # --- operations: keys, garbage collection, status ----------------------
+
+    def hpke_keys(self) -> list[HpkeKey]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT config_id, public_key, private_key, state, created, expires_at"
+                " FROM hpke_keys ORDER BY created, config_id"
+            ).fetchall()
+        )
+        return [
+            HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
+            for c, pk, sk, st, cr, ex in rows
+        ]
+
+    def add_hpke_key(self, key: HpkeKey) -> None:
+        if key.state not in KEY_STATES:
+            raise ValueError(f"unknown HPKE key state {key.state!r}")
+
+        def work(db: Conn) -> None:
+            # ON CONFLICT: a taken id is an answer (StorageConflict), not an
+            # aborted transaction.
+            cur = db.execute(
+                "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
+                " expires_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (
+                    key.config_id,
+                    key.keypair.config.public_key,
+                    key.keypair.private_key,
+                    key.created,
+                    key.state,
+                    key.expires_at,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise StorageConflict(f"HPKE config id {key.config_id} is taken")
+
+        self._run(work)
+
+    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
+        def work(db: Conn) -> None:
+            # Every key row locked, in one order: two activations cannot
+            # both leave their key active.
+            states: dict[int, str] = dict(
+                db.execute(
+                    "SELECT config_id, state FROM hpke_keys ORDER BY config_id FOR UPDATE"
+                ).fetchall()
+            )
+            if states.get(config_id) in (None, KEY_EXPIRED):
+                raise StorageConflict(f"HPKE config id {config_id} is not a pending or active key")
+            db.execute(
+                "UPDATE hpke_keys SET state = %s, expires_at = %s WHERE state = %s"
+                " AND config_id != %s",
+                (KEY_EXPIRED, now + grace, KEY_ACTIVE, config_id),
+            )
+            db.execute(
+                "UPDATE hpke_keys SET state = %s, expires_at = NULL WHERE config_id = %s",
+                (KEY_ACTIVE, config_id),
+            )
+
+        self._run(work)
+
+    def delete_expired_hpke_keys(self, now: float) -> list[int]:
+        rows = self._run(
+            lambda db: db.execute(
+                "DELETE FROM hpke_keys WHERE state = %s AND expires_at <= %s RETURNING config_id",
+                (KEY_EXPIRED, now),
+            ).fetchall()
+        )
+        return sorted(int(r[0]) for r in rows)
+
+    def record_helper_report_times(
+        self, task_id: bytes, reports: Sequence[tuple[bytes, int]]
+    ) -> None:
+        ids = [i for i, _ in reports]
+        times = [t for _, t in reports]
+        self._run(
+            lambda db: db.execute(
+                "UPDATE helper_reports AS h SET time = v.time"
+                " FROM unnest(%s::bytea[], %s::bigint[]) AS v(id, time)"
+                " WHERE h.task_id = %s AND h.report_id = v.id",
+                (ids, times, task_id),
+            )
+        )
+
+    # As SqliteDatastore._FINISHED_BUCKET: a bucket counts as collected for GC
+    # only once the collection that closed it has finished.
+    _FINISHED_BUCKET = (
+        "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
+        " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
+        " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time %% %s)"
+    )
+
+    def collect_garbage(
+        self,
+        task_id: bytes,
+        time_precision: int,
+        report_horizon: int | None,
+        job_horizon: float | None,
+    ) -> GcResult:
+        """As SqliteDatastore.collect_garbage (whose docstring states the rules)."""
+        tp = time_precision
+        horizon = report_horizon
+        age = "time < %s" if horizon is not None else "false"
+        age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+
+        def work(db: Conn) -> GcResult:
+            reports = db.execute(
+                "DELETE FROM reports WHERE task_id = %s AND state IN (%s, %s) AND"
+                f" ({age} OR {self._FINISHED_BUCKET.format(t='reports')})",
+                (task_id, AGGREGATED, REJECTED, *age_args, tp),
+            ).rowcount
+            jobs = db.execute(
+                "DELETE FROM aggregation_jobs WHERE task_id = %s AND state = 'finished' AND NOT"
+                " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
+                " AND r.job_id = aggregation_jobs.job_id)",
+                (task_id,),
+            ).rowcount
+            replay = db.execute(
+                "DELETE FROM helper_reports WHERE task_id = %s AND time IS NOT NULL AND"
+                f" ({age} OR {self._FINISHED_BUCKET.format(t='helper_reports')})",
+                (task_id, *age_args, tp),
+            ).rowcount
+            aggregates = collections = 0
+            if horizon is not None:
+                aggregates = db.execute(
+                    "DELETE FROM batch_aggregates WHERE task_id = %s AND bucket + %s <= %s",
+                    (task_id, tp, horizon),
+                ).rowcount
+                collections = db.execute(
+                    "DELETE FROM collections WHERE task_id = %s AND state != 'pending'"
+                    " AND start + duration <= %s",
+                    (task_id, horizon),
+                ).rowcount
+            helper_jobs = db.execute(
+                "DELETE FROM helper_jobs WHERE task_id = %s AND (created < %s OR"
+                " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
+                " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+                (task_id, job_horizon if job_horizon is not None else float("-inf")),
+            ).rowcount
+            return GcResult(reports, jobs, aggregates, replay, helper_jobs, collections)
+
+        return self._run(work)
+
+    def _tables(self, db: Conn) -> list[str]:
+        return [
+            str(r[0])
+            for r in db.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind = 'r' ORDER BY c.relname"
+            )
+        ]
+
+    def reclaim_space(self, full: bool = False) -> None:
+        """VACUUM veil's tables: dead rows become reusable and empty pages at a
+        table's end go back to the file system (autovacuum would get there too,
+        later). `full` rewrites every table (VACUUM FULL: it locks each table
+        while it runs, so it is for an operator's command, not the background pass).
+        """
+        command = "VACUUM FULL {}" if full else "VACUUM {}"
+        with self.pool.connection() as conn:
+            # VACUUM cannot run in a transaction; the pool's connections autocommit.
+            for table in self._tables(conn):
+                conn.execute(sql.SQL(command).format(sql.Identifier(table)))
+
+    def size_bytes(self) -> int:
+        """Bytes of veil's tables (with their indexes and TOAST) in this schema."""
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            ).fetchone()
+        )
+        assert row is not None
+        return int(row[0])
+
+    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT time - time %% %s, state, count(*) FROM reports WHERE task_id = %s"
+                " GROUP BY 1, 2 ORDER BY 1",
+                (time_precision, task_id),
+            ).fetchall()
+        )
+        out: dict[int, dict[str, int]] = {}
+        for bucket, state, n in rows:
+            out.setdefault(int(bucket), {})[REPORT_STATE_NAMES[int(state)]] = int(n)
+        return out
+
+    def collections(self, task_id: bytes) -> list[CollectionRecord]:
+        rows = self._run(
+            lambda db: db.execute(
+                f"SELECT {_COLLECTION_COLS} FROM collections WHERE task_id = %s"
+                " ORDER BY created, job_id",
+                (task_id,),
+            ).fetchall()
+        )
+        return [_collection(r) for r in rows]
 
 
 # --------------------------------------------------------------------------- ledger

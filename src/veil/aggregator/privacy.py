@@ -114,10 +114,16 @@ class PrivacyEngine:
             self.pool.add(task.task_id, task.dp.plan(task.vdaf), length)
 
     def report_budget(self, task: Task, metrics: Metrics) -> None:
-        """Export what remains of the task's budget (for a whole-task batch)."""
-        if task.dp.amount is not None:
-            remaining = self.ledger.remaining(task.id_text)
-            metrics.budget_remaining.labels(task.id_text).set(float(remaining))
+        """Export the task's (and its survey's) spent and remaining budget."""
+        if task.dp.amount is None:
+            return
+        rows = [(task.id_text, self.ledger.task_status(task.id_text))]
+        if task.dp.survey is not None:
+            rows.append((f"survey:{task.dp.survey}", self.ledger.survey_status(task.dp.survey)))
+        for label, status in rows:
+            unit = status.unit.value
+            metrics.budget_spent.labels(label, unit).set(float(status.spent))
+            metrics.budget_remaining.labels(label, unit).set(float(status.remaining))
 
     def check(self, task: Task, start: int, duration: int) -> None:
         """Raise BudgetExhausted if collecting this batch would exceed the budget."""

@@ -28,6 +28,11 @@ Configuration is one TOML file (paths in it are relative to the file):
     enabled = true                     # false: an upload front end only; `veil
                                        # worker` processes aggregate and collect
     lease_seconds = 60                 # a crashed worker's job is retried after this
+    [gc]                               # background maintenance (both roles)
+    interval = 60                      # seconds between passes; 0 turns it off
+    [keys]                             # HPKE key rotation (veil.aggregator.maintenance)
+    pending_seconds = 60               # a pending key becomes active this long after it was added
+    grace_seconds = 86400              # an expired key still opens reports this long
 
 Without [tls] the server only listens on a loopback address, and says so.
 
@@ -38,26 +43,37 @@ machines lease aggregation and collection jobs from the database.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
+import time
 import tomllib
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from psycopg.conninfo import conninfo_to_dict
 
+from veil.aggregator.core import AggregatorBase
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.maintenance import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_PENDING_SECONDS,
+    KeyPolicy,
+    advance_keys,
+    collect_garbage,
+)
 from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore, is_postgres_url
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService
-from veil.aggregator.storage import Datastore, SqliteDatastore
+from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
 from veil.grpc_util import is_loopback
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
@@ -94,6 +110,9 @@ class ServerConfig:
     driver_enabled: bool = True
     lease_seconds: float = 60.0
     pool_size: int = 8
+    gc_interval: float = 60.0
+    task_paths: tuple[Path, ...] = ()
+    keys: KeyPolicy = field(default_factory=KeyPolicy)
 
 
 def _tls(table: dict[str, Any] | None, base: Path, cert_key: str) -> TlsFiles | None:
@@ -118,6 +137,14 @@ _KEYS = {
     "log_level",
     "log_format",
     "metrics",
+    "gc",
+    "keys",
+}
+_TABLE_KEYS = {
+    "driver": {"interval", "job_size", "enabled", "lease_seconds"},
+    "metrics": {"listen"},
+    "gc": {"interval"},
+    "keys": {"pending_seconds", "grace_seconds"},
 }
 
 
@@ -132,6 +159,13 @@ def load_config(path: Path) -> ServerConfig:
         raise ConfigError(
             f"{path}: unknown settings {sorted(unknown)}; expected some of {sorted(_KEYS)}"
         )
+    for table, allowed in _TABLE_KEYS.items():
+        extra = set(raw.get(table, {})) - allowed
+        if extra:
+            raise ConfigError(
+                f"{path}: unknown settings {sorted(extra)} in [{table}];"
+                f" expected some of {sorted(allowed)}"
+            )
     base = path.parent
     try:
         tasks = [load_task(base / p) for p in raw.get("tasks", [])]
@@ -146,10 +180,17 @@ def load_config(path: Path) -> ServerConfig:
     if tls is not None and (tls.cert is None or tls.key is None):
         raise ConfigError(f"{path}: [tls] needs both 'cert' and 'key'")
     driver = raw.get("driver", {})
-    unknown = set(driver) - {"interval", "job_size", "enabled", "lease_seconds"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown [driver] settings {sorted(unknown)}")
     storage, pool_size = _storage(path, raw["storage"])
+    keys = raw.get("keys", {})
+    policy = KeyPolicy(
+        float(keys.get("pending_seconds", DEFAULT_PENDING_SECONDS)),
+        float(keys.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
+    )
+    if policy.pending_seconds < 0 or policy.grace_seconds < 0:
+        raise ConfigError(f"{path}: [keys] durations must not be negative")
+    gc_interval = float(raw.get("gc", {}).get("interval", 60.0))
+    if gc_interval < 0:
+        raise ConfigError(f"{path}: [gc] interval must not be negative (0 turns GC off)")
     return ServerConfig(
         listen=str(raw["listen"]),
         storage=storage,
@@ -166,6 +207,9 @@ def load_config(path: Path) -> ServerConfig:
         driver_enabled=bool(driver.get("enabled", True)),
         lease_seconds=float(driver.get("lease_seconds", 60.0)),
         pool_size=pool_size,
+        gc_interval=gc_interval,
+        task_paths=tuple(base / p for p in raw.get("tasks", [])),
+        keys=policy,
     )
 
 
@@ -190,6 +234,16 @@ def _storage(path: Path, value: Any) -> tuple[Path | str, int]:
     if "://" in value:
         raise ConfigError(f"{path}: storage URL {value!r}: only postgresql:// is supported")
     return path.parent / value, pool_size
+
+
+def storage_label(storage: Path | str) -> str:
+    """The storage as it may be shown: a PostgreSQL URL without its password."""
+    if isinstance(storage, Path):
+        return str(storage)
+    params = conninfo_to_dict(storage)
+    return (
+        f"postgresql://{params.get('user', '')}@{params.get('host', '')}/{params.get('dbname', '')}"
+    )
 
 
 def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:
@@ -241,17 +295,17 @@ class AggregatorServer:
         self.store, self.privacy, self._close_store = open_storage(config)
         tasks = {t.task_id: t for t in config.tasks}
         self.metrics = Metrics(role)
-        storage = config.storage
-        if isinstance(storage, Path):
-            self.metrics.track_storage(lambda: float(storage.stat().st_size))
+        self.metrics.track_storage(lambda: float(self.store.size_bytes()))
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8), options=grpc_options(config)
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.leader: Leader | None = None
+        self.logic: AggregatorBase
         self._stop = threading.Event()
         self._driver: threading.Thread | None = None
+        self._maintenance: threading.Thread | None = None
         if role == "leader":
             helper = GrpcHelperClient(helper_channel_factory(config))
             self.leader = Leader(
@@ -264,12 +318,14 @@ class AggregatorServer:
                 lease_seconds=config.lease_seconds,
             )
             self.leader.should_stop = self._stop.is_set
+            self.logic = self.leader
             leader_pb2_grpc.add_LeaderServicer_to_server(  # type: ignore[no-untyped-call]
                 LeaderService(self.leader), self.server
             )
             self.service_name = "veil.protocol.v1.Leader"
         else:
             helper_logic = Helper(tasks, self.store, self.privacy, metrics=self.metrics)
+            self.logic = helper_logic
             helper_pb2_grpc.add_HelperServicer_to_server(  # type: ignore[no-untyped-call]
                 HelperService(helper_logic), self.server
             )
@@ -315,7 +371,50 @@ class AggregatorServer:
             self._driver.start()
         elif self.leader is not None:
             log.info("driver disabled: aggregation and collection are left to `veil worker`")
+        self._maintenance = threading.Thread(target=self._maintain, name="gc", daemon=True)
+        self._maintenance.start()
         log.info("%s serving on %s (port %d)", self.role, self.config.listen, self.port)
+
+    def maintain_once(self) -> None:
+        """One maintenance pass: key rotation steps, GC, space, gauges."""
+        now = self.logic.clock()
+        for event in advance_keys(self.store, now, self.config.keys):
+            log.info("HPKE keys: %s", event)
+        self.logic.refresh_keys()
+        keys = self.store.hpke_keys()
+        for state in KEY_STATES:
+            self.metrics.hpke_keys.labels(state).set(sum(k.state == state for k in keys))
+        if self.config.gc_interval > 0:
+            began = time.monotonic()
+            results = collect_garbage(self.store, self.config.tasks, now)
+            self.metrics.gc_runs.inc()
+            self.metrics.gc_seconds.observe(time.monotonic() - began)
+            for result in results.values():
+                for kind, n in dataclasses.asdict(result).items():
+                    if n:
+                        self.metrics.gc_deleted.labels(kind).inc(n)
+        for task in self.config.tasks:
+            self.privacy.report_budget(task, self.metrics)
+        if self.leader is not None:
+            self.metrics.aggregation_jobs_open.set(len(self.store.open_aggregation_jobs()))
+            for task in self.config.tasks:
+                backlog = self.store.unaggregated_count(task.task_id, 0, 2**63 - 1)
+                self.metrics.reports_unaggregated.labels(task.id_text).set(backlog)
+
+    def _maintain(self) -> None:
+        # Key promotion happens even with GC off, and no later than one
+        # pending period after a key was added.
+        period = self.config.gc_interval or 60.0
+        if self.config.keys.pending_seconds > 0:
+            period = min(period, self.config.keys.pending_seconds)
+        period = max(period, 0.1)
+        while True:
+            try:
+                self.maintain_once()
+            except Exception:
+                log.exception("maintenance pass failed; retrying")
+            if self._stop.wait(period):
+                return
 
     def stop(self) -> None:
         """Graceful stop: refuse new calls, let in-flight calls and the driver's
@@ -326,6 +425,8 @@ class AggregatorServer:
         self.server.stop(self.config.grace_seconds).wait()
         if self._driver is not None:
             self._driver.join(self.config.grace_seconds)
+        if self._maintenance is not None:
+            self._maintenance.join(self.config.grace_seconds)
         self.metrics.stop()
         self._close_store()
 

@@ -19,15 +19,30 @@ import sqlite3
 import threading
 import time as _time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair
 
+WAL_SIZE_LIMIT = 16 << 20
+
 # Report states on the leader.
 PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
+REPORT_STATE_NAMES = {
+    PENDING: "pending",
+    IN_JOB: "in_job",
+    AGGREGATED: "aggregated",
+    REJECTED: "rejected",
+}
+
+# HPKE key states. A pending key opens ciphertexts but is not advertised yet
+# (so every replica knows it before any client uses it); the active key is
+# advertised; an expired key is no longer advertised but still opens
+# ciphertexts until `expires_at`, when garbage collection deletes it.
+KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED = "pending", "active", "expired"
+KEY_STATES = (KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED)
 
 
 # Adds two encoded VDAF aggregate shares (field addition, done by the caller's
@@ -100,6 +115,42 @@ class CollectionRecord:
     error_message: str = ""
 
 
+@dataclass(frozen=True)
+class HpkeKey:
+    """An aggregator's HPKE keypair with its rotation state (see KEY_STATES)."""
+
+    keypair: HpkeKeypair
+    state: str
+    created: float
+    expires_at: float | None = None  # expired keys: deleted by GC after this time
+
+    @property
+    def config_id(self) -> int:
+        return self.keypair.config.config_id
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """How many rows one garbage-collection pass deleted, by kind."""
+
+    reports: int = 0
+    aggregation_jobs: int = 0
+    batch_aggregates: int = 0
+    replay_records: int = 0
+    helper_jobs: int = 0
+    collections: int = 0
+
+    def total(self) -> int:
+        return (
+            self.reports
+            + self.aggregation_jobs
+            + self.batch_aggregates
+            + self.replay_records
+            + self.helper_jobs
+            + self.collections
+        )
+
+
 class Datastore(Protocol):
     """What the leader and helper logic need from storage."""
 
@@ -161,6 +212,52 @@ class Datastore(Protocol):
     def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> None: ...
 
+    # Operations: key rotation, garbage collection, status (both roles).
+    #
+    # commit_helper_job (above) also records, for GC, the job id with each
+    # replay record and the time the job record was written; a job record
+    # is deleted with its last replay record (see collect_garbage).
+    # hpke_keys: every key with its state, oldest first.
+    # add_hpke_key: insert a key; StorageConflict if its config id is taken.
+    # activate_hpke_key: in one transaction, make `config_id` (pending or
+    #   active) the active key and every other active key expired with
+    #   expires_at = now + grace; StorageConflict if the key is unknown or
+    #   expired.
+    # delete_expired_hpke_keys: delete expired keys with expires_at <= now;
+    #   returns their config ids.
+    # record_helper_report_times: set the report time on replay records that
+    #   commit_helper_job wrote (the helper calls it right after), so that GC
+    #   can delete a record once a replay would be refused anyway (older than
+    #   the expiry horizon, or in a collected bucket). A crash in between
+    #   leaves records without a time, which GC keeps: safe, only space.
+    # collect_garbage: one transaction deleting, for one task, what no rule
+    #   needs any more (see SqliteDatastore.collect_garbage for the rules;
+    #   they are the contract).
+    # reclaim_space: return freed space to the file system where the backend
+    #   does not do so itself (`full`: a complete rewrite, e.g. VACUUM).
+    # size_bytes: bytes the database occupies on disk.
+    # report_counts: leader reports per time bucket and state name
+    #   (REPORT_STATE_NAMES), for status.
+    # collections: every collection job of the task, oldest first.
+    def hpke_keys(self) -> list[HpkeKey]: ...
+    def add_hpke_key(self, key: HpkeKey) -> None: ...
+    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None: ...
+    def delete_expired_hpke_keys(self, now: float) -> list[int]: ...
+    def record_helper_report_times(
+        self, task_id: bytes, reports: Sequence[tuple[bytes, int]]
+    ) -> None: ...
+    def collect_garbage(
+        self,
+        task_id: bytes,
+        time_precision: int,
+        report_horizon: int | None,
+        job_horizon: float | None,
+    ) -> GcResult: ...
+    def reclaim_space(self, full: bool = False) -> None: ...
+    def size_bytes(self) -> int: ...
+    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]: ...
+    def collections(self, task_id: bytes) -> list[CollectionRecord]: ...
+
 
 def _aggregate(row: Sequence[Any]) -> BatchAggregate:
     b, s, n, c, w = row
@@ -212,20 +309,21 @@ CREATE TABLE IF NOT EXISTS helper_reports (
     task_id BLOB NOT NULL, report_id BLOB NOT NULL, PRIMARY KEY (task_id, report_id));
 """
 
-# Columns added after the first release, added to older files at open. A lease
-# is (owner, expiry in epoch seconds); expiry 0 means nobody holds the job.
-_LEASE_COLUMNS = {
-    "aggregation_jobs": (
-        ("lease_owner", "TEXT"),
-        ("lease_expiry", "REAL NOT NULL DEFAULT 0"),
-        ("attempts", "INTEGER NOT NULL DEFAULT 0"),
-    ),
-    "collections": (
-        ("lease_owner", "TEXT"),
-        ("lease_expiry", "REAL NOT NULL DEFAULT 0"),
-        ("attempts", "INTEGER NOT NULL DEFAULT 0"),
-    ),
-}
+# Columns added after the first release; _migrate adds them to older files.
+# A lease is (owner, expiry in epoch seconds); expiry 0 means nobody holds the job.
+_ADDED_COLUMNS = (
+    ("hpke_keys", "state", "TEXT NOT NULL DEFAULT 'active'"),
+    ("hpke_keys", "expires_at", "REAL"),
+    ("helper_reports", "time", "INTEGER"),
+    ("helper_reports", "job_id", "BLOB"),
+    ("helper_jobs", "created", "REAL"),
+    ("aggregation_jobs", "lease_owner", "TEXT"),
+    ("aggregation_jobs", "lease_expiry", "REAL NOT NULL DEFAULT 0"),
+    ("aggregation_jobs", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("collections", "lease_owner", "TEXT"),
+    ("collections", "lease_expiry", "REAL NOT NULL DEFAULT 0"),
+    ("collections", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+)
 
 
 def _check_collection_update(
@@ -246,20 +344,36 @@ class SqliteDatastore:
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
         self._local = threading.local()
+        db = self._conn()
         # executescript commits on its own; the schema is idempotent.
-        self._conn().executescript(_SCHEMA)
-        with self._tx() as db:
-            for table, columns in _LEASE_COLUMNS.items():
-                have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-                for name, decl in columns:
-                    if name not in have:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+        db.executescript(_SCHEMA)
+        self._migrate(db)
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        for table, column, decl in _ADDED_COLUMNS:
+            have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        db.execute(
+            "CREATE INDEX IF NOT EXISTS helper_reports_time ON helper_reports (task_id, time)"
+        )
+        db.execute(
+            "CREATE INDEX IF NOT EXISTS helper_reports_job ON helper_reports (task_id, job_id)"
+        )
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            # Takes effect only on a new, empty file (before WAL and tables):
+            # lets reclaim_space return pages freed by garbage collection
+            # without rewriting the whole database.
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
+            # After a checkpoint, a WAL file larger than this is cut back to it
+            # (by default it keeps its largest size forever).
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
             self._local.conn = conn
@@ -293,7 +407,8 @@ class SqliteDatastore:
     def add_hpke_keypair(self, keypair: HpkeKeypair) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT INTO hpke_keys VALUES (?, ?, ?, ?)",
+                "INSERT INTO hpke_keys (config_id, public_key, private_key, created)"
+                " VALUES (?, ?, ?, ?)",
                 (
                     keypair.config.config_id,
                     keypair.config.public_key,
@@ -725,11 +840,13 @@ class SqliteDatastore:
     ) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT INTO helper_jobs VALUES (?, ?, ?, ?)",
-                (task_id, job_id, request_hash, response),
+                "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (task_id, job_id, request_hash, response, _time.time()),
             )
             db.executemany(
-                "INSERT INTO helper_reports VALUES (?, ?)", [(task_id, i) for i in report_ids]
+                "INSERT INTO helper_reports (task_id, report_id, job_id) VALUES (?, ?, ?)",
+                [(task_id, i, job_id) for i in report_ids],
             )
             self._count_rejections(db, task_id, rejected)
             self._merge_aggregates(db, task_id, deltas, merge)
@@ -753,3 +870,198 @@ class SqliteDatastore:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (*self._collection_values(record), _time.time()),
             )
+
+    # --- operations: keys, garbage collection, status ----------------------
+
+    def hpke_keys(self) -> list[HpkeKey]:
+        rows = self._conn().execute(
+            "SELECT config_id, public_key, private_key, state, created, expires_at"
+            " FROM hpke_keys ORDER BY created, config_id"
+        )
+        return [
+            HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
+            for c, pk, sk, st, cr, ex in rows
+        ]
+
+    def add_hpke_key(self, key: HpkeKey) -> None:
+        if key.state not in KEY_STATES:
+            raise ValueError(f"unknown HPKE key state {key.state!r}")
+        with self._tx() as db:
+            try:
+                db.execute(
+                    "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
+                    " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        key.config_id,
+                        key.keypair.config.public_key,
+                        key.keypair.private_key,
+                        key.created,
+                        key.state,
+                        key.expires_at,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise StorageConflict(f"HPKE config id {key.config_id} is taken") from None
+
+    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT state FROM hpke_keys WHERE config_id = ?", (config_id,)
+            ).fetchone()
+            if row is None or row[0] == KEY_EXPIRED:
+                raise StorageConflict(f"HPKE config id {config_id} is not a pending or active key")
+            db.execute(
+                "UPDATE hpke_keys SET state = ?, expires_at = ? WHERE state = ? AND config_id != ?",
+                (KEY_EXPIRED, now + grace, KEY_ACTIVE, config_id),
+            )
+            db.execute(
+                "UPDATE hpke_keys SET state = ?, expires_at = NULL WHERE config_id = ?",
+                (KEY_ACTIVE, config_id),
+            )
+
+    def delete_expired_hpke_keys(self, now: float) -> list[int]:
+        with self._tx() as db:
+            ids = [
+                int(r[0])
+                for r in db.execute(
+                    "SELECT config_id FROM hpke_keys WHERE state = ? AND expires_at <= ?",
+                    (KEY_EXPIRED, now),
+                )
+            ]
+            db.executemany("DELETE FROM hpke_keys WHERE config_id = ?", [(i,) for i in ids])
+            return ids
+
+    def record_helper_report_times(
+        self, task_id: bytes, reports: Sequence[tuple[bytes, int]]
+    ) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "UPDATE helper_reports SET time = ? WHERE task_id = ? AND report_id = ?",
+                [(t, task_id, i) for i, t in reports],
+            )
+
+    # A bucket counts as collected for GC only once the collection that closed
+    # it has finished: a failed collection may reopen its buckets (see
+    # fail_collection), after which the report ids are needed again.
+    _FINISHED_BUCKET = (
+        "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
+        " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
+        " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ?)"
+    )
+
+    def collect_garbage(
+        self,
+        task_id: bytes,
+        time_precision: int,
+        report_horizon: int | None,
+        job_horizon: float | None,
+    ) -> GcResult:
+        """Delete what no rule needs any more, for one task, in one transaction.
+
+        - Leader reports that are aggregated or rejected and either older than
+          `report_horizon` (uploads that old are refused) or in a bucket whose
+          collection finished (uploads into it are refused). Pending reports
+          and reports in a job are kept: they have yet to be counted.
+        - Finished aggregation jobs with no report left.
+        - Batch aggregates of buckets that end at or before `report_horizon`.
+        - Helper replay records with a time, on the same two conditions as
+          leader reports.
+        - Helper job records (kept to answer a retried job identically)
+          created before `job_horizon` (the caller picks it so that every
+          report of such a job is older than the report horizon), or whose
+          reports have no replay record left (their batch was collected, so
+          the leader finished the job before; or they were all refused
+          before: a retry gets the same answer). Either way a retry is
+          refused report by report and counts nothing twice.
+        - Finished or failed collections whose interval ends at or before
+          `report_horizon`.
+
+        `report_horizon` None (the task has no report expiry) keeps everything
+        that only age would release.
+        """
+        tp = time_precision
+        horizon = report_horizon
+        with self._tx() as db:
+            age = "time < ?" if horizon is not None else "0"
+            age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+            reports = db.execute(
+                "DELETE FROM reports WHERE task_id = ? AND state IN (?, ?) AND"
+                f" ({age} OR {self._FINISHED_BUCKET.format(t='reports')})",
+                (task_id, AGGREGATED, REJECTED, *age_args, tp),
+            ).rowcount
+            jobs = db.execute(
+                "DELETE FROM aggregation_jobs WHERE task_id = ? AND state = 'finished' AND NOT"
+                " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
+                " AND r.job_id = aggregation_jobs.job_id)",
+                (task_id,),
+            ).rowcount
+            replay = db.execute(
+                "DELETE FROM helper_reports WHERE task_id = ? AND time IS NOT NULL AND"
+                f" ({age} OR {self._FINISHED_BUCKET.format(t='helper_reports')})",
+                (task_id, *age_args, tp),
+            ).rowcount
+            aggregates = collections = 0
+            if horizon is not None:
+                aggregates = db.execute(
+                    "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
+                    (task_id, tp, horizon),
+                ).rowcount
+                collections = db.execute(
+                    "DELETE FROM collections WHERE task_id = ? AND state != 'pending'"
+                    " AND start + duration <= ?",
+                    (task_id, horizon),
+                ).rowcount
+            # Records written before job ids were kept with the replay records
+            # (created IS NULL) are left to the horizon.
+            helper_jobs = db.execute(
+                "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
+                " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
+                " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+                (task_id, job_horizon if job_horizon is not None else float("-inf")),
+            ).rowcount
+        return GcResult(reports, jobs, aggregates, replay, helper_jobs, collections)
+
+    def reclaim_space(self, full: bool = False) -> None:
+        """Return free pages to the file system and truncate the WAL.
+
+        Without `full`, only files created with auto_vacuum=INCREMENTAL
+        (every file this version creates) shrink; `full` rewrites the whole
+        file (VACUUM) and needs a moment without writers.
+        """
+        db = self._conn()
+        if full:
+            db.execute("VACUUM")
+            # TRUNCATE waits for readers and briefly holds off writers: fine
+            # for an operator's command, not for the server's background pass.
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        else:
+            # executescript steps the pragma to completion; execute() would
+            # free a single page.
+            db.executescript("PRAGMA incremental_vacuum;")
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            with suppress(FileNotFoundError):
+                total += Path(self.path + suffix).stat().st_size
+        return total
+
+    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
+        rows = self._conn().execute(
+            "SELECT time - time % ?, state, COUNT(*) FROM reports WHERE task_id = ?"
+            " GROUP BY 1, 2 ORDER BY 1",
+            (time_precision, task_id),
+        )
+        out: dict[int, dict[str, int]] = {}
+        for bucket, state, n in rows:
+            out.setdefault(int(bucket), {})[REPORT_STATE_NAMES[int(state)]] = int(n)
+        return out
+
+    def collections(self, task_id: bytes) -> list[CollectionRecord]:
+        rows = self._conn().execute(
+            f"SELECT {self._COLLECTION_COLS} FROM collections WHERE task_id = ?"
+            " ORDER BY created, job_id",
+            (task_id,),
+        )
+        return [self._collection_row(r) for r in rows]

@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 # Statuses worth retrying with the same request.
 _TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
+# How long a fetched HPKE config is used before it is fetched again. An
+# aggregator that rotates its key keeps opening reports sealed to the old
+# one for its grace period ([keys] grace_seconds), which must be longer.
+CONFIG_LIFETIME = 3600.0
+
 
 class UploadError(Exception):
     """The leader refused an upload (or stayed unreachable); `code` is the gRPC status."""
@@ -88,6 +93,7 @@ class Client:
         backoff: float = 0.5,
         batch_size: int = 1000,
         clock: Callable[[], float] = time.time,
+        config_lifetime: float = CONFIG_LIFETIME,
     ) -> None:
         self.task = task
         self.vdaf = task.vdaf.instantiate()
@@ -101,7 +107,8 @@ class Client:
         self._helper_channel = open_channel(task.helper_address, *tls)
         self._leader = leader_pb2_grpc.LeaderStub(self._leader_channel)  # type: ignore[no-untyped-call]
         self._helper = helper_pb2_grpc.HelperStub(self._helper_channel)  # type: ignore[no-untyped-call]
-        self._configs: dict[int, HpkeConfig] = {}
+        self.config_lifetime = config_lifetime
+        self._configs: dict[int, tuple[HpkeConfig, float]] = {}
 
     def close(self) -> None:
         self._leader_channel.close()
@@ -129,20 +136,22 @@ class Client:
         raise AssertionError("unreachable")
 
     def hpke_config(self, role: int) -> HpkeConfig:
-        """The aggregator's HPKE config (fetched once, then cached)."""
-        if role not in self._configs:
-            stub = self._leader if role == ROLE_LEADER else self._helper
-            reply = self._call(
-                stub.GetHpkeConfig, messages_pb2.HpkeConfigRequest(task_id=self.task.task_id)
+        """The aggregator's HPKE config (cached for `config_lifetime` seconds)."""
+        cached = self._configs.get(role)
+        if cached is not None and time.monotonic() - cached[1] < self.config_lifetime:
+            return cached[0]
+        stub = self._leader if role == ROLE_LEADER else self._helper
+        reply = self._call(
+            stub.GetHpkeConfig, messages_pb2.HpkeConfigRequest(task_id=self.task.task_id)
+        )
+        usable = [c for c in map(_config, reply.configs) if c.is_supported()]
+        if not usable:
+            raise UploadError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "the aggregator offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
             )
-            usable = [c for c in map(_config, reply.configs) if c.is_supported()]
-            if not usable:
-                raise UploadError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    "the aggregator offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
-                )
-            self._configs[role] = usable[0]
-        return self._configs[role]
+        self._configs[role] = (usable[0], time.monotonic())
+        return usable[0]
 
     def report_time(self) -> int:
         now = int(self.clock())

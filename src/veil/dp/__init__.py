@@ -23,6 +23,7 @@ from veil.dp._exact import RandomSource
 from veil.dp.budget import (
     Batch,
     BudgetLedger,
+    BudgetStatus,
     BudgetUnit,
     LedgerStore,
     LedgerTransaction,
@@ -70,6 +71,7 @@ __all__ = [
     "Batch",
     "BudgetExceeded",
     "BudgetLedger",
+    "BudgetStatus",
     "BudgetUnit",
     "DPConfig",
     "DPError",

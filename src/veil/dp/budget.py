@@ -121,6 +121,23 @@ class Spend:
     batch: Batch
 
 
+@dataclass(frozen=True)
+class BudgetStatus:
+    """A task's or survey's budget as operators read it (`veil status`, metrics).
+
+    `spent` is the privacy loss so far: for a task, the largest sum of spends
+    whose batches share an instant (disjoint batches compose in parallel);
+    for a survey, the sum of its tasks' losses. `remaining` is what one more
+    collection over every report could spend.
+    """
+
+    total: Fraction
+    spent: Fraction
+    remaining: Fraction
+    unit: BudgetUnit
+    collections: int
+
+
 class LedgerTransaction(Protocol):
     """Reads and writes inside one exclusive transaction of a LedgerStore."""
 
@@ -218,6 +235,31 @@ class BudgetLedger:
         with self._store.transaction() as tx:
             task = _known_task(tx, task_id)
             return _remaining(tx, task, batch or Batch.everything())[0]
+
+    def task_status(self, task_id: str) -> BudgetStatus:
+        """Total, spent and remaining budget of a registered task."""
+        with self._store.transaction() as tx:
+            task = _known_task(tx, task_id)
+            spends = tx.spends(task_id)
+            remaining = _remaining(tx, task, Batch.everything())[0]
+            return BudgetStatus(
+                task.total, _peak(spends, Batch.everything()), remaining, task.unit, len(spends)
+            )
+
+    def survey_status(self, survey_id: str) -> BudgetStatus:
+        """Total, spent (sum of its tasks' losses) and remaining budget of a survey."""
+        with self._store.transaction() as tx:
+            survey = tx.survey(survey_id)
+            if survey is None:
+                raise UnknownTask(f"no privacy budget is registered for survey {survey_id!r}")
+            spent = Fraction(0)
+            collections = 0
+            for t in tx.survey_tasks(survey_id):
+                spends = tx.spends(t.task_id)
+                spent += _peak(spends, Batch.everything())
+                collections += len(spends)
+            remaining = max(survey.total - spent, Fraction(0))
+            return BudgetStatus(survey.total, spent, remaining, survey.unit, collections)
 
     def spend(
         self,

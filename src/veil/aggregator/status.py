@@ -1,0 +1,211 @@
+"""What `veil status` shows: an aggregator's state, read from its own database.
+
+An operator-side tool: it reads the database the server writes (SQLite in
+WAL mode lets it do so while the server runs) and the server's
+configuration, never the network. Nothing secret is shown: keys appear by
+config id and state, tasks by id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from veil.aggregator.maintenance import active_key
+from veil.aggregator.server import ServerConfig
+from veil.aggregator.storage import Datastore
+from veil.dp import BudgetLedger, BudgetStatus, DPError
+from veil.task import Task
+
+# Text output lists at most this many of the newest batches per task.
+TEXT_BATCHES = 12
+
+
+def _utc(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _budget(status: BudgetStatus) -> dict[str, Any]:
+    return {
+        "unit": status.unit.value,
+        "total": str(status.total),
+        "spent": str(status.spent),
+        "remaining": str(status.remaining),
+        "collections": status.collections,
+    }
+
+
+def _task_name(task: Task, files: dict[bytes, Path]) -> str:
+    path = files.get(task.task_id)
+    return path.name.split(".")[0] if path is not None else task.id_text[:12]
+
+
+def gather(
+    role: str, config: ServerConfig, store: Datastore, ledger: BudgetLedger
+) -> dict[str, Any]:
+    """The status as JSON-ready values."""
+    files = {t.task_id: p for t, p in zip(config.tasks, config.task_paths, strict=False)}
+    keys = store.hpke_keys()
+    advertised = active_key(keys)
+    open_jobs = Counter(task_id for task_id, _ in store.open_aggregation_jobs())
+    tasks = []
+    surveys: dict[str, dict[str, Any]] = {}
+    for task in config.tasks:
+        counts = store.report_counts(task.task_id, task.time_precision)
+        aggregates = {a.bucket: a for a in store.batch_aggregates(task.task_id, 0, 2**63 - 1)}
+        collections = store.collections(task.task_id)
+        finished_by = {c.job_id for c in collections if c.state == "finished"}
+        batches = []
+        for bucket in sorted(set(counts) | set(aggregates)):
+            agg = aggregates.get(bucket)
+            by_state = counts.get(bucket, {})
+            closed_by = agg.collected_by if agg is not None else None
+            if closed_by is None:
+                state = "open"
+            else:
+                state = "collected" if closed_by in finished_by else "collecting"
+            batches.append(
+                {
+                    "start": bucket,
+                    "start_utc": _utc(bucket),
+                    "aggregated": agg.report_count if agg is not None else 0,
+                    "pending": by_state.get("pending", 0) + by_state.get("in_job", 0),
+                    "rejected": by_state.get("rejected", 0),
+                    "state": state,
+                }
+            )
+        totals: Counter[str] = Counter()
+        for by_state in counts.values():
+            totals.update(by_state)
+        budget = None
+        if task.dp.amount is not None:
+            try:
+                budget = _budget(ledger.task_status(task.id_text))
+            except DPError:
+                budget = None  # the server has not registered it yet
+            if task.dp.survey is not None and task.dp.survey not in surveys:
+                with contextlib.suppress(DPError):  # not registered by the server yet
+                    surveys[task.dp.survey] = _budget(ledger.survey_status(task.dp.survey))
+        tasks.append(
+            {
+                "task_id": task.id_text,
+                "name": _task_name(task, files),
+                "vdaf": task.vdaf.to_dict(),
+                "dp": task.dp.to_dict(),
+                "time_precision": task.time_precision,
+                "min_batch_size": task.min_batch_size,
+                "report_expiry_age": task.report_expiry_age,
+                "reports": dict(sorted(totals.items())),
+                "rejections": dict(sorted(store.rejections(task.task_id).items())),
+                "pending_aggregation_jobs": open_jobs.get(task.task_id, 0),
+                "batches": batches,
+                "collections": [
+                    {
+                        "job_id": c.job_id.hex(),
+                        "start": c.start,
+                        "duration": c.duration,
+                        "state": c.state,
+                        "report_count": c.report_count,
+                        "error": c.error_message or None,
+                    }
+                    for c in collections
+                ],
+                "budget": budget,
+            }
+        )
+    return {
+        "role": role,
+        "listen": config.listen,
+        "database": {"path": str(config.storage), "bytes": store.size_bytes()},
+        "hpke_keys": [
+            {
+                "config_id": k.config_id,
+                "state": k.state,
+                "advertised": advertised is not None and k.config_id == advertised.config_id,
+                "created": _utc(k.created),
+                "expires": _utc(k.expires_at),
+            }
+            for k in keys
+        ],
+        "tasks": tasks,
+        "surveys": surveys,
+    }
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _budget_text(b: dict[str, Any]) -> str:
+    unit = "ε" if b["unit"] == "epsilon" else "ρ"
+    return (
+        f"spent {b['spent']} of {b['total']} {unit}, {b['remaining']} remaining"
+        f" ({b['collections']} collections)"
+    )
+
+
+def render_text(status: dict[str, Any]) -> str:
+    out = [
+        f"{status['role']} on {status['listen']}; database {status['database']['path']}"
+        f" ({_size(status['database']['bytes'])})",
+        "",
+        "HPKE keys:",
+    ]
+    for k in status["hpke_keys"]:
+        mark = "  (advertised)" if k["advertised"] else ""
+        expires = f", deleted after {k['expires']}" if k["expires"] else ""
+        out.append(f"  {k['config_id']:>3}  {k['state']:<8} created {k['created']}{expires}{mark}")
+    for t in status["tasks"]:
+        vdaf = ", ".join(f"{k}={v}" for k, v in t["vdaf"].items())
+        dp = ", ".join(f"{k}={v}" for k, v in t["dp"].items())
+        expiry = t["report_expiry_age"]
+        out += [
+            "",
+            f"task {t['name']} ({t['task_id']})",
+            f"  vdaf {vdaf}; dp {dp}",
+            f"  time_precision {t['time_precision']} s, min_batch_size {t['min_batch_size']},"
+            f" report_expiry_age {f'{expiry} s' if expiry else 'none'}",
+        ]
+        if t["reports"]:
+            out.append(
+                "  reports stored: " + ", ".join(f"{k} {v}" for k, v in t["reports"].items())
+            )
+        if t["rejections"]:
+            out.append(
+                "  rejected by reason: " + ", ".join(f"{k} {v}" for k, v in t["rejections"].items())
+            )
+        out.append(f"  pending aggregation jobs: {t['pending_aggregation_jobs']}")
+        if t["budget"] is not None:
+            out.append(f"  budget: {_budget_text(t['budget'])}")
+        batches = t["batches"]
+        out.append(f"  batches: {len(batches)}")
+        if batches:
+            out.append("    start (UTC)            aggregated  pending  rejected  state")
+            hidden = len(batches) - TEXT_BATCHES
+            if hidden > 0:
+                out.append(f"    ... {hidden} older")
+            for b in batches[-TEXT_BATCHES:]:
+                out.append(
+                    f"    {b['start_utc']:<22} {b['aggregated']:>10} {b['pending']:>8}"
+                    f" {b['rejected']:>9}  {b['state']}"
+                )
+        out.append(f"  collections: {len(t['collections'])}")
+        for c in t["collections"]:
+            error = f": {c['error']}" if c["error"] else ""
+            out.append(
+                f"    {c['job_id'][:16]}  [{_utc(c['start'])}, +{c['duration']} s)"
+                f"  {c['state']}, {c['report_count']} reports{error}"
+            )
+    for name, b in status["surveys"].items():
+        out += ["", f"survey {name}: {_budget_text(b)}"]
+    return "\n".join(out)

@@ -1,0 +1,255 @@
+"""Report expiry, garbage collection and key rotation on the real leader and
+helper logic in one process, with a clock the test moves."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.aggregator.test_logic import InProcessHelper
+from veil.aggregator.errors import BatchCollected, InvalidMessage, ReportTimeRejected
+from veil.aggregator.helper import Helper
+from veil.aggregator.leader import Leader
+from veil.aggregator.maintenance import (
+    KeyPolicy,
+    advance_keys,
+    collect_garbage,
+    rotate,
+)
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.storage import (
+    KEY_ACTIVE,
+    KEY_EXPIRED,
+    KEY_PENDING,
+    SqliteDatastore,
+    StoredReport,
+)
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig, input_share_info, seal
+from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
+
+START = 1_800_000_000
+TP = 600
+EXPIRY = 3600
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = float(START)
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class World:
+    def __init__(self, tmp: Path, expiry: int | None = EXPIRY) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.files: TaskFiles = new_task(
+            VdafSpec("sum", max_measurement=10),
+            "127.0.0.1:1",
+            "127.0.0.1:2",
+            time_precision=TP,
+            min_batch_size=1,
+            dp=DpSpec("none"),
+            report_expiry_age=expiry,
+        )
+        self.task_id = self.files.client.task_id
+        self.clock = Clock()
+        self.helper_store = SqliteDatastore(tmp / "helper.db")
+        self.leader_store = SqliteDatastore(tmp / "leader.db")
+        self.helper = Helper(
+            {self.task_id: self.files.helper},
+            self.helper_store,
+            PrivacyEngine(str(tmp / "helper.db"), [self.files.helper]),
+            clock=self.clock,
+        )
+        self.leader = Leader(
+            {self.task_id: self.files.leader},
+            self.leader_store,
+            InProcessHelper(self.helper),
+            PrivacyEngine(str(tmp / "leader.db"), [self.files.leader]),
+            clock=self.clock,
+            job_size=50,
+        )
+        self.vdaf = self.files.client.vdaf.instantiate()
+
+    def report(
+        self,
+        value: int,
+        t: int | None = None,
+        leader_config: HpkeConfig | None = None,
+    ) -> StoredReport:
+        if t is None:
+            t = int(self.clock.now) - int(self.clock.now) % TP
+        rid = secrets.token_bytes(16)
+        ps, shares = self.vdaf.shard(
+            b"veil-v1" + self.task_id, value, rid, secrets.token_bytes(self.vdaf.RAND_SIZE)
+        )
+        ps_bytes = self.vdaf.encode_public_share(ps)
+        configs = (
+            leader_config or self.leader.current_config,
+            self.helper.current_config,
+        )
+        cts = [
+            seal(config, input_share_info(role, self.task_id, rid, t, ps_bytes), data)
+            for role, config, data in zip(
+                (ROLE_LEADER, ROLE_HELPER),
+                configs,
+                (self.vdaf.encode_input_share(s) for s in shares),
+                strict=True,
+            )
+        ]
+        return StoredReport(rid, t, ps_bytes, cts[0], cts[1])
+
+    def drive(self) -> None:
+        while self.leader.run_once():
+            pass
+
+    def gc(self) -> None:
+        for store in (self.leader_store, self.helper_store):
+            collect_garbage(store, [self.files.leader], self.clock.now)
+
+    def aggregated(self) -> int:
+        return sum(
+            a.report_count for a in self.leader_store.batch_aggregates(self.task_id, 0, 2**62)
+        )
+
+    def close(self) -> None:
+        self.leader_store.close()
+        self.helper_store.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    yield w
+    w.close()
+
+
+def test_expired_reports_refused_at_upload_and_dropped_by_helper(world: World) -> None:
+    old_time = START - START % TP - EXPIRY - TP
+    with pytest.raises(ReportTimeRejected, match="expired"):
+        world.leader.upload(world.task_id, [world.report(1), world.report(1, t=old_time)])
+    assert world.leader_store.report_counts(world.task_id, TP) == {}  # nothing written
+    # A report uploaded just in time but aggregated after it expired is
+    # dropped by the helper (its replay record may be gone) and counted as such.
+    edge = START - START % TP - EXPIRY
+    world.leader.upload(world.task_id, [world.report(1, t=edge)])
+    world.clock.now += TP
+    world.drive()
+    assert world.aggregated() == 0
+    assert world.leader_store.rejections(world.task_id) == {"report_dropped": 1}
+
+
+def test_replays_after_gc_are_refused(world: World) -> None:
+    early = [world.report(v % 10) for v in range(20)]
+    world.leader.upload(world.task_id, early)
+    world.drive()
+    # Collect the current bucket: its reports go at the next GC, before they expire.
+    token = world.files.collector.collector_token
+    bucket = START - START % TP
+    world.clock.now += TP
+    world.leader.create_collection(world.task_id, token, secrets.token_bytes(16), bucket, TP)
+    world.drive()
+    world.gc()
+    assert world.leader_store.report_counts(world.task_id, TP) == {}
+    assert world.helper_store.seen_reports(world.task_id, [r.report_id for r in early]) == set()
+    with pytest.raises(BatchCollected):
+        world.leader.upload(world.task_id, early[:1])
+
+    # Reports of an uncollected bucket go once they expire; a replay then is too old.
+    late = [world.report(1) for _ in range(5)]
+    world.leader.upload(world.task_id, late)
+    world.drive()
+    world.clock.now += EXPIRY + 2 * TP
+    world.gc()
+    assert world.leader_store.report_counts(world.task_id, TP) == {}
+    with pytest.raises(ReportTimeRejected, match="expired"):
+        world.leader.upload(world.task_id, late[:1])
+    # And the helper, asked directly by a leader that kept them, drops them.
+    world.leader_store.put_reports(world.task_id, [(r.time - r.time % TP, r) for r in late])
+    world.drive()
+    assert world.leader_store.rejections(world.task_id)["report_dropped"] == 5
+
+
+def _rows(store: SqliteDatastore) -> int:
+    db = store._conn()
+    tables = ("reports", "aggregation_jobs", "batch_aggregates", "helper_reports", "helper_jobs")
+    return sum(int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in tables)
+
+
+def _pages(store: SqliteDatastore) -> int:
+    """The database's size in bytes as SQLite sees it (WAL included, whatever
+    has or has not been checkpointed into the file yet)."""
+    db = store._conn()
+    return int(db.execute("PRAGMA page_count").fetchone()[0]) * int(
+        db.execute("PRAGMA page_size").fetchone()[0]
+    )
+
+
+def _steady_stream(world: World, rounds: int, per_round: int) -> list[tuple[int, int]]:
+    """(rows, bytes) of both databases after each round of uploads, aggregation
+    and GC, the clock moving one time bucket per round."""
+    sizes = []
+    for _ in range(rounds):
+        world.leader.upload(world.task_id, [world.report(1) for _ in range(per_round)])
+        world.drive()
+        world.gc()
+        world.clock.now += TP
+        stores = (world.leader_store, world.helper_store)
+        sizes.append((sum(map(_rows, stores)), sum(map(_pages, stores))))
+    return sizes
+
+
+def test_database_stops_growing_under_a_steady_stream(world: World, tmp_path: Path) -> None:
+    rounds, per_round = 16, 40
+    sizes = _steady_stream(world, rounds, per_round)
+    assert world.aggregated() <= rounds * per_round
+    # Reports live EXPIRY (plus skew) and then go: the row count levels off
+    # after EXPIRY / TP rounds, and so does the file, whose freed pages are reused.
+    settled = EXPIRY // TP + 3
+    rows = [r for r, _ in sizes]
+    assert max(rows[settled:]) <= rows[settled - 1]
+    on_disk = [b for _, b in sizes]
+    assert max(on_disk[settled:]) <= on_disk[settled - 1] * 1.1
+
+    # The same stream without expiry keeps everything (and so would grow forever).
+    keeper = World(tmp_path / "no-expiry", expiry=None)
+    try:
+        kept = [r for r, _ in _steady_stream(keeper, rounds, per_round)]
+        assert kept[-1] > 1.5 * kept[settled - 1]
+    finally:
+        keeper.close()
+
+
+def test_rotation_keeps_old_key_for_grace_then_deletes(world: World) -> None:
+    store, leader = world.leader_store, world.leader
+    old = leader.current_config
+    cached = world.report(1)  # sealed by a client holding the old config
+    policy = KeyPolicy(pending_seconds=60, grace_seconds=600)
+    new = rotate(store, world.clock.now, policy, immediately=False)
+    assert new.state == KEY_PENDING
+    leader.refresh_keys()
+    assert leader.current_config == old  # pending keys are not advertised
+    world.clock.now += 30
+    assert advance_keys(store, world.clock.now, policy) == []
+    world.clock.now += 30
+    assert advance_keys(store, world.clock.now, policy) == [f"activated key {new.config_id}"]
+    leader.refresh_keys()
+    assert leader.current_config == new.keypair.config
+    states = {k.config_id: k.state for k in store.hpke_keys()}
+    assert states == {old.config_id: KEY_EXPIRED, new.config_id: KEY_ACTIVE}
+
+    # Within the grace period the old key still opens reports.
+    leader.upload(world.task_id, [cached, world.report(2)])
+    world.drive()
+    assert world.aggregated() == 2
+
+    world.clock.now += 600
+    assert advance_keys(store, world.clock.now, policy) == [f"deleted expired key {old.config_id}"]
+    leader.refresh_keys()
+    stale = world.report(1, leader_config=old)
+    with pytest.raises(InvalidMessage, match="unknown leader HPKE config id"):
+        leader.upload(world.task_id, [stale])
