@@ -30,11 +30,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from veil.aggregator.storage import (
@@ -147,6 +149,15 @@ MIGRATIONS: tuple[str, ...] = (
 
 def is_postgres_url(storage: str) -> bool:
     return storage.startswith(("postgresql://", "postgres://"))
+
+
+def storage_label(storage: Path | str) -> str:
+    """The storage as it may be shown or logged: a PostgreSQL URL loses its password."""
+    if isinstance(storage, Path):
+        return str(storage)
+    params = conninfo_to_dict(storage)
+    user, host, db = (params.get(k, "") for k in ("user", "host", "dbname"))
+    return f"postgresql://{user}@{host}/{db}"
 
 
 def migrate(conninfo: str) -> int:

@@ -58,7 +58,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from psycopg.conninfo import conninfo_to_dict
 
 from veil.aggregator.core import AggregatorBase
 from veil.aggregator.helper import Helper
@@ -70,7 +69,11 @@ from veil.aggregator.maintenance import (
     advance_keys,
     collect_garbage,
 )
-from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore, is_postgres_url
+from veil.aggregator.postgres import (
+    PostgresDatastore,
+    PostgresLedgerStore,
+    is_postgres_url,
+)
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
@@ -234,16 +237,6 @@ def _storage(path: Path, value: Any) -> tuple[Path | str, int]:
     if "://" in value:
         raise ConfigError(f"{path}: storage URL {value!r}: only postgresql:// is supported")
     return path.parent / value, pool_size
-
-
-def storage_label(storage: Path | str) -> str:
-    """The storage as it may be shown: a PostgreSQL URL without its password."""
-    if isinstance(storage, Path):
-        return str(storage)
-    params = conninfo_to_dict(storage)
-    return (
-        f"postgresql://{params.get('user', '')}@{params.get('host', '')}/{params.get('dbname', '')}"
-    )
 
 
 def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:
