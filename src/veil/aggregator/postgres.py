@@ -336,25 +336,26 @@ class PostgresDatastore:
     ) -> None:
         # In bucket order, so two jobs over the same buckets cannot deadlock.
         for d in sorted(deltas, key=lambda a: a.bucket):
+            # Make the row if missing, so there is always a row to lock. ON
+            # CONFLICT: a row another transaction made meanwhile makes this
+            # one fail to serialise (and run again), never a duplicate-key error.
+            db.execute(
+                "INSERT INTO batch_aggregates VALUES (%s, %s, NULL, 0, %s, NULL)"
+                " ON CONFLICT DO NOTHING",
+                (task_id, d.bucket, bytes(32)),
+            )
             row = db.execute(
                 "SELECT bucket, agg_share, report_count, checksum, collected_by"
                 " FROM batch_aggregates WHERE task_id = %s AND bucket = %s FOR UPDATE",
                 (task_id, d.bucket),
             ).fetchone()
-            new = merge_aggregate(None if row is None else _aggregate(row), d, merge)
-            if row is None:
-                # A concurrent insert of the same bucket makes this fail to
-                # serialise, and the unit is run again (then seeing the row).
-                db.execute(
-                    "INSERT INTO batch_aggregates VALUES (%s, %s, %s, %s, %s, NULL)",
-                    (task_id, new.bucket, new.agg_share, new.report_count, new.checksum),
-                )
-            else:
-                db.execute(
-                    "UPDATE batch_aggregates SET agg_share = %s, report_count = %s,"
-                    " checksum = %s WHERE task_id = %s AND bucket = %s",
-                    (new.agg_share, new.report_count, new.checksum, task_id, new.bucket),
-                )
+            assert row is not None
+            new = merge_aggregate(_aggregate(row), d, merge)
+            db.execute(
+                "UPDATE batch_aggregates SET agg_share = %s, report_count = %s,"
+                " checksum = %s WHERE task_id = %s AND bucket = %s",
+                (new.agg_share, new.report_count, new.checksum, task_id, new.bucket),
+            )
 
     # --- leader -----------------------------------------------------------
 
@@ -394,9 +395,12 @@ class PostgresDatastore:
             seen = {bytes(r[0]) for r in old}
             new = [(task_id, i, *row) for i, row in rows.items() if i not in seen]
             with db.cursor() as cur:
+                # ON CONFLICT: the same report stored meanwhile through another
+                # front end makes this fail to serialise and run again (then
+                # finding it above), rather than fail on a duplicate key.
                 cur.executemany(
                     "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct,"
-                    " helper_ct) VALUES (%s, %s, %s, %s, %s, %s)",
+                    " helper_ct) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     new,
                 )
             return len(new), len(seen)
