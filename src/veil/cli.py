@@ -12,9 +12,14 @@ import tomllib
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task, write_toml
+
+if TYPE_CHECKING:  # imported where used, so `veil upload` does not load the servers
+    from veil.aggregator.postgres import PostgresDatastore
+    from veil.aggregator.server import ServerConfig
+    from veil.aggregator.storage import SqliteDatastore
 
 
 def _setup_logging(level: str) -> None:
@@ -194,7 +199,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_database(args: argparse.Namespace, command: str) -> tuple[Any, Any] | None:
+def _open_database(
+    args: argparse.Namespace, command: str
+) -> tuple[ServerConfig, SqliteDatastore | PostgresDatastore] | None:
     """(config, store) of the aggregator whose config file is --config."""
     from veil.aggregator.postgres import PostgresDatastore
     from veil.aggregator.server import ConfigError, load_config
@@ -216,7 +223,7 @@ def _open_database(args: argparse.Namespace, command: str) -> tuple[Any, Any] | 
     return config, SqliteDatastore(config.storage)
 
 
-def _role(args: argparse.Namespace, config: Any) -> str:
+def _role(args: argparse.Namespace, config: ServerConfig) -> str:
     if args.role:
         return str(args.role)
     # The role is not written in the config; only the leader's tasks hold the
@@ -233,12 +240,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     config, store = opened
     try:
-        if isinstance(config.storage, Path):
-            ledger = BudgetLedger.sqlite(config.storage)
-        else:
-            from veil.aggregator.postgres import PostgresLedgerStore
+        from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 
+        if isinstance(store, PostgresDatastore):
+            assert isinstance(config.storage, str)
             ledger = BudgetLedger(PostgresLedgerStore(config.storage, store.pool))
+        else:
+            ledger = BudgetLedger.sqlite(config.storage)
         status = gather(_role(args, config), config, store, ledger)
     finally:
         store.close()
@@ -290,6 +298,10 @@ def cmd_keys(args: argparse.Namespace) -> int:
         return 2
     config, store = opened
     grace = config.keys.grace_seconds if args.grace is None else args.grace
+    if grace < 0:
+        store.close()
+        print("veil keys: --grace must not be negative", file=sys.stderr)
+        return 2
     now = time.time()
     try:
         if args.keys_command == "rotate":
@@ -324,8 +336,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
-            for r in rows:
-                print(f"{r['config_id']:>3}  {r['state']}")
+            for k in keys:
+                expires = f"  deleted after {time.ctime(k.expires_at)}" if k.expires_at else ""
+                print(f"{k.config_id:>3}  {k.state:<8} created {time.ctime(k.created)}{expires}")
     return 0
 
 
@@ -371,16 +384,20 @@ def cmd_task_new(args: argparse.Namespace) -> int:
     except TaskError as e:
         print(f"veil task new: {e}", file=sys.stderr)
         return 2
-    files = new_task(
-        vdaf,
-        args.leader,
-        args.helper,
-        time_precision=args.time_precision,
-        min_batch_size=args.min_batch_size,
-        max_clock_skew=args.max_clock_skew,
-        dp=dp,
-        report_expiry_age=args.report_expiry_age,
-    )
+    try:
+        files = new_task(
+            vdaf,
+            args.leader,
+            args.helper,
+            time_precision=args.time_precision,
+            min_batch_size=args.min_batch_size,
+            max_clock_skew=args.max_clock_skew,
+            dp=dp,
+            report_expiry_age=args.report_expiry_age,
+        )
+    except TaskError as e:
+        print(f"veil task new: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     paths = {}
     for role, task in (

@@ -261,6 +261,11 @@ def test_expired_reports_refused_and_collected_in_background(dep: Deployment) ->
             client.upload_reports(reports[:1])
         assert refused.value.code == grpc.StatusCode.OUT_OF_RANGE
         assert "expired" in refused.value.message
+    label = dep.tasks["expiring"].client.id_text
+    text = scrape(dep.leader.metrics_address)
+    refusals = f'veil_uploads_refused_total{{reason="report_time_rejected",task="{label}"}}'
+    assert metric(text, refusals) == 1
+    assert metric(text, f'veil_reports_received_total{{task="{label}"}}') == 3
 
 
 def test_json_logs_carry_ids_and_no_secrets(dep: Deployment) -> None:
