@@ -72,6 +72,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     # The servers log to their own files; here only errors would matter.
     configure_logging("error")
+    _tune_for_throughput()
     survey = example_survey()
     say = _status_printer(args.json)
     say(
@@ -137,6 +138,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from veil.survey import SurveyError
 
     configure_logging("error")
+    _tune_for_throughput()
     try:
         survey = load(args.survey)
         if args.epsilon is not None:
@@ -169,10 +171,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune_for_throughput() -> None:
+    """Process-wide settings for the batched VDAF path (see veil.tuning):
+    recycle freed arrays, and one BLAS thread (parallelism is per process)."""
+    from veil.tuning import limit_blas_threads, tune_allocator
+
+    tune_allocator()
+    limit_blas_threads(1)
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     from veil.aggregator.server import AggregatorServer, ConfigError, load_config
     from veil.logs import configure_logging
 
+    _tune_for_throughput()
     try:
         config = load_config(Path(args.config))
         configure_logging(args.log_level or config.log_level, config.log_format == "json")

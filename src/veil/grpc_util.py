@@ -11,6 +11,19 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 << 20
 
+# Statuses worth retrying with the same request.
+TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class RpcRefused(Exception):
+    """A veil server refused a call (or stayed unreachable); `code` is the
+    gRPC status and `message` the server's explanation."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
 
 def is_loopback(address: str) -> bool:
     host = address.rsplit(":", 1)[0].strip("[]")

@@ -161,7 +161,18 @@ def _items(world: World, n: int) -> list[VerifyInitItem]:
     out = []
     for v in range(n):
         r = world.report(v % 2)
-        _, _state, vs = world.leader._leader_verify(task, world.vdaf, b"veil-v1" + task.task_id, r)
+        reason, plaintext = world.leader._open_leader_share(task, r)
+        assert reason is None and task.verify_key is not None
+        _state, share = world.vdaf.verify_init(
+            task.verify_key,
+            b"veil-v1" + task.task_id,
+            0,
+            None,
+            r.report_id,
+            world.vdaf.decode_public_share(r.public_share),
+            world.vdaf.decode_input_share(0, plaintext),
+        )
+        vs = world.vdaf.encode_verifier_share(share)
         out.append(VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, vs))
     return out
 

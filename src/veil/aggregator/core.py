@@ -21,7 +21,8 @@ from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
 from veil.hpke import Ciphertext, HpkeConfig, HpkeError, HpkeKeypair, open_
 from veil.metrics import Metrics
 from veil.task import Task, token_matches
-from veil.vdaf import Prio3
+from veil.vdaf import CodecError, Prio3, VdafError
+from veil.vdaf.batch import BatchPrio3
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,11 @@ class VerifyResult:
     report_id: bytes
     verifier_message: bytes | None = None
     reject: str | None = None
+
+
+def rejection_reason(error: VdafError) -> str:
+    """The counted rejection reason of a report the VDAF refused."""
+    return VDAF_DECODE_ERROR if isinstance(error, CodecError) else VDAF_VERIFY_ERROR
 
 
 def vdaf_ctx(task_id: bytes) -> bytes:
@@ -197,6 +203,9 @@ class AggregatorBase:
         self.store = store
         self.clock = clock
         self.vdafs = {tid: t.vdaf.instantiate() for tid, t in self.tasks.items()}
+        # The batched (NumPy) path verifies a whole job at once; it agrees
+        # with the scalar path report by report.
+        self.batch_vdafs = {tid: BatchPrio3(v) for tid, v in self.vdafs.items()}
         for t in self.tasks.values():
             if t.verify_key is None:
                 raise ValueError(f"task {t.id_text} has no verify_key: not an aggregator's task")

@@ -16,7 +16,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from veil.aggregator.core import (
     BATCH_COLLECTED,
@@ -26,7 +25,6 @@ from veil.aggregator.core import (
     REPORT_REPLAYED,
     REPORT_TOO_EARLY,
     TASK_EXPIRED,
-    VDAF_DECODE_ERROR,
     VDAF_VERIFY_ERROR,
     AggregatorBase,
     VerifyInitItem,
@@ -35,6 +33,7 @@ from veil.aggregator.core import (
     authorize,
     batch_summary,
     check_interval,
+    rejection_reason,
     share_merge,
     vdaf_ctx,
 )
@@ -57,7 +56,6 @@ from veil.hpke import (
 )
 from veil.metrics import Metrics
 from veil.task import Task
-from veil.vdaf import Prio3, VerifyError
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +175,6 @@ class Helper(AggregatorBase):
     def _verify(
         self, task: Task, items: Sequence[VerifyInitItem]
     ) -> tuple[list[VerifyResult], list[tuple[int, bytes, list[int]]], list[bytes]]:
-        vdaf = self.vdafs[task.task_id]
         ctx = vdaf_ctx(task.task_id)
         now = self.clock()
         ids = [it.report_id for it in items]
@@ -186,70 +183,88 @@ class Helper(AggregatorBase):
         accepted: list[tuple[int, bytes, list[int]]] = []
         new_ids: list[bytes] = []
         collected: dict[int, bool] = {}
-        for it in items:
-            reason, msg, out = self._verify_one(task, vdaf, ctx, now, it, seen, collected)
+        # Checks and HPKE per report; the VDAF work for the whole job at once.
+        reasons: list[str | None] = []
+        opened: list[int] = []
+        plaintexts: list[bytes] = []
+        for i, it in enumerate(items):
+            reason, plaintext = self._check_and_open(task, now, it, seen, collected)
             if len(it.report_id) == REPORT_ID_SIZE and it.report_id not in seen:
                 seen.add(it.report_id)
                 new_ids.append(it.report_id)
-            if reason is not None:
-                results.append(VerifyResult(it.report_id, reject=reason))
+            reasons.append(reason)
+            if reason is None:
+                opened.append(i)
+                plaintexts.append(plaintext)
+        messages: dict[int, bytes] = {}
+        out_shares: dict[int, list[int]] = {}
+        if opened:
+            batch = self.batch_vdafs[task.task_id]
+            assert task.verify_key is not None
+            chosen = [items[i] for i in opened]
+            init = batch.verify_init_batch(
+                task.verify_key,
+                ctx,
+                1,
+                [it.report_id for it in chosen],
+                [it.public_share for it in chosen],
+                plaintexts,
+            )
+            leader_shares: list[bytes | None] = [it.leader_verifier_share for it in chosen]
+            msgs = batch.verifier_shares_to_message_batch(
+                ctx, [leader_shares, list(init.verifier_shares)]
+            )
+            out = batch.verify_next_batch(ctx, init.state, msgs.messages)
+            for row, i in enumerate(opened):
+                error = init.errors[row] or msgs.errors[row] or out.errors[row]
+                if error is not None:
+                    reasons[i] = rejection_reason(error)
+                    continue
+                message = msgs.messages[row]
+                assert message is not None
+                messages[i] = message
+                out_shares[i] = out.out_share(row)
+        for i, it in enumerate(items):
+            if i in out_shares:
+                results.append(VerifyResult(it.report_id, verifier_message=messages[i]))
+                accepted.append((task.bucket(it.time), it.report_id, out_shares[i]))
             else:
-                assert out is not None
-                results.append(VerifyResult(it.report_id, verifier_message=msg))
-                accepted.append((task.bucket(it.time), it.report_id, out))
+                results.append(VerifyResult(it.report_id, reject=reasons[i] or VDAF_VERIFY_ERROR))
         return results, accepted, new_ids
 
-    def _verify_one(
+    def _check_and_open(
         self,
         task: Task,
-        vdaf: Prio3[Any, Any],
-        ctx: bytes,
         now: float,
         it: VerifyInitItem,
         seen: set[bytes],
         collected: dict[int, bool],
-    ) -> tuple[str | None, bytes, list[int] | None]:
+    ) -> tuple[str | None, bytes]:
+        """The helper's own checks of one report, then HPKE: (reason, plaintext)."""
         if len(it.report_id) != REPORT_ID_SIZE:
-            return INVALID_MESSAGE, b"", None
+            return INVALID_MESSAGE, b""
         if it.report_id in seen:
-            return REPORT_REPLAYED, b"", None
+            return REPORT_REPLAYED, b""
         if it.time > now + task.max_clock_skew:
-            return REPORT_TOO_EARLY, b"", None
+            return REPORT_TOO_EARLY, b""
         if not task.not_before <= it.time < task.not_after:
-            return TASK_EXPIRED, b"", None
+            return TASK_EXPIRED, b""
         horizon = task.report_horizon(now)
         if horizon is not None and it.time < horizon:
             # Expired: its replay record may already be gone (DAP: report_dropped).
-            return REPORT_DROPPED, b"", None
+            return REPORT_DROPPED, b""
         bucket = task.bucket(it.time)
         if bucket not in collected:
             aggs = self.store.batch_aggregates(task.task_id, bucket, bucket + 1)
             collected[bucket] = bool(aggs and aggs[0].collected_by is not None)
         if collected[bucket]:
-            return BATCH_COLLECTED, b"", None
+            return BATCH_COLLECTED, b""
         ct = it.encrypted_input_share
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
         plaintext = self.open_share(self.keypair(ct.config_id), ct, info)
         if isinstance(plaintext, str):
-            return plaintext, b"", None
-        assert task.verify_key is not None
-        try:
-            public_share = vdaf.decode_public_share(it.public_share)
-            input_share = vdaf.decode_input_share(1, plaintext)
-            state, helper_vs = vdaf.verify_init(
-                task.verify_key, ctx, 1, None, it.report_id, public_share, input_share
-            )
-            leader_vs = vdaf.decode_verifier_share(state, it.leader_verifier_share)
-        except VerifyError:
-            return VDAF_VERIFY_ERROR, b"", None
-        except ValueError:
-            return VDAF_DECODE_ERROR, b"", None
-        try:
-            message = vdaf.verifier_shares_to_message(ctx, None, [leader_vs, helper_vs])
-            out_share = vdaf.verify_next(ctx, state, message)
-        except (VerifyError, ValueError):
-            return VDAF_VERIFY_ERROR, b"", None
-        return None, vdaf.encode_verifier_message(message), out_share
+            return plaintext, b""
+        return None, plaintext
 
     # --- collection -------------------------------------------------------
 

@@ -20,13 +20,11 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from veil.aggregator.core import (
     REPORT_DROPPED,
     REPORT_ID_SIZE,
-    VDAF_DECODE_ERROR,
-    VDAF_VERIFY_ERROR,
     AggregatorBase,
     VerifyInitItem,
     VerifyResult,
@@ -35,6 +33,7 @@ from veil.aggregator.core import (
     batch_summary,
     check_interval,
     check_report_time,
+    rejection_reason,
     share_merge,
     vdaf_ctx,
 )
@@ -61,7 +60,7 @@ from veil.hpke import (
 )
 from veil.metrics import Metrics
 from veil.task import Task, b64e
-from veil.vdaf import Prio3, VerifyError
+from veil.vdaf import VerifyError
 
 log = logging.getLogger(__name__)
 
@@ -295,43 +294,53 @@ class Leader(AggregatorBase):
                 log.info("collection job %s advanced by another worker", record.job_id.hex())
         return progress
 
-    def _leader_verify(
-        self, task: Task, vdaf: Prio3[Any, Any], ctx: bytes, r: StoredReport
-    ) -> tuple[str | None, Any, bytes]:
+    def _open_leader_share(self, task: Task, r: StoredReport) -> tuple[str | None, bytes]:
+        """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
         plaintext = self.open_share(self.keypair(r.leader_ct.config_id), r.leader_ct, info)
         if isinstance(plaintext, str):
-            return plaintext, None, b""
-        assert task.verify_key is not None
-        try:
-            public_share = vdaf.decode_public_share(r.public_share)
-            input_share = vdaf.decode_input_share(0, plaintext)
-            state, verifier_share = vdaf.verify_init(
-                task.verify_key, ctx, 0, None, r.report_id, public_share, input_share
-            )
-        except VerifyError:
-            return VDAF_VERIFY_ERROR, None, b""
-        except ValueError:
-            return VDAF_DECODE_ERROR, None, b""
-        return None, state, vdaf.encode_verifier_share(verifier_share)
+            return plaintext, b""
+        return None, plaintext
 
     def run_aggregation_job(self, task_id: bytes, job_id: bytes) -> None:
-        """Complete one aggregation job; idempotent, safe to repeat after a crash."""
+        """Complete one aggregation job; idempotent, safe to repeat after a crash.
+
+        The job's reports are verified together on the batched path: one
+        bad report is rejected alone and never spoils the others."""
         task = self.tasks[task_id]
         vdaf = self.vdafs[task_id]
+        batch = self.batch_vdafs[task_id]
         ctx = vdaf_ctx(task_id)
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
         outcomes: dict[bytes, str | None] = {}
-        states: dict[bytes, Any] = {}
-        items: list[VerifyInitItem] = []
-        by_id = {r.report_id: r for r in reports}
+        opened: list[StoredReport] = []
+        plaintexts: list[bytes] = []
         for r in reports:
-            reason, state, verifier_share = self._leader_verify(task, vdaf, ctx, r)
+            reason, plaintext = self._open_leader_share(task, r)
             if reason is not None:
                 outcomes[r.report_id] = reason
+            else:
+                opened.append(r)
+                plaintexts.append(plaintext)
+        assert task.verify_key is not None
+        init = batch.verify_init_batch(
+            task.verify_key,
+            ctx,
+            0,
+            [r.report_id for r in opened],
+            [r.public_share for r in opened],
+            plaintexts,
+        )
+        items: list[VerifyInitItem] = []
+        row_of: dict[bytes, int] = {}
+        for i, (r, error, verifier_share) in enumerate(
+            zip(opened, init.errors, init.verifier_shares, strict=True)
+        ):
+            if error is not None or verifier_share is None:
+                outcomes[r.report_id] = rejection_reason(error or VerifyError("rejected"))
                 continue
-            states[r.report_id] = state
+            row_of[r.report_id] = i
             items.append(
                 VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, verifier_share)
             )
@@ -347,20 +356,23 @@ class Leader(AggregatorBase):
                 raise
             if [x.report_id for x in results] != [x.report_id for x in items]:
                 raise Unavailable("the helper answered for other reports than it was sent")
+            messages: list[bytes | None] = [None] * len(opened)
             for res in results:
                 if res.verifier_message is None:
                     outcomes[res.report_id] = res.reject or REPORT_DROPPED
+                else:
+                    messages[row_of[res.report_id]] = res.verifier_message
+            out = batch.verify_next_batch(ctx, init.state, messages)
+            for res in results:
+                if res.verifier_message is None:
                     continue
-                state = states[res.report_id]
-                try:
-                    message = vdaf.decode_verifier_message(state, res.verifier_message)
-                    out_share = vdaf.verify_next(ctx, state, message)
-                except (VerifyError, ValueError):
-                    outcomes[res.report_id] = VDAF_VERIFY_ERROR
+                i = row_of[res.report_id]
+                error = out.errors[i]
+                if error is not None:
+                    outcomes[res.report_id] = rejection_reason(error)
                     continue
                 outcomes[res.report_id] = None
-                bucket = task.bucket(by_id[res.report_id].time)
-                accepted.append((bucket, res.report_id, out_share))
+                accepted.append((task.bucket(opened[i].time), res.report_id, out.out_share(i)))
         # What this job adds; the store adds it to the buckets under its lock,
         # since other workers may be finishing jobs over the same buckets.
         deltas = accumulate(vdaf, {}, accepted)

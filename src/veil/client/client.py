@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from veil.grpc_util import open_channel
+from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
 from veil.hpke import (
     ROLE_HELPER,
     ROLE_LEADER,
@@ -28,11 +28,10 @@ from veil.hpke import (
 )
 from veil.protocol.v1 import helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import Task
+from veil.vdaf.batch import BatchPrio3
 
 log = logging.getLogger(__name__)
 
-# Statuses worth retrying with the same request.
-_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 # How long a fetched HPKE config is used before it is fetched again. An
 # aggregator that rotates its key keeps opening reports sealed to the old
@@ -40,13 +39,8 @@ _TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 CONFIG_LIFETIME = 3600.0
 
 
-class UploadError(Exception):
+class UploadError(RpcRefused):
     """The leader refused an upload (or stayed unreachable); `code` is the gRPC status."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -97,6 +91,7 @@ class Client:
     ) -> None:
         self.task = task
         self.vdaf = task.vdaf.instantiate()
+        self._batch = BatchPrio3(self.vdaf)
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
@@ -127,7 +122,7 @@ class Client:
                 return method(request, timeout=self.timeout)
             except grpc.RpcError as e:
                 code = e.code()
-                if code in _TRANSIENT and attempt < self.retries:
+                if code in TRANSIENT_CODES and attempt < self.retries:
                     log.info("retrying after %s (attempt %d)", code.name, attempt + 1)
                     time.sleep(delay)
                     delay *= 2
@@ -159,18 +154,37 @@ class Client:
 
     def build_report(self, measurement: Any, report_time: int | None = None) -> Report:
         """Shard and seal one measurement. Raises ValueError on an invalid measurement."""
+        return self.build_reports([measurement], report_time)[0]
+
+    def build_reports(
+        self, measurements: Sequence[Any], report_time: int | None = None
+    ) -> list[Report]:
+        """Shard (on the batched path) and seal many measurements, each with a
+        fresh report id. Raises ValueError, naming the report, on an invalid one."""
         t = self.report_time() if report_time is None else report_time
         t -= t % self.task.time_precision
-        report_id = secrets.token_bytes(16)
-        rand = secrets.token_bytes(self.vdaf.RAND_SIZE)
+        n = len(measurements)
+        report_ids = [secrets.token_bytes(16) for _ in range(n)]
+        rands = [secrets.token_bytes(self.vdaf.RAND_SIZE) for _ in range(n)]
         ctx = b"veil-v1" + self.task.task_id
-        public_share, input_shares = self.vdaf.shard(ctx, measurement, report_id, rand)
-        ps = self.vdaf.encode_public_share(public_share)
-        cts = []
-        for role, share in zip((ROLE_LEADER, ROLE_HELPER), input_shares, strict=True):
-            info = input_share_info(role, self.task.task_id, report_id, t, ps)
-            cts.append(seal(self.hpke_config(role), info, self.vdaf.encode_input_share(share)))
-        return Report(report_id, t, ps, cts[0], cts[1])
+        sharded = self._batch.shard_batch(ctx, measurements, report_ids, rands)
+        leader_config = self.hpke_config(ROLE_LEADER)
+        helper_config = self.hpke_config(ROLE_HELPER)
+        reports = []
+        for i, report_id in enumerate(report_ids):
+            ps = sharded.public_shares[i]
+            leader_ct = seal(
+                leader_config,
+                input_share_info(ROLE_LEADER, self.task.task_id, report_id, t, ps),
+                sharded.input_shares[0][i],
+            )
+            helper_ct = seal(
+                helper_config,
+                input_share_info(ROLE_HELPER, self.task.task_id, report_id, t, ps),
+                sharded.input_shares[1][i],
+            )
+            reports.append(Report(report_id, t, ps, leader_ct, helper_ct))
+        return reports
 
     def upload_reports(self, reports: Sequence[Report]) -> UploadResult:
         """Upload prepared reports in batches; retried batches keep their report ids."""
@@ -194,4 +208,4 @@ class Client:
     def upload_batch(
         self, measurements: Iterable[Any], report_time: int | None = None
     ) -> UploadResult:
-        return self.upload_reports([self.build_report(m, report_time) for m in measurements])
+        return self.upload_reports(self.build_reports(list(measurements), report_time))

@@ -20,21 +20,14 @@ import grpc
 
 from veil.collector.estimate import estimates
 from veil.dp import decode
-from veil.grpc_util import open_channel
+from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeError, agg_share_info, open_
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import Task
 
-_TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
-
-class CollectionError(Exception):
+class CollectionError(RpcRefused):
     """The collection was refused or failed; `code` is the gRPC status."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -108,7 +101,7 @@ class Collector:
             try:
                 return method(request, metadata=self._metadata, timeout=self.timeout)
             except grpc.RpcError as e:
-                if e.code() in _TRANSIENT and self.clock() + delay < deadline:
+                if e.code() in TRANSIENT_CODES and self.clock() + delay < deadline:
                     time.sleep(delay)
                     delay = min(delay * 2, 5.0)
                     continue

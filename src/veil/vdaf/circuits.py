@@ -141,6 +141,30 @@ def chunked_bit_check(
     return total % p
 
 
+class ChunkedBitCircuit(Valid[Measurement, AggResult]):
+    """A circuit whose encoding is bits checked in chunks of ``chunk_length``
+    by one ParallelSum(Mul) gadget, one call per chunk."""
+
+    chunk_length: int
+
+    def bit_check(
+        self,
+        meas: Sequence[int],
+        joint_rand: Sequence[int],
+        num_shares: int,
+        gadgets: Sequence[GadgetCall],
+    ) -> int:
+        return chunked_bit_check(
+            self.field,
+            meas,
+            joint_rand,
+            num_shares,
+            self.GADGET_CALLS[0],
+            self.chunk_length,
+            gadgets[0],
+        )
+
+
 class Count(Valid[int, int]):
     """A measurement of 0 or 1; valid iff ``x * x - x == 0``."""
 
@@ -212,7 +236,7 @@ class Sum(Valid[int, int]):
         return output[0]
 
 
-class SumVec(Valid[Sequence[int], list[int]]):
+class SumVec(ChunkedBitCircuit[Sequence[int], list[int]]):
     """A vector of ``length`` integers, each in ``[0, max_measurement]``."""
 
     EVAL_OUTPUT_LEN = 1
@@ -251,17 +275,7 @@ class SumVec(Valid[Sequence[int], list[int]]):
         num_shares: int,
         gadgets: Sequence[GadgetCall],
     ) -> list[int]:
-        return [
-            chunked_bit_check(
-                self.field,
-                meas,
-                joint_rand,
-                num_shares,
-                self.GADGET_CALLS[0],
-                self.chunk_length,
-                gadgets[0],
-            )
-        ]
+        return [self.bit_check(meas, joint_rand, num_shares, gadgets)]
 
     def truncate(self, meas: Sequence[int]) -> list[int]:
         b = self.bits
@@ -274,7 +288,7 @@ class SumVec(Valid[Sequence[int], list[int]]):
         return list(output)
 
 
-class Histogram(Valid[int, list[int]]):
+class Histogram(ChunkedBitCircuit[int, list[int]]):
     """An index in ``[0, length)``, one-hot encoded; valid iff every entry
     is a bit and the entries sum to one."""
 
@@ -306,15 +320,7 @@ class Histogram(Valid[int, list[int]]):
         gadgets: Sequence[GadgetCall],
     ) -> list[int]:
         p = self.field.MODULUS
-        range_check = chunked_bit_check(
-            self.field,
-            meas,
-            joint_rand,
-            num_shares,
-            self.GADGET_CALLS[0],
-            self.chunk_length,
-            gadgets[0],
-        )
+        range_check = self.bit_check(meas, joint_rand, num_shares, gadgets)
         sum_check = (sum(meas) - pow(num_shares, -1, p)) % p
         return [range_check, sum_check]
 
@@ -325,7 +331,7 @@ class Histogram(Valid[int, list[int]]):
         return list(output)
 
 
-class MultihotCountVec(Valid[Sequence[bool], list[int]]):
+class MultihotCountVec(ChunkedBitCircuit[Sequence[bool], list[int]]):
     """A bit vector of ``length`` entries with at most ``max_weight`` ones;
     the client also encodes the claimed weight, range-checked like Sum."""
 
@@ -371,15 +377,7 @@ class MultihotCountVec(Valid[Sequence[bool], list[int]]):
         gadgets: Sequence[GadgetCall],
     ) -> list[int]:
         p = self.field.MODULUS
-        range_check = chunked_bit_check(
-            self.field,
-            meas,
-            joint_rand,
-            num_shares,
-            self.GADGET_CALLS[0],
-            self.chunk_length,
-            gadgets[0],
-        )
+        range_check = self.bit_check(meas, joint_rand, num_shares, gadgets)
         weight = sum(meas[: self.length])
         reported = decode_range_checked_int(self.field, meas[self.length :], self.max_weight)
         return [range_check, (weight - reported) % p]

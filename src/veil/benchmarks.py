@@ -1,0 +1,176 @@
+"""Throughput benchmarks of the batched Prio3 path (issue 5).
+
+``scripts/bench_vdaf.py`` is the command-line front end; the logic lives
+here so that simulations and tests can reuse it. Times are wall-clock
+medians over several runs, reported per report: "shard" is
+``shard_batch``; "verify" is both aggregators' ``verify_init_batch``, one
+``verifier_shares_to_message_batch`` and both ``verify_next_batch``.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from veil.vdaf import Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
+from veil.vdaf.batch import BatchPrio3, OutShareBatch, ShardBatch
+from veil.vdaf.prio3 import Prio3
+
+CTX = b"veil benchmark"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    make: Callable[[], Prio3[Any, Any]]
+    measurement: Callable[[random.Random], Any]
+    # Reports per batch in the full run; the largest circuit uses fewer so
+    # that five runs finish in minutes (the per-report cost is flat by then).
+    batch: int = 10_000
+
+
+def cases() -> list[Case]:
+    return [
+        Case("Prio3Count", lambda: Prio3Count(2), lambda r: r.randrange(2)),
+        Case("Prio3Sum(255)", lambda: Prio3Sum(2, 255), lambda r: r.randrange(256)),
+        Case(
+            "Prio3Sum(4294967295)",
+            lambda: Prio3Sum(2, 2**32 - 1),
+            lambda r: r.randrange(2**32),
+        ),
+        Case(
+            "Prio3Histogram(100,10)",
+            lambda: Prio3Histogram(2, 100, 10),
+            lambda r: r.randrange(100),
+        ),
+        Case(
+            "Prio3Histogram(10000,100)",
+            lambda: Prio3Histogram(2, 10_000, 100),
+            lambda r: r.randrange(10_000),
+            batch=1_000,
+        ),
+        Case(
+            "Prio3SumVec(100,255,30)",
+            lambda: Prio3SumVec(2, 100, 255, 30),
+            lambda r: [r.randrange(256) for _ in range(100)],
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    measurements: list[Any]
+    nonces: list[bytes]
+    rands: list[bytes]
+    verify_key: bytes
+
+
+def make_inputs(vdaf: Prio3[Any, Any], case: Case, count: int, seed: int = 1) -> Inputs:
+    rng = random.Random(seed)
+    return Inputs(
+        [case.measurement(rng) for _ in range(count)],
+        [rng.randbytes(vdaf.NONCE_SIZE) for _ in range(count)],
+        [rng.randbytes(vdaf.RAND_SIZE) for _ in range(count)],
+        rng.randbytes(vdaf.VERIFY_KEY_SIZE),
+    )
+
+
+def verify_all(
+    batch: BatchPrio3[Any, Any], verify_key: bytes, nonces: Sequence[bytes], sharded: ShardBatch
+) -> list[OutShareBatch]:
+    """Both aggregators' verification of a sharded batch, in one process."""
+    inits = [
+        batch.verify_init_batch(
+            verify_key, CTX, j, nonces, sharded.public_shares, sharded.input_shares[j]
+        )
+        for j in range(batch.SHARES)
+    ]
+    msgs = batch.verifier_shares_to_message_batch(CTX, [i.verifier_shares for i in inits])
+    return [batch.verify_next_batch(CTX, i.state, msgs.messages) for i in inits]
+
+
+def _chunks(total: int, size: int) -> Iterator[slice]:
+    for start in range(0, total, size):
+        yield slice(start, min(total, start + size))
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    batch: int
+    shard_us: float
+    verify_us: float
+    runs: int
+    # Process CPU time (all threads), median per report: a cross-check when
+    # other work competes for the cores and inflates wall-clock time.
+    shard_cpu_us: float = 0.0
+    verify_cpu_us: float = 0.0
+
+
+def run_case(case: Case, batch_size: int, runs: int = 5, chunk: int = 10_000) -> Row:
+    """Median over ``runs`` of the per-report shard and verify times for a
+    batch of ``batch_size`` reports, processed ``chunk`` reports at a time."""
+    vdaf = case.make()
+    batch = BatchPrio3(vdaf)
+    inputs = make_inputs(vdaf, case, batch_size)
+    shard_times = []
+    verify_times = []
+    shard_cpu = []
+    verify_cpu = []
+    for _ in range(runs):
+        sharded_parts = []
+        start, start_cpu = time.perf_counter(), time.process_time()
+        for s in _chunks(batch_size, chunk):
+            sharded_parts.append(
+                batch.shard_batch(CTX, inputs.measurements[s], inputs.nonces[s], inputs.rands[s])
+            )
+        shard_times.append(time.perf_counter() - start)
+        shard_cpu.append(time.process_time() - start_cpu)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        accepted = 0
+        for s, sharded in zip(_chunks(batch_size, chunk), sharded_parts, strict=True):
+            outs = verify_all(batch, inputs.verify_key, inputs.nonces[s], sharded)
+            accepted += int(outs[0].ok.sum())
+        verify_times.append(time.perf_counter() - start)
+        verify_cpu.append(time.process_time() - start_cpu)
+        if accepted != batch_size:
+            raise RuntimeError(f"{case.name}: {batch_size - accepted} valid reports rejected")
+    per_report = 1e6 / batch_size
+    return Row(
+        case.name,
+        batch_size,
+        statistics.median(shard_times) * per_report,
+        statistics.median(verify_times) * per_report,
+        runs,
+        statistics.median(shard_cpu) * per_report,
+        statistics.median(verify_cpu) * per_report,
+    )
+
+
+def stream_histogram(reports: int, chunk: int) -> tuple[list[int], float]:
+    """Shard, verify and aggregate ``reports`` Histogram(100, 10) reports
+    ``chunk`` at a time; returns the aggregate result and the seconds taken.
+    Memory stays bounded by one chunk."""
+    case = next(c for c in cases() if c.name == "Prio3Histogram(100,10)")
+    vdaf = case.make()
+    batch = BatchPrio3(vdaf)
+    agg = [vdaf.agg_init(None) for _ in range(vdaf.SHARES)]
+    start = time.perf_counter()
+    for index, s in enumerate(_chunks(reports, chunk)):
+        inputs = make_inputs(vdaf, case, s.stop - s.start, seed=index)
+        sharded = batch.shard_batch(CTX, inputs.measurements, inputs.nonces, inputs.rands)
+        outs = verify_all(batch, inputs.verify_key, inputs.nonces, sharded)
+        for j, out in enumerate(outs):
+            agg[j] = vdaf.field.vec_add(agg[j], batch.aggregate_batch(out))
+    elapsed = time.perf_counter() - start
+    return vdaf.unshard(None, agg, reports), elapsed
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux: KiB units)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

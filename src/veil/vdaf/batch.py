@@ -1,0 +1,694 @@
+"""Prio3 (draft-irtf-cfrg-vdaf-18, Section 7) over many reports at once.
+
+``BatchPrio3`` wraps a scalar ``Prio3`` and runs the same algorithms with
+one NumPy row per report: ``shard_batch`` (clients, simulations),
+``verify_init_batch``, ``verifier_shares_to_message_batch``,
+``verify_next_batch`` and ``aggregate_batch`` (aggregators). It agrees
+with the scalar path byte for byte, report by report.
+
+Messages cross the batch boundary as the scalar path's encodings
+(``Prio3.encode_*``), which is what the servers store and send. Scalar
+values (``LeaderInputShare``, ``HelperInputShare``, ``VerifierShare``) are
+accepted wherever encoded bytes are and encoded on the way in.
+
+A report that fails (bad encoding, rejected proof, joint randomness
+mismatch) never raises for the batch: each result carries ``errors``, one
+``VdafError`` or ``None`` per report, and ``ok``, a boolean mask; later
+steps pass earlier failures through. Only misuse that would be wrong for
+every report (a bad verify key, ``agg_id`` or batch lengths) raises.
+
+One aggregation job, both aggregators in one process (in a deployment the
+leader and helper each run their half and exchange the encoded shares)::
+
+    batch = BatchPrio3(Prio3Histogram(2, 100, 10))
+    sharded = batch.shard_batch(ctx, measurements, nonces, rands)
+    inits = [
+        batch.verify_init_batch(key, ctx, j, nonces, sharded.public_shares,
+                                sharded.input_shares[j])
+        for j in (0, 1)
+    ]
+    msgs = batch.verifier_shares_to_message_batch(
+        ctx, [init.verifier_shares for init in inits])
+    outs = [batch.verify_next_batch(ctx, init.state, msgs.messages) for init in inits]
+    agg_shares = [batch.aggregate_batch(out) for out in outs]  # list[int] each
+    rejected = [i for i, e in enumerate(outs[0].errors) if e is not None]
+
+Work is split into sub-batches (``shard_chunk_elements``,
+``verify_chunk_elements``) so memory stays bounded however many reports are
+passed; throughput-bound processes should also call
+``veil.tuning.tune_allocator()`` once at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+import numpy as np
+
+from veil.vdaf.batch_field import Arr, VecField
+from veil.vdaf.batch_flp import BatchFlp
+from veil.vdaf.batch_xof import SEED_SIZE, expand_rows, xof_rows
+from veil.vdaf.circuits import AggResult, Measurement
+from veil.vdaf.errors import CodecError, VdafError, VerifyError
+from veil.vdaf.prio3 import (
+    USAGE_JOINT_RAND_PART,
+    USAGE_JOINT_RAND_SEED,
+    USAGE_JOINT_RANDOMNESS,
+    USAGE_MEAS_SHARE,
+    USAGE_PROOF_SHARE,
+    USAGE_PROVE_RANDOMNESS,
+    USAGE_QUERY_RANDOMNESS,
+    HelperInputShare,
+    LeaderInputShare,
+    Prio3,
+    PublicShare,
+    VerifierShare,
+    VerifyState,
+)
+from veil.vdaf.xof import XofTurboShake128
+
+Errors = list[VdafError | None]
+
+
+def _errors_mask(errors: Errors) -> Arr:
+    return np.array([e is None for e in errors], dtype=bool)
+
+
+@dataclass
+class ShardBatch:
+    """Sharded reports: ``public_shares[i]`` and ``input_shares[j][i]`` are
+    report i's encoded public share and aggregator j's encoded input share."""
+
+    public_shares: list[bytes]
+    input_shares: list[list[bytes]]
+
+
+@dataclass
+class BatchVerifyState:
+    """Aggregator state between ``verify_init_batch`` and ``verify_next_batch``:
+    output shares ``(reports, OUTPUT_LEN)`` as a field array of ``vf``, the
+    corrected joint randomness seeds (``(reports, 32)`` bytes, or ``None``
+    when the circuit has no joint randomness) and the per-report errors."""
+
+    vf: type[VecField]
+    out_shares: Arr
+    corrected_seeds: Arr | None
+    errors: Errors
+
+    @property
+    def ok(self) -> Arr:
+        return _errors_mask(self.errors)
+
+    def __len__(self) -> int:
+        return len(self.errors)
+
+    def state(self, i: int) -> VerifyState:
+        """Report i's state as the scalar type (``VerifyError`` if it failed)."""
+        error = self.errors[i]
+        if error is not None:
+            raise error
+        out = self.vf.to_ints(self.out_shares[..., i, :])
+        seed = None if self.corrected_seeds is None else self.corrected_seeds[i].tobytes()
+        return VerifyState(out, seed)
+
+
+@dataclass
+class VerifyInitBatch:
+    """Result of ``verify_init_batch``: the state to keep and the encoded
+    verifier shares to send (``None`` for failed reports)."""
+
+    state: BatchVerifyState
+    verifier_shares: list[bytes | None]
+
+    @property
+    def errors(self) -> Errors:
+        return self.state.errors
+
+    @property
+    def ok(self) -> Arr:
+        return self.state.ok
+
+
+@dataclass
+class MessageBatch:
+    """Encoded verifier messages (``None`` where the report was rejected)."""
+
+    messages: list[bytes | None]
+    errors: Errors
+
+    @property
+    def ok(self) -> Arr:
+        return _errors_mask(self.errors)
+
+
+@dataclass
+class OutShareBatch:
+    """Output shares ``(reports, OUTPUT_LEN)``; rows of failed reports are
+    zero and excluded by ``ok``."""
+
+    vf: type[VecField]
+    out_shares: Arr
+    errors: Errors = field(default_factory=list)
+
+    @property
+    def ok(self) -> Arr:
+        return _errors_mask(self.errors)
+
+    def out_share(self, i: int) -> list[int]:
+        error = self.errors[i]
+        if error is not None:
+            raise error
+        result: list[int] = self.vf.to_ints(self.out_shares[..., i, :])
+        return result
+
+
+def _fixed_rows(values: Sequence[bytes], length: int, what: str, errors: Errors) -> Arr:
+    """A ``(len(values), length)`` byte array; rows of the wrong length are
+    zero and recorded as a ``CodecError``."""
+    blank = bytes(length)
+    joined = []
+    for i, v in enumerate(values):
+        if len(v) != length:
+            if errors[i] is None:
+                errors[i] = CodecError(f"{what} must be {length} bytes, got {len(v)}")
+            joined.append(blank)
+        else:
+            joined.append(v)
+    raw = np.frombuffer(b"".join(joined), dtype=np.uint8)
+    return raw.reshape(len(values), length)
+
+
+def _flag(errors: Errors, mask: Any, error: VdafError) -> None:
+    for i in np.flatnonzero(mask):
+        if errors[i] is None:
+            errors[i] = error
+
+
+class BatchPrio3(Generic[Measurement, AggResult]):
+    """The batched path of one ``Prio3`` instance.
+
+    ``lifted=True`` evaluates the circuit through its scalar code on
+    columns of the batch instead of the hand-vectorised form (used by the
+    tests to check one against the other; circuits the batch module does
+    not know always take that path).
+    """
+
+    # Field elements per sub-batch when sharding and when verifying, and
+    # reports per sub-batch at most. Measured on 2 cores: the verifier's
+    # many per-report steps favour large sub-batches (the field operations
+    # block themselves for the caches); the prover's transforms and copies
+    # favour smaller ones.
+    shard_chunk_elements = 1 << 15
+    verify_chunk_elements = 1 << 18
+    max_chunk = 4096
+
+    def __init__(self, vdaf: Prio3[Measurement, AggResult], lifted: bool = False) -> None:
+        if vdaf.xof is not XofTurboShake128:
+            raise ValueError("the batched path implements XofTurboShake128 only")
+        self.vdaf = vdaf
+        self.flp = BatchFlp(vdaf.flp, lifted)
+        self.vf = self.flp.vf
+        self.field = vdaf.field
+        scalar = vdaf.flp
+        self.MEAS_LEN = scalar.MEAS_LEN
+        self.OUTPUT_LEN = scalar.OUTPUT_LEN
+        self.PROOF_LEN = scalar.PROOF_LEN
+        self.VERIFIER_LEN = scalar.VERIFIER_LEN
+        self.JOINT_RAND_LEN = scalar.JOINT_RAND_LEN
+        self.PROVE_RAND_LEN = scalar.PROVE_RAND_LEN
+        self.QUERY_RAND_LEN = scalar.QUERY_RAND_LEN
+        self.SHARES = vdaf.SHARES
+        self.PROOFS = vdaf.PROOFS
+        self._joint = scalar.JOINT_RAND_LEN > 0
+
+    def _dst(self, usage: int, ctx: bytes) -> bytes:
+        return self.vdaf.domain_separation_tag(usage, ctx)
+
+    # -- sizes of the encodings ------------------------------------------------
+
+    def input_share_size(self, agg_id: int) -> int:
+        size = self.vf.ENCODED_SIZE
+        blind = SEED_SIZE if self._joint else 0
+        if agg_id == 0:
+            return (self.MEAS_LEN + self.PROOF_LEN * self.PROOFS) * size + blind
+        return SEED_SIZE + blind
+
+    def verifier_share_size(self) -> int:
+        return self.VERIFIER_LEN * self.PROOFS * self.vf.ENCODED_SIZE + (
+            SEED_SIZE if self._joint else 0
+        )
+
+    # -- sharding ---------------------------------------------------------------
+
+    def _chunks(self, rows: int, elements: int) -> list[slice]:
+        """Sub-batches of about ``elements`` field elements of measurement
+        and proof: large enough to amortise the Python work per NumPy call,
+        small enough to bound memory (measured best: see the class)."""
+        per_report = self.MEAS_LEN + self.PROOF_LEN * self.PROOFS + 4 * self.VERIFIER_LEN
+        step = max(8, min(self.max_chunk, elements // per_report))
+        return [slice(i, min(rows, i + step)) for i in range(0, rows, step)]
+
+    def shard_batch(
+        self,
+        ctx: bytes,
+        measurements: Sequence[Measurement],
+        nonces: Sequence[bytes],
+        rands: Sequence[bytes],
+    ) -> ShardBatch:
+        """``Prio3.shard`` for every report. Raises ``ValueError`` (naming
+        the report) on a bad measurement, nonce or ``rand`` size."""
+        rows = len(measurements)
+        if len(nonces) != rows or len(rands) != rows:
+            raise ValueError("measurements, nonces and rands must have the same length")
+        for i, (n, r) in enumerate(zip(nonces, rands, strict=True)):
+            if len(n) != self.vdaf.NONCE_SIZE:
+                raise ValueError(f"report {i}: nonce must be {self.vdaf.NONCE_SIZE} bytes")
+            if len(r) != self.vdaf.RAND_SIZE:
+                raise ValueError(f"report {i}: rand must be {self.vdaf.RAND_SIZE} bytes")
+        result = ShardBatch([], [[] for _ in range(self.SHARES)])
+        for s in self._chunks(rows, self.shard_chunk_elements):
+            part = self._shard_chunk(ctx, measurements[s], nonces[s], rands[s])
+            result.public_shares += part.public_shares
+            for mine, theirs in zip(result.input_shares, part.input_shares, strict=True):
+                mine += theirs
+        return result
+
+    def _shard_chunk(
+        self,
+        ctx: bytes,
+        measurements: Sequence[Measurement],
+        nonces: Sequence[bytes],
+        rands: Sequence[bytes],
+    ) -> ShardBatch:
+        rows = len(measurements)
+        vf = self.vf
+        meas = self.flp.circuit.encode(measurements)
+        nonce_rows = np.frombuffer(b"".join(nonces), dtype=np.uint8).reshape(rows, -1)
+        seeds = np.frombuffer(b"".join(rands), dtype=np.uint8).reshape(rows, -1, SEED_SIZE)
+        helpers = self.SHARES - 1
+        if self._joint:
+            helper_seeds = [seeds[:, 2 * j] for j in range(helpers)]
+            helper_blinds = [seeds[:, 2 * j + 1] for j in range(helpers)]
+            leader_blind = seeds[:, 2 * helpers]
+            prove_seed = seeds[:, 2 * helpers + 1]
+        else:
+            helper_seeds = [seeds[:, j] for j in range(helpers)]
+            prove_seed = seeds[:, helpers]
+
+        leader_meas = meas
+        parts = []
+        for j, seed in enumerate(helper_seeds, start=1):
+            share = self._helper_meas_share(ctx, j, seed, rows)
+            leader_meas = vf.sub(leader_meas, share)
+            if self._joint:
+                parts.append(self._joint_rand_part(ctx, j, helper_blinds[j - 1], share, nonce_rows))
+        joint_rands = None
+        if self._joint:
+            parts.insert(0, self._joint_rand_part(ctx, 0, leader_blind, leader_meas, nonce_rows))
+            public = np.concatenate(parts, axis=1)
+            joint_rands = self._joint_rands(ctx, self._joint_rand_seed(ctx, public))
+        prove_rands = expand_rows(
+            vf,
+            prove_seed,
+            self._dst(USAGE_PROVE_RANDOMNESS, ctx),
+            bytes([self.PROOFS]),
+            self.PROVE_RAND_LEN * self.PROOFS,
+            rows,
+        )
+        proofs = []
+        for i in range(self.PROOFS):
+            prove_rand = prove_rands[..., i * self.PROVE_RAND_LEN : (i + 1) * self.PROVE_RAND_LEN]
+            joint_rand = (
+                joint_rands[..., i * self.JOINT_RAND_LEN : (i + 1) * self.JOINT_RAND_LEN]
+                if joint_rands is not None
+                else vf.zeros((rows, 0))
+            )
+            proofs.append(self.flp.prove(meas, prove_rand, joint_rand))
+        leader_proofs = vf.concat(proofs)
+        for j, seed in enumerate(helper_seeds, start=1):
+            leader_proofs = vf.sub(leader_proofs, self._helper_proofs_share(ctx, j, seed, rows))
+
+        leader = [vf.encode(leader_meas), vf.encode(leader_proofs)]
+        if self._joint:
+            leader.append(leader_blind)
+        leader_bytes = np.concatenate(leader, axis=1).tobytes()
+        leader_size = self.input_share_size(0)
+        input_shares = [
+            [leader_bytes[i * leader_size : (i + 1) * leader_size] for i in range(rows)]
+        ]
+        for j in range(helpers):
+            cols = [helper_seeds[j]] + ([helper_blinds[j]] if self._joint else [])
+            helper_bytes = np.concatenate(cols, axis=1).tobytes()
+            size = self.input_share_size(j + 1)
+            input_shares.append([helper_bytes[i * size : (i + 1) * size] for i in range(rows)])
+        if self._joint:
+            public_bytes = public.tobytes()
+            size = SEED_SIZE * self.SHARES
+            public_shares = [public_bytes[i * size : (i + 1) * size] for i in range(rows)]
+        else:
+            public_shares = [b""] * rows
+        return ShardBatch(public_shares, input_shares)
+
+    # -- derivations, one row per report ----------------------------------------
+
+    def _helper_meas_share(self, ctx: bytes, agg_id: int, seeds: Arr, rows: int) -> Arr:
+        return expand_rows(
+            self.vf, seeds, self._dst(USAGE_MEAS_SHARE, ctx), bytes([agg_id]), self.MEAS_LEN, rows
+        )
+
+    def _helper_proofs_share(self, ctx: bytes, agg_id: int, seeds: Arr, rows: int) -> Arr:
+        return expand_rows(
+            self.vf,
+            seeds,
+            self._dst(USAGE_PROOF_SHARE, ctx),
+            bytes([self.PROOFS, agg_id]),
+            self.PROOF_LEN * self.PROOFS,
+            rows,
+        )
+
+    def _joint_rand_part(
+        self, ctx: bytes, agg_id: int, blinds: Arr, meas_share: Arr, nonces: Arr
+    ) -> Arr:
+        rows = nonces.shape[0]
+        binders = np.concatenate(
+            [np.full((rows, 1), agg_id, dtype=np.uint8), nonces, self.vf.encode(meas_share)],
+            axis=1,
+        )
+        return xof_rows(blinds, self._dst(USAGE_JOINT_RAND_PART, ctx), binders, SEED_SIZE, rows)
+
+    def _joint_rand_seed(self, ctx: bytes, parts: Arr) -> Arr:
+        rows = parts.shape[0]
+        return xof_rows(
+            bytes(SEED_SIZE), self._dst(USAGE_JOINT_RAND_SEED, ctx), parts, SEED_SIZE, rows
+        )
+
+    def _joint_rands(self, ctx: bytes, seeds: Arr) -> Arr:
+        return expand_rows(
+            self.vf,
+            seeds,
+            self._dst(USAGE_JOINT_RANDOMNESS, ctx),
+            bytes([self.PROOFS]),
+            self.JOINT_RAND_LEN * self.PROOFS,
+            seeds.shape[0],
+        )
+
+    # -- verification -----------------------------------------------------------
+
+    def verify_init_batch(
+        self,
+        verify_key: bytes,
+        ctx: bytes,
+        agg_id: int,
+        nonces: Sequence[bytes],
+        public_shares: Sequence[bytes | PublicShare],
+        input_shares: Sequence[bytes | LeaderInputShare | HelperInputShare],
+    ) -> VerifyInitBatch:
+        """``Prio3.verify_init`` for aggregator ``agg_id`` on every report."""
+        vdaf = self.vdaf
+        if len(verify_key) != vdaf.VERIFY_KEY_SIZE:
+            raise ValueError(f"verify_key must be {vdaf.VERIFY_KEY_SIZE} bytes")
+        if not 0 <= agg_id < self.SHARES:
+            raise ValueError(f"agg_id must be in [0, {self.SHARES}), got {agg_id}")
+        rows = len(nonces)
+        if len(public_shares) != rows or len(input_shares) != rows:
+            raise ValueError("nonces, public shares and input shares must have the same length")
+        vf = self.vf
+        outs = [vf.zeros((0, self.OUTPUT_LEN))]
+        seeds = [np.zeros((0, SEED_SIZE), dtype=np.uint8)]
+        errors: Errors = []
+        shares: list[bytes | None] = []
+        for s in self._chunks(rows, self.verify_chunk_elements):
+            part = self._verify_init_chunk(
+                verify_key, ctx, agg_id, nonces[s], public_shares[s], input_shares[s]
+            )
+            outs.append(part.state.out_shares)
+            if part.state.corrected_seeds is not None:
+                seeds.append(part.state.corrected_seeds)
+            errors += part.state.errors
+            shares += part.verifier_shares
+        # One concatenation at the end: appending chunk by chunk would copy
+        # the growing arrays again and again.
+        state = BatchVerifyState(
+            vf,
+            vf.concat(outs, axis=-2),
+            np.concatenate(seeds) if self._joint else None,
+            errors,
+        )
+        return VerifyInitBatch(state, shares)
+
+    def _verify_init_chunk(
+        self,
+        verify_key: bytes,
+        ctx: bytes,
+        agg_id: int,
+        nonces: Sequence[bytes],
+        public_shares: Sequence[bytes | PublicShare],
+        input_shares: Sequence[bytes | LeaderInputShare | HelperInputShare],
+    ) -> VerifyInitBatch:
+        vdaf = self.vdaf
+        vf = self.vf
+        rows = len(nonces)
+        errors: Errors = [None] * rows
+        nonce_rows = _fixed_rows(nonces, vdaf.NONCE_SIZE, "nonce", errors)
+        encoded = [s if isinstance(s, bytes) else vdaf.encode_input_share(s) for s in input_shares]
+        raw = _fixed_rows(encoded, self.input_share_size(agg_id), "input share", errors)
+
+        size = vf.ENCODED_SIZE
+        proofs_len = self.PROOF_LEN * self.PROOFS
+        if agg_id == 0:
+            meas_end = self.MEAS_LEN * size
+            proofs_end = meas_end + proofs_len * size
+            meas, ok_meas = vf.decode(raw[:, :meas_end])
+            proofs, ok_proofs = vf.decode(raw[:, meas_end:proofs_end])
+            reduced = ok_meas.all(axis=1) & ok_proofs.all(axis=1)
+            _flag(errors, ~reduced, CodecError("input share has an unreduced field element"))
+            blinds = raw[:, proofs_end:]
+        else:
+            seeds = raw[:, :SEED_SIZE]
+            meas = self._helper_meas_share(ctx, agg_id, seeds, rows)
+            proofs = self._helper_proofs_share(ctx, agg_id, seeds, rows)
+            blinds = raw[:, SEED_SIZE:]
+
+        joint_rands = vf.zeros((rows, 0))
+        corrected = None
+        part = None
+        if self._joint:
+            public_raw = _fixed_rows(
+                [s if isinstance(s, bytes) else vdaf.encode_public_share(s) for s in public_shares],
+                SEED_SIZE * self.SHARES,
+                "public share",
+                errors,
+            )
+            part = self._joint_rand_part(ctx, agg_id, blinds, meas, nonce_rows)
+            parts = public_raw.copy()
+            parts[:, agg_id * SEED_SIZE : (agg_id + 1) * SEED_SIZE] = part
+            corrected = self._joint_rand_seed(ctx, parts)
+            joint_rands = self._joint_rands(ctx, corrected)
+        else:
+            for i, s in enumerate(public_shares):
+                if s not in (b"", None) and errors[i] is None:
+                    errors[i] = CodecError("public share must be empty for this circuit")
+
+        query_rands = expand_rows(
+            vf,
+            verify_key,
+            self._dst(USAGE_QUERY_RANDOMNESS, ctx),
+            np.concatenate([np.full((rows, 1), self.PROOFS, dtype=np.uint8), nonce_rows], axis=1),
+            self.QUERY_RAND_LEN * self.PROOFS,
+            rows,
+        )
+        verifiers = []
+        redo = np.zeros(rows, dtype=bool)
+        for i in range(self.PROOFS):
+            verifier, bad, node_hit = self.flp.query(
+                meas,
+                proofs[..., i * self.PROOF_LEN : (i + 1) * self.PROOF_LEN],
+                query_rands[..., i * self.QUERY_RAND_LEN : (i + 1) * self.QUERY_RAND_LEN],
+                joint_rands[..., i * self.JOINT_RAND_LEN : (i + 1) * self.JOINT_RAND_LEN],
+                self.SHARES,
+            )
+            _flag(
+                errors,
+                bad,
+                VerifyError("query point is a root of unity; report cannot be verified"),
+            )
+            redo |= node_hit & ~bad
+            verifiers.append(verifier)
+        verifier_all = vf.concat(verifiers)
+        out_shares = self.flp.circuit.truncate(meas)
+
+        cols = [vf.encode(verifier_all)]
+        if part is not None:
+            cols.append(part)
+        share_bytes = np.concatenate(cols, axis=1).tobytes()
+        share_size = self.verifier_share_size()
+        verifier_shares: list[bytes | None] = [
+            share_bytes[i * share_size : (i + 1) * share_size] for i in range(rows)
+        ]
+        for k in np.flatnonzero(redo).tolist():
+            verifier_shares[k] = self._scalar_verifier_share(
+                verify_key, ctx, agg_id, nonces[k], public_shares[k], encoded[k]
+            )
+        for i, e in enumerate(errors):
+            if e is not None:
+                verifier_shares[i] = None
+        out_shares = self._zero_failed(out_shares, _errors_mask(errors))
+        state = BatchVerifyState(vf, out_shares, corrected, errors)
+        return VerifyInitBatch(state, verifier_shares)
+
+    def _scalar_verifier_share(
+        self,
+        verify_key: bytes,
+        ctx: bytes,
+        agg_id: int,
+        nonce: bytes,
+        public_share: bytes | PublicShare,
+        input_share: bytes,
+    ) -> bytes:
+        """The rare report whose query point is a root of unity of a gadget
+        domain (probability about 2^-50): the scalar path handles it."""
+        vdaf = self.vdaf
+        public = (
+            vdaf.decode_public_share(public_share)
+            if isinstance(public_share, bytes)
+            else public_share
+        )
+        _, share = vdaf.verify_init(
+            verify_key,
+            ctx,
+            agg_id,
+            None,
+            nonce,
+            public,
+            vdaf.decode_input_share(agg_id, input_share),
+        )
+        return vdaf.encode_verifier_share(share)
+
+    def verifier_shares_to_message_batch(
+        self, ctx: bytes, verifier_shares: Sequence[Sequence[bytes | VerifierShare | None]]
+    ) -> MessageBatch:
+        """``Prio3.verifier_shares_to_message`` for every report;
+        ``verifier_shares[j][i]`` is aggregator j's share for report i
+        (``None`` if that aggregator already rejected it)."""
+        if len(verifier_shares) != self.SHARES:
+            raise ValueError(f"expected {self.SHARES} verifier shares per report")
+        rows = len(verifier_shares[0])
+        if any(len(s) != rows for s in verifier_shares):
+            raise ValueError("every aggregator must send one verifier share per report")
+        result = MessageBatch([], [])
+        for s in self._chunks(rows, self.verify_chunk_elements):
+            part = self._message_chunk(ctx, [shares[s] for shares in verifier_shares])
+            result.messages += part.messages
+            result.errors += part.errors
+        return result
+
+    def _message_chunk(
+        self, ctx: bytes, verifier_shares: Sequence[Sequence[bytes | VerifierShare | None]]
+    ) -> MessageBatch:
+        rows = len(verifier_shares[0])
+        vf = self.vf
+        errors: Errors = [None] * rows
+        count = self.VERIFIER_LEN * self.PROOFS
+        elems = count * vf.ENCODED_SIZE
+        total = None
+        parts = []
+        for shares in verifier_shares:
+            encoded: list[bytes] = []
+            for i, s in enumerate(shares):
+                if s is None:
+                    if errors[i] is None:
+                        errors[i] = VerifyError("an aggregator rejected the report")
+                    encoded.append(b"")
+                elif isinstance(s, bytes):
+                    encoded.append(s)
+                else:
+                    encoded.append(self.vdaf.encode_verifier_share(s))
+            raw = _fixed_rows(encoded, self.verifier_share_size(), "verifier share", errors)
+            verifier, reduced = vf.decode(raw[:, :elems])
+            _flag(errors, ~reduced.all(axis=1), CodecError("verifier share is not reduced"))
+            total = verifier if total is None else vf.add(total, verifier)
+            parts.append(raw[:, elems:])
+        assert total is not None
+        accept = np.ones(rows, dtype=bool)
+        vlen = self.VERIFIER_LEN
+        for i in range(self.PROOFS):
+            accept &= self.flp.decide(total[..., i * vlen : (i + 1) * vlen])
+        _flag(errors, ~accept, VerifyError("proof verifier check failed"))
+        if self._joint:
+            seeds = self._joint_rand_seed(ctx, np.concatenate(parts, axis=1)).tobytes()
+            messages: list[bytes | None] = [
+                seeds[i * SEED_SIZE : (i + 1) * SEED_SIZE] for i in range(rows)
+            ]
+        else:
+            messages = [b""] * rows
+        for i, e in enumerate(errors):
+            if e is not None:
+                messages[i] = None
+        return MessageBatch(messages, errors)
+
+    def verify_next_batch(
+        self, ctx: bytes, state: BatchVerifyState, messages: Sequence[bytes | None]
+    ) -> OutShareBatch:
+        """``Prio3.verify_next`` for every report: the output shares of the
+        reports whose joint randomness checks out."""
+        rows = len(state)
+        if len(messages) != rows:
+            raise ValueError("one verifier message per report is needed")
+        errors: Errors = list(state.errors)
+        if self._joint:
+            assert state.corrected_seeds is not None
+            expected = state.corrected_seeds.tobytes()
+            for i, msg in enumerate(messages):
+                if errors[i] is not None:
+                    continue
+                if msg is None:
+                    errors[i] = VerifyError("the report was rejected")
+                elif len(msg) != SEED_SIZE:
+                    errors[i] = CodecError(f"verifier message must be {SEED_SIZE} bytes")
+                elif msg != expected[i * SEED_SIZE : (i + 1) * SEED_SIZE]:
+                    errors[i] = VerifyError("joint randomness check failed")
+        else:
+            for i, msg in enumerate(messages):
+                if errors[i] is not None:
+                    continue
+                if msg is None:
+                    errors[i] = VerifyError("the report was rejected")
+                elif msg:
+                    errors[i] = CodecError("verifier message must be empty for this circuit")
+        out = self._zero_failed(state.out_shares, _errors_mask(errors))
+        return OutShareBatch(self.vf, out, errors)
+
+    def _zero_failed(self, out_shares: Arr, ok: Arr) -> Arr:
+        """Output shares with the rows of failed reports zeroed (a copy only
+        if some failed: these arrays are the largest the batch holds)."""
+        if ok.all():
+            return out_shares
+        out = out_shares.copy()
+        out[..., ~ok, :] = 0
+        return out
+
+    # -- aggregation ------------------------------------------------------------
+
+    def aggregate_batch(self, out_shares: OutShareBatch) -> list[int]:
+        """The sum of the accepted output shares (``Prio3.agg_update`` over
+        them, from ``agg_init``)."""
+        vf = self.vf
+        ok = out_shares.ok
+        kept = self._zero_failed(out_shares.out_shares, ok)
+        if len(ok) == 0:
+            return self.vdaf.agg_init(None)
+        result: list[int] = vf.to_ints(vf.sum(vf.moveaxis(kept, -2, -1), axis=-1))
+        return result
+
+    # -- interop with the scalar types ------------------------------------------
+
+    def decode_report(
+        self, batch: ShardBatch, i: int
+    ) -> tuple[PublicShare, list[LeaderInputShare | HelperInputShare]]:
+        """Report i of a ``ShardBatch`` as the scalar ``shard`` returns it."""
+        vdaf = self.vdaf
+        public = vdaf.decode_public_share(batch.public_shares[i])
+        shares = [vdaf.decode_input_share(j, batch.input_shares[j][i]) for j in range(self.SHARES)]
+        return public, shares
