@@ -423,3 +423,35 @@ def test_size_and_reclaim_space(store: Datastore) -> None:
     assert store.size_bytes() <= full
     store.reclaim_space(full=True)
     assert store.size_bytes() - empty < (full - empty) // 10
+
+
+def test_no_upload_lands_in_a_bucket_after_it_is_closed(opener: Opener) -> None:
+    """Uploads racing a collection's close (two handles, as two processes): every
+    report the store accepted was in before the close committed, none after."""
+    uploader, collector = opener(), opener()
+    uploader.put_reports(TASK, [(3600, report(0))])
+    refused = threading.Event()
+    errors: list[BaseException] = []
+
+    def upload() -> None:
+        i = 1
+        try:
+            while not refused.is_set():
+                try:
+                    uploader.put_reports(TASK, [(3600, report(i))])
+                except StorageConflict:
+                    refused.set()
+                i += 1
+        except BaseException as e:
+            errors.append(e)
+            refused.set()
+
+    thread = threading.Thread(target=upload)
+    thread.start()
+    time.sleep(0.2)
+    collector.close_batch(TASK, 3600, 7200, b"c" * 16, 3600)
+    at_close = collector.unaggregated_count(TASK, 3600, 7200)
+    thread.join(30)
+    assert errors == []
+    assert refused.is_set()
+    assert collector.unaggregated_count(TASK, 3600, 7200) == at_close

@@ -91,3 +91,5 @@ def test_killed_worker_jobs_are_taken_over(dep: tuple[Deployment, str]) -> None:
     assert set(states) == {"finished"}
     # The job the dead worker held was finished by the survivor, on a later attempt.
     assert all(attempts >= 2 for attempts, _ in taken_over)
+    # SIGTERM stops a worker cleanly between two steps.
+    assert d.local.workers[1].stop(signal.SIGTERM) == 0
