@@ -255,8 +255,6 @@ class PostgresDatastore:
     def __init__(self, conninfo: str, pool_size: int = 8) -> None:
         migrate(conninfo)
         self.pool = open_pool(conninfo, pool_size)
-        # Serialization failures retried so far (for the benchmark and metrics).
-        self.retries = 0
 
     def close(self) -> None:
         self.pool.close()
@@ -268,10 +266,10 @@ class PostgresDatastore:
                 try:
                     with conn.transaction():
                         return work(conn)
-                except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected):
+                except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as e:
                     if attempt == MAX_ATTEMPTS:
                         raise
-                    self.retries += 1
+                    log.debug("retrying a transaction (attempt %d): %s", attempt, type(e).__name__)
             pause = min(_MAX_PAUSE, 0.002 * 2 ** min(attempt, 7))
             _time.sleep(pause * (0.5 + secrets.randbelow(1000) / 1000))
         raise AssertionError("unreachable")
