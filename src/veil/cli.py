@@ -203,7 +203,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config))
         configure_logging(args.log_level or config.log_level, config.log_format == "json")
-        worker = AggregationWorker(config)
+        worker = AggregationWorker(config, args.metrics)
     except (ConfigError, ValueError) as e:
         print(f"veil worker: {e}", file=sys.stderr)
         return 2
@@ -575,6 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True, help="the leader's leader.toml")
     p.add_argument("--log-level", help="debug, info, warning or error (default: config)")
+    p.add_argument(
+        "--metrics", metavar="HOST:PORT", help="serve this worker's Prometheus metrics here"
+    )
     p.set_defaults(func=cmd_worker)
 
     task = sub.add_parser("task", help="task definitions").add_subparsers(

@@ -6,9 +6,11 @@ takes the job over once its lease expires, and the collected sum is exact.
 
 from __future__ import annotations
 
+import re
 import secrets
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ def dep(tmp_path: Path, postgres_server: str) -> Iterator[tuple[Deployment, str]
         storage={"leader": as_url(leader_db), "helper": as_url(helper_db)},
         workers=2,
         lease_seconds=LEASE,
+        metrics=True,
     )
     d = Deployment(local)
     try:
@@ -91,5 +94,11 @@ def test_killed_worker_jobs_are_taken_over(dep: tuple[Deployment, str]) -> None:
     assert set(states) == {"finished"}
     # The job the dead worker held was finished by the survivor, on a later attempt.
     assert all(attempts >= 2 for attempts, _ in taken_over)
+    # The survivor's own metrics endpoint counts the jobs it finished.
+    survivor = d.local.workers[1].metrics_address
+    with urllib.request.urlopen(f"http://{survivor}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    finished = re.search(r'^veil_aggregation_jobs_total\{outcome="finished"\} (\S+)$', text, re.M)
+    assert finished is not None and float(finished.group(1)) >= 1
     # SIGTERM stops a worker cleanly between two steps.
     assert d.local.workers[1].stop(signal.SIGTERM) == 0

@@ -88,8 +88,17 @@ class ServerProcess:
         """Start `veil worker` on this (leader) config; it has no port to wait for."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with self.log.open("ab") as log:
+            metrics = [] if self.metrics_address is None else ["--metrics", self.metrics_address]
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "veil.cli", "worker", "--config", str(self.config)],
+                [
+                    sys.executable,
+                    "-m",
+                    "veil.cli",
+                    "worker",
+                    "--config",
+                    str(self.config),
+                    *metrics,
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -179,7 +188,14 @@ class LocalDeployment:
                 role, root / f"{role}.toml", root / f"{role}.log", addr, None, metrics_address
             )
         worker_procs = [
-            ServerProcess("worker", root / "leader.toml", root / f"worker{i}.log", "")
+            ServerProcess(
+                "worker",
+                root / "leader.toml",
+                root / f"worker{i}.log",
+                "",
+                None,
+                f"127.0.0.1:{free_port()}" if metrics else None,
+            )
             for i in range(workers)
         ]
         dep = cls(root, files, servers["leader"], servers["helper"], worker_procs)

@@ -465,8 +465,12 @@ class AggregationWorker:
     its jobs over when their leases expire.
     """
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, metrics_listen: str | None = None) -> None:
         self.config = config
+        # Its own metrics port (the config's [metrics] is the front end's): the
+        # aggregation counters live in the workers.
+        self.metrics_listen = metrics_listen
+        self.metrics = Metrics("leader")
         self.store, self.privacy, self._close_store = open_storage(config)
         self.leader = Leader(
             {t.task_id: t for t in config.tasks},
@@ -474,7 +478,7 @@ class AggregationWorker:
             GrpcHelperClient(helper_channel_factory(config)),
             self.privacy,
             job_size=config.job_size,
-            metrics=Metrics("leader"),
+            metrics=self.metrics,
             lease_seconds=config.lease_seconds,
         )
         self._stop = threading.Event()
@@ -488,9 +492,14 @@ class AggregationWorker:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if self.metrics_listen is not None:
+            host, _, port = self.metrics_listen.rpartition(":")
+            bound = self.metrics.serve(host.strip("[]"), int(port))
+            log.info("metrics on http://%s:%d/metrics", host, bound)
         log.info("worker %s started", self.leader.worker_id)
         try:
             drive(self.leader, self._stop, self.config.driver_interval)
         finally:
             log.info("worker %s stopping", self.leader.worker_id)
+            self.metrics.stop()
             self._close_store()
