@@ -1,14 +1,16 @@
-"""Leader and helper logic in one process (no gRPC): each rule on its own."""
+"""Leader and helper logic in one process (no gRPC): each rule on its own,
+on each storage backend (SQLite, and a real PostgreSQL)."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.postgres_server import with_schema
 from veil.aggregator.core import VerifyInitItem, VerifyResult
 from veil.aggregator.errors import (
     BatchCollected,
@@ -22,8 +24,10 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import SqliteDatastore, StoredReport
+from veil.aggregator.storage import Datastore, SqliteDatastore, StoredReport
+from veil.dp import LedgerStore
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeConfig, input_share_info, seal
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
@@ -59,15 +63,59 @@ class InProcessHelper:
         )
 
 
+class Backend:
+    """Each aggregator's store and ledger on one backend; every call opens them
+    again, as a restarted process would."""
+
+    def __init__(self, tmp: Path, dsn: str | None) -> None:
+        self.tmp, self.dsn = tmp, dsn
+        self.opened: list[SqliteDatastore | PostgresDatastore | PostgresLedgerStore] = []
+        self.schemas = {
+            role: None if dsn is None else with_schema(dsn, f"{role}_{secrets.token_hex(4)}")
+            for role in ("leader", "helper")
+        }
+
+    def store(self, role: str) -> Datastore:
+        conninfo = self.schemas[role]
+        store = (
+            SqliteDatastore(self.tmp / f"{role}.db")
+            if conninfo is None
+            else PostgresDatastore(conninfo, pool_size=2)
+        )
+        self.opened.append(store)
+        return store
+
+    def ledger(self, role: str) -> str | LedgerStore:
+        conninfo = self.schemas[role]
+        if conninfo is None:
+            return str(self.tmp / f"{role}.db")
+        ledger = PostgresLedgerStore(conninfo)
+        self.opened.append(ledger)
+        return ledger
+
+    def close(self) -> None:
+        for s in self.opened:
+            s.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    b = Backend(
+        tmp_path, None if request.param == "sqlite" else request.getfixturevalue("postgres_server")
+    )
+    yield b
+    b.close()
+
+
 class World:
-    def __init__(self, tmp: Path, files: TaskFiles) -> None:
+    def __init__(self, backend: Backend, files: TaskFiles) -> None:
         self.files = files
-        self.helper_store = SqliteDatastore(tmp / "helper.db")
-        self.leader_store = SqliteDatastore(tmp / "leader.db")
+        self.helper_store = backend.store("helper")
+        self.leader_store = backend.store("leader")
         self.helper = Helper(
             {files.helper.task_id: files.helper},
             self.helper_store,
-            PrivacyEngine(str(tmp / "helper.db"), [files.helper]),
+            PrivacyEngine(backend.ledger("helper"), [files.helper]),
             clock=lambda: NOW,
         )
         self.link = InProcessHelper(self.helper)
@@ -75,7 +123,7 @@ class World:
             {files.leader.task_id: files.leader},
             self.leader_store,
             self.link,
-            PrivacyEngine(str(tmp / "leader.db"), [files.leader]),
+            PrivacyEngine(backend.ledger("leader"), [files.leader]),
             clock=lambda: NOW,
             job_size=4,
         )
@@ -103,11 +151,11 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
+def world(backend: Backend) -> World:
     files = new_task(
         VdafSpec("sum", max_measurement=10), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=2
     )
-    return World(tmp_path, files)
+    return World(backend, files)
 
 
 def test_upload_is_all_or_nothing(world: World) -> None:
@@ -213,11 +261,11 @@ def test_helper_checks_count_and_checksum(world: World) -> None:
         )
 
 
-def test_helper_serves_the_same_noised_share(tmp_path: Path) -> None:
+def test_helper_serves_the_same_noised_share(backend: Backend) -> None:
     files = new_task(
         VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", dp=DpSpec("geometric", epsilon="1")
     )
-    world = World(tmp_path, files)
+    world = World(backend, files)
     task = files.leader
     items = _items(world, 4)
     world.helper.aggregate(task.task_id, task.aggregator_token, secrets.token_bytes(16), items)
@@ -243,14 +291,14 @@ def test_helper_serves_the_same_noised_share(tmp_path: Path) -> None:
         )
 
 
-def test_budget_refused_before_anything_is_written(tmp_path: Path) -> None:
+def test_budget_refused_before_anything_is_written(backend: Backend) -> None:
     files = new_task(
         VdafSpec("count"),
         "127.0.0.1:1",
         "127.0.0.1:2",
         dp=DpSpec("geometric", epsilon="1", budget="1/2"),
     )
-    world = World(tmp_path, files)
+    world = World(backend, files)
     task_id = files.client.task_id
     world.leader.upload(task_id, [world.report(1)])
     with pytest.raises(BudgetExhausted):
@@ -260,12 +308,12 @@ def test_budget_refused_before_anything_is_written(tmp_path: Path) -> None:
     assert world.leader_store.pending_collections() == []
 
 
-def test_hpke_config_is_stable_across_restarts(tmp_path: Path, world: World) -> None:
+def test_hpke_config_is_stable_across_restarts(backend: Backend, world: World) -> None:
     config: HpkeConfig = world.helper.current_config
     again = Helper(
         {world.files.helper.task_id: world.files.helper},
-        SqliteDatastore(tmp_path / "helper.db"),
-        PrivacyEngine(str(tmp_path / "helper.db"), []),
+        backend.store("helper"),
+        PrivacyEngine(backend.ledger("helper"), []),
     )
     assert again.current_config == config
 
@@ -294,11 +342,11 @@ def test_failed_collection_reopens_the_batch(world: World) -> None:
     assert world.leader_store.rejections(task_id) == {"hpke_decrypt_error": 1}
 
 
-def test_reports_outside_the_task_window(tmp_path: Path) -> None:
+def test_reports_outside_the_task_window(backend: Backend) -> None:
     files = new_task(
         VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", not_before=T, not_after=T + TP
     )
-    world = World(tmp_path, files)
+    world = World(backend, files)
     with pytest.raises(ReportTimeRejected, match="window"):
         world.leader.upload(files.client.task_id, [world.report(1, t=T - TP)])
     with pytest.raises(ReportTimeRejected, match="window"):
