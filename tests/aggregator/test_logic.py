@@ -4,13 +4,12 @@ on each storage backend (SQLite, and a real PostgreSQL)."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from tests.postgres_server import with_schema
+from tests.aggregator.conftest import Backend
 from veil.aggregator.core import VerifyInitItem, VerifyResult
 from veil.aggregator.errors import (
     BatchCollected,
@@ -24,10 +23,8 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
-from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import Datastore, SqliteDatastore, StoredReport
-from veil.dp import LedgerStore
+from veil.aggregator.storage import StoredReport
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeConfig, input_share_info, seal
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
@@ -61,50 +58,6 @@ class InProcessHelper:
         return self.helper.aggregate_share(
             task.task_id, task.aggregator_token, collection_id, start, duration, count, checksum
         )
-
-
-class Backend:
-    """Each aggregator's store and ledger on one backend; every call opens them
-    again, as a restarted process would."""
-
-    def __init__(self, tmp: Path, dsn: str | None) -> None:
-        self.tmp, self.dsn = tmp, dsn
-        self.opened: list[SqliteDatastore | PostgresDatastore | PostgresLedgerStore] = []
-        self.schemas = {
-            role: None if dsn is None else with_schema(dsn, f"{role}_{secrets.token_hex(4)}")
-            for role in ("leader", "helper")
-        }
-
-    def store(self, role: str) -> Datastore:
-        conninfo = self.schemas[role]
-        store = (
-            SqliteDatastore(self.tmp / f"{role}.db")
-            if conninfo is None
-            else PostgresDatastore(conninfo, pool_size=2)
-        )
-        self.opened.append(store)
-        return store
-
-    def ledger(self, role: str) -> str | LedgerStore:
-        conninfo = self.schemas[role]
-        if conninfo is None:
-            return str(self.tmp / f"{role}.db")
-        ledger = PostgresLedgerStore(conninfo)
-        self.opened.append(ledger)
-        return ledger
-
-    def close(self) -> None:
-        for s in self.opened:
-            s.close()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    b = Backend(
-        tmp_path, None if request.param == "sqlite" else request.getfixturevalue("postgres_server")
-    )
-    yield b
-    b.close()
 
 
 class World:
