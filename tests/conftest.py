@@ -1,11 +1,15 @@
-"""Shared test configuration: where the official VDAF test vectors live."""
+"""Shared test configuration: the official VDAF test vectors, the throwaway PostgreSQL."""
 
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.postgres_server import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
 
 # VEIL_TEST_LONG=1 runs the long mode of the fault, fuzz and load suites
 # (hundreds of thousands of cases, minutes of load); CI runs the short mode.
@@ -31,3 +35,29 @@ def vdaf_vectors() -> Path:
             "test_vec/vdaf of github.com/cfrg/draft-irtf-cfrg-vdaf at ../shared/vdaf-test-vectors"
         )
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """One throwaway PostgreSQL for the whole session (or VEIL_TEST_POSTGRES_DSN).
+
+    Where PostgreSQL is missing the tests that need it skip, saying why;
+    under CI (the CI variable set) they fail instead, so CI never passes
+    without having run them.
+    """
+    if not os.environ.get(DSN_ENV) and find_pg_bin() is None:
+        reason = (
+            f"PostgreSQL not found (no initdb/pg_ctl on PATH or in /usr/lib/postgresql)"
+            f" and {DSN_ENV} unset: install the 'postgresql' package"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with postgres_dsn() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def postgres(postgres_server: str) -> str:
+    """A DSN whose tables live in a fresh schema of their own (one per test)."""
+    return with_schema(postgres_server, "t_" + secrets.token_hex(6))

@@ -8,20 +8,30 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres_server import as_url
 from veil.aggregator.maintenance import ensure_active_key
+from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.server import ConfigError, load_config
 from veil.aggregator.storage import SqliteDatastore
 from veil.cli import main
 
 
-@pytest.fixture
-def config(tmp_path: Path) -> Path:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def config(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A leader config and its database with one key, on each backend."""
     path = tmp_path / "leader.toml"
+    store: SqliteDatastore | PostgresDatastore
+    if request.param == "sqlite":
+        storage = "leader.db"
+        store = SqliteDatastore(tmp_path / "leader.db")
+    else:
+        dsn = request.getfixturevalue("postgres")
+        storage = as_url(dsn)
+        store = PostgresDatastore(dsn, pool_size=1)
     path.write_text(
-        'listen = "127.0.0.1:1"\nstorage = "leader.db"\ntasks = []\n'
+        f'listen = "127.0.0.1:1"\nstorage = "{storage}"\ntasks = []\n'
         "[keys]\npending_seconds = 30\ngrace_seconds = 100\n"
     )
-    store = SqliteDatastore(tmp_path / "leader.db")
     ensure_active_key(store, time.time())
     store.close()
     return path

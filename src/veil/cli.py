@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task, write_toml
 
 if TYPE_CHECKING:  # imported where used, so `veil upload` does not load the servers
+    from veil.aggregator.postgres import PostgresDatastore
     from veil.aggregator.server import ServerConfig
     from veil.aggregator.storage import SqliteDatastore
 
@@ -195,10 +196,26 @@ def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from veil.aggregator.server import AggregationWorker, ConfigError, load_config
+    from veil.logs import configure_logging
+
+    try:
+        config = load_config(Path(args.config))
+        configure_logging(args.log_level or config.log_level, config.log_format == "json")
+        worker = AggregationWorker(config, args.metrics)
+    except (ConfigError, ValueError) as e:
+        print(f"veil worker: {e}", file=sys.stderr)
+        return 2
+    worker.serve_forever()
+    return 0
+
+
 def _open_database(
     args: argparse.Namespace, command: str
-) -> tuple[ServerConfig, SqliteDatastore] | None:
+) -> tuple[ServerConfig, SqliteDatastore | PostgresDatastore] | None:
     """(config, store) of the aggregator whose config file is --config."""
+    from veil.aggregator.postgres import PostgresDatastore
     from veil.aggregator.server import ConfigError, load_config
     from veil.aggregator.storage import SqliteDatastore
 
@@ -207,6 +224,8 @@ def _open_database(
     except ConfigError as e:
         print(f"veil {command}: {e}", file=sys.stderr)
         return None
+    if not isinstance(config.storage, Path):
+        return config, PostgresDatastore(config.storage, pool_size=1)
     if not config.storage.exists():
         print(
             f"veil {command}: no database at {config.storage}: start the server once first",
@@ -233,7 +252,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     config, store = opened
     try:
-        status = gather(_role(args, config), config, store, BudgetLedger.sqlite(config.storage))
+        from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
+
+        if isinstance(store, PostgresDatastore):
+            assert isinstance(config.storage, str)
+            ledger = BudgetLedger(PostgresLedgerStore(config.storage, store.pool))
+        else:
+            ledger = BudgetLedger.sqlite(config.storage)
+        status = gather(_role(args, config), config, store, ledger)
     finally:
         store.close()
     print(json.dumps(status, indent=2) if args.json else render_text(status))
@@ -244,6 +270,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     import dataclasses
 
     from veil.aggregator.maintenance import collect_garbage
+    from veil.aggregator.postgres import storage_label
     from veil.logs import configure_logging
 
     configure_logging("warning")
@@ -258,7 +285,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     finally:
         store.close()
     out = {
-        "database": str(config.storage),
+        "database": storage_label(config.storage),
         "bytes_before": before,
         "bytes_after": after,
         "deleted": {task: dataclasses.asdict(r) for task, r in results.items()},
@@ -269,7 +296,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
         for task, r in results.items():
             kinds = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(r).items() if v)
             print(f"task {task}: deleted {kinds or 'nothing'}")
-        print(f"database {config.storage}: {before} bytes before, {after} bytes after")
+        print(
+            f"database {storage_label(config.storage)}: {before} bytes before, {after} bytes after"
+        )
     return 0
 
 
@@ -540,6 +569,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", required=True, help=f"{role}.toml")
         p.add_argument("--log-level", help="debug, info, warning or error (default: config)")
         p.set_defaults(func=cmd_server, role=role)
+    p = sub.add_parser(
+        "worker",
+        help="run leader aggregation and collection workers only (shared PostgreSQL storage)",
+    )
+    p.add_argument("--config", required=True, help="the leader's leader.toml")
+    p.add_argument("--log-level", help="debug, info, warning or error (default: config)")
+    p.add_argument(
+        "--metrics", metavar="HOST:PORT", help="serve this worker's Prometheus metrics here"
+    )
+    p.set_defaults(func=cmd_worker)
 
     task = sub.add_parser("task", help="task definitions").add_subparsers(
         dest="task_command", required=True

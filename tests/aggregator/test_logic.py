@@ -1,14 +1,15 @@
-"""Leader and helper logic in one process (no gRPC): each rule on its own."""
+"""Leader and helper logic in one process (no gRPC): each rule on its own,
+on each storage backend (SQLite, and a real PostgreSQL)."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
+from tests.aggregator.conftest import Backend
 from veil.aggregator.core import VerifyInitItem, VerifyResult
 from veil.aggregator.errors import (
     BatchCollected,
@@ -23,7 +24,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import SqliteDatastore, StoredReport
+from veil.aggregator.storage import StoredReport
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeConfig, input_share_info, seal
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
@@ -60,14 +61,14 @@ class InProcessHelper:
 
 
 class World:
-    def __init__(self, tmp: Path, files: TaskFiles) -> None:
+    def __init__(self, backend: Backend, files: TaskFiles) -> None:
         self.files = files
-        self.helper_store = SqliteDatastore(tmp / "helper.db")
-        self.leader_store = SqliteDatastore(tmp / "leader.db")
+        self.helper_store = backend.store("helper")
+        self.leader_store = backend.store("leader")
         self.helper = Helper(
             {files.helper.task_id: files.helper},
             self.helper_store,
-            PrivacyEngine(str(tmp / "helper.db"), [files.helper]),
+            PrivacyEngine(backend.ledger("helper"), [files.helper]),
             clock=lambda: NOW,
         )
         self.link = InProcessHelper(self.helper)
@@ -75,7 +76,7 @@ class World:
             {files.leader.task_id: files.leader},
             self.leader_store,
             self.link,
-            PrivacyEngine(str(tmp / "leader.db"), [files.leader]),
+            PrivacyEngine(backend.ledger("leader"), [files.leader]),
             clock=lambda: NOW,
             job_size=4,
         )
@@ -103,11 +104,11 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
+def world(backend: Backend) -> World:
     files = new_task(
         VdafSpec("sum", max_measurement=10), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=2
     )
-    return World(tmp_path, files)
+    return World(backend, files)
 
 
 def test_upload_is_all_or_nothing(world: World) -> None:
@@ -213,11 +214,11 @@ def test_helper_checks_count_and_checksum(world: World) -> None:
         )
 
 
-def test_helper_serves_the_same_noised_share(tmp_path: Path) -> None:
+def test_helper_serves_the_same_noised_share(backend: Backend) -> None:
     files = new_task(
         VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", dp=DpSpec("geometric", epsilon="1")
     )
-    world = World(tmp_path, files)
+    world = World(backend, files)
     task = files.leader
     items = _items(world, 4)
     world.helper.aggregate(task.task_id, task.aggregator_token, secrets.token_bytes(16), items)
@@ -243,14 +244,14 @@ def test_helper_serves_the_same_noised_share(tmp_path: Path) -> None:
         )
 
 
-def test_budget_refused_before_anything_is_written(tmp_path: Path) -> None:
+def test_budget_refused_before_anything_is_written(backend: Backend) -> None:
     files = new_task(
         VdafSpec("count"),
         "127.0.0.1:1",
         "127.0.0.1:2",
         dp=DpSpec("geometric", epsilon="1", budget="1/2"),
     )
-    world = World(tmp_path, files)
+    world = World(backend, files)
     task_id = files.client.task_id
     world.leader.upload(task_id, [world.report(1)])
     with pytest.raises(BudgetExhausted):
@@ -260,12 +261,12 @@ def test_budget_refused_before_anything_is_written(tmp_path: Path) -> None:
     assert world.leader_store.pending_collections() == []
 
 
-def test_hpke_config_is_stable_across_restarts(tmp_path: Path, world: World) -> None:
+def test_hpke_config_is_stable_across_restarts(backend: Backend, world: World) -> None:
     config: HpkeConfig = world.helper.current_config
     again = Helper(
         {world.files.helper.task_id: world.files.helper},
-        SqliteDatastore(tmp_path / "helper.db"),
-        PrivacyEngine(str(tmp_path / "helper.db"), []),
+        backend.store("helper"),
+        PrivacyEngine(backend.ledger("helper"), []),
     )
     assert again.current_config == config
 
@@ -294,11 +295,11 @@ def test_failed_collection_reopens_the_batch(world: World) -> None:
     assert world.leader_store.rejections(task_id) == {"hpke_decrypt_error": 1}
 
 
-def test_reports_outside_the_task_window(tmp_path: Path) -> None:
+def test_reports_outside_the_task_window(backend: Backend) -> None:
     files = new_task(
         VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", not_before=T, not_after=T + TP
     )
-    world = World(tmp_path, files)
+    world = World(backend, files)
     with pytest.raises(ReportTimeRejected, match="window"):
         world.leader.upload(files.client.task_id, [world.report(1, t=T - TP)])
     with pytest.raises(ReportTimeRejected, match="window"):

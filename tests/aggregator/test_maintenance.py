@@ -1,14 +1,15 @@
 """Report expiry, garbage collection and key rotation on the real leader and
-helper logic in one process, with a clock the test moves."""
+helper logic in one process, with a clock the test moves, on each storage
+backend (SQLite, and a real PostgreSQL)."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.aggregator.conftest import Backend
 from tests.aggregator.test_logic import InProcessHelper
 from veil.aggregator.errors import BatchCollected, InvalidMessage, ReportTimeRejected
 from veil.aggregator.helper import Helper
@@ -24,6 +25,7 @@ from veil.aggregator.storage import (
     KEY_ACTIVE,
     KEY_EXPIRED,
     KEY_PENDING,
+    Datastore,
     SqliteDatastore,
     StoredReport,
 )
@@ -44,8 +46,7 @@ class Clock:
 
 
 class World:
-    def __init__(self, tmp: Path, expiry: int | None = EXPIRY) -> None:
-        tmp.mkdir(parents=True, exist_ok=True)
+    def __init__(self, backend: Backend, expiry: int | None = EXPIRY) -> None:
         self.files: TaskFiles = new_task(
             VdafSpec("sum", max_measurement=10),
             "127.0.0.1:1",
@@ -57,19 +58,19 @@ class World:
         )
         self.task_id = self.files.client.task_id
         self.clock = Clock()
-        self.helper_store = SqliteDatastore(tmp / "helper.db")
-        self.leader_store = SqliteDatastore(tmp / "leader.db")
+        self.helper_store = backend.store("helper")
+        self.leader_store = backend.store("leader")
         self.helper = Helper(
             {self.task_id: self.files.helper},
             self.helper_store,
-            PrivacyEngine(str(tmp / "helper.db"), [self.files.helper]),
+            PrivacyEngine(backend.ledger("helper"), [self.files.helper]),
             clock=self.clock,
         )
         self.leader = Leader(
             {self.task_id: self.files.leader},
             self.leader_store,
             InProcessHelper(self.helper),
-            PrivacyEngine(str(tmp / "leader.db"), [self.files.leader]),
+            PrivacyEngine(backend.ledger("leader"), [self.files.leader]),
             clock=self.clock,
             job_size=50,
         )
@@ -116,16 +117,10 @@ class World:
             a.report_count for a in self.leader_store.batch_aggregates(self.task_id, 0, 2**62)
         )
 
-    def close(self) -> None:
-        self.leader_store.close()
-        self.helper_store.close()
-
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
-    yield w
-    w.close()
+def world(backend: Backend) -> World:
+    return World(backend)
 
 
 def test_expired_reports_refused_at_upload_and_dropped_by_helper(world: World) -> None:
@@ -174,15 +169,17 @@ def test_replays_after_gc_are_refused(world: World) -> None:
     assert world.leader_store.rejections(world.task_id)["report_dropped"] == 5
 
 
-def _rows(store: SqliteDatastore) -> int:
+def _rows(store: Datastore) -> int:
+    assert isinstance(store, SqliteDatastore)
     db = store._conn()
     tables = ("reports", "aggregation_jobs", "batch_aggregates", "helper_reports", "helper_jobs")
     return sum(int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in tables)
 
 
-def _pages(store: SqliteDatastore) -> int:
+def _pages(store: Datastore) -> int:
     """The database's size in bytes as SQLite sees it (WAL included, whatever
     has or has not been checkpointed into the file yet)."""
+    assert isinstance(store, SqliteDatastore)
     db = store._conn()
     return int(db.execute("PRAGMA page_count").fetchone()[0]) * int(
         db.execute("PRAGMA page_size").fetchone()[0]
@@ -203,7 +200,11 @@ def _steady_stream(world: World, rounds: int, per_round: int) -> list[tuple[int,
     return sizes
 
 
-def test_database_stops_growing_under_a_steady_stream(world: World, tmp_path: Path) -> None:
+def test_database_stops_growing_under_a_steady_stream(tmp_path: Path) -> None:
+    # SQLite only: it reads SQLite's own page counts (the contract tests cover
+    # reclaim_space on both backends).
+    sqlite = Backend(tmp_path, None)
+    world = World(sqlite)
     rounds, per_round = 16, 40
     sizes = _steady_stream(world, rounds, per_round)
     assert world.aggregated() <= rounds * per_round
@@ -216,12 +217,15 @@ def test_database_stops_growing_under_a_steady_stream(world: World, tmp_path: Pa
     assert max(on_disk[settled:]) <= on_disk[settled - 1] * 1.1
 
     # The same stream without expiry keeps everything (and so would grow forever).
-    keeper = World(tmp_path / "no-expiry", expiry=None)
+    (tmp_path / "no-expiry").mkdir()
+    other = Backend(tmp_path / "no-expiry", None)
     try:
+        keeper = World(other, expiry=None)
         kept = [r for r, _ in _steady_stream(keeper, rounds, per_round)]
         assert kept[-1] > 1.5 * kept[settled - 1]
     finally:
-        keeper.close()
+        other.close()
+        sqlite.close()
 
 
 def test_rotation_keeps_old_key_for_grace_then_deletes(world: World) -> None:

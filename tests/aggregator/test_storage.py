@@ -1,14 +1,17 @@
-"""The Datastore contract, run against the SQLite backend (a new backend reuses these)."""
+"""The Datastore contract, run against every backend: SQLite and a real PostgreSQL."""
 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from veil.aggregator.core import share_merge
+from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import (
     KEY_ACTIVE,
     KEY_EXPIRED,
@@ -22,20 +25,62 @@ from veil.aggregator.storage import (
     StoredReport,
 )
 from veil.hpke import Ciphertext, generate_keypair
+from veil.vdaf import Prio3Sum
 
 TASK = b"t" * 32
 CT = Ciphertext(1, b"e" * 32, b"payload")
+VDAF = Prio3Sum(2, 1000)
+MERGE = share_merge(VDAF)
 
 
 def report(i: int, time: int = 3600) -> StoredReport:
     return StoredReport(i.to_bytes(16, "big"), time, b"ps", CT, CT)
 
 
+def share(*values: int) -> bytes:
+    """An encoded aggregate share holding the sum of `values`."""
+    agg = VDAF.agg_init(None)
+    for v in values:
+        agg = VDAF.merge(None, [agg, [v % VDAF.field.MODULUS]])
+    return VDAF.encode_agg_share(agg)
+
+
+def xor(a: bytes, b: bytes) -> bytes:
+    return bytes(x ^ y for x, y in zip(a, b, strict=True))
+
+
+# A factory per backend: each call opens another handle on the same store, as
+# another process would.
+Opener = Callable[[], Datastore]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    opened: list[SqliteDatastore | PostgresDatastore] = []
+    if request.param == "sqlite":
+        path = tmp_path / "s.db"
+
+        def open_store() -> Datastore:
+            opened.append(SqliteDatastore(path))
+            return opened[-1]
+
+    else:
+        dsn: str = request.getfixturevalue("postgres")
+
+        def open_store() -> Datastore:
+            opened.append(PostgresDatastore(dsn, pool_size=4))
+            return opened[-1]
+
+    try:
+        yield open_store
+    finally:
+        for s in opened:
+            s.close()
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Datastore]:
-    s = SqliteDatastore(tmp_path / "s.db")
-    yield s
-    s.close()
+def store(opener: Opener) -> Datastore:
+    return opener()
 
 
 def test_reports_all_or_nothing_and_duplicates(store: Datastore) -> None:
@@ -48,6 +93,7 @@ def test_reports_all_or_nothing_and_duplicates(store: Datastore) -> None:
         )
     assert store.put_reports(TASK, [(3600, changed)]) == (1, 0)  # report 4 was not written before
     assert store.unaggregated_count(TASK, 0, 7200) == 4
+    assert store.batch_aggregates(TASK, 0, 7200) == []  # nothing aggregated yet
 
 
 def test_jobs_and_aggregates(store: Datastore) -> None:
@@ -57,13 +103,66 @@ def test_jobs_and_aggregates(store: Datastore) -> None:
     assert store.create_aggregation_job(TASK, b"l" * 16, 3) == 0
     assert store.open_aggregation_jobs() == [(TASK, b"j" * 16), (TASK, b"k" * 16)]
     ids = [r.report_id for r in store.job_reports(TASK, b"j" * 16)]
-    agg = BatchAggregate(3600, b"share", 2, b"c" * 32)
-    store.finish_aggregation_job(TASK, b"j" * 16, {ids[0]: None, ids[1]: None, ids[2]: "x"}, [agg])
+    assert len(ids) == 3
+    delta = BatchAggregate(3600, share(7), 2, b"c" * 32)
+    outcomes: dict[bytes, str | None] = {ids[0]: None, ids[1]: None, ids[2]: "x"}
+    store.finish_aggregation_job(TASK, b"j" * 16, outcomes, [delta], MERGE)
     with pytest.raises(StorageConflict):
-        store.finish_aggregation_job(TASK, b"j" * 16, {}, [])
-    assert store.batch_aggregates(TASK, 0, 7200) == [agg]
-    assert store.rejections(TASK) == {"x": 1}
-    assert store.unaggregated_count(TASK, 0, 7200) == 2
+        store.finish_aggregation_job(TASK, b"j" * 16, {}, [], MERGE)
+    assert store.batch_aggregates(TASK, 0, 7200) == [delta]
+    # A second job's delta is added to the bucket, not written over it.
+    other = BatchAggregate(3600, share(5), 1, b"d" * 32)
+    k_ids = [r.report_id for r in store.job_reports(TASK, b"k" * 16)]
+    store.finish_aggregation_job(TASK, b"k" * 16, dict.fromkeys(k_ids, "y"), [other], MERGE)
+    assert store.batch_aggregates(TASK, 0, 7200) == [
+        BatchAggregate(3600, share(12), 3, xor(b"c" * 32, b"d" * 32))
+    ]
+    assert store.rejections(TASK) == {"x": 1, "y": 2}
+    assert store.unaggregated_count(TASK, 0, 7200) == 0
+    assert store.open_aggregation_jobs() == []
+
+
+def test_job_leases(store: Datastore) -> None:
+    store.put_reports(TASK, [(3600, report(i)) for i in range(4)])
+    store.create_aggregation_job(TASK, b"j" * 16, 2)
+    store.create_aggregation_job(TASK, b"k" * 16, 2)
+    assert store.acquire_aggregation_jobs("a", 60, 1) == [(TASK, b"j" * 16)]
+    assert store.acquire_aggregation_jobs("b", 60, 5) == [(TASK, b"k" * 16)]
+    assert store.acquire_aggregation_jobs("c", 60, 5) == []  # both held
+    # The holder may take its own job again (a retry after the helper was away).
+    assert store.acquire_aggregation_jobs("a", 60, 5) == [(TASK, b"j" * 16)]
+    assert store.renew_aggregation_job(TASK, b"j" * 16, "a", 60)
+    assert not store.renew_aggregation_job(TASK, b"j" * 16, "c", 60)
+    # An expired lease is taken over by another worker.
+    assert store.acquire_aggregation_jobs("b", -1, 5) == [(TASK, b"k" * 16)]
+    assert store.acquire_aggregation_jobs("c", 60, 5) == [(TASK, b"k" * 16)]
+    assert not store.renew_aggregation_job(TASK, b"k" * 16, "b", 60)
+    ids = [r.report_id for r in store.job_reports(TASK, b"k" * 16)]
+    store.finish_aggregation_job(TASK, b"k" * 16, dict.fromkeys(ids, "x"), [], MERGE)
+    assert not store.renew_aggregation_job(TASK, b"k" * 16, "c", 60)
+    assert store.acquire_aggregation_jobs("c", -1, 5) == []  # j is still a's
+
+
+def test_collection_leases_and_single_leader_share(store: Datastore) -> None:
+    record = CollectionRecord(TASK, b"a" * 16, 0, 3600, "pending")
+    store.put_collection(record)
+    assert store.acquire_collections("w1", 60, 5) == [record]
+    assert store.acquire_collections("w2", 60, 5) == []
+    assert store.acquire_collections("w1", 60, 5) == [record]
+    with_share = CollectionRecord(TASK, b"a" * 16, 0, 3600, "pending", 3, b"s" * 32, CT)
+    store.update_collection(with_share)
+    store.update_collection(with_share)  # the same share again is fine
+    # A worker that took the job over must not replace the share: it may have left.
+    noised_again = Ciphertext(1, b"e" * 32, b"another draw")
+    other = CollectionRecord(TASK, b"a" * 16, 0, 3600, "pending", 3, b"s" * 32, noised_again)
+    with pytest.raises(StorageConflict):
+        store.update_collection(other)
+    done = CollectionRecord(TASK, b"a" * 16, 0, 3600, "finished", 3, b"s" * 32, CT, CT)
+    store.update_collection(done)
+    with pytest.raises(StorageConflict):
+        store.update_collection(with_share)  # no way back from finished
+    assert store.get_collection(TASK, b"a" * 16) == done
+    assert store.acquire_collections("w2", -1, 5) == []
 
 
 def test_close_batch_once_and_reopen(store: Datastore) -> None:
@@ -84,24 +183,88 @@ def test_close_batch_once_and_reopen(store: Datastore) -> None:
     assert store.put_reports(TASK, [(3600, report(1))]) == (1, 0)
 
 
+def test_a_closed_bucket_still_takes_the_jobs_it_waits_for(store: Datastore) -> None:
+    # A collection closes its batch first, then waits for the jobs holding the
+    # batch's reports: those still add to the closed bucket.
+    store.put_reports(TASK, [(3600, report(1))])
+    store.create_aggregation_job(TASK, b"j" * 16, 10)
+    store.close_batch(TASK, 3600, 7200, b"c" * 16, 3600)
+    assert store.unaggregated_count(TASK, 3600, 7200) == 1
+    delta = BatchAggregate(3600, share(1), 1, b"c" * 32)
+    store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, [delta], MERGE)
+    assert store.unaggregated_count(TASK, 3600, 7200) == 0
+    assert store.batch_aggregates(TASK, 3600, 7200) == [
+        BatchAggregate(3600, share(1), 1, b"c" * 32, b"c" * 16)
+    ]
+
+
 def test_helper_records(store: Datastore) -> None:
-    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", [b"r" * 16], ["bad"], [])
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    store.commit_helper_job(
+        TASK, b"j" * 16, b"h" * 32, b"resp", [b"r" * 16], ["bad"], [delta], MERGE
+    )
     assert store.helper_job(TASK, b"j" * 16) == (b"h" * 32, b"resp")
     assert store.seen_reports(TASK, [b"r" * 16, b"s" * 16]) == {b"r" * 16}
+    assert store.rejections(TASK) == {"bad": 1}
     record = CollectionRecord(TASK, b"c" * 16, 0, 3600, "finished", 1, b"x" * 32, None, CT)
     store.commit_helper_collection(record, 3600)
     assert store.helper_collection(TASK, b"c" * 16) == record
-    assert store.batch_aggregates(TASK, 0, 3600)[0].collected_by == b"c" * 16
+    assert store.batch_aggregates(TASK, 0, 3600) == [
+        BatchAggregate(0, share(3), 1, b"c" * 32, b"c" * 16)
+    ]
 
 
-def test_hpke_keys_persist(tmp_path: Path) -> None:
+def test_hpke_keys_persist(opener: Opener) -> None:
     kp = generate_keypair(9)
-    first = SqliteDatastore(tmp_path / "k.db")
-    first.add_hpke_keypair(kp)
-    first.close()
-    second = SqliteDatastore(tmp_path / "k.db")
-    assert second.hpke_keypairs() == [kp]
-    second.close()
+    opener().add_hpke_keypair(kp)
+    assert opener().hpke_keypairs() == [kp]
+
+
+def test_concurrent_workers_count_every_report_once(opener: Opener) -> None:
+    """Two handles (as two worker processes) make and finish jobs over one bucket at once:
+    every report lands in exactly one job and the bucket's sum is exact."""
+    n, job_size = 60, 4
+    first = opener()
+    first.put_reports(TASK, [(3600, report(i)) for i in range(n)])
+    errors: list[BaseException] = []
+    finished: list[bytes] = []
+    lock = threading.Lock()
+
+    def worker(name: str, store: Datastore) -> None:
+        try:
+            for k in range(n):
+                if not store.create_aggregation_job(
+                    TASK, f"{name}{k:03d}".encode().ljust(16), job_size
+                ):
+                    break
+            while leased := store.acquire_aggregation_jobs(name, 60, 1):
+                _, job_id = leased[0]
+                reports = store.job_reports(TASK, job_id)
+                values = [int.from_bytes(r.report_id, "big") for r in reports]
+                checksum = bytes(32)
+                for r in reports:
+                    checksum = xor(checksum, r.report_id.rjust(32, b"\0"))
+                delta = BatchAggregate(3600, share(*values), len(values), checksum)
+                time.sleep(0.001)  # let the other worker interleave
+                store.finish_aggregation_job(
+                    TASK, job_id, {r.report_id: None for r in reports}, [delta], MERGE
+                )
+                with lock:
+                    finished.append(job_id)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(w, opener())) for w in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(set(finished)) == len(finished) == n // job_size
+    (agg,) = first.batch_aggregates(TASK, 0, 7200)
+    assert agg.report_count == n
+    assert agg.agg_share == share(*range(n))
+    assert first.unaggregated_count(TASK, 0, 7200) == 0
 
 
 # --- operations: key rotation, garbage collection, status -----------------
@@ -139,7 +302,9 @@ def test_hpke_key_states_and_rotation(store: Datastore) -> None:
 def _aggregate_all(store: Datastore, job: bytes, reject: frozenset[bytes] = frozenset()) -> None:
     assert store.create_aggregation_job(TASK, job, 1000) > 0
     ids = [r.report_id for r in store.job_reports(TASK, job)]
-    store.finish_aggregation_job(TASK, job, {i: ("x" if i in reject else None) for i in ids}, [])
+    store.finish_aggregation_job(
+        TASK, job, {i: ("x" if i in reject else None) for i in ids}, [], MERGE
+    )
 
 
 def test_gc_leader_keeps_what_replay_protection_needs(store: Datastore) -> None:
@@ -181,7 +346,7 @@ def test_gc_batch_aggregates_and_collections_past_horizon(store: Datastore) -> N
     store.put_reports(TASK, [(0, report(1, 0))])
     store.create_aggregation_job(TASK, b"j" * 16, 10)
     aggs = [BatchAggregate(0, b"s", 1, b"c" * 32), BatchAggregate(3600, b"s", 1, b"c" * 32)]
-    store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, aggs)
+    store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, aggs, MERGE)
     store.put_collection(CollectionRecord(TASK, b"c" * 16, 0, 3600, "pending"))
     store.fail_collection(CollectionRecord(TASK, b"c" * 16, 0, 3600, "failed"), reopen=False)
     store.put_collection(CollectionRecord(TASK, b"d" * 16, 3600, 3600, "pending"))
@@ -196,7 +361,7 @@ def test_gc_batch_aggregates_and_collections_past_horizon(store: Datastore) -> N
 
 def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
     ids = [i.to_bytes(16, "big") for i in range(4)]
-    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [])
+    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [], MERGE)
     store.record_helper_report_times(TASK, [(ids[0], 0), (ids[1], 3600), (ids[2], 7200)])
     # ids[3] has no time (as after a crash between the two calls): always kept.
     store.commit_helper_collection(
@@ -216,8 +381,8 @@ def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
 
 def test_gc_helper_job_goes_with_its_last_replay_record(store: Datastore) -> None:
     ids = [i.to_bytes(16, "big") for i in range(2)]
-    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [])
-    store.commit_helper_job(TASK, b"k" * 16, b"h" * 32, b"resp", [b"z" * 16], [], [])
+    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [], MERGE)
+    store.commit_helper_job(TASK, b"k" * 16, b"h" * 32, b"resp", [b"z" * 16], [], [], MERGE)
     store.record_helper_report_times(TASK, [(ids[0], 7200), (ids[1], 7200), (b"z" * 16, 0)])
     store.commit_helper_collection(
         CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 2, b"x" * 32, None, CT), TP
@@ -232,7 +397,7 @@ def test_gc_only_touches_its_task(store: Datastore) -> None:
     other = b"o" * 32
     store.put_reports(other, [(0, report(1, 0))])
     store.create_aggregation_job(other, b"j" * 16, 10)
-    store.finish_aggregation_job(other, b"j" * 16, {report(1).report_id: None}, [])
+    store.finish_aggregation_job(other, b"j" * 16, {report(1).report_id: None}, [], MERGE)
     assert store.collect_garbage(TASK, TP, 10**9, time.time() + 60).total() == 0
     assert store.report_counts(other, TP) == {0: {"aggregated": 1}}
 
@@ -252,9 +417,41 @@ def test_size_and_reclaim_space(store: Datastore) -> None:
         pass
     for _, job in store.open_aggregation_jobs():
         outcomes = {r.report_id: None for r in store.job_reports(TASK, job)}
-        store.finish_aggregation_job(TASK, job, outcomes, [])
+        store.finish_aggregation_job(TASK, job, outcomes, [], MERGE)
     assert store.collect_garbage(TASK, TP, 3600, None).reports == 500
     store.reclaim_space()  # the background kind: must not grow the database
     assert store.size_bytes() <= full
     store.reclaim_space(full=True)
     assert store.size_bytes() - empty < (full - empty) // 10
+
+
+def test_no_upload_lands_in_a_bucket_after_it_is_closed(opener: Opener) -> None:
+    """Uploads racing a collection's close (two handles, as two processes): every
+    report the store accepted was in before the close committed, none after."""
+    uploader, collector = opener(), opener()
+    uploader.put_reports(TASK, [(3600, report(0))])
+    refused = threading.Event()
+    errors: list[BaseException] = []
+
+    def upload() -> None:
+        i = 1
+        try:
+            while not refused.is_set():
+                try:
+                    uploader.put_reports(TASK, [(3600, report(i))])
+                except StorageConflict:
+                    refused.set()
+                i += 1
+        except BaseException as e:
+            errors.append(e)
+            refused.set()
+
+    thread = threading.Thread(target=upload)
+    thread.start()
+    time.sleep(0.2)
+    collector.close_batch(TASK, 3600, 7200, b"c" * 16, 3600)
+    at_close = collector.unaggregated_count(TASK, 3600, 7200)
+    thread.join(30)
+    assert errors == []
+    assert refused.is_set()
+    assert collector.unaggregated_count(TASK, 3600, 7200) == at_close

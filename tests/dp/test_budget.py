@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from veil.aggregator.postgres import PostgresLedgerStore, PostgresLedgerTransaction
 from veil.dp import (
     Batch,
     BudgetExceeded,
@@ -36,9 +37,17 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "aggregator.db"
 
 
-@pytest.fixture
-def ledger(db: Path) -> BudgetLedger:
-    return BudgetLedger.sqlite(db)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def ledger(request: pytest.FixtureRequest, db: Path) -> Iterator[BudgetLedger]:
+    """The ledger on each LedgerStore: SQLite and a real PostgreSQL."""
+    if request.param == "sqlite":
+        yield BudgetLedger.sqlite(db)
+        return
+    store = PostgresLedgerStore(request.getfixturevalue("postgres"))
+    try:
+        yield BudgetLedger(store)
+    finally:
+        store.close()
 
 
 def test_spends_until_exhausted_then_refuses_with_reasons(ledger: BudgetLedger) -> None:
@@ -221,6 +230,57 @@ def test_concurrent_spends_never_both_pass(db: Path) -> None:
     assert outcomes.count("spent") == 3
     assert outcomes.count("refused") == workers - 3
     assert BudgetLedger.sqlite(db).remaining("t") == Fraction(1, 10)
+
+
+class SlowPostgresStore(PostgresLedgerStore):
+    """PostgresLedgerStore with the same pause as SlowStore."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[PostgresLedgerTransaction]:
+        with super().transaction() as tx:
+            original = tx.spends
+
+            def slow_spends(task_id: str) -> list:
+                rows = original(task_id)
+                time.sleep(0.02)
+                return rows
+
+            tx.spends = slow_spends  # type: ignore[method-assign]
+            yield tx
+
+
+@pytest.mark.postgres
+def test_concurrent_spends_never_both_pass_on_postgres(postgres: str) -> None:
+    # Each thread has its own store and pool: its own connections, as a
+    # separate worker process would.
+    stores = [SlowPostgresStore(postgres) for _ in range(8)]
+    try:
+        BudgetLedger(stores[0]).add_task("t", 1)
+        barrier = threading.Barrier(len(stores))
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def collect(i: int) -> None:
+            ledger = BudgetLedger(stores[i])
+            barrier.wait()
+            try:
+                ledger.spend("t", "0.3", collection_id=f"c{i}")
+                result = "spent"
+            except BudgetExceeded:
+                result = "refused"
+            with lock:
+                outcomes.append(result)
+
+        threads = [threading.Thread(target=collect, args=(i,)) for i in range(len(stores))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes) == ["refused"] * 5 + ["spent"] * 3
+        assert BudgetLedger(stores[0]).remaining("t") == Fraction(1, 10)
+    finally:
+        for s in stores:
+            s.close()
 
 
 def test_the_race_test_can_fail_without_the_lock(db: Path) -> None:

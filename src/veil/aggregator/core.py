@@ -17,7 +17,7 @@ from typing import Any
 
 from veil.aggregator.errors import InvalidMessage, ReportTimeRejected, Unauthenticated, UnknownTask
 from veil.aggregator.maintenance import active_key, ensure_active_key
-from veil.aggregator.storage import BatchAggregate, Datastore
+from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
 from veil.hpke import Ciphertext, HpkeConfig, HpkeError, HpkeKeypair, open_
 from veil.metrics import Metrics
 from veil.task import Task, token_matches
@@ -159,6 +159,17 @@ def accumulate(
         )
         for b in shares
     ]
+
+
+def share_merge(vdaf: Prio3[Any, Any]) -> ShareMerge:
+    """Field addition of two encoded aggregate shares, for the store to apply under its lock."""
+
+    def merge(a: bytes, b: bytes) -> bytes:
+        return vdaf.encode_agg_share(
+            vdaf.merge(None, [vdaf.decode_agg_share(None, a), vdaf.decode_agg_share(None, b)])
+        )
+
+    return merge
 
 
 def batch_summary(

@@ -34,6 +34,7 @@ from veil.aggregator.core import (
     batch_summary,
     check_interval,
     rejection_reason,
+    share_merge,
     vdaf_ctx,
 )
 from veil.aggregator.errors import (
@@ -139,11 +140,6 @@ class Helper(AggregatorBase):
                 return _decode_response(stored[1])
             results, accepted, new_ids = self._verify(task, items)
             vdaf = self.vdafs[task_id]
-            buckets = {b for b, _, _ in accepted}
-            existing = {
-                a.bucket: a for b in buckets for a in self.store.batch_aggregates(task_id, b, b + 1)
-            }
-            updates = accumulate(vdaf, existing, accepted)
             self.store.commit_helper_job(
                 task_id,
                 job_id,
@@ -151,7 +147,8 @@ class Helper(AggregatorBase):
                 _encode_response(results),
                 new_ids,
                 [r.reject for r in results if r.reject is not None],
-                updates,
+                accumulate(vdaf, {}, accepted),
+                share_merge(vdaf),
             )
             times = {it.report_id: it.time for it in items}
             self.store.record_helper_report_times(task_id, [(i, times[i]) for i in new_ids])

@@ -1,17 +1,23 @@
 """The leader's logic (draft-ietf-ppm-dap sections 4.4 to 4.6, leader side).
 
 Uploads are checked and stored; a driver (`run_once`, called in a loop by the
-server) groups stored reports into aggregation jobs, completes each with one
-round trip to the helper, and then serves pending collection jobs. One driver
-thread does all of this in order, so a collection never races an aggregation
-job over the same reports.
+server's driver thread or by `veil worker` processes) groups stored reports
+into aggregation jobs, completes each with one round trip to the helper, and
+then serves pending collection jobs. Any number of drivers may share one
+store: each job is leased to one driver at a time (a crashed driver's lease
+expires and another takes the job over), the helper answers a repeated job id
+with its stored answer, and batch aggregates are merged under the store's
+lock. A collection waits until its batch holds no unaggregated report, so it
+never races an aggregation job over the same reports.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
@@ -28,6 +34,7 @@ from veil.aggregator.core import (
     check_interval,
     check_report_time,
     rejection_reason,
+    share_merge,
     vdaf_ctx,
 )
 from veil.aggregator.errors import (
@@ -96,6 +103,8 @@ class Leader(AggregatorBase):
         clock: Callable[[], float] | None = None,
         job_size: int = 500,
         metrics: Metrics | None = None,
+        worker_id: str | None = None,
+        lease_seconds: float = 60.0,
     ) -> None:
         super().__init__(tasks, store, clock or time.time, metrics)
         for t in self.tasks.values():
@@ -104,6 +113,10 @@ class Leader(AggregatorBase):
         self.helper = helper
         self.privacy = privacy
         self.job_size = job_size
+        # Who holds a leased job: unique per driver, so two processes never
+        # mistake each other's leases for their own.
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.lease_seconds = lease_seconds
         # Set by run_once when the helper could not be reached (the driver backs off).
         self.helper_unreachable = False
         # The server sets this on shutdown: run_once stops between two steps.
@@ -231,16 +244,21 @@ class Leader(AggregatorBase):
         """One pass of the driver; True if it made progress."""
         progress = False
         self.helper_unreachable = False
-        for task_id in self.store.tasks_with_pending_reports():
-            if task_id not in self.tasks:
-                continue
-            while self.store.create_aggregation_job(
+        # Only our tasks, each asked directly: cheaper on a large shared table
+        # than looking for the tasks that have pending reports.
+        for task_id in self.tasks:
+            while not self.should_stop() and self.store.create_aggregation_job(
                 task_id, secrets.token_bytes(16), self.job_size
             ):
                 progress = True
-        for task_id, job_id in self.store.open_aggregation_jobs():
-            if self.should_stop():
-                return progress
+        while not self.should_stop():
+            leased = self.store.acquire_aggregation_jobs(self.worker_id, self.lease_seconds, 1)
+            if not leased:
+                break
+            task_id, job_id = leased[0]
+            if task_id not in self.tasks:
+                log.warning("aggregation job %s is for a task not configured here", job_id.hex())
+                break
             try:
                 self.run_aggregation_job(task_id, job_id)
                 progress = True
@@ -253,7 +271,11 @@ class Leader(AggregatorBase):
                 )
                 self.helper_unreachable = True
                 return progress
-        for record in self.store.pending_collections():
+            except StorageConflict:
+                # Our lease had expired and another driver finished the job first.
+                log.info("aggregation job %s was finished by another worker", job_id.hex())
+                progress = True
+        for record in self.store.acquire_collections(self.worker_id, self.lease_seconds, 16):
             if self.should_stop():
                 return progress
             try:
@@ -267,6 +289,9 @@ class Leader(AggregatorBase):
                 )
                 self.helper_unreachable = True
                 return progress
+            except StorageConflict:
+                # Another driver took this job over and got further; it finishes it.
+                log.info("collection job %s advanced by another worker", record.job_id.hex())
         return progress
 
     def _open_leader_share(self, task: Task, r: StoredReport) -> tuple[str | None, bytes]:
@@ -321,6 +346,8 @@ class Leader(AggregatorBase):
             )
         accepted: list[tuple[int, bytes, list[int]]] = []
         if items:
+            # Verification took a while: hold on to the job for the helper's round trip.
+            self.store.renew_aggregation_job(task_id, job_id, self.worker_id, self.lease_seconds)
             try:
                 results = self.helper.aggregate(task, job_id, items)
             except Unavailable:
@@ -346,12 +373,10 @@ class Leader(AggregatorBase):
                     continue
                 outcomes[res.report_id] = None
                 accepted.append((task.bucket(opened[i].time), res.report_id, out.out_share(i)))
-        buckets = {b for b, _, _ in accepted}
-        existing = {
-            a.bucket: a for b in buckets for a in self.store.batch_aggregates(task_id, b, b + 1)
-        }
-        updates = accumulate(vdaf, existing, accepted)
-        self.store.finish_aggregation_job(task_id, job_id, outcomes, updates)
+        # What this job adds; the store adds it to the buckets under its lock,
+        # since other workers may be finishing jobs over the same buckets.
+        deltas = accumulate(vdaf, {}, accepted)
+        self.store.finish_aggregation_job(task_id, job_id, outcomes, deltas, share_merge(vdaf))
         rejected = sum(1 for v in outcomes.values() if v is not None)
         if self.metrics is not None:
             m = self.metrics

@@ -4,6 +4,9 @@
 directory, starts `python -m veil.cli leader|helper --config ...` and waits
 until both report SERVING through gRPC health checking. Always `stop()` it
 (or use it as a context manager). Only loopback addresses are used.
+
+With `storage` URLs the servers use PostgreSQL; with `workers`, the leader is
+an upload front end only and that many `veil worker` processes aggregate.
 """
 
 from __future__ import annotations
@@ -81,6 +84,30 @@ class ServerProcess:
                     raise RuntimeError(f"{self.role} did not become healthy; see {self.log}")
                 time.sleep(0.1)
 
+    def start_worker(self) -> None:
+        """Start `veil worker` on this (leader) config; it has no port to wait for."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with self.log.open("ab") as log:
+            metrics = [] if self.metrics_address is None else ["--metrics", self.metrics_address]
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "veil.cli",
+                    "worker",
+                    "--config",
+                    str(self.config),
+                    *metrics,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
         """Stop the process (SIGTERM: graceful; SIGKILL: crash). Returns its exit code."""
         if self.proc is None:
@@ -102,6 +129,7 @@ class LocalDeployment:
     tasks: dict[str, TaskFiles]
     leader: ServerProcess
     helper: ServerProcess
+    workers: list[ServerProcess]
 
     @classmethod
     def start(
@@ -111,11 +139,19 @@ class LocalDeployment:
         job_size: int = 500,
         driver_interval: float = 0.1,
         metrics: bool = False,
+        storage: Mapping[str, str] | None = None,
+        workers: int = 0,
+        lease_seconds: float = 60.0,
+        start_workers: bool = True,
         extra_config: Mapping[str, Any] | None = None,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
-        `tasks` maps a name to (vdaf, dp, keyword arguments of `new_task`);
+        `tasks` maps a name to (vdaf, dp, keyword arguments of `new_task`).
+        `storage` maps "leader" and "helper" to a postgresql:// URL each
+        (default: an SQLite file each). With `workers` > 0 the leader's own
+        driver is off and that many worker processes run it instead (started
+        later with `start_worker()` when `start_workers` is false).
         `extra_config` adds settings (e.g. `gc`, `keys`, `log_format`) to
         both servers' configs.
         """
@@ -133,9 +169,14 @@ class LocalDeployment:
         for role, addr in (("leader", leader_addr), ("helper", helper_addr)):
             config: dict[str, Any] = {
                 "listen": addr,
-                "storage": f"{role}.db",
+                "storage": (storage or {}).get(role, f"{role}.db"),
                 "tasks": [f"{name}.{role}.toml" for name in files],
-                "driver": {"interval": driver_interval, "job_size": job_size},
+                "driver": {
+                    "interval": driver_interval,
+                    "job_size": job_size,
+                    "enabled": not (role == "leader" and workers > 0),
+                    "lease_seconds": lease_seconds,
+                },
                 "grace_seconds": 10,
                 **(extra_config or {}),
             }
@@ -146,16 +187,32 @@ class LocalDeployment:
             servers[role] = ServerProcess(
                 role, root / f"{role}.toml", root / f"{role}.log", addr, None, metrics_address
             )
-        dep = cls(root, files, servers["leader"], servers["helper"])
+        worker_procs = [
+            ServerProcess(
+                "worker",
+                root / "leader.toml",
+                root / f"worker{i}.log",
+                "",
+                None,
+                f"127.0.0.1:{free_port()}" if metrics else None,
+            )
+            for i in range(workers)
+        ]
+        dep = cls(root, files, servers["leader"], servers["helper"], worker_procs)
         try:
             dep.helper.start()
+            # The front end first: it makes the HPKE key the workers then read.
             dep.leader.start()
+            for w in worker_procs if start_workers else []:
+                w.start_worker()
         except BaseException:
             dep.stop()
             raise
         return dep
 
     def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
         self.leader.stop()
         self.helper.stop()
 

@@ -28,6 +28,7 @@ from veil.dp import (
     BudgetLedger,
     BudgetUnit,
     DPError,
+    LedgerStore,
     NoisePlan,
     apply_noise,
     draw_noise,
@@ -85,10 +86,17 @@ class NoisePool:
 
 
 class PrivacyEngine:
-    """Budget ledger (in the aggregator's own SQLite file) and noise."""
+    """Budget ledger (in the aggregator's own database) and noise.
 
-    def __init__(self, ledger_path: str, tasks: Iterable[Task]) -> None:
-        self.ledger = BudgetLedger.sqlite(ledger_path)
+    `ledger` is the path of an SQLite file, or a LedgerStore (PostgreSQL for a
+    deployment whose workers share one database: every process then spends
+    from the same durable ledger, atomically).
+    """
+
+    def __init__(self, ledger: str | LedgerStore, tasks: Iterable[Task]) -> None:
+        self.ledger = (
+            BudgetLedger.sqlite(ledger) if isinstance(ledger, str) else BudgetLedger(ledger)
+        )
         self.pool = NoisePool()
         for task in tasks:
             amount = task.dp.amount

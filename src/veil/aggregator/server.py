@@ -3,7 +3,11 @@
 Configuration is one TOML file (paths in it are relative to the file):
 
     listen = "127.0.0.1:7001"          # host:port to serve on
-    storage = "leader.db"              # SQLite database (created if missing)
+    storage = "leader.db"              # SQLite database (created if missing), or
+    storage = "postgresql://veil@db/leader"   # PostgreSQL (schema migrated at start)
+    [storage]                          # or a table, to size the connection pool:
+    url = "postgresql://veil@db/leader"
+    pool_size = 8
     tasks = ["demo.leader.toml"]       # task files written by `veil task new`
     max_message_bytes = 16777216       # largest request or response accepted
     [tls]                              # optional; required off loopback
@@ -21,6 +25,9 @@ Configuration is one TOML file (paths in it are relative to the file):
     [driver]                           # leader only
     interval = 0.5                     # seconds between idle passes
     job_size = 500                     # reports per aggregation job
+    enabled = true                     # false: an upload front end only; `veil
+                                       # worker` processes aggregate and collect
+    lease_seconds = 60                 # a crashed worker's job is retried after this
     [gc]                               # background maintenance (both roles)
     interval = 60                      # seconds between passes; 0 turns it off
     [keys]                             # HPKE key rotation (veil.aggregator.maintenance)
@@ -28,6 +35,10 @@ Configuration is one TOML file (paths in it are relative to the file):
     grace_seconds = 86400              # an expired key still opens reports this long
 
 Without [tls] the server only listens on a loopback address, and says so.
+
+`veil worker --config leader.toml` runs the leader's driver alone (no gRPC
+server): on a shared PostgreSQL, any number of workers on any number of
+machines lease aggregation and collection jobs from the database.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import signal
 import threading
 import time
 import tomllib
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,9 +69,14 @@ from veil.aggregator.maintenance import (
     advance_keys,
     collect_garbage,
 )
+from veil.aggregator.postgres import (
+    PostgresDatastore,
+    PostgresLedgerStore,
+    is_postgres_url,
+)
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService
-from veil.aggregator.storage import KEY_STATES, SqliteDatastore
+from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
 from veil.grpc_util import is_loopback
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
@@ -82,7 +99,7 @@ class TlsFiles:
 @dataclass(frozen=True)
 class ServerConfig:
     listen: str
-    storage: Path
+    storage: Path | str  # an SQLite file, or a PostgreSQL URL
     tasks: list[Task]
     max_message_bytes: int = 16 << 20
     tls: TlsFiles | None = None
@@ -93,6 +110,9 @@ class ServerConfig:
     log_level: str | None = None
     log_format: str = "text"
     metrics_listen: str | None = None
+    driver_enabled: bool = True
+    lease_seconds: float = 60.0
+    pool_size: int = 8
     gc_interval: float = 60.0
     task_paths: tuple[Path, ...] = ()
     keys: KeyPolicy = field(default_factory=KeyPolicy)
@@ -124,7 +144,7 @@ _KEYS = {
     "keys",
 }
 _TABLE_KEYS = {
-    "driver": {"interval", "job_size"},
+    "driver": {"interval", "job_size", "enabled", "lease_seconds"},
     "metrics": {"listen"},
     "gc": {"interval"},
     "keys": {"pending_seconds", "grace_seconds"},
@@ -176,6 +196,7 @@ def _parse_config(path: Path, raw: dict[str, Any]) -> ServerConfig:
     if tls is not None and (tls.cert is None or tls.key is None):
         raise ConfigError(f"{path}: [tls] needs both 'cert' and 'key'")
     driver = raw.get("driver", {})
+    storage, pool_size = _storage(path, raw["storage"])
     keys = raw.get("keys", {})
     policy = KeyPolicy(
         float(keys.get("pending_seconds", DEFAULT_PENDING_SECONDS)),
@@ -188,7 +209,7 @@ def _parse_config(path: Path, raw: dict[str, Any]) -> ServerConfig:
         raise ConfigError(f"{path}: [gc] interval must not be negative (0 turns GC off)")
     return ServerConfig(
         listen=str(raw["listen"]),
-        storage=base / raw["storage"],
+        storage=storage,
         tasks=tasks,
         max_message_bytes=int(raw.get("max_message_bytes", 16 << 20)),
         tls=tls,
@@ -199,10 +220,46 @@ def _parse_config(path: Path, raw: dict[str, Any]) -> ServerConfig:
         log_level=raw.get("log_level"),
         log_format=str(raw.get("log_format", "text")),
         metrics_listen=raw.get("metrics", {}).get("listen"),
+        driver_enabled=bool(driver.get("enabled", True)),
+        lease_seconds=float(driver.get("lease_seconds", 60.0)),
+        pool_size=pool_size,
         gc_interval=gc_interval,
         task_paths=tuple(base / p for p in raw.get("tasks", [])),
         keys=policy,
     )
+
+
+def _storage(path: Path, value: Any) -> tuple[Path | str, int]:
+    """(SQLite path or PostgreSQL URL, pool size) from `storage = ...` or `[storage]`."""
+    pool_size = 8
+    if isinstance(value, dict):
+        unknown = set(value) - {"url", "path", "pool_size"}
+        if unknown or ("url" in value) == ("path" in value):
+            raise ConfigError(
+                f"{path}: [storage] takes either 'url' (PostgreSQL) or 'path' (SQLite), and"
+                " optionally 'pool_size'"
+            )
+        pool_size = int(value.get("pool_size", 8))
+        if pool_size < 1:
+            raise ConfigError(f"{path}: [storage] pool_size must be at least 1")
+        value = value.get("url", value.get("path"))
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{path}: 'storage' must be a file name or a postgresql:// URL")
+    if is_postgres_url(value):
+        return value, pool_size
+    if "://" in value:
+        raise ConfigError(f"{path}: storage URL {value!r}: only postgresql:// is supported")
+    return path.parent / value, pool_size
+
+
+def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:
+    """The configured store, a PrivacyEngine whose ledger lives beside it, and a closer."""
+    if isinstance(config.storage, Path):
+        sqlite = SqliteDatastore(config.storage)
+        return sqlite, PrivacyEngine(str(config.storage), config.tasks), sqlite.close
+    pg = PostgresDatastore(config.storage, config.pool_size)
+    ledger = PostgresLedgerStore(config.storage, pg.pool)
+    return pg, PrivacyEngine(ledger, config.tasks), pg.close
 
 
 def _read(p: Path | None) -> bytes | None:
@@ -241,8 +298,7 @@ class AggregatorServer:
             raise ConfigError(f"unknown role {role!r}")
         self.role = role
         self.config = config
-        self.store = SqliteDatastore(config.storage)
-        self.privacy = PrivacyEngine(str(config.storage), config.tasks)
+        self.store, self.privacy, self._close_store = open_storage(config)
         tasks = {t.task_id: t for t in config.tasks}
         self.metrics = Metrics(role)
         self.metrics.track_storage(lambda: float(self.store.size_bytes()))
@@ -265,6 +321,7 @@ class AggregatorServer:
                 self.privacy,
                 job_size=config.job_size,
                 metrics=self.metrics,
+                lease_seconds=config.lease_seconds,
             )
             self.leader.should_stop = self._stop.is_set
             self.logic = self.leader
@@ -310,32 +367,19 @@ class AggregatorServer:
             host, _, port = self.config.metrics_listen.rpartition(":")
             bound = self.metrics.serve(host.strip("[]"), int(port))
             log.info("metrics on http://%s:%d/metrics", host, bound)
-        if self.leader is not None:
-            self._driver = threading.Thread(target=self._drive, name="driver", daemon=True)
+        if self.leader is not None and self.config.driver_enabled:
+            leader = self.leader
+            self._driver = threading.Thread(
+                target=lambda: drive(leader, self._stop, self.config.driver_interval),
+                name="driver",
+                daemon=True,
+            )
             self._driver.start()
+        elif self.leader is not None:
+            log.info("driver disabled: aggregation and collection are left to `veil worker`")
         self._maintenance = threading.Thread(target=self._maintain, name="gc", daemon=True)
         self._maintenance.start()
         log.info("%s serving on %s (port %d)", self.role, self.config.listen, self.port)
-
-    def _drive(self) -> None:
-        assert self.leader is not None
-        idle = self.config.driver_interval
-        backoff = idle
-        while not self._stop.is_set():
-            try:
-                busy = self.leader.run_once()
-            except Exception:
-                log.exception("driver pass failed; retrying")
-                busy = False
-            if self.leader.helper_unreachable:
-                # Back off while the helper is away, up to 2 s, so it is
-                # neither flooded nor waited for long once it is back.
-                backoff = min(backoff * 2, max(idle, 2.0))
-                self._stop.wait(backoff)
-                continue
-            backoff = idle
-            if not busy:
-                self._stop.wait(idle)
 
     def maintain_once(self) -> None:
         """One maintenance pass: key rotation steps, GC, space, gauges."""
@@ -390,7 +434,7 @@ class AggregatorServer:
         if self._maintenance is not None:
             self._maintenance.join(self.config.grace_seconds)
         self.metrics.stop()
-        self.store.close()
+        self._close_store()
 
     def serve_forever(self) -> None:
         """Start, then block until SIGTERM or SIGINT, then stop gracefully."""
@@ -404,3 +448,71 @@ class AggregatorServer:
         self.start()
         done.wait()
         self.stop()
+
+
+def drive(leader: Leader, stop: threading.Event, idle: float) -> None:
+    """The leader's driver loop: run passes until `stop` is set."""
+    backoff = idle
+    while not stop.is_set():
+        try:
+            busy = leader.run_once()
+        except Exception:
+            log.exception("driver pass failed; retrying")
+            busy = False
+        if leader.helper_unreachable:
+            # Back off while the helper is away, up to 2 s, so it is
+            # neither flooded nor waited for long once it is back.
+            backoff = min(backoff * 2, max(idle, 2.0))
+            stop.wait(backoff)
+            continue
+        backoff = idle
+        if not busy:
+            stop.wait(idle)
+
+
+class AggregationWorker:
+    """`veil worker`: the leader's aggregation and collection driver without a server.
+
+    Stateless: everything it knows is in the shared store, and every job it
+    holds is leased, so it may be killed at any moment; another worker takes
+    its jobs over when their leases expire.
+    """
+
+    def __init__(self, config: ServerConfig, metrics_listen: str | None = None) -> None:
+        self.config = config
+        # Its own metrics port (the config's [metrics] is the front end's): the
+        # aggregation counters live in the workers.
+        self.metrics_listen = metrics_listen
+        self.metrics = Metrics("leader")
+        self.store, self.privacy, self._close_store = open_storage(config)
+        self.leader = Leader(
+            {t.task_id: t for t in config.tasks},
+            self.store,
+            GrpcHelperClient(helper_channel_factory(config)),
+            self.privacy,
+            job_size=config.job_size,
+            metrics=self.metrics,
+            lease_seconds=config.lease_seconds,
+        )
+        self._stop = threading.Event()
+        self.leader.should_stop = self._stop.is_set
+
+    def serve_forever(self) -> None:
+        """Drive until SIGTERM or SIGINT; then finish the current step and stop."""
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        if self.metrics_listen is not None:
+            host, _, port = self.metrics_listen.rpartition(":")
+            bound = self.metrics.serve(host.strip("[]"), int(port))
+            log.info("metrics on http://%s:%d/metrics", host, bound)
+        log.info("worker %s started", self.leader.worker_id)
+        try:
+            drive(self.leader, self._stop, self.config.driver_interval)
+        finally:
+            log.info("worker %s stopping", self.leader.worker_id)
+            self.metrics.stop()
+            self._close_store()

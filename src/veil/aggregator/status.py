@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from veil.aggregator.maintenance import active_key
+from veil.aggregator.postgres import storage_label
 from veil.aggregator.server import ServerConfig
 from veil.aggregator.storage import Datastore
 from veil.dp import BudgetLedger, BudgetStatus, DPError
@@ -121,7 +122,7 @@ def gather(
     return {
         "role": role,
         "listen": config.listen,
-        "database": {"path": str(config.storage), "bytes": store.size_bytes()},
+        "database": {"path": storage_label(config.storage), "bytes": store.size_bytes()},
         "hpke_keys": [
             {
                 "config_id": k.config_id,

@@ -3,9 +3,14 @@
 Every method is one unit of work in one transaction, so a crash leaves either
 all of it or none of it. An upload the leader acknowledged has been committed
 with `synchronous=FULL`, so it survives `kill -9` and power loss of the
-process. The aggregator logic serialises its read-modify-write steps (batch
-aggregates) with a process lock; a backend shared by several processes
-(PostgreSQL) would take row locks instead.
+process.
+
+Several processes may share one store (the PostgreSQL backend, veil.aggregator
+.postgres, exists for that): so the read-modify-write of a batch aggregate
+happens inside the store's transaction, under its lock, with the caller's
+`merge` function doing the field addition; and aggregation and collection
+jobs are leased to one worker at a time, with an expiry after which another
+worker takes a crashed worker's job over.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time as _time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +46,11 @@ KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED = "pending", "active", "expired"
 KEY_STATES = (KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED)
 
 
+# Adds two encoded VDAF aggregate shares (field addition, done by the caller's
+# VDAF); the store calls it with the bucket's row locked.
+ShareMerge = Callable[[bytes, bytes], bytes]
+
+
 class StorageConflict(Exception):
     """The write contradicts stored state (reused id with other content, collected batch)."""
 
@@ -63,6 +73,32 @@ class BatchAggregate:
     report_count: int
     checksum: bytes  # XOR of SHA-256(report_id)
     collected_by: bytes | None = None
+
+
+def merge_aggregate(
+    old: BatchAggregate | None, delta: BatchAggregate, merge: ShareMerge
+) -> BatchAggregate:
+    """`old` plus what one job adds to its bucket (a backend calls this under its lock).
+
+    A closed bucket (collected_by set) still takes the jobs that held its
+    reports when it was closed: the collection waits for them before it reads
+    the aggregate. Reports that arrive later are refused before they get here.
+    """
+    if old is None:
+        return BatchAggregate(delta.bucket, delta.agg_share, delta.report_count, delta.checksum)
+    if old.agg_share is None:
+        share = delta.agg_share
+    elif delta.agg_share is None:
+        share = old.agg_share
+    else:
+        share = merge(old.agg_share, delta.agg_share)
+    return BatchAggregate(
+        old.bucket,
+        share,
+        old.report_count + delta.report_count,
+        bytes(x ^ y for x, y in zip(old.checksum, delta.checksum, strict=True)),
+        old.collected_by,
+    )
 
 
 @dataclass(frozen=True)
@@ -131,19 +167,29 @@ class Datastore(Protocol):
     ) -> tuple[int, int]: ...
     def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int: ...
     def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]: ...
+    def acquire_aggregation_jobs(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[tuple[bytes, bytes]]: ...
+    def renew_aggregation_job(
+        self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+    ) -> bool: ...
     def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]: ...
     def finish_aggregation_job(
         self,
         task_id: bytes,
         job_id: bytes,
         outcomes: Mapping[bytes, str | None],
-        updates: Sequence[BatchAggregate],
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
     ) -> None: ...
     def tasks_with_pending_reports(self) -> list[bytes]: ...
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int: ...
     def put_collection(self, record: CollectionRecord) -> CollectionRecord: ...
     def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
     def pending_collections(self) -> list[CollectionRecord]: ...
+    def acquire_collections(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[CollectionRecord]: ...
     def update_collection(self, record: CollectionRecord) -> None: ...
     def close_batch(
         self, task_id: bytes, start: int, end: int, job_id: bytes, step: int
@@ -161,7 +207,8 @@ class Datastore(Protocol):
         response: bytes,
         report_ids: Sequence[bytes],
         rejected: Sequence[str],
-        updates: Sequence[BatchAggregate],
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
     ) -> None: ...
     def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> None: ...
@@ -213,6 +260,13 @@ class Datastore(Protocol):
     def collections(self, task_id: bytes) -> list[CollectionRecord]: ...
 
 
+def _aggregate(row: Sequence[Any]) -> BatchAggregate:
+    b, s, n, c, w = row
+    return BatchAggregate(
+        int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
+    )
+
+
 def pack_ct(ct: Ciphertext) -> bytes:
     return bytes([ct.config_id]) + ct.enc + ct.payload
 
@@ -235,6 +289,7 @@ CREATE INDEX IF NOT EXISTS reports_job ON reports (task_id, job_id);
 CREATE TABLE IF NOT EXISTS aggregation_jobs (
     task_id BLOB NOT NULL, job_id BLOB NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
     PRIMARY KEY (task_id, job_id));
+CREATE INDEX IF NOT EXISTS aggregation_jobs_state ON aggregation_jobs (state, created);
 CREATE TABLE IF NOT EXISTS batch_aggregates (
     task_id BLOB NOT NULL, bucket INTEGER NOT NULL, agg_share BLOB,
     report_count INTEGER NOT NULL, checksum BLOB NOT NULL, collected_by BLOB,
@@ -256,12 +311,19 @@ CREATE TABLE IF NOT EXISTS helper_reports (
 """
 
 # Columns added after the first release; _migrate adds them to older files.
+# A lease is (owner, expiry in epoch seconds); expiry 0 means nobody holds the job.
 _ADDED_COLUMNS = (
     ("hpke_keys", "state", "TEXT NOT NULL DEFAULT 'active'"),
     ("hpke_keys", "expires_at", "REAL"),
     ("helper_reports", "time", "INTEGER"),
     ("helper_reports", "job_id", "BLOB"),
     ("helper_jobs", "created", "REAL"),
+    ("aggregation_jobs", "lease_owner", "TEXT"),
+    ("aggregation_jobs", "lease_expiry", "REAL NOT NULL DEFAULT 0"),
+    ("aggregation_jobs", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("collections", "lease_owner", "TEXT"),
+    ("collections", "lease_expiry", "REAL NOT NULL DEFAULT 0"),
+    ("collections", "attempts", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -277,6 +339,18 @@ def _owner_only(path: str) -> None:
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+
+
+def _check_collection_update(
+    stored_leader_ct: Ciphertext | None, stored_state: str, record: CollectionRecord
+) -> None:
+    """Refuse an update that would replace a stored leader share or revive a done job."""
+    if stored_state != "pending":
+        raise StorageConflict(f"collection job {record.job_id.hex()} is already {stored_state}")
+    if stored_leader_ct is not None and record.leader_ct != stored_leader_ct:
+        raise StorageConflict(
+            f"collection job {record.job_id.hex()} already holds another leader share"
+        )
 
 
 class SqliteDatastore:
@@ -366,12 +440,7 @@ class SqliteDatastore:
             " WHERE task_id = ? AND bucket >= ? AND bucket < ? ORDER BY bucket",
             (task_id, start, end),
         )
-        return [
-            BatchAggregate(
-                b, None if s is None else bytes(s), n, bytes(c), None if w is None else bytes(w)
-            )
-            for b, s, n, c, w in rows
-        ]
+        return [_aggregate(row) for row in rows]
 
     def rejections(self, task_id: bytes) -> dict[str, int]:
         rows = self._conn().execute(
@@ -380,15 +449,26 @@ class SqliteDatastore:
         return {r: n for r, n in rows}
 
     @staticmethod
-    def _write_aggregates(
-        db: sqlite3.Connection, task_id: bytes, updates: Sequence[BatchAggregate]
+    def _merge_aggregates(
+        db: sqlite3.Connection,
+        task_id: bytes,
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
     ) -> None:
-        for u in updates:
+        # BEGIN IMMEDIATE holds SQLite's single write lock: nobody else reads
+        # and writes these rows between our read and our write.
+        for d in deltas:
+            row = db.execute(
+                "SELECT bucket, agg_share, report_count, checksum, collected_by"
+                " FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
+                (task_id, d.bucket),
+            ).fetchone()
+            new = merge_aggregate(None if row is None else _aggregate(row), d, merge)
             db.execute(
-                "INSERT INTO batch_aggregates VALUES (?, ?, ?, ?, ?, ?)"
+                "INSERT INTO batch_aggregates VALUES (?, ?, ?, ?, ?, NULL)"
                 " ON CONFLICT (task_id, bucket) DO UPDATE SET agg_share = excluded.agg_share,"
                 " report_count = excluded.report_count, checksum = excluded.checksum",
-                (task_id, u.bucket, u.agg_share, u.report_count, u.checksum, u.collected_by),
+                (task_id, new.bucket, new.agg_share, new.report_count, new.checksum),
             )
 
     @staticmethod
@@ -465,7 +545,8 @@ class SqliteDatastore:
             if not ids:
                 return 0
             db.execute(
-                "INSERT INTO aggregation_jobs VALUES (?, ?, 'open', ?)",
+                "INSERT INTO aggregation_jobs (task_id, job_id, state, created)"
+                " VALUES (?, ?, 'open', ?)",
                 (task_id, job_id, _time.time()),
             )
             db.executemany(
@@ -479,6 +560,36 @@ class SqliteDatastore:
             "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open' ORDER BY created"
         )
         return [(bytes(t), bytes(j)) for t, j in rows]
+
+    def acquire_aggregation_jobs(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[tuple[bytes, bytes]]:
+        """Lease up to `limit` open jobs that nobody else holds (or whose lease expired)."""
+        now = _time.time()
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open'"
+                " AND (lease_expiry < ? OR lease_owner = ?) ORDER BY created LIMIT ?",
+                (now, owner, limit),
+            ).fetchall()
+            db.executemany(
+                "UPDATE aggregation_jobs SET lease_owner = ?, lease_expiry = ?,"
+                " attempts = attempts + 1 WHERE task_id = ? AND job_id = ?",
+                [(owner, now + lease_seconds, t, j) for t, j in rows],
+            )
+        return [(bytes(t), bytes(j)) for t, j in rows]
+
+    def renew_aggregation_job(
+        self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+    ) -> bool:
+        """Extend `owner`'s lease; False if the job is finished or leased to another."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE aggregation_jobs SET lease_expiry = ? WHERE task_id = ? AND job_id = ?"
+                " AND state = 'open' AND lease_owner = ?",
+                (_time.time() + lease_seconds, task_id, job_id, owner),
+            )
+            return cur.rowcount == 1
 
     def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]:
         rows = self._conn().execute(
@@ -496,9 +607,14 @@ class SqliteDatastore:
         task_id: bytes,
         job_id: bytes,
         outcomes: Mapping[bytes, str | None],
-        updates: Sequence[BatchAggregate],
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
     ) -> None:
-        """Record each report as aggregated (None) or rejected (reason); write aggregates."""
+        """Record each report as aggregated (None) or rejected (reason); add the
+        job's `deltas` to the batch aggregates; close the job.
+
+        Raises StorageConflict if the job is not open (another worker finished it).
+        """
         with self._tx() as db:
             state = db.execute(
                 "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?",
@@ -512,9 +628,10 @@ class SqliteDatastore:
                     (AGGREGATED if reason is None else REJECTED, reason, task_id, report_id),
                 )
             self._count_rejections(db, task_id, [r for r in outcomes.values() if r is not None])
-            self._write_aggregates(db, task_id, updates)
+            self._merge_aggregates(db, task_id, deltas, merge)
             db.execute(
-                "UPDATE aggregation_jobs SET state = 'finished' WHERE task_id = ? AND job_id = ?",
+                "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL,"
+                " lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
                 (task_id, job_id),
             )
 
@@ -614,14 +731,52 @@ class SqliteDatastore:
         )
         return [self._collection_row(r) for r in rows]
 
-    def update_collection(self, record: CollectionRecord) -> None:
+    def acquire_collections(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[CollectionRecord]:
+        """Lease up to `limit` pending collection jobs (as acquire_aggregation_jobs)."""
+        now = _time.time()
         with self._tx() as db:
-            db.execute(
-                f"REPLACE INTO collections ({self._COLLECTION_COLS}, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " (SELECT created FROM collections WHERE task_id = ? AND job_id = ?))",
-                (*self._collection_values(record), record.task_id, record.job_id),
+            rows = db.execute(
+                f"SELECT {self._COLLECTION_COLS} FROM collections WHERE state = 'pending'"
+                " AND (lease_expiry < ? OR lease_owner = ?) ORDER BY created LIMIT ?",
+                (now, owner, limit),
+            ).fetchall()
+            records = [self._collection_row(r) for r in rows]
+            db.executemany(
+                "UPDATE collections SET lease_owner = ?, lease_expiry = ?,"
+                " attempts = attempts + 1 WHERE task_id = ? AND job_id = ?",
+                [(owner, now + lease_seconds, r.task_id, r.job_id) for r in records],
             )
+        return records
+
+    _COLLECTION_UPDATE = (
+        "UPDATE collections SET state = ?, report_count = ?, checksum = ?, leader_ct = ?,"
+        " helper_ct = ?, error_code = ?, error_message = ? WHERE task_id = ? AND job_id = ?"
+    )
+
+    def _update_collection(self, db: sqlite3.Connection, record: CollectionRecord) -> None:
+        row = db.execute(
+            "SELECT leader_ct, state FROM collections WHERE task_id = ? AND job_id = ?",
+            (record.task_id, record.job_id),
+        ).fetchone()
+        if row is None:
+            raise StorageConflict(f"no collection job {record.job_id.hex()}")
+        _check_collection_update(
+            None if row[0] is None else unpack_ct(bytes(row[0])), str(row[1]), record
+        )
+        _, _, _, _, *values = self._collection_values(record)
+        db.execute(self._COLLECTION_UPDATE, (*values, record.task_id, record.job_id))
+
+    def update_collection(self, record: CollectionRecord) -> None:
+        """Store a collection job's progress.
+
+        Raises StorageConflict if the job already holds another leader share or
+        is no longer pending: a share that may have been released is never
+        replaced by a second, differently noised one.
+        """
+        with self._tx() as db:
+            self._update_collection(db, record)
 
     def _close(
         self, db: sqlite3.Connection, task_id: bytes, start: int, end: int, job_id: bytes, step: int
@@ -664,12 +819,7 @@ class SqliteDatastore:
                     " AND agg_share IS NULL AND collected_by IS NULL",
                     (record.task_id,),
                 )
-            db.execute(
-                f"REPLACE INTO collections ({self._COLLECTION_COLS}, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " (SELECT created FROM collections WHERE task_id = ? AND job_id = ?))",
-                (*self._collection_values(record), record.task_id, record.job_id),
-            )
+            self._update_collection(db, record)
 
     # --- helper -----------------------------------------------------------
 
@@ -702,7 +852,8 @@ class SqliteDatastore:
         response: bytes,
         report_ids: Sequence[bytes],
         rejected: Sequence[str],
-        updates: Sequence[BatchAggregate],
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
     ) -> None:
         with self._tx() as db:
             db.execute(
@@ -715,7 +866,7 @@ class SqliteDatastore:
                 [(task_id, i, job_id) for i in report_ids],
             )
             self._count_rejections(db, task_id, rejected)
-            self._write_aggregates(db, task_id, updates)
+            self._merge_aggregates(db, task_id, deltas, merge)
 
     def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
         return self.get_collection(task_id, job_id)

@@ -1,0 +1,218 @@
+"""Aggregation throughput of the scaled-out leader: 1 and 2 `veil worker` processes on PostgreSQL.
+
+Each run is a fresh deployment (helper, leader upload front end with its
+driver off, k workers, all on one throwaway PostgreSQL or --dsn): the workers
+start and idle, the client uploads the whole load in one call, and the clock
+runs from the acknowledged upload until no report of the load is left
+unaggregated. The table gives the median of --runs runs (and min, max).
+
+Then, in one process, the per-report cost of each step (HPKE open, the
+leader's and the helper's VDAF work) and of the database writes, to show
+where the time goes (docs/SCALING.md).
+
+    python scripts/bench_workers.py --reports 2000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from veil.aggregator.core import accumulate, share_merge, vdaf_ctx
+from veil.aggregator.local import LocalDeployment
+from veil.aggregator.postgres import PostgresDatastore
+from veil.aggregator.storage import StoredReport
+from veil.aggregator.throwaway_pg import as_url, postgres_dsn, with_schema
+from veil.client import Client
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_, seal
+from veil.task import DpSpec, VdafSpec
+from veil.vdaf.batch import BatchPrio3
+
+TP = 3600
+SPEC = VdafSpec("sum", max_measurement=1000)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(dsn: str, workers: int, reports: int, job_size: int) -> tuple[float, dict[str, float]]:
+    """Reports aggregated per second with `workers` workers, on a fresh deployment,
+    and the CPU µs per report each process spent meanwhile (robust to a busy machine)."""
+    suffix = secrets.token_hex(4)
+    leader_db = with_schema(dsn, f"bench_leader_{suffix}")
+    helper_db = with_schema(dsn, f"bench_helper_{suffix}")
+    now = int(time.time())
+    t = now - now % TP - TP
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        dep = LocalDeployment.start(
+            Path(tmp),
+            {"bench": (SPEC, DpSpec("none"), {})},
+            job_size=job_size,
+            driver_interval=0.05,
+            storage={"leader": as_url(leader_db), "helper": as_url(helper_db)},
+            workers=workers,
+            start_workers=False,
+        )
+        stack.callback(dep.stop)
+        store = PostgresDatastore(leader_db, pool_size=1)
+        stack.callback(store.close)
+        files = dep.tasks["bench"]
+        client = stack.enter_context(Client(files.client, batch_size=10_000))
+        built = [client.build_report(i % 1001, t) for i in range(reports)]
+        for w in dep.workers:
+            w.start_worker()
+        # Wait until every worker has started and is idling.
+        deadline = time.monotonic() + 60
+        while sum("started" in w.log.read_text() for w in dep.workers if w.log.exists()) < workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not start")
+            time.sleep(0.05)
+        time.sleep(0.5)
+        procs = {"helper": dep.helper.pid, "front end": dep.leader.pid} | {
+            f"worker {i + 1}": w.pid for i, w in enumerate(dep.workers)
+        }
+        assert client.upload_reports(built).accepted == reports
+        began = time.perf_counter()
+        cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        while store.unaggregated_count(files.client.task_id, 0, 1 << 62):
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - began
+        cpu = {
+            name: (cpu_seconds(pid) - cpu_before[name]) * 1e6 / reports
+            for name, pid in procs.items()
+        }
+        rejected = store.rejections(files.client.task_id)
+        if rejected:
+            raise RuntimeError(f"reports rejected during the benchmark: {rejected}")
+    return reports / elapsed, cpu
+
+
+def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
+    """Microseconds per report of each step, in this one process."""
+    vdaf = SPEC.instantiate()
+    task_id = secrets.token_bytes(32)
+    ctx = vdaf_ctx(task_id)
+    verify_key = secrets.token_bytes(vdaf.VERIFY_KEY_SIZE)
+    leader_kp, helper_kp = generate_keypair(1), generate_keypair(2)
+    items = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        rid = secrets.token_bytes(16)
+        public, shares = vdaf.shard(ctx, i % 1001, rid, secrets.token_bytes(vdaf.RAND_SIZE))
+        ps = vdaf.encode_public_share(public)
+        cts = [
+            seal(
+                kp.config,
+                input_share_info(role, task_id, rid, 0, ps),
+                vdaf.encode_input_share(shares[j]),
+            )
+            for j, (kp, role) in enumerate(((leader_kp, ROLE_LEADER), (helper_kp, ROLE_HELPER)))
+        ]
+        items.append((rid, ps, cts))
+    t1 = time.perf_counter()
+    opened = [
+        [
+            open_(kp, cts[j], input_share_info(role, task_id, rid, 0, ps))
+            for j, (kp, role) in enumerate(((leader_kp, ROLE_LEADER), (helper_kp, ROLE_HELPER)))
+        ]
+        for rid, ps, cts in items
+    ]
+    t2 = time.perf_counter()
+    # As the aggregators do it: one job's reports at a time on the batched path.
+    batch = BatchPrio3(vdaf)
+    out_shares: list[list[int]] = []  # the leader's, for the database step below
+    for start in range(0, n, job_size):
+        chunk = items[start : start + job_size]
+        ids = [rid for rid, _, _ in chunk]
+        publics = [ps for _, ps, _ in chunk]
+        inits = [
+            batch.verify_init_batch(
+                verify_key, ctx, j, ids, publics, [p[j] for p in opened[start : start + job_size]]
+            )
+            for j in range(2)
+        ]
+        msgs = batch.verifier_shares_to_message_batch(
+            ctx, [list(inits[0].verifier_shares), list(inits[1].verifier_shares)]
+        )
+        outs = [batch.verify_next_batch(ctx, inits[j].state, msgs.messages) for j in range(2)]
+        out_shares.extend(outs[0].out_share(i) for i in range(len(chunk)))
+    t3 = time.perf_counter()
+    # Database: storing the uploads, then finishing jobs (report states and the
+    # bucket's aggregate merged under its row lock), as a worker does.
+    store = PostgresDatastore(with_schema(dsn, f"bench_steps_{secrets.token_hex(4)}"), 2)
+    try:
+        stored = [(0, StoredReport(rid, 0, ps, cts[0], cts[1])) for rid, ps, cts in items]
+        t4 = time.perf_counter()
+        for i in range(0, n, 1000):
+            store.put_reports(task_id, stored[i : i + 1000])
+        t5 = time.perf_counter()
+        merge = share_merge(vdaf)
+        jobs = 0
+        while True:
+            job_id = secrets.token_bytes(16)
+            if not store.create_aggregation_job(task_id, job_id, job_size):
+                break
+            ids = [r.report_id for r in store.job_reports(task_id, job_id)]
+            deltas = accumulate(vdaf, {}, [(0, rid, out_shares[0]) for rid in ids])
+            store.finish_aggregation_job(task_id, job_id, dict.fromkeys(ids), deltas, merge)
+            jobs += 1
+        t6 = time.perf_counter()
+    finally:
+        store.close()
+    us = 1e6 / n
+    return {
+        "client shard + 2 HPKE seals": (t1 - t0) * us,
+        "HPKE open (per aggregator)": (t2 - t1) * us / 2,
+        "VDAF verify (batched), both aggregators": (t3 - t2) * us,
+        "DB: store upload": (t5 - t4) * us,
+        "DB: make, read and finish jobs": (t6 - t5) * us,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--job-size", type=int, default=100)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--dsn", help="an existing PostgreSQL (default: a throwaway one)")
+    args = parser.parse_args()
+    with ExitStack() as stack:
+        dsn = args.dsn or stack.enter_context(postgres_dsn())
+        print(
+            f"{args.reports} reports of Prio3Sum(max 1000) per run, jobs of {args.job_size},"
+            f" {os.cpu_count()} CPUs, helper and leader front end on the same machine"
+        )
+        print(f"{'workers':>7} | {'median reports/s':>16} | {'min':>6} | {'max':>6} | runs")
+        cpu_by_k = {}
+        for k in args.workers:
+            results = [one_run(dsn, k, args.reports, args.job_size) for _ in range(args.runs)]
+            rates = [r for r, _ in results]
+            cpu_by_k[k] = {
+                name: statistics.median(c[name] for _, c in results) for name in results[0][1]
+            }
+            print(
+                f"{k:>7} | {statistics.median(rates):>16.0f} | {min(rates):>6.0f} |"
+                f" {max(rates):>6.0f} | {', '.join(f'{r:.0f}' for r in rates)}"
+            )
+        print("\nCPU µs per report while aggregating (median over runs):")
+        for k, cpu in cpu_by_k.items():
+            print(f"  {k} worker(s): " + ", ".join(f"{n} {v:.0f}" for n, v in cpu.items()))
+        print("\nper-report cost of each step, one process (µs/report):")
+        for name, cost in step_costs(dsn, min(args.reports, 1000), args.job_size).items():
+            print(f"  {name:<32} {cost:>8.0f}")
+
+
+if __name__ == "__main__":
+    main()

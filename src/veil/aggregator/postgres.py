@@ -1,0 +1,1036 @@
+"""The `Datastore` and the budget `LedgerStore` on PostgreSQL (psycopg 3 and its pool).
+
+For deployments that outgrow one machine: any number of leader front ends and
+`veil worker` processes share one database. Every unit of work is one
+transaction at REPEATABLE READ; when PostgreSQL cannot serialise it against a
+concurrent one (serialization failure, deadlock) the whole unit is run again
+from the start, so a method either commits once or raises.
+
+Where several processes meet:
+- Jobs are leased (`lease_owner`, `lease_expiry` in the database's clock) and
+  taken with `FOR UPDATE SKIP LOCKED`, so workers never wait on each other's
+  jobs; an expired lease is taken over.
+- A batch aggregate is read `FOR UPDATE`, merged with the job's delta by the
+  caller's `merge` and written back in the job's transaction.
+- An upload holds its buckets' rows `FOR SHARE`, so it cannot interleave with
+  the closing of a batch for collection.
+- Ledger transactions take one advisory lock before they begin, which makes
+  them run one at a time, each seeing every spend committed before it.
+
+The schema is created and migrated at start, under an advisory lock, so
+processes starting together apply each migration once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time as _time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
+
+from veil.aggregator.storage import (
+    AGGREGATED,
+    IN_JOB,
+    KEY_ACTIVE,
+    KEY_EXPIRED,
+    KEY_STATES,
+    PENDING,
+    REJECTED,
+    REPORT_STATE_NAMES,
+    BatchAggregate,
+    CollectionRecord,
+    GcResult,
+    HpkeKey,
+    ShareMerge,
+    StorageConflict,
+    StoredReport,
+    _check_collection_update,
+    merge_aggregate,
+    pack_ct,
+    unpack_ct,
+)
+from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
+from veil.hpke import HpkeConfig, HpkeKeypair
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+# Advisory lock keys (any constants unique to veil).
+_MIGRATION_LOCK = 0x7665696C0001
+_LEDGER_LOCK = 0x7665696C0002
+
+# How often a unit of work is retried after a serialization failure, and the
+# longest pause between tries (jittered, growing).
+MAX_ATTEMPTS = 30
+_MAX_PAUSE = 0.2
+
+# The database's clock, so that leases mean the same on every machine.
+_NOW = "extract(epoch from clock_timestamp())"
+
+# Each entry is one migration; a deployed database records how many it holds.
+# Never edit an entry once released: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE hpke_keys (
+        config_id INTEGER PRIMARY KEY, public_key BYTEA NOT NULL, private_key BYTEA NOT NULL,
+        created DOUBLE PRECISION NOT NULL);
+    CREATE TABLE reports (
+        task_id BYTEA NOT NULL, report_id BYTEA NOT NULL, time BIGINT NOT NULL,
+        public_share BYTEA NOT NULL, leader_ct BYTEA NOT NULL, helper_ct BYTEA NOT NULL,
+        state SMALLINT NOT NULL DEFAULT 0, job_id BYTEA, reason TEXT,
+        PRIMARY KEY (task_id, report_id));
+    CREATE INDEX reports_state ON reports (task_id, state, time);
+    CREATE INDEX reports_job ON reports (task_id, job_id);
+    CREATE TABLE aggregation_jobs (
+        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, state TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL, lease_owner TEXT,
+        lease_expiry DOUBLE PRECISION NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (task_id, job_id));
+    CREATE INDEX aggregation_jobs_open ON aggregation_jobs (created) WHERE state = 'open';
+    CREATE TABLE batch_aggregates (
+        task_id BYTEA NOT NULL, bucket BIGINT NOT NULL, agg_share BYTEA,
+        report_count BIGINT NOT NULL, checksum BYTEA NOT NULL, collected_by BYTEA,
+        PRIMARY KEY (task_id, bucket));
+    CREATE TABLE rejections (
+        task_id BYTEA NOT NULL, reason TEXT NOT NULL, count BIGINT NOT NULL,
+        PRIMARY KEY (task_id, reason));
+    CREATE TABLE collections (
+        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, start BIGINT NOT NULL,
+        duration BIGINT NOT NULL, state TEXT NOT NULL, report_count BIGINT NOT NULL,
+        checksum BYTEA NOT NULL, leader_ct BYTEA, helper_ct BYTEA, error_code INTEGER NOT NULL,
+        error_message TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, lease_owner TEXT,
+        lease_expiry DOUBLE PRECISION NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (task_id, job_id));
+    CREATE INDEX collections_pending ON collections (created) WHERE state = 'pending';
+    CREATE TABLE helper_jobs (
+        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, request_hash BYTEA NOT NULL,
+        response BYTEA NOT NULL, PRIMARY KEY (task_id, job_id));
+    CREATE TABLE helper_reports (
+        task_id BYTEA NOT NULL, report_id BYTEA NOT NULL, PRIMARY KEY (task_id, report_id));
+    """,
+    # The privacy budget ledger (veil.dp.budget); amounts are exact fractions as text.
+    """
+    CREATE TABLE dp_surveys (survey_id TEXT PRIMARY KEY, total TEXT NOT NULL, unit TEXT NOT NULL);
+    CREATE TABLE dp_tasks (
+        task_id TEXT PRIMARY KEY, total TEXT NOT NULL, unit TEXT NOT NULL,
+        survey_id TEXT REFERENCES dp_surveys (survey_id));
+    CREATE INDEX dp_tasks_survey ON dp_tasks (survey_id);
+    CREATE TABLE dp_spends (
+        collection_id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES dp_tasks (task_id),
+        amount TEXT NOT NULL, batch_start BIGINT NOT NULL, batch_end BIGINT NOT NULL);
+    CREATE INDEX dp_spends_task ON dp_spends (task_id);
+    """,
+    # HPKE key rotation states; what garbage collection needs to know about
+    # the helper's replay records and job records (veil.aggregator.maintenance).
+    """
+    ALTER TABLE hpke_keys ADD COLUMN state TEXT NOT NULL DEFAULT 'active';
+    ALTER TABLE hpke_keys ADD COLUMN expires_at DOUBLE PRECISION;
+    ALTER TABLE helper_reports ADD COLUMN time BIGINT;
+    ALTER TABLE helper_reports ADD COLUMN job_id BYTEA;
+    ALTER TABLE helper_jobs ADD COLUMN created DOUBLE PRECISION;
+    CREATE INDEX helper_reports_time ON helper_reports (task_id, time);
+    CREATE INDEX helper_reports_job ON helper_reports (task_id, job_id);
+    """,
+)
+
+
+def is_postgres_url(storage: str) -> bool:
+    return storage.startswith(("postgresql://", "postgres://"))
+
+
+def storage_label(storage: Path | str) -> str:
+    """The storage as it may be shown or logged: a PostgreSQL URL loses its password."""
+    if isinstance(storage, Path):
+        return str(storage)
+    params = conninfo_to_dict(storage)
+    user, host, db = (params.get(k, "") for k in ("user", "host", "dbname"))
+    return f"postgresql://{user}@{host}/{db}"
+
+
+def migrate(conninfo: str) -> int:
+    """Bring the database's schema up to date; returns the version it now has."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+        with conn.transaction():
+            # Taken first, so each later statement (READ COMMITTED) sees what a
+            # process that migrated before us committed.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS veil_schema (version INTEGER NOT NULL,"
+                " applied DOUBLE PRECISION NOT NULL)"
+            )
+            row = conn.execute("SELECT max(version) FROM veil_schema").fetchone()
+            current = int(row[0]) if row is not None and row[0] is not None else 0
+            if current > len(MIGRATIONS):
+                raise RuntimeError(
+                    f"the database's schema is version {current}, newer than this veil"
+                    f" ({len(MIGRATIONS)}): upgrade veil"
+                )
+            for version in range(current + 1, len(MIGRATIONS) + 1):
+                conn.execute(MIGRATIONS[version - 1].encode())
+                conn.execute("INSERT INTO veil_schema VALUES (%s, %s)", (version, _time.time()))
+                log.info("database schema migrated to version %d", version)
+    return len(MIGRATIONS)
+
+
+def _configure(conn: Conn) -> None:
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+
+
+def open_pool(conninfo: str, max_size: int = 8) -> ConnectionPool[Conn]:
+    """A connection pool whose connections run transactions at REPEATABLE READ."""
+    return ConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        configure=_configure,
+        open=True,
+        name="veil",
+    )
+
+
+def _aggregate(row: Sequence[Any]) -> BatchAggregate:
+    b, s, n, c, w = row
+    return BatchAggregate(
+        int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
+    )
+
+
+_COLLECTION_COLS = (
+    "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
+    " helper_ct, error_code, error_message"
+)
+
+
+def _collection(row: Sequence[Any]) -> CollectionRecord:
+    t, j, s, d, st, n, c, lc, hc, ec, em = row
+    return CollectionRecord(
+        bytes(t),
+        bytes(j),
+        int(s),
+        int(d),
+        str(st),
+        int(n),
+        bytes(c),
+        None if lc is None else unpack_ct(bytes(lc)),
+        None if hc is None else unpack_ct(bytes(hc)),
+        int(ec),
+        str(em),
+    )
+
+
+def _collection_values(r: CollectionRecord) -> tuple[object, ...]:
+    return (
+        r.task_id,
+        r.job_id,
+        r.start,
+        r.duration,
+        r.state,
+        r.report_count,
+        r.checksum,
+        None if r.leader_ct is None else pack_ct(r.leader_ct),
+        None if r.helper_ct is None else pack_ct(r.helper_ct),
+        r.error_code,
+        r.error_message,
+    )
+
+
+class PostgresDatastore:
+    """`Datastore` on PostgreSQL, safe to share between any number of processes."""
+
+    def __init__(self, conninfo: str, pool_size: int = 8) -> None:
+        migrate(conninfo)
+        self.pool = open_pool(conninfo, pool_size)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def _run(self, work: Callable[[Conn], T]) -> T:
+        """Run `work` in one REPEATABLE READ transaction, again if it cannot be serialised."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            with self.pool.connection() as conn:
+                try:
+                    with conn.transaction():
+                        return work(conn)
+                except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as e:
+                    if attempt == MAX_ATTEMPTS:
+                        raise
+                    log.debug("retrying a transaction (attempt %d): %s", attempt, type(e).__name__)
+            pause = min(_MAX_PAUSE, 0.002 * 2 ** min(attempt, 7))
+            _time.sleep(pause * (0.5 + secrets.randbelow(1000) / 1000))
+        raise AssertionError("unreachable")
+
+    # --- both roles -------------------------------------------------------
+
+    def hpke_keypairs(self) -> list[HpkeKeypair]:
+        """Every stored key (whatever its state: all of them open ciphertexts)."""
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT config_id, public_key, private_key FROM hpke_keys ORDER BY created DESC"
+            ).fetchall()
+        )
+        return [HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)) for c, pk, sk in rows]
+
+    def add_hpke_keypair(self, keypair: HpkeKeypair) -> None:
+        self._run(
+            lambda db: db.execute(
+                "INSERT INTO hpke_keys (config_id, public_key, private_key, created)"
+                " VALUES (%s, %s, %s, %s)",
+                (
+                    keypair.config.config_id,
+                    keypair.config.public_key,
+                    keypair.private_key,
+                    _time.time(),
+                ),
+            )
+        )
+
+    def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT bucket, agg_share, report_count, checksum, collected_by"
+                " FROM batch_aggregates WHERE task_id = %s AND bucket >= %s AND bucket < %s"
+                # Rows an upload made only to lock its bucket hold nothing yet.
+                " AND (report_count > 0 OR collected_by IS NOT NULL) ORDER BY bucket",
+                (task_id, start, end),
+            ).fetchall()
+        )
+        return [_aggregate(r) for r in rows]
+
+    def rejections(self, task_id: bytes) -> dict[str, int]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT reason, count FROM rejections WHERE task_id = %s", (task_id,)
+            ).fetchall()
+        )
+        return {str(r): int(n) for r, n in rows}
+
+    @staticmethod
+    def _count_rejections(db: Conn, task_id: bytes, reasons: Sequence[str]) -> None:
+        for reason, n in sorted(Counter(reasons).items()):
+            db.execute(
+                "INSERT INTO rejections VALUES (%s, %s, %s) ON CONFLICT (task_id, reason)"
+                " DO UPDATE SET count = rejections.count + excluded.count",
+                (task_id, reason, n),
+            )
+
+    @staticmethod
+    def _merge_aggregates(
+        db: Conn, task_id: bytes, deltas: Sequence[BatchAggregate], merge: ShareMerge
+    ) -> None:
+        # In bucket order, so two jobs over the same buckets cannot deadlock.
+        for d in sorted(deltas, key=lambda a: a.bucket):
+            # Make the row if missing, so there is always a row to lock. ON
+            # CONFLICT: a row another transaction made meanwhile makes this
+            # one fail to serialise (and run again), never a duplicate-key error.
+            db.execute(
+                "INSERT INTO batch_aggregates VALUES (%s, %s, NULL, 0, %s, NULL)"
+                " ON CONFLICT DO NOTHING",
+                (task_id, d.bucket, bytes(32)),
+            )
+            row = db.execute(
+                "SELECT bucket, agg_share, report_count, checksum, collected_by"
+                " FROM batch_aggregates WHERE task_id = %s AND bucket = %s FOR UPDATE",
+                (task_id, d.bucket),
+            ).fetchone()
+            assert row is not None
+            new = merge_aggregate(_aggregate(row), d, merge)
+            db.execute(
+                "UPDATE batch_aggregates SET agg_share = %s, report_count = %s,"
+                " checksum = %s WHERE task_id = %s AND bucket = %s",
+                (new.agg_share, new.report_count, new.checksum, task_id, new.bucket),
+            )
+
+    # --- leader -----------------------------------------------------------
+
+    def put_reports(
+        self, task_id: bytes, reports: Sequence[tuple[int, StoredReport]]
+    ) -> tuple[int, int]:
+        """As SqliteDatastore.put_reports: all or nothing, (stored, duplicates)."""
+        buckets = sorted({b for b, _ in reports})
+        rows = {
+            r.report_id: (r.time, r.public_share, pack_ct(r.leader_ct), pack_ct(r.helper_ct))
+            for _, r in reports
+        }
+
+        def work(db: Conn) -> tuple[int, int]:
+            # Hold the buckets' rows (made if missing) against a concurrent close_batch.
+            with db.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO batch_aggregates VALUES (%s, %s, NULL, 0, %s, NULL)"
+                    " ON CONFLICT DO NOTHING",
+                    [(task_id, b, bytes(32)) for b in buckets],
+                )
+            for bucket, collected_by in db.execute(
+                "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = %s"
+                " AND bucket = ANY(%s) ORDER BY bucket FOR SHARE",
+                (task_id, buckets),
+            ):
+                if collected_by is not None:
+                    raise StorageConflict(f"batch_collected:{bucket}")
+            old = db.execute(
+                "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
+                " WHERE task_id = %s AND report_id = ANY(%s)",
+                (task_id, list(rows)),
+            ).fetchall()
+            for report_id, *content in old:
+                if tuple(content) != rows[bytes(report_id)]:
+                    raise StorageConflict(f"report_id:{bytes(report_id).hex()}")
+            seen = {bytes(r[0]) for r in old}
+            new = [(task_id, i, *row) for i, row in rows.items() if i not in seen]
+            with db.cursor() as cur:
+                # ON CONFLICT: the same report stored meanwhile through another
+                # front end makes this fail to serialise and run again (then
+                # finding it above), rather than fail on a duplicate key.
+                cur.executemany(
+                    "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct,"
+                    " helper_ct) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    new,
+                )
+            return len(new), len(seen)
+
+        return self._run(work)
+
+    def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int:
+        def work(db: Conn) -> int:
+            # SKIP LOCKED: two workers making jobs at once take disjoint reports.
+            ids = [
+                bytes(r[0])
+                for r in db.execute(
+                    "SELECT report_id FROM reports WHERE task_id = %s AND state = %s"
+                    " ORDER BY time LIMIT %s FOR UPDATE SKIP LOCKED",
+                    (task_id, PENDING, limit),
+                )
+            ]
+            if not ids:
+                return 0
+            db.execute(
+                "INSERT INTO aggregation_jobs (task_id, job_id, state, created)"
+                " VALUES (%s, %s, 'open', %s)",
+                (task_id, job_id, _time.time()),
+            )
+            db.execute(
+                "UPDATE reports SET state = %s, job_id = %s WHERE task_id = %s"
+                " AND report_id = ANY(%s)",
+                (IN_JOB, job_id, task_id, ids),
+            )
+            return len(ids)
+
+        return self._run(work)
+
+    def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open' ORDER BY created"
+            ).fetchall()
+        )
+        return [(bytes(t), bytes(j)) for t, j in rows]
+
+    def acquire_aggregation_jobs(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[tuple[bytes, bytes]]:
+        """Lease up to `limit` open jobs nobody else holds (or whose lease expired)."""
+        rows = self._run(
+            lambda db: db.execute(
+                f"UPDATE aggregation_jobs SET lease_owner = %s, lease_expiry = {_NOW} + %s,"
+                " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
+                " SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open'"
+                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) ORDER BY created LIMIT %s"
+                " FOR UPDATE SKIP LOCKED) RETURNING task_id, job_id, created",
+                (owner, lease_seconds, owner, limit),
+            ).fetchall()
+        )
+        return [(bytes(t), bytes(j)) for t, j, _ in sorted(rows, key=lambda r: r[2])]
+
+    def renew_aggregation_job(
+        self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+    ) -> bool:
+        def work(db: Conn) -> bool:
+            cur = db.execute(
+                f"UPDATE aggregation_jobs SET lease_expiry = {_NOW} + %s WHERE task_id = %s"
+                " AND job_id = %s AND state = 'open' AND lease_owner = %s",
+                (lease_seconds, task_id, job_id, owner),
+            )
+            return cur.rowcount == 1
+
+        return self._run(work)
+
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
+                " WHERE task_id = %s AND job_id = %s ORDER BY report_id",
+                (task_id, job_id),
+            ).fetchall()
+        )
+        return [
+            StoredReport(bytes(i), int(t), bytes(p), unpack_ct(bytes(lc)), unpack_ct(bytes(hc)))
+            for i, t, p, lc, hc in rows
+        ]
+
+    def finish_aggregation_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        outcomes: Mapping[bytes, str | None],
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
+    ) -> None:
+        """As SqliteDatastore.finish_aggregation_job."""
+        ids = list(outcomes)
+        states = [AGGREGATED if outcomes[i] is None else REJECTED for i in ids]
+        reasons = [outcomes[i] for i in ids]
+
+        def work(db: Conn) -> None:
+            row = db.execute(
+                "SELECT state FROM aggregation_jobs WHERE task_id = %s AND job_id = %s FOR UPDATE",
+                (task_id, job_id),
+            ).fetchone()
+            if row is None or row[0] != "open":
+                raise StorageConflict(f"aggregation job {job_id.hex()} is not open")
+            db.execute(
+                "UPDATE reports AS r SET state = v.state, reason = v.reason"
+                " FROM unnest(%s::bytea[], %s::smallint[], %s::text[]) AS v(id, state, reason)"
+                " WHERE r.task_id = %s AND r.report_id = v.id",
+                (ids, states, reasons, task_id),
+            )
+            self._count_rejections(db, task_id, [r for r in reasons if r is not None])
+            self._merge_aggregates(db, task_id, deltas, merge)
+            db.execute(
+                "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL,"
+                " lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
+                (task_id, job_id),
+            )
+
+        self._run(work)
+
+    def tasks_with_pending_reports(self) -> list[bytes]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT DISTINCT task_id FROM reports WHERE state = %s", (PENDING,)
+            ).fetchall()
+        )
+        return [bytes(r[0]) for r in rows]
+
+    def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT count(*) FROM reports WHERE task_id = %s AND state IN (%s, %s)"
+                " AND time >= %s AND time < %s",
+                (task_id, PENDING, IN_JOB, start, end),
+            ).fetchone()
+        )
+        assert row is not None
+        return int(row[0])
+
+    def put_collection(self, record: CollectionRecord) -> CollectionRecord:
+        """Insert a collection job, or return the stored one with the same id."""
+
+        def work(db: Conn) -> CollectionRecord:
+            row = db.execute(
+                f"SELECT {_COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
+                (record.task_id, record.job_id),
+            ).fetchone()
+            if row is not None:
+                old = _collection(row)
+                if (old.start, old.duration) != (record.start, record.duration):
+                    raise StorageConflict("collection job id reused for another interval")
+                return old
+            db.execute(
+                f"INSERT INTO collections ({_COLLECTION_COLS}, created)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*_collection_values(record), _time.time()),
+            )
+            return record
+
+        return self._run(work)
+
+    def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
+        row = self._run(
+            lambda db: db.execute(
+                f"SELECT {_COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
+                (task_id, job_id),
+            ).fetchone()
+        )
+        return None if row is None else _collection(row)
+
+    def pending_collections(self) -> list[CollectionRecord]:
+        rows = self._run(
+            lambda db: db.execute(
+                f"SELECT {_COLLECTION_COLS} FROM collections WHERE state = 'pending'"
+                " ORDER BY created"
+            ).fetchall()
+        )
+        return [_collection(r) for r in rows]
+
+    def acquire_collections(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[CollectionRecord]:
+        rows = self._run(
+            lambda db: db.execute(
+                f"UPDATE collections SET lease_owner = %s, lease_expiry = {_NOW} + %s,"
+                " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
+                " SELECT task_id, job_id FROM collections WHERE state = 'pending'"
+                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) ORDER BY created LIMIT %s"
+                f" FOR UPDATE SKIP LOCKED) RETURNING {_COLLECTION_COLS}, created",
+                (owner, lease_seconds, owner, limit),
+            ).fetchall()
+        )
+        return [_collection(r[:-1]) for r in sorted(rows, key=lambda r: r[-1])]
+
+    @staticmethod
+    def _update_collection(db: Conn, record: CollectionRecord) -> None:
+        row = db.execute(
+            "SELECT leader_ct, state FROM collections WHERE task_id = %s AND job_id = %s"
+            " FOR UPDATE",
+            (record.task_id, record.job_id),
+        ).fetchone()
+        if row is None:
+            raise StorageConflict(f"no collection job {record.job_id.hex()}")
+        _check_collection_update(
+            None if row[0] is None else unpack_ct(bytes(row[0])), str(row[1]), record
+        )
+        _, _, _, _, *values = _collection_values(record)
+        db.execute(
+            "UPDATE collections SET state = %s, report_count = %s, checksum = %s,"
+            " leader_ct = %s, helper_ct = %s, error_code = %s, error_message = %s"
+            " WHERE task_id = %s AND job_id = %s",
+            (*values, record.task_id, record.job_id),
+        )
+
+    def update_collection(self, record: CollectionRecord) -> None:
+        """As SqliteDatastore.update_collection (refuses to replace a leader share)."""
+        self._run(lambda db: self._update_collection(db, record))
+
+    @staticmethod
+    def _close(db: Conn, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
+        db.execute(
+            "INSERT INTO batch_aggregates SELECT %s, b, NULL, 0, %s, %s"
+            " FROM generate_series(%s::bigint, %s::bigint - 1, %s::bigint) AS b"
+            " ON CONFLICT DO NOTHING",
+            (task_id, bytes(32), job_id, start, end, step),
+        )
+        for bucket, collected_by in db.execute(
+            "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = %s"
+            " AND bucket >= %s AND bucket < %s ORDER BY bucket FOR UPDATE",
+            (task_id, start, end),
+        ).fetchall():
+            if collected_by is not None and bytes(collected_by) != job_id:
+                raise StorageConflict(f"batch_collected:{bucket}")
+        db.execute(
+            "UPDATE batch_aggregates SET collected_by = %s WHERE task_id = %s"
+            " AND bucket >= %s AND bucket < %s AND collected_by IS NULL",
+            (job_id, task_id, start, end),
+        )
+
+    def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
+        """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
+        self._run(lambda db: self._close(db, task_id, start, end, job_id, step))
+
+    def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
+        def work(db: Conn) -> None:
+            if reopen:
+                db.execute(
+                    "UPDATE batch_aggregates SET collected_by = NULL"
+                    " WHERE task_id = %s AND collected_by = %s",
+                    (record.task_id, record.job_id),
+                )
+                db.execute(
+                    "DELETE FROM batch_aggregates WHERE task_id = %s AND report_count = 0"
+                    " AND agg_share IS NULL AND collected_by IS NULL",
+                    (record.task_id,),
+                )
+            self._update_collection(db, record)
+
+        self._run(work)
+
+    # --- helper -----------------------------------------------------------
+
+    def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT request_hash, response FROM helper_jobs WHERE task_id = %s AND job_id = %s",
+                (task_id, job_id),
+            ).fetchone()
+        )
+        return None if row is None else (bytes(row[0]), bytes(row[1]))
+
+    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT report_id FROM helper_reports WHERE task_id = %s AND report_id = ANY(%s)",
+                (task_id, list(report_ids)),
+            ).fetchall()
+        )
+        return {bytes(r[0]) for r in rows}
+
+    def commit_helper_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        request_hash: bytes,
+        response: bytes,
+        report_ids: Sequence[bytes],
+        rejected: Sequence[str],
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
+    ) -> None:
+        def work(db: Conn) -> None:
+            db.execute(
+                "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (task_id, job_id, request_hash, response, _time.time()),
+            )
+            with db.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO helper_reports (task_id, report_id, job_id) VALUES (%s, %s, %s)",
+                    [(task_id, i, job_id) for i in report_ids],
+                )
+            self._count_rejections(db, task_id, rejected)
+            self._merge_aggregates(db, task_id, deltas, merge)
+
+        self._run(work)
+
+    def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
+        return self.get_collection(task_id, job_id)
+
+    def commit_helper_collection(self, record: CollectionRecord, step: int) -> None:
+        """Close the batch and store the sealed, noised share, in one transaction."""
+
+        def work(db: Conn) -> None:
+            self._close(
+                db,
+                record.task_id,
+                record.start,
+                record.start + record.duration,
+                record.job_id,
+                step,
+            )
+            db.execute(
+                f"INSERT INTO collections ({_COLLECTION_COLS}, created)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*_collection_values(record), _time.time()),
+            )
+
+        self._run(work)
+
+    # --- operations: keys, garbage collection, status ----------------------
+
+    def hpke_keys(self) -> list[HpkeKey]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT config_id, public_key, private_key, state, created, expires_at"
+                " FROM hpke_keys ORDER BY created, config_id"
+            ).fetchall()
+        )
+        return [
+            HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
+            for c, pk, sk, st, cr, ex in rows
+        ]
+
+    def add_hpke_key(self, key: HpkeKey) -> None:
+        if key.state not in KEY_STATES:
+            raise ValueError(f"unknown HPKE key state {key.state!r}")
+
+        def work(db: Conn) -> None:
+            # ON CONFLICT: a taken id is an answer (StorageConflict), not an
+            # aborted transaction.
+            cur = db.execute(
+                "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
+                " expires_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (
+                    key.config_id,
+                    key.keypair.config.public_key,
+                    key.keypair.private_key,
+                    key.created,
+                    key.state,
+                    key.expires_at,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise StorageConflict(f"HPKE config id {key.config_id} is taken")
+
+        self._run(work)
+
+    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
+        def work(db: Conn) -> None:
+            # Every key row locked, in one order: two activations cannot
+            # both leave their key active.
+            states: dict[int, str] = dict(
+                db.execute(
+                    "SELECT config_id, state FROM hpke_keys ORDER BY config_id FOR UPDATE"
+                ).fetchall()
+            )
+            if states.get(config_id) in (None, KEY_EXPIRED):
+                raise StorageConflict(f"HPKE config id {config_id} is not a pending or active key")
+            db.execute(
+                "UPDATE hpke_keys SET state = %s, expires_at = %s WHERE state = %s"
+                " AND config_id != %s",
+                (KEY_EXPIRED, now + grace, KEY_ACTIVE, config_id),
+            )
+            db.execute(
+                "UPDATE hpke_keys SET state = %s, expires_at = NULL WHERE config_id = %s",
+                (KEY_ACTIVE, config_id),
+            )
+
+        self._run(work)
+
+    def delete_expired_hpke_keys(self, now: float) -> list[int]:
+        rows = self._run(
+            lambda db: db.execute(
+                "DELETE FROM hpke_keys WHERE state = %s AND expires_at <= %s RETURNING config_id",
+                (KEY_EXPIRED, now),
+            ).fetchall()
+        )
+        return sorted(int(r[0]) for r in rows)
+
+    def record_helper_report_times(
+        self, task_id: bytes, reports: Sequence[tuple[bytes, int]]
+    ) -> None:
+        ids = [i for i, _ in reports]
+        times = [t for _, t in reports]
+        self._run(
+            lambda db: db.execute(
+                "UPDATE helper_reports AS h SET time = v.time"
+                " FROM unnest(%s::bytea[], %s::bigint[]) AS v(id, time)"
+                " WHERE h.task_id = %s AND h.report_id = v.id",
+                (ids, times, task_id),
+            )
+        )
+
+    # As SqliteDatastore._FINISHED_BUCKET: a bucket counts as collected for GC
+    # only once the collection that closed it has finished.
+    _FINISHED_BUCKET = (
+        "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
+        " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
+        " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time %% %s)"
+    )
+
+    def collect_garbage(
+        self,
+        task_id: bytes,
+        time_precision: int,
+        report_horizon: int | None,
+        job_horizon: float | None,
+    ) -> GcResult:
+        """As SqliteDatastore.collect_garbage (whose docstring states the rules)."""
+        tp = time_precision
+        horizon = report_horizon
+        age = "time < %s" if horizon is not None else "false"
+        age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+
+        def work(db: Conn) -> GcResult:
+            reports = db.execute(
+                "DELETE FROM reports WHERE task_id = %s AND state IN (%s, %s) AND"
+                f" ({age} OR {self._FINISHED_BUCKET.format(t='reports')})",
+                (task_id, AGGREGATED, REJECTED, *age_args, tp),
+            ).rowcount
+            jobs = db.execute(
+                "DELETE FROM aggregation_jobs WHERE task_id = %s AND state = 'finished' AND NOT"
+                " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
+                " AND r.job_id = aggregation_jobs.job_id)",
+                (task_id,),
+            ).rowcount
+            replay = db.execute(
+                "DELETE FROM helper_reports WHERE task_id = %s AND time IS NOT NULL AND"
+                f" ({age} OR {self._FINISHED_BUCKET.format(t='helper_reports')})",
+                (task_id, *age_args, tp),
+            ).rowcount
+            aggregates = collections = 0
+            if horizon is not None:
+                aggregates = db.execute(
+                    "DELETE FROM batch_aggregates WHERE task_id = %s AND bucket + %s <= %s",
+                    (task_id, tp, horizon),
+                ).rowcount
+                collections = db.execute(
+                    "DELETE FROM collections WHERE task_id = %s AND state != 'pending'"
+                    " AND start + duration <= %s",
+                    (task_id, horizon),
+                ).rowcount
+            helper_jobs = db.execute(
+                "DELETE FROM helper_jobs WHERE task_id = %s AND (created < %s OR"
+                " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
+                " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+                (task_id, job_horizon if job_horizon is not None else float("-inf")),
+            ).rowcount
+            return GcResult(reports, jobs, aggregates, replay, helper_jobs, collections)
+
+        return self._run(work)
+
+    def _tables(self, db: Conn) -> list[str]:
+        return [
+            str(r[0])
+            for r in db.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind = 'r' ORDER BY c.relname"
+            )
+        ]
+
+    def reclaim_space(self, full: bool = False) -> None:
+        """VACUUM veil's tables: dead rows become reusable and empty pages at a
+        table's end go back to the file system (autovacuum would get there too,
+        later). `full` rewrites every table (VACUUM FULL: it locks each table
+        while it runs, so it is for an operator's command, not the background pass).
+        """
+        command = "VACUUM FULL {}" if full else "VACUUM {}"
+        with self.pool.connection() as conn:
+            # VACUUM cannot run in a transaction; the pool's connections autocommit.
+            for table in self._tables(conn):
+                conn.execute(sql.SQL(command).format(sql.Identifier(table)))
+
+    def size_bytes(self) -> int:
+        """Bytes of veil's tables (with their indexes and TOAST) in this schema."""
+        row = self._run(
+            lambda db: db.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            ).fetchone()
+        )
+        assert row is not None
+        return int(row[0])
+
+    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT time - time %% %s, state, count(*) FROM reports WHERE task_id = %s"
+                " GROUP BY 1, 2 ORDER BY 1",
+                (time_precision, task_id),
+            ).fetchall()
+        )
+        out: dict[int, dict[str, int]] = {}
+        for bucket, state, n in rows:
+            out.setdefault(int(bucket), {})[REPORT_STATE_NAMES[int(state)]] = int(n)
+        return out
+
+    def collections(self, task_id: bytes) -> list[CollectionRecord]:
+        rows = self._run(
+            lambda db: db.execute(
+                f"SELECT {_COLLECTION_COLS} FROM collections WHERE task_id = %s"
+                " ORDER BY created, job_id",
+                (task_id,),
+            ).fetchall()
+        )
+        return [_collection(r) for r in rows]
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+class PostgresLedgerTransaction:
+    """LedgerTransaction inside one transaction of PostgresLedgerStore."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    def survey(self, survey_id: str) -> SurveyBudget | None:
+        row = self._conn.execute(
+            "SELECT survey_id, total, unit FROM dp_surveys WHERE survey_id = %s", (survey_id,)
+        ).fetchone()
+        return None if row is None else SurveyBudget(row[0], Fraction(row[1]), BudgetUnit(row[2]))
+
+    def task(self, task_id: str) -> TaskBudget | None:
+        row = self._conn.execute(
+            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE task_id = %s", (task_id,)
+        ).fetchone()
+        return None if row is None else _task(row)
+
+    def survey_tasks(self, survey_id: str) -> list[TaskBudget]:
+        rows = self._conn.execute(
+            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE survey_id = %s",
+            (survey_id,),
+        ).fetchall()
+        return [_task(r) for r in rows]
+
+    def spends(self, task_id: str) -> list[Spend]:
+        rows = self._conn.execute(
+            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends"
+            " WHERE task_id = %s",
+            (task_id,),
+        ).fetchall()
+        return [_spend(r) for r in rows]
+
+    def spend(self, collection_id: str) -> Spend | None:
+        row = self._conn.execute(
+            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends"
+            " WHERE collection_id = %s",
+            (collection_id,),
+        ).fetchone()
+        return None if row is None else _spend(row)
+
+    def add_survey(self, survey: SurveyBudget) -> None:
+        self._conn.execute(
+            "INSERT INTO dp_surveys (survey_id, total, unit) VALUES (%s, %s, %s)",
+            (survey.survey_id, str(survey.total), survey.unit.value),
+        )
+
+    def add_task(self, task: TaskBudget) -> None:
+        self._conn.execute(
+            "INSERT INTO dp_tasks (task_id, total, unit, survey_id) VALUES (%s, %s, %s, %s)",
+            (task.task_id, str(task.total), task.unit.value, task.survey_id),
+        )
+
+    def add_spend(self, spend: Spend) -> None:
+        self._conn.execute(
+            "INSERT INTO dp_spends (collection_id, task_id, amount, batch_start, batch_end)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (
+                spend.collection_id,
+                spend.task_id,
+                str(spend.amount),
+                spend.batch.start,
+                spend.batch.end,
+            ),
+        )
+
+
+def _task(row: Sequence[Any]) -> TaskBudget:
+    return TaskBudget(str(row[0]), Fraction(row[1]), BudgetUnit(row[2]), row[3])
+
+
+def _spend(row: Sequence[Any]) -> Spend:
+    return Spend(str(row[0]), str(row[1]), Fraction(row[2]), Batch(int(row[3]), int(row[4])))
+
+
+class PostgresLedgerStore:
+    """veil.dp's LedgerStore in PostgreSQL: durable, and spends atomic across processes.
+
+    Every ledger transaction first takes one session-level advisory lock and
+    only then begins (REPEATABLE READ), so its snapshot is taken after the
+    previous holder committed: ledger transactions run strictly one after
+    another, like SQLite's BEGIN IMMEDIATE, and two collections can never both
+    pass when only one fits. A crashed holder's session ends and frees the lock.
+    """
+
+    def __init__(self, conninfo: str, pool: ConnectionPool[Conn] | None = None) -> None:
+        migrate(conninfo)
+        self._own_pool = pool is None
+        self._pool = pool if pool is not None else open_pool(conninfo, 2)
+
+    def close(self) -> None:
+        if self._own_pool:
+            self._pool.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[PostgresLedgerTransaction]:
+        with self._pool.connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (_LEDGER_LOCK,))
+            try:
+                with conn.transaction():
+                    yield PostgresLedgerTransaction(conn)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_LEDGER_LOCK,))
