@@ -178,6 +178,22 @@ def _items(world: World, n: int) -> list[VerifyInitItem]:
     return out
 
 
+def test_helper_refuses_times_outside_64_bits(world: World) -> None:
+    # Found by the RPC fuzzer: a uint64 time above 2**63 - 1 reached SQLite.
+    task = world.files.leader
+    good, bad = _items(world, 2)
+    bad = replace(bad, time=2**64 - 1)
+    results = world.helper.aggregate(
+        task.task_id, task.aggregator_token, secrets.token_bytes(16), [good, bad]
+    )
+    assert results[0].reject is None and results[1].reject == "invalid_message"
+    # The malformed report's id was not consumed: sent again well formed, it counts.
+    again = world.helper.aggregate(
+        task.task_id, task.aggregator_token, secrets.token_bytes(16), [_items(world, 1)[0]]
+    )
+    assert again[0].reject is None
+
+
 def test_helper_job_idempotent_and_replay_refused(world: World) -> None:
     task = world.files.leader
     items = _items(world, 3)

@@ -189,7 +189,7 @@ class Helper(AggregatorBase):
         plaintexts: list[bytes] = []
         for i, it in enumerate(items):
             reason, plaintext = self._check_and_open(task, now, it, seen, collected)
-            if len(it.report_id) == REPORT_ID_SIZE and it.report_id not in seen:
+            if reason != INVALID_MESSAGE and it.report_id not in seen:
                 seen.add(it.report_id)
                 new_ids.append(it.report_id)
             reasons.append(reason)
@@ -241,7 +241,9 @@ class Helper(AggregatorBase):
         collected: dict[int, bool],
     ) -> tuple[str | None, bytes]:
         """The helper's own checks of one report, then HPKE: (reason, plaintext)."""
-        if len(it.report_id) != REPORT_ID_SIZE:
+        # Times are stored as 64-bit signed integers: anything else is malformed,
+        # and a malformed report's id is not recorded as seen.
+        if len(it.report_id) != REPORT_ID_SIZE or not 0 <= it.time < 2**63:
             return INVALID_MESSAGE, b""
         if it.report_id in seen:
             return REPORT_REPLAYED, b""
