@@ -56,6 +56,7 @@ from veil.aggregator.storage import (
     StorageConflict,
     StoredReport,
     _check_collection_update,
+    gc_statements,
     merge_aggregate,
     pack_ct,
     unpack_ct,
@@ -812,14 +813,6 @@ class PostgresDatastore:
             )
         )
 
-    # As SqliteDatastore._FINISHED_BUCKET: a bucket counts as collected for GC
-    # only once the collection that closed it has finished.
-    _FINISHED_BUCKET = (
-        "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
-        " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
-        " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time %% %s)"
-    )
-
     def collect_garbage(
         self,
         task_id: bytes,
@@ -828,46 +821,17 @@ class PostgresDatastore:
         job_horizon: float | None,
     ) -> GcResult:
         """As SqliteDatastore.collect_garbage (whose docstring states the rules)."""
-        tp = time_precision
-        horizon = report_horizon
-        age = "time < %s" if horizon is not None else "false"
-        age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+        statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
 
         def work(db: Conn) -> GcResult:
-            reports = db.execute(
-                "DELETE FROM reports WHERE task_id = %s AND state IN (%s, %s) AND"
-                f" ({age} OR {self._FINISHED_BUCKET.format(t='reports')})",
-                (task_id, AGGREGATED, REJECTED, *age_args, tp),
-            ).rowcount
-            jobs = db.execute(
-                "DELETE FROM aggregation_jobs WHERE task_id = %s AND state = 'finished' AND NOT"
-                " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
-                " AND r.job_id = aggregation_jobs.job_id)",
-                (task_id,),
-            ).rowcount
-            replay = db.execute(
-                "DELETE FROM helper_reports WHERE task_id = %s AND time IS NOT NULL AND"
-                f" ({age} OR {self._FINISHED_BUCKET.format(t='helper_reports')})",
-                (task_id, *age_args, tp),
-            ).rowcount
-            aggregates = collections = 0
-            if horizon is not None:
-                aggregates = db.execute(
-                    "DELETE FROM batch_aggregates WHERE task_id = %s AND bucket + %s <= %s",
-                    (task_id, tp, horizon),
-                ).rowcount
-                collections = db.execute(
-                    "DELETE FROM collections WHERE task_id = %s AND state != 'pending'"
-                    " AND start + duration <= %s",
-                    (task_id, horizon),
-                ).rowcount
-            helper_jobs = db.execute(
-                "DELETE FROM helper_jobs WHERE task_id = %s AND (created < %s OR"
-                " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
-                " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
-                (task_id, job_horizon if job_horizon is not None else float("-inf")),
-            ).rowcount
-            return GcResult(reports, jobs, aggregates, replay, helper_jobs, collections)
+            # The shared statements use ? placeholders; psycopg's are %s (and
+            # a literal % is written %%).
+            return GcResult(
+                **{
+                    kind: db.execute(q.replace("%", "%%").replace("?", "%s"), args).rowcount
+                    for kind, q, args in statements
+                }
+            )
 
         return self._run(work)
 

@@ -353,6 +353,75 @@ def _check_collection_update(
         )
 
 
+# A bucket counts as collected for GC only once the collection that closed
+# it has finished: a failed collection may reopen its buckets (see
+# fail_collection), after which the report ids are needed again.
+_FINISHED_BUCKET = (
+    "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
+    " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
+    " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ?)"
+)
+
+
+def gc_statements(
+    task_id: bytes, time_precision: int, report_horizon: int | None, job_horizon: float | None
+) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """One garbage-collection pass as (GcResult field, SQL with ``?``
+    placeholders, arguments), in order; every backend runs these in one
+    transaction (see ``SqliteDatastore.collect_garbage`` for the rules)."""
+    tp = time_precision
+    horizon = report_horizon
+    age = "time < ?" if horizon is not None else "FALSE"
+    age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+    statements: list[tuple[str, str, tuple[Any, ...]]] = [
+        (
+            "reports",
+            "DELETE FROM reports WHERE task_id = ? AND state IN (?, ?) AND"
+            f" ({age} OR {_FINISHED_BUCKET.format(t='reports')})",
+            (task_id, AGGREGATED, REJECTED, *age_args, tp),
+        ),
+        (
+            "aggregation_jobs",
+            "DELETE FROM aggregation_jobs WHERE task_id = ? AND state = 'finished' AND NOT"
+            " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
+            " AND r.job_id = aggregation_jobs.job_id)",
+            (task_id,),
+        ),
+        (
+            "replay_records",
+            "DELETE FROM helper_reports WHERE task_id = ? AND time IS NOT NULL AND"
+            f" ({age} OR {_FINISHED_BUCKET.format(t='helper_reports')})",
+            (task_id, *age_args, tp),
+        ),
+    ]
+    if horizon is not None:
+        statements += [
+            (
+                "batch_aggregates",
+                "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
+                (task_id, tp, horizon),
+            ),
+            (
+                "collections",
+                "DELETE FROM collections WHERE task_id = ? AND state != 'pending'"
+                " AND start + duration <= ?",
+                (task_id, horizon),
+            ),
+        ]
+    # Records written before job ids were kept with the replay records
+    # (created IS NULL) are left to the horizon.
+    statements.append(
+        (
+            "helper_jobs",
+            "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
+            " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
+            " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+            (task_id, job_horizon if job_horizon is not None else float("-inf")),
+        )
+    )
+    return statements
+
+
 class SqliteDatastore:
     """`Datastore` on one SQLite file in WAL mode."""
 
@@ -957,15 +1026,6 @@ class SqliteDatastore:
                 [(t, task_id, i) for i, t in reports],
             )
 
-    # A bucket counts as collected for GC only once the collection that closed
-    # it has finished: a failed collection may reopen its buckets (see
-    # fail_collection), after which the report ids are needed again.
-    _FINISHED_BUCKET = (
-        "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
-        " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
-        " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ?)"
-    )
-
     def collect_garbage(
         self,
         task_id: bytes,
@@ -996,47 +1056,9 @@ class SqliteDatastore:
         `report_horizon` None (the task has no report expiry) keeps everything
         that only age would release.
         """
-        tp = time_precision
-        horizon = report_horizon
+        statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
         with self._tx() as db:
-            age = "time < ?" if horizon is not None else "0"
-            age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
-            reports = db.execute(
-                "DELETE FROM reports WHERE task_id = ? AND state IN (?, ?) AND"
-                f" ({age} OR {self._FINISHED_BUCKET.format(t='reports')})",
-                (task_id, AGGREGATED, REJECTED, *age_args, tp),
-            ).rowcount
-            jobs = db.execute(
-                "DELETE FROM aggregation_jobs WHERE task_id = ? AND state = 'finished' AND NOT"
-                " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
-                " AND r.job_id = aggregation_jobs.job_id)",
-                (task_id,),
-            ).rowcount
-            replay = db.execute(
-                "DELETE FROM helper_reports WHERE task_id = ? AND time IS NOT NULL AND"
-                f" ({age} OR {self._FINISHED_BUCKET.format(t='helper_reports')})",
-                (task_id, *age_args, tp),
-            ).rowcount
-            aggregates = collections = 0
-            if horizon is not None:
-                aggregates = db.execute(
-                    "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
-                    (task_id, tp, horizon),
-                ).rowcount
-                collections = db.execute(
-                    "DELETE FROM collections WHERE task_id = ? AND state != 'pending'"
-                    " AND start + duration <= ?",
-                    (task_id, horizon),
-                ).rowcount
-            # Records written before job ids were kept with the replay records
-            # (created IS NULL) are left to the horizon.
-            helper_jobs = db.execute(
-                "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
-                " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
-                " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
-                (task_id, job_horizon if job_horizon is not None else float("-inf")),
-            ).rowcount
-        return GcResult(reports, jobs, aggregates, replay, helper_jobs, collections)
+            return GcResult(**{kind: db.execute(q, args).rowcount for kind, q, args in statements})
 
     def reclaim_space(self, full: bool = False) -> None:
         """Return free pages to the file system and truncate the WAL.
