@@ -455,3 +455,32 @@ def test_no_upload_lands_in_a_bucket_after_it_is_closed(opener: Opener) -> None:
     assert errors == []
     assert refused.is_set()
     assert collector.unaggregated_count(TASK, 3600, 7200) == at_close
+
+
+def test_sqlite_job_path_looks_reports_up_by_index(tmp_path: Path) -> None:
+    """Every statement on the aggregation path finds its rows of `reports`
+    through an index on more than the task id. Without statistics, SQLite
+    once walked all of a task's reports to read one job, which made each job
+    slower as the task grew."""
+    store = SqliteDatastore(tmp_path / "plan.db")
+    db = store._conn()
+    statements: list[str] = []
+    db.set_trace_callback(statements.append)
+    store.put_reports(TASK, [(3600, report(i)) for i in range(20)])
+    store.create_aggregation_job(TASK, b"j" * 16, 10)
+    ids = [r.report_id for r in store.job_reports(TASK, b"j" * 16)]
+    assert ids == sorted(ids) and len(ids) == 10
+    store.finish_aggregation_job(TASK, b"j" * 16, dict.fromkeys(ids), [], MERGE)
+    db.set_trace_callback(None)
+    checked = 0
+    for sql in statements:
+        if " reports" not in sql or not sql.lstrip().startswith(("SELECT", "UPDATE")):
+            continue
+        for row in db.execute("EXPLAIN QUERY PLAN " + sql).fetchall():
+            detail = row[3]
+            if " reports " in f"{detail} ":
+                checked += 1
+                assert not detail.startswith("SCAN"), (sql, detail)
+                assert "(task_id=?)" not in detail, (sql, detail)
+    assert checked >= 3
+    store.close()

@@ -661,14 +661,17 @@ class SqliteDatastore:
             return cur.rowcount == 1
 
     def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]:
+        # Sorted here, not by ORDER BY: without table statistics SQLite would
+        # walk the primary key (every report of the task) to avoid a sort
+        # instead of looking the job up in reports_job.
         rows = self._conn().execute(
             "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
-            " WHERE task_id = ? AND job_id = ? ORDER BY report_id",
+            " WHERE task_id = ? AND job_id = ?",
             (task_id, job_id),
         )
         return [
             StoredReport(bytes(i), t, bytes(p), unpack_ct(bytes(lc)), unpack_ct(bytes(hc)))
-            for i, t, p, lc, hc in rows
+            for i, t, p, lc, hc in sorted(rows)
         ]
 
     def finish_aggregation_job(
