@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from veil.vdaf import Field64, Field128, XofTurboShake128
-from veil.vdaf.batch_field import FixedMatrix128, VecField, VecField64, VecField128, vec_field
+from veil.vdaf.batch_field import VecField, VecField64, VecField128, vec_field
 from veil.vdaf.batch_xof import expand_rows, xof_rows
+from veil.vdaf.kernels import kernels
 
 FIELDS = [VecField64, VecField128]
 
@@ -87,18 +88,53 @@ def test_decode_flags_unreduced(vf: type[VecField], raw: bytes) -> None:
         assert vf.encode(vec).tobytes() == raw
 
 
-@settings(max_examples=20, deadline=None)
+def _limbs(values: list[list[int]]) -> np.ndarray[Any, Any]:
+    """Field128 limb layout of any values below 2^128 (reduced or not)."""
+    obj = np.array(values, dtype=object)
+    return np.stack([((obj >> (32 * i)) & 0xFFFFFFFF).astype(np.int64) for i in range(4)])
+
+
+def _weak(p: int) -> st.SearchStrategy[int]:
+    # Anything a Field128 array may hold: [0, 2^128), with the edges.
+    return st.one_of(
+        _elements(p),
+        st.integers(p, 2**128 - 1),
+        st.sampled_from([p, p + 1, 2**128 - 1, 2**128 - 2**32]),
+        st.just(0),
+    )
+
+
+@settings(max_examples=40, deadline=None)
 @given(data=st.data())
-def test_fixed_matrix_product(data: st.DataObject) -> None:
+def test_field128_kernels_on_any_limbs(data: st.DataObject) -> None:
+    """The compiled kernels on weakly reduced inputs, with broadcasting,
+    and the row-by-matrix product with zero entries skipped."""
     p = VecField128.MODULUS
+    vf = VecField128
     k = data.draw(st.integers(1, 9))
     j = data.draw(st.integers(1, 7))
     rows = data.draw(st.integers(1, 5))
-    matrix = [[data.draw(_elements(p)) for _ in range(j)] for _ in range(k)]
-    xs = [[data.draw(_elements(p)) for _ in range(k)] for _ in range(rows)]
-    got = VecField128.to_ints(FixedMatrix128(matrix)(VecField128.from_ints(xs)))
-    want = [[sum(x[i] * matrix[i][c] for i in range(k)) % p for c in range(j)] for x in xs]
-    assert got == want
+    matrix = [[data.draw(_weak(p)) for _ in range(j)] for _ in range(k)]
+    xs = [[data.draw(_weak(p)) for _ in range(k)] for _ in range(rows)]
+    # Small entries (u and p - u) take their own path in the kernel.
+    small = st.one_of(st.integers(0, 2**31 + 1), st.integers(p - 2**31 - 1, p - 1))
+    xs = [[v if data.draw(st.booleans()) else data.draw(small) for v in r] for r in xs]
+    x, m = _limbs(xs), _limbs(matrix)
+    out = np.empty((4, rows, j), dtype=np.int64)
+    kernels().matvec128(x, m, out)
+    assert ((out >= 0) & (out < 2**32)).all()
+    want = [[sum(r[i] * matrix[i][c] for i in range(k)) % p for c in range(j)] for r in xs]
+    assert vf.to_ints(out) == want
+    # (rows, k) against one broadcast (k,) vector.
+    ys = [data.draw(_weak(p)) for _ in range(k)]
+    y = _limbs([ys])[:, 0]
+    pairs = [list(zip(r, ys, strict=True)) for r in xs]
+    assert vf.to_ints(vf.mul(x, y)) == [[a * b % p for a, b in row] for row in pairs]
+    assert vf.to_ints(vf.sub(x, y)) == [[(a - b) % p for a, b in row] for row in pairs]
+    assert vf.to_ints(vf.add(x, y)) == [[(a + b) % p for a, b in row] for row in pairs]
+    assert vf.to_ints(vf.dot(x, y)) == [sum(a * b for a, b in row) % p for row in pairs]
+    cols = vf.dot(x, x[:, :, :1], axis=-2)  # along the rows
+    assert vf.to_ints(cols) == [sum(xs[r][c] * xs[r][0] for r in range(rows)) % p for c in range(k)]
 
 
 def test_vec_field_lookup() -> None:

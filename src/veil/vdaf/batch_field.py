@@ -20,10 +20,10 @@ reduction:
 - ``p = 2^128 - 28 * 2^64 + 1``: ``2^128 = 28 * 2^64 - 1``; the product's
   limbs at ``2^160``, ``2^192`` and ``2^224`` fold the same way.
 
-Elementwise operations run in cache-sized blocks (``BLOCK``): each is tens
-of NumPy passes, several times faster when the temporaries stay in cache.
-Products with fixed matrices (``FixedMatrix128``) go to the BLAS on exact
-16-bit limbs in float64.
+Sums, differences, products and dot products are compiled kernels
+(``veil.vdaf.kernels``, numba); the remaining NumPy operations run in
+cache-sized blocks (``BLOCK``), several times faster when their temporaries
+stay in cache.
 
 Field64 inputs must be reduced and Field128 limbs in range; nothing checks
 that except the decoders, which report unreduced encodings per element.
@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from veil.vdaf.field import Field, Field64, Field128
+from veil.vdaf.kernels import kernels
 from veil.vdaf.poly import batch_inverse
 
 Arr = npt.NDArray[Any]
@@ -307,19 +308,32 @@ class VecField64(VecField):
     def select(cls, mask: Arr, a: Arr, b: Arr) -> Arr:
         return np.where(mask, a, b)
 
+    # Sums, differences and products are compiled ufuncs (``kernels``):
+    # they broadcast and need no blocking.
+
+    @classmethod
+    def add(cls, a: Arr, b: Arr) -> Arr:
+        return cls._add(a, b)
+
+    @classmethod
+    def sub(cls, a: Arr, b: Arr) -> Arr:
+        return cls._sub(a, b)
+
+    @classmethod
+    def mul(cls, a: Arr, b: Arr) -> Arr:
+        return cls._mul(a, b)
+
+    @classmethod
+    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
+        return cls._dot(a, b, axis)
+
     @classmethod
     def _add(cls, a: Arr, b: Arr) -> Arr:
-        # a + b = a - (p - b); a borrow means a + b < p, fixed by adding p.
-        nb = cls._P - b
-        r = a - nb
-        r += np.where(a < nb, cls._P, np.uint64(0))
-        return r
+        return np.asarray(kernels().add64(a, b))
 
     @classmethod
     def _sub(cls, a: Arr, b: Arr) -> Arr:
-        r = a - b
-        r += np.where(a < b, cls._P, np.uint64(0))
-        return r
+        return np.asarray(kernels().sub64(a, b))
 
     @classmethod
     def _neg(cls, a: Arr) -> Arr:
@@ -343,20 +357,12 @@ class VecField64(VecField):
 
     @classmethod
     def _mul(cls, a: Arr, b: Arr) -> Arr:
-        m = cls._EPS
-        s = np.uint64(32)
-        a0 = a & m
-        a1 = a >> s
-        b0 = b & m
-        b1 = b >> s
-        ll = a0 * b0
-        lh = a0 * b1
-        hl = a1 * b0
-        hh = a1 * b1
-        mid = (ll >> s) + (lh & m) + (hl & m)
-        lo: Arr = np.asarray((ll & m) | (mid << s))
-        hi: Arr = np.asarray(hh + (lh >> s) + (hl >> s) + (mid >> s))
-        return cls._reduce128(lo, hi)
+        return np.asarray(kernels().mul64(a, b))
+
+    @classmethod
+    def _dot(cls, a: Arr, b: Arr, axis: int) -> Arr:
+        a, b = _core_last(a, b, axis)
+        return np.asarray(kernels().dot64(a, b))
 
     @classmethod
     def sum(cls, a: Arr, axis: int = -1) -> Arr:
@@ -486,38 +492,47 @@ class VecField128(VecField):
             ]
         )
 
+    # Sums, differences, products and dot products are compiled kernels
+    # (``kernels``) over the four limb arrays: they broadcast and need no
+    # blocking.
+
+    @classmethod
+    def add(cls, a: Arr, b: Arr) -> Arr:
+        return cls._add(a, b)
+
+    @classmethod
+    def sub(cls, a: Arr, b: Arr) -> Arr:
+        return cls._sub(a, b)
+
+    @classmethod
+    def neg(cls, a: Arr) -> Arr:
+        return cls._neg(a)
+
+    @classmethod
+    def mul(cls, a: Arr, b: Arr) -> Arr:
+        return cls._mul(a, b)
+
+    @classmethod
+    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
+        return cls._dot(a, b, axis)
+
+    @staticmethod
+    def _limbwise(kernel: Any, a: Arr, b: Arr) -> Arr:
+        out = np.empty((4, *np.broadcast_shapes(a.shape[1:], b.shape[1:])), dtype=np.int64)
+        kernel(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], out[0], out[1], out[2], out[3])
+        return out
+
     @classmethod
     def _add(cls, a: Arr, b: Arr) -> Arr:
-        return cls._normalize(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+        return cls._limbwise(kernels().add128, a, b)
 
     @classmethod
     def _sub(cls, a: Arr, b: Arr) -> Arr:
-        return cls._normalize(a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
+        return cls._limbwise(kernels().sub128, a, b)
 
     @classmethod
     def _neg(cls, a: Arr) -> Arr:
-        return cls._normalize(-a[0], -a[1], -a[2], -a[3])
-
-    @staticmethod
-    def _columns(a: Arr, b: Arr) -> list[Arr]:
-        """The schoolbook product as eight 32-bit-spaced columns, each a sum
-        of at most eight 32-bit halves of limb products (``< 2^35``)."""
-        au = a.view(np.uint64)
-        bu = b.view(np.uint64)
-        m = np.uint64(_M32)
-        s = np.uint64(32)
-        cols: list[Arr | None] = [None] * 8
-        for i in range(4):
-            ai = au[i]
-            for j in range(4):
-                prod = ai * bu[j]
-                for k, half in ((i + j, prod & m), (i + j + 1, prod >> s)):
-                    acc = cols[k]
-                    if acc is None:
-                        cols[k] = half
-                    else:
-                        acc += half
-        return [c.view(np.int64) for c in cols if c is not None]
+        return cls._limbwise(kernels().sub128, cls.constant(0), a)
 
     @classmethod
     def _fold_columns(cls, c: Sequence[Arr]) -> Arr:
@@ -532,19 +547,22 @@ class VecField128(VecField):
 
     @classmethod
     def _mul(cls, a: Arr, b: Arr) -> Arr:
-        return cls._fold_columns(cls._columns(a, b))
+        return cls._limbwise(kernels().mul128, a, b)
 
     @classmethod
     def _dot(cls, a: Arr, b: Arr, axis: int) -> Arr:
-        # Lazy reduction: sum the unreduced columns, reduce once. Each term
-        # adds < 2^35 to a column; folding multiplies by < 2^10 and
-        # _normalize takes < 2^61: fine below 2^15 terms.
-        cols = cls._columns(a, b)
-        count = cols[0].shape[axis] if cols[0].ndim else 1
-        if count >= 1 << 15:
-            return super()._dot(a, b, axis)
-        summed = [np.sum(c, axis=axis) for c in cols]
-        return cls._fold_columns(summed)
+        # Lazy reduction: the kernel sums each column of the products'
+        # 32-bit limbs (< 2^32 per term), reduced once here. Folding
+        # multiplies by < 2^10 and _normalize takes < 2^61: fine below 2^18
+        # terms.
+        a, b = _core_last(a, b, axis)
+        if a.shape[-1] >= 1 << 18:
+            return cls.sum(cls._mul(a, b), -1)
+        cols = [
+            np.empty(np.broadcast_shapes(a.shape[1:-1], b.shape[1:-1]), np.int64) for _ in range(8)
+        ]
+        kernels().dot128(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], *cols)
+        return cls._fold_columns(cols)
 
     @classmethod
     def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
@@ -574,69 +592,18 @@ class VecField128(VecField):
         return np.asarray((a[0] == 0) & (a[1] == 0) & (a[2] == 0) & (a[3] == 0))
 
 
-def _limbs16(x: Arr, axis: int) -> Arr:
-    """Field128 limbs ``(4, ...)`` to exact float64 16-bit limbs, the new
-    limb axis (8 long) inserted at ``axis`` (negative) of the element shape."""
-    shape = list(x.shape[1:])
-    pos = len(shape) + 1 + axis
-    out = np.empty((*shape[:pos], 8, *shape[pos:]), dtype=np.float64)
-    index: list[Any] = [slice(None)] * out.ndim
-    for i in range(4):
-        index[pos] = 2 * i
-        out[tuple(index)] = x[i] & 0xFFFF
-        index[pos] = 2 * i + 1
-        out[tuple(index)] = x[i] >> 16
-    return out
-
-
-def _fold_cols16(cols16: Arr) -> Arr:
-    """Exact float64 sums at weights ``2^(16 c)``, ``c < 15``, each below
-    ``2^52``, shape ``(..., 15)``, to reduced Field128 limbs ``(4, ...)``."""
-    d = cols16.astype(np.int64)
-    even = d[..., 0::2]  # 8 columns at 2^(32 k)
-    odd = d[..., 1::2]  # 7 columns at 2^(32 k + 16)
-    cols = []
-    for c in range(8):
-        acc = even[..., c]
-        if c < 7:
-            acc = acc + ((odd[..., c] & 0xFFFF) << 16)
-        if c > 0:
-            acc = acc + (odd[..., c - 1] >> 16)
-        cols.append(acc)
-    return VecField128._fold_columns(cols)
-
-
-class FixedMatrix128:
-    """Products ``x @ M`` of Field128 arrays with a fixed matrix ``M``
-    (``K x J``), on the BLAS: operands are split into 16-bit limbs held
-    exactly in float64, and the limb products are grouped by their combined
-    weight inside one GEMM, so its output already holds the 15 columns of
-    each result (``< 8 K 2^32``, exact for ``K < 2^18``); the columns are
-    then folded like a product. About ``30 K J`` flops per row of ``x``,
-    which beats an NTT's elementwise multiplications for small ``K``."""
-
-    def __init__(self, matrix: Sequence[Sequence[int]]) -> None:
-        m = np.array([[v % VecField128.MODULUS for v in row] for row in matrix], dtype=object)
-        k, j = m.shape
-        if k >= 1 << 16:
-            raise ValueError("inner dimension too large for exact float64 sums")
-        self.k = k
-        self.j = j
-        limbs = [((m >> (16 * b)) & 0xFFFF).astype(np.float64) for b in range(8)]
-        big = np.zeros((8, k, j, 15))
-        for a in range(8):
-            for b in range(8):
-                big[a, :, :, a + b] = limbs[b]
-        self.big = big.reshape(8 * k, j * 15)
-
-    def __call__(self, x: Arr) -> Arr:
-        """``x`` of element shape ``(..., K)`` to ``(..., J)``."""
-        lead = x.shape[1:-1]
-        rows = int(np.prod(lead, dtype=np.int64))
-        flat = _limbs16(x.reshape(4, rows, self.k), -2)  # (rows, 8, K)
-        cols16 = (flat.reshape(rows, 8 * self.k) @ self.big).reshape(rows, self.j, 15)
-        out = _fold_cols16(cols16)  # (4, rows, J)
-        return out.reshape((4, *lead, self.j))
+def _core_last(a: Arr, b: Arr, axis: int) -> tuple[Arr, Arr]:
+    """``a`` and ``b`` with element axis ``axis`` (negative, so the same
+    axis for both layouts) moved last and broadcast to one length there,
+    for a kernel that reduces its last axis."""
+    a = np.moveaxis(a, axis, -1)
+    b = np.moveaxis(b, axis, -1)
+    n = max(a.shape[-1], b.shape[-1])
+    if a.shape[-1] != n:
+        a = np.broadcast_to(a, (*a.shape[:-1], n))
+    if b.shape[-1] != n:
+        b = np.broadcast_to(b, (*b.shape[:-1], n))
+    return a, b
 
 
 def vec_field(field: type[Field]) -> type[VecField]:

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from veil.vdaf.batch_circuits import BatchCircuit, batch_circuit, gadget_eval
-from veil.vdaf.batch_field import Arr, FixedMatrix128, VecField, VecField128, vec_field
+from veil.vdaf.batch_field import Arr, VecField, VecField128, vec_field
 from veil.vdaf.flp import FlpBBCGGI19
 from veil.vdaf.gadgets import Gadget
+from veil.vdaf.kernels import kernels
 from veil.vdaf.poly import PrefixExtension, inv_ntt, ntt
 
 
@@ -81,12 +82,14 @@ class _Extension:
     fixed linear map E of the input, computed by the cheapest of:
 
     - an NTT: inverse NTT, twist by ``w_D^(c k) / P``, NTT (any field);
-    - one GEMM on 16-bit limbs (Field128, small P), ``FixedMatrix128``;
-    - for Field128 wires whose values past the seed are small integers (the
-      prover's ``x - 1`` on bits): a GEMM with E's limbs only, exact in
-      float64, plus ``seed * E[0]``;
-    - for Field128 wires that are mostly zero past the seed (the prover's
-      ``r^j x`` on a one-hot vector): ``value * E[k]`` per non-zero entry.
+    - for Field128, the product with E row by row in a compiled kernel
+      (``kernels.matvec128``) that skips zero entries and takes small ones
+      (the prover's bits and ``x - 1``) at a quarter of the cost: for small
+      P, and for wide wires that are mostly zero past the seed (``r^j x`` on
+      a one-hot vector);
+    - for wide Field128 wires whose values past the seed are small
+      integers (``x - 1`` on a one-hot vector): a GEMM with E's limbs only,
+      exact in float64, plus ``seed * E[0]``.
     """
 
     MATRIX_MAX = 32
@@ -106,7 +109,6 @@ class _Extension:
         ]
         # Inverse NTT = forward NTT, then reverse all but the first entry.
         self.reverse = np.array([0, *range(wire_len - 1, 0, -1)], dtype=np.intp)
-        self.matrix: FixedMatrix128 | None = None
         self.rows: Arr | None = None
         if vf is VecField128 and self.twists:
             field = vf.field
@@ -117,8 +119,6 @@ class _Extension:
                 unit[k] = 1
                 on_domain = ntt(field, inv_ntt(field, unit), domain)
                 rows.append([on_domain[i * s + c] for c in range(1, s) for i in range(wire_len)])
-            if wire_len <= self.MATRIX_MAX:
-                self.matrix = FixedMatrix128(rows)
             self.rows = vf.from_ints(rows)  # (P, J)
             obj = np.array(rows, dtype=object)
             self.row_limbs = np.stack(
@@ -139,28 +139,39 @@ class _Extension:
 
     def _generic(self, flat: Arr) -> Arr:
         vf = self.vf
-        if self.matrix is not None:
-            return self.matrix(flat)
         coeffs_unscaled = self.ntt(flat)[..., self.reverse]
         return vf.concat([self.ntt(vf.mul(coeffs_unscaled, tw)) for tw in self.twists])
+
+    def _matvec(self, flat: Arr) -> Arr:
+        assert self.rows is not None
+        out = np.empty((4, flat.shape[1], self.rows.shape[-1]), dtype=np.int64)
+        kernels().matvec128(flat, self.rows, out)
+        return out
 
     def _others(self, flat: Arr) -> Arr:
         """``(R, P)`` values to the ``(R, J)`` values on cosets ``1 .. s-1``."""
         vf = self.vf
         if vf is not VecField128 or self.rows is None:
             return self._generic(flat)
+        if self.wire_len <= self.MATRIX_MAX:
+            return self._matvec(flat)
+        # Wide wires: the kernel's cost grows with the non-zero entries, so
+        # rows of small values go to a float GEMM on E's limbs and dense
+        # rows to the NTT.
         rows_e = self.rows
         count = flat.shape[1]
         rest = vf.concat([vf.zeros((count, 1)), flat[..., 1:]])
         small_pos, small_neg, neg0 = _small_signed(rest, self.SMALL)
         small_rows = np.all(small_pos | small_neg, axis=-1)
+        result = np.empty((4, count, rows_e.shape[-1]), dtype=np.int64)
         big = np.flatnonzero(~small_rows)
-        nonzero = ~vf.is_zero(rest[:, big])
-        sparse = int(nonzero.sum()) <= big.size * max(1, self.wire_len.bit_length() - 1)
-        # seed * E[0], except for dense rows, whose seeds go with the rest.
-        result = vf.mul(flat[..., 0:1], rows_e[..., 0, :])
-        if big.size and not sparse:
-            result[:, big] = self._generic(flat[:, big])
+        if big.size:
+            dense = flat[:, big]
+            nonzero = int((~vf.is_zero(rest[:, big])).sum())
+            if nonzero <= big.size * max(1, self.wire_len.bit_length() - 1):
+                result[:, big] = self._matvec(dense)
+            else:
+                result[:, big] = self._generic(dense)
         idx = np.flatnonzero(small_rows)
         if idx.size:
             signed = np.where(small_pos[idx], rest[0][idx], -neg0[idx]).astype(np.float64)
@@ -168,16 +179,8 @@ class _Extension:
             part = VecField128._normalize(
                 *[sums[..., 2 * k] + (sums[..., 2 * k + 1] << 16) for k in range(4)]
             )
-            result[:, idx] = vf.add(result[:, idx], part)
-        if big.size and sparse:
-            sub = rest[:, big]
-            row_i, col_k = np.nonzero(nonzero)
-            prods = vf.mul(sub[:, row_i, col_k][..., None], rows_e[:, col_k])  # (4, nnz, J)
-            acc = np.zeros((4, big.size, prods.shape[-1]), dtype=np.int64)
-            for limb in range(4):
-                np.add.at(acc[limb], row_i, prods[limb])
-            part = VecField128._normalize(acc[0], acc[1], acc[2], acc[3])
-            result[:, big] = vf.add(result[:, big], part)
+            seeds = vf.mul(flat[:, idx, 0:1], rows_e[..., 0, :])
+            result[:, idx] = vf.add(seeds, part)
         return result
 
 

@@ -1,0 +1,350 @@
+"""numba kernels behind ``veil.vdaf.kernels``: import that module, not this
+one (importing this compiles, or loads from numba's cache, every kernel).
+
+Field128 ``p = 2^128 - 28 * 2^64 + 1``: ``2^128 = M = 27 * 2^64 + 2^64 - 1``
+(mod p), whose 32-bit limbs are ``(2^32 - 1, 2^32 - 1, 27)``. Products are
+schoolbook on 32-bit limbs in uint64, where every step ``x * y + r + c``
+with 32-bit operands stays below ``2^64``; the high half is folded back
+with M until it vanishes. Field64 (Goldilocks) uses ``2^64 = 2^32 - 1`` and
+``2^96 = -1``.
+"""
+
+import numba as nb
+import numpy as np
+
+_U64 = np.uint64
+_MASK = _U64(0xFFFFFFFF)
+_S32 = _U64(32)
+_M0 = _U64(0xFFFFFFFF)
+_M1 = _U64(0xFFFFFFFF)
+_M2 = _U64(27)
+_P64 = _U64(0xFFFFFFFF00000001)
+_EPS64 = _U64(0xFFFFFFFF)  # 2^64 mod the Field64 prime
+
+_inline = nb.njit(inline="always", cache=True)
+
+
+@_inline
+def _mac(x, y, acc, c):
+    """``x * y + acc + c`` as (low 32 bits, carry); all four below 2^32."""
+    t = x * y + acc + c
+    return t & _MASK, t >> _S32
+
+
+@_inline
+def _fold(s0, s1, s2, s3, h0, h1, h2, h3):
+    """Limbs of a value below 2^128 congruent to ``s + h * 2^128``."""
+    zero = _U64(0)
+    # Each pass replaces h * 2^128 by h * M, about 59 bits shorter: a
+    # 256-bit value needs at most four passes.
+    while h0 | h1 | h2 | h3:
+        r0, c = _mac(h0, _M0, s0, zero)
+        r1, c = _mac(h0, _M1, s1, c)
+        r2, c = _mac(h0, _M2, s2, c)
+        t = s3 + c
+        r3 = t & _MASK
+        r4 = t >> _S32
+        r1, c = _mac(h1, _M0, r1, zero)
+        r2, c = _mac(h1, _M1, r2, c)
+        r3, c = _mac(h1, _M2, r3, c)
+        t = r4 + c
+        r4 = t & _MASK
+        r5 = t >> _S32
+        r2, c = _mac(h2, _M0, r2, zero)
+        r3, c = _mac(h2, _M1, r3, c)
+        r4, c = _mac(h2, _M2, r4, c)
+        t = r5 + c
+        r5 = t & _MASK
+        r6 = t >> _S32
+        r3, c = _mac(h3, _M0, r3, zero)
+        r4, c = _mac(h3, _M1, r4, c)
+        r5, c = _mac(h3, _M2, r5, c)
+        s0, s1, s2, s3 = r0, r1, r2, r3
+        h0, h1, h2, h3 = r4, r5, r6 + c, zero
+    return s0, s1, s2, s3
+
+
+@_inline
+def _product(a0, a1, a2, a3, b0, b1, b2, b3):
+    """The 256-bit product as eight 32-bit limbs."""
+    zero = _U64(0)
+    r0, c = _mac(a0, b0, zero, zero)
+    r1, c = _mac(a0, b1, zero, c)
+    r2, c = _mac(a0, b2, zero, c)
+    r3, r4 = _mac(a0, b3, zero, c)
+    r1, c = _mac(a1, b0, r1, zero)
+    r2, c = _mac(a1, b1, r2, c)
+    r3, c = _mac(a1, b2, r3, c)
+    r4, r5 = _mac(a1, b3, r4, c)
+    r2, c = _mac(a2, b0, r2, zero)
+    r3, c = _mac(a2, b1, r3, c)
+    r4, c = _mac(a2, b2, r4, c)
+    r5, r6 = _mac(a2, b3, r5, c)
+    r3, c = _mac(a3, b0, r3, zero)
+    r4, c = _mac(a3, b1, r4, c)
+    r5, c = _mac(a3, b2, r5, c)
+    r6, r7 = _mac(a3, b3, r6, c)
+    return r0, r1, r2, r3, r4, r5, r6, r7
+
+
+_SCALAR8 = "(),(),(),(),(),(),(),()->(),(),(),()"
+_SIG8 = ["void(" + ",".join(["int64"] * 8 + ["int64[:]"] * 4) + ")"]
+
+
+@nb.guvectorize(_SIG8, _SCALAR8, cache=True)
+def mul128(a0, a1, a2, a3, b0, b1, b2, b3, o0, o1, o2, o3):
+    r = _product(_U64(a0), _U64(a1), _U64(a2), _U64(a3), _U64(b0), _U64(b1), _U64(b2), _U64(b3))
+    x0, x1, x2, x3 = _fold(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+    o0[0] = np.int64(x0)
+    o1[0] = np.int64(x1)
+    o2[0] = np.int64(x2)
+    o3[0] = np.int64(x3)
+
+
+@nb.guvectorize(_SIG8, _SCALAR8, cache=True)
+def add128(a0, a1, a2, a3, b0, b1, b2, b3, o0, o1, o2, o3):
+    t = a0 + b0
+    x0 = t & 0xFFFFFFFF
+    t = a1 + b1 + (t >> 32)
+    x1 = t & 0xFFFFFFFF
+    t = a2 + b2 + (t >> 32)
+    x2 = t & 0xFFFFFFFF
+    t = a3 + b3 + (t >> 32)
+    x3 = t & 0xFFFFFFFF
+    zero = _U64(0)
+    r = _fold(_U64(x0), _U64(x1), _U64(x2), _U64(x3), _U64(t >> 32), zero, zero, zero)
+    o0[0] = np.int64(r[0])
+    o1[0] = np.int64(r[1])
+    o2[0] = np.int64(r[2])
+    o3[0] = np.int64(r[3])
+
+
+@nb.guvectorize(_SIG8, _SCALAR8, cache=True)
+def sub128(a0, a1, a2, a3, b0, b1, b2, b3, o0, o1, o2, o3):
+    # Signed carries; a final borrow means the limbs hold a - b + 2^128,
+    # which is a - b + M: subtract M (a second time if that borrows too).
+    t = a0 - b0
+    x0 = t & 0xFFFFFFFF
+    t = a1 - b1 + (t >> 32)
+    x1 = t & 0xFFFFFFFF
+    t = a2 - b2 + (t >> 32)
+    x2 = t & 0xFFFFFFFF
+    t = a3 - b3 + (t >> 32)
+    x3 = t & 0xFFFFFFFF
+    borrow = t >> 32
+    while borrow:
+        t = x0 - 0xFFFFFFFF
+        x0 = t & 0xFFFFFFFF
+        t = x1 - 0xFFFFFFFF + (t >> 32)
+        x1 = t & 0xFFFFFFFF
+        t = x2 - 27 + (t >> 32)
+        x2 = t & 0xFFFFFFFF
+        t = x3 + (t >> 32)
+        x3 = t & 0xFFFFFFFF
+        borrow = t >> 32
+    o0[0] = x0
+    o1[0] = x1
+    o2[0] = x2
+    o3[0] = x3
+
+
+@nb.guvectorize(
+    ["void(" + ",".join(["int64[:]"] * 16) + ")"],
+    "(n),(n),(n),(n),(n),(n),(n),(n)->(),(),(),(),(),(),(),()",
+    cache=True,
+)
+def dot128(a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, c4, c5, c6, c7):
+    # Column sums of the products' limbs (each < 2^32 per term): exact for
+    # fewer than 2^31 terms; the caller folds the columns once.
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = _U64(0)
+    for i in range(a0.shape[0]):
+        r = _product(
+            _U64(a0[i]), _U64(a1[i]), _U64(a2[i]), _U64(a3[i]),
+            _U64(b0[i]), _U64(b1[i]), _U64(b2[i]), _U64(b3[i]),
+        )  # fmt: skip
+        s0 += r[0]
+        s1 += r[1]
+        s2 += r[2]
+        s3 += r[3]
+        s4 += r[4]
+        s5 += r[5]
+        s6 += r[6]
+        s7 += r[7]
+    c0[0] = np.int64(s0)
+    c1[0] = np.int64(s1)
+    c2[0] = np.int64(s2)
+    c3[0] = np.int64(s3)
+    c4[0] = np.int64(s4)
+    c5[0] = np.int64(s5)
+    c6[0] = np.int64(s6)
+    c7[0] = np.int64(s7)
+
+
+@_inline
+def _mul64(a, b):
+    a0 = a & _MASK
+    a1 = a >> _S32
+    b0 = b & _MASK
+    b1 = b >> _S32
+    ll = a0 * b0
+    lh = a0 * b1
+    hl = a1 * b0
+    mid = (ll >> _S32) + (lh & _MASK) + (hl & _MASK)
+    lo = (ll & _MASK) | (mid << _S32)
+    hi = a1 * b1 + (lh >> _S32) + (hl >> _S32) + (mid >> _S32)
+    # lo + 2^64 hi = lo - hi_hi + eps * hi_lo
+    hi_hi = hi >> _S32
+    t = lo - hi_hi
+    if lo < hi_hi:
+        t -= _EPS64
+    u = (hi & _MASK) * _EPS64
+    r = t + u
+    if r < u:
+        r += _EPS64
+    if r >= _P64:
+        r -= _P64
+    return r
+
+
+@_inline
+def _add64(a, b):
+    s = a + b
+    if s < a:  # wrapped past 2^64 = eps
+        s += _EPS64
+    if s >= _P64:
+        s -= _P64
+    return s
+
+
+@nb.vectorize(["uint64(uint64, uint64)"], cache=True)
+def mul64(a, b):
+    return _mul64(a, b)
+
+
+@nb.vectorize(["uint64(uint64, uint64)"], cache=True)
+def add64(a, b):
+    return _add64(a, b)
+
+
+@nb.vectorize(["uint64(uint64, uint64)"], cache=True)
+def sub64(a, b):
+    d = a - b
+    if a < b:
+        d += _P64
+    return d
+
+
+@nb.guvectorize(["void(uint64[:], uint64[:], uint64[:])"], "(n),(n)->()", cache=True)
+def dot64(a, b, out):
+    acc = _U64(0)
+    for i in range(a.shape[0]):
+        acc = _add64(acc, _mul64(a[i], b[i]))
+    out[0] = acc
+
+
+@_inline
+def _propagate(x0, x1, x2, x3):
+    """Signed carries through four int64 limbs: limbs in [0, 2^32) and the
+    signed multiple of 2^128 left over."""
+    x1 += x0 >> 32
+    x2 += x1 >> 32
+    x3 += x2 >> 32
+    return x0 & 0xFFFFFFFF, x1 & 0xFFFFFFFF, x2 & 0xFFFFFFFF, x3 & 0xFFFFFFFF, x3 >> 32
+
+
+_SMALL = 1 << 31
+
+
+@nb.njit(cache=True)
+def matvec128(x, e, out):
+    """``out[:, r] = x[:, r] @ E`` for rows ``x`` (4, R, K) and a matrix
+    ``e`` (4, K, J), in limbs. Entries are sorted once per row: zero ones
+    are skipped, small ones (``u`` or ``p - u`` for ``u < 2^31``: the
+    prover's bits and ``x - 1``) cost four limb products instead of
+    sixteen, the rest are full products. Column sums stay below
+    ``K 2^33`` in magnitude; callers keep K below ``2^16``."""
+    k_len = x.shape[2]
+    j_len = e.shape[2]
+    full = np.empty(k_len, np.int64)
+    small = np.empty(k_len, np.int64)
+    small_u = np.empty(k_len, np.int64)  # signed: -u for p - u
+    for r in range(x.shape[1]):
+        n_full = 0
+        n_small = 0
+        for k in range(k_len):
+            v0 = x[0, r, k]
+            v1 = x[1, r, k]
+            v2 = x[2, r, k]
+            v3 = x[3, r, k]
+            if (v0 | v1 | v2 | v3) == 0:
+                continue
+            if (v1 | v2 | v3) == 0 and v0 < _SMALL:
+                small[n_small] = k
+                small_u[n_small] = v0
+                n_small += 1
+                continue
+            # p - v with signed borrows; p's limbs are (1, 0, 2^32 - 28, 2^32 - 1).
+            d0 = 1 - v0
+            d1 = -v1 + (d0 >> 32)
+            d2 = 0xFFFFFFE4 - v2 + (d1 >> 32)
+            d3 = 0xFFFFFFFF - v3 + (d2 >> 32)
+            low = d0 & 0xFFFFFFFF
+            if d3 == 0 and (d2 & 0xFFFFFFFF) == 0 and (d1 & 0xFFFFFFFF) == 0 and low < _SMALL:
+                small[n_small] = k
+                small_u[n_small] = -low
+                n_small += 1
+            else:
+                full[n_full] = k
+                n_full += 1
+        for y in range(j_len):
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.int64(0)
+            for n in range(n_full):
+                k = full[n]
+                q = _product(
+                    _U64(x[0, r, k]), _U64(x[1, r, k]), _U64(x[2, r, k]), _U64(x[3, r, k]),
+                    _U64(e[0, k, y]), _U64(e[1, k, y]), _U64(e[2, k, y]), _U64(e[3, k, y]),
+                )  # fmt: skip
+                s0 += np.int64(q[0])
+                s1 += np.int64(q[1])
+                s2 += np.int64(q[2])
+                s3 += np.int64(q[3])
+                s4 += np.int64(q[4])
+                s5 += np.int64(q[5])
+                s6 += np.int64(q[6])
+                s7 += np.int64(q[7])
+            for n in range(n_small):
+                k = small[n]
+                u = small_u[n]
+                neg = u < 0
+                if neg:
+                    u = -u
+                # u * limb < 2^63: split at 32 bits into this column and the next.
+                t0 = u * e[0, k, y]
+                t1 = u * e[1, k, y]
+                t2 = u * e[2, k, y]
+                t3 = u * e[3, k, y]
+                if neg:
+                    s0 -= t0 & 0xFFFFFFFF
+                    s1 -= (t0 >> 32) + (t1 & 0xFFFFFFFF)
+                    s2 -= (t1 >> 32) + (t2 & 0xFFFFFFFF)
+                    s3 -= (t2 >> 32) + (t3 & 0xFFFFFFFF)
+                    s4 -= t3 >> 32
+                else:
+                    s0 += t0 & 0xFFFFFFFF
+                    s1 += (t0 >> 32) + (t1 & 0xFFFFFFFF)
+                    s2 += (t1 >> 32) + (t2 & 0xFFFFFFFF)
+                    s3 += (t2 >> 32) + (t3 & 0xFFFFFFFF)
+                    s4 += t3 >> 32
+            # 2^128 = 28 2^64 - 1, 2^160 = 28 2^96 - 2^32, 2^192 = 783 2^64 - 28,
+            # 2^224 = 783 2^96 - 28 2^32; |columns| < 2^49, so these stay < 2^59.
+            c0 = s0 - s4 - 28 * s6
+            c1 = s1 - s5 - 28 * s7
+            c2 = s2 + 28 * s4 + 783 * s6
+            c3 = s3 + 28 * s5 + 783 * s7
+            high = c3 >> 32
+            x0, x1, x2, x3, top = _propagate(c0 - high, c1, c2 + 28 * high, c3 & 0xFFFFFFFF)
+            x0, x1, x2, x3, top = _propagate(x0 - top, x1, x2 + 28 * top, x3)
+            out[0, r, y] = x0
+            out[1, r, y] = x1
+            out[2, r, y] = x2
+            out[3, r, y] = x3

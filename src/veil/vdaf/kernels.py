@@ -1,0 +1,69 @@
+"""Compiled elementwise kernels for the vectorised fields (``batch_field``).
+
+NumPy evaluates a Field128 product as about forty whole-array passes (limb
+products, carries, folds), each writing a temporary; a compiled loop keeps
+one element in registers from its inputs to its result, several times
+faster. The kernels are in ``veil.vdaf._kernels``, compiled by numba; that
+module is imported on first use, so importing veil stays fast and only
+processes that run the batched path pay for numba. numba keeps the machine
+code in its on-disk cache (``cache=True``), so each machine compiles once.
+
+Each kernel is a NumPy ufunc or generalised ufunc over scalar cores: NumPy
+broadcasts the operands. The Field128 kernels take the four limbs of each
+operand as separate arrays (``a[0] .. a[3]``), the layout of
+``VecField128``. Inputs and results keep the invariants of ``batch_field``:
+Field64 elements reduced; Field128 limbs in ``[0, 2^32)`` with values below
+``2^128`` (weakly reduced).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Kernels:
+    # Field128: eight limb arrays (a[0..3], b[0..3]) -> four result limbs.
+    mul128: Any
+    add128: Any
+    sub128: Any
+    # Field128: eight limb arrays with the summed axis last -> the eight
+    # 32-bit-spaced column sums of the products (``VecField128._fold_columns``).
+    dot128: Any
+    # Field128: rows (4, R, K) times a matrix (4, K, J) into out (4, R, J),
+    # zero entries skipped and small ones cheap (a compiled function, not a
+    # ufunc: no broadcasting).
+    matvec128: Any
+    # Field64: uint64 arrays.
+    mul64: Any
+    add64: Any
+    sub64: Any
+    dot64: Any  # sum of products along the last axis
+
+
+_lock = threading.Lock()
+_kernels: Kernels | None = None
+
+
+def kernels() -> Kernels:
+    """The compiled kernels, built (or loaded from numba's cache) on first use."""
+    global _kernels
+    if _kernels is None:
+        with _lock:
+            if _kernels is None:
+                k = importlib.import_module("veil.vdaf._kernels")
+                _kernels = Kernels(
+                    k.mul128,
+                    k.add128,
+                    k.sub128,
+                    k.dot128,
+                    k.matvec128,
+                    k.mul64,
+                    k.add64,
+                    k.sub64,
+                    k.dot64,
+                )
+    return _kernels
