@@ -348,3 +348,27 @@ def matvec128(x, e, out):
             out[1, r, y] = x1
             out[2, r, y] = x2
             out[3, r, y] = x3
+
+
+@nb.guvectorize(
+    ["void(" + ",".join(["int64"] * 4 + ["int64[:]"] * 4) + ")"],
+    "(),(),(),()->(),(),(),()",
+    cache=True,
+)
+def canonical128(a0, a1, a2, a3, o0, o1, o2, o3):
+    """The reduced representative of a weakly reduced value: subtract p once
+    where the value is at least p."""
+    d0 = a0 - 1
+    d1 = a1 + (d0 >> 32)
+    d2 = a2 - 0xFFFFFFE4 + (d1 >> 32)
+    d3 = a3 - 0xFFFFFFFF + (d2 >> 32)
+    if d3 >= 0:
+        o0[0] = d0 & 0xFFFFFFFF
+        o1[0] = d1 & 0xFFFFFFFF
+        o2[0] = d2 & 0xFFFFFFFF
+        o3[0] = d3
+    else:
+        o0[0] = a0
+        o1[0] = a1
+        o2[0] = a2
+        o3[0] = a3

@@ -321,12 +321,9 @@ class _Chunked(BatchCircuit):
         m = self.chunk_length
         x = self._chunks(meas)
         r_pows = powers(vf, joint_rand, m)  # (rows, calls, m)
-        one = vf.constant(1)
-        if bool(np.all(vf.is_zero(x) | vf.eq(x, one))):
-            # The prover's own encoding is all bits: select, don't multiply.
-            left = vf.select(vf.is_zero(x), x, r_pows)
-        else:
-            left = vf.mul(r_pows, x)
+        # On the prover's own encoding (all bits) select, don't multiply.
+        ones = vf.bit_mask(x)
+        left = vf.mul(r_pows, x) if ones is None else vf.select(ones, r_pows, vf.zeros(()))
         right = vf.sub(x, vf.constant(pow(num_shares, -1, vf.MODULUS)))
         inter = vf.stack([left, right], axis=-1)  # (rows, calls, m, 2)
         calls = self.valid.GADGET_CALLS[0]

@@ -214,6 +214,12 @@ class VecField(ABC):
     def is_zero(cls, a: Arr) -> Arr: ...
 
     @classmethod
+    @abstractmethod
+    def bit_mask(cls, a: Arr) -> Arr | None:
+        """Where ``a`` is 1, if every element is a reduced 0 or 1 (a
+        prover's own encoding); else None. A cheap test on the raw values."""
+
+    @classmethod
     def pow(cls, a: Arr, exponent: int) -> Arr:
         """``a ** exponent`` elementwise, by square and multiply."""
         result = cls.constant(1, cls.elem_shape(a))
@@ -386,6 +392,10 @@ class VecField64(VecField):
     def is_zero(cls, a: Arr) -> Arr:
         return np.asarray(a == 0)
 
+    @classmethod
+    def bit_mask(cls, a: Arr) -> Arr | None:
+        return np.asarray(a == 1) if bool(np.all(a <= 1)) else None
+
 
 # Limbs of the Field128 modulus p = 2^128 - 28 * 2^64 + 1.
 _P128_LIMBS = (1, 0, 0xFFFFFFE4, 0xFFFFFFFF)
@@ -474,23 +484,9 @@ class VecField128(VecField):
 
     @classmethod
     def canonical(cls, a: Arr) -> Arr:
-        return cls._sub_p_if_ge(a[0], a[1], a[2], a[3])
-
-    @classmethod
-    def _sub_p_if_ge(cls, x0: Arr, x1: Arr, x2: Arr, x3: Arr) -> Arr:
-        d0 = x0 - _P128_LIMBS[0]
-        d1 = x1 - _P128_LIMBS[1] + (d0 >> 32)
-        d2 = x2 - _P128_LIMBS[2] + (d1 >> 32)
-        d3 = x3 - _P128_LIMBS[3] + (d2 >> 32)
-        ge = (d3 >> 32) >= 0
-        return np.stack(
-            [
-                np.where(ge, d0 & _M32, x0),
-                np.where(ge, d1 & _M32, x1),
-                np.where(ge, d2 & _M32, x2),
-                np.where(ge, d3 & _M32, x3),
-            ]
-        )
+        out = np.empty(a.shape, dtype=np.int64)
+        kernels().canonical128(a[0], a[1], a[2], a[3], *_limb_views(out))
+        return out
 
     # Sums, differences, products and dot products are compiled kernels
     # (``kernels``) over the four limb arrays: they broadcast and need no
@@ -519,7 +515,7 @@ class VecField128(VecField):
     @staticmethod
     def _limbwise(kernel: Any, a: Arr, b: Arr) -> Arr:
         out = np.empty((4, *np.broadcast_shapes(a.shape[1:], b.shape[1:])), dtype=np.int64)
-        kernel(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], out[0], out[1], out[2], out[3])
+        kernel(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], *_limb_views(out))
         return out
 
     @classmethod
@@ -590,6 +586,19 @@ class VecField128(VecField):
     def is_zero(cls, a: Arr) -> Arr:
         a = cls.canonical(a)
         return np.asarray((a[0] == 0) & (a[1] == 0) & (a[2] == 0) & (a[3] == 0))
+
+    @classmethod
+    def bit_mask(cls, a: Arr) -> Arr | None:
+        if bool(np.all(a[0] <= 1)) and not np.any(a[1:]):
+            return np.asarray(a[0] == 1)
+        return None
+
+
+def _limb_views(out: Arr) -> list[Arr]:
+    """The four limb arrays of a Field128 output, as arrays even for a
+    single element (a kernel writes through them)."""
+    flat = out.reshape(4, 1) if out.ndim == 1 else out
+    return [flat[i] for i in range(4)]
 
 
 def _core_last(a: Arr, b: Arr, axis: int) -> tuple[Arr, Arr]:

@@ -37,6 +37,8 @@ class Kernels:
     # zero entries skipped and small ones cheap (a compiled function, not a
     # ufunc: no broadcasting).
     matvec128: Any
+    # Field128: four limb arrays -> the reduced representative's limbs.
+    canonical128: Any
     # Field64: uint64 arrays.
     mul64: Any
     add64: Any
@@ -61,6 +63,7 @@ def kernels() -> Kernels:
                     k.sub128,
                     k.dot128,
                     k.matvec128,
+                    k.canonical128,
                     k.mul64,
                     k.add64,
                     k.sub64,
