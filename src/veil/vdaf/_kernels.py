@@ -258,19 +258,17 @@ _SMALL = 1 << 31
 @nb.njit(cache=True)
 def matvec128(x, e, out):
     """``out[:, r] = x[:, r] @ E`` for rows ``x`` (4, R, K) and a matrix
-    ``e`` (4, K, J), in limbs. Entries are sorted once per row: zero ones
-    are skipped, small ones (``u`` or ``p - u`` for ``u < 2^31``: the
-    prover's bits and ``x - 1``) cost four limb products instead of
-    sixteen, the rest are full products. Column sums stay below
-    ``K 2^33`` in magnitude; callers keep K below ``2^16``."""
+    ``e`` (4, K, J), in limbs. Each non-zero entry of a row adds its
+    products with a row of E to column sums, in a loop over E's row that
+    the compiler vectorises; small entries (``u`` or ``p - u`` for
+    ``u < 2^31``: the prover's bits and ``x - 1``) take four limb products
+    instead of sixteen; zero entries nothing. Column sums stay below
+    ``K 2^35`` in magnitude; callers keep K below ``2^12``."""
     k_len = x.shape[2]
     j_len = e.shape[2]
-    full = np.empty(k_len, np.int64)
-    small = np.empty(k_len, np.int64)
-    small_u = np.empty(k_len, np.int64)  # signed: -u for p - u
+    acc = np.empty((8, j_len), np.int64)
     for r in range(x.shape[1]):
-        n_full = 0
-        n_small = 0
+        acc[:] = 0
         for k in range(k_len):
             v0 = x[0, r, k]
             v1 = x[1, r, k]
@@ -278,69 +276,90 @@ def matvec128(x, e, out):
             v3 = x[3, r, k]
             if (v0 | v1 | v2 | v3) == 0:
                 continue
+            e0 = e[0, k]
+            e1 = e[1, k]
+            e2 = e[2, k]
+            e3 = e[3, k]
+            u = -1
+            sign = 1
             if (v1 | v2 | v3) == 0 and v0 < _SMALL:
-                small[n_small] = k
-                small_u[n_small] = v0
-                n_small += 1
-                continue
-            # p - v with signed borrows; p's limbs are (1, 0, 2^32 - 28, 2^32 - 1).
-            d0 = 1 - v0
-            d1 = -v1 + (d0 >> 32)
-            d2 = 0xFFFFFFE4 - v2 + (d1 >> 32)
-            d3 = 0xFFFFFFFF - v3 + (d2 >> 32)
-            low = d0 & 0xFFFFFFFF
-            if d3 == 0 and (d2 & 0xFFFFFFFF) == 0 and (d1 & 0xFFFFFFFF) == 0 and low < _SMALL:
-                small[n_small] = k
-                small_u[n_small] = -low
-                n_small += 1
+                u = v0
             else:
-                full[n_full] = k
-                n_full += 1
-        for y in range(j_len):
-            s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.int64(0)
-            for n in range(n_full):
-                k = full[n]
-                q = _product(
-                    _U64(x[0, r, k]), _U64(x[1, r, k]), _U64(x[2, r, k]), _U64(x[3, r, k]),
-                    _U64(e[0, k, y]), _U64(e[1, k, y]), _U64(e[2, k, y]), _U64(e[3, k, y]),
-                )  # fmt: skip
-                s0 += np.int64(q[0])
-                s1 += np.int64(q[1])
-                s2 += np.int64(q[2])
-                s3 += np.int64(q[3])
-                s4 += np.int64(q[4])
-                s5 += np.int64(q[5])
-                s6 += np.int64(q[6])
-                s7 += np.int64(q[7])
-            for n in range(n_small):
-                k = small[n]
-                u = small_u[n]
-                neg = u < 0
-                if neg:
-                    u = -u
+                # p - v with signed borrows; p's limbs are (1, 0, 2^32 - 28, 2^32 - 1).
+                d0 = 1 - v0
+                d1 = -v1 + (d0 >> 32)
+                d2 = 0xFFFFFFE4 - v2 + (d1 >> 32)
+                d3 = 0xFFFFFFFF - v3 + (d2 >> 32)
+                low = d0 & 0xFFFFFFFF
+                high_zero = d3 == 0 and (d2 & 0xFFFFFFFF) == 0 and (d1 & 0xFFFFFFFF) == 0
+                if high_zero and low < _SMALL:
+                    u = low
+                    sign = -1
+            if u >= 0:
                 # u * limb < 2^63: split at 32 bits into this column and the next.
-                t0 = u * e[0, k, y]
-                t1 = u * e[1, k, y]
-                t2 = u * e[2, k, y]
-                t3 = u * e[3, k, y]
-                if neg:
-                    s0 -= t0 & 0xFFFFFFFF
-                    s1 -= (t0 >> 32) + (t1 & 0xFFFFFFFF)
-                    s2 -= (t1 >> 32) + (t2 & 0xFFFFFFFF)
-                    s3 -= (t2 >> 32) + (t3 & 0xFFFFFFFF)
-                    s4 -= t3 >> 32
-                else:
-                    s0 += t0 & 0xFFFFFFFF
-                    s1 += (t0 >> 32) + (t1 & 0xFFFFFFFF)
-                    s2 += (t1 >> 32) + (t2 & 0xFFFFFFFF)
-                    s3 += (t2 >> 32) + (t3 & 0xFFFFFFFF)
-                    s4 += t3 >> 32
+                for y in range(j_len):
+                    t0 = u * e0[y]
+                    t1 = u * e1[y]
+                    t2 = u * e2[y]
+                    t3 = u * e3[y]
+                    acc[0, y] += sign * (t0 & 0xFFFFFFFF)
+                    acc[1, y] += sign * ((t0 >> 32) + (t1 & 0xFFFFFFFF))
+                    acc[2, y] += sign * ((t1 >> 32) + (t2 & 0xFFFFFFFF))
+                    acc[3, y] += sign * ((t2 >> 32) + (t3 & 0xFFFFFFFF))
+                    acc[4, y] += sign * (t3 >> 32)
+                continue
+            a0 = _U64(v0)
+            a1 = _U64(v1)
+            a2 = _U64(v2)
+            a3 = _U64(v3)
+            for y in range(j_len):
+                # Sixteen limb products, each split at 32 bits into its two
+                # columns: no carry chain.
+                b0 = _U64(e0[y])
+                b1 = _U64(e1[y])
+                b2 = _U64(e2[y])
+                b3 = _U64(e3[y])
+                p00 = a0 * b0
+                p01 = a0 * b1
+                p10 = a1 * b0
+                p02 = a0 * b2
+                p11 = a1 * b1
+                p20 = a2 * b0
+                p03 = a0 * b3
+                p12 = a1 * b2
+                p21 = a2 * b1
+                p30 = a3 * b0
+                p13 = a1 * b3
+                p22 = a2 * b2
+                p31 = a3 * b1
+                p23 = a2 * b3
+                p32 = a3 * b2
+                p33 = a3 * b3
+                acc[0, y] += np.int64(p00 & _MASK)
+                acc[1, y] += np.int64((p00 >> _S32) + (p01 & _MASK) + (p10 & _MASK))
+                acc[2, y] += np.int64(
+                    (p01 >> _S32) + (p10 >> _S32) + (p02 & _MASK) + (p11 & _MASK) + (p20 & _MASK)
+                )
+                acc[3, y] += np.int64(
+                    (p02 >> _S32) + (p11 >> _S32) + (p20 >> _S32)
+                    + (p03 & _MASK) + (p12 & _MASK) + (p21 & _MASK) + (p30 & _MASK)
+                )  # fmt: skip
+                acc[4, y] += np.int64(
+                    (p03 >> _S32) + (p12 >> _S32) + (p21 >> _S32) + (p30 >> _S32)
+                    + (p13 & _MASK) + (p22 & _MASK) + (p31 & _MASK)
+                )  # fmt: skip
+                acc[5, y] += np.int64(
+                    (p13 >> _S32) + (p22 >> _S32) + (p31 >> _S32) + (p23 & _MASK) + (p32 & _MASK)
+                )
+                acc[6, y] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
+                acc[7, y] += np.int64(p33 >> _S32)
+        for y in range(j_len):
             # 2^128 = 28 2^64 - 1, 2^160 = 28 2^96 - 2^32, 2^192 = 783 2^64 - 28,
-            # 2^224 = 783 2^96 - 28 2^32; |columns| < 2^49, so these stay < 2^59.
-            c0 = s0 - s4 - 28 * s6
-            c1 = s1 - s5 - 28 * s7
-            c2 = s2 + 28 * s4 + 783 * s6
-            c3 = s3 + 28 * s5 + 783 * s7
+            # 2^224 = 783 2^96 - 28 2^32; |columns| < 2^47, so these stay < 2^58.
+            c0 = acc[0, y] - acc[4, y] - 28 * acc[6, y]
+            c1 = acc[1, y] - acc[5, y] - 28 * acc[7, y]
+            c2 = acc[2, y] + 28 * acc[4, y] + 783 * acc[6, y]
+            c3 = acc[3, y] + 28 * acc[5, y] + 783 * acc[7, y]
             high = c3 >> 32
             x0, x1, x2, x3, top = _propagate(c0 - high, c1, c2 + 28 * high, c3 & 0xFFFFFFFF)
             x0, x1, x2, x3, top = _propagate(x0 - top, x1, x2 + 28 * top, x3)
