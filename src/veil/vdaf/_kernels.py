@@ -255,6 +255,26 @@ def _propagate(x0, x1, x2, x3):
 _SMALL = 1 << 31
 
 
+@_inline
+def _store_columns(acc, out, r):
+    """Reduce column sums ``acc`` (8, J): signed int64 sums at weights
+    ``2^(32 c)``, each below 2^50 in magnitude, into ``out[:, r, :]``."""
+    for y in range(acc.shape[1]):
+        # 2^128 = 28 2^64 - 1, 2^160 = 28 2^96 - 2^32, 2^192 = 783 2^64 - 28,
+        # 2^224 = 783 2^96 - 28 2^32; the results stay below 2^61.
+        c0 = acc[0, y] - acc[4, y] - 28 * acc[6, y]
+        c1 = acc[1, y] - acc[5, y] - 28 * acc[7, y]
+        c2 = acc[2, y] + 28 * acc[4, y] + 783 * acc[6, y]
+        c3 = acc[3, y] + 28 * acc[5, y] + 783 * acc[7, y]
+        high = c3 >> 32
+        x0, x1, x2, x3, top = _propagate(c0 - high, c1, c2 + 28 * high, c3 & 0xFFFFFFFF)
+        x0, x1, x2, x3, top = _propagate(x0 - top, x1, x2 + 28 * top, x3)
+        out[0, r, y] = x0
+        out[1, r, y] = x1
+        out[2, r, y] = x2
+        out[3, r, y] = x3
+
+
 @nb.njit(cache=True)
 def matvec128(x, e, out):
     """``out[:, r] = x[:, r] @ E`` for rows ``x`` (4, R, K) and a matrix
@@ -353,20 +373,7 @@ def matvec128(x, e, out):
                 )
                 acc[6, y] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
                 acc[7, y] += np.int64(p33 >> _S32)
-        for y in range(j_len):
-            # 2^128 = 28 2^64 - 1, 2^160 = 28 2^96 - 2^32, 2^192 = 783 2^64 - 28,
-            # 2^224 = 783 2^96 - 28 2^32; |columns| < 2^47, so these stay < 2^58.
-            c0 = acc[0, y] - acc[4, y] - 28 * acc[6, y]
-            c1 = acc[1, y] - acc[5, y] - 28 * acc[7, y]
-            c2 = acc[2, y] + 28 * acc[4, y] + 783 * acc[6, y]
-            c3 = acc[3, y] + 28 * acc[5, y] + 783 * acc[7, y]
-            high = c3 >> 32
-            x0, x1, x2, x3, top = _propagate(c0 - high, c1, c2 + 28 * high, c3 & 0xFFFFFFFF)
-            x0, x1, x2, x3, top = _propagate(x0 - top, x1, x2 + 28 * top, x3)
-            out[0, r, y] = x0
-            out[1, r, y] = x1
-            out[2, r, y] = x2
-            out[3, r, y] = x3
+        _store_columns(acc, out, r)
 
 
 @nb.guvectorize(
@@ -391,3 +398,50 @@ def canonical128(a0, a1, a2, a3, o0, o1, o2, o3):
         o1[0] = a1
         o2[0] = a2
         o3[0] = a3
+
+
+@_inline
+def _add_product(acc, j, a0, a1, a2, a3, b0, b1, b2, b3):
+    """Add the limbs of the product ``a * b`` to the column sums ``acc[:, j]``."""
+    q = _product(a0, a1, a2, a3, b0, b1, b2, b3)
+    for c in range(8):
+        acc[c, j] += np.int64(q[c])
+
+
+@nb.njit(cache=True)
+def chunk_wire_evals128(x, r, w, left, right):
+    """The chunked range check's wire polynomials at the query point, past
+    their seeds: ``left[:, i, j] = sum_k w_k r_k^(j+1) x_kj`` and
+    ``right[:, i, j] = sum_k w_k x_kj`` for measurement chunks ``x``
+    (4, rows, calls, m), joint randomness ``r`` and Lagrange weights ``w``
+    (4, rows, calls). Column sums stay below ``calls 2^32``; callers keep
+    ``calls`` below ``2^16``."""
+    m = x.shape[3]
+    acc_left = np.empty((8, m), np.int64)
+    acc_right = np.empty((8, m), np.int64)
+    for i in range(x.shape[1]):
+        acc_left[:] = 0
+        acc_right[:] = 0
+        for k in range(x.shape[2]):
+            r0 = _U64(r[0, i, k])
+            r1 = _U64(r[1, i, k])
+            r2 = _U64(r[2, i, k])
+            r3 = _U64(r[3, i, k])
+            w0 = _U64(w[0, i, k])
+            w1 = _U64(w[1, i, k])
+            w2 = _U64(w[2, i, k])
+            w3 = _U64(w[3, i, k])
+            q = _product(w0, w1, w2, w3, r0, r1, r2, r3)
+            c0, c1, c2, c3 = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+            for j in range(m):
+                x0 = _U64(x[0, i, k, j])
+                x1 = _U64(x[1, i, k, j])
+                x2 = _U64(x[2, i, k, j])
+                x3 = _U64(x[3, i, k, j])
+                _add_product(acc_left, j, c0, c1, c2, c3, x0, x1, x2, x3)
+                _add_product(acc_right, j, w0, w1, w2, w3, x0, x1, x2, x3)
+                if j + 1 < m:
+                    q = _product(c0, c1, c2, c3, r0, r1, r2, r3)
+                    c0, c1, c2, c3 = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+        _store_columns(acc_left, left, i)
+        _store_columns(acc_right, right, i)

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from veil.vdaf import circuits
-from veil.vdaf.batch_field import Arr, VecField, vec_field
+from veil.vdaf.batch_field import Arr, VecField, VecField128, vec_field
 from veil.vdaf.gadgets import Gadget, Mul, ParallelSum, PolyEval
+from veil.vdaf.kernels import kernels
 
 
 class BatchCircuit(ABC):
@@ -363,11 +364,17 @@ class _Chunked(BatchCircuit):
         x = self._chunks(meas)  # (rows, calls, m)
         w = weights[0]
         w_calls = w[..., 1 : calls + 1]
-        coeffs = scaled_powers(vf, joint_rand, w_calls, m)  # (rows, calls, m)
-        left = vf.dot(coeffs, x, axis=-2)
+        if vf is VecField128 and calls < 1 << 16:
+            left = np.empty((4, rows, m), dtype=np.int64)
+            right_sum = np.empty((4, rows, m), dtype=np.int64)
+            kernels().chunk_wire_evals128(x, joint_rand, w_calls, left, right_sum)
+        else:
+            coeffs = scaled_powers(vf, joint_rand, w_calls, m)  # (rows, calls, m)
+            left = vf.dot(coeffs, x, axis=-2)
+            right_sum = vf.dot(x, w_calls[..., None], axis=-2)
         shares_inv = vf.constant(pow(num_shares, -1, vf.MODULUS))
         offset = vf.mul(vf.sum(w_calls, axis=-1), shares_inv)
-        right = vf.sub(vf.dot(x, w_calls[..., None], axis=-2), offset[..., None])
+        right = vf.sub(right_sum, offset[..., None])
         both = vf.reshape(vf.stack([left, right], axis=-1), (rows, 2 * m))
         evals = vf.add(both, vf.mul(seeds[0], w[..., 0:1]))
         return [evals], self._output(meas, gadget_outputs, num_shares)

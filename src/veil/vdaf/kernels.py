@@ -39,6 +39,9 @@ class Kernels:
     matvec128: Any
     # Field128: four limb arrays -> the reduced representative's limbs.
     canonical128: Any
+    # Field128: the chunked range check's wire values at the query point
+    # (a compiled function writing into its last two arguments).
+    chunk_wire_evals128: Any
     # Field64: uint64 arrays.
     mul64: Any
     add64: Any
@@ -64,6 +67,7 @@ def kernels() -> Kernels:
                     k.dot128,
                     k.matvec128,
                     k.canonical128,
+                    k.chunk_wire_evals128,
                     k.mul64,
                     k.add64,
                     k.sub64,
