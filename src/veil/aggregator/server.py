@@ -81,6 +81,7 @@ from veil.grpc_util import is_loopback
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
 from veil.task import Task, TaskError, load_task
+from veil.vdaf.kernels import kernels
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +361,10 @@ class AggregatorServer:
             raise ConfigError(f"cannot listen on {c.listen}")
 
     def start(self) -> None:
+        # Load the compiled field kernels now, beside serving, rather than
+        # in the first aggregation job (numba takes about a second, longer
+        # the first time on a machine).
+        threading.Thread(target=kernels, name="kernels", daemon=True).start()
         self.server.start()
         for name in ("", self.service_name):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
