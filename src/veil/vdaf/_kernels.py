@@ -1,5 +1,6 @@
 """numba kernels behind ``veil.vdaf.kernels``: import that module, not this
-one (importing this compiles, or loads from numba's cache, every kernel).
+one (importing this compiles, or loads from numba's cache, every kernel,
+and must not run in two processes at once on a cold cache).
 
 Field128 ``p = 2^128 - 28 * 2^64 + 1``: ``2^128 = M = 27 * 2^64 + 2^64 - 1``
 (mod p), whose 32-bit limbs are ``(2^32 - 1, 2^32 - 1, 27)``. Products are
@@ -21,7 +22,13 @@ _M2 = _U64(27)
 _P64 = _U64(0xFFFFFFFF00000001)
 _EPS64 = _U64(0xFFFFFFFF)  # 2^64 mod the Field64 prime
 
-_inline = nb.njit(inline="always", cache=True)
+# Helpers inlined into the kernels (compiled only as part of them).
+_inline = nb.njit(inline="always")
+# Every kernel has explicit signatures, so that all compiling (or loading
+# from numba's cache) happens when this module is imported, which
+# veil.vdaf.kernels does under an inter-process lock.
+_A3 = "int64[:, :, :]"
+_A4 = "int64[:, :, :, :]"
 
 
 @_inline
@@ -275,7 +282,7 @@ def _store_columns(acc, out, r):
         out[3, r, y] = x3
 
 
-@nb.njit(cache=True)
+@nb.njit(f"void({_A3}, {_A3}, {_A3})", cache=True)
 def matvec128(x, e, out):
     """``out[:, r] = x[:, r] @ E`` for rows ``x`` (4, R, K) and a matrix
     ``e`` (4, K, J), in limbs. Each non-zero entry of a row adds its
@@ -408,7 +415,7 @@ def _add_product(acc, j, a0, a1, a2, a3, b0, b1, b2, b3):
         acc[c, j] += np.int64(q[c])
 
 
-@nb.njit(cache=True)
+@nb.njit(f"void({_A4}, {_A3}, {_A3}, {_A3}, {_A3})", cache=True)
 def chunk_wire_evals128(x, r, w, left, right):
     """The chunked range check's wire polynomials at the query point, past
     their seeds: ``left[:, i, j] = sum_k w_k r_k^(j+1) x_kj`` and

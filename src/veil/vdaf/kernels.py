@@ -18,10 +18,16 @@ Field64 elements reduced; Field128 limbs in ``[0, 2^32)`` with values below
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,8 @@ def kernels() -> Kernels:
     if _kernels is None:
         with _lock:
             if _kernels is None:
-                k = importlib.import_module("veil.vdaf._kernels")
+                with _cache_lock():
+                    k = importlib.import_module("veil.vdaf._kernels")
                 _kernels = Kernels(
                     k.mul128,
                     k.add128,
@@ -74,3 +81,39 @@ def kernels() -> Kernels:
                     k.dot64,
                 )
     return _kernels
+
+
+@contextlib.contextmanager
+def _cache_lock() -> Iterator[None]:
+    """Hold an exclusive lock shared by every process of this installation.
+
+    numba's on-disk cache is not safe against processes that compile the
+    same kernels at once: each writes its own machine code and index, and a
+    process may then load a kernel whose wrapper points at another
+    process's build, which crashes at the first call. The leader, the
+    helper and a client started together on a fresh machine would do just
+    that, so the import that compiles or loads the kernels takes turns."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): take the risk
+        yield
+        return
+    candidates = [
+        Path(__file__).with_name("__pycache__"),
+        Path.home() / ".cache" / "veil",
+    ]
+    for directory in candidates:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            handle = open(directory / "kernels.lock", "a")  # noqa: SIM115
+        except OSError:
+            continue
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    log.warning("no writable place for the kernel cache lock; compiling without it")
+    yield
