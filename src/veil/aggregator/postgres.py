@@ -277,29 +277,6 @@ class PostgresDatastore:
 
     # --- both roles -------------------------------------------------------
 
-    def hpke_keypairs(self) -> list[HpkeKeypair]:
-        """Every stored key (whatever its state: all of them open ciphertexts)."""
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT config_id, public_key, private_key FROM hpke_keys ORDER BY created DESC"
-            ).fetchall()
-        )
-        return [HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)) for c, pk, sk in rows]
-
-    def add_hpke_keypair(self, keypair: HpkeKeypair) -> None:
-        self._run(
-            lambda db: db.execute(
-                "INSERT INTO hpke_keys (config_id, public_key, private_key, created)"
-                " VALUES (%s, %s, %s, %s)",
-                (
-                    keypair.config.config_id,
-                    keypair.config.public_key,
-                    keypair.private_key,
-                    _time.time(),
-                ),
-            )
-        )
-
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
         rows = self._run(
             lambda db: db.execute(

@@ -156,8 +156,6 @@ class Datastore(Protocol):
     """What the leader and helper logic need from storage."""
 
     # Both roles.
-    def hpke_keypairs(self) -> list[HpkeKeypair]: ...
-    def add_hpke_keypair(self, keypair: HpkeKeypair) -> None: ...
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]: ...
     def rejections(self, task_id: bytes) -> dict[str, int]: ...
 
@@ -483,25 +481,6 @@ class SqliteDatastore:
             self._local.conn = None
 
     # --- both roles -------------------------------------------------------
-
-    def hpke_keypairs(self) -> list[HpkeKeypair]:
-        rows = self._conn().execute(
-            "SELECT config_id, public_key, private_key FROM hpke_keys ORDER BY created DESC"
-        )
-        return [HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)) for c, pk, sk in rows]
-
-    def add_hpke_keypair(self, keypair: HpkeKeypair) -> None:
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO hpke_keys (config_id, public_key, private_key, created)"
-                " VALUES (?, ?, ?, ?)",
-                (
-                    keypair.config.config_id,
-                    keypair.config.public_key,
-                    keypair.private_key,
-                    _time.time(),
-                ),
-            )
 
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
         rows = self._conn().execute(
