@@ -74,6 +74,12 @@ class Metrics:
             ["task", "unit"],
             registry=r,
         )
+        self.requests_malformed = Counter(
+            "veil_requests_malformed",
+            "Requests refused because their bytes are not the method's message, by method.",
+            ["method"],
+            registry=r,
+        )
         self.uploads_refused = Counter(
             "veil_uploads_refused",
             "Upload requests refused before storage (nothing stored), by reason.",

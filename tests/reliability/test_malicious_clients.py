@@ -410,11 +410,27 @@ def test_bad_uploads_refused_with_reason_and_nothing_stored(dep: Deployment) -> 
     record("malicious_clients.upload", kinds=len(refused) + 1, refused=refused, replay="duplicate")
 
 
+def _malformed_count(dep: Deployment) -> float:
+    """veil_requests_malformed_total for UploadReports, from the leader's metrics."""
+    import re
+    import urllib.request
+
+    assert dep.leader.metrics_address is not None
+    with urllib.request.urlopen(f"http://{dep.leader.metrics_address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = re.findall(r'veil_requests_malformed_total{method="UploadReports"} (\S+)', text)
+    return float(found[0]) if found else 0.0
+
+
 def test_garbage_and_oversized_messages(dep: Deployment) -> None:
-    """Bytes that are no UploadRequest at all, and a request above
-    max_message_bytes: refused by gRPC before our code, nothing stored, and
-    the leader keeps serving."""
+    """Bytes that are no UploadRequest at all: refused as INVALID_ARGUMENT
+    naming the method and counted, when they do not parse (random bytes
+    sometimes parse, as an empty or unknown-task request: refused too). A
+    request above max_message_bytes: refused by gRPC before our code, as
+    RESOURCE_EXHAUSTED. Nothing stored, and the leader keeps serving."""
     stored = dep.stored_reports("sum")
+    malformed_before = _malformed_count(dep)
+    malformed = 0
     codes = {}
     with grpc.insecure_channel(
         dep.leader.address, options=[("grpc.max_send_message_length", 64 << 20)]
@@ -427,6 +443,9 @@ def test_garbage_and_oversized_messages(dep: Deployment) -> None:
                     name = "accepted"
                 except grpc.RpcError as e:
                     name = e.code().name
+                    if (e.details() or "").startswith("malformed UploadReports request"):
+                        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+                        malformed += 1
                 codes[name] = codes.get(name, 0) + 1
         with pytest.raises(grpc.RpcError) as rpc:
             raw(bytes(17 << 20), timeout=30)
@@ -435,6 +454,15 @@ def test_garbage_and_oversized_messages(dep: Deployment) -> None:
     # Random bytes may happen to parse as an (empty or unknown-task) request;
     # either way they must be refused.
     assert "accepted" not in codes, codes
+    assert "INTERNAL" not in codes, codes
+    assert malformed > 0
+    assert _malformed_count(dep) == malformed_before + malformed
     client = dep.client("sum")
     assert client.upload(1, bucket(1)).accepted == 1
-    record("malicious_clients.garbage", messages=20, oversized=1, refused_by_code=codes)
+    record(
+        "malicious_clients.garbage",
+        messages=20,
+        oversized=1,
+        refused_by_code=codes,
+        counted_malformed=malformed,
+    )

@@ -75,15 +75,18 @@ from veil.aggregator.postgres import (
     is_postgres_url,
 )
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService
+from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
 from veil.grpc_util import is_loopback
 from veil.metrics import Metrics
-from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
+from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.task import Task, TaskError, load_task
 from veil.vdaf.kernels import kernels
 
 log = logging.getLogger(__name__)
+
+_LEADER_SERVICE = leader_pb2.DESCRIPTOR.services_by_name["Leader"]
+_HELPER_SERVICE = helper_pb2.DESCRIPTOR.services_by_name["Helper"]
 
 
 class ConfigError(ValueError):
@@ -326,17 +329,13 @@ class AggregatorServer:
             )
             self.leader.should_stop = self._stop.is_set
             self.logic = self.leader
-            leader_pb2_grpc.add_LeaderServicer_to_server(  # type: ignore[no-untyped-call]
-                LeaderService(self.leader), self.server
-            )
-            self.service_name = "veil.protocol.v1.Leader"
+            add_service(self.server, LeaderService(self.leader), _LEADER_SERVICE, self.metrics)
+            self.service_name = _LEADER_SERVICE.full_name
         else:
             helper_logic = Helper(tasks, self.store, self.privacy, metrics=self.metrics)
             self.logic = helper_logic
-            helper_pb2_grpc.add_HelperServicer_to_server(  # type: ignore[no-untyped-call]
-                HelperService(helper_logic), self.server
-            )
-            self.service_name = "veil.protocol.v1.Helper"
+            add_service(self.server, HelperService(helper_logic), _HELPER_SERVICE, self.metrics)
+            self.service_name = _HELPER_SERVICE.full_name
         self._bind()
 
     def _bind(self) -> None:
