@@ -4,6 +4,7 @@ on each storage backend (SQLite, and a real PostgreSQL)."""
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from veil.aggregator.errors import (
     JobConflict,
     ReportTimeRejected,
     Unauthenticated,
+    Unavailable,
     UnknownTask,
 )
 from veil.aggregator.helper import Helper
@@ -154,6 +156,77 @@ def test_aggregation_and_collection_in_process(world: World) -> None:
         world.leader.get_collection(task_id, "wrong", job)
     with pytest.raises(Unauthenticated):
         world.leader.get_collection(task_id, None, job)
+
+
+class SlowFirstCall(InProcessHelper):
+    """Holds its first call until the leader has read the reports of a second job."""
+
+    def __init__(self, helper: Helper, second_read: threading.Event) -> None:
+        super().__init__(helper)
+        self.second_read = second_read
+
+    def aggregate(
+        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> list[VerifyResult]:
+        if self.calls == 0:
+            assert self.second_read.wait(timeout=30), "the driver waited for the helper"
+        return super().aggregate(task, job_id, items)
+
+
+class UnreachableOnce(InProcessHelper):
+    """Cannot be reached for its second call."""
+
+    def aggregate(
+        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> list[VerifyResult]:
+        if self.calls == 1:
+            self.calls += 1
+            raise Unavailable("helper away")
+        return super().aggregate(task, job_id, items)
+
+
+def test_driver_prepares_the_next_job_while_the_helper_verifies(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task_id = world.files.client.task_id
+    world.leader.upload(task_id, [world.report(v % 2) for v in range(12)])  # 3 jobs of 4
+    second_read = threading.Event()
+    reads = 0
+    job_reports = world.leader_store.job_reports
+
+    def counted(task_id: bytes, job_id: bytes) -> list[StoredReport]:
+        nonlocal reads
+        reads += 1
+        if reads == 2:
+            second_read.set()
+        return job_reports(task_id, job_id)
+
+    monkeypatch.setattr(world.leader_store, "job_reports", counted)
+    world.leader.helper = link = SlowFirstCall(world.helper, second_read)
+    while world.leader.run_once():
+        pass
+    assert link.calls == 3
+    assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 0
+
+
+def test_helper_unreachable_mid_pipeline(world: World) -> None:
+    task_id = world.files.client.task_id
+    world.leader.upload(task_id, [world.report(v % 3) for v in range(12)])  # 3 jobs of 4
+    world.leader.helper = UnreachableOnce(world.helper)
+    assert world.leader.run_once()  # the first job finished
+    assert world.leader.helper_unreachable
+    assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 8
+    # The two unfinished jobs are still this driver's: its next passes finish them.
+    while world.leader.run_once():
+        pass
+    assert not world.leader.helper_unreachable
+    token = world.files.collector.collector_token
+    job = secrets.token_bytes(16)
+    world.leader.create_collection(task_id, token, job, T, TP)
+    while world.leader.run_once():
+        pass
+    record = world.leader.get_collection(task_id, token, job)
+    assert (record.state, record.report_count) == ("finished", 12)
 
 
 def _items(world: World, n: int) -> list[VerifyInitItem]:

@@ -20,6 +20,8 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Protocol
 
 from veil.aggregator.core import (
@@ -61,12 +63,15 @@ from veil.hpke import (
 from veil.metrics import Metrics
 from veil.task import Task, b64e
 from veil.vdaf import VerifyError
+from veil.vdaf.batch import VerifyInitBatch
 
 log = logging.getLogger(__name__)
 
 MAX_UPLOAD_REPORTS = 10_000
 MAX_PUBLIC_SHARE = 1 << 16
 MAX_CIPHERTEXT = 1 << 20
+# Aggregation jobs a driver leases at once (see Leader._run_aggregation_jobs).
+JOBS_PER_LEASE = 4
 
 
 class HelperApi(Protocol):
@@ -89,6 +94,22 @@ class HelperApi(Protocol):
         report_count: int,
         checksum: bytes,
     ) -> Ciphertext: ...
+
+
+@dataclass(frozen=True)
+class _PreparedJob:
+    """An aggregation job whose leader shares are opened and verified: what
+    goes to the helper, and what finishing the job with its answer needs."""
+
+    task: Task
+    job_id: bytes
+    began: float
+    report_count: int
+    opened: list[StoredReport]
+    init: VerifyInitBatch
+    items: list[VerifyInitItem]
+    row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
+    outcomes: dict[bytes, str | None]  # reports the leader already rejected
 
 
 class Leader(AggregatorBase):
@@ -121,6 +142,9 @@ class Leader(AggregatorBase):
         self.helper_unreachable = False
         # The server sets this on shutdown: run_once stops between two steps.
         self.should_stop: Callable[[], bool] = lambda: False
+        # The helper's round trip for one job runs here while the driver
+        # prepares the next.
+        self._helper_calls = ThreadPoolExecutor(1, thread_name_prefix="helper-call")
 
     # --- upload -----------------------------------------------------------
 
@@ -252,29 +276,22 @@ class Leader(AggregatorBase):
             ):
                 progress = True
         while not self.should_stop():
-            leased = self.store.acquire_aggregation_jobs(self.worker_id, self.lease_seconds, 1)
+            leased = self.store.acquire_aggregation_jobs(
+                self.worker_id, self.lease_seconds, JOBS_PER_LEASE
+            )
             if not leased:
                 break
-            task_id, job_id = leased[0]
-            if task_id not in self.tasks:
-                log.warning("aggregation job %s is for a task not configured here", job_id.hex())
-                break
-            try:
-                self.run_aggregation_job(task_id, job_id)
-                progress = True
-            except Unavailable as e:
-                log.warning(
-                    "aggregation job %s waits for the helper: %s",
-                    job_id.hex(),
-                    e,
-                    extra={"task_id": _task_label(task_id), "job_id": job_id.hex()},
-                )
-                self.helper_unreachable = True
+            ours = [(t, j) for t, j in leased if t in self.tasks]
+            for task_id, job_id in leased:
+                if task_id not in self.tasks:
+                    log.warning(
+                        "aggregation job %s is for a task not configured here", job_id.hex()
+                    )
+            progress |= self._run_aggregation_jobs(ours)
+            if self.helper_unreachable:
                 return progress
-            except StorageConflict:
-                # Our lease had expired and another driver finished the job first.
-                log.info("aggregation job %s was finished by another worker", job_id.hex())
-                progress = True
+            if len(ours) < len(leased):
+                break  # we would lease the foreign jobs again first
         for record in self.store.acquire_collections(self.worker_id, self.lease_seconds, 16):
             if self.should_stop():
                 return progress
@@ -294,6 +311,58 @@ class Leader(AggregatorBase):
                 log.info("collection job %s advanced by another worker", record.job_id.hex())
         return progress
 
+    def _run_aggregation_jobs(self, jobs: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Run leased jobs as a pipeline: the leader opens and verifies job
+        i + 1 while the helper verifies job i (the two sides take about as
+        long per job, and the driver would otherwise wait for the helper half
+        of the time). True if a job was finished.
+
+        At the first job the helper cannot take, sets `helper_unreachable`
+        and stops: the unfinished jobs stay leased to this driver, which takes
+        them up again on its next pass (the helper answers a job it has
+        already run with its stored answer)."""
+        progress = False
+        sent: tuple[_PreparedJob, Future[list[VerifyResult]]] | None = None
+        try:
+            for task_id, job_id in jobs:
+                if self.should_stop():
+                    break
+                job = self._prepare_job(task_id, job_id)
+                if sent is not None:
+                    progress |= self._settle(*sent)
+                    sent = None
+                    if self.helper_unreachable:
+                        return progress
+                sent = (job, self._helper_calls.submit(self._ask_helper, job))
+            if sent is not None:
+                progress |= self._settle(*sent)
+                sent = None
+        finally:
+            if sent is not None:
+                # An error ends the pass: the job at the helper stays open, and
+                # no call of this driver outlives it.
+                wait([sent[1]])
+        return progress
+
+    def _settle(self, job: _PreparedJob, answer: Future[list[VerifyResult]]) -> bool:
+        """Finish a job with the helper's answer; True if it is finished."""
+        try:
+            self._finish_job(job, answer.result())
+            return True
+        except Unavailable as e:
+            log.warning(
+                "aggregation job %s waits for the helper: %s",
+                job.job_id.hex(),
+                e,
+                extra={"task_id": job.task.id_text, "job_id": job.job_id.hex()},
+            )
+            self.helper_unreachable = True
+            return False
+        except StorageConflict:
+            # Our lease had expired and another driver finished the job first.
+            log.info("aggregation job %s was finished by another worker", job.job_id.hex())
+            return True
+
     def _open_leader_share(self, task: Task, r: StoredReport) -> tuple[str | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
@@ -307,10 +376,13 @@ class Leader(AggregatorBase):
 
         The job's reports are verified together on the batched path: one
         bad report is rejected alone and never spoils the others."""
+        job = self._prepare_job(task_id, job_id)
+        self._finish_job(job, self._ask_helper(job))
+
+    def _prepare_job(self, task_id: bytes, job_id: bytes) -> _PreparedJob:
+        """The leader's first step of a job: open and verify its shares."""
         task = self.tasks[task_id]
-        vdaf = self.vdafs[task_id]
         batch = self.batch_vdafs[task_id]
-        ctx = vdaf_ctx(task_id)
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
         outcomes: dict[bytes, str | None] = {}
@@ -326,7 +398,7 @@ class Leader(AggregatorBase):
         assert task.verify_key is not None
         init = batch.verify_init_batch(
             task.verify_key,
-            ctx,
+            vdaf_ctx(task_id),
             0,
             [r.report_id for r in opened],
             [r.public_share for r in opened],
@@ -344,57 +416,77 @@ class Leader(AggregatorBase):
             items.append(
                 VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, verifier_share)
             )
-        accepted: list[tuple[int, bytes, list[int]]] = []
         if items:
             # Verification took a while: hold on to the job for the helper's round trip.
             self.store.renew_aggregation_job(task_id, job_id, self.worker_id, self.lease_seconds)
-            try:
-                results = self.helper.aggregate(task, job_id, items)
-            except Unavailable:
-                if self.metrics is not None:
-                    self.metrics.aggregation_jobs.labels("helper_unavailable").inc()
-                raise
-            if [x.report_id for x in results] != [x.report_id for x in items]:
+        return _PreparedJob(
+            task, job_id, began, len(reports), opened, init, items, row_of, outcomes
+        )
+
+    def _ask_helper(self, job: _PreparedJob) -> list[VerifyResult]:
+        """The helper's step of a job (nothing to ask if the leader rejected every report)."""
+        if not job.items:
+            return []
+        try:
+            return self.helper.aggregate(job.task, job.job_id, job.items)
+        except Unavailable:
+            if self.metrics is not None:
+                self.metrics.aggregation_jobs.labels("helper_unavailable").inc()
+            raise
+
+    def _finish_job(self, job: _PreparedJob, results: Sequence[VerifyResult]) -> None:
+        """The leader's last step of a job: check the helper's verifier messages,
+        then store the outcomes and add the accepted output shares."""
+        task = job.task
+        vdaf = self.vdafs[task.task_id]
+        outcomes = dict(job.outcomes)
+        accepted: list[tuple[int, bytes, list[int]]] = []
+        if job.items:
+            if [x.report_id for x in results] != [x.report_id for x in job.items]:
                 raise Unavailable("the helper answered for other reports than it was sent")
-            messages: list[bytes | None] = [None] * len(opened)
+            messages: list[bytes | None] = [None] * len(job.opened)
             for res in results:
                 if res.verifier_message is None:
                     outcomes[res.report_id] = res.reject or REPORT_DROPPED
                 else:
-                    messages[row_of[res.report_id]] = res.verifier_message
-            out = batch.verify_next_batch(ctx, init.state, messages)
+                    messages[job.row_of[res.report_id]] = res.verifier_message
+            out = self.batch_vdafs[task.task_id].verify_next_batch(
+                vdaf_ctx(task.task_id), job.init.state, messages
+            )
             for res in results:
                 if res.verifier_message is None:
                     continue
-                i = row_of[res.report_id]
+                i = job.row_of[res.report_id]
                 error = out.errors[i]
                 if error is not None:
                     outcomes[res.report_id] = rejection_reason(error)
                     continue
                 outcomes[res.report_id] = None
-                accepted.append((task.bucket(opened[i].time), res.report_id, out.out_share(i)))
+                accepted.append((task.bucket(job.opened[i].time), res.report_id, out.out_share(i)))
         # What this job adds; the store adds it to the buckets under its lock,
         # since other workers may be finishing jobs over the same buckets.
         deltas = accumulate(vdaf, {}, accepted)
-        self.store.finish_aggregation_job(task_id, job_id, outcomes, deltas, share_merge(vdaf))
+        self.store.finish_aggregation_job(
+            task.task_id, job.job_id, outcomes, deltas, share_merge(vdaf)
+        )
         rejected = sum(1 for v in outcomes.values() if v is not None)
         if self.metrics is not None:
             m = self.metrics
             m.aggregation_jobs.labels("finished").inc()
-            elapsed = time.monotonic() - began
+            elapsed = time.monotonic() - job.began
             m.aggregation_job_seconds.observe(elapsed)
-            if reports:
-                m.verify_seconds_per_report.observe(elapsed / len(reports))
+            if job.report_count:
+                m.verify_seconds_per_report.observe(elapsed / job.report_count)
             m.reports_accepted.labels(task.id_text).inc(len(accepted))
             for reason in outcomes.values():
                 if reason is not None:
                     m.reports_rejected.labels(task.id_text, reason).inc()
         log.info(
             "aggregation job %s: %d aggregated, %d rejected",
-            job_id.hex(),
+            job.job_id.hex(),
             len(accepted),
             rejected,
-            extra={"task_id": task.id_text, "job_id": job_id.hex()},
+            extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
         )
 
     def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
