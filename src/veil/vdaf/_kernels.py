@@ -29,6 +29,8 @@ _inline = nb.njit(inline="always")
 # veil.vdaf.kernels does under an inter-process lock.
 _A3 = "int64[:, :, :]"
 _A4 = "int64[:, :, :, :]"
+# C-contiguous: lets the compiler vectorise loops along the last axis.
+_C3 = "int64[:, :, ::1]"
 
 
 @_inline
@@ -282,10 +284,10 @@ def _store_columns(acc, out, r):
         out[3, r, y] = x3
 
 
-@nb.njit(f"void({_A3}, {_A3}, {_A3})", cache=True)
+@nb.njit(f"void({_C3}, {_C3}, {_C3})", cache=True)
 def matvec128(x, e, out):
     """``out[:, r] = x[:, r] @ E`` for rows ``x`` (4, R, K) and a matrix
-    ``e`` (4, K, J), in limbs. Each non-zero entry of a row adds its
+    ``e`` (4, K, J), in limbs, all three C-contiguous. Each non-zero entry of a row adds its
     products with a row of E to column sums, in a loop over E's row that
     the compiler vectorises; small entries (``u`` or ``p - u`` for
     ``u < 2^31``: the prover's bits and ``x - 1``) take four limb products

@@ -119,7 +119,7 @@ class _Extension:
                 unit[k] = 1
                 on_domain = ntt(field, inv_ntt(field, unit), domain)
                 rows.append([on_domain[i * s + c] for c in range(1, s) for i in range(wire_len)])
-            self.rows = vf.from_ints(rows)  # (P, J)
+            self.rows = np.ascontiguousarray(vf.from_ints(rows))  # (P, J)
             obj = np.array(rows, dtype=object)
             self.row_limbs = np.stack(
                 [((obj >> (16 * b)) & 0xFFFF).astype(np.float64) for b in range(8)], axis=-1
@@ -145,7 +145,7 @@ class _Extension:
     def _matvec(self, flat: Arr) -> Arr:
         assert self.rows is not None
         out = np.empty((4, flat.shape[1], self.rows.shape[-1]), dtype=np.int64)
-        kernels().matvec128(flat, self.rows, out)
+        kernels().matvec128(np.ascontiguousarray(flat), self.rows, out)
         return out
 
     def _others(self, flat: Arr) -> Arr:

@@ -41,7 +41,7 @@ class Kernels:
     dot128: Any
     # Field128: rows (4, R, K) times a matrix (4, K, J) into out (4, R, J),
     # zero entries skipped and small ones cheap (a compiled function, not a
-    # ufunc: no broadcasting).
+    # ufunc: no broadcasting; all three C-contiguous).
     matvec128: Any
     # Field128: four limb arrays -> the reduced representative's limbs.
     canonical128: Any
