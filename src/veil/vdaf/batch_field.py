@@ -21,9 +21,7 @@ reduction:
   limbs at ``2^160``, ``2^192`` and ``2^224`` fold the same way.
 
 Sums, differences, products and dot products are compiled kernels
-(``veil.vdaf.kernels``, numba); the remaining NumPy operations run in
-cache-sized blocks (``BLOCK``), several times faster when their temporaries
-stay in cache.
+(``veil.vdaf.kernels``, numba).
 
 Field64 inputs must be reduced and Field128 limbs in range; nothing checks
 that except the decoders, which report unreduced encodings per element.
@@ -32,7 +30,7 @@ that except the decoders, which report unreduced encodings per element.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -119,85 +117,34 @@ class VecField(ABC):
 
     # -- arithmetic -----------------------------------------------------------
 
-    # Elements per block of the elementwise operations. Each operation is
-    # tens of NumPy passes over its operands; blocks this size keep the
-    # temporaries in cache (several times faster than whole large arrays)
-    # while the per-call overhead stays small.
-    BLOCK: ClassVar[int] = 1 << 14
+    # Sums, differences, products and dot products are compiled kernels
+    # (``veil.vdaf.kernels``) in each field: they broadcast like NumPy.
 
     @classmethod
-    def _first(cls, a: Arr, ndim: int, part: slice) -> Arr:
-        """``a`` restricted to ``part`` of the first of ``ndim`` element
-        axes, unless ``a`` broadcasts along it."""
-        shape = cls.elem_shape(a)
-        if len(shape) < ndim or shape[0] == 1:
-            return a
-        return a[part] if cls.ENCODED_SIZE == 8 else a[:, part]
+    @abstractmethod
+    def add(cls, a: Arr, b: Arr) -> Arr: ...
 
     @classmethod
-    def _blocked(
-        cls, fn: Callable[..., Arr], args: Sequence[Arr], reduces_first: bool = False
-    ) -> Arr:
-        shape = np.broadcast_shapes(*(cls.elem_shape(a) for a in args))
-        total = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if total <= cls.BLOCK or reduces_first or shape[0] <= 1:
-            return fn(*args)
-        step = max(1, cls.BLOCK // (total // shape[0]))
-        if step >= shape[0]:
-            return fn(*args)
-        parts = [
-            fn(*(cls._first(a, len(shape), slice(i, i + step)) for a in args))
-            for i in range(0, shape[0], step)
-        ]
-        out_ndim = len(cls.elem_shape(parts[0]))
-        return cls.concat(parts, axis=-out_ndim)
+    @abstractmethod
+    def sub(cls, a: Arr, b: Arr) -> Arr: ...
 
     @classmethod
-    def add(cls, a: Arr, b: Arr) -> Arr:
-        return cls._blocked(cls._add, (a, b))
+    @abstractmethod
+    def neg(cls, a: Arr) -> Arr: ...
 
     @classmethod
-    def sub(cls, a: Arr, b: Arr) -> Arr:
-        return cls._blocked(cls._sub, (a, b))
+    @abstractmethod
+    def mul(cls, a: Arr, b: Arr) -> Arr: ...
 
     @classmethod
-    def neg(cls, a: Arr) -> Arr:
-        return cls._blocked(cls._neg, (a,))
-
-    @classmethod
-    def mul(cls, a: Arr, b: Arr) -> Arr:
-        return cls._blocked(cls._mul, (a, b))
-
-    @classmethod
+    @abstractmethod
     def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
         """``sum(a * b)`` along an element axis (negative; operands broadcast)."""
-        ndim = len(np.broadcast_shapes(cls.elem_shape(a), cls.elem_shape(b)))
-        return cls._blocked(lambda x, y: cls._dot(x, y, axis), (a, b), reduces_first=axis == -ndim)
-
-    @classmethod
-    @abstractmethod
-    def _add(cls, a: Arr, b: Arr) -> Arr: ...
-
-    @classmethod
-    @abstractmethod
-    def _sub(cls, a: Arr, b: Arr) -> Arr: ...
-
-    @classmethod
-    @abstractmethod
-    def _neg(cls, a: Arr) -> Arr: ...
-
-    @classmethod
-    @abstractmethod
-    def _mul(cls, a: Arr, b: Arr) -> Arr: ...
 
     @classmethod
     @abstractmethod
     def sum(cls, a: Arr, axis: int = -1) -> Arr:
         """Sum along an element axis (negative), reduced."""
-
-    @classmethod
-    def _dot(cls, a: Arr, b: Arr, axis: int) -> Arr:
-        return cls.sum(cls._mul(a, b), axis)
 
     @classmethod
     def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
@@ -314,35 +261,16 @@ class VecField64(VecField):
     def select(cls, mask: Arr, a: Arr, b: Arr) -> Arr:
         return np.where(mask, a, b)
 
-    # Sums, differences and products are compiled ufuncs (``kernels``):
-    # they broadcast and need no blocking.
-
     @classmethod
     def add(cls, a: Arr, b: Arr) -> Arr:
-        return cls._add(a, b)
-
-    @classmethod
-    def sub(cls, a: Arr, b: Arr) -> Arr:
-        return cls._sub(a, b)
-
-    @classmethod
-    def mul(cls, a: Arr, b: Arr) -> Arr:
-        return cls._mul(a, b)
-
-    @classmethod
-    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
-        return cls._dot(a, b, axis)
-
-    @classmethod
-    def _add(cls, a: Arr, b: Arr) -> Arr:
         return np.asarray(kernels().add64(a, b))
 
     @classmethod
-    def _sub(cls, a: Arr, b: Arr) -> Arr:
+    def sub(cls, a: Arr, b: Arr) -> Arr:
         return np.asarray(kernels().sub64(a, b))
 
     @classmethod
-    def _neg(cls, a: Arr) -> Arr:
+    def neg(cls, a: Arr) -> Arr:
         return np.where(a == 0, a, cls._P - a)
 
     @classmethod
@@ -362,11 +290,11 @@ class VecField64(VecField):
         return r
 
     @classmethod
-    def _mul(cls, a: Arr, b: Arr) -> Arr:
+    def mul(cls, a: Arr, b: Arr) -> Arr:
         return np.asarray(kernels().mul64(a, b))
 
     @classmethod
-    def _dot(cls, a: Arr, b: Arr, axis: int) -> Arr:
+    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
         a, b = _core_last(a, b, axis)
         return np.asarray(kernels().dot64(a, b))
 
@@ -488,30 +416,6 @@ class VecField128(VecField):
         kernels().canonical128(a[0], a[1], a[2], a[3], *_limb_views(out))
         return out
 
-    # Sums, differences, products and dot products are compiled kernels
-    # (``kernels``) over the four limb arrays: they broadcast and need no
-    # blocking.
-
-    @classmethod
-    def add(cls, a: Arr, b: Arr) -> Arr:
-        return cls._add(a, b)
-
-    @classmethod
-    def sub(cls, a: Arr, b: Arr) -> Arr:
-        return cls._sub(a, b)
-
-    @classmethod
-    def neg(cls, a: Arr) -> Arr:
-        return cls._neg(a)
-
-    @classmethod
-    def mul(cls, a: Arr, b: Arr) -> Arr:
-        return cls._mul(a, b)
-
-    @classmethod
-    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
-        return cls._dot(a, b, axis)
-
     @staticmethod
     def _limbwise(kernel: Any, a: Arr, b: Arr) -> Arr:
         out = np.empty((4, *np.broadcast_shapes(a.shape[1:], b.shape[1:])), dtype=np.int64)
@@ -519,15 +423,15 @@ class VecField128(VecField):
         return out
 
     @classmethod
-    def _add(cls, a: Arr, b: Arr) -> Arr:
+    def add(cls, a: Arr, b: Arr) -> Arr:
         return cls._limbwise(kernels().add128, a, b)
 
     @classmethod
-    def _sub(cls, a: Arr, b: Arr) -> Arr:
+    def sub(cls, a: Arr, b: Arr) -> Arr:
         return cls._limbwise(kernels().sub128, a, b)
 
     @classmethod
-    def _neg(cls, a: Arr) -> Arr:
+    def neg(cls, a: Arr) -> Arr:
         return cls._limbwise(kernels().sub128, cls.constant(0), a)
 
     @classmethod
@@ -542,18 +446,18 @@ class VecField128(VecField):
         )
 
     @classmethod
-    def _mul(cls, a: Arr, b: Arr) -> Arr:
+    def mul(cls, a: Arr, b: Arr) -> Arr:
         return cls._limbwise(kernels().mul128, a, b)
 
     @classmethod
-    def _dot(cls, a: Arr, b: Arr, axis: int) -> Arr:
+    def dot(cls, a: Arr, b: Arr, axis: int = -1) -> Arr:
         # Lazy reduction: the kernel sums each column of the products'
         # 32-bit limbs (< 2^32 per term), reduced once here. Folding
         # multiplies by < 2^10 and _normalize takes < 2^61: fine below 2^18
         # terms.
         a, b = _core_last(a, b, axis)
         if a.shape[-1] >= 1 << 18:
-            return cls.sum(cls._mul(a, b), -1)
+            return cls.sum(cls.mul(a, b), -1)
         cols = [
             np.empty(np.broadcast_shapes(a.shape[1:-1], b.shape[1:-1]), np.int64) for _ in range(8)
         ]
