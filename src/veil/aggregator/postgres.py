@@ -41,6 +41,7 @@ from psycopg_pool import ConnectionPool
 
 from veil.aggregator.storage import (
     AGGREGATED,
+    COLLECTION_COLS,
     IN_JOB,
     KEY_ACTIVE,
     KEY_EXPIRED,
@@ -56,6 +57,8 @@ from veil.aggregator.storage import (
     StorageConflict,
     StoredReport,
     _check_collection_update,
+    collection_from_row,
+    collection_values,
     gc_statements,
     merge_aggregate,
     pack_ct,
@@ -208,45 +211,6 @@ def _aggregate(row: Sequence[Any]) -> BatchAggregate:
     b, s, n, c, w = row
     return BatchAggregate(
         int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
-    )
-
-
-_COLLECTION_COLS = (
-    "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
-    " helper_ct, error_code, error_message"
-)
-
-
-def _collection(row: Sequence[Any]) -> CollectionRecord:
-    t, j, s, d, st, n, c, lc, hc, ec, em = row
-    return CollectionRecord(
-        bytes(t),
-        bytes(j),
-        int(s),
-        int(d),
-        str(st),
-        int(n),
-        bytes(c),
-        None if lc is None else unpack_ct(bytes(lc)),
-        None if hc is None else unpack_ct(bytes(hc)),
-        int(ec),
-        str(em),
-    )
-
-
-def _collection_values(r: CollectionRecord) -> tuple[object, ...]:
-    return (
-        r.task_id,
-        r.job_id,
-        r.start,
-        r.duration,
-        r.state,
-        r.report_count,
-        r.checksum,
-        None if r.leader_ct is None else pack_ct(r.leader_ct),
-        None if r.helper_ct is None else pack_ct(r.helper_ct),
-        r.error_code,
-        r.error_message,
     )
 
 
@@ -520,18 +484,18 @@ class PostgresDatastore:
 
         def work(db: Conn) -> CollectionRecord:
             row = db.execute(
-                f"SELECT {_COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
                 (record.task_id, record.job_id),
             ).fetchone()
             if row is not None:
-                old = _collection(row)
+                old = collection_from_row(row)
                 if (old.start, old.duration) != (record.start, record.duration):
                     raise StorageConflict("collection job id reused for another interval")
                 return old
             db.execute(
-                f"INSERT INTO collections ({_COLLECTION_COLS}, created)"
+                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*_collection_values(record), _time.time()),
+                (*collection_values(record), _time.time()),
             )
             return record
 
@@ -540,20 +504,20 @@ class PostgresDatastore:
     def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
         row = self._run(
             lambda db: db.execute(
-                f"SELECT {_COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
                 (task_id, job_id),
             ).fetchone()
         )
-        return None if row is None else _collection(row)
+        return None if row is None else collection_from_row(row)
 
     def pending_collections(self) -> list[CollectionRecord]:
         rows = self._run(
             lambda db: db.execute(
-                f"SELECT {_COLLECTION_COLS} FROM collections WHERE state = 'pending'"
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE state = 'pending'"
                 " ORDER BY created"
             ).fetchall()
         )
-        return [_collection(r) for r in rows]
+        return [collection_from_row(r) for r in rows]
 
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
@@ -564,11 +528,11 @@ class PostgresDatastore:
                 " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
                 " SELECT task_id, job_id FROM collections WHERE state = 'pending'"
                 f" AND (lease_expiry < {_NOW} OR lease_owner = %s) ORDER BY created LIMIT %s"
-                f" FOR UPDATE SKIP LOCKED) RETURNING {_COLLECTION_COLS}, created",
+                f" FOR UPDATE SKIP LOCKED) RETURNING {COLLECTION_COLS}, created",
                 (owner, lease_seconds, owner, limit),
             ).fetchall()
         )
-        return [_collection(r[:-1]) for r in sorted(rows, key=lambda r: r[-1])]
+        return [collection_from_row(r[:-1]) for r in sorted(rows, key=lambda r: r[-1])]
 
     @staticmethod
     def _update_collection(db: Conn, record: CollectionRecord) -> None:
@@ -582,7 +546,7 @@ class PostgresDatastore:
         _check_collection_update(
             None if row[0] is None else unpack_ct(bytes(row[0])), str(row[1]), record
         )
-        _, _, _, _, *values = _collection_values(record)
+        _, _, _, _, *values = collection_values(record)
         db.execute(
             "UPDATE collections SET state = %s, report_count = %s, checksum = %s,"
             " leader_ct = %s, helper_ct = %s, error_code = %s, error_message = %s"
@@ -699,9 +663,9 @@ class PostgresDatastore:
                 step,
             )
             db.execute(
-                f"INSERT INTO collections ({_COLLECTION_COLS}, created)"
+                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*_collection_values(record), _time.time()),
+                (*collection_values(record), _time.time()),
             )
 
         self._run(work)
@@ -861,12 +825,12 @@ class PostgresDatastore:
     def collections(self, task_id: bytes) -> list[CollectionRecord]:
         rows = self._run(
             lambda db: db.execute(
-                f"SELECT {_COLLECTION_COLS} FROM collections WHERE task_id = %s"
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s"
                 " ORDER BY created, job_id",
                 (task_id,),
             ).fetchall()
         )
-        return [_collection(r) for r in rows]
+        return [collection_from_row(r) for r in rows]
 
 
 # --------------------------------------------------------------------------- ledger

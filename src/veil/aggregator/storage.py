@@ -152,6 +152,47 @@ class GcResult:
         )
 
 
+# The collections table's columns, in CollectionRecord's field order, as
+# both backends read and write them.
+COLLECTION_COLS = (
+    "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
+    " helper_ct, error_code, error_message"
+)
+
+
+def collection_from_row(row: Sequence[Any]) -> CollectionRecord:
+    t, j, s, d, st, n, c, lc, hc, ec, em = row
+    return CollectionRecord(
+        bytes(t),
+        bytes(j),
+        int(s),
+        int(d),
+        str(st),
+        int(n),
+        bytes(c),
+        None if lc is None else unpack_ct(bytes(lc)),
+        None if hc is None else unpack_ct(bytes(hc)),
+        int(ec),
+        str(em),
+    )
+
+
+def collection_values(r: CollectionRecord) -> tuple[object, ...]:
+    return (
+        r.task_id,
+        r.job_id,
+        r.start,
+        r.duration,
+        r.state,
+        r.report_count,
+        r.checksum,
+        None if r.leader_ct is None else pack_ct(r.leader_ct),
+        None if r.helper_ct is None else pack_ct(r.helper_ct),
+        r.error_code,
+        r.error_message,
+    )
+
+
 class Datastore(Protocol):
     """What the leader and helper logic need from storage."""
 
@@ -704,44 +745,6 @@ class SqliteDatastore:
         )
         return int(row[0])
 
-    @staticmethod
-    def _collection_row(row: Sequence[Any]) -> CollectionRecord:
-        t, j, s, d, st, n, c, lc, hc, ec, em = row
-        return CollectionRecord(
-            bytes(t),
-            bytes(j),
-            int(s),
-            int(d),
-            str(st),
-            int(n),
-            bytes(c),
-            None if lc is None else unpack_ct(bytes(lc)),
-            None if hc is None else unpack_ct(bytes(hc)),
-            int(ec),
-            str(em),
-        )
-
-    _COLLECTION_COLS = (
-        "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
-        " helper_ct, error_code, error_message"
-    )
-
-    @staticmethod
-    def _collection_values(r: CollectionRecord) -> tuple[object, ...]:
-        return (
-            r.task_id,
-            r.job_id,
-            r.start,
-            r.duration,
-            r.state,
-            r.report_count,
-            r.checksum,
-            None if r.leader_ct is None else pack_ct(r.leader_ct),
-            None if r.helper_ct is None else pack_ct(r.helper_ct),
-            r.error_code,
-            r.error_message,
-        )
-
     def put_collection(self, record: CollectionRecord) -> CollectionRecord:
         """Insert a collection job, or return the stored one with the same id.
 
@@ -749,18 +752,18 @@ class SqliteDatastore:
         """
         with self._tx() as db:
             row = db.execute(
-                f"SELECT {self._COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
                 (record.task_id, record.job_id),
             ).fetchone()
             if row is not None:
-                old = self._collection_row(row)
+                old = collection_from_row(row)
                 if (old.start, old.duration) != (record.start, record.duration):
                     raise StorageConflict("collection job id reused for another interval")
                 return old
             db.execute(
-                f"INSERT INTO collections ({self._COLLECTION_COLS}, created)"
+                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*self._collection_values(record), _time.time()),
+                (*collection_values(record), _time.time()),
             )
             return record
 
@@ -768,19 +771,18 @@ class SqliteDatastore:
         row = (
             self._conn()
             .execute(
-                f"SELECT {self._COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
                 (task_id, job_id),
             )
             .fetchone()
         )
-        return None if row is None else self._collection_row(row)
+        return None if row is None else collection_from_row(row)
 
     def pending_collections(self) -> list[CollectionRecord]:
         rows = self._conn().execute(
-            f"SELECT {self._COLLECTION_COLS} FROM collections"
-            " WHERE state = 'pending' ORDER BY created"
+            f"SELECT {COLLECTION_COLS} FROM collections WHERE state = 'pending' ORDER BY created"
         )
-        return [self._collection_row(r) for r in rows]
+        return [collection_from_row(r) for r in rows]
 
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
@@ -789,11 +791,11 @@ class SqliteDatastore:
         now = _time.time()
         with self._tx() as db:
             rows = db.execute(
-                f"SELECT {self._COLLECTION_COLS} FROM collections WHERE state = 'pending'"
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE state = 'pending'"
                 " AND (lease_expiry < ? OR lease_owner = ?) ORDER BY created LIMIT ?",
                 (now, owner, limit),
             ).fetchall()
-            records = [self._collection_row(r) for r in rows]
+            records = [collection_from_row(r) for r in rows]
             db.executemany(
                 "UPDATE collections SET lease_owner = ?, lease_expiry = ?,"
                 " attempts = attempts + 1 WHERE task_id = ? AND job_id = ?",
@@ -816,7 +818,7 @@ class SqliteDatastore:
         _check_collection_update(
             None if row[0] is None else unpack_ct(bytes(row[0])), str(row[1]), record
         )
-        _, _, _, _, *values = self._collection_values(record)
+        _, _, _, _, *values = collection_values(record)
         db.execute(self._COLLECTION_UPDATE, (*values, record.task_id, record.job_id))
 
     def update_collection(self, record: CollectionRecord) -> None:
@@ -934,9 +936,9 @@ class SqliteDatastore:
                 step,
             )
             db.execute(
-                f"INSERT INTO collections ({self._COLLECTION_COLS}, created)"
+                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*self._collection_values(record), _time.time()),
+                (*collection_values(record), _time.time()),
             )
 
     # --- operations: keys, garbage collection, status ----------------------
@@ -1081,8 +1083,7 @@ class SqliteDatastore:
 
     def collections(self, task_id: bytes) -> list[CollectionRecord]:
         rows = self._conn().execute(
-            f"SELECT {self._COLLECTION_COLS} FROM collections WHERE task_id = ?"
-            " ORDER BY created, job_id",
+            f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? ORDER BY created, job_id",
             (task_id,),
         )
-        return [self._collection_row(r) for r in rows]
+        return [collection_from_row(r) for r in rows]
