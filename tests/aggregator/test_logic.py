@@ -26,7 +26,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import StoredReport
+from veil.aggregator.storage import CollectionRecord, StoredReport
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeConfig, input_share_info, seal
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
@@ -104,6 +104,16 @@ class World:
         ]
         return StoredReport(rid, t, ps_bytes, cts[0], cts[1])
 
+    def collect(self) -> CollectionRecord:
+        """Ask for the batch [T, T + TP) and drive the leader until it is done."""
+        task_id = self.files.client.task_id
+        token = self.files.collector.collector_token
+        job = secrets.token_bytes(16)
+        self.leader.create_collection(task_id, token, job, T, TP)
+        while self.leader.run_once():
+            pass
+        return self.leader.get_collection(task_id, token, job)
+
 
 @pytest.fixture
 def world(backend: Backend) -> World:
@@ -145,13 +155,9 @@ def test_aggregation_and_collection_in_process(world: World) -> None:
     while world.leader.run_once():
         pass
     assert world.link.calls == 3  # 10 reports in jobs of 4
-    token = world.files.collector.collector_token
-    job = secrets.token_bytes(16)
-    world.leader.create_collection(task_id, token, job, T, TP)
-    while world.leader.run_once():
-        pass
-    record = world.leader.get_collection(task_id, token, job)
+    record = world.collect()
     assert (record.state, record.report_count) == ("finished", 10)
+    job = record.job_id
     with pytest.raises(Unauthenticated):
         world.leader.get_collection(task_id, "wrong", job)
     with pytest.raises(Unauthenticated):
@@ -220,12 +226,7 @@ def test_helper_unreachable_mid_pipeline(world: World) -> None:
     while world.leader.run_once():
         pass
     assert not world.leader.helper_unreachable
-    token = world.files.collector.collector_token
-    job = secrets.token_bytes(16)
-    world.leader.create_collection(task_id, token, job, T, TP)
-    while world.leader.run_once():
-        pass
-    record = world.leader.get_collection(task_id, token, job)
+    record = world.collect()
     assert (record.state, record.report_count) == ("finished", 12)
 
 
@@ -362,24 +363,15 @@ def test_hpke_config_is_stable_across_restarts(backend: Backend, world: World) -
 
 def test_failed_collection_reopens_the_batch(world: World) -> None:
     task_id = world.files.client.task_id
-    token = world.files.collector.collector_token
     good = world.report(4)
     bad = world.report(5)
     bad = replace(bad, leader_ct=replace(bad.leader_ct, payload=bytes(len(bad.leader_ct.payload))))
     world.leader.upload(task_id, [good, bad])
-    job = secrets.token_bytes(16)
-    world.leader.create_collection(task_id, token, job, T, TP)  # 2 reports stored
-    while world.leader.run_once():
-        pass
-    failed = world.leader.get_collection(task_id, token, job)
+    failed = world.collect()  # 2 reports stored
     assert failed.state == "failed" and "min_batch_size" in failed.error_message
     # Nothing left the batch: it is open for more reports and a new collection.
     world.leader.upload(task_id, [world.report(6)])
-    job2 = secrets.token_bytes(16)
-    world.leader.create_collection(task_id, token, job2, T, TP)
-    while world.leader.run_once():
-        pass
-    done = world.leader.get_collection(task_id, token, job2)
+    done = world.collect()
     assert (done.state, done.report_count) == ("finished", 2)
     assert world.leader_store.rejections(task_id) == {"hpke_decrypt_error": 1}
 
