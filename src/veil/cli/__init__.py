@@ -1,0 +1,46 @@
+"""The `veil` command: one module per group of users.
+
+- `operator`: the survey operator (demo, simulate, survey deploy, collect);
+- `respondent`: respondents and client apps (upload);
+- `server`: the operators of the leader and the helper (servers, status, gc, keys);
+- `setup`: task set-up by hand (task new).
+
+Each module registers its own subcommands and handlers; this one only wires them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from veil.cli import operator, respondent, server, setup
+
+
+def _version() -> str:
+    try:
+        return version("veil")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="veil", description="veil: private aggregation with differentially private output"
+    )
+    parser.add_argument("--version", action="version", version=f"veil {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    survey = commands.add_parser("survey", help="surveys: deploy, and more").add_subparsers(
+        dest="survey_command", required=True
+    )
+    operator.register(commands, survey)
+    respondent.register(commands)
+    setup.register(commands)
+    server.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.func(args)
+    return result

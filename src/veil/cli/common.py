@@ -1,0 +1,64 @@
+"""What the command modules share: logging, task files, output style."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from veil.task import Task, TaskError, load_task
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def status_printer(quiet: bool) -> Callable[[str], None]:
+    """Status lines go to stderr, and not at all with --json."""
+
+    def say(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr)
+
+    return say
+
+
+def print_results(results: list[Any], as_json: bool) -> None:
+    from veil.report import format_table, to_json
+
+    print(to_json(results) if as_json else format_table(results))
+
+
+def tune_for_throughput() -> None:
+    """Process-wide settings for the batched VDAF path (see veil.tuning):
+    recycle freed arrays, and one BLAS thread (parallelism is per process)."""
+    from veil.tuning import limit_blas_threads, tune_allocator
+
+    tune_allocator()
+    limit_blas_threads(1)
+
+
+def load_task_file(path: str) -> Task:
+    try:
+        return load_task(Path(path))
+    except (OSError, TaskError) as e:
+        raise SystemExit(f"veil: {e}") from None
+
+
+def read_pem(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def number(x: Any) -> Any:
+    """A Fraction as an int when whole, else a float (for JSON output)."""
+    if isinstance(x, list):
+        return [number(v) for v in x]
+    if isinstance(x, Fraction):
+        return int(x) if x.denominator == 1 else float(x)
+    return x

@@ -1,0 +1,211 @@
+"""For the survey operator: `veil demo`, `veil simulate`, `veil survey deploy`, `veil collect`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from veil.cli.common import (
+    load_task_file,
+    number,
+    print_results,
+    read_pem,
+    setup_logging,
+    status_printer,
+    tune_for_throughput,
+)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The example survey, simulated end to end through real servers."""
+    from veil.demo import example_survey, run_survey
+    from veil.logs import configure_logging
+
+    # The servers log to their own files; here only errors would matter.
+    configure_logging("error")
+    tune_for_throughput()
+    survey = example_survey()
+    say = status_printer(args.json)
+    say(
+        f"veil demo: {args.respondents} simulated respondents answer {len(survey.questions)}"
+        f" questions (total epsilon {survey.epsilon}, {survey.mechanism} noise)"
+    )
+    started = time.perf_counter()
+    try:
+        results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
+    except ValueError as e:
+        print(f"veil demo: {e}", file=sys.stderr)
+        return 2
+    print_results(results, args.json)
+    say(f"done in {time.perf_counter() - started:.1f} s; temporary files removed")
+    return 0
+
+
+def cmd_survey_deploy(args: argparse.Namespace) -> int:
+    from veil.deploy import DeployError, deploy_survey
+    from veil.survey import SurveyError, load_survey
+
+    try:
+        survey = load_survey(args.survey)
+        text = Path(args.survey).read_text(encoding="utf-8")
+        dep = deploy_survey(
+            survey,
+            text,
+            Path(args.out),
+            args.leader,
+            args.helper,
+            tls=not args.no_tls,
+            time_precision=args.time_precision,
+        )
+    except (SurveyError, DeployError, OSError) as e:
+        print(f"veil survey deploy: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote the deployment of {survey.name!r} ({len(survey.questions)} tasks) to {dep.out}:")
+    print(
+        f"  {dep.leader_config.parent}/   to the leader's operator:  veil leader --config "
+        f"{dep.leader_config}"
+    )
+    print(
+        f"  {dep.helper_config.parent}/   to the helper's operator:  veil helper --config "
+        f"{dep.helper_config}"
+    )
+    print(f"  {dep.collector_dir}/   stays with the survey operator (collector keys and tokens)")
+    print(f"  {dep.client_dir}/   public: ships with the client app")
+    if not args.no_tls:
+        print(
+            "Each server directory has an empty tls/ folder: see the README section"
+            " 'Deploying a survey across two organisations' for the certificates."
+        )
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """A user's survey, simulated end to end through real servers."""
+    from fractions import Fraction
+
+    from veil.demo import load, run_survey, with_epsilon
+    from veil.logs import configure_logging
+    from veil.report import plot_results, plot_sweep
+    from veil.survey import SurveyError
+
+    configure_logging("error")
+    tune_for_throughput()
+    try:
+        survey = load(args.survey)
+        if args.epsilon is not None:
+            survey = with_epsilon(survey, Fraction(args.epsilon))
+    except (SurveyError, ValueError, ZeroDivisionError) as e:
+        print(f"veil simulate: {e}", file=sys.stderr)
+        return 2
+    say = status_printer(args.json)
+    try:
+        if args.sweep_epsilon:
+            sweep = []
+            for eps in args.sweep_epsilon:
+                say(f"epsilon = {eps}")
+                scaled = with_epsilon(survey, Fraction(eps))
+                sweep.append(
+                    (float(Fraction(eps)), run_survey(scaled, args.respondents, progress=False))
+                )
+            out = args.plot or "sweep.png"
+            plot_sweep(sweep, out)
+            say(f"wrote {out}")
+            return 0
+        results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
+    except ValueError as e:
+        print(f"veil simulate: {e}", file=sys.stderr)
+        return 2
+    print_results(results, args.json)
+    if args.plot:
+        plot_results(results, args.plot)
+        say(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from veil.collector import CollectionError, Collector
+
+    setup_logging(args.log_level)
+    task = load_task_file(args.task)
+    tp = task.time_precision
+    if args.start == "now":
+        now = int(time.time())
+        start = now - now % tp
+    else:
+        start = int(args.start)
+    duration = args.duration or tp
+    with Collector(task, root_certificates=read_pem(args.ca)) as collector:
+        try:
+            r = collector.collect(start, duration, wait=args.wait, confidence=args.confidence)
+        except CollectionError as e:
+            print(f"veil collect: {e}", file=sys.stderr)
+            return 1
+    print(
+        json.dumps(
+            {
+                "batch": {"start": r.start, "duration": r.duration},
+                "report_count": r.report_count,
+                "estimate": number(r.estimate),
+                "confidence_interval": {
+                    "level": r.confidence,
+                    "lower": number(r.lower),
+                    "upper": number(r.upper),
+                },
+                "mechanism": r.mechanism,
+                "epsilon_spent": str(r.epsilon_spent),
+                "seconds": round(r.seconds, 3),
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    return 0
+
+
+def register(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    survey: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    demo = commands.add_parser(
+        "demo", help="the example survey through a local leader and helper (start here)"
+    )
+    demo.add_argument("--respondents", type=int, default=10_000)
+    demo.add_argument("--json", action="store_true", help="print one JSON list instead")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    demo.set_defaults(func=cmd_demo)
+
+    sim = commands.add_parser("simulate", help="simulate respondents answering your survey")
+    sim.add_argument("--survey", required=True, help="survey TOML file")
+    sim.add_argument("--respondents", type=int, default=10_000)
+    sim.add_argument("--epsilon", help="override the survey's total epsilon")
+    sim.add_argument("--plot", help="write a PNG: estimates against truth (or the sweep)")
+    sim.add_argument(
+        "--sweep-epsilon", nargs="+", metavar="EPS", help="plot error against these epsilons"
+    )
+    sim.add_argument("--json", action="store_true")
+    sim.add_argument("--no-progress", action="store_true")
+    sim.set_defaults(func=cmd_simulate)
+
+    p = survey.add_parser(
+        "deploy", help="write leader, helper, collector and client files for a survey"
+    )
+    p.add_argument("--survey", required=True, help="survey TOML file")
+    p.add_argument("--out", required=True, help="new directory for the files")
+    p.add_argument("--leader", required=True, help="leader host:port as clients reach it")
+    p.add_argument("--helper", required=True, help="helper host:port as the leader reaches it")
+    p.add_argument("--time-precision", type=int, default=3600, help="seconds")
+    p.add_argument("--no-tls", action="store_true", help="plaintext (only for servers on loopback)")
+    p.set_defaults(func=cmd_survey_deploy)
+
+    p = commands.add_parser("collect", help="collect a batch of one task")
+    p.add_argument("--task", required=True, help="the collector's task file")
+    p.add_argument("--start", default="now", help="batch start (epoch seconds) or 'now'")
+    p.add_argument("--duration", type=int, help="seconds (default: the time precision)")
+    p.add_argument("--wait", type=float, default=300.0)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--ca", help="PEM file of the CA that signed the leader's certificate")
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=cmd_collect)

@@ -1,0 +1,129 @@
+"""For whoever sets up tasks by hand: `veil task new`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+from veil.task import DpSpec, TaskError, VdafSpec, new_task, write_toml
+
+
+def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> None:
+    if path.exists():
+        with path.open("rb") as f:
+            config = tomllib.load(f)
+    else:
+        config = {"listen": listen, "storage": f"{role}.db", "tasks": []}
+    rel = os.path.relpath(Path(task_file).resolve(), path.parent.resolve())
+    tasks = list(config.get("tasks", []))
+    if str(rel) not in tasks:
+        tasks.append(str(rel))
+    config["tasks"] = tasks
+    write_toml(path, config, secret=False)
+
+
+def cmd_task_new(args: argparse.Namespace) -> int:
+    vdaf = VdafSpec(
+        args.vdaf,
+        max_measurement=args.max_measurement,
+        length=args.length,
+        chunk_length=args.chunk_length,
+        max_weight=args.max_weight,
+    )
+    try:
+        vdaf.instantiate()
+    except (ValueError, TypeError) as e:
+        print(f"veil task new: bad VDAF parameters: {e}", file=sys.stderr)
+        return 2
+    try:
+        dp = DpSpec(
+            args.mechanism,
+            epsilon=args.epsilon if args.mechanism in ("geometric", "laplace") else None,
+            rho=args.rho if args.mechanism == "gaussian" else None,
+            mode=args.mode,
+            fixed_point_bits=args.fixed_point_bits,
+            budget=args.budget,
+            survey=args.survey,
+            survey_budget=args.survey_budget,
+        )
+        dp.plan(vdaf)
+    except TaskError as e:
+        print(f"veil task new: {e}", file=sys.stderr)
+        return 2
+    try:
+        files = new_task(
+            vdaf,
+            args.leader,
+            args.helper,
+            time_precision=args.time_precision,
+            min_batch_size=args.min_batch_size,
+            max_clock_skew=args.max_clock_skew,
+            dp=dp,
+            report_expiry_age=args.report_expiry_age,
+        )
+    except TaskError as e:
+        print(f"veil task new: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    paths = {}
+    for role, task in (
+        ("leader", files.leader),
+        ("helper", files.helper),
+        ("collector", files.collector),
+        ("client", files.client),
+    ):
+        paths[role] = out / f"{args.name}.{role}.toml"
+        write_toml(paths[role], task.to_dict(), secret=role != "client")
+    if args.leader_config:
+        _add_task_to_config(Path(args.leader_config), "leader", paths["leader"], args.leader)
+    if args.helper_config:
+        _add_task_to_config(Path(args.helper_config), "helper", paths["helper"], args.helper)
+    print(f"task {files.client.id_text}")
+    for role, p in paths.items():
+        print(f"  {role:9} {p}")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    task = commands.add_parser("task", help="task definitions").add_subparsers(
+        dest="task_command", required=True
+    )
+    p = task.add_parser("new", help="write matching task files for every party")
+    p.add_argument(
+        "--vdaf", required=True, choices=["count", "sum", "sumvec", "histogram", "multihot"]
+    )
+    p.add_argument("--max-measurement", type=int, default=0)
+    p.add_argument("--length", type=int, default=0)
+    p.add_argument("--chunk-length", type=int, default=0)
+    p.add_argument("--max-weight", type=int, default=0)
+    p.add_argument("--leader", required=True, help="leader host:port")
+    p.add_argument("--helper", required=True, help="helper host:port")
+    p.add_argument("--time-precision", type=int, default=3600, help="seconds")
+    p.add_argument("--min-batch-size", type=int, default=10)
+    p.add_argument("--max-clock-skew", type=int, default=60, help="seconds")
+    p.add_argument(
+        "--report-expiry-age",
+        type=int,
+        help="seconds after which reports are refused and their data deleted (default: never)",
+    )
+    p.add_argument(
+        "--mechanism",
+        default="geometric",
+        choices=["geometric", "laplace", "gaussian", "none"],
+        help="DP mechanism (default geometric; none publishes exact sums)",
+    )
+    p.add_argument("--epsilon", default="1", help="ε per collection, e.g. 1 or 1/2")
+    p.add_argument("--rho", default="1/2", help="ρ per collection (gaussian)")
+    p.add_argument("--mode", default="independent", choices=["independent", "split"])
+    p.add_argument("--fixed-point-bits", type=int, default=0, help="laplace only")
+    p.add_argument("--budget", help="total ε (or ρ) of the task (default: one collection's)")
+    p.add_argument("--survey", help="survey id shared by tasks over the same respondents")
+    p.add_argument("--survey-budget", help="total ε (or ρ) of the survey")
+    p.add_argument("--name", default="task", help="file name stem")
+    p.add_argument("--out", default=".", help="directory for the task files")
+    p.add_argument("--leader-config", help="add the task to this leader.toml (created if missing)")
+    p.add_argument("--helper-config", help="add the task to this helper.toml (created if missing)")
+    p.set_defaults(func=cmd_task_new)
