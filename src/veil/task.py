@@ -32,6 +32,7 @@ import tomli_w
 from veil import vdaf
 from veil.dp import DPConfig, DPError, NoisePlan
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
+from veil.trust import TrustError, normalise_fingerprint
 from veil.vdaf import Prio3
 
 TASK_ID_SIZE = 32
@@ -216,6 +217,10 @@ class Task:
     # data deleted by garbage collection (DAP report_expiry_age); None keeps
     # reports until their batch is collected.
     report_expiry_age: int | None = None
+    # SHA-256 fingerprints of each aggregator's CA certificate (veil.trust):
+    # clients and collectors then trust that CA for that aggregator only.
+    leader_ca_sha256: str | None = None
+    helper_ca_sha256: str | None = None
     verify_key: bytes | None = field(default=None, repr=False)
     aggregator_token: str | None = field(default=None, repr=False)
     aggregator_token_hash: bytes | None = None
@@ -230,6 +235,15 @@ class Task:
             raise TaskError("time_precision and min_batch_size must be positive")
         if self.report_expiry_age is not None and self.report_expiry_age <= 0:
             raise TaskError("report_expiry_age must be a positive number of seconds")
+        for role in ("leader", "helper"):
+            pin = getattr(self, f"{role}_ca_sha256")
+            if pin is not None:
+                try:
+                    object.__setattr__(self, f"{role}_ca_sha256", normalise_fingerprint(pin))
+                except TrustError as e:
+                    raise TaskError(f"{role}_ca_sha256: {e}") from None
+        if self.leader_ca_sha256 is not None and self.leader_ca_sha256 == self.helper_ca_sha256:
+            raise TaskError("leader_ca_sha256 and helper_ca_sha256 pin the same certificate")
 
     def report_horizon(self, now: float) -> int | None:
         """Reports with a time before this are expired (None: reports never expire)."""
@@ -260,6 +274,8 @@ class Task:
             self.dp,
             self.collector_hpke_config,
             self.report_expiry_age,
+            self.leader_ca_sha256,
+            self.helper_ca_sha256,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,6 +298,9 @@ class Task:
             }
         if self.report_expiry_age is not None:
             d["report_expiry_age"] = self.report_expiry_age
+        for key in ("leader_ca_sha256", "helper_ca_sha256"):
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
         if self.verify_key is not None:
             d["verify_key"] = b64e(self.verify_key)
         if self.aggregator_token is not None:
@@ -309,6 +328,9 @@ class Task:
             def opt_bytes(key: str) -> bytes | None:
                 return b64d(d[key]) if key in d else None
 
+            def opt_str(key: str) -> str | None:
+                return None if d.get(key) is None else str(d[key])
+
             return Task(
                 task_id=b64d(d["task_id"]),
                 vdaf=VdafSpec.from_dict(d["vdaf"]),
@@ -324,6 +346,8 @@ class Task:
                 report_expiry_age=(
                     None if d.get("report_expiry_age") is None else int(d["report_expiry_age"])
                 ),
+                leader_ca_sha256=opt_str("leader_ca_sha256"),
+                helper_ca_sha256=opt_str("helper_ca_sha256"),
                 verify_key=opt_bytes("verify_key"),
                 aggregator_token=d.get("aggregator_token"),
                 aggregator_token_hash=opt_bytes("aggregator_token_sha256"),
@@ -388,6 +412,8 @@ def new_task(
     dp: DpSpec | None = None,
     verify_key_size: int = 32,
     report_expiry_age: int | None = None,
+    leader_ca_sha256: str | None = None,
+    helper_ca_sha256: str | None = None,
 ) -> TaskFiles:
     """Fresh ids, keys and tokens, split into each party's view of the task."""
     collector_kp = generate_keypair(secrets.randbelow(256))
@@ -406,6 +432,8 @@ def new_task(
         dp=dp or DpSpec(),
         collector_hpke_config=collector_kp.config,
         report_expiry_age=report_expiry_age,
+        leader_ca_sha256=leader_ca_sha256,
+        helper_ca_sha256=helper_ca_sha256,
     )
     verify_key = secrets.token_bytes(verify_key_size)
     return TaskFiles(

@@ -1,11 +1,14 @@
-"""TLS to both servers, mTLS on the helper (leader→helper with a client certificate)."""
+"""TLS to both servers, each with its own CA; mTLS on the helper (leader→helper with a
+client certificate); an aggregator posing as the other is refused."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -15,9 +18,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.integration.deployment import Server, free_port
+from veil.aggregator.local import ServerProcess
 from veil.client import Client, UploadError
 from veil.collector import Collector
+from veil.grpc_util import open_channel
+from veil.hpke import ROLE_HELPER
+from veil.protocol.v1 import helper_pb2_grpc, messages_pb2
 from veil.task import DpSpec, VdafSpec, new_task, write_toml
+from veil.trust import TrustError, fingerprint
 
 pytestmark = pytest.mark.slow
 
@@ -67,68 +75,132 @@ def _write(path: Path, cn: str, ca_key: ec.EllipticCurvePrivateKey, ca_name: x50
     )
 
 
+def _ca(path: Path, cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _cert(cn, key, _name(cn), key, ca=True)
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert
+
+
+def _server_config(
+    tmp_path: Path, role: str, listen: str, cert: str, client_ca: str | None = None, **extra: Any
+) -> ServerProcess:
+    tls = {"cert": f"{cert}.pem", "key": f"{cert}.key"}
+    if client_ca is not None:
+        tls["client_ca"] = client_ca
+    write_toml(
+        tmp_path / f"{role}.toml",
+        {
+            "listen": listen,
+            "storage": f"{role}.db",
+            "tasks": [f"{role}.task.toml"],
+            "tls": tls,
+            **extra,
+        },
+        secret=False,
+    )
+    return Server(role, tmp_path / f"{role}.toml", tmp_path / f"{role}.log", listen)
+
+
 def test_tls_and_mtls(tmp_path: Path) -> None:
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("veil test CA", ca_key, _name("veil test CA"), ca_key, ca=True)
-    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    for name in ("leader", "helper", "leader-client", "client"):
-        _write(tmp_path / name, name, ca_key, ca.subject)
+    """Each organisation has its own CA; clients trust each for its aggregator only."""
+    leader_ca_key, leader_ca = _ca(tmp_path / "leader-ca.pem", "leader CA")
+    helper_ca_key, helper_ca = _ca(tmp_path / "helper-ca.pem", "helper CA")
+    client_ca_key, client_ca = _ca(tmp_path / "client-ca.pem", "client CA")
+    _write(tmp_path / "leader", "leader", leader_ca_key, leader_ca.subject)
+    _write(tmp_path / "helper", "helper", helper_ca_key, helper_ca.subject)
+    for name in ("leader-client", "client"):
+        _write(tmp_path / name, name, client_ca_key, client_ca.subject)
 
     leader_addr, helper_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     files = new_task(VdafSpec("count"), leader_addr, helper_addr, dp=DpSpec("none"))
     for role in ("leader", "helper"):
         write_toml(tmp_path / f"{role}.task.toml", getattr(files, role).to_dict(), secret=True)
-    write_toml(
-        tmp_path / "helper.toml",
-        {
-            "listen": helper_addr,
-            "storage": "helper.db",
-            "tasks": ["helper.task.toml"],
-            "tls": {"cert": "helper.pem", "key": "helper.key", "client_ca": "ca.pem"},
-        },
-        secret=False,
+    helper = _server_config(tmp_path, "helper", helper_addr, "helper", client_ca="client-ca.pem")
+    leader = _server_config(
+        tmp_path,
+        "leader",
+        leader_addr,
+        "leader",
+        helper_tls={"ca": "helper-ca.pem", "cert": "leader-client.pem", "key": "leader-client.key"},
+        driver={"interval": 0.1},
     )
-    write_toml(
-        tmp_path / "leader.toml",
-        {
-            "listen": leader_addr,
-            "storage": "leader.db",
-            "tasks": ["leader.task.toml"],
-            "tls": {"cert": "leader.pem", "key": "leader.key"},
-            "helper_tls": {"ca": "ca.pem", "cert": "leader-client.pem", "key": "leader-client.key"},
-            "driver": {"interval": 0.1},
-        },
-        secret=False,
-    )
-    servers = [
-        Server("helper", tmp_path / "helper.toml", tmp_path / "helper.log", helper_addr),
-        Server("leader", tmp_path / "leader.toml", tmp_path / "leader.log", leader_addr),
-    ]
-    ca_pem = (tmp_path / "ca.pem").read_bytes()
+    pem = {name: (tmp_path / f"{name}.pem").read_bytes() for name in ("leader-ca", "helper-ca")}
+    client_cert = {
+        "private_key": (tmp_path / "client.key").read_bytes(),
+        "certificate_chain": (tmp_path / "client.pem").read_bytes(),
+    }
+    trust = {
+        "leader_root_certificates": pem["leader-ca"],
+        "helper_root_certificates": pem["helper-ca"],
+    }
     try:
-        for s in servers:
-            s.start(
-                root_certificates=ca_pem,
-                private_key=(tmp_path / "client.key").read_bytes(),
-                certificate_chain=(tmp_path / "client.pem").read_bytes(),
-            )
+        helper.start(root_certificates=pem["helper-ca"], **client_cert)
+        leader.start(root_certificates=pem["leader-ca"])
         now = int(time.time())
         t = now - now % 3600 - 3600
         # Without a client certificate the helper (mTLS) refuses the client.
-        with Client(files.client, root_certificates=ca_pem, retries=0) as plain:
+        with Client(files.client, retries=0, **trust) as plain:
             with pytest.raises(UploadError) as e:
                 plain.upload(1, report_time=t)
             assert e.value.code == grpc.StatusCode.UNAVAILABLE
-        with Client(
-            files.client,
-            root_certificates=ca_pem,
-            private_key=(tmp_path / "client.key").read_bytes(),
-            certificate_chain=(tmp_path / "client.pem").read_bytes(),
-        ) as client:
+        with Client(files.client, **trust, **client_cert) as client:
             assert client.upload_batch([1, 1, 0], report_time=t).accepted == 3
-        with Collector(files.collector, root_certificates=ca_pem) as collector:
+        with Collector(files.collector, leader_root_certificates=pem["leader-ca"]) as collector:
             r = collector.collect(t, 3600, wait=60)
         assert (r.report_count, r.estimate) == (3, 2)
     finally:
-        for s in servers:
+        for s in (leader, helper):
             s.stop()
+
+
+def test_leader_cannot_pose_as_the_helper(tmp_path: Path) -> None:
+    """Issue 13 item 2: with the leader's CA key one mints a certificate for the
+    helper's address and runs a fake helper serving an attacker's HPKE key.
+    Before, clients trusted one bundle for both aggregators and sealed the
+    helper's share to the attacker; now each aggregator has its own trust,
+    and the fake helper's certificate fails the handshake."""
+    leader_ca_key, leader_ca = _ca(tmp_path / "leader-ca.pem", "leader CA")
+    _, helper_ca = _ca(tmp_path / "helper-ca.pem", "helper CA")
+    # The fake helper's certificate: signed with the leader's CA key, for 127.0.0.1.
+    _write(tmp_path / "fake", "helper", leader_ca_key, leader_ca.subject)
+    fake_addr = f"127.0.0.1:{free_port()}"
+    files = new_task(VdafSpec("count"), f"127.0.0.1:{free_port()}", fake_addr, dp=DpSpec("none"))
+    write_toml(tmp_path / "helper.task.toml", files.helper.to_dict(), secret=True)
+    fake = _server_config(tmp_path, "helper", fake_addr, "fake")
+    pem = {name: (tmp_path / f"{name}.pem").read_bytes() for name in ("leader-ca", "helper-ca")}
+    try:
+        fake.start(root_certificates=pem["leader-ca"])
+        # The attack as it worked before: the fake helper's HPKE key was
+        # fetched over a channel trusting the leader's CA for the helper.
+        with open_channel(fake_addr, pem["leader-ca"]) as channel:
+            stub = helper_pb2_grpc.HelperStub(channel)  # type: ignore[no-untyped-call]
+            reply = stub.GetHpkeConfig(
+                messages_pb2.HpkeConfigRequest(task_id=files.client.task_id), timeout=10
+            )
+            assert reply.configs
+        # Separate trust: the client never gets the attacker's key.
+        with Client(
+            files.client,
+            leader_root_certificates=pem["leader-ca"],
+            helper_root_certificates=pem["helper-ca"],
+            retries=0,
+            timeout=5,
+        ) as client:
+            with pytest.raises(UploadError) as e:
+                client.hpke_config(ROLE_HELPER)
+            assert e.value.code == grpc.StatusCode.UNAVAILABLE
+        # One bundle for both aggregators is refused before any connection.
+        both = pem["leader-ca"] + pem["helper-ca"]
+        with pytest.raises(TrustError, match="either could pose as the other"):
+            Client(files.client, leader_root_certificates=both, helper_root_certificates=both)
+        # A task that pins the helper's CA refuses any other certificate for it.
+        pinned = replace(files.client, helper_ca_sha256=fingerprint(helper_ca))
+        with pytest.raises(TrustError, match="not the CA its task pins"):
+            Client(
+                pinned,
+                leader_root_certificates=pem["helper-ca"],
+                helper_root_certificates=pem["leader-ca"],
+            )
+    finally:
+        fake.stop()

@@ -11,6 +11,13 @@ from typing import Any
 
 from veil.task import Task, TaskError, load_task
 
+# One CA file for both aggregators lets either pose as the other to clients
+# (and as the leader to the collector): `--ca` refuses, saying so.
+SHARED_CA_GONE = (
+    "--ca is gone: give each aggregator its own CA with --leader-ca and --helper-ca"
+    " (one file trusted for both lets either aggregator pose as the other)"
+)
+
 
 def setup_logging(level: str) -> None:
     logging.basicConfig(

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from veil.cli.common import (
+    SHARED_CA_GONE,
     load_task_file,
     number,
     print_results,
@@ -127,6 +128,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from veil.collector import CollectionError, Collector
+    from veil.trust import TrustError
 
     setup_logging(args.log_level)
     task = load_task_file(args.task)
@@ -137,7 +139,15 @@ def cmd_collect(args: argparse.Namespace) -> int:
     else:
         start = int(args.start)
     duration = args.duration or tp
-    with Collector(task, root_certificates=read_pem(args.ca)) as collector:
+    if args.ca is not None:
+        print(f"veil collect: {SHARED_CA_GONE}", file=sys.stderr)
+        return 2
+    try:
+        collector = Collector(task, leader_root_certificates=read_pem(args.leader_ca))
+    except (OSError, TrustError) as e:
+        print(f"veil collect: {e}", file=sys.stderr)
+        return 2
+    with collector:
         try:
             r = collector.collect(start, duration, wait=args.wait, confidence=args.confidence)
         except CollectionError as e:
@@ -206,6 +216,7 @@ def register(
     p.add_argument("--duration", type=int, help="seconds (default: the time precision)")
     p.add_argument("--wait", type=float, default=300.0)
     p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--ca", help="PEM file of the CA that signed the leader's certificate")
+    p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
+    p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=cmd_collect)

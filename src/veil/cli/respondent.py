@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from veil.cli.common import load_task_file, read_pem, setup_logging
+from veil.cli.common import SHARED_CA_GONE, load_task_file, read_pem, setup_logging
 from veil.task import VdafSpec
 
 
@@ -33,8 +33,12 @@ def parse_measurement(spec: VdafSpec, text: str) -> Any:
 
 def cmd_upload(args: argparse.Namespace) -> int:
     from veil.client import Client, UploadError
+    from veil.trust import TrustError
 
     setup_logging(args.log_level)
+    if args.ca is not None:
+        print(f"veil upload: {SHARED_CA_GONE}", file=sys.stderr)
+        return 2
     task = load_task_file(args.task)
     texts: list[str] = []
     if args.file:
@@ -49,12 +53,18 @@ def cmd_upload(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"veil upload: {e}", file=sys.stderr)
         return 2
-    with Client(
-        task,
-        root_certificates=read_pem(args.ca),
-        private_key=read_pem(args.client_key),
-        certificate_chain=read_pem(args.client_cert),
-    ) as client:
+    try:
+        client = Client(
+            task,
+            leader_root_certificates=read_pem(args.leader_ca),
+            helper_root_certificates=read_pem(args.helper_ca),
+            private_key=read_pem(args.client_key),
+            certificate_chain=read_pem(args.client_cert),
+        )
+    except (OSError, TrustError) as e:
+        print(f"veil upload: {e}", file=sys.stderr)
+        return 2
+    with client:
         try:
             result = client.upload_batch(measurements, report_time=args.time)
         except ValueError as e:
@@ -73,7 +83,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("values", nargs="*", help="measurements, e.g. 1, 42 or 1,0,3")
     p.add_argument("--file", help="a file with one measurement per line")
     p.add_argument("--time", type=int, help="report time (default: now)")
-    p.add_argument("--ca", help="PEM file of the CA that signed the servers' certificates")
+    p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
+    p.add_argument("--helper-ca", help="PEM file of the CA of the helper (only the helper's)")
+    # Kept only to say why it is gone (see SHARED_CA_GONE).
+    p.add_argument("--ca", help=argparse.SUPPRESS)
     p.add_argument("--client-cert", help="PEM client certificate, for an mTLS aggregator")
     p.add_argument("--client-key", help="PEM key of --client-cert")
     p.add_argument("--log-level", default="warning")

@@ -28,6 +28,7 @@ from veil.hpke import (
 )
 from veil.protocol.v1 import helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import Task
+from veil.trust import check_roots
 from veil.vdaf.batch import BatchPrio3
 
 log = logging.getLogger(__name__)
@@ -70,16 +71,25 @@ class Client:
     """Uploads measurements for one task.
 
     `task` is the client's task file (`veil task new` writes it). TLS is used
-    unless the aggregators are on loopback; pass `root_certificates` (PEM) to
-    trust a private CA, and `private_key`/`certificate_chain` (PEM) where an
-    aggregator requires client certificates (mTLS).
+    unless an aggregator is on loopback with no certificates given. Each
+    aggregator is trusted separately (veil.trust): `leader_root_certificates`
+    and `helper_root_certificates` (PEM) are the private CAs of the leader
+    and of the helper (None: the system roots); one certificate in both is
+    refused, since either aggregator could then pose as the other and open
+    both input shares. A CA the task pins must be the one given. Pass
+    `private_key`/`certificate_chain` (PEM) where an aggregator requires
+    client certificates (mTLS).
+
+    Raises veil.trust.TrustError when the certificates cannot keep the two
+    aggregators apart.
     """
 
     def __init__(
         self,
         task: Task,
         *,
-        root_certificates: bytes | None = None,
+        leader_root_certificates: bytes | None = None,
+        helper_root_certificates: bytes | None = None,
         private_key: bytes | None = None,
         certificate_chain: bytes | None = None,
         timeout: float = 30.0,
@@ -97,9 +107,19 @@ class Client:
         self.backoff = backoff
         self.batch_size = batch_size
         self.clock = clock
-        tls = (root_certificates, private_key, certificate_chain)
-        self._leader_channel = open_channel(task.leader_address, *tls)
-        self._helper_channel = open_channel(task.helper_address, *tls)
+        check_roots(
+            leader_root_certificates,
+            helper_root_certificates,
+            task.leader_ca_sha256,
+            task.helper_ca_sha256,
+        )
+        client_cert = (private_key, certificate_chain)
+        self._leader_channel = open_channel(
+            task.leader_address, leader_root_certificates, *client_cert
+        )
+        self._helper_channel = open_channel(
+            task.helper_address, helper_root_certificates, *client_cert
+        )
         self._leader = leader_pb2_grpc.LeaderStub(self._leader_channel)  # type: ignore[no-untyped-call]
         self._helper = helper_pb2_grpc.HelperStub(self._helper_channel)  # type: ignore[no-untyped-call]
         self.config_lifetime = config_lifetime

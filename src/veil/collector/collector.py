@@ -24,6 +24,7 @@ from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeError, agg_share_info, open_
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import Task
+from veil.trust import check_roots
 
 
 class CollectionError(RpcRefused):
@@ -62,13 +63,20 @@ def _code(n: int) -> grpc.StatusCode:
 
 
 class Collector:
-    """Collects batches of one task; `task` is the collector's task file."""
+    """Collects batches of one task; `task` is the collector's task file.
+
+    The collector talks to the leader only (the helper's aggregate share
+    reaches it sealed to its own HPKE key, through the leader), so it takes
+    the leader's trust alone: `leader_root_certificates` (PEM, None: the
+    system roots), which must be the CA the task pins for the leader, if it
+    pins one. Raises veil.trust.TrustError otherwise.
+    """
 
     def __init__(
         self,
         task: Task,
         *,
-        root_certificates: bytes | None = None,
+        leader_root_certificates: bytes | None = None,
         private_key: bytes | None = None,
         certificate_chain: bytes | None = None,
         timeout: float = 30.0,
@@ -80,8 +88,9 @@ class Collector:
         self.vdaf = task.vdaf.instantiate()
         self.timeout = timeout
         self.clock = clock
+        check_roots(leader_root_certificates, None, task.leader_ca_sha256)
         self._channel = open_channel(
-            task.leader_address, root_certificates, private_key, certificate_chain
+            task.leader_address, leader_root_certificates, private_key, certificate_chain
         )
         self._leader = leader_pb2_grpc.LeaderStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("authorization", f"Bearer {task.collector_token}"),)
