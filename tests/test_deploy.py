@@ -3,17 +3,22 @@ that really runs (plaintext on loopback) from the written files."""
 
 from __future__ import annotations
 
+import json
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from veil.aggregator.local import ServerProcess, free_port
-from veil.client import Client
-from veil.collector import Collector
+from veil.client import Client, UploadError
+from veil.collector import CollectionError, Collector
 from veil.deploy import DeployError, deploy_survey
-from veil.survey import parse_survey
+from veil.survey import DESCRIPTION_FILE, SurveyError, load_description, parse_survey
 from veil.task import load_task
+from veil.times import format_time
+
+WINDOW = "opens = 2026-05-01T00:00:00Z\ncloses = 2026-05-08T00:00:00Z\n"
 
 SURVEY = """\
 [survey]
@@ -21,7 +26,7 @@ name = "deploy test"
 epsilon = 1
 mechanism = "none"
 min_batch_size = 5
-
+{window}
 [[question]]
 id = "likes"
 kind = "yes_no"
@@ -30,7 +35,12 @@ kind = "yes_no"
 id = "score"
 kind = "integer"
 max = 10
+text = "Score, 0 to 10"
 """
+
+
+def survey_text(window: str = WINDOW) -> str:
+    return SURVEY.format(window=window)
 
 
 def mode(path: Path) -> int:
@@ -38,37 +48,99 @@ def mode(path: Path) -> int:
 
 
 def test_files_are_owner_only_except_client(tmp_path: Path) -> None:
-    survey = parse_survey(SURVEY)
-    dep = deploy_survey(survey, SURVEY, tmp_path / "out", "a.example:443", "b.example:443")
+    text = survey_text()
+    survey = parse_survey(text)
+    dep = deploy_survey(survey, text, tmp_path / "out", "a.example:443", "b.example:443")
     for party in ("leader", "helper", "collector"):
         assert mode(tmp_path / "out" / party) == 0o700
         for f in (tmp_path / "out" / party).rglob("*"):
             assert mode(f) == (0o700 if f.is_dir() else 0o600), f
-    for f in dep.client_dir.iterdir():
+    for f in dep.client_dir.glob("*.toml"):
         assert mode(f) == 0o644
         task = load_task(f)
         assert task.verify_key is None and task.collector_hpke_keypair is None
     assert load_task(dep.collector_dir / "likes.toml").collector_hpke_keypair is not None
     assert "[tls]" in dep.leader_config.read_text()
+    assert mode(dep.client_dir / DESCRIPTION_FILE) == 0o644
+
+
+def test_public_description_and_task_windows(tmp_path: Path) -> None:
+    text = survey_text()
+    survey = parse_survey(text)
+    dep = deploy_survey(survey, text, tmp_path / "out", "a.example:443", "b.example:443")
+    described = load_description(dep.client_dir)
+    assert described.survey.questions == survey.questions
+    assert (described.survey.opens, described.survey.closes) == (survey.opens, survey.closes)
+    for q in survey.questions:
+        client = load_task(described.task_files[q.id])
+        assert described.task_ids[q.id] == client.id_text
+        assert (client.not_before, client.not_after) == (survey.opens, survey.closes)
+        for party in ("leader/tasks", "helper/tasks", "collector"):
+            task = load_task(dep.out / party / f"{q.id}.toml")
+            assert (task.not_before, task.not_after) == (survey.opens, survey.closes)
+    doc = json.loads((dep.client_dir / DESCRIPTION_FILE).read_text())
+    assert doc["opens"] == "2026-05-01T00:00:00Z" and doc["questions"][1]["max"] == 10
+    assert "verify_key" not in (dep.client_dir / DESCRIPTION_FILE).read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", "not a survey description"),
+        ('{"format": "veil-survey/2"}', "not a veil-survey/1"),
+        ("[]", "not a veil-survey/1"),
+        ("PATCH", "questions"),
+        ("TRAVERSE", "same directory"),
+        ("KIND", "unknown kind"),
+        ("OPENS", "no UTC offset"),
+    ],
+)
+def test_hostile_descriptions_are_refused(tmp_path: Path, content: str, message: str) -> None:
+    text = survey_text()
+    dep = deploy_survey(parse_survey(text), text, tmp_path / "out", "a:1", "b:2")
+    good = json.loads((dep.client_dir / DESCRIPTION_FILE).read_text())
+    edits = {
+        "PATCH": {**good, "questions": "all"},
+        "TRAVERSE": {**good, "questions": [{**good["questions"][0], "task_file": "../x.toml"}]},
+        "KIND": {**good, "questions": [{**good["questions"][0], "kind": "essay"}]},
+        "OPENS": {**good, "opens": "2026-05-01T00:00:00"},
+    }
+    target = dep.client_dir / DESCRIPTION_FILE
+    target.chmod(0o644)
+    target.write_text(json.dumps(edits[content]) if content in edits else content)
+    with pytest.raises(SurveyError, match=message):
+        load_description(dep.client_dir)
+
+
+def test_a_survey_without_window_is_not_deployed(tmp_path: Path) -> None:
+    text = survey_text(window="")
+    with pytest.raises(DeployError, match="needs a window: add `opens` and `closes`"):
+        deploy_survey(parse_survey(text), text, tmp_path / "out", "a:1", "b:2")
+    assert not (tmp_path / "out").exists()
 
 
 def test_refuses_existing_directory_and_bad_addresses(tmp_path: Path) -> None:
-    survey = parse_survey(SURVEY)
+    text = survey_text()
+    survey = parse_survey(text)
     (tmp_path / "taken").mkdir()
     with pytest.raises(DeployError, match="already exists"):
-        deploy_survey(survey, SURVEY, tmp_path / "taken", "a:1", "b:2")
+        deploy_survey(survey, text, tmp_path / "taken", "a:1", "b:2")
     with pytest.raises(DeployError, match="host:port"):
-        deploy_survey(survey, SURVEY, tmp_path / "new", "a", "b:2")
+        deploy_survey(survey, text, tmp_path / "new", "a", "b:2")
     assert not (tmp_path / "new").exists()
 
 
 def test_written_deployment_runs(tmp_path: Path) -> None:
-    survey = parse_survey(SURVEY)
+    # A window of 4 s from now (time precision 2 s): uploads inside it are
+    # taken; collecting is refused until it closes, then the batch is released.
+    opens = int(time.time()) // 2 * 2
+    text = survey_text(
+        f'time_precision = 2\nopens = "{format_time(opens)}"\ncloses = "{format_time(opens + 4)}"\n'
+    )
+    survey = parse_survey(text)
     leader_addr = f"127.0.0.1:{free_port()}"
     helper_addr = f"127.0.0.1:{free_port()}"
-    dep = deploy_survey(
-        survey, SURVEY, tmp_path / "out", leader_addr, helper_addr, tls=False, time_precision=60
-    )
+    dep = deploy_survey(survey, text, tmp_path / "out", leader_addr, helper_addr, tls=False)
     servers = [
         ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper_addr),
         ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader_addr),
@@ -77,11 +149,19 @@ def test_written_deployment_runs(tmp_path: Path) -> None:
         for s in servers:
             s.start()
         with Client(load_task(dep.client_dir / "score.toml")) as client:
-            t = client.report_time()
-            client.upload_batch([1, 2, 3, 4, 10], t)
+            client.upload_batch([1, 2, 3, 4, 10], opens)
         with Collector(load_task(dep.collector_dir / "score.toml")) as collector:
-            result = collector.collect(t, 60, wait=60)
+            if time.time() < opens + 4:
+                with pytest.raises(CollectionError, match="accepts reports until"):
+                    collector.collect(opens, 4, wait=10)
+            time.sleep(max(0.0, opens + 4 - time.time()))
+            result = collector.collect(opens, 4, wait=60)
         assert result.report_count == 5 and result.estimate == 20
+        with (
+            Client(load_task(dep.client_dir / "score.toml")) as client,
+            pytest.raises(UploadError, match=r"OUT_OF_RANGE.*the survey is closed"),
+        ):
+            client.upload(1, opens + 4)
     finally:
         for s in servers:
             s.stop()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.survey import SurveyError, load_survey, parse_survey
+from veil.survey import AnswerError, SurveyError, load_survey, parse_survey
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "survey.toml"
 
@@ -131,3 +131,93 @@ def test_structural_errors() -> None:
         parse_survey(HEAD, "s.toml")
     with pytest.raises(SurveyError, match="cannot read"):
         load_survey("/nonexistent/survey.toml")
+
+
+Q = '\n[[question]]\nid = "a"\nkind = "yes_no"\n'
+
+
+def test_window_in_rfc3339_aligned_to_time_precision() -> None:
+    survey = parse_survey(
+        HEAD
+        + "opens = 2026-05-01T09:00:00+02:00\n"
+        + 'closes = "2026-05-08T07:00:00Z"\n'
+        + "time_precision = 1800\nmax_clock_skew = 30\n"
+        + Q
+    )
+    assert survey.opens == 1777618800  # 07:00 UTC
+    assert survey.closes == survey.opens + 7 * 86400
+    assert (survey.time_precision, survey.max_clock_skew, survey.id) == (1800, 30, "t")
+    assert parse_survey(HEAD + Q).opens is None  # a survey without a window: simulated only
+
+
+@pytest.mark.parametrize(
+    ("window", "line", "message"),
+    [
+        ("opens = 2026-05-01T09:00:00Z\n", 4, "needs both `opens` and `closes`"),
+        (
+            "opens = 2026-05-01T09:00:00\ncloses = 2026-05-02T09:00:00Z\n",
+            4,
+            "no UTC offset",
+        ),
+        (
+            'opens = "yesterday"\ncloses = 2026-05-02T09:00:00Z\n',
+            4,
+            "not an RFC 3339 date-time",
+        ),
+        (
+            "opens = 2026-05-01T09:30:00Z\ncloses = 2026-05-02T09:00:00Z\n",
+            4,
+            "not aligned to the time_precision of 3600 s.*use 2026-05-01T09:00:00Z",
+        ),
+        (
+            "opens = 2026-05-02T09:00:00Z\ncloses = 2026-05-01T09:00:00Z\n",
+            5,
+            "`closes` must be after `opens`",
+        ),
+        ("opens = 1\ncloses = 2\n", 4, "not a date-time"),
+        ("time_precision = 0\n", 4, "`time_precision` must be"),
+        ("max_clock_skew = -1\n", 4, "`max_clock_skew` must be"),
+    ],
+)
+def test_window_errors_name_line_and_fix(window: str, line: int, message: str) -> None:
+    with pytest.raises(SurveyError, match=message) as info:
+        parse_survey(HEAD + window + Q, "s.toml")
+    assert str(info.value).startswith(f"s.toml:{line}:"), str(info.value)
+
+
+def test_answers_by_label_and_what_is_allowed() -> None:
+    survey = parse_survey(
+        HEAD
+        + '[[question]]\nid = "v"\nkind = "vector"\nlength = 2\nmax = 5\nlabels = ["x", "y"]\n'
+        + '[[question]]\nid = "n"\nkind = "integer"\nmax = 9\n'
+        + '[[question]]\nid = "m"\nkind = "multi_choice"\noptions = ["a", "b", "c"]\n'
+        + "max_choices = 2\n"
+        + Q
+    )
+    yes = survey.question("a")
+    assert [yes.to_measurement(x) for x in ("yes", "No", "true", False)] == [1, 0, 1, 0]
+    assert survey.question("n").to_measurement("7") == 7
+    assert survey.question("v").to_measurement([5, "0"]) == [5, 0]
+    assert survey.question("v").element_labels() == ("x", "y")
+    assert survey.question("m").to_measurement(["c"]) == [False, False, True]
+    cases = [
+        ("a", "maybe", "'a': 'maybe' is not an allowed answer.*give yes or no"),
+        ("n", 10, "'n': 10 .*a whole number from 0 to 9"),
+        ("n", 2.5, "whole number"),
+        ("n", True, "whole number"),
+        ("v", [1], r"\(1 numbers\).*2 whole numbers"),
+        ("m", ["a", "b", "c"], r"\(3 options chosen\).*at most 2 of 'a', 'b', 'c'"),
+        ("m", ["a", "a"], "named twice"),
+        ("m", "a", "not a list"),
+        ("m", ["d"], "'d' is not one of the options"),
+    ]
+    for qid, answer, message in cases:
+        with pytest.raises(AnswerError, match=message):
+            survey.question(qid).to_measurement(answer)
+
+
+def test_vector_labels_must_match_length() -> None:
+    with pytest.raises(SurveyError, match="2 distinct names"):
+        parse_survey(
+            HEAD + '[[question]]\nid = "v"\nkind = "vector"\nlength = 2\nmax = 5\nlabels = ["x"]\n'
+        )

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
@@ -44,18 +44,8 @@ def example_survey() -> Survey:
 def with_epsilon(survey: Survey, epsilon: Fraction) -> Survey:
     """The same survey with its total ε (and every question's share) rescaled."""
     factor = epsilon / survey.epsilon
-    questions = tuple(
-        Question(**{**q.__dict__, "epsilon": q.epsilon * factor}) for q in survey.questions
-    )
-    return Survey(
-        survey.name,
-        epsilon,
-        survey.mechanism,
-        survey.min_batch_size,
-        survey.max_respondents,
-        questions,
-        survey.path,
-    )
+    questions = tuple(replace(q, epsilon=q.epsilon * factor) for q in survey.questions)
+    return replace(survey, epsilon=epsilon, questions=questions)
 
 
 def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]]:
@@ -72,15 +62,11 @@ def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, An
                 epsilon=eps if survey.mechanism != "gaussian" else None,
                 rho=eps if survey.mechanism == "gaussian" else None,
                 budget=eps,
-                survey=_survey_id(survey),
+                survey=survey.id,
                 survey_budget=str(survey.epsilon),
             )
         specs[q.id] = (vdaf, dp, {"min_batch_size": survey.min_batch_size})
     return specs
-
-
-def _survey_id(survey: Survey) -> str:
-    return "".join(c if c.isalnum() else "-" for c in survey.name.lower()).strip("-") or "survey"
 
 
 @dataclass

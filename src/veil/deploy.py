@@ -6,7 +6,13 @@ survey needs, each party's in its own directory.
     OUT/leader/      leader.toml, tasks/<question>.toml   (organisation A)
     OUT/helper/      helper.toml, tasks/<question>.toml   (organisation B)
     OUT/collector/   <question>.toml, survey.toml          (the survey operator)
-    OUT/client/      <question>.toml                       (public: ship with the client)
+    OUT/client/      <question>.toml, survey.json          (public: ship with the client)
+
+client/survey.json is the public survey description (`veil.survey.public_description`
+documents its format): texts, options, window; collector/survey.toml is the
+survey file itself. Every task's validity window is the survey's
+[opens, closes), so both aggregators refuse reports outside it and refuse to
+close a batch before it closes.
 
 The leader's, helper's and collector's directories and files are created
 readable by their owner only (they hold the verify key, tokens and the
@@ -17,15 +23,16 @@ each organisation puts its own certificates there.
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from veil.demo import task_specs
-from veil.survey import Survey
+from veil.survey import DESCRIPTION_FILE, Survey, public_description
 from veil.task import new_task
 
 PRIVATE_DIR = 0o700
@@ -68,9 +75,23 @@ def deploy_survey(
     helper: str,
     *,
     tls: bool = True,
-    time_precision: int = 3600,
+    time_precision: int | None = None,
 ) -> Deployment:
-    """Write the deployment of ``survey`` under ``out`` (which must not exist)."""
+    """Write the deployment of ``survey`` under ``out`` (which must not exist).
+
+    `time_precision` overrides the survey's; its window must be aligned to it.
+    """
+    if survey.opens is None or survey.closes is None:
+        raise DeployError(
+            f"{survey.path}: a deployed survey needs a window: add `opens` and `closes`"
+            " (RFC 3339, e.g. opens = 2026-05-01T00:00:00Z) to its [survey] table"
+        )
+    tp = survey.time_precision if time_precision is None else time_precision
+    if tp <= 0 or survey.opens % tp or survey.closes % tp:
+        raise DeployError(
+            f"the survey window is not aligned to a time precision of {tp} s: batches are"
+            " whole intervals"
+        )
     for address in (leader, helper):
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
@@ -85,14 +106,29 @@ def deploy_survey(
         (dirs[role] / "tasks").mkdir(mode=PRIVATE_DIR)
 
     task_names = []
+    task_ids = {}
     for qid, (vdaf, dp, kwargs) in task_specs(survey).items():
-        files = new_task(vdaf, leader, helper, dp=dp, time_precision=time_precision, **kwargs)
+        files = new_task(
+            vdaf,
+            leader,
+            helper,
+            dp=dp,
+            time_precision=tp,
+            not_before=survey.opens,
+            not_after=survey.closes,
+            max_clock_skew=survey.max_clock_skew,
+            **kwargs,
+        )
         task_names.append(qid)
+        task_ids[qid] = files.client.id_text
         _toml(dirs["leader"] / "tasks" / f"{qid}.toml", files.leader.to_dict(), PRIVATE_FILE)
         _toml(dirs["helper"] / "tasks" / f"{qid}.toml", files.helper.to_dict(), PRIVATE_FILE)
         _toml(dirs["collector"] / f"{qid}.toml", files.collector.to_dict(), PRIVATE_FILE)
         _toml(dirs["client"] / f"{qid}.toml", files.client.to_dict(), PUBLIC_FILE)
     write_file(dirs["collector"] / "survey.toml", survey_text.encode(), PRIVATE_FILE)
+    public = public_description(replace(survey, time_precision=tp), task_ids)
+    description = json.dumps(public, indent=2, ensure_ascii=False)
+    write_file(dirs["client"] / DESCRIPTION_FILE, description.encode() + b"\n", PUBLIC_FILE)
 
     for role, listen in (("leader", leader), ("helper", helper)):
         port = listen.rpartition(":")[2]

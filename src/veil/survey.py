@@ -18,10 +18,20 @@ The survey's total ε is divided among the questions by sequential
 composition: ``epsilon`` on a question takes that much, the rest is shared
 in proportion to ``weight`` (default 1). Every error names the file, the
 line and what to change.
+
+The survey window: ``opens`` and ``closes`` (RFC 3339 date-times with an
+offset, as TOML date-times or strings) bound the report times the
+aggregators accept, and no batch of the survey is closed before ``closes``
+(so collecting can never lock out a respondent). Both are aligned to
+``time_precision`` (seconds, default 3600), the batch granularity of every
+question's task; ``max_clock_skew`` (seconds, default 60) is how far in the
+future a report time may be. A survey without a window can be simulated,
+not deployed. A vector question may name its elements with ``labels``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -31,6 +41,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import (
     Field,
     Field64,
@@ -67,6 +78,7 @@ class Question:
     options: tuple[str, ...] = ()
     max_choices: int = 0
     length: int = 0
+    labels: tuple[str, ...] = ()
 
     @property
     def vdaf_type(self) -> str:
@@ -114,24 +126,83 @@ class Question:
             return Prio3MultihotCountVec(2, p["length"], p["max_weight"], p["chunk_length"])
         return Prio3SumVec(2, p["length"], p["max_measurement"], p["chunk_length"])
 
-    def to_measurement(self, answer: Any) -> Any:
-        """A respondent's answer in the question's terms (a bool, an option
-        name, a list of option names) as the Prio3 measurement."""
+    def allowed(self) -> str:
+        """What an answer to this question may be, in words."""
         if self.kind == "yes_no":
-            if not isinstance(answer, bool):
-                raise ValueError(f"question {self.id!r} takes yes/no (a bool), got {answer!r}")
-            return int(answer)
+            return "yes or no (also true or false)"
+        if self.kind == "integer":
+            return f"a whole number from 0 to {self.max}"
         if self.kind == "choice":
-            if answer not in self.options:
-                raise ValueError(f"question {self.id!r}: {answer!r} is not one of {self.options}")
-            return self.options.index(answer)
+            return "one of " + ", ".join(repr(o) for o in self.options)
         if self.kind == "multi_choice":
-            chosen = set(answer)
-            unknown = chosen - set(self.options)
+            return f"a list of at most {self.max_choices} of " + ", ".join(
+                repr(o) for o in self.options
+            )
+        return f"a list of {self.length} whole numbers from 0 to {self.max}"
+
+    def element_labels(self) -> tuple[str, ...]:
+        """Names of the elements of the result: options, vector labels or [i]."""
+        if self.options:
+            return self.options
+        if self.kind == "vector":
+            return self.labels or tuple(f"[{i}]" for i in range(self.length))
+        return ()
+
+    def _refuse(self, answer: Any, why: str = "") -> AnswerError:
+        return AnswerError(
+            f"question {self.id!r}: {answer!r} is not an allowed answer{why}; give {self.allowed()}"
+        )
+
+    def to_measurement(self, answer: Any) -> Any:
+        """A respondent's answer in the question's terms (yes/no, a number, an
+        option name, a list of option names, a list of numbers) as the Prio3
+        measurement. Raises AnswerError naming the question, the answer and
+        what is allowed."""
+        if self.kind == "yes_no":
+            if isinstance(answer, str) and answer.strip().lower() in YES_NO:
+                return YES_NO[answer.strip().lower()]
+            if not isinstance(answer, bool):
+                raise self._refuse(answer, " (not a bool)")
+            return int(answer)
+        if self.kind == "integer":
+            return self._number(answer, answer)
+        if self.kind == "choice":
+            if not isinstance(answer, str) or answer not in self.options:
+                raise AnswerError(
+                    f"question {self.id!r}: {answer!r} is not one of the options; give"
+                    f" {self.allowed()}"
+                )
+            return self.options.index(answer)
+        if not isinstance(answer, (list, tuple)):
+            raise self._refuse(answer, " (not a list)")
+        if self.kind == "multi_choice":
+            unknown = [a for a in answer if not isinstance(a, str) or a not in self.options]
             if unknown:
-                raise ValueError(f"question {self.id!r}: unknown options {sorted(unknown)}")
+                raise self._refuse(answer, f" ({unknown[0]!r} is not one of the options)")
+            if len(set(answer)) != len(answer):
+                raise self._refuse(answer, " (an option is named twice)")
+            if len(answer) > self.max_choices:
+                raise self._refuse(answer, f" ({len(answer)} options chosen)")
+            chosen = set(answer)
             return [option in chosen for option in self.options]
-        return answer
+        if len(answer) != self.length:
+            raise self._refuse(answer, f" ({len(answer)} numbers)")
+        return [self._number(v, answer) for v in answer]
+
+    def _number(self, value: Any, answer: Any) -> int:
+        if isinstance(value, str) and re.fullmatch(r"\s*\d{1,30}\s*", value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.max:
+            raise self._refuse(answer)
+        return value
+
+
+YES_NO = {"yes": 1, "no": 0, "true": 1, "false": 0, "y": 1, "n": 0}
+
+
+class AnswerError(ValueError):
+    """A respondent's answer does not fit its question; the message names the
+    question, the answer given and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +214,11 @@ class Survey:
     max_respondents: int
     questions: tuple[Question, ...]
     path: str = "<string>"
+    opens: int | None = None
+    closes: int | None = None
+    time_precision: int = 3600
+    max_clock_skew: int = 60
+    id: str = ""
 
     def question(self, question_id: str) -> Question:
         for q in self.questions:
@@ -249,6 +325,21 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     ):
         raise loc.error(None, "max_respondents", "`max_respondents` must be in [1, 10^12]")
 
+    tp = head.get("time_precision", 3600)
+    if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 366 * 86400:
+        raise loc.error(
+            None, "time_precision", "`time_precision` must be a number of seconds (1 to a year)"
+        )
+    skew = head.get("max_clock_skew", 60)
+    if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 86400:
+        raise loc.error(
+            None, "max_clock_skew", "`max_clock_skew` must be a number of seconds (0 to a day)"
+        )
+    opens, closes = _window(loc, head, tp)
+    survey_id = head.get("id", survey_id_of(str(head.get("name", Path(path).stem))))
+    if not isinstance(survey_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", survey_id):
+        raise loc.error(None, "id", "the survey `id` must be letters, digits, _ or - (1 to 64)")
+
     raw_questions = doc.get("question")
     if not isinstance(raw_questions, list) or not raw_questions:
         raise SurveyError(f"{path}: a survey needs at least one [[question]] table")
@@ -305,7 +396,45 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         max_respondents=max_respondents,
         questions=tuple(questions),
         path=path,
+        opens=opens,
+        closes=closes,
+        time_precision=tp,
+        max_clock_skew=skew,
+        id=survey_id,
     )
+
+
+def survey_id_of(name: str) -> str:
+    """A survey id from its name: lower case, runs of other characters as '-'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
+    return slug or "survey"
+
+
+def _window(loc: _Locator, head: Mapping[str, Any], tp: int) -> tuple[int | None, int | None]:
+    """`opens` and `closes` as epoch seconds (both or neither), aligned to `tp`."""
+    if ("opens" in head) != ("closes" in head):
+        present = "opens" if "opens" in head else "closes"
+        raise loc.error(None, present, "the survey window needs both `opens` and `closes`")
+    if "opens" not in head:
+        return None, None
+    bounds = []
+    for key in ("opens", "closes"):
+        try:
+            t = parse_time(head[key])
+        except TimeFormatError as e:
+            raise loc.error(None, key, f"`{key}`: {e}") from None
+        if t % tp:
+            down, up = t - t % tp, t - t % tp + tp
+            raise loc.error(
+                None,
+                key,
+                f"`{key}` = {format_time(t)} is not aligned to the time_precision of {tp} s"
+                f" (batches are whole intervals): use {format_time(down)} or {format_time(up)}",
+            )
+        bounds.append(t)
+    if bounds[1] <= bounds[0]:
+        raise loc.error(None, "closes", "`closes` must be after `opens`")
+    return bounds[0], bounds[1]
 
 
 def _max_fitting(field: type[Field], respondents: int) -> int:
@@ -324,7 +453,7 @@ def _question(
         "integer": {"max"},
         "choice": {"options"},
         "multi_choice": {"options", "max_choices"},
-        "vector": {"length", "max"},
+        "vector": {"length", "max", "labels"},
     }[kind]
     for key in raw:
         if key not in allowed:
@@ -340,7 +469,22 @@ def _question(
     if kind == "vector":
         length = _positive_int(loc, i, raw, "length", 100_000)
         top = _max_fitting(Field128, respondents)
-        return Question(**common, length=length, max=_positive_int(loc, i, raw, "max", top))
+        labels = raw.get("labels", [])
+        if (
+            not isinstance(labels, list)
+            or not all(isinstance(x, str) and x for x in labels)
+            or (labels and len(labels) != length)
+            or len(set(labels)) != len(labels)
+        ):
+            raise loc.error(
+                i, "labels", f"`labels` must be {length} distinct names, one per element"
+            )
+        return Question(
+            **common,
+            length=length,
+            max=_positive_int(loc, i, raw, "max", top),
+            labels=tuple(labels),
+        )
     options = raw.get("options")
     if (
         not isinstance(options, list)
@@ -365,3 +509,170 @@ def load_survey(path: str | Path) -> Survey:
     except OSError as e:
         raise SurveyError(f"{p}: cannot read survey file: {e.strerror}") from e
     return parse_survey(text, str(p))
+
+
+# --- the public survey description ------------------------------------------
+
+DESCRIPTION_FILE = "survey.json"
+DESCRIPTION_FORMAT = "veil-survey/1"
+
+
+def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str, Any]:
+    """The survey as respondents see it: what `veil survey deploy` writes to
+    client/survey.json, beside each question's public task file.
+
+    Format ``veil-survey/1``, a JSON object::
+
+        {"format": "veil-survey/1",
+         "id": "workplace", "name": "Workplace survey",
+         "opens": "2026-05-01T00:00:00Z", "closes": "2026-05-08T00:00:00Z",
+         "time_precision": 3600, "max_clock_skew": 60,
+         "mechanism": "geometric", "epsilon": "2",
+         "questions": [
+           {"id": "team", "text": "Which team are you in?", "kind": "choice",
+            "epsilon": "1/3", "task_file": "team.toml", "task_id": "<base64url>",
+            "options": ["engineering", "design"]},
+           ...]}
+
+    Times are RFC 3339 in UTC; ε values are exact fractions as strings (ρ for
+    the gaussian mechanism). Per kind a question carries: choice `options`;
+    multi_choice `options` and `max_choices`; integer `max`; vector `length`,
+    `max` and, when named, `labels`. `task_file` is the question's client task
+    file in the same directory (VDAF, aggregators, HPKE config); `task_id` is
+    its task id, so a reader can check that the two belong together. A report
+    for a question is uploaded under that task with a time in [opens, closes).
+    Nothing in it is secret.
+    """
+    if survey.opens is None or survey.closes is None:
+        raise SurveyError(f"{survey.path}: a deployed survey needs a window (`opens`, `closes`)")
+    questions = []
+    for q in survey.questions:
+        d: dict[str, Any] = {
+            "id": q.id,
+            "text": q.text,
+            "kind": q.kind,
+            "epsilon": str(q.epsilon),
+            "task_file": f"{q.id}.toml",
+            "task_id": task_ids[q.id],
+        }
+        if q.options:
+            d["options"] = list(q.options)
+        if q.kind == "multi_choice":
+            d["max_choices"] = q.max_choices
+        if q.kind in ("integer", "vector"):
+            d["max"] = q.max
+        if q.kind == "vector":
+            d["length"] = q.length
+            if q.labels:
+                d["labels"] = list(q.labels)
+        questions.append(d)
+    return {
+        "format": DESCRIPTION_FORMAT,
+        "id": survey.id,
+        "name": survey.name,
+        "opens": format_time(survey.opens),
+        "closes": format_time(survey.closes),
+        "time_precision": survey.time_precision,
+        "max_clock_skew": survey.max_clock_skew,
+        "mechanism": survey.mechanism,
+        "epsilon": str(survey.epsilon),
+        "questions": questions,
+    }
+
+
+@dataclass(frozen=True)
+class Description:
+    """A parsed public survey description; `task_files` maps question id to
+    its client task file."""
+
+    survey: Survey
+    task_files: Mapping[str, Path]
+    task_ids: Mapping[str, str]
+
+
+def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = d.get(key)
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        raise SurveyError(f"{where}: `{key}` is missing or not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def load_description(directory: str | Path) -> Description:
+    """Read DIR/survey.json (a deployment's client/ directory); raises SurveyError."""
+    path = Path(directory) / DESCRIPTION_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SurveyError(
+            f"{path}: cannot read the survey description ({e.strerror}); give the client/"
+            " directory that `veil survey deploy` wrote"
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SurveyError(f"{path}: not a survey description: {e}") from None
+    where = str(path)
+    if not isinstance(doc, dict) or doc.get("format") != DESCRIPTION_FORMAT:
+        raise SurveyError(f"{where}: not a {DESCRIPTION_FORMAT} survey description")
+    try:
+        opens = parse_time(_get(doc, "opens", str, where))
+        closes = parse_time(_get(doc, "closes", str, where))
+        epsilon = Fraction(_get(doc, "epsilon", str, where))
+    except (TimeFormatError, ValueError, ZeroDivisionError) as e:
+        raise SurveyError(f"{where}: {e}") from None
+    questions = []
+    files: dict[str, Path] = {}
+    ids: dict[str, str] = {}
+    for n, raw in enumerate(_get(doc, "questions", list, where)):
+        at = f"{where}: question {n + 1}"
+        if not isinstance(raw, dict):
+            raise SurveyError(f"{at}: not an object")
+        qid = _get(raw, "id", str, at)
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", qid) or qid in files:
+            raise SurveyError(f"{at}: bad or repeated id {qid!r}")
+        kind = _get(raw, "kind", str, at)
+        if kind not in KINDS:
+            raise SurveyError(f"{at}: unknown kind {kind!r}")
+        task_file = _get(raw, "task_file", str, at)
+        if Path(task_file).name != task_file:
+            raise SurveyError(f"{at}: `task_file` must name a file in the same directory")
+        files[qid] = path.parent / task_file
+        ids[qid] = _get(raw, "task_id", str, at)
+        fields: dict[str, Any] = {}
+        if kind in ("choice", "multi_choice"):
+            options = _get(raw, "options", list, at)
+            if len(options) < 2 or not all(isinstance(o, str) and o for o in options):
+                raise SurveyError(f"{at}: `options` must be a list of at least two names")
+            fields["options"] = tuple(options)
+        if kind == "multi_choice":
+            fields["max_choices"] = _get(raw, "max_choices", int, at)
+        if kind in ("integer", "vector"):
+            fields["max"] = _get(raw, "max", int, at)
+        if kind == "vector":
+            fields["length"] = _get(raw, "length", int, at)
+            labels = raw.get("labels", [])
+            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+                raise SurveyError(f"{at}: `labels` must be a list of names")
+            fields["labels"] = tuple(labels)
+        try:
+            q_eps = Fraction(_get(raw, "epsilon", str, at))
+        except (ValueError, ZeroDivisionError) as e:
+            raise SurveyError(f"{at}: {e}") from None
+        text = _get(raw, "text", str, at)
+        questions.append(Question(id=qid, text=text, kind=kind, epsilon=q_eps, **fields))
+    if not questions:
+        raise SurveyError(f"{where}: the survey has no questions")
+    mechanism = _get(doc, "mechanism", str, where)
+    survey = Survey(
+        name=_get(doc, "name", str, where),
+        epsilon=epsilon,
+        mechanism=mechanism,
+        min_batch_size=1,
+        max_respondents=1,
+        questions=tuple(questions),
+        path=where,
+        opens=opens,
+        closes=closes,
+        time_precision=_get(doc, "time_precision", int, where),
+        max_clock_skew=_get(doc, "max_clock_skew", int, where),
+        id=_get(doc, "id", str, where),
+    )
+    return Description(survey, files, ids)

@@ -36,6 +36,8 @@ from veil.trust import TrustError, normalise_fingerprint
 from veil.vdaf import Prio3
 
 TASK_ID_SIZE = 32
+# not_after of a task without an end (DAP leaves task_expiration optional).
+OPEN_ENDED = 2**63 - 1
 VDAF_TYPES = ("count", "sum", "sumvec", "histogram", "multihot")
 
 

@@ -22,6 +22,7 @@ from veil.aggregator.errors import (
     Unauthenticated,
     Unavailable,
     UnknownTask,
+    WindowOpen,
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
@@ -386,6 +387,37 @@ def test_reports_outside_the_task_window(backend: Backend) -> None:
     with pytest.raises(ReportTimeRejected, match="window"):
         world.leader.upload(files.client.task_id, [world.report(1, t=T + TP)])
     assert world.leader.upload(files.client.task_id, [world.report(1, t=T)]) == (1, 0)
+
+
+def test_no_batch_closes_before_the_window_does(backend: Backend) -> None:
+    # The window [T, T + 2 TP) is still open at NOW: neither aggregator closes
+    # a batch of it, so no respondent can be locked out by a collection.
+    files = new_task(
+        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", not_before=T, not_after=T + 2 * TP
+    )
+    world = World(backend, files)
+    task_id = files.client.task_id
+    world.leader.upload(task_id, [world.report(1), world.report(0)])
+    job = secrets.token_bytes(16)
+    with pytest.raises(WindowOpen, match=r"accepts reports until .*Z.* in "):
+        world.leader.create_collection(task_id, files.collector.collector_token, job, T, TP)
+    assert world.leader_store.get_collection(task_id, job) is None
+    with pytest.raises(WindowOpen, match="accepts reports until"):
+        world.link.aggregate_share(files.leader, job, T, TP, 0, bytes(32))
+    assert world.helper_store.helper_collection(task_id, job) is None
+    # The same window, closed: the batch is collected as usual.
+    closed = World(backend, replace_window(files, T + TP))
+    closed.leader.upload(task_id, [closed.report(1), closed.report(1)])
+    assert closed.collect().state == "finished"
+
+
+def replace_window(files: TaskFiles, not_after: int) -> TaskFiles:
+    return TaskFiles(
+        *(
+            replace(t, not_after=not_after)
+            for t in (files.leader, files.helper, files.collector, files.client)
+        )
+    )
 
 
 def test_noise_is_drawn_ahead_of_the_request() -> None:

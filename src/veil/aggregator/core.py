@@ -15,12 +15,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from veil.aggregator.errors import InvalidMessage, ReportTimeRejected, Unauthenticated, UnknownTask
+from veil.aggregator.errors import (
+    InvalidMessage,
+    ReportTimeRejected,
+    Unauthenticated,
+    UnknownTask,
+    WindowOpen,
+)
 from veil.aggregator.maintenance import active_key, ensure_active_key
 from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
 from veil.hpke import Ciphertext, HpkeConfig, HpkeError, HpkeKeypair, open_
 from veil.metrics import Metrics
-from veil.task import Task, token_matches
+from veil.task import OPEN_ENDED, Task, token_matches
+from veil.times import format_duration, format_time
 from veil.vdaf import CodecError, Prio3, VdafError
 from veil.vdaf.batch import BatchPrio3
 
@@ -106,6 +113,21 @@ def check_interval(task: Task, start: int, duration: int) -> None:
         raise InvalidMessage(f"batch interval spans more than {MAX_BATCH_BUCKETS} time buckets")
 
 
+def _when(t: int) -> str:
+    return format_time(t) if 0 <= t < OPEN_ENDED else str(t)
+
+
+def check_window_closed(task: Task, start: int, now: float) -> None:
+    """Refuses to close a batch of a task with a window (a survey's) while
+    reports may still arrive: collecting marks the batch collected, and every
+    later upload to it would fail. Each aggregator checks this on its own."""
+    if task.not_after < OPEN_ENDED and start < task.not_after and now < task.not_after:
+        raise WindowOpen(
+            f"the task accepts reports until {format_time(task.not_after)}: its batches can be"
+            f" collected after that, in {format_duration(task.not_after - now)}"
+        )
+
+
 def check_report_time(task: Task, report_time: int, now: float) -> None:
     """Raises ReportTimeRejected for a report too far in the future or outside the task."""
     if report_time > now + task.max_clock_skew:
@@ -115,8 +137,9 @@ def check_report_time(task: Task, report_time: int, now: float) -> None:
         )
     if not task.not_before <= report_time < task.not_after:
         raise ReportTimeRejected(
-            f"report time {report_time} is outside the task's window"
-            f" [{task.not_before}, {task.not_after})"
+            f"report time {format_time(report_time)} is outside the task's window"
+            f" [{_when(task.not_before)}, {_when(task.not_after)}): the survey"
+            + (" is closed" if report_time >= task.not_after else " is not open yet")
         )
     horizon = task.report_horizon(now)
     if horizon is not None and report_time < horizon:

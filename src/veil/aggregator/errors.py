@@ -44,6 +44,12 @@ class BatchCollected(AggregatorError):
     status = "FAILED_PRECONDITION"
 
 
+class WindowOpen(AggregatorError):
+    """A batch of a task whose window has not closed yet."""
+
+    status = "FAILED_PRECONDITION"
+
+
 class BatchTooSmall(AggregatorError):
     status = "FAILED_PRECONDITION"
 

@@ -33,6 +33,7 @@ from veil.aggregator.core import (
     authorize,
     batch_summary,
     check_interval,
+    check_window_closed,
     rejection_reason,
     share_merge,
     vdaf_ctx,
@@ -285,6 +286,7 @@ class Helper(AggregatorBase):
         if len(collection_id) != 16:
             raise InvalidMessage("collection_job_id must be 16 bytes")
         check_interval(task, start, duration)
+        check_window_closed(task, start, self.clock())
         with self._lock:
             stored = self.store.helper_collection(task_id, collection_id)
             if stored is not None:

@@ -35,6 +35,7 @@ from veil.aggregator.core import (
     batch_summary,
     check_interval,
     check_report_time,
+    check_window_closed,
     rejection_reason,
     share_merge,
     vdaf_ctx,
@@ -223,6 +224,7 @@ class Leader(AggregatorBase):
         if len(collection_id) != 16:
             raise InvalidMessage("collection_job_id must be 16 bytes")
         check_interval(task, start, duration)
+        check_window_closed(task, start, self.clock())
         existing = self.store.get_collection(task_id, collection_id)
         if existing is not None:
             if (existing.start, existing.duration) != (start, duration):

@@ -206,7 +206,11 @@ def register(
     p.add_argument("--out", required=True, help="new directory for the files")
     p.add_argument("--leader", required=True, help="leader host:port as clients reach it")
     p.add_argument("--helper", required=True, help="helper host:port as the leader reaches it")
-    p.add_argument("--time-precision", type=int, default=3600, help="seconds")
+    p.add_argument(
+        "--time-precision",
+        type=int,
+        help="seconds: batch granularity (default: the survey's time_precision, else 3600)",
+    )
     p.add_argument("--no-tls", action="store_true", help="plaintext (only for servers on loopback)")
     p.set_defaults(func=cmd_survey_deploy)
 
