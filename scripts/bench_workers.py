@@ -24,13 +24,13 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from veil.aggregator.core import accumulate, share_merge, vdaf_ctx
+from veil.aggregator.core import accumulate, share_merge
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
-from veil.aggregator.storage import StoredReport
 from veil.aggregator.throwaway_pg import as_url, postgres_dsn, with_schema
-from veil.client import Client
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_, seal
+from veil.client import Client, seal_report
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_
+from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 from veil.vdaf.batch import BatchPrio3
 
@@ -111,15 +111,17 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
         rid = secrets.token_bytes(16)
         public, shares = vdaf.shard(ctx, i % 1001, rid, secrets.token_bytes(vdaf.RAND_SIZE))
         ps = vdaf.encode_public_share(public)
-        cts = [
-            seal(
-                kp.config,
-                input_share_info(role, task_id, rid, 0, ps),
-                vdaf.encode_input_share(shares[j]),
-            )
-            for j, (kp, role) in enumerate(((leader_kp, ROLE_LEADER), (helper_kp, ROLE_HELPER)))
-        ]
-        items.append((rid, ps, cts))
+        r = seal_report(
+            task_id,
+            rid,
+            0,
+            ps,
+            vdaf.encode_input_share(shares[0]),
+            vdaf.encode_input_share(shares[1]),
+            leader_kp.config,
+            helper_kp.config,
+        )
+        items.append((rid, ps, [r.leader_ct, r.helper_ct]))
     t1 = time.perf_counter()
     opened = [
         [
@@ -152,7 +154,7 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
     # bucket's aggregate merged under its row lock), as a worker does.
     store = PostgresDatastore(with_schema(dsn, f"bench_steps_{secrets.token_hex(4)}"), 2)
     try:
-        stored = [(0, StoredReport(rid, 0, ps, cts[0], cts[1])) for rid, ps, cts in items]
+        stored = [(0, Report(rid, 0, ps, cts[0], cts[1])) for rid, ps, cts in items]
         t4 = time.perf_counter()
         for i in range(0, n, 1000):
             store.put_reports(task_id, stored[i : i + 1000])

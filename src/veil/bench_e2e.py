@@ -22,8 +22,8 @@ from typing import Any
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
-from veil.client.client import Report
 from veil.collector import Collector
+from veil.messages import Report
 from veil.task import DpSpec, VdafSpec
 
 UPLOAD_BATCH = 1000

@@ -21,10 +21,14 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
+# Ciphertext and ENC_SIZE are protocol messages and constants (veil.messages);
+# imported here for the many callers that seal and open.
+from veil.messages import AGG_SHARE_LABEL, ENC_SIZE, INPUT_SHARE_LABEL, Ciphertext
+
 KEM_ID_X25519_HKDF_SHA256 = 0x0020
 KDF_ID_HKDF_SHA256 = 0x0001
 AEAD_ID_AES_128_GCM = 0x0001
-ENC_SIZE = 32  # X25519 encapsulated key
+SUITE_IDS = (KEM_ID_X25519_HKDF_SHA256, KDF_ID_HKDF_SHA256, AEAD_ID_AES_128_GCM)
 PUBLIC_KEY_SIZE = 32
 
 ROLE_COLLECTOR = 0
@@ -33,8 +37,28 @@ ROLE_LEADER = 2
 ROLE_HELPER = 3
 
 _SUITE = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.AES_128_GCM)
-_INPUT_SHARE_LABEL = b"veil-v1 input share"
-_AGG_SHARE_LABEL = b"veil-v1 aggregate share"
+
+__all__ = [
+    "AEAD_ID_AES_128_GCM",
+    "ENC_SIZE",
+    "KDF_ID_HKDF_SHA256",
+    "KEM_ID_X25519_HKDF_SHA256",
+    "PUBLIC_KEY_SIZE",
+    "ROLE_CLIENT",
+    "ROLE_COLLECTOR",
+    "ROLE_HELPER",
+    "ROLE_LEADER",
+    "SUITE_IDS",
+    "Ciphertext",
+    "HpkeConfig",
+    "HpkeError",
+    "HpkeKeypair",
+    "agg_share_info",
+    "generate_keypair",
+    "input_share_info",
+    "open_",
+    "seal",
+]
 
 
 class HpkeError(Exception):
@@ -58,11 +82,7 @@ class HpkeConfig:
             raise ValueError(f"HPKE public key must be {PUBLIC_KEY_SIZE} bytes")
 
     def is_supported(self) -> bool:
-        return (self.kem_id, self.kdf_id, self.aead_id) == (
-            KEM_ID_X25519_HKDF_SHA256,
-            KDF_ID_HKDF_SHA256,
-            AEAD_ID_AES_128_GCM,
-        )
+        return (self.kem_id, self.kdf_id, self.aead_id) == SUITE_IDS
 
 
 @dataclass(frozen=True)
@@ -78,13 +98,6 @@ class HpkeKeypair:
         # Loading a raw X25519 key derives its public half, about 20 µs: a
         # third of an open, so an aggregator loads each key once.
         return X25519PrivateKey.from_private_bytes(self.private_key)
-
-
-@dataclass(frozen=True)
-class Ciphertext:
-    config_id: int
-    enc: bytes
-    payload: bytes
 
 
 def generate_keypair(config_id: int) -> HpkeKeypair:
@@ -127,7 +140,7 @@ def input_share_info(
     encoding is injective with the public share last.
     """
     return (
-        _INPUT_SHARE_LABEL
+        INPUT_SHARE_LABEL
         + bytes([ROLE_CLIENT, server_role])
         + task_id
         + report_id
@@ -141,7 +154,7 @@ def agg_share_info(
 ) -> bytes:
     """Context of an aggregate share sealed by an aggregator to the collector."""
     return (
-        _AGG_SHARE_LABEL
+        AGG_SHARE_LABEL
         + bytes([server_role, ROLE_COLLECTOR])
         + task_id
         + struct.pack(">QQQ", start, duration, report_count)

@@ -27,8 +27,10 @@ from veil.aggregator.errors import (
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import CollectionRecord, StoredReport
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeConfig, input_share_info, seal
+from veil.aggregator.storage import CollectionRecord
+from veil.client import prepare_report
+from veil.hpke import Ciphertext, HpkeConfig
+from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
 NOW = 1_800_000_000
@@ -85,25 +87,10 @@ class World:
         )
         self.vdaf = files.client.vdaf.instantiate()
 
-    def report(self, value: int, t: int = T) -> StoredReport:
-        task_id = self.files.client.task_id
-        rid = secrets.token_bytes(16)
-        ps, shares = self.vdaf.shard(
-            b"veil-v1" + task_id, value, rid, secrets.token_bytes(self.vdaf.RAND_SIZE)
+    def report(self, value: int, t: int = T) -> Report:
+        return prepare_report(
+            self.files.client, value, self.leader.current_config, self.helper.current_config, t
         )
-        ps_bytes = self.vdaf.encode_public_share(ps)
-        cts = [
-            seal(
-                config,
-                input_share_info(role, task_id, rid, t, ps_bytes),
-                self.vdaf.encode_input_share(s),
-            )
-            for role, config, s in (
-                (ROLE_LEADER, self.leader.current_config, shares[0]),
-                (ROLE_HELPER, self.helper.current_config, shares[1]),
-            )
-        ]
-        return StoredReport(rid, t, ps_bytes, cts[0], cts[1])
 
     def collect(self) -> CollectionRecord:
         """Ask for the batch [T, T + TP) and drive the leader until it is done."""
@@ -201,7 +188,7 @@ def test_driver_prepares_the_next_job_while_the_helper_verifies(
     reads = 0
     job_reports = world.leader_store.job_reports
 
-    def counted(task_id: bytes, job_id: bytes) -> list[StoredReport]:
+    def counted(task_id: bytes, job_id: bytes) -> list[Report]:
         nonlocal reads
         reads += 1
         if reads == 2:
@@ -241,7 +228,7 @@ def _items(world: World, n: int) -> list[VerifyInitItem]:
         assert reason is None and task.verify_key is not None
         _state, share = world.vdaf.verify_init(
             task.verify_key,
-            b"veil-v1" + task.task_id,
+            vdaf_ctx(task.task_id),
             0,
             None,
             r.report_id,

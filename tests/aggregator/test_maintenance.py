@@ -27,9 +27,10 @@ from veil.aggregator.storage import (
     KEY_PENDING,
     Datastore,
     SqliteDatastore,
-    StoredReport,
 )
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig, input_share_info, seal
+from veil.client import prepare_report
+from veil.hpke import HpkeConfig
+from veil.messages import Report
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
 
 START = 1_800_000_000
@@ -74,35 +75,22 @@ class World:
             clock=self.clock,
             job_size=50,
         )
-        self.vdaf = self.files.client.vdaf.instantiate()
 
     def report(
         self,
         value: int,
         t: int | None = None,
         leader_config: HpkeConfig | None = None,
-    ) -> StoredReport:
+    ) -> Report:
         if t is None:
-            t = int(self.clock.now) - int(self.clock.now) % TP
-        rid = secrets.token_bytes(16)
-        ps, shares = self.vdaf.shard(
-            b"veil-v1" + self.task_id, value, rid, secrets.token_bytes(self.vdaf.RAND_SIZE)
-        )
-        ps_bytes = self.vdaf.encode_public_share(ps)
-        configs = (
+            t = int(self.clock.now)
+        return prepare_report(
+            self.files.client,
+            value,
             leader_config or self.leader.current_config,
             self.helper.current_config,
+            t,
         )
-        cts = [
-            seal(config, input_share_info(role, self.task_id, rid, t, ps_bytes), data)
-            for role, config, data in zip(
-                (ROLE_LEADER, ROLE_HELPER),
-                configs,
-                (self.vdaf.encode_input_share(s) for s in shares),
-                strict=True,
-            )
-        ]
-        return StoredReport(rid, t, ps_bytes, cts[0], cts[1])
 
     def drive(self) -> None:
         while self.leader.run_once():

@@ -22,9 +22,9 @@ from veil.aggregator.storage import (
     HpkeKey,
     SqliteDatastore,
     StorageConflict,
-    StoredReport,
 )
-from veil.hpke import Ciphertext, generate_keypair
+from veil.hpke import generate_keypair
+from veil.messages import Ciphertext, Report
 from veil.vdaf import Prio3Sum
 
 TASK = b"t" * 32
@@ -33,8 +33,8 @@ VDAF = Prio3Sum(2, 1000)
 MERGE = share_merge(VDAF)
 
 
-def report(i: int, time: int = 3600) -> StoredReport:
-    return StoredReport(i.to_bytes(16, "big"), time, b"ps", CT, CT)
+def report(i: int, time: int = 3600) -> Report:
+    return Report(i.to_bytes(16, "big"), time, b"ps", CT, CT)
 
 
 def share(*values: int) -> bytes:
@@ -86,10 +86,10 @@ def store(opener: Opener) -> Datastore:
 def test_reports_all_or_nothing_and_duplicates(store: Datastore) -> None:
     assert store.put_reports(TASK, [(3600, report(1)), (3600, report(2))]) == (2, 0)
     assert store.put_reports(TASK, [(3600, report(1)), (3600, report(3))]) == (1, 1)
-    changed = StoredReport(report(4).report_id, 3600, b"other", CT, CT)
+    changed = Report(report(4).report_id, 3600, b"other", CT, CT)
     with pytest.raises(StorageConflict):
         store.put_reports(
-            TASK, [(3600, report(4)), (3600, StoredReport(report(1).report_id, 3600, b"x", CT, CT))]
+            TASK, [(3600, report(4)), (3600, Report(report(1).report_id, 3600, b"x", CT, CT))]
         )
     assert store.put_reports(TASK, [(3600, changed)]) == (1, 0)  # report 4 was not written before
     assert store.unaggregated_count(TASK, 0, 7200) == 4
@@ -407,7 +407,7 @@ def test_size_and_reclaim_space(store: Datastore) -> None:
     store.reclaim_space(full=True)
     empty = store.size_bytes()
     big = Ciphertext(1, b"e" * 32, secrets.token_bytes(4000))  # random: no compression
-    reports = [(0, StoredReport(i.to_bytes(16, "big"), 0, b"ps", big, big)) for i in range(500)]
+    reports = [(0, Report(i.to_bytes(16, "big"), 0, b"ps", big, big)) for i in range(500)]
     store.put_reports(TASK, reports)
     store.reclaim_space()
     full = store.size_bytes()

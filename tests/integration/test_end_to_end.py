@@ -12,9 +12,10 @@ import grpc
 import pytest
 
 from tests.integration.deployment import Deployment, start_deployment
-from veil.client import UploadError
+from veil.client import UploadError, seal_report
 from veil.collector import CollectionError
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, input_share_info, seal
+from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.messages import vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = pytest.mark.slow
@@ -142,27 +143,23 @@ def forged_report(client: Any, value: int, t: int) -> Any:
     """A report whose leader input share was changed after sharding, correctly sealed."""
     import secrets
 
-    from veil.client import Report
-
     vdaf = client.vdaf
     report_id = secrets.token_bytes(16)
-    ctx = b"veil-v1" + client.task.task_id
+    ctx = vdaf_ctx(client.task.task_id)
     public_share, shares = vdaf.shard(ctx, value, report_id, secrets.token_bytes(vdaf.RAND_SIZE))
     ps = vdaf.encode_public_share(public_share)
     leader = bytearray(vdaf.encode_input_share(shares[0]))
     leader[0] ^= 1  # first measurement-share element, still a valid field element
-    cts = [
-        seal(
-            client.hpke_config(role),
-            input_share_info(role, client.task.task_id, report_id, t, ps),
-            pt,
-        )
-        for role, pt in (
-            (ROLE_LEADER, bytes(leader)),
-            (ROLE_HELPER, vdaf.encode_input_share(shares[1])),
-        )
-    ]
-    return Report(report_id, t, ps, cts[0], cts[1])
+    return seal_report(
+        client.task.task_id,
+        report_id,
+        t,
+        ps,
+        bytes(leader),
+        vdaf.encode_input_share(shares[1]),
+        client.hpke_config(ROLE_LEADER),
+        client.hpke_config(ROLE_HELPER),
+    )
 
 
 def test_replayed_report_counts_once(dep: Deployment) -> None:

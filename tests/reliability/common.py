@@ -24,6 +24,8 @@ import grpc
 
 from tests.integration.deployment import Deployment
 from veil.hpke import ROLE_HELPER, input_share_info, seal
+from veil.messages import vdaf_ctx
+from veil.messages.wire import ciphertext_to_pb
 from veil.protocol.v1 import helper_pb2
 
 TP = 3600
@@ -107,7 +109,7 @@ def leader_verify_init_item(dep: Deployment, name: str, t: int, value: int) -> A
     leader_task = dep.tasks[name].leader
     vdaf = client.vdaf
     rid = secrets.token_bytes(16)
-    ctx = b"veil-v1" + leader_task.task_id
+    ctx = vdaf_ctx(leader_task.task_id)
     public, shares = vdaf.shard(ctx, value, rid, secrets.token_bytes(vdaf.RAND_SIZE))
     ps = vdaf.encode_public_share(public)
     assert leader_task.verify_key is not None
@@ -121,7 +123,5 @@ def leader_verify_init_item(dep: Deployment, name: str, t: int, value: int) -> A
     item.report_share.metadata.report_id = rid
     item.report_share.metadata.time = t
     item.report_share.public_share = ps
-    item.report_share.encrypted_input_share.config_id = ct.config_id
-    item.report_share.encrypted_input_share.enc = ct.enc
-    item.report_share.encrypted_input_share.payload = ct.payload
+    item.report_share.encrypted_input_share.CopyFrom(ciphertext_to_pb(ct))
     return item

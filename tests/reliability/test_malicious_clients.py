@@ -21,8 +21,9 @@ import pytest
 from tests.integration.deployment import Deployment, start_deployment
 from tests.integration.test_end_to_end import forged_report
 from tests.reliability.common import TP, bucket, record, rejections
-from veil.client import Client, Report, UploadError
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, input_share_info, seal
+from veil.client import Client, Report, UploadError, seal_report
+from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.messages import Ciphertext, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.adversarial]
@@ -60,18 +61,22 @@ def _seal(
     task_id: bytes | None = None,
 ) -> Report:
     """Seal chosen plaintexts exactly as an honest client would seal its shares."""
-    tid = client.task.task_id if task_id is None else task_id
-    cts = [
-        seal(client.hpke_config(role), input_share_info(role, tid, report_id, t, public_share), pt)
-        for role, pt in ((ROLE_LEADER, leader), (ROLE_HELPER, helper))
-    ]
-    return Report(report_id, t, public_share, cts[0], cts[1])
+    return seal_report(
+        client.task.task_id if task_id is None else task_id,
+        report_id,
+        t,
+        public_share,
+        leader,
+        helper,
+        client.hpke_config(ROLE_LEADER),
+        client.hpke_config(ROLE_HELPER),
+    )
 
 
 def _shard(client: Client, measurement: Any) -> tuple[bytes, Any, list[Any]]:
     vdaf = client.vdaf
     rid = secrets.token_bytes(16)
-    ctx = b"veil-v1" + client.task.task_id
+    ctx = vdaf_ctx(client.task.task_id)
     public, shares = vdaf.shard(ctx, measurement, rid, secrets.token_bytes(vdaf.RAND_SIZE))
     return rid, public, shares
 
@@ -87,7 +92,7 @@ def out_of_range_with_honest_proof(client: Client, t: int) -> Report:
     meas[0] += 2
     assert vdaf.flp.truncate(meas) == [102]
     rid = secrets.token_bytes(16)
-    ctx = b"veil-v1" + client.task.task_id
+    ctx = vdaf_ctx(client.task.task_id)
     seeds = secrets.token_bytes(vdaf.RAND_SIZE)
     size = vdaf.xof.SEED_SIZE
     _, shares = vdaf._shard_without_joint_rand(

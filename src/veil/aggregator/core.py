@@ -33,9 +33,7 @@ from veil.vdaf.batch import BatchPrio3
 
 log = logging.getLogger(__name__)
 
-REPORT_ID_SIZE = 16
 CHECKSUM_SIZE = 32
-CTX_PREFIX = b"veil-v1"
 # Upper bound on the number of time buckets in one collected interval.
 MAX_BATCH_BUCKETS = 100_000
 # How stale the in-memory copy of the HPKE keys may get before a config
@@ -77,11 +75,6 @@ class VerifyResult:
 def rejection_reason(error: VdafError) -> str:
     """The counted rejection reason of a report the VDAF refused."""
     return VDAF_DECODE_ERROR if isinstance(error, CodecError) else VDAF_VERIFY_ERROR
-
-
-def vdaf_ctx(task_id: bytes) -> bytes:
-    """The VDAF application context string (draft-irtf-cfrg-vdaf section 4)."""
-    return CTX_PREFIX + task_id
 
 
 def report_checksum(report_id: bytes) -> bytes:

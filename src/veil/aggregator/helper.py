@@ -21,7 +21,6 @@ from veil.aggregator.core import (
     BATCH_COLLECTED,
     INVALID_MESSAGE,
     REPORT_DROPPED,
-    REPORT_ID_SIZE,
     REPORT_REPLAYED,
     REPORT_TOO_EARLY,
     TASK_EXPIRED,
@@ -36,7 +35,6 @@ from veil.aggregator.core import (
     check_window_closed,
     rejection_reason,
     share_merge,
-    vdaf_ctx,
 )
 from veil.aggregator.errors import (
     BatchCollected,
@@ -55,6 +53,7 @@ from veil.hpke import (
     input_share_info,
     seal,
 )
+from veil.messages import REPORT_ID_SIZE, vdaf_ctx
 from veil.metrics import Metrics
 from veil.task import Task
 

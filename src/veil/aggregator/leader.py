@@ -26,7 +26,6 @@ from typing import Protocol
 
 from veil.aggregator.core import (
     REPORT_DROPPED,
-    REPORT_ID_SIZE,
     AggregatorBase,
     VerifyInitItem,
     VerifyResult,
@@ -38,7 +37,6 @@ from veil.aggregator.core import (
     check_window_closed,
     rejection_reason,
     share_merge,
-    vdaf_ctx,
 )
 from veil.aggregator.errors import (
     STATUS_CODES,
@@ -53,7 +51,7 @@ from veil.aggregator.errors import (
     Unavailable,
 )
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import CollectionRecord, Datastore, StorageConflict, StoredReport
+from veil.aggregator.storage import CollectionRecord, Datastore, StorageConflict
 from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
@@ -61,6 +59,7 @@ from veil.hpke import (
     input_share_info,
     seal,
 )
+from veil.messages import REPORT_ID_SIZE, Report, vdaf_ctx
 from veil.metrics import Metrics
 from veil.task import Task, b64e
 from veil.vdaf import VerifyError
@@ -106,7 +105,7 @@ class _PreparedJob:
     job_id: bytes
     began: float
     report_count: int
-    opened: list[StoredReport]
+    opened: list[Report]
     init: VerifyInitBatch
     items: list[VerifyInitItem]
     row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
@@ -149,7 +148,7 @@ class Leader(AggregatorBase):
 
     # --- upload -----------------------------------------------------------
 
-    def upload(self, task_id: bytes, reports: Sequence[StoredReport]) -> tuple[int, int]:
+    def upload(self, task_id: bytes, reports: Sequence[Report]) -> tuple[int, int]:
         """Validate and store reports, all or nothing. Returns (stored, duplicates)."""
         task = self.task(task_id)
         try:
@@ -163,7 +162,7 @@ class Leader(AggregatorBase):
             self.metrics.reports_duplicate.labels(task.id_text).inc(duplicates)
         return stored, duplicates
 
-    def _upload(self, task: Task, reports: Sequence[StoredReport]) -> tuple[int, int]:
+    def _upload(self, task: Task, reports: Sequence[Report]) -> tuple[int, int]:
         task_id = task.task_id
         if not reports:
             raise InvalidMessage("the upload holds no report")
@@ -365,7 +364,7 @@ class Leader(AggregatorBase):
             log.info("aggregation job %s was finished by another worker", job.job_id.hex())
             return True
 
-    def _open_leader_share(self, task: Task, r: StoredReport) -> tuple[str | None, bytes]:
+    def _open_leader_share(self, task: Task, r: Report) -> tuple[str | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
         plaintext = self.open_share(self.keypair(r.leader_ct.config_id), r.leader_ct, info)
@@ -388,7 +387,7 @@ class Leader(AggregatorBase):
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
         outcomes: dict[bytes, str | None] = {}
-        opened: list[StoredReport] = []
+        opened: list[Report] = []
         plaintexts: list[bytes] = []
         for r in reports:
             reason, plaintext = self._open_leader_share(task, r)

@@ -55,17 +55,15 @@ from veil.aggregator.storage import (
     HpkeKey,
     ShareMerge,
     StorageConflict,
-    StoredReport,
     _check_collection_update,
     collection_from_row,
     collection_values,
     gc_statements,
     merge_aggregate,
-    pack_ct,
-    unpack_ct,
 )
 from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
 from veil.hpke import HpkeConfig, HpkeKeypair
+from veil.messages import Ciphertext, Report
 
 log = logging.getLogger(__name__)
 
@@ -299,13 +297,11 @@ class PostgresDatastore:
 
     # --- leader -----------------------------------------------------------
 
-    def put_reports(
-        self, task_id: bytes, reports: Sequence[tuple[int, StoredReport]]
-    ) -> tuple[int, int]:
+    def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
         """As SqliteDatastore.put_reports: all or nothing, (stored, duplicates)."""
         buckets = sorted({b for b, _ in reports})
         rows = {
-            r.report_id: (r.time, r.public_share, pack_ct(r.leader_ct), pack_ct(r.helper_ct))
+            r.report_id: (r.time, r.public_share, r.leader_ct.to_bytes(), r.helper_ct.to_bytes())
             for _, r in reports
         }
 
@@ -411,7 +407,7 @@ class PostgresDatastore:
 
         return self._run(work)
 
-    def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]:
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]:
         rows = self._run(
             lambda db: db.execute(
                 "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
@@ -420,7 +416,13 @@ class PostgresDatastore:
             ).fetchall()
         )
         return [
-            StoredReport(bytes(i), int(t), bytes(p), unpack_ct(bytes(lc)), unpack_ct(bytes(hc)))
+            Report(
+                bytes(i),
+                int(t),
+                bytes(p),
+                Ciphertext.from_bytes(bytes(lc)),
+                Ciphertext.from_bytes(bytes(hc)),
+            )
             for i, t, p, lc, hc in rows
         ]
 
@@ -544,7 +546,7 @@ class PostgresDatastore:
         if row is None:
             raise StorageConflict(f"no collection job {record.job_id.hex()}")
         _check_collection_update(
-            None if row[0] is None else unpack_ct(bytes(row[0])), str(row[1]), record
+            None if row[0] is None else Ciphertext.from_bytes(bytes(row[0])), str(row[1]), record
         )
         _, _, _, _, *values = collection_values(record)
         db.execute(

@@ -21,8 +21,15 @@ from veil.aggregator.core import VerifyInitItem, VerifyResult
 from veil.aggregator.errors import BY_STATUS, AggregatorError, InvalidMessage, Unavailable
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
-from veil.aggregator.storage import CollectionRecord, StoredReport
-from veil.hpke import Ciphertext, HpkeConfig
+from veil.aggregator.storage import CollectionRecord
+from veil.hpke import Ciphertext
+from veil.messages import MessageError
+from veil.messages.wire import (
+    ciphertext_from_pb,
+    ciphertext_to_pb,
+    hpke_configs_to_pb,
+    reports_from_upload,
+)
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import Task
@@ -48,6 +55,8 @@ def handler(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(self, request, context)
         except AggregatorError as e:
             context.abort(grpc.StatusCode[e.status], str(e))
+        except MessageError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except Exception:
             log.exception("internal error in %s", fn.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server's log")
@@ -103,31 +112,6 @@ def _parsing(
     return parse_then_call
 
 
-def ct_to_pb(ct: Ciphertext) -> messages_pb2.HpkeCiphertext:
-    return messages_pb2.HpkeCiphertext(config_id=ct.config_id, enc=ct.enc, payload=ct.payload)
-
-
-def ct_from_pb(msg: messages_pb2.HpkeCiphertext, what: str) -> Ciphertext:
-    if msg.config_id > 255:
-        raise InvalidMessage(f"{what}: HPKE config id {msg.config_id} is out of range")
-    return Ciphertext(msg.config_id, msg.enc, msg.payload)
-
-
-def configs_to_pb(configs: Sequence[HpkeConfig]) -> messages_pb2.HpkeConfigList:
-    return messages_pb2.HpkeConfigList(
-        configs=[
-            messages_pb2.HpkeConfig(
-                config_id=c.config_id,
-                kem_id=c.kem_id,
-                kdf_id=c.kdf_id,
-                aead_id=c.aead_id,
-                public_key=c.public_key,
-            )
-            for c in configs
-        ]
-    )
-
-
 def interval_pb(start: int, duration: int) -> messages_pb2.Interval:
     return messages_pb2.Interval(start=start, duration=duration)
 
@@ -140,22 +124,13 @@ class LeaderService(leader_pb2_grpc.LeaderServicer):
     def GetHpkeConfig(
         self, request: messages_pb2.HpkeConfigRequest, context: grpc.ServicerContext
     ) -> messages_pb2.HpkeConfigList:
-        return configs_to_pb(self.leader.hpke_configs(request.task_id))
+        return hpke_configs_to_pb(self.leader.hpke_configs(request.task_id))
 
     @handler
     def UploadReports(
         self, request: leader_pb2.UploadRequest, context: grpc.ServicerContext
     ) -> leader_pb2.UploadResponse:
-        reports = [
-            StoredReport(
-                r.metadata.report_id,
-                r.metadata.time,
-                r.public_share,
-                ct_from_pb(r.leader_encrypted_input_share, f"report {i}"),
-                ct_from_pb(r.helper_encrypted_input_share, f"report {i}"),
-            )
-            for i, r in enumerate(request.reports)
-        ]
+        reports = reports_from_upload(request)
         accepted, duplicates = self.leader.upload(request.task_id, reports)
         return leader_pb2.UploadResponse(accepted=accepted, duplicates=duplicates)
 
@@ -196,8 +171,8 @@ def collection_to_pb(r: CollectionRecord) -> leader_pb2.CollectionJob:
     if r.state == "finished":
         assert r.leader_ct is not None and r.helper_ct is not None
         msg.report_count = r.report_count
-        msg.leader_encrypted_agg_share.CopyFrom(ct_to_pb(r.leader_ct))
-        msg.helper_encrypted_agg_share.CopyFrom(ct_to_pb(r.helper_ct))
+        msg.leader_encrypted_agg_share.CopyFrom(ciphertext_to_pb(r.leader_ct))
+        msg.helper_encrypted_agg_share.CopyFrom(ciphertext_to_pb(r.helper_ct))
     elif r.state == "failed":
         msg.error_code = r.error_code
         msg.error_message = r.error_message
@@ -212,7 +187,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
     def GetHpkeConfig(
         self, request: messages_pb2.HpkeConfigRequest, context: grpc.ServicerContext
     ) -> messages_pb2.HpkeConfigList:
-        return configs_to_pb(self.helper.hpke_configs(request.task_id))
+        return hpke_configs_to_pb(self.helper.hpke_configs(request.task_id))
 
     @handler
     def Aggregate(
@@ -223,7 +198,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                 v.report_share.metadata.report_id,
                 v.report_share.metadata.time,
                 v.report_share.public_share,
-                ct_from_pb(v.report_share.encrypted_input_share, f"report {i}"),
+                ciphertext_from_pb(v.report_share.encrypted_input_share, f"report {i}"),
                 v.leader_verifier_share,
             )
             for i, v in enumerate(request.verify_inits)
@@ -253,7 +228,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
             request.report_count,
             request.checksum,
         )
-        return helper_pb2.AggregateShareResponse(encrypted_agg_share=ct_to_pb(ct))
+        return helper_pb2.AggregateShareResponse(encrypted_agg_share=ciphertext_to_pb(ct))
 
 
 class GrpcHelperClient:
@@ -297,7 +272,9 @@ class GrpcHelperClient:
             v.report_share.metadata.report_id = it.report_id
             v.report_share.metadata.time = it.time
             v.report_share.public_share = it.public_share
-            v.report_share.encrypted_input_share.CopyFrom(ct_to_pb(it.encrypted_input_share))
+            v.report_share.encrypted_input_share.CopyFrom(
+                ciphertext_to_pb(it.encrypted_input_share)
+            )
         response = self._call(task, "Aggregate", request)
         results = []
         for r in response.verify_resps:
@@ -326,4 +303,7 @@ class GrpcHelperClient:
             checksum=checksum,
         )
         response = self._call(task, "GetAggregateShare", request)
-        return ct_from_pb(response.encrypted_agg_share, "helper aggregate share")
+        try:
+            return ciphertext_from_pb(response.encrypted_agg_share, "helper aggregate share")
+        except MessageError as e:
+            raise InvalidMessage(str(e)) from None

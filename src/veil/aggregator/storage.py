@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair
+from veil.hpke import HpkeConfig, HpkeKeypair
+from veil.messages import Ciphertext, Report
 
 WAL_SIZE_LIMIT = 16 << 20
 
@@ -53,15 +54,6 @@ ShareMerge = Callable[[bytes, bytes], bytes]
 
 class StorageConflict(Exception):
     """The write contradicts stored state (reused id with other content, collected batch)."""
-
-
-@dataclass(frozen=True)
-class StoredReport:
-    report_id: bytes
-    time: int
-    public_share: bytes
-    leader_ct: Ciphertext
-    helper_ct: Ciphertext
 
 
 @dataclass(frozen=True)
@@ -170,8 +162,8 @@ def collection_from_row(row: Sequence[Any]) -> CollectionRecord:
         str(st),
         int(n),
         bytes(c),
-        None if lc is None else unpack_ct(bytes(lc)),
-        None if hc is None else unpack_ct(bytes(hc)),
+        None if lc is None else Ciphertext.from_bytes(bytes(lc)),
+        None if hc is None else Ciphertext.from_bytes(bytes(hc)),
         int(ec),
         str(em),
     )
@@ -186,8 +178,8 @@ def collection_values(r: CollectionRecord) -> tuple[object, ...]:
         r.state,
         r.report_count,
         r.checksum,
-        None if r.leader_ct is None else pack_ct(r.leader_ct),
-        None if r.helper_ct is None else pack_ct(r.helper_ct),
+        None if r.leader_ct is None else r.leader_ct.to_bytes(),
+        None if r.helper_ct is None else r.helper_ct.to_bytes(),
         r.error_code,
         r.error_message,
     )
@@ -202,7 +194,7 @@ class Datastore(Protocol):
 
     # Leader.
     def put_reports(
-        self, task_id: bytes, reports: Sequence[tuple[int, StoredReport]]
+        self, task_id: bytes, reports: Sequence[tuple[int, Report]]
     ) -> tuple[int, int]: ...
     def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int: ...
     def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]: ...
@@ -212,7 +204,7 @@ class Datastore(Protocol):
     def renew_aggregation_job(
         self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
     ) -> bool: ...
-    def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]: ...
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]: ...
     def finish_aggregation_job(
         self,
         task_id: bytes,
@@ -304,14 +296,6 @@ def _aggregate(row: Sequence[Any]) -> BatchAggregate:
     return BatchAggregate(
         int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
     )
-
-
-def pack_ct(ct: Ciphertext) -> bytes:
-    return bytes([ct.config_id]) + ct.enc + ct.payload
-
-
-def unpack_ct(data: bytes) -> Ciphertext:
-    return Ciphertext(data[0], data[1:33], data[33:])
 
 
 _SCHEMA = """
@@ -583,9 +567,7 @@ class SqliteDatastore:
 
     # --- leader -----------------------------------------------------------
 
-    def put_reports(
-        self, task_id: bytes, reports: Sequence[tuple[int, StoredReport]]
-    ) -> tuple[int, int]:
+    def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
         """Store (bucket, report) pairs; all or nothing. Returns (stored, duplicates).
 
         Raises StorageConflict if a bucket was already collected or a report
@@ -600,8 +582,8 @@ class SqliteDatastore:
                 row = (
                     r.time,
                     r.public_share,
-                    pack_ct(r.leader_ct),
-                    pack_ct(r.helper_ct),
+                    r.leader_ct.to_bytes(),
+                    r.helper_ct.to_bytes(),
                 )
                 old = db.execute(
                     "SELECT time, public_share, leader_ct, helper_ct FROM reports"
@@ -680,7 +662,7 @@ class SqliteDatastore:
             )
             return cur.rowcount == 1
 
-    def job_reports(self, task_id: bytes, job_id: bytes) -> list[StoredReport]:
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]:
         # Sorted here, not by ORDER BY: without table statistics SQLite would
         # walk the primary key (every report of the task) to avoid a sort
         # instead of looking the job up in reports_job.
@@ -690,7 +672,13 @@ class SqliteDatastore:
             (task_id, job_id),
         )
         return [
-            StoredReport(bytes(i), t, bytes(p), unpack_ct(bytes(lc)), unpack_ct(bytes(hc)))
+            Report(
+                bytes(i),
+                t,
+                bytes(p),
+                Ciphertext.from_bytes(bytes(lc)),
+                Ciphertext.from_bytes(bytes(hc)),
+            )
             for i, t, p, lc, hc in sorted(rows)
         ]
 
@@ -816,7 +804,7 @@ class SqliteDatastore:
         if row is None:
             raise StorageConflict(f"no collection job {record.job_id.hex()}")
         _check_collection_update(
-            None if row[0] is None else unpack_ct(bytes(row[0])), str(row[1]), record
+            None if row[0] is None else Ciphertext.from_bytes(bytes(row[0])), str(row[1]), record
         )
         _, _, _, _, *values = collection_values(record)
         db.execute(self._COLLECTION_UPDATE, (*values, record.task_id, record.job_id))

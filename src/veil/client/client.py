@@ -9,7 +9,6 @@ stores a report id once, so a retry never counts twice.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -17,16 +16,12 @@ from typing import Any
 
 import grpc
 
+from veil.client.prepare import prepare_reports
 from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
-from veil.hpke import (
-    ROLE_HELPER,
-    ROLE_LEADER,
-    Ciphertext,
-    HpkeConfig,
-    input_share_info,
-    seal,
-)
-from veil.protocol.v1 import helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
+from veil.messages import MessageError, Report
+from veil.messages.wire import hpke_configs_from_pb, upload_request
+from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc, messages_pb2
 from veil.task import Task
 from veil.trust import check_roots
 from veil.vdaf.batch import BatchPrio3
@@ -45,26 +40,9 @@ class UploadError(RpcRefused):
 
 
 @dataclass(frozen=True)
-class Report:
-    report_id: bytes
-    time: int
-    public_share: bytes
-    leader_ct: Ciphertext
-    helper_ct: Ciphertext
-
-
-@dataclass(frozen=True)
 class UploadResult:
     accepted: int
     duplicates: int
-
-
-def _ct_pb(ct: Ciphertext) -> messages_pb2.HpkeCiphertext:
-    return messages_pb2.HpkeCiphertext(config_id=ct.config_id, enc=ct.enc, payload=ct.payload)
-
-
-def _config(pb: Any) -> HpkeConfig:
-    return HpkeConfig(pb.config_id, pb.public_key, pb.kem_id, pb.kdf_id, pb.aead_id)
 
 
 class Client:
@@ -159,7 +137,10 @@ class Client:
         reply = self._call(
             stub.GetHpkeConfig, messages_pb2.HpkeConfigRequest(task_id=self.task.task_id)
         )
-        usable = [c for c in map(_config, reply.configs) if c.is_supported()]
+        try:
+            usable = hpke_configs_from_pb(reply)
+        except MessageError as e:
+            raise UploadError(grpc.StatusCode.FAILED_PRECONDITION, str(e)) from None
         if not usable:
             raise UploadError(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -181,42 +162,20 @@ class Client:
     ) -> list[Report]:
         """Shard (on the batched path) and seal many measurements, each with a
         fresh report id. Raises ValueError, naming the report, on an invalid one."""
-        t = self.report_time() if report_time is None else report_time
-        t -= t % self.task.time_precision
-        n = len(measurements)
-        report_ids = [secrets.token_bytes(16) for _ in range(n)]
-        rands = [secrets.token_bytes(self.vdaf.RAND_SIZE) for _ in range(n)]
-        ctx = b"veil-v1" + self.task.task_id
-        sharded = self._batch.shard_batch(ctx, measurements, report_ids, rands)
-        leader_config = self.hpke_config(ROLE_LEADER)
-        helper_config = self.hpke_config(ROLE_HELPER)
-        reports = []
-        for i, report_id in enumerate(report_ids):
-            ps = sharded.public_shares[i]
-            leader_ct = seal(
-                leader_config,
-                input_share_info(ROLE_LEADER, self.task.task_id, report_id, t, ps),
-                sharded.input_shares[0][i],
-            )
-            helper_ct = seal(
-                helper_config,
-                input_share_info(ROLE_HELPER, self.task.task_id, report_id, t, ps),
-                sharded.input_shares[1][i],
-            )
-            reports.append(Report(report_id, t, ps, leader_ct, helper_ct))
-        return reports
+        return prepare_reports(
+            self.task,
+            measurements,
+            self.hpke_config(ROLE_LEADER),
+            self.hpke_config(ROLE_HELPER),
+            self.report_time() if report_time is None else report_time,
+            batch=self._batch,
+        )
 
     def upload_reports(self, reports: Sequence[Report]) -> UploadResult:
         """Upload prepared reports in batches; retried batches keep their report ids."""
         accepted = duplicates = 0
         for i in range(0, len(reports), self.batch_size):
-            request = leader_pb2.UploadRequest(task_id=self.task.task_id)
-            for r in reports[i : i + self.batch_size]:
-                pb = request.reports.add(public_share=r.public_share)
-                pb.metadata.report_id = r.report_id
-                pb.metadata.time = r.time
-                pb.leader_encrypted_input_share.CopyFrom(_ct_pb(r.leader_ct))
-                pb.helper_encrypted_input_share.CopyFrom(_ct_pb(r.helper_ct))
+            request = upload_request(self.task.task_id, reports[i : i + self.batch_size])
             reply = self._call(self._leader.UploadReports, request)
             accepted += reply.accepted
             duplicates += reply.duplicates

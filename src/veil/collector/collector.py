@@ -21,7 +21,8 @@ import grpc
 from veil.collector.estimate import estimates
 from veil.dp import decode
 from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, HpkeError, agg_share_info, open_
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeError, agg_share_info, open_
+from veil.messages.wire import ciphertext_from_pb
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import Task
 from veil.trust import check_roots
@@ -159,9 +160,8 @@ class Collector:
         assert self.task.collector_hpke_keypair is not None
         info = agg_share_info(role, self.task.task_id, start, duration, count)
         try:
-            plaintext = open_(
-                self.task.collector_hpke_keypair, Ciphertext(pb.config_id, pb.enc, pb.payload), info
-            )
+            ct = ciphertext_from_pb(pb, "aggregate share")
+            plaintext = open_(self.task.collector_hpke_keypair, ct, info)
             return list(self.vdaf.decode_agg_share(None, plaintext))
         except (HpkeError, ValueError) as e:
             raise CollectionError(

@@ -1,0 +1,98 @@
+"""veil's protocol constants and message values, said once.
+
+Everything a party must agree on byte for byte to interoperate lives here:
+the VDAF application context, the sizes of task ids, report ids and HPKE
+encapsulated keys, the values that travel (an HPKE ciphertext, a client
+report) and the byte encoding of a ciphertext at rest. The Python client,
+both aggregators, the stores and the JavaScript client read these
+definitions; `veil.messages.wire` converts the values to and from the
+generated protobuf classes (protos/veil/protocol/v1), so this module imports
+no generated code and the aggregator's logic can use it freely.
+
+Names follow draft-ietf-ppm-dap (section 4, "Message Transport"; section
+4.4, "Uploading Reports") where veil has the same concept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Prefix of the VDAF application context string; the task id follows it.
+CTX_PREFIX = b"veil-v1"
+#: A task id: 32 bytes (DAP TaskID).
+TASK_ID_SIZE = 32
+#: A report id: 16 random bytes chosen by the client, also the VDAF nonce
+#: (DAP ReportID; Prio3 NONCE_SIZE).
+REPORT_ID_SIZE = 16
+#: Application labels that start the HPKE `info` of an input share sealed by
+#: a client and of an aggregate share sealed by an aggregator (veil.hpke
+#: appends the DAP associated data to them; see input_share_info there).
+INPUT_SHARE_LABEL = b"veil-v1 input share"
+AGG_SHARE_LABEL = b"veil-v1 aggregate share"
+#: The HPKE encapsulated key of DHKEM(X25519, HKDF-SHA256) (RFC 9180 section 7.1).
+ENC_SIZE = 32
+
+
+def vdaf_ctx(task_id: bytes) -> bytes:
+    """The VDAF application context string of a task (draft-irtf-cfrg-vdaf
+    section 4): ``b"veil-v1" || task_id``, passed to every shard, verify and
+    unshard call so that shares of one task never verify under another.
+
+    >>> vdaf_ctx(bytes(32)) == b"veil-v1" + bytes(32)
+    True
+    """
+    return CTX_PREFIX + task_id
+
+
+class MessageError(ValueError):
+    """Bytes that are not the encoding of the message they claim to be."""
+
+
+@dataclass(frozen=True)
+class Ciphertext:
+    """An HPKE-sealed payload (DAP HpkeCiphertext): the id of the recipient's
+    HPKE config, the encapsulated key `enc` and the AEAD ciphertext."""
+
+    config_id: int
+    enc: bytes
+    payload: bytes
+
+    def to_bytes(self) -> bytes:
+        """``config_id (1 byte) || enc (ENC_SIZE bytes) || payload``: how the
+        stores keep a ciphertext in one column."""
+        return bytes([self.config_id]) + self.enc + self.payload
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Ciphertext:
+        """The inverse of `to_bytes`. Raises MessageError on input too short
+        to hold a config id and an encapsulated key."""
+        if len(data) < 1 + ENC_SIZE:
+            raise MessageError(f"a stored ciphertext has at least {1 + ENC_SIZE} bytes")
+        return cls(data[0], data[1 : 1 + ENC_SIZE], data[1 + ENC_SIZE :])
+
+
+@dataclass(frozen=True)
+class Report:
+    """A client report (DAP Report, section 4.4.2): metadata (report id and
+    time), the VDAF public share, and each aggregator's input share sealed to
+    that aggregator. The client builds it, the leader stores it as it came."""
+
+    report_id: bytes
+    time: int
+    public_share: bytes
+    leader_ct: Ciphertext
+    helper_ct: Ciphertext
+
+
+__all__ = [
+    "AGG_SHARE_LABEL",
+    "CTX_PREFIX",
+    "ENC_SIZE",
+    "INPUT_SHARE_LABEL",
+    "REPORT_ID_SIZE",
+    "TASK_ID_SIZE",
+    "Ciphertext",
+    "MessageError",
+    "Report",
+    "vdaf_ctx",
+]

@@ -1,0 +1,84 @@
+"""veil's message values to and from the generated protobuf classes.
+
+The one place where `veil.messages` values meet the generated code of
+protos/veil/protocol/v1: the client, the leader's and helper's services and
+the collector convert here, so a field is mapped once. Decoding checks what
+the protobuf types cannot say (a config id fits in one byte); the logic
+checks the rest (sizes, times) where it decides what to do about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from veil.hpke import SUITE_IDS, HpkeConfig
+from veil.messages import Ciphertext, MessageError, Report
+from veil.protocol.v1 import leader_pb2, messages_pb2
+
+
+def ciphertext_to_pb(ct: Ciphertext) -> messages_pb2.HpkeCiphertext:
+    return messages_pb2.HpkeCiphertext(config_id=ct.config_id, enc=ct.enc, payload=ct.payload)
+
+
+def ciphertext_from_pb(msg: messages_pb2.HpkeCiphertext, what: str) -> Ciphertext:
+    """Raises MessageError, naming `what`, on a config id outside 0..255."""
+    if msg.config_id > 255:
+        raise MessageError(f"{what}: HPKE config id {msg.config_id} is out of range")
+    return Ciphertext(msg.config_id, msg.enc, msg.payload)
+
+
+def report_to_pb(report: Report) -> leader_pb2.Report:
+    return leader_pb2.Report(
+        metadata=messages_pb2.ReportMetadata(report_id=report.report_id, time=report.time),
+        public_share=report.public_share,
+        leader_encrypted_input_share=ciphertext_to_pb(report.leader_ct),
+        helper_encrypted_input_share=ciphertext_to_pb(report.helper_ct),
+    )
+
+
+def report_from_pb(msg: leader_pb2.Report, what: str) -> Report:
+    return Report(
+        msg.metadata.report_id,
+        msg.metadata.time,
+        msg.public_share,
+        ciphertext_from_pb(msg.leader_encrypted_input_share, what),
+        ciphertext_from_pb(msg.helper_encrypted_input_share, what),
+    )
+
+
+def upload_request(task_id: bytes, reports: Iterable[Report]) -> leader_pb2.UploadRequest:
+    """The leader's UploadReports request for `reports` of one task."""
+    return leader_pb2.UploadRequest(task_id=task_id, reports=[report_to_pb(r) for r in reports])
+
+
+def reports_from_upload(request: leader_pb2.UploadRequest) -> list[Report]:
+    return [report_from_pb(r, f"report {i}") for i, r in enumerate(request.reports)]
+
+
+def hpke_config_to_pb(config: HpkeConfig) -> messages_pb2.HpkeConfig:
+    return messages_pb2.HpkeConfig(
+        config_id=config.config_id,
+        kem_id=config.kem_id,
+        kdf_id=config.kdf_id,
+        aead_id=config.aead_id,
+        public_key=config.public_key,
+    )
+
+
+def hpke_configs_to_pb(configs: Sequence[HpkeConfig]) -> messages_pb2.HpkeConfigList:
+    return messages_pb2.HpkeConfigList(configs=[hpke_config_to_pb(c) for c in configs])
+
+
+def hpke_configs_from_pb(msg: messages_pb2.HpkeConfigList) -> list[HpkeConfig]:
+    """The configs of an aggregator's answer that use veil's one suite
+    (others are left out: veil cannot seal to them); raises MessageError on
+    one that is malformed (config id outside 0..255, key of the wrong size)."""
+    out = []
+    for c in msg.configs:
+        if (c.kem_id, c.kdf_id, c.aead_id) != SUITE_IDS:
+            continue
+        try:
+            out.append(HpkeConfig(c.config_id, c.public_key, c.kem_id, c.kdf_id, c.aead_id))
+        except ValueError as e:
+            raise MessageError(f"HPKE config: {e}") from None
+    return out
