@@ -1,0 +1,25 @@
+// veil's Prio3 client for browsers and node: the modules mirror veil.vdaf
+// (field, xof, poly, gadgets, circuits, flp, prio3), veil.hpke and veil.client.
+
+export { CodecError, Field, Field64, Field128 } from './field.js';
+export { XofTurboShake128 } from './xof.js';
+export { MeasurementError } from './circuits.js';
+export {
+  Prio3,
+  Prio3Count,
+  Prio3Histogram,
+  Prio3MultihotCountVec,
+  Prio3Sum,
+  Prio3SumVec,
+  Prio3SumVecWithMultiproof,
+  prio3FromSpec,
+} from './prio3.js';
+export { HpkeError, ROLE_HELPER, ROLE_LEADER, inputShareInfo, seal } from './hpke.js';
+export {
+  Client,
+  b64d,
+  b64e,
+  hpkeConfigFromJson,
+  reportToJson,
+  usableConfig,
+} from './client.js';
