@@ -15,6 +15,8 @@ durable ledger, and turned into estimates with confidence intervals for the coll
   `add_noise` adds it to an aggregate share mod p, and `decode` undoes the wrap.
 - `BudgetLedger` refuses any collection that would overspend a task's or survey's ε.
 - `estimate` gives unbiased estimates with confidence intervals from the exact pmf.
+- `local` (veil.dp.local): randomized response on the respondent's device, for
+  privacy against everyone including both aggregators, and its de-biased estimates.
 
 Randomness: `secrets.SystemRandom()` unless an rng is injected (tests only).
 """
@@ -50,6 +52,7 @@ from veil.dp.estimates import (
     noise_half_width,
     project_histogram,
 )
+from veil.dp.local import LocalChannel, local_channel, local_error, local_estimate
 from veil.dp.mechanisms import (
     DPConfig,
     Mechanism,
@@ -82,6 +85,7 @@ __all__ = [
     "InvalidSensitivity",
     "LedgerStore",
     "LedgerTransaction",
+    "LocalChannel",
     "Mechanism",
     "NoiseMode",
     "NoisePlan",
@@ -106,6 +110,9 @@ __all__ = [
     "feasible_range",
     "fixed_point_bound",
     "frequencies",
+    "local_channel",
+    "local_error",
+    "local_estimate",
     "mean",
     "noise_half_width",
     "project_histogram",
