@@ -57,7 +57,7 @@ def one_run(dsn: str, workers: int, reports: int, job_size: int) -> tuple[float,
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         dep = LocalDeployment.start(
             Path(tmp),
-            {"bench": (SPEC, DpSpec("none"), {})},
+            {"bench": (SPEC, DpSpec("none"), {"min_batch_size": 1})},
             job_size=job_size,
             driver_interval=0.05,
             storage={"leader": as_url(leader_db), "helper": as_url(helper_db)},

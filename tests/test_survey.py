@@ -97,7 +97,11 @@ def test_answers_map_to_measurements() -> None:
             9,
             "does not fit",
         ),
-        ('[[question]]\nid = "a"\nkind = "yes_no"\ncolour = "red"\n', 8, "not a setting"),
+        (
+            '[[question]]\nid = "a"\nkind = "yes_no"\ncolour = "red"\n',
+            8,
+            "unknown setting 'colour'",
+        ),
         (
             '[[question]]\nid = "a"\nkind = "yes_no"\n[[question]]\nid = "a"\nkind = "yes_no"\n',
             9,

@@ -70,7 +70,7 @@ def run_once(case: E2ECase, reports: int, mechanism: str = "geometric") -> E2ERu
     now = int(time.time())
     t = now - now % 3600
     with tempfile.TemporaryDirectory(prefix="veil-bench-") as tmp:
-        dep = LocalDeployment.start(Path(tmp), {"bench": (case.spec, dp, {})})
+        dep = LocalDeployment.start(Path(tmp), {"bench": (case.spec, dp, {"min_batch_size": 1})})
         try:
             files = dep.tasks["bench"]
             with Client(files.client) as client:

@@ -34,13 +34,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from veil.settings import SettingsError, Source, Table, parse_toml
 from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import (
     Field,
@@ -57,10 +57,33 @@ from veil.vdaf import (
 KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector")
 MECHANISMS = ("geometric", "laplace", "gaussian", "none")
 MAX_EPSILON = Fraction(20)
+SURVEY_KEYS = (
+    "name",
+    "id",
+    "epsilon",
+    "mechanism",
+    "min_batch_size",
+    "max_respondents",
+    "time_precision",
+    "max_clock_skew",
+    "opens",
+    "closes",
+)
+QUESTION_COMMON_KEYS = ("id", "text", "kind", "epsilon", "weight")
+QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "yes_no": (),
+    "integer": ("max",),
+    "choice": ("options",),
+    "multi_choice": ("options", "max_choices"),
+    "vector": ("length", "max", "labels"),
+}
 
 
-class SurveyError(ValueError):
+class SurveyError(SettingsError):
     """A survey file is malformed; the message says where and what to change."""
+
+
+_ALL_KIND_KEYS = sorted({k for keys in QUESTION_KIND_KEYS.values() for k in keys})
 
 
 def optimal_chunk_length(meas_len: int) -> int:
@@ -233,6 +256,7 @@ class _Locator:
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
+        self.source = Source(path, text)
         self.lines = text.splitlines()
         self.question_starts = [
             i for i, line in enumerate(self.lines) if line.strip().startswith("[[question]]")
@@ -290,17 +314,17 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     """Parse and validate a survey; raises ``SurveyError``."""
     loc = _Locator(path, text)
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SurveyError(f"{path}: not valid TOML: {e}") from e
-    head = doc.get("survey")
-    if not isinstance(head, dict):
-        raise SurveyError(f"{path}:1: missing [survey] table (name, epsilon)")
-    unknown_top = set(doc) - {"survey", "question"}
-    if unknown_top:
-        raise SurveyError(
-            f"{path}: unknown tables {sorted(unknown_top)}; use [survey] and [[question]]"
-        )
+        doc = parse_toml(text, path, ("survey", "question"))
+        if not isinstance(doc.data.get("survey"), dict):
+            raise SurveyError(f"{path}:1: missing [survey] table (name, epsilon)")
+        # Every setting of [survey] is known here; a misspelt one is refused.
+        head = doc.table("survey", SURVEY_KEYS).data
+        doc.tables("question", (*QUESTION_COMMON_KEYS, *_ALL_KIND_KEYS))
+    except SettingsError as e:
+        if isinstance(e, SurveyError):
+            raise
+        raise SurveyError(str(e)) from None
+    doc_data = doc.data
 
     try:
         total = _fraction(head.get("epsilon"))
@@ -340,7 +364,7 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     if not isinstance(survey_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", survey_id):
         raise loc.error(None, "id", "the survey `id` must be letters, digits, _ or - (1 to 64)")
 
-    raw_questions = doc.get("question")
+    raw_questions = doc_data.get("question")
     if not isinstance(raw_questions, list) or not raw_questions:
         raise SurveyError(f"{path}: a survey needs at least one [[question]] table")
 
@@ -448,16 +472,10 @@ def _question(
     loc: _Locator, i: int, raw: Mapping[str, Any], epsilon: Fraction, respondents: int
 ) -> Question:
     kind = raw["kind"]
-    allowed = {"id", "text", "kind", "epsilon", "weight"} | {
-        "yes_no": set(),
-        "integer": {"max"},
-        "choice": {"options"},
-        "multi_choice": {"options", "max_choices"},
-        "vector": {"length", "max", "labels"},
-    }[kind]
-    for key in raw:
-        if key not in allowed:
-            raise loc.error(i, key, f"`{key}` is not a setting of a {kind} question")
+    try:
+        Table(raw, loc.source, (*QUESTION_COMMON_KEYS, *QUESTION_KIND_KEYS[kind]), ("question", i))
+    except SettingsError as e:
+        raise SurveyError(f"{e} (for a {kind} question)") from None
     text = str(raw.get("text", raw["id"]))
     common = {"id": raw["id"], "text": text, "kind": kind, "epsilon": epsilon}
     if kind == "yes_no":

@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import os
 import secrets
-import tomllib
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -32,6 +31,7 @@ import tomli_w
 from veil import vdaf
 from veil.dp import DPConfig, DPError, NoisePlan
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
+from veil.settings import SettingsError, Table, from_mapping, read_toml
 from veil.trust import TrustError, normalise_fingerprint
 from veil.vdaf import Prio3
 
@@ -40,8 +40,18 @@ TASK_ID_SIZE = 32
 OPEN_ENDED = 2**63 - 1
 VDAF_TYPES = ("count", "sum", "sumvec", "histogram", "multihot")
 
+# Each default is written here once; the dataclasses, the file reader,
+# `new_task` and the `veil task new` options all take it from here.
+DEFAULT_TIME_PRECISION = 3600
+DEFAULT_NOT_BEFORE = 0
+DEFAULT_NOT_AFTER = OPEN_ENDED
+DEFAULT_MAX_CLOCK_SKEW = 60
+DEFAULT_DP_MODE = "independent"
+# What `veil task new` proposes; a task file must state its own.
+DEFAULT_MIN_BATCH_SIZE = 10
 
-class TaskError(ValueError):
+
+class TaskError(SettingsError):
     """A task definition is malformed or incomplete for the role reading it."""
 
 
@@ -100,10 +110,17 @@ class VdafSpec:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> VdafSpec:
-        try:
-            return VdafSpec(**d)
-        except TypeError as e:
-            raise TaskError(f"bad [vdaf] table: {e}") from e
+        return VdafSpec.from_table(from_mapping(d, "<task>", VDAF_KEYS, ("vdaf",)))
+
+    @staticmethod
+    def from_table(t: Table) -> VdafSpec:
+        return VdafSpec(
+            t.text("type"),
+            **{k: t.integer(k, 0, minimum=0) for k in VDAF_KEYS if k != "type"},
+        )
+
+
+VDAF_KEYS = ("type", "max_measurement", "length", "chunk_length", "max_weight")
 
 
 _DP_VDAF_NAMES = {
@@ -115,21 +132,33 @@ _DP_VDAF_NAMES = {
 }
 
 
+DP_KEYS = (
+    "mechanism",
+    "epsilon",
+    "rho",
+    "mode",
+    "fixed_point_bits",
+    "budget",
+    "survey",
+    "survey_budget",
+)
+
+
 @dataclass(frozen=True)
 class DpSpec:
     """DP parameters of a task, interpreted by veil.dp (see `veil.dp.DPConfig`).
 
-    mechanism: geometric (default in `veil task new`), laplace, gaussian or none
-    (no noise, no budget: tests and deployments that publish exact sums).
+    mechanism: geometric, laplace, gaussian or none (no noise, no budget:
+    exact sums, which each aggregator must allow in its own configuration).
     epsilon (or rho for gaussian) is spent by each collection; budget is the
     task's total (default: one collection's worth per report); survey and
     survey_budget put several tasks over the same respondents under one total.
     """
 
-    mechanism: str = "none"
+    mechanism: str
     epsilon: str | None = None
     rho: str | None = None
-    mode: str = "independent"
+    mode: str = DEFAULT_DP_MODE
     fixed_point_bits: int = 0
     budget: str | None = None
     survey: str | None = None
@@ -165,7 +194,7 @@ class DpSpec:
         for k in ("epsilon", "rho", "budget", "survey", "survey_budget"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
-        if self.mode != "independent":
+        if self.mode != DEFAULT_DP_MODE:
             d["mode"] = self.mode
         if self.fixed_point_bits:
             d["fixed_point_bits"] = self.fixed_point_bits
@@ -173,33 +202,50 @@ class DpSpec:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DpSpec:
-        def opt(key: str) -> str | None:
-            return None if d.get(key) is None else str(d[key])
+        return DpSpec.from_table(from_mapping(d, "<task>", DP_KEYS, ("dp",)))
 
-        unknown = set(d) - {
-            "mechanism",
-            "epsilon",
-            "rho",
-            "mode",
-            "fixed_point_bits",
-            "budget",
-            "survey",
-            "survey_budget",
-        }
-        if unknown:
-            raise TaskError(f"unknown keys in [dp]: {sorted(unknown)}")
+    @staticmethod
+    def from_table(t: Table) -> DpSpec:
         spec = DpSpec(
-            mechanism=str(d.get("mechanism", "none")),
-            epsilon=opt("epsilon"),
-            rho=opt("rho"),
-            mode=str(d.get("mode", "independent")),
-            fixed_point_bits=int(d.get("fixed_point_bits", 0)),
-            budget=opt("budget"),
-            survey=opt("survey"),
-            survey_budget=opt("survey_budget"),
+            mechanism=t.text("mechanism"),
+            epsilon=t.rational("epsilon"),
+            rho=t.rational("rho"),
+            mode=t.text("mode", DEFAULT_DP_MODE),
+            fixed_point_bits=t.integer("fixed_point_bits", 0, minimum=0),
+            budget=t.rational("budget"),
+            survey=t.optional_text("survey"),
+            survey_budget=t.rational("survey_budget"),
         )
-        spec.config()
+        try:
+            spec.config()
+        except TaskError as e:
+            raise t.error("mechanism", str(e)) from None
         return spec
+
+
+TASK_KEYS = (
+    "task_id",
+    "leader_address",
+    "helper_address",
+    "time_precision",
+    "min_batch_size",
+    "not_before",
+    "not_after",
+    "max_clock_skew",
+    "vdaf",
+    "dp",
+    "collector_hpke_config",
+    "report_expiry_age",
+    "verify_key",
+    "aggregator_token",
+    "aggregator_token_sha256",
+    "collector_token",
+    "collector_token_sha256",
+    "collector_hpke_private_key",
+    "leader_ca_sha256",
+    "helper_ca_sha256",
+)
+HPKE_CONFIG_KEYS = ("config_id", "public_key")
 
 
 @dataclass(frozen=True)
@@ -208,12 +254,12 @@ class Task:
     vdaf: VdafSpec
     leader_address: str
     helper_address: str
-    time_precision: int = 3600
-    min_batch_size: int = 1
-    not_before: int = 0
-    not_after: int = 2**63 - 1
-    max_clock_skew: int = 60
-    dp: DpSpec = DpSpec()
+    min_batch_size: int
+    dp: DpSpec
+    time_precision: int = DEFAULT_TIME_PRECISION
+    not_before: int = DEFAULT_NOT_BEFORE
+    not_after: int = DEFAULT_NOT_AFTER
+    max_clock_skew: int = DEFAULT_MAX_CLOCK_SKEW
     collector_hpke_config: HpkeConfig | None = None
     # Reports older than this many seconds are refused at upload and their
     # data deleted by garbage collection (DAP report_expiry_age); None keeps
@@ -263,21 +309,14 @@ class Task:
 
     def public(self) -> Task:
         """This task with every secret removed (the client's view)."""
-        return Task(
-            self.task_id,
-            self.vdaf,
-            self.leader_address,
-            self.helper_address,
-            self.time_precision,
-            self.min_batch_size,
-            self.not_before,
-            self.not_after,
-            self.max_clock_skew,
-            self.dp,
-            self.collector_hpke_config,
-            self.report_expiry_age,
-            self.leader_ca_sha256,
-            self.helper_ca_sha256,
+        return replace(
+            self,
+            verify_key=None,
+            aggregator_token=None,
+            aggregator_token_hash=None,
+            collector_token=None,
+            collector_token_hash=None,
+            collector_hpke_keypair=None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -320,60 +359,85 @@ class Task:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Task:
         try:
-            hc = d.get("collector_hpke_config")
-            config = (
-                HpkeConfig(int(hc["config_id"]), b64d(hc["public_key"])) if hc is not None else None
-            )
-            sk = d.get("collector_hpke_private_key")
-            keypair = HpkeKeypair(config, b64d(sk)) if sk is not None and config else None
-
-            def opt_bytes(key: str) -> bytes | None:
-                return b64d(d[key]) if key in d else None
-
-            def opt_str(key: str) -> str | None:
-                return None if d.get(key) is None else str(d[key])
-
-            return Task(
-                task_id=b64d(d["task_id"]),
-                vdaf=VdafSpec.from_dict(d["vdaf"]),
-                leader_address=str(d["leader_address"]),
-                helper_address=str(d["helper_address"]),
-                time_precision=int(d.get("time_precision", 3600)),
-                min_batch_size=int(d.get("min_batch_size", 1)),
-                not_before=int(d.get("not_before", 0)),
-                not_after=int(d.get("not_after", 2**63 - 1)),
-                max_clock_skew=int(d.get("max_clock_skew", 60)),
-                dp=DpSpec.from_dict(d.get("dp", {})),
-                collector_hpke_config=config,
-                report_expiry_age=(
-                    None if d.get("report_expiry_age") is None else int(d["report_expiry_age"])
-                ),
-                leader_ca_sha256=opt_str("leader_ca_sha256"),
-                helper_ca_sha256=opt_str("helper_ca_sha256"),
-                verify_key=opt_bytes("verify_key"),
-                aggregator_token=d.get("aggregator_token"),
-                aggregator_token_hash=opt_bytes("aggregator_token_sha256"),
-                collector_token=d.get("collector_token"),
-                collector_token_hash=opt_bytes("collector_token_sha256"),
-                collector_hpke_keypair=keypair,
-            )
-        except KeyError as e:
-            raise TaskError(f"task definition lacks {e.args[0]!r}") from e
-        except (TypeError, ValueError, AttributeError) as e:
-            # AttributeError: a table where a value belongs, or the reverse.
+            return Task.from_table(from_mapping(d, "<task>", TASK_KEYS))
+        except SettingsError as e:
             if isinstance(e, TaskError):
                 raise
-            raise TaskError(f"bad task definition: {e}") from e
+            raise TaskError(str(e)) from None
+
+    @staticmethod
+    def from_table(t: Table) -> Task:
+        """A task from the top-level table of its file; raises SettingsError."""
+
+        def opt_bytes(key: str) -> bytes | None:
+            text = t.optional_text(key)
+            if text is None:
+                return None
+            try:
+                return b64d(text)
+            except TaskError as e:
+                raise t.error(key, f"{key!r}: {e}") from None
+
+        def need_bytes(key: str) -> bytes:
+            t.text(key)  # missing or not a string: say so
+            value = opt_bytes(key)
+            assert value is not None
+            return value
+
+        hc = t.optional_table("collector_hpke_config", HPKE_CONFIG_KEYS)
+        config = None
+        if hc is not None:
+            try:
+                config = HpkeConfig(hc.integer("config_id", minimum=0), b64d(hc.text("public_key")))
+            except (TaskError, ValueError) as e:
+                raise hc.error("public_key", f"bad [collector_hpke_config]: {e}") from None
+        sk = opt_bytes("collector_hpke_private_key")
+        if sk is not None and config is None:
+            raise t.error(
+                "collector_hpke_private_key",
+                "collector_hpke_private_key needs a [collector_hpke_config] table",
+            )
+        try:
+            vdaf = VdafSpec.from_table(t.table("vdaf", VDAF_KEYS, required=True))
+        except TaskError as e:
+            raise t.error("vdaf", str(e)) from None
+        expiry = t.optional_integer("report_expiry_age")
+        try:
+            return Task(
+                task_id=need_bytes("task_id"),
+                vdaf=vdaf,
+                leader_address=t.text("leader_address"),
+                helper_address=t.text("helper_address"),
+                time_precision=t.integer("time_precision", DEFAULT_TIME_PRECISION),
+                min_batch_size=t.integer("min_batch_size"),
+                not_before=t.integer("not_before", DEFAULT_NOT_BEFORE),
+                not_after=t.integer("not_after", DEFAULT_NOT_AFTER),
+                max_clock_skew=t.integer("max_clock_skew", DEFAULT_MAX_CLOCK_SKEW, minimum=0),
+                dp=DpSpec.from_table(t.table("dp", DP_KEYS, required=True)),
+                collector_hpke_config=config,
+                report_expiry_age=expiry,
+                leader_ca_sha256=t.optional_text("leader_ca_sha256"),
+                helper_ca_sha256=t.optional_text("helper_ca_sha256"),
+                verify_key=opt_bytes("verify_key"),
+                aggregator_token=t.optional_text("aggregator_token"),
+                aggregator_token_hash=opt_bytes("aggregator_token_sha256"),
+                collector_token=t.optional_text("collector_token"),
+                collector_token_hash=opt_bytes("collector_token_sha256"),
+                collector_hpke_keypair=(
+                    HpkeKeypair(config, sk) if sk is not None and config is not None else None
+                ),
+            )
+        except TaskError as e:
+            raise t.error(None, str(e)) from None
 
 
 def load_task(path: Path) -> Task:
+    """Read a task file strictly: unknown, missing or mistyped settings are
+    refused with their file and line; raises TaskError only."""
     try:
-        with path.open("rb") as f:
-            return Task.from_dict(tomllib.load(f))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise TaskError(f"{path}: {e}") from e
-    except TaskError as e:
-        raise TaskError(f"{path}: {e}") from e
+        return Task.from_table(read_toml(path, TASK_KEYS))
+    except SettingsError as e:
+        raise TaskError(str(e)) from None
 
 
 def write_toml(path: Path, data: dict[str, Any], secret: bool) -> None:
@@ -406,12 +470,12 @@ def new_task(
     leader_address: str,
     helper_address: str,
     *,
-    time_precision: int = 3600,
-    min_batch_size: int = 1,
-    not_before: int = 0,
-    not_after: int = 2**63 - 1,
-    max_clock_skew: int = 60,
-    dp: DpSpec | None = None,
+    min_batch_size: int,
+    dp: DpSpec,
+    time_precision: int = DEFAULT_TIME_PRECISION,
+    not_before: int = DEFAULT_NOT_BEFORE,
+    not_after: int = DEFAULT_NOT_AFTER,
+    max_clock_skew: int = DEFAULT_MAX_CLOCK_SKEW,
     verify_key_size: int = 32,
     report_expiry_age: int | None = None,
     leader_ca_sha256: str | None = None,
@@ -431,7 +495,7 @@ def new_task(
         not_before=not_before,
         not_after=not_after,
         max_clock_skew=max_clock_skew,
-        dp=dp or DpSpec(),
+        dp=dp,
         collector_hpke_config=collector_kp.config,
         report_expiry_age=report_expiry_age,
         leader_ca_sha256=leader_ca_sha256,

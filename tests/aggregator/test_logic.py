@@ -106,7 +106,11 @@ class World:
 @pytest.fixture
 def world(backend: Backend) -> World:
     files = new_task(
-        VdafSpec("sum", max_measurement=10), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=2
+        VdafSpec("sum", max_measurement=10),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("none"),
     )
     return World(backend, files)
 
@@ -294,7 +298,11 @@ def test_helper_checks_count_and_checksum(world: World) -> None:
 
 def test_helper_serves_the_same_noised_share(backend: Backend) -> None:
     files = new_task(
-        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", dp=DpSpec("geometric", epsilon="1")
+        VdafSpec("count"),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=1,
+        dp=DpSpec("geometric", epsilon="1"),
     )
     world = World(backend, files)
     task = files.leader
@@ -327,6 +335,7 @@ def test_budget_refused_before_anything_is_written(backend: Backend) -> None:
         VdafSpec("count"),
         "127.0.0.1:1",
         "127.0.0.1:2",
+        min_batch_size=1,
         dp=DpSpec("geometric", epsilon="1", budget="1/2"),
     )
     world = World(backend, files)
@@ -366,7 +375,13 @@ def test_failed_collection_reopens_the_batch(world: World) -> None:
 
 def test_reports_outside_the_task_window(backend: Backend) -> None:
     files = new_task(
-        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", not_before=T, not_after=T + TP
+        VdafSpec("count"),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=1,
+        dp=DpSpec("none"),
+        not_before=T,
+        not_after=T + TP,
     )
     world = World(backend, files)
     with pytest.raises(ReportTimeRejected, match="window"):

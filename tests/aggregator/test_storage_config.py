@@ -34,7 +34,7 @@ def test_sqlite_path_postgres_url_or_table(tmp_path: Path) -> None:
         ('storage = ""', "file name or a postgresql:// URL"),
         ('[storage]\nurl = "postgresql://a/b"\npath = "x.db"', "either 'url'"),
         ('[storage]\nurl = "postgresql://a/b"\npool_size = 0', "at least 1"),
-        ('[storage]\nuri = "postgresql://a/b"', "either 'url'"),
+        ('[storage]\nuri = "postgresql://a/b"', "unknown setting 'uri' in \\[storage\\]"),
     ],
 )
 def test_bad_storage_is_refused(tmp_path: Path, storage: str, message: str) -> None:

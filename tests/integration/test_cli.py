@@ -80,7 +80,7 @@ def test_server_config_errors_are_reported(tmp_path: Path) -> None:
         'listen = "127.0.0.1:0"\nstorage = "h.db"\nlisten_port = 1\n'
     )
     r = veil("helper", "--config", "helper.toml", cwd=tmp_path)
-    assert r.returncode == 2 and "unknown settings ['listen_port']" in r.stderr
+    assert r.returncode == 2 and "unknown setting 'listen_port'" in r.stderr
     (tmp_path / "helper.toml").write_text(
         'listen = "127.0.0.1:0"\nstorage = "h.db"\ntasks = ["x.toml"]\n'
     )

@@ -48,14 +48,19 @@ def past_bucket(hours_ago: int, tp: int = TP) -> int:
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
-        name: (spec, NONE, {"time_precision": TP}) for name, (spec, _, _) in CASES.items()
+        name: (spec, NONE, {"time_precision": TP, "min_batch_size": 1})
+        for name, (spec, _, _) in CASES.items()
     }
-    tasks["noisy"] = (VdafSpec("count"), DpSpec("geometric", epsilon="1"), {"time_precision": 60})
+    tasks["noisy"] = (
+        VdafSpec("count"),
+        DpSpec("geometric", epsilon="1"),
+        {"time_precision": 60, "min_batch_size": 1},
+    )
     tasks["small"] = (VdafSpec("sum", max_measurement=10), NONE, {"min_batch_size": 5})
-    tasks["plain"] = (VdafSpec("sum", max_measurement=10), NONE, {})
+    tasks["plain"] = (VdafSpec("sum", max_measurement=10), NONE, {"min_batch_size": 1})
     survey = DpSpec("geometric", epsilon="1", survey="s1", survey_budget="3/2")
-    tasks["survey_a"] = (VdafSpec("count"), survey, {})
-    tasks["survey_b"] = (VdafSpec("count"), survey, {})
+    tasks["survey_a"] = (VdafSpec("count"), survey, {"min_batch_size": 1})
+    tasks["survey_b"] = (VdafSpec("count"), survey, {"min_batch_size": 1})
     d = start_deployment(Path(tmp_path_factory.mktemp("e2e")), tasks, metrics=True)
     try:
         yield d

@@ -27,8 +27,12 @@ def bucket(hours_ago: int) -> int:
 @pytest.fixture
 def dep(tmp_path: Path) -> Iterator[Deployment]:
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
-        "sum": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {}),
-        "noisy": (VdafSpec("sum", max_measurement=100), DpSpec("geometric", epsilon="1"), {}),
+        "sum": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {"min_batch_size": 1}),
+        "noisy": (
+            VdafSpec("sum", max_measurement=100),
+            DpSpec("geometric", epsilon="1"),
+            {"min_batch_size": 1},
+        ),
     }
     d = start_deployment(tmp_path, tasks, job_size=25)
     try:

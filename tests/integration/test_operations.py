@@ -44,7 +44,7 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         "expiring": (
             VdafSpec("sum", max_measurement=10),
             NONE,
-            {"time_precision": 1, "report_expiry_age": 5, "max_clock_skew": 1},
+            {"time_precision": 1, "report_expiry_age": 5, "max_clock_skew": 1, "min_batch_size": 1},
         ),
     }
     extra = {

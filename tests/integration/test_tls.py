@@ -113,7 +113,9 @@ def test_tls_and_mtls(tmp_path: Path) -> None:
         _write(tmp_path / name, name, client_ca_key, client_ca.subject)
 
     leader_addr, helper_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    files = new_task(VdafSpec("count"), leader_addr, helper_addr, dp=DpSpec("none"))
+    files = new_task(
+        VdafSpec("count"), leader_addr, helper_addr, min_batch_size=1, dp=DpSpec("none")
+    )
     for role in ("leader", "helper"):
         write_toml(tmp_path / f"{role}.task.toml", getattr(files, role).to_dict(), secret=True)
     helper = _server_config(tmp_path, "helper", helper_addr, "helper", client_ca="client-ca.pem")

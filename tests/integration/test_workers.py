@@ -35,7 +35,7 @@ def dep(tmp_path: Path, postgres_server: str) -> Iterator[tuple[Deployment, str]
     leader_db = with_schema(postgres_server, f"leader_{suffix}")
     helper_db = with_schema(postgres_server, f"helper_{suffix}")
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
-        "sum": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {}),
+        "sum": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {"min_batch_size": 1}),
     }
     local = LocalDeployment.start(
         tmp_path,

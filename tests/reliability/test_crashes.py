@@ -80,7 +80,9 @@ def _upload_until_acknowledged(client: Client, reports: list[Report], deadline: 
 
 def test_sigkill_everywhere_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     spec = VdafSpec("sum", max_measurement=100)
-    dep = start_deployment(tmp_path, {"sum": (spec, DpSpec("none"), {})}, job_size=BATCH)
+    dep = start_deployment(
+        tmp_path, {"sum": (spec, DpSpec("none"), {"min_batch_size": 1})}, job_size=BATCH
+    )
     try:
         chaos = Chaos({"leader": dep.leader, "helper": dep.helper})
         client = dep.client("sum", backoff=0.1, retries=3, timeout=10)

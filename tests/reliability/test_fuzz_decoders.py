@@ -60,6 +60,7 @@ FILES = new_task(
     VdafSpec("sumvec", length=3, max_measurement=7, chunk_length=2),
     "127.0.0.1:1",
     "127.0.0.1:2",
+    min_batch_size=10,
     dp=DpSpec("geometric", epsilon="1"),
 )
 

@@ -66,7 +66,7 @@ def _third_medians(samples: list[tuple[float, dict[str, int]]], role: str) -> tu
 
 def test_sustained_load(tmp_path: Path) -> None:
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
-        "count": (VdafSpec("count"), DpSpec("none"), {}),
+        "count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1}),
     }
     dep = start_deployment(tmp_path, tasks)
     try:

@@ -35,10 +35,10 @@ HONEST = [10, 20, 30]
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
-        "sum": (VdafSpec("sum", max_measurement=100), NONE, {}),
+        "sum": (VdafSpec("sum", max_measurement=100), NONE, {"min_batch_size": 1}),
         # Histogram uses joint randomness: its public share carries the parts.
-        "hist": (VdafSpec("histogram", length=5, chunk_length=2), NONE, {}),
-        "other": (VdafSpec("sum", max_measurement=100), NONE, {}),
+        "hist": (VdafSpec("histogram", length=5, chunk_length=2), NONE, {"min_batch_size": 1}),
+        "other": (VdafSpec("sum", max_measurement=100), NONE, {"min_batch_size": 1}),
     }
     d = start_deployment(Path(tmp_path_factory.mktemp("malicious")), tasks, metrics=True)
     try:

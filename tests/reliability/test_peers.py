@@ -53,10 +53,14 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     survey = DpSpec("geometric", epsilon="1", survey="s1", survey_budget="3/2")
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
         "plain": (VdafSpec("sum", max_measurement=10), NONE, {"min_batch_size": 2}),
-        "other": (VdafSpec("sum", max_measurement=10), NONE, {}),
-        "noisy": (VdafSpec("sum", max_measurement=10), NOISY, {"time_precision": NOISE_TP}),
-        "survey_a": (VdafSpec("count"), survey, {}),
-        "survey_b": (VdafSpec("count"), survey, {}),
+        "other": (VdafSpec("sum", max_measurement=10), NONE, {"min_batch_size": 1}),
+        "noisy": (
+            VdafSpec("sum", max_measurement=10),
+            NOISY,
+            {"time_precision": NOISE_TP, "min_batch_size": 1},
+        ),
+        "survey_a": (VdafSpec("count"), survey, {"min_batch_size": 1}),
+        "survey_b": (VdafSpec("count"), survey, {"min_batch_size": 1}),
     }
     d = start_deployment(Path(tmp_path_factory.mktemp("peers")), tasks)
     try:

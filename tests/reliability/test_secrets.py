@@ -69,7 +69,7 @@ def test_secrets_owner_only_and_never_logged(
     monkeypatch.setenv("VEIL_LOG_LEVEL", "debug")
     caplog.set_level(logging.DEBUG)
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
-        "plain": (VdafSpec("sum", max_measurement=10), DpSpec("none"), {}),
+        "plain": (VdafSpec("sum", max_measurement=10), DpSpec("none"), {"min_batch_size": 1}),
         "noisy": (VdafSpec("count"), DpSpec("geometric", epsilon="1"), {"min_batch_size": 3}),
     }
     dep = start_deployment(tmp_path, tasks, metrics=True)

@@ -4,12 +4,12 @@ Configuration is one TOML file (paths in it are relative to the file):
 
     listen = "127.0.0.1:7001"          # host:port to serve on
     storage = "leader.db"              # SQLite database (created if missing), or
-    storage = "postgresql://veil@db/leader"   # PostgreSQL (schema migrated at start)
-    [storage]                          # or a table, to size the connection pool:
-    url = "postgresql://veil@db/leader"
-    pool_size = 8
+                                       # "postgresql://veil@db/leader" (schema migrated
+                                       # at start), or a [storage] table (below)
     tasks = ["demo.leader.toml"]       # task files written by `veil task new`
     max_message_bytes = 16777216       # largest request or response accepted
+    log_level = "info"                 # VEIL_LOG_LEVEL overrides
+    log_format = "text"                # or "json" (JSON lines)
     [tls]                              # optional; required off loopback
     cert = "server.pem"
     key = "server.key"
@@ -18,8 +18,6 @@ Configuration is one TOML file (paths in it are relative to the file):
     ca = "helper-ca.pem"
     cert = "leader-client.pem"         # optional client certificate for mTLS
     key = "leader-client.key"
-    log_level = "info"                 # VEIL_LOG_LEVEL overrides
-    log_format = "text"                # or "json" (JSON lines)
     [metrics]                          # optional Prometheus endpoint
     listen = "127.0.0.1:9101"
     [driver]                           # leader only
@@ -33,6 +31,12 @@ Configuration is one TOML file (paths in it are relative to the file):
     [keys]                             # HPKE key rotation (veil.aggregator.maintenance)
     pending_seconds = 60               # a pending key becomes active this long after it was added
     grace_seconds = 86400              # an expired key still opens reports this long
+    [storage]                          # instead of `storage = ...`, to size the pool:
+    url = "postgresql://veil@db/leader"
+    pool_size = 8
+
+Every table is read strictly (veil.settings): an unknown setting or a value
+of the wrong type is refused with its file and line.
 
 Without [tls] the server only listens on a loopback address, and says so.
 
@@ -48,7 +52,6 @@ import logging
 import signal
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -80,6 +83,7 @@ from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
 from veil.grpc_util import is_loopback
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, leader_pb2
+from veil.settings import SettingsError, Table, read_toml
 from veil.task import Task, TaskError, load_task
 from veil.vdaf.kernels import kernels
 
@@ -89,7 +93,7 @@ _LEADER_SERVICE = leader_pb2.DESCRIPTOR.services_by_name["Leader"]
 _HELPER_SERVICE = helper_pb2.DESCRIPTOR.services_by_name["Helper"]
 
 
-class ConfigError(ValueError):
+class ConfigError(SettingsError):
     """The server configuration is unusable; the message says what to fix."""
 
 
@@ -100,39 +104,42 @@ class TlsFiles:
     ca: Path | None = None
 
 
+# Each default once: the dataclass, the reader and the docs above agree.
+DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+DEFAULT_DRIVER_INTERVAL = 0.5
+DEFAULT_JOB_SIZE = 500
+DEFAULT_GRACE_SECONDS_STOP = 30.0
+DEFAULT_LOG_FORMAT = "text"
+DEFAULT_LEASE_SECONDS = 60.0
+DEFAULT_POOL_SIZE = 8
+DEFAULT_GC_INTERVAL = 60.0
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     listen: str
     storage: Path | str  # an SQLite file, or a PostgreSQL URL
     tasks: list[Task]
-    max_message_bytes: int = 16 << 20
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     tls: TlsFiles | None = None
     helper_tls: TlsFiles | None = None
-    driver_interval: float = 0.5
-    job_size: int = 500
-    grace_seconds: float = 30.0
+    driver_interval: float = DEFAULT_DRIVER_INTERVAL
+    job_size: int = DEFAULT_JOB_SIZE
+    grace_seconds: float = DEFAULT_GRACE_SECONDS_STOP
     log_level: str | None = None
-    log_format: str = "text"
+    log_format: str = DEFAULT_LOG_FORMAT
     metrics_listen: str | None = None
     driver_enabled: bool = True
-    lease_seconds: float = 60.0
-    pool_size: int = 8
-    gc_interval: float = 60.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    pool_size: int = DEFAULT_POOL_SIZE
+    gc_interval: float = DEFAULT_GC_INTERVAL
     task_paths: tuple[Path, ...] = ()
     keys: KeyPolicy = field(default_factory=KeyPolicy)
 
 
-def _tls(table: dict[str, Any] | None, base: Path, cert_key: str) -> TlsFiles | None:
-    if table is None:
-        return None
-
-    def path(key: str) -> Path | None:
-        return base / table[key] if key in table else None
-
-    return TlsFiles(path("cert"), path("key"), path(cert_key))
-
-
-_KEYS = {
+# The settings each table of a server configuration knows; anything else is
+# refused (a misspelt `client_ca` must not silently turn mutual TLS off).
+CONFIG_KEYS = (
     "listen",
     "storage",
     "tasks",
@@ -146,114 +153,106 @@ _KEYS = {
     "metrics",
     "gc",
     "keys",
-}
-_TABLE_KEYS = {
-    "driver": {"interval", "job_size", "enabled", "lease_seconds"},
-    "metrics": {"listen"},
-    "gc": {"interval"},
-    "keys": {"pending_seconds", "grace_seconds"},
-}
+)
+TLS_KEYS = ("cert", "key", "client_ca")
+HELPER_TLS_KEYS = ("ca", "cert", "key")
+DRIVER_KEYS = ("interval", "job_size", "enabled", "lease_seconds")
+METRICS_KEYS = ("listen",)
+GC_KEYS = ("interval",)
+KEYS_KEYS = ("pending_seconds", "grace_seconds")
+STORAGE_KEYS = ("url", "path", "pool_size")
+
+
+def _tls(table: Table | None, base: Path, ca_key: str) -> TlsFiles | None:
+    if table is None:
+        return None
+
+    def path(key: str) -> Path | None:
+        value = table.optional_text(key)
+        return None if value is None else base / value
+
+    return TlsFiles(path("cert"), path("key"), path(ca_key))
 
 
 def load_config(path: Path) -> ServerConfig:
     """Read and check a server configuration; raises ConfigError only."""
     try:
-        with path.open("rb") as f:
-            raw = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read {path}: {e}") from e
-    try:
-        return _parse_config(path, raw)
-    except (TypeError, ValueError, AttributeError) as e:
+        return _parse_config(path, read_toml(path, CONFIG_KEYS))
+    except SettingsError as e:
         if isinstance(e, ConfigError):
             raise
-        # A setting of the wrong TOML type (a table where a number belongs...).
-        raise ConfigError(f"{path}: a setting has the wrong type: {e}") from e
+        raise ConfigError(str(e)) from None
 
 
-def _parse_config(path: Path, raw: dict[str, Any]) -> ServerConfig:
-    if not isinstance(raw.get("tasks", []), list):
-        raise ConfigError(f"{path}: 'tasks' must be a list of task file paths")
-    unknown = set(raw) - _KEYS
-    if unknown:
-        raise ConfigError(
-            f"{path}: unknown settings {sorted(unknown)}; expected some of {sorted(_KEYS)}"
-        )
-    for table, allowed in _TABLE_KEYS.items():
-        extra = set(raw.get(table, {})) - allowed
-        if extra:
-            raise ConfigError(
-                f"{path}: unknown settings {sorted(extra)} in [{table}];"
-                f" expected some of {sorted(allowed)}"
-            )
+def _parse_config(path: Path, raw: Table) -> ServerConfig:
     base = path.parent
-    try:
-        tasks = [load_task(base / p) for p in raw.get("tasks", [])]
-    except (OSError, TaskError) as e:
-        raise ConfigError(str(e)) from e
+    task_files = raw.texts("tasks", [])
+    tasks = []
+    for name in task_files:
+        try:
+            tasks.append(load_task(base / name))
+        except TaskError as e:
+            raise ConfigError(str(e)) from None
     ids = [t.task_id for t in tasks]
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"{path}: the same task is listed twice")
-    if "listen" not in raw or "storage" not in raw:
-        raise ConfigError(f"{path}: 'listen' and 'storage' are required")
-    tls = _tls(raw.get("tls"), base, "client_ca")
+        raise raw.error("tasks", "the same task is listed twice")
+    listen = raw.text("listen")
+    tls = _tls(raw.optional_table("tls", TLS_KEYS), base, "client_ca")
     if tls is not None and (tls.cert is None or tls.key is None):
-        raise ConfigError(f"{path}: [tls] needs both 'cert' and 'key'")
-    driver = raw.get("driver", {})
-    storage, pool_size = _storage(path, raw["storage"])
-    keys = raw.get("keys", {})
+        raise raw.error("tls", "[tls] needs both 'cert' and 'key'")
+    helper_tls = _tls(raw.optional_table("helper_tls", HELPER_TLS_KEYS), base, "ca")
+    driver = raw.table("driver", DRIVER_KEYS)
+    storage, pool_size = _storage(raw, base)
+    keys = raw.table("keys", KEYS_KEYS)
     policy = KeyPolicy(
-        float(keys.get("pending_seconds", DEFAULT_PENDING_SECONDS)),
-        float(keys.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
+        keys.number("pending_seconds", DEFAULT_PENDING_SECONDS, minimum=0),
+        keys.number("grace_seconds", DEFAULT_GRACE_SECONDS, minimum=0),
     )
-    if policy.pending_seconds < 0 or policy.grace_seconds < 0:
-        raise ConfigError(f"{path}: [keys] durations must not be negative")
-    gc_interval = float(raw.get("gc", {}).get("interval", 60.0))
-    if gc_interval < 0:
-        raise ConfigError(f"{path}: [gc] interval must not be negative (0 turns GC off)")
+    gc_interval = raw.table("gc", GC_KEYS).number("interval", DEFAULT_GC_INTERVAL, minimum=0)
+    metrics = raw.table("metrics", METRICS_KEYS)
     return ServerConfig(
-        listen=str(raw["listen"]),
+        listen=listen,
         storage=storage,
         tasks=tasks,
-        max_message_bytes=int(raw.get("max_message_bytes", 16 << 20)),
+        max_message_bytes=raw.integer("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES, minimum=1),
         tls=tls,
-        helper_tls=_tls(raw.get("helper_tls"), base, "ca"),
-        driver_interval=float(driver.get("interval", 0.5)),
-        job_size=int(driver.get("job_size", 500)),
-        grace_seconds=float(raw.get("grace_seconds", 30.0)),
-        log_level=raw.get("log_level"),
-        log_format=str(raw.get("log_format", "text")),
-        metrics_listen=raw.get("metrics", {}).get("listen"),
-        driver_enabled=bool(driver.get("enabled", True)),
-        lease_seconds=float(driver.get("lease_seconds", 60.0)),
+        helper_tls=helper_tls,
+        driver_interval=driver.number("interval", DEFAULT_DRIVER_INTERVAL, minimum=0),
+        job_size=driver.integer("job_size", DEFAULT_JOB_SIZE, minimum=1),
+        grace_seconds=raw.number("grace_seconds", DEFAULT_GRACE_SECONDS_STOP, minimum=0),
+        log_level=raw.optional_text("log_level"),
+        log_format=raw.text("log_format", DEFAULT_LOG_FORMAT),
+        metrics_listen=metrics.optional_text("listen"),
+        driver_enabled=driver.flag("enabled", True),
+        lease_seconds=driver.number("lease_seconds", DEFAULT_LEASE_SECONDS, minimum=0),
         pool_size=pool_size,
         gc_interval=gc_interval,
-        task_paths=tuple(base / p for p in raw.get("tasks", [])),
+        task_paths=tuple(base / p for p in task_files),
         keys=policy,
     )
 
 
-def _storage(path: Path, value: Any) -> tuple[Path | str, int]:
+def _storage(raw: Table, base: Path) -> tuple[Path | str, int]:
     """(SQLite path or PostgreSQL URL, pool size) from `storage = ...` or `[storage]`."""
-    pool_size = 8
+    pool_size = DEFAULT_POOL_SIZE
+    value = raw.raw("storage")
     if isinstance(value, dict):
-        unknown = set(value) - {"url", "path", "pool_size"}
-        if unknown or ("url" in value) == ("path" in value):
-            raise ConfigError(
-                f"{path}: [storage] takes either 'url' (PostgreSQL) or 'path' (SQLite), and"
-                " optionally 'pool_size'"
+        table = raw.table("storage", STORAGE_KEYS)
+        if ("url" in table) == ("path" in table):
+            raise raw.error(
+                "storage",
+                "[storage] takes either 'url' (PostgreSQL) or 'path' (SQLite), and"
+                " optionally 'pool_size'",
             )
-        pool_size = int(value.get("pool_size", 8))
-        if pool_size < 1:
-            raise ConfigError(f"{path}: [storage] pool_size must be at least 1")
-        value = value.get("url", value.get("path"))
+        pool_size = table.integer("pool_size", DEFAULT_POOL_SIZE, minimum=1)
+        value = table.text("url") if "url" in table else table.text("path")
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{path}: 'storage' must be a file name or a postgresql:// URL")
+        raise raw.error("storage", "'storage' must be a file name or a postgresql:// URL")
     if is_postgres_url(value):
         return value, pool_size
     if "://" in value:
-        raise ConfigError(f"{path}: storage URL {value!r}: only postgresql:// is supported")
-    return path.parent / value, pool_size
+        raise raw.error("storage", f"storage URL {value!r}: only postgresql:// is supported")
+    return base / value, pool_size
 
 
 def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:

@@ -8,7 +8,18 @@ import sys
 import tomllib
 from pathlib import Path
 
-from veil.task import DpSpec, TaskError, VdafSpec, new_task, write_toml
+from veil.task import (
+    DEFAULT_DP_MODE,
+    DEFAULT_MAX_CLOCK_SKEW,
+    DEFAULT_MIN_BATCH_SIZE,
+    DEFAULT_TIME_PRECISION,
+    VDAF_TYPES,
+    DpSpec,
+    TaskError,
+    VdafSpec,
+    new_task,
+    write_toml,
+)
 
 
 def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> None:
@@ -92,18 +103,31 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         dest="task_command", required=True
     )
     p = task.add_parser("new", help="write matching task files for every party")
-    p.add_argument(
-        "--vdaf", required=True, choices=["count", "sum", "sumvec", "histogram", "multihot"]
-    )
+    p.add_argument("--vdaf", required=True, choices=VDAF_TYPES)
     p.add_argument("--max-measurement", type=int, default=0)
     p.add_argument("--length", type=int, default=0)
     p.add_argument("--chunk-length", type=int, default=0)
     p.add_argument("--max-weight", type=int, default=0)
     p.add_argument("--leader", required=True, help="leader host:port")
     p.add_argument("--helper", required=True, help="helper host:port")
-    p.add_argument("--time-precision", type=int, default=3600, help="seconds")
-    p.add_argument("--min-batch-size", type=int, default=10)
-    p.add_argument("--max-clock-skew", type=int, default=60, help="seconds")
+    p.add_argument(
+        "--time-precision",
+        type=int,
+        default=DEFAULT_TIME_PRECISION,
+        help=f"seconds (default {DEFAULT_TIME_PRECISION})",
+    )
+    p.add_argument(
+        "--min-batch-size",
+        type=int,
+        default=DEFAULT_MIN_BATCH_SIZE,
+        help=f"fewest reports a collection may cover (default {DEFAULT_MIN_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--max-clock-skew",
+        type=int,
+        default=DEFAULT_MAX_CLOCK_SKEW,
+        help=f"seconds (default {DEFAULT_MAX_CLOCK_SKEW})",
+    )
     p.add_argument(
         "--report-expiry-age",
         type=int,
@@ -117,7 +141,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--epsilon", default="1", help="ε per collection, e.g. 1 or 1/2")
     p.add_argument("--rho", default="1/2", help="ρ per collection (gaussian)")
-    p.add_argument("--mode", default="independent", choices=["independent", "split"])
+    p.add_argument("--mode", default=DEFAULT_DP_MODE, choices=["independent", "split"])
     p.add_argument("--fixed-point-bits", type=int, default=0, help="laplace only")
     p.add_argument("--budget", help="total ε (or ρ) of the task (default: one collection's)")
     p.add_argument("--survey", help="survey id shared by tasks over the same respondents")
