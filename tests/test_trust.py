@@ -89,6 +89,7 @@ def test_task_file_pins(tmp_path: Path) -> None:
         VdafSpec("count"),
         "127.0.0.1:1",
         "127.0.0.1:2",
+        min_batch_size=1,
         dp=DpSpec("none"),
         leader_ca_sha256=fingerprint(LEADER_CA),
         helper_ca_sha256=fingerprint(HELPER_CA).upper(),
@@ -116,7 +117,9 @@ def test_task_file_pins(tmp_path: Path) -> None:
 def test_cli_refuses_shared_and_bad_trust(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    files = new_task(VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", dp=DpSpec("none"))
+    files = new_task(
+        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=1, dp=DpSpec("none")
+    )
     write_toml(tmp_path / "client.toml", files.client.to_dict(), secret=False)
     write_toml(tmp_path / "collector.toml", files.collector.to_dict(), secret=True)
     (tmp_path / "both.pem").write_bytes(LEADER_PEM + HELPER_PEM)

@@ -395,7 +395,13 @@ def test_no_batch_closes_before_the_window_does(backend: Backend) -> None:
     # The window [T, T + 2 TP) is still open at NOW: neither aggregator closes
     # a batch of it, so no respondent can be locked out by a collection.
     files = new_task(
-        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", not_before=T, not_after=T + 2 * TP
+        VdafSpec("count"),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=1,
+        dp=DpSpec("none"),
+        not_before=T,
+        not_after=T + 2 * TP,
     )
     world = World(backend, files)
     task_id = files.client.task_id

@@ -167,7 +167,13 @@ def test_leader_cannot_pose_as_the_helper(tmp_path: Path) -> None:
     # The fake helper's certificate: signed with the leader's CA key, for 127.0.0.1.
     _write(tmp_path / "fake", "helper", leader_ca_key, leader_ca.subject)
     fake_addr = f"127.0.0.1:{free_port()}"
-    files = new_task(VdafSpec("count"), f"127.0.0.1:{free_port()}", fake_addr, dp=DpSpec("none"))
+    files = new_task(
+        VdafSpec("count"),
+        f"127.0.0.1:{free_port()}",
+        fake_addr,
+        min_batch_size=1,
+        dp=DpSpec("none"),
+    )
     write_toml(tmp_path / "helper.task.toml", files.helper.to_dict(), secret=True)
     fake = _server_config(tmp_path, "helper", fake_addr, "fake")
     pem = {name: (tmp_path / f"{name}.pem").read_bytes() for name in ("leader-ca", "helper-ca")}

@@ -33,10 +33,16 @@ from veil.messages.wire import (
     upload_request,
 )
 from veil.protocol.v1 import leader_pb2, messages_pb2
-from veil.task import VdafSpec, new_task
+from veil.task import DpSpec, VdafSpec, new_task
 from veil.vdaf.batch import BatchPrio3
 
-FILES = new_task(VdafSpec("sum", max_measurement=100), "127.0.0.1:1", "127.0.0.1:2")
+FILES = new_task(
+    VdafSpec("sum", max_measurement=100),
+    "127.0.0.1:1",
+    "127.0.0.1:2",
+    min_batch_size=1,
+    dp=DpSpec("none"),
+)
 TASK = FILES.client
 LEADER, HELPER = generate_keypair(1), generate_keypair(2)
 
