@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from typing import Self
 
 import grpc
 
@@ -11,18 +12,69 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 << 20
 
-# Statuses worth retrying with the same request.
-TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# Trailing metadata of a call a veil server refused: the error's kind (its
+# class, veil.aggregator.errors) and whether the same request may succeed
+# later ("1") or not ("0").
+ERROR_KIND_KEY = "veil-error-kind"
+RETRYABLE_KEY = "veil-retryable"
+
+# Statuses worth retrying with the same request when the server does not say
+# (the call failed on the way: the server was unreachable, restarting or slow).
+TRANSIENT_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+
+
+def _trailer(error: grpc.RpcError, key: str) -> str | None:
+    trailing = getattr(error, "trailing_metadata", None)
+    for k, v in (trailing() if trailing is not None else None) or ():
+        if k == key and isinstance(v, str):
+            return v
+    return None
+
+
+def error_kind(error: grpc.RpcError) -> str | None:
+    """The kind of veil error the server raised, if it said."""
+    return _trailer(error, ERROR_KIND_KEY)
+
+
+def is_retryable(error: grpc.RpcError) -> bool:
+    """Whether the same request may succeed later: as the server says, or, for
+    a call that failed before a veil server answered, by its transport status."""
+    said = _trailer(error, RETRYABLE_KEY)
+    if said is not None:
+        return said == "1"
+    return error.code() in TRANSIENT_CODES
 
 
 class RpcRefused(Exception):
     """A veil server refused a call (or stayed unreachable); `code` is the
-    gRPC status and `message` the server's explanation."""
+    gRPC status, `message` the server's explanation, `kind` the server's
+    error kind (None if it did not say) and `retryable` whether the same
+    request may succeed later."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        kind: str | None = None,
+        retryable: bool = False,
+    ) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
+        self.kind = kind
+        self.retryable = retryable
+
+    @classmethod
+    def from_rpc(cls, error: grpc.RpcError) -> Self:
+        code = error.code()
+        return cls(
+            code if code is not None else grpc.StatusCode.UNKNOWN,
+            error.details() or "",
+            error_kind(error),
+            is_retryable(error),
+        )
 
 
 def is_loopback(address: str) -> bool:

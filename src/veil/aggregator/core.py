@@ -17,6 +17,7 @@ from typing import Any
 
 from veil.aggregator.errors import (
     InvalidMessage,
+    ReportRejection,
     ReportTimeRejected,
     Unauthenticated,
     UnknownTask,
@@ -40,18 +41,17 @@ MAX_BATCH_BUCKETS = 100_000
 # request or an unknown config id makes the server read them again.
 KEY_REFRESH_SECONDS = 1.0
 
-# Reasons a report is rejected during aggregation (the ReportError enum of
-# helper.proto, in lower case).
-BATCH_COLLECTED = "batch_collected"
-REPORT_REPLAYED = "report_replayed"
-HPKE_UNKNOWN_CONFIG_ID = "hpke_unknown_config_id"
-HPKE_DECRYPT_ERROR = "hpke_decrypt_error"
-VDAF_DECODE_ERROR = "vdaf_decode_error"
-VDAF_VERIFY_ERROR = "vdaf_verify_error"
-REPORT_TOO_EARLY = "report_too_early"
-TASK_EXPIRED = "task_expired"
-INVALID_MESSAGE = "invalid_message"
-REPORT_DROPPED = "report_dropped"
+# Reasons a report is rejected during aggregation, by their short names.
+BATCH_COLLECTED = ReportRejection.BATCH_COLLECTED
+REPORT_REPLAYED = ReportRejection.REPORT_REPLAYED
+HPKE_UNKNOWN_CONFIG_ID = ReportRejection.HPKE_UNKNOWN_CONFIG_ID
+HPKE_DECRYPT_ERROR = ReportRejection.HPKE_DECRYPT_ERROR
+VDAF_DECODE_ERROR = ReportRejection.VDAF_DECODE_ERROR
+VDAF_VERIFY_ERROR = ReportRejection.VDAF_VERIFY_ERROR
+REPORT_TOO_EARLY = ReportRejection.REPORT_TOO_EARLY
+TASK_EXPIRED = ReportRejection.TASK_EXPIRED
+INVALID_MESSAGE = ReportRejection.INVALID_MESSAGE
+REPORT_DROPPED = ReportRejection.REPORT_DROPPED
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,10 @@ class VerifyInitItem:
 class VerifyResult:
     report_id: bytes
     verifier_message: bytes | None = None
-    reject: str | None = None
+    reject: ReportRejection | None = None
 
 
-def rejection_reason(error: VdafError) -> str:
+def rejection_reason(error: VdafError) -> ReportRejection:
     """The counted rejection reason of a report the VDAF refused."""
     return VDAF_DECODE_ERROR if isinstance(error, CodecError) else VDAF_VERIFY_ERROR
 
@@ -258,17 +258,19 @@ class AggregatorBase:
             keypair = self.keypairs.get(config_id)
         return keypair
 
-    def open_share(self, keypair: HpkeKeypair | None, ct: Ciphertext, info: bytes) -> str | bytes:
+    def open_share(
+        self, keypair: HpkeKeypair | None, ct: Ciphertext, info: bytes
+    ) -> ReportRejection | bytes:
         """Open an input share: the plaintext, or the rejection reason. Counted in metrics."""
         if keypair is None:
-            outcome: str | bytes = HPKE_UNKNOWN_CONFIG_ID
+            outcome: ReportRejection | bytes = HPKE_UNKNOWN_CONFIG_ID
         else:
             try:
                 outcome = open_(keypair, ct, info)
             except HpkeError:
                 outcome = HPKE_DECRYPT_ERROR
         if self.metrics is not None:
-            label = outcome if isinstance(outcome, str) else "ok"
+            label = outcome.value if isinstance(outcome, ReportRejection) else "ok"
             self.metrics.hpke_opens.labels(label).inc()
         return outcome
 

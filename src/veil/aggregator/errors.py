@@ -1,17 +1,40 @@
-"""Rejections an aggregator reports, each with the gRPC status it maps to.
+"""Rejections an aggregator reports: each says its gRPC status, whether the
+same request may succeed later (`retryable`) and its `kind`, the name that
+travels to the peer.
 
 The logic raises these; the service layer turns `status` (a grpc.StatusCode
 name, kept as a string so that the logic does not import grpc) and the message
-into the call's status. Messages tell the caller what to change.
+into the call's status, and sends `kind` and `retryable` in the call's
+trailing metadata (veil.grpc_util.ERROR_KIND_KEY, RETRYABLE_KEY). The leader
+re-raises what the helper raised from its kind (`from_peer`), never from the
+status code alone: a RESOURCE_EXHAUSTED that gRPC raises locally for an
+oversized message is not the helper's BudgetExhausted. Messages tell the
+caller what to change.
 """
 
 from __future__ import annotations
 
+import enum
+import re
 from typing import ClassVar
 
 
 class AggregatorError(Exception):
+    """Base class. `retryable`: the same request may succeed later, unchanged
+    (a transient fault); otherwise the refusal is permanent for that request."""
+
     status: ClassVar[str] = "INTERNAL"
+    retryable: ClassVar[bool] = False
+    kind: ClassVar[str] = "aggregator_error"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        BY_KIND[cls.kind] = cls
+
+
+# Every error class by its kind (subclasses add themselves as they are defined).
+BY_KIND: dict[str, type[AggregatorError]] = {AggregatorError.kind: AggregatorError}
 
 
 class Unauthenticated(AggregatorError):
@@ -69,18 +92,58 @@ class BudgetExhausted(AggregatorError):
 
 
 class TooLarge(AggregatorError):
+    """A request over a size limit: the aggregator's, or gRPC's message limit."""
+
     status = "RESOURCE_EXHAUSTED"
 
 
 class Unavailable(AggregatorError):
+    """The aggregator (or its database) cannot serve the request now."""
+
     status = "UNAVAILABLE"
+    retryable = True
+
+
+class RpcFailed(AggregatorError):
+    """A call to the peer failed without a veil refusal: gRPC's own error or a
+    peer that does not say what it raised (not a refusal by the peer)."""
+
+    status = "INTERNAL"
+
+
+class Internal(AggregatorError):
+    """An unexpected failure inside the aggregator (details in its log)."""
+
+    status = "INTERNAL"
+
+
+class ReportRejection(enum.StrEnum):
+    """Why a report was rejected during aggregation: the ReportError enum of
+    helper.proto (draft-ietf-ppm-dap section 4.5.1.4, ReportError), plus the
+    leader's own JOB_FAILED for the reports of a job it gave up on."""
+
+    BATCH_COLLECTED = "batch_collected"
+    REPORT_REPLAYED = "report_replayed"
+    REPORT_DROPPED = "report_dropped"
+    HPKE_UNKNOWN_CONFIG_ID = "hpke_unknown_config_id"
+    HPKE_DECRYPT_ERROR = "hpke_decrypt_error"
+    VDAF_DECODE_ERROR = "vdaf_decode_error"
+    VDAF_VERIFY_ERROR = "vdaf_verify_error"
+    REPORT_TOO_EARLY = "report_too_early"
+    TASK_EXPIRED = "task_expired"
+    INVALID_MESSAGE = "invalid_message"
+    # Leader only, never on the wire: the job's error is recorded with the job.
+    JOB_FAILED = "job_failed"
 
 
 # gRPC status names and their numeric codes (grpc.StatusCode values): stored
 # with a failed collection job and reported when it is polled.
 STATUS_CODES = {
     "OK": 0,
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
     "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
     "NOT_FOUND": 5,
     "ALREADY_EXISTS": 6,
     "PERMISSION_DENIED": 7,
@@ -88,20 +151,34 @@ STATUS_CODES = {
     "FAILED_PRECONDITION": 9,
     "ABORTED": 10,
     "OUT_OF_RANGE": 11,
+    "UNIMPLEMENTED": 12,
     "INTERNAL": 13,
     "UNAVAILABLE": 14,
+    "DATA_LOSS": 15,
     "UNAUTHENTICATED": 16,
 }
 
-# The class a refusal from the other aggregator is re-raised as, by status.
-BY_STATUS: dict[str, type[AggregatorError]] = {
-    "UNAUTHENTICATED": Unauthenticated,
-    "NOT_FOUND": NotFound,
-    "INVALID_ARGUMENT": InvalidMessage,
-    "OUT_OF_RANGE": ReportTimeRejected,
-    "ALREADY_EXISTS": JobConflict,
-    "FAILED_PRECONDITION": BatchTooSmall,
-    "ABORTED": BatchMismatch,
-    "RESOURCE_EXHAUSTED": BudgetExhausted,
-    "UNAVAILABLE": Unavailable,
-}
+# Statuses of a call that failed on the way (the peer unreachable, the
+# deadline passed, the call dropped): the request may not have arrived.
+TRANSPORT_STATUSES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN"})
+
+
+def from_peer(status: str, details: str, kind: str | None, peer: str) -> AggregatorError:
+    """The error a failed call to the other aggregator (`peer`, e.g. "the
+    helper at host:port") stands for.
+
+    With `kind` (the peer's trailing metadata) it is exactly what the peer
+    raised. Without it the call failed before or outside the peer's logic: a
+    transport failure is Unavailable, gRPC's message-size limit is TooLarge,
+    anything else RpcFailed; never one of the peer's refusals.
+    """
+    cls = BY_KIND.get(kind) if kind is not None else None
+    if cls is not None:
+        if cls.retryable:
+            return cls(f"{peer} is unavailable: {details}")
+        return cls(f"{peer} refused: {details}")
+    if status in TRANSPORT_STATUSES:
+        return Unavailable(f"call to {peer} failed ({status}): {details}")
+    if status == "RESOURCE_EXHAUSTED":
+        return TooLarge(f"call to {peer} exceeds a gRPC message limit: {details}")
+    return RpcFailed(f"call to {peer} failed ({status}) without a veil error: {details}")

@@ -42,6 +42,7 @@ from veil.aggregator.errors import (
     BatchTooSmall,
     InvalidMessage,
     JobConflict,
+    ReportRejection,
     TooLarge,
 )
 from veil.aggregator.privacy import PrivacyEngine
@@ -92,7 +93,11 @@ def _encode_response(results: Sequence[VerifyResult]) -> bytes:
 
 def _decode_response(data: bytes) -> list[VerifyResult]:
     return [
-        VerifyResult(bytes.fromhex(i), None if m is None else bytes.fromhex(m), r)
+        VerifyResult(
+            bytes.fromhex(i),
+            None if m is None else bytes.fromhex(m),
+            None if r is None else ReportRejection(r),
+        )
         for i, m, r in json.loads(data)
     ]
 
@@ -184,7 +189,7 @@ class Helper(AggregatorBase):
         new_ids: list[bytes] = []
         collected: dict[int, bool] = {}
         # Checks and HPKE per report; the VDAF work for the whole job at once.
-        reasons: list[str | None] = []
+        reasons: list[ReportRejection | None] = []
         opened: list[int] = []
         plaintexts: list[bytes] = []
         for i, it in enumerate(items):
@@ -239,7 +244,7 @@ class Helper(AggregatorBase):
         it: VerifyInitItem,
         seen: set[bytes],
         collected: dict[int, bool],
-    ) -> tuple[str | None, bytes]:
+    ) -> tuple[ReportRejection | None, bytes]:
         """The helper's own checks of one report, then HPKE: (reason, plaintext)."""
         # Times are stored as 64-bit signed integers: anything else is malformed,
         # and a malformed report's id is not recorded as seen.
@@ -264,7 +269,7 @@ class Helper(AggregatorBase):
         ct = it.encrypted_input_share
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
         plaintext = self.open_share(self.keypair(ct.config_id), ct, info)
-        if isinstance(plaintext, str):
+        if isinstance(plaintext, ReportRejection):
             return plaintext, b""
         return None, plaintext
 

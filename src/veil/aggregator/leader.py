@@ -47,11 +47,18 @@ from veil.aggregator.errors import (
     JobConflict,
     NotFound,
     ReportIdConflict,
+    ReportRejection,
     TooLarge,
     Unavailable,
 )
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import CollectionRecord, Datastore, StorageConflict
+from veil.aggregator.storage import (
+    BucketCollected,
+    CollectionRecord,
+    Datastore,
+    ReportIdTaken,
+    StorageConflict,
+)
 from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
@@ -109,7 +116,7 @@ class _PreparedJob:
     init: VerifyInitBatch
     items: list[VerifyInitItem]
     row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
-    outcomes: dict[bytes, str | None]  # reports the leader already rejected
+    outcomes: dict[bytes, ReportRejection | None]  # reports the leader already rejected
 
 
 class Leader(AggregatorBase):
@@ -202,15 +209,15 @@ class Leader(AggregatorBase):
                 raise InvalidMessage(f"{where}: malformed HPKE encapsulated key")
         try:
             return self.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
-        except StorageConflict as e:
-            kind, _, what = str(e).partition(":")
-            if kind == "batch_collected":
-                raise BatchCollected(
-                    f"the batch holding time bucket {what} was already collected; reports for it"
-                    " are no longer accepted"
-                ) from None
+        except BucketCollected as e:
+            raise BatchCollected(
+                f"the batch holding time bucket {e.bucket} was already collected; reports for it"
+                " are no longer accepted"
+            ) from None
+        except ReportIdTaken as e:
             raise ReportIdConflict(
-                f"report id {what} was already uploaded with other content; use a fresh report id"
+                f"report id {e.report_id.hex()} was already uploaded with other content; use a"
+                " fresh report id"
             ) from None
 
     # --- collection requests ------------------------------------------------
@@ -364,11 +371,11 @@ class Leader(AggregatorBase):
             log.info("aggregation job %s was finished by another worker", job.job_id.hex())
             return True
 
-    def _open_leader_share(self, task: Task, r: Report) -> tuple[str | None, bytes]:
+    def _open_leader_share(self, task: Task, r: Report) -> tuple[ReportRejection | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
         plaintext = self.open_share(self.keypair(r.leader_ct.config_id), r.leader_ct, info)
-        if isinstance(plaintext, str):
+        if isinstance(plaintext, ReportRejection):
             return plaintext, b""
         return None, plaintext
 
@@ -386,7 +393,7 @@ class Leader(AggregatorBase):
         batch = self.batch_vdafs[task_id]
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
-        outcomes: dict[bytes, str | None] = {}
+        outcomes: dict[bytes, ReportRejection | None] = {}
         opened: list[Report] = []
         plaintexts: list[bytes] = []
         for r in reports:

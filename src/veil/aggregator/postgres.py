@@ -50,9 +50,11 @@ from veil.aggregator.storage import (
     REJECTED,
     REPORT_STATE_NAMES,
     BatchAggregate,
+    BucketCollected,
     CollectionRecord,
     GcResult,
     HpkeKey,
+    ReportIdTaken,
     ShareMerge,
     StorageConflict,
     _check_collection_update,
@@ -319,7 +321,7 @@ class PostgresDatastore:
                 (task_id, buckets),
             ):
                 if collected_by is not None:
-                    raise StorageConflict(f"batch_collected:{bucket}")
+                    raise BucketCollected(bucket)
             old = db.execute(
                 "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
                 " WHERE task_id = %s AND report_id = ANY(%s)",
@@ -327,7 +329,7 @@ class PostgresDatastore:
             ).fetchall()
             for report_id, *content in old:
                 if tuple(content) != rows[bytes(report_id)]:
-                    raise StorageConflict(f"report_id:{bytes(report_id).hex()}")
+                    raise ReportIdTaken(bytes(report_id))
             seen = {bytes(r[0]) for r in old}
             new = [(task_id, i, *row) for i, row in rows.items() if i not in seen]
             with db.cursor() as cur:
@@ -574,7 +576,7 @@ class PostgresDatastore:
             (task_id, start, end),
         ).fetchall():
             if collected_by is not None and bytes(collected_by) != job_id:
-                raise StorageConflict(f"batch_collected:{bucket}")
+                raise BucketCollected(bucket)
         db.execute(
             "UPDATE batch_aggregates SET collected_by = %s WHERE task_id = %s"
             " AND bucket >= %s AND bucket < %s AND collected_by IS NULL",

@@ -18,10 +18,18 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
 from veil.aggregator.core import VerifyInitItem, VerifyResult
-from veil.aggregator.errors import BY_STATUS, AggregatorError, InvalidMessage, Unavailable
+from veil.aggregator.errors import (
+    AggregatorError,
+    Internal,
+    InvalidMessage,
+    ReportRejection,
+    Unavailable,
+    from_peer,
+)
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
-from veil.aggregator.storage import CollectionRecord
+from veil.aggregator.storage import CollectionRecord, is_transient_storage_error
+from veil.grpc_util import ERROR_KIND_KEY, RETRYABLE_KEY, error_kind
 from veil.hpke import Ciphertext
 from veil.messages import MessageError
 from veil.messages.wire import (
@@ -46,20 +54,36 @@ def bearer_token(context: grpc.ServicerContext) -> str | None:
     return None
 
 
+def abort(context: grpc.ServicerContext, error: AggregatorError) -> None:
+    """End the call with `error`: its status and message, and its kind and
+    whether to retry in the trailing metadata (read back by `from_peer` and
+    veil.grpc_util.RpcRefused)."""
+    context.set_trailing_metadata(
+        ((ERROR_KIND_KEY, error.kind), (RETRYABLE_KEY, "1" if error.retryable else "0"))
+    )
+    context.abort(grpc.StatusCode[error.status], str(error))
+
+
 def handler(fn: Callable[..., T]) -> Callable[..., T]:
-    """Map logic errors to gRPC statuses; never leak internals of other failures."""
+    """Map logic errors to gRPC statuses; never leak internals of other failures.
+
+    A failure of the server's own database (locked, restarting, unreachable)
+    is Unavailable: the caller retries the same request later."""
 
     @functools.wraps(fn)
     def wrapped(self: Any, request: Any, context: grpc.ServicerContext) -> T:
         try:
             return fn(self, request, context)
         except AggregatorError as e:
-            context.abort(grpc.StatusCode[e.status], str(e))
+            abort(context, e)
         except MessageError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        except Exception:
+            abort(context, InvalidMessage(str(e)))
+        except Exception as e:
+            if is_transient_storage_error(e):
+                log.warning("storage unavailable in %s: %s", fn.__name__, e)
+                abort(context, Unavailable("the server's database is unavailable; retry later"))
             log.exception("internal error in %s", fn.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server's log")
+            abort(context, Internal("internal error; see the server's log"))
         raise AssertionError("unreachable")
 
     return wrapped
@@ -114,6 +138,22 @@ def _parsing(
 
 def interval_pb(start: int, duration: int) -> messages_pb2.Interval:
     return messages_pb2.Interval(start=start, duration=duration)
+
+
+# Rejection reasons on the wire (helper.proto's ReportError), one by one.
+REJECTION_TO_PB: dict[ReportRejection, int] = {
+    ReportRejection.BATCH_COLLECTED: helper_pb2.BATCH_COLLECTED,
+    ReportRejection.REPORT_REPLAYED: helper_pb2.REPORT_REPLAYED,
+    ReportRejection.REPORT_DROPPED: helper_pb2.REPORT_DROPPED,
+    ReportRejection.HPKE_UNKNOWN_CONFIG_ID: helper_pb2.HPKE_UNKNOWN_CONFIG_ID,
+    ReportRejection.HPKE_DECRYPT_ERROR: helper_pb2.HPKE_DECRYPT_ERROR,
+    ReportRejection.VDAF_DECODE_ERROR: helper_pb2.VDAF_DECODE_ERROR,
+    ReportRejection.VDAF_VERIFY_ERROR: helper_pb2.VDAF_VERIFY_ERROR,
+    ReportRejection.REPORT_TOO_EARLY: helper_pb2.REPORT_TOO_EARLY,
+    ReportRejection.TASK_EXPIRED: helper_pb2.TASK_EXPIRED,
+    ReportRejection.INVALID_MESSAGE: helper_pb2.INVALID_MESSAGE,
+}
+REJECTION_FROM_PB: dict[int, ReportRejection] = {v: k for k, v in REJECTION_TO_PB.items()}
 
 
 class LeaderService(leader_pb2_grpc.LeaderServicer):
@@ -211,7 +251,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
             if res.verifier_message is not None:
                 out.verify_resps.add(report_id=res.report_id, verifier_message=res.verifier_message)
             else:
-                code = helper_pb2.ReportError.Value((res.reject or "report_dropped").upper())
+                code = REJECTION_TO_PB[res.reject or ReportRejection.REPORT_DROPPED]
                 out.verify_resps.add(report_id=res.report_id, reject=code)
         return out
 
@@ -257,11 +297,12 @@ class GrpcHelperClient:
             )
         except grpc.RpcError as e:
             code = e.code()
-            name = code.name if code is not None else "UNAVAILABLE"
-            if name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN"):
-                raise Unavailable(f"helper at {task.helper_address}: {e.details()}") from None
-            cls = BY_STATUS.get(name, AggregatorError)
-            raise cls(f"the helper refused: {e.details()}") from None
+            raise from_peer(
+                code.name if code is not None else "UNKNOWN",
+                e.details() or "",
+                error_kind(e),
+                f"the helper at {task.helper_address}",
+            ) from None
 
     def aggregate(
         self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
@@ -281,9 +322,9 @@ class GrpcHelperClient:
             if r.WhichOneof("result") == "verifier_message":
                 results.append(VerifyResult(r.report_id, verifier_message=r.verifier_message))
             else:
-                results.append(
-                    VerifyResult(r.report_id, reject=helper_pb2.ReportError.Name(r.reject).lower())
-                )
+                # An unknown or unset reason counts as dropped (DAP's catch-all).
+                reason = REJECTION_FROM_PB.get(r.reject, ReportRejection.REPORT_DROPPED)
+                results.append(VerifyResult(r.report_id, reject=reason))
         return results
 
     def aggregate_share(

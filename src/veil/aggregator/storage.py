@@ -56,6 +56,36 @@ class StorageConflict(Exception):
     """The write contradicts stored state (reused id with other content, collected batch)."""
 
 
+class BucketCollected(StorageConflict):
+    """A write touches a time bucket that a collection has closed."""
+
+    def __init__(self, bucket: int) -> None:
+        super().__init__(f"time bucket {bucket} was already collected")
+        self.bucket = bucket
+
+
+class ReportIdTaken(StorageConflict):
+    """A report id is already stored with other content."""
+
+    def __init__(self, report_id: bytes) -> None:
+        super().__init__(f"report id {report_id.hex()} is taken by another report")
+        self.report_id = report_id
+
+
+def is_transient_storage_error(error: BaseException) -> bool:
+    """Whether `error` is the database failing for now (locked, restarting,
+    unreachable) rather than a fault in the request or in veil: the same
+    request may succeed later."""
+    if isinstance(error, sqlite3.OperationalError):
+        return True  # locked or busy past the timeout, disk I/O, full disk
+    import psycopg  # only on this error path
+    import psycopg_pool
+
+    return isinstance(
+        error, (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
+    )
+
+
 @dataclass(frozen=True)
 class BatchAggregate:
     """The running aggregate of one time bucket (DAP "batch bucket")."""
@@ -448,8 +478,11 @@ def gc_statements(
 class SqliteDatastore:
     """`Datastore` on one SQLite file in WAL mode."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, busy_timeout: float = 30.0) -> None:
         self.path = str(path)
+        # How long a write waits for another process's lock before the
+        # database counts as unavailable (is_transient_storage_error).
+        self.busy_timeout = busy_timeout
         self._local = threading.local()
         if self.path != ":memory:" and not self.path.startswith("file:"):
             _owner_only(self.path)
@@ -474,7 +507,7 @@ class SqliteDatastore:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             # Takes effect only on a new, empty file (before WAL and tables):
             # lets reclaim_space return pages freed by garbage collection
             # without rewriting the whole database.
@@ -578,7 +611,7 @@ class SqliteDatastore:
             collected = self._collected(db, task_id, {b for b, _ in reports})
             for bucket, r in reports:
                 if bucket in collected:
-                    raise StorageConflict(f"batch_collected:{bucket}")
+                    raise BucketCollected(bucket)
                 row = (
                     r.time,
                     r.public_share,
@@ -592,7 +625,7 @@ class SqliteDatastore:
                 ).fetchone()
                 if old is not None:
                     if tuple(old) != row:
-                        raise StorageConflict(f"report_id:{r.report_id.hex()}")
+                        raise ReportIdTaken(r.report_id)
                     duplicates += 1
                     continue
                 db.execute(
@@ -838,7 +871,7 @@ class SqliteDatastore:
                     (job_id, task_id, bucket),
                 )
             elif bytes(row[0]) != job_id:
-                raise StorageConflict(f"batch_collected:{bucket}")
+                raise BucketCollected(bucket)
 
     def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""

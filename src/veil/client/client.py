@@ -9,6 +9,7 @@ stores a report id once, so a retry never counts twice.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 import grpc
 
 from veil.client.prepare import prepare_reports
-from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
+from veil.grpc_util import RpcRefused, is_retryable, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
 from veil.messages import MessageError, Report
 from veil.messages.wire import hpke_configs_from_pb, upload_request
@@ -119,13 +120,15 @@ class Client:
             try:
                 return method(request, timeout=self.timeout)
             except grpc.RpcError as e:
-                code = e.code()
-                if code in TRANSIENT_CODES and attempt < self.retries:
-                    log.info("retrying after %s (attempt %d)", code.name, attempt + 1)
-                    time.sleep(delay)
-                    delay *= 2
+                # Whatever the server says may succeed later (its database
+                # restarting, say) is sent again, unchanged: the same report ids.
+                if is_retryable(e) and attempt < self.retries:
+                    log.info("retrying after %s (attempt %d)", e.code().name, attempt + 1)
+                    time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
+                    delay = min(delay * 2, 30.0)
                     continue
-                raise UploadError(code, e.details() or "") from None
+                error = UploadError.from_rpc(e)
+                raise error from None
         raise AssertionError("unreachable")
 
     def hpke_config(self, role: int) -> HpkeConfig:

@@ -20,7 +20,7 @@ import grpc
 
 from veil.collector.estimate import estimates
 from veil.dp import decode
-from veil.grpc_util import TRANSIENT_CODES, RpcRefused, open_channel
+from veil.grpc_util import RpcRefused, is_retryable, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeError, agg_share_info, open_
 from veil.messages.wire import ciphertext_from_pb
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
@@ -111,11 +111,14 @@ class Collector:
             try:
                 return method(request, metadata=self._metadata, timeout=self.timeout)
             except grpc.RpcError as e:
-                if e.code() in TRANSIENT_CODES and self.clock() + delay < deadline:
-                    time.sleep(delay)
+                # The same request again (the same collection job id), as long
+                # as the leader says it may succeed later.
+                if is_retryable(e) and self.clock() + delay < deadline:
+                    time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
                     delay = min(delay * 2, 5.0)
                     continue
-                raise CollectionError(e.code(), e.details() or "") from None
+                error = CollectionError.from_rpc(e)
+                raise error from None
 
     def collect(
         self,

@@ -1,0 +1,174 @@
+"""Typed errors across the wire: a real helper behind a real gRPC server, the
+leader's gRPC client in front of it. The leader re-raises exactly what the
+helper raised (its kind travels in the trailing metadata), a call that fails
+in gRPC itself is never taken for a refusal by the helper, and the helper's
+own database failing is UNAVAILABLE, which callers retry."""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.aggregator.conftest import Backend
+from tests.aggregator.test_logic import NOW, TP, T, World, _items
+from veil.aggregator.errors import (
+    BY_KIND,
+    AggregatorError,
+    BatchMismatch,
+    BudgetExhausted,
+    RpcFailed,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    from_peer,
+)
+from veil.aggregator.helper import Helper
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.service import GrpcHelperClient, HelperService, add_service
+from veil.aggregator.storage import SqliteDatastore
+from veil.protocol.v1 import helper_pb2
+from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
+
+
+class HelperOverGrpc:
+    """A real helper on a loopback port, and the leader's client for it."""
+
+    def __init__(self, tmp: Path, files: TaskFiles, send_limit: int = 4 << 20) -> None:
+        self.files = files
+        self.db = tmp / "helper.db"
+        # A short busy timeout: a write lock held by another process makes
+        # the helper's database unavailable within the test's patience.
+        self.store = SqliteDatastore(self.db, busy_timeout=0.2)
+        self.helper = Helper(
+            {files.helper.task_id: files.helper},
+            self.store,
+            PrivacyEngine(str(tmp / "helper-ledger.db"), [files.helper]),
+            clock=lambda: NOW,
+        )
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        add_service(
+            self.server,
+            HelperService(self.helper),
+            helper_pb2.DESCRIPTOR.services_by_name["Helper"],
+            None,
+        )
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        self.address = f"127.0.0.1:{port}"
+        options = [("grpc.max_send_message_length", send_limit)]
+        self.link = GrpcHelperClient(lambda a: grpc.insecure_channel(a, options=options), 10.0)
+        # The leader's task names this helper.
+        self.task = files.leader.__class__(**{**vars(files.leader), "helper_address": self.address})
+
+    def close(self) -> None:
+        self.server.stop(None)
+        self.store.close()
+
+
+def _files(**dp: str) -> TaskFiles:
+    spec = DpSpec("geometric", epsilon="1", **dp) if dp else DpSpec("none")
+    return new_task(VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", dp=spec, min_batch_size=1)
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Iterator[HelperOverGrpc]:
+    # Each collection spends ε = 1 of a budget of 1/2: the helper refuses every one.
+    h = HelperOverGrpc(tmp_path, _files(budget="1/2"))
+    yield h
+    h.close()
+
+
+def _aggregate(h: HelperOverGrpc, world: World, n: int) -> tuple[int, bytes]:
+    """Aggregate n reports at the helper; its (count, checksum) of the batch."""
+    from veil.aggregator.core import batch_summary
+
+    h.link.aggregate(h.task, secrets.token_bytes(16), _items(world, n))
+    _, count, checksum = batch_summary(
+        world.vdaf, h.store.batch_aggregates(h.task.task_id, T, T + TP)
+    )
+    return count, checksum
+
+
+@pytest.fixture
+def world(remote: HelperOverGrpc, tmp_path: Path) -> World:
+    # Builds reports sealed to the remote helper's key (World's own helper is unused).
+    (tmp_path / "w").mkdir()
+    w = World(Backend(tmp_path / "w", None), remote.files)
+    w.helper = remote.helper
+    return w
+
+
+def test_every_error_class_has_a_kind_and_says_whether_to_retry() -> None:
+    assert BY_KIND[Unavailable.kind] is Unavailable and Unavailable.retryable
+    assert BY_KIND["budget_exhausted"] is BudgetExhausted and not BudgetExhausted.retryable
+    kinds = [cls.kind for cls in BY_KIND.values()]
+    assert len(kinds) == len(set(kinds))
+    for cls in BY_KIND.values():
+        assert issubclass(cls, AggregatorError)
+        assert isinstance(cls.retryable, bool)
+
+
+def test_the_helpers_refusal_arrives_as_what_it_raised(
+    remote: HelperOverGrpc, world: World
+) -> None:
+    count, checksum = _aggregate(remote, world, 3)
+    with pytest.raises(BatchMismatch):
+        remote.link.aggregate_share(
+            remote.task, secrets.token_bytes(16), T, TP, count + 1, checksum
+        )
+    # The leader knows that it is the budget (RESOURCE_EXHAUSTED, as a message
+    # too large for gRPC would be).
+    with pytest.raises(BudgetExhausted):
+        remote.link.aggregate_share(remote.task, secrets.token_bytes(16), T, TP, count, checksum)
+    bad = remote.task.__class__(**{**vars(remote.task), "aggregator_token": "wrong"})
+    with pytest.raises(Unauthenticated):
+        remote.link.aggregate(bad, secrets.token_bytes(16), [])
+
+
+def test_a_message_too_large_for_grpc_is_not_a_refusal_by_the_helper(
+    tmp_path: Path,
+) -> None:
+    h = HelperOverGrpc(tmp_path, _files(), send_limit=2048)
+    try:
+        (tmp_path / "w").mkdir()
+        w = World(Backend(tmp_path / "w", None), h.files)
+        w.helper = h.helper
+        with pytest.raises(AggregatorError) as e:
+            h.link.aggregate(h.task, secrets.token_bytes(16), _items(w, 20))
+        # gRPC refused to send it: the helper refused nothing, and it is not
+        # about the privacy budget (it arrived as BudgetExhausted before).
+        assert type(e.value) is TooLarge, repr(e.value)
+        assert "refused" not in str(e.value)
+    finally:
+        h.close()
+
+
+def test_the_helpers_database_failing_is_unavailable(remote: HelperOverGrpc, world: World) -> None:
+    items = _items(world, 2)
+    other = sqlite3.connect(remote.db, timeout=5, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    try:
+        with pytest.raises(Unavailable) as e:
+            remote.link.aggregate(remote.task, secrets.token_bytes(16), items)
+        assert "database is unavailable" in str(e.value)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    # The same job again, now that the database is back: accepted.
+    results = remote.link.aggregate(remote.task, secrets.token_bytes(16), items)
+    assert all(r.verifier_message is not None for r in results)
+
+
+def test_a_peer_that_does_not_say_what_it_raised() -> None:
+    assert type(from_peer("UNAVAILABLE", "down", None, "the helper")) is Unavailable
+    assert type(from_peer("DEADLINE_EXCEEDED", "slow", None, "the helper")) is Unavailable
+    assert type(from_peer("RESOURCE_EXHAUSTED", "big", None, "the helper")) is TooLarge
+    assert type(from_peer("ABORTED", "?", None, "the helper")) is RpcFailed
+    assert type(from_peer("INTERNAL", "x", "no_such_kind", "the helper")) is RpcFailed
+    assert type(from_peer("RESOURCE_EXHAUSTED", "x", "budget_exhausted", "h")) is BudgetExhausted
