@@ -23,6 +23,7 @@ from veil.aggregator.errors import (
     Unavailable,
     UnknownTask,
     WindowOpen,
+    WrongLength,
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
@@ -31,6 +32,7 @@ from veil.aggregator.storage import CollectionRecord
 from veil.client import prepare_report
 from veil.hpke import Ciphertext, HpkeConfig
 from veil.messages import Report, vdaf_ctx
+from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
 NOW = 1_800_000_000
@@ -463,3 +465,88 @@ def test_helper_rejects_malformed_shares_without_counting(world: World) -> None:
         "hpke_decrypt_error",
     ]
     assert world.helper_store.batch_aggregates(task.task_id, 0, 2**62) == []
+
+
+class RecordingHelper(InProcessHelper):
+    """Records the size of each aggregation job request as gRPC would send it."""
+
+    def __init__(self, helper: Helper) -> None:
+        super().__init__(helper)
+        self.request_bytes: list[tuple[int, int]] = []
+
+    def aggregate(
+        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> list[VerifyResult]:
+        request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
+        for it in items:
+            v = request.verify_inits.add(leader_verifier_share=it.leader_verifier_share)
+            v.report_share.metadata.report_id = it.report_id
+            v.report_share.metadata.time = it.time
+            v.report_share.public_share = it.public_share
+            ct = it.encrypted_input_share
+            v.report_share.encrypted_input_share.config_id = ct.config_id
+            v.report_share.encrypted_input_share.enc = ct.enc
+            v.report_share.encrypted_input_share.payload = ct.payload
+        self.request_bytes.append((len(items), request.ByteSize()))
+        return super().aggregate(task, job_id, items)
+
+
+def test_aggregation_jobs_capped_by_bytes(backend: Backend, world: World) -> None:
+    """Issue 13: a job is at most max_job_bytes as sent, whatever job_size says."""
+    task_id = world.files.client.task_id
+    item = world.leader.sizes[task_id].job_item_bytes()
+    link = RecordingHelper(world.helper)
+    leader = Leader(
+        {task_id: world.files.leader},
+        world.leader_store,
+        link,
+        PrivacyEngine(backend.ledger("leader"), [world.files.leader]),
+        clock=lambda: NOW,
+        job_size=500,
+        max_job_bytes=3 * item + 1,
+    )
+    assert leader.job_sizes[task_id] == 3
+    leader.upload(task_id, [world.report(v % 2) for v in range(7)])
+    while leader.run_once():
+        pass
+    assert sorted(n for n, _ in link.request_bytes) == [1, 3, 3]
+    for n, size in link.request_bytes:
+        assert size <= 3 * item + 1, (n, size)
+        assert size <= n * item + 64  # job_item_bytes bounds each report's share of the request
+
+
+def test_upload_refuses_parts_of_the_wrong_length(world: World) -> None:
+    """Issue 13: every part has the exact size the VDAF and HPKE suite fix;
+    anything else is refused naming the part and the size, and nothing stored."""
+    task_id = world.files.client.task_id
+    sizes = world.leader.sizes[task_id]
+    good = world.report(1)
+    pad = b"\x00" * 8
+    cases = {
+        "public_share": replace(good, public_share=good.public_share + pad),
+        "leader_encrypted_input_share.payload": replace(
+            good, leader_ct=replace(good.leader_ct, payload=good.leader_ct.payload[:-1])
+        ),
+        "helper_encrypted_input_share.payload": replace(
+            good, helper_ct=replace(good.helper_ct, payload=good.helper_ct.payload + pad)
+        ),
+        "helper_encrypted_input_share.enc": replace(
+            good, helper_ct=replace(good.helper_ct, enc=good.helper_ct.enc + pad)
+        ),
+        "leader_encrypted_input_share.enc": replace(
+            good, leader_ct=replace(good.leader_ct, enc=b"")
+        ),
+    }
+    want = {
+        "public_share": sizes.public_share,
+        "leader_encrypted_input_share.payload": sizes.leader_payload,
+        "helper_encrypted_input_share.payload": sizes.helper_payload,
+        "helper_encrypted_input_share.enc": 32,
+        "leader_encrypted_input_share.enc": 32,
+    }
+    for field, report in cases.items():
+        with pytest.raises(WrongLength, match=rf"{field} is \d+ bytes; this task's is exactly"
+                           rf" {want[field]} bytes"):  # fmt: skip
+            world.leader.upload(task_id, [world.report(2), report])
+    assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 0
+    assert world.leader.upload(task_id, [good]) == (1, 0)

@@ -21,9 +21,10 @@ import pytest
 from tests.integration.deployment import Deployment, start_deployment
 from tests.integration.test_end_to_end import forged_report
 from tests.reliability.common import TP, bucket, record, rejections
+from veil.aggregator.core import ReportSizes
 from veil.client import Client, Report, UploadError, seal_report
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
-from veil.messages import Ciphertext, vdaf_ctx
+from veil.messages import vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.adversarial]
@@ -155,20 +156,6 @@ def mismatched_public_share(client: Client, t: int) -> Report:
     )
 
 
-def garbage_public_share(client: Client, t: int) -> Report:
-    vdaf = client.vdaf
-    rid, public, shares = _shard(client, 1)
-    size = len(vdaf.encode_public_share(public))
-    return _seal(
-        client,
-        rid,
-        t,
-        secrets.token_bytes(size + 3),
-        vdaf.encode_input_share(shares[0]),
-        vdaf.encode_input_share(shares[1]),
-    )
-
-
 def _lengths(leader_extra: int, helper_extra: int) -> Callable[[Client, int], Report]:
     def build(client: Client, t: int) -> Report:
         vdaf = client.vdaf
@@ -247,10 +234,6 @@ def _aggregation_cases(dep: Deployment) -> list[Rejected]:
         Rejected("tampered joint-randomness part", "hist", tampered_joint_rand_part,
                  verify, verify),
         Rejected("mismatched public share", "hist", mismatched_public_share, verify, verify),
-        Rejected("garbage public share", "hist", garbage_public_share, decode, {}),
-        Rejected("leader share 8 bytes too long", "sum", _lengths(8, 0), decode, {}),
-        Rejected("leader share 1 byte short", "sum", _lengths(-1, 0), decode, {}),
-        Rejected("helper share 8 bytes too long", "hist", _lengths(0, 8), decode, decode),
         Rejected("field element >= p", "sum", field_element_out_of_range, decode, {}),
         Rejected("undecryptable leader ciphertext", "sum", undecryptable_for("leader"),
                  {"hpke_decrypt_error": 1}, {}),
@@ -346,7 +329,20 @@ def _refusals(
 
     def short_enc(c: Client, t: int) -> list[Report]:
         r = c.build_report(1, t)
-        return [replace(r, helper_ct=Ciphertext(r.helper_ct.config_id, b"\x00" * 31, b""))]
+        return [replace(r, helper_ct=replace(r.helper_ct, enc=r.helper_ct.enc[:31]))]
+
+    def padded_helper_ciphertext(c: Client, t: int) -> list[Report]:
+        # Issue 13: honest leader share, helper ciphertext padded to 1 MiB.
+        r = c.build_report(1, t)
+        padding = bytes((1 << 20) - len(r.helper_ct.payload))
+        return [replace(r, helper_ct=replace(r.helper_ct, payload=r.helper_ct.payload + padding))]
+
+    def lengths(leader_extra: int, helper_extra: int) -> Callable[[Client, int], list[Report]]:
+        return lambda c, t: [_lengths(leader_extra, helper_extra)(c, t)]
+
+    sizes = ReportSizes.of(dep.client("sum").vdaf)
+    exactly = "this task's is exactly"
+    leader_payload = f"leader_encrypted_input_share.payload is {sizes.leader_payload + 8} bytes"
 
     def bad_id(c: Client, t: int) -> list[Report]:
         return [replace(c.build_report(1, t), report_id=bytes(15))]
@@ -371,10 +367,23 @@ def _refusals(
          "report_time_rejected"),
         ("time not rounded to time_precision", unaligned, grpc.StatusCode.INVALID_ARGUMENT,
          "time_precision", "invalid_message"),
-        ("oversized report", oversized, grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than",
-         "too_large"),
-        ("malformed HPKE encapsulated key", short_enc, grpc.StatusCode.INVALID_ARGUMENT,
-         "encapsulated key", "invalid_message"),
+        ("public share of 128 KiB", oversized, grpc.StatusCode.INVALID_ARGUMENT,
+         f"public_share is {1 << 17} bytes; {exactly} {sizes.public_share} bytes",
+         "wrong_length"),
+        ("encapsulated key of 31 bytes", short_enc, grpc.StatusCode.INVALID_ARGUMENT,
+         f"helper_encrypted_input_share.enc is 31 bytes; {exactly} 32 bytes", "wrong_length"),
+        ("helper ciphertext padded to 1 MiB", padded_helper_ciphertext,
+         grpc.StatusCode.INVALID_ARGUMENT,
+         f"helper_encrypted_input_share.payload is {1 << 20} bytes; {exactly}"
+         f" {sizes.helper_payload} bytes", "wrong_length"),
+        ("leader share 8 bytes too long", lengths(8, 0), grpc.StatusCode.INVALID_ARGUMENT,
+         leader_payload, "wrong_length"),
+        ("leader share 1 byte short", lengths(-1, 0), grpc.StatusCode.INVALID_ARGUMENT,
+         f"leader_encrypted_input_share.payload is {sizes.leader_payload - 1} bytes",
+         "wrong_length"),
+        ("helper share 8 bytes too long", lengths(0, 8), grpc.StatusCode.INVALID_ARGUMENT,
+         f"helper_encrypted_input_share.payload is {sizes.helper_payload + 8} bytes",
+         "wrong_length"),
         ("report id of 15 bytes", bad_id, grpc.StatusCode.INVALID_ARGUMENT, "16 bytes",
          "invalid_message"),
         ("report id reused with other content", reused_id, grpc.StatusCode.ALREADY_EXISTS,

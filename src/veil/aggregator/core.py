@@ -22,10 +22,20 @@ from veil.aggregator.errors import (
     Unauthenticated,
     UnknownTask,
     WindowOpen,
+    WrongLength,
 )
 from veil.aggregator.maintenance import active_key, ensure_active_key
 from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
-from veil.hpke import Ciphertext, HpkeConfig, HpkeError, HpkeKeypair, open_
+from veil.hpke import (
+    AEAD_TAG_SIZE,
+    ENC_SIZE,
+    Ciphertext,
+    HpkeConfig,
+    HpkeError,
+    HpkeKeypair,
+    open_,
+)
+from veil.messages import REPORT_ID_SIZE
 from veil.metrics import Metrics
 from veil.task import OPEN_ENDED, Task, token_matches
 from veil.times import format_duration, format_time
@@ -52,6 +62,50 @@ REPORT_TOO_EARLY = ReportRejection.REPORT_TOO_EARLY
 TASK_EXPIRED = ReportRejection.TASK_EXPIRED
 INVALID_MESSAGE = ReportRejection.INVALID_MESSAGE
 REPORT_DROPPED = ReportRejection.REPORT_DROPPED
+
+
+@dataclass(frozen=True)
+class ReportSizes:
+    """The exact sizes of a report's parts for one task: its VDAF fixes the
+    public share and input shares, the HPKE suite (X25519, AES-128-GCM) the
+    encapsulated key and the tag added to each sealed share. An upload of any
+    other size is refused before anything is stored: a report padded beyond
+    them would only cost storage and make aggregation jobs too large to send
+    (issue 13)."""
+
+    public_share: int
+    leader_payload: int
+    helper_payload: int
+    verifier_share: int
+    enc: int = ENC_SIZE
+
+    @staticmethod
+    def of(vdaf: Prio3[Any, Any]) -> ReportSizes:
+        return ReportSizes(
+            public_share=vdaf.public_share_size(),
+            leader_payload=vdaf.input_share_size(0) + AEAD_TAG_SIZE,
+            helper_payload=vdaf.input_share_size(1) + AEAD_TAG_SIZE,
+            verifier_share=vdaf.verifier_share_size(),
+        )
+
+    def job_item_bytes(self) -> int:
+        """An upper bound on one report's bytes in an aggregation job request:
+        id, time, public share, sealed helper share, the leader's verifier
+        share, and protobuf framing (generously: a tag and a length per field)."""
+        payload = REPORT_ID_SIZE + 8 + self.public_share + self.enc + self.helper_payload
+        return payload + self.verifier_share + 64
+
+    def check(self, public_share: bytes, leader: Ciphertext, helper: Ciphertext) -> None:
+        """Raises WrongLength naming the first part whose size is not exact."""
+        for name, got, want in (
+            ("public_share", len(public_share), self.public_share),
+            ("leader_encrypted_input_share.enc", len(leader.enc), self.enc),
+            ("leader_encrypted_input_share.payload", len(leader.payload), self.leader_payload),
+            ("helper_encrypted_input_share.enc", len(helper.enc), self.enc),
+            ("helper_encrypted_input_share.payload", len(helper.payload), self.helper_payload),
+        ):
+            if got != want:
+                raise WrongLength(f"{name} is {got} bytes; this task's is exactly {want} bytes")
 
 
 @dataclass(frozen=True)
@@ -222,6 +276,7 @@ class AggregatorBase:
         # The batched (NumPy) path verifies a whole job at once; it agrees
         # with the scalar path report by report.
         self.batch_vdafs = {tid: BatchPrio3(v) for tid, v in self.vdafs.items()}
+        self.sizes = {tid: ReportSizes.of(v) for tid, v in self.vdafs.items()}
         for t in self.tasks.values():
             if t.verify_key is None:
                 raise ValueError(f"task {t.id_text} has no verify_key: not an aggregator's task")

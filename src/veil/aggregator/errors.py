@@ -53,6 +53,10 @@ class InvalidMessage(AggregatorError):
     status = "INVALID_ARGUMENT"
 
 
+class WrongLength(InvalidMessage):
+    """A report part whose size is not the one its task's VDAF and HPKE suite fix."""
+
+
 class ReportTimeRejected(AggregatorError):
     """Too far in the future, or outside the task's validity window."""
 

@@ -50,6 +50,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
     Unavailable,
+    WrongLength,
 )
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.storage import (
@@ -74,9 +75,15 @@ from veil.vdaf.batch import VerifyInitBatch
 
 log = logging.getLogger(__name__)
 
+# What one upload request may hold: at most this many reports, each of the
+# exact size its task fixes (ReportSizes), and at most the server's
+# max_message_bytes in all (gRPC refuses a larger request before parsing it).
 MAX_UPLOAD_REPORTS = 10_000
-MAX_PUBLIC_SHARE = 1 << 16
-MAX_CIPHERTEXT = 1 << 20
+# The largest aggregation job request the leader builds, by default: well
+# under the default max_message_bytes (16 MiB) of both servers, so a job is
+# never refused for its size (issue 13: a job larger than the limit failed on
+# every pass and blocked the jobs behind it).
+MAX_JOB_BYTES = 4 << 20
 # Aggregation jobs a driver leases at once (see Leader._run_aggregation_jobs).
 JOBS_PER_LEASE = 4
 
@@ -133,6 +140,7 @@ class Leader(AggregatorBase):
         metrics: Metrics | None = None,
         worker_id: str | None = None,
         lease_seconds: float = 60.0,
+        max_job_bytes: int = MAX_JOB_BYTES,
     ) -> None:
         super().__init__(tasks, store, clock or time.time, metrics)
         for t in self.tasks.values():
@@ -141,6 +149,12 @@ class Leader(AggregatorBase):
         self.helper = helper
         self.privacy = privacy
         self.job_size = job_size
+        # Reports per job, per task: job_size, or fewer where that many
+        # reports would make a request larger than max_job_bytes.
+        self.job_sizes = {
+            tid: max(1, min(job_size, max_job_bytes // sizes.job_item_bytes()))
+            for tid, sizes in self.sizes.items()
+        }
         # Who holds a leased job: unique per driver, so two processes never
         # mistake each other's leases for their own.
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -178,6 +192,7 @@ class Leader(AggregatorBase):
                 f"{len(reports)} reports in one upload; send at most {MAX_UPLOAD_REPORTS}"
             )
         now = self.clock()
+        sizes = self.sizes[task_id]
         seen: set[bytes] = set()
         for i, r in enumerate(reports):
             where = f"report {i} ({r.report_id.hex()})"
@@ -186,6 +201,10 @@ class Leader(AggregatorBase):
             if r.report_id in seen:
                 raise InvalidMessage(f"{where} appears twice in one upload")
             seen.add(r.report_id)
+            try:
+                sizes.check(r.public_share, r.leader_ct, r.helper_ct)
+            except WrongLength as e:
+                raise WrongLength(f"{where}: {e}") from None
             if r.time % task.time_precision:
                 raise InvalidMessage(
                     f"{where}: time {r.time} is not rounded down to the task's time_precision"
@@ -200,13 +219,6 @@ class Leader(AggregatorBase):
                     f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
                     " leader's HPKE config again"
                 )
-            if (
-                len(r.public_share) > MAX_PUBLIC_SHARE
-                or max(len(r.leader_ct.payload), len(r.helper_ct.payload)) > MAX_CIPHERTEXT
-            ):
-                raise TooLarge(f"{where} is larger than any report of this task can be")
-            if len(r.leader_ct.enc) != 32 or len(r.helper_ct.enc) != 32:
-                raise InvalidMessage(f"{where}: malformed HPKE encapsulated key")
         try:
             return self.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
         except BucketCollected as e:
@@ -280,7 +292,7 @@ class Leader(AggregatorBase):
         # than looking for the tasks that have pending reports.
         for task_id in self.tasks:
             while not self.should_stop() and self.store.create_aggregation_job(
-                task_id, secrets.token_bytes(16), self.job_size
+                task_id, secrets.token_bytes(16), self.job_sizes[task_id]
             ):
                 progress = True
         while not self.should_stop():

@@ -7,7 +7,8 @@ Configuration is one TOML file (paths in it are relative to the file):
                                        # "postgresql://veil@db/leader" (schema migrated
                                        # at start), or a [storage] table (below)
     tasks = ["demo.leader.toml"]       # task files written by `veil task new`
-    max_message_bytes = 16777216       # largest request or response accepted
+    max_message_bytes = 16777216       # largest request or response accepted (an upload
+                                       # also holds at most 10,000 reports)
     log_level = "info"                 # VEIL_LOG_LEVEL overrides
     log_format = "text"                # or "json" (JSON lines)
     [tls]                              # optional; required off loopback
@@ -22,7 +23,8 @@ Configuration is one TOML file (paths in it are relative to the file):
     listen = "127.0.0.1:9101"
     [driver]                           # leader only
     interval = 0.5                     # seconds between idle passes
-    job_size = 500                     # reports per aggregation job
+    job_size = 500                     # reports per aggregation job (fewer where a job
+                                       # would exceed max_message_bytes / 4)
     enabled = true                     # false: an upload front end only; `veil
                                        # worker` processes aggregate and collect
     lease_seconds = 60                 # a crashed worker's job is retried after this
@@ -323,6 +325,7 @@ class AggregatorServer:
                 helper,
                 self.privacy,
                 job_size=config.job_size,
+                max_job_bytes=config.max_message_bytes // 4,
                 metrics=self.metrics,
                 lease_seconds=config.lease_seconds,
             )
@@ -494,6 +497,7 @@ class AggregationWorker:
             GrpcHelperClient(helper_channel_factory(config)),
             self.privacy,
             job_size=config.job_size,
+            max_job_bytes=config.max_message_bytes // 4,
             metrics=self.metrics,
             lease_seconds=config.lease_seconds,
         )

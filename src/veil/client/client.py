@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,34 @@ class UploadError(RpcRefused):
 class UploadResult:
     accepted: int
     duplicates: int
+
+
+# The leader refuses an upload of more than 10,000 reports or more than its
+# max_message_bytes (16 MiB by default); the client's requests stay well
+# under both, whatever the size of a task's reports.
+MAX_UPLOAD_REPORTS = 10_000
+MAX_UPLOAD_BYTES = 4 << 20
+
+
+def _report_bytes(r: Report) -> int:
+    # Bytes on the wire, with a generous allowance for protobuf framing.
+    cts = len(r.leader_ct.enc) + len(r.leader_ct.payload) + len(r.helper_ct.enc)
+    return len(r.report_id) + len(r.public_share) + cts + len(r.helper_ct.payload) + 64
+
+
+def upload_batches(reports: Sequence[Report], batch_size: int) -> Iterator[Sequence[Report]]:
+    """Consecutive slices of `reports`, each of at most `batch_size` (and
+    MAX_UPLOAD_REPORTS) reports and MAX_UPLOAD_BYTES bytes (or one report)."""
+    limit = min(batch_size, MAX_UPLOAD_REPORTS)
+    start = size = 0
+    for i, r in enumerate(reports):
+        n = _report_bytes(r)
+        if i > start and (i - start >= limit or size + n > MAX_UPLOAD_BYTES):
+            yield reports[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(reports):
+        yield reports[start:]
 
 
 class Client:
@@ -177,8 +205,8 @@ class Client:
     def upload_reports(self, reports: Sequence[Report]) -> UploadResult:
         """Upload prepared reports in batches; retried batches keep their report ids."""
         accepted = duplicates = 0
-        for i in range(0, len(reports), self.batch_size):
-            request = upload_request(self.task.task_id, reports[i : i + self.batch_size])
+        for batch in upload_batches(reports, self.batch_size):
+            request = upload_request(self.task.task_id, batch)
             reply = self._call(self._leader.UploadReports, request)
             accepted += reply.accepted
             duplicates += reply.duplicates

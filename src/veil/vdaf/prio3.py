@@ -384,6 +384,28 @@ class Prio3(Generic[Measurement, AggResult]):
         size = self.field.ENCODED_SIZE
         return self.field.decode_vec(self._take(encoded, offset, count * size, what))
 
+    # The encodings below have fixed lengths for a given instance (draft
+    # section 7.2.6): these are those lengths, so that a server can refuse a
+    # message of any other size before it stores or decrypts anything.
+
+    def public_share_size(self) -> int:
+        """Bytes of an encoded public share: one joint randomness part per share, if any."""
+        return self.SHARES * self.xof.SEED_SIZE if self.flp.JOINT_RAND_LEN > 0 else 0
+
+    def input_share_size(self, agg_id: int) -> int:
+        """Bytes of aggregator `agg_id`'s encoded input share: the leader's measurement
+        and proofs shares, a helper's seed; plus a blind with joint randomness."""
+        blind = self.xof.SEED_SIZE if self.flp.JOINT_RAND_LEN > 0 else 0
+        if agg_id == 0:
+            elems = self.flp.MEAS_LEN + self.flp.PROOF_LEN * self.PROOFS
+            return elems * self.field.ENCODED_SIZE + blind
+        return self.xof.SEED_SIZE + blind
+
+    def verifier_share_size(self) -> int:
+        """Bytes of an encoded verifier share (with its joint randomness part, if any)."""
+        part = self.xof.SEED_SIZE if self.flp.JOINT_RAND_LEN > 0 else 0
+        return self.flp.VERIFIER_LEN * self.PROOFS * self.field.ENCODED_SIZE + part
+
     def encode_public_share(self, public_share: PublicShare) -> bytes:
         return b"" if public_share is None else b"".join(public_share)
 
