@@ -257,3 +257,41 @@ def test_unreduced_field_element_rejected() -> None:
     vdaf = Prio3Count(2)
     with pytest.raises(CodecError, match="reduced"):
         vdaf.decode_agg_share(None, Field64.MODULUS.to_bytes(8, "little"))
+
+
+@pytest.mark.parametrize(
+    "vdaf",
+    [
+        Prio3Count(2),
+        Prio3Sum(2, 255),
+        Prio3SumVec(2, 3, 7, 2),
+        Prio3SumVecWithMultiproof(2, Field64, 3, 3, 7, 2),
+        Prio3Histogram(2, 4, 2),
+        Prio3MultihotCountVec(2, 4, 2, 2),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_encoded_sizes(vdaf: Prio3[Any, Any]) -> None:
+    """public_share_size, input_share_size and verifier_share_size are the
+    lengths of the honest encodings (servers refuse any other length)."""
+    verify_key = secrets.token_bytes(vdaf.VERIFY_KEY_SIZE)
+    measurement: Any = {
+        "Prio3Count": 1,
+        "Prio3Sum": 200,
+        "Prio3Histogram": 2,
+        "Prio3MultihotCountVec": [True, False, True, False],
+    }.get(type(vdaf).__name__, [1, 7, 0])
+    nonce, public, inputs = _sharded(vdaf, measurement)
+    assert len(public) == vdaf.public_share_size()
+    for agg_id, share in enumerate(inputs):
+        assert len(share) == vdaf.input_share_size(agg_id)
+        _, verifier_share = vdaf.verify_init(
+            verify_key,
+            CTX,
+            agg_id,
+            None,
+            nonce,
+            vdaf.decode_public_share(public),
+            vdaf.decode_input_share(agg_id, share),
+        )
+        assert len(vdaf.encode_verifier_share(verifier_share)) == vdaf.verifier_share_size()
