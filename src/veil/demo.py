@@ -53,8 +53,13 @@ def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, An
     specs = {}
     for q in survey.questions:
         vdaf = VdafSpec(q.vdaf_type, **q.vdaf_params)
+        local: dict[str, Any] = {}
+        if q.local_epsilon is not None:
+            local["local_epsilon"] = str(q.local_epsilon)
+            if q.kind == "multi_choice":
+                local["local_max_choices"] = q.max_choices
         if survey.mechanism == "none":
-            dp = DpSpec(mechanism="none")
+            dp = DpSpec(mechanism="none", **local)
         else:
             eps = str(q.epsilon)
             dp = DpSpec(
@@ -64,6 +69,7 @@ def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, An
                 budget=eps,
                 survey=survey.id,
                 survey_budget=str(survey.epsilon),
+                **local,
             )
         specs[q.id] = (vdaf, dp, {"min_batch_size": survey.min_batch_size})
     return specs

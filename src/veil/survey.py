@@ -27,6 +27,11 @@ aggregators accept, and no batch of the survey is closed before ``closes``
 question's task; ``max_clock_skew`` (seconds, default 60) is how far in the
 future a report time may be. A survey without a window can be simulated,
 not deployed. A vector question may name its elements with ``labels``.
+
+Any question may set ``local_epsilon`` (ε_L): each respondent's device then
+randomizes the answer before it is shared (veil.dp.local), so the answer stays
+ε_L-private even if both aggregators collude. The central budget is unchanged
+(randomization is pre-processing); the estimates are de-biased for it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from veil.dp.local import parse_local_epsilon
 from veil.settings import SettingsError, Source, Table, parse_toml
 from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import (
@@ -69,7 +75,7 @@ SURVEY_KEYS = (
     "opens",
     "closes",
 )
-QUESTION_COMMON_KEYS = ("id", "text", "kind", "epsilon", "weight")
+QUESTION_COMMON_KEYS = ("id", "text", "kind", "epsilon", "weight", "local_epsilon")
 QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "yes_no": (),
     "integer": ("max",),
@@ -102,6 +108,8 @@ class Question:
     max_choices: int = 0
     length: int = 0
     labels: tuple[str, ...] = ()
+    # ε_L of randomized response on the respondent's device (veil.dp.local), or None.
+    local_epsilon: Fraction | None = None
 
     @property
     def vdaf_type(self) -> str:
@@ -125,10 +133,13 @@ class Question:
             return {"length": n, "chunk_length": optimal_chunk_length(n)}
         if self.kind == "multi_choice":
             n = len(self.options)
+            # Randomized response can turn on any options, so with a local layer the
+            # proof admits every weight; max_choices still binds the true answer.
+            weight = n if self.local_epsilon is not None else self.max_choices
             return {
                 "length": n,
-                "max_weight": self.max_choices,
-                "chunk_length": optimal_chunk_length(n + self.max_choices.bit_length()),
+                "max_weight": weight,
+                "chunk_length": optimal_chunk_length(n + weight.bit_length()),
             }
         bits = self.max.bit_length()
         return {
@@ -477,7 +488,14 @@ def _question(
     except SettingsError as e:
         raise SurveyError(f"{e} (for a {kind} question)") from None
     text = str(raw.get("text", raw["id"]))
-    common = {"id": raw["id"], "text": text, "kind": kind, "epsilon": epsilon}
+    common: dict[str, Any] = {"id": raw["id"], "text": text, "kind": kind, "epsilon": epsilon}
+    if "local_epsilon" in raw:
+        try:
+            common["local_epsilon"] = parse_local_epsilon(_fraction(raw["local_epsilon"]))
+        except (ValueError, ZeroDivisionError) as e:
+            raise loc.error(
+                i, "local_epsilon", f"`local_epsilon` must be a number in (0, 20]: {e}"
+            ) from None
     if kind == "yes_no":
         return Question(**common)
     if kind == "integer":
@@ -573,6 +591,8 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
             "task_file": f"{q.id}.toml",
             "task_id": task_ids[q.id],
         }
+        if q.local_epsilon is not None:
+            d["local_epsilon"] = str(q.local_epsilon)
         if q.options:
             d["options"] = list(q.options)
         if q.kind == "multi_choice":
@@ -674,6 +694,11 @@ def load_description(directory: str | Path) -> Description:
             q_eps = Fraction(_get(raw, "epsilon", str, at))
         except (ValueError, ZeroDivisionError) as e:
             raise SurveyError(f"{at}: {e}") from None
+        if "local_epsilon" in raw:
+            try:
+                fields["local_epsilon"] = parse_local_epsilon(_get(raw, "local_epsilon", str, at))
+            except ValueError as e:
+                raise SurveyError(f"{at}: `local_epsilon`: {e}") from None
         text = _get(raw, "text", str, at)
         questions.append(Question(id=qid, text=text, kind=kind, epsilon=q_eps, **fields))
     if not questions:

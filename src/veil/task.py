@@ -29,7 +29,7 @@ from typing import Any
 import tomli_w
 
 from veil import vdaf
-from veil.dp import DPConfig, DPError, NoisePlan
+from veil.dp import DPConfig, DPError, LocalChannel, NoisePlan, local_channel
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
 from veil.settings import SettingsError, Table, from_mapping, read_toml
 from veil.trust import TrustError, normalise_fingerprint
@@ -141,6 +141,8 @@ DP_KEYS = (
     "budget",
     "survey",
     "survey_budget",
+    "local_epsilon",
+    "local_max_choices",
 )
 
 
@@ -153,6 +155,11 @@ class DpSpec:
     epsilon (or rho for gaussian) is spent by each collection; budget is the
     task's total (default: one collection's worth per report); survey and
     survey_budget put several tasks over the same respondents under one total.
+    local_epsilon (issue 19) makes every client randomize its measurement on its
+    own device before sharding (veil.dp.local), which protects it even from both
+    aggregators together; local_max_choices is how many options a respondent of a
+    multihot task may pick (the VDAF's max_weight is then its length, since
+    randomized vectors can have any weight).
     """
 
     mechanism: str
@@ -163,6 +170,8 @@ class DpSpec:
     budget: str | None = None
     survey: str | None = None
     survey_budget: str | None = None
+    local_epsilon: str | None = None
+    local_max_choices: int = 0
 
     def config(self) -> DPConfig:
         try:
@@ -183,6 +192,29 @@ class DpSpec:
         except DPError as e:
             raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
 
+    def local(self, vdaf: VdafSpec) -> LocalChannel | None:
+        """The randomized response every client applies (None: no local layer)."""
+        if self.local_epsilon is None:
+            if self.local_max_choices:
+                raise TaskError("bad [dp] table: local_max_choices needs local_epsilon")
+            return None
+        if self.local_max_choices and vdaf.type != "multihot":
+            raise TaskError("bad [dp] table: local_max_choices applies to multihot tasks only")
+        params = {
+            k: v
+            for k, v in vdaf.to_dict().items()
+            if k in ("max_measurement", "length", "max_weight") and v
+        }
+        try:
+            return local_channel(
+                _DP_VDAF_NAMES[vdaf.type],
+                params,
+                self.local_epsilon,
+                self.local_max_choices or None,
+            )
+        except DPError as e:
+            raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+
     @property
     def amount(self) -> Fraction | None:
         """What one collection spends (ε, or ρ for gaussian); None without noise."""
@@ -191,9 +223,11 @@ class DpSpec:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mechanism": self.mechanism}
-        for k in ("epsilon", "rho", "budget", "survey", "survey_budget"):
+        for k in ("epsilon", "rho", "budget", "survey", "survey_budget", "local_epsilon"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
+        if self.local_max_choices:
+            d["local_max_choices"] = self.local_max_choices
         if self.mode != DEFAULT_DP_MODE:
             d["mode"] = self.mode
         if self.fixed_point_bits:
@@ -215,6 +249,8 @@ class DpSpec:
             budget=t.rational("budget"),
             survey=t.optional_text("survey"),
             survey_budget=t.rational("survey_budget"),
+            local_epsilon=t.rational("local_epsilon"),
+            local_max_choices=t.integer("local_max_choices", 0, minimum=0),
         )
         try:
             spec.config()
@@ -292,6 +328,7 @@ class Task:
                     raise TaskError(f"{role}_ca_sha256: {e}") from None
         if self.leader_ca_sha256 is not None and self.leader_ca_sha256 == self.helper_ca_sha256:
             raise TaskError("leader_ca_sha256 and helper_ca_sha256 pin the same certificate")
+        self.dp.local(self.vdaf)  # a local layer that does not fit the VDAF is refused
 
     def report_horizon(self, now: float) -> int | None:
         """Reports with a time before this are expired (None: reports never expire)."""

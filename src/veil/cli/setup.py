@@ -37,12 +37,16 @@ def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> 
 
 
 def cmd_task_new(args: argparse.Namespace) -> int:
+    # With a local layer a multihot report may carry any number of options (the
+    # randomization turns bits on), so the proof admits every weight and
+    # --max-weight bounds the respondent's own answer instead.
+    local_multihot = args.local_epsilon is not None and args.vdaf == "multihot"
     vdaf = VdafSpec(
         args.vdaf,
         max_measurement=args.max_measurement,
         length=args.length,
         chunk_length=args.chunk_length,
-        max_weight=args.max_weight,
+        max_weight=args.length if local_multihot else args.max_weight,
     )
     try:
         vdaf.instantiate()
@@ -59,8 +63,11 @@ def cmd_task_new(args: argparse.Namespace) -> int:
             budget=args.budget,
             survey=args.survey,
             survey_budget=args.survey_budget,
+            local_epsilon=args.local_epsilon,
+            local_max_choices=args.max_weight if local_multihot else 0,
         )
         dp.plan(vdaf)
+        dp.local(vdaf)
     except TaskError as e:
         print(f"veil task new: {e}", file=sys.stderr)
         return 2
@@ -144,6 +151,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--mode", default=DEFAULT_DP_MODE, choices=["independent", "split"])
     p.add_argument("--fixed-point-bits", type=int, default=0, help="laplace only")
     p.add_argument("--budget", help="total ε (or ρ) of the task (default: one collection's)")
+    p.add_argument(
+        "--local-epsilon",
+        help="ε_L of randomized response on each client before sharding: private even "
+        "against both aggregators together (default: none)",
+    )
     p.add_argument("--survey", help="survey id shared by tasks over the same respondents")
     p.add_argument("--survey-budget", help="total ε (or ρ) of the survey")
     p.add_argument("--name", default="task", help="file name stem")

@@ -4,9 +4,11 @@
 upload: draw a report id (also the VDAF nonce) and the sharding randomness,
 shard with Prio3 under the task's VDAF context, and seal each input share to
 its aggregator's HPKE config, binding the report metadata and public share.
-Given the two configs it needs nothing else, so `Client`, `AsyncClient`,
-the outbox and the tests (which build malformed reports with `seal_report`)
-all share it.
+A task with a local layer (`local_epsilon`, veil.dp.local) first randomizes
+each measurement on this device, so the true answer never leaves it; the
+randomized one is a valid measurement of the same type. Given the two
+configs it needs nothing else, so `Client`, `AsyncClient`, the outbox and
+the tests (which build malformed reports with `seal_report`) all share it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+from veil.dp import DPError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig, input_share_info, seal
 from veil.messages import REPORT_ID_SIZE, Report, vdaf_ctx
 from veil.task import Task
@@ -50,6 +53,21 @@ def seal_report(
     return Report(report_id, time, public_share, leader_ct, helper_ct)
 
 
+def randomize_measurements(task: Task, measurements: Sequence[Any]) -> Sequence[Any]:
+    """Each measurement through the task's randomized response (from `secrets`),
+    or unchanged without a local layer. Raises ValueError naming the report."""
+    channel = task.dp.local(task.vdaf)
+    if channel is None:
+        return measurements
+    out = []
+    for i, m in enumerate(measurements):
+        try:
+            out.append(channel.randomize(m))
+        except DPError as e:
+            raise ValueError(f"report {i}: {e}") from None
+    return out
+
+
 def prepare_reports(
     task: Task,
     measurements: Sequence[Any],
@@ -74,6 +92,7 @@ def prepare_reports(
     """
     if batch is None:
         batch = BatchPrio3(task.vdaf.instantiate())
+    measurements = randomize_measurements(task, measurements)
     t = report_time - report_time % task.time_precision
     n = len(measurements)
     report_ids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(n)]

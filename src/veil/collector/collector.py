@@ -179,7 +179,7 @@ class Collector:
         helper = self._open(ROLE_HELPER, job.helper_encrypted_agg_share, start, duration, count)
         p = self.vdaf.field.MODULUS
         noisy = decode(self.vdaf.merge(None, [leader, helper]), p)
-        est, spent = estimates(self.task, noisy, confidence)
+        est, spent = estimates(self.task, noisy, confidence, count)
         scalar = self.task.vdaf.type in ("count", "sum")
 
         def pick(values: list[Fraction]) -> Any:

@@ -203,7 +203,9 @@ class KaryResponse:
         return other if other < index else other + 1
 
     def randomize(self, measurement: Any, rng: RandomSource | None = None) -> Any:
-        """A count's 0/1 or a histogram's option index, randomized."""
+        """A count's 0/1 (or bool) or a histogram's option index, randomized."""
+        if self.k == 2 and isinstance(measurement, bool):
+            measurement = int(measurement)
         return self.sample_index(measurement, rng)
 
     def transition(self) -> list[list[Fraction]]:
@@ -251,8 +253,8 @@ class MultiOptionResponse:
         """d: the most bits in which two valid answers differ."""
         return min(2 * self.max_choices, self.length)
 
-    def randomize(self, measurement: Any, rng: RandomSource | None = None) -> list[int]:
-        """The 0/1 vector with each bit randomized independently (any weight)."""
+    def randomize(self, measurement: Any, rng: RandomSource | None = None) -> list[bool]:
+        """The bit vector with each bit randomized independently (any weight)."""
         bits = list(measurement)
         if len(bits) != self.length or any(
             not isinstance(b, bool | int) or b not in (0, 1) for b in bits
@@ -263,7 +265,7 @@ class MultiOptionResponse:
                 f"a multi-choice answer has at most {self.max_choices} options, got {sum(bits)}"
             )
         source = _rng(rng)
-        return [self.bit.sample_index(int(b), source) for b in bits]
+        return [self.bit.sample_index(int(b), source) == 1 for b in bits]
 
     def affine(self, coordinate: int) -> tuple[Fraction, Fraction]:
         return self.bit.affine(0)

@@ -1,0 +1,166 @@
+"""The local randomized-response layer wired through survey files, task files, the
+client's report preparation, the collector's estimates and `veil task new`
+(the servers' side: tests/integration/test_local_rr.py)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from veil.cli import main
+from veil.client.prepare import randomize_measurements
+from veil.collector.estimate import estimates
+from veil.demo import task_specs
+from veil.dp import DPConfig, NoisePlan, local_channel, local_estimate
+from veil.dp.local import KaryResponse, MultiOptionResponse
+from veil.survey import SurveyError, parse_survey
+from veil.task import DpSpec, Task, TaskError, VdafSpec, new_task
+
+SURVEY = """
+[survey]
+name = "s"
+epsilon = 1
+
+[[question]]
+id = "yes"
+kind = "yes_no"
+local_epsilon = 1.5
+
+[[question]]
+id = "tools"
+kind = "multi_choice"
+options = ["a", "b", "c", "d", "e"]
+max_choices = 2
+local_epsilon = "3"
+
+[[question]]
+id = "plain"
+kind = "choice"
+options = ["a", "b"]
+"""
+
+
+def test_survey_enables_it_per_question() -> None:
+    survey = parse_survey(SURVEY)
+    yes, tools, plain = survey.questions
+    assert yes.local_epsilon == Fraction(3, 2)
+    assert plain.local_epsilon is None
+    # Randomized multi-choice vectors can have any weight: the proof admits them all.
+    assert tools.vdaf_params["max_weight"] == 5
+    specs = task_specs(survey)
+    vdaf, dp, _ = specs["tools"]
+    channel = dp.local(vdaf)
+    assert isinstance(channel, MultiOptionResponse)
+    assert channel.max_choices == 2 and channel.bit.epsilon == Fraction(3, 4)
+    assert isinstance(specs["yes"][1].local(specs["yes"][0]), KaryResponse)
+    assert specs["plain"][1].local(specs["plain"][0]) is None
+    # The central budget is untouched by the local layer.
+    assert sum((q.epsilon for q in survey.questions), Fraction(0)) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "must be > 0"),
+        ("-1", "must be > 0"),
+        ("21", "maximum 20"),
+        ('"abc"', "must be a number"),
+        ("true", "must be a number"),
+        ('"nan"', "must be a number"),
+        ("nan", "not finite"),
+        ("[1]", "must be a number"),
+    ],
+)
+def test_bad_local_epsilon_in_a_survey_names_the_line(value: str, message: str) -> None:
+    text = SURVEY.replace("local_epsilon = 1.5", f"local_epsilon = {value}")
+    with pytest.raises(SurveyError, match=rf"<string>:9: .*{message}"):
+        parse_survey(text)
+
+
+def _task(vdaf: VdafSpec, dp: DpSpec) -> Task:
+    return new_task(vdaf, "127.0.0.1:1", "127.0.0.1:2", dp=dp, min_batch_size=1).client
+
+
+def test_task_files_carry_it_and_refuse_what_does_not_fit() -> None:
+    task = _task(VdafSpec("count"), DpSpec("geometric", epsilon="1", local_epsilon="2"))
+    again = Task.from_dict(tomllib.loads(_toml(task)))
+    assert again.dp.local_epsilon == "2"
+    assert isinstance(again.dp.local(again.vdaf), KaryResponse)
+    base = task.to_dict()
+    hostile = [
+        ({"local_epsilon": "abc"}, "not a number"),
+        ({"local_epsilon": "0"}, "must be > 0"),
+        ({"local_epsilon": "1", "local_max_choices": 1}, "multihot tasks only"),
+        ({"local_max_choices": 2}, "needs local_epsilon"),
+        ({"local_epsilon": "1", "local_max_choices": "x"}, "must be an integer"),
+        ({"local_epsilon": [1]}, "must be a number"),
+    ]
+    for extra, message in hostile:
+        d = {**base, "dp": {**base["dp"], **extra}}
+        if "local_epsilon" not in extra:
+            del d["dp"]["local_epsilon"]
+        with pytest.raises(TaskError, match=message):
+            Task.from_dict(d)
+    multihot = VdafSpec("multihot", length=4, max_weight=2, chunk_length=2)
+    with pytest.raises(TaskError, match="must equal its length"):
+        _task(multihot, DpSpec("geometric", epsilon="1", local_epsilon="1"))
+
+
+def _toml(task: Task) -> str:
+    return tomli_w.dumps(task.to_dict())
+
+
+def test_client_randomizes_and_names_a_bad_measurement() -> None:
+    task = _task(
+        VdafSpec("multihot", length=3, max_weight=3, chunk_length=2),
+        DpSpec("geometric", epsilon="1", local_epsilon="1", local_max_choices=1),
+    )
+    out = randomize_measurements(task, [[True, False, False]] * 200)
+    assert all(len(m) == 3 and all(isinstance(b, bool) for b in m) for m in out)
+    assert any(sum(m) > 1 for m in out)  # randomized: weights beyond the answer's
+    with pytest.raises(ValueError, match=r"report 1: .*at most 1"):
+        randomize_measurements(task, [[True, False, False], [True, True, False]])
+    plain = replace(task, dp=DpSpec("geometric", epsilon="1"))
+    same = [[True, False, False]]
+    assert randomize_measurements(plain, same) is same
+
+
+def test_collector_estimates_go_through_the_local_de_biasing() -> None:
+    task = _task(VdafSpec("count"), DpSpec("geometric", epsilon="1", local_epsilon="1"))
+    est, spent = estimates(task, [70], 0.95, report_count=100)
+    channel = local_channel("Prio3Count", {}, 1)
+    plan = NoisePlan.for_task(DPConfig.geometric(1), "Prio3Count", {})
+    assert est == local_estimate([70], 100, channel, plan, 0.05)
+    assert spent == 1
+    with pytest.raises(ValueError, match="report count"):
+        estimates(task, [70], 0.95)
+
+
+def test_task_new_local_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "task", "new", "--vdaf", "multihot", "--length", "4", "--max-weight", "2",
+            "--chunk-length", "2", "--local-epsilon", "2", "--leader", "127.0.0.1:1",
+            "--helper", "127.0.0.1:2", "--out", str(tmp_path), "--name", "t",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    task = tomllib.loads((tmp_path / "t.client.toml").read_text())
+    assert task["vdaf"]["max_weight"] == 4
+    assert task["dp"]["local_epsilon"] == "2" and task["dp"]["local_max_choices"] == 2
+    capsys.readouterr()
+    bad = main(
+        [
+            "task", "new", "--vdaf", "count", "--local-epsilon", "zero",
+            "--leader", "127.0.0.1:1", "--helper", "127.0.0.1:2", "--out", str(tmp_path),
+            "--name", "u",
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert bad == 2 and err.startswith("veil task new: ") and "not a number" in err
+    assert not (tmp_path / "u.client.toml").exists()
