@@ -42,8 +42,8 @@ WAIT = 30.0
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
-        "victim": (VdafSpec("sum", max_measurement=100), NONE, {}),
-        "other": (VdafSpec("histogram", length=4, chunk_length=2), NONE, {}),
+        "victim": (VdafSpec("sum", max_measurement=100), NONE, {"min_batch_size": 1}),
+        "other": (VdafSpec("histogram", length=4, chunk_length=2), NONE, {"min_batch_size": 1}),
     }
     d = start_deployment(Path(tmp_path_factory.mktemp("hostile")), tasks, metrics=True)
     try:
