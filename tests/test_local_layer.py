@@ -4,6 +4,7 @@ client's report preparation, the collector's estimates and `veil task new`
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import replace
 from fractions import Fraction
@@ -15,11 +16,19 @@ import tomli_w
 from veil.cli import main
 from veil.client.prepare import randomize_measurements
 from veil.collector.estimate import estimates
-from veil.demo import task_specs
+from veil.demo import (
+    example_survey,
+    format_local_costs,
+    local_costs,
+    task_specs,
+    with_local_epsilon,
+)
 from veil.dp import DPConfig, NoisePlan, local_channel, local_estimate
 from veil.dp.local import KaryResponse, MultiOptionResponse
 from veil.survey import SurveyError, parse_survey
 from veil.task import DpSpec, Task, TaskError, VdafSpec, new_task
+
+EXAMPLE = str(Path(__file__).parent.parent / "examples" / "survey.toml")
 
 SURVEY = """
 [survey]
@@ -164,3 +173,31 @@ def test_task_new_local_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert bad == 2 and err.startswith("veil task new: ") and "not a number" in err
     assert not (tmp_path / "u.client.toml").exists()
+
+
+def test_simulate_states_the_error_cost_per_question() -> None:
+    survey = with_local_epsilon(example_survey(), Fraction(2))
+    costs = {c.question: c for c in local_costs(survey, 10_000)}
+    assert set(costs) == {q.id for q in survey.questions}
+    for c in costs.values():
+        assert c.local_epsilon == 2
+        assert c.with_local is not None and c.with_local > c.without > 0
+    # yes_no at ε_L = 2: sqrt(n·p(1-p) + Var Z)/(p - q) with p = e²/(e²+1).
+    p = math.exp(2) / (math.exp(2) + 1)
+    var_z = costs["remote"].without ** 2
+    expected = math.sqrt(10_000 * p * (1 - p) + var_z) / (2 * p - 1)
+    assert costs["remote"].with_local == pytest.approx(expected, rel=1e-9)
+    # Integer results are means: the error is per respondent.
+    assert costs["commute"].with_local < 180
+    table = format_local_costs(list(costs.values()), 10_000)
+    assert "remote" in table and "x" in table.splitlines()[3]
+    plain = local_costs(example_survey(), 100)
+    assert all(c.with_local is None for c in plain)
+
+
+def test_simulate_refuses_a_bad_local_epsilon(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "--survey", EXAMPLE, "--local-epsilon", "0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("veil simulate: ") and "local_epsilon must be > 0" in err
+    assert len(err.strip().splitlines()) == 1

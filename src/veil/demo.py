@@ -27,6 +27,8 @@ from veil.aggregator.local import LocalDeployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.collector import CollectionResult, Collector
+from veil.dp import local_error
+from veil.dp.local import parse_local_epsilon
 from veil.report import Number, QuestionResult
 from veil.simulate import simulate_respondents, truth
 from veil.survey import Question, Survey, load_survey, parse_survey
@@ -46,6 +48,65 @@ def with_epsilon(survey: Survey, epsilon: Fraction) -> Survey:
     factor = epsilon / survey.epsilon
     questions = tuple(replace(q, epsilon=q.epsilon * factor) for q in survey.questions)
     return replace(survey, epsilon=epsilon, questions=questions)
+
+
+def with_local_epsilon(survey: Survey, local_epsilon: Fraction) -> Survey:
+    """The same survey with randomized response at ε_L on every question."""
+    eps = parse_local_epsilon(local_epsilon)
+    questions = tuple(replace(q, local_epsilon=eps) for q in survey.questions)
+    return replace(survey, questions=questions)
+
+
+@dataclass(frozen=True)
+class LocalCost:
+    """The expected error of one question's estimates, with and without its local layer.
+
+    Root mean square per result element, in the units the results are shown in
+    (a count, the mean of an integer question, a per-element sum): `without` is the
+    servers' noise alone, `with_local` adds the respondents' randomized response,
+    at its worst over the answers (None: the question has no local layer).
+    """
+
+    question: str
+    local_epsilon: Fraction | None
+    without: float
+    with_local: float | None
+
+
+def local_costs(survey: Survey, respondents: int) -> list[LocalCost]:
+    """What each question's local layer costs in accuracy at `respondents` reports."""
+    costs = []
+    for q in survey.questions:
+        scale = 1 / respondents if q.kind == "integer" else 1.0  # integer results are means
+        plain = task_specs(replace(survey, questions=(replace(q, local_epsilon=None),)))[q.id]
+        without, _ = local_error(None, plain[1].plan(plain[0]), respondents)
+        with_local = None
+        if q.local_epsilon is not None:
+            vdaf, dp, _ = task_specs(replace(survey, questions=(q,)))[q.id]
+            with_local = local_error(dp.local(vdaf), dp.plan(vdaf), respondents)[0] * scale
+        costs.append(LocalCost(q.id, q.local_epsilon, without * scale, with_local))
+    return costs
+
+
+def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
+    """A plain-text table of `local_costs`."""
+    header = ("question", "local epsilon", "rms error without", "with local layer", "ratio")
+    rows: list[tuple[str, ...]] = [header]
+    for c in costs:
+        eps = "-" if c.local_epsilon is None else f"{float(c.local_epsilon):g}"
+        with_local = "-" if c.with_local is None else f"{c.with_local:.4g}"
+        ratio = "-" if c.with_local is None or not c.without else f"{c.with_local / c.without:.3g}x"
+        rows.append((c.question, eps, f"{c.without:.4g}", with_local, ratio))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        f"Expected error per result element at {respondents} respondents "
+        "(root mean square; with the local layer: worst case over the answers)"
+    ]
+    for j, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]]:

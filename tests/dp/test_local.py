@@ -298,8 +298,9 @@ def test_error_with_the_local_layer_exceeds_the_error_without() -> None:
     assert without == pytest.approx(math.sqrt(2 * 2 * math.exp(-1) / (1 - math.exp(-1)) ** 2))
     withs = [w for w, _ in errors]
     assert withs[0] > withs[1] > withs[2] > without
-    # ε_L = 1, k = 2: p - q = (e-1)/(e+1), the randomization's sd at most sqrt(n)/2.
-    rr = math.sqrt(1_000) / 2 / ((math.e - 1) / (math.e + 1))
+    # ε_L = 1, k = 2: p = e/(e+1), p - q = (e-1)/(e+1); each report's variance p(1-p).
+    p = math.e / (math.e + 1)
+    rr = math.sqrt(1_000 * p * (1 - p)) / ((math.e - 1) / (math.e + 1))
     assert withs[0] == pytest.approx(
         math.sqrt(rr**2 + (without * (math.e + 1) / (math.e - 1)) ** 2), rel=1e-6
     )

@@ -87,7 +87,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """A user's survey, simulated end to end through real servers."""
     from fractions import Fraction
 
-    from veil.demo import load, run_survey, with_epsilon
+    from veil.demo import (
+        format_local_costs,
+        load,
+        local_costs,
+        run_survey,
+        with_epsilon,
+        with_local_epsilon,
+    )
+    from veil.dp import DPError
     from veil.logs import configure_logging
     from veil.report import plot_results, plot_sweep
     from veil.survey import SurveyError
@@ -98,7 +106,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         survey = load(args.survey)
         if args.epsilon is not None:
             survey = with_epsilon(survey, Fraction(args.epsilon))
-    except (SurveyError, ValueError, ZeroDivisionError) as e:
+        if args.local_epsilon is not None:
+            survey = with_local_epsilon(survey, Fraction(args.local_epsilon))
+        costs = local_costs(survey, args.respondents)
+    except (SurveyError, DPError, ValueError, ZeroDivisionError) as e:
         print(f"veil simulate: {e}", file=sys.stderr)
         return 2
     say = status_printer(args.json)
@@ -120,6 +131,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"veil simulate: {e}", file=sys.stderr)
         return 2
     print_results(results, args.json)
+    if not args.json and any(c.local_epsilon is not None for c in costs):
+        print()
+        print(format_local_costs(costs, args.respondents))
     if args.plot:
         plot_results(results, args.plot)
         say(f"wrote {args.plot}")
@@ -191,6 +205,11 @@ def register(
     sim.add_argument("--survey", required=True, help="survey TOML file")
     sim.add_argument("--respondents", type=int, default=10_000)
     sim.add_argument("--epsilon", help="override the survey's total epsilon")
+    sim.add_argument(
+        "--local-epsilon",
+        help="randomized response at this ε_L on every question (overrides the survey's); "
+        "the expected error with and without it is printed per question",
+    )
     sim.add_argument("--plot", help="write a PNG: estimates against truth (or the sweep)")
     sim.add_argument(
         "--sweep-epsilon", nargs="+", metavar="EPS", help="plot error against these epsilons"

@@ -538,8 +538,9 @@ def local_error(
     """(rms error per coordinate with the channel, without it), in the aggregate's units.
 
     Without: the servers' noise alone, sqrt(Var Z). With: the worst case over the data
-    of sqrt((Var RR + Var Z))/a, where each respondent's randomized coordinate is
-    scale·Bernoulli(π) with π within [1/(r+1), r/(r+1)] (so π(1-π) <= 1/4).
+    of sqrt(Var RR + Var Z)/a, where each respondent's randomized coordinate is
+    scale·Bernoulli(π): π is p or q for 0/1 coordinates, anywhere in
+    [1/(r+1), r/(r+1)] for bounded values (so π(1-π) <= 1/4).
     """
     _check_int(report_count, "report_count", 0)
     # Everything in the aggregate's own (encoded) units, converted at the end.
@@ -552,11 +553,11 @@ def local_error(
         return without, without
     a, _ = channel.affine(0)
     if channel.exact_intervals:
+        # Each report's coordinate is Bernoulli(p) (true bit 1) or Bernoulli(q).
         p, q = (float(v) for v in channel.bit_probabilities(0))
-        lo, hi = min(p, q), max(p, q)
+        per_report = max(p * (1 - p), q * (1 - q))
     else:
-        # π ranges over [1/(r+1), r/(r+1)], which holds 1/2, as the value moves over [0, M].
-        lo, hi = 0.0, 1.0
-    pi = min(max(0.5, lo), hi)
-    rr_var = report_count * pi * (1 - pi) * channel.scale**2
+        # Bernoulli(π) with π anywhere in [1/(r+1), r/(r+1)], which holds 1/2.
+        per_report = 0.25
+    rr_var = report_count * per_report * channel.scale**2
     return math.sqrt(rr_var + noise_var) / float(a) * unit, without
