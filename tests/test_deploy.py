@@ -165,3 +165,35 @@ def test_written_deployment_runs(tmp_path: Path) -> None:
     finally:
         for s in servers:
             s.stop()
+
+
+def test_ca_pins(tmp_path: Path) -> None:
+    from tests.test_trust import HELPER_CA, HELPER_PEM, LEADER_CA, LEADER_PEM
+    from veil.trust import fingerprint
+
+    text = survey_text()
+    survey = parse_survey(text)
+    args = (survey, text)
+    bad = [
+        ({"leader_ca": LEADER_PEM}, "give both --leader-ca and --helper-ca"),
+        ({"leader_ca": LEADER_PEM, "helper_ca": LEADER_PEM}, "the same certificate"),
+        ({"leader_ca": LEADER_PEM + HELPER_PEM, "helper_ca": HELPER_PEM}, "holds 2 certificates"),
+        ({"leader_ca": b"junk", "helper_ca": HELPER_PEM}, "the leader's CA: no PEM certificate"),
+        ({"leader_ca": LEADER_PEM, "helper_ca": HELPER_PEM, "tls": False}, "drop --no-tls"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(DeployError, match=message):
+            deploy_survey(*args, tmp_path / "bad", "a:1", "b:2", **kwargs)  # type: ignore[arg-type]
+        assert not (tmp_path / "bad").exists()
+    dep = deploy_survey(
+        *args, tmp_path / "out", "a:1", "b:2", leader_ca=LEADER_PEM, helper_ca=HELPER_PEM
+    )
+    for f in [*dep.client_dir.glob("*.toml"), *dep.collector_dir.glob("*.toml")]:
+        if f.name == "survey.toml":
+            continue
+        task = load_task(f)
+        assert task.leader_ca_sha256 == fingerprint(LEADER_CA), f
+        assert task.helper_ca_sha256 == fingerprint(HELPER_CA), f
+    assert (dep.client_dir / "leader-ca.pem").read_bytes() == LEADER_PEM
+    assert mode(dep.client_dir / "helper-ca.pem") == 0o644
+    assert (tmp_path / "out" / "leader" / "tls" / "helper-ca.crt").read_bytes() == HELPER_PEM

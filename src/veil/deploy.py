@@ -34,6 +34,7 @@ import tomli_w
 from veil.demo import task_specs
 from veil.survey import DESCRIPTION_FILE, Survey, public_description
 from veil.task import new_task
+from veil.trust import TrustError, bundle_fingerprints
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -67,6 +68,32 @@ def _toml(path: Path, data: dict[str, Any], mode: int) -> None:
     write_file(path, tomli_w.dumps(data).encode(), mode)
 
 
+def _ca_pins(tls: bool, leader_ca: bytes | None, helper_ca: bytes | None) -> dict[str, str]:
+    """Each aggregator's CA fingerprint; DeployError unless both or neither are
+    given, each is one certificate, and they differ."""
+    if leader_ca is None and helper_ca is None:
+        return {}
+    if not tls:
+        raise DeployError("--leader-ca/--helper-ca pin TLS certificates: drop --no-tls")
+    if leader_ca is None or helper_ca is None:
+        raise DeployError("give both --leader-ca and --helper-ca (each aggregator's own CA)")
+    pins = {}
+    for role, pem in (("leader", leader_ca), ("helper", helper_ca)):
+        try:
+            found = bundle_fingerprints(pem, f"the {role}'s CA")
+        except TrustError as e:
+            raise DeployError(str(e)) from None
+        if len(found) != 1:
+            raise DeployError(f"the {role}'s CA file holds {len(found)} certificates; give one")
+        pins[role] = found[0]
+    if pins["leader"] == pins["helper"]:
+        raise DeployError(
+            "the leader's and the helper's CA are the same certificate: each aggregator"
+            " needs its own CA, or either could pose as the other"
+        )
+    return pins
+
+
 def deploy_survey(
     survey: Survey,
     survey_text: str,
@@ -76,11 +103,20 @@ def deploy_survey(
     *,
     tls: bool = True,
     time_precision: int | None = None,
+    leader_ca: bytes | None = None,
+    helper_ca: bytes | None = None,
 ) -> Deployment:
     """Write the deployment of ``survey`` under ``out`` (which must not exist).
 
     `time_precision` overrides the survey's; its window must be aligned to it.
+    `leader_ca` and `helper_ca` (PEM, one CA certificate each, from each
+    organisation) pin each aggregator's CA in every task file
+    (`leader_ca_sha256`, `helper_ca_sha256`: clients and the collector then
+    trust that CA for that aggregator only, veil.trust) and are copied to
+    client/leader-ca.pem, client/helper-ca.pem and the leader's
+    tls/helper-ca.crt.
     """
+    pins = _ca_pins(tls, leader_ca, helper_ca)
     if survey.opens is None or survey.closes is None:
         raise DeployError(
             f"{survey.path}: a deployed survey needs a window: add `opens` and `closes`"
@@ -117,6 +153,8 @@ def deploy_survey(
             not_before=survey.opens,
             not_after=survey.closes,
             max_clock_skew=survey.max_clock_skew,
+            leader_ca_sha256=pins.get("leader"),
+            helper_ca_sha256=pins.get("helper"),
             **kwargs,
         )
         task_names.append(qid)
@@ -148,6 +186,10 @@ def deploy_survey(
                 config["helper_tls"] = {"ca": "tls/helper-ca.crt"}
             (dirs[role] / "tls").mkdir(mode=PRIVATE_DIR)
         _toml(dirs[role] / f"{role}.toml", config, PRIVATE_FILE)
+    if leader_ca is not None and helper_ca is not None:
+        write_file(dirs["client"] / "leader-ca.pem", leader_ca, PUBLIC_FILE)
+        write_file(dirs["client"] / "helper-ca.pem", helper_ca, PUBLIC_FILE)
+        write_file(dirs["leader"] / "tls" / "helper-ca.crt", helper_ca, PRIVATE_FILE)
 
     return Deployment(
         out,

@@ -60,6 +60,8 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
             args.helper,
             tls=not args.no_tls,
             time_precision=args.time_precision,
+            leader_ca=read_pem(args.leader_ca),
+            helper_ca=read_pem(args.helper_ca),
         )
     except (SurveyError, DeployError, OSError) as e:
         print(f"veil survey deploy: {e}", file=sys.stderr)
@@ -80,6 +82,11 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
             "Each server directory has an empty tls/ folder: see the README section"
             " 'Deploying a survey across two organisations' for the certificates."
         )
+        if args.leader_ca is None:
+            print(
+                "No --leader-ca/--helper-ca: the task files pin no CA; respondents must"
+                " give each aggregator's CA themselves."
+            )
     return 0
 
 
@@ -231,6 +238,8 @@ def register(
         help="seconds: batch granularity (default: the survey's time_precision, else 3600)",
     )
     p.add_argument("--no-tls", action="store_true", help="plaintext (only for servers on loopback)")
+    p.add_argument("--leader-ca", help="PEM: the leader's CA certificate (pinned in task files)")
+    p.add_argument("--helper-ca", help="PEM: the helper's CA certificate (pinned in task files)")
     p.set_defaults(func=cmd_survey_deploy)
 
     p = commands.add_parser("collect", help="collect a batch of one task")
