@@ -141,6 +141,9 @@ def test_written_deployment_runs(tmp_path: Path) -> None:
     leader_addr = f"127.0.0.1:{free_port()}"
     helper_addr = f"127.0.0.1:{free_port()}"
     dep = deploy_survey(survey, text, tmp_path / "out", leader_addr, helper_addr, tls=False)
+    # Exact sums (mechanism none): each operator opts in in its own config.
+    for config in (dep.leader_config, dep.helper_config):
+        config.write_text("allow_exact_release = true\n" + config.read_text())
     servers = [
         ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper_addr),
         ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader_addr),

@@ -117,7 +117,13 @@ def test_errors_name_file_line_and_fix(body: str, line: int, message: str) -> No
 
 @pytest.mark.parametrize(
     ("epsilon", "message"),
-    [("0", r"\(0, 20\]"), ("-1", r"\(0, 20\]"), ("21", r"\(0, 20\]"), ('"abc"', "number")],
+    [
+        ("0", r"\[1/1000, 20\]"),
+        ("-1", r"\[1/1000, 20\]"),
+        ("21", r"\[1/1000, 20\]"),
+        ("1e-30", r"\[1/1000, 20\]"),
+        ('"abc"', "number"),
+    ],
 )
 def test_survey_epsilon_must_be_valid(epsilon: str, message: str) -> None:
     text = f'[survey]\nname = "t"\nepsilon = {epsilon}\n[[question]]\nid = "a"\nkind = "yes_no"\n'

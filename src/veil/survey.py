@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from veil.dp.local import parse_local_epsilon
+from veil.dp.mechanisms import MAX_EPSILON, MIN_EPSILON
 from veil.settings import SettingsError, Source, Table, parse_toml
 from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import (
@@ -62,7 +63,6 @@ from veil.vdaf import (
 
 KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector")
 MECHANISMS = ("geometric", "laplace", "gaussian", "none")
-MAX_EPSILON = Fraction(20)
 SURVEY_KEYS = (
     "name",
     "id",
@@ -341,8 +341,12 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         total = _fraction(head.get("epsilon"))
     except (ValueError, ZeroDivisionError) as e:
         raise loc.error(None, "epsilon", f"survey `epsilon` must be a number: {e}") from None
-    if not 0 < total <= MAX_EPSILON:
-        raise loc.error(None, "epsilon", f"survey `epsilon` must be in (0, 20], got {total}")
+    if not MIN_EPSILON <= total <= MAX_EPSILON:
+        raise loc.error(
+            None,
+            "epsilon",
+            f"survey `epsilon` must be in [{MIN_EPSILON}, {MAX_EPSILON}], got {total}",
+        )
     mechanism = head.get("mechanism", "geometric")
     if mechanism not in MECHANISMS:
         raise loc.error(
@@ -422,6 +426,14 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     questions = []
     for i, raw in enumerate(raw_questions):
         eps = explicit[i] if i in explicit else remaining * weights[i] / weight_sum
+        if eps < MIN_EPSILON:
+            key = "epsilon" if i in explicit else "weight"
+            raise loc.error(
+                i,
+                key,
+                f"this question's epsilon {eps} is below the minimum {MIN_EPSILON}: the noise"
+                " would bury its result; give it a larger share",
+            )
         questions.append(_question(loc, i, raw, eps, max_respondents))
     return Survey(
         name=str(head.get("name", Path(path).stem)),

@@ -173,6 +173,17 @@ class DpSpec:
     local_epsilon: str | None = None
     local_max_choices: int = 0
 
+    def __post_init__(self) -> None:
+        # Without its own total a survey's ledger would silently take this
+        # task's budget, and a later task of the survey would fail confusingly.
+        if self.survey is not None and self.survey_budget is None:
+            raise TaskError(
+                f"bad [dp] table: the task names survey {self.survey!r} but no survey_budget"
+                " (the survey's total ε or ρ, the same in every task of the survey)"
+            )
+        if self.survey_budget is not None and self.survey is None:
+            raise TaskError("bad [dp] table: survey_budget needs survey (the survey's id)")
+
     def config(self) -> DPConfig:
         try:
             return DPConfig.parse(
@@ -240,18 +251,21 @@ class DpSpec:
 
     @staticmethod
     def from_table(t: Table) -> DpSpec:
-        spec = DpSpec(
-            mechanism=t.text("mechanism"),
-            epsilon=t.rational("epsilon"),
-            rho=t.rational("rho"),
-            mode=t.text("mode", DEFAULT_DP_MODE),
-            fixed_point_bits=t.integer("fixed_point_bits", 0, minimum=0),
-            budget=t.rational("budget"),
-            survey=t.optional_text("survey"),
-            survey_budget=t.rational("survey_budget"),
-            local_epsilon=t.rational("local_epsilon"),
-            local_max_choices=t.integer("local_max_choices", 0, minimum=0),
-        )
+        try:
+            spec = DpSpec(
+                mechanism=t.text("mechanism"),
+                epsilon=t.rational("epsilon"),
+                rho=t.rational("rho"),
+                mode=t.text("mode", DEFAULT_DP_MODE),
+                fixed_point_bits=t.integer("fixed_point_bits", 0, minimum=0),
+                budget=t.rational("budget"),
+                survey=t.optional_text("survey"),
+                survey_budget=t.rational("survey_budget"),
+                local_epsilon=t.rational("local_epsilon"),
+                local_max_choices=t.integer("local_max_choices", 0, minimum=0),
+            )
+        except TaskError as e:
+            raise t.error("survey", str(e)) from None
         try:
             spec.config()
         except TaskError as e:

@@ -34,6 +34,10 @@ def test_cli_round_trip(tmp_path: Path) -> None:
         cwd=tmp_path,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
+    assert "allow_exact_release = true" in made.stderr  # mechanism none: each server opts in
+    for role in ("leader", "helper"):
+        config = tmp_path / f"{role}.toml"
+        config.write_text("allow_exact_release = true\n" + config.read_text())
     assert (tmp_path / "tasks" / "ages.client.toml").exists()
     assert (tmp_path / "tasks" / "ages.leader.toml").stat().st_mode & 0o077 == 0
     servers = [

@@ -85,6 +85,25 @@ class NoisePool:
             return noise
 
 
+class ExactReleaseRefused(ValueError):
+    """A task publishes exact sums (mechanism = "none") and this aggregator's own
+    configuration does not allow it."""
+
+
+def refuse_exact_release(tasks: Iterable[Task], allowed: bool) -> None:
+    """DP fails closed: each aggregator releases un-noised shares only if its own
+    operator opted in (`allow_exact_release = true` in its server config); the
+    other aggregator's or the task author's choice is not enough."""
+    exact = [t.id_text for t in tasks if t.dp.amount is None]
+    if exact and not allowed:
+        raise ExactReleaseRefused(
+            f'task {exact[0]} has [dp] mechanism = "none": this aggregator would release'
+            " its share without noise (no differential privacy); refused unless this"
+            " server's own config says allow_exact_release = true"
+            + (f" ({len(exact)} such tasks)" if len(exact) > 1 else "")
+        )
+
+
 class PrivacyEngine:
     """Budget ledger (in the aggregator's own database) and noise.
 
@@ -93,7 +112,15 @@ class PrivacyEngine:
     from the same durable ledger, atomically).
     """
 
-    def __init__(self, ledger: str | LedgerStore, tasks: Iterable[Task]) -> None:
+    def __init__(
+        self,
+        ledger: str | LedgerStore,
+        tasks: Iterable[Task],
+        *,
+        allow_exact_release: bool = False,
+    ) -> None:
+        tasks = list(tasks)
+        refuse_exact_release(tasks, allow_exact_release)
         self.ledger = (
             BudgetLedger.sqlite(ledger) if isinstance(ledger, str) else BudgetLedger(ledger)
         )
@@ -102,13 +129,15 @@ class PrivacyEngine:
             amount = task.dp.amount
             if amount is None:
                 log.warning(
-                    "task %s has DP mechanism none: shares leave without noise", task.id_text
+                    "task %s has DP mechanism none: shares leave without noise"
+                    " (allowed by allow_exact_release = true)",
+                    task.id_text,
                 )
                 continue
             unit = _unit(task)
             if task.dp.survey is not None:
-                total = task.dp.survey_budget or task.dp.budget or amount
-                self.ledger.add_survey(task.dp.survey, total, unit)
+                assert task.dp.survey_budget is not None  # DpSpec requires it with survey
+                self.ledger.add_survey(task.dp.survey, task.dp.survey_budget, unit)
             self.ledger.add_task(task.id_text, task.dp.budget or amount, unit, task.dp.survey)
             length = len(task.vdaf.instantiate().agg_init(None))
             self.pool.add(task.task_id, task.dp.plan(task.vdaf), length)

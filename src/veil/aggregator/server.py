@@ -9,6 +9,8 @@ Configuration is one TOML file (paths in it are relative to the file):
     tasks = ["demo.leader.toml"]       # task files written by `veil task new`
     max_message_bytes = 16777216       # largest request or response accepted (an upload
                                        # also holds at most 10,000 reports)
+    allow_exact_release = false        # true: allow tasks with [dp] mechanism = "none"
+                                       # (exact, un-noised shares); refused otherwise
     log_level = "info"                 # VEIL_LOG_LEVEL overrides
     log_format = "text"                # or "json" (JSON lines)
     [tls]                              # optional; required off loopback
@@ -79,7 +81,7 @@ from veil.aggregator.postgres import (
     PostgresLedgerStore,
     is_postgres_url,
 )
-from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
 from veil.grpc_util import is_loopback
@@ -137,6 +139,9 @@ class ServerConfig:
     gc_interval: float = DEFAULT_GC_INTERVAL
     task_paths: tuple[Path, ...] = ()
     keys: KeyPolicy = field(default_factory=KeyPolicy)
+    # This operator's own opt-in to tasks with mechanism = "none" (DP fails
+    # closed: without it the server refuses to start with such a task).
+    allow_exact_release: bool = False
 
 
 # The settings each table of a server configuration knows; anything else is
@@ -155,6 +160,7 @@ CONFIG_KEYS = (
     "metrics",
     "gc",
     "keys",
+    "allow_exact_release",
 )
 TLS_KEYS = ("cert", "key", "client_ca")
 HELPER_TLS_KEYS = ("ca", "cert", "key")
@@ -231,6 +237,7 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         gc_interval=gc_interval,
         task_paths=tuple(base / p for p in task_files),
         keys=policy,
+        allow_exact_release=raw.flag("allow_exact_release", False),
     )
 
 
@@ -259,12 +266,24 @@ def _storage(raw: Table, base: Path) -> tuple[Path | str, int]:
 
 def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:
     """The configured store, a PrivacyEngine whose ledger lives beside it, and a closer."""
+    # Before the database is opened or created: a refused server stores nothing.
+    refuse_exact_release(config.tasks, config.allow_exact_release)
     if isinstance(config.storage, Path):
         sqlite = SqliteDatastore(config.storage)
-        return sqlite, PrivacyEngine(str(config.storage), config.tasks), sqlite.close
+        return (
+            sqlite,
+            PrivacyEngine(
+                str(config.storage), config.tasks, allow_exact_release=config.allow_exact_release
+            ),
+            sqlite.close,
+        )
     pg = PostgresDatastore(config.storage, config.pool_size)
     ledger = PostgresLedgerStore(config.storage, pg.pool)
-    return pg, PrivacyEngine(ledger, config.tasks), pg.close
+    return (
+        pg,
+        PrivacyEngine(ledger, config.tasks, allow_exact_release=config.allow_exact_release),
+        pg.close,
+    )
 
 
 def _read(p: Path | None) -> bytes | None:

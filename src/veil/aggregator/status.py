@@ -98,6 +98,7 @@ def gather(
                 "name": _task_name(task, files),
                 "vdaf": task.vdaf.to_dict(),
                 "dp": task.dp.to_dict(),
+                "exact_release": task.dp.amount is None,
                 "time_precision": task.time_precision,
                 "min_batch_size": task.min_batch_size,
                 "report_expiry_age": task.report_expiry_age,
@@ -122,6 +123,7 @@ def gather(
     return {
         "role": role,
         "listen": config.listen,
+        "allow_exact_release": config.allow_exact_release,
         "database": {"path": storage_label(config.storage), "bytes": store.size_bytes()},
         "hpke_keys": [
             {
@@ -160,6 +162,9 @@ def render_text(status: dict[str, Any]) -> str:
         f"{status['role']} on {status['listen']}; database {status['database']['path']}"
         f" ({_size(status['database']['bytes'])})",
         "",
+        "exact release (mechanism none): "
+        + ("allowed by this config" if status["allow_exact_release"] else "refused"),
+        "",
         "HPKE keys:",
     ]
     for k in status["hpke_keys"]:
@@ -173,7 +178,8 @@ def render_text(status: dict[str, Any]) -> str:
         out += [
             "",
             f"task {t['name']} ({t['task_id']})",
-            f"  vdaf {vdaf}; dp {dp}",
+            f"  vdaf {vdaf}; dp {dp}"
+            + ("  (EXACT RELEASE: no noise added)" if t["exact_release"] else ""),
             f"  time_precision {t['time_precision']} s, min_batch_size {t['min_batch_size']},"
             f" report_expiry_age {f'{expiry} s' if expiry else 'none'}",
         ]

@@ -77,6 +77,11 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
     )
     print(f"  {dep.collector_dir}/   stays with the survey operator (collector keys and tokens)")
     print(f"  {dep.client_dir}/   public: ships with the client app")
+    if survey.mechanism == "none":
+        print(
+            "mechanism none: exact sums, no DP. Each aggregator refuses to start until its"
+            " operator adds allow_exact_release = true to its own config."
+        )
     if not args.no_tls:
         print(
             "Each server directory has an empty tls/ folder: see the README section"

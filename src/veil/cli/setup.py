@@ -99,6 +99,12 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         _add_task_to_config(Path(args.leader_config), "leader", paths["leader"], args.leader)
     if args.helper_config:
         _add_task_to_config(Path(args.helper_config), "helper", paths["helper"], args.helper)
+    if dp.amount is None:
+        print(
+            "veil task new: note: mechanism none publishes exact sums; each aggregator refuses"
+            " such a task unless its own config says allow_exact_release = true",
+            file=sys.stderr,
+        )
     print(f"task {files.client.id_text}")
     for role, p in paths.items():
         print(f"  {role:9} {p}")

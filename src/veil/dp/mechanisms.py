@@ -39,6 +39,8 @@ __all__ = [
     "MAX_EPSILON",
     "MAX_FIXED_POINT_BITS",
     "MAX_RHO",
+    "MIN_EPSILON",
+    "MIN_RHO",
     "DPConfig",
     "Mechanism",
     "NoiseMode",
@@ -61,8 +63,15 @@ log = logging.getLogger("veil.dp")
 # Above ε = 20 the output distributions of neighbours may differ by e**20 ≈ 5·10**8:
 # that is no longer a privacy guarantee, so it is refused as a likely mistake.
 MAX_EPSILON = Fraction(20)
-# ρ-zCDP with ρ = 20 already allows ε ≈ 20 + 2√(20·ln(1/δ)); larger is refused alike.
-MAX_RHO = Fraction(20)
+# Below ε = 1/1000 the noise (scale 1000·Δ per collection) buries any batch a
+# deployment can gather: a value such as 1e-30 is a slip, not a choice.
+MIN_EPSILON = Fraction(1, 1000)
+# ρ is held to the same range of guarantees as ε. ρ-zCDP gives
+# (ρ + 2√(ρ·ln(1/δ)), δ)-DP (Bun and Steinke 2016, Prop. 1.3); at δ = 10**-6,
+# ρ = 4 gives ε ≈ 18.9, within MAX_EPSILON (ρ = 20 gave ε ≈ 53). A pure ε-DP
+# mechanism is (ε²/2)-zCDP (Prop. 1.4), so the ρ of MIN_EPSILON is ε²/2.
+MAX_RHO = Fraction(4)
+MIN_RHO = MIN_EPSILON**2 / 2
 # Granularity 2**-32 is finer than any measurement a bounded Prio3 type can carry
 # usefully in Field64; more bits only make Δ (and the noise) larger.
 MAX_FIXED_POINT_BITS = 32
@@ -90,8 +99,13 @@ class NoiseMode(enum.StrEnum):
     SPLIT = "split"
 
 
-def parse_budget(value: int | float | Fraction | str, what: str, maximum: Fraction) -> Fraction:
-    """An ε or ρ as an exact Fraction in (0, maximum].
+def parse_budget(
+    value: int | float | Fraction | str,
+    what: str,
+    maximum: Fraction,
+    minimum: Fraction | None = None,
+) -> Fraction:
+    """An ε or ρ as an exact Fraction in (0, maximum], and at least `minimum` if given.
 
     A float is taken as the decimal it prints as (0.1 means 1/10, not the binary
     double nearest to it), which is the number its writer meant.
@@ -105,6 +119,11 @@ def parse_budget(value: int | float | Fraction | str, what: str, maximum: Fracti
     exact = exact_rational(value, what)
     if exact <= 0:
         raise InvalidParameter(f"{what} must be > 0, got {exact}")
+    if minimum is not None and exact < minimum:
+        raise InvalidParameter(
+            f"{what} = {exact} is below the minimum {minimum}: the noise would bury any "
+            f"result; choose {what} >= {minimum}"
+        )
     if exact > maximum:
         raise InvalidParameter(
             f"{what} = {exact} is above the maximum {maximum}: that is no meaningful "
@@ -139,7 +158,8 @@ class DPConfig:
             value = getattr(self, name)
             if value is not None:
                 maximum = MAX_EPSILON if name == "epsilon" else MAX_RHO
-                object.__setattr__(self, name, parse_budget(value, name, maximum))
+                minimum = MIN_EPSILON if name == "epsilon" else MIN_RHO
+                object.__setattr__(self, name, parse_budget(value, name, maximum, minimum))
         mech = self.mechanism
         if mech in (Mechanism.GEOMETRIC, Mechanism.LAPLACE):
             if self.epsilon is None:
@@ -176,7 +196,9 @@ class DPConfig:
     ) -> DPConfig:
         """Discrete Laplace with scale Δ/ε: pure ε-DP (the default mechanism)."""
         return cls(
-            Mechanism.GEOMETRIC, epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON), mode=mode
+            Mechanism.GEOMETRIC,
+            epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON, MIN_EPSILON),
+            mode=mode,
         )
 
     @classmethod
@@ -195,7 +217,7 @@ class DPConfig:
         """
         return cls(
             Mechanism.LAPLACE,
-            epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON),
+            epsilon=parse_budget(epsilon, "epsilon", MAX_EPSILON, MIN_EPSILON),
             mode=mode,
             fixed_point_bits=fixed_point_bits,
         )
@@ -203,7 +225,7 @@ class DPConfig:
     @classmethod
     def gaussian(cls, rho: int | float | Fraction | str) -> DPConfig:
         """Discrete Gaussian with σ² = Δ₂²/(2ρ): ρ-zCDP."""
-        return cls(Mechanism.GAUSSIAN, rho=parse_budget(rho, "rho", MAX_RHO))
+        return cls(Mechanism.GAUSSIAN, rho=parse_budget(rho, "rho", MAX_RHO, MIN_RHO))
 
     @classmethod
     def none(cls) -> DPConfig:
@@ -234,8 +256,10 @@ class DPConfig:
             raise InvalidParameter(f"unknown noise mode {mode!r}; choose one of {known}") from None
         return cls(
             mech,
-            epsilon=None if epsilon is None else parse_budget(epsilon, "epsilon", MAX_EPSILON),
-            rho=None if rho is None else parse_budget(rho, "rho", MAX_RHO),
+            epsilon=None
+            if epsilon is None
+            else parse_budget(epsilon, "epsilon", MAX_EPSILON, MIN_EPSILON),
+            rho=None if rho is None else parse_budget(rho, "rho", MAX_RHO, MIN_RHO),
             mode=noise_mode,
             fixed_point_bits=fixed_point_bits,
         )
