@@ -186,6 +186,10 @@ class Table:
             f"({_type_name(value)})",
         )
 
+    def _below(self, key: str, minimum: float) -> SettingsError:
+        bound = "must not be negative" if minimum == 0 else f"must be at least {minimum:g}"
+        return self.error(key, f"setting {key!r} in {self.name} {bound}")
+
     def text(self, key: str, default: str | _Missing = MISSING) -> str:
         value = self._value(key, default)
         if not isinstance(value, str):
@@ -202,7 +206,7 @@ class Table:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._wrong(key, "an integer", value)
         if minimum is not None and value < minimum:
-            raise self.error(key, f"setting {key!r} in {self.name} must be at least {minimum}")
+            raise self._below(key, minimum)
         return value
 
     def optional_integer(self, key: str, *, minimum: int | None = None) -> int | None:
@@ -217,7 +221,7 @@ class Table:
         if not math.isfinite(value):
             raise self._wrong(key, "a finite number", value)
         if minimum is not None and value < minimum:
-            raise self.error(key, f"setting {key!r} in {self.name} must be at least {minimum}")
+            raise self._below(key, minimum)
         return float(value)
 
     def flag(self, key: str, default: bool | _Missing = MISSING) -> bool:

@@ -500,7 +500,7 @@ def test_aggregation_jobs_capped_by_bytes(backend: Backend, world: World) -> Non
         {task_id: world.files.leader},
         world.leader_store,
         link,
-        PrivacyEngine(backend.ledger("leader"), [world.files.leader]),
+        PrivacyEngine(backend.ledger("leader"), [world.files.leader], allow_exact_release=True),
         clock=lambda: NOW,
         job_size=500,
         max_job_bytes=3 * item + 1,
