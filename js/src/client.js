@@ -7,6 +7,7 @@
 // does, so the leader cannot tell the two apart.
 
 import { HpkeError, ROLE_HELPER, ROLE_LEADER, inputShareInfo, isSupported, seal } from './hpke.js';
+import { localChannel } from './local.js';
 import { concat, prio3FromSpec } from './prio3.js';
 
 export const TASK_ID_SIZE = 32;
@@ -15,8 +16,11 @@ const CONTEXT_PREFIX = new TextEncoder().encode('veil-v1');
 
 /**
  * What the client knows of a task: its public description (the "task_id",
- * "vdaf" and "time_precision" of a client task file, veil.task.Task.to_dict).
- * @typedef {{task_id: string, vdaf: {type: string, [k: string]: unknown}, time_precision: number}} TaskDescription
+ * "vdaf", "time_precision" and, for a local layer, "dp" of a client task file,
+ * veil.task.Task.to_dict). With `dp.local_epsilon` every measurement is
+ * randomized on this device before sharding (./local.js, veil.dp.local).
+ * @typedef {{task_id: string, vdaf: {type: string, [k: string]: any}, time_precision: number,
+ *   dp?: {local_epsilon?: string, local_max_choices?: number}}} TaskDescription
  */
 
 /**
@@ -95,6 +99,7 @@ export class Client {
     this.now = options.now ?? (() => Date.now() / 1000);
     this.randomBytes =
       options.randomBytes ?? ((n) => globalThis.crypto.getRandomValues(new Uint8Array(n)));
+    this.randomize = localChannel(task.vdaf, task.dp, this.randomBytes);
   }
 
   /** The current time rounded down to the task's time_precision. */
@@ -115,9 +120,11 @@ export class Client {
     t -= t % this.task.time_precision;
     // Validate first, so that a bad measurement costs nothing.
     this.vdaf.flp.encode(measurement);
+    // The true answer goes no further than this line with a local layer.
+    const sent = this.randomize === null ? measurement : this.randomize(measurement);
     const reportId = this.randomBytes(REPORT_ID_SIZE);
     const rand = this.randomBytes(this.vdaf.RAND_SIZE);
-    const { publicShare, inputShares } = this.vdaf.shard(this.ctx, measurement, reportId, rand);
+    const { publicShare, inputShares } = this.vdaf.shard(this.ctx, sent, reportId, rand);
     const ps = this.vdaf.encodePublicShare(publicShare);
     const [leaderCt, helperCt] = await Promise.all([
       seal(

@@ -181,7 +181,7 @@ def test_injected_rng_replays_and_default_is_secrets() -> None:
         (lambda: KaryResponse(2, 21), "maximum"),
         (lambda: KaryResponse(2, "nan"), "finite"),
         (lambda: KaryResponse(2, 1).randomize(2), "option index"),
-        (lambda: KaryResponse(3, 1).randomize(True), "option index"),
+        (lambda: KaryResponse(2, 1).randomize(True), "option index"),
         (lambda: MultiOptionResponse(3, 4, 1), "exceeds"),
         (lambda: MultiOptionResponse(3, 1, 1).randomize([1, 1, 0]), "at most 1"),
         (lambda: MultiOptionResponse(3, 3, 1).randomize([1, 2, 0]), "0/1"),

@@ -51,11 +51,15 @@ def config_json(config: HpkeConfig) -> dict[str, Any]:
 
 def task_json(task: Task) -> dict[str, Any]:
     """What the JS client knows of a task (the public survey description's part)."""
-    return {
+    d: dict[str, Any] = {
         "task_id": b64e(task.task_id),
         "vdaf": task.vdaf.to_dict(),
         "time_precision": task.time_precision,
     }
+    if task.dp.local_epsilon is not None:
+        dp = task.dp.to_dict()
+        d["dp"] = {k: dp[k] for k in ("local_epsilon", "local_max_choices") if k in dp}
+    return d
 
 
 def _ciphertext(d: dict[str, Any]) -> Ciphertext:

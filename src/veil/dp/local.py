@@ -203,9 +203,7 @@ class KaryResponse:
         return other if other < index else other + 1
 
     def randomize(self, measurement: Any, rng: RandomSource | None = None) -> Any:
-        """A count's 0/1 (or bool) or a histogram's option index, randomized."""
-        if self.k == 2 and isinstance(measurement, bool):
-            measurement = int(measurement)
+        """A count's 0/1 or a histogram's option index (an int, as Prio3 takes it)."""
         return self.sample_index(measurement, rng)
 
     def transition(self) -> list[list[Fraction]]:
