@@ -201,3 +201,14 @@ def test_simulate_refuses_a_bad_local_epsilon(capsys: pytest.CaptureFixture[str]
     assert code == 2
     assert err.startswith("veil simulate: ") and "local_epsilon must be > 0" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_example_survey_enables_it_from_the_file_alone() -> None:
+    text = Path(EXAMPLE).read_text(encoding="utf-8")
+    assert "# local_epsilon = 2" in text
+    survey = parse_survey(text.replace("# local_epsilon = 2", "local_epsilon = 2"))
+    remote = survey.question("remote")
+    assert remote.local_epsilon == 2
+    vdaf, dp, _ = task_specs(survey)["remote"]
+    assert isinstance(dp.local(vdaf), KaryResponse)
+    assert all(q.local_epsilon is None for q in survey.questions if q.id != "remote")
