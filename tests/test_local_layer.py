@@ -212,3 +212,9 @@ def test_the_example_survey_enables_it_from_the_file_alone() -> None:
     vdaf, dp, _ = task_specs(survey)["remote"]
     assert isinstance(dp.local(vdaf), KaryResponse)
     assert all(q.local_epsilon is None for q in survey.questions if q.id != "remote")
+
+
+def test_demo_refuses_a_bad_local_epsilon(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--local-epsilon", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("veil demo: ") and len(err.strip().splitlines()) == 1

@@ -22,13 +22,29 @@ from veil.cli.common import (
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The example survey, simulated end to end through real servers."""
-    from veil.demo import example_survey, run_survey
+    from fractions import Fraction
+
+    from veil.demo import (
+        example_survey,
+        format_local_costs,
+        local_costs,
+        run_survey,
+        with_local_epsilon,
+    )
+    from veil.dp import DPError
     from veil.logs import configure_logging
 
     # The servers log to their own files; here only errors would matter.
     configure_logging("error")
     tune_for_throughput()
     survey = example_survey()
+    try:
+        if args.local_epsilon is not None:
+            survey = with_local_epsilon(survey, Fraction(args.local_epsilon))
+        costs = local_costs(survey, args.respondents)
+    except (DPError, ValueError, ZeroDivisionError) as e:
+        print(f"veil demo: {e}", file=sys.stderr)
+        return 2
     say = status_printer(args.json)
     say(
         f"veil demo: {args.respondents} simulated respondents answer {len(survey.questions)}"
@@ -41,6 +57,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"veil demo: {e}", file=sys.stderr)
         return 2
     print_results(results, args.json)
+    if not args.json and args.local_epsilon is not None:
+        print()
+        print(format_local_costs(costs, args.respondents))
     say(f"done in {time.perf_counter() - started:.1f} s; temporary files removed")
     return 0
 
@@ -210,6 +229,10 @@ def register(
     )
     demo.add_argument("--respondents", type=int, default=10_000)
     demo.add_argument("--json", action="store_true", help="print one JSON list instead")
+    demo.add_argument(
+        "--local-epsilon",
+        help="randomized response at this ε_L on every question, before sharding",
+    )
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=cmd_demo)
 
