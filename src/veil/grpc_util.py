@@ -87,6 +87,30 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+def _credentials(
+    address: str,
+    root_certificates: bytes | None,
+    private_key: bytes | None,
+    certificate_chain: bytes | None,
+    insecure: bool | None,
+) -> grpc.ChannelCredentials | None:
+    """TLS credentials for `address`, or None for plaintext (loopback only)."""
+    if insecure is None:
+        insecure = root_certificates is None and is_loopback(address)
+    if insecure:
+        if not is_loopback(address):
+            raise ValueError(f"refusing plaintext to non-loopback address {address}")
+        log.warning("plaintext gRPC to %s (loopback only)", address)
+        return None
+    return grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
+
+
 def open_channel(
     address: str,
     root_certificates: bytes | None = None,
@@ -96,16 +120,21 @@ def open_channel(
 ) -> grpc.Channel:
     """A channel to `address`. TLS (with the system roots unless given) except on
     loopback without certificates, where plaintext is used with a warning."""
-    options = [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ]
-    if insecure is None:
-        insecure = root_certificates is None and is_loopback(address)
-    if insecure:
-        if not is_loopback(address):
-            raise ValueError(f"refusing plaintext to non-loopback address {address}")
-        log.warning("plaintext gRPC to %s (loopback only)", address)
-        return grpc.insecure_channel(address, options=options)
-    creds = grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
-    return grpc.secure_channel(address, creds, options=options)
+    creds = _credentials(address, root_certificates, private_key, certificate_chain, insecure)
+    if creds is None:
+        return grpc.insecure_channel(address, options=_OPTIONS)
+    return grpc.secure_channel(address, creds, options=_OPTIONS)
+
+
+def open_aio_channel(
+    address: str,
+    root_certificates: bytes | None = None,
+    private_key: bytes | None = None,
+    certificate_chain: bytes | None = None,
+    insecure: bool | None = None,
+) -> grpc.aio.Channel:
+    """`open_channel` for asyncio (grpc.aio), with the same TLS rules."""
+    creds = _credentials(address, root_certificates, private_key, certificate_chain, insecure)
+    if creds is None:
+        return grpc.aio.insecure_channel(address, options=_OPTIONS)
+    return grpc.aio.secure_channel(address, creds, options=_OPTIONS)

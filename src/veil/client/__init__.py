@@ -1,12 +1,27 @@
-"""veil.client: shard, seal and upload measurements (draft-ietf-ppm-dap section 4.4)."""
+"""veil.client: shard, seal and upload measurements (draft-ietf-ppm-dap section 4.4).
 
-from veil.client.client import Client, UploadError, UploadResult
+`Client` blocks; `AsyncClient` is the same for asyncio. Both can keep every
+report in a durable `Outbox` until the leader acknowledged it.
+`prepare_report` builds a report from known HPKE configs without the network.
+"""
+
+from veil.client.aio import AsyncClient
+from veil.client.base import UploadResult
+from veil.client.client import Client
+from veil.client.outbox import Outbox, OutboxError, OutboxFull, TaskStatus
 from veil.client.prepare import prepare_report, prepare_reports, seal_report
+from veil.client.retry import RetryPolicy, UploadError
 from veil.messages import Report
 
 __all__ = [
+    "AsyncClient",
     "Client",
+    "Outbox",
+    "OutboxError",
+    "OutboxFull",
     "Report",
+    "RetryPolicy",
+    "TaskStatus",
     "UploadError",
     "UploadResult",
     "prepare_report",

@@ -1,5 +1,6 @@
 """The client: shard a measurement with Prio3, seal each input share to its
-aggregator with HPKE and upload the report to the leader.
+aggregator with HPKE and upload the report to the leader
+(draft-ietf-ppm-dap section 4.4).
 
 Each report gets a fresh random 16-byte report id (also the VDAF nonce). A
 retried upload resends the same reports with the same ids, and the leader
@@ -9,73 +10,30 @@ stores a report id once, so a retry never counts twice.
 from __future__ import annotations
 
 import logging
-import secrets
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
 
-from veil.client.prepare import prepare_reports
-from veil.grpc_util import RpcRefused, is_retryable, open_channel
+from veil.client.base import CONFIG_LIFETIME, ClientBase, UploadResult, advance
+from veil.client.outbox import DEFAULT_MAX_REPORTS
+from veil.client.retry import UploadError
+from veil.grpc_util import open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
-from veil.messages import MessageError, Report
-from veil.messages.wire import hpke_configs_from_pb, upload_request
-from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc, messages_pb2
+from veil.messages import Report
+from veil.messages.wire import upload_request
+from veil.protocol.v1 import helper_pb2_grpc, leader_pb2_grpc
 from veil.task import Task
-from veil.trust import check_roots
-from veil.vdaf.batch import BatchPrio3
 
 log = logging.getLogger(__name__)
 
-
-# How long a fetched HPKE config is used before it is fetched again. An
-# aggregator that rotates its key keeps opening reports sealed to the old
-# one for its grace period ([keys] grace_seconds), which must be longer.
-CONFIG_LIFETIME = 3600.0
-
-
-class UploadError(RpcRefused):
-    """The leader refused an upload (or stayed unreachable); `code` is the gRPC status."""
-
-
-@dataclass(frozen=True)
-class UploadResult:
-    accepted: int
-    duplicates: int
-
-
-# The leader refuses an upload of more than 10,000 reports or more than its
-# max_message_bytes (16 MiB by default); the client's requests stay well
-# under both, whatever the size of a task's reports.
-MAX_UPLOAD_REPORTS = 10_000
-MAX_UPLOAD_BYTES = 4 << 20
-
-
-def _report_bytes(r: Report) -> int:
-    # Bytes on the wire, with a generous allowance for protobuf framing.
-    cts = len(r.leader_ct.enc) + len(r.leader_ct.payload) + len(r.helper_ct.enc)
-    return len(r.report_id) + len(r.public_share) + cts + len(r.helper_ct.payload) + 64
-
-
-def upload_batches(reports: Sequence[Report], batch_size: int) -> Iterator[Sequence[Report]]:
-    """Consecutive slices of `reports`, each of at most `batch_size` (and
-    MAX_UPLOAD_REPORTS) reports and MAX_UPLOAD_BYTES bytes (or one report)."""
-    limit = min(batch_size, MAX_UPLOAD_REPORTS)
-    start = size = 0
-    for i, r in enumerate(reports):
-        n = _report_bytes(r)
-        if i > start and (i - start >= limit or size + n > MAX_UPLOAD_BYTES):
-            yield reports[start:i]
-            start, size = i, 0
-        size += n
-    if start < len(reports):
-        yield reports[start:]
+__all__ = ["CONFIG_LIFETIME", "Client", "UploadError", "UploadResult"]
 
 
 class Client:
-    """Uploads measurements for one task.
+    """Uploads measurements for one task, blocking until the leader answers.
 
     `task` is the client's task file (`veil task new` writes it). TLS is used
     unless an aggregator is on loopback with no certificates given. Each
@@ -87,8 +45,33 @@ class Client:
     `private_key`/`certificate_chain` (PEM) where an aggregator requires
     client certificates (mTLS).
 
+    A call that fails on the way (leader unreachable, restarting) is retried
+    `retries` times with exponential backoff from `backoff` seconds
+    (veil.client.retry.RetryPolicy), resending the same report ids.
+
+    With `outbox` (a file path), every report is sealed and committed to
+    that SQLite file before it is sent, and leaves it only once the leader
+    acknowledged it (veil.client.outbox): an upload while the leader is
+    unreachable returns with the reports pending (`UploadResult.pending`),
+    and `flush()` delivers them later, also from another process after a
+    restart. At most `outbox_max_reports` wait there (OutboxFull beyond).
+
+    A `Client` is thread-safe: threads may share one (the gRPC channels, the
+    config cache and the outbox are safe to use concurrently, and each call
+    draws its own report ids).
+
     Raises veil.trust.TrustError when the certificates cannot keep the two
-    aggregators apart.
+    aggregators apart, veil.client.OutboxError when `outbox` is not an
+    outbox file.
+
+    Example::
+
+        from veil.client import Client
+        from veil.task import load_task
+
+        with Client(load_task("client/task.toml")) as client:
+            client.upload(1)
+            client.upload_batch([0, 1, 1])
     """
 
     def __init__(
@@ -105,21 +88,24 @@ class Client:
         batch_size: int = 1000,
         clock: Callable[[], float] = time.time,
         config_lifetime: float = CONFIG_LIFETIME,
+        outbox: str | None = None,
+        outbox_max_reports: int = DEFAULT_MAX_REPORTS,
     ) -> None:
-        self.task = task
-        self.vdaf = task.vdaf.instantiate()
-        self._batch = BatchPrio3(self.vdaf)
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self.batch_size = batch_size
-        self.clock = clock
-        check_roots(
-            leader_root_certificates,
-            helper_root_certificates,
-            task.leader_ca_sha256,
-            task.helper_ca_sha256,
+        self._base = ClientBase(
+            task,
+            leader_root_certificates=leader_root_certificates,
+            helper_root_certificates=helper_root_certificates,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            batch_size=batch_size,
+            clock=clock,
+            config_lifetime=config_lifetime,
+            outbox=outbox,
+            outbox_max_reports=outbox_max_reports,
         )
+        self.task = task
+        self.vdaf = self._base.vdaf
         client_cert = (private_key, certificate_chain)
         self._leader_channel = open_channel(
             task.leader_address, leader_root_certificates, *client_cert
@@ -129,12 +115,12 @@ class Client:
         )
         self._leader = leader_pb2_grpc.LeaderStub(self._leader_channel)  # type: ignore[no-untyped-call]
         self._helper = helper_pb2_grpc.HelperStub(self._helper_channel)  # type: ignore[no-untyped-call]
-        self.config_lifetime = config_lifetime
-        self._configs: dict[int, tuple[HpkeConfig, float]] = {}
+        self._flush_lock = threading.Lock()
 
     def close(self) -> None:
         self._leader_channel.close()
         self._helper_channel.close()
+        self._base._close_outbox()
 
     def __enter__(self) -> Client:
         return self
@@ -143,46 +129,32 @@ class Client:
         self.close()
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
-        delay = self.backoff
-        for attempt in range(self.retries + 1):
+        policy = self._base.policy
+        attempt = 0
+        while True:
             try:
-                return method(request, timeout=self.timeout)
+                return method(request, timeout=self._base.timeout)
             except grpc.RpcError as e:
-                # Whatever the server says may succeed later (its database
-                # restarting, say) is sent again, unchanged: the same report ids.
-                if is_retryable(e) and attempt < self.retries:
-                    log.info("retrying after %s (attempt %d)", e.code().name, attempt + 1)
-                    time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
-                    delay = min(delay * 2, 30.0)
-                    continue
                 error = UploadError.from_rpc(e)
-                raise error from None
-        raise AssertionError("unreachable")
+                if not policy.should_retry(error, attempt):
+                    raise error from None
+                log.info("retrying after %s (attempt %d)", error.code.name, attempt + 1)
+                time.sleep(policy.delay(attempt))
+                attempt += 1
 
     def hpke_config(self, role: int) -> HpkeConfig:
-        """The aggregator's HPKE config (cached for `config_lifetime` seconds)."""
-        cached = self._configs.get(role)
-        if cached is not None and time.monotonic() - cached[1] < self.config_lifetime:
-            return cached[0]
+        """The aggregator's HPKE config (`role`: veil.hpke.ROLE_LEADER or
+        ROLE_HELPER), cached for `config_lifetime` seconds."""
+        known = self._base._known_config(role)
+        if known is not None:
+            return known
         stub = self._leader if role == ROLE_LEADER else self._helper
-        reply = self._call(
-            stub.GetHpkeConfig, messages_pb2.HpkeConfigRequest(task_id=self.task.task_id)
-        )
-        try:
-            usable = hpke_configs_from_pb(reply)
-        except MessageError as e:
-            raise UploadError(grpc.StatusCode.FAILED_PRECONDITION, str(e)) from None
-        if not usable:
-            raise UploadError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                "the aggregator offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
-            )
-        self._configs[role] = (usable[0], time.monotonic())
-        return usable[0]
+        reply = self._call(stub.GetHpkeConfig, self._base._config_request())
+        return self._base._remember_config(role, reply)
 
     def report_time(self) -> int:
-        now = int(self.clock())
-        return now - now % self.task.time_precision
+        """Now, rounded down to the task's time_precision."""
+        return self._base.report_time()
 
     def build_report(self, measurement: Any, report_time: int | None = None) -> Report:
         """Shard and seal one measurement. Raises ValueError on an invalid measurement."""
@@ -193,29 +165,60 @@ class Client:
     ) -> list[Report]:
         """Shard (on the batched path) and seal many measurements, each with a
         fresh report id. Raises ValueError, naming the report, on an invalid one."""
-        return prepare_reports(
-            self.task,
+        return self._base._prepare(
             measurements,
             self.hpke_config(ROLE_LEADER),
             self.hpke_config(ROLE_HELPER),
-            self.report_time() if report_time is None else report_time,
-            batch=self._batch,
+            report_time,
         )
 
+    def _send(self, reports: Sequence[Report]) -> UploadResult:
+        reply = self._call(self._leader.UploadReports, upload_request(self.task.task_id, reports))
+        return UploadResult(reply.accepted, reply.duplicates)
+
     def upload_reports(self, reports: Sequence[Report]) -> UploadResult:
-        """Upload prepared reports in batches; retried batches keep their report ids."""
+        """Upload prepared reports in batches of `batch_size`; retried batches
+        keep their report ids. Raises UploadError if the leader refuses or
+        stays unreachable.
+
+        With an outbox, the reports are stored there first and then
+        everything the outbox holds for the task is sent (see `flush`);
+        nothing is raised for a leader that stays unreachable: the reports
+        stay pending."""
+        if self._base.outbox is not None:
+            self._base.outbox.add(self.task.task_id, reports)
+            return self.flush()
         accepted = duplicates = 0
-        for batch in upload_batches(reports, self.batch_size):
-            request = upload_request(self.task.task_id, batch)
-            reply = self._call(self._leader.UploadReports, request)
-            accepted += reply.accepted
-            duplicates += reply.duplicates
+        for chunk in self._base._chunks(reports):
+            result = self._send(chunk)
+            accepted += result.accepted
+            duplicates += result.duplicates
         return UploadResult(accepted, duplicates)
 
     def upload(self, measurement: Any, report_time: int | None = None) -> UploadResult:
+        """Shard, seal and upload one measurement."""
         return self.upload_reports([self.build_report(measurement, report_time)])
 
     def upload_batch(
         self, measurements: Iterable[Any], report_time: int | None = None
     ) -> UploadResult:
+        """Shard, seal and upload many measurements (one request per `batch_size`)."""
         return self.upload_reports(self.build_reports(list(measurements), report_time))
+
+    def flush(self) -> UploadResult:
+        """Send what the outbox holds for the task, oldest first; see
+        `UploadResult` for what the counts mean. Reports past the task's
+        report_expiry_age are dropped (counted in `expired`). Raises
+        ValueError if the client has no outbox."""
+        if self._base.outbox is None:
+            raise ValueError("this client has no outbox (pass outbox=PATH)")
+        with self._flush_lock:
+            plan = self._base._delivery_plan()
+            step = advance(plan, None)
+            while isinstance(step, list):
+                try:
+                    sent: UploadResult | UploadError = self._send(step)
+                except UploadError as e:
+                    sent = e
+                step = advance(plan, sent)
+            return step

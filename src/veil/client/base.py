@@ -1,0 +1,275 @@
+"""What `Client` and `AsyncClient` share: everything but the waiting.
+
+The task, the trust check, the HPKE config cache, sharding and sealing
+(`veil.client.prepare`), the retry policy and the outbox's delivery plan
+live here once; the two clients differ only in how they wait for the
+network (a blocking gRPC channel, or grpc.aio) and where the CPU-bound work
+runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from veil.client.outbox import Outbox
+from veil.client.prepare import prepare_reports
+from veil.client.retry import RetryPolicy, UploadError
+from veil.hpke import HpkeConfig
+from veil.messages import MessageError, Report
+from veil.messages.wire import hpke_configs_from_pb
+from veil.protocol.v1 import messages_pb2
+from veil.task import Task
+from veil.trust import check_roots
+from veil.vdaf.batch import BatchPrio3
+
+log = logging.getLogger("veil.client")
+
+# How long a fetched HPKE config is used before it is fetched again. An
+# aggregator that rotates its key keeps opening reports sealed to the old
+# one for its grace period ([keys] grace_seconds), which must be longer.
+CONFIG_LIFETIME = 3600.0
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What an upload or a flush did.
+
+    `accepted`: reports the leader stored; `duplicates`: reports it already
+    held (a resend), acknowledged and not stored again. With an outbox also:
+    `pending`, reports of the task still waiting in the outbox (the leader
+    was unreachable; `error` says why); `refused`, reports the leader refused
+    for good (kept in the outbox, never resent); `expired`, reports dropped
+    unsent because they passed the task's report_expiry_age.
+    """
+
+    accepted: int
+    duplicates: int
+    pending: int = 0
+    refused: int = 0
+    expired: int = 0
+    error: str | None = None
+
+
+# The leader refuses an upload of more than 10,000 reports or more than its
+# max_message_bytes (16 MiB by default); the client's requests stay well
+# under both, whatever the size of a task's reports.
+MAX_UPLOAD_REPORTS = 10_000
+MAX_UPLOAD_BYTES = 4 << 20
+
+
+def _report_bytes(r: Report) -> int:
+    # Bytes on the wire, with a generous allowance for protobuf framing.
+    cts = len(r.leader_ct.enc) + len(r.leader_ct.payload) + len(r.helper_ct.enc)
+    return len(r.report_id) + len(r.public_share) + cts + len(r.helper_ct.payload) + 64
+
+
+def upload_batches(reports: Sequence[Report], batch_size: int) -> Iterator[Sequence[Report]]:
+    """Consecutive slices of `reports`, each of at most `batch_size` (and
+    MAX_UPLOAD_REPORTS) reports and MAX_UPLOAD_BYTES bytes (or one report)."""
+    limit = min(batch_size, MAX_UPLOAD_REPORTS)
+    start = size = 0
+    for i, r in enumerate(reports):
+        n = _report_bytes(r)
+        if i > start and (i - start >= limit or size + n > MAX_UPLOAD_BYTES):
+            yield reports[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(reports):
+        yield reports[start:]
+
+
+# What the delivery plan is told about a batch it asked to send.
+Sent = UploadResult | UploadError
+# The plan asks for a batch to be sent (a list) or is done (the result).
+Step = list[Report] | UploadResult
+
+
+class ClientBase:
+    """The parts of a client that do not wait on the network."""
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        leader_root_certificates: bytes | None,
+        helper_root_certificates: bytes | None,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        batch_size: int,
+        clock: Callable[[], float],
+        config_lifetime: float,
+        outbox: str | None,
+        outbox_max_reports: int,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        check_roots(
+            leader_root_certificates,
+            helper_root_certificates,
+            task.leader_ca_sha256,
+            task.helper_ca_sha256,
+        )
+        self.task = task
+        self.vdaf = task.vdaf.instantiate()
+        self._batch = BatchPrio3(self.vdaf)
+        self.timeout = timeout
+        self.policy = RetryPolicy(retries, backoff)
+        self.batch_size = batch_size
+        self.clock = clock
+        self.config_lifetime = config_lifetime
+        self._configs: dict[int, tuple[HpkeConfig, float]] = {}
+        self._configs_lock = threading.Lock()
+        self.outbox = None if outbox is None else Outbox(outbox, outbox_max_reports)
+
+    @property
+    def retries(self) -> int:
+        return self.policy.retries
+
+    @property
+    def backoff(self) -> float:
+        return self.policy.backoff
+
+    def _close_outbox(self) -> None:
+        if self.outbox is not None:
+            self.outbox.close()
+
+    # -- HPKE configs ------------------------------------------------------
+
+    def _known_config(self, role: int) -> HpkeConfig | None:
+        """A config fetched less than `config_lifetime` ago: from memory, or
+        from the outbox (so that a client restarted during an outage can
+        still seal)."""
+        with self._configs_lock:
+            cached = self._configs.get(role)
+        if cached is not None and time.monotonic() - cached[1] < self.config_lifetime:
+            return cached[0]
+        if self.outbox is not None:
+            saved = self.outbox.config(self.task.task_id, role)
+            if saved is not None:
+                age = time.time() - saved[1]
+                if 0 <= age < self.config_lifetime:
+                    with self._configs_lock:
+                        self._configs[role] = (saved[0], time.monotonic() - age)
+                    return saved[0]
+        return None
+
+    def _remember_config(self, role: int, reply: messages_pb2.HpkeConfigList) -> HpkeConfig:
+        try:
+            usable = hpke_configs_from_pb(reply)
+        except MessageError as e:
+            raise UploadError(grpc.StatusCode.FAILED_PRECONDITION, str(e)) from None
+        if not usable:
+            raise UploadError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "the aggregator offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
+            )
+        with self._configs_lock:
+            self._configs[role] = (usable[0], time.monotonic())
+        if self.outbox is not None:
+            self.outbox.save_config(self.task.task_id, role, usable[0], time.time())
+        return usable[0]
+
+    def _config_request(self) -> messages_pb2.HpkeConfigRequest:
+        return messages_pb2.HpkeConfigRequest(task_id=self.task.task_id)
+
+    # -- reports -----------------------------------------------------------
+
+    def report_time(self) -> int:
+        """Now, rounded down to the task's time_precision."""
+        now = int(self.clock())
+        return now - now % self.task.time_precision
+
+    def _prepare(
+        self,
+        measurements: Sequence[Any],
+        leader: HpkeConfig,
+        helper: HpkeConfig,
+        report_time: int | None,
+    ) -> list[Report]:
+        return prepare_reports(
+            self.task,
+            measurements,
+            leader,
+            helper,
+            self.report_time() if report_time is None else report_time,
+            batch=self._batch,
+        )
+
+    def _chunks(self, reports: Sequence[Report]) -> Iterator[Sequence[Report]]:
+        return upload_batches(reports, self.batch_size)
+
+    # -- the outbox's delivery plan ----------------------------------------
+
+    def _delivery_plan(self) -> Generator[list[Report], Sent, UploadResult]:
+        """Deliver what the outbox holds for the task, oldest first.
+
+        A generator that yields each batch to send and is sent back what
+        came of it, so that the blocking and the asyncio client drive the
+        same decisions: a batch acknowledged leaves the outbox; an error
+        worth retrying later (leader unreachable after the retry policy)
+        stops the flush with everything still pending; a batch refused for
+        good is sent again report by report, to keep the good ones apart
+        from the refused, which stay in the outbox marked refused.
+        """
+        assert self.outbox is not None
+        box, task_id = self.outbox, self.task.task_id
+        expired = box.drop_expired(task_id, self.task.report_horizon(self.clock()))
+        if expired:
+            log.warning("outbox: dropped %d reports past the task's report_expiry_age", expired)
+        accepted = duplicates = refused = 0
+        error: str | None = None
+        after = 0
+        while error is None:
+            rows = box.pending(task_id, self.batch_size, after)
+            if not rows:
+                break
+            after = rows[-1][0]
+            for chunk in upload_batches([r for _, r in rows], self.batch_size):
+                reports = list(chunk)
+                outcome = yield reports
+                if isinstance(outcome, UploadError) and not outcome.retryable and len(reports) > 1:
+                    # One bad report refuses the whole request: find it.
+                    outcomes = []
+                    for r in reports:
+                        outcomes.append((r, (yield [r])))
+                else:
+                    outcomes = [(r, outcome) for r in reports]
+                done = []
+                for report, result in outcomes:
+                    if isinstance(result, UploadResult):
+                        done.append(report.report_id)
+                    elif result.retryable:
+                        error = str(result)
+                    else:
+                        log.warning("outbox: the leader refused a report for good: %s", result)
+                        box.refuse(task_id, report.report_id, str(result))
+                        refused += 1
+                box.acknowledge(task_id, done)
+                # One result per request sent, however many reports it carried.
+                for result in {id(o): o for _, o in outcomes}.values():
+                    if isinstance(result, UploadResult):
+                        accepted += result.accepted
+                        duplicates += result.duplicates
+                if error is not None:
+                    break
+        pending = box.pending_count(task_id)
+        if error is not None:
+            log.warning("outbox: %d reports kept for a later flush: %s", pending, error)
+        return UploadResult(accepted, duplicates, pending, refused, expired, error)
+
+
+def advance(plan: Generator[list[Report], Sent, UploadResult], sent: Sent | None) -> Step:
+    """The plan's next batch to send, or its result once it is done."""
+    try:
+        return next(plan) if sent is None else plan.send(sent)
+    except StopIteration as stop:
+        result: UploadResult = stop.value
+        return result

@@ -1,0 +1,139 @@
+"""`AsyncClient` against a real leader and helper: the surface of `Client`,
+shared by many tasks of one loop, CPU work in its executor, the same errors;
+and `Client` shared by threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.integration.deployment import Deployment, free_port, start_deployment
+from veil.client import AsyncClient, Client, UploadError
+from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.task import DpSpec, VdafSpec
+
+TP = 3600
+
+
+@pytest.fixture(scope="module")
+def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    d = start_deployment(
+        tmp_path_factory.mktemp("async"),
+        {
+            "count": (VdafSpec("count"), DpSpec("none"), {}),
+            "sum": (VdafSpec("sum", max_measurement=10), DpSpec("none"), {}),
+        },
+    )
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def past(hours: int) -> int:
+    now = int(time.time())
+    return now - now % TP - hours * TP
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A thread pool that remembers which threads ran its work."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.threads: set[int] = set()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        def run() -> Any:
+            self.threads.add(threading.get_ident())
+            return fn(*args, **kwargs)
+
+        return super().submit(run)
+
+
+def test_same_surface_as_the_blocking_client(dep: Deployment) -> None:
+    task = dep.tasks["sum"].client
+    before = dep.stored_reports("sum")
+    executor = CountingExecutor()
+
+    async def run() -> None:
+        loop_thread = threading.get_ident()
+        async with AsyncClient(task, executor=executor) as client:
+            with Client(task) as blocking:
+                for role in (ROLE_LEADER, ROLE_HELPER):
+                    assert await client.hpke_config(role) == blocking.hpke_config(role)
+            assert (await client.upload(3, past(1))).accepted == 1
+            assert (await client.upload_batch([1, 2, 10], past(1))).accepted == 3
+            reports = await client.build_reports([4, 5], past(1))
+            assert all(r.time == past(1) for r in reports)
+            assert (await client.upload_reports(reports)).accepted == 2
+            again = await client.upload_reports(reports)  # a resend: acknowledged, not stored
+            assert (again.accepted, again.duplicates) == (0, 2)
+            assert (await client.build_report(7)).time == client.report_time()
+            with pytest.raises(ValueError):
+                await client.upload(11)
+        # Sharding and sealing ran in the executor, never on the loop's thread.
+        assert executor.threads and loop_thread not in executor.threads
+
+    asyncio.run(run())
+    executor.shutdown()
+    assert dep.stored_reports("sum") == before + 6
+
+
+def test_one_client_shared_by_many_tasks(dep: Deployment) -> None:
+    task = dep.tasks["count"].client
+    before = dep.stored_reports("count")
+
+    async def run() -> list[Any]:
+        async with AsyncClient(task) as client:
+            singles = [client.upload(i % 2, past(2)) for i in range(40)]
+            batches = [client.upload_batch([1] * 5, past(2)) for _ in range(4)]
+            return await asyncio.gather(*singles, *batches)
+
+    results = asyncio.run(run())
+    assert sum(r.accepted for r in results) == 60
+    assert sum(r.duplicates for r in results) == 0
+    assert dep.stored_reports("count") == before + 60
+
+
+def test_errors_are_the_blocking_clients(dep: Deployment) -> None:
+    files = dep.tasks["count"]
+    # A task the leader does not know: refused for good, not retried.
+    unknown = replace(files.client, task_id=bytes(32))
+    closed = f"127.0.0.1:{free_port()}"
+    unreachable = replace(files.client, leader_address=closed, helper_address=closed)
+
+    async def run() -> None:
+        async with AsyncClient(unknown) as client:
+            with pytest.raises(UploadError) as refused:
+                await client.upload(1)
+        assert refused.value.code == grpc.StatusCode.NOT_FOUND
+        assert not refused.value.retryable
+        async with AsyncClient(unreachable, retries=1, backoff=0.01) as client:
+            with pytest.raises(UploadError) as down:
+                await client.upload(1)
+        assert down.value.code == grpc.StatusCode.UNAVAILABLE and down.value.retryable
+
+    asyncio.run(run())
+    with Client(unknown) as blocking, pytest.raises(UploadError) as refused_too:
+        blocking.upload(1)
+    assert refused_too.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_blocking_client_shared_by_threads(dep: Deployment) -> None:
+    """`Client` is documented thread-safe: threads sharing one upload every report once."""
+    task = dep.tasks["count"].client
+    before = dep.stored_reports("count")
+    with Client(task) as client, ThreadPoolExecutor(max_workers=8) as pool:
+        jobs = [pool.submit(client.upload, 1, past(3)) for _ in range(40)]
+        jobs += [pool.submit(client.upload_batch, [0, 1, 1], past(3)) for _ in range(8)]
+        results = [j.result() for j in jobs]
+    assert sum(r.accepted for r in results) == 64
+    assert dep.stored_reports("count") == before + 64

@@ -1,0 +1,117 @@
+"""The outbox under `kill -9`: `veil upload --outbox` killed after sealing and
+before the leader's acknowledgement (once with its request in flight to a
+frozen leader, once retrying during a leader outage), then `veil outbox
+flush` after the leader is back: every report is counted exactly once, as a
+collection with mechanism "none" shows. Real leader, helper and client
+processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.deployment import start_deployment
+from veil.client import Outbox
+from veil.task import DpSpec, VdafSpec
+
+pytestmark = [pytest.mark.slow, pytest.mark.fault]
+
+TP = 3600
+
+
+def veil(*args: str) -> list[str]:
+    return [sys.executable, "-m", "veil.cli", *args]
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def pending(box: Path) -> int:
+    if not box.exists():
+        return 0
+    with Outbox(box) as outbox:
+        return sum(t.pending for t in outbox.status())
+
+
+def test_killed_client_delivers_every_report_exactly_once(tmp_path: Path) -> None:
+    dep = start_deployment(tmp_path / "servers", {"count": (VdafSpec("count"), DpSpec("none"), {})})
+    try:
+        task = str(dep.local.root / "count.client.toml")
+        box = tmp_path / "client.outbox"
+        now = int(time.time())
+        t = str(now - now % TP - TP)
+        upload = ["upload", "--task", task, "--outbox", str(box), "--time", t]
+
+        # Delivered at once; the outbox now also remembers both HPKE configs.
+        done = subprocess.run(veil(*upload, *["1"] * 5), capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert pending(box) == 0
+
+        # 1. Sealed, stored, sent, never acknowledged: the leader is frozen,
+        # so the request waits for an answer when the client is killed.
+        assert dep.leader.pid is not None
+        os.kill(dep.leader.pid, signal.SIGSTOP)
+        try:
+            child = subprocess.Popen(veil(*upload, *["1"] * 7), stderr=subprocess.DEVNULL)
+            wait_until(lambda: pending(box) == 7, "7 reports in the outbox")
+            time.sleep(0.5)  # let the request leave (the test holds either way)
+            child.kill()
+            assert child.wait() == -signal.SIGKILL
+        finally:
+            os.kill(dep.leader.pid, signal.SIGCONT)
+
+        # 2. The leader is down: the client seals with the configs the outbox
+        # remembered, stores, and is killed while it retries.
+        dep.leader.stop(signal.SIGKILL)
+        child = subprocess.Popen(veil(*upload, *["1"] * 4), stderr=subprocess.DEVNULL)
+        wait_until(lambda: pending(box) == 11, "11 reports in the outbox")
+        child.kill()
+        assert child.wait() == -signal.SIGKILL
+
+        # 3. Still down: an upload that gives up leaves its reports pending, says so.
+        gave_up = subprocess.run(veil(*upload, *["1"] * 3), capture_output=True, text=True)
+        assert gave_up.returncode == 1
+        assert "14 pending in the outbox" in gave_up.stdout
+        assert "flush later" in gave_up.stderr
+
+        status = subprocess.run(
+            veil("outbox", "status", "--outbox", str(box), "--json"),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        (row,) = json.loads(status.stdout)
+        assert (row["pending"], row["delivered"], row["oldest"]) == (14, 5, int(t))
+
+        # The leader is back: one flush delivers everything, once.
+        dep.leader.start()
+        flush = subprocess.run(
+            veil("outbox", "flush", "--outbox", str(box), "--task", task),
+            capture_output=True,
+            text=True,
+        )
+        assert flush.returncode == 0, flush.stderr
+        assert pending(box) == 0
+        with Outbox(box) as outbox:
+            (final,) = outbox.status()
+        assert (final.delivered, final.refused, final.expired) == (19, 0, 0)
+
+        with dep.collector("count") as collector:
+            result = collector.collect(int(t), TP, wait=120)
+        assert result.report_count == 19
+        assert result.estimate == 19
+    finally:
+        dep.stop()
