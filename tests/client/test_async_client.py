@@ -28,8 +28,8 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     d = start_deployment(
         tmp_path_factory.mktemp("async"),
         {
-            "count": (VdafSpec("count"), DpSpec("none"), {}),
-            "sum": (VdafSpec("sum", max_measurement=10), DpSpec("none"), {}),
+            "count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1}),
+            "sum": (VdafSpec("sum", max_measurement=10), DpSpec("none"), {"min_batch_size": 1}),
         },
     )
     try:

@@ -27,7 +27,14 @@ from veil.hpke import generate_keypair
 from veil.task import DpSpec, VdafSpec, new_task
 
 TP = 3600
-FILES = new_task(VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", time_precision=TP)
+FILES = new_task(
+    VdafSpec("count"),
+    "127.0.0.1:1",
+    "127.0.0.1:2",
+    time_precision=TP,
+    min_batch_size=1,
+    dp=DpSpec("none"),
+)
 KEYS = generate_keypair(1), generate_keypair(2)
 
 
@@ -141,8 +148,12 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     d = start_deployment(
         tmp_path_factory.mktemp("outbox"),
         {
-            "count": (VdafSpec("count"), DpSpec("none"), {}),
-            "expiring": (VdafSpec("count"), DpSpec("none"), {"report_expiry_age": 4 * TP}),
+            "count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1}),
+            "expiring": (
+                VdafSpec("count"),
+                DpSpec("none"),
+                {"report_expiry_age": 4 * TP, "min_batch_size": 1},
+            ),
         },
     )
     try:

@@ -13,9 +13,11 @@ import pytest
 from veil.cli import main
 from veil.client import Outbox, prepare_reports
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair
-from veil.task import VdafSpec, new_task, write_toml
+from veil.task import DpSpec, VdafSpec, new_task, write_toml
 
-FILES = new_task(VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2")
+FILES = new_task(
+    VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=1, dp=DpSpec("none")
+)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

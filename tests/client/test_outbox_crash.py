@@ -47,7 +47,9 @@ def pending(box: Path) -> int:
 
 
 def test_killed_client_delivers_every_report_exactly_once(tmp_path: Path) -> None:
-    dep = start_deployment(tmp_path / "servers", {"count": (VdafSpec("count"), DpSpec("none"), {})})
+    dep = start_deployment(
+        tmp_path / "servers", {"count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1})}
+    )
     try:
         task = str(dep.local.root / "count.client.toml")
         box = tmp_path / "client.outbox"
