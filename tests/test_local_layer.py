@@ -4,6 +4,7 @@ client's report preparation, the collector's estimates and `veil task new`
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from dataclasses import replace
@@ -23,10 +24,11 @@ from veil.demo import (
     task_specs,
     with_local_epsilon,
 )
+from veil.deploy import deploy_survey
 from veil.dp import DPConfig, NoisePlan, local_channel, local_estimate
 from veil.dp.local import KaryResponse, MultiOptionResponse
-from veil.survey import SurveyError, parse_survey
-from veil.task import DpSpec, Task, TaskError, VdafSpec, new_task
+from veil.survey import DESCRIPTION_FILE, SurveyError, load_description, parse_survey
+from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "survey.toml")
 
@@ -218,3 +220,25 @@ def test_demo_refuses_a_bad_local_epsilon(capsys: pytest.CaptureFixture[str]) ->
     assert main(["demo", "--local-epsilon", "x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("veil demo: ") and len(err.strip().splitlines()) == 1
+
+
+def test_deployed_survey_carries_it_to_every_party(tmp_path: Path) -> None:
+    text = SURVEY.replace(
+        'name = "s"', 'name = "s"\nopens = 2026-05-01T00:00:00Z\ncloses = 2026-05-08T00:00:00Z'
+    )
+    survey = parse_survey(text)
+    dep = deploy_survey(survey, text, tmp_path / "out", "a.example:443", "b.example:443")
+    described = load_description(dep.client_dir)
+    assert described.survey.questions == survey.questions  # local_epsilon included
+    for party in ("client/yes.toml", "leader/tasks/yes.toml", "collector/yes.toml"):
+        assert load_task(dep.out / party).dp.local_epsilon == "3/2"
+    assert load_task(dep.out / "client" / "tools.toml").dp.local_max_choices == 2
+    doc = json.loads((dep.client_dir / DESCRIPTION_FILE).read_text())
+    assert doc["questions"][0]["local_epsilon"] == "3/2"
+    assert "local_epsilon" not in doc["questions"][2]
+    doc["questions"][0]["local_epsilon"] = "lots"
+    target = dep.client_dir / DESCRIPTION_FILE
+    target.chmod(0o644)
+    target.write_text(json.dumps(doc))
+    with pytest.raises(SurveyError, match="local_epsilon"):
+        load_description(dep.client_dir)
