@@ -15,7 +15,7 @@ from veil.client import Client, UploadError
 from veil.collector import CollectionError, Collector
 from veil.deploy import DeployError, deploy_survey
 from veil.survey import DESCRIPTION_FILE, SurveyError, load_description, parse_survey
-from veil.task import load_task
+from veil.task import ClientTask, CollectorTask, HelperTask, LeaderTask, load_task
 from veil.times import format_time
 
 WINDOW = "opens = 2026-05-01T00:00:00Z\ncloses = 2026-05-08T00:00:00Z\n"
@@ -57,9 +57,11 @@ def test_files_are_owner_only_except_client(tmp_path: Path) -> None:
             assert mode(f) == (0o700 if f.is_dir() else 0o600), f
     for f in dep.client_dir.glob("*.toml"):
         assert mode(f) == 0o644
-        task = load_task(f)
-        assert task.verify_key is None and task.collector_hpke_keypair is None
-    assert load_task(dep.collector_dir / "likes.toml").collector_hpke_keypair is not None
+        assert load_task(f, ClientTask).role == "client"  # no secrets: a client file
+        assert "verify_key" not in f.read_text() and "private" not in f.read_text()
+    assert load_task(dep.collector_dir / "likes.toml", CollectorTask).role == "collector"
+    assert load_task(dep.leader_config.parent / "tasks" / "likes.toml", LeaderTask)
+    assert load_task(dep.helper_config.parent / "tasks" / "likes.toml", HelperTask)
     assert "[tls]" in dep.leader_config.read_text()
     assert mode(dep.client_dir / DESCRIPTION_FILE) == 0o644
 

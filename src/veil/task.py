@@ -11,6 +11,10 @@ tokens. Parameters are immutable; each party holds only what it needs:
 - collector: everything public, the collector token and HPKE private key;
 - client:    everything public.
 
+Each is its own type (`LeaderTask`, `HelperTask`, `CollectorTask`,
+`ClientTask`) with its secrets required, and each file declares its role
+(`role = "leader"` ...): a file without it is refused with the line to add.
+
 Bytes are written as unpadded base64url strings.
 """
 
@@ -21,10 +25,10 @@ import hashlib
 import hmac
 import os
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import tomli_w
 
@@ -273,7 +277,9 @@ class DpSpec:
         return spec
 
 
+# The settings every task file holds, whatever its role.
 TASK_KEYS = (
+    "role",
     "task_id",
     "leader_address",
     "helper_address",
@@ -286,31 +292,38 @@ TASK_KEYS = (
     "dp",
     "collector_hpke_config",
     "report_expiry_age",
-    "verify_key",
-    "aggregator_token",
-    "aggregator_token_sha256",
-    "collector_token",
-    "collector_token_sha256",
-    "collector_hpke_private_key",
     "leader_ca_sha256",
     "helper_ca_sha256",
 )
 HPKE_CONFIG_KEYS = ("config_id", "public_key")
+ROLES = ("leader", "helper", "collector", "client")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Task:
+    """What every party knows of a task: its public parameters.
+
+    A task file holds one of the four role types below (`LeaderTask`,
+    `HelperTask`, `CollectorTask`, `ClientTask`), each with exactly the
+    secrets its party needs, all of them required; the file says which with
+    `role = "..."`. Code that needs a secret takes the role type that has it.
+    """
+
+    role: ClassVar[str] = "client"
+    # The settings this role's file holds beyond TASK_KEYS.
+    SECRET_KEYS: ClassVar[tuple[str, ...]] = ()
+
     task_id: bytes
     vdaf: VdafSpec
     leader_address: str
     helper_address: str
     min_batch_size: int
     dp: DpSpec
+    collector_hpke_config: HpkeConfig
     time_precision: int = DEFAULT_TIME_PRECISION
     not_before: int = DEFAULT_NOT_BEFORE
     not_after: int = DEFAULT_NOT_AFTER
     max_clock_skew: int = DEFAULT_MAX_CLOCK_SKEW
-    collector_hpke_config: HpkeConfig | None = None
     # Reports older than this many seconds are refused at upload and their
     # data deleted by garbage collection (DAP report_expiry_age); None keeps
     # reports until their batch is collected.
@@ -319,12 +332,6 @@ class Task:
     # clients and collectors then trust that CA for that aggregator only.
     leader_ca_sha256: str | None = None
     helper_ca_sha256: str | None = None
-    verify_key: bytes | None = field(default=None, repr=False)
-    aggregator_token: str | None = field(default=None, repr=False)
-    aggregator_token_hash: bytes | None = None
-    collector_token: str | None = field(default=None, repr=False)
-    collector_token_hash: bytes | None = None
-    collector_hpke_keypair: HpkeKeypair | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.task_id) != TASK_ID_SIZE:
@@ -358,20 +365,16 @@ class Task:
         """Start of the time_precision-aligned batch bucket holding `time`."""
         return time - time % self.time_precision
 
-    def public(self) -> Task:
+    def _public_fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(Task)}
+
+    def public(self) -> ClientTask:
         """This task with every secret removed (the client's view)."""
-        return replace(
-            self,
-            verify_key=None,
-            aggregator_token=None,
-            aggregator_token_hash=None,
-            collector_token=None,
-            collector_token_hash=None,
-            collector_hpke_keypair=None,
-        )
+        return ClientTask(**self._public_fields())
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
+            "role": self.role,
             "task_id": self.id_text,
             "leader_address": self.leader_address,
             "helper_address": self.helper_address,
@@ -382,35 +385,32 @@ class Task:
             "max_clock_skew": self.max_clock_skew,
             "vdaf": self.vdaf.to_dict(),
             "dp": self.dp.to_dict(),
-        }
-        if self.collector_hpke_config is not None:
-            d["collector_hpke_config"] = {
+            "collector_hpke_config": {
                 "config_id": self.collector_hpke_config.config_id,
                 "public_key": b64e(self.collector_hpke_config.public_key),
-            }
+            },
+        }
         if self.report_expiry_age is not None:
             d["report_expiry_age"] = self.report_expiry_age
         for key in ("leader_ca_sha256", "helper_ca_sha256"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
-        if self.verify_key is not None:
-            d["verify_key"] = b64e(self.verify_key)
-        if self.aggregator_token is not None:
-            d["aggregator_token"] = self.aggregator_token
-        if self.aggregator_token_hash is not None:
-            d["aggregator_token_sha256"] = b64e(self.aggregator_token_hash)
-        if self.collector_token is not None:
-            d["collector_token"] = self.collector_token
-        if self.collector_token_hash is not None:
-            d["collector_token_sha256"] = b64e(self.collector_token_hash)
-        if self.collector_hpke_keypair is not None:
-            d["collector_hpke_private_key"] = b64e(self.collector_hpke_keypair.private_key)
+        d.update(self._secrets())
         return d
+
+    def _secrets(self) -> dict[str, Any]:
+        """This role's secrets as written in its file."""
+        return {}
+
+    @classmethod
+    def _secrets_from(cls, t: Table, config: HpkeConfig) -> dict[str, Any]:
+        """This role's secrets read from its file's top-level table."""
+        return {}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Task:
         try:
-            return Task.from_table(from_mapping(d, "<task>", TASK_KEYS))
+            return Task.from_table(from_mapping(d, "<task>", _ALL_TASK_KEYS))
         except SettingsError as e:
             if isinstance(e, TaskError):
                 raise
@@ -418,77 +418,205 @@ class Task:
 
     @staticmethod
     def from_table(t: Table) -> Task:
-        """A task from the top-level table of its file; raises SettingsError."""
+        """The task of the role its table declares; raises SettingsError.
 
-        def opt_bytes(key: str) -> bytes | None:
-            text = t.optional_text(key)
-            if text is None:
-                return None
-            try:
-                return b64d(text)
-            except TaskError as e:
-                raise t.error(key, f"{key!r}: {e}") from None
-
-        def need_bytes(key: str) -> bytes:
-            t.text(key)  # missing or not a string: say so
-            value = opt_bytes(key)
-            assert value is not None
-            return value
-
-        hc = t.optional_table("collector_hpke_config", HPKE_CONFIG_KEYS)
-        config = None
-        if hc is not None:
-            try:
-                config = HpkeConfig(hc.integer("config_id", minimum=0), b64d(hc.text("public_key")))
-            except (TaskError, ValueError) as e:
-                raise hc.error("public_key", f"bad [collector_hpke_config]: {e}") from None
-        sk = opt_bytes("collector_hpke_private_key")
-        if sk is not None and config is None:
-            raise t.error(
-                "collector_hpke_private_key",
-                "collector_hpke_private_key needs a [collector_hpke_config] table",
-            )
+        `t` may hold the keys of any role; those not of the declared role
+        are refused (a client file holding a verify key is a mistake).
+        """
+        role = _declared_role(t)
+        cls = _ROLE_TYPES[role]
+        t = Table(t.data, t.source, (*TASK_KEYS, *cls.SECRET_KEYS), t.path)
+        hc = t.table("collector_hpke_config", HPKE_CONFIG_KEYS, required=True)
+        try:
+            config = HpkeConfig(hc.integer("config_id", minimum=0), b64d(hc.text("public_key")))
+        except (TaskError, ValueError) as e:
+            raise hc.error("public_key", f"bad [collector_hpke_config]: {e}") from None
         try:
             vdaf = VdafSpec.from_table(t.table("vdaf", VDAF_KEYS, required=True))
         except TaskError as e:
             raise t.error("vdaf", str(e)) from None
-        expiry = t.optional_integer("report_expiry_age")
+        public: dict[str, Any] = dict(
+            task_id=_bytes(t, "task_id"),
+            vdaf=vdaf,
+            leader_address=t.text("leader_address"),
+            helper_address=t.text("helper_address"),
+            time_precision=t.integer("time_precision", DEFAULT_TIME_PRECISION),
+            min_batch_size=t.integer("min_batch_size"),
+            not_before=t.integer("not_before", DEFAULT_NOT_BEFORE),
+            not_after=t.integer("not_after", DEFAULT_NOT_AFTER),
+            max_clock_skew=t.integer("max_clock_skew", DEFAULT_MAX_CLOCK_SKEW, minimum=0),
+            dp=DpSpec.from_table(t.table("dp", DP_KEYS, required=True)),
+            collector_hpke_config=config,
+            report_expiry_age=t.optional_integer("report_expiry_age"),
+            leader_ca_sha256=t.optional_text("leader_ca_sha256"),
+            helper_ca_sha256=t.optional_text("helper_ca_sha256"),
+        )
+        secrets_ = cls._secrets_from(t, config)
         try:
-            return Task(
-                task_id=need_bytes("task_id"),
-                vdaf=vdaf,
-                leader_address=t.text("leader_address"),
-                helper_address=t.text("helper_address"),
-                time_precision=t.integer("time_precision", DEFAULT_TIME_PRECISION),
-                min_batch_size=t.integer("min_batch_size"),
-                not_before=t.integer("not_before", DEFAULT_NOT_BEFORE),
-                not_after=t.integer("not_after", DEFAULT_NOT_AFTER),
-                max_clock_skew=t.integer("max_clock_skew", DEFAULT_MAX_CLOCK_SKEW, minimum=0),
-                dp=DpSpec.from_table(t.table("dp", DP_KEYS, required=True)),
-                collector_hpke_config=config,
-                report_expiry_age=expiry,
-                leader_ca_sha256=t.optional_text("leader_ca_sha256"),
-                helper_ca_sha256=t.optional_text("helper_ca_sha256"),
-                verify_key=opt_bytes("verify_key"),
-                aggregator_token=t.optional_text("aggregator_token"),
-                aggregator_token_hash=opt_bytes("aggregator_token_sha256"),
-                collector_token=t.optional_text("collector_token"),
-                collector_token_hash=opt_bytes("collector_token_sha256"),
-                collector_hpke_keypair=(
-                    HpkeKeypair(config, sk) if sk is not None and config is not None else None
-                ),
-            )
+            return cls(**public, **secrets_)
         except TaskError as e:
             raise t.error(None, str(e)) from None
 
 
-def load_task(path: Path) -> Task:
-    """Read a task file strictly: unknown, missing or mistyped settings are
-    refused with their file and line; raises TaskError only."""
+def _bytes(t: Table, key: str) -> bytes:
+    text = t.text(key)
     try:
-        return Task.from_table(read_toml(path, TASK_KEYS))
+        return b64d(text)
+    except TaskError as e:
+        raise t.error(key, f"{key!r}: {e}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientTask(Task):
+    """A client's task: the public parameters only (safe to publish)."""
+
+    role: ClassVar[str] = "client"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregatorTask(Task):
+    """What both aggregators hold beyond the public parameters."""
+
+    verify_key: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaderTask(AggregatorTask):
+    """The leader's task: the verify key, the token it sends to the helper and
+    the hash of the collector's token it checks."""
+
+    role: ClassVar[str] = "leader"
+    SECRET_KEYS: ClassVar[tuple[str, ...]] = (
+        "verify_key",
+        "aggregator_token",
+        "collector_token_sha256",
+    )
+
+    aggregator_token: str = field(repr=False)
+    collector_token_hash: bytes
+
+    def _secrets(self) -> dict[str, Any]:
+        return {
+            "verify_key": b64e(self.verify_key),
+            "aggregator_token": self.aggregator_token,
+            "collector_token_sha256": b64e(self.collector_token_hash),
+        }
+
+    @classmethod
+    def _secrets_from(cls, t: Table, config: HpkeConfig) -> dict[str, Any]:
+        return {
+            "verify_key": _bytes(t, "verify_key"),
+            "aggregator_token": t.text("aggregator_token"),
+            "collector_token_hash": _bytes(t, "collector_token_sha256"),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class HelperTask(AggregatorTask):
+    """The helper's task: the verify key and the hash of the leader's token."""
+
+    role: ClassVar[str] = "helper"
+    SECRET_KEYS: ClassVar[tuple[str, ...]] = ("verify_key", "aggregator_token_sha256")
+
+    aggregator_token_hash: bytes
+
+    def _secrets(self) -> dict[str, Any]:
+        return {
+            "verify_key": b64e(self.verify_key),
+            "aggregator_token_sha256": b64e(self.aggregator_token_hash),
+        }
+
+    @classmethod
+    def _secrets_from(cls, t: Table, config: HpkeConfig) -> dict[str, Any]:
+        return {
+            "verify_key": _bytes(t, "verify_key"),
+            "aggregator_token_hash": _bytes(t, "aggregator_token_sha256"),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectorTask(Task):
+    """The collector's task: its bearer token and its HPKE private key."""
+
+    role: ClassVar[str] = "collector"
+    SECRET_KEYS: ClassVar[tuple[str, ...]] = ("collector_token", "collector_hpke_private_key")
+
+    collector_token: str = field(repr=False)
+    collector_hpke_keypair: HpkeKeypair = field(repr=False)
+
+    def _secrets(self) -> dict[str, Any]:
+        return {
+            "collector_token": self.collector_token,
+            "collector_hpke_private_key": b64e(self.collector_hpke_keypair.private_key),
+        }
+
+    @classmethod
+    def _secrets_from(cls, t: Table, config: HpkeConfig) -> dict[str, Any]:
+        return {
+            "collector_token": t.text("collector_token"),
+            "collector_hpke_keypair": HpkeKeypair(config, _bytes(t, "collector_hpke_private_key")),
+        }
+
+
+_ROLE_TYPES: dict[str, type[Task]] = {
+    "leader": LeaderTask,
+    "helper": HelperTask,
+    "collector": CollectorTask,
+    "client": ClientTask,
+}
+_ALL_TASK_KEYS = tuple(
+    dict.fromkeys(k for cls in _ROLE_TYPES.values() for k in (*TASK_KEYS, *cls.SECRET_KEYS))
+)
+
+
+def _declared_role(t: Table) -> str:
+    """The `role` a task file declares. A file without one (written before
+    roles were declared) is refused with the line to add: guessing the role
+    from which secrets are present would let a misplaced file pass as
+    another party's."""
+    if "role" not in t:
+        guess = next(
+            (
+                role
+                for role in ("leader", "helper", "collector")
+                if all(k in t for k in _ROLE_TYPES[role].SECRET_KEYS)
+            ),
+            "client",
+        )
+        raise t.error(
+            None,
+            f'the task file does not say whose it is: add the line role = "{guess}" at its'
+            f" top (one of {', '.join(ROLES)}; judging by its secrets it is the {guess}'s)",
+        )
+    role = t.text("role")
+    if role not in ROLES:
+        raise t.error("role", f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    return role
+
+
+T = TypeVar("T", bound=Task)
+
+
+def load_task(path: Path, kind: type[T] = Task) -> T:  # type: ignore[assignment]
+    """Read a task file strictly: unknown, missing or mistyped settings are
+    refused with their file and line, and so is a file of another role than
+    `kind` (e.g. the helper's file given to the leader); raises TaskError only."""
+    try:
+        task = Task.from_table(read_toml(path, _ALL_TASK_KEYS))
     except SettingsError as e:
         raise TaskError(str(e)) from None
+    return expect_role(task, kind, str(path))
+
+
+def expect_role(task: Task, kind: type[T], where: str = "task") -> T:
+    """`task` as `kind`, or TaskError saying whose task it is instead."""
+    if not isinstance(task, kind):
+        wanted = kind.role if kind in _ROLE_TYPES.values() else "an aggregator"
+        raise TaskError(
+            f'{where}: this is the {task.role}\'s task file (role = "{task.role}");'
+            f" {wanted if wanted == 'an aggregator' else 'the ' + wanted} needs its own"
+        )
+    return task
 
 
 def write_toml(path: Path, data: dict[str, Any], secret: bool) -> None:
@@ -510,10 +638,10 @@ def write_toml(path: Path, data: dict[str, Any], secret: bool) -> None:
 
 @dataclass(frozen=True)
 class TaskFiles:
-    leader: Task
-    helper: Task
-    collector: Task
-    client: Task
+    leader: LeaderTask
+    helper: HelperTask
+    collector: CollectorTask
+    client: ClientTask
 
 
 def new_task(
@@ -536,7 +664,7 @@ def new_task(
     collector_kp = generate_keypair(secrets.randbelow(256))
     aggregator_token = secrets.token_urlsafe(32)
     collector_token = secrets.token_urlsafe(32)
-    base = Task(
+    client = ClientTask(
         task_id=secrets.token_bytes(TASK_ID_SIZE),
         vdaf=vdaf,
         leader_address=leader_address,
@@ -552,19 +680,20 @@ def new_task(
         leader_ca_sha256=leader_ca_sha256,
         helper_ca_sha256=helper_ca_sha256,
     )
+    public = client._public_fields()
     verify_key = secrets.token_bytes(verify_key_size)
     return TaskFiles(
-        leader=replace(
-            base,
+        leader=LeaderTask(
+            **public,
             verify_key=verify_key,
             aggregator_token=aggregator_token,
             collector_token_hash=hash_token(collector_token),
         ),
-        helper=replace(
-            base, verify_key=verify_key, aggregator_token_hash=hash_token(aggregator_token)
+        helper=HelperTask(
+            **public, verify_key=verify_key, aggregator_token_hash=hash_token(aggregator_token)
         ),
-        collector=replace(
-            base, collector_token=collector_token, collector_hpke_keypair=collector_kp
+        collector=CollectorTask(
+            **public, collector_token=collector_token, collector_hpke_keypair=collector_kp
         ),
-        client=base,
+        client=client,
     )

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from veil.aggregator.errors import (
     InvalidMessage,
@@ -37,7 +37,7 @@ from veil.hpke import (
 )
 from veil.messages import REPORT_ID_SIZE
 from veil.metrics import Metrics
-from veil.task import OPEN_ENDED, Task, token_matches
+from veil.task import OPEN_ENDED, AggregatorTask, Task, expect_role, token_matches
 from veil.times import format_duration, format_time
 from veil.vdaf import CodecError, Prio3, VdafError
 from veil.vdaf.batch import BatchPrio3
@@ -256,18 +256,25 @@ def batch_summary(
     return share, count, checksum
 
 
-class AggregatorBase:
+AT = TypeVar("AT", bound=AggregatorTask)
+
+
+class AggregatorBase(Generic[AT]):
     """Tasks, HPKE keys and clock common to both aggregators."""
 
     role_name = "aggregator"
+    # The task type this aggregator serves (LeaderTask or HelperTask).
+    task_type: type[AggregatorTask] = AggregatorTask
 
     def __init__(
         self,
-        tasks: Mapping[bytes, Task],
+        tasks: Mapping[bytes, AT],
         store: Datastore,
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
     ) -> None:
+        for t in tasks.values():
+            expect_role(t, self.task_type, f"task {t.id_text}")
         self.tasks = dict(tasks)
         self.metrics = metrics
         self.store = store
@@ -277,9 +284,6 @@ class AggregatorBase:
         # with the scalar path report by report.
         self.batch_vdafs = {tid: BatchPrio3(v) for tid, v in self.vdafs.items()}
         self.sizes = {tid: ReportSizes.of(v) for tid, v in self.vdafs.items()}
-        for t in self.tasks.values():
-            if t.verify_key is None:
-                raise ValueError(f"task {t.id_text} has no verify_key: not an aggregator's task")
         ensure_active_key(store, clock())
         self._keys_read_at = -float("inf")
         self._keys_lock = threading.Lock()
@@ -329,7 +333,7 @@ class AggregatorBase:
             self.metrics.hpke_opens.labels(label).inc()
         return outcome
 
-    def task(self, task_id: bytes) -> Task:
+    def task(self, task_id: bytes) -> AT:
         task = self.tasks.get(task_id)
         if task is None:
             raise UnknownTask(

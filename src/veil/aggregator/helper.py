@@ -56,7 +56,7 @@ from veil.hpke import (
 )
 from veil.messages import REPORT_ID_SIZE, vdaf_ctx
 from veil.metrics import Metrics
-from veil.task import Task
+from veil.task import HelperTask
 
 log = logging.getLogger(__name__)
 
@@ -102,21 +102,19 @@ def _decode_response(data: bytes) -> list[VerifyResult]:
     ]
 
 
-class Helper(AggregatorBase):
+class Helper(AggregatorBase[HelperTask]):
     role_name = "helper"
+    task_type = HelperTask
 
     def __init__(
         self,
-        tasks: Mapping[bytes, Task],
+        tasks: Mapping[bytes, HelperTask],
         store: Datastore,
         privacy: PrivacyEngine,
         clock: Callable[[], float] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         super().__init__(tasks, store, clock or time.time, metrics)
-        for t in self.tasks.values():
-            if t.aggregator_token_hash is None:
-                raise ValueError(f"task {t.id_text} lacks aggregator_token_sha256 for the helper")
         self.privacy = privacy
         # Serialises the read-check-write steps (replay set, batch aggregates).
         self._lock = threading.Lock()
@@ -178,7 +176,7 @@ class Helper(AggregatorBase):
         return results
 
     def _verify(
-        self, task: Task, items: Sequence[VerifyInitItem]
+        self, task: HelperTask, items: Sequence[VerifyInitItem]
     ) -> tuple[list[VerifyResult], list[tuple[int, bytes, list[int]]], list[bytes]]:
         ctx = vdaf_ctx(task.task_id)
         now = self.clock()
@@ -205,7 +203,6 @@ class Helper(AggregatorBase):
         out_shares: dict[int, list[int]] = {}
         if opened:
             batch = self.batch_vdafs[task.task_id]
-            assert task.verify_key is not None
             chosen = [items[i] for i in opened]
             init = batch.verify_init_batch(
                 task.verify_key,
@@ -239,7 +236,7 @@ class Helper(AggregatorBase):
 
     def _check_and_open(
         self,
-        task: Task,
+        task: HelperTask,
         now: float,
         it: VerifyInitItem,
         seen: set[bytes],

@@ -69,7 +69,7 @@ from veil.hpke import (
 )
 from veil.messages import REPORT_ID_SIZE, Report, vdaf_ctx
 from veil.metrics import Metrics
-from veil.task import Task, b64e
+from veil.task import LeaderTask, b64e
 from veil.vdaf import VerifyError
 from veil.vdaf.batch import VerifyInitBatch
 
@@ -96,12 +96,12 @@ class HelperApi(Protocol):
     """
 
     def aggregate(
-        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+        self, task: LeaderTask, job_id: bytes, items: Sequence[VerifyInitItem]
     ) -> list[VerifyResult]: ...
 
     def aggregate_share(
         self,
-        task: Task,
+        task: LeaderTask,
         collection_id: bytes,
         start: int,
         duration: int,
@@ -115,7 +115,7 @@ class _PreparedJob:
     """An aggregation job whose leader shares are opened and verified: what
     goes to the helper, and what finishing the job with its answer needs."""
 
-    task: Task
+    task: LeaderTask
     job_id: bytes
     began: float
     report_count: int
@@ -126,12 +126,13 @@ class _PreparedJob:
     outcomes: dict[bytes, ReportRejection | None]  # reports the leader already rejected
 
 
-class Leader(AggregatorBase):
+class Leader(AggregatorBase[LeaderTask]):
     role_name = "leader"
+    task_type = LeaderTask
 
     def __init__(
         self,
-        tasks: Mapping[bytes, Task],
+        tasks: Mapping[bytes, LeaderTask],
         store: Datastore,
         helper: HelperApi,
         privacy: PrivacyEngine,
@@ -143,9 +144,6 @@ class Leader(AggregatorBase):
         max_job_bytes: int = MAX_JOB_BYTES,
     ) -> None:
         super().__init__(tasks, store, clock or time.time, metrics)
-        for t in self.tasks.values():
-            if t.aggregator_token is None or t.collector_token_hash is None:
-                raise ValueError(f"task {t.id_text} lacks the leader's tokens")
         self.helper = helper
         self.privacy = privacy
         self.job_size = job_size
@@ -183,7 +181,7 @@ class Leader(AggregatorBase):
             self.metrics.reports_duplicate.labels(task.id_text).inc(duplicates)
         return stored, duplicates
 
-    def _upload(self, task: Task, reports: Sequence[Report]) -> tuple[int, int]:
+    def _upload(self, task: LeaderTask, reports: Sequence[Report]) -> tuple[int, int]:
         task_id = task.task_id
         if not reports:
             raise InvalidMessage("the upload holds no report")
@@ -383,7 +381,9 @@ class Leader(AggregatorBase):
             log.info("aggregation job %s was finished by another worker", job.job_id.hex())
             return True
 
-    def _open_leader_share(self, task: Task, r: Report) -> tuple[ReportRejection | None, bytes]:
+    def _open_leader_share(
+        self, task: LeaderTask, r: Report
+    ) -> tuple[ReportRejection | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
         plaintext = self.open_share(self.keypair(r.leader_ct.config_id), r.leader_ct, info)
@@ -415,7 +415,6 @@ class Leader(AggregatorBase):
             else:
                 opened.append(r)
                 plaintexts.append(plaintext)
-        assert task.verify_key is not None
         init = batch.verify_init_batch(
             task.verify_key,
             vdaf_ctx(task_id),

@@ -61,7 +61,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -88,7 +88,14 @@ from veil.grpc_util import is_loopback
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.settings import SettingsError, Table, read_toml
-from veil.task import Task, TaskError, load_task
+from veil.task import (
+    AggregatorTask,
+    HelperTask,
+    LeaderTask,
+    TaskError,
+    expect_role,
+    load_task,
+)
 from veil.vdaf.kernels import kernels
 
 log = logging.getLogger(__name__)
@@ -123,7 +130,7 @@ DEFAULT_GC_INTERVAL = 60.0
 class ServerConfig:
     listen: str
     storage: Path | str  # an SQLite file, or a PostgreSQL URL
-    tasks: list[Task]
+    tasks: list[AggregatorTask]
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     tls: TlsFiles | None = None
     helper_tls: TlsFiles | None = None
@@ -195,10 +202,10 @@ def load_config(path: Path) -> ServerConfig:
 def _parse_config(path: Path, raw: Table) -> ServerConfig:
     base = path.parent
     task_files = raw.texts("tasks", [])
-    tasks = []
+    tasks: list[AggregatorTask] = []
     for name in task_files:
         try:
-            tasks.append(load_task(base / name))
+            tasks.append(load_task(base / name, AggregatorTask))
         except TaskError as e:
             raise ConfigError(str(e)) from None
     ids = [t.task_id for t in tasks]
@@ -264,6 +271,21 @@ def _storage(raw: Table, base: Path) -> tuple[Path | str, int]:
     return base / value, pool_size
 
 
+AT = TypeVar("AT", bound=AggregatorTask)
+
+
+def tasks_of_role(config: ServerConfig, kind: type[AT]) -> dict[bytes, AT]:
+    """The configured tasks by id, each checked to be `kind` (a leader's task
+    file listed in helper.toml is refused, naming the file)."""
+    tasks = {}
+    for task, path in zip(config.tasks, config.task_paths, strict=True):
+        try:
+            tasks[task.task_id] = expect_role(task, kind, str(path))
+        except TaskError as e:
+            raise ConfigError(str(e)) from None
+    return tasks
+
+
 def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:
     """The configured store, a PrivacyEngine whose ledger lives beside it, and a closer."""
     # Before the database is opened or created: a refused server stores nothing.
@@ -322,8 +344,10 @@ class AggregatorServer:
             raise ConfigError(f"unknown role {role!r}")
         self.role = role
         self.config = config
+        # Every task file is this role's, checked before the database is opened.
+        leader_tasks = tasks_of_role(config, LeaderTask) if role == "leader" else {}
+        helper_tasks = tasks_of_role(config, HelperTask) if role == "helper" else {}
         self.store, self.privacy, self._close_store = open_storage(config)
-        tasks = {t.task_id: t for t in config.tasks}
         self.metrics = Metrics(role)
         self.metrics.track_storage(lambda: float(self.store.size_bytes()))
         self.server = grpc.server(
@@ -332,14 +356,14 @@ class AggregatorServer:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.leader: Leader | None = None
-        self.logic: AggregatorBase
+        self.logic: AggregatorBase[Any]
         self._stop = threading.Event()
         self._driver: threading.Thread | None = None
         self._maintenance: threading.Thread | None = None
         if role == "leader":
             helper = GrpcHelperClient(helper_channel_factory(config))
             self.leader = Leader(
-                tasks,
+                leader_tasks,
                 self.store,
                 helper,
                 self.privacy,
@@ -353,7 +377,7 @@ class AggregatorServer:
             add_service(self.server, LeaderService(self.leader), _LEADER_SERVICE, self.metrics)
             self.service_name = _LEADER_SERVICE.full_name
         else:
-            helper_logic = Helper(tasks, self.store, self.privacy, metrics=self.metrics)
+            helper_logic = Helper(helper_tasks, self.store, self.privacy, metrics=self.metrics)
             self.logic = helper_logic
             add_service(self.server, HelperService(helper_logic), _HELPER_SERVICE, self.metrics)
             self.service_name = _HELPER_SERVICE.full_name
@@ -509,9 +533,10 @@ class AggregationWorker:
         # aggregation counters live in the workers.
         self.metrics_listen = metrics_listen
         self.metrics = Metrics("leader")
+        tasks = tasks_of_role(config, LeaderTask)
         self.store, self.privacy, self._close_store = open_storage(config)
         self.leader = Leader(
-            {t.task_id: t for t in config.tasks},
+            tasks,
             self.store,
             GrpcHelperClient(helper_channel_factory(config)),
             self.privacy,

@@ -40,7 +40,7 @@ from veil.messages.wire import (
 )
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
-from veil.task import Task
+from veil.task import LeaderTask
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ class GrpcHelperClient:
             self._stubs[address] = stub
         return self._stubs[address]
 
-    def _call(self, task: Task, method: str, request: Any) -> Any:
+    def _call(self, task: LeaderTask, method: str, request: Any) -> Any:
         metadata = (("authorization", f"Bearer {task.aggregator_token}"),)
         try:
             return getattr(self._stub(task.helper_address), method)(
@@ -305,7 +305,7 @@ class GrpcHelperClient:
             ) from None
 
     def aggregate(
-        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+        self, task: LeaderTask, job_id: bytes, items: Sequence[VerifyInitItem]
     ) -> list[VerifyResult]:
         request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
         for it in items:
@@ -329,7 +329,7 @@ class GrpcHelperClient:
 
     def aggregate_share(
         self,
-        task: Task,
+        task: LeaderTask,
         collection_id: bytes,
         start: int,
         duration: int,

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from veil.task import Task, TaskError, load_task
 
@@ -51,11 +51,17 @@ def tune_for_throughput() -> None:
     limit_blas_threads(1)
 
 
-def load_task_file(path: str) -> Task:
+T = TypeVar("T", bound=Task)
+
+
+def load_task_file(path: str, kind: type[T], command: str) -> T:
+    """The task file at `path`, of the role `kind`; a mistake in it is a
+    user's mistake: `veil <command>: <message>` on stderr and exit status 2."""
     try:
-        return load_task(Path(path))
+        return load_task(Path(path), kind)
     except (OSError, TaskError) as e:
-        raise SystemExit(f"veil: {e}") from None
+        print(f"veil {command}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def read_pem(path: str | None) -> bytes | None:

@@ -176,7 +176,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from veil.trust import TrustError
 
     setup_logging(args.log_level)
-    task = load_task_file(args.task)
+    from veil.task import CollectorTask
+
+    task = load_task_file(args.task, CollectorTask, "collect")
     tp = task.time_precision
     if args.start == "now":
         now = int(time.time())

@@ -9,7 +9,7 @@ from typing import Any
 
 from veil.cli.common import SHARED_CA_GONE, load_task_file, read_pem, setup_logging
 from veil.client.outbox import DEFAULT_MAX_REPORTS
-from veil.task import VdafSpec
+from veil.task import Task, VdafSpec
 
 
 def parse_measurement(spec: VdafSpec, text: str) -> Any:
@@ -77,7 +77,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
     if args.ca is not None:
         print(f"veil upload: {SHARED_CA_GONE}", file=sys.stderr)
         return 2
-    task = load_task_file(args.task)
+    task = load_task_file(args.task, Task, "upload")
     texts: list[str] = []
     if args.file:
         lines = Path(args.file).read_text().splitlines()

@@ -72,12 +72,20 @@ def _open_database(
     return config, SqliteDatastore(config.storage)
 
 
-def _role(args: argparse.Namespace, config: ServerConfig) -> str:
+def _role(args: argparse.Namespace, config: ServerConfig) -> str | None:
     if args.role:
         return str(args.role)
-    # The role is not written in the config; only the leader's tasks hold the
-    # aggregator token (to send; the helper holds its hash).
-    return "leader" if any(t.aggregator_token for t in config.tasks) else "helper"
+    # Each task file declares whose it is; a server's files are all its own
+    # (the server refuses to start otherwise).
+    roles = sorted({t.role for t in config.tasks})
+    if len(roles) > 1:
+        print(
+            f"veil status: {args.config} lists tasks of both roles ({', '.join(roles)}):"
+            " each server lists its own task files only",
+            file=sys.stderr,
+        )
+        return None
+    return roles[0] if roles else "aggregator"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -88,6 +96,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if opened is None:
         return 2
     config, store = opened
+    role = _role(args, config)
+    if role is None:
+        store.close()
+        return 2
     try:
         from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 
@@ -96,7 +108,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             ledger = BudgetLedger(PostgresLedgerStore(config.storage, store.pool))
         else:
             ledger = BudgetLedger.sqlite(config.storage)
-        status = gather(_role(args, config), config, store, ledger)
+        status = gather(role, config, store, ledger)
     finally:
         store.close()
     print(json.dumps(status, indent=2) if args.json else render_text(status))

@@ -24,7 +24,7 @@ from veil.grpc_util import RpcRefused, is_retryable, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeError, agg_share_info, open_
 from veil.messages.wire import ciphertext_from_pb
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
-from veil.task import Task
+from veil.task import CollectorTask, expect_role
 from veil.trust import check_roots
 
 
@@ -75,7 +75,7 @@ class Collector:
 
     def __init__(
         self,
-        task: Task,
+        task: CollectorTask,
         *,
         leader_root_certificates: bytes | None = None,
         private_key: bytes | None = None,
@@ -83,9 +83,7 @@ class Collector:
         timeout: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if task.collector_token is None or task.collector_hpke_keypair is None:
-            raise ValueError("not a collector's task file: it lacks the token or the HPKE key")
-        self.task = task
+        self.task: CollectorTask = expect_role(task, CollectorTask)
         self.vdaf = task.vdaf.instantiate()
         self.timeout = timeout
         self.clock = clock
@@ -160,7 +158,6 @@ class Collector:
         return self._finish(job, start, duration, confidence, self.clock() - began)
 
     def _open(self, role: int, pb: Any, start: int, duration: int, count: int) -> list[int]:
-        assert self.task.collector_hpke_keypair is not None
         info = agg_share_info(role, self.task.task_id, start, duration, count)
         try:
             ct = ciphertext_from_pb(pb, "aggregate share")
