@@ -114,7 +114,9 @@ def cmd_outbox_flush(args: argparse.Namespace) -> int:
     if not Path(args.outbox).is_file():
         print(f"veil outbox flush: no outbox at {args.outbox}", file=sys.stderr)
         return 2
-    client = _open_client(args, "outbox flush", load_task_file(args.task), args.outbox)
+    client = _open_client(
+        args, "outbox flush", load_task_file(args.task, Task, "outbox flush"), args.outbox
+    )
     if client is None:
         return 2
     with client:
