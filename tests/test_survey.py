@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from veil.dp.accounting import zcdp_rho
 from veil.survey import AnswerError, SurveyError, load_survey, parse_survey
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "survey.toml"
@@ -231,3 +232,91 @@ def test_vector_labels_must_match_length() -> None:
         parse_survey(
             HEAD + '[[question]]\nid = "v"\nkind = "vector"\nlength = 2\nmax = 5\nlabels = ["x"]\n'
         )
+
+
+# --------------------------------------------------------------- ε vs ρ (issue 14)
+
+QUESTIONS = """
+[[question]]
+id = "a"
+kind = "yes_no"
+
+[[question]]
+id = "b"
+kind = "integer"
+max = 10
+"""
+
+
+def test_gaussian_survey_epsilon_alone_is_refused() -> None:
+    # The defect: `epsilon = 2` with the gaussian mechanism was taken as ρ = 2
+    # (ε ≈ 11.7 at δ = 1e-6). Now a zCDP budget is `rho`, or `epsilon` and `delta`.
+    text = '[survey]\nname = "t"\nepsilon = 2\nmechanism = "gaussian"\n' + QUESTIONS
+    with pytest.raises(SurveyError, match=r"<string>:3: .*`rho`, or as `epsilon` and `delta`"):
+        parse_survey(text)
+
+
+def test_gaussian_survey_epsilon_and_delta_solve_for_rho() -> None:
+    text = '[survey]\nepsilon = 2\ndelta = 1e-6\nmechanism = "gaussian"\n' + QUESTIONS
+    survey = parse_survey(text)
+    assert survey.zcdp and survey.epsilon is None
+    assert survey.delta == Fraction(1, 10**6)
+    assert survey.rho == zcdp_rho(Fraction(2), Fraction(1, 10**6))
+    assert 0.08 < survey.rho < 0.09  # far below the 2 it used to be
+    assert sum((q.rho or 0 for q in survey.questions), Fraction(0)) == survey.rho
+    assert all(q.epsilon is None and q.mechanism == "gaussian" for q in survey.questions)
+
+
+def test_gaussian_survey_takes_rho() -> None:
+    survey = parse_survey('[survey]\nrho = 0.5\nmechanism = "gaussian"\n' + QUESTIONS)
+    assert survey.rho == Fraction(1, 2) and survey.delta == Fraction(1, 10**6)
+    assert [q.rho for q in survey.questions] == [Fraction(1, 4), Fraction(1, 4)]
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        ('rho = 0.5\nepsilon = 1\nmechanism = "gaussian"', "`rho`, or as `epsilon` and `delta`"),
+        ('rho = 0.5\nmechanism = "geometric"', "`rho` belongs to zCDP"),
+        ('epsilon = 1\ndelta = 1e-6\nmechanism = "geometric"', "`delta` belongs to zCDP"),
+        ('rho = 0\nmechanism = "gaussian"', r"`rho` must be in \(0, 20\]"),
+        ('epsilon = 1\ndelta = 0.5\nmechanism = "gaussian"', r"`delta` must be in"),
+        ('rho = "x"\nmechanism = "gaussian"', "`rho` must be a number"),
+    ],
+)
+def test_bad_zcdp_budgets_name_the_line(head: str, message: str) -> None:
+    with pytest.raises(SurveyError, match=message):
+        parse_survey("[survey]\n" + head + "\n" + QUESTIONS)
+
+
+def test_mixed_survey_is_composed_under_zcdp() -> None:
+    text = """[survey]
+rho = 1
+[[question]]
+id = "a"
+kind = "yes_no"
+mechanism = "gaussian"
+rho = 0.5
+[[question]]
+id = "b"
+kind = "yes_no"
+epsilon = 0.5
+[[question]]
+id = "c"
+kind = "yes_no"
+"""
+    survey = parse_survey(text)
+    a, b, c = survey.questions
+    assert survey.zcdp and survey.rho == 1
+    assert (a.mechanism, a.rho, a.epsilon) == ("gaussian", Fraction(1, 2), None)
+    # A pure question of ε costs the survey ε²/2 ...
+    assert (b.mechanism, b.epsilon, b.share) == ("geometric", Fraction(1, 2), Fraction(1, 8))
+    # ... and one by weight gets the ε whose ε²/2 fits its share of ρ 3/8.
+    assert c.share == Fraction(3, 8) and c.epsilon is not None
+    assert c.epsilon**2 / 2 <= c.share and float(c.epsilon) == pytest.approx(0.75**0.5, abs=1e-8)
+
+
+def test_a_gaussian_question_takes_no_epsilon() -> None:
+    text = '[survey]\nrho = 1\n[[question]]\nid = "a"\nkind = "yes_no"\nmechanism = "gaussian"\n'
+    with pytest.raises(SurveyError, match=r"<string>:7: .*gaussian question's budget is `rho`"):
+        parse_survey(text + "epsilon = 0.5\n")

@@ -28,10 +28,11 @@ from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.collector import CollectionResult, Collector
 from veil.dp import local_error
+from veil.dp.accounting import zcdp_rho
 from veil.dp.local import parse_local_epsilon
 from veil.report import Number, QuestionResult
 from veil.simulate import simulate_respondents, truth
-from veil.survey import Question, Survey, load_survey, parse_survey
+from veil.survey import Question, Survey, load_survey, parse_survey, sqrt_down
 from veil.task import DpSpec, VdafSpec
 
 UPLOAD_CHUNK = 500
@@ -44,10 +45,33 @@ def example_survey() -> Survey:
 
 
 def with_epsilon(survey: Survey, epsilon: Fraction) -> Survey:
-    """The same survey with its total ε (and every question's share) rescaled."""
-    factor = epsilon / survey.epsilon
-    questions = tuple(replace(q, epsilon=q.epsilon * factor) for q in survey.questions)
-    return replace(survey, epsilon=epsilon, questions=questions)
+    """The same survey with its total rescaled to `epsilon`, every question's share in
+    proportion: ε for a pure survey; for one composed under zCDP, the largest ρ that
+    gives (ε, δ)-DP at the survey's δ."""
+    if survey.total is None:
+        raise ValueError("a survey with mechanism none has no budget to rescale")
+    if survey.zcdp:
+        assert survey.delta is not None
+        new_total = zcdp_rho(epsilon, survey.delta)
+    else:
+        new_total = epsilon
+    factor = new_total / survey.total
+    questions = []
+    for q in survey.questions:
+        share = q.share * factor
+        if q.mechanism == "gaussian":
+            eps, rho = None, share
+        elif survey.zcdp:
+            eps, rho = sqrt_down(2 * share), None
+        else:
+            eps, rho = share, None
+        questions.append(replace(q, epsilon=eps, rho=rho, share=share))
+    return replace(
+        survey,
+        epsilon=None if survey.zcdp else new_total,
+        rho=new_total if survey.zcdp else None,
+        questions=tuple(questions),
+    )
 
 
 def with_local_epsilon(survey: Survey, local_epsilon: Fraction) -> Survey:
@@ -110,7 +134,11 @@ def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
 
 
 def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]]:
-    """One task per question, every task under the survey's total budget."""
+    """One task per question, every task under the survey's total budget.
+
+    A gaussian question's task names its ρ (never an ε read as ρ); a survey composed
+    under zCDP counts ρ on its ledger, and its pure questions' ε as ε²/2 there.
+    """
     specs = {}
     for q in survey.questions:
         vdaf = VdafSpec(q.vdaf_type, **q.vdaf_params)
@@ -119,17 +147,21 @@ def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, An
             local["local_epsilon"] = str(q.local_epsilon)
             if q.kind == "multi_choice":
                 local["local_max_choices"] = q.max_choices
-        if survey.mechanism == "none":
+        if survey.mechanism == "none" or survey.total is None:
             dp = DpSpec(mechanism="none", **local)
         else:
-            eps = str(q.epsilon)
+            gaussian = q.mechanism == "gaussian"
+            amount = q.rho if gaussian else q.epsilon
+            assert amount is not None
             dp = DpSpec(
-                mechanism=survey.mechanism,
-                epsilon=eps if survey.mechanism != "gaussian" else None,
-                rho=eps if survey.mechanism == "gaussian" else None,
-                budget=eps,
+                mechanism=q.mechanism,
+                epsilon=None if gaussian else str(amount),
+                rho=str(amount) if gaussian else None,
+                delta=str(survey.delta) if gaussian and survey.delta is not None else None,
+                budget=str(amount),
                 survey=survey.id,
-                survey_budget=str(survey.epsilon),
+                survey_budget=str(survey.total),
+                survey_unit="rho" if survey.zcdp else "epsilon",
                 **local,
             )
         specs[q.id] = (vdaf, dp, {"min_batch_size": survey.min_batch_size})
@@ -155,7 +187,10 @@ class _Progress:
 
 def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult) -> QuestionResult:
     exact = truth(q, answers)
-    epsilon = float(r.epsilon_spent)
+    g = r.against_collector
+    epsilon = float(g.epsilon or 0)
+    rho = float(g.rho) if g.rho is not None else None
+    delta = float(g.delta) if g.rho is not None and g.delta is not None else None
     if q.kind == "integer":
         # A mean: the sum's estimate and bounds over the published report count.
         n = r.report_count
@@ -169,6 +204,8 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             float(r.upper / n),
             epsilon,
             n,
+            rho=rho,
+            delta=delta,
         )
     if q.kind == "yes_no":
         assert isinstance(exact, int)
@@ -181,6 +218,8 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             float(r.upper),
             epsilon,
             r.report_count,
+            rho=rho,
+            delta=delta,
         )
     assert isinstance(exact, list)
     labels = q.options if q.options else tuple(f"[{i}]" for i in range(q.length))
@@ -194,6 +233,8 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
         epsilon,
         r.report_count,
         labels,
+        rho=rho,
+        delta=delta,
     )
 
 

@@ -21,6 +21,10 @@ Value = Number | list[Number]
 
 @dataclass(frozen=True)
 class QuestionResult:
+    """One question's result. `epsilon` is the question's ε against the collector:
+    pure ε-DP, or, when `rho` is set (zCDP, the gaussian mechanism), the ε that ρ
+    implies at `delta`."""
+
     question: str
     kind: str
     truth: Value | None
@@ -30,6 +34,16 @@ class QuestionResult:
     epsilon: float
     reports: int
     labels: tuple[str, ...] = ()  # option names or coordinate labels for vectors
+    rho: float | None = None
+    delta: float | None = None
+
+    def budget_label(self) -> str:
+        """ "ε=0.4", or "ρ=0.1 (ε=2.1, δ=1e-06)" for zCDP; "none" without DP."""
+        if self.rho is not None:
+            return f"ρ={self.rho:.4g} (ε={self.epsilon:.4g}, δ={self.delta:.3g})"
+        if self.epsilon == 0:
+            return "none"
+        return f"ε={self.epsilon:.4g}"
 
     def rows(self) -> list[tuple[str, Number | None, Number, Number, Number]]:
         """(label, truth, estimate, low, high) per scalar shown."""
@@ -56,12 +70,12 @@ def _fmt(x: Number | None) -> str:
 def format_table(results: Sequence[QuestionResult], confidence: Fraction | float = 0.95) -> str:
     """A plain-text table, one block per question."""
     level = f"{float(confidence) * 100:g}% CI"
-    header = ("question", "", "truth", "estimate", level, "epsilon")
+    header = ("question", "", "truth", "estimate", level, "privacy")
     lines: list[tuple[str, ...]] = [header]
     for r in results:
         for i, (label, t, est, lo, hi) in enumerate(r.rows()):
             name = r.question if i == 0 else ""
-            eps = f"{r.epsilon:g}" if i == 0 else ""
+            eps = r.budget_label() if i == 0 else ""
             lines.append((name, label, _fmt(t), _fmt(est), f"[{_fmt(lo)}, {_fmt(hi)}]", eps))
     widths = [max(len(row[c]) for row in lines) for c in range(len(header))]
     out = []
@@ -73,9 +87,18 @@ def format_table(results: Sequence[QuestionResult], confidence: Fraction | float
 
 
 def to_json(results: Sequence[QuestionResult]) -> str:
-    """One JSON list, an object per question with the documented keys."""
+    """One JSON list, an object per question with the documented keys: `epsilon`
+    (against the collector), and for a zCDP question also `rho` and `delta` (then
+    `epsilon` is the ε that ρ implies at that δ)."""
     keys = ("question", "kind", "truth", "estimate", "ci_low", "ci_high", "epsilon")
-    return json.dumps([{k: asdict(r)[k] for k in keys} for r in results], indent=2)
+    out = []
+    for r in results:
+        row = {k: asdict(r)[k] for k in keys}
+        if r.rho is not None:
+            row["rho"] = r.rho
+            row["delta"] = r.delta
+        out.append(row)
+    return json.dumps(out, indent=2)
 
 
 def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
@@ -100,7 +123,7 @@ def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
         if all(t is not None for t in truths):
             ax.scatter(xs, truths, marker="x", color="black", zorder=3, label="truth")
         ax.set_xticks(xs, [d[0] or r.question for d in data], rotation=30, ha="right")
-        ax.set_title(f"{r.question} ({r.kind}, epsilon={r.epsilon:g})")
+        ax.set_title(f"{r.question} ({r.kind}, {r.budget_label()})")
         ax.legend(fontsize="small")
     for ax in list(axes.flat)[len(results) :]:
         ax.axis("off")
@@ -110,7 +133,8 @@ def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
 
 
 def plot_sweep(sweep: Sequence[tuple[float, Sequence[QuestionResult]]], path: str | Path) -> None:
-    """Mean absolute error of each question's estimate against epsilon."""
+    """Mean absolute error of each question's estimate against the survey's ε (for a
+    survey composed under zCDP: the ε of its (ε, δ) guarantee)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,7 +153,7 @@ def plot_sweep(sweep: Sequence[tuple[float, Sequence[QuestionResult]]], path: st
         ax.plot(xs, ys, marker="o", label=name)
     ax.set_xscale("log")
     ax.set_yscale("symlog")
-    ax.set_xlabel("survey epsilon")
+    ax.set_xlabel("survey ε (for zCDP: the ε of (ε, δ))")
     ax.set_ylabel("mean absolute error")
     ax.legend(fontsize="small")
     fig.tight_layout()

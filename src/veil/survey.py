@@ -14,10 +14,15 @@ multi_choice   up to ``max_choices``      Prio3MultihotCountVec
 vector         ``length`` ints in [0,max] Prio3SumVec
 =============  =========================  ======================================
 
-The survey's total ε is divided among the questions by sequential
-composition: ``epsilon`` on a question takes that much, the rest is shared
-in proportion to ``weight`` (default 1). Every error names the file, the
-line and what to change.
+Budget. A survey whose questions all use pure ε-DP mechanisms (geometric,
+the default, or laplace) has a total ``epsilon``, divided among the
+questions by sequential composition: ``epsilon`` on a question takes that
+much, the rest is shared in proportion to ``weight`` (default 1). As soon as
+one question uses the gaussian mechanism (zCDP), the survey is composed
+under zCDP: its total is ``rho``, or ``epsilon`` *and* ``delta`` (solved for
+the largest ρ with the tight conversion of Canonne, Kamath, Steinke 2020),
+shared as ρ; a pure question there gets the ε whose ε²/2 fits its share.
+Every error names the file, the line and what to change.
 
 The survey window: ``opens`` and ``closes`` (RFC 3339 date-times with an
 offset, as TOML date-times or strings) bound the report times the
@@ -45,8 +50,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
+from veil.dp.errors import DPError
 from veil.dp.local import parse_local_epsilon
-from veil.dp.mechanisms import MAX_EPSILON, MIN_EPSILON
+from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
 from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import (
@@ -67,6 +74,8 @@ SURVEY_KEYS = (
     "name",
     "id",
     "epsilon",
+    "rho",
+    "delta",
     "mechanism",
     "min_batch_size",
     "max_respondents",
@@ -75,7 +84,16 @@ SURVEY_KEYS = (
     "opens",
     "closes",
 )
-QUESTION_COMMON_KEYS = ("id", "text", "kind", "epsilon", "weight", "local_epsilon")
+QUESTION_COMMON_KEYS = (
+    "id",
+    "text",
+    "kind",
+    "epsilon",
+    "rho",
+    "weight",
+    "mechanism",
+    "local_epsilon",
+)
 QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "yes_no": (),
     "integer": ("max",),
@@ -99,10 +117,14 @@ def optimal_chunk_length(meas_len: int) -> int:
 
 @dataclass(frozen=True)
 class Question:
+    """One question. Its budget per collection is `epsilon` (pure mechanisms) or
+    `rho` (gaussian); `share` is what it costs the survey, in the survey's unit
+    (ε for a pure survey, ρ for one composed under zCDP: ε²/2 for a pure question)."""
+
     id: str
     text: str
     kind: str
-    epsilon: Fraction
+    epsilon: Fraction | None
     max: int = 0
     options: tuple[str, ...] = ()
     max_choices: int = 0
@@ -110,6 +132,9 @@ class Question:
     labels: tuple[str, ...] = ()
     # ε_L of randomized response on the respondent's device (veil.dp.local), or None.
     local_epsilon: Fraction | None = None
+    mechanism: str = "geometric"
+    rho: Fraction | None = None
+    share: Fraction = Fraction(0)
 
     @property
     def vdaf_type(self) -> str:
@@ -241,8 +266,12 @@ class AnswerError(ValueError):
 
 @dataclass(frozen=True)
 class Survey:
+    """A parsed survey. `epsilon` is the total of a pure survey; a survey composed
+    under zCDP has `rho` (its total) and `delta` (at which its (ε, δ) is stated), and
+    `epsilon` is then None. Mechanism none: both None."""
+
     name: str
-    epsilon: Fraction
+    epsilon: Fraction | None
     mechanism: str
     min_batch_size: int
     max_respondents: int
@@ -253,6 +282,18 @@ class Survey:
     time_precision: int = 3600
     max_clock_skew: int = 60
     id: str = ""
+    rho: Fraction | None = None
+    delta: Fraction | None = None
+
+    @property
+    def zcdp(self) -> bool:
+        """Whether the survey composes under zCDP (some question is gaussian)."""
+        return self.rho is not None
+
+    @property
+    def total(self) -> Fraction | None:
+        """The survey's total budget in its unit (ε, or ρ under zCDP)."""
+        return self.rho if self.rho is not None else self.epsilon
 
     def question(self, question_id: str) -> Question:
         for q in self.questions:
@@ -337,16 +378,6 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         raise SurveyError(str(e)) from None
     doc_data = doc.data
 
-    try:
-        total = _fraction(head.get("epsilon"))
-    except (ValueError, ZeroDivisionError) as e:
-        raise loc.error(None, "epsilon", f"survey `epsilon` must be a number: {e}") from None
-    if not MIN_EPSILON <= total <= MAX_EPSILON:
-        raise loc.error(
-            None,
-            "epsilon",
-            f"survey `epsilon` must be in [{MIN_EPSILON}, {MAX_EPSILON}], got {total}",
-        )
     mechanism = head.get("mechanism", "geometric")
     if mechanism not in MECHANISMS:
         raise loc.error(
@@ -383,6 +414,24 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     if not isinstance(raw_questions, list) or not raw_questions:
         raise SurveyError(f"{path}: a survey needs at least one [[question]] table")
 
+    mechanisms = []
+    for i, raw in enumerate(raw_questions):
+        if not isinstance(raw, dict):
+            raise SurveyError(f"{path}: each [[question]] must be a table")
+        m = raw.get("mechanism", mechanism)
+        if m not in MECHANISMS:
+            raise loc.error(i, "mechanism", f"unknown mechanism {m!r}; use one of {MECHANISMS}")
+        if (m == "none") != (mechanism == "none"):
+            raise loc.error(
+                i,
+                "mechanism",
+                "mechanism none (no privacy) is chosen for a whole survey, not one question",
+            )
+        mechanisms.append(m)
+    zcdp = "gaussian" in mechanisms
+    unit = "rho" if zcdp else "epsilon"
+    total, delta = _survey_total(loc, head, mechanism, zcdp)
+
     seen: set[str] = set()
     explicit: dict[int, Fraction] = {}
     weights: dict[int, Fraction] = {}
@@ -396,48 +445,59 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         kind = raw.get("kind")
         if kind not in KINDS:
             raise loc.error(i, "kind", f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
-        if "epsilon" in raw and "weight" in raw:
-            raise loc.error(i, "epsilon", "give a question `epsilon` or a `weight`, not both")
+        given = [k for k in ("epsilon", "rho", "weight") if k in raw]
+        if len(given) > 1:
+            raise loc.error(
+                i, given[1], f"give a question one of `epsilon`, `rho` or `weight`, not {given}"
+            )
+        key = given[0] if given else "weight"
+        if mechanism == "none" and key != "weight":
+            raise loc.error(i, key, "a survey with mechanism none spends no budget")
+        if key == "rho" and not zcdp:
+            raise loc.error(
+                i, "rho", "`rho` is a zCDP budget: only a survey with a gaussian question takes it"
+            )
+        if key == "epsilon" and mechanisms[i] == "gaussian":
+            raise loc.error(
+                i,
+                "epsilon",
+                "a gaussian question's budget is `rho` (zCDP), or a `weight` of the survey's",
+            )
         try:
-            if "epsilon" in raw:
-                explicit[i] = _fraction(raw["epsilon"])
-            else:
-                weights[i] = _fraction(raw.get("weight", 1))
+            value = _fraction(raw.get(key, 1))
         except (ValueError, ZeroDivisionError) as e:
-            key = "epsilon" if "epsilon" in raw else "weight"
             raise loc.error(i, key, f"`{key}` must be a number: {e}") from None
-        if i in explicit and explicit[i] <= 0:
-            raise loc.error(i, "epsilon", "a question's `epsilon` must be positive")
-        if i in weights and weights[i] <= 0:
-            raise loc.error(i, "weight", "a question's `weight` must be positive")
-
-    fixed = sum(explicit.values(), Fraction(0))
-    if fixed > total or (fixed == total and weights):
-        first = min(explicit)
-        raise loc.error(
-            first,
-            "epsilon",
-            f"question epsilons add up to {fixed}, which overspends the survey's "
-            f"epsilon {total}" + (" and leaves nothing for weighted questions" if weights else ""),
-        )
-    remaining = total - fixed
-    weight_sum = sum(weights.values(), Fraction(0))
+        if value <= 0:
+            raise loc.error(i, key, f"a question's `{key}` must be positive")
+        if key == "weight":
+            weights[i] = value
+        elif key == "epsilon" and zcdp:
+            explicit[i] = value * value / 2  # ε-DP is ε²/2-zCDP
+        else:
+            explicit[i] = value
 
     questions = []
+    if total is None:
+        shares = {i: Fraction(0) for i in range(len(raw_questions))}
+    else:
+        shares = _divide(loc, total, unit, explicit, weights)
     for i, raw in enumerate(raw_questions):
-        eps = explicit[i] if i in explicit else remaining * weights[i] / weight_sum
-        if eps < MIN_EPSILON:
-            key = "epsilon" if i in explicit else "weight"
+        epsilon, rho = _question_budget(loc, i, raw, mechanisms[i], shares[i], zcdp)
+        if (epsilon is not None and epsilon < MIN_EPSILON) or (rho is not None and rho < MIN_RHO):
+            key = next((k for k in ("epsilon", "rho") if k in raw), "weight")
             raise loc.error(
                 i,
                 key,
-                f"this question's epsilon {eps} is below the minimum {MIN_EPSILON}: the noise"
-                " would bury its result; give it a larger share",
+                f"this question's {'ρ' if rho is not None else 'ε'} {rho or epsilon} is below the"
+                f" minimum {MIN_RHO if rho is not None else MIN_EPSILON}: the noise would bury"
+                " its result; give it a larger share",
             )
-        questions.append(_question(loc, i, raw, eps, max_respondents))
+        questions.append(
+            _question(loc, i, raw, epsilon, rho, mechanisms[i], shares[i], max_respondents)
+        )
     return Survey(
         name=str(head.get("name", Path(path).stem)),
-        epsilon=total,
+        epsilon=None if zcdp else total,
         mechanism=mechanism,
         min_batch_size=min_batch,
         max_respondents=max_respondents,
@@ -448,6 +508,8 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         time_precision=tp,
         max_clock_skew=skew,
         id=survey_id,
+        rho=total if zcdp else None,
+        delta=delta,
     )
 
 
@@ -484,6 +546,122 @@ def _window(loc: _Locator, head: Mapping[str, Any], tp: int) -> tuple[int | None
     return bounds[0], bounds[1]
 
 
+def _survey_total(
+    loc: _Locator, head: Mapping[str, Any], mechanism: str, zcdp: bool
+) -> tuple[Fraction | None, Fraction | None]:
+    """(total, delta) of the [survey] table: ε for a pure survey, ρ under zCDP."""
+
+    def number(key: str, low: Fraction, high: Fraction) -> Fraction:
+        try:
+            value = _fraction(head.get(key))
+        except (ValueError, ZeroDivisionError) as e:
+            raise loc.error(None, key, f"survey `{key}` must be a number: {e}") from None
+        if not low <= value <= high:
+            raise loc.error(None, key, f"survey `{key}` must be in [{low}, {high}], got {value}")
+        return value
+
+    if mechanism == "none":
+        # `epsilon` was once required of every survey; with no noise it means nothing.
+        for key in ("rho", "delta"):
+            if key in head:
+                raise loc.error(None, key, f"a survey with mechanism none has no `{key}`")
+        return None, None
+    if not zcdp:
+        if "rho" in head or "delta" in head:
+            key = "rho" if "rho" in head else "delta"
+            raise loc.error(
+                None,
+                key,
+                f"`{key}` belongs to zCDP (the gaussian mechanism); this survey's questions "
+                "are pure ε-DP and its budget is `epsilon`",
+            )
+        return number("epsilon", MIN_EPSILON, MAX_EPSILON), None
+    delta = DEFAULT_DELTA
+    if "delta" in head:
+        delta = number("delta", Fraction(1, 10**15), Fraction(1, 1000))
+    if "rho" in head:
+        if "epsilon" in head:
+            raise loc.error(
+                None, "epsilon", "give the zCDP budget as `rho`, or as `epsilon` and `delta`"
+            )
+        return number("rho", MIN_RHO, MAX_RHO), delta
+    if "epsilon" not in head or "delta" not in head:
+        raise loc.error(
+            None,
+            "epsilon",
+            "a survey with a gaussian question is composed under zCDP: give its budget as "
+            "`rho`, or as `epsilon` and `delta` (veil solves for the largest ρ that gives "
+            "(ε, δ)-DP)",
+        )
+    epsilon = number("epsilon", MIN_EPSILON, MAX_EPSILON)
+    try:
+        return zcdp_rho(epsilon, delta), delta
+    except DPError as e:
+        raise loc.error(None, "epsilon", str(e)) from None
+
+
+def _divide(
+    loc: _Locator,
+    total: Fraction,
+    unit: str,
+    explicit: Mapping[int, Fraction],
+    weights: Mapping[int, Fraction],
+) -> dict[int, Fraction]:
+    """Each question's share of the total: explicit ones first, the rest by weight."""
+    fixed = sum(explicit.values(), Fraction(0))
+    if fixed > total or (fixed == total and weights):
+        first = min(explicit)
+        raise loc.error(
+            first,
+            unit,
+            f"question budgets add up to {unit} {fixed}, which overspends the survey's "
+            f"{unit} {total}" + (" and leaves nothing for weighted questions" if weights else ""),
+        )
+    remaining = total - fixed
+    weight_sum = sum(weights.values(), Fraction(0))
+    return {
+        i: explicit[i] if i in explicit else remaining * weights[i] / weight_sum
+        for i in sorted({*explicit, *weights})
+    }
+
+
+def sqrt_down(x: Fraction) -> Fraction:
+    """The largest multiple of 10**-9 whose square is at most x."""
+    scale = 10**9
+    root = math.isqrt(x.numerator * scale * scale // x.denominator)
+    return Fraction(root, scale)
+
+
+def _question_budget(
+    loc: _Locator,
+    i: int,
+    raw: Mapping[str, Any],
+    mechanism: str,
+    share: Fraction,
+    zcdp: bool,
+) -> tuple[Fraction | None, Fraction | None]:
+    """(ε, ρ) that one collection of the question spends."""
+    if mechanism == "none":
+        return None, None
+    if mechanism == "gaussian":
+        rho = share
+        if rho > MAX_RHO:
+            raise loc.error(i, None, f"this question's ρ {rho} is above the maximum {MAX_RHO}")
+        return None, rho
+    if not zcdp:
+        return share, None
+    if "epsilon" in raw:
+        epsilon = _fraction(raw["epsilon"])
+        if epsilon > MAX_EPSILON:
+            raise loc.error(i, "epsilon", f"`epsilon` must be at most {MAX_EPSILON}")
+        return epsilon, None
+    # A pure question in a zCDP survey: the ε whose ε²/2 fits its ρ share.
+    epsilon = sqrt_down(2 * share)
+    if epsilon <= 0 or epsilon > MAX_EPSILON:
+        raise loc.error(i, None, f"this question's ε ({epsilon}) must be in (0, {MAX_EPSILON}]")
+    return epsilon, None
+
+
 def _max_fitting(field: type[Field], respondents: int) -> int:
     """Largest per-report maximum whose total over ``respondents`` reports
     stays below a quarter of the field (the rest is headroom for noise and
@@ -492,7 +670,14 @@ def _max_fitting(field: type[Field], respondents: int) -> int:
 
 
 def _question(
-    loc: _Locator, i: int, raw: Mapping[str, Any], epsilon: Fraction, respondents: int
+    loc: _Locator,
+    i: int,
+    raw: Mapping[str, Any],
+    epsilon: Fraction | None,
+    rho: Fraction | None,
+    mechanism: str,
+    share: Fraction,
+    respondents: int,
 ) -> Question:
     kind = raw["kind"]
     try:
@@ -500,7 +685,15 @@ def _question(
     except SettingsError as e:
         raise SurveyError(f"{e} (for a {kind} question)") from None
     text = str(raw.get("text", raw["id"]))
-    common: dict[str, Any] = {"id": raw["id"], "text": text, "kind": kind, "epsilon": epsilon}
+    common: dict[str, Any] = {
+        "id": raw["id"],
+        "text": text,
+        "kind": kind,
+        "epsilon": epsilon,
+        "rho": rho,
+        "mechanism": mechanism,
+        "share": share,
+    }
     if "local_epsilon" in raw:
         try:
             common["local_epsilon"] = parse_local_epsilon(_fraction(raw["local_epsilon"]))
@@ -599,10 +792,14 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
             "id": q.id,
             "text": q.text,
             "kind": q.kind,
-            "epsilon": str(q.epsilon),
+            "mechanism": q.mechanism,
             "task_file": f"{q.id}.toml",
             "task_id": task_ids[q.id],
         }
+        if q.rho is not None:
+            d["rho"] = str(q.rho)
+        elif q.epsilon is not None:
+            d["epsilon"] = str(q.epsilon)
         if q.local_epsilon is not None:
             d["local_epsilon"] = str(q.local_epsilon)
         if q.options:
@@ -616,7 +813,7 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
             if q.labels:
                 d["labels"] = list(q.labels)
         questions.append(d)
-    return {
+    out: dict[str, Any] = {
         "format": DESCRIPTION_FORMAT,
         "id": survey.id,
         "name": survey.name,
@@ -625,9 +822,14 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
         "time_precision": survey.time_precision,
         "max_clock_skew": survey.max_clock_skew,
         "mechanism": survey.mechanism,
-        "epsilon": str(survey.epsilon),
-        "questions": questions,
     }
+    if survey.rho is not None:
+        out["rho"] = str(survey.rho)
+        out["delta"] = str(survey.delta or DEFAULT_DELTA)
+    elif survey.epsilon is not None:
+        out["epsilon"] = str(survey.epsilon)
+    out["questions"] = questions
+    return out
 
 
 @dataclass(frozen=True)
@@ -665,7 +867,10 @@ def load_description(directory: str | Path) -> Description:
     try:
         opens = parse_time(_get(doc, "opens", str, where))
         closes = parse_time(_get(doc, "closes", str, where))
-        epsilon = Fraction(_get(doc, "epsilon", str, where))
+        epsilon, rho, delta = (
+            Fraction(_get(doc, key, str, where)) if key in doc else None
+            for key in ("epsilon", "rho", "delta")
+        )
     except (TimeFormatError, ValueError, ZeroDivisionError) as e:
         raise SurveyError(f"{where}: {e}") from None
     questions = []
@@ -703,9 +908,17 @@ def load_description(directory: str | Path) -> Description:
                 raise SurveyError(f"{at}: `labels` must be a list of names")
             fields["labels"] = tuple(labels)
         try:
-            q_eps = Fraction(_get(raw, "epsilon", str, at))
+            q_eps, q_rho = (
+                Fraction(_get(raw, key, str, at)) if key in raw else None
+                for key in ("epsilon", "rho")
+            )
         except (ValueError, ZeroDivisionError) as e:
             raise SurveyError(f"{at}: {e}") from None
+        q_mech = raw.get("mechanism", doc.get("mechanism"))
+        if q_mech not in MECHANISMS:
+            raise SurveyError(f"{at}: unknown mechanism {q_mech!r}")
+        fields["mechanism"] = q_mech
+        fields["rho"] = q_rho
         if "local_epsilon" in raw:
             try:
                 fields["local_epsilon"] = parse_local_epsilon(_get(raw, "local_epsilon", str, at))
@@ -719,6 +932,8 @@ def load_description(directory: str | Path) -> Description:
     survey = Survey(
         name=_get(doc, "name", str, where),
         epsilon=epsilon,
+        rho=rho,
+        delta=delta,
         mechanism=mechanism,
         min_batch_size=1,
         max_respondents=1,

@@ -33,7 +33,8 @@ from typing import Any, ClassVar, TypeVar
 import tomli_w
 
 from veil import vdaf
-from veil.dp import DPConfig, DPError, LocalChannel, NoisePlan, local_channel
+from veil.dp import DPConfig, DPError, LocalChannel, Mechanism, NoiseMode, NoisePlan, local_channel
+from veil.dp.accounting import DEFAULT_DELTA
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
 from veil.settings import SettingsError, Table, from_mapping, read_toml
 from veil.trust import TrustError, normalise_fingerprint
@@ -147,7 +148,13 @@ DP_KEYS = (
     "survey_budget",
     "local_epsilon",
     "local_max_choices",
+    "delta",
+    "split_opt_in",
+    "neighbouring",
+    "survey_unit",
 )
+NEIGHBOURING = ("replace_one", "add_remove")
+BUDGET_UNITS = ("epsilon", "rho")
 
 
 @dataclass(frozen=True)
@@ -156,14 +163,22 @@ class DpSpec:
 
     mechanism: geometric, laplace, gaussian or none (no noise, no budget:
     exact sums, which each aggregator must allow in its own configuration).
-    epsilon (or rho for gaussian) is spent by each collection; budget is the
-    task's total (default: one collection's worth per report); survey and
-    survey_budget put several tasks over the same respondents under one total.
-    local_epsilon (issue 19) makes every client randomize its measurement on its
+    survey and survey_budget put several tasks over the same respondents under
+    one total. local_epsilon (issue 19) makes every client randomize its measurement on its
     own device before sharding (veil.dp.local), which protects it even from both
     aggregators together; local_max_choices is how many options a respondent of a
     multihot task may pick (the VDAF's max_weight is then its length, since
     randomized vectors can have any weight).
+    epsilon (pure mechanisms) or rho (gaussian; a task file always names ρ itself,
+    `veil task new --epsilon E --delta D` solves it) is the noise calibration of
+    one collection; delta is the δ at which a ρ is stated as (ε, δ)-DP (default
+    10**-6). mode split needs split_opt_in = true: it gives a weaker ε against the
+    collector with one aggregator, and that weaker ε is what the ledgers charge,
+    so budget is the task's total in the charged unit (default: one collection's
+    charge). survey_unit is what the survey counts: epsilon, or rho for a survey
+    composed under zCDP, where a pure task's ε counts as ε²/2. neighbouring says
+    what one respondent's data is: replace_one (default; the report count is
+    published) or add_remove.
     """
 
     mechanism: str
@@ -176,6 +191,10 @@ class DpSpec:
     survey_budget: str | None = None
     local_epsilon: str | None = None
     local_max_choices: int = 0
+    delta: str | None = None
+    split_opt_in: bool = False
+    neighbouring: str = "replace_one"
+    survey_unit: str | None = None
 
     def __post_init__(self) -> None:
         # Without its own total a survey's ledger would silently take this
@@ -190,11 +209,45 @@ class DpSpec:
 
     def config(self) -> DPConfig:
         try:
-            return DPConfig.parse(
+            config = DPConfig.parse(
                 self.mechanism, self.epsilon, self.rho, self.mode, self.fixed_point_bits
             )
         except DPError as e:
             raise TaskError(f"bad [dp] table: {e}") from e
+        if config.mode is NoiseMode.SPLIT and not self.split_opt_in:
+            raise TaskError(
+                "bad [dp] table: split mode gives a weaker ε against the collector with one "
+                "aggregator (and that weaker ε is what is charged); opt in with "
+                "split_opt_in = true (--split-opt-in)"
+            )
+        if self.split_opt_in and config.mode is not NoiseMode.SPLIT:
+            raise TaskError('bad [dp] table: split_opt_in applies to mode = "split" only')
+        if self.neighbouring not in NEIGHBOURING:
+            raise TaskError(
+                f"bad [dp] table: neighbouring must be one of {NEIGHBOURING}, "
+                f"got {self.neighbouring!r}"
+            )
+        if self.delta is not None:
+            if config.mechanism is not Mechanism.GAUSSIAN:
+                raise TaskError("bad [dp] table: delta belongs to the gaussian mechanism (zCDP)")
+            delta = self.delta_value
+            if not 0 < delta < Fraction(1, 1000):
+                raise TaskError(f"bad [dp] table: delta must be in (0, 0.001), got {delta}")
+        if self.survey_unit is not None and self.survey_unit not in BUDGET_UNITS:
+            raise TaskError(f"bad [dp] table: survey_unit must be one of {BUDGET_UNITS}")
+        if self.survey_unit == "epsilon" and config.mechanism is Mechanism.GAUSSIAN:
+            raise TaskError("bad [dp] table: a gaussian task's survey must count rho")
+        return config
+
+    @property
+    def delta_value(self) -> Fraction:
+        """δ at which ρ is stated (gaussian), DEFAULT_DELTA unless the task names one."""
+        if self.delta is None:
+            return DEFAULT_DELTA
+        try:
+            return Fraction(self.delta)
+        except (ValueError, ZeroDivisionError) as e:
+            raise TaskError(f"bad [dp] table: delta must be a number, got {self.delta!r}") from e
 
     def plan(self, vdaf: VdafSpec) -> NoisePlan:
         params = {
@@ -231,22 +284,55 @@ class DpSpec:
             raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
 
     @property
-    def amount(self) -> Fraction | None:
-        """What one collection spends (ε, or ρ for gaussian); None without noise."""
-        c = self.config()
-        return c.epsilon if c.epsilon is not None else c.rho
+    def has_noise(self) -> bool:
+        """Whether collections are noised and charged (every mechanism but none)."""
+        return self.config().mechanism is not Mechanism.NONE
+
+    @property
+    def unit(self) -> str | None:
+        """What this task's ledger counts: epsilon, rho (gaussian), or None."""
+        mech = self.config().mechanism
+        if mech is Mechanism.NONE:
+            return None
+        return "rho" if mech is Mechanism.GAUSSIAN else "epsilon"
+
+    def charge(self, vdaf: VdafSpec) -> Fraction | None:
+        """What one collection charges on both ledgers (`NoisePlan.charge`); None
+        without noise. In split mode that is the weaker ε against the collector
+        with one aggregator, not the configured ε."""
+        return self.plan(vdaf).charge
+
+    def total(self, vdaf: VdafSpec) -> Fraction | None:
+        """The task's total budget (in `unit`): `budget`, or one collection's charge."""
+        charge = self.charge(vdaf)
+        if charge is None:
+            return None
+        return Fraction(self.budget) if self.budget is not None else charge
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mechanism": self.mechanism}
-        for k in ("epsilon", "rho", "budget", "survey", "survey_budget", "local_epsilon"):
+        for k in (
+            "epsilon",
+            "rho",
+            "delta",
+            "budget",
+            "survey",
+            "survey_budget",
+            "survey_unit",
+            "local_epsilon",
+        ):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
         if self.local_max_choices:
             d["local_max_choices"] = self.local_max_choices
         if self.mode != DEFAULT_DP_MODE:
             d["mode"] = self.mode
+        if self.split_opt_in:
+            d["split_opt_in"] = True
         if self.fixed_point_bits:
             d["fixed_point_bits"] = self.fixed_point_bits
+        if self.neighbouring != "replace_one":
+            d["neighbouring"] = self.neighbouring
         return d
 
     @staticmethod
@@ -267,6 +353,10 @@ class DpSpec:
                 survey_budget=t.rational("survey_budget"),
                 local_epsilon=t.rational("local_epsilon"),
                 local_max_choices=t.integer("local_max_choices", 0, minimum=0),
+                delta=t.rational("delta"),
+                split_opt_in=t.flag("split_opt_in", False),
+                neighbouring=t.text("neighbouring", "replace_one"),
+                survey_unit=t.optional_text("survey_unit"),
             )
         except TaskError as e:
             raise t.error("survey", str(e)) from None

@@ -22,6 +22,7 @@ from veil.dp import (
     BudgetUnit,
     DPConfig,
     InvalidParameter,
+    NoiseMode,
     NoisePlan,
     Spend,
     SqliteLedgerStore,
@@ -124,13 +125,35 @@ def test_survey_composes_sequentially_across_tasks(ledger: BudgetLedger) -> None
     assert ledger.remaining("b") == 0
 
 
-def test_survey_and_task_units_must_match(ledger: BudgetLedger) -> None:
+def test_zcdp_task_needs_a_zcdp_survey(ledger: BudgetLedger) -> None:
+    ledger.add_survey("s", 1, BudgetUnit.EPSILON)
+    with pytest.raises(InvalidParameter, match="zCDP"):
+        ledger.add_task("g", "0.5", BudgetUnit.RHO, survey_id="s")
+
+
+def test_mixed_survey_composes_under_zcdp(ledger: BudgetLedger) -> None:
+    # Issue 14 item 5: a pure task in a zCDP survey costs it ε²/2 per collection,
+    # while its own budget stays in ε.
     ledger.add_survey("s", 1, BudgetUnit.RHO)
-    with pytest.raises(InvalidParameter, match="unit"):
-        ledger.add_task("t", 1, BudgetUnit.EPSILON, survey_id="s")
-    ledger.add_task("g", "0.5", BudgetUnit.RHO, survey_id="s")
-    ledger.spend("g", "0.25")
-    assert ledger.remaining("g") == Fraction(1, 4)
+    ledger.add_task("t", 2, BudgetUnit.EPSILON, survey_id="s")
+    ledger.add_task("g", 1, BudgetUnit.RHO, survey_id="s")
+    ledger.spend("g", "0.5")
+    ledger.spend("t", "0.5")  # ρ 1/8
+    assert ledger.survey_status("s").spent == Fraction(5, 8)
+    assert ledger.survey_status("s").unit is BudgetUnit.RHO
+    assert ledger.task_status("t").spent == Fraction(1, 2)
+    # Room ρ 3/8: a further ε x on t fits while x²/2 <= 3/8, x <= √(3/4) ≈ 0.866.
+    remaining = ledger.remaining("t")
+    assert remaining * remaining / 2 <= Fraction(3, 8)
+    assert float(remaining) == pytest.approx(0.75**0.5, abs=1e-9)
+    with pytest.raises(BudgetExceeded, match="survey 's'"):
+        ledger.spend("t", "0.9")
+    ledger.spend("t", "0.866")
+    with pytest.raises(BudgetExceeded):
+        ledger.spend("t", "0.01")
+    with pytest.raises(BudgetExceeded):
+        ledger.spend("g", "0.001")
+    assert ledger.survey_status("s").spent <= 1
 
 
 def test_budgets_are_immutable_and_registration_idempotent(ledger: BudgetLedger) -> None:
@@ -342,6 +365,18 @@ def test_charge_spends_what_the_plan_costs(ledger: BudgetLedger) -> None:
     none = NoisePlan.for_task(DPConfig.none(), "Prio3Count", {})
     assert ledger.charge("eps", none) is None
     assert ledger.remaining("eps") == Fraction(3, 4)
+
+
+def test_split_mode_charges_the_weaker_guarantee(ledger: BudgetLedger) -> None:
+    # Issue 14 item 2: in split mode one aggregator with the collector sees only the
+    # other's Pólya share, a weaker ε (1.675 for Count at ε = 1); that is what is
+    # charged, not the ε the collector alone gets.
+    split = NoisePlan.for_task(DPConfig.geometric(1, NoiseMode.SPLIT), "Prio3Count", {})
+    assert split.server_epsilon is not None and 1.67 < split.server_epsilon < 1.68
+    ledger.add_task("split", 2)
+    assert ledger.charge("split", split).amount == split.server_epsilon
+    with pytest.raises(BudgetExceeded):
+        ledger.charge("split", split)  # 2 * 1.675 > 2, although 2 * ε = 2 would fit
 
 
 class MemoryStore:

@@ -180,7 +180,7 @@ class LocalDeployment:
                 "grace_seconds": 10,
                 # The caller chose mechanism none for a task: both local
                 # servers opt in, as each operator would in its own config.
-                "allow_exact_release": any(dp.amount is None for _, dp, _ in tasks.values()),
+                "allow_exact_release": any(not dp.has_noise for _, dp, _ in tasks.values()),
                 **(extra_config or {}),
             }
             metrics_address = f"127.0.0.1:{free_port()}" if metrics else None

@@ -41,7 +41,13 @@ log = logging.getLogger(__name__)
 
 
 def _unit(task: Task) -> BudgetUnit:
-    return BudgetUnit.RHO if task.dp.mechanism == "gaussian" else BudgetUnit.EPSILON
+    return BudgetUnit.RHO if task.dp.unit == "rho" else BudgetUnit.EPSILON
+
+
+def _survey_unit(task: Task) -> BudgetUnit:
+    if task.dp.survey_unit is not None:
+        return BudgetUnit(task.dp.survey_unit)
+    return _unit(task)
 
 
 class NoisePool:
@@ -94,7 +100,7 @@ def refuse_exact_release(tasks: Iterable[Task], allowed: bool) -> None:
     """DP fails closed: each aggregator releases un-noised shares only if its own
     operator opted in (`allow_exact_release = true` in its server config); the
     other aggregator's or the task author's choice is not enough."""
-    exact = [t.id_text for t in tasks if t.dp.amount is None]
+    exact = [t.id_text for t in tasks if not t.dp.has_noise]
     if exact and not allowed:
         raise ExactReleaseRefused(
             f'task {exact[0]} has [dp] mechanism = "none": this aggregator would release'
@@ -126,8 +132,11 @@ class PrivacyEngine:
         )
         self.pool = NoisePool()
         for task in tasks:
-            amount = task.dp.amount
-            if amount is None:
+            # What each collection charges: the weaker of the task's two guarantees
+            # (NoisePlan.charge), so that both ledgers bound what the collector with
+            # one aggregator learns, not only what the collector alone does.
+            total = task.dp.total(task.vdaf)
+            if total is None:
                 log.warning(
                     "task %s has DP mechanism none: shares leave without noise"
                     " (allowed by allow_exact_release = true)",
@@ -137,14 +146,14 @@ class PrivacyEngine:
             unit = _unit(task)
             if task.dp.survey is not None:
                 assert task.dp.survey_budget is not None  # DpSpec requires it with survey
-                self.ledger.add_survey(task.dp.survey, task.dp.survey_budget, unit)
-            self.ledger.add_task(task.id_text, task.dp.budget or amount, unit, task.dp.survey)
+                self.ledger.add_survey(task.dp.survey, task.dp.survey_budget, _survey_unit(task))
+            self.ledger.add_task(task.id_text, total, unit, task.dp.survey)
             length = len(task.vdaf.instantiate().agg_init(None))
             self.pool.add(task.task_id, task.dp.plan(task.vdaf), length)
 
     def report_budget(self, task: Task, metrics: Metrics) -> None:
         """Export the task's (and its survey's) spent and remaining budget."""
-        if task.dp.amount is None:
+        if not task.dp.has_noise:
             return
         rows = [(task.id_text, self.ledger.task_status(task.id_text))]
         if task.dp.survey is not None:
@@ -156,7 +165,7 @@ class PrivacyEngine:
 
     def check(self, task: Task, start: int, duration: int) -> None:
         """Raise BudgetExhausted if collecting this batch would exceed the budget."""
-        amount = task.dp.amount
+        amount = task.dp.charge(task.vdaf)
         if amount is None:
             return
         remaining = self.ledger.remaining(task.id_text, Batch(start, start + duration))
@@ -176,8 +185,11 @@ class PrivacyEngine:
         duration: int,
         agg_share: list[int],
     ) -> tuple[list[int], Fraction]:
-        """Spend the budget for `collection_id` and return (noised share, amount spent)."""
-        amount = task.dp.amount
+        """Spend the budget for `collection_id` and return (noised share, amount spent).
+
+        The amount is `NoisePlan.charge`: in split mode the weaker ε against the
+        collector with one aggregator, not the configured ε."""
+        amount = task.dp.charge(task.vdaf)
         if amount is None:
             return agg_share, Fraction(0)
         try:

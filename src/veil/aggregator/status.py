@@ -84,7 +84,7 @@ def gather(
         for by_state in counts.values():
             totals.update(by_state)
         budget = None
-        if task.dp.amount is not None:
+        if task.dp.has_noise:
             try:
                 budget = _budget(ledger.task_status(task.id_text))
             except DPError:
@@ -98,7 +98,7 @@ def gather(
                 "name": _task_name(task, files),
                 "vdaf": task.vdaf.to_dict(),
                 "dp": task.dp.to_dict(),
-                "exact_release": task.dp.amount is None,
+                "exact_release": not task.dp.has_noise,
                 "time_precision": task.time_precision,
                 "min_batch_size": task.min_batch_size,
                 "report_expiry_age": task.report_expiry_age,

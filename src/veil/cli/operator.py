@@ -33,6 +33,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     from veil.dp import DPError
     from veil.logs import configure_logging
+    from veil.privacy import survey_statement
 
     # The servers log to their own files; here only errors would matter.
     configure_logging("error")
@@ -48,7 +49,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     say = status_printer(args.json)
     say(
         f"veil demo: {args.respondents} simulated respondents answer {len(survey.questions)}"
-        f" questions (total epsilon {survey.epsilon}, {survey.mechanism} noise)"
+        f" questions ({survey_statement(survey).against_collector.text()},"
+        f" {survey.mechanism} noise)"
     )
     started = time.perf_counter()
     try:
@@ -66,6 +68,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_survey_deploy(args: argparse.Namespace) -> int:
     from veil.deploy import DeployError, deploy_survey
+    from veil.privacy import survey_statement
     from veil.survey import SurveyError, load_survey
 
     try:
@@ -96,6 +99,9 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
     )
     print(f"  {dep.collector_dir}/   stays with the survey operator (collector keys and tokens)")
     print(f"  {dep.client_dir}/   public: ships with the client app")
+    print("privacy (the whole survey, every question composed):")
+    for line in survey_statement(survey).lines():
+        print(f"  {line}")
     if survey.mechanism == "none":
         print(
             "mechanism none: exact sums, no DP. Each aggregator refuses to start until its"
@@ -212,7 +218,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
                     "upper": number(r.upper),
                 },
                 "mechanism": r.mechanism,
-                "epsilon_spent": str(r.epsilon_spent),
+                "spent": {r.unit: str(r.spent)} if r.unit else None,
+                "privacy_against_collector": r.against_collector.to_json(),
                 "seconds": round(r.seconds, 3),
             },
             indent=2,
@@ -241,7 +248,11 @@ def register(
     sim = commands.add_parser("simulate", help="simulate respondents answering your survey")
     sim.add_argument("--survey", required=True, help="survey TOML file")
     sim.add_argument("--respondents", type=int, default=10_000)
-    sim.add_argument("--epsilon", help="override the survey's total epsilon")
+    sim.add_argument(
+        "--epsilon",
+        help="override the survey's total ε (a survey composed under zCDP: the ε of its"
+        " (ε, δ), solved for ρ at the survey's δ)",
+    )
     sim.add_argument(
         "--local-epsilon",
         help="randomized response at this ε_L on every question (overrides the survey's); "
@@ -249,7 +260,10 @@ def register(
     )
     sim.add_argument("--plot", help="write a PNG: estimates against truth (or the sweep)")
     sim.add_argument(
-        "--sweep-epsilon", nargs="+", metavar="EPS", help="plot error against these epsilons"
+        "--sweep-epsilon",
+        nargs="+",
+        metavar="EPS",
+        help="plot error against these survey ε (for zCDP: the ε of (ε, δ))",
     )
     sim.add_argument("--json", action="store_true")
     sim.add_argument("--no-progress", action="store_true")

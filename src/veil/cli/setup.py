@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tomllib
+from fractions import Fraction
 from pathlib import Path
 
+from veil.dp import DPError
+from veil.dp.accounting import decimal_text, zcdp_rho
+from veil.dp.mechanisms import MAX_EPSILON, parse_budget
+from veil.privacy import task_statement
 from veil.task import (
     DEFAULT_DP_MODE,
     DEFAULT_MAX_CLOCK_SKEW,
@@ -54,21 +60,10 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         print(f"veil task new: bad VDAF parameters: {e}", file=sys.stderr)
         return 2
     try:
-        dp = DpSpec(
-            args.mechanism,
-            epsilon=args.epsilon if args.mechanism in ("geometric", "laplace") else None,
-            rho=args.rho if args.mechanism == "gaussian" else None,
-            mode=args.mode,
-            fixed_point_bits=args.fixed_point_bits,
-            budget=args.budget,
-            survey=args.survey,
-            survey_budget=args.survey_budget,
-            local_epsilon=args.local_epsilon,
-            local_max_choices=args.max_weight if local_multihot else 0,
-        )
+        dp = _dp_spec(args, local_max_choices=args.max_weight if local_multihot else 0)
         dp.plan(vdaf)
         dp.local(vdaf)
-    except TaskError as e:
+    except (TaskError, DPError) as e:
         print(f"veil task new: {e}", file=sys.stderr)
         return 2
     try:
@@ -99,16 +94,87 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         _add_task_to_config(Path(args.leader_config), "leader", paths["leader"], args.leader)
     if args.helper_config:
         _add_task_to_config(Path(args.helper_config), "helper", paths["helper"], args.helper)
-    if dp.amount is None:
+    if not dp.has_noise:
         print(
             "veil task new: note: mechanism none publishes exact sums; each aggregator refuses"
             " such a task unless its own config says allow_exact_release = true",
             file=sys.stderr,
         )
+    statement = task_statement(dp, vdaf)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "task_id": files.client.id_text,
+                    "files": {role: str(p) for role, p in paths.items()},
+                    "privacy": statement.to_json(),
+                },
+                indent=2,
+            )
+        )
+        return 0
     print(f"task {files.client.id_text}")
     for role, p in paths.items():
         print(f"  {role:9} {p}")
+    print("privacy:")
+    for line in statement.lines():
+        print(f"  {line}")
     return 0
+
+
+def _dp_spec(args: argparse.Namespace, local_max_choices: int) -> DpSpec:
+    """The [dp] table from the options; a gaussian task gets ρ, solved from ε and δ
+    if those are given (the task file always names ρ itself)."""
+    mechanism = args.mechanism
+    epsilon, rho, delta = args.epsilon, args.rho, args.delta
+    if mechanism == "gaussian":
+        if epsilon is not None and rho is not None:
+            raise TaskError("give --rho, or --epsilon and --delta, not both")
+        if epsilon is not None:
+            if delta is None:
+                raise TaskError(
+                    "the gaussian mechanism is zCDP: give --rho, or --epsilon with --delta "
+                    "(veil solves for the largest ρ that gives (ε, δ)-DP)"
+                )
+            solved = zcdp_rho(parse_budget(epsilon, "epsilon", MAX_EPSILON), _delta(delta))
+            rho = decimal_text(solved)
+            epsilon = None
+        elif rho is None:
+            rho = "1/2"
+    else:
+        if rho is not None or delta is not None:
+            raise TaskError(
+                f"--rho and --delta belong to the gaussian mechanism; {mechanism} takes --epsilon"
+            )
+        if mechanism == "none":
+            if epsilon is not None:
+                raise TaskError("mechanism none adds no noise and takes no --epsilon")
+        elif epsilon is None:
+            epsilon = "1"
+    return DpSpec(
+        mechanism,
+        epsilon=epsilon,
+        rho=rho,
+        delta=delta,
+        mode=args.mode,
+        split_opt_in=args.split_opt_in,
+        fixed_point_bits=args.fixed_point_bits,
+        budget=args.budget,
+        survey=args.survey,
+        survey_budget=args.survey_budget,
+        local_epsilon=args.local_epsilon,
+        local_max_choices=local_max_choices,
+    )
+
+
+def _delta(text: str) -> Fraction:
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise TaskError(f"--delta must be a number, got {text!r}") from None
+    if not 0 < value < Fraction(1, 1000):
+        raise TaskError(f"--delta must be in (0, 0.001), got {text}")
+    return value
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -152,11 +218,33 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         choices=["geometric", "laplace", "gaussian", "none"],
         help="DP mechanism (default geometric; none publishes exact sums)",
     )
-    p.add_argument("--epsilon", default="1", help="ε per collection, e.g. 1 or 1/2")
-    p.add_argument("--rho", default="1/2", help="ρ per collection (gaussian)")
-    p.add_argument("--mode", default=DEFAULT_DP_MODE, choices=["independent", "split"])
+    p.add_argument(
+        "--epsilon",
+        help="ε per collection, e.g. 1 or 1/2 (default 1); gaussian: with --delta, the"
+        " (ε, δ) to solve ρ for",
+    )
+    p.add_argument("--rho", help="ρ per collection (gaussian, zCDP; default 1/2)")
+    p.add_argument(
+        "--delta", help="gaussian: the δ of (ε, δ) (default 1e-6 when only --rho is given)"
+    )
+    p.add_argument(
+        "--mode",
+        default=DEFAULT_DP_MODE,
+        choices=["independent", "split"],
+        help="split: each aggregator adds part of the noise (needs --split-opt-in)",
+    )
+    p.add_argument(
+        "--split-opt-in",
+        action="store_true",
+        help="accept split mode's weaker guarantee against the collector with one aggregator"
+        " (that weaker ε is what the ledgers charge)",
+    )
     p.add_argument("--fixed-point-bits", type=int, default=0, help="laplace only")
-    p.add_argument("--budget", help="total ε (or ρ) of the task (default: one collection's)")
+    p.add_argument(
+        "--budget",
+        help="total ε (or ρ) of the task, as charged: split mode charges the weaker ε"
+        " (default: one collection's charge)",
+    )
     p.add_argument(
         "--local-epsilon",
         help="ε_L of randomized response on each client before sharding: private even "
@@ -168,4 +256,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--out", default=".", help="directory for the task files")
     p.add_argument("--leader-config", help="add the task to this leader.toml (created if missing)")
     p.add_argument("--helper-config", help="add the task to this helper.toml (created if missing)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the task id, the files written and the privacy statement as JSON",
+    )
     p.set_defaults(func=cmd_task_new)

@@ -18,8 +18,9 @@ from typing import Any
 
 import grpc
 
-from veil.collector.estimate import estimates
+from veil.collector.estimate import collection_guarantee, estimates
 from veil.dp import decode
+from veil.dp.accounting import Guarantee
 from veil.grpc_util import RpcRefused, is_retryable, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeError, agg_share_info, open_
 from veil.messages.wire import ciphertext_from_pb
@@ -38,9 +39,12 @@ class CollectionResult:
 
     `estimate` is a Fraction for count and sum tasks and a list of Fractions
     for vector tasks; `lower`/`upper` bound each coordinate at `confidence`
-    (each coordinate marginally). `epsilon_spent` is the ε of this collection
-    (ρ for the gaussian mechanism, 0 for none). With mechanism "none" the
-    estimate is the exact aggregate and the bounds equal it.
+    (each coordinate marginally). `spent` is what the ledgers charged, in `unit`
+    ("epsilon", "rho" for the gaussian mechanism, None for none): the weaker
+    guarantee, which in split mode is more than the collector's ε.
+    `against_collector` is this collection's guarantee against the collector (ρ
+    is shown with the (ε, δ) it implies). With mechanism "none" the estimate is
+    the exact aggregate and the bounds equal it.
     """
 
     start: int
@@ -50,10 +54,18 @@ class CollectionResult:
     lower: Any
     upper: Any
     confidence: float
-    epsilon_spent: Fraction
+    spent: Fraction
+    unit: str | None
+    against_collector: Guarantee
     mechanism: str
     noisy_aggregate: list[int]
     seconds: float
+
+    @property
+    def epsilon_spent(self) -> Fraction:
+        """The ε this collection gives against the collector: pure ε, or for zCDP the
+        ε implied at the task's δ (see `against_collector` for ρ and δ); 0 for none."""
+        return self.against_collector.epsilon or Fraction(0)
 
 
 def _code(n: int) -> grpc.StatusCode:
@@ -190,7 +202,9 @@ class Collector:
             lower=pick([e.low for e in est]),
             upper=pick([e.high for e in est]),
             confidence=confidence,
-            epsilon_spent=spent,
+            spent=spent,
+            unit=self.task.dp.unit,
+            against_collector=collection_guarantee(self.task),
             mechanism=self.task.dp.mechanism,
             noisy_aggregate=noisy,
             seconds=seconds,

@@ -5,15 +5,27 @@ from __future__ import annotations
 from fractions import Fraction
 
 from veil.dp import Estimate, estimate, local_estimate
+from veil.dp.accounting import Guarantee
 from veil.task import Task
+
+
+def collection_guarantee(task: Task) -> Guarantee:
+    """What one collection of `task` gives against the collector (ε, or ρ with (ε, δ))."""
+    plan = task.dp.plan(task.vdaf)
+    if plan.config.rho is not None:
+        return Guarantee.zcdp(plan.config.rho, task.dp.delta_value)
+    if plan.epsilon is not None:
+        return Guarantee.pure(plan.epsilon)
+    return Guarantee.no_privacy()
 
 
 def estimates(
     task: Task, noisy: list[int], confidence: float, report_count: int | None = None
 ) -> tuple[list[Estimate], Fraction]:
-    """Per-coordinate estimates at `confidence`, and the ε (or ρ) one collection spends.
+    """Per-coordinate estimates at `confidence`, and what one collection charges.
 
-    Intervals come from the exact distribution of the total noise, which depends
+    The charge is `NoisePlan.charge` (the weaker guarantee, in ε or ρ). Intervals
+    come from the exact distribution of the total noise, which depends
     on public parameters only. With mechanism none they have zero width.
 
     With a local layer (the task's `local_epsilon`) the estimates are de-biased for
@@ -23,7 +35,7 @@ def estimates(
     (`Collector`, the survey's collect) goes through here.
     """
     plan = task.dp.plan(task.vdaf)
-    amount = task.dp.amount or Fraction(0)
+    amount = plan.charge or Fraction(0)
     channel = task.dp.local(task.vdaf)
     if channel is not None:
         if report_count is None:

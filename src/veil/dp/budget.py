@@ -13,8 +13,11 @@ Accounting (per report, since neighbouring datasets differ in one report):
   of each task's peak (sequential composition across tasks), which must stay within
   the survey's total.
 
-Amounts are ε (pure DP) or ρ (zCDP, which also composes by addition); a task and its
-survey use one unit. All amounts are exact Fractions, stored as text, never floats.
+Amounts are ε (pure DP) or ρ (zCDP, which also composes by addition). A survey counts
+ε when all its tasks do; a survey that mixes pure and zCDP tasks counts ρ, and each
+pure collection of ε costs it ε²/2 (ε-DP implies ε²/2-zCDP, Bun and Steinke 2016,
+Proposition 1.4), while the task's own budget stays in ε. All amounts are exact
+Fractions, stored as text, never floats.
 
 A spend is one transaction (`BEGIN IMMEDIATE` in SQLite: the write lock is taken
 before the budget is read), so two concurrent collections can never both pass
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -215,10 +219,11 @@ class BudgetLedger:
                 survey = tx.survey(survey_id)
                 if survey is None:
                     raise UnknownTask(f"unknown survey {survey_id!r}; add it before its tasks")
-                if survey.unit is not unit:
+                if survey.unit is BudgetUnit.EPSILON and unit is BudgetUnit.RHO:
                     raise InvalidParameter(
-                        f"task {task_id!r} counts {unit} but survey {survey_id!r} counts "
-                        f"{survey.unit}; a survey composes one unit"
+                        f"task {task_id!r} counts rho but survey {survey_id!r} counts "
+                        "epsilon; a survey with a zCDP task must be composed under zCDP "
+                        "(register it with unit rho)"
                     )
             existing = tx.task(task_id)
             if existing is None:
@@ -256,7 +261,7 @@ class BudgetLedger:
             collections = 0
             for t in tx.survey_tasks(survey_id):
                 spends = tx.spends(t.task_id)
-                spent += _peak(spends, Batch.everything())
+                spent += _peak(spends, Batch.everything(), _converter(t.unit, survey.unit))
                 collections += len(spends)
             remaining = max(survey.total - spent, Fraction(0))
             return BudgetStatus(survey.total, spent, remaining, survey.unit, collections)
@@ -290,7 +295,7 @@ class BudgetLedger:
                     )
                 return previous
             remaining, why = _remaining(tx, task, batch)
-            if asked > remaining:
+            if not _fits(tx, task, batch, asked):
                 raise BudgetExceeded(asked, remaining, why)
             tx.add_spend(wanted)
             return wanted
@@ -302,18 +307,18 @@ class BudgetLedger:
         batch: Batch | None = None,
         collection_id: str | None = None,
     ) -> Spend | None:
-        """Spend what one collection under `plan` costs: ε, or ρ for the gaussian mechanism.
+        """Spend what one collection under `plan` costs (`NoisePlan.charge`).
 
-        Mechanism none costs nothing on the ledger (it promises no privacy at all,
-        which draw_noise logs); None is returned and nothing is recorded.
+        That is the weaker of the two guarantees the collection gives: ε against the
+        collector with one aggregator (more than ε in split mode), or ρ for the
+        gaussian mechanism. Mechanism none costs nothing on the ledger (it promises
+        no privacy at all, which draw_noise logs); None is returned, nothing recorded.
         """
         config = plan.config
         if config.mechanism is Mechanism.NONE:
             return None
-        if config.mechanism is Mechanism.GAUSSIAN:
-            amount, unit = config.rho, BudgetUnit.RHO
-        else:
-            amount, unit = config.epsilon, BudgetUnit.EPSILON
+        amount = plan.charge
+        unit = BudgetUnit.RHO if config.mechanism is Mechanism.GAUSSIAN else BudgetUnit.EPSILON
         assert amount is not None  # DPConfig validation guarantees it
         with self._store.transaction() as tx:
             task = _known_task(tx, task_id)
@@ -342,23 +347,84 @@ def _known_task(tx: LedgerTransaction, task_id: str) -> TaskBudget:
     return task
 
 
-def _peak(spends: Sequence[Spend], within: Batch) -> Fraction:
-    """max over instants in `within` of the amounts of spends whose batch holds it."""
+Convert = Callable[[Fraction], Fraction]
+
+
+def _same(amount: Fraction) -> Fraction:
+    return amount
+
+
+def _to_rho(amount: Fraction) -> Fraction:
+    return amount * amount / 2
+
+
+def _converter(task_unit: BudgetUnit, survey_unit: BudgetUnit) -> Convert:
+    """How a task's spend counts in its survey: as is, or ε as ε²/2-zCDP."""
+    if task_unit is BudgetUnit.EPSILON and survey_unit is BudgetUnit.RHO:
+        return _to_rho
+    return _same
+
+
+def _sqrt_down(x: Fraction) -> Fraction:
+    """The largest multiple of 10**-12 whose square is at most x (x >= 0)."""
+    scale = 10**12
+    return Fraction(math.isqrt(x.numerator * scale * scale // x.denominator), scale)
+
+
+def _peak(spends: Sequence[Spend], within: Batch, convert: Convert = _same) -> Fraction:
+    """max over instants in `within` of the (converted) amounts of spends holding it."""
     relevant = [s for s in spends if s.batch.overlaps(within)]
     # The stacked amount only changes where a batch starts, so those points (and the
     # window's own start) are the only candidates for the maximum.
     points = {within.start} | {s.batch.start for s in relevant if s.batch.start > within.start}
     return max(
         (
-            sum((s.amount for s in relevant if s.batch.start <= p < s.batch.end), Fraction(0))
+            sum(
+                (convert(s.amount) for s in relevant if s.batch.start <= p < s.batch.end),
+                Fraction(0),
+            )
             for p in points
         ),
         default=Fraction(0),
     )
 
 
+def _survey_room(
+    tx: LedgerTransaction, task: TaskBudget, batch: Batch
+) -> tuple[SurveyBudget, Fraction, Fraction, Convert] | None:
+    """(survey, its room for this batch in survey units, others' loss, converter)."""
+    if task.survey_id is None:
+        return None
+    survey = tx.survey(task.survey_id)
+    assert survey is not None  # add_task checked it; surveys are never removed
+    others = sum(
+        (
+            _peak(tx.spends(t.task_id), Batch.everything(), _converter(t.unit, survey.unit))
+            for t in tx.survey_tasks(survey.survey_id)
+            if t.task_id != task.task_id
+        ),
+        Fraction(0),
+    )
+    convert = _converter(task.unit, survey.unit)
+    spends = tx.spends(task.task_id)
+    # The survey's loss is the sum of the tasks' peaks. This task's peak becomes
+    # max(own_peak, stacked + x): x fits if that stays within total - others.
+    own_peak = _peak(spends, Batch.everything(), convert)
+    stacked = _peak(spends, batch, convert)
+    room = max(survey.total - others, own_peak) - stacked
+    return survey, room, others, convert
+
+
+def _fits(tx: LedgerTransaction, task: TaskBudget, batch: Batch, asked: Fraction) -> bool:
+    """Whether a spend of `asked` (task units) on `batch` fits the task and its survey."""
+    if _peak(tx.spends(task.task_id), batch) + asked > task.total:
+        return False
+    room = _survey_room(tx, task, batch)
+    return room is None or room[3](asked) <= room[1]
+
+
 def _remaining(tx: LedgerTransaction, task: TaskBudget, batch: Batch) -> tuple[Fraction, str]:
-    """What a spend on `batch` may still take, and which budget binds."""
+    """What a spend on `batch` may still take (task units), and which budget binds."""
     spends = tx.spends(task.task_id)
     stacked = _peak(spends, batch)
     remaining = task.total - stacked
@@ -366,26 +432,18 @@ def _remaining(tx: LedgerTransaction, task: TaskBudget, batch: Batch) -> tuple[F
         f"task {task.task_id!r} has a total of {task.total} {task.unit} and reports in "
         f"batch [{batch.start}, {batch.end}) have already spent {stacked}"
     )
-    if task.survey_id is not None:
-        survey = tx.survey(task.survey_id)
-        assert survey is not None  # add_task checked it; surveys are never removed
-        others = sum(
-            (
-                _peak(tx.spends(t.task_id), Batch.everything())
-                for t in tx.survey_tasks(survey.survey_id)
-                if t.task_id != task.task_id
-            ),
-            Fraction(0),
-        )
-        # The survey's loss is the sum of the tasks' peaks. This task's peak becomes
-        # max(own_peak, stacked + x): x fits if that stays within total - others.
-        own_peak = _peak(spends, Batch.everything())
-        survey_remaining = max(survey.total - others, own_peak) - stacked
+    found = _survey_room(tx, task, batch)
+    if found is not None:
+        survey, room, others, convert = found
+        room = max(room, Fraction(0))
+        # Back in task units: a pure task in a zCDP survey may spend ε with ε²/2 <= room.
+        survey_remaining = _sqrt_down(2 * room) if convert is _to_rho else room
         if survey_remaining < remaining:
             remaining = survey_remaining
             why = (
                 f"survey {survey.survey_id!r} has a total of {survey.total} {survey.unit}; "
-                f"its other tasks have spent {others} and this batch {stacked}"
+                f"its other tasks have spent {others} and this batch "
+                f"{_peak(spends, batch, convert)}"
             )
     return max(remaining, Fraction(0)), why
 

@@ -493,7 +493,7 @@ class NoisePlan:
         """
         derived = sensitivity(vdaf, params)
         if declared_l1 is None:
-            return cls(config, derived)
+            return cls(config, derived)._checked()
         if isinstance(declared_l1, bool) or not isinstance(declared_l1, int) or declared_l1 < 1:
             raise InvalidSensitivity(
                 f"a declared sensitivity must be an int >= 1, got {declared_l1!r}"
@@ -508,7 +508,20 @@ class NoisePlan:
                 f"declared sensitivity {declared_l1} does not fit {vdaf}: it must be a "
                 f"multiple of the {derived.coordinates} coordinates one report can change"
             )
-        return cls(config, Sensitivity(derived.coordinates, declared_l1 // derived.coordinates))
+        return cls(
+            config, Sensitivity(derived.coordinates, declared_l1 // derived.coordinates)
+        )._checked()
+
+    def _checked(self) -> NoisePlan:
+        """Refuse a split plan whose guarantee against one aggregator means nothing."""
+        server = self.server_epsilon
+        if self.config.mode is NoiseMode.SPLIT and server is not None and server > MAX_EPSILON:
+            raise InvalidParameter(
+                f"split mode at ε = {self.config.epsilon} gives only ε = {float(server):.4g} "
+                f"against the collector with one aggregator (above {MAX_EPSILON}); use "
+                "independent mode"
+            )
+        return self
 
     @property
     def scale(self) -> Fraction | None:
@@ -582,6 +595,18 @@ class NoisePlan:
         )
         total = self.sensitivity.coordinates * loss
         return Fraction(math.ceil(total * 1e6 * (1 + 1e-9)), 10**6)
+
+    @property
+    def charge(self) -> Fraction | None:
+        """What one collection costs on the ledgers: the weaker guarantee, in its unit.
+
+        Pure mechanisms: `server_epsilon` (ε against the collector with one aggregator),
+        which is ε in independent mode and more than ε in split mode; gaussian: ρ;
+        none: None (nothing is charged, nothing is promised).
+        """
+        if self.config.mechanism is Mechanism.GAUSSIAN:
+            return self.config.rho
+        return self.server_epsilon
 
     @property
     def server_rho(self) -> Fraction | None:

@@ -1,0 +1,126 @@
+"""Privacy statements of tasks and surveys, and what the task files carry (issue 14)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from veil.demo import task_specs
+from veil.dp.accounting import zcdp_epsilon, zcdp_rho
+from veil.privacy import privacy_statement, survey_statement, task_statement
+from veil.survey import parse_survey
+from veil.task import DpSpec, TaskError, VdafSpec
+
+COUNT = VdafSpec("count")
+MICRO = Fraction(1, 10**6)
+
+
+def test_independent_task_states_the_same_guarantee_twice() -> None:
+    statement = task_statement(DpSpec("geometric", epsilon="1"), COUNT)
+    data = statement.to_json()
+    assert data["unit"] == "one report"
+    assert data["neighbouring"] == "replace_one"
+    assert data["against_collector"] == {"epsilon": "1", "delta": "0"}
+    assert data["against_collector_and_one_aggregator"] == {"epsilon": "1", "delta": "0"}
+
+
+def test_split_mode_needs_an_explicit_opt_in() -> None:
+    with pytest.raises(TaskError, match="split_opt_in"):
+        DpSpec("geometric", epsilon="1", mode="split").config()
+    with pytest.raises(TaskError, match="split_opt_in applies"):
+        DpSpec("geometric", epsilon="1", split_opt_in=True).config()
+    with pytest.raises(TaskError, match="split_opt_in must be true or false"):
+        DpSpec.from_dict({"mechanism": "geometric", "epsilon": "1", "split_opt_in": "yes"})
+
+
+@pytest.mark.parametrize(
+    ("vdaf", "epsilon", "weaker"),
+    [
+        (VdafSpec("count"), "1", 1.675),
+        (VdafSpec("count"), "0.1", 0.606),
+        (VdafSpec("sum", max_measurement=180), "0.5", 2.15),
+        (VdafSpec("sumvec", length=3, max_measurement=10, chunk_length=1), "0.25", 2.91),
+    ],
+)
+def test_split_mode_states_and_charges_the_weaker_guarantee(
+    vdaf: VdafSpec, epsilon: str, weaker: float
+) -> None:
+    dp = DpSpec("geometric", epsilon=epsilon, mode="split", split_opt_in=True)
+    charge = dp.charge(vdaf)
+    assert charge is not None and float(charge) == pytest.approx(weaker, abs=0.006)
+    statement = task_statement(dp, vdaf).to_json()
+    # The budget defaults to one collection's charge: the weaker guarantee is what
+    # the task's whole budget gives against the collector with one aggregator ...
+    assert float(statement["against_collector_and_one_aggregator"]["epsilon"]) == float(charge)
+    # ... and against the collector alone it is the configured ε per collection.
+    assert Fraction(statement["against_collector"]["epsilon"]) == Fraction(epsilon)
+
+
+def test_split_mode_budget_scales_both_guarantees() -> None:
+    dp = DpSpec("geometric", epsilon="1", mode="split", split_opt_in=True, budget="3.35")
+    data = task_statement(dp, COUNT).to_json()
+    assert data["against_collector_and_one_aggregator"]["epsilon"] == "3.35"
+    assert float(data["against_collector"]["epsilon"]) == pytest.approx(2.0, abs=0.01)
+
+
+def test_split_mode_without_meaning_is_refused() -> None:
+    # SumVec(100, 255) at ε = 2 would give ε ≈ 105 against one aggregator.
+    vdaf = VdafSpec("sumvec", length=100, max_measurement=255, chunk_length=10)
+    dp = DpSpec("geometric", epsilon="2", mode="split", split_opt_in=True)
+    with pytest.raises(TaskError, match="independent mode"):
+        dp.plan(vdaf)
+
+
+def test_gaussian_task_shows_rho_and_its_epsilon_delta() -> None:
+    dp = DpSpec("gaussian", rho="0.5", delta="1e-9")
+    data = task_statement(dp, COUNT).to_json()
+    g = data["against_collector"]
+    assert g["rho"] == "0.5" and g["delta"] == "0.000000001"
+    assert Fraction(g["epsilon"]) == zcdp_epsilon(Fraction(1, 2), Fraction(1, 10**9))
+    assert data["against_collector_and_one_aggregator"] == g
+    words = task_statement(dp, COUNT).text()
+    assert "ρ = 0.5 zCDP, which implies (ε = " in words
+
+
+def test_delta_belongs_to_the_gaussian_mechanism() -> None:
+    with pytest.raises(TaskError, match="delta belongs"):
+        DpSpec("geometric", epsilon="1", delta="1e-6").config()
+    with pytest.raises(TaskError, match="delta must be in"):
+        DpSpec("gaussian", rho="1", delta="0.5").config()
+
+
+def test_none_states_no_privacy() -> None:
+    statement = task_statement(DpSpec("none"), COUNT)
+    assert statement.to_json()["against_collector"] is None
+    assert "No differential privacy" in statement.text()
+
+
+def test_gaussian_survey_tasks_carry_rho_never_epsilon_as_rho() -> None:
+    # The defect: demo.task_specs passed the survey's epsilon through as rho.
+    survey = parse_survey(
+        '[survey]\nepsilon = 2\ndelta = 1e-6\nmechanism = "gaussian"\n'
+        '[[question]]\nid = "a"\nkind = "yes_no"\n'
+    )
+    rho = zcdp_rho(Fraction(2), MICRO)
+    ((vdaf, dp, _),) = task_specs(survey).values()
+    assert dp.epsilon is None and Fraction(dp.rho or "0") == rho
+    assert dp.survey_unit == "rho" and Fraction(dp.survey_budget or "0") == rho
+    # The whole survey is (ε <= 2, δ = 1e-6)-DP.
+    data = survey_statement(survey).to_json()
+    assert float(data["against_collector"]["epsilon"]) <= 2.0
+    assert data["against_collector"]["rho"] == str(float(rho)).rstrip("0")
+    task_data = task_statement(dp, vdaf).to_json()
+    assert float(task_data["against_collector"]["epsilon"]) <= 2.0
+
+
+def test_mixed_survey_statement_is_in_rho() -> None:
+    survey = parse_survey(
+        '[survey]\nrho = 1\n[[question]]\nid = "a"\nkind = "yes_no"\nmechanism = "gaussian"\n'
+        '[[question]]\nid = "b"\nkind = "yes_no"\n'
+    )
+    statement = privacy_statement(survey)
+    assert statement.against_collector.rho == 1
+    assert any("composed under zCDP" in line for line in statement.lines())
+    specs = task_specs(survey)
+    assert specs["b"][1].mechanism == "geometric" and specs["b"][1].survey_unit == "rho"
