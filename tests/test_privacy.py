@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
+from veil.cli import main
 from veil.demo import task_specs
 from veil.dp.accounting import zcdp_epsilon, zcdp_rho
 from veil.privacy import privacy_statement, survey_statement, task_statement
 from veil.survey import parse_survey
-from veil.task import DpSpec, TaskError, VdafSpec
+from veil.task import DpSpec, TaskError, VdafSpec, load_task
 
 COUNT = VdafSpec("count")
 MICRO = Fraction(1, 10**6)
@@ -124,3 +127,61 @@ def test_mixed_survey_statement_is_in_rho() -> None:
     assert any("composed under zCDP" in line for line in statement.lines())
     specs = task_specs(survey)
     assert specs["b"][1].mechanism == "geometric" and specs["b"][1].survey_unit == "rho"
+
+
+# ------------------------------------------------------------------ veil task new
+
+
+def _task_new(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "task", "new", "--vdaf", "count", "--leader", "127.0.0.1:1",
+        "--helper", "127.0.0.1:2", "--out", str(tmp_path), *extra,
+    ]  # fmt: skip
+
+
+def test_task_new_json_prints_files_and_privacy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_task_new(tmp_path, "--mode", "split", "--split-opt-in", "--json")) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"task_id", "files", "privacy"}
+    assert set(data["files"]) == {"leader", "helper", "collector", "client"}
+    assert all(Path(p).exists() for p in data["files"].values())
+    privacy = data["privacy"]
+    assert privacy["against_collector"] == {"epsilon": "1", "delta": "0"}
+    assert privacy["against_collector_and_one_aggregator"]["epsilon"].startswith("1.67")
+    # What the files say gives the same statement.
+    leader = load_task(Path(data["files"]["leader"]))
+    assert privacy_statement(leader).to_json() == privacy
+
+
+def test_task_new_gaussian_solves_rho_into_the_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _task_new(tmp_path, "--mechanism", "gaussian", "--epsilon", "1", "--delta", "1e-6")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "ρ = 0.0243559 zCDP, which implies (ε = 1" in out
+    client = load_task(tmp_path / "task.client.toml")
+    assert client.dp.epsilon is None and Fraction(client.dp.rho or 0) == zcdp_rho(1, MICRO)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--mode", "split"], "split_opt_in"),
+        (["--mechanism", "gaussian", "--epsilon", "1"], "give --rho, or --epsilon with --delta"),
+        (["--mechanism", "gaussian", "--epsilon", "1", "--delta", "x"], "--delta must be a"),
+        (["--mechanism", "gaussian", "--epsilon", "1", "--delta", "0.5"], "--delta must be in"),
+        (["--mechanism", "gaussian", "--rho", "1", "--epsilon", "1"], "not both"),
+        (["--rho", "1"], "belong to the gaussian mechanism"),
+        (["--mechanism", "gaussian", "--epsilon", "nan", "--delta", "1e-6"], "finite"),
+    ],
+)
+def test_task_new_refuses_bad_privacy_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(_task_new(tmp_path, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("veil task new: ") and message in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())  # nothing written
