@@ -12,6 +12,7 @@ from veil.cli import main
 from veil.demo import task_specs
 from veil.dp.accounting import zcdp_epsilon, zcdp_rho
 from veil.privacy import privacy_statement, survey_statement, task_statement
+from veil.settings import SettingsError
 from veil.survey import parse_survey
 from veil.task import DpSpec, TaskError, VdafSpec, load_task
 
@@ -33,7 +34,7 @@ def test_split_mode_needs_an_explicit_opt_in() -> None:
         DpSpec("geometric", epsilon="1", mode="split").config()
     with pytest.raises(TaskError, match="split_opt_in applies"):
         DpSpec("geometric", epsilon="1", split_opt_in=True).config()
-    with pytest.raises(TaskError, match="split_opt_in must be true or false"):
+    with pytest.raises(SettingsError, match=r"split_opt_in. in \[dp\] must be true or false"):
         DpSpec.from_dict({"mechanism": "geometric", "epsilon": "1", "split_opt_in": "yes"})
 
 
