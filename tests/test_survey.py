@@ -279,7 +279,7 @@ def test_gaussian_survey_takes_rho() -> None:
         ('rho = 0.5\nepsilon = 1\nmechanism = "gaussian"', "`rho`, or as `epsilon` and `delta`"),
         ('rho = 0.5\nmechanism = "geometric"', "`rho` belongs to zCDP"),
         ('epsilon = 1\ndelta = 1e-6\nmechanism = "geometric"', "`delta` belongs to zCDP"),
-        ('rho = 0\nmechanism = "gaussian"', r"`rho` must be in \(0, 20\]"),
+        ('rho = 0\nmechanism = "gaussian"', r"`rho` must be in \[1/2000000, 4\]"),
         ('epsilon = 1\ndelta = 0.5\nmechanism = "gaussian"', r"`delta` must be in"),
         ('rho = "x"\nmechanism = "gaussian"', "`rho` must be a number"),
     ],
