@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -29,8 +30,11 @@ from veil.aggregator.errors import (
     from_peer,
 )
 from veil.aggregator.helper import Helper
+from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.server import ServerConfig
 from veil.aggregator.service import GrpcHelperClient, HelperService, add_service
+from veil.aggregator.status import gather, render_text
 from veil.aggregator.storage import SqliteDatastore
 from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
@@ -172,3 +176,136 @@ def test_a_peer_that_does_not_say_what_it_raised() -> None:
     assert type(from_peer("ABORTED", "?", None, "the helper")) is RpcFailed
     assert type(from_peer("INTERNAL", "x", "no_such_kind", "the helper")) is RpcFailed
     assert type(from_peer("RESOURCE_EXHAUSTED", "x", "budget_exhausted", "h")) is BudgetExhausted
+
+
+def _leader(world: World, remote: HelperOverGrpc, **kwargs: Any) -> Leader:
+    """A leader on the world's database (its HPKE key) calling the remote helper."""
+    return Leader(
+        {remote.task.task_id: remote.task},
+        world.leader_store,
+        remote.link,
+        PrivacyEngine(
+            str(world.leader_store.path),  # type: ignore[attr-defined]
+            [remote.task],
+            allow_exact_release=True,
+        ),
+        clock=lambda: NOW,
+        retry_seconds=0.0,  # retried at the next pass
+        **kwargs,
+    )
+
+
+def test_a_collection_waits_out_the_helpers_database_and_says_why(tmp_path: Path) -> None:
+    """Issue 21, item 2: the helper's database locked during a collection. The
+    collection stays pending, shown as retrying with the reason, and finishes
+    once the database is back, charged once at each aggregator (before: the
+    helper answered INTERNAL, the collection failed for good and its batch
+    stayed closed)."""
+    h = HelperOverGrpc(tmp_path, _files(budget="1"))
+    try:
+        (tmp_path / "w").mkdir()
+        world = World(Backend(tmp_path / "w", None), h.files)
+        world.helper = h.helper
+        files = h.files
+        leader = _leader(world, h)
+        task_id = files.client.task_id
+        leader.upload(task_id, [world.report(v % 2) for v in range(3)])
+        while leader.run_once():
+            pass
+        job = secrets.token_bytes(16)
+        token = files.collector.collector_token
+        other = sqlite3.connect(h.db, timeout=5, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        try:
+            leader.create_collection(task_id, token, job, T, TP)
+            leader.run_once()
+            waiting = leader.get_collection(task_id, token, job)
+            assert waiting.state == "pending"
+            assert waiting.error_message.startswith("retrying:")
+            assert "database is unavailable" in waiting.error_message
+            path = Path(world.leader_store.path)  # type: ignore[attr-defined]
+            shown = gather(
+                "leader",
+                ServerConfig("127.0.0.1:1", path, [h.task]),
+                world.leader_store,
+                leader.privacy.ledger,
+            )
+            (c,) = shown["tasks"][0]["collections"]
+            assert c["state"] == "retrying" and "database is unavailable" in c["error"]
+            assert "retrying" in render_text(shown)
+            leader.run_once()  # still locked: still waiting, nothing lost
+            assert leader.get_collection(task_id, token, job).state == "pending"
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        leader.run_once()
+        done = leader.get_collection(task_id, token, job)
+        assert (done.state, done.report_count) == ("finished", 3)
+        for ledger in (leader.privacy.ledger, h.helper.privacy.ledger):
+            status = ledger.task_status(files.client.id_text)
+            assert (status.spent, status.collections) == (1, 1)
+    finally:
+        h.close()
+
+
+def test_a_refusal_by_the_helper_leaves_the_batch_collectable(
+    remote: HelperOverGrpc, world: World
+) -> None:
+    """Issue 13, item 5: a count or checksum mismatch (ABORTED) said "retry"
+    but closed the batch for good. The leader now asks the helper before it
+    spends or draws anything: a refusal leaves nothing released, the batch
+    is reopened, and the message says so."""
+    leader = _leader(world, remote)
+    task = remote.task
+    leader.upload(task.task_id, [world.report(1) for _ in range(3)])
+    while leader.run_once():
+        pass
+    # The helper aggregated a report the leader does not know of.
+    remote.link.aggregate(task, secrets.token_bytes(16), _items(world, 1))
+    token = remote.files.collector.collector_token
+    job = secrets.token_bytes(16)
+    # Within the leader's budget of 1/2 nothing is spendable: check at the
+    # helper only (the leader's check comes at creation).
+    leader.privacy.check = lambda *a, **k: None  # type: ignore[method-assign]
+    leader.create_collection(task.task_id, token, job, T, TP)
+    leader.run_once()
+    done = leader.get_collection(task.task_id, token, job)
+    assert done.state == "failed" and done.error_code == 10  # ABORTED
+    assert "collected again" in done.error_message
+    aggs = world.leader_store.batch_aggregates(task.task_id, T, T + TP)
+    assert all(a.collected_by is None for a in aggs)
+    assert leader.privacy.ledger.task_status(task.id_text).collections == 0
+
+
+def test_a_job_that_grpc_cannot_send_is_settled_alone(tmp_path: Path) -> None:
+    """Issues 13 and 17: a job too large for gRPC is neither a helper refusal
+    nor a budget error; its reports are rejected as job_failed with the
+    reason recorded, the pass goes on, and the task's other jobs and its
+    collection proceed (before: BudgetExhausted escaped every pass)."""
+    h = HelperOverGrpc(tmp_path, _files(), send_limit=6000)
+    try:
+        (tmp_path / "w").mkdir()
+        w = World(Backend(tmp_path / "w", None), h.files)
+        w.helper = h.helper
+        leader = _leader(w, h, job_size=40)
+        task_id = h.files.client.task_id
+        # One job of 40 reports (too large to send), then jobs of 2 that fit.
+        leader.upload(task_id, [w.report(1) for _ in range(40)])
+        assert leader.store.create_aggregation_job(task_id, secrets.token_bytes(16), 40) == 40
+        leader.job_sizes[task_id] = 2
+        leader.upload(task_id, [w.report(1) for _ in range(4)])
+        while leader.run_once():
+            pass
+        assert leader.store.rejections(task_id) == {"job_failed": 40}
+        errors = leader.store.aggregation_job_errors(task_id)
+        ((state, _, why),) = errors.values()
+        assert state == "failed" and why.startswith("TooLarge: ") and "refused" not in why
+        token = h.files.collector.collector_token
+        job = secrets.token_bytes(16)
+        leader.create_collection(task_id, token, job, T, TP)
+        while leader.run_once():
+            pass
+        done = leader.get_collection(task_id, token, job)
+        assert (done.state, done.report_count) == ("finished", 4)
+    finally:
+        h.close()

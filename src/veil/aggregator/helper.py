@@ -313,7 +313,7 @@ class Helper(AggregatorBase[HelperTask]):
                 raise BatchTooSmall(
                     f"the batch has {count} reports; the task needs at least {task.min_batch_size}"
                 )
-            self.privacy.check(task, start, duration)
+            self.privacy.check(task, start, duration, collection_id)
             noised, _eps = self.privacy.release(task, vdaf, collection_id, start, duration, share)
             assert task.collector_hpke_config is not None
             ct = seal(

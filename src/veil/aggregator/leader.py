@@ -49,7 +49,9 @@ from veil.aggregator.errors import (
     ReportIdConflict,
     ReportRejection,
     TooLarge,
+    Unauthenticated,
     Unavailable,
+    UnknownTask,
     WrongLength,
 )
 from veil.aggregator.privacy import PrivacyEngine
@@ -59,6 +61,7 @@ from veil.aggregator.storage import (
     Datastore,
     ReportIdTaken,
     StorageConflict,
+    is_transient_storage_error,
 )
 from veil.hpke import (
     ROLE_LEADER,
@@ -84,6 +87,13 @@ MAX_UPLOAD_REPORTS = 10_000
 # never refused for its size (issue 13: a job larger than the limit failed on
 # every pass and blocked the jobs behind it).
 MAX_JOB_BYTES = 4 << 20
+# Failed attempts after which an aggregation job is given up (its reports
+# rejected as job_failed); [driver] max_job_attempts.
+DEFAULT_MAX_JOB_ATTEMPTS = 10
+# Refusals of a job's content: the same job would be refused again.
+_REFUSES_THE_JOB = (TooLarge, InvalidMessage, JobConflict)
+# Refusals that say the deployment is misconfigured, not the job.
+_MISCONFIGURED = (Unauthenticated, UnknownTask)
 # Aggregation jobs a driver leases at once (see Leader._run_aggregation_jobs).
 JOBS_PER_LEASE = 4
 
@@ -142,6 +152,9 @@ class Leader(AggregatorBase[LeaderTask]):
         worker_id: str | None = None,
         lease_seconds: float = 60.0,
         max_job_bytes: int = MAX_JOB_BYTES,
+        max_job_attempts: int = DEFAULT_MAX_JOB_ATTEMPTS,
+        retry_seconds: float = 1.0,
+        max_retry_seconds: float = 300.0,
     ) -> None:
         super().__init__(tasks, store, clock or time.time, metrics)
         self.helper = helper
@@ -157,6 +170,13 @@ class Leader(AggregatorBase[LeaderTask]):
         # mistake each other's leases for their own.
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.lease_seconds = lease_seconds
+        # A failing aggregation job is given up after this many failed
+        # attempts (Janus: maximum_attempts_before_failure); failed jobs and
+        # collections wait retry_seconds, doubling up to max_retry_seconds,
+        # before they are leased again, so they never hold up the others.
+        self.max_job_attempts = max_job_attempts
+        self.retry_seconds = retry_seconds
+        self.max_retry_seconds = max_retry_seconds
         # Set by run_once when the helper could not be reached (the driver backs off).
         self.helper_unreachable = False
         # The server sets this on shutdown: run_once stops between two steps.
@@ -315,19 +335,62 @@ class Leader(AggregatorBase[LeaderTask]):
                 return progress
             try:
                 progress |= self.run_collection(record)
-            except Unavailable as e:
-                log.warning(
-                    "collection job %s waits for the helper: %s",
-                    record.job_id.hex(),
-                    e,
-                    extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
-                )
-                self.helper_unreachable = True
-                return progress
             except StorageConflict:
                 # Another driver took this job over and got further; it finishes it.
                 log.info("collection job %s advanced by another worker", record.job_id.hex())
+            if self.helper_unreachable:
+                return progress
         return progress
+
+    def backoff(self, failures: int) -> float:
+        """Seconds before the next attempt after `failures` failed ones
+        (exponential, capped, jittered so that retries do not come in step)."""
+        delay = min(self.max_retry_seconds, self.retry_seconds * 2.0 ** min(failures - 1, 30))
+        return delay * (0.5 + secrets.randbelow(1000) / 1000)
+
+    def _job_failed(self, task_id: bytes, job_id: bytes, error: Exception) -> bool:
+        """Settle a job that failed for a reason other than the helper being
+        unreachable, on its own: a refusal of this job's content ends it at
+        once, anything else is retried with backoff and given up after
+        max_job_attempts failures. A given-up job's reports are rejected as
+        job_failed, and the job records why. True if the job was given up."""
+        why = f"{type(error).__name__}: {error}"
+        extra = {"task_id": _task_label(task_id), "job_id": job_id.hex()}
+        if isinstance(error, _REFUSES_THE_JOB):
+            give_up = True
+        else:
+            failures = self.store.defer_aggregation_job(task_id, job_id, why, self.backoff)
+            # A wrong token or an unknown task is the deployment's mistake, not
+            # the job's: it waits for the operator and is never given up.
+            give_up = not isinstance(error, _MISCONFIGURED) and failures >= self.max_job_attempts
+            if not give_up:
+                log.warning(
+                    "aggregation job %s failed (attempt %d of %d), retried later: %s",
+                    job_id.hex(),
+                    failures,
+                    self.max_job_attempts,
+                    why,
+                    extra=extra,
+                )
+                if self.metrics is not None:
+                    self.metrics.aggregation_jobs.labels("retrying").inc()
+                return False
+        rejected = self.store.abandon_aggregation_job(
+            task_id, job_id, ReportRejection.JOB_FAILED, why
+        )
+        log.error(
+            "aggregation job %s given up, %d reports rejected as job_failed: %s",
+            job_id.hex(),
+            rejected,
+            why,
+            extra=extra,
+        )
+        if self.metrics is not None:
+            self.metrics.aggregation_jobs.labels("failed").inc()
+            self.metrics.reports_rejected.labels(
+                _task_label(task_id), ReportRejection.JOB_FAILED.value
+            ).inc(rejected)
+        return True
 
     def _run_aggregation_jobs(self, jobs: Sequence[tuple[bytes, bytes]]) -> bool:
         """Run leased jobs as a pipeline: the leader opens and verifies job
@@ -345,7 +408,13 @@ class Leader(AggregatorBase[LeaderTask]):
             for task_id, job_id in jobs:
                 if self.should_stop():
                     break
-                job = self._prepare_job(task_id, job_id)
+                try:
+                    job = self._prepare_job(task_id, job_id)
+                except Exception as e:
+                    if is_transient_storage_error(e):
+                        raise  # our own database: the pass ends, the job stays
+                    progress |= self._job_failed(task_id, job_id, e)
+                    continue
                 if sent is not None:
                     progress |= self._settle(*sent)
                     sent = None
@@ -380,6 +449,12 @@ class Leader(AggregatorBase[LeaderTask]):
             # Our lease had expired and another driver finished the job first.
             log.info("aggregation job %s was finished by another worker", job.job_id.hex())
             return True
+        except Exception as e:
+            # A refusal of this job by the helper, a local gRPC failure, a
+            # fault in this job alone: settled on its own, the pass goes on.
+            if is_transient_storage_error(e):
+                raise
+            return self._job_failed(job.task.task_id, job.job_id, e)
 
     def _open_leader_share(
         self, task: LeaderTask, r: Report
@@ -508,17 +583,22 @@ class Leader(AggregatorBase[LeaderTask]):
             extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
         )
 
-    def _fail(self, record: CollectionRecord, error: AggregatorError) -> bool:
-        """Mark the job failed. Before the leader's share exists nothing has left
-        the batch, so its buckets are reopened for a later collection."""
+    def _fail(self, record: CollectionRecord, error: AggregatorError, reopen: bool) -> bool:
+        """Mark the job failed. With `reopen` (no share has left the batch:
+        the helper released none and the leader drew none) its buckets are
+        reopened, so the batch can be collected again."""
         log.warning(
-            "collection job %s failed: %s",
+            "collection job %s failed%s: %s",
             record.job_id.hex(),
+            "; its batch is collectable again" if reopen else "",
             error,
             extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
         )
         if self.metrics is not None:
             self.metrics.collections.labels(_task_label(record.task_id), "failed").inc()
+        message = str(error)
+        if reopen:
+            message += " (nothing was released: the batch can be collected again)"
         self.store.fail_collection(
             CollectionRecord(
                 record.task_id,
@@ -531,28 +611,65 @@ class Leader(AggregatorBase[LeaderTask]):
                 record.leader_ct,
                 None,
                 STATUS_CODES.get(error.status, 13),
-                str(error),
+                message,
             ),
-            reopen=record.leader_ct is None,
+            reopen=reopen,
         )
         return True
 
+    def _retry(self, record: CollectionRecord, error: AggregatorError) -> bool:
+        """Leave the job pending, to be tried again after a backoff; it says
+        why while it waits (`veil status`)."""
+        delay = self.store.defer_collection(
+            record.task_id,
+            record.job_id,
+            STATUS_CODES.get(error.status, 13),
+            f"retrying: {error}",
+            self.backoff,
+        )
+        log.warning(
+            "collection job %s retried in %.1f s: %s",
+            record.job_id.hex(),
+            delay,
+            error,
+            extra={"task_id": _task_label(record.task_id), "job_id": record.job_id.hex()},
+        )
+        if isinstance(error, Unavailable):
+            self.helper_unreachable = True
+        return False
+
     def run_collection(self, record: CollectionRecord) -> bool:
-        """Advance one pending collection job; True if it made progress."""
+        """Advance one pending collection job; True if it made progress.
+
+        The helper is asked first, with the leader's count and checksum; the
+        leader spends its budget and draws its noise only once the helper's
+        share exists. So a refusal by the helper leaves nothing charged or
+        drawn at the leader and reopens the batch, and a retryable error
+        (the helper or its database down) keeps the job pending, retried
+        with backoff for as long as it takes. Every step is safe to repeat
+        after a crash: the helper serves its stored share again, the spend
+        is keyed by the collection job id, and a share drawn but not yet
+        stored never left this process."""
         task = self.tasks.get(record.task_id)
         if task is None:
             return False
         start, end = record.start, record.start + record.duration
-        if record.leader_ct is None:
+        vdaf = self.vdafs[task.task_id]
+        share: list[int] = []
+        if record.leader_ct is not None:
+            # Stored by an earlier veil, which drew the leader's share first.
+            count, checksum = record.report_count, record.checksum
+        else:
             try:
                 self.store.close_batch(task.task_id, start, end, record.job_id, task.time_precision)
             except StorageConflict:
                 return self._fail(
-                    record, BatchCollected("the batch was already collected by another job")
+                    record,
+                    BatchCollected("the batch was already collected by another job"),
+                    reopen=False,
                 )
             if self.store.unaggregated_count(task.task_id, start, end):
                 return False  # the next pass aggregates them first
-            vdaf = self.vdafs[task.task_id]
             share, count, checksum = batch_summary(
                 vdaf, self.store.batch_aggregates(task.task_id, start, end)
             )
@@ -563,40 +680,34 @@ class Leader(AggregatorBase[LeaderTask]):
                         f"only {count} valid reports in the batch after verification; the task's"
                         f" min_batch_size is {task.min_batch_size}"
                     ),
+                    reopen=True,
                 )
+        try:
+            helper_ct = self.helper.aggregate_share(
+                task, record.job_id, start, record.duration, count, checksum
+            )
+        except AggregatorError as e:
+            if e.retryable:
+                return self._retry(record, e)
+            return self._fail(record, e, reopen=record.leader_ct is None)
+        leader_ct = record.leader_ct
+        if leader_ct is None:
             try:
                 noised, _eps = self.privacy.release(
                     task, vdaf, record.job_id, start, record.duration, share
                 )
-                if self.metrics is not None:
-                    self.privacy.report_budget(task, self.metrics)
             except AggregatorError as e:
-                return self._fail(record, e)
+                # The helper's share exists (sealed to the collector, never
+                # sent): the batch stays closed.
+                return self._fail(record, e, reopen=False)
+            if self.metrics is not None:
+                self.privacy.report_budget(task, self.metrics)
             assert task.collector_hpke_config is not None
-            ct = seal(
+            leader_ct = seal(
                 task.collector_hpke_config,
                 agg_share_info(ROLE_LEADER, task.task_id, start, record.duration, count),
                 vdaf.encode_agg_share(noised),
             )
-            record = CollectionRecord(
-                record.task_id,
-                record.job_id,
-                start,
-                record.duration,
-                "pending",
-                count,
-                checksum,
-                ct,
-            )
-            self.store.update_collection(record)
-        try:
-            helper_ct = self.helper.aggregate_share(
-                task, record.job_id, start, record.duration, record.report_count, record.checksum
-            )
-        except Unavailable:
-            raise
-        except AggregatorError as e:
-            return self._fail(record, e)
         self.store.update_collection(
             CollectionRecord(
                 record.task_id,
@@ -604,9 +715,9 @@ class Leader(AggregatorBase[LeaderTask]):
                 start,
                 record.duration,
                 "finished",
-                record.report_count,
-                record.checksum,
-                record.leader_ct,
+                count,
+                checksum,
+                leader_ct,
                 helper_ct,
             )
         )
@@ -615,7 +726,7 @@ class Leader(AggregatorBase[LeaderTask]):
         log.info(
             "collection job %s finished: %d reports",
             record.job_id.hex(),
-            record.report_count,
+            count,
             extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
         )
         return True

@@ -49,6 +49,7 @@ from veil.aggregator.storage import (
     PENDING,
     REJECTED,
     REPORT_STATE_NAMES,
+    Backoff,
     BatchAggregate,
     BucketCollected,
     CollectionRecord,
@@ -147,6 +148,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE helper_jobs ADD COLUMN created DOUBLE PRECISION;
     CREATE INDEX helper_reports_time ON helper_reports (task_id, time);
     CREATE INDEX helper_reports_job ON helper_reports (task_id, job_id);
+    """,
+    # Failed jobs wait before they are leased again (retry_at), and say why.
+    """
+    ALTER TABLE aggregation_jobs ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+    ALTER TABLE aggregation_jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE aggregation_jobs ADD COLUMN error TEXT;
+    ALTER TABLE collections ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+    ALTER TABLE collections ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     """,
 )
 
@@ -389,7 +398,8 @@ class PostgresDatastore:
                 f"UPDATE aggregation_jobs SET lease_owner = %s, lease_expiry = {_NOW} + %s,"
                 " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
                 " SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open'"
-                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) ORDER BY created LIMIT %s"
+                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) AND retry_at <= {_NOW}"
+                " ORDER BY created LIMIT %s"
                 " FOR UPDATE SKIP LOCKED) RETURNING task_id, job_id, created",
                 (owner, lease_seconds, owner, limit),
             ).fetchall()
@@ -531,7 +541,8 @@ class PostgresDatastore:
                 f"UPDATE collections SET lease_owner = %s, lease_expiry = {_NOW} + %s,"
                 " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
                 " SELECT task_id, job_id FROM collections WHERE state = 'pending'"
-                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) ORDER BY created LIMIT %s"
+                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) AND retry_at <= {_NOW}"
+                " ORDER BY created LIMIT %s"
                 f" FOR UPDATE SKIP LOCKED) RETURNING {COLLECTION_COLS}, created",
                 (owner, lease_seconds, owner, limit),
             ).fetchall()
@@ -586,6 +597,91 @@ class PostgresDatastore:
     def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
         self._run(lambda db: self._close(db, task_id, start, end, job_id, step))
+
+    def defer_collection(
+        self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
+    ) -> float:
+        """As SqliteDatastore.defer_collection."""
+
+        def work(db: Conn) -> float:
+            row = db.execute(
+                "SELECT failures FROM collections WHERE task_id = %s AND job_id = %s"
+                " AND state = 'pending' FOR UPDATE",
+                (task_id, job_id),
+            ).fetchone()
+            if row is None:
+                return 0.0
+            failures = int(row[0]) + 1
+            delay = backoff(failures)
+            db.execute(
+                "UPDATE collections SET failures = %s, error_code = %s, error_message = %s,"
+                f" retry_at = {_NOW} + %s, lease_owner = NULL, lease_expiry = 0"
+                " WHERE task_id = %s AND job_id = %s",
+                (failures, code, message, delay, task_id, job_id),
+            )
+            return delay
+
+        return self._run(work)
+
+    def defer_aggregation_job(
+        self, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
+    ) -> int:
+        """As SqliteDatastore.defer_aggregation_job."""
+
+        def work(db: Conn) -> int:
+            row = db.execute(
+                "SELECT failures FROM aggregation_jobs WHERE task_id = %s AND job_id = %s"
+                " AND state = 'open' FOR UPDATE",
+                (task_id, job_id),
+            ).fetchone()
+            if row is None:
+                return 0
+            failures = int(row[0]) + 1
+            db.execute(
+                f"UPDATE aggregation_jobs SET failures = %s, error = %s, retry_at = {_NOW} + %s,"
+                " lease_owner = NULL, lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
+                (failures, error, backoff(failures), task_id, job_id),
+            )
+            return failures
+
+        return self._run(work)
+
+    def abandon_aggregation_job(
+        self, task_id: bytes, job_id: bytes, reason: str, error: str
+    ) -> int:
+        """As SqliteDatastore.abandon_aggregation_job."""
+
+        def work(db: Conn) -> int:
+            row = db.execute(
+                "SELECT state FROM aggregation_jobs WHERE task_id = %s AND job_id = %s FOR UPDATE",
+                (task_id, job_id),
+            ).fetchone()
+            if row is None or row[0] != "open":
+                return 0
+            n = db.execute(
+                "UPDATE reports SET state = %s, reason = %s WHERE task_id = %s AND job_id = %s"
+                " AND state = %s",
+                (REJECTED, reason, task_id, job_id, IN_JOB),
+            ).rowcount
+            self._count_rejections(db, task_id, [reason] * n)
+            db.execute(
+                "UPDATE aggregation_jobs SET state = 'failed', error = %s, lease_owner = NULL,"
+                " lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
+                (error, task_id, job_id),
+            )
+            return n
+
+        return self._run(work)
+
+    def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
+        rows = self._run(
+            lambda db: db.execute(
+                "SELECT job_id, state, failures, error FROM aggregation_jobs"
+                " WHERE task_id = %s AND error IS NOT NULL",
+                (task_id,),
+            ).fetchall()
+        )
+        return {bytes(j): (str(st), int(n), str(e)) for j, st, n, e in rows}
 
     def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
         def work(db: Conn) -> None:

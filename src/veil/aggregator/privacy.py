@@ -163,11 +163,22 @@ class PrivacyEngine:
             metrics.budget_spent.labels(label, unit).set(float(status.spent))
             metrics.budget_remaining.labels(label, unit).set(float(status.remaining))
 
-    def check(self, task: Task, start: int, duration: int) -> None:
-        """Raise BudgetExhausted if collecting this batch would exceed the budget."""
+    def check(
+        self, task: Task, start: int, duration: int, collection_id: bytes | None = None
+    ) -> None:
+        """Raise BudgetExhausted if collecting this batch would exceed the budget.
+
+        A collection that was already charged (`collection_id`: a retry after
+        a crash between the spend and the store of its share) passes: its
+        spend is counted once, by `release`, which repeats it without charging
+        again. Counting it here too refused the retry, and the batch was lost."""
         amount = task.dp.charge(task.vdaf)
         if amount is None:
             return
+        if collection_id is not None:
+            spent = self.ledger.recorded(collection_id.hex())
+            if spent is not None and spent.task_id == task.id_text:
+                return
         remaining = self.ledger.remaining(task.id_text, Batch(start, start + duration))
         if amount > remaining:
             raise BudgetExhausted(

@@ -30,6 +30,8 @@ Configuration is one TOML file (paths in it are relative to the file):
     enabled = true                     # false: an upload front end only; `veil
                                        # worker` processes aggregate and collect
     lease_seconds = 60                 # a crashed worker's job is retried after this
+    max_job_attempts = 10              # a failing aggregation job is retried with backoff,
+                                       # then given up: its reports rejected as job_failed
     [gc]                               # background maintenance (both roles)
     interval = 60                      # seconds between passes; 0 turns it off
     [keys]                             # HPKE key rotation (veil.aggregator.maintenance)
@@ -68,7 +70,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from veil.aggregator.core import AggregatorBase
 from veil.aggregator.helper import Helper
-from veil.aggregator.leader import Leader
+from veil.aggregator.leader import DEFAULT_MAX_JOB_ATTEMPTS, Leader
 from veil.aggregator.maintenance import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_PENDING_SECONDS,
@@ -142,6 +144,7 @@ class ServerConfig:
     metrics_listen: str | None = None
     driver_enabled: bool = True
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    max_job_attempts: int = DEFAULT_MAX_JOB_ATTEMPTS
     pool_size: int = DEFAULT_POOL_SIZE
     gc_interval: float = DEFAULT_GC_INTERVAL
     task_paths: tuple[Path, ...] = ()
@@ -171,7 +174,7 @@ CONFIG_KEYS = (
 )
 TLS_KEYS = ("cert", "key", "client_ca")
 HELPER_TLS_KEYS = ("ca", "cert", "key")
-DRIVER_KEYS = ("interval", "job_size", "enabled", "lease_seconds")
+DRIVER_KEYS = ("interval", "job_size", "enabled", "lease_seconds", "max_job_attempts")
 METRICS_KEYS = ("listen",)
 GC_KEYS = ("interval",)
 KEYS_KEYS = ("pending_seconds", "grace_seconds")
@@ -240,6 +243,7 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         metrics_listen=metrics.optional_text("listen"),
         driver_enabled=driver.flag("enabled", True),
         lease_seconds=driver.number("lease_seconds", DEFAULT_LEASE_SECONDS, minimum=0),
+        max_job_attempts=driver.integer("max_job_attempts", DEFAULT_MAX_JOB_ATTEMPTS, minimum=1),
         pool_size=pool_size,
         gc_interval=gc_interval,
         task_paths=tuple(base / p for p in task_files),
@@ -371,6 +375,7 @@ class AggregatorServer:
                 max_job_bytes=config.max_message_bytes // 4,
                 metrics=self.metrics,
                 lease_seconds=config.lease_seconds,
+                max_job_attempts=config.max_job_attempts,
             )
             self.leader.should_stop = self._stop.is_set
             self.logic = self.leader
@@ -544,6 +549,7 @@ class AggregationWorker:
             max_job_bytes=config.max_message_bytes // 4,
             metrics=self.metrics,
             lease_seconds=config.lease_seconds,
+            max_job_attempts=config.max_job_attempts,
         )
         self._stop = threading.Event()
         self.leader.should_stop = self._stop.is_set

@@ -105,13 +105,21 @@ def gather(
                 "reports": dict(sorted(totals.items())),
                 "rejections": dict(sorted(store.rejections(task.task_id).items())),
                 "pending_aggregation_jobs": open_jobs.get(task.task_id, 0),
+                # Jobs that failed at least once: retrying (open) or given up.
+                "failed_aggregation_jobs": [
+                    {"job_id": j.hex(), "state": st, "failures": n, "error": e}
+                    for j, (st, n, e) in sorted(store.aggregation_job_errors(task.task_id).items())
+                ],
                 "batches": batches,
                 "collections": [
                     {
                         "job_id": c.job_id.hex(),
                         "start": c.start,
                         "duration": c.duration,
-                        "state": c.state,
+                        # A pending job with an error is being retried.
+                        "state": "retrying"
+                        if c.state == "pending" and c.error_message
+                        else c.state,
                         "report_count": c.report_count,
                         "error": c.error_message or None,
                     }
@@ -192,6 +200,11 @@ def render_text(status: dict[str, Any]) -> str:
                 "  rejected by reason: " + ", ".join(f"{k} {v}" for k, v in t["rejections"].items())
             )
         out.append(f"  pending aggregation jobs: {t['pending_aggregation_jobs']}")
+        for j in t["failed_aggregation_jobs"]:
+            what = (
+                f"retrying after {j['failures']} failures" if j["state"] == "open" else "given up"
+            )
+            out.append(f"    {j['job_id'][:16]}  {what}: {j['error']}")
         if t["budget"] is not None:
             out.append(f"  budget: {_budget_text(t['budget'])}")
         batches = t["batches"]

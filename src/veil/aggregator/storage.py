@@ -47,6 +47,9 @@ KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED = "pending", "active", "expired"
 KEY_STATES = (KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED)
 
 
+# How long to wait before the n-th retry (n = 1, 2, ...) of a failed job.
+Backoff = Callable[[int], float]
+
 # Adds two encoded VDAF aggregate shares (field addition, done by the caller's
 # VDAF); the store calls it with the bucket's row locked.
 ShareMerge = Callable[[bytes, bytes], bytes]
@@ -256,6 +259,16 @@ class Datastore(Protocol):
         self, task_id: bytes, start: int, end: int, job_id: bytes, step: int
     ) -> None: ...
     def fail_collection(self, record: CollectionRecord, reopen: bool) -> None: ...
+    def defer_collection(
+        self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
+    ) -> float: ...
+    def defer_aggregation_job(
+        self, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
+    ) -> int: ...
+    def abandon_aggregation_job(
+        self, task_id: bytes, job_id: bytes, reason: str, error: str
+    ) -> int: ...
+    def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]: ...
 
     # Helper.
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None: ...
@@ -377,6 +390,13 @@ _ADDED_COLUMNS = (
     ("collections", "lease_owner", "TEXT"),
     ("collections", "lease_expiry", "REAL NOT NULL DEFAULT 0"),
     ("collections", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    # A job that failed is not leased again before retry_at; `failures`
+    # counts its failed attempts and `error` says why the last one failed.
+    ("aggregation_jobs", "retry_at", "REAL NOT NULL DEFAULT 0"),
+    ("aggregation_jobs", "failures", "INTEGER NOT NULL DEFAULT 0"),
+    ("aggregation_jobs", "error", "TEXT"),
+    ("collections", "retry_at", "REAL NOT NULL DEFAULT 0"),
+    ("collections", "failures", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -435,7 +455,8 @@ def gc_statements(
         ),
         (
             "aggregation_jobs",
-            "DELETE FROM aggregation_jobs WHERE task_id = ? AND state = 'finished' AND NOT"
+            "DELETE FROM aggregation_jobs WHERE task_id = ? AND state IN ('finished', 'failed')"
+            " AND NOT"
             " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
             " AND r.job_id = aggregation_jobs.job_id)",
             (task_id,),
@@ -673,8 +694,9 @@ class SqliteDatastore:
         with self._tx() as db:
             rows = db.execute(
                 "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open'"
-                " AND (lease_expiry < ? OR lease_owner = ?) ORDER BY created LIMIT ?",
-                (now, owner, limit),
+                " AND (lease_expiry < ? OR lease_owner = ?) AND retry_at <= ?"
+                " ORDER BY created LIMIT ?",
+                (now, owner, now, limit),
             ).fetchall()
             db.executemany(
                 "UPDATE aggregation_jobs SET lease_owner = ?, lease_expiry = ?,"
@@ -813,8 +835,9 @@ class SqliteDatastore:
         with self._tx() as db:
             rows = db.execute(
                 f"SELECT {COLLECTION_COLS} FROM collections WHERE state = 'pending'"
-                " AND (lease_expiry < ? OR lease_owner = ?) ORDER BY created LIMIT ?",
-                (now, owner, limit),
+                " AND (lease_expiry < ? OR lease_owner = ?) AND retry_at <= ?"
+                " ORDER BY created LIMIT ?",
+                (now, owner, now, limit),
             ).fetchall()
             records = [collection_from_row(r) for r in rows]
             db.executemany(
@@ -894,6 +917,88 @@ class SqliteDatastore:
                     (record.task_id,),
                 )
             self._update_collection(db, record)
+
+    def defer_collection(
+        self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
+    ) -> float:
+        """Record a failed attempt at a pending collection job that will be
+        retried: why (`code`, `message`, shown while it is pending), and no
+        new lease for backoff(failures so far) seconds. Returns that delay
+        (0 if the job is no longer pending)."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT failures FROM collections WHERE task_id = ? AND job_id = ?"
+                " AND state = 'pending'",
+                (task_id, job_id),
+            ).fetchone()
+            if row is None:
+                return 0.0
+            failures = int(row[0]) + 1
+            delay = backoff(failures)
+            db.execute(
+                "UPDATE collections SET failures = ?, error_code = ?, error_message = ?,"
+                " retry_at = ?, lease_owner = NULL, lease_expiry = 0"
+                " WHERE task_id = ? AND job_id = ?",
+                (failures, code, message, _time.time() + delay, task_id, job_id),
+            )
+            return delay
+
+    def defer_aggregation_job(
+        self, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
+    ) -> int:
+        """Record a failed attempt at an open aggregation job: why, and no new
+        lease for backoff(failures) seconds. Returns its failures so far (0 if
+        the job is no longer open)."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT failures FROM aggregation_jobs WHERE task_id = ? AND job_id = ?"
+                " AND state = 'open'",
+                (task_id, job_id),
+            ).fetchone()
+            if row is None:
+                return 0
+            failures = int(row[0]) + 1
+            db.execute(
+                "UPDATE aggregation_jobs SET failures = ?, error = ?, retry_at = ?,"
+                " lease_owner = NULL, lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
+                (failures, error, _time.time() + backoff(failures), task_id, job_id),
+            )
+            return failures
+
+    def abandon_aggregation_job(
+        self, task_id: bytes, job_id: bytes, reason: str, error: str
+    ) -> int:
+        """Give up an open aggregation job: its reports are rejected with
+        `reason` (counted), the job is marked failed with `error`. Returns
+        how many reports were rejected (0 if the job is no longer open)."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?",
+                (task_id, job_id),
+            ).fetchone()
+            if row is None or row[0] != "open":
+                return 0
+            n = db.execute(
+                "UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND job_id = ?"
+                " AND state = ?",
+                (REJECTED, reason, task_id, job_id, IN_JOB),
+            ).rowcount
+            self._count_rejections(db, task_id, [reason] * n)
+            db.execute(
+                "UPDATE aggregation_jobs SET state = 'failed', error = ?, lease_owner = NULL,"
+                " lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
+                (error, task_id, job_id),
+            )
+            return n
+
+    def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
+        """Jobs of a task that failed at least once: job id -> (state, failures, error)."""
+        rows = self._conn().execute(
+            "SELECT job_id, state, failures, error FROM aggregation_jobs WHERE task_id = ?"
+            " AND error IS NOT NULL",
+            (task_id,),
+        )
+        return {bytes(j): (str(st), int(n), str(e)) for j, st, n, e in rows}
 
     # --- helper -----------------------------------------------------------
 

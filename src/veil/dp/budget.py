@@ -266,6 +266,11 @@ class BudgetLedger:
             remaining = max(survey.total - spent, Fraction(0))
             return BudgetStatus(survey.total, spent, remaining, survey.unit, collections)
 
+    def recorded(self, collection_id: str) -> Spend | None:
+        """The spend recorded for `collection_id`, if it was charged."""
+        with self._store.transaction() as tx:
+            return tx.spend(collection_id)
+
     def spend(
         self,
         task_id: str,
