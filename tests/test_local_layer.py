@@ -26,7 +26,9 @@ from veil.demo import (
 )
 from veil.deploy import deploy_survey
 from veil.dp import DPConfig, NoisePlan, local_channel, local_estimate
+from veil.dp.accounting import Guarantee
 from veil.dp.local import KaryResponse, MultiOptionResponse
+from veil.privacy import survey_statement, task_statement
 from veil.survey import DESCRIPTION_FILE, SurveyError, load_description, parse_survey
 from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task
 
@@ -229,7 +231,8 @@ def test_deployed_survey_carries_it_to_every_party(tmp_path: Path) -> None:
     survey = parse_survey(text)
     dep = deploy_survey(survey, text, tmp_path / "out", "a.example:443", "b.example:443")
     described = load_description(dep.client_dir)
-    assert described.survey.questions == survey.questions  # local_epsilon included
+    local = [q.local_epsilon for q in survey.questions]
+    assert [q.local_epsilon for q in described.survey.questions] == local
     for party in ("client/yes.toml", "leader/tasks/yes.toml", "collector/yes.toml"):
         assert load_task(dep.out / party).dp.local_epsilon == "3/2"
     assert load_task(dep.out / "client" / "tools.toml").dp.local_max_choices == 2
@@ -242,3 +245,35 @@ def test_deployed_survey_carries_it_to_every_party(tmp_path: Path) -> None:
     target.write_text(json.dumps(doc))
     with pytest.raises(SurveyError, match="local_epsilon"):
         load_description(dep.client_dir)
+
+
+def test_privacy_statements_gain_against_everyone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    count = VdafSpec("count")
+    stated = task_statement(DpSpec("geometric", epsilon="1", local_epsilon="3/2"), count)
+    assert stated.against_everyone == Guarantee.pure(Fraction(3, 2))
+    assert stated.against_collector == Guarantee.pure(Fraction(1))
+    assert stated.to_json()["against_everyone"] == {"epsilon": "1.5", "delta": "0"}
+    assert any("both aggregators together" in line and "1.5" in line for line in stated.lines())
+    assert task_statement(DpSpec("geometric", epsilon="1"), count).against_everyone is None
+    # No servers' noise: the local layer holds against the collector too.
+    bare = task_statement(DpSpec("none", local_epsilon="2"), count)
+    assert bare.against_collector == bare.against_everyone == Guarantee.pure(Fraction(2))
+    # A survey: the sum over its questions when every one has a local layer.
+    partial = survey_statement(parse_survey(SURVEY))
+    assert partial.against_everyone is None
+    assert any("yes (ε_L = 1.5), tools (ε_L = 3)" in note for note in partial.notes)
+    full = parse_survey(
+        SURVEY.replace('options = ["a", "b"]', 'options = ["a", "b"]\nlocal_epsilon = 1')
+    )
+    assert survey_statement(full).against_everyone == Guarantee.pure(Fraction(11, 2))
+    code = main(
+        [
+            "task", "new", "--vdaf", "count", "--local-epsilon", "2", "--json",
+            "--leader", "127.0.0.1:1", "--helper", "127.0.0.1:2", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["privacy"]["against_everyone"] == {"epsilon": "2", "delta": "0"}

@@ -15,6 +15,14 @@ How the numbers follow from what the ledgers enforce:
 - A survey's ledgers bound the sum of its tasks' losses by its total S (ρ when it is
   composed under zCDP, with ε²/2 for a pure task), so S holds against both; against
   the collector alone the sum of the tasks' collector guarantees may be smaller.
+- Against everyone, both aggregators included, only a local layer protects (a task's
+  `local_epsilon`, veil.dp.local): each report's value is randomized on the
+  respondent's device, ε_L-LDP, once, and everything anyone sees afterwards is a
+  function of the randomized reports. So a task states ε_L against everyone however
+  many collections it has, and a survey the sum of its questions' ε_L (basic
+  composition over the reports of one respondent), only when every question has one.
+  The results are then also ε_L-DP against the collector (post-processing): with
+  mechanism none that is the only guarantee, and it is the one stated.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from veil.dp.accounting import (
     Guarantee,
     Neighbouring,
     PrivacyStatement,
+    decimal_text,
 )
 from veil.survey import Survey
 from veil.task import DpSpec, Task, VdafSpec
@@ -62,30 +71,75 @@ def _task_totals(dp: DpSpec, vdaf: VdafSpec) -> tuple[Fraction, Fraction] | None
     return total * per_collection / charge, total
 
 
+def _local_note(epsilon: Fraction) -> str:
+    return (
+        f"Each report's value is randomized on the respondent's device before it is "
+        f"shared (local randomized response, ε_L = {decimal_text(epsilon)}): what anyone "
+        "sees, both aggregators together included, is ε_L-DP in that value (not in the "
+        "report's existence or time, which the aggregators see)."
+    )
+
+
 def task_statement(dp: DpSpec, vdaf: VdafSpec) -> PrivacyStatement:
     """The statement of one task over its whole budget."""
     totals = _task_totals(dp, vdaf)
+    local = None if dp.local(vdaf) is None else Fraction(dp.local_epsilon or 0)
     if totals is None:
+        if local is not None:
+            # No servers' noise: the local layer is all there is, against anyone.
+            only = Guarantee.pure(local)
+            return PrivacyStatement(
+                TASK_UNIT, _neighbouring(dp), only, only, only, notes=(_local_note(local),)
+            )
         nothing = Guarantee.no_privacy()
         return PrivacyStatement(TASK_UNIT, _neighbouring(dp), nothing, nothing)
     zcdp = dp.unit == "rho"
     collector, one_aggregator = totals
     plan = dp.plan(vdaf)
     notes = (_SPLIT_NOTE,) if plan.config.mode.value == "split" else ()
+    if local is not None:
+        notes = (*notes, _local_note(local))
     return PrivacyStatement(
         TASK_UNIT,
         _neighbouring(dp),
         _guarantee(collector, zcdp, dp.delta_value),
         _guarantee(one_aggregator, zcdp, dp.delta_value),
+        None if local is None else Guarantee.pure(local),
         notes=notes,
     )
+
+
+def _survey_local(survey: Survey) -> tuple[Guarantee | None, list[str]]:
+    """(against everyone, notes): the sum of the questions' ε_L when all have one."""
+    local = [(q.id, q.local_epsilon) for q in survey.questions if q.local_epsilon is not None]
+    if not local:
+        return None, []
+    listed = ", ".join(f"{qid} (ε_L = {decimal_text(eps)})" for qid, eps in local)
+    total = sum((eps for _, eps in local), Fraction(0))
+    if len(local) == len(survey.questions):
+        return Guarantee.pure(total), [
+            f"Every answer is randomized on the respondent's device before it is shared "
+            f"(local randomized response: {listed}), so against everyone a respondent's "
+            f"answers together are ε_L = {decimal_text(total)}-DP (their sum)."
+        ]
+    return None, [
+        f"Answers to {listed} are randomized on the respondent's device and stay private "
+        f"even against both aggregators colluding (together ε_L = {decimal_text(total)}); "
+        "the other questions' answers are not protected against that."
+    ]
 
 
 def survey_statement(survey: Survey) -> PrivacyStatement:
     """The statement of a survey over its total budget (every question composed)."""
     total = survey.total
     neighbouring = Neighbouring.REPLACE_ONE
+    everyone, local_notes = _survey_local(survey)
     if total is None:
+        if everyone is not None:
+            # No servers' noise: the local layer is all there is, against anyone.
+            return PrivacyStatement(
+                SURVEY_UNIT, neighbouring, everyone, everyone, everyone, notes=tuple(local_notes)
+            )
         nothing = Guarantee.no_privacy()
         return PrivacyStatement(SURVEY_UNIT, neighbouring, nothing, nothing)
     delta = survey.delta or DEFAULT_DELTA
@@ -97,7 +151,10 @@ def survey_statement(survey: Survey) -> PrivacyStatement:
             "The survey mixes pure ε-DP and zCDP questions and is composed under zCDP: "
             "a pure question of ε counts as ρ = ε²/2."
         )
-    return PrivacyStatement(SURVEY_UNIT, neighbouring, guarantee, guarantee, notes=tuple(notes))
+    notes.extend(local_notes)
+    return PrivacyStatement(
+        SURVEY_UNIT, neighbouring, guarantee, guarantee, everyone, notes=tuple(notes)
+    )
 
 
 def privacy_statement(subject: Task | Survey) -> PrivacyStatement:
