@@ -3,7 +3,8 @@
 - `operator`: the survey operator (demo, simulate, survey deploy, collect);
 - `respondent`: respondents and client apps (upload);
 - `server`: the operators of the leader and the helper (servers, status, gc, keys);
-- `setup`: task set-up by hand (task new).
+- `setup`: task set-up by hand (task new);
+- `web`: whoever hosts the survey page for browsers (survey serve).
 
 Each module registers its own subcommands and handlers; this one only wires them.
 """
@@ -14,7 +15,7 @@ import argparse
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from veil.cli import operator, respondent, server, setup
+from veil.cli import operator, respondent, server, setup, web
 
 
 def _version() -> str:
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     operator.register(commands, survey)
     respondent.register(commands)
+    web.register(survey)
     setup.register(commands)
     server.register(commands)
     return parser

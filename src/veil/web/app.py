@@ -1,0 +1,454 @@
+"""The web server of `veil survey serve` (Starlette, run by uvicorn).
+
+Routes, each a small handler that checks its input and calls one function:
+
+- ``GET /``                   the survey page (`veil.web.page`);
+- ``GET /static/...``         the bundled client script and the stylesheet;
+- ``GET /survey.json``        the public survey description, each question with
+                              the ``vdaf`` of its task file;
+- ``GET /hpke-configs.json``  each aggregator's HPKE config per task, fetched
+                              over gRPC and kept for its lifetime;
+- ``POST /reports``           sealed reports, forwarded to the leader's
+                              UploadReports.
+
+The server never receives an answer: a report is a report id, a time, the
+public share and two HPKE ciphertexts, exactly what the leader stores. It
+checks their sizes against each task's VDAF before forwarding, bounds the body
+size, the reports per request and the requests per client address, and sets a
+strict Content-Security-Policy on every response.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import grpc
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from veil.client import Client, UploadError
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
+from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
+from veil.survey import Description, SurveyError, load_description
+from veil.task import Task, TaskError, b64e, load_task
+from veil.vdaf.xof import XofTurboShake128
+
+# AES-128-GCM appends a 16-byte tag to the sealed input share.
+AEAD_TAG_SIZE = 16
+
+# Every response: nothing but this server's own script, style and JSON; no
+# framing, no inline code, no plugins, forms post only here.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
+        " img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+
+_REPORT_KEYS = {
+    "task_id",
+    "report_id",
+    "time",
+    "public_share",
+    "leader_encrypted_input_share",
+    "helper_encrypted_input_share",
+}
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+_CIPHERTEXT_KEYS = {"config_id", "enc", "payload"}
+
+
+class ServeError(ValueError):
+    """The survey directory or an option cannot be served."""
+
+
+class BadRequest(ValueError):
+    """A request to refuse with 400; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """Bounds on what one client may send.
+
+    `max_body` bytes per request; `max_reports` per request (None: one per
+    question); `rate` requests per `per` seconds from one client address, with
+    bursts up to `rate`.
+    """
+
+    max_body: int = 64 * 1024
+    max_reports: int | None = None
+    rate: int = 20
+    per: float = 60.0
+
+
+class RateLimiter:
+    """A token bucket per client address. Memory is bounded: when it tracks
+    too many addresses it drops those whose buckets are full again."""
+
+    MAX_TRACKED = 100_000
+
+    def __init__(self, rate: int, per: float, clock: Callable[[], float] = time.monotonic):
+        self.capacity = float(rate)
+        self.refill = rate / per
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, key: str) -> bool:
+        now = self.clock()
+        tokens, last = self._buckets.get(key, (self.capacity, now))
+        tokens = min(self.capacity, tokens + (now - last) * self.refill)
+        if len(self._buckets) >= self.MAX_TRACKED:
+            self._prune(now)
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1.0, now)
+        return True
+
+    def _prune(self, now: float) -> None:
+        full = [
+            k
+            for k, (tokens, last) in self._buckets.items()
+            if tokens + (now - last) * self.refill >= self.capacity
+        ]
+        for k in full:
+            del self._buckets[k]
+
+
+@dataclass(frozen=True)
+class _TaskShape:
+    """What a report of one task must look like, from its VDAF."""
+
+    public_share: int
+    leader_payload: int
+    helper_payload: int
+
+
+def _shape(task: Task) -> _TaskShape:
+    vdaf = task.vdaf.instantiate()
+    seed = XofTurboShake128.SEED_SIZE
+    joint = vdaf.flp.JOINT_RAND_LEN > 0
+    blind = seed if joint else 0
+    leader = (vdaf.flp.MEAS_LEN + vdaf.flp.PROOF_LEN * vdaf.PROOFS) * vdaf.field.ENCODED_SIZE
+    return _TaskShape(
+        public_share=vdaf.SHARES * seed if joint else 0,
+        leader_payload=leader + blind + AEAD_TAG_SIZE,
+        helper_payload=seed + blind + AEAD_TAG_SIZE,
+    )
+
+
+def _static(name: str) -> bytes:
+    return (resources.files("veil.web") / "static" / name).read_bytes()
+
+
+def _integrity(data: bytes) -> str:
+    return "sha384-" + base64.b64encode(hashlib.sha384(data).digest()).decode()
+
+
+def _b64(value: Any, what: str, size: int | None = None) -> bytes:
+    if not isinstance(value, str) or len(value) > 100_000:
+        raise BadRequest(f"{what} must be base64url text")
+    if not _B64URL.fullmatch(value):
+        raise BadRequest(f"{what} is not base64url")
+    try:
+        data = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        raise BadRequest(f"{what} is not base64url") from None
+    if size is not None and len(data) != size:
+        raise BadRequest(f"{what} must be {size} bytes, got {len(data)}")
+    return data
+
+
+def _object(value: Any, keys: set[str], what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be an object")
+    if set(value) != keys:
+        extra = sorted(set(value) - keys)
+        missing = sorted(keys - set(value))
+        raise BadRequest(
+            f"{what}: " + (f"unexpected field {extra[0]!r}" if extra else f"missing {missing[0]!r}")
+        )
+    return value
+
+
+def _ciphertext(value: Any, what: str, payload_size: int) -> Ciphertext:
+    d = _object(value, _CIPHERTEXT_KEYS, what)
+    config_id = d["config_id"]
+    if isinstance(config_id, bool) or not isinstance(config_id, int) or not 0 <= config_id <= 255:
+        raise BadRequest(f"{what}.config_id must be an integer in 0..255")
+    return Ciphertext(
+        config_id,
+        _b64(d["enc"], f"{what}.enc", ENC_SIZE),
+        _b64(d["payload"], f"{what}.payload", payload_size),
+    )
+
+
+class SurveySite:
+    """The survey of one deployment's client/ directory, its aggregators and
+    the page's files. Loads and checks everything at start, so that a
+    misconfigured directory fails before the server listens."""
+
+    def __init__(
+        self,
+        survey_dir: Path,
+        *,
+        leader_root_certificates: bytes | None = None,
+        helper_root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        limits: ServeLimits | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        try:
+            self.description: Description = load_description(survey_dir)
+        except SurveyError as e:
+            raise ServeError(str(e)) from None
+        survey = self.description.survey
+        self.tasks: dict[str, Task] = {}  # by base64url task id
+        self.question_of: dict[str, str] = {}
+        questions = []
+        for q in survey.questions:
+            path = self.description.task_files[q.id]
+            try:
+                task = load_task(path)
+            except (OSError, TaskError) as e:
+                raise ServeError(f"question {q.id!r}: {e}") from None
+            if task.id_text != self.description.task_ids[q.id]:
+                raise ServeError(
+                    f"question {q.id!r}: {path.name} is the task {task.id_text}, but the"
+                    f" survey description names {self.description.task_ids[q.id]}"
+                )
+            self.tasks[task.id_text] = task
+            self.question_of[task.id_text] = q.id
+        raw = json.loads((Path(survey_dir) / "survey.json").read_text(encoding="utf-8"))
+        for entry in raw["questions"]:
+            task = self.tasks[entry["task_id"]]
+            questions.append({**entry, "vdaf": task.vdaf.to_dict()})
+        self.public = {**raw, "questions": questions}
+        self.shapes = {tid: _shape(task) for tid, task in self.tasks.items()}
+        self.limits = limits or ServeLimits()
+        self.max_reports = self.limits.max_reports or len(self.tasks)
+        # One veil client per task: its channels, its HPKE config cache (each
+        # config kept for its lifetime) and its UploadReports. A respondent
+        # retries by hand, so the server's own retries are few.
+        self.clients = {
+            tid: Client(
+                task,
+                leader_root_certificates=leader_root_certificates,
+                helper_root_certificates=helper_root_certificates,
+                private_key=private_key,
+                certificate_chain=certificate_chain,
+                timeout=timeout,
+                retries=1,
+                backoff=0.2,
+            )
+            for tid, task in self.tasks.items()
+        }
+        self.script = _static("veil-survey.js")
+        self.style = _static("survey.css")
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+    def hpke_configs(self) -> dict[str, Any]:
+        """Each task's leader and helper HPKE configs (blocking gRPC on a miss)."""
+
+        def as_json(c: HpkeConfig) -> dict[str, Any]:
+            return {
+                "config_id": c.config_id,
+                "kem_id": c.kem_id,
+                "kdf_id": c.kdf_id,
+                "aead_id": c.aead_id,
+                "public_key": b64e(c.public_key),
+            }
+
+        return {
+            tid: {
+                "leader": [as_json(client.hpke_config(ROLE_LEADER))],
+                "helper": [as_json(client.hpke_config(ROLE_HELPER))],
+            }
+            for tid, client in self.clients.items()
+        }
+
+    def parse_reports(self, body: bytes) -> dict[str, list[Report]]:
+        """The reports of a POST body, grouped by task id; BadRequest otherwise."""
+        try:
+            doc = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise BadRequest("the body is not JSON") from None
+        items = _object(doc, {"reports"}, "the body")["reports"]
+        if not isinstance(items, list) or not items:
+            raise BadRequest("`reports` must be a non-empty list")
+        if len(items) > self.max_reports:
+            raise BadRequest(f"at most {self.max_reports} reports per request")
+        grouped: dict[str, list[Report]] = {}
+        for n, item in enumerate(items):
+            what = f"report {n + 1}"
+            d = _object(item, _REPORT_KEYS, what)
+            tid = d["task_id"]
+            if not isinstance(tid, str) or tid not in self.tasks:
+                raise BadRequest(f"{what}: not a task of this survey")
+            if tid in grouped:
+                raise BadRequest(f"{what}: a second report for question {self.question_of[tid]!r}")
+            shape = self.shapes[tid]
+            t = d["time"]
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < 2**63:
+                raise BadRequest(f"{what}: time must be a whole number of seconds")
+            grouped[tid] = [
+                Report(
+                    _b64(d["report_id"], f"{what}: report_id", REPORT_ID_SIZE),
+                    t,
+                    _b64(d["public_share"], f"{what}: public_share", shape.public_share),
+                    _ciphertext(
+                        d["leader_encrypted_input_share"],
+                        f"{what}: leader_encrypted_input_share",
+                        shape.leader_payload,
+                    ),
+                    _ciphertext(
+                        d["helper_encrypted_input_share"],
+                        f"{what}: helper_encrypted_input_share",
+                        shape.helper_payload,
+                    ),
+                )
+            ]
+        return grouped
+
+    def upload(self, grouped: dict[str, list[Report]]) -> tuple[int, int]:
+        """Forward to the leader, task by task (blocking). Raises UploadError."""
+        accepted = duplicates = 0
+        for tid, reports in grouped.items():
+            result = self.clients[tid].upload_reports(reports)
+            accepted += result.accepted
+            duplicates += result.duplicates
+        return accepted, duplicates
+
+
+# The leader's refusals as HTTP statuses: the respondent's page shows the
+# message and lets them try again where that can help.
+_HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 503,
+}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def build_app(site: SurveySite) -> Starlette:
+    """The Starlette application serving `site`."""
+    from veil.web.page import render_page
+
+    page = render_page(
+        site.description.survey, _integrity(site.script), _integrity(site.style)
+    ).encode()
+    public = json.dumps(site.public, ensure_ascii=False).encode()
+    limiter = RateLimiter(site.limits.rate, site.limits.per)
+
+    async def index(request: Request) -> Response:
+        return Response(page, media_type="text/html; charset=utf-8")
+
+    async def script(request: Request) -> Response:
+        return Response(site.script, media_type="text/javascript; charset=utf-8")
+
+    async def style(request: Request) -> Response:
+        return Response(site.style, media_type="text/css; charset=utf-8")
+
+    async def survey_json(request: Request) -> Response:
+        return Response(public, media_type="application/json")
+
+    async def hpke_configs(request: Request) -> Response:
+        try:
+            configs = await run_in_threadpool(site.hpke_configs)
+        except UploadError as e:
+            return _error(503, f"an aggregator's HPKE config is unavailable: {e.message}")
+        return JSONResponse(configs)
+
+    async def reports(request: Request) -> Response:
+        client = request.client.host if request.client else "unknown"
+        if not limiter.allow(client):
+            return _error(429, "too many requests from this address; try again in a minute")
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return _error(415, "send the reports as application/json")
+        limit = site.limits.max_body
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            return _error(413, f"the body is larger than {limit} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return _error(413, f"the body is larger than {limit} bytes")
+        try:
+            grouped = site.parse_reports(bytes(body))
+        except BadRequest as e:
+            return _error(400, str(e))
+        try:
+            accepted, duplicates = await run_in_threadpool(site.upload, grouped)
+        except UploadError as e:
+            return _error(_HTTP_STATUS.get(e.code, 502), f"the leader refused: {e.message}")
+        return JSONResponse({"accepted": accepted, "duplicates": duplicates})
+
+    return Starlette(
+        routes=[
+            Route("/", index),
+            Route("/static/veil-survey.js", script),
+            Route("/static/survey.css", style),
+            Route("/survey.json", survey_json),
+            Route("/hpke-configs.json", hpke_configs),
+            Route("/reports", reports, methods=["POST"]),
+        ],
+        middleware=[Middleware(SecurityHeaders)],
+    )
+
+
+class SecurityHeaders:
+    """Sets SECURITY_HEADERS on every response (errors included), and
+    `no-store` on what must not be cached: the page, configs and uploads."""
+
+    NO_STORE = ("/", "/hpke-configs.json", "/reports")
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        no_store = scope["path"] in self.NO_STORE
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+                if no_store:
+                    headers["Cache-Control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -1,0 +1,105 @@
+"""The survey page: HTML with no logic beyond presentation.
+
+Every question is a fieldset whose legend is the question's text, with one
+labelled control per option or number, so screen readers announce the
+question with each control and the page works from the keyboard alone. Error
+messages sit in each question's `role=alert` paragraph, filled by the script.
+The page loads one stylesheet and one script, both from this server and both
+pinned by Subresource Integrity; nothing else is fetched.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from veil.survey import Question, Survey
+from veil.times import format_time
+
+
+def _attr(text: str) -> str:
+    return escape(text, quote=True)
+
+
+def _error(q: Question) -> str:
+    return f'<p class="error" id="err-{_attr(q.id)}" role="alert" hidden></p>'
+
+
+def _choice(q: Question, kind: str) -> str:
+    items = []
+    for i, option in enumerate(q.options):
+        cid = f"a-{q.id}-{i}"
+        items.append(
+            f'<label class="option" for="{_attr(cid)}"><input type="{kind}" id="{_attr(cid)}"'
+            f' name="{_attr(q.id)}" value="{_attr(option)}" data-index="{i}"'
+            f' aria-describedby="err-{_attr(q.id)}"> {escape(option)}</label>'
+        )
+    return "".join(items)
+
+
+def _number(q: Question, cid: str, label: str) -> str:
+    return (
+        f'<label class="number" for="{_attr(cid)}">{escape(label)}'
+        f' <input type="text" inputmode="numeric" pattern="[0-9]*" autocomplete="off"'
+        f' id="{_attr(cid)}" name="{_attr(q.id)}" aria-describedby="hint-{_attr(q.id)}'
+        f' err-{_attr(q.id)}"></label>'
+    )
+
+
+def _question(q: Question) -> str:
+    if q.kind == "yes_no":
+        body = "".join(
+            f'<label class="option" for="a-{_attr(q.id)}-{value}"><input type="radio"'
+            f' id="a-{_attr(q.id)}-{value}" name="{_attr(q.id)}" value="{value}"'
+            f' aria-describedby="err-{_attr(q.id)}"> {label}</label>'
+            for value, label in (("yes", "Yes"), ("no", "No"))
+        )
+        hint = ""
+    elif q.kind == "choice":
+        body, hint = _choice(q, "radio"), "Choose one."
+    elif q.kind == "multi_choice":
+        body, hint = _choice(q, "checkbox"), f"Choose up to {q.max_choices}."
+    elif q.kind == "integer":
+        body = _number(q, f"a-{q.id}", "Your answer")
+        hint = f"A whole number from 0 to {q.max}."
+    else:
+        labels = q.labels or tuple(f"Number {i + 1}" for i in range(q.length))
+        body = "".join(_number(q, f"a-{q.id}-{i}", label) for i, label in enumerate(labels))
+        hint = f"Whole numbers from 0 to {q.max}."
+    hint_html = f'<p class="hint" id="hint-{_attr(q.id)}">{escape(hint)}</p>' if hint else ""
+    return (
+        f'<fieldset class="question" id="q-{_attr(q.id)}" data-kind="{_attr(q.kind)}">'
+        f"<legend>{escape(q.text)}</legend>{hint_html}{body}{_error(q)}</fieldset>"
+    )
+
+
+def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> str:
+    """The whole page. Integrity values are ``sha384-<base64>`` of the served files."""
+    closes = format_time(survey.closes) if survey.closes is not None else ""
+    questions = "".join(_question(q) for q in survey.questions)
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(survey.name)}</title>
+<link rel="stylesheet" href="static/survey.css" integrity="{style_integrity}">
+<script src="static/veil-survey.js" integrity="{script_integrity}" defer></script>
+</head>
+<body>
+<main>
+<h1>{escape(survey.name)}</h1>
+<p class="about">Your answers are split into two encrypted shares on this device, one
+for each of two independent organisations; neither they nor this web server can read
+an answer. Only totals over all respondents, with added statistical noise, are
+published. Open until {escape(closes)}.</p>
+<noscript><p class="error">This survey needs JavaScript: your answers are encrypted
+on your device before they leave it.</p></noscript>
+<form id="survey" novalidate>
+{questions}
+<button type="submit">Send my answers</button>
+<p id="status" role="status" aria-live="polite"></p>
+</form>
+</main>
+</body>
+</html>
+"""

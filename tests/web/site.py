@@ -1,0 +1,180 @@
+"""A deployed survey for the web tests: `veil survey deploy` output, a real
+leader and helper, and `veil survey serve` as its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veil.aggregator.local import ServerProcess, free_port
+from veil.deploy import Deployment, deploy_survey
+from veil.survey import parse_survey
+from veil.times import format_time
+
+SURVEY = """\
+[survey]
+name = "Team survey"
+epsilon = {epsilon}
+mechanism = "{mechanism}"
+min_batch_size = 1
+max_respondents = 1000
+time_precision = {tp}
+opens = "{opens}"
+closes = "{closes}"
+
+[[question]]
+id = "remote"
+text = "Do you work remotely most days?"
+kind = "yes_no"
+
+[[question]]
+id = "commute"
+text = "How many minutes is your commute?"
+kind = "integer"
+max = 180
+
+[[question]]
+id = "team"
+text = "Which team are you in?"
+kind = "choice"
+options = ["engineering", "design", "sales"]
+
+[[question]]
+id = "tools"
+text = "Which tools do you use daily (up to 2)?"
+kind = "multi_choice"
+options = ["email", "chat", "wiki", "video"]
+max_choices = 2
+
+[[question]]
+id = "ratings"
+text = "Rate workload and tooling from 0 to 10."
+kind = "vector"
+length = 2
+max = 10
+labels = ["workload", "tooling"]
+"""
+
+
+@dataclass
+class SurveyServers:
+    deployment: Deployment
+    leader: ServerProcess
+    helper: ServerProcess
+    url: str
+    opens: int
+    closes: int
+    serve: subprocess.Popen[bytes] | None = None
+
+
+def write_survey(
+    root: Path, mechanism: str, opens: int, closes: int, tp: int
+) -> tuple[Deployment, str, str]:
+    text = SURVEY.format(
+        epsilon="1",
+        mechanism=mechanism,
+        tp=tp,
+        opens=format_time(opens),
+        closes=format_time(closes),
+    )
+    leader = f"127.0.0.1:{free_port()}"
+    helper = f"127.0.0.1:{free_port()}"
+    dep = deploy_survey(parse_survey(text), text, root / "out", leader, helper, tls=False)
+    return dep, leader, helper
+
+
+def http(
+    url: str,
+    data: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    method: str | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def post_json(url: str, doc: Any) -> tuple[int, Any]:
+    status, _, body = http(
+        url, json.dumps(doc).encode(), {"Content-Type": "application/json"}, "POST"
+    )
+    return status, json.loads(body)
+
+
+def start_serve(client_dir: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "veil.cli",
+                "survey",
+                "serve",
+                "--survey-dir",
+                str(client_dir),
+                "--listen",
+                f"127.0.0.1:{port}",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"veil survey serve exited: {log.read_text()[-2000:]}")
+        try:
+            if http(url)[0] == 200:
+                return proc, url
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"veil survey serve did not answer; see {log}")
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def survey_servers(
+    root: Path, mechanism: str, opens: int, closes: int, tp: int, *serve_args: str
+) -> Iterator[SurveyServers]:
+    root.mkdir(parents=True, exist_ok=True)
+    dep, leader_addr, helper_addr = write_survey(root, mechanism, opens, closes, tp)
+    helper = ServerProcess("helper", dep.helper_config, root / "helper.log", helper_addr)
+    leader = ServerProcess("leader", dep.leader_config, root / "leader.log", leader_addr)
+    serve = None
+    try:
+        helper.start()
+        leader.start()
+        serve, url = start_serve(dep.client_dir, root / "serve.log", *serve_args)
+        yield SurveyServers(dep, leader, helper, url, opens, closes, serve)
+    finally:
+        stop(serve)
+        leader.stop()
+        helper.stop()

@@ -1,0 +1,235 @@
+"""Respondents in a real browser: Debian's headless Chromium (driven by
+selenium) fills and submits the survey page of `veil survey serve` for 30
+respondents with known answers; the page shards and seals each answer; a
+real leader and helper aggregate; collection gives the exact sums with
+mechanism none and sums within their intervals with geometric noise.
+
+Needs chromium and chromedriver (`.ci/run` installs Debian's `chromium` and
+`chromium-driver`); skips without them, except under CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.web.site import SurveyServers, survey_servers
+from veil.collector import Collector
+from veil.task import load_task
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+RESPONDENTS = 30
+NOISY_RESPONDENTS = 10
+TP = 5
+# Long enough for every respondent to answer inside the window (about 40 s
+# on a busy 2-core machine), which must close before either aggregator
+# releases a batch: the test waits for the rest of it.
+WINDOW = 75
+
+
+def answers(i: int) -> dict[str, Any]:
+    """Respondent i's known answers, in the page's terms."""
+    tools = [j for j in range(4) if (i >> j) & 1][:2]
+    return {
+        "remote": i % 2 == 0,
+        "commute": (i * 37) % 181,
+        "team": i % 3,
+        "tools": tools,
+        "ratings": [i % 11, (3 * i + 1) % 11],
+    }
+
+
+def expected(n: int) -> dict[str, Any]:
+    rows = [answers(i) for i in range(n)]
+    team = [0, 0, 0]
+    tools = [0, 0, 0, 0]
+    for r in rows:
+        team[r["team"]] += 1
+        for j in r["tools"]:
+            tools[j] += 1
+    return {
+        "remote": sum(r["remote"] for r in rows),
+        "commute": sum(r["commute"] for r in rows),
+        "team": team,
+        "tools": tools,
+        "ratings": [sum(r["ratings"][0] for r in rows), sum(r["ratings"][1] for r in rows)],
+    }
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if chromium is None or driver_path is None:
+        _missing(
+            "chromium and chromedriver not found: install Debian's chromium and chromium-driver"
+        )
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _missing("selenium not installed: pip install -e '.[test]'")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    # A phone-sized window: the page must work there.
+    options.add_argument("--window-size=390,844")
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    driver.implicitly_wait(0)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(driver: Any, condition: Any, timeout: float = 30.0) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
+
+
+def status_text(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.ID, "status").text)
+
+
+def respond(driver: Any, url: str, a: dict[str, Any], keyboard: bool = False) -> None:
+    """Open the page, fill the form as a respondent would, submit, and wait
+    for the page to say the answers were received."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    wait_for(driver, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    find = driver.find_element
+    if keyboard:
+        keyboard_only(driver, a)
+    else:
+        find(By.ID, "a-remote-yes" if a["remote"] else "a-remote-no").click()
+        find(By.ID, "a-commute").send_keys(str(a["commute"]))
+        find(By.ID, f"a-team-{a['team']}").click()
+        for j in a["tools"]:
+            find(By.ID, f"a-tools-{j}").click()
+        for j, v in enumerate(a["ratings"]):
+            find(By.ID, f"a-ratings-{j}").send_keys(str(v))
+        find(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(driver, lambda d: "Thank you" in status_text(d) or "Not sent" in status_text(d))
+    assert "Thank you" in status_text(driver), status_text(driver)
+
+
+def keyboard_only(driver: Any, a: dict[str, Any]) -> None:
+    """Answer with the keyboard alone: Tab between questions, arrows and Space
+    in radio groups, Space on checkboxes, Enter to submit."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    def keys(*k: str) -> None:
+        ActionChains(driver).send_keys(*k).perform()
+
+    keys(Keys.TAB)  # the first control of the page: the first radio of "remote"
+    assert driver.switch_to.active_element.get_attribute("id") == "a-remote-yes"
+    keys(Keys.SPACE if a["remote"] else Keys.ARROW_DOWN)
+    keys(Keys.TAB)
+    keys(str(a["commute"]))
+    keys(Keys.TAB)
+    keys(*([Keys.SPACE] if a["team"] == 0 else [Keys.ARROW_DOWN] * a["team"]))
+    keys(Keys.TAB)
+    for j in range(4):
+        if j in a["tools"]:
+            keys(Keys.SPACE)
+        keys(Keys.TAB)
+    keys(str(a["ratings"][0]), Keys.TAB, str(a["ratings"][1]), Keys.ENTER)
+
+
+def check_refuses_bad_answer(driver: Any, url: str) -> None:
+    """An out-of-range answer is shown next to its question; nothing is sent."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    wait_for(driver, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    driver.find_element(By.ID, "a-commute").send_keys("999")
+    for j in range(3):
+        driver.find_element(By.ID, f"a-tools-{j}").click()
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(driver, lambda d: "need a change" in status_text(d))
+    assert "from 0 to 180" in driver.find_element(By.ID, "err-commute").text
+    assert "at most 2" in driver.find_element(By.ID, "err-tools").text
+    assert driver.find_element(By.ID, "err-remote").text == "Choose yes or no."
+    field = driver.find_element(By.ID, "a-commute")
+    assert field.get_attribute("aria-invalid") == "true"
+
+
+def screenshot_is_not_blank(driver: Any, path: Path) -> None:
+    from PIL import Image
+
+    driver.save_screenshot(str(path))
+    with Image.open(path) as img:
+        rgb = img.convert("RGB")
+        colors = rgb.getcolors(maxcolors=1 << 20) or []
+        width, height = rgb.size
+    assert (width, height) >= (300, 500), (width, height)
+    # Text, borders, the button: a blank or single-colour page has a handful.
+    assert len(colors) > 50, len(colors)
+    dominant = max(count for count, _ in colors)
+    assert dominant < 0.95 * width * height
+
+
+def collect(s: SurveyServers, qid: str) -> Any:
+    with Collector(load_task(s.deployment.collector_dir / f"{qid}.toml")) as collector:
+        return collector.collect(s.opens, s.closes - s.opens, wait=60, confidence=0.999999)
+
+
+def test_respondents_in_a_browser(tmp_path: Path, browser: Any) -> None:
+    now = int(time.time())
+    opens = now - now % TP
+    closes = opens + WINDOW
+    with ExitStack() as stack:
+        exact = stack.enter_context(
+            survey_servers(tmp_path / "exact", "none", opens, closes, TP, "--rate", "1000")
+        )
+        noisy = stack.enter_context(
+            survey_servers(tmp_path / "noisy", "geometric", opens, closes, TP, "--rate", "1000")
+        )
+        check_refuses_bad_answer(browser, exact.url)
+        shot = tmp_path / "survey-page.png"
+        for i in range(RESPONDENTS):
+            respond(browser, exact.url, answers(i), keyboard=i == 0)
+            if i == 0:
+                screenshot_is_not_blank(browser, shot)
+        for i in range(NOISY_RESPONDENTS):
+            respond(browser, noisy.url, answers(i))
+        assert time.time() < closes, "the respondents took longer than the survey window"
+        time.sleep(max(0.0, closes - time.time() + 0.5))
+
+        want = expected(RESPONDENTS)
+        for qid, value in want.items():
+            r = collect(exact, qid)
+            assert r.report_count == RESPONDENTS, qid
+            assert r.mechanism == "none"
+            assert r.estimate == value, qid
+
+        want = expected(NOISY_RESPONDENTS)
+        for qid, value in want.items():
+            r = collect(noisy, qid)
+            assert r.report_count == NOISY_RESPONDENTS, qid
+            assert r.mechanism == "geometric" and r.epsilon_spent > 0
+            if isinstance(value, list):
+                for v, lo, hi in zip(value, r.lower, r.upper, strict=True):
+                    assert lo <= v <= hi, qid
+            else:
+                assert r.lower <= value <= r.upper, qid

@@ -1,0 +1,260 @@
+"""`veil survey serve` against a real leader and helper: the page, the
+public files, reports built by the JavaScript client forwarded to the leader,
+and hostile requests refused with nothing stored and nothing stalled."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.js.node import js_reports, require_node_client
+from tests.web.site import SurveyServers, http, post_json, start_serve, stop, survey_servers
+from veil.cli import main as veil_main
+from veil.hpke import HpkeConfig
+from veil.messages import Report
+from veil.task import b64d, b64e, load_task
+
+pytestmark = pytest.mark.slow
+
+TP = 3600
+ANSWERS = {
+    "remote": 1,
+    "commute": 25,
+    "team": 2,
+    "tools": [True, False, True, False],
+    "ratings": [7, 3],
+}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurveyServers]:
+    now = int(time.time())
+    opens = now - now % TP
+    root = Path(tmp_path_factory.mktemp("serve"))
+    # Every request here comes from 127.0.0.1: a rate limit no test reaches
+    # (test_rate_limit_per_client starts a server with a low one).
+    with survey_servers(root, "none", opens, opens + 2 * TP, TP, "--rate", "10000") as s:
+        yield s
+
+
+def stored(s: SurveyServers) -> int:
+    import sqlite3
+
+    db = s.deployment.leader_config.parent / "leader.db"
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0])
+
+
+def configs(s: SurveyServers) -> dict[str, Any]:
+    status, _, body = http(s.url + "hpke-configs.json")
+    assert status == 200
+    return json.loads(body)
+
+
+def _config(d: dict[str, Any]) -> HpkeConfig:
+    return HpkeConfig(d["config_id"], b64d(d["public_key"]), d["kem_id"], d["kdf_id"], d["aead_id"])
+
+
+def report_json(task_id: str, r: Report) -> dict[str, Any]:
+    def ct(c: Any) -> dict[str, Any]:
+        return {"config_id": c.config_id, "enc": b64e(c.enc), "payload": b64e(c.payload)}
+
+    return {
+        "task_id": task_id,
+        "report_id": b64e(r.report_id),
+        "time": r.time,
+        "public_share": b64e(r.public_share),
+        "leader_encrypted_input_share": ct(r.leader_ct),
+        "helper_encrypted_input_share": ct(r.helper_ct),
+    }
+
+
+def js_survey_reports(s: SurveyServers, answers: dict[str, Any]) -> list[dict[str, Any]]:
+    """One respondent's reports, built by the JavaScript client from the
+    configs the server hands out."""
+    hpke = configs(s)
+    out = []
+    for qid, measurement in answers.items():
+        task = load_task(s.deployment.client_dir / f"{qid}.toml")
+        c = hpke[task.id_text]
+        (r,) = js_reports(
+            task, _config(c["leader"][0]), _config(c["helper"][0]), [measurement], int(time.time())
+        )
+        assert isinstance(r, Report), r
+        out.append(report_json(task.id_text, r))
+    return out
+
+
+def test_page_is_accessible_and_pinned(site: SurveyServers) -> None:
+    status, headers, body = http(site.url)
+    assert status == 200
+    page = body.decode()
+    csp = headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'self'" in csp
+    assert "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert headers["x-content-type-options"] == "nosniff"
+    for text in ("Do you work remotely most days?", "Which team are you in?", "workload"):
+        assert text in page
+    # Every control has a label that names it; no inline script or style; no external URL.
+    ids = re.findall(r'<input[^>]* id="([^"]+)"', page)
+    assert len(ids) == 2 + 1 + 3 + 4 + 2
+    for i in ids:
+        assert f'for="{i}"' in page
+    assert "<script>" not in page and "style=" not in page and "http" not in page.lower()
+    # The script and the stylesheet are served as the page's integrity values say.
+    for path in ("static/veil-survey.js", "static/survey.css"):
+        m = re.search(rf'"{path}" integrity="sha384-([^"]+)"', page)
+        assert m is not None, path
+        status, _, served = http(site.url + path)
+        assert status == 200
+        assert base64.b64decode(m.group(1)) == hashlib.sha384(served).digest()
+
+
+def test_public_description_and_configs(site: SurveyServers) -> None:
+    status, _, body = http(site.url + "survey.json")
+    assert status == 200
+    doc = json.loads(body)
+    assert [q["id"] for q in doc["questions"]] == list(ANSWERS)
+    assert doc["questions"][0]["vdaf"] == {"type": "count"}
+    hpke = configs(site)
+    assert set(hpke) == {q["task_id"] for q in doc["questions"]}
+    for c in hpke.values():
+        assert len(b64d(c["leader"][0]["public_key"])) == 32
+        assert c["leader"][0]["public_key"] != c["helper"][0]["public_key"]
+
+
+def test_js_reports_are_forwarded_to_the_leader(site: SurveyServers) -> None:
+    require_node_client()
+    before = stored(site)
+    reports = js_survey_reports(site, ANSWERS)
+    assert post_json(site.url + "reports", {"reports": reports}) == (
+        200,
+        {"accepted": 5, "duplicates": 0},
+    )
+    # A respondent's retry sends the same reports: acknowledged, stored once.
+    assert post_json(site.url + "reports", {"reports": reports}) == (
+        200,
+        {"accepted": 0, "duplicates": 5},
+    )
+    assert stored(site) == before + 5
+
+
+def _one_report(site: SurveyServers) -> dict[str, Any]:
+    require_node_client()
+    return js_survey_reports(site, {"remote": 0})[0]
+
+
+def _with(report: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(report))
+    node = out
+    *head, last = path.split(".")
+    for key in head:
+        node = node[key]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return out
+
+
+def test_hostile_reports_are_refused_and_nothing_is_stored(site: SurveyServers) -> None:
+    good = _one_report(site)
+    before = stored(site)
+    url = site.url + "reports"
+    short = b64e(bytes(31))
+    cases: list[tuple[Any, str]] = [
+        ({"reports": []}, "non-empty list"),
+        ({"reports": [good], "answers": {"remote": "yes"}}, "unexpected field 'answers'"),
+        ({"answers": {"remote": "yes"}}, "unexpected field 'answers'"),
+        ([good], "must be an object"),
+        ({"reports": [good] * 6}, "at most 5 reports"),
+        ({"reports": [good, good]}, "a second report for question 'remote'"),
+        ({"reports": [_with(good, "task_id", b64e(bytes(32)))]}, "not a task of this survey"),
+        ({"reports": [_with(good, "report_id", short)]}, "report_id must be 16 bytes"),
+        ({"reports": [_with(good, "report_id", "!!")]}, "not base64url"),
+        ({"reports": [_with(good, "time", "soon")]}, "time must be a whole number"),
+        ({"reports": [_with(good, "time", -5)]}, "time must be a whole number"),
+        ({"reports": [_with(good, "public_share", b64e(bytes(64)))]}, "public_share must be 0"),
+        ({"reports": [_with(good, "leader_encrypted_input_share.enc", short)]}, "enc must be 32"),
+        (
+            {"reports": [_with(good, "helper_encrypted_input_share.payload", b64e(bytes(5000)))]},
+            "payload must be",
+        ),
+        ({"reports": [_with(good, "helper_encrypted_input_share.config_id", 256)]}, "0..255"),
+        ({"reports": [_with(good, "leader_encrypted_input_share.config_id", True)]}, "0..255"),
+        ({"reports": [_with(good, "public_share", KeyError)]}, "missing 'public_share'"),
+        ({"reports": [{**good, "answer": 1}]}, "unexpected field 'answer'"),
+    ]
+    for doc, message in cases:
+        status, body = post_json(url, doc)
+        assert status == 400, (doc, body)
+        assert message in body["error"], (message, body)
+    for data, ctype, status_expected in [
+        (b"{not json", "application/json", 400),
+        (b"\xff\xfe", "application/json", 400),
+        (json.dumps({"reports": [good]}).encode(), "text/plain", 415),
+        (b"x" * (64 * 1024 + 1), "application/json", 413),
+    ]:
+        status, _, _ = http(url, data, {"Content-Type": ctype}, "POST")
+        assert status == status_expected, (data[:20], status)
+    # A tampered ciphertext of the right size reaches the leader, which
+    # stores it (it cannot open the helper's share): the leader's own checks,
+    # not this server's, reject it in aggregation. Only forged structure is
+    # refused here.
+    assert stored(site) == before
+    # GET on the upload route, and unknown paths, answer without a page.
+    assert http(url)[0] == 405
+    assert http(site.url + "../../etc/passwd")[0] == 404
+    # Still serving.
+    assert http(site.url)[0] == 200
+
+
+def test_rate_limit_per_client(tmp_path: Path, site: SurveyServers) -> None:
+    serve, url = start_serve(site.deployment.client_dir, tmp_path / "serve.log", "--rate", "3")
+    try:
+        statuses = [post_json(url + "reports", {"reports": []})[0] for _ in range(5)]
+        assert statuses[:3] == [400, 400, 400]
+        assert statuses[3:] == [429, 429]
+        # The page itself is not limited.
+        assert http(url)[0] == 200
+    finally:
+        stop(serve)
+
+
+def test_cli_refuses_bad_directories_and_listen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], site: SurveyServers
+) -> None:
+    def run(*args: str) -> str:
+        assert veil_main(["survey", "serve", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("veil survey serve: ") and err.count("\n") == 1
+        return err
+
+    assert "cannot read the survey description" in run(
+        "--survey-dir", str(tmp_path), "--listen", "127.0.0.1:8000"
+    )
+    assert "refusing plaintext HTTP" in run(
+        "--survey-dir", str(site.deployment.client_dir), "--listen", "0.0.0.0:8000"
+    )
+    assert "is not HOST:PORT" in run(
+        "--survey-dir", str(site.deployment.client_dir), "--listen", "8000"
+    )
+    (tmp_path / "survey.json").write_text('{"format": "veil-survey/1"')
+    assert "not a survey description" in run(
+        "--survey-dir", str(tmp_path), "--listen", "127.0.0.1:8000"
+    )
+    # A task file that does not match the description's task id.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in site.deployment.client_dir.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "remote.toml").write_bytes((bad / "commute.toml").read_bytes())
+    assert "survey description names" in run("--survey-dir", str(bad), "--listen", "127.0.0.1:8000")
