@@ -12,7 +12,8 @@ import { Client, hpkeConfigFromJson, reportToJson, usableConfig } from './client
  * A question of the public survey description (veil.survey.public_description),
  * with the `vdaf` of its task file added by the server.
  * @typedef {{id: string, text: string, kind: string, task_id: string,
- *   vdaf: {type: string}, options?: string[], max_choices?: number, max?: number,
+ *   vdaf: {type: string}, dp?: {local_epsilon?: string, local_max_choices?: number},
+ *   options?: string[], max_choices?: number, max?: number,
  *   length?: number, labels?: string[]}} Question
  */
 
@@ -134,7 +135,7 @@ async function main() {
           const q = questions[i];
           const c = configs[q.task_id];
           const client = new Client(
-            { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision },
+            { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: q.dp },
             {
               leader: usableConfig(c.leader.map(hpkeConfigFromJson)),
               helper: usableConfig(c.helper.map(hpkeConfigFromJson)),

@@ -59,7 +59,8 @@ MALFORMED: dict[str, list[Any]] = {
 def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     require_node_client()
     tasks = {
-        name: (spec, DpSpec("none"), {"time_precision": TP}) for name, (spec, _, _) in CASES.items()
+        name: (spec, DpSpec("none"), {"time_precision": TP, "min_batch_size": 1})
+        for name, (spec, _, _) in CASES.items()
     }
     d = start_deployment(Path(tmp_path_factory.mktemp("js")), tasks)
     try:

@@ -90,6 +90,10 @@ def write_survey(
     leader = f"127.0.0.1:{free_port()}"
     helper = f"127.0.0.1:{free_port()}"
     dep = deploy_survey(parse_survey(text), text, root / "out", leader, helper, tls=False)
+    if mechanism == "none":
+        # Exact release is an explicit opt-in at each aggregator.
+        for config in (dep.leader_config, dep.helper_config):
+            config.write_text("allow_exact_release = true\n" + config.read_text())
     return dep, leader, helper
 
 

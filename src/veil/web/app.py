@@ -243,7 +243,15 @@ class SurveySite:
         raw = json.loads((Path(survey_dir) / "survey.json").read_text(encoding="utf-8"))
         for entry in raw["questions"]:
             task = self.tasks[entry["task_id"]]
-            questions.append({**entry, "vdaf": task.vdaf.to_dict()})
+            # The page's client needs the VDAF of the task file and, where the
+            # question randomizes answers on the device, its local layer.
+            question = {**entry, "vdaf": task.vdaf.to_dict()}
+            if task.dp.local_epsilon is not None:
+                dp = task.dp.to_dict()
+                question["dp"] = {
+                    k: dp[k] for k in ("local_epsilon", "local_max_choices") if k in dp
+                }
+            questions.append(question)
         self.public = {**raw, "questions": questions}
         self.shapes = {tid: _shape(task) for tid, task in self.tasks.items()}
         self.limits = limits or ServeLimits()
