@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -102,10 +103,11 @@ def http(
     data: bytes | None = None,
     headers: dict[str, str] | None = None,
     method: str | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -118,7 +120,11 @@ def post_json(url: str, doc: Any) -> tuple[int, Any]:
     return status, json.loads(body)
 
 
-def start_serve(client_dir: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_serve(
+    client_dir: Path, log: Path, *extra: str, context: ssl.SSLContext | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `veil survey serve` on a free port and wait for its page; with
+    `context` (trusting its certificate) it serves HTTPS."""
     port = free_port()
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -138,13 +144,13 @@ def start_serve(client_dir: Path, log: Path, *extra: str) -> tuple[subprocess.Po
             stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
-    url = f"http://127.0.0.1:{port}/"
+    url = f"{'https' if context else 'http'}://127.0.0.1:{port}/"
     deadline = time.monotonic() + 30
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"veil survey serve exited: {log.read_text()[-2000:]}")
         try:
-            if http(url)[0] == 200:
+            if http(url, context=context)[0] == 200:
                 return proc, url
         except OSError:
             pass

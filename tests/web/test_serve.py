@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import re
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -258,3 +259,30 @@ def test_cli_refuses_bad_directories_and_listen(
         (bad / f.name).write_bytes(f.read_bytes())
     (bad / "remote.toml").write_bytes((bad / "commute.toml").read_bytes())
     assert "survey description names" in run("--survey-dir", str(bad), "--listen", "127.0.0.1:8000")
+
+
+def test_https_listener(tmp_path: Path, site: SurveyServers) -> None:
+    from tests.integration.test_tls import _ca, _name, _write
+
+    ca_key, _ = _ca(tmp_path / "ca.pem", "web CA")
+    _write(tmp_path / "web", "localhost", ca_key, _name("web CA"))
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    serve, url = start_serve(
+        site.deployment.client_dir,
+        tmp_path / "serve.log",
+        "--tls-cert",
+        str(tmp_path / "web.pem"),
+        "--tls-key",
+        str(tmp_path / "web.key"),
+        context=context,
+    )
+    try:
+        assert url.startswith("https://")
+        status, headers, body = http(url, context=context)
+        assert status == 200 and b"Team survey" in body
+        assert "default-src 'none'" in headers["content-security-policy"]
+        # Plain HTTP to the TLS port gets no page.
+        with pytest.raises(OSError):
+            http(url.replace("https://", "http://"))
+    finally:
+        stop(serve)
