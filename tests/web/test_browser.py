@@ -22,7 +22,7 @@ import pytest
 
 from tests.web.site import SurveyServers, survey_servers
 from veil.collector import Collector
-from veil.task import load_task
+from veil.task import CollectorTask, load_task
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -190,7 +190,9 @@ def screenshot_is_not_blank(driver: Any, path: Path) -> None:
 
 
 def collect(s: SurveyServers, qid: str) -> Any:
-    with Collector(load_task(s.deployment.collector_dir / f"{qid}.toml")) as collector:
+    with Collector(
+        load_task(s.deployment.collector_dir / f"{qid}.toml", CollectorTask)
+    ) as collector:
         return collector.collect(s.opens, s.closes - s.opens, wait=60, confidence=0.999999)
 
 

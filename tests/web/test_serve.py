@@ -21,7 +21,7 @@ from tests.web.site import SurveyServers, http, post_json, start_serve, stop, su
 from veil.cli import main as veil_main
 from veil.hpke import HpkeConfig
 from veil.messages import Report
-from veil.task import b64d, b64e, load_task
+from veil.task import ClientTask, b64d, b64e, load_task
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def js_survey_reports(s: SurveyServers, answers: dict[str, Any]) -> list[dict[st
     hpke = configs(s)
     out = []
     for qid, measurement in answers.items():
-        task = load_task(s.deployment.client_dir / f"{qid}.toml")
+        task = load_task(s.deployment.client_dir / f"{qid}.toml", ClientTask)
         c = hpke[task.id_text]
         (r,) = js_reports(
             task, _config(c["leader"][0]), _config(c["helper"][0]), [measurement], int(time.time())

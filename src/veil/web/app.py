@@ -46,7 +46,7 @@ from veil.client import Client, UploadError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
 from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
 from veil.survey import Description, SurveyError, load_description
-from veil.task import Task, TaskError, b64e, load_task
+from veil.task import ClientTask, Task, TaskError, b64e, load_task
 from veil.vdaf.xof import XofTurboShake128
 
 # AES-128-GCM appends a 16-byte tag to the sealed input share.
@@ -230,7 +230,7 @@ class SurveySite:
         for q in survey.questions:
             path = self.description.task_files[q.id]
             try:
-                task = load_task(path)
+                task: Task = load_task(path, ClientTask)
             except (OSError, TaskError) as e:
                 raise ServeError(f"question {q.id!r}: {e}") from None
             if task.id_text != self.description.task_ids[q.id]:
