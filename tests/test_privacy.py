@@ -6,15 +6,18 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
+import grpc
 import pytest
 
 from veil.cli import main
+from veil.collector import CollectionError, Collector
 from veil.demo import task_specs
 from veil.dp.accounting import zcdp_epsilon, zcdp_rho
+from veil.hpke import ROLE_HELPER, agg_share_info, seal
 from veil.privacy import privacy_statement, survey_statement, task_statement
 from veil.settings import SettingsError
 from veil.survey import parse_survey
-from veil.task import DpSpec, TaskError, VdafSpec, load_task
+from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task
 
 COUNT = VdafSpec("count")
 MICRO = Fraction(1, 10**6)
@@ -186,3 +189,61 @@ def test_task_new_refuses_bad_privacy_options(
     err = capsys.readouterr().err
     assert err.startswith("veil task new: ") and message in err and err.count("\n") == 1
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+# ------------------------------------------------- DP parameters in the HPKE context
+
+
+def test_dp_binding_is_canonical_and_covers_every_noise_parameter() -> None:
+    base = DpSpec("geometric", epsilon="0.5")
+    assert base.binding(COUNT) == DpSpec("geometric", epsilon="1/2").binding(COUNT)
+    assert base.binding(COUNT) == DpSpec("geometric", epsilon="0.50").binding(COUNT)
+    variants = [
+        DpSpec("geometric", epsilon="0.6"),
+        DpSpec("geometric", epsilon="0.5", mode="split", split_opt_in=True),
+        DpSpec("laplace", epsilon="0.5"),
+        DpSpec("gaussian", rho="0.5"),
+        DpSpec("geometric", epsilon="0.5", local_epsilon="2"),
+    ]
+    bindings = {v.binding(COUNT) for v in variants} | {base.binding(COUNT)}
+    assert len(bindings) == len(variants) + 1
+    # The sensitivity (from the VDAF) is bound too.
+    assert base.binding(VdafSpec("sum", max_measurement=10)) != base.binding(
+        VdafSpec("sum", max_measurement=11)
+    )
+    # δ only says how ρ is stated: it does not change the noise.
+    assert DpSpec("gaussian", rho="0.5", delta="1e-9").binding(COUNT) == DpSpec(
+        "gaussian", rho="0.5"
+    ).binding(COUNT)
+
+
+def test_a_share_sealed_under_other_dp_parameters_does_not_open(tmp_path: Path) -> None:
+    # Issue 14 item 2: an aggregator whose [dp] differs from the collector's (here,
+    # split mode at the helper, independent at the collector) must not yield
+    # estimates with wrong intervals: its share fails to open.
+    files = new_task(
+        COUNT, "127.0.0.1:1", "127.0.0.1:2", dp=DpSpec("geometric", epsilon="1"),
+        min_batch_size=1,
+    )  # fmt: skip
+    collector_task = files.collector
+    vdaf = COUNT.instantiate()
+    share = vdaf.encode_agg_share([7])
+    assert collector_task.collector_hpke_config is not None
+
+    def sealed(dp: DpSpec) -> object:
+        info = agg_share_info(
+            ROLE_HELPER, collector_task.task_id, 0, 3600, 5, dp_params=dp.binding(COUNT)
+        )
+        ct = seal(collector_task.collector_hpke_config, info, share)
+
+        class Pb:
+            config_id, enc, payload = ct.config_id, ct.enc, ct.payload
+
+        return Pb
+
+    with Collector(collector_task) as collector:
+        assert collector._open(ROLE_HELPER, sealed(collector_task.dp), 0, 3600, 5) == [7]
+        other = DpSpec("geometric", epsilon="1", mode="split", split_opt_in=True)
+        with pytest.raises(CollectionError, match="same \\[dp\\] table") as e:
+            collector._open(ROLE_HELPER, sealed(other), 0, 3600, 5)
+        assert e.value.code == grpc.StatusCode.DATA_LOSS

@@ -151,12 +151,28 @@ def input_share_info(
 
 
 def agg_share_info(
-    server_role: int, task_id: bytes, start: int, duration: int, report_count: int
+    server_role: int,
+    task_id: bytes,
+    start: int,
+    duration: int,
+    report_count: int,
+    *,
+    dp_params: bytes,
 ) -> bytes:
-    """Context of an aggregate share sealed by an aggregator to the collector."""
+    """Context of an aggregate share sealed by an aggregator to the collector.
+
+    `dp_params` (`DpSpec.binding`) names the noise the aggregator added: if its
+    DP configuration differs from the collector's (mechanism, mode, ε or ρ,
+    sensitivity, ...), the share does not open, rather than yielding estimates
+    with wrong intervals.
+    """
+    if len(dp_params) >= 1 << 16:
+        raise ValueError("DP parameters binding too long")
     return (
         AGG_SHARE_LABEL
         + bytes([server_role, ROLE_COLLECTOR])
         + task_id
         + struct.pack(">QQQ", start, duration, report_count)
+        + struct.pack(">H", len(dp_params))
+        + dp_params
     )

@@ -283,6 +283,33 @@ class DpSpec:
         except DPError as e:
             raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
 
+    def binding(self, vdaf: VdafSpec) -> bytes:
+        """The DP parameters that shape an aggregate share's noise and its reading, as
+        bytes bound into the HPKE context of the share (`veil.hpke.agg_share_info`).
+
+        Canonical: numbers are exact fractions in lowest terms, so "0.5" and "1/2"
+        agree. δ is left out (it only says how a ρ is stated, not what noise is
+        added); the local ε_L is in (the collector de-biases for it).
+        """
+        plan = self.plan(vdaf)
+        config = plan.config
+        fields = (
+            ("mechanism", config.mechanism.value),
+            ("mode", config.mode.value),
+            ("epsilon", "" if config.epsilon is None else str(config.epsilon)),
+            ("rho", "" if config.rho is None else str(config.rho)),
+            ("fixed_point_bits", str(config.fixed_point_bits)),
+            ("coordinates", str(plan.sensitivity.coordinates)),
+            ("per_coordinate", str(plan.sensitivity.per_coordinate)),
+            ("neighbouring", self.neighbouring),
+            (
+                "local_epsilon",
+                "" if self.local_epsilon is None else str(Fraction(self.local_epsilon)),
+            ),
+            ("local_max_choices", str(self.local_max_choices)),
+        )
+        return ("veil-dp-v1;" + ";".join(f"{k}={v}" for k, v in fields)).encode()
+
     @property
     def has_noise(self) -> bool:
         """Whether collections are noised and charged (every mechanism but none)."""

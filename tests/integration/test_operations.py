@@ -211,9 +211,19 @@ def test_status_gc_and_metrics(dep: Deployment) -> None:
         "collections": 1,
     }
     assert status["surveys"]["ops"]["spent"] == "1" and status["surveys"]["ops"]["total"] == "3"
+    # Both guarantees of the task over its whole budget (issue 14).
+    assert task["privacy"]["against_collector"] == {"epsilon": "2", "delta": "0"}
+    assert task["privacy"]["against_collector_and_one_aggregator"] == {
+        "epsilon": "2",
+        "delta": "0",
+    }
     helper_status = veil("status", "--config", str(dep.local.root / "helper.toml"))
     assert "helper on" in helper_status and "task dp" in helper_status
     assert "spent 1 of 2 ε" in helper_status and "collected" in helper_status
+    assert (
+        "against the collector ε = 2; against the collector with one aggregator ε = 2"
+        in helper_status
+    )
 
     # The background GC deletes the collected batch's reports; `veil gc`
     # runs the same step by hand and rewrites the file.

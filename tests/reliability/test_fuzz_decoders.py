@@ -89,11 +89,14 @@ def test_hpke_open_raises_only_hpke_error(
 _COLLECTOR = Collector(FILES.collector)  # the channel is lazy: nothing is dialled
 _VDAF = FILES.collector.vdaf.instantiate()
 _SHARE = _VDAF.encode_agg_share([1, 2, 3])
+_DP_PARAMS = FILES.collector.dp.binding(FILES.collector.vdaf)
 
 
 def _sealed_share(start: int, count: int) -> Ciphertext:
     assert FILES.collector.collector_hpke_config is not None
-    info = agg_share_info(ROLE_LEADER, FILES.collector.task_id, start, 3600, count)
+    info = agg_share_info(
+        ROLE_LEADER, FILES.collector.task_id, start, 3600, count, dp_params=_DP_PARAMS
+    )
     return seal(FILES.collector.collector_hpke_config, info, _SHARE)
 
 
@@ -109,7 +112,9 @@ class _Pb:
 )
 def test_collector_opens_or_raises_collection_error(plaintext: bytes, count: int) -> None:
     assert FILES.collector.collector_hpke_config is not None
-    info = agg_share_info(ROLE_LEADER, FILES.collector.task_id, 0, 3600, count)
+    info = agg_share_info(
+        ROLE_LEADER, FILES.collector.task_id, 0, 3600, count, dp_params=_DP_PARAMS
+    )
     ct = seal(FILES.collector.collector_hpke_config, info, plaintext)
     try:
         share = _COLLECTOR._open(ROLE_LEADER, _Pb(ct), 0, 3600, count)

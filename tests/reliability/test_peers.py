@@ -297,7 +297,9 @@ def test_leader_refuses_collector(dep: Deployment) -> None:
 
 def _open(dep: Deployment, role: int, ct: Any, start: int, count: int) -> list[int]:
     task = dep.tasks["noisy"].collector
-    info = agg_share_info(role, task.task_id, start, NOISE_TP, count)
+    info = agg_share_info(
+        role, task.task_id, start, NOISE_TP, count, dp_params=task.dp.binding(task.vdaf)
+    )
     plain = open_(task.collector_hpke_keypair, Ciphertext(ct.config_id, ct.enc, ct.payload), info)
     return list(task.vdaf.instantiate().decode_agg_share(None, plain))
 

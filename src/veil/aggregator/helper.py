@@ -318,7 +318,14 @@ class Helper(AggregatorBase[HelperTask]):
             assert task.collector_hpke_config is not None
             ct = seal(
                 task.collector_hpke_config,
-                agg_share_info(ROLE_HELPER, task_id, start, duration, count),
+                agg_share_info(
+                    ROLE_HELPER,
+                    task_id,
+                    start,
+                    duration,
+                    count,
+                    dp_params=task.dp.binding(task.vdaf),
+                ),
                 vdaf.encode_agg_share(noised),
             )
             self.store.commit_helper_collection(

@@ -705,7 +705,14 @@ class Leader(AggregatorBase[LeaderTask]):
             assert task.collector_hpke_config is not None
             leader_ct = seal(
                 task.collector_hpke_config,
-                agg_share_info(ROLE_LEADER, task.task_id, start, record.duration, count),
+                agg_share_info(
+                    ROLE_LEADER,
+                    task.task_id,
+                    start,
+                    record.duration,
+                    count,
+                    dp_params=task.dp.binding(task.vdaf),
+                ),
                 vdaf.encode_agg_share(noised),
             )
         self.store.update_collection(

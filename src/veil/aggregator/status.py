@@ -19,6 +19,7 @@ from veil.aggregator.postgres import storage_label
 from veil.aggregator.server import ServerConfig
 from veil.aggregator.storage import Datastore
 from veil.dp import BudgetLedger, BudgetStatus, DPError
+from veil.privacy import task_statement
 from veil.task import Task
 
 # Text output lists at most this many of the newest batches per task.
@@ -126,6 +127,7 @@ def gather(
                     for c in collections
                 ],
                 "budget": budget,
+                "privacy": task_statement(task.dp, task.vdaf).to_json(),
             }
         )
     return {
@@ -163,6 +165,26 @@ def _budget_text(b: dict[str, Any]) -> str:
         f"spent {b['spent']} of {b['total']} {unit}, {b['remaining']} remaining"
         f" ({b['collections']} collections)"
     )
+
+
+def _guarantee_text(g: dict[str, str] | None) -> str:
+    if g is None:
+        return "none (exact release)"
+    if "rho" in g:
+        return f"ρ = {g['rho']} (ε = {g['epsilon']}, δ = {g['delta']})"
+    return f"ε = {g['epsilon']}"
+
+
+def _privacy_text(p: dict[str, Any]) -> list[str]:
+    """Both guarantees of a task over its whole budget (its privacy statement)."""
+    lines = [
+        f"privacy ({p['unit']}, {p['neighbouring']}): against the collector"
+        f" {_guarantee_text(p['against_collector'])}; against the collector with one"
+        f" aggregator {_guarantee_text(p['against_collector_and_one_aggregator'])}"
+    ]
+    if "against_everyone" in p:
+        lines.append(f"  against everyone: {_guarantee_text(p['against_everyone'])}")
+    return lines
 
 
 def render_text(status: dict[str, Any]) -> str:
@@ -205,6 +227,7 @@ def render_text(status: dict[str, Any]) -> str:
                 f"retrying after {j['failures']} failures" if j["state"] == "open" else "given up"
             )
             out.append(f"    {j['job_id'][:16]}  {what}: {j['error']}")
+        out.extend(f"  {line}" for line in _privacy_text(t["privacy"]))
         if t["budget"] is not None:
             out.append(f"  budget: {_budget_text(t['budget'])}")
         batches = t["batches"]

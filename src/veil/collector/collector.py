@@ -170,14 +170,24 @@ class Collector:
         return self._finish(job, start, duration, confidence, self.clock() - began)
 
     def _open(self, role: int, pb: Any, start: int, duration: int, count: int) -> list[int]:
-        info = agg_share_info(role, self.task.task_id, start, duration, count)
+        info = agg_share_info(
+            role,
+            self.task.task_id,
+            start,
+            duration,
+            count,
+            dp_params=self.task.dp.binding(self.task.vdaf),
+        )
         try:
             ct = ciphertext_from_pb(pb, "aggregate share")
             plaintext = open_(self.task.collector_hpke_keypair, ct, info)
             return list(self.vdaf.decode_agg_share(None, plaintext))
         except (HpkeError, ValueError) as e:
             raise CollectionError(
-                grpc.StatusCode.DATA_LOSS, f"cannot open an aggregate share: {e}"
+                grpc.StatusCode.DATA_LOSS,
+                f"cannot open an aggregate share: {e} (a share sealed under other DP"
+                " parameters than this task file's does not open: check that the leader, the"
+                " helper and the collector hold the same [dp] table)",
             ) from None
 
     def _finish(
