@@ -309,6 +309,15 @@ class AggregatorBase(Generic[AT]):
             finally:
                 self._keys_lock.release()
 
+    def know_keys(self, config_ids: Iterable[int]) -> None:
+        """Re-read the keys now if any of `config_ids` is unknown here: before
+        an aggregation job rejects a report as hpke_unknown_config_id, since
+        another process may have added the key since we last looked (once per
+        job, whatever the rate limit of `keypair`)."""
+        if any(i not in self.keypairs for i in config_ids):
+            with self._keys_lock:
+                self.refresh_keys()
+
     def keypair(self, config_id: int) -> HpkeKeypair | None:
         """The stored key with this config id (re-reading storage if unknown)."""
         keypair = self.keypairs.get(config_id)

@@ -181,6 +181,7 @@ class Helper(AggregatorBase[HelperTask]):
         ctx = vdaf_ctx(task.task_id)
         now = self.clock()
         ids = [it.report_id for it in items]
+        self.know_keys({it.encrypted_input_share.config_id for it in items})
         seen = self.store.seen_reports(task.task_id, [i for i in ids if len(i) == REPORT_ID_SIZE])
         results: list[VerifyResult] = []
         accepted: list[tuple[int, bytes, list[int]]] = []

@@ -480,6 +480,7 @@ class Leader(AggregatorBase[LeaderTask]):
         batch = self.batch_vdafs[task_id]
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
+        self.know_keys({r.leader_ct.config_id for r in reports})
         outcomes: dict[bytes, ReportRejection | None] = {}
         opened: list[Report] = []
         plaintexts: list[bytes] = []

@@ -66,9 +66,17 @@ def active_key(keys: Iterable[HpkeKey]) -> HpkeKey | None:
 
 
 def ensure_active_key(store: Datastore, now: float) -> None:
-    """Give a new database its first key, active at once (nothing to roll over)."""
-    if not store.hpke_keys():
-        add_key(store, now, KEY_ACTIVE)
+    """Give a new database its first key, active at once (nothing to roll over).
+
+    Processes starting together on a new database (an upload front end and
+    workers) each offer a key; the store keeps one. Each creating its own
+    made several active keys, and reports sealed to one process's key were
+    rejected by another as hpke_unknown_config_id."""
+    if store.hpke_keys():
+        return
+    key = HpkeKey(generate_keypair(secrets.randbelow(256)), KEY_ACTIVE, now)
+    if store.add_first_hpke_key(key):
+        log.info("added HPKE key", extra={"config_id": key.config_id, "state": KEY_ACTIVE})
 
 
 def add_key(store: Datastore, now: float, state: str = KEY_PENDING) -> HpkeKey:

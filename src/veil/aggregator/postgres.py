@@ -784,6 +784,32 @@ class PostgresDatastore:
             for c, pk, sk, st, cr, ex in rows
         ]
 
+    def add_first_hpke_key(self, key: HpkeKey) -> bool:
+        """As SqliteDatastore.add_first_hpke_key."""
+
+        def work(db: Conn) -> bool:
+            # The table lock comes first, before the transaction's snapshot
+            # (REPEATABLE READ takes it at the first query): the read below
+            # then sees a key that a process which held the lock added.
+            db.execute("LOCK TABLE hpke_keys IN SHARE ROW EXCLUSIVE MODE")
+            if db.execute("SELECT 1 FROM hpke_keys LIMIT 1").fetchone() is not None:
+                return False
+            db.execute(
+                "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
+                " expires_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                (
+                    key.config_id,
+                    key.keypair.config.public_key,
+                    key.keypair.private_key,
+                    key.created,
+                    key.state,
+                    key.expires_at,
+                ),
+            )
+            return True
+
+        return self._run(work)
+
     def add_hpke_key(self, key: HpkeKey) -> None:
         if key.state not in KEY_STATES:
             raise ValueError(f"unknown HPKE key state {key.state!r}")

@@ -316,6 +316,7 @@ class Datastore(Protocol):
     # collections: every collection job of the task, oldest first.
     def hpke_keys(self) -> list[HpkeKey]: ...
     def add_hpke_key(self, key: HpkeKey) -> None: ...
+    def add_first_hpke_key(self, key: HpkeKey) -> bool: ...
     def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None: ...
     def delete_expired_hpke_keys(self, now: float) -> list[int]: ...
     def record_helper_report_times(
@@ -1078,6 +1079,27 @@ class SqliteDatastore:
             HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
             for c, pk, sk, st, cr, ex in rows
         ]
+
+    def add_first_hpke_key(self, key: HpkeKey) -> bool:
+        """Store `key` if no key is stored yet, in one step: of processes
+        starting together on a new database one adds its key, the others
+        add none (False) and read the winner's."""
+        with self._tx() as db:  # BEGIN IMMEDIATE: the write lock before the read
+            if db.execute("SELECT 1 FROM hpke_keys LIMIT 1").fetchone() is not None:
+                return False
+            db.execute(
+                "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
+                " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    key.config_id,
+                    key.keypair.config.public_key,
+                    key.keypair.private_key,
+                    key.created,
+                    key.state,
+                    key.expires_at,
+                ),
+            )
+            return True
 
     def add_hpke_key(self, key: HpkeKey) -> None:
         if key.state not in KEY_STATES:
