@@ -56,17 +56,7 @@ from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
 from veil.times import TimeFormatError, format_time, parse_time
-from veil.vdaf import (
-    Field,
-    Field64,
-    Field128,
-    Prio3,
-    Prio3Count,
-    Prio3Histogram,
-    Prio3MultihotCountVec,
-    Prio3Sum,
-    Prio3SumVec,
-)
+from veil.vdaf import Field, Field64, Field128, Prio3, registry
 
 KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector")
 MECHANISMS = ("geometric", "laplace", "gaussian", "none")
@@ -174,16 +164,7 @@ class Question:
         }
 
     def vdaf(self) -> Prio3[Any, Any]:
-        p = self.vdaf_params
-        if self.kind == "yes_no":
-            return Prio3Count(2)
-        if self.kind == "integer":
-            return Prio3Sum(2, p["max_measurement"])
-        if self.kind == "choice":
-            return Prio3Histogram(2, p["length"], p["chunk_length"])
-        if self.kind == "multi_choice":
-            return Prio3MultihotCountVec(2, p["length"], p["max_weight"], p["chunk_length"])
-        return Prio3SumVec(2, p["length"], p["max_measurement"], p["chunk_length"])
+        return registry.kind(self.vdaf_type).make(self.vdaf_params)
 
     def allowed(self) -> str:
         """What an answer to this question may be, in words."""

@@ -32,18 +32,17 @@ from typing import Any, ClassVar, TypeVar
 
 import tomli_w
 
-from veil import vdaf
 from veil.dp import DPConfig, DPError, LocalChannel, Mechanism, NoiseMode, NoisePlan, local_channel
 from veil.dp.accounting import DEFAULT_DELTA
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
 from veil.settings import SettingsError, Table, from_mapping, read_toml
 from veil.trust import TrustError, normalise_fingerprint
-from veil.vdaf import Prio3
+from veil.vdaf import Prio3, registry
 
 TASK_ID_SIZE = 32
 # not_after of a task without an end (DAP leaves task_expiration optional).
 OPEN_ENDED = 2**63 - 1
-VDAF_TYPES = ("count", "sum", "sumvec", "histogram", "multihot")
+VDAF_TYPES = registry.NAMES
 
 # Each default is written here once; the dataclasses, the file reader,
 # `new_task` and the `veil task new` options all take it from here.
@@ -82,7 +81,8 @@ def token_matches(token: str, stored_hash: bytes) -> bool:
 
 @dataclass(frozen=True)
 class VdafSpec:
-    """A Prio3 instance by name and parameters (draft-irtf-cfrg-vdaf section 7.4)."""
+    """A Prio3 instance by name and parameters (draft-irtf-cfrg-vdaf section 7.4);
+    the names and the parameters each takes come from `veil.vdaf.registry`."""
 
     type: str
     max_measurement: int = 0
@@ -91,27 +91,30 @@ class VdafSpec:
     max_weight: int = 0
 
     def __post_init__(self) -> None:
-        if self.type not in VDAF_TYPES:
+        if self.type not in registry.KINDS:
             raise TaskError(f"unknown VDAF type {self.type!r}; expected one of {VDAF_TYPES}")
+        foreign = [p for p in registry.PARAMS if p not in self.kind.params and getattr(self, p)]
+        if foreign:
+            raise TaskError(
+                f"a {self.type} VDAF takes {', '.join(self.kind.params) or 'no parameters'},"
+                f" not {', '.join(foreign)}"
+            )
+
+    @property
+    def kind(self) -> registry.VdafKind:
+        return registry.KINDS[self.type]
+
+    @property
+    def params(self) -> dict[str, int]:
+        """The parameters of this type, by their names in the draft."""
+        return {p: getattr(self, p) for p in self.kind.params}
 
     def instantiate(self) -> Prio3[Any, Any]:
         """The veil.vdaf object for two aggregators."""
-        if self.type == "count":
-            return vdaf.Prio3Count(2)
-        if self.type == "sum":
-            return vdaf.Prio3Sum(2, self.max_measurement)
-        if self.type == "sumvec":
-            return vdaf.Prio3SumVec(2, self.length, self.max_measurement, self.chunk_length)
-        if self.type == "histogram":
-            return vdaf.Prio3Histogram(2, self.length, self.chunk_length)
-        return vdaf.Prio3MultihotCountVec(2, self.length, self.max_weight, self.chunk_length)
+        return self.kind.make(self.params)
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"type": self.type}
-        for k in ("max_measurement", "length", "chunk_length", "max_weight"):
-            if getattr(self, k):
-                d[k] = getattr(self, k)
-        return d
+        return {"type": self.type, **self.params}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> VdafSpec:
@@ -119,22 +122,15 @@ class VdafSpec:
 
     @staticmethod
     def from_table(t: Table) -> VdafSpec:
-        return VdafSpec(
-            t.text("type"),
-            **{k: t.integer(k, 0, minimum=0) for k in VDAF_KEYS if k != "type"},
-        )
+        name = t.text("type")
+        if name not in registry.KINDS:
+            raise t.error("type", f"unknown VDAF type {name!r}; expected one of {VDAF_TYPES}")
+        # Only the parameters of this type, each required.
+        t = Table(t.data, t.source, ("type", *registry.KINDS[name].params), t.path)
+        return VdafSpec(name, **{p: t.integer(p, minimum=0) for p in registry.KINDS[name].params})
 
 
-VDAF_KEYS = ("type", "max_measurement", "length", "chunk_length", "max_weight")
-
-
-_DP_VDAF_NAMES = {
-    "count": "Prio3Count",
-    "sum": "Prio3Sum",
-    "sumvec": "Prio3SumVec",
-    "histogram": "Prio3Histogram",
-    "multihot": "Prio3MultihotCountVec",
-}
+VDAF_KEYS = ("type", *registry.PARAMS)
 
 
 DP_KEYS = (
@@ -256,7 +252,7 @@ class DpSpec:
             if k in ("max_measurement", "length", "max_weight") and v
         }
         try:
-            return NoisePlan.for_task(self.config(), _DP_VDAF_NAMES[vdaf.type], params)
+            return NoisePlan.for_task(self.config(), vdaf.kind.prio3, params)
         except DPError as e:
             raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
 
@@ -275,7 +271,7 @@ class DpSpec:
         }
         try:
             return local_channel(
-                _DP_VDAF_NAMES[vdaf.type],
+                vdaf.kind.prio3,
                 params,
                 self.local_epsilon,
                 self.local_max_choices or None,

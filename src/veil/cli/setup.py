@@ -26,6 +26,7 @@ from veil.task import (
     new_task,
     write_toml,
 )
+from veil.vdaf import registry
 
 
 def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> None:
@@ -47,14 +48,14 @@ def cmd_task_new(args: argparse.Namespace) -> int:
     # randomization turns bits on), so the proof admits every weight and
     # --max-weight bounds the respondent's own answer instead.
     local_multihot = args.local_epsilon is not None and args.vdaf == "multihot"
-    vdaf = VdafSpec(
-        args.vdaf,
-        max_measurement=args.max_measurement,
-        length=args.length,
-        chunk_length=args.chunk_length,
-        max_weight=args.length if local_multihot else args.max_weight,
-    )
     try:
+        vdaf = VdafSpec(
+            args.vdaf,
+            max_measurement=args.max_measurement,
+            length=args.length,
+            chunk_length=args.chunk_length,
+            max_weight=args.length if local_multihot else args.max_weight,
+        )
         vdaf.instantiate()
     except (ValueError, TypeError) as e:
         print(f"veil task new: bad VDAF parameters: {e}", file=sys.stderr)
@@ -182,7 +183,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         dest="task_command", required=True
     )
     p = task.add_parser("new", help="write matching task files for every party")
-    p.add_argument("--vdaf", required=True, choices=VDAF_TYPES)
+    p.add_argument(
+        "--vdaf",
+        required=True,
+        choices=VDAF_TYPES,
+        help="; ".join(
+            f"{k.name}: {', '.join('--' + p.replace('_', '-') for p in k.params) or 'no options'}"
+            for k in registry.KINDS.values()
+        ),
+    )
     p.add_argument("--max-measurement", type=int, default=0)
     p.add_argument("--length", type=int, default=0)
     p.add_argument("--chunk-length", type=int, default=0)

@@ -199,7 +199,7 @@ class Collector:
         p = self.vdaf.field.MODULUS
         noisy = decode(self.vdaf.merge(None, [leader, helper]), p)
         est, spent = estimates(self.task, noisy, confidence, count)
-        scalar = self.task.vdaf.type in ("count", "sum")
+        scalar = not self.task.vdaf.kind.vector
 
         def pick(values: list[Fraction]) -> Any:
             return values[0] if scalar else values

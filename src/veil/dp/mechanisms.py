@@ -33,6 +33,7 @@ from veil.dp.distributions import (
     exact_rational,
 )
 from veil.dp.errors import InvalidParameter, InvalidSensitivity
+from veil.vdaf import registry
 
 __all__ = [
     "AGGREGATORS",
@@ -321,13 +322,9 @@ class Sensitivity:
 
 
 _SUMVEC_NAMES = ("Prio3SumVec", "Prio3SumVecField64MultiproofHmacSha256Aes128")
-VDAF_TYPES = (
-    "Prio3Count",
-    "Prio3Sum",
-    *_SUMVEC_NAMES,
-    "Prio3Histogram",
-    "Prio3MultihotCountVec",
-)
+# The draft's names of the types veil runs (veil.vdaf.registry), and the
+# multiproof SumVec variant, which has the same sensitivity.
+VDAF_TYPES = tuple(dict.fromkeys((*(k.prio3 for k in registry.KINDS.values()), *_SUMVEC_NAMES)))
 
 
 def _param(vdaf: str, params: Mapping[str, int], name: str) -> int:
