@@ -118,6 +118,7 @@ class Client:
         self._flush_lock = threading.Lock()
 
     def close(self) -> None:
+        """Close the channels and the outbox (pending reports stay in its file)."""
         self._leader_channel.close()
         self._helper_channel.close()
         self._base._close_outbox()

@@ -104,6 +104,7 @@ class Outbox:
         self._conn = _open(self.path)
 
     def close(self) -> None:
+        """Close the file; what it holds stays there."""
         with self._lock:
             self._conn.close()
 
@@ -196,6 +197,7 @@ class Outbox:
         return int(n)
 
     def pending_count(self, task_id: bytes) -> int:
+        """How many reports of the task wait to be sent."""
         with self._lock:
             (n,) = self._conn.execute(
                 "SELECT COUNT(*) FROM reports WHERE task_id = ? AND refused IS NULL", (task_id,)

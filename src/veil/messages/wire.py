@@ -17,6 +17,7 @@ from veil.protocol.v1 import leader_pb2, messages_pb2
 
 
 def ciphertext_to_pb(ct: Ciphertext) -> messages_pb2.HpkeCiphertext:
+    """The HpkeCiphertext message of `ct`."""
     return messages_pb2.HpkeCiphertext(config_id=ct.config_id, enc=ct.enc, payload=ct.payload)
 
 
@@ -28,6 +29,7 @@ def ciphertext_from_pb(msg: messages_pb2.HpkeCiphertext, what: str) -> Ciphertex
 
 
 def report_to_pb(report: Report) -> leader_pb2.Report:
+    """The Report message of `report` (leader.proto)."""
     return leader_pb2.Report(
         metadata=messages_pb2.ReportMetadata(report_id=report.report_id, time=report.time),
         public_share=report.public_share,
@@ -37,6 +39,7 @@ def report_to_pb(report: Report) -> leader_pb2.Report:
 
 
 def report_from_pb(msg: leader_pb2.Report, what: str) -> Report:
+    """The report of a Report message; raises MessageError naming `what`."""
     return Report(
         msg.metadata.report_id,
         msg.metadata.time,
@@ -52,10 +55,12 @@ def upload_request(task_id: bytes, reports: Iterable[Report]) -> leader_pb2.Uplo
 
 
 def reports_from_upload(request: leader_pb2.UploadRequest) -> list[Report]:
+    """The reports of an UploadReports request, each named by its index in errors."""
     return [report_from_pb(r, f"report {i}") for i, r in enumerate(request.reports)]
 
 
 def hpke_config_to_pb(config: HpkeConfig) -> messages_pb2.HpkeConfig:
+    """The HpkeConfig message of `config`."""
     return messages_pb2.HpkeConfig(
         config_id=config.config_id,
         kem_id=config.kem_id,
@@ -66,6 +71,7 @@ def hpke_config_to_pb(config: HpkeConfig) -> messages_pb2.HpkeConfig:
 
 
 def hpke_configs_to_pb(configs: Sequence[HpkeConfig]) -> messages_pb2.HpkeConfigList:
+    """An aggregator's answer to GetHpkeConfig."""
     return messages_pb2.HpkeConfigList(configs=[hpke_config_to_pb(c) for c in configs])
 
 

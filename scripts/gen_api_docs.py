@@ -1,0 +1,31 @@
+"""Build the API reference (HTML, pdoc) from veil's docstrings into docs/api/.
+
+    python scripts/gen_api_docs.py            # then open docs/api/index.html
+    python scripts/gen_api_docs.py --out /tmp/veil-api
+
+Exits 1 if pdoc warned (CI builds it the same way, in tests/test_api_docs.py).
+The logic lives in ``veil.apidocs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from veil.apidocs import build
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/api"))
+    args = parser.parse_args()
+    problems = build(args.out)
+    for p in problems:
+        print(p, file=sys.stderr)
+    print(f"API reference in {args.out / 'index.html'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
