@@ -153,7 +153,7 @@ class AsyncClient:
     async def hpke_config(self, role: int) -> HpkeConfig:
         """The aggregator's HPKE config (`role`: veil.hpke.ROLE_LEADER or
         ROLE_HELPER), cached for `config_lifetime` seconds."""
-        known = await self._off_loop(self._base._known_config, role)
+        known = self._base._cached_config(role)  # memory only: no need to leave the loop
         if known is not None:
             return known
         async with self._config_lock:

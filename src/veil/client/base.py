@@ -143,14 +143,21 @@ class ClientBase:
 
     # -- HPKE configs ------------------------------------------------------
 
-    def _known_config(self, role: int) -> HpkeConfig | None:
-        """A config fetched less than `config_lifetime` ago: from memory, or
-        from the outbox (so that a client restarted during an outage can
-        still seal)."""
+    def _cached_config(self, role: int) -> HpkeConfig | None:
+        """A config fetched less than `config_lifetime` ago, from memory."""
         with self._configs_lock:
             cached = self._configs.get(role)
         if cached is not None and time.monotonic() - cached[1] < self.config_lifetime:
             return cached[0]
+        return None
+
+    def _known_config(self, role: int) -> HpkeConfig | None:
+        """A config fetched less than `config_lifetime` ago: from memory, or
+        from the outbox (so that a client restarted during an outage can
+        still seal). May read the outbox file."""
+        cached = self._cached_config(role)
+        if cached is not None:
+            return cached
         if self.outbox is not None:
             saved = self.outbox.config(self.task.task_id, role)
             if saved is not None:
