@@ -18,6 +18,7 @@ import pytest
 
 from tests.js.node import js_reports, require_node_client
 from tests.web.site import SurveyServers, http, post_json, start_serve, stop, survey_servers
+from veil.aggregator.local import free_port
 from veil.cli import main as veil_main
 from veil.hpke import HpkeConfig
 from veil.messages import Report
@@ -284,5 +285,31 @@ def test_https_listener(tmp_path: Path, site: SurveyServers) -> None:
         # Plain HTTP to the TLS port gets no page.
         with pytest.raises(OSError):
             http(url.replace("https://", "http://"))
+    finally:
+        stop(serve)
+
+
+def test_unreachable_aggregators_answer_503_without_stalling(
+    tmp_path: Path, site: SurveyServers
+) -> None:
+    # The same survey, its task files pointing at ports where nobody listens.
+    dead = f"127.0.0.1:{free_port()}"
+    copy = tmp_path / "client"
+    copy.mkdir()
+    for f in site.deployment.client_dir.iterdir():
+        text = f.read_text()
+        if f.suffix == ".toml":
+            text = re.sub(r'(leader|helper)_address = "[^"]+"', rf'\1_address = "{dead}"', text)
+        (copy / f.name).write_text(text)
+    good = _one_report(site)
+    serve, url = start_serve(copy, tmp_path / "serve.log")
+    try:
+        began = time.monotonic()
+        status, _, body = http(url + "hpke-configs.json")
+        assert status == 503 and "HPKE config is unavailable" in json.loads(body)["error"]
+        status, doc = post_json(url + "reports", {"reports": [good]})
+        assert status == 503 and doc["error"].startswith("the leader is unreachable")
+        assert time.monotonic() - began < 30
+        assert http(url)[0] == 200  # the page is still served
     finally:
         stop(serve)

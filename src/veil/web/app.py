@@ -419,7 +419,10 @@ def build_app(site: SurveySite) -> Starlette:
         try:
             accepted, duplicates = await run_in_threadpool(site.upload, grouped)
         except UploadError as e:
-            return _error(_HTTP_STATUS.get(e.code, 502), f"the leader refused: {e.message}")
+            status = _HTTP_STATUS.get(e.code, 502)
+            if status == 503:
+                return _error(503, "the leader is unreachable; try again in a moment")
+            return _error(status, f"the leader refused: {e.message}")
         return JSONResponse({"accepted": accepted, "duplicates": duplicates})
 
     return Starlette(
