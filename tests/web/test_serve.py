@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -311,5 +312,25 @@ def test_unreachable_aggregators_answer_503_without_stalling(
         assert status == 503 and doc["error"].startswith("the leader is unreachable")
         assert time.monotonic() - began < 30
         assert http(url)[0] == 200  # the page is still served
+    finally:
+        stop(serve)
+
+
+def test_slow_body_is_cut_off(tmp_path: Path, site: SurveyServers) -> None:
+    serve, url = start_serve(
+        site.deployment.client_dir, tmp_path / "serve.log", "--body-timeout", "1"
+    )
+    try:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"reports": ['
+            )
+            began = time.monotonic()
+            reply = sock.recv(4096)
+            assert reply.startswith(b"HTTP/1.1 408"), reply[:40]
+            assert time.monotonic() - began < 5
+        assert http(url)[0] == 200
     finally:
         stop(serve)

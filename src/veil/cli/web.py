@@ -36,8 +36,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             return _fail(f"--{name.replace('_', '-')} must be at least 1")
+    if args.body_timeout <= 0:
+        return _fail("--body-timeout must be positive")
     limits = ServeLimits(
-        max_body=args.max_body, max_reports=args.max_reports, rate=args.rate, per=60.0
+        max_body=args.max_body,
+        max_reports=args.max_reports,
+        rate=args.rate,
+        per=60.0,
+        body_timeout=args.body_timeout,
     )
     try:
         site = SurveySite(
@@ -98,6 +104,9 @@ def register(survey: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--rate", type=int, default=20, help="requests per minute from one client address"
+    )
+    p.add_argument(
+        "--body-timeout", type=float, default=10.0, help="seconds to receive a request's body"
     )
     p.add_argument("--max-connections", type=int, default=1000, help="concurrent connections")
     p.add_argument("--log-level", default="warning")

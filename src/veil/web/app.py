@@ -20,6 +20,7 @@ strict Content-Security-Policy on every response.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -92,13 +93,16 @@ class ServeLimits:
 
     `max_body` bytes per request; `max_reports` per request (None: one per
     question); `rate` requests per `per` seconds from one client address, with
-    bursts up to `rate`.
+    bursts up to `rate`; `body_timeout` seconds to receive a request's body.
     """
 
     max_body: int = 64 * 1024
     max_reports: int | None = None
     rate: int = 20
     per: float = 60.0
+    # Seconds a client may take to send its body: a slow sender must not
+    # hold a connection (and a slot of the server's concurrency) for long.
+    body_timeout: float = 10.0
 
 
 class RateLimiter:
@@ -408,10 +412,14 @@ def build_app(site: SurveySite) -> Starlette:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return _error(413, f"the body is larger than {limit} bytes")
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                return _error(413, f"the body is larger than {limit} bytes")
+        try:
+            async with asyncio.timeout(site.limits.body_timeout):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > limit:
+                        return _error(413, f"the body is larger than {limit} bytes")
+        except TimeoutError:
+            return _error(408, "the body took too long to arrive")
         try:
             grouped = site.parse_reports(bytes(body))
         except BadRequest as e:

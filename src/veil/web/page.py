@@ -10,10 +10,10 @@ pinned by Subresource Integrity; nothing else is fetched.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from html import escape
 
 from veil.survey import Question, Survey
-from veil.times import format_time
 
 
 def _attr(text: str) -> str:
@@ -74,7 +74,11 @@ def _question(q: Question) -> str:
 
 def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> str:
     """The whole page. Integrity values are ``sha384-<base64>`` of the served files."""
-    closes = format_time(survey.closes) if survey.closes is not None else ""
+    closes = ""
+    if survey.closes is not None:
+        when = datetime.fromtimestamp(survey.closes, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        closes = f" Open until {when}."
+    noise = "" if survey.mechanism == "none" else ", with added statistical noise,"
     questions = "".join(_question(q) for q in survey.questions)
     return f"""<!doctype html>
 <html lang="en">
@@ -90,8 +94,7 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
 <h1>{escape(survey.name)}</h1>
 <p class="about">Your answers are split into two encrypted shares on this device, one
 for each of two independent organisations; neither they nor this web server can read
-an answer. Only totals over all respondents, with added statistical noise, are
-published. Open until {escape(closes)}.</p>
+an answer. Only totals over all respondents{noise} are published.{escape(closes)}</p>
 <noscript><p class="error">This survey needs JavaScript: your answers are encrypted
 on your device before they leave it.</p></noscript>
 <form id="survey" novalidate>
