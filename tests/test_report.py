@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 from veil.report import QuestionResult, format_table, plot_results, plot_sweep, to_json
@@ -38,13 +39,19 @@ def test_table_lists_every_row() -> None:
     assert lines[0].split()[:4] == ["question", "truth", "estimate", "95%"]
     assert "remote" in lines[2] and "357" in lines[2] and "[340, 362]" in lines[2]
     assert any(line.split()[0] == "sales" for line in lines[3:])
-    assert len(lines) == 2 + 1 + 3
+    # Header, rule, three results' rows, and the line saying which intervals these are.
+    assert len(lines) == 2 + 1 + 3 + 1
+    assert lines[-1] == "95% CI: each row on its own"
+    simultaneous = [replace(r, intervals="simultaneous (exact max-of-k)") for r in RESULTS]
+    assert format_table(simultaneous).splitlines()[-1] == (
+        "95% CI: simultaneous (exact max-of-k): all rows of a question at once"
+    )
 
 
 def test_json_has_documented_keys() -> None:
     data = json.loads(to_json(RESULTS))
     assert [set(d) for d in data] == [
-        {"question", "kind", "truth", "estimate", "ci_low", "ci_high", "epsilon"}
+        {"question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon"}
     ] * 2
     assert data[1]["estimate"] == [388.0, 223.5, 390.0]
 

@@ -206,6 +206,7 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             n,
             rho=rho,
             delta=delta,
+            intervals=r.intervals,
         )
     if q.kind == "yes_no":
         assert isinstance(exact, int)
@@ -220,6 +221,7 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             r.report_count,
             rho=rho,
             delta=delta,
+            intervals=r.intervals,
         )
     assert isinstance(exact, list)
     labels = q.options if q.options else tuple(f"[{i}]" for i in range(q.length))
@@ -235,6 +237,7 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
         labels,
         rho=rho,
         delta=delta,
+        intervals=r.intervals,
     )
 
 
@@ -335,7 +338,9 @@ def _run(
     for q in survey.questions:
         start, precision = batch[q.id]
         with Collector(deployment.tasks[q.id].collector) as collector:
-            results.append(_result(q, answers, collector.collect(start, precision)))
+            results.append(
+                _result(q, answers, collector.collect(start, precision, simultaneous=True))
+            )
     say("collected every question")
     return results
 

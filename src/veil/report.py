@@ -36,6 +36,8 @@ class QuestionResult:
     labels: tuple[str, ...] = ()  # option names or coordinate labels for vectors
     rho: float | None = None
     delta: float | None = None
+    # "per-coordinate", or "simultaneous (...)": all rows of the question at once.
+    intervals: str = "per-coordinate"
 
     def budget_label(self) -> str:
         """ "ε=0.4", or "ρ=0.1 (ε=2.1, δ=1e-06)" for zCDP; "none" without DP."""
@@ -83,6 +85,17 @@ def format_table(results: Sequence[QuestionResult], confidence: Fraction | float
         out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         if j == 0:
             out.append("  ".join("-" * w for w in widths))
+    kinds = sorted({r.intervals for r in results if len(r.rows()) > 1})
+    if kinds:
+        out.append(
+            f"{level}: "
+            + "; ".join(
+                "each row on its own"
+                if k == "per-coordinate"
+                else f"{k}: all rows of a question at once"
+                for k in kinds
+            )
+        )
     return "\n".join(out)
 
 
@@ -90,7 +103,7 @@ def to_json(results: Sequence[QuestionResult]) -> str:
     """One JSON list, an object per question with the documented keys: `epsilon`
     (against the collector), and for a zCDP question also `rho` and `delta` (then
     `epsilon` is the ε that ρ implies at that δ)."""
-    keys = ("question", "kind", "truth", "estimate", "ci_low", "ci_high", "epsilon")
+    keys = ("question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon")
     out = []
     for r in results:
         row = {k: asdict(r)[k] for k in keys}
@@ -118,7 +131,9 @@ def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
         est = [d[2] for d in data]
         lo = [d[2] - d[3] for d in data]
         hi = [d[4] - d[2] for d in data]
-        ax.errorbar(xs, est, yerr=[lo, hi], fmt="o", capsize=4, label="DP estimate (95% CI)")
+        kind = "simultaneous" if r.intervals != "per-coordinate" and len(data) > 1 else ""
+        label = f"DP estimate (95% {kind} CI)".replace("  ", " ")
+        ax.errorbar(xs, est, yerr=[lo, hi], fmt="o", capsize=4, label=label)
         truths = [d[1] for d in data]
         if all(t is not None for t in truths):
             ax.scatter(xs, truths, marker="x", color="black", zorder=3, label="truth")

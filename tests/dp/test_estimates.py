@@ -7,7 +7,9 @@ import random
 from fractions import Fraction
 
 import pytest
+from scipy import stats
 
+from tests.conftest import LONG
 from veil.dp import (
     DPConfig,
     Estimate,
@@ -17,6 +19,7 @@ from veil.dp import (
     add_noise,
     clamp,
     decode,
+    draw_noise,
     estimate,
     feasible_range,
     frequencies,
@@ -24,6 +27,7 @@ from veil.dp import (
     noise_half_width,
     project_histogram,
 )
+from veil.dp.estimates import simultaneous_alpha
 
 FIELD64 = 2**32 * (2**32 - 1) + 1
 RUNS = 2_000
@@ -159,3 +163,61 @@ def test_mean_and_frequencies() -> None:
     assert [f.value for f in frequencies(hist, 10)] == [Fraction(3, 5), Fraction(2, 5)]
     with pytest.raises(InvalidParameter):
         mean(total, 0)
+
+
+# ------------------------------------------ simultaneous intervals (issue 14 item 4)
+
+# Runs per case: a few seconds in CI; VEIL_TEST_LONG=1 runs 20x as many.
+COVERAGE_RUNS = 20_000 if LONG else 1_000
+
+
+def _joint_coverage(plan: NoisePlan, k: int, simultaneous: bool, runs: int, seed: str) -> float:
+    """The share of runs in which every coordinate's interval covers the truth."""
+    rng = random.Random(seed)
+    truth = [50] * k
+    covered = 0
+    for _ in range(runs):
+        noise = [
+            a + b for a, b in zip(draw_noise(plan, k, rng), draw_noise(plan, k, rng), strict=True)
+        ]
+        noisy = [t + z for t, z in zip(truth, noise, strict=True)]
+        est = estimate(noisy, plan, 0.05, simultaneous=simultaneous)
+        covered += all(e.low <= t <= e.high for e, t in zip(est, truth, strict=True))
+    return covered / runs
+
+
+@pytest.mark.parametrize(
+    ("vdaf", "params", "config"),
+    [
+        ("Prio3MultihotCountVec", {"length": 7, "max_weight": 3}, DPConfig.geometric(1)),
+        ("Prio3Histogram", {"length": 6}, DPConfig.geometric("0.5")),
+        ("Prio3SumVec", {"length": 3, "max_measurement": 10}, DPConfig.geometric("0.25")),
+        ("Prio3Histogram", {"length": 6}, DPConfig.gaussian("0.5")),
+    ],
+    ids=["multihot-7", "histogram-6", "sumvec-3", "gaussian-histogram-6"],
+)
+def test_simultaneous_intervals_cover_a_whole_question(vdaf, params, config) -> None:
+    plan = NoisePlan.for_task(config, vdaf, params)
+    k = params["length"]
+    per = _joint_coverage(plan, k, False, COVERAGE_RUNS, f"per-{vdaf}-{config}")
+    joint = _joint_coverage(plan, k, True, COVERAGE_RUNS, f"joint-{vdaf}-{config}")
+    expected = estimate([0] * k, plan, 0.05, simultaneous=True)[0].coverage
+    marginal = estimate([0] * k, plan, 0.05)[0].coverage
+    print(
+        f"coverage {vdaf}{params} {config.mechanism}: per-coordinate joint {per:.3f} "
+        f"(exact {marginal**k:.3f}), simultaneous {joint:.3f} (exact {expected:.4f})"
+    )
+    assert expected >= 0.95
+    # Both agree with their exact joint coverage (two-sided binomial, α = 1e-3) ...
+    assert stats.binomtest(round(joint * COVERAGE_RUNS), COVERAGE_RUNS, expected).pvalue > 1e-3
+    assert stats.binomtest(round(per * COVERAGE_RUNS), COVERAGE_RUNS, marginal**k).pvalue > 1e-3
+    # ... and the per-coordinate "95%" intervals miss the whole question far more often.
+    assert marginal**k < 0.9
+
+
+def test_simultaneous_alpha_is_sidak_and_refuses_what_tables_cannot_give() -> None:
+    assert simultaneous_alpha(0.05, 1) == 0.05
+    assert simultaneous_alpha(0.05, 7) == pytest.approx(1 - 0.95 ** (1 / 7), rel=1e-12)
+    assert simultaneous_alpha(0.05, 7) > 0.05 / 7  # slightly narrower than Bonferroni
+    with pytest.raises(InvalidParameter, match="larger α"):
+        simultaneous_alpha(1e-6, 10_000)

@@ -202,7 +202,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
         return 2
     with collector:
         try:
-            r = collector.collect(start, duration, wait=args.wait, confidence=args.confidence)
+            r = collector.collect(
+                start,
+                duration,
+                wait=args.wait,
+                confidence=args.confidence,
+                simultaneous=args.simultaneous,
+            )
         except CollectionError as e:
             print(f"veil collect: {e}", file=sys.stderr)
             return 1
@@ -214,6 +220,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 "estimate": number(r.estimate),
                 "confidence_interval": {
                     "level": r.confidence,
+                    "kind": r.intervals,
                     "lower": number(r.lower),
                     "upper": number(r.upper),
                 },
@@ -292,6 +299,12 @@ def register(
     p.add_argument("--duration", type=int, help="seconds (default: the time precision)")
     p.add_argument("--wait", type=float, default=300.0)
     p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument(
+        "--simultaneous",
+        action="store_true",
+        help="intervals that cover every coordinate at once at --confidence (default: each"
+        " coordinate on its own)",
+    )
     p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
     p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
     p.add_argument("--log-level", default="warning")

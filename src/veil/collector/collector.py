@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from veil.collector.estimate import collection_guarantee, estimates
+from veil.collector.estimate import collection_guarantee, estimates, interval_kind
 from veil.dp import decode
 from veil.dp.accounting import Guarantee
 from veil.grpc_util import RpcRefused, is_retryable, open_channel
@@ -38,8 +38,10 @@ class CollectionResult:
     """A collected batch.
 
     `estimate` is a Fraction for count and sum tasks and a list of Fractions
-    for vector tasks; `lower`/`upper` bound each coordinate at `confidence`
-    (each coordinate marginally). `spent` is what the ledgers charged, in `unit`
+    for vector tasks; `lower`/`upper` bound each coordinate at `confidence`:
+    each coordinate on its own, or all of them at once, as `intervals` says
+    ("per-coordinate", "simultaneous (exact max-of-k)" or "simultaneous
+    (Bonferroni)", the latter with a local layer). `spent` is what the ledgers charged, in `unit`
     ("epsilon", "rho" for the gaussian mechanism, None for none): the weaker
     guarantee, which in split mode is more than the collector's ε.
     `against_collector` is this collection's guarantee against the collector (ρ
@@ -54,6 +56,7 @@ class CollectionResult:
     lower: Any
     upper: Any
     confidence: float
+    intervals: str
     spent: Fraction
     unit: str | None
     against_collector: Guarantee
@@ -138,12 +141,15 @@ class Collector:
         wait: float = 300.0,
         poll_interval: float = 0.05,
         confidence: float = 0.95,
+        simultaneous: bool = False,
         collection_job_id: bytes | None = None,
     ) -> CollectionResult:
         """Collect the batch [start, start + duration) (seconds since the epoch).
 
         Both bounds must be multiples of the task's time_precision. Waits up to
-        `wait` seconds for the aggregators. Raises CollectionError.
+        `wait` seconds for the aggregators. `simultaneous` asks for intervals that
+        cover every coordinate at once (a whole question) at `confidence`. Raises
+        CollectionError.
         """
         began = self.clock()
         deadline = began + wait
@@ -167,7 +173,7 @@ class Collector:
             job = self._call(self._leader.GetCollection, poll, deadline)
         if job.state != leader_pb2.CollectionJob.FINISHED:
             raise CollectionError(_code(job.error_code), job.error_message)
-        return self._finish(job, start, duration, confidence, self.clock() - began)
+        return self._finish(job, start, duration, confidence, simultaneous, self.clock() - began)
 
     def _open(self, role: int, pb: Any, start: int, duration: int, count: int) -> list[int]:
         info = agg_share_info(
@@ -191,14 +197,20 @@ class Collector:
             ) from None
 
     def _finish(
-        self, job: Any, start: int, duration: int, confidence: float, seconds: float
+        self,
+        job: Any,
+        start: int,
+        duration: int,
+        confidence: float,
+        simultaneous: bool,
+        seconds: float,
     ) -> CollectionResult:
         count = job.report_count
         leader = self._open(ROLE_LEADER, job.leader_encrypted_agg_share, start, duration, count)
         helper = self._open(ROLE_HELPER, job.helper_encrypted_agg_share, start, duration, count)
         p = self.vdaf.field.MODULUS
         noisy = decode(self.vdaf.merge(None, [leader, helper]), p)
-        est, spent = estimates(self.task, noisy, confidence, count)
+        est, spent = estimates(self.task, noisy, confidence, count, simultaneous=simultaneous)
         scalar = not self.task.vdaf.kind.vector
 
         def pick(values: list[Fraction]) -> Any:
@@ -212,6 +224,7 @@ class Collector:
             lower=pick([e.low for e in est]),
             upper=pick([e.high for e in est]),
             confidence=confidence,
+            intervals=interval_kind(self.task, len(noisy), simultaneous),
             spent=spent,
             unit=self.task.dp.unit,
             against_collector=collection_guarantee(self.task),

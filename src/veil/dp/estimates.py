@@ -13,6 +13,7 @@ unbiasedness of y for smaller error; the functions say which they return.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -29,6 +30,7 @@ __all__ = [
     "mean",
     "noise_half_width",
     "project_histogram",
+    "simultaneous_alpha",
 ]
 
 # The noise pmf tables are exact to ~1e-14 in absolute terms; smaller α would ask for
@@ -79,15 +81,46 @@ def noise_half_width(plan: NoisePlan, alpha: float) -> tuple[int, float]:
     return hi, min(noise.central_mass(hi), 1.0)
 
 
-def estimate(noised: Sequence[int], plan: NoisePlan, alpha: float = 0.05) -> list[Estimate]:
-    """Per-coordinate unbiased estimates and (1 - alpha) confidence intervals.
+def simultaneous_alpha(alpha: float, k: int) -> float:
+    """The per-coordinate α whose k intervals cover all at once with probability 1 - α.
+
+    The coordinates' noises are independent and identically distributed (each
+    aggregator draws them so), so max_i |Z_i| <= c has probability P(|Z| <= c)**k:
+    the exact quantile of the maximum of k is P(|Z| <= c) >= (1 - α)**(1/k)
+    (Šidák's correction, exact here, and slightly narrower than Bonferroni's α/k).
+    """
+    if k < 1:
+        raise InvalidParameter(f"k must be >= 1, got {k}")
+    if k == 1:
+        return alpha
+    # -expm1(log1p(-α)/k) = 1 - (1-α)**(1/k) without cancellation for small α.
+    per = -math.expm1(math.log1p(-alpha) / k)
+    if per < MIN_ALPHA:
+        raise InvalidParameter(
+            f"simultaneous intervals over {k} coordinates at α = {alpha} need a per-coordinate"
+            f" α below {MIN_ALPHA}, finer than the noise tables; choose a larger α"
+        )
+    return per
+
+
+def estimate(
+    noised: Sequence[int], plan: NoisePlan, alpha: float = 0.05, *, simultaneous: bool = False
+) -> list[Estimate]:
+    """Unbiased estimates and (1 - alpha) confidence intervals, one per coordinate.
 
     `noised` is the decoded (centred-lifted) aggregate. With the laplace mechanism
-    the values are fixed-point and are divided by 2**fixed_point_bits. Each interval
-    holds marginally for its coordinate; for simultaneous coverage of k coordinates
-    pass alpha / k (Bonferroni).
+    the values are fixed-point and are divided by 2**fixed_point_bits. By default
+    each interval holds marginally for its coordinate; `simultaneous` makes all of
+    them hold at once with probability at least 1 - alpha (the exact quantile of the
+    maximum of the coordinates' independent noises, `simultaneous_alpha`), and each
+    Estimate's `coverage` is then that joint probability.
     """
-    c, coverage = noise_half_width(plan, alpha)
+    k = len(noised)
+    if simultaneous and k > 1:
+        c, marginal = noise_half_width(plan, simultaneous_alpha(alpha, k))
+        coverage = marginal**k
+    else:
+        c, coverage = noise_half_width(plan, alpha)
     unit = Fraction(1, 1 << plan.config.fixed_point_bits)
     if plan.config.mechanism is not Mechanism.LAPLACE:
         unit = Fraction(1)
