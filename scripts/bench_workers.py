@@ -19,15 +19,20 @@ import argparse
 import os
 import secrets
 import statistics
+import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+# The throwaway PostgreSQL is test support (tests/support), not part of veil:
+# run from a checkout, the script finds it beside scripts/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.core import accumulate, share_merge
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
-from veil.aggregator.throwaway_pg import as_url, postgres_dsn, with_schema
 from veil.client import Client, seal_report
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_
 from veil.messages import Report, vdaf_ctx

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.postgres_server import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
+from tests.support.backends import KINDS, Backend
+from tests.support.postgres import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
 
 # CI replays the same examples every run, so a landing is never decided by a
 # random draw; developers' runs (and VEIL_TEST_LONG) explore new ones.
@@ -68,3 +69,15 @@ def postgres_server() -> Iterator[str]:
 def postgres(postgres_server: str) -> str:
     """A DSN whose tables live in a fresh schema of their own (one per test)."""
     return with_schema(postgres_server, "t_" + secrets.token_hex(6))
+
+
+@pytest.fixture(
+    params=[k if k == "sqlite" else pytest.param(k, marks=pytest.mark.postgres) for k in KINDS]
+)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The suite's one storage fixture: each test that takes it runs on SQLite
+    and on a real PostgreSQL (marked `postgres`)."""
+    dsn = None if request.param == "sqlite" else request.getfixturevalue("postgres_server")
+    b = Backend(tmp_path, dsn)
+    yield b
+    b.close()

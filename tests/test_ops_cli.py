@@ -8,32 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.postgres_server import as_url
+from tests.support.backends import Backend
 from veil.aggregator.maintenance import ensure_active_key
-from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.server import ConfigError, load_config
-from veil.aggregator.storage import SqliteDatastore
 from veil.cli import main
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def config(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+@pytest.fixture
+def config(backend: Backend, tmp_path: Path) -> Path:
     """A leader config and its database with one key, on each backend."""
     path = tmp_path / "leader.toml"
-    store: SqliteDatastore | PostgresDatastore
-    if request.param == "sqlite":
-        storage = "leader.db"
-        store = SqliteDatastore(tmp_path / "leader.db")
-    else:
-        dsn = request.getfixturevalue("postgres")
-        storage = as_url(dsn)
-        store = PostgresDatastore(dsn, pool_size=1)
+    storage = backend.storage_setting("leader")
+    store = backend.store("leader", pool_size=1)
     path.write_text(
         f'listen = "127.0.0.1:1"\nstorage = "{storage}"\ntasks = []\n'
         "[keys]\npending_seconds = 30\ngrace_seconds = 100\n"
     )
     ensure_active_key(store, time.time())
-    store.close()
     return path
 
 

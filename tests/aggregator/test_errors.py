@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.aggregator.conftest import Backend
 from tests.aggregator.test_logic import NOW, TP, T, World, _items
+from tests.support.backends import Backend
 from veil.aggregator.errors import (
     BY_KIND,
     AggregatorError,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from tests.aggregator.conftest import Backend
 from tests.aggregator.test_logic import T, World
+from tests.support.backends import Backend
 from veil.aggregator.maintenance import KeyPolicy, ensure_active_key, rotate
 from veil.aggregator.storage import KEY_ACTIVE, Datastore
 from veil.task import DpSpec, VdafSpec, new_task

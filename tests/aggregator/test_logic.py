@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.aggregator.conftest import Backend
+from tests.support.backends import Backend
 from veil.aggregator.core import VerifyInitItem, VerifyResult
 from veil.aggregator.errors import (
     BatchCollected,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support.backends import Backend
 from veil.aggregator.core import share_merge
-from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import (
     KEY_ACTIVE,
     KEY_EXPIRED,
@@ -54,28 +54,9 @@ def xor(a: bytes, b: bytes) -> bytes:
 Opener = Callable[[], Datastore]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    opened: list[SqliteDatastore | PostgresDatastore] = []
-    if request.param == "sqlite":
-        path = tmp_path / "s.db"
-
-        def open_store() -> Datastore:
-            opened.append(SqliteDatastore(path))
-            return opened[-1]
-
-    else:
-        dsn: str = request.getfixturevalue("postgres")
-
-        def open_store() -> Datastore:
-            opened.append(PostgresDatastore(dsn, pool_size=4))
-            return opened[-1]
-
-    try:
-        yield open_store
-    finally:
-        for s in opened:
-            s.close()
+@pytest.fixture
+def opener(backend: Backend) -> Opener:
+    return lambda: backend.store("s", pool_size=4)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.backends import Backend
 from veil.aggregator.postgres import PostgresLedgerStore, PostgresLedgerTransaction
 from veil.dp import (
     Batch,
@@ -38,17 +39,10 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "aggregator.db"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def ledger(request: pytest.FixtureRequest, db: Path) -> Iterator[BudgetLedger]:
+@pytest.fixture
+def ledger(backend: Backend) -> BudgetLedger:
     """The ledger on each LedgerStore: SQLite and a real PostgreSQL."""
-    if request.param == "sqlite":
-        yield BudgetLedger.sqlite(db)
-        return
-    store = PostgresLedgerStore(request.getfixturevalue("postgres"))
-    try:
-        yield BudgetLedger(store)
-    finally:
-        store.close()
+    return backend.budget_ledger("aggregator")
 
 
 def test_spends_until_exhausted_then_refuses_with_reasons(ledger: BudgetLedger) -> None:

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from tests.integration.deployment import Deployment
-from tests.postgres_server import as_url, with_schema
+from tests.support.postgres import as_url, with_schema
 from veil.aggregator.local import LocalDeployment
 from veil.task import DpSpec, VdafSpec
 
