@@ -75,6 +75,9 @@ def test_upload_with_a_foreign_outbox_or_bad_bound(
             capsys, "upload", "--task", task_file, "--outbox", "x", "--outbox-max", bad, "1"
         )
         assert code == 2 and "--outbox-max" in err
+    for bad in ("-1", "some"):
+        code, _, err = run(capsys, "upload", "--task", task_file, "--retries", bad, "1")
+        assert code == 2 and "--retries" in err
     assert not Path("x").exists()
 
 

@@ -84,7 +84,9 @@ def test_killed_client_delivers_every_report_exactly_once(tmp_path: Path) -> Non
         assert child.wait() == -signal.SIGKILL
 
         # 3. Still down: an upload that gives up leaves its reports pending, says so.
-        gave_up = subprocess.run(veil(*upload, *["1"] * 3), capture_output=True, text=True)
+        gave_up = subprocess.run(
+            veil(*upload, "--retries", "1", *["1"] * 3), capture_output=True, text=True
+        )
         assert gave_up.returncode == 1
         assert "14 pending in the outbox" in gave_up.stdout
         assert "flush later" in gave_up.stderr

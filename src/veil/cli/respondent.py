@@ -32,6 +32,7 @@ def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str 
             certificate_chain=read_pem(args.client_cert),
             outbox=outbox,
             outbox_max_reports=getattr(args, "outbox_max", None) or DEFAULT_MAX_REPORTS,
+            retries=args.retries,
         )
     except (OSError, TrustError, OutboxError, ValueError) as e:
         print(f"veil {command}: {e}", file=sys.stderr)
@@ -149,6 +150,17 @@ def cmd_outbox_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _connection_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--retries",
+        type=_count,
+        default=5,
+        metavar="N",
+        help="resend a call that failed on the way up to N times, with backoff (default 5)",
+    )
+    _trust_arguments(p)
+
+
 def _trust_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
     p.add_argument("--helper-ca", help="PEM file of the CA of the helper (only the helper's)")
@@ -156,11 +168,18 @@ def _trust_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client-key", help="PEM key of --client-cert")
 
 
-def _positive(text: str) -> int:
+def _count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
@@ -172,7 +191,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("values", nargs="*", help="measurements, e.g. 1, 42 or 1,0,3")
     p.add_argument("--file", help="a file with one measurement per line")
     p.add_argument("--time", type=int, help="report time (default: now)")
-    _trust_arguments(p)
+    _connection_arguments(p)
     # Kept only to say why it is gone (see SHARED_CA_GONE).
     p.add_argument("--ca", help=argparse.SUPPRESS)
     p.add_argument(
@@ -196,7 +215,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     f = outbox.add_parser("flush", help="send the pending reports of a task to its leader")
     f.add_argument("--outbox", required=True, metavar="PATH", help="the outbox file")
     f.add_argument("--task", required=True, help="the client's task file")
-    _trust_arguments(f)
+    _connection_arguments(f)
     f.add_argument("--log-level", default="warning")
     f.set_defaults(func=cmd_outbox_flush)
     st = outbox.add_parser("status", help="what the outbox holds, per task (no network)")
