@@ -149,3 +149,18 @@ def test_lines_of_inline_tables_and_hostile_documents() -> None:
         parse_toml("t = 3\n", "f.toml", ("t",)).table("t", ())
     with pytest.raises(SettingsError, match=r"must be a finite number"):
         parse_toml("t = nan\n", "f.toml", ("t",)).number("t")
+
+
+def test_task_new_reads_the_configs_it_extends_strictly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veil.cli import main
+
+    config = tmp_path / "leader.toml"
+    config.write_text('listen = "127.0.0.1:1"\nstorage = "l.db"\nlisten_port = 7\n')
+    args = ["task", "new", "--vdaf", "count", "--leader", "127.0.0.1:1", "--helper", "h:2"]
+    code = main([*args, "--out", str(tmp_path / "t"), "--leader-config", str(config)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"veil task new: {config}:3: unknown setting 'listen_port'")
+    assert not (tmp_path / "t").exists()  # nothing written

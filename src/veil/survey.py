@@ -284,39 +284,17 @@ class Survey:
 
 
 class _Locator:
-    """Finds the line of a key in a question table, for error messages
-    (tomllib reports no positions for valid TOML)."""
+    """Error messages at the line of a setting of [survey] or of a
+    [[question]] (found by veil.settings.Source: tomllib reports no positions
+    for valid TOML)."""
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
         self.source = Source(path, text)
-        self.lines = text.splitlines()
-        self.question_starts = [
-            i for i, line in enumerate(self.lines) if line.strip().startswith("[[question]]")
-        ]
-        self.survey_start = next(
-            (i for i, line in enumerate(self.lines) if line.strip() == "[survey]"), None
-        )
-
-    def _section(self, start: int | None) -> range:
-        if start is None:
-            return range(0)
-        end = len(self.lines)
-        for i in range(start + 1, len(self.lines)):
-            if self.lines[i].lstrip().startswith("["):
-                end = i
-                break
-        return range(start, end)
 
     def line_of(self, question: int | None, key: str | None) -> int:
-        start = self.survey_start if question is None else self.question_starts[question]
-        section = self._section(start)
-        if key is not None:
-            pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
-            for i in section:
-                if pattern.match(self.lines[i]):
-                    return i + 1
-        return (section.start + 1) if section else 1
+        table: tuple[str | int, ...] = ("survey",) if question is None else ("question", question)
+        return self.source.line_of(table, key) or 1
 
     def error(self, question: int | None, key: str | None, message: str) -> SurveyError:
         return SurveyError(f"{self.path}:{self.line_of(question, key)}: {message}")

@@ -6,14 +6,15 @@ import argparse
 import json
 import os
 import sys
-import tomllib
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from veil.dp import DPError
 from veil.dp.accounting import decimal_text, zcdp_rho
 from veil.dp.mechanisms import MAX_EPSILON, parse_budget
 from veil.privacy import task_statement
+from veil.settings import SettingsError, read_toml
 from veil.task import (
     DEFAULT_DP_MODE,
     DEFAULT_MAX_CLOCK_SKEW,
@@ -29,12 +30,17 @@ from veil.task import (
 from veil.vdaf import registry
 
 
-def _add_task_to_config(path: Path, role: str, task_file: Path, listen: str) -> None:
-    if path.exists():
-        with path.open("rb") as f:
-            config = tomllib.load(f)
-    else:
-        config = {"listen": listen, "storage": f"{role}.db", "tasks": []}
+def _read_config(path: Path, role: str, listen: str) -> dict[str, Any]:
+    """The server config `veil task new` adds the task to (a new one if missing),
+    read as strictly as the server will read it."""
+    if not path.exists():
+        return {"listen": listen, "storage": f"{role}.db", "tasks": []}
+    from veil.aggregator.server import CONFIG_KEYS
+
+    return dict(read_toml(path, CONFIG_KEYS).data)
+
+
+def _add_task_to_config(path: Path, config: dict[str, Any], task_file: Path) -> None:
     rel = os.path.relpath(Path(task_file).resolve(), path.parent.resolve())
     tasks = list(config.get("tasks", []))
     if str(rel) not in tasks:
@@ -81,6 +87,17 @@ def cmd_task_new(args: argparse.Namespace) -> int:
     except TaskError as e:
         print(f"veil task new: {e}", file=sys.stderr)
         return 2
+    configs = {}
+    for role, config_path, listen in (
+        ("leader", args.leader_config, args.leader),
+        ("helper", args.helper_config, args.helper),
+    ):
+        if config_path:
+            try:
+                configs[role] = (Path(config_path), _read_config(Path(config_path), role, listen))
+            except SettingsError as e:
+                print(f"veil task new: {e}", file=sys.stderr)
+                return 2
     out = Path(args.out)
     paths = {}
     for role, task in (
@@ -91,10 +108,8 @@ def cmd_task_new(args: argparse.Namespace) -> int:
     ):
         paths[role] = out / f"{args.name}.{role}.toml"
         write_toml(paths[role], task.to_dict(), secret=role != "client")
-    if args.leader_config:
-        _add_task_to_config(Path(args.leader_config), "leader", paths["leader"], args.leader)
-    if args.helper_config:
-        _add_task_to_config(Path(args.helper_config), "helper", paths["helper"], args.helper)
+    for role, (config_path, config) in configs.items():
+        _add_task_to_config(config_path, config, paths[role])
     if not dp.has_noise:
         print(
             "veil task new: note: mechanism none publishes exact sums; each aggregator refuses"
