@@ -55,6 +55,7 @@ from veil.dp.errors import DPError
 from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
+from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
 from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import Field, Field64, Field128, Prio3, registry
 
@@ -260,8 +261,8 @@ class Survey:
     path: str = "<string>"
     opens: int | None = None
     closes: int | None = None
-    time_precision: int = 3600
-    max_clock_skew: int = 60
+    time_precision: int = DEFAULT_TIME_PRECISION
+    max_clock_skew: int = DEFAULT_MAX_CLOCK_SKEW
     id: str = ""
     rho: Fraction | None = None
     delta: Fraction | None = None
@@ -354,12 +355,12 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     ):
         raise loc.error(None, "max_respondents", "`max_respondents` must be in [1, 10^12]")
 
-    tp = head.get("time_precision", 3600)
+    tp = head.get("time_precision", DEFAULT_TIME_PRECISION)
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 366 * 86400:
         raise loc.error(
             None, "time_precision", "`time_precision` must be a number of seconds (1 to a year)"
         )
-    skew = head.get("max_clock_skew", 60)
+    skew = head.get("max_clock_skew", DEFAULT_MAX_CLOCK_SKEW)
     if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 86400:
         raise loc.error(
             None, "max_clock_skew", "`max_clock_skew` must be a number of seconds (0 to a day)"

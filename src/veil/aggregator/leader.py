@@ -90,6 +90,10 @@ MAX_JOB_BYTES = 4 << 20
 # Failed attempts after which an aggregation job is given up (its reports
 # rejected as job_failed); [driver] max_job_attempts.
 DEFAULT_MAX_JOB_ATTEMPTS = 10
+# Reports per aggregation job, and how long a worker holds a leased job before
+# another may take it over ([driver] job_size and lease_seconds).
+DEFAULT_JOB_SIZE = 500
+DEFAULT_LEASE_SECONDS = 60.0
 # Refusals of a job's content: the same job would be refused again.
 _REFUSES_THE_JOB = (TooLarge, InvalidMessage, JobConflict)
 # Refusals that say the deployment is misconfigured, not the job.
@@ -147,10 +151,10 @@ class Leader(AggregatorBase[LeaderTask]):
         helper: HelperApi,
         privacy: PrivacyEngine,
         clock: Callable[[], float] | None = None,
-        job_size: int = 500,
+        job_size: int = DEFAULT_JOB_SIZE,
         metrics: Metrics | None = None,
         worker_id: str | None = None,
-        lease_seconds: float = 60.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_job_bytes: int = MAX_JOB_BYTES,
         max_job_attempts: int = DEFAULT_MAX_JOB_ATTEMPTS,
         retry_seconds: float = 1.0,

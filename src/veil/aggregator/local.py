@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from veil.aggregator.leader import DEFAULT_JOB_SIZE, DEFAULT_LEASE_SECONDS
 from veil.grpc_util import open_channel
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 
@@ -136,12 +137,12 @@ class LocalDeployment:
         cls,
         root: Path,
         tasks: Mapping[str, tuple[VdafSpec, DpSpec, dict[str, Any]]],
-        job_size: int = 500,
+        job_size: int = DEFAULT_JOB_SIZE,
         driver_interval: float = 0.1,
         metrics: bool = False,
         storage: Mapping[str, str] | None = None,
         workers: int = 0,
-        lease_seconds: float = 60.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
         start_workers: bool = True,
         extra_config: Mapping[str, Any] | None = None,
     ) -> LocalDeployment:

@@ -70,7 +70,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from veil.aggregator.core import AggregatorBase
 from veil.aggregator.helper import Helper
-from veil.aggregator.leader import DEFAULT_MAX_JOB_ATTEMPTS, Leader
+from veil.aggregator.leader import (
+    DEFAULT_JOB_SIZE,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_JOB_ATTEMPTS,
+    Leader,
+)
 from veil.aggregator.maintenance import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_PENDING_SECONDS,
@@ -86,7 +91,7 @@ from veil.aggregator.postgres import (
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
-from veil.grpc_util import is_loopback
+from veil.grpc_util import MAX_MESSAGE_BYTES, is_loopback
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.settings import SettingsError, Table, read_toml
@@ -118,12 +123,10 @@ class TlsFiles:
 
 
 # Each default once: the dataclass, the reader and the docs above agree.
-DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+DEFAULT_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES
 DEFAULT_DRIVER_INTERVAL = 0.5
-DEFAULT_JOB_SIZE = 500
 DEFAULT_GRACE_SECONDS_STOP = 30.0
 DEFAULT_LOG_FORMAT = "text"
-DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_POOL_SIZE = 8
 DEFAULT_GC_INTERVAL = 60.0
 
