@@ -164,3 +164,34 @@ def test_task_new_reads_the_configs_it_extends_strictly(
     err = capsys.readouterr().err
     assert err.startswith(f"veil task new: {config}:3: unknown setting 'listen_port'")
     assert not (tmp_path / "t").exists()  # nothing written
+
+
+def test_each_default_is_defined_once(tmp_path: Path) -> None:
+    """Before: `veil task new --min-batch-size` defaulted to 10, task.py to 1."""
+    import dataclasses
+
+    from veil.aggregator.server import ServerConfig
+    from veil.cli import build_parser
+    from veil.task import (
+        DEFAULT_MAX_CLOCK_SKEW,
+        DEFAULT_MIN_BATCH_SIZE,
+        DEFAULT_TIME_PRECISION,
+    )
+
+    args = build_parser().parse_args(
+        ["task", "new", "--vdaf", "count", "--leader", "a:1", "--helper", "b:2"]
+    )
+    assert args.min_batch_size == DEFAULT_MIN_BATCH_SIZE
+    assert args.time_precision == DEFAULT_TIME_PRECISION
+    assert args.max_clock_skew == DEFAULT_MAX_CLOCK_SKEW
+    # A task file must state min_batch_size (no silent default), and so must new_task.
+    with pytest.raises(TypeError, match="min_batch_size"):
+        new_task(VdafSpec("count"), "a:1", "b:2", dp=DpSpec("none"))  # type: ignore[call-arg]
+    # What the reader fills in for a setting left out is the dataclass's default.
+    path = _server(tmp_path, "")
+    read = load_config(path)
+    for f in dataclasses.fields(ServerConfig):
+        if f.name in ("listen", "storage", "tasks", "task_paths"):
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        assert getattr(read, f.name) == default, f.name

@@ -89,30 +89,34 @@ def test_exact_release_needs_the_aggregators_own_opt_in(tmp_path: Path) -> None:
     PrivacyEngine(str(tmp_path / "h.db"), [files.helper], allow_exact_release=True)
 
 
-def _helper_setup(tmp_path: Path, allow: bool | None) -> tuple[Path, str]:
+def _helper_setup(tmp_path: Path, allow: bool | None, role: str = "helper") -> tuple[Path, str]:
     addr = f"127.0.0.1:{free_port()}"
-    files = new_task(VdafSpec("count"), "127.0.0.1:1", addr, min_batch_size=5, dp=DpSpec("none"))
-    write_toml(tmp_path / "t.helper.toml", files.helper.to_dict(), secret=True)
-    config: dict[str, object] = {"listen": addr, "storage": "h.db", "tasks": ["t.helper.toml"]}
+    files = new_task(VdafSpec("count"), addr, addr, min_batch_size=5, dp=DpSpec("none"))
+    write_toml(tmp_path / f"t.{role}.toml", getattr(files, role).to_dict(), secret=True)
+    config: dict[str, object] = {"listen": addr, "storage": "h.db", "tasks": [f"t.{role}.toml"]}
     if allow is not None:
         config["allow_exact_release"] = allow
-    write_toml(tmp_path / "helper.toml", config, secret=False)
-    return tmp_path / "helper.toml", addr
+    write_toml(tmp_path / f"{role}.toml", config, secret=False)
+    return tmp_path / f"{role}.toml", addr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("allow", [None, False])
-def test_helper_without_opt_in_refuses_to_start(tmp_path: Path, allow: bool | None) -> None:
+@pytest.mark.parametrize(
+    ("command", "allow"), [("helper", None), ("helper", False), ("leader", None), ("worker", None)]
+)
+def test_aggregator_without_opt_in_refuses_to_start(
+    tmp_path: Path, command: str, allow: bool | None
+) -> None:
     """Before: the helper started with a warning and released exact shares."""
-    config, _ = _helper_setup(tmp_path, allow)
+    config, _ = _helper_setup(tmp_path, allow, "helper" if command == "helper" else "leader")
     r = subprocess.run(
-        [sys.executable, "-m", "veil.cli", "helper", "--config", str(config)],
+        [sys.executable, "-m", "veil.cli", command, "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert r.returncode == 2
-    assert r.stderr.startswith("veil helper: task ")
+    assert r.stderr.startswith(f"veil {command}: task ")
     assert 'mechanism = "none"' in r.stderr and "allow_exact_release = true" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "h.db").exists()  # refused before anything was stored
