@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from tests.integration.deployment import Deployment, free_port, start_deployment
-from veil.client import AsyncClient, Client, UploadError
+from veil.client import AsyncClient, Client, UploadError, UploadResult
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.task import DpSpec, VdafSpec
 
@@ -137,3 +137,24 @@ def test_blocking_client_shared_by_threads(dep: Deployment) -> None:
         results = [j.result() for j in jobs]
     assert sum(r.accepted for r in results) == 64
     assert dep.stored_reports("count") == before + 64
+
+
+def test_gathered_single_uploads_keep_their_own_errors(dep: Deployment) -> None:
+    """Concurrent `upload` calls ride shared requests; an invalid measurement
+    fails its own call only, and every valid one is stored once."""
+    task = dep.tasks["sum"].client
+    before = dep.stored_reports("sum")
+
+    async def run() -> list[Any]:
+        async with AsyncClient(task, batch_size=16) as client:
+            values = [i % 11 for i in range(60)]
+            values[7] = values[42] = 11  # above max_measurement
+            return await asyncio.gather(
+                *(client.upload(v, past(4)) for v in values), return_exceptions=True
+            )
+
+    results = asyncio.run(run())
+    errors = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+    assert errors == [7, 42] and all(isinstance(results[i], ValueError) for i in errors)
+    assert all(r == UploadResult(1, 0) for r in results if not isinstance(r, BaseException))
+    assert dep.stored_reports("sum") == before + 58

@@ -5,6 +5,7 @@ with coroutines. Sharding and sealing (NumPy field arithmetic and HPKE, a
 few hundred microseconds of CPU per report) and the outbox's SQLite writes
 (an fsync each) never run on the event loop: they go to a thread pool, so
 a web handler awaiting an upload leaves the loop free for other requests.
+Concurrent single `upload` calls are gathered into shared requests.
 """
 
 from __future__ import annotations
@@ -107,6 +108,12 @@ class AsyncClient:
         self._helper: Any = None
         self._config_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
+        # Single uploads waiting to be gathered into one request, and the
+        # requests under way (two: one prepares while the other is sent).
+        self._waiting: list[tuple[Any, int | None, asyncio.Future[UploadResult]]] = []
+        self._gatherer: asyncio.Task[None] | None = None
+        self._slots = asyncio.Semaphore(2)
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     def _stubs(self) -> None:
         if self._channels is None:
@@ -205,8 +212,89 @@ class AsyncClient:
         return UploadResult(accepted, duplicates)
 
     async def upload(self, measurement: Any, report_time: int | None = None) -> UploadResult:
-        """Shard, seal and upload one measurement."""
-        return await self.upload_reports([await self.build_report(measurement, report_time)])
+        """Shard, seal and upload one measurement.
+
+        Calls from concurrent tasks are gathered: those waiting when the
+        client gets to them are sharded together and sent in one request
+        (at most `batch_size` each), so one client sustains thousands of
+        single uploads a second where one request per call would not. Each
+        call keeps its own report and its own errors: an invalid measurement
+        raises ValueError in its caller only, and a request refused or
+        failed raises UploadError in each call it carried. Without an
+        outbox a call's result is ``UploadResult(1, 0)``; with one, each
+        call gets the result of the flush that carried it.
+        """
+        future: asyncio.Future[UploadResult] = asyncio.get_running_loop().create_future()
+        self._waiting.append((measurement, report_time, future))
+        if self._gatherer is None:
+            self._gatherer = asyncio.create_task(self._gather())
+        return await future
+
+    async def _gather(self) -> None:
+        try:
+            while self._waiting:
+                await self._slots.acquire()
+                await asyncio.sleep(0)  # let the calls of tasks scheduled now join
+                calls = self._waiting[: self._base.batch_size]
+                del self._waiting[: len(calls)]
+                task = asyncio.create_task(self._upload_gathered(calls))
+                self._in_flight.add(task)
+                task.add_done_callback(self._done_in_flight)
+        finally:
+            self._gatherer = None
+
+    def _done_in_flight(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._slots.release()
+
+    async def _upload_gathered(
+        self, calls: list[tuple[Any, int | None, asyncio.Future[UploadResult]]]
+    ) -> None:
+        def fail(futures: Iterable[asyncio.Future[UploadResult]], error: BaseException) -> None:
+            for f in futures:
+                if not f.done():
+                    f.set_exception(error)
+
+        try:
+            leader = await self.hpke_config(ROLE_LEADER)
+            helper = await self.hpke_config(ROLE_HELPER)
+            groups: dict[int | None, list[int]] = {}
+            for i, (_, t, _) in enumerate(calls):
+                groups.setdefault(t, []).append(i)
+            prepared: list[tuple[asyncio.Future[UploadResult], Report]] = []
+            for t, members in groups.items():
+                measurements = [calls[i][0] for i in members]
+                built: list[Report | None]
+                try:
+                    built = list(
+                        await self._off_loop(self._base._prepare, measurements, leader, helper, t)
+                    )
+                except ValueError:
+                    # Some measurement is invalid: find it, and fail only its call.
+                    built = []
+                    for i in members:
+                        try:
+                            built += await self._off_loop(
+                                self._base._prepare, [calls[i][0]], leader, helper, t
+                            )
+                        except ValueError as e:
+                            fail([calls[i][2]], e)
+                            built.append(None)
+                for i, report in zip(members, built, strict=True):
+                    if report is not None:
+                        prepared.append((calls[i][2], report))
+            if not prepared:
+                return
+            result = await self.upload_reports([r for _, r in prepared])
+            if self._base.outbox is None and result.accepted == len(prepared):
+                result = UploadResult(1, 0)
+            for future, _ in prepared:
+                if not future.done():
+                    future.set_result(result)
+        except BaseException as e:
+            fail((f for _, _, f in calls), e)
+            if not isinstance(e, Exception):
+                raise
 
     async def upload_batch(
         self, measurements: Iterable[Any], report_time: int | None = None
