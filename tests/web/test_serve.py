@@ -18,12 +18,16 @@ from typing import Any
 import pytest
 
 from tests.js.node import js_reports, require_node_client
-from tests.web.site import SurveyServers, http, post_json, start_serve, stop, survey_servers
+from tests.web.site import SURVEY, SurveyServers, http, post_json, start_serve, stop, survey_servers
 from veil.aggregator.local import free_port
 from veil.cli import main as veil_main
+from veil.deploy import deploy_survey
 from veil.hpke import HpkeConfig
 from veil.messages import Report
+from veil.survey import parse_survey
 from veil.task import ClientTask, b64d, b64e, load_task
+from veil.web import SurveySite
+from veil.web.page import render_page
 
 pytestmark = pytest.mark.slow
 
@@ -334,3 +338,28 @@ def test_slow_body_is_cut_off(tmp_path: Path, site: SurveyServers) -> None:
         assert http(url)[0] == 200
     finally:
         stop(serve)
+
+
+def test_local_layer_reaches_the_page(tmp_path: Path) -> None:
+    # No servers needed: what the site hands the page for a question whose
+    # answers are randomized on the device.
+    text = SURVEY.format(
+        epsilon="1",
+        mechanism="geometric",
+        tp=3600,
+        opens="2026-05-01T00:00:00Z",
+        closes="2026-05-02T00:00:00Z",
+    )
+    text = text.replace('kind = "yes_no"\n', 'kind = "yes_no"\nlocal_epsilon = 2\n', 1)
+    dep = deploy_survey(
+        parse_survey(text), text, tmp_path / "out", "127.0.0.1:1", "127.0.0.1:2", tls=False
+    )
+    site = SurveySite(dep.client_dir)
+    try:
+        remote, commute = site.public["questions"][:2]
+        assert remote["dp"]["local_epsilon"] == "2"
+        assert "dp" not in commute
+        page = render_page(site.description.survey, "sha384-x", "sha384-y")
+        assert page.count("randomizes the answer") == 1
+    finally:
+        site.close()

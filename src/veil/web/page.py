@@ -65,7 +65,15 @@ def _question(q: Question) -> str:
         labels = q.labels or tuple(f"Number {i + 1}" for i in range(q.length))
         body = "".join(_number(q, f"a-{q.id}-{i}", label) for i, label in enumerate(labels))
         hint = f"Whole numbers from 0 to {q.max}."
-    hint_html = f'<p class="hint" id="hint-{_attr(q.id)}">{escape(hint)}</p>' if hint else ""
+    if q.local_epsilon is not None:
+        # The respondent should know: the answer sent may not be the answer given.
+        hint += (
+            " This device randomizes the answer before sending it, so that nobody can"
+            " be sure of what you answered."
+        )
+    hint_html = (
+        f'<p class="hint" id="hint-{_attr(q.id)}">{escape(hint.strip())}</p>' if hint else ""
+    )
     return (
         f'<fieldset class="question" id="q-{_attr(q.id)}" data-kind="{_attr(q.kind)}">'
         f"<legend>{escape(q.text)}</legend>{hint_html}{body}{_error(q)}</fieldset>"
