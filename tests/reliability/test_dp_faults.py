@@ -23,9 +23,9 @@ import pytest
 
 from tests.conftest import LONG
 from tests.integration.deployment import Deployment
-from tests.postgres_server import as_url, with_schema
 from tests.reliability.common import TP, bucket, query, record
 from tests.reliability.test_crashes import Chaos, _pause, _upload_until_acknowledged
+from tests.support.postgres import as_url, with_schema
 from veil.aggregator.local import LocalDeployment
 from veil.client import Report
 from veil.collector import CollectionError, CollectionResult, Collector
