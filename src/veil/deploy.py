@@ -32,6 +32,7 @@ from typing import Any
 import tomli_w
 
 from veil.demo import task_specs
+from veil.grpc_util import is_loopback
 from veil.survey import DESCRIPTION_FILE, Survey, public_description
 from veil.task import new_task
 from veil.trust import TrustError, bundle_fingerprints
@@ -171,7 +172,9 @@ def deploy_survey(
     for role, listen in (("leader", leader), ("helper", helper)):
         port = listen.rpartition(":")[2]
         config: dict[str, Any] = {
-            "listen": f"0.0.0.0:{port}" if tls else f"127.0.0.1:{port}",
+            # A server named by a loopback address (a trial on one machine)
+            # listens there only; one with a public name on every interface.
+            "listen": f"127.0.0.1:{port}" if not tls or is_loopback(listen) else f"0.0.0.0:{port}",
             "storage": f"{role}.db",
             "tasks": [f"tasks/{name}.toml" for name in task_names],
             "log_format": "json",

@@ -11,6 +11,7 @@ import grpc
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 << 20
+_WARNED_PLAINTEXT: set[str] = set()
 
 # Trailing metadata of a call a veil server refused: the error's kind (its
 # class, veil.aggregator.errors) and whether the same request may succeed
@@ -106,7 +107,10 @@ def _credentials(
     if insecure:
         if not is_loopback(address):
             raise ValueError(f"refusing plaintext to non-loopback address {address}")
-        log.warning("plaintext gRPC to %s (loopback only)", address)
+        if address not in _WARNED_PLAINTEXT:
+            # Once per address and process: a survey opens a channel per question.
+            _WARNED_PLAINTEXT.add(address)
+            log.warning("plaintext gRPC to %s (loopback only)", address)
         return None
     return grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
 

@@ -44,11 +44,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
 from veil.dp.errors import DPError
@@ -56,8 +57,11 @@ from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
 from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
-from veil.times import TimeFormatError, format_time, parse_time
+from veil.times import TimeFormatError, format_duration, format_time, parse_time
 from veil.vdaf import Field, Field64, Field128, Prio3, registry
+
+if TYPE_CHECKING:
+    from veil.client import Client
 
 KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector")
 MECHANISMS = ("geometric", "laplace", "gaussian", "none")
@@ -906,3 +910,163 @@ def load_description(directory: str | Path) -> Description:
         id=_get(doc, "id", str, where),
     )
     return Description(survey, files, ids)
+
+
+# --- answering a deployed survey ----------------------------------------------
+
+
+class WindowClosed(SurveyError):
+    """The survey is not open at this time (not yet, or no longer)."""
+
+
+@dataclass(frozen=True)
+class Responses:
+    """What `SurveyClient.respond`/`respond_many` uploaded: reports per question
+    (a question nobody answered is absent) and how many respondents."""
+
+    respondents: int
+    reports: Mapping[str, int]
+
+
+class SurveyClient:
+    """Answers a deployed survey by label, for one respondent or many.
+
+    `directory` is the deployment's client/ directory (survey.json and one
+    task file per question). Answers are a mapping from question id to the
+    answer in the question's terms (`Question.to_measurement`); a question
+    left out is not uploaded. Every answer is checked before anything is
+    sent. The TLS options are those of `veil.client.Client`.
+
+    A report's time is now, rounded down to the time precision; outside the
+    window the call raises WindowClosed before sending anything.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        leader_root_certificates: bytes | None = None,
+        helper_root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        from veil.client import Client
+        from veil.task import ClientTask, TaskError, load_task
+
+        self.description = load_description(directory)
+        self.survey = self.description.survey
+        self.clock = clock
+        self.tasks: dict[str, ClientTask] = {}
+        for q in self.survey.questions:
+            path = self.description.task_files[q.id]
+            try:
+                task = load_task(path, ClientTask)
+            except (OSError, TaskError) as e:
+                raise SurveyError(f"question {q.id!r}: cannot read its task file: {e}") from None
+            if task.id_text != self.description.task_ids[q.id]:
+                raise SurveyError(
+                    f"{path}: its task id is not the one survey.json names for question"
+                    f" {q.id!r}: the directory mixes two deployments"
+                )
+            self.tasks[q.id] = task
+        # Channels connect on first use; creating them here checks the
+        # certificates (veil.trust.TrustError) before any answer is taken.
+        self._clients: dict[str, Client] = {}
+        try:
+            for qid, task in self.tasks.items():
+                self._clients[qid] = Client(
+                    task,
+                    leader_root_certificates=leader_root_certificates,
+                    helper_root_certificates=helper_root_certificates,
+                    private_key=private_key,
+                    certificate_chain=certificate_chain,
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def __enter__(self) -> SurveyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check_open(self) -> int:
+        """The report time for now; WindowClosed outside [opens, closes)."""
+        assert self.survey.opens is not None and self.survey.closes is not None
+        now = int(self.clock())
+        if now < self.survey.opens:
+            raise WindowClosed(
+                f"the survey opens at {format_time(self.survey.opens)}, in"
+                f" {format_duration(self.survey.opens - now)}: nothing was sent"
+            )
+        if now >= self.survey.closes:
+            raise WindowClosed(
+                f"the survey closed at {format_time(self.survey.closes)}: nothing was sent"
+            )
+        return now - now % self.survey.time_precision
+
+    def measurements(self, answers: Any) -> dict[str, Any]:
+        """Each answered question's measurement; AnswerError on any bad answer."""
+        if not isinstance(answers, Mapping):
+            raise AnswerError(
+                f"answers must be an object keyed by question id, got {type(answers).__name__}"
+            )
+        ids = [q.id for q in self.survey.questions]
+        unknown = [k for k in answers if k not in ids]
+        if unknown:
+            raise AnswerError(
+                f"{unknown[0]!r} is not a question of this survey; its questions are"
+                f" {', '.join(ids)}"
+            )
+        return {
+            q.id: q.to_measurement(answers[q.id])
+            for q in self.survey.questions
+            if q.id in answers and answers[q.id] is not None
+        }
+
+    def respond(self, answers: Mapping[str, Any]) -> Responses:
+        """Upload one respondent's answers (one report per answered question)."""
+        return self.respond_many([answers])
+
+    def respond_many(
+        self,
+        respondents: Iterable[Mapping[str, Any]],
+        *,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> Responses:
+        """Upload many respondents' answers: all are checked first (AnswerError
+        names the respondent, counting from 1), then each question's reports go
+        up in batches. `on_progress` is called with the number of reports sent
+        by each batch."""
+        per_question: dict[str, list[Any]] = {q.id: [] for q in self.survey.questions}
+        count = 0
+        for n, answers in enumerate(respondents, 1):
+            try:
+                for qid, m in self.measurements(answers).items():
+                    per_question[qid].append(m)
+            except AnswerError as e:
+                raise AnswerError(f"respondent {n}: {e}") from None
+            count += 1
+        report_time = self.check_open()
+        sent: dict[str, int] = {}
+        for qid, ms in per_question.items():
+            if not ms:
+                continue
+            client = self._clients[qid]
+            for i in range(0, len(ms), UPLOAD_CHUNK):
+                chunk = ms[i : i + UPLOAD_CHUNK]
+                client.upload_batch(chunk, report_time)
+                sent[qid] = sent.get(qid, 0) + len(chunk)
+                if on_progress is not None:
+                    on_progress(len(chunk))
+        return Responses(count, sent)
+
+
+UPLOAD_CHUNK = 500

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.deployment import Server, free_port
+from veil.times import format_time
 
 pytestmark = pytest.mark.slow
 
@@ -58,16 +59,24 @@ def test_cli_round_trip(tmp_path: Path) -> None:
         assert "uploaded 3 reports" in up.stdout
         bad = veil("upload", "--task", "tasks/ages.client.toml", "51", cwd=tmp_path)
         assert bad.returncode == 2 and "invalid measurement" in bad.stderr
-        out = veil(
-            "collect", "--task", "tasks/ages.collector.toml", "--start", str(t), cwd=tmp_path
-        )
+        # The default batch is the last complete hour, where the reports went.
+        job = "0123456789abcdef0123456789abcdef"
+        out = veil("collect", "--task", "tasks/ages.collector.toml", "--job-id", job, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
         assert result["report_count"] == 3 and result["estimate"] == 60
-        again = veil(
-            "collect", "--task", "tasks/ages.collector.toml", "--start", str(t), cwd=tmp_path
+        assert result["batch"]["start"] == t and result["collection_job_id"] == job
+        # --job-id resumes (here: fetches again) the same collection.
+        resumed = veil(
+            "collect", "--task", "tasks/ages.collector.toml", "--job-id", job, cwd=tmp_path
         )
+        assert resumed.returncode == 0 and json.loads(resumed.stdout)["estimate"] == 60
+        again = veil(
+            "collect", "--task", "tasks/ages.collector.toml", "--start", format_time(t),
+            cwd=tmp_path,
+        )  # fmt: skip
         assert again.returncode == 1 and "FAILED_PRECONDITION" in again.stderr
+        assert "collected at most once" in again.stderr
     finally:
         for s in servers:
             s.stop()

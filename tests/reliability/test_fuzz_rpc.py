@@ -70,7 +70,13 @@ FUZZ = _settings(STRUCTURED_EXAMPLES)
 _UNPARSEABLE = "malformed {method} request: "
 
 METHODS = {
-    "leader": ["GetHpkeConfig", "UploadReports", "CreateCollection", "GetCollection"],
+    "leader": [
+        "GetHpkeConfig",
+        "UploadReports",
+        "CreateCollection",
+        "GetCollection",
+        "GetTaskInfo",
+    ],
     "helper": ["GetHpkeConfig", "Aggregate", "GetAggregateShare"],
 }
 CASES: Counter[str] = Counter()
@@ -196,6 +202,9 @@ class Env:
             ("leader", "GetCollection"): leader_pb2.GetCollectionRequest(
                 task_id=self.task_id, collection_job_id=bytes(16)
             ).SerializeToString(),
+            ("leader", "GetTaskInfo"): leader_pb2.TaskInfoRequest(
+                task_id=self.task_id
+            ).SerializeToString(),
             ("helper", "Aggregate"): job.SerializeToString(),
             ("helper", "GetAggregateShare"): helper_pb2.AggregateShareRequest(
                 task_id=self.task_id,
@@ -259,7 +268,7 @@ class Env:
             assert _helper_total(self.conns["helper"]) == aggregated + ok
         else:
             # Configs and collection polls are reads.
-            assert method in ("GetHpkeConfig", "GetCollection"), method
+            assert method in ("GetHpkeConfig", "GetCollection", "GetTaskInfo"), method
             assert _light(db) == before, (role, method)
 
 

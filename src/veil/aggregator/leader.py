@@ -66,6 +66,7 @@ from veil.aggregator.storage import (
 from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
+    HpkeConfig,
     agg_share_info,
     input_share_info,
     seal,
@@ -138,6 +139,14 @@ class _PreparedJob:
     items: list[VerifyInitItem]
     row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
     outcomes: dict[bytes, ReportRejection | None]  # reports the leader already rejected
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    collector_hpke_config: HpkeConfig
+    reports: int
+    rejected: int
+    collections_finished: int
 
 
 class Leader(AggregatorBase[LeaderTask]):
@@ -293,6 +302,21 @@ class Leader(AggregatorBase[LeaderTask]):
             )
         except StorageConflict as e:
             raise JobConflict(str(e)) from None
+
+    def task_info(self, task_id: bytes, token: str | None) -> TaskInfo:
+        """What the collector may know before collecting (the GetTaskInfo call)."""
+        task = self.task(task_id)
+        authorize(task, token, task.collector_token_hash, "collector")
+        assert task.collector_hpke_config is not None
+        reports = rejected = 0
+        for states in self.store.report_counts(task_id, task.time_precision).values():
+            for state, n in states.items():
+                if state == "rejected":
+                    rejected += n
+                else:
+                    reports += n
+        finished = sum(1 for c in self.store.collections(task_id) if c.state == "finished")
+        return TaskInfo(task.collector_hpke_config, reports, rejected, finished)
 
     def get_collection(
         self, task_id: bytes, token: str | None, collection_id: bytes

@@ -196,6 +196,25 @@ class LeaderService(leader_pb2_grpc.LeaderServicer):
         )
         return collection_to_pb(record)
 
+    @handler
+    def GetTaskInfo(
+        self, request: leader_pb2.TaskInfoRequest, context: grpc.ServicerContext
+    ) -> leader_pb2.TaskInfo:
+        info = self.leader.task_info(request.task_id, bearer_token(context))
+        c = info.collector_hpke_config
+        return leader_pb2.TaskInfo(
+            collector_hpke_config=messages_pb2.HpkeConfig(
+                config_id=c.config_id,
+                kem_id=c.kem_id,
+                kdf_id=c.kdf_id,
+                aead_id=c.aead_id,
+                public_key=c.public_key,
+            ),
+            reports=info.reports,
+            rejected=info.rejected,
+            collections_finished=info.collections_finished,
+        )
+
 
 def collection_to_pb(r: CollectionRecord) -> leader_pb2.CollectionJob:
     state = {

@@ -1,7 +1,7 @@
 """The `veil` command: one module per group of users.
 
 - `operator`: the survey operator (demo, simulate, survey deploy, collect);
-- `respondent`: respondents and client apps (upload);
+- `respondent`: respondents and client apps (survey respond, upload);
 - `server`: the operators of the leader and the helper (servers, status, gc, keys);
 - `setup`: task set-up by hand (task new);
 - `web`: whoever hosts the survey page for browsers (survey serve).
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="survey_command", required=True
     )
     operator.register(commands, survey)
-    respondent.register(commands)
+    respondent.register(commands, survey)
     web.register(survey)
     setup.register(commands)
     server.register(commands)

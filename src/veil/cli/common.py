@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from fractions import Fraction
@@ -20,8 +21,12 @@ SHARED_CA_GONE = (
 
 
 def setup_logging(level: str) -> None:
+    """Log to stderr at `level`; VEIL_LOG_LEVEL, when set, wins (as for the servers)."""
+    from veil.logs import LEVEL_ENV
+
+    name = os.environ.get(LEVEL_ENV) or level
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=getattr(logging, name.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 

@@ -1,11 +1,14 @@
-"""For the survey operator: `veil demo`, `veil simulate`, `veil survey deploy`, `veil collect`."""
+"""For the survey operator: `veil demo`, `veil simulate`, `veil survey deploy`,
+`veil survey collect`, `veil survey status`, `veil collect`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 from veil.cli.common import (
@@ -177,45 +180,180 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_collect(args: argparse.Namespace) -> int:
-    from veil.collector import CollectionError, Collector
+def cmd_survey_collect(args: argparse.Namespace) -> int:
+    from veil.collector.survey import SurveyCollectError, collect_survey
     from veil.trust import TrustError
 
+    name = "veil survey collect"
     setup_logging(args.log_level)
-    from veil.task import CollectorTask
+    if args.ca is not None:
+        print(f"{name}: {SHARED_CA_GONE}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        outcome = collect_survey(
+            Path(args.survey_dir),
+            out,
+            leader_root_certificates=read_pem(args.leader_ca),
+            wait=args.wait,
+            confidence=args.confidence,
+            say=status_printer(False),
+        )
+    except (SurveyCollectError, TrustError, OSError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    for r in outcome.results:
+        shown = ", ".join(f"{row.label} {row.estimate:.3g}" for row in r.rows[:6])
+        more = ", ..." if len(r.rows) > 6 else ""
+        print(f"  {r.question.id}: n = {r.n}; {shown}{more}")
+    if not outcome.complete:
+        for qid, why in outcome.pending.items():
+            print(f"{name}: {qid} not collected yet: {why}", file=sys.stderr)
+        print(
+            f"{name}: run the same command again to resume ({out / 'state.json'} keeps the"
+            " collection jobs)",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"wrote {out / 'results.json'}, {out / 'results.csv'} and {out / 'report.html'}")
+    return 0
 
+
+def cmd_survey_status(args: argparse.Namespace) -> int:
+    from veil.collector import CollectionError, Collector
+    from veil.collector.survey import SurveyCollectError, load_collector_dir
+    from veil.times import format_duration, format_time
+    from veil.trust import TrustError
+
+    name = "veil survey status"
+    setup_logging(args.log_level)
+    try:
+        files = load_collector_dir(Path(args.survey_dir))
+    except SurveyCollectError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    survey = files.survey
+    assert survey.opens is not None and survey.closes is not None
+    now = time.time()
+    if now < survey.opens:
+        when = f"opens in {format_duration(survey.opens - now)}"
+    elif now < survey.closes:
+        when = f"open, closes in {format_duration(survey.closes - now)}"
+    else:
+        when = "closed: ready to collect (veil survey collect)"
+    print(f"{survey.name}: {format_time(survey.opens)} to {format_time(survey.closes)}; {when}")
+    spent_total = Fraction(0)
+    print(f"  {'question':<20} {'reports':>8} {'rejected':>9} {'budget spent':>14}")
+    for q in survey.questions:
+        task = files.tasks[q.id]
+        try:
+            with Collector(task, leader_root_certificates=read_pem(args.leader_ca)) as c:
+                info = c.task_info(wait=args.wait)
+        except (CollectionError, TrustError, OSError) as e:
+            print(f"{name}: question {q.id!r}: {e}", file=sys.stderr)
+            return 1
+        spent = (task.dp.charge(task.vdaf) or Fraction(0)) * info.collections_finished
+        spent_total += spent
+        unit = {"rho": "rho", None: "-"}.get(task.dp.unit, "eps")
+        print(
+            f"  {q.id:<20} {info.reports:>8} {info.rejected:>9}"
+            f" {unit + ' ' + fraction_text(spent):>14}"
+        )
+    print(f"  budget spent over the survey: {fraction_text(spent_total)} of {survey.epsilon}")
+    return 0
+
+
+def fraction_text(x: Fraction) -> str:
+    """A fraction as people read it: 1/3, 2, or 0.0417 when the denominator is large."""
+    return str(x) if x.denominator <= 12 else f"{float(x):.3g}"
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from veil.collector import CollectionError, Collector
+    from veil.task import CollectorTask
+    from veil.times import TimeFormatError, format_time, parse_time
+    from veil.trust import TrustError
+
+    name = "veil collect"
+    setup_logging(args.log_level)
+    if args.ca is not None:
+        print(f"{name}: {SHARED_CA_GONE}", file=sys.stderr)
+        return 2
     task = load_task_file(args.task, CollectorTask, "collect")
     tp = task.time_precision
-    if args.start == "now":
-        now = int(time.time())
-        start = now - now % tp
-    else:
-        start = int(args.start)
+    now = int(time.time())
     duration = args.duration or tp
-    if args.ca is not None:
-        print(f"veil collect: {SHARED_CA_GONE}", file=sys.stderr)
+    if duration <= 0 or duration % tp:
+        print(f"{name}: --duration must be a positive multiple of {tp} s", file=sys.stderr)
         return 2
+    if args.start is None:
+        # The last complete interval: collecting the current one would close
+        # it while respondents may still upload to it.
+        start = now - now % tp - duration
+    else:
+        try:
+            start = parse_time(args.start, epoch_seconds=True)
+        except TimeFormatError as e:
+            print(f"{name}: --start: {e}", file=sys.stderr)
+            return 2
+        if start % tp:
+            print(
+                f"{name}: --start {format_time(start)} is not aligned to the task's time"
+                f" precision of {tp} s: use {format_time(start - start % tp)}",
+                file=sys.stderr,
+            )
+            return 2
+    if start + duration > now and not args.include_open and args.job_id is None:
+        print(
+            f"{name}: the batch [{format_time(start)}, {format_time(start + duration)}) has not"
+            " ended: collecting it now stops every later upload to it. Give --include-open to"
+            " do it anyway, or collect a batch that has ended",
+            file=sys.stderr,
+        )
+        return 2
+    job_id = None
+    if args.job_id is not None:
+        try:
+            job_id = bytes.fromhex(args.job_id)
+            if len(job_id) != 16:
+                raise ValueError
+        except ValueError:
+            print(f"{name}: --job-id must be 32 hex digits", file=sys.stderr)
+            return 2
     try:
         collector = Collector(task, leader_root_certificates=read_pem(args.leader_ca))
     except (OSError, TrustError) as e:
-        print(f"veil collect: {e}", file=sys.stderr)
+        print(f"{name}: {e}", file=sys.stderr)
         return 2
     with collector:
         try:
+            if job_id is None:
+                collector.check_collector_key()
+                job_id = secrets.token_bytes(16)
+                print(
+                    f"{name}: collection job {job_id.hex()} (to resume: --job-id {job_id.hex()})",
+                    file=sys.stderr,
+                )
             r = collector.collect(
                 start,
                 duration,
                 wait=args.wait,
                 confidence=args.confidence,
                 simultaneous=args.simultaneous,
+                collection_job_id=job_id,
             )
         except CollectionError as e:
-            print(f"veil collect: {e}", file=sys.stderr)
+            print(f"{name}: {e}", file=sys.stderr)
             return 1
     print(
         json.dumps(
             {
-                "batch": {"start": r.start, "duration": r.duration},
+                "batch": {
+                    "start": r.start,
+                    "duration": r.duration,
+                    "start_time": format_time(r.start),
+                },
+                "collection_job_id": job_id.hex(),
                 "report_count": r.report_count,
                 "estimate": number(r.estimate),
                 "confidence_interval": {
@@ -293,12 +431,77 @@ def register(
     p.add_argument("--helper-ca", help="PEM: the helper's CA certificate (pinned in task files)")
     p.set_defaults(func=cmd_survey_deploy)
 
-    p = commands.add_parser("collect", help="collect a batch of one task")
+    p = survey.add_parser(
+        "collect",
+        help="after the survey closes: collect every question into labelled results",
+        description=(
+            "Collect every question of a survey over its whole window, once, after the window"
+            " has closed. RESULTS/state.json records each collection job before it starts: if"
+            " the run stops for any reason, run the same command again to resume it (no"
+            " question is ever collected twice). Writes RESULTS/results.json, results.csv and"
+            " report.html."
+        ),
+    )
+    p.add_argument("--survey-dir", required=True, help="the collector/ directory of the deployment")
+    p.add_argument("--out", required=True, metavar="RESULTS", help="directory for the results")
+    p.add_argument(
+        "--wait", type=float, default=300.0, help="seconds to wait for each question (default 300)"
+    )
+    p.add_argument(
+        "--confidence", type=float, default=0.95, help="level of the intervals (default 0.95)"
+    )
+    p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
+    p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
+    p.add_argument("--log-level", default="warning", help="log level (default warning)")
+    p.set_defaults(func=cmd_survey_collect)
+
+    p = survey.add_parser(
+        "status", help="reports received per question, the window and the budget spent"
+    )
+    p.add_argument("--survey-dir", required=True, help="the collector/ directory of the deployment")
+    p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
+    p.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the leader")
+    p.add_argument("--log-level", default="warning", help="log level (default warning)")
+    p.set_defaults(func=cmd_survey_status)
+
+    p = commands.add_parser(
+        "collect",
+        help="collect one batch of one task (surveys: use veil survey collect)",
+        description=(
+            "Collect one batch of one task. A batch is collected at most once: collecting"
+            " closes it at both aggregators, and every later upload to it is refused. The"
+            " default batch is therefore the last complete interval. A batch is lost (spent"
+            " without a result) only when the aggregators released their shares and this"
+            " collector cannot open them (a wrong key, checked before starting) or when the"
+            " job id is lost: it is printed first, and --job-id resumes it."
+        ),
+    )
     p.add_argument("--task", required=True, help="the collector's task file")
-    p.add_argument("--start", default="now", help="batch start (epoch seconds) or 'now'")
-    p.add_argument("--duration", type=int, help="seconds (default: the time precision)")
-    p.add_argument("--wait", type=float, default=300.0)
-    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument(
+        "--start",
+        help="batch start: RFC 3339 (2026-05-01T09:00:00Z) or epoch seconds, aligned to the"
+        " time precision (default: the start of the last complete interval)",
+    )
+    p.add_argument(
+        "--duration", type=int, help="seconds, a multiple of the time precision (default: one)"
+    )
+    p.add_argument(
+        "--include-open",
+        action="store_true",
+        help="allow a batch that has not ended yet: this stops every later upload to it",
+    )
+    p.add_argument(
+        "--job-id", help="resume this collection job (32 hex digits, printed when it started)"
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the aggregators (default 300)",
+    )
+    p.add_argument(
+        "--confidence", type=float, default=0.95, help="level of the interval (default 0.95)"
+    )
     p.add_argument(
         "--simultaneous",
         action="store_true",
@@ -307,5 +510,5 @@ def register(
     )
     p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
     p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-level", default="warning", help="log level (default warning)")
     p.set_defaults(func=cmd_collect)

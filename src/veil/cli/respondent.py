@@ -1,15 +1,21 @@
-"""For respondents and client apps: `veil upload`."""
+"""For respondents and client apps: `veil survey respond`, `veil upload`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veil.cli.common import SHARED_CA_GONE, load_task_file, read_pem, setup_logging
 from veil.client.outbox import DEFAULT_MAX_REPORTS
 from veil.task import Task, VdafSpec
+
+if TYPE_CHECKING:
+    from veil.survey import Question, Survey
 
 
 def parse_measurement(spec: VdafSpec, text: str) -> Any:
@@ -185,7 +191,207 @@ def _positive(text: str) -> int:
     return value
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def read_answers(path: Path) -> tuple[list[tuple[str, Any]], bool]:
+    """The respondents in an answers file as (where, answers) pairs, and
+    whether the file holds many (JSON Lines). Raises ValueError naming the
+    file and line."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            with path.open("rb") as f:
+                return [(str(path), tomllib.load(f))], False
+        if suffix == ".json":
+            return [(str(path), json.loads(path.read_text(encoding="utf-8")))], False
+        if suffix in (".jsonl", ".ndjson"):
+            many = []
+            with path.open(encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            many.append((f"{path}:{n}", json.loads(line)))
+                        except (json.JSONDecodeError, RecursionError) as e:
+                            raise ValueError(f"{path}:{n}: not a JSON object: {e}") from None
+            return many, True
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"{path}: not valid {suffix[1:].upper()}: {e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e.strerror}") from None
+    raise ValueError(
+        f"{path}: answers files end in .toml or .json (one respondent) or .jsonl (one"
+        " respondent a line)"
+    )
+
+
+def _show(q: Question, answer: Any) -> str:
+    if isinstance(answer, list):
+        return ", ".join(map(str, answer)) or "(none)"
+    return str(answer)
+
+
+def ask(survey: Survey, read: Callable[[str], str], write: Callable[[str], None]) -> dict[str, Any]:
+    """Ask each question on the terminal until the answer fits; an empty answer
+    leaves the question out. Raises EOFError when the respondent quits."""
+    from veil.survey import AnswerError
+
+    answers: dict[str, Any] = {}
+    total = len(survey.questions)
+    for n, q in enumerate(survey.questions, 1):
+        write(f"\n{n}/{total} {q.text}")
+        if q.kind == "yes_no":
+            hint = "yes or no"
+        elif q.kind == "integer":
+            hint = f"a whole number from 0 to {q.max}"
+        elif q.kind == "vector":
+            names = ", ".join(q.element_labels())
+            hint = f"{q.length} numbers from 0 to {q.max}, separated by commas ({names})"
+        else:
+            for i, option in enumerate(q.options, 1):
+                write(f"  {i}) {option}")
+            hint = (
+                "a number or a name"
+                if q.kind == "choice"
+                else f"up to {q.max_choices} numbers or names, separated by commas"
+            )
+        while True:
+            text = read(f"[{hint}; empty to skip] > ").strip()
+            if not text:
+                break
+            answer: Any = text
+            if q.kind in ("choice", "multi_choice"):
+                picks = [t.strip() for t in text.split(",")] if q.kind == "multi_choice" else [text]
+                picks = [
+                    q.options[int(t) - 1] if t.isdigit() and 1 <= int(t) <= len(q.options) else t
+                    for t in picks
+                    if t
+                ]
+                answer = picks if q.kind == "multi_choice" else picks[0]
+            elif q.kind == "vector":
+                answer = [t.strip() for t in text.split(",")]
+            try:
+                q.to_measurement(answer)
+            except AnswerError as e:
+                write(f"  {e}")
+                continue
+            answers[q.id] = answer
+            break
+    return answers
+
+
+def cmd_survey_respond(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from veil.client import UploadError
+    from veil.survey import AnswerError, SurveyClient, SurveyError
+    from veil.trust import TrustError
+
+    name = "veil survey respond"
+    setup_logging(args.log_level)
+    if args.ca is not None:
+        print(f"{name}: {SHARED_CA_GONE}", file=sys.stderr)
+        return 2
+    try:
+        client = SurveyClient(
+            args.survey_dir,
+            leader_root_certificates=read_pem(args.leader_ca),
+            helper_root_certificates=read_pem(args.helper_ca),
+            private_key=read_pem(args.client_key),
+            certificate_chain=read_pem(args.client_cert),
+        )
+    except (OSError, SurveyError, TrustError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    with client:
+        survey = client.survey
+        try:
+            if args.answers:
+                respondents, many = read_answers(Path(args.answers))
+                for where, answers in respondents:
+                    try:
+                        client.measurements(answers)
+                    except AnswerError as e:
+                        raise ValueError(f"{where}: {e}") from None
+            else:
+                if not sys.stdin.isatty():
+                    raise ValueError("give --answers FILE, or run it in a terminal to answer")
+                client.check_open()
+                respondents, many = [("terminal", _interactive(survey))], False
+            if not any(a for _, a in respondents):
+                raise ValueError("no answers given: nothing was sent")
+            with tqdm(
+                total=sum(len(client.measurements(a)) for _, a in respondents),
+                desc="uploading",
+                unit="report",
+                disable=not many or args.no_progress,
+                file=sys.stderr,
+            ) as bar:
+
+                def advance(n: int) -> None:
+                    bar.update(n)
+
+                done = client.respond_many([a for _, a in respondents], on_progress=advance)
+        except EOFError:
+            print(f"\n{name}: stopped: nothing was sent", file=sys.stderr)
+            return 1
+        except (ValueError, SurveyError) as e:
+            print(f"{name}: {e}", file=sys.stderr)
+            return 2
+        except UploadError as e:
+            print(f"{name}: upload refused: {e}", file=sys.stderr)
+            return 1
+    reports = sum(done.reports.values())
+    who = "respondent" if done.respondents == 1 else "respondents"
+    print(
+        f"sent {reports} {'answer' if reports == 1 else 'answers'} of {done.respondents} {who}"
+        f" to {survey.name!r} ({', '.join(f'{q}: {n}' for q, n in done.reports.items())})"
+    )
+    return 0
+
+
+def _interactive(survey: Survey) -> dict[str, Any]:
+    from veil.times import format_time
+
+    assert survey.closes is not None
+    print(f"{survey.name} (open until {format_time(survey.closes)})")
+    print("Answer each question; leave one empty to skip it. Nothing is sent before you confirm.")
+    answers = ask(survey, input, print)
+    if not answers:
+        return answers
+    print("\nYour answers:")
+    for q in survey.questions:
+        if q.id in answers:
+            print(f"  {q.text}: {_show(q, answers[q.id])}")
+    if input("Send these answers? [y/N] > ").strip().lower() not in ("y", "yes"):
+        raise EOFError
+    return answers
+
+
+def register(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    survey: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    p = survey.add_parser(
+        "respond",
+        help="answer a survey by label (from a file, or question by question on the terminal)",
+        description=(
+            "Answer a deployed survey. Answers are given by label: yes_no as yes/no/true/false,"
+            " integer as a number, choice as an option name, multi_choice as a list of option"
+            " names, vector as a list of numbers. FILE is one respondent (.toml or .json: an"
+            " object keyed by question id) or many (.jsonl: one object a line). A question left"
+            " out is not answered. Every answer is checked before anything is sent."
+        ),
+    )
+    p.add_argument(
+        "--survey-dir", required=True, help="the client/ directory of the survey's deployment"
+    )
+    p.add_argument("--answers", metavar="FILE", help="answers file (default: ask on the terminal)")
+    _trust_arguments(p)
+    p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--log-level", default="warning", help="log level (default warning)")
+    p.set_defaults(func=cmd_survey_respond)
+
     p = commands.add_parser("upload", help="upload measurements of one task")
     p.add_argument("--task", required=True, help="the client's task file")
     p.add_argument("values", nargs="*", help="measurements, e.g. 1, 42 or 1,0,3")

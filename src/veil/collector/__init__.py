@@ -1,5 +1,17 @@
 """veil.collector: request a batch, open both aggregate shares, estimate."""
 
-from veil.collector.collector import CollectionError, CollectionResult, Collector
+from veil.collector.collector import (
+    CollectionError,
+    CollectionJobFailed,
+    CollectionResult,
+    Collector,
+    WrongCollectorKey,
+)
 
-__all__ = ["CollectionError", "CollectionResult", "Collector"]
+__all__ = [
+    "CollectionError",
+    "CollectionJobFailed",
+    "CollectionResult",
+    "Collector",
+    "WrongCollectorKey",
+]

@@ -33,6 +33,15 @@ class CollectionError(RpcRefused):
     """The collection was refused or failed; `code` is the gRPC status."""
 
 
+class CollectionJobFailed(CollectionError):
+    """The leader ran the collection job and it failed (the job is over: a
+    new job may be tried; the aggregators still collect a batch at most once)."""
+
+
+class WrongCollectorKey(CollectionError):
+    """The task seals aggregate shares to another collector key than ours."""
+
+
 @dataclass(frozen=True)
 class CollectionResult:
     """A collected batch.
@@ -133,6 +142,28 @@ class Collector:
                 error = CollectionError.from_rpc(e)
                 raise error from None
 
+    def task_info(self, wait: float = 15.0) -> Any:
+        """The leader's TaskInfo of this task (leader.proto): the collector key
+        it seals to, reports received and rejected, collections finished."""
+        request = leader_pb2.TaskInfoRequest(task_id=self.task.task_id)
+        return self._call(self._leader.GetTaskInfo, request, self.clock() + wait)
+
+    def check_collector_key(self, wait: float = 15.0) -> None:
+        """Asks the leader which collector HPKE key the task seals aggregate
+        shares to; WrongCollectorKey unless it is ours. Run it before closing a
+        batch: a share sealed to another key cannot be opened, and the batch
+        it came from is spent."""
+        assert self.task.collector_hpke_keypair is not None
+        reply = self.task_info(wait).collector_hpke_config
+        ours = self.task.collector_hpke_keypair.config
+        if (reply.config_id, reply.public_key) != (ours.config_id, ours.public_key):
+            raise WrongCollectorKey(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the leader's task {self.task.id_text} seals aggregate shares to another"
+                " collector key than this task file's: this file is not the collector's file of"
+                " the deployment the leader runs (nothing was collected)",
+            )
+
     def collect(
         self,
         start: int,
@@ -172,7 +203,7 @@ class Collector:
             poll_interval = min(poll_interval * 1.5, 2.0)
             job = self._call(self._leader.GetCollection, poll, deadline)
         if job.state != leader_pb2.CollectionJob.FINISHED:
-            raise CollectionError(_code(job.error_code), job.error_message)
+            raise CollectionJobFailed(_code(job.error_code), job.error_message)
         return self._finish(job, start, duration, confidence, simultaneous, self.clock() - began)
 
     def _open(self, role: int, pb: Any, start: int, duration: int, count: int) -> list[int]:

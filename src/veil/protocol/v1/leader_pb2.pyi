@@ -8,6 +8,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class TaskInfoRequest(_message.Message):
+    __slots__ = ("task_id",)
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    def __init__(self, task_id: _Optional[bytes] = ...) -> None: ...
+
+class TaskInfo(_message.Message):
+    __slots__ = ("collector_hpke_config", "reports", "rejected", "collections_finished")
+    COLLECTOR_HPKE_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIONS_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    collector_hpke_config: _messages_pb2.HpkeConfig
+    reports: int
+    rejected: int
+    collections_finished: int
+    def __init__(self, collector_hpke_config: _Optional[_Union[_messages_pb2.HpkeConfig, _Mapping]] = ..., reports: _Optional[int] = ..., rejected: _Optional[int] = ..., collections_finished: _Optional[int] = ...) -> None: ...
+
 class Report(_message.Message):
     __slots__ = ("metadata", "public_share", "leader_encrypted_input_share", "helper_encrypted_input_share")
     METADATA_FIELD_NUMBER: _ClassVar[int]

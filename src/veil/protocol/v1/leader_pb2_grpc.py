@@ -55,6 +55,11 @@ class LeaderStub:
                 request_serializer=veil_dot_protocol_dot_v1_dot_leader__pb2.GetCollectionRequest.SerializeToString,
                 response_deserializer=veil_dot_protocol_dot_v1_dot_leader__pb2.CollectionJob.FromString,
                 _registered_method=True)
+        self.GetTaskInfo = channel.unary_unary(
+                '/veil.protocol.v1.Leader/GetTaskInfo',
+                request_serializer=veil_dot_protocol_dot_v1_dot_leader__pb2.TaskInfoRequest.SerializeToString,
+                response_deserializer=veil_dot_protocol_dot_v1_dot_leader__pb2.TaskInfo.FromString,
+                _registered_method=True)
 
 
 class LeaderServicer:
@@ -93,6 +98,17 @@ class LeaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTaskInfo(self, request, context):
+        """What the collector may know of its task before collecting: the HPKE
+        configuration the task seals aggregate shares to (so that a collector
+        checks its key before it closes a batch: a share sealed to another key is
+        lost) and how many reports have arrived. Requires the collector's bearer
+        token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -115,6 +131,11 @@ def add_LeaderServicer_to_server(servicer, server):
                     servicer.GetCollection,
                     request_deserializer=veil_dot_protocol_dot_v1_dot_leader__pb2.GetCollectionRequest.FromString,
                     response_serializer=veil_dot_protocol_dot_v1_dot_leader__pb2.CollectionJob.SerializeToString,
+            ),
+            'GetTaskInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTaskInfo,
+                    request_deserializer=veil_dot_protocol_dot_v1_dot_leader__pb2.TaskInfoRequest.FromString,
+                    response_serializer=veil_dot_protocol_dot_v1_dot_leader__pb2.TaskInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +246,33 @@ class Leader:
             '/veil.protocol.v1.Leader/GetCollection',
             veil_dot_protocol_dot_v1_dot_leader__pb2.GetCollectionRequest.SerializeToString,
             veil_dot_protocol_dot_v1_dot_leader__pb2.CollectionJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTaskInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/veil.protocol.v1.Leader/GetTaskInfo',
+            veil_dot_protocol_dot_v1_dot_leader__pb2.TaskInfoRequest.SerializeToString,
+            veil_dot_protocol_dot_v1_dot_leader__pb2.TaskInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,179 @@
+"""RESULTS/report.html of `veil survey collect`: one page that works offline.
+
+Every figure is inline SVG drawn here (no script, no external asset, no
+font to fetch), and reads on its own: the question's words as its title, the
+unit on the axis, each estimate as a bar with its confidence interval drawn
+across it, n beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+from typing import TYPE_CHECKING
+
+from veil.times import format_time
+
+if TYPE_CHECKING:
+    from veil.collector.survey import QuestionResults
+    from veil.survey import Survey
+
+WIDTH = 720
+LABEL_WIDTH = 190
+ROW = 30
+TOP = 46
+BOTTOM = 52
+RIGHT = 30
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 52rem; padding: 0 1rem; color: #1d232b; line-height: 1.45; }
+h1 { margin-bottom: 0.2rem; }
+.meta { color: #4a5562; margin-top: 0; }
+section { border-top: 1px solid #d5dbe1; padding-top: 1rem; margin-top: 1.5rem; }
+table { border-collapse: collapse; margin-top: 0.5rem; font-variant-numeric: tabular-nums; }
+td, th { padding: 0.15rem 0.8rem 0.15rem 0; text-align: right; }
+td:first-child, th:first-child { text-align: left; }
+.privacy { background: #f2f6f9; border-left: 4px solid #3b6e99; padding: 0.6rem 1rem; }
+svg text { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }
+"""
+
+
+def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi]."""
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.floor(lo / step) * step
+    ticks = []
+    t = first
+    while t <= hi + step * 1e-9:
+        ticks.append(round(t, 10))
+        t += step
+    if ticks[-1] < hi:
+        ticks.append(round(ticks[-1] + step, 10))
+    return ticks
+
+
+def _num(x: float) -> str:
+    """Three significant digits, no exponent for everyday sizes."""
+    if x == 0:
+        return "0"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def chart(r: QuestionResults) -> str:
+    """A horizontal bar chart of one question's rows, intervals drawn."""
+    rows = [row for row in r.rows if row.label != "sum"]
+    lo = min(0.0, *(row.ci_low for row in rows))
+    hi = max(1.0, *(row.ci_high for row in rows))
+    ticks = _nice_ticks(lo, hi)
+    lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
+    plot_w = WIDTH - LABEL_WIDTH - RIGHT
+    height = TOP + ROW * len(rows) + BOTTOM
+
+    def x(v: float) -> float:
+        return LABEL_WIDTH + (v - lo) / (hi - lo) * plot_w
+
+    title = r.question.text
+    if len(title) > 95:
+        title = title[:94] + "…"
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}"'
+        f' viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(r.question.text)}">',
+        f'<rect width="{WIDTH}" height="{height}" fill="#ffffff"/>',
+        '<text x="8" y="20" font-size="15" font-weight="600" fill="#1d232b">'
+        f"{escape(title)}</text>",
+        f'<text x="8" y="38" font-size="12" fill="#4a5562">n = {r.n} reports;'
+        f" bars: estimates; lines: {r.confidence:.0%} confidence intervals ({r.intervals})"
+        "</text>",
+    ]
+    bottom = TOP + ROW * len(rows)
+    for t in ticks:
+        tx = x(t)
+        parts.append(
+            f'<line x1="{tx:.1f}" y1="{TOP - 4}" x2="{tx:.1f}" y2="{bottom}" stroke="#e3e8ed"/>'
+            f'<text x="{tx:.1f}" y="{bottom + 16}" font-size="11" text-anchor="middle"'
+            f' fill="#4a5562">{_num(t)}</text>'
+        )
+    parts.append(
+        f'<line x1="{x(0):.1f}" y1="{TOP - 4}" x2="{x(0):.1f}" y2="{bottom}" stroke="#8a96a3"/>'
+        f'<text x="{LABEL_WIDTH + plot_w / 2:.1f}" y="{bottom + 38}" font-size="12"'
+        f' text-anchor="middle" fill="#1d232b">{escape(r.unit)}</text>'
+    )
+    for i, row in enumerate(rows):
+        cy = TOP + ROW * i + ROW / 2
+        label = row.label if len(row.label) <= 26 else row.label[:25] + "…"
+        x0, xe = sorted((x(0), x(row.estimate)))
+        parts.append(
+            f'<text x="{LABEL_WIDTH - 8}" y="{cy + 4:.1f}" font-size="12" text-anchor="end"'
+            f' fill="#1d232b">{escape(label)}</text>'
+            f'<rect x="{x0:.1f}" y="{cy - 9:.1f}" width="{max(xe - x0, 1):.1f}" height="18"'
+            f' fill="#6b9ac4"><title>{escape(row.label)}: {_num(row.estimate)}'
+            f" [{_num(row.ci_low)}, {_num(row.ci_high)}]</title></rect>"
+            f'<line x1="{x(row.ci_low):.1f}" y1="{cy:.1f}" x2="{x(row.ci_high):.1f}"'
+            f' y2="{cy:.1f}" stroke="#1d3b57" stroke-width="2"/>'
+            f'<line x1="{x(row.ci_low):.1f}" y1="{cy - 6:.1f}" x2="{x(row.ci_low):.1f}"'
+            f' y2="{cy + 6:.1f}" stroke="#1d3b57" stroke-width="2"/>'
+            f'<line x1="{x(row.ci_high):.1f}" y1="{cy - 6:.1f}" x2="{x(row.ci_high):.1f}"'
+            f' y2="{cy + 6:.1f}" stroke="#1d3b57" stroke-width="2"/>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def privacy_lines(survey: Survey) -> list[str]:
+    """The survey's privacy statement in plain words (veil.privacy), and what
+    the intervals mean."""
+    from veil.privacy import privacy_statement
+
+    lines = privacy_statement(survey).lines()
+    if survey.mechanism != "none":
+        lines.append(
+            "Each figure is an estimate with noise added by each aggregator on its own; an"
+            " interval may reach below zero for a count, since the noise is symmetric, but the"
+            " true value never does."
+        )
+    return lines
+
+
+def report_html(survey: Survey, results: Sequence[QuestionResults]) -> str:
+    assert survey.opens is not None and survey.closes is not None
+    sections = []
+    for r in results:
+        privacy = (
+            f"ρ = {r.privacy['rho']} (ε = {r.privacy['epsilon']}, δ = {r.privacy['delta']})"
+            if "rho" in r.privacy
+            else f"ε = {r.privacy['epsilon']}"
+        )
+        rows = "".join(
+            f"<tr><td>{escape(row.label)}</td><td>{_num(row.estimate)}</td>"
+            f"<td>{_num(row.ci_low)} to {_num(row.ci_high)}</td></tr>"
+            for row in r.rows
+        )
+        sections.append(
+            f"<section><h2>{escape(r.question.text)}</h2>"
+            f'<p class="meta">question <code>{escape(r.question.id)}</code>'
+            f" ({escape(r.question.kind.replace('_', ' '))}), n = {r.n} reports,"
+            f" {privacy}</p>{chart(r)}"
+            f"<table><tr><th>answer</th><th>estimate</th>"
+            f"<th>{r.confidence:.0%} interval</th></tr>{rows}</table></section>"
+        )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(survey.name)}: results</title><style>{STYLE}</style></head><body>"
+        f"<h1>{escape(survey.name)}</h1>"
+        f'<p class="meta">Window {format_time(survey.opens)} to {format_time(survey.closes)}'
+        f" (UTC); {len(results)} questions.</p>"
+        '<div class="privacy">'
+        + "".join(f"<p>{escape(line)}</p>" for line in privacy_lines(survey))
+        + "</div>"
+        + "".join(sections)
+        + "</body></html>\n"
+    )

@@ -1,0 +1,454 @@
+"""A survey run as its parties run it, each step a real `veil` process:
+deploy (plaintext on loopback, and TLS with a CA per aggregator), the two
+servers, respondents answering by label (a JSON Lines panel, a TOML file,
+one person at a terminal), the window closing, `veil survey collect`, and the
+report opened in a real browser.
+
+The window is a few seconds long (time precision 2 s), so nothing waits long.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import random
+import select
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from veil.aggregator.local import ServerProcess, free_port
+from veil.hpke import generate_keypair
+from veil.task import load_task, write_toml
+from veil.times import format_time
+
+pytestmark = pytest.mark.slow
+
+TP = 2
+QUESTIONS = """
+[[question]]
+id = "remote"
+text = "Do you work remotely most days?"
+kind = "yes_no"
+
+[[question]]
+id = "commute"
+text = "How many minutes is your commute?"
+kind = "integer"
+max = 120
+
+[[question]]
+id = "team"
+text = "Which team are you in?"
+kind = "choice"
+options = ["engineering", "design", "sales"]
+
+[[question]]
+id = "tools"
+text = "Which tools do you use daily?"
+kind = "multi_choice"
+options = ["email", "chat", "wiki", "video"]
+max_choices = 2
+
+[[question]]
+id = "ratings"
+text = "Rate workload and pay from 0 to 10."
+kind = "vector"
+length = 2
+max = 10
+labels = ["workload", "pay"]
+"""
+LABELS = {
+    "remote": ["yes"],
+    "commute": ["mean", "sum"],
+    "team": ["engineering", "design", "sales"],
+    "tools": ["email", "chat", "wiki", "video"],
+    "ratings": ["workload", "pay"],
+}
+# Wide enough that every one of the 13 intervals holds the truth but once in
+# ~10^4 runs; the intervals come from the exact noise distribution.
+CONFIDENCE = "0.99999"
+
+
+def veil(*args: str | Path, cwd: Path | None = None, timeout: float = 120) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "veil.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        # The loopback plaintext warning is silenced as a user would silence it.
+        env=dict(os.environ, VEIL_LOG_LEVEL="error"),
+    )
+
+
+def panel(n: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [
+        {
+            "remote": rng.random() < 0.3,
+            "commute": rng.randrange(0, 100),
+            "team": rng.choice(["engineering", "engineering", "design", "sales"]),
+            "tools": rng.sample(["email", "chat", "wiki", "video"], rng.randrange(0, 3)),
+            "ratings": [rng.randrange(2, 9), rng.randrange(0, 6)],
+        }
+        for _ in range(n)
+    ]
+
+
+def truth(answers: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    n = len(answers)
+    commute = sum(a["commute"] for a in answers)
+    return {
+        "remote": {"yes": sum(a["remote"] for a in answers)},
+        "commute": {"mean": commute / n, "sum": commute},
+        "team": {t: sum(a["team"] == t for a in answers) for t in LABELS["team"]},
+        "tools": {t: sum(t in a["tools"] for a in answers) for t in LABELS["tools"]},
+        "ratings": {
+            label: sum(a["ratings"][i] for a in answers) / n
+            for i, label in enumerate(LABELS["ratings"])
+        },
+    }
+
+
+# --- certificates for the TLS deployment (one CA per aggregator) -------------
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def issue(tls_dir: Path, role: str, out: Path) -> Path:
+    """A CA for `role` (written to out/ROLE-ca.crt) and its server certificate
+    for 127.0.0.1 in tls_dir/ROLE.crt and .key, as the deployment names them."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    key = ec.generate_private_key(ec.SECP256R1())
+
+    def cert(subject: str, public: Any, ca: bool) -> x509.Certificate:
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(_name(subject))
+            .issuer_name(_name(f"{role} CA"))
+            .public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            b = b.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+        return b.sign(ca_key, hashes.SHA256())
+
+    ca_path = out / f"{role}-ca.crt"
+    ca_path.write_bytes(
+        cert(f"{role} CA", ca_key.public_key(), True).public_bytes(serialization.Encoding.PEM)
+    )
+    (tls_dir / f"{role}.crt").write_bytes(
+        cert("127.0.0.1", key.public_key(), False).public_bytes(serialization.Encoding.PEM)
+    )
+    (tls_dir / f"{role}.key").write_bytes(_pem_key(key))
+    return ca_path
+
+
+@dataclass
+class Deployed:
+    root: Path
+    dep: Path
+    opens: int
+    closes: int
+    helper: ServerProcess
+    leader: ServerProcess
+    client_tls: list[str]
+    collector_tls: list[str]
+    helper_ca: bytes | None
+
+    @property
+    def client(self) -> Path:
+        return self.dep / "client"
+
+    @property
+    def collector(self) -> Path:
+        return self.dep / "collector"
+
+    def collections(self) -> int:
+        with sqlite3.connect(self.dep / "leader" / "leader.db") as db:
+            count: int = db.execute("SELECT COUNT(*) FROM collections").fetchone()[0]
+        return count
+
+    def wait_for_close(self) -> None:
+        time.sleep(max(0.0, self.closes - time.time() + 0.2))
+
+
+@pytest.fixture
+def deploy(tmp_path: Path) -> Iterator[Any]:
+    started: list[ServerProcess] = []
+
+    def run(tls: bool, window: int) -> Deployed:
+        opens = int(time.time()) // TP * TP
+        closes = opens + window
+        survey = tmp_path / "survey.toml"
+        survey.write_text(
+            f'[survey]\nname = "Journey"\nepsilon = 2\nmin_batch_size = 50\n'
+            f'time_precision = {TP}\nopens = "{format_time(opens)}"\n'
+            f'closes = "{format_time(closes)}"\n' + QUESTIONS
+        )
+        leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        out = veil(
+            "survey", "deploy", "--survey", survey, "--out", tmp_path / "dep",
+            "--leader", leader, "--helper", helper, *([] if tls else ["--no-tls"]),
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        dep = tmp_path / "dep"
+        client_tls: list[str] = []
+        collector_tls: list[str] = []
+        cas: dict[str, bytes | None] = {"leader": None, "helper": None}
+        if tls:
+            for role in ("leader", "helper"):
+                ca = issue(dep / role / "tls", role, tmp_path)
+                cas[role] = ca.read_bytes()
+                client_tls += [f"--{role}-ca", str(ca)]
+            shutil.copy(tmp_path / "helper-ca.crt", dep / "leader" / "tls" / "helper-ca.crt")
+            collector_tls = ["--leader-ca", str(tmp_path / "leader-ca.crt")]
+        servers = {
+            role: ServerProcess(
+                role, dep / role / f"{role}.toml", tmp_path / f"{role}.log", address
+            )
+            for role, address in (("helper", helper), ("leader", leader))
+        }
+        for role, server in servers.items():
+            server.start(root_certificates=cas[role])
+            started.append(server)
+        return Deployed(
+            tmp_path, dep, opens, closes, servers["helper"], servers["leader"],
+            client_tls, collector_tls, cas["helper"],
+        )  # fmt: skip
+
+    yield run
+    for server in started:
+        server.stop()
+
+
+def check_results(results: Path, answers: list[dict[str, Any]]) -> None:
+    expected = truth(answers)
+    published = json.loads((results / "results.json").read_text())
+    assert [q["question"] for q in published] == list(LABELS)
+    for q in published:
+        assert q["n"] == len(answers), q
+        assert q["epsilon"] == "0.4" and q["delta"] == "0"
+        assert [r["label"] for r in q["rows"]] == LABELS[q["question"]]
+        for row in q["rows"]:
+            true = expected[q["question"]][row["label"]]
+            assert row["ci_low"] <= true <= row["ci_high"], (q["question"], row, true)
+    csv_lines = (results / "results.csv").read_text().splitlines()
+    assert csv_lines[0] == "question,kind,n,label,estimate,ci_low,ci_high"
+    assert len(csv_lines) == 1 + sum(len(v) for v in LABELS.values())
+    page = (results / "report.html").read_text()
+    assert "Journey" in page and "<svg" in page and "Rate workload and pay" in page
+    for external in ("http://", "https://", "<script", "<link"):
+        assert external not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_survey_with_tls(deploy: Any) -> None:
+    d = deploy(tls=True, window=14)
+    answers = panel(300, seed=1)
+    jsonl = d.root / "panel.jsonl"
+    jsonl.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    done = veil("survey", "respond", "--survey-dir", d.client, "--answers", jsonl, *d.client_tls)
+    assert done.returncode == 0, done.stderr
+    assert "sent 1500 answers of 300 respondents" in done.stdout
+    d.wait_for_close()
+    results = d.root / "results"
+    out = veil(
+        "survey", "collect", "--survey-dir", d.collector, "--out", results,
+        "--confidence", CONFIDENCE, *d.collector_tls,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    check_results(results, answers)
+
+
+def pty_session(args: list[str], replies: list[str], timeout: float = 60) -> tuple[int, str]:
+    """Run a command on a pseudo-terminal, sending each reply after the next
+    prompt (every prompt ends in "> "); its exit status and everything shown."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    shown = b""
+    deadline = time.monotonic() + timeout
+
+    def read(until_prompt: bool) -> bool:
+        nonlocal shown
+        mark = len(shown)
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    return False
+                if not chunk:
+                    return False
+                shown += chunk
+                if until_prompt and shown[mark:].rstrip(b" ").endswith(b">"):
+                    return True
+            elif proc.poll() is not None and not until_prompt:
+                return False
+        raise AssertionError(f"timed out; the terminal showed:\n{shown.decode(errors='replace')}")
+
+    try:
+        for reply in replies:
+            assert read(until_prompt=True), shown.decode(errors="replace")
+            os.write(master, reply.encode() + b"\n")
+        read(until_prompt=False)
+        return proc.wait(timeout=30), shown.decode(errors="replace").replace("\r\n", "\n")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+
+
+def test_survey_plaintext_journey(deploy: Any) -> None:
+    d = deploy(tls=False, window=30)
+    results = d.root / "results"
+
+    # Collecting before the window closes is refused, nothing closed.
+    early = veil("survey", "collect", "--survey-dir", d.collector, "--out", results)
+    assert early.returncode == 2
+    assert "the survey closes at" in early.stderr and "nothing was collected" in early.stderr
+    assert d.collections() == 0
+
+    # 300 respondents from a panel file, one from a TOML file, one at a terminal.
+    answers = panel(300, seed=2)
+    jsonl = d.root / "panel.jsonl"
+    jsonl.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    done = veil("survey", "respond", "--survey-dir", d.client, "--answers", jsonl)
+    assert done.returncode == 0, done.stderr
+    one = d.root / "me.toml"
+    one.write_text(
+        'remote = "no"\ncommute = 12\nteam = "sales"\ntools = ["wiki"]\nratings = [3, 4]\n'
+    )
+    done = veil("survey", "respond", "--survey-dir", d.client, "--answers", one)
+    assert done.returncode == 0 and "sent 5 answers of 1 respondent" in done.stdout, done.stderr
+    answers.append(
+        {"remote": False, "commute": 12, "team": "sales", "tools": ["wiki"], "ratings": [3, 4]}
+    )
+    rc, shown = pty_session(
+        [sys.executable, "-m", "veil.cli", "survey", "respond", "--survey-dir", str(d.client)],
+        ["yes", "500", "25", "2", "1, chat", "5,6", "y"],
+    )
+    assert rc == 0, shown
+    assert "1/5 Do you work remotely most days?" in shown
+    assert "  2) design" in shown
+    assert "'commute': '500' is not an allowed answer; give a whole number from 0 to 120" in shown
+    assert "Which tools do you use daily?: email, chat" in shown
+    assert "sent 5 answers of 1 respondent" in shown
+    answers.append(
+        {"remote": True, "commute": 25, "team": "design", "tools": ["email", "chat"],
+         "ratings": [5, 6]}
+    )  # fmt: skip
+
+    status = veil("survey", "status", "--survey-dir", d.collector)
+    assert status.returncode == 0, status.stderr
+    # (The machine may be slow enough for the window to have closed meanwhile.)
+    assert "open, closes in" in status.stdout or "closed: ready to collect" in status.stdout
+    assert status.stdout.count(f" {len(answers)} ") == 5, status.stdout
+    d.wait_for_close()
+
+    # A collector file with another key: refused before anything is closed.
+    wrong = d.root / "collector-wrong"
+    shutil.copytree(d.collector, wrong)
+    other = generate_keypair(7)
+    doc = load_task(wrong / "team.toml")
+    write_toml(
+        wrong / "team.toml",
+        replace(doc, collector_hpke_keypair=other, collector_hpke_config=other.config).to_dict(),
+        secret=True,
+    )
+    out = veil("survey", "collect", "--survey-dir", wrong, "--out", d.root / "wrong-results")
+    assert out.returncode == 2, out.stderr
+    assert "question 'team'" in out.stderr and "another collector key" in out.stderr
+    assert d.collections() == 0
+    assert not (d.root / "wrong-results" / "state.json").exists()
+
+    # The collector killed mid-way (the helper down, so the first job stays
+    # pending): run again, and the same jobs finish; no question collected twice.
+    d.helper.stop()
+    args = [
+        sys.executable, "-m", "veil.cli", "survey", "collect", "--survey-dir", str(d.collector),
+        "--out", str(results), "--confidence", CONFIDENCE,
+    ]  # fmt: skip
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = results / "state.json"
+    deadline = time.monotonic() + 60
+    while not (state.exists() and json.loads(state.read_text())["jobs"]):
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.1)
+    time.sleep(0.5)  # let the job reach the leader
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    started = json.loads(state.read_text())["jobs"]
+    assert list(started) == ["remote"]
+    d.helper.start()
+    out = veil(*args[3:])
+    assert out.returncode == 0, out.stderr
+    assert f"remote: resuming job {started['remote']}" in out.stderr
+    assert json.loads(state.read_text())["jobs"]["remote"] == started["remote"]
+    assert d.collections() == 5  # one per question
+    check_results(results, answers)
+
+    # Run again: the same results from the same jobs, nothing new collected.
+    before = (results / "results.json").read_text()
+    again = veil(*args[3:])
+    assert again.returncode == 0 and d.collections() == 5
+    assert (results / "results.json").read_text() == before
+
+    screenshot_is_not_blank(results / "report.html", d.root / "report.png")
+
+
+def screenshot_is_not_blank(page: Path, png: Path) -> None:
+    """Open the page in headless Chromium (Debian's `chromium`); fail, not
+    skip, under CI when it is missing."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing (.ci/run installs it)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    subprocess.run(
+        [
+            browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            f"--screenshot={png}", "--window-size=1000,1600", page.as_uri(),
+        ],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    from PIL import Image
+
+    with Image.open(png) as image:
+        grey = image.convert("L").histogram()
+        colours = len(image.convert("RGB").getcolors(maxcolors=1 << 20) or [])
+    dark = sum(grey[:200])
+    assert dark > 0.01 * sum(grey), dark  # text and bars, not an empty page
+    assert colours > 20, colours

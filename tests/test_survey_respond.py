@@ -1,0 +1,131 @@
+"""`veil survey respond` and `veil.survey.SurveyClient` on malformed input:
+one line naming the file, the line, the question, the answer and what is
+allowed, exit status 2, and nothing sent (every answer is checked before a
+connection is made: the aggregators here do not exist)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from veil.cli import main
+from veil.deploy import deploy_survey
+from veil.survey import AnswerError, SurveyClient, WindowClosed, parse_survey
+from veil.times import format_time
+
+SURVEY = """\
+[survey]
+name = "t"
+epsilon = 1
+time_precision = 60
+opens = "{opens}"
+closes = "{closes}"
+
+[[question]]
+id = "remote"
+kind = "yes_no"
+
+[[question]]
+id = "commute"
+kind = "integer"
+max = 120
+
+[[question]]
+id = "team"
+kind = "choice"
+options = ["engineering", "design", "sales"]
+"""
+
+
+@pytest.fixture
+def client_dir(tmp_path: Path) -> Path:
+    now = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(now - 60), closes=format_time(now + 3600))
+    # Port 9 (discard) on loopback: nothing listens; nothing may be sent.
+    dep = deploy_survey(parse_survey(text), text, tmp_path / "dep", "127.0.0.1:9", "127.0.0.1:9")
+    return dep.client_dir
+
+
+GOOD = {"remote": "yes", "commute": 3, "team": "design"}
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "a.jsonl",
+            json.dumps(GOOD) + "\n\n" + json.dumps({**GOOD, "team": "marketing"}) + "\n",
+            "a.jsonl:3: question 'team': 'marketing' is not one of the options; give one of"
+            " 'engineering', 'design', 'sales'",
+        ),
+        ("a.jsonl", '{"remote": true}\n{"commute": 2.5}\n', "a.jsonl:2: question 'commute': 2.5"),
+        ("a.jsonl", '{"colour": "red"}\n', "'colour' is not a question of this survey"),
+        ("a.jsonl", '{"remote": true}\n[1, 2\n', "a.jsonl:2: not a JSON object"),
+        ("a.jsonl", "[" * 100_000 + "\n", "a.jsonl:1: not a JSON object"),
+        ("a.jsonl", "[1, 2]\n", "answers must be an object keyed by question id"),
+        ("a.jsonl", b"\xff\xfe\n", "not UTF-8 text"),
+        ("a.json", '{"remote": "maybe"}', "a.json: question 'remote': 'maybe'"),
+        ("a.toml", "remote = yes\n", "a.toml: not valid TOML"),
+        ("a.toml", "commute = 121\n", "give a whole number from 0 to 120"),
+        ("a.txt", "yes\n", ".jsonl (one respondent a line)"),
+        ("a.json", "{}", "no answers given: nothing was sent"),
+    ],
+)
+def test_malformed_answers_are_refused_in_one_line(
+    tmp_path: Path,
+    client_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: str | bytes,
+    message: str,
+) -> None:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    assert main(["survey", "respond", "--survey-dir", str(client_dir), "--answers", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("veil survey respond: ") and message in err, err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_missing_answers_file_and_directory(tmp_path: Path, client_dir: Path) -> None:
+    args = ["survey", "respond", "--survey-dir", str(client_dir)]
+    assert main([*args, "--answers", str(tmp_path / "none.jsonl")]) == 2
+    assert main(["survey", "respond", "--survey-dir", str(tmp_path)]) == 2
+
+
+def test_survey_client_checks_every_answer_first(client_dir: Path) -> None:
+    with SurveyClient(client_dir) as client:
+        assert client.measurements({"remote": "no", "team": "sales"}) == {"remote": 0, "team": 2}
+        with pytest.raises(AnswerError, match="respondent 2: question 'commute'"):
+            client.respond_many([GOOD, {"commute": -1}])
+
+
+def test_outside_the_window_nothing_is_sent(client_dir: Path) -> None:
+    with (
+        SurveyClient(client_dir, clock=lambda: 0.0) as client,
+        pytest.raises(WindowClosed, match=r"the survey opens at .* in "),
+    ):
+        client.respond(GOOD)
+    with (
+        SurveyClient(client_dir, clock=lambda: 4e9) as client,
+        pytest.raises(WindowClosed, match="the survey closed at"),
+    ):
+        client.respond(GOOD)
+
+
+def test_a_task_file_of_another_deployment_is_refused(tmp_path: Path, client_dir: Path) -> None:
+    now = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(now), closes=format_time(now + 60))
+    other = deploy_survey(
+        parse_survey(text), text, tmp_path / "other", "127.0.0.1:9", "127.0.0.1:9"
+    )
+    (client_dir / "team.toml").chmod(0o644)
+    (client_dir / "team.toml").write_bytes((other.client_dir / "team.toml").read_bytes())
+    with pytest.raises(Exception, match="mixes two deployments"):
+        SurveyClient(client_dir)
