@@ -90,6 +90,14 @@ async function main() {
     say('This page must be opened over HTTPS: your browser encrypts the answers only there.');
     return;
   }
+  try {
+    // HPKE here is WebCrypto's X25519 (browsers since 2024-2025): find out now,
+    // not after the respondent has answered.
+    await crypto.subtle.generateKey({ name: 'X25519' }, false, ['deriveBits']);
+  } catch {
+    say('This browser cannot encrypt the answers (no X25519): please use a current browser.');
+    return;
+  }
   /** @type {{questions: Question[], time_precision: number} | null} */
   let survey = null;
   /** @type {unknown[] | null} reports already built, sent again as they are on a retry */
