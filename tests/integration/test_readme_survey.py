@@ -1,0 +1,95 @@
+"""The README's "Run a survey" walk-through, run as written: each shell block
+in order, in an empty directory, with the `veil` of this checkout. Only the
+window is shortened (the README waits three minutes), the ports are free
+ones, and the servers the README starts in the background are started and
+stopped by the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from veil.aggregator.local import ServerProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def section_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Run a survey\n") :]
+    section = section[: section.index("\n## ", 1)]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_readme_run_a_survey(tmp_path: Path) -> None:
+    deploy, servers, respond, status, collect = section_blocks()
+    leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    ports = {"127.0.0.1:7101": leader, "127.0.0.1:7102": helper}
+
+    def adapt(block: str) -> str:
+        for old, new in ports.items():
+            block = block.replace(old, new)
+        return block
+
+    # The window: 25 s from now instead of the next three minutes.
+    assert "time_precision = 60" in deploy and "-d '+3 min' +%Y-%m-%dT%H:%M:00Z" in deploy
+    short = deploy.replace("time_precision = 60", "time_precision = 1").replace(
+        "-d '+3 min' +%Y-%m-%dT%H:%M:00Z", "-d '+25 sec' +%Y-%m-%dT%H:%M:%SZ"
+    )
+    done = bash(adapt(short), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "wrote the deployment of 'Team check-in'" in done.stdout
+
+    assert "veil helper --config deployment/helper/helper.toml" in servers
+    assert "veil leader --config deployment/leader/leader.toml" in servers
+    dep = tmp_path / "deployment"
+    processes = [
+        ServerProcess(role, dep / role / f"{role}.toml", tmp_path / f"{role}.log", address)
+        for role, address in (("helper", helper), ("leader", leader))
+    ]
+    try:
+        for server in processes:
+            server.start()
+        done = bash(adapt(respond), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "sent 12 answers of 4 respondents" in done.stdout
+        done = bash(adapt(status), tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "remote" in done.stdout and " 4 " in done.stdout
+
+        assert "sleep 180" in collect
+        closes = tomllib.loads((tmp_path / "survey.toml").read_text())["survey"]["closes"]
+        time.sleep(max(0.0, closes.timestamp() - time.time() + 0.5))
+        done = bash(adapt(collect.replace("sleep 180", "true")), tmp_path)
+        assert done.returncode == 0, done.stderr
+    finally:
+        for server in processes:
+            server.stop()
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert [q["question"] for q in results] == ["remote", "team", "tools"]
+    assert [r["label"] for r in results[1]["rows"]] == ["engineering", "design", "sales"]
+    assert all(q["n"] == 4 for q in results)
+    assert (tmp_path / "results" / "report.html").stat().st_size > 0
+    assert (tmp_path / "results" / "results.csv").read_text().startswith("question,kind,n,")
