@@ -29,6 +29,7 @@ from veil.client import Client
 from veil.collector import CollectionResult, Collector
 from veil.dp import local_error
 from veil.dp.accounting import zcdp_rho
+from veil.dp.estimates import Estimate
 from veil.dp.local import parse_local_epsilon
 from veil.report import Number, QuestionResult
 from veil.simulate import simulate_respondents, truth
@@ -162,6 +163,7 @@ def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, An
                 survey=survey.id,
                 survey_budget=str(survey.total),
                 survey_unit="rho" if survey.zcdp else "epsilon",
+                neighbouring=survey.neighbouring,
                 **local,
             )
         specs[q.id] = (vdaf, dp, {"min_batch_size": survey.min_batch_size})
@@ -186,11 +188,13 @@ class _Progress:
 
 
 def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult) -> QuestionResult:
-    exact = truth(q, answers)
     g = r.against_collector
     epsilon = float(g.epsilon or 0)
     rho = float(g.rho) if g.rho is not None else None
     delta = float(g.delta) if g.rho is not None and g.delta is not None else None
+    if q.add_remove:
+        return _ratio_result(q, answers, r, epsilon, rho, delta)
+    exact = truth(q, answers)
     if q.kind == "integer":
         # A mean: the sum's estimate and bounds over the published report count.
         n = r.report_count
@@ -234,6 +238,54 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
         [float(x) for x in r.upper],
         epsilon,
         r.report_count,
+        labels,
+        rho=rho,
+        delta=delta,
+        intervals=r.intervals,
+    )
+
+
+def _ratio_result(
+    q: Question,
+    answers: Sequence[dict[str, Any]],
+    r: CollectionResult,
+    epsilon: float,
+    rho: float | None,
+    delta: float | None,
+) -> QuestionResult:
+    """An add_remove question: shares and means as ratios of noisy sums (the exact
+    report count is not released); `reports` is the noisy count, rounded."""
+    coords = [
+        Estimate(v, lo, hi, r.confidence, r.confidence)
+        for v, lo, hi in zip(r.estimate, r.lower, r.upper, strict=True)
+    ]
+    results, count = q.ratio_estimates(coords)
+    plain = truth(replace(q, neighbouring="replace_one"), answers)
+    n = len(answers)
+    if q.kind == "yes_no":
+        assert isinstance(plain, int)
+        exact: list[Number] = [plain / n]
+    elif q.kind == "integer":
+        assert isinstance(plain, int)
+        exact = [plain / n]
+    else:
+        assert isinstance(plain, list)
+        exact = [x / n for x in plain]
+    scalar = q.kind in ("yes_no", "integer")
+    labels = () if scalar else (q.options or tuple(f"[{i}]" for i in range(q.length)))
+
+    def pick(values: list[float]) -> Any:
+        return values[0] if scalar else values
+
+    return QuestionResult(
+        q.id,
+        q.kind,
+        pick(exact),
+        pick([float(e.value) for e in results]),
+        pick([float(e.low) for e in results]),
+        pick([float(e.high) for e in results]),
+        epsilon,
+        max(round(count.value), 0),
         labels,
         rho=rho,
         delta=delta,

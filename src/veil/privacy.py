@@ -51,6 +51,15 @@ _SPLIT_NOTE = (
 )
 
 
+_ADD_REMOVE_NOTE = (
+    "Add/remove neighbouring: the collector is never told the exact number of reports, "
+    "only noisy sums, so whether someone took part is protected against the collector. "
+    "Each aggregator still sees how many reports arrive (and what the network shows of "
+    "who sent them): against the collector with one aggregator, values are protected "
+    "but taking part is not."
+)
+
+
 def _guarantee(amount: Fraction, zcdp: bool, delta: Fraction) -> Guarantee:
     return Guarantee.zcdp(amount, delta) if zcdp else Guarantee.pure(amount)
 
@@ -97,6 +106,8 @@ def task_statement(dp: DpSpec, vdaf: VdafSpec) -> PrivacyStatement:
     collector, one_aggregator = totals
     plan = dp.plan(vdaf)
     notes = (_SPLIT_NOTE,) if plan.config.mode.value == "split" else ()
+    if dp.neighbouring == "add_remove":
+        notes = (*notes, _ADD_REMOVE_NOTE)
     if local is not None:
         notes = (*notes, _local_note(local))
     return PrivacyStatement(
@@ -132,7 +143,7 @@ def _survey_local(survey: Survey) -> tuple[Guarantee | None, list[str]]:
 def survey_statement(survey: Survey) -> PrivacyStatement:
     """The statement of a survey over its total budget (every question composed)."""
     total = survey.total
-    neighbouring = Neighbouring.REPLACE_ONE
+    neighbouring = Neighbouring(survey.neighbouring)
     everyone, local_notes = _survey_local(survey)
     if total is None:
         if everyone is not None:
@@ -151,6 +162,8 @@ def survey_statement(survey: Survey) -> PrivacyStatement:
             "The survey mixes pure ε-DP and zCDP questions and is composed under zCDP: "
             "a pure question of ε counts as ρ = ε²/2."
         )
+    if survey.neighbouring == "add_remove":
+        notes.append(_ADD_REMOVE_NOTE)
     notes.extend(local_notes)
     return PrivacyStatement(
         SURVEY_UNIT, neighbouring, guarantee, guarantee, everyone, notes=tuple(notes)

@@ -45,7 +45,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
 from veil.dp.errors import DPError
+from veil.dp.estimates import Estimate, ratio, shares, total
 from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
@@ -78,6 +79,7 @@ SURVEY_KEYS = (
     "max_clock_skew",
     "opens",
     "closes",
+    "neighbouring",
 )
 QUESTION_COMMON_KEYS = (
     "id",
@@ -130,9 +132,26 @@ class Question:
     mechanism: str = "geometric"
     rho: Fraction | None = None
     share: Fraction = Fraction(0)
+    # "add_remove": the report carries its own count, so that the noisy count can
+    # stand in for the exact one, which the collector is not told (see Survey).
+    neighbouring: str = "replace_one"
+
+    @property
+    def add_remove(self) -> bool:
+        return self.neighbouring == "add_remove"
 
     @property
     def vdaf_type(self) -> str:
+        if self.add_remove:
+            # Every type carries the count: a histogram's buckets add up to it; the
+            # others get a last coordinate that is always 1.
+            return {
+                "yes_no": "histogram",
+                "integer": "sumvec",
+                "choice": "histogram",
+                "multi_choice": "multihot",
+                "vector": "sumvec",
+            }[self.kind]
         return {
             "yes_no": "count",
             "integer": "sum",
@@ -144,6 +163,8 @@ class Question:
     @property
     def vdaf_params(self) -> dict[str, int]:
         """Parameters of the Prio3 type, named as in the draft."""
+        if self.add_remove:
+            return self._add_remove_params()
         if self.kind == "yes_no":
             return {}
         if self.kind == "integer":
@@ -168,8 +189,46 @@ class Question:
             "chunk_length": optimal_chunk_length(self.length * bits),
         }
 
+    def _add_remove_params(self) -> dict[str, int]:
+        if self.kind in ("yes_no", "choice"):
+            n = 2 if self.kind == "yes_no" else len(self.options)
+            return {"length": n, "chunk_length": optimal_chunk_length(n)}
+        if self.kind == "multi_choice":
+            n = len(self.options) + 1
+            weight = self.max_choices + 1
+            return {
+                "length": n,
+                "max_weight": weight,
+                "chunk_length": optimal_chunk_length(n + weight.bit_length()),
+            }
+        length = (1 if self.kind == "integer" else self.length) + 1
+        return {
+            "length": length,
+            "max_measurement": self.max,
+            "chunk_length": optimal_chunk_length(length * self.max.bit_length()),
+        }
+
     def vdaf(self) -> Prio3[Any, Any]:
         return registry.kind(self.vdaf_type).make(self.vdaf_params)
+
+    def ratio_estimates(self, est: Sequence[Estimate]) -> tuple[list[Estimate], Estimate]:
+        """(results, report count) of an add_remove question from its coordinates'
+        estimates, which must hold simultaneously (`simultaneous=True`).
+
+        The collector is not told the report count, so the results are ratios of
+        noisy sums: a yes/no question gives the share of yes, a choice each option's
+        share, a multiple choice each option's share of respondents, an integer or
+        a vector the mean per element; the count is the noisy count. The intervals
+        cover whenever the coordinates' intervals all do (see `veil.dp.ratio`).
+        """
+        if not self.add_remove:
+            raise ValueError(f"question {self.id!r} is not add_remove")
+        if self.kind in ("yes_no", "choice"):
+            parts = shares(est)
+            return (parts[1:] if self.kind == "yes_no" else parts), total(est)
+        count = est[-1]
+        top = Fraction(1) if self.kind == "multi_choice" else Fraction(self.max)
+        return [ratio(e, count, Fraction(0), top) for e in est[:-1]], count
 
     def allowed(self) -> str:
         """What an answer to this question may be, in words."""
@@ -202,7 +261,19 @@ class Question:
         """A respondent's answer in the question's terms (yes/no, a number, an
         option name, a list of option names, a list of numbers) as the Prio3
         measurement. Raises AnswerError naming the question, the answer and
-        what is allowed."""
+        what is allowed. Under add_remove a yes/no answer is the index of a
+        two-bucket histogram (no, yes), and a number, a list of options or a
+        vector gets a last element 1 that counts the report."""
+        measurement = self._measurement(answer)
+        if not self.add_remove or self.kind in ("yes_no", "choice"):
+            return measurement
+        if self.kind == "integer":
+            return [measurement, 1]
+        if self.kind == "multi_choice":
+            return [*measurement, True]
+        return [*measurement, 1]
+
+    def _measurement(self, answer: Any) -> Any:
         if self.kind == "yes_no":
             if isinstance(answer, str) and answer.strip().lower() in YES_NO:
                 return YES_NO[answer.strip().lower()]
@@ -270,6 +341,10 @@ class Survey:
     id: str = ""
     rho: Fraction | None = None
     delta: Fraction | None = None
+    # What one respondent's data is: "replace_one" (the report count is published)
+    # or "add_remove" (the count is noised and never sent to the collector; means
+    # and proportions are ratios of noisy sums).
+    neighbouring: str = "replace_one"
 
     @property
     def zcdp(self) -> bool:
@@ -378,8 +453,26 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     if not isinstance(raw_questions, list) or not raw_questions:
         raise SurveyError(f"{path}: a survey needs at least one [[question]] table")
 
+    neighbouring = head.get("neighbouring", "replace_one")
+    if neighbouring not in ("replace_one", "add_remove"):
+        raise loc.error(
+            None, "neighbouring", '`neighbouring` must be "replace_one" or "add_remove"'
+        )
+    if neighbouring == "add_remove" and mechanism == "none":
+        raise loc.error(
+            None,
+            "neighbouring",
+            "add_remove protects the count with noise: it needs a mechanism other than none",
+        )
     mechanisms = []
     for i, raw in enumerate(raw_questions):
+        if neighbouring == "add_remove" and isinstance(raw, dict) and "local_epsilon" in raw:
+            raise loc.error(
+                i,
+                "local_epsilon",
+                'a survey with neighbouring = "add_remove" keeps the report count from the'
+                " collector, which the local layer's estimates need; use one or the other",
+            )
         if not isinstance(raw, dict):
             raise SurveyError(f"{path}: each [[question]] must be a table")
         m = raw.get("mechanism", mechanism)
@@ -457,7 +550,9 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
                 " its result; give it a larger share",
             )
         questions.append(
-            _question(loc, i, raw, epsilon, rho, mechanisms[i], shares[i], max_respondents)
+            _question(
+                loc, i, raw, epsilon, rho, mechanisms[i], shares[i], max_respondents, neighbouring
+            )
         )
     return Survey(
         name=str(head.get("name", Path(path).stem)),
@@ -474,6 +569,7 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         id=survey_id,
         rho=total if zcdp else None,
         delta=delta,
+        neighbouring=neighbouring,
     )
 
 
@@ -642,6 +738,7 @@ def _question(
     mechanism: str,
     share: Fraction,
     respondents: int,
+    neighbouring: str,
 ) -> Question:
     kind = raw["kind"]
     try:
@@ -657,6 +754,7 @@ def _question(
         "rho": rho,
         "mechanism": mechanism,
         "share": share,
+        "neighbouring": neighbouring,
     }
     if "local_epsilon" in raw:
         try:
@@ -787,6 +885,8 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
         "max_clock_skew": survey.max_clock_skew,
         "mechanism": survey.mechanism,
     }
+    if survey.neighbouring != "replace_one":
+        out["neighbouring"] = survey.neighbouring
     if survey.rho is not None:
         out["rho"] = str(survey.rho)
         out["delta"] = str(survey.delta or DEFAULT_DELTA)
@@ -835,6 +935,9 @@ def load_description(directory: str | Path) -> Description:
             Fraction(_get(doc, key, str, where)) if key in doc else None
             for key in ("epsilon", "rho", "delta")
         )
+        neighbouring = doc.get("neighbouring", "replace_one")
+        if neighbouring not in ("replace_one", "add_remove"):
+            raise ValueError(f"unknown neighbouring {neighbouring!r}")
     except (TimeFormatError, ValueError, ZeroDivisionError) as e:
         raise SurveyError(f"{where}: {e}") from None
     questions = []
@@ -883,6 +986,7 @@ def load_description(directory: str | Path) -> Description:
             raise SurveyError(f"{at}: unknown mechanism {q_mech!r}")
         fields["mechanism"] = q_mech
         fields["rho"] = q_rho
+        fields["neighbouring"] = neighbouring
         if "local_epsilon" in raw:
             try:
                 fields["local_epsilon"] = parse_local_epsilon(_get(raw, "local_epsilon", str, at))
@@ -898,6 +1002,7 @@ def load_description(directory: str | Path) -> Description:
         epsilon=epsilon,
         rho=rho,
         delta=delta,
+        neighbouring=neighbouring,
         mechanism=mechanism,
         min_batch_size=1,
         max_respondents=1,

@@ -229,6 +229,13 @@ class DpSpec:
             delta = self.delta_value
             if not 0 < delta < Fraction(1, 1000):
                 raise TaskError(f"bad [dp] table: delta must be in (0, 0.001), got {delta}")
+        if self.neighbouring == "add_remove" and self.local_epsilon is not None:
+            raise TaskError(
+                "bad [dp] table: neighbouring add_remove keeps the report count from the"
+                " collector, which the local layer's estimates need; use one or the other"
+            )
+        if self.neighbouring == "add_remove" and config.mechanism is Mechanism.NONE:
+            raise TaskError("bad [dp] table: neighbouring add_remove needs noise (a mechanism)")
         if self.survey_unit is not None and self.survey_unit not in BUDGET_UNITS:
             raise TaskError(f"bad [dp] table: survey_unit must be one of {BUDGET_UNITS}")
         if self.survey_unit == "epsilon" and config.mechanism is Mechanism.GAUSSIAN:
@@ -305,6 +312,12 @@ class DpSpec:
             ("local_max_choices", str(self.local_max_choices)),
         )
         return ("veil-dp-v1;" + ";".join(f"{k}={v}" for k, v in fields)).encode()
+
+    def released_count(self, count: int) -> int:
+        """The report count the collector is told (and the aggregate shares are bound
+        to): the exact count, or 0 under add_remove, where the count itself is
+        protected and only noisy aggregates leave the aggregators."""
+        return 0 if self.neighbouring == "add_remove" else count
 
     @property
     def has_noise(self) -> bool:

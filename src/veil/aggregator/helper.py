@@ -324,7 +324,7 @@ class Helper(AggregatorBase[HelperTask]):
                     task_id,
                     start,
                     duration,
-                    count,
+                    task.dp.released_count(count),
                     dp_params=task.dp.binding(task.vdaf),
                 ),
                 vdaf.encode_agg_share(noised),

@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from veil.aggregator.core import (
@@ -326,7 +326,8 @@ class Leader(AggregatorBase[LeaderTask]):
         record = self.store.get_collection(task_id, collection_id)
         if record is None:
             raise NotFound(f"no collection job {collection_id.hex()} in this task")
-        return record
+        # Under add_remove the count is protected: the collector never sees it.
+        return replace(record, report_count=task.dp.released_count(record.report_count))
 
     # --- driver -----------------------------------------------------------
 
@@ -739,7 +740,7 @@ class Leader(AggregatorBase[LeaderTask]):
                     task.task_id,
                     start,
                     record.duration,
-                    count,
+                    task.dp.released_count(count),
                     dp_params=task.dp.binding(task.vdaf),
                 ),
                 vdaf.encode_agg_share(noised),

@@ -30,7 +30,10 @@ __all__ = [
     "mean",
     "noise_half_width",
     "project_histogram",
+    "ratio",
+    "shares",
     "simultaneous_alpha",
+    "total",
 ]
 
 # The noise pmf tables are exact to ~1e-14 in absolute terms; smaller α would ask for
@@ -188,3 +191,58 @@ def mean(sum_estimate: Estimate, report_count: int) -> Estimate:
 def frequencies(counts: Sequence[Estimate], report_count: int) -> list[Estimate]:
     """Per-bucket frequencies (count / n) with their intervals."""
     return [mean(c, report_count) for c in counts]
+
+
+# ----------------------------------------------- ratios (add/remove neighbouring)
+#
+# Under add/remove neighbouring the report count n is noised like everything else and
+# the collector never learns it exactly, so a mean or a proportion is a ratio of two
+# noisy quantities. Given intervals that hold *simultaneously* for numerator and
+# denominator (`estimate(..., simultaneous=True)` over all coordinates), the ratio's
+# true value lies between the extreme ratios of the two boxes whenever they all hold:
+# its interval covers with at least their joint coverage, which it keeps.
+
+
+def ratio(num: Estimate, den: Estimate, low: Fraction, high: Fraction) -> Estimate:
+    """num / den (a mean, or a share of the count), within the public range [low, high].
+
+    The truths are num >= 0 and den >= 1, so on the event that both intervals hold,
+    num/den lies in [num.low⁺ / den.high, num.high / den.low⁺] (clipped to the range).
+    The point estimate is the ratio of the noisy values, clipped the same way.
+    """
+    n_lo, n_hi = max(num.low, Fraction(0)), max(num.high, Fraction(0))
+    d_lo, d_hi = max(den.low, Fraction(1)), max(den.high, Fraction(1))
+    value = min(max(max(num.value, Fraction(0)) / max(den.value, Fraction(1)), low), high)
+    lo = min(max(n_lo / d_hi, low), high)
+    hi = max(min(n_hi / d_lo, high), low)
+    return Estimate(value, lo, hi, num.level, min(num.coverage, den.coverage))
+
+
+def shares(counts: Sequence[Estimate]) -> list[Estimate]:
+    """Each bucket's share of the total, a_i / Σ_j a_j, for a histogram whose buckets
+    add up to the (noisy) report count. With every a_j in its interval, a_i/Σa grows
+    with a_i and falls with the others, so its extremes are at the boxes' corners."""
+    lows = [max(c.low, Fraction(0)) for c in counts]
+    highs = [max(c.high, Fraction(0)) for c in counts]
+    values = [max(c.value, Fraction(0)) for c in counts]
+    total_low, total_high, total = sum(lows), sum(highs), sum(values)
+    out = []
+    for i, c in enumerate(counts):
+        others_high = total_high - highs[i]
+        others_low = total_low - lows[i]
+        lo = lows[i] / (lows[i] + others_high) if lows[i] + others_high > 0 else Fraction(0)
+        hi = highs[i] / (highs[i] + others_low) if highs[i] + others_low > 0 else Fraction(1)
+        value = values[i] / total if total > 0 else Fraction(0)
+        out.append(Estimate(value, lo, hi, c.level, c.coverage))
+    return out
+
+
+def total(counts: Sequence[Estimate]) -> Estimate:
+    """Σ_j a_j with the interval [Σ lows, Σ highs] (valid when all hold at once)."""
+    return Estimate(
+        sum((c.value for c in counts), Fraction(0)),
+        max(sum((c.low for c in counts), Fraction(0)), Fraction(0)),
+        sum((c.high for c in counts), Fraction(0)),
+        counts[0].level,
+        min(c.coverage for c in counts),
+    )

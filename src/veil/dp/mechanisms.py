@@ -336,8 +336,18 @@ def _param(vdaf: str, params: Mapping[str, int], name: str) -> int:
     return value
 
 
-def sensitivity(vdaf: str, params: Mapping[str, int]) -> Sensitivity:
-    """The sensitivity of a Prio3 type's aggregate under replacement of one report.
+def sensitivity(
+    vdaf: str, params: Mapping[str, int], neighbouring: str = "replace_one"
+) -> Sensitivity:
+    """The sensitivity of a Prio3 type's aggregate when one report changes.
+
+    `neighbouring` "replace_one" (default): one valid report replaced by another, as
+    below. "add_remove": one valid report added or removed, so every bound is what a
+    single valid report can contribute: Count 1, Sum max_measurement, SumVec length ·
+    max_measurement, Histogram 1 (one bucket), MultihotCountVec min(max_weight,
+    length) coordinates by 1.
+
+    Under replacement:
 
     - Prio3Count: a 0 becomes a 1: one coordinate by 1 (Δ₁ = 1).
     - Prio3Sum(max_measurement): 0 becomes max_measurement (Δ₁ = max_measurement).
@@ -351,6 +361,20 @@ def sensitivity(vdaf: str, params: Mapping[str, int]) -> Sensitivity:
 
     `chunk_length` and other parameters do not affect the sensitivity.
     """
+    if neighbouring not in ("replace_one", "add_remove"):
+        raise InvalidParameter(
+            f"neighbouring must be replace_one or add_remove, got {neighbouring!r}"
+        )
+    if neighbouring == "add_remove":
+        if vdaf == "Prio3Histogram":
+            _param(vdaf, params, "length")
+            return Sensitivity(1, 1)
+        if vdaf == "Prio3MultihotCountVec":
+            replaced = sensitivity(vdaf, params)
+            weight = _param(vdaf, params, "max_weight")
+            return Sensitivity(min(weight, replaced.coordinates), 1)
+        # Count, Sum, SumVec: one report already moves each coordinate from 0 at most.
+        return sensitivity(vdaf, params)
     if vdaf == "Prio3Count":
         return Sensitivity(1, 1)
     if vdaf == "Prio3Sum":
@@ -481,6 +505,7 @@ class NoisePlan:
         vdaf: str,
         params: Mapping[str, int],
         declared_l1: int | None = None,
+        neighbouring: str = "replace_one",
     ) -> NoisePlan:
         """The plan for a task; a declared Δ₁ must be at least what the type allows.
 
@@ -488,7 +513,7 @@ class NoisePlan:
         ε promise); above it is allowed (more noise, same coordinates shape), e.g. to
         share one scale across several tasks.
         """
-        derived = sensitivity(vdaf, params)
+        derived = sensitivity(vdaf, params, neighbouring)
         if declared_l1 is None:
             return cls(config, derived)._checked()
         if isinstance(declared_l1, bool) or not isinstance(declared_l1, int) or declared_l1 < 1:
