@@ -16,7 +16,9 @@ import tomli_w
 
 from veil.cli import main
 from veil.client.prepare import randomize_measurements
+from veil.collector import CollectionResult
 from veil.collector.estimate import estimates
+from veil.collector.survey import question_results
 from veil.demo import (
     example_survey,
     format_local_costs,
@@ -277,3 +279,27 @@ def test_privacy_statements_gain_against_everyone(
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["privacy"]["against_everyone"] == {"epsilon": "2", "delta": "0"}
+
+
+def test_survey_results_name_the_local_layer() -> None:
+    survey = parse_survey(SURVEY)
+    result = CollectionResult(
+        start=0,
+        duration=3600,
+        report_count=100,
+        estimate=Fraction(60),
+        lower=Fraction(40),
+        upper=Fraction(80),
+        confidence=0.95,
+        intervals="per-coordinate",
+        spent=Fraction(1, 3),
+        unit="epsilon",
+        against_collector=Guarantee.pure(Fraction(1, 3)),
+        mechanism="geometric",
+        noisy_aggregate=[70],
+        seconds=0.0,
+    )
+    published = question_results(survey.question("yes"), result).to_json()
+    assert published["local_epsilon"] == "1.5" and published["epsilon"] == "0.333334"
+    plain = question_results(replace(survey.question("yes"), local_epsilon=None), result)
+    assert "local_epsilon" not in plain.to_json()

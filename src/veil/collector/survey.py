@@ -34,6 +34,7 @@ from veil.collector.collector import (
     CollectionResult,
     Collector,
 )
+from veil.dp.accounting import decimal_text
 from veil.survey import Question, Survey, SurveyError, load_survey
 from veil.task import CollectorTask, TaskError, load_task
 from veil.times import format_duration, format_time
@@ -123,6 +124,10 @@ def question_results(q: Question, r: CollectionResult) -> QuestionResults:
     # This collection's guarantee against the collector: {"epsilon", "delta"},
     # or {"rho", "epsilon", "delta"} under zCDP (veil.dp.accounting.Guarantee).
     privacy = r.against_collector.to_json() or {"epsilon": "none"}
+    if q.local_epsilon is not None:
+        # Answers randomized on the device (veil.dp.local): the estimates are
+        # de-biased, and each answer is ε_L-private even against both aggregators.
+        privacy = {**privacy, "local_epsilon": decimal_text(q.local_epsilon)}
     return QuestionResults(q, n, privacy, tuple(rows), unit, r.confidence, r.intervals)
 
 
