@@ -158,3 +158,57 @@ def test_gathered_single_uploads_keep_their_own_errors(dep: Deployment) -> None:
     assert errors == [7, 42] and all(isinstance(results[i], ValueError) for i in errors)
     assert all(r == UploadResult(1, 0) for r in results if not isinstance(r, BaseException))
     assert dep.stored_reports("sum") == before + 58
+
+
+def test_inside_a_web_applications_event_loop(dep: Deployment) -> None:
+    """A Starlette app under uvicorn opens one AsyncClient in its lifespan and
+    awaits uploads in its handlers, many requests at once."""
+    import contextlib
+    import urllib.request
+    from collections.abc import AsyncIterator
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    task = dep.tasks["count"].client
+    before = dep.stored_reports("count")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncClient(task) as client:
+            app.state.client = client
+            yield
+
+    async def answer(request: Request) -> JSONResponse:
+        value = int(await request.body())
+        result = await request.app.state.client.upload(value, past(5))
+        return JSONResponse({"accepted": result.accepted})
+
+    app = Starlette(routes=[Route("/answer", answer, methods=["POST"])], lifespan=lifespan)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+
+        def post(value: int) -> Any:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/answer", data=str(value).encode(), method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.read()
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            bodies = list(pool.map(post, [i % 2 for i in range(48)]))
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert all(b == b'{"accepted":1}' for b in bodies)
+    assert dep.stored_reports("count") == before + 48

@@ -6,7 +6,7 @@ report in a durable `Outbox` until the leader acknowledged it.
 """
 
 from veil.client.aio import AsyncClient
-from veil.client.base import UploadResult
+from veil.client.base import CONFIG_LIFETIME, UploadResult
 from veil.client.client import Client
 from veil.client.outbox import Outbox, OutboxError, OutboxFull, TaskStatus
 from veil.client.prepare import prepare_report, prepare_reports, seal_report
@@ -14,6 +14,7 @@ from veil.client.retry import RetryPolicy, UploadError
 from veil.messages import Report
 
 __all__ = [
+    "CONFIG_LIFETIME",
     "AsyncClient",
     "Client",
     "Outbox",
