@@ -199,15 +199,31 @@ class Table:
     def optional_text(self, key: str) -> str | None:
         return None if key not in self.data else self.text(key)
 
-    def integer(
-        self, key: str, default: int | _Missing = MISSING, *, minimum: int | None = None
-    ) -> int:
+    def _numeric(
+        self,
+        key: str,
+        default: float | _Missing,
+        integral: bool,
+        minimum: float | None,
+    ) -> int | float:
         value = self._value(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._wrong(key, "an integer", value)
+        # TOML booleans are not numbers here, though Python's bool is an int.
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (integral and not isinstance(value, int))
+        ):
+            raise self._wrong(key, "an integer" if integral else "a number", value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self._wrong(key, "a finite number", value)
         if minimum is not None and value < minimum:
             raise self._below(key, minimum)
         return value
+
+    def integer(
+        self, key: str, default: int | _Missing = MISSING, *, minimum: int | None = None
+    ) -> int:
+        return int(self._numeric(key, default, True, minimum))
 
     def optional_integer(self, key: str, *, minimum: int | None = None) -> int | None:
         return None if key not in self.data else self.integer(key, minimum=minimum)
@@ -215,14 +231,7 @@ class Table:
     def number(
         self, key: str, default: float | _Missing = MISSING, *, minimum: float | None = None
     ) -> float:
-        value = self._value(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._wrong(key, "a number", value)
-        if not math.isfinite(value):
-            raise self._wrong(key, "a finite number", value)
-        if minimum is not None and value < minimum:
-            raise self._below(key, minimum)
-        return float(value)
+        return float(self._numeric(key, default, False, minimum))
 
     def flag(self, key: str, default: bool | _Missing = MISSING) -> bool:
         value = self._value(key, default)
