@@ -21,7 +21,17 @@ def test_reference_builds_without_warnings(tmp_path: Path) -> None:
         assert f'id="{name}"' in client
 
 
-@pytest.mark.parametrize("module", ["veil.client", "veil.messages", "veil.messages.wire"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "veil.client",
+        "veil.messages",
+        "veil.messages.wire",
+        "veil.collector",
+        "veil.vdaf",
+        "veil.dp",
+    ],
+)
 def test_public_names_have_docstrings(module: str) -> None:
     mod = importlib.import_module(module)
     names = getattr(mod, "__all__", None) or [

@@ -57,7 +57,7 @@ from veil.dp.estimates import Estimate, ratio, shares, total
 from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
-from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
+from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION, ClientTask
 from veil.times import TimeFormatError, format_duration, format_time, parse_time
 from veil.vdaf import Field, Field64, Field128, Prio3, registry
 
@@ -1057,7 +1057,7 @@ class SurveyClient:
         clock: Callable[[], float] = time.time,
     ) -> None:
         from veil.client import Client
-        from veil.task import ClientTask, TaskError, load_task
+        from veil.task import TaskError, load_task
 
         self.description = load_description(directory)
         self.survey = self.description.survey

@@ -37,6 +37,7 @@ class RetryPolicy:
     `max_delay`), each wait drawn uniformly from [delay/2, delay) so that
     clients cut off together do not come back together.
 
+    >>> import grpc
     >>> down = UploadError(grpc.StatusCode.UNAVAILABLE, "down", retryable=True)
     >>> RetryPolicy(retries=3, backoff=0.5).should_retry(down, attempt=0)
     True

@@ -119,6 +119,7 @@ class Collector:
         self._metadata = (("authorization", f"Bearer {task.collector_token}"),)
 
     def close(self) -> None:
+        """Close the channel to the leader."""
         self._channel.close()
 
     def __enter__(self) -> Collector:

@@ -37,7 +37,9 @@ class RandomSource(Protocol):
     qualify; `getrandbits(k)` returns an int uniform on [0, 2**k).
     """
 
-    def getrandbits(self, k: int, /) -> int: ...
+    def getrandbits(self, k: int, /) -> int:
+        """An int uniform on [0, 2**k)."""
+        ...
 
 
 def randbelow(rng: RandomSource, m: int) -> int:

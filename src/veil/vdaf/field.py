@@ -54,6 +54,7 @@ class Field:
         return self * other.inv()
 
     def inv(self) -> Self:
+        """The multiplicative inverse; raises ZeroDivisionError for zero."""
         if self.val == 0:
             raise ZeroDivisionError("zero has no inverse")
         return type(self)(pow(self.val, -1, self.MODULUS))
@@ -76,6 +77,7 @@ class Field:
 
     @classmethod
     def zeros(cls, length: int) -> list[int]:
+        """A vector of `length` zeros."""
         return [0] * length
 
     @classmethod
@@ -104,6 +106,7 @@ class Field:
 
     @classmethod
     def vec_add(cls, left: Sequence[int], right: Sequence[int]) -> list[int]:
+        """Element-wise sum; raises ValueError if the lengths differ."""
         if len(left) != len(right):
             raise ValueError(f"vector lengths differ: {len(left)} != {len(right)}")
         p = cls.MODULUS
@@ -111,6 +114,7 @@ class Field:
 
     @classmethod
     def vec_sub(cls, left: Sequence[int], right: Sequence[int]) -> list[int]:
+        """Element-wise difference; raises ValueError if the lengths differ."""
         if len(left) != len(right):
             raise ValueError(f"vector lengths differ: {len(left)} != {len(right)}")
         p = cls.MODULUS

@@ -268,12 +268,15 @@ class Prio3(Generic[Measurement, AggResult]):
     # -- aggregation and collection ------------------------------------
 
     def agg_init(self, agg_param: None) -> list[int]:
+        """An empty aggregate share: OUTPUT_LEN zeros (draft section 7.2.4)."""
         return self.field.zeros(self.flp.OUTPUT_LEN)
 
     def agg_update(self, agg_param: None, agg_share: list[int], out_share: list[int]) -> list[int]:
+        """`agg_share` plus one output share (draft section 7.2.4)."""
         return self.field.vec_add(agg_share, out_share)
 
     def merge(self, agg_param: None, agg_shares: Sequence[list[int]]) -> list[int]:
+        """The sum of aggregate shares (draft section 7.2.4)."""
         agg = self.agg_init(agg_param)
         for share in agg_shares:
             agg = self.field.vec_add(agg, share)
@@ -282,6 +285,8 @@ class Prio3(Generic[Measurement, AggResult]):
     def unshard(
         self, agg_param: None, agg_shares: Sequence[list[int]], num_measurements: int
     ) -> AggResult:
+        """The aggregate result from all aggregators' shares of `num_measurements` reports (draft
+        section 7.2.5)."""
         if num_measurements < 1:
             raise ValueError("num_measurements must be at least 1")
         return self.flp.decode(self.merge(agg_param, agg_shares), num_measurements)
@@ -289,9 +294,11 @@ class Prio3(Generic[Measurement, AggResult]):
     # -- derivations -----------------------------------------------------
 
     def domain_separation_tag(self, usage: int, ctx: bytes) -> bytes:
+        """The XOF domain separation tag of `usage` under `ctx` (draft section 7.2.7)."""
         return self._dst_prefix[usage] + ctx
 
     def helper_meas_share(self, ctx: bytes, agg_id: int, share: bytes) -> list[int]:
+        """A helper's measurement share expanded from its seed (draft section 7.2.7)."""
         return self.xof.expand_into_vec(
             self.field,
             share,
@@ -301,6 +308,7 @@ class Prio3(Generic[Measurement, AggResult]):
         )
 
     def helper_proofs_share(self, ctx: bytes, agg_id: int, share: bytes) -> list[int]:
+        """A helper's proofs share expanded from its seed (draft section 7.2.7)."""
         return self.xof.expand_into_vec(
             self.field,
             share,
@@ -312,6 +320,8 @@ class Prio3(Generic[Measurement, AggResult]):
     def expand_input_share(
         self, ctx: bytes, agg_id: int, input_share: InputShare
     ) -> tuple[list[int], list[int], bytes | None]:
+        """An aggregator's (measurement share, proofs share) from its input share (draft section
+        7.2.7)."""
         if agg_id == 0:
             if not isinstance(input_share, LeaderInputShare):
                 raise ValueError("aggregator 0 needs a leader input share")
@@ -325,6 +335,7 @@ class Prio3(Generic[Measurement, AggResult]):
         )
 
     def prove_rands(self, ctx: bytes, prove_seed: bytes) -> list[int]:
+        """The prover randomness for every proof, from `prove_seed` (draft section 7.2.7)."""
         return self.xof.expand_into_vec(
             self.field,
             prove_seed,
@@ -334,6 +345,8 @@ class Prio3(Generic[Measurement, AggResult]):
         )
 
     def query_rands(self, verify_key: bytes, ctx: bytes, nonce: bytes) -> list[int]:
+        """The query randomness for every proof, from the verify key and nonce (draft section
+        7.2.7)."""
         return self.xof.expand_into_vec(
             self.field,
             verify_key,
@@ -345,6 +358,7 @@ class Prio3(Generic[Measurement, AggResult]):
     def joint_rand_part(
         self, ctx: bytes, agg_id: int, blind: bytes, meas_share: list[int], nonce: bytes
     ) -> bytes:
+        """One aggregator's part of the joint randomness seed (draft section 7.2.7)."""
         return self.xof.derive_seed(
             blind,
             self.domain_separation_tag(USAGE_JOINT_RAND_PART, ctx),
@@ -352,6 +366,7 @@ class Prio3(Generic[Measurement, AggResult]):
         )
 
     def joint_rand_seed(self, ctx: bytes, joint_rand_parts: Sequence[bytes]) -> bytes:
+        """The joint randomness seed from all parts (draft section 7.2.7)."""
         return self.xof.derive_seed(
             bytes(self.xof.SEED_SIZE),
             self.domain_separation_tag(USAGE_JOINT_RAND_SEED, ctx),
@@ -359,6 +374,7 @@ class Prio3(Generic[Measurement, AggResult]):
         )
 
     def joint_rands(self, ctx: bytes, joint_rand_seed: bytes) -> list[int]:
+        """The joint randomness for every proof, from its seed (draft section 7.2.7)."""
         return self.xof.expand_into_vec(
             self.field,
             joint_rand_seed,
@@ -407,9 +423,12 @@ class Prio3(Generic[Measurement, AggResult]):
         return self.flp.VERIFIER_LEN * self.PROOFS * self.field.ENCODED_SIZE + part
 
     def encode_public_share(self, public_share: PublicShare) -> bytes:
+        """The public share's bytes: the joint randomness parts, if any (draft section 7.2.6)."""
         return b"" if public_share is None else b"".join(public_share)
 
     def decode_public_share(self, encoded: bytes) -> PublicShare:
+        """Inverse of `encode_public_share`; raises CodecError on any other length (draft section
+        7.2.6)."""
         if self.flp.JOINT_RAND_LEN == 0:
             self._done(encoded, 0, "public share")
             return None
@@ -419,6 +438,7 @@ class Prio3(Generic[Measurement, AggResult]):
         return parts
 
     def encode_input_share(self, input_share: InputShare) -> bytes:
+        """An input share's bytes (draft section 7.2.6)."""
         if isinstance(input_share, LeaderInputShare):
             encoded = self.field.encode_vec(input_share.meas_share) + self.field.encode_vec(
                 input_share.proofs_share
@@ -428,6 +448,8 @@ class Prio3(Generic[Measurement, AggResult]):
         return encoded + (input_share.blind or b"")
 
     def decode_input_share(self, agg_id: int, encoded: bytes) -> InputShare:
+        """Aggregator `agg_id`'s input share; raises CodecError on a bad encoding (draft section
+        7.2.6)."""
         if not 0 <= agg_id < self.SHARES:
             raise ValueError(f"agg_id must be in [0, {self.SHARES}), got {agg_id}")
         seed = self.xof.SEED_SIZE
@@ -449,11 +471,14 @@ class Prio3(Generic[Measurement, AggResult]):
         return HelperInputShare(share, blind)
 
     def encode_verifier_share(self, verifier_share: VerifierShare) -> bytes:
+        """A verifier share's bytes (draft section 7.2.6)."""
         return self.field.encode_vec(verifier_share.verifiers_share) + (
             verifier_share.joint_rand_part or b""
         )
 
     def decode_verifier_share(self, verify_state: VerifyState, encoded: bytes) -> VerifierShare:
+        """Inverse of `encode_verifier_share`; raises CodecError on a bad encoding (draft section
+        7.2.6)."""
         what = "verifier share"
         count = self.flp.VERIFIER_LEN * self.PROOFS
         verifiers = self._decode_elems(encoded, 0, count, what)
@@ -466,9 +491,12 @@ class Prio3(Generic[Measurement, AggResult]):
         return VerifierShare(verifiers, part)
 
     def encode_verifier_message(self, verifier_message: VerifierMessage) -> bytes:
+        """The verifier message as bytes: the joint randomness seed or b"" (draft 7.2.6)."""
         return verifier_message or b""
 
     def decode_verifier_message(self, verify_state: VerifyState, encoded: bytes) -> VerifierMessage:
+        """Inverse of `encode_verifier_message`; raises CodecError on a bad encoding (draft section
+        7.2.6)."""
         if self.flp.JOINT_RAND_LEN == 0:
             self._done(encoded, 0, "verifier message")
             return None
@@ -477,15 +505,19 @@ class Prio3(Generic[Measurement, AggResult]):
         return seed
 
     def encode_agg_share(self, agg_share: list[int]) -> bytes:
+        """An aggregate share's bytes (draft section 7.2.6)."""
         return self.field.encode_vec(agg_share)
 
     def decode_agg_share(self, agg_param: None, encoded: bytes) -> list[int]:
+        """Inverse of `encode_agg_share`; raises CodecError if malformed (draft section 7.2.6)."""
         return self._decode_output(encoded, "aggregate share")
 
     def encode_out_share(self, out_share: list[int]) -> bytes:
+        """An output share's bytes (draft section 7.2.6)."""
         return self.field.encode_vec(out_share)
 
     def decode_out_share(self, agg_param: None, encoded: bytes) -> list[int]:
+        """Inverse of `encode_out_share` (draft section 7.2.6)."""
         return self._decode_output(encoded, "output share")
 
     def _decode_output(self, encoded: bytes, what: str) -> list[int]:
@@ -494,9 +526,11 @@ class Prio3(Generic[Measurement, AggResult]):
         return vec
 
     def encode_agg_param(self, agg_param: None) -> bytes:
+        """Prio3 has no aggregation parameter: the empty string."""
         return b""
 
     def decode_agg_param(self, encoded: bytes) -> None:
+        """Prio3 has no aggregation parameter: accepts only the empty string."""
         if encoded:
             raise CodecError("Prio3 has no aggregation parameter; expected empty bytes")
 
@@ -505,6 +539,12 @@ class Prio3(Generic[Measurement, AggResult]):
 
 
 class Prio3Count(Prio3[int, int]):
+    """Counts: each measurement is 0 or 1 (draft section 7.4.1).
+
+    >>> Prio3Count(2).flp.MEAS_LEN
+    1
+    """
+
     ID = 0x00000001
 
     def __init__(self, shares: int) -> None:
@@ -512,6 +552,8 @@ class Prio3Count(Prio3[int, int]):
 
 
 class Prio3Sum(Prio3[int, int]):
+    """Sums of integers in [0, max_measurement] (draft section 7.4.2)."""
+
     ID = 0x00000002
 
     def __init__(self, shares: int, max_measurement: int) -> None:
@@ -519,6 +561,9 @@ class Prio3Sum(Prio3[int, int]):
 
 
 class Prio3SumVec(Prio3[Sequence[int], list[int]]):
+    """Element-wise sums of `length` integers, each in [0, max_measurement]
+    (draft section 7.4.3)."""
+
     ID = 0x00000003
 
     def __init__(self, shares: int, length: int, max_measurement: int, chunk_length: int) -> None:
@@ -528,6 +573,9 @@ class Prio3SumVec(Prio3[Sequence[int], list[int]]):
 
 
 class Prio3Histogram(Prio3[int, list[int]]):
+    """Histograms: each measurement is one bucket index in [0, length)
+    (draft section 7.4.4)."""
+
     ID = 0x00000004
 
     def __init__(self, shares: int, length: int, chunk_length: int) -> None:
@@ -535,6 +583,9 @@ class Prio3Histogram(Prio3[int, list[int]]):
 
 
 class Prio3MultihotCountVec(Prio3[Sequence[bool], list[int]]):
+    """Per-option counts: each measurement is `length` booleans with at most
+    `max_weight` set (draft section 7.4.5)."""
+
     ID = 0x00000005
 
     def __init__(self, shares: int, length: int, max_weight: int, chunk_length: int) -> None:

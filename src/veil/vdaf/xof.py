@@ -74,6 +74,7 @@ class XofTurboShake128(Xof):
         self._h.update(binder)
 
     def next(self, length: int) -> bytes:
+        """The next ``length`` bytes of the stream."""
         out: bytes = self._h.read(length)
         return out
 
@@ -95,6 +96,7 @@ class XofFixedKeyAes128(Xof):
         self._consumed = 0
 
     def next(self, length: int) -> bytes:
+        """The next ``length`` bytes of the stream."""
         start = self._consumed
         end = start + length
         self._consumed = end
