@@ -91,6 +91,7 @@ from veil.aggregator.postgres import (
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
+from veil.dp import BudgetLedger, LedgerStore
 from veil.grpc_util import MAX_MESSAGE_BYTES, is_loopback
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, leader_pb2
@@ -293,26 +294,46 @@ def tasks_of_role(config: ServerConfig, kind: type[AT]) -> dict[bytes, AT]:
     return tasks
 
 
+@dataclass(frozen=True)
+class StorageBackend:
+    """An aggregator's store and its budget ledger, side by side in one database."""
+
+    store: Datastore
+    ledger: str | LedgerStore  # an SQLite file, or the PostgreSQL ledger store
+    close: Callable[[], None]
+
+    def budget_ledger(self) -> BudgetLedger:
+        if isinstance(self.ledger, str):
+            return BudgetLedger.sqlite(self.ledger)
+        return BudgetLedger(self.ledger)
+
+
+def open_backend(
+    config: ServerConfig, *, create: bool = True, pool_size: int | None = None
+) -> StorageBackend:
+    """The configured storage, for the servers and the operator commands alike.
+
+    `create=False` (the commands: status, gc, keys) refuses an SQLite file
+    that does not exist yet rather than creating an empty database.
+    """
+    if isinstance(config.storage, Path):
+        if not create and not config.storage.exists():
+            raise ConfigError(f"no database at {config.storage}: start the server once first")
+        sqlite = SqliteDatastore(config.storage)
+        return StorageBackend(sqlite, str(config.storage), sqlite.close)
+    pg = PostgresDatastore(config.storage, pool_size or config.pool_size)
+    return StorageBackend(pg, PostgresLedgerStore(config.storage, pg.pool), pg.close)
+
+
 def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:
     """The configured store, a PrivacyEngine whose ledger lives beside it, and a closer."""
     # Before the database is opened or created: a refused server stores nothing.
     refuse_exact_release(config.tasks, config.allow_exact_release)
-    if isinstance(config.storage, Path):
-        sqlite = SqliteDatastore(config.storage)
-        return (
-            sqlite,
-            PrivacyEngine(
-                str(config.storage), config.tasks, allow_exact_release=config.allow_exact_release
-            ),
-            sqlite.close,
-        )
-    pg = PostgresDatastore(config.storage, config.pool_size)
-    ledger = PostgresLedgerStore(config.storage, pg.pool)
-    return (
-        pg,
-        PrivacyEngine(ledger, config.tasks, allow_exact_release=config.allow_exact_release),
-        pg.close,
+    backend = open_backend(config)
+    privacy = PrivacyEngine(
+        backend.ledger, config.tasks, allow_exact_release=config.allow_exact_release
     )
+    return backend.store, privacy, backend.close
 
 
 def _read(p: Path | None) -> bytes | None:

@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING
 from veil.cli.common import tune_for_throughput
 
 if TYPE_CHECKING:  # imported where used, so `veil upload` does not load the servers
-    from veil.aggregator.postgres import PostgresDatastore
-    from veil.aggregator.server import ServerConfig
-    from veil.aggregator.storage import SqliteDatastore
+    from veil.aggregator.server import ServerConfig, StorageBackend
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -50,26 +48,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def _open_database(
     args: argparse.Namespace, command: str
-) -> tuple[ServerConfig, SqliteDatastore | PostgresDatastore] | None:
-    """(config, store) of the aggregator whose config file is --config."""
-    from veil.aggregator.postgres import PostgresDatastore
-    from veil.aggregator.server import ConfigError, load_config
-    from veil.aggregator.storage import SqliteDatastore
+) -> tuple[ServerConfig, StorageBackend] | None:
+    """(config, storage) of the aggregator whose config file is --config; None
+    after saying why (`veil <command>: ...`) when it cannot be opened."""
+    from veil.aggregator.server import ConfigError, load_config, open_backend
 
     try:
         config = load_config(Path(args.config))
+        return config, open_backend(config, create=False, pool_size=1)
     except ConfigError as e:
         print(f"veil {command}: {e}", file=sys.stderr)
         return None
-    if not isinstance(config.storage, Path):
-        return config, PostgresDatastore(config.storage, pool_size=1)
-    if not config.storage.exists():
-        print(
-            f"veil {command}: no database at {config.storage}: start the server once first",
-            file=sys.stderr,
-        )
-        return None
-    return config, SqliteDatastore(config.storage)
 
 
 def _role(args: argparse.Namespace, config: ServerConfig) -> str | None:
@@ -90,27 +79,19 @@ def _role(args: argparse.Namespace, config: ServerConfig) -> str | None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from veil.aggregator.status import gather, render_text
-    from veil.dp import BudgetLedger
 
     opened = _open_database(args, "status")
     if opened is None:
         return 2
-    config, store = opened
+    config, storage = opened
     role = _role(args, config)
     if role is None:
-        store.close()
+        storage.close()
         return 2
     try:
-        from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
-
-        if isinstance(store, PostgresDatastore):
-            assert isinstance(config.storage, str)
-            ledger = BudgetLedger(PostgresLedgerStore(config.storage, store.pool))
-        else:
-            ledger = BudgetLedger.sqlite(config.storage)
-        status = gather(role, config, store, ledger)
+        status = gather(role, config, storage.store, storage.budget_ledger())
     finally:
-        store.close()
+        storage.close()
     print(json.dumps(status, indent=2) if args.json else render_text(status))
     return 0
 
@@ -126,13 +107,14 @@ def cmd_gc(args: argparse.Namespace) -> int:
     opened = _open_database(args, "gc")
     if opened is None:
         return 2
-    config, store = opened
+    config, storage = opened
+    store = storage.store
     try:
         before = store.size_bytes()
         results = collect_garbage(store, config.tasks, time.time(), full_vacuum=args.vacuum)
         after = store.size_bytes()
     finally:
-        store.close()
+        storage.close()
     out = {
         "database": storage_label(config.storage),
         "bytes_before": before,
@@ -157,10 +139,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
     opened = _open_database(args, "keys")
     if opened is None:
         return 2
-    config, store = opened
+    config, storage = opened
+    store = storage.store
     grace = config.keys.grace_seconds if args.grace is None else args.grace
     if grace < 0:
-        store.close()
+        storage.close()
         print("veil keys: --grace must not be negative", file=sys.stderr)
         return 2
     now = time.time()
@@ -183,7 +166,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         print(f"veil keys: {e}", file=sys.stderr)
         return 1
     finally:
-        store.close()
+        storage.close()
     if args.keys_command == "list":
         rows = [
             {
