@@ -67,6 +67,23 @@ PMF_TAIL = 1e-15
 # t·K and t·V (K, V loop counters, geometric with means below 2) stay in range until a
 # counter passes 2**13, which has probability below 1e-1000; it is checked anyway.
 _VEC_MAX_PARAM = 1 << 48
+# The largest pmf table built for analysis (confidence intervals, ε accounting):
+# 2**23 doubles, 64 MiB. A distribution wider than that is handled in closed form.
+TABLE_MAX = 1 << 23
+# Discrete Laplace tables serve only the local-randomization estimates (intervals
+# of plain Laplace noise have a closed form); they may be larger, not unbounded.
+LAPLACE_TABLE_MAX = 1 << 26
+
+
+def _int64_array(values: list[int]) -> IntArray:
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        raise InvalidParameter(
+            "a draw does not fit in 64 bits: use sample_vec, which returns Python ints"
+        ) from None
+
+
 # Below this many entries np.convolve (exact summation) is cheap; above, FFT.
 _DIRECT_CONVOLVE_MAX = 1 << 13
 
@@ -192,23 +209,32 @@ class DiscreteLaplace:
         """One exact draw."""
         return _dlap_scalar(self.scale.numerator, self.scale.denominator, _default_rng(rng))
 
+    def _vectorised(self) -> bool:
+        return self.scale.numerator <= _VEC_MAX_PARAM and self.scale.denominator <= INT64_SAFE
+
     def sample_array(self, n: int, rng: RandomSource | None = None) -> IntArray:
-        """n independent exact draws as an int64 array."""
+        """n independent exact draws as an int64 array (InvalidParameter if a draw
+        does not fit in 64 bits, possible only past the NumPy lanes' range)."""
         _check_count(n)
-        t, s = self.scale.numerator, self.scale.denominator
         rng = _default_rng(rng)
-        if t <= _VEC_MAX_PARAM and s <= INT64_SAFE:
-            return _dlap_vec(t, s, n, rng)
-        return np.array([_dlap_scalar(t, s, rng) for _ in range(n)], dtype=np.int64)
+        if self._vectorised():
+            return _dlap_vec(self.scale.numerator, self.scale.denominator, n, rng)
+        return _int64_array(self.sample_vec(n, rng))
 
     def sample_vec(self, n: int, rng: RandomSource | None = None) -> list[int]:
-        """n independent exact draws."""
-        return [int(z) for z in self.sample_array(n, rng).tolist()]
+        """n independent exact draws, as Python ints: a scale past the NumPy
+        lanes' range (2**48) draws one by one, and its draws may exceed 64 bits."""
+        _check_count(n)
+        rng = _default_rng(rng)
+        t, s = self.scale.numerator, self.scale.denominator
+        if self._vectorised():
+            return [int(z) for z in _dlap_vec(t, s, n, rng).tolist()]
+        return [_dlap_scalar(t, s, rng) for _ in range(n)]
 
     @property
     def decay(self) -> float:
         """q = exp(-1/scale), the ratio of successive probabilities."""
-        return math.exp(-1 / float(self.scale))
+        return math.exp(-float(1 / self.scale))
 
     def pmf(self, z: int) -> float:
         """P(Z = z) = (1-q)/(1+q) · q**|z|, evaluated in double precision."""
@@ -216,14 +242,21 @@ class DiscreteLaplace:
         return math.tanh(inv / 2) * math.exp(-abs(z) * inv)
 
     def variance(self) -> float:
-        """2q/(1-q)²."""
-        q = self.decay
-        return 2 * q / (1 - q) ** 2
+        """2q/(1-q)², with 1 - q = -expm1(-1/scale) (exact to double precision
+        however large the scale)."""
+        x = float(1 / self.scale)
+        return 2 * math.exp(-x) / math.expm1(-x) ** 2
 
     def pmf_table(self) -> npt.NDArray[np.float64]:
-        """pmf on [-M, M] with P(|Z| > M) = 2q**(M+1)/(1+q) < 1e-15."""
-        inv = 1 / float(self.scale)
+        """pmf on [-M, M] with P(|Z| > M) = 2q**(M+1)/(1+q) < 1e-15 (InvalidParameter
+        past LAPLACE_TABLE_MAX entries: a scale above about 950,000)."""
+        inv = float(1 / self.scale)
         bound = math.ceil(math.log(PMF_TAIL / 2) / -inv)
+        if 2 * bound + 1 > LAPLACE_TABLE_MAX:
+            raise InvalidParameter(
+                f"a pmf table of the discrete Laplace of scale {float(self.scale):.3g} would"
+                f" hold {2 * bound + 1} entries (at most {LAPLACE_TABLE_MAX})"
+            )
         z = np.arange(-bound, bound + 1)
         table: npt.NDArray[np.float64] = np.tanh(inv / 2) * np.exp(-np.abs(z) * inv)
         return table
@@ -328,40 +361,68 @@ class DiscreteGaussian:
         """One exact draw."""
         return _dgauss_scalar(self.sigma_squared, _default_rng(rng))
 
+    def _vectorised(self) -> bool:
+        return _gauss_proposal_scale(self.sigma_squared) <= _VEC_MAX_PARAM
+
     def sample_array(self, n: int, rng: RandomSource | None = None) -> IntArray:
-        """n independent exact draws as an int64 array."""
+        """n independent exact draws as an int64 array (InvalidParameter if a draw
+        does not fit in 64 bits, possible only past the NumPy lanes' range)."""
         _check_count(n)
         rng = _default_rng(rng)
-        t = _gauss_proposal_scale(self.sigma_squared)
-        if t <= _VEC_MAX_PARAM:
+        if self._vectorised():
             return _dgauss_vec(self.sigma_squared, n, rng)
-        return np.array([_dgauss_scalar(self.sigma_squared, rng) for _ in range(n)], dtype=np.int64)
+        return _int64_array(self.sample_vec(n, rng))
 
     def sample_vec(self, n: int, rng: RandomSource | None = None) -> list[int]:
-        """n independent exact draws."""
-        return [int(z) for z in self.sample_array(n, rng).tolist()]
+        """n independent exact draws, as Python ints (one by one past σ = 2**48)."""
+        _check_count(n)
+        rng = _default_rng(rng)
+        if self._vectorised():
+            return [int(z) for z in _dgauss_vec(self.sigma_squared, n, rng).tolist()]
+        return [_dgauss_scalar(self.sigma_squared, rng) for _ in range(n)]
 
     def _bound(self) -> int:
         # Past M the unnormalised terms are below exp(-M²/(2σ²)) = 1e-40 and decay
         # faster than geometrically; the normaliser is >= 1.
         return math.ceil(math.sqrt(2 * float(self.sigma_squared) * 40 * math.log(10))) + 1
 
+    @property
+    def tabulable(self) -> bool:
+        """Whether the pmf table (2M + 1 doubles) stays within TABLE_MAX entries:
+        σ up to about 300,000. Past it, the closed forms serve instead."""
+        return 2 * self._bound() + 1 <= TABLE_MAX
+
     @functools.cached_property
     def _table(self) -> npt.NDArray[np.float64]:
+        if not self.tabulable:
+            raise InvalidParameter(
+                "a pmf table of the discrete Gaussian with sigma^2 ="
+                f" {float(self.sigma_squared):.3g} would hold {2 * self._bound() + 1} entries"
+                f" (at most {TABLE_MAX})"
+            )
         bound = self._bound()
         z = np.arange(-bound, bound + 1, dtype=np.float64)
         weights = np.exp(-(z**2) / (2 * float(self.sigma_squared)))
         return weights / math.fsum(weights.tolist())
 
     def pmf(self, z: int) -> float:
-        """exp(-z²/(2σ²)) / Σ_y exp(-y²/(2σ²)), the sum truncated below 1e-17."""
+        """exp(-z²/(2σ²)) / Σ_y exp(-y²/(2σ²)), the sum truncated below 1e-17
+        (past the table's size, the normaliser is √(2π)σ: by Poisson summation
+        the two differ by a factor 1 + 2·exp(-2π²σ²) + ..., which is 1 in double
+        precision for σ > 2)."""
         bound = self._bound()
         if abs(z) > bound:
             return 0.0
+        if not self.tabulable:
+            s2 = float(self.sigma_squared)
+            return math.exp(-(z * z) / (2 * s2)) / math.sqrt(2 * math.pi * s2)
         return float(self._table[z + bound])
 
     def variance(self) -> float:
-        """Σ z² P(z) (slightly below σ², CKS20 Corollary 9)."""
+        """Σ z² P(z) (slightly below σ², CKS20 Corollary 9; σ² itself where the
+        difference is below double precision, past the table's size)."""
+        if not self.tabulable:
+            return float(self.sigma_squared)
         table = self._table
         z = np.arange(table.size) - (table.size - 1) // 2
         return float(np.dot(z.astype(np.float64) ** 2, table))

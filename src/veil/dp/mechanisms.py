@@ -78,6 +78,8 @@ MIN_RHO = MIN_EPSILON**2 / 2
 MAX_FIXED_POINT_BITS = 32
 # veil runs Prio3 between exactly two aggregators (leader and helper).
 AGGREGATORS = 2
+# The largest discrete Laplace scale the split mode divides (see NoisePlan).
+MAX_SPLIT_SCALE = 1 << 17
 
 
 class Mechanism(enum.StrEnum):
@@ -420,20 +422,34 @@ class TotalNoise:
             raise InvalidParameter("TotalNoise sums copies of one distribution")
 
     def _laplace(self) -> tuple[float, int] | None:
+        """(x, count) with x = 1/scale, for one or two discrete Laplace summands.
+
+        Everything below is written in x with expm1, never 1 - exp(-x): at a scale
+        of 1e16, q = exp(-x) is 1.0 in double precision and 1 - q is 0."""
         if self.parts and isinstance(self.parts[0], DiscreteLaplace) and len(self.parts) <= 2:
-            return self.parts[0].decay, len(self.parts)
+            x = float(1 / self.parts[0].scale)
+            if x == 0.0:
+                digits = len(str(int(self.parts[0].scale)))
+                raise InvalidParameter(
+                    f"a discrete Laplace scale of {digits} digits is beyond double precision:"
+                    " no interval can be computed"
+                )
+            return x, len(self.parts)
         return None
 
     def pmf(self, z: int) -> float:
         """P(Z = z)."""
         laplace = self._laplace()
         if laplace is not None:
-            q, count = laplace
-            c0 = (1 - q) / (1 + q)
+            x, count = laplace
+            c0 = math.tanh(x / 2)  # (1 - q) / (1 + q)
+            q_z = math.exp(-x * abs(z))
             if count == 1:
-                return c0 * q ** abs(z)
+                return c0 * q_z
             # Σ_k q**(|k| + |z-k|) = q**|z| · (|z| + 1 + 2q²/(1-q²)).
-            return c0 * c0 * q ** abs(z) * (abs(z) + 1 + 2 * q * q / (1 - q * q))
+            return c0 * c0 * q_z * (abs(z) + 1 + 2 * math.exp(-2 * x) / -math.expm1(-2 * x))
+        if not self._tabulable:
+            return self._normal_pmf(z)
         table = self._table
         centre = (table.size - 1) // 2
         return float(table[z + centre]) if abs(z) <= centre else 0.0
@@ -444,17 +460,46 @@ class TotalNoise:
             return 1.0
         laplace = self._laplace()
         if laplace is not None:
-            q, count = laplace
+            x, count = laplace
+            q = math.exp(-x)
             if count == 1:
-                return 1 - 2 * q ** (c + 1) / (1 + q)
+                return 1 - 2 * math.exp(-x * (c + 1)) / (1 + q)
             # P(Z >= z) for z >= 1 from the pmf above, summed in closed form.
             z = c + 1
-            c0 = (1 - q) / (1 + q)
-            h = 1 + 2 * q * q / (1 - q * q)
-            tail = c0 * c0 * q**z * (h / (1 - q) + (z * (1 - q) + q) / (1 - q) ** 2)
+            one_minus_q = -math.expm1(-x)
+            c0 = math.tanh(x / 2)
+            h = 1 + 2 * math.exp(-2 * x) / -math.expm1(-2 * x)
+            tail = (
+                c0
+                * c0
+                * math.exp(-x * z)
+                * (h / one_minus_q + (z * one_minus_q + q) / one_minus_q**2)
+            )
             return 1 - 2 * tail
+        if not self._tabulable:
+            # Discrete Gaussians too wide to tabulate (σ > ~300,000): their sum is
+            # N(0, kσ²) to double precision at every integer (Poisson summation),
+            # and summing the density over [-c, c] is its integral over
+            # [-c - 1/2, c + 1/2] (midpoint rule: 1.4e-9 off at σ = 2000, and the
+            # error shrinks as 1/σ²).
+            return math.erf((c + 0.5) / math.sqrt(2 * self._sigma_squared_total))
         mass = self._central_masses
         return float(mass[min(c, mass.size - 1)])
+
+    @property
+    def _tabulable(self) -> bool:
+        part = self.parts[0] if self.parts else None
+        return not isinstance(part, DiscreteGaussian) or part.tabulable
+
+    @property
+    def _sigma_squared_total(self) -> float:
+        part = self.parts[0]
+        assert isinstance(part, DiscreteGaussian)
+        return float(part.sigma_squared) * len(self.parts)
+
+    def _normal_pmf(self, z: int) -> float:
+        s2 = self._sigma_squared_total
+        return math.exp(-(z * z) / (2 * s2)) / math.sqrt(2 * math.pi * s2)
 
     @functools.cached_property
     def _central_masses(self) -> npt.NDArray[np.float64]:
@@ -477,6 +522,11 @@ class TotalNoise:
     def _table(self) -> npt.NDArray[np.float64]:
         if not self.parts:
             return np.ones(1)
+        if not self._tabulable:
+            raise InvalidParameter(
+                "the total noise is too wide for a pmf table (discrete Gaussian with"
+                f" sigma^2 = {self._sigma_squared_total:.3g})"
+            )
         single = self.parts[0].pmf_table()
         table = single
         for _ in self.parts[1:]:
@@ -497,6 +547,18 @@ class NoisePlan:
 
     config: DPConfig
     sensitivity: Sensitivity
+
+    def __post_init__(self) -> None:
+        # The split mode's Pólya sampler tabulates its CDF once per scale, in time
+        # linear in the scale (about 7 s at 1e5, minutes past 1e6), and walks the
+        # CDF past the table: a larger scale would stall the noise pool.
+        scale = self.scale
+        if self.config.mode is NoiseMode.SPLIT and scale is not None and scale > MAX_SPLIT_SCALE:
+            raise InvalidParameter(
+                f"split mode draws Pólya noise of scale at most {MAX_SPLIT_SCALE}; this task's"
+                f" is {float(scale):.4g} (sensitivity / epsilon): use independent mode, a"
+                " larger epsilon or a smaller max_measurement"
+            )
 
     @classmethod
     def for_task(
