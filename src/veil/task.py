@@ -32,8 +32,18 @@ from typing import Any, ClassVar, TypeVar
 
 import tomli_w
 
-from veil.dp import DPConfig, DPError, LocalChannel, Mechanism, NoiseMode, NoisePlan, local_channel
+from veil.dp import (
+    DPConfig,
+    DPError,
+    LocalChannel,
+    Mechanism,
+    NoiseMode,
+    NoisePlan,
+    feasible_range,
+    local_channel,
+)
 from veil.dp.accounting import DEFAULT_DELTA
+from veil.dp.bounds import AggregateBounds, noise_bound
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
 from veil.settings import SettingsError, Table, from_mapping, read_toml
 from veil.trust import TrustError, normalise_fingerprint
@@ -262,6 +272,20 @@ class DpSpec:
             return NoisePlan.for_task(self.config(), vdaf.kind.prio3, params)
         except DPError as e:
             raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+
+    def bounds(self, vdaf: VdafSpec) -> AggregateBounds:
+        """Where this task's noised aggregates lie, and its largest batch (veil.dp.bounds)."""
+        params = {
+            k: v
+            for k, v in vdaf.to_dict().items()
+            if k in ("max_measurement", "length", "max_weight") and v
+        }
+        try:
+            report_max = feasible_range(vdaf.kind.prio3, params, 1)[1]
+            noise = noise_bound(self.plan(vdaf))
+        except DPError as e:
+            raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+        return AggregateBounds(max(report_max, 1), noise, vdaf.instantiate().field.MODULUS)
 
     def local(self, vdaf: VdafSpec) -> LocalChannel | None:
         """The randomized response every client applies (None: no local layer)."""

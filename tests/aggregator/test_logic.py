@@ -11,13 +11,17 @@ from dataclasses import replace
 import pytest
 
 from tests.support.backends import Backend
-from veil.aggregator.core import VerifyInitItem, VerifyResult
+from veil.aggregator.core import TaskLimitError, VerifyInitItem, VerifyResult, batch_summary
 from veil.aggregator.errors import (
     BatchCollected,
     BatchMismatch,
+    BatchTooLarge,
+    BatchTooSmall,
     BudgetExhausted,
     InvalidMessage,
     JobConflict,
+    NoiseFailed,
+    NoiseUnavailable,
     ReportTimeRejected,
     Unauthenticated,
     Unavailable,
@@ -88,6 +92,9 @@ class World:
             job_size=4,
         )
         self.vdaf = files.client.vdaf.instantiate()
+        # Collections are refused (retryable) until the noise is drawn ahead.
+        for side in (self.helper, self.leader):
+            assert side.privacy.pool.wait_ready(60)
 
     def report(self, value: int, t: int = T) -> Report:
         return prepare_report(
@@ -431,14 +438,52 @@ def replace_window(files: TaskFiles, not_after: int) -> TaskFiles:
 
 
 def test_noise_is_drawn_ahead_of_the_request() -> None:
+    """Issue 13: a request never waits for a draw (two vectors ready per task,
+    NoiseUnavailable when none is), and a failing draw is surfaced, not fatal."""
     from veil.aggregator.privacy import NoisePool
+    from veil.dp import NoisePlan, draw_noise
+
+    gate = threading.Event()
+    drawn = 0
+
+    def draw(plan: NoisePlan, length: int) -> list[int]:
+        nonlocal drawn
+        if plan.config.epsilon == 2:
+            raise OverflowError("int too large")
+        drawn += 1
+        if drawn > 2:
+            gate.wait()
+        return draw_noise(plan, length)
 
     spec = VdafSpec("histogram", length=50, chunk_length=7)
-    pool = NoisePool()
-    pool.add(b"t" * 32, DpSpec("geometric", epsilon="1").plan(spec), 50)
-    draws = [pool.take(b"t" * 32) for _ in range(3)]
+    good, bad = b"g" * 32, b"b" * 32
+    pool = NoisePool(draw=draw)
+    pool.add(good, DpSpec("geometric", epsilon="1").plan(spec), 50)
+    pool.add(bad, DpSpec("geometric", epsilon="2").plan(spec), 50)
+    assert pool.wait_ready(30)
+    draws = [pool.take(good) for _ in range(2)]
+    # The third draw is held back: the request is refused at once, not kept waiting.
+    with pytest.raises(NoiseUnavailable, match="retry shortly") as e:
+        pool.take(good)
+    assert e.value.retryable
+    with pytest.raises(NoiseFailed, match="OverflowError: int too large"):
+        pool.take(bad)
+    gate.set()
+    assert pool.wait_ready(30)  # the thread survived the failed draw
+    draws.append(pool.take(good))
     assert all(len(d) == 50 for d in draws)
     assert draws[0] != draws[1] != draws[2]  # fresh noise for every release
+
+
+def test_noise_beyond_64_bits() -> None:
+    """Issue 13: Sum(max 2**62) at ε = 0.1 draws noise beyond int64; it used to
+    raise OverflowError in the sampler's int64 array and kill the noise thread."""
+    from veil.dp import draw_noise
+
+    plan = DpSpec("geometric", epsilon="0.1").plan(VdafSpec("sum", max_measurement=2**62))
+    noise = draw_noise(plan, 64)
+    assert all(isinstance(z, int) for z in noise)
+    assert max(abs(z) for z in noise) > 2**63  # scale 4.6e19: most draws exceed int64
 
 
 def test_helper_rejects_malformed_shares_without_counting(world: World) -> None:
@@ -550,3 +595,77 @@ def test_upload_refuses_parts_of_the_wrong_length(world: World) -> None:
             world.leader.upload(task_id, [world.report(2), report])
     assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 0
     assert world.leader.upload(task_id, [good]) == (1, 0)
+
+
+def test_batches_that_would_wrap_around_the_field_are_refused(backend: Backend) -> None:
+    """Issue 13: Sum(max 2**61) in Field64 sums at most 3 reports without wrapping
+    around; a batch of 4 is refused by the leader and by the helper on its own
+    (it decoded to a negative number before), and nothing is spent."""
+    files = new_task(
+        VdafSpec("sum", max_measurement=2**61),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=1,
+        dp=DpSpec("none"),
+    )
+    world = World(backend, files)
+    task_id = files.leader.task_id
+    assert world.leader.bounds[task_id].max_batch_size == 3
+    world.leader.upload(task_id, [world.report(2**61) for _ in range(4)])
+    token = files.collector.collector_token
+    with pytest.raises(BatchTooLarge, match="at most 3"):
+        world.leader.create_collection(task_id, token, secrets.token_bytes(16), T, TP)
+    # The helper, asked directly with the leader's own count and checksum.
+    while world.leader.run_once():
+        pass
+    from veil.aggregator.core import batch_summary
+
+    _, count, checksum = batch_summary(
+        world.vdaf, world.helper_store.batch_aggregates(task_id, T, T + TP)
+    )
+    assert count == 4
+    with pytest.raises(BatchTooLarge, match="at most 3"):
+        world.helper.aggregate_share(
+            task_id, files.leader.aggregator_token, secrets.token_bytes(16), T, TP, 4, checksum
+        )
+
+
+def test_a_task_that_cannot_hold_min_batch_size_is_refused_at_start(backend: Backend) -> None:
+    """Issue 13: Sum(max 2**62) at ε = 0.1 was accepted; its noise alone exceeds
+    the field. Now neither aggregator starts with it, and nothing is spent."""
+    files = new_task(
+        VdafSpec("sum", max_measurement=2**62),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=1,
+        dp=DpSpec("geometric", epsilon="1/10"),
+    )
+    with pytest.raises(TaskLimitError, match="would wrap around the field"):
+        Helper(
+            {files.helper.task_id: files.helper},
+            backend.store("helper"),
+            PrivacyEngine(backend.ledger("helper"), [files.helper]),
+            clock=lambda: NOW,
+        )
+
+
+def test_batch_too_small_does_not_tell_the_count(world: World) -> None:
+    """Issue 13: the refusal said the exact count, free and repeatable (arrival timing)."""
+    task_id = world.files.client.task_id
+    world.leader.upload(task_id, [world.report(1)])
+    token = world.files.collector.collector_token
+    with pytest.raises(BatchTooSmall) as e:
+        world.leader.create_collection(task_id, token, secrets.token_bytes(16), T, TP)
+    assert "fewer than min_batch_size (2)" in str(e.value)
+    assert "1 report" not in str(e.value)
+    while world.leader.run_once():
+        pass
+    task = world.files.leader
+    _, count, checksum = batch_summary(
+        world.vdaf, world.helper_store.batch_aggregates(task_id, T, T + TP)
+    )
+    with pytest.raises(BatchTooSmall) as e:
+        world.helper.aggregate_share(
+            task_id, task.aggregator_token, secrets.token_bytes(16), T, TP, count, checksum
+        )
+    assert str(e.value) == "the batch holds fewer than min_batch_size (2) reports"

@@ -232,7 +232,8 @@ def test_batch_below_min_batch_size(dep: Deployment) -> None:
         with pytest.raises(CollectionError) as e:
             collector.collect(t, TP, wait=60)
         assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
-        assert "min_batch_size is 5" in e.value.message
+        assert "fewer than min_batch_size (5) reports" in e.value.message
+        assert "3 reports" not in e.value.message  # never the count (issue 13)
         # Not consumed: with enough reports the same batch can be collected.
         client.upload_batch([4, 5], report_time=t)
         r = collector.collect(t, TP, wait=60)

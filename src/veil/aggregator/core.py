@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from veil.aggregator.errors import (
+    BatchTooLarge,
     InvalidMessage,
     ReportRejection,
     ReportTimeRejected,
@@ -26,6 +27,8 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.maintenance import active_key, ensure_active_key
 from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
+from veil.dp import DPError
+from veil.dp.bounds import AggregateBounds
 from veil.hpke import (
     AEAD_TAG_SIZE,
     ENC_SIZE,
@@ -37,7 +40,7 @@ from veil.hpke import (
 )
 from veil.messages import REPORT_ID_SIZE
 from veil.metrics import Metrics
-from veil.task import OPEN_ENDED, AggregatorTask, Task, expect_role, token_matches
+from veil.task import OPEN_ENDED, AggregatorTask, Task, TaskError, expect_role, token_matches
 from veil.times import format_duration, format_time
 from veil.vdaf import CodecError, Prio3, VdafError
 from veil.vdaf.batch import BatchPrio3
@@ -256,6 +259,30 @@ def batch_summary(
     return share, count, checksum
 
 
+class TaskLimitError(ValueError):
+    """A task whose noise or field cannot hold a batch of min_batch_size reports."""
+
+
+def task_bounds(task: Task) -> AggregateBounds:
+    """The task's aggregate bounds (veil.dp.bounds); TaskLimitError if even a batch
+    of min_batch_size reports could wrap around the field."""
+    try:
+        bounds = task.dp.bounds(task.vdaf)
+        bounds.check_batch_floor(task.min_batch_size)
+    except (TaskError, DPError) as e:
+        raise TaskLimitError(f"task {task.id_text}: {e}") from None
+    return bounds
+
+
+def check_batch_size(task: Task, bounds: AggregateBounds, count: int) -> None:
+    """Raises BatchTooLarge for a batch whose sum could wrap around the field."""
+    if count > bounds.max_batch_size:
+        raise BatchTooLarge(
+            f"the batch holds more reports than this task can sum without wrapping around"
+            f" the field (at most {bounds.max_batch_size}): collect shorter intervals"
+        )
+
+
 AT = TypeVar("AT", bound=AggregatorTask)
 
 
@@ -284,6 +311,9 @@ class AggregatorBase(Generic[AT]):
         # with the scalar path report by report.
         self.batch_vdafs = {tid: BatchPrio3(v) for tid, v in self.vdafs.items()}
         self.sizes = {tid: ReportSizes.of(v) for tid, v in self.vdafs.items()}
+        # Computed (and refused) here, at start, rather than after a collection
+        # has spent budget: the noise bound exercises the interval arithmetic.
+        self.bounds = {tid: task_bounds(t) for tid, t in self.tasks.items()}
         ensure_active_key(store, clock())
         self._keys_read_at = -float("inf")
         self._keys_lock = threading.Lock()

@@ -81,6 +81,12 @@ class BatchTooSmall(AggregatorError):
     status = "FAILED_PRECONDITION"
 
 
+class BatchTooLarge(AggregatorError):
+    """More reports than the task's field can sum without wrapping around."""
+
+    status = "FAILED_PRECONDITION"
+
+
 class BatchMismatch(AggregatorError):
     """The helper's view of a batch differs from the leader's count or checksum."""
 
@@ -106,6 +112,16 @@ class Unavailable(AggregatorError):
 
     status = "UNAVAILABLE"
     retryable = True
+
+
+class NoiseUnavailable(Unavailable):
+    """No noise vector drawn ahead is ready yet (nothing was spent): retry shortly."""
+
+
+class NoiseFailed(AggregatorError):
+    """Drawing the task's noise failed (nothing was spent); the server's log says why."""
+
+    status = "INTERNAL"
 
 
 class RpcFailed(AggregatorError):

@@ -31,6 +31,7 @@ from veil.aggregator.core import (
     accumulate,
     authorize,
     batch_summary,
+    check_batch_size,
     check_interval,
     check_window_closed,
     rejection_reason,
@@ -312,8 +313,9 @@ class Helper(AggregatorBase[HelperTask]):
                 )
             if count < task.min_batch_size:
                 raise BatchTooSmall(
-                    f"the batch has {count} reports; the task needs at least {task.min_batch_size}"
+                    f"the batch holds fewer than min_batch_size ({task.min_batch_size}) reports"
                 )
+            check_batch_size(task, self.bounds[task_id], count)
             self.privacy.check(task, start, duration, collection_id)
             noised, _eps = self.privacy.release(task, vdaf, collection_id, start, duration, share)
             assert task.collector_hpke_config is not None

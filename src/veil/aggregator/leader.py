@@ -32,6 +32,7 @@ from veil.aggregator.core import (
     accumulate,
     authorize,
     batch_summary,
+    check_batch_size,
     check_interval,
     check_report_time,
     check_window_closed,
@@ -42,6 +43,7 @@ from veil.aggregator.errors import (
     STATUS_CODES,
     AggregatorError,
     BatchCollected,
+    BatchTooLarge,
     BatchTooSmall,
     InvalidMessage,
     JobConflict,
@@ -291,10 +293,14 @@ class Leader(AggregatorBase[LeaderTask]):
             task_id, start, end
         )
         if count < task.min_batch_size:
+            # Never the count itself: polling would tell the collector, for free,
+            # when each report arrives (issue 13).
             raise BatchTooSmall(
-                f"the batch [{start}, +{duration}) holds {count} reports; the task's min_batch_size"
-                f" is {task.min_batch_size}: wait for more reports or collect a longer interval"
+                f"the batch [{start}, +{duration}) holds fewer than min_batch_size"
+                f" ({task.min_batch_size}) reports: wait for more reports or collect a"
+                " longer interval"
             )
+        check_batch_size(task, self.bounds[task_id], count)
         self.privacy.check(task, start, duration)
         try:
             return self.store.put_collection(
@@ -707,11 +713,15 @@ class Leader(AggregatorBase[LeaderTask]):
                 return self._fail(
                     record,
                     BatchTooSmall(
-                        f"only {count} valid reports in the batch after verification; the task's"
-                        f" min_batch_size is {task.min_batch_size}"
+                        "fewer than min_batch_size"
+                        f" ({task.min_batch_size}) valid reports in the batch after verification"
                     ),
                     reopen=True,
                 )
+            try:
+                check_batch_size(task, self.bounds[task.task_id], count)
+            except BatchTooLarge as e:
+                return self._fail(record, e, reopen=True)
         try:
             helper_ct = self.helper.aggregate_share(
                 task, record.job_id, start, record.duration, count, checksum
@@ -727,6 +737,9 @@ class Leader(AggregatorBase[LeaderTask]):
                     task, vdaf, record.job_id, start, record.duration, share
                 )
             except AggregatorError as e:
+                if e.retryable:
+                    # No noise vector ready yet (nothing spent): retried later.
+                    return self._retry(record, e)
                 # The helper's share exists (sealed to the collector, never
                 # sent): the batch stays closed.
                 return self._fail(record, e, reopen=False)

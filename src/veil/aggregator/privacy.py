@@ -7,21 +7,29 @@ keyed by the collection job id, so a retry after a crash between the spend
 and the store is not charged twice (and the first draw, never released, is
 simply discarded).
 
-Noise is drawn ahead of the request by a background thread (one vector per
-task kept ready): the exact samplers take a data-independent but random
-time, and drawing inside the request would let its latency hint at the
-noise's magnitude.
+Noise is drawn ahead of the request by a background thread (two vectors per
+task kept ready, see NoisePool): the exact samplers take a data-independent
+but random time, and drawing inside the request would let its latency hint at
+the noise's magnitude. So a request never waits for a draw: with no vector
+ready it is refused as retryable (UNAVAILABLE) before any budget is spent.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
 
-from veil.aggregator.errors import BudgetExhausted, InvalidMessage
+from veil.aggregator.errors import (
+    BudgetExhausted,
+    InvalidMessage,
+    NoiseFailed,
+    NoiseUnavailable,
+)
 from veil.dp import (
     Batch,
     BudgetExceeded,
@@ -34,7 +42,7 @@ from veil.dp import (
     draw_noise,
 )
 from veil.metrics import Metrics
-from veil.task import Task
+from veil.task import Task, b64e
 from veil.vdaf import Prio3
 
 log = logging.getLogger(__name__)
@@ -50,45 +58,115 @@ def _survey_unit(task: Task) -> BudgetUnit:
     return _unit(task)
 
 
-class NoisePool:
-    """One pre-drawn noise vector per task, refilled in the background."""
+# Noise vectors kept ready per task. Two, so that two back-to-back collections
+# (which one peer can send) are both served from vectors drawn beforehand.
+READY_PER_TASK = 2
 
-    def __init__(self) -> None:
-        self._ready: dict[bytes, list[int]] = {}
+
+class NoisePool:
+    """Noise vectors drawn ahead of the requests, READY_PER_TASK per task, by one
+    background thread.
+
+    `take` never waits for a draw: with no vector ready it raises NoiseUnavailable
+    (retryable: the caller answers UNAVAILABLE and the leader retries), so the
+    time of a request never depends on the noise it releases. A draw that raises
+    is logged and kept: the task's later `take` calls raise NoiseFailed naming
+    it, and the thread goes on drawing for the other tasks (it never dies).
+    """
+
+    def __init__(
+        self,
+        ready_per_task: int = READY_PER_TASK,
+        draw: Callable[[NoisePlan, int], list[int]] = draw_noise,
+    ) -> None:
+        self.ready_per_task = ready_per_task
+        self._draw = draw
+        self._ready: dict[bytes, deque[list[int]]] = {}
         self._plans: dict[bytes, tuple[NoisePlan, int]] = {}
+        self._errors: dict[bytes, str] = {}
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
     def add(self, task_id: bytes, plan: NoisePlan, length: int) -> None:
         with self._cond:
             self._plans[task_id] = (plan, length)
+            self._ready.setdefault(task_id, deque())
             self._cond.notify_all()
         if self._thread is None:
             self._thread = threading.Thread(target=self._fill, name="noise", daemon=True)
             self._thread.start()
 
+    def _next_task(self) -> bytes | None:
+        """The task with the fewest ready vectors, if any lacks some (lock held)."""
+        wanting = [
+            t
+            for t in self._plans
+            if t not in self._errors and len(self._ready[t]) < self.ready_per_task
+        ]
+        return min(wanting, key=lambda t: len(self._ready[t])) if wanting else None
+
     def _fill(self) -> None:
         while True:
             with self._cond:
-                missing = [t for t in self._plans if t not in self._ready]
-                if not missing:
+                task_id = self._next_task()
+                while task_id is None:
                     self._cond.wait()
-                    continue
-            task_id = missing[0]
-            plan, length = self._plans[task_id]
-            noise = draw_noise(plan, length)
+                    task_id = self._next_task()
+                plan, length = self._plans[task_id]
+            try:
+                noise = self._draw(plan, length)
+            except Exception as e:
+                log.exception(
+                    "drawing noise failed; collections of this task are refused",
+                    extra={"task_id": b64e(task_id)},
+                )
+                with self._cond:
+                    self._errors[task_id] = f"{type(e).__name__}: {e}"
+                    self._cond.notify_all()
+                continue
             with self._cond:
-                self._ready[task_id] = noise
+                self._ready[task_id].append(noise)
                 self._cond.notify_all()
 
     def take(self, task_id: bytes) -> list[int]:
-        """The task's next noise vector (waits only if the pool is still drawing)."""
+        """The task's next noise vector, at once. Raises NoiseFailed if drawing it
+        failed, NoiseUnavailable if none is ready yet."""
         with self._cond:
-            while task_id not in self._ready:
-                self._cond.wait()
-            noise = self._ready.pop(task_id)
+            error = self._errors.get(task_id)
+            if error is not None:
+                raise NoiseFailed(
+                    f"drawing noise for task {b64e(task_id)} failed ({error}); nothing was"
+                    " spent; see the server's log"
+                )
+            ready = self._ready.get(task_id)
+            if not ready:
+                raise NoiseUnavailable(
+                    f"no noise vector is ready yet for task {b64e(task_id)}; retry shortly"
+                )
+            noise = ready.popleft()
             self._cond.notify_all()
             return noise
+
+    def put_back(self, task_id: bytes, noise: list[int]) -> None:
+        """Return a vector taken for a release that did not happen (never released,
+        so it may serve the next one)."""
+        with self._cond:
+            self._ready[task_id].appendleft(noise)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until every task has a full set of vectors (or failed); True if so."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._next_task() is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def ready_count(self, task_id: bytes) -> int:
+        with self._cond:
+            return len(self._ready.get(task_id, ()))
 
 
 class ExactReleaseRefused(ValueError):
@@ -203,12 +281,19 @@ class PrivacyEngine:
         amount = task.dp.charge(task.vdaf)
         if amount is None:
             return agg_share, Fraction(0)
+        # The noise first: whatever stops a release, it stops it before the spend.
+        noise = self.pool.take(task.task_id)
         try:
             self.ledger.spend(
                 task.id_text, amount, Batch(start, start + duration), collection_id.hex()
             )
         except BudgetExceeded as e:
+            self.pool.put_back(task.task_id, noise)
             raise BudgetExhausted(f"privacy budget exhausted: {e}") from None
         except DPError as e:
+            self.pool.put_back(task.task_id, noise)
             raise InvalidMessage(f"budget ledger refused the spend: {e}") from None
-        return apply_noise(agg_share, self.pool.take(task.task_id), vdaf.field.MODULUS), amount
+        except BaseException:
+            self.pool.put_back(task.task_id, noise)
+            raise
+        return apply_noise(agg_share, noise, vdaf.field.MODULUS), amount

@@ -181,6 +181,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_survey_collect(args: argparse.Namespace) -> int:
+    from veil.collector import UnusableTask
     from veil.collector.survey import SurveyCollectError, collect_survey
     from veil.trust import TrustError
 
@@ -199,7 +200,7 @@ def cmd_survey_collect(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             say=status_printer(False),
         )
-    except (SurveyCollectError, TrustError, OSError) as e:
+    except (SurveyCollectError, TrustError, UnusableTask, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
     for r in outcome.results:
@@ -220,7 +221,7 @@ def cmd_survey_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_survey_status(args: argparse.Namespace) -> int:
-    from veil.collector import CollectionError, Collector
+    from veil.collector import CollectionError, Collector, UnusableTask
     from veil.collector.survey import SurveyCollectError, load_collector_dir
     from veil.times import format_duration, format_time
     from veil.trust import TrustError
@@ -249,7 +250,7 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
         try:
             with Collector(task, leader_root_certificates=read_pem(args.leader_ca)) as c:
                 info = c.task_info(wait=args.wait)
-        except (CollectionError, TrustError, OSError) as e:
+        except (CollectionError, TrustError, UnusableTask, OSError) as e:
             print(f"{name}: question {q.id!r}: {e}", file=sys.stderr)
             return 1
         spent = (task.dp.charge(task.vdaf) or Fraction(0)) * info.collections_finished
@@ -272,7 +273,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from veil.collector import CollectionError, Collector
     from veil.task import CollectorTask
     from veil.times import TimeFormatError, format_time, parse_time
-    from veil.trust import TrustError
 
     name = "veil collect"
     setup_logging(args.log_level)
@@ -322,7 +322,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             return 2
     try:
         collector = Collector(task, leader_root_certificates=read_pem(args.leader_ca))
-    except (OSError, TrustError) as e:
+    except (OSError, ValueError) as e:  # TrustError, UnusableTask
         print(f"{name}: {e}", file=sys.stderr)
         return 2
     with collector:

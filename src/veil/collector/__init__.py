@@ -5,6 +5,7 @@ from veil.collector.collector import (
     CollectionJobFailed,
     CollectionResult,
     Collector,
+    UnusableTask,
     WrongCollectorKey,
 )
 
@@ -13,5 +14,6 @@ __all__ = [
     "CollectionJobFailed",
     "CollectionResult",
     "Collector",
+    "UnusableTask",
     "WrongCollectorKey",
 ]

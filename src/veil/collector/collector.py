@@ -9,6 +9,7 @@ confidence interval, the report count and the ε spent.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -27,6 +28,12 @@ from veil.messages.wire import ciphertext_from_pb
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import CollectorTask, expect_role
 from veil.trust import check_roots
+
+log = logging.getLogger(__name__)
+
+
+class UnusableTask(ValueError):
+    """The task's results could not be computed (its parameters are too extreme)."""
 
 
 class CollectionError(RpcRefused):
@@ -72,6 +79,10 @@ class CollectionResult:
     mechanism: str
     noisy_aggregate: list[int]
     seconds: float
+    # Coordinates whose decoded value lies outside [-B, n·max + B] (B: the noise
+    # bound, veil.dp.bounds): impossible for an honest batch that did not wrap
+    # around the field, except with probability 1e-12. Empty when all is well.
+    out_of_range: tuple[int, ...] = ()
 
     @property
     def epsilon_spent(self) -> Fraction:
@@ -109,6 +120,16 @@ class Collector:
     ) -> None:
         self.task: CollectorTask = expect_role(task, CollectorTask)
         self.vdaf = task.vdaf.instantiate()
+        # Everything the results need that can fail is computed now, before a
+        # collection request makes both aggregators spend budget.
+        try:
+            self.bounds = task.dp.bounds(task.vdaf)
+            self.bounds.check_batch_floor(task.min_batch_size)
+            estimates(task, [0] * len(self.vdaf.agg_init(None)), 0.95, task.min_batch_size)
+        except ValueError as e:
+            raise UnusableTask(
+                f"this task's results cannot be computed ({e}); nothing was collected or spent"
+            ) from None
         self.timeout = timeout
         self.clock = clock
         check_roots(leader_root_certificates, None, task.leader_ca_sha256)
@@ -243,6 +264,20 @@ class Collector:
         p = self.vdaf.field.MODULUS
         noisy = decode(self.vdaf.merge(None, [leader, helper]), p)
         est, spent = estimates(self.task, noisy, confidence, count, simultaneous=simultaneous)
+        odd = tuple(self.bounds.out_of_range(noisy, count))
+        if odd:
+            low, high = self.bounds.plausible(count)
+            log.warning(
+                "collected batch [%d, +%d): coordinates %s decode outside [%d, %d], where"
+                " %d reports plus noise lie: a sum wrapped around the field, or an"
+                " aggregator misbehaved",
+                start,
+                duration,
+                list(odd),
+                low,
+                high,
+                count,
+            )
         scalar = not self.task.vdaf.kind.vector
 
         def pick(values: list[Fraction]) -> Any:
@@ -263,4 +298,5 @@ class Collector:
             mechanism=self.task.dp.mechanism,
             noisy_aggregate=noisy,
             seconds=seconds,
+            out_of_range=odd,
         )
