@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import urllib.request
+from pathlib import Path
+
+import pytest
 
 from veil.metrics import Metrics
 
@@ -30,3 +33,31 @@ def test_registries_are_per_server() -> None:
     a.hpke_opens.labels(outcome="ok").inc()
     assert "veil_hpke_opens_total" in a.render().decode()
     assert 'outcome="ok"' not in b.render().decode()
+
+
+def test_metrics_listen_off_loopback_needs_public(tmp_path: Path) -> None:
+    """Issue 13: the metrics listener (plain HTTP, no auth) bound any address.
+    Off loopback it is now refused at start, naming the line, unless
+    `public = true`; the worker's --metrics obeys the same rule."""
+    from veil.aggregator.server import AggregationWorker, ConfigError, load_config
+
+    def config(body: str) -> Path:
+        path = tmp_path / "leader.toml"
+        path.write_text('listen = "127.0.0.1:1"\nstorage = "l.db"\n[metrics]\n' + body)
+        return path
+
+    for address in ("0.0.0.0:9101", "10.1.2.3:9101", "[::]:9101", "metrics.example:9101"):
+        path = config(f'listen = "{address}"\n')
+        with pytest.raises(ConfigError, match="refusing to serve metrics on") as e:
+            load_config(path)
+        assert str(e.value).startswith(f"{path}:4:")
+    path = config('listen = "127.0.0.1:nope"\n')
+    with pytest.raises(ConfigError, match="is not host:port"):
+        load_config(path)
+    for address in ("127.0.0.1:9101", "localhost:9101", "[::1]:9101"):
+        assert load_config(config(f'listen = "{address}"\n')).metrics_listen == address
+    public = load_config(config('listen = "0.0.0.0:9101"\npublic = true\n'))
+    assert public.metrics_public and public.metrics_listen == "0.0.0.0:9101"
+    plain = load_config(config(""))
+    with pytest.raises(ConfigError, match=r"refusing to serve metrics on 0\.0\.0\.0:9102"):
+        AggregationWorker(plain, "0.0.0.0:9102")

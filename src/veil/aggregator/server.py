@@ -22,7 +22,8 @@ Configuration is one TOML file (paths in it are relative to the file):
     cert = "leader-client.pem"         # optional client certificate for mTLS
     key = "leader-client.key"
     [metrics]                          # optional Prometheus endpoint
-    listen = "127.0.0.1:9101"
+    listen = "127.0.0.1:9101"          # loopback only, unless:
+    public = false                     # true: serve off loopback (no TLS, no auth)
     [driver]                           # leader only
     interval = 0.5                     # seconds between idle passes
     job_size = 500                     # reports per aggregation job (fewer where a job
@@ -146,6 +147,9 @@ class ServerConfig:
     log_level: str | None = None
     log_format: str = DEFAULT_LOG_FORMAT
     metrics_listen: str | None = None
+    # The metrics endpoint has no TLS and no authentication: off loopback only
+    # with [metrics] public = true (see check_metrics_listen).
+    metrics_public: bool = False
     driver_enabled: bool = True
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     max_job_attempts: int = DEFAULT_MAX_JOB_ATTEMPTS
@@ -179,7 +183,7 @@ CONFIG_KEYS = (
 TLS_KEYS = ("cert", "key", "client_ca")
 HELPER_TLS_KEYS = ("ca", "cert", "key")
 DRIVER_KEYS = ("interval", "job_size", "enabled", "lease_seconds", "max_job_attempts")
-METRICS_KEYS = ("listen",)
+METRICS_KEYS = ("listen", "public")
 GC_KEYS = ("interval",)
 KEYS_KEYS = ("pending_seconds", "grace_seconds")
 STORAGE_KEYS = ("url", "path", "pool_size")
@@ -194,6 +198,20 @@ def _tls(table: Table | None, base: Path, ca_key: str) -> TlsFiles | None:
         return None if value is None else base / value
 
     return TlsFiles(path("cert"), path("key"), path(ca_key))
+
+
+def check_metrics_listen(address: str, public: bool) -> None:
+    """The metrics endpoint (plain HTTP, no authentication; it names task ids and
+    their traffic) listens on loopback unless its operator says `public = true`."""
+    _, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"metrics listen address {address!r} is not host:port")
+    if not public and not is_loopback(address):
+        raise ConfigError(
+            f"refusing to serve metrics on {address}, off loopback, without TLS or"
+            " authentication: listen on 127.0.0.1 (scrape through a tunnel or a local"
+            " agent), or set public = true in [metrics] for a network you trust"
+        )
 
 
 def load_config(path: Path) -> ServerConfig:
@@ -232,6 +250,13 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
     )
     gc_interval = raw.table("gc", GC_KEYS).number("interval", DEFAULT_GC_INTERVAL, minimum=0)
     metrics = raw.table("metrics", METRICS_KEYS)
+    metrics_listen = metrics.optional_text("listen")
+    metrics_public = metrics.flag("public", False)
+    if metrics_listen is not None:
+        try:
+            check_metrics_listen(metrics_listen, metrics_public)
+        except ConfigError as e:
+            raise metrics.error("listen", str(e)) from None
     return ServerConfig(
         listen=listen,
         storage=storage,
@@ -244,7 +269,8 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         grace_seconds=raw.number("grace_seconds", DEFAULT_GRACE_SECONDS_STOP, minimum=0),
         log_level=raw.optional_text("log_level"),
         log_format=raw.text("log_format", DEFAULT_LOG_FORMAT),
-        metrics_listen=metrics.optional_text("listen"),
+        metrics_listen=metrics_listen,
+        metrics_public=metrics_public,
         driver_enabled=driver.flag("enabled", True),
         lease_seconds=driver.number("lease_seconds", DEFAULT_LEASE_SECONDS, minimum=0),
         max_job_attempts=driver.integer("max_job_attempts", DEFAULT_MAX_JOB_ATTEMPTS, minimum=1),
@@ -560,6 +586,8 @@ class AggregationWorker:
         self.config = config
         # Its own metrics port (the config's [metrics] is the front end's): the
         # aggregation counters live in the workers.
+        if metrics_listen is not None:
+            check_metrics_listen(metrics_listen, config.metrics_public)
         self.metrics_listen = metrics_listen
         self.metrics = Metrics("leader")
         tasks = tasks_of_role(config, LeaderTask)
