@@ -34,8 +34,12 @@ from veil.hpke import (
     ROLE_LEADER,
     Ciphertext,
     agg_share_info,
+    input_share_info,
     open_,
+    seal,
 )
+from veil.messages import vdaf_ctx
+from veil.messages.wire import ciphertext_to_pb
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc
 from veil.task import DpSpec, VdafSpec
 
@@ -366,3 +370,131 @@ def test_no_aggregator_releases_an_unnoised_share(dep: Deployment) -> None:
         assert zeros[role] <= 1, (role, draws)
         assert len(set(draws)) > NOISY_COLLECTIONS // 2, (role, draws)
     assert noise["leader"] != noise["helper"]
+
+
+# --- what held up in the adversarial review (issue 13): kept by these tests ---
+
+
+def test_superset_and_nested_intervals_refused_by_the_helper(dep: Deployment) -> None:
+    """A malicious leader's fresh collection id for an interval that contains,
+    or lies inside, a collected batch: the helper closes each bucket once."""
+    name = "other"
+    client = dep.client(name)
+    single, pair = bucket(40), bucket(43)  # [40] alone; [43, 42] together
+    client.upload_reports([client.build_report(3, single), client.build_report(4, pair)])
+    client.upload_reports([client.build_report(5, pair + TP)])
+    with dep.collector(name) as collector:
+        assert collector.collect(single, TP, wait=60).report_count == 1
+        assert collector.collect(pair, 2 * TP, wait=60).report_count == 2
+    before = state_digest(_db(dep, "helper"))
+    auth = _token(dep, name)
+    channel, stub = _helper_stub(dep)
+    with channel:
+        for start, duration in (
+            (single - TP, 3 * TP),  # superset of the collected single bucket
+            (pair, TP),  # nested in the collected pair
+            (pair + TP, TP),  # the other half of the pair
+            (single - TP, 2 * TP),  # overlaps the single bucket
+        ):
+            request = helper_pb2.AggregateShareRequest(
+                task_id=dep.tasks[name].client.task_id,
+                collection_job_id=secrets.token_bytes(16),
+                batch_interval={"start": start, "duration": duration},
+                report_count=1,
+                checksum=bytes(32),
+            )
+            assert _refused(stub.GetAggregateShare, request, auth) == (
+                grpc.StatusCode.FAILED_PRECONDITION
+            ), (start, duration)
+    assert state_digest(_db(dep, "helper")) == before
+
+
+def test_concurrent_collections_exactly_one_wins(dep: Deployment) -> None:
+    """Collectors racing for one batch (and a superset of it): exactly one
+    collection finishes; the others are refused, and nothing is released twice."""
+    name = "other"
+    client = dep.client(name)
+    t = bucket(46)
+    client.upload_batch([1, 2, 3], report_time=t)
+    from concurrent.futures import ThreadPoolExecutor
+
+    def collect(interval: tuple[int, int]) -> str:
+        with dep.collector(name) as collector:
+            try:
+                r = collector.collect(*interval, wait=60)
+            except CollectionError as e:
+                return e.code.name
+            assert (r.report_count, r.estimate) == (3, 6)
+            return "finished"
+
+    intervals = [(t, TP)] * 3 + [(t - TP, 2 * TP)]
+    with ThreadPoolExecutor(len(intervals)) as pool:
+        outcomes = list(pool.map(collect, intervals))
+    assert outcomes.count("finished") == 1, outcomes
+    assert set(outcomes) == {"finished", "FAILED_PRECONDITION"}, outcomes
+    record("peers.concurrent_collections", racers=len(intervals), outcomes=outcomes)
+
+
+def test_tampered_leader_shares_reject_every_value_alike(dep: Deployment) -> None:
+    """A leader that tampers with its verifier share, or with its input share
+    before verifying, to learn a report's value from whether it is accepted
+    (a selective failure): every value is rejected alike, so acceptance says
+    nothing about the value."""
+    name = "other"
+    leader_task = dep.tasks[name].leader
+    assert leader_task.verify_key is not None
+    verify_key = leader_task.verify_key
+    client = dep.client(name)
+    vdaf = client.vdaf
+    ctx = vdaf_ctx(leader_task.task_id)
+    t = bucket(48)
+
+    def shifted_input_share(value: int) -> Any:
+        # The leader's measurement share shifted by one in its first coordinate,
+        # then its verifier share computed honestly from the shifted share.
+        rid = secrets.token_bytes(16)
+        public, shares = vdaf.shard(ctx, value, rid, secrets.token_bytes(vdaf.RAND_SIZE))
+        meas = list(shares[0].meas_share)
+        meas[0] = (meas[0] + 1) % vdaf.field.MODULUS
+        leader = shares[0]._replace(meas_share=meas)
+        _, vs = vdaf.verify_init(verify_key, ctx, 0, None, rid, public, leader)
+        ps = vdaf.encode_public_share(public)
+        ct = seal(
+            client.hpke_config(ROLE_HELPER),
+            input_share_info(ROLE_HELPER, leader_task.task_id, rid, t, ps),
+            vdaf.encode_input_share(shares[1]),
+        )
+        item = helper_pb2.VerifyInit(leader_verifier_share=vdaf.encode_verifier_share(vs))
+        item.report_share.metadata.report_id = rid
+        item.report_share.metadata.time = t
+        item.report_share.public_share = ps
+        item.report_share.encrypted_input_share.CopyFrom(ciphertext_to_pb(ct))
+        return item
+
+    def flipped_verifier_share(value: int) -> Any:
+        item = leader_verify_init_item(dep, name, t, value)
+        share = bytearray(item.leader_verifier_share)
+        share[0] ^= 1
+        item.leader_verifier_share = bytes(share)
+        return item
+
+    accepted: dict[str, int] = {}
+    auth = _token(dep, name)
+    channel, stub = _helper_stub(dep)
+    with channel:
+        for how, build in (
+            ("verifier share", flipped_verifier_share),
+            ("input share", shifted_input_share),
+        ):
+            for value in (0, 1, 9, 10):
+                request = helper_pb2.AggregationJobRequest(
+                    task_id=leader_task.task_id,
+                    aggregation_job_id=secrets.token_bytes(16),
+                    verify_inits=[build(value) for _ in range(6)],
+                )
+                answer = stub.Aggregate(request, metadata=auth, timeout=30)
+                accepted[f"{how}, value {value}"] = sum(
+                    r.WhichOneof("result") == "verifier_message" for r in answer.verify_resps
+                )
+    assert set(accepted.values()) == {0}, accepted
+    record("peers.tampered_leader_shares", accepted=accepted)
