@@ -247,3 +247,18 @@ def test_a_share_sealed_under_other_dp_parameters_does_not_open(tmp_path: Path) 
         with pytest.raises(CollectionError, match="same \\[dp\\] table") as e:
             collector._open(ROLE_HELPER, sealed(other), 0, 3600, 5)
         assert e.value.code == grpc.StatusCode.DATA_LOSS
+
+
+def test_task_new_neighbouring_add_remove(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["task", "new", "--vdaf", "histogram", "--length", "3", "--chunk-length", "1",
+            "--leader", "127.0.0.1:1", "--helper", "127.0.0.1:2", "--out", str(tmp_path),
+            "--neighbouring", "add_remove", "--json"]  # fmt: skip
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["privacy"]["neighbouring"] == "add_remove"
+    leader = load_task(Path(data["files"]["leader"]))
+    assert (
+        leader.dp.neighbouring == "add_remove" and leader.dp.plan(leader.vdaf).sensitivity.l1 == 1
+    )

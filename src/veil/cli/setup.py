@@ -180,6 +180,7 @@ def _dp_spec(args: argparse.Namespace, local_max_choices: int) -> DpSpec:
         survey_budget=args.survey_budget,
         local_epsilon=args.local_epsilon,
         local_max_choices=local_max_choices,
+        neighbouring=args.neighbouring,
     )
 
 
@@ -264,6 +265,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         " (that weaker ε is what the ledgers charge)",
     )
     p.add_argument("--fixed-point-bits", type=int, default=0, help="laplace only")
+    p.add_argument(
+        "--neighbouring",
+        default="replace_one",
+        choices=["replace_one", "add_remove"],
+        help="what DP protects: replacing one report (the report count is published) or"
+        " adding/removing one (the count is withheld from the collector)",
+    )
     p.add_argument(
         "--budget",
         help="total ε (or ρ) of the task, as charged: split mode charges the weaker ε"
