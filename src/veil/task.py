@@ -269,7 +269,9 @@ class DpSpec:
             if k in ("max_measurement", "length", "max_weight") and v
         }
         try:
-            return NoisePlan.for_task(self.config(), vdaf.kind.prio3, params)
+            return NoisePlan.for_task(
+                self.config(), vdaf.kind.prio3, params, neighbouring=self.neighbouring
+            )
         except DPError as e:
             raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
 
