@@ -134,3 +134,25 @@ def test_cli_refuses_files_of_the_wrong_role(tmp_path: Path, files: TaskFiles) -
     r = veil("collect", "--task", "client.toml")
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("veil collect: ") and "the collector needs its own" in r.stderr
+
+
+def test_cli_user_mistakes_are_one_line_and_exit_2(
+    tmp_path: Path, files: TaskFiles, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veil.cli import main
+
+    client = _write(tmp_path, files.client, "client.toml")
+    cases = [
+        ["upload", "--task", str(client), "--file", str(tmp_path / "none.txt")],
+        ["upload", "--task", str(tmp_path / "none.toml"), "1"],
+        ["collect", "--task", str(client)],
+        ["status", "--config", str(tmp_path / "none.toml")],
+    ]
+    for argv in cases:
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code  # type: ignore[assignment]
+        err = capsys.readouterr().err
+        assert code == 2, argv
+        assert err.startswith(f"veil {argv[0]}: ") and len(err.strip().splitlines()) == 1, err

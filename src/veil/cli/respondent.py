@@ -73,7 +73,11 @@ def cmd_upload(args: argparse.Namespace) -> int:
     task = load_task_file(args.task, Task, "upload")
     texts: list[str] = []
     if args.file:
-        lines = Path(args.file).read_text().splitlines()
+        try:
+            lines = Path(args.file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"veil upload: cannot read --file {args.file}: {e}", file=sys.stderr)
+            return 2
         texts += [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     texts += args.values
     if not texts:
