@@ -18,6 +18,7 @@ import { MeasurementError } from './circuits.js';
 
 const ODDS_BITS = 64n;
 const MAX_EPSILON = { n: 20n, d: 1n };
+const MIN_EPSILON = { n: 1n, d: 1000n }; // of a whole answer, as in veil.dp.local
 
 /** @typedef {{n: bigint, d: bigint}} Rational  d > 0, in lowest terms */
 
@@ -172,8 +173,8 @@ class Bounded {
 export function localChannel(vdaf, dp, randomBytes) {
   if (dp === undefined || dp.local_epsilon === undefined || dp.local_epsilon === null) return null;
   const epsilon = parseRational(dp.local_epsilon);
-  if (epsilon.n <= 0n || cmp(epsilon, MAX_EPSILON) > 0) {
-    throw new RangeError(`local_epsilon must be in (0, 20], got ${String(dp.local_epsilon)}`);
+  if (cmp(epsilon, MIN_EPSILON) < 0 || cmp(epsilon, MAX_EPSILON) > 0) {
+    throw new RangeError(`local_epsilon must be in [1/1000, 20], got ${String(dp.local_epsilon)}`);
   }
   switch (vdaf.type) {
     case 'count': {

@@ -89,7 +89,7 @@ test('multi-choice bits at ε/d and bounded sums at their exact law', () => {
 test('no local layer, or a bad one, is said plainly', () => {
   assert.equal(localChannel({ type: 'count' }, undefined, randomBytes), null);
   assert.equal(localChannel({ type: 'count' }, { mechanism: 'none' }, randomBytes), null);
-  for (const bad of ['0', '21', 'abc']) {
+  for (const bad of ['0', '1/2000', '21', 'abc']) {
     assert.throws(() => localChannel({ type: 'count' }, { local_epsilon: bad }, randomBytes), RangeError);
   }
 });

@@ -113,6 +113,15 @@ def test_bounded_channel_fits_its_law_and_is_affine() -> None:
     assert channel.high_probability(10) / channel.high_probability(0) == channel.odds
 
 
+def test_a_part_of_an_answer_may_have_less_than_the_minimum() -> None:
+    # 1/1000 over 1000 options: each bit at 1/2000000, still a valid channel.
+    channel = local_channel(
+        "Prio3MultihotCountVec", {"length": 1000, "max_weight": 1000}, "1/1000", 500
+    )
+    assert isinstance(channel, MultiOptionResponse)
+    assert channel.bit.epsilon == Fraction(1, 1_000_000) and channel.bit.odds > 1
+
+
 def test_vector_channel_spreads_epsilon_over_coordinates() -> None:
     channel = VectorResponse(4, 3, 2)
     assert channel.coordinate.epsilon == Fraction(1, 2)
@@ -193,6 +202,7 @@ def test_injected_rng_replays_and_default_is_secrets() -> None:
         ),
         (lambda: local_channel("Prio3Histogram", {}, 1), "'length'"),
         (lambda: local_channel("Prio3Nope", {}, 1), "no local randomized"),
+        (lambda: local_channel("Prio3Count", {}, "1/2000"), "below the minimum 1/1000"),
     ],
 )
 def test_bad_parameters_and_measurements_are_refused(build: object, message: str) -> None:

@@ -67,7 +67,7 @@ import numpy.typing as npt
 from veil.dp._exact import RandomSource, exp_neg_bounds, randbelow
 from veil.dp.errors import InvalidParameter
 from veil.dp.estimates import MIN_ALPHA, Estimate, noise_half_width
-from veil.dp.mechanisms import MAX_EPSILON, Mechanism, NoisePlan, parse_budget
+from veil.dp.mechanisms import MAX_EPSILON, MIN_EPSILON, Mechanism, NoisePlan, parse_budget
 
 __all__ = [
     "BoundedResponse",
@@ -92,8 +92,15 @@ _WINDOW_SIGMAS = 5.0
 def parse_local_epsilon(
     value: int | float | Fraction | str, what: str = "local_epsilon"
 ) -> Fraction:
-    """ε_L as an exact Fraction in (0, 20]; a float is read as the decimal it prints as."""
-    return parse_budget(value, what, MAX_EPSILON)
+    """ε_L of a whole answer as an exact Fraction in [1/1000, 20], the range of a central
+    ε (below it nothing survives); a float is read as the decimal it prints as."""
+    return parse_budget(value, what, MAX_EPSILON, MIN_EPSILON)
+
+
+def _part_epsilon(value: int | float | Fraction | str) -> Fraction:
+    # The channels themselves take any ε in (0, 20]: a multi-choice bit or a vector
+    # element gets ε_L divided by up to 10**5, far below what a whole answer may have.
+    return parse_budget(value, "local_epsilon", MAX_EPSILON)
 
 
 def local_odds(epsilon: Fraction) -> Fraction:
@@ -171,7 +178,7 @@ class KaryResponse:
 
     def __init__(self, k: int, epsilon: int | float | Fraction | str) -> None:
         object.__setattr__(self, "k", _check_int(k, "the number of options", 2))
-        eps = parse_local_epsilon(epsilon)
+        eps = _part_epsilon(epsilon)
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "odds", local_odds(eps))
 
@@ -236,7 +243,7 @@ class MultiOptionResponse:
         _check_int(max_choices, "max_choices", 1)
         if max_choices > length:
             raise InvalidParameter(f"max_choices ({max_choices}) exceeds the options ({length})")
-        eps = parse_local_epsilon(epsilon)
+        eps = _part_epsilon(epsilon)
         object.__setattr__(self, "length", length)
         object.__setattr__(self, "max_choices", max_choices)
         object.__setattr__(self, "epsilon", eps)
@@ -285,7 +292,7 @@ class BoundedResponse:
 
     def __init__(self, max_measurement: int, epsilon: int | float | Fraction | str) -> None:
         object.__setattr__(self, "max_measurement", _check_int(max_measurement, "max", 1))
-        eps = parse_local_epsilon(epsilon)
+        eps = _part_epsilon(epsilon)
         object.__setattr__(self, "epsilon", eps)
         object.__setattr__(self, "odds", local_odds(eps))
 
@@ -333,7 +340,7 @@ class VectorResponse:
         self, length: int, max_measurement: int, epsilon: int | float | Fraction | str
     ) -> None:
         _check_int(length, "length", 1)
-        eps = parse_local_epsilon(epsilon)
+        eps = _part_epsilon(epsilon)
         object.__setattr__(self, "length", length)
         object.__setattr__(self, "max_measurement", _check_int(max_measurement, "max", 1))
         object.__setattr__(self, "epsilon", eps)
@@ -371,6 +378,8 @@ def local_channel(
     the type's own `max_weight` must be its `length`, since randomized vectors can have
     any weight.
     """
+
+    epsilon = parse_local_epsilon(epsilon)
 
     def need(name: str) -> int:
         if name not in params:
