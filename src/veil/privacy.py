@@ -134,9 +134,9 @@ def _survey_local(survey: Survey) -> tuple[Guarantee | None, list[str]]:
             f"answers together are ε_L = {decimal_text(total)}-DP (their sum)."
         ]
     return None, [
-        f"Answers to {listed} are randomized on the respondent's device and stay private "
-        f"even against both aggregators colluding (together ε_L = {decimal_text(total)}); "
-        "the other questions' answers are not protected against that."
+        f"Except the answers to {listed}: they are randomized on the respondent's device "
+        f"and stay private even against both aggregators colluding (together ε_L = "
+        f"{decimal_text(total)}); the other questions' answers are not protected against that."
     ]
 
 
