@@ -217,6 +217,24 @@ def test_a_refused_report_is_kept_apart_from_the_good_ones(dep: Deployment, tmp_
     assert dep.stored_reports("count") == before + 2
 
 
+def test_a_refusal_not_about_the_reports_keeps_them_pending(
+    dep: Deployment, tmp_path: Path
+) -> None:
+    """A leader that does not know the task says nothing against the reports:
+    they stay pending (for a fixed deployment), never marked refused."""
+    box = str(tmp_path / "box")
+    task = dep.tasks["count"].client
+    with Client(task) as client:
+        reports = client.build_reports([1, 1], report_time=past(1))
+    unknown = replace(task, task_id=bytes(32))
+    with Client(unknown, outbox=box) as client:
+        assert client._base.outbox is not None
+        client._base.outbox.add(unknown.task_id, reports)
+        result = client.flush()
+    assert (result.accepted, result.pending, result.refused) == (0, 2, 0)
+    assert result.error is not None and "NOT_FOUND" in result.error
+
+
 def test_expired_reports_are_dropped_unsent(dep: Deployment, tmp_path: Path) -> None:
     task = dep.tasks["expiring"].client
     with Client(task, outbox=str(tmp_path / "box")) as client:

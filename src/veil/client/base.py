@@ -44,8 +44,10 @@ class UploadResult:
     `accepted`: reports the leader stored; `duplicates`: reports it already
     held (a resend), acknowledged and not stored again. With an outbox also:
     `pending`, reports of the task still waiting in the outbox (the leader
-    was unreachable; `error` says why); `refused`, reports the leader refused
-    for good (kept in the outbox, never resent); `expired`, reports dropped
+    was unreachable, or refused the call for a reason not about the reports,
+    such as an unknown task; `error` says why); `refused`, reports the
+    leader refused for their own sake (malformed, out of range, a reused
+    id: kept in the outbox, never resent); `expired`, reports dropped
     unsent because they passed the task's report_expiry_age.
     """
 
@@ -83,6 +85,23 @@ def upload_batches(reports: Sequence[Report], batch_size: int) -> Iterator[Seque
         size += n
     if start < len(reports):
         yield reports[start:]
+
+
+# Refusals that are about a report itself (its encoding, its time, its id):
+# such a report is set aside. Any other refusal (unknown task, wrong
+# credentials, a server's own state) says nothing against the report, so the
+# outbox keeps it pending rather than strand it.
+REPORT_REFUSALS = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.ALREADY_EXISTS,
+    }
+)
+
+
+def _refuses_report(error: UploadError) -> bool:
+    return not error.retryable and error.code in REPORT_REFUSALS
 
 
 # What the delivery plan is told about a batch it asked to send.
@@ -221,10 +240,12 @@ class ClientBase:
         A generator that yields each batch to send and is sent back what
         came of it, so that the blocking and the asyncio client drive the
         same decisions: a batch acknowledged leaves the outbox; an error
-        worth retrying later (leader unreachable after the retry policy)
-        stops the flush with everything still pending; a batch refused for
-        good is sent again report by report, to keep the good ones apart
-        from the refused, which stay in the outbox marked refused.
+        worth retrying later (leader unreachable after the retry policy),
+        or one that is not about the reports (an unknown task, a wrong
+        credential), stops the flush with everything still pending; a batch
+        refused for a report's own sake (REPORT_REFUSALS) is sent again
+        report by report, to keep the good ones apart from the refused,
+        which stay in the outbox marked refused.
         """
         assert self.outbox is not None
         box, task_id = self.outbox, self.task.task_id
@@ -242,7 +263,8 @@ class ClientBase:
             for chunk in upload_batches([r for _, r in rows], self.batch_size):
                 reports = list(chunk)
                 outcome = yield reports
-                if isinstance(outcome, UploadError) and not outcome.retryable and len(reports) > 1:
+                bisect = isinstance(outcome, UploadError) and _refuses_report(outcome)
+                if bisect and len(reports) > 1:
                     # One bad report refuses the whole request: find it.
                     outcomes = []
                     for r in reports:
@@ -253,7 +275,7 @@ class ClientBase:
                 for report, result in outcomes:
                     if isinstance(result, UploadResult):
                         done.append(report.report_id)
-                    elif result.retryable:
+                    elif not _refuses_report(result):
                         error = str(result)
                     else:
                         log.warning("outbox: the leader refused a report for good: %s", result)
