@@ -262,3 +262,19 @@ def test_task_new_neighbouring_add_remove(
     assert (
         leader.dp.neighbouring == "add_remove" and leader.dp.plan(leader.vdaf).sensitivity.l1 == 1
     )
+
+
+def test_status_shows_a_rho_budget_with_the_epsilon_it_implies(tmp_path: Path) -> None:
+    from veil.aggregator.status import _budget, _budget_text
+    from veil.dp import BudgetLedger, BudgetUnit
+
+    ledger = BudgetLedger.sqlite(tmp_path / "ledger.db")
+    ledger.add_task("g", "0.5", BudgetUnit.RHO)
+    ledger.spend("g", "0.25")
+    budget = _budget(ledger.task_status("g"), MICRO)
+    assert budget["implies"]["total"]["rho"] == "0.5"
+    assert float(budget["implies"]["total"]["epsilon"]) == pytest.approx(5.2215, abs=1e-3)
+    assert budget["implies"]["spent"]["rho"] == "0.25"
+    assert "ρ 1/2 implies (ε = 5.22" in _budget_text(budget)
+    ledger.add_task("e", "1")
+    assert "implies" not in _budget(ledger.task_status("e"), MICRO)

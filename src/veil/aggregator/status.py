@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from veil.aggregator.maintenance import active_key
 from veil.aggregator.postgres import storage_label
 from veil.aggregator.server import ServerConfig
 from veil.aggregator.storage import Datastore
-from veil.dp import BudgetLedger, BudgetStatus, DPError
+from veil.dp import BudgetLedger, BudgetStatus, BudgetUnit, DPError
+from veil.dp.accounting import Guarantee
 from veil.privacy import task_statement
 from veil.task import Task
 
@@ -32,14 +34,22 @@ def _utc(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def _budget(status: BudgetStatus) -> dict[str, Any]:
-    return {
+def _budget(status: BudgetStatus, delta: Fraction) -> dict[str, Any]:
+    """The ledger's numbers; a ρ budget also says which ε its total and spent imply
+    at the task's δ (`implies`: {"total": {...}, "spent": {...}})."""
+    out: dict[str, Any] = {
         "unit": status.unit.value,
         "total": str(status.total),
         "spent": str(status.spent),
         "remaining": str(status.remaining),
         "collections": status.collections,
     }
+    if status.unit is BudgetUnit.RHO:
+        out["implies"] = {
+            "total": Guarantee.zcdp(status.total, delta).to_json(),
+            "spent": Guarantee.zcdp(status.spent, delta).to_json() if status.spent else None,
+        }
+    return out
 
 
 def _task_name(task: Task, files: dict[bytes, Path]) -> str:
@@ -87,12 +97,14 @@ def gather(
         budget = None
         if task.dp.has_noise:
             try:
-                budget = _budget(ledger.task_status(task.id_text))
+                budget = _budget(ledger.task_status(task.id_text), task.dp.delta_value)
             except DPError:
                 budget = None  # the server has not registered it yet
             if task.dp.survey is not None and task.dp.survey not in surveys:
                 with contextlib.suppress(DPError):  # not registered by the server yet
-                    surveys[task.dp.survey] = _budget(ledger.survey_status(task.dp.survey))
+                    surveys[task.dp.survey] = _budget(
+                        ledger.survey_status(task.dp.survey), task.dp.delta_value
+                    )
         tasks.append(
             {
                 "task_id": task.id_text,
@@ -161,10 +173,14 @@ def _size(n: int) -> str:
 
 def _budget_text(b: dict[str, Any]) -> str:
     unit = "ε" if b["unit"] == "epsilon" else "ρ"
-    return (
+    text = (
         f"spent {b['spent']} of {b['total']} {unit}, {b['remaining']} remaining"
         f" ({b['collections']} collections)"
     )
+    implied = b.get("implies", {}).get("total")
+    if implied is not None:
+        text += f"; ρ {b['total']} implies (ε = {implied['epsilon']}, δ = {implied['delta']})"
+    return text
 
 
 def _guarantee_text(g: dict[str, str] | None) -> str:
