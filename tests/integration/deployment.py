@@ -5,13 +5,13 @@ Fixtures always stop the servers in a `finally`; traffic only goes to loopback.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from veil.aggregator.local import LocalDeployment, ServerProcess, free_port
+from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.collector import Collector
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec
@@ -45,18 +45,26 @@ class Deployment:
     def collector(self, name: str, task: Task | None = None) -> Collector:
         return Collector(task or self.tasks[name].collector)
 
-    def _query(self, role: str, sql: str, name: str) -> list[Any]:
-        with sqlite3.connect(self.local.root / f"{role}.db") as conn:
-            return conn.execute(sql, (self.tasks[name].client.task_id,)).fetchall()
+    def _store(self, role: str) -> SqliteDatastore:
+        """The server's own database through the store's methods (WAL: the
+        server may be writing meanwhile), not through its tables."""
+        return SqliteDatastore(self.local.root / f"{role}.db")
 
     def rejections(self, role: str, name: str) -> dict[str, int]:
-        rows = self._query(role, "SELECT reason, count FROM rejections WHERE task_id = ?", name)
-        return dict(rows)
+        store = self._store(role)
+        try:
+            return store.rejections(self.tasks[name].client.task_id)
+        finally:
+            store.close()
 
     def stored_reports(self, name: str) -> int:
-        return int(
-            self._query("leader", "SELECT COUNT(*) FROM reports WHERE task_id = ?", name)[0][0]
-        )
+        task = self.tasks[name].client
+        store = self._store("leader")
+        try:
+            counts = store.report_counts(task.task_id, task.time_precision)
+        finally:
+            store.close()
+        return sum(n for by_state in counts.values() for n in by_state.values())
 
     def stop(self) -> None:
         for c in self.clients:

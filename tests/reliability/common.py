@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 
 from tests.integration.deployment import Deployment
+from veil.aggregator.storage import SqliteDatastore
 from veil.hpke import ROLE_HELPER, input_share_info, seal
 from veil.messages import vdaf_ctx
 from veil.messages.wire import ciphertext_to_pb
@@ -88,8 +89,12 @@ def state_digest(db: Path) -> str:
 
 
 def rejections(db: Path, task_id: bytes) -> dict[str, int]:
-    rows = query(db, "SELECT reason, count FROM rejections WHERE task_id = ?", task_id)
-    return {str(r): int(n) for r, n in rows}
+    """The server's rejection counts, through its store (the server may be writing)."""
+    store = SqliteDatastore(db)
+    try:
+        return store.rejections(task_id)
+    finally:
+        store.close()
 
 
 def rss_bytes(pid: int) -> int:
