@@ -669,3 +669,10 @@ def test_batch_too_small_does_not_tell_the_count(world: World) -> None:
             task_id, task.aggregator_token, secrets.token_bytes(16), T, TP, count, checksum
         )
     assert str(e.value) == "the batch holds fewer than min_batch_size (2) reports"
+    # Nor does a count mismatch, checked before the floor (its message reaches
+    # the collector through the leader).
+    with pytest.raises(BatchMismatch) as mismatch:
+        world.helper.aggregate_share(
+            task_id, task.aggregator_token, secrets.token_bytes(16), T, TP, 7, checksum
+        )
+    assert not any(ch.isdigit() for ch in str(mismatch.value)), str(mismatch.value)

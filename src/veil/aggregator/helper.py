@@ -306,10 +306,11 @@ class Helper(AggregatorBase[HelperTask]):
             vdaf = self.vdafs[task_id]
             share, count, mine = batch_summary(vdaf, aggs)
             if count != report_count or mine != checksum:
+                # No counts: this message reaches the collector, and the
+                # helper's count may be below min_batch_size (issue 13).
                 raise BatchMismatch(
-                    f"the helper aggregated {count} reports in this batch, the leader"
-                    f" {report_count}; or the checksums differ: retry after pending"
-                    " aggregation jobs finish"
+                    "the helper's report count or checksum of this batch differs from the"
+                    " leader's: retry after pending aggregation jobs finish"
                 )
             if count < task.min_batch_size:
                 raise BatchTooSmall(
