@@ -3,6 +3,7 @@ client certificate); an aggregator posing as the other is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import time
@@ -19,7 +20,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.integration.deployment import Server, free_port
 from veil.aggregator.local import ServerProcess
-from veil.client import Client, UploadError
+from veil.client import AsyncClient, Client, UploadError
 from veil.collector import Collector
 from veil.grpc_util import open_channel
 from veil.hpke import ROLE_HELPER
@@ -150,9 +151,20 @@ def test_tls_and_mtls(tmp_path: Path) -> None:
             assert e.value.code == grpc.StatusCode.UNAVAILABLE
         with Client(files.client, **trust, **client_cert) as client:
             assert client.upload_batch([1, 1, 0], report_time=t).accepted == 3
+
+        async def upload_async() -> None:
+            # The asyncio client: the same trust, the same refusal without a certificate.
+            async with AsyncClient(files.client, retries=0, **trust) as plain:
+                with pytest.raises(UploadError) as e:
+                    await plain.upload(1, report_time=t)
+                assert e.value.code == grpc.StatusCode.UNAVAILABLE
+            async with AsyncClient(files.client, **trust, **client_cert) as client:
+                assert (await client.upload_batch([1, 0], report_time=t)).accepted == 2
+
+        asyncio.run(upload_async())
         with Collector(files.collector, leader_root_certificates=pem["leader-ca"]) as collector:
             r = collector.collect(t, 3600, wait=60)
-        assert (r.report_count, r.estimate) == (3, 2)
+        assert (r.report_count, r.estimate) == (5, 3)
     finally:
         for s in (leader, helper):
             s.stop()
@@ -200,10 +212,26 @@ def test_leader_cannot_pose_as_the_helper(tmp_path: Path) -> None:
             with pytest.raises(UploadError) as e:
                 client.hpke_config(ROLE_HELPER)
             assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+        async def fetch_async() -> None:
+            async with AsyncClient(
+                files.client,
+                leader_root_certificates=pem["leader-ca"],
+                helper_root_certificates=pem["helper-ca"],
+                retries=0,
+                timeout=5,
+            ) as client:
+                with pytest.raises(UploadError) as e:
+                    await client.hpke_config(ROLE_HELPER)
+                assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+        asyncio.run(fetch_async())
         # One bundle for both aggregators is refused before any connection.
         both = pem["leader-ca"] + pem["helper-ca"]
         with pytest.raises(TrustError, match="either could pose as the other"):
             Client(files.client, leader_root_certificates=both, helper_root_certificates=both)
+        with pytest.raises(TrustError, match="either could pose as the other"):
+            AsyncClient(files.client, leader_root_certificates=both, helper_root_certificates=both)
         # A task that pins the helper's CA refuses any other certificate for it.
         pinned = replace(files.client, helper_ca_sha256=fingerprint(helper_ca))
         with pytest.raises(TrustError, match="not the CA its task pins"):
