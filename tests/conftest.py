@@ -39,8 +39,10 @@ def vdaf_vectors() -> Path:
     path = vectors_dir()
     if path is None:
         pytest.skip(
-            "official VDAF test vectors not found: set VEIL_VDAF_VECTORS or place "
-            "test_vec/vdaf of github.com/cfrg/draft-irtf-cfrg-vdaf at ../shared/vdaf-test-vectors"
+            "official VDAF test vectors not found: set VEIL_VDAF_VECTORS, or put in one"
+            " directory ../shared/vdaf-test-vectors the files test_vec/vdaf/Prio3*.json and"
+            " test_vec/Xof*.json of github.com/cfrg/draft-irtf-cfrg-vdaf (tag"
+            " draft-irtf-cfrg-vdaf-20)"
         )
     return path
 

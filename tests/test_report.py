@@ -36,7 +36,7 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_table_lists_every_row() -> None:
     table = format_table(RESULTS)
     lines = table.splitlines()
-    assert lines[0].split()[:4] == ["question", "truth", "estimate", "95%"]
+    assert lines[0].split()[:5] == ["question", "answer", "truth", "estimate", "95%"]
     assert "remote" in lines[2] and "357" in lines[2] and "[340, 362]" in lines[2]
     assert any(line.split()[0] == "sales" for line in lines[3:])
     # Header, rule, three results' rows, and the line saying which intervals these are.
@@ -46,6 +46,13 @@ def test_table_lists_every_row() -> None:
     assert format_table(simultaneous).splitlines()[-1] == (
         "95% CI: simultaneous (exact max-of-k): all rows of a question at once"
     )
+
+
+def test_table_says_why_an_interval_reaches_below_zero() -> None:
+    below = [replace(RESULTS[0], ci_low=-3.0)]
+    assert "may reach below 0: the noise is symmetric" in format_table(below)
+    assert "below 0" not in format_table(RESULTS)
+    assert "ε=0.333 " in format_table([replace(RESULTS[0], epsilon=1 / 3)]) + " "
 
 
 def test_json_has_documented_keys() -> None:

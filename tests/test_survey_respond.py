@@ -129,3 +129,15 @@ def test_a_task_file_of_another_deployment_is_refused(tmp_path: Path, client_dir
     (client_dir / "team.toml").write_bytes((other.client_dir / "team.toml").read_bytes())
     with pytest.raises(Exception, match="mixes two deployments"):
         SurveyClient(client_dir)
+
+
+def test_an_unreachable_aggregator_is_named(client_dir: Path) -> None:
+    from veil.client import Client, UploadError
+    from veil.task import ClientTask, load_task
+
+    task = load_task(client_dir / "remote.toml", ClientTask)  # both on 127.0.0.1:9
+    with (
+        Client(task, retries=0) as client,
+        pytest.raises(UploadError, match=r"the leader at 127\.0\.0\.1:9 cannot be reached"),
+    ):
+        client.upload(1)

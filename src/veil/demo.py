@@ -228,14 +228,18 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             intervals=r.intervals,
         )
     assert isinstance(exact, list)
-    labels = q.options if q.options else tuple(f"[{i}]" for i in range(q.length))
+    labels = q.element_labels()
+    # A vector's elements are ratings or amounts: their means read as the
+    # question's own scale (0 to max); options are counts of respondents.
+    scale = r.report_count if q.kind == "vector" else 1
+    truth_scale = len(answers) if q.kind == "vector" else 1
     return QuestionResult(
         q.id,
         q.kind,
-        cast(list[Number], exact),
-        [float(x) for x in r.estimate],
-        [float(x) for x in r.lower],
-        [float(x) for x in r.upper],
+        cast(list[Number], [x / truth_scale if scale != 1 else x for x in exact]),
+        [float(x / scale) for x in r.estimate],
+        [float(x / scale) for x in r.lower],
+        [float(x / scale) for x in r.upper],
         epsilon,
         r.report_count,
         labels,
@@ -355,7 +359,10 @@ def _run(
 ) -> list[QuestionResult]:
     total = len(answers) * len(survey.questions)
     batch: dict[str, tuple[int, int]] = {}
-    with bars.bar(total, "upload") as bar:
+    # One report per respondent and question: say so, or "1500 reports" for
+    # 300 respondents looks like a miscount.
+    per = f"{len(answers):,} respondents x {len(survey.questions)} questions"
+    with bars.bar(total, f"upload ({per})") as bar:
         for q in survey.questions:
             with Client(deployment.tasks[q.id].client) as client:
                 report_time = client.report_time()

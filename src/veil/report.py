@@ -42,10 +42,10 @@ class QuestionResult:
     def budget_label(self) -> str:
         """ "ε=0.4", or "ρ=0.1 (ε=2.1, δ=1e-06)" for zCDP; "none" without DP."""
         if self.rho is not None:
-            return f"ρ={self.rho:.4g} (ε={self.epsilon:.4g}, δ={self.delta:.3g})"
+            return f"ρ={self.rho:.3g} (ε={self.epsilon:.3g}, δ={self.delta:.3g})"
         if self.epsilon == 0:
             return "none"
-        return f"ε={self.epsilon:.4g}"
+        return f"ε={self.epsilon:.3g}"
 
     def rows(self) -> list[tuple[str, Number | None, Number, Number, Number]]:
         """(label, truth, estimate, low, high) per scalar shown."""
@@ -72,7 +72,7 @@ def _fmt(x: Number | None) -> str:
 def format_table(results: Sequence[QuestionResult], confidence: Fraction | float = 0.95) -> str:
     """A plain-text table, one block per question."""
     level = f"{float(confidence) * 100:g}% CI"
-    header = ("question", "", "truth", "estimate", level, "privacy")
+    header = ("question", "answer", "truth", "estimate", level, "privacy")
     lines: list[tuple[str, ...]] = [header]
     for r in results:
         for i, (label, t, est, lo, hi) in enumerate(r.rows()):
@@ -85,6 +85,10 @@ def format_table(results: Sequence[QuestionResult], confidence: Fraction | float
         out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         if j == 0:
             out.append("  ".join("-" * w for w in widths))
+    if any(lo < 0 for r in results for (_, _, _, lo, _) in r.rows()):
+        out.append(
+            "An interval may reach below 0: the noise is symmetric; the true value never does."
+        )
     kinds = sorted({r.intervals for r in results if len(r.rows()) > 1})
     if kinds:
         out.append(

@@ -58,7 +58,14 @@ def test_cli_round_trip(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stderr
         assert "uploaded 3 reports" in up.stdout
         bad = veil("upload", "--task", "tasks/ages.client.toml", "51", cwd=tmp_path)
-        assert bad.returncode == 2 and "invalid measurement" in bad.stderr
+        assert bad.returncode == 2 and "invalid measurement: value 1:" in bad.stderr
+        # Errors in a file name its line, not an index into the batch.
+        (tmp_path / "bad.txt").write_text("# ages\n10\n\n51\n")
+        bad = veil("upload", "--task", "tasks/ages.client.toml", "--file", "bad.txt", cwd=tmp_path)
+        assert bad.returncode == 2 and "invalid measurement: bad.txt:4:" in bad.stderr, bad.stderr
+        (tmp_path / "bad.txt").write_text("10\nforty\n")
+        bad = veil("upload", "--task", "tasks/ages.client.toml", "--file", "bad.txt", cwd=tmp_path)
+        assert bad.returncode == 2 and "bad.txt:2: not a valid" in bad.stderr, bad.stderr
         # The default batch is the last complete hour, where the reports went.
         job = "0123456789abcdef0123456789abcdef"
         out = veil("collect", "--task", "tasks/ages.collector.toml", "--job-id", job, cwd=tmp_path)

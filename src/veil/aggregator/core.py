@@ -40,7 +40,15 @@ from veil.hpke import (
 )
 from veil.messages import REPORT_ID_SIZE
 from veil.metrics import Metrics
-from veil.task import OPEN_ENDED, AggregatorTask, Task, TaskError, expect_role, token_matches
+from veil.task import (
+    OPEN_ENDED,
+    AggregatorTask,
+    Task,
+    TaskError,
+    b64e,
+    expect_role,
+    token_matches,
+)
 from veil.times import format_duration, format_time
 from veil.vdaf import CodecError, Prio3, VdafError
 from veil.vdaf.batch import BatchPrio3
@@ -376,7 +384,9 @@ class AggregatorBase(Generic[AT]):
         task = self.tasks.get(task_id)
         if task is None:
             raise UnknownTask(
-                f"unknown task id {task_id.hex()[:16]}...: the {self.role_name} has no such task"
+                f"unknown task id {b64e(task_id)} (base64url, as in task files): the"
+                f" {self.role_name} has no such task; a task file added to its config after it"
+                " started is loaded when the server restarts"
             )
         return task
 

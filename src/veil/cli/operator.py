@@ -381,7 +381,12 @@ def register(
     demo = commands.add_parser(
         "demo", help="the example survey through a local leader and helper (start here)"
     )
-    demo.add_argument("--respondents", type=int, default=10_000)
+    demo.add_argument(
+        "--respondents",
+        type=int,
+        default=10_000,
+        help="simulated respondents, each answering every question (default 10000)",
+    )
     demo.add_argument("--json", action="store_true", help="print one JSON list instead")
     demo.add_argument(
         "--local-epsilon",
@@ -392,7 +397,12 @@ def register(
 
     sim = commands.add_parser("simulate", help="simulate respondents answering your survey")
     sim.add_argument("--survey", required=True, help="survey TOML file")
-    sim.add_argument("--respondents", type=int, default=10_000)
+    sim.add_argument(
+        "--respondents",
+        type=int,
+        default=10_000,
+        help="simulated respondents, each answering every question (default 10000)",
+    )
     sim.add_argument(
         "--epsilon",
         help="override the survey's total ε (a survey composed under zCDP: the ε of its"

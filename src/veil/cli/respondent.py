@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tomllib
 from collections.abc import Callable
@@ -71,20 +72,31 @@ def cmd_upload(args: argparse.Namespace) -> int:
         print(f"veil upload: {SHARED_CA_GONE}", file=sys.stderr)
         return 2
     task = load_task_file(args.task, Task, "upload")
-    texts: list[str] = []
+    # Each value with where it came from, so that an error names the file
+    # and line (or the argument) rather than an index into the batch.
+    texts: list[tuple[str, str]] = []
     if args.file:
         try:
             lines = Path(args.file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as e:
             print(f"veil upload: cannot read --file {args.file}: {e}", file=sys.stderr)
             return 2
-        texts += [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    texts += args.values
+        texts += [
+            (f"{args.file}:{n}", ln)
+            for n, ln in enumerate(lines, 1)
+            if ln.strip() and not ln.lstrip().startswith("#")
+        ]
+    texts += [(f"value {n}", v) for n, v in enumerate(args.values, 1)]
     if not texts:
         print("veil upload: give a value or --file", file=sys.stderr)
         return 2
     try:
-        measurements = [parse_measurement(task.vdaf, t) for t in texts]
+        measurements = []
+        for where, text in texts:
+            try:
+                measurements.append(parse_measurement(task.vdaf, text))
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
     except ValueError as e:
         print(f"veil upload: {e}", file=sys.stderr)
         return 2
@@ -98,7 +110,13 @@ def cmd_upload(args: argparse.Namespace) -> int:
             print(f"veil upload: {e}", file=sys.stderr)
             return 1
         except ValueError as e:
-            print(f"veil upload: invalid measurement: {e}", file=sys.stderr)
+            message = re.sub(
+                r"^(?:report|measurement) (\d+)",
+                lambda m: texts[int(m.group(1))][0],
+                str(e),
+                count=1,
+            )
+            print(f"veil upload: invalid measurement: {message}", file=sys.stderr)
             return 2
         except UploadError as e:
             print(f"veil upload: {e}", file=sys.stderr)
@@ -342,7 +360,7 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
             print(f"{name}: {e}", file=sys.stderr)
             return 2
         except UploadError as e:
-            print(f"{name}: upload refused: {e}", file=sys.stderr)
+            print(f"{name}: upload failed: {e}", file=sys.stderr)
             return 1
     reports = sum(done.reports.values())
     who = "respondent" if done.respondents == 1 else "respondents"

@@ -129,7 +129,7 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., Any], request: Any) -> Any:
+    def _call(self, method: Callable[..., Any], request: Any, role: int = ROLE_LEADER) -> Any:
         policy = self._base.policy
         attempt = 0
         while True:
@@ -138,6 +138,27 @@ class Client:
             except grpc.RpcError as e:
                 error = UploadError.from_rpc(e)
                 if not policy.should_retry(error, attempt):
+                    if (
+                        error.code
+                        in (
+                            grpc.StatusCode.UNAVAILABLE,
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                        )
+                        and not error.kind
+                    ):
+                        # gRPC's own text names neither the server nor its role.
+                        who, address = (
+                            ("leader", self.task.leader_address)
+                            if role == ROLE_LEADER
+                            else ("helper", self.task.helper_address)
+                        )
+                        error = UploadError(
+                            error.code,
+                            f"the {who} at {address} cannot be reached"
+                            f" ({attempt + 1} attempts): {error.message}",
+                            error.kind,
+                            error.retryable,
+                        )
                     raise error from None
                 log.info("retrying after %s (attempt %d)", error.code.name, attempt + 1)
                 time.sleep(policy.delay(attempt))
@@ -150,7 +171,7 @@ class Client:
         if known is not None:
             return known
         stub = self._leader if role == ROLE_LEADER else self._helper
-        reply = self._call(stub.GetHpkeConfig, self._base._config_request())
+        reply = self._call(stub.GetHpkeConfig, self._base._config_request(), role)
         return self._base._remember_config(role, reply)
 
     def report_time(self) -> int:
