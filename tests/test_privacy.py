@@ -278,3 +278,14 @@ def test_status_shows_a_rho_budget_with_the_epsilon_it_implies(tmp_path: Path) -
     assert "ρ 1/2 implies (ε = 5.22" in _budget_text(budget)
     ledger.add_task("e", "1")
     assert "implies" not in _budget(ledger.task_status("e"), MICRO)
+
+
+def test_a_gaussian_task_file_may_state_epsilon_and_delta() -> None:
+    dp = DpSpec.from_dict({"mechanism": "gaussian", "epsilon": "1", "delta": "1e-6"})
+    assert dp.config().rho == zcdp_rho(Fraction(1), MICRO)
+    g = task_statement(dp, COUNT).against_collector
+    assert g.rho == zcdp_rho(Fraction(1), MICRO) and g.epsilon is not None and g.epsilon <= 1
+    with pytest.raises(SettingsError, match="not epsilon alone"):
+        DpSpec.from_dict({"mechanism": "gaussian", "epsilon": "1"})
+    with pytest.raises(SettingsError, match="not both"):
+        DpSpec.from_dict({"mechanism": "gaussian", "epsilon": "1", "rho": "1", "delta": "1e-6"})

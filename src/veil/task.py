@@ -21,6 +21,7 @@ Bytes are written as unpadded base64url strings.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import os
@@ -42,7 +43,7 @@ from veil.dp import (
     feasible_range,
     local_channel,
 )
-from veil.dp.accounting import DEFAULT_DELTA
+from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
 from veil.dp.bounds import AggregateBounds, noise_bound
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
 from veil.settings import SettingsError, Table, from_mapping, read_toml
@@ -160,6 +161,13 @@ DP_KEYS = (
     "survey_unit",
 )
 NEIGHBOURING = ("replace_one", "add_remove")
+
+
+@functools.lru_cache(maxsize=256)
+def _solved_rho(epsilon: Fraction, delta: Fraction) -> Fraction:
+    return zcdp_rho(epsilon, delta)
+
+
 BUDGET_UNITS = ("epsilon", "rho")
 
 
@@ -214,10 +222,22 @@ class DpSpec:
             raise TaskError("bad [dp] table: survey_budget needs survey (the survey's id)")
 
     def config(self) -> DPConfig:
+        epsilon, rho = self.epsilon, self.rho
+        if self.mechanism == "gaussian" and epsilon is not None:
+            # A zCDP task stated as (ε, δ): the largest ρ that gives it (CKS20 Cor. 13).
+            if rho is not None or self.delta is None:
+                raise TaskError(
+                    "bad [dp] table: the gaussian mechanism takes rho, or epsilon and delta"
+                    " (solved for the largest ρ that gives (ε, δ)-DP), not "
+                    + ("both" if rho is not None else "epsilon alone")
+                )
+            try:
+                rho = str(_solved_rho(Fraction(epsilon), self.delta_value))
+            except (DPError, ValueError, ZeroDivisionError) as e:
+                raise TaskError(f"bad [dp] table: {e}") from e
+            epsilon = None
         try:
-            config = DPConfig.parse(
-                self.mechanism, self.epsilon, self.rho, self.mode, self.fixed_point_bits
-            )
+            config = DPConfig.parse(self.mechanism, epsilon, rho, self.mode, self.fixed_point_bits)
         except DPError as e:
             raise TaskError(f"bad [dp] table: {e}") from e
         if config.mode is NoiseMode.SPLIT and not self.split_opt_in:
