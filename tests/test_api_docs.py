@@ -30,6 +30,7 @@ def test_reference_builds_without_warnings(tmp_path: Path) -> None:
         "veil.collector",
         "veil.vdaf",
         "veil.dp",
+        "veil.survey",
     ],
 )
 def test_public_names_have_docstrings(module: str) -> None:

@@ -138,10 +138,12 @@ class Question:
 
     @property
     def add_remove(self) -> bool:
+        """Whether neighbouring datasets add or remove one report (else: replace one)."""
         return self.neighbouring == "add_remove"
 
     @property
     def vdaf_type(self) -> str:
+        """The VDAF kind (veil.vdaf.registry) this question's answers are encoded with."""
         if self.add_remove:
             # Every type carries the count: a histogram's buckets add up to it; the
             # others get a last coordinate that is always 1.
@@ -209,6 +211,7 @@ class Question:
         }
 
     def vdaf(self) -> Prio3[Any, Any]:
+        """The Prio3 instance of this question's task."""
         return registry.kind(self.vdaf_type).make(self.vdaf_params)
 
     def ratio_estimates(self, est: Sequence[Estimate]) -> tuple[list[Estimate], Estimate]:
@@ -357,6 +360,7 @@ class Survey:
         return self.rho if self.rho is not None else self.epsilon
 
     def question(self, question_id: str) -> Question:
+        """The question with this id; raises KeyError if there is none."""
         for q in self.questions:
             if q.id == question_id:
                 return q
@@ -806,6 +810,13 @@ def _question(
 
 
 def load_survey(path: str | Path) -> Survey:
+    """Read and check a survey file; raises SurveyError naming file, line and setting.
+
+    Example::
+
+        survey = load_survey("survey.toml")
+        print(survey.name, [q.id for q in survey.questions])
+    """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -1092,6 +1103,7 @@ class SurveyClient:
             raise
 
     def close(self) -> None:
+        """Close every task's client."""
         for client in self._clients.values():
             client.close()
         self._clients.clear()
