@@ -27,6 +27,7 @@ from veil.messages import Report
 from veil.survey import parse_survey
 from veil.task import ClientTask, b64d, b64e, load_task
 from veil.web import SurveySite
+from veil.web.app import ServeError
 from veil.web.page import render_page
 
 pytestmark = pytest.mark.slow
@@ -363,3 +364,20 @@ def test_local_layer_reaches_the_page(tmp_path: Path) -> None:
         assert page.count("randomizes the answer") == 1
     finally:
         site.close()
+
+
+def test_add_remove_survey_the_page_cannot_answer_is_refused(tmp_path: Path) -> None:
+    # Under add_remove a number, an option list or a vector carries a count element
+    # the page does not add: serving it would refuse every respondent.
+    text = SURVEY.format(
+        epsilon="1",
+        mechanism="geometric",
+        tp=3600,
+        opens="2026-05-01T00:00:00Z",
+        closes="2026-05-02T00:00:00Z",
+    ).replace("[survey]\n", '[survey]\nneighbouring = "add_remove"\n', 1)
+    dep = deploy_survey(
+        parse_survey(text), text, tmp_path / "out", "127.0.0.1:1", "127.0.0.1:2", tls=False
+    )
+    with pytest.raises(ServeError, match="commute, tools, ratings"):
+        SurveySite(dep.client_dir)

@@ -79,6 +79,10 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _CIPHERTEXT_KEYS = {"config_id", "enc", "payload"}
 
 
+# Kinds whose add_remove encoding is the page's own (an index into a histogram).
+_PAGE_ADD_REMOVE = ("yes_no", "choice")
+
+
 class ServeError(ValueError):
     """The survey directory or an option cannot be served."""
 
@@ -228,6 +232,17 @@ class SurveySite:
         except SurveyError as e:
             raise ServeError(str(e)) from None
         survey = self.description.survey
+        counted = [
+            q.id for q in survey.questions if q.add_remove and q.kind not in _PAGE_ADD_REMOVE
+        ]
+        if counted:
+            # Under add_remove these reports carry a count element the page does not
+            # add yet: every respondent would be refused. Say so before serving.
+            raise ServeError(
+                f"the survey uses neighbouring add_remove, and the page cannot yet answer its"
+                f" questions {', '.join(counted)} (numbers, multiple choices and vectors carry"
+                " a count element there); collect those with the Python client"
+            )
         self.tasks: dict[str, Task] = {}  # by base64url task id
         self.question_of: dict[str, str] = {}
         questions = []
