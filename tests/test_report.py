@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
+from veil.demo import example_survey, expected_errors
 from veil.report import QuestionResult, format_table, plot_results, plot_sweep, to_json
 
 RESULTS = [
@@ -68,5 +70,24 @@ def test_plots_are_pngs_of_expected_size(tmp_path: Path) -> None:
     plot_results(RESULTS, out)
     assert png_size(out) == (1200, 400)
     sweep = tmp_path / "sweep.png"
-    plot_sweep([(0.5, RESULTS), (1.0, RESULTS)], sweep)
-    assert png_size(sweep) == (800, 500)
+    survey = example_survey()
+    errors = expected_errors(survey, 1000, [Fraction(1, 2), Fraction(1), Fraction(4)])
+    plot_sweep(errors, 1000, sweep)
+    assert png_size(sweep) == (900, 550)
+
+
+def test_expected_error_is_exact_relative_and_falls_with_epsilon() -> None:
+    survey = example_survey()
+    errors = expected_errors(survey, 1000, [Fraction(1, 2), Fraction(2)])
+    by = {(e.question, e.epsilon): e for e in errors}
+    for q in survey.questions:
+        low, high = by[(q.id, 0.5)], by[(q.id, 2.0)]
+        # Four times the ε, about a quarter of the error (the geometric noise's
+        # scale is 1/ε); the band lies above the median.
+        assert 0 < high.median < low.median and high.median <= low.median / 2
+        assert low.median <= low.p90
+    # The same inputs give the same figures: nothing random in them.
+    assert errors == expected_errors(survey, 1000, [Fraction(1, 2), Fraction(2)])
+    remote = by[("remote", 2.0)]
+    assert remote.unit == "share of respondents" and remote.median < 0.05
+    assert by[("commute", 2.0)].unit == "share of the range 0..180"

@@ -134,6 +134,61 @@ def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class ExpectedError:
+    """How far one question's estimates are expected to be from the truth at a
+    total ε, computed exactly from the noise distribution (no random run).
+
+    Relative to the question's scale: a share of the respondents for counts
+    (yes_no, choice, multi_choice), a share of the answer range 0..max for the
+    means of integer and vector questions. `median` is the error exceeded half
+    the time, `p90` one in ten times (the band), `rms` the root mean square.
+    The servers' noise only (without any local layer).
+    """
+
+    question: str
+    text: str
+    unit: str
+    epsilon: float
+    median: float
+    p90: float
+    rms: float
+
+
+def expected_errors(
+    survey: Survey, respondents: int, epsilons: Sequence[Fraction]
+) -> list[ExpectedError]:
+    """`ExpectedError` of every question at each total ε in `epsilons`."""
+    from veil.dp.estimates import noise_half_width
+
+    out = []
+    for eps in epsilons:
+        scaled = with_epsilon(survey, eps)
+        plain = replace(
+            scaled, questions=tuple(replace(q, local_epsilon=None) for q in scaled.questions)
+        )
+        specs = task_specs(plain)
+        for q in plain.questions:
+            vdaf, dp, _ = specs[q.id]
+            plan = dp.plan(vdaf)
+            if plan.server_noise() is None:
+                median = p90 = rms = 0.0
+            else:
+                unit = 2**plan.config.fixed_point_bits
+                median = noise_half_width(plan, 0.5)[0] / unit
+                p90 = noise_half_width(plan, 0.1)[0] / unit
+                rms = local_error(None, plan, respondents)[0]
+            means = q.kind in ("integer", "vector")
+            scale = respondents * (q.max if means else 1)
+            what = f"share of the range 0..{q.max}" if means else "share of respondents"
+            out.append(
+                ExpectedError(
+                    q.id, q.text, what, float(eps), median / scale, p90 / scale, rms / scale
+                )
+            )
+    return out
+
+
 def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]]:
     """One task per question, every task under the survey's total budget.
 
@@ -211,6 +266,7 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             rho=rho,
             delta=delta,
             intervals=r.intervals,
+            text=q.text,
         )
     if q.kind == "yes_no":
         assert isinstance(exact, int)
@@ -226,6 +282,7 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
             rho=rho,
             delta=delta,
             intervals=r.intervals,
+            text=q.text,
         )
     assert isinstance(exact, list)
     labels = q.element_labels()
@@ -246,6 +303,7 @@ def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult)
         rho=rho,
         delta=delta,
         intervals=r.intervals,
+        text=q.text,
     )
 
 
@@ -294,6 +352,7 @@ def _ratio_result(
         rho=rho,
         delta=delta,
         intervals=r.intervals,
+        text=q.text,
     )
 
 

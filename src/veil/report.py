@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from veil.demo import ExpectedError
 
 Number = float | int
 Value = Number | list[Number]
@@ -38,6 +42,7 @@ class QuestionResult:
     delta: float | None = None
     # "per-coordinate", or "simultaneous (...)": all rows of the question at once.
     intervals: str = "per-coordinate"
+    text: str = ""  # the question's own words, for plots
 
     def budget_label(self) -> str:
         """ "ε=0.4", or "ρ=0.1 (ε=2.1, δ=1e-06)" for zCDP; "none" without DP."""
@@ -118,6 +123,13 @@ def to_json(results: Sequence[QuestionResult]) -> str:
     return json.dumps(out, indent=2)
 
 
+def _axis_label(r: QuestionResult) -> str:
+    """What a result's numbers are, with their unit."""
+    if r.kind in ("integer", "vector"):
+        return "mean answer (question's own scale)"
+    return "respondents (count)"
+
+
 def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
     """Estimate (with its interval) against truth, one panel per question,
     written as a PNG of 1200 x (400 * rows) pixels."""
@@ -142,7 +154,14 @@ def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
         if all(t is not None for t in truths):
             ax.scatter(xs, truths, marker="x", color="black", zorder=3, label="truth")
         ax.set_xticks(xs, [d[0] or r.question for d in data], rotation=30, ha="right")
-        ax.set_title(f"{r.question} ({r.kind}, {r.budget_label()})")
+        title = r.text or r.question
+        if len(title) > 60:
+            title = title[:59] + "…"
+        ax.set_title(
+            f"{title}\n{r.question} ({r.kind}), n = {r.reports:,}, {r.budget_label()}",
+            fontsize="medium",
+        )
+        ax.set_ylabel(_axis_label(r))
         ax.legend(fontsize="small")
     for ax in list(axes.flat)[len(results) :]:
         ax.axis("off")
@@ -151,29 +170,46 @@ def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
     plt.close(fig)
 
 
-def plot_sweep(sweep: Sequence[tuple[float, Sequence[QuestionResult]]], path: str | Path) -> None:
-    """Mean absolute error of each question's estimate against the survey's ε (for a
-    survey composed under zCDP: the ε of its (ε, δ) guarantee)."""
+def plot_sweep(errors: Sequence[ExpectedError], respondents: int, path: str | Path) -> None:
+    """The expected error of each question against the survey's total ε, relative
+    to the question's scale, with the band from the median to the 90th percentile
+    of the error, computed exactly from the noise distribution (see
+    `veil.demo.expected_errors`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-    names = [r.question for r in sweep[0][1]]
-    for i, name in enumerate(names):
-        xs, ys = [], []
-        for eps, results in sweep:
-            rows = results[i].rows()
-            errors = [abs(est - t) for _, t, est, _, _ in rows if t is not None]
-            if errors:
-                xs.append(eps)
-                ys.append(sum(errors) / len(errors))
-        ax.plot(xs, ys, marker="o", label=name)
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=100)
+    names = list(dict.fromkeys(e.question for e in errors))
+    for name in names:
+        rows = sorted((e for e in errors if e.question == name), key=lambda e: e.epsilon)
+        xs = [e.epsilon for e in rows]
+        label = rows[0].text if len(rows[0].text) <= 48 else rows[0].text[:47] + "…"
+        (line,) = ax.plot(xs, [e.median * 100 for e in rows], marker="o", label=label)
+        ax.fill_between(
+            xs,
+            [e.median * 100 for e in rows],
+            [e.p90 * 100 for e in rows],
+            color=line.get_color(),
+            alpha=0.15,
+        )
     ax.set_xscale("log")
-    ax.set_yscale("symlog")
-    ax.set_xlabel("survey ε (for zCDP: the ε of (ε, δ))")
-    ax.set_ylabel("mean absolute error")
+    ax.set_yscale("log")
+    epsilons = sorted({e.epsilon for e in errors})
+    ax.set_xticks(epsilons, [f"{x:g}" for x in epsilons])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+    ax.set_xlabel("survey's total ε (for zCDP: the ε of its (ε, δ) guarantee)")
+    ax.set_ylabel(
+        "expected error, % of scale\n(counts: of respondents; means: of the answer range)"
+    )
+    ax.set_title(
+        f"Expected error of each question at {respondents:,} respondents\n"
+        "line: median error; band: up to the 90th percentile (exact, from the noise)"
+    )
+    ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)

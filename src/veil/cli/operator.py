@@ -128,6 +128,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from fractions import Fraction
 
     from veil.demo import (
+        expected_errors,
         format_local_costs,
         load,
         local_costs,
@@ -155,15 +156,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     say = status_printer(args.json)
     try:
         if args.sweep_epsilon:
-            sweep = []
-            for eps in args.sweep_epsilon:
-                say(f"epsilon = {eps}")
-                scaled = with_epsilon(survey, Fraction(eps))
-                sweep.append(
-                    (float(Fraction(eps)), run_survey(scaled, args.respondents, progress=False))
-                )
+            # Exact, from the noise distribution at each ε: no random run.
+            errors = expected_errors(
+                survey, args.respondents, [Fraction(e) for e in args.sweep_epsilon]
+            )
             out = args.plot or "sweep.png"
-            plot_sweep(sweep, out)
+            plot_sweep(errors, args.respondents, out)
             say(f"wrote {out}")
             return 0
         results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
