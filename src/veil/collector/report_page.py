@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -127,6 +128,21 @@ def chart(r: QuestionResults) -> str:
     return "".join(parts)
 
 
+def _spent(survey: Survey, results: Sequence[QuestionResults]) -> str:
+    """The budget these collections spent, against the survey's total."""
+    if survey.mechanism == "none" or survey.total is None:
+        return "no noise, no privacy budget"
+    unit = "rho" if survey.zcdp else "epsilon"
+    symbol = "ρ" if survey.zcdp else "ε"
+    spent = Fraction(0)
+    for r in results:
+        if unit in r.privacy:
+            spent += Fraction(r.privacy[unit])
+        elif "epsilon" in r.privacy:  # a pure question under zCDP costs ε²/2
+            spent += Fraction(r.privacy["epsilon"]) ** 2 / 2
+    return f"budget spent {symbol} = {float(spent):.4g} of the survey's {float(survey.total):.4g}"
+
+
 def privacy_lines(survey: Survey) -> list[str]:
     """The survey's privacy statement in plain words (veil.privacy), and what
     the intervals mean."""
@@ -170,7 +186,7 @@ def report_html(survey: Survey, results: Sequence[QuestionResults]) -> str:
         f"<title>{escape(survey.name)}: results</title><style>{STYLE}</style></head><body>"
         f"<h1>{escape(survey.name)}</h1>"
         f'<p class="meta">Window {format_time(survey.opens)} to {format_time(survey.closes)}'
-        f" (UTC); {len(results)} questions.</p>"
+        f" (UTC); {len(results)} questions; {escape(_spent(survey, results))}.</p>"
         '<div class="privacy">'
         + "".join(f"<p>{escape(line)}</p>" for line in privacy_lines(survey))
         + "</div>"
