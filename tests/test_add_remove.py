@@ -15,8 +15,11 @@ from scipy import stats
 
 from tests.conftest import LONG
 from tests.dp.test_mechanisms import epsilon_lower_bound, run_noise_path
+from veil.collector import CollectionResult
+from veil.collector.survey import question_results
 from veil.demo import run_survey, task_specs
 from veil.dp import DPConfig, Estimate, NoisePlan, draw_noise, estimate, sensitivity
+from veil.dp.accounting import Guarantee
 from veil.dp.estimates import ratio, shares
 from veil.privacy import survey_statement, task_statement
 from veil.settings import SettingsError
@@ -224,3 +227,30 @@ def test_share_and_mean_intervals_cover() -> None:
     for cov in (share_cov, mean_cov):
         assert stats.binomtest(round(cov * COVERAGE_RUNS), COVERAGE_RUNS, 0.95,
                                alternative="less").pvalue > 1e-3  # fmt: skip
+
+
+def test_survey_results_are_ratios_without_the_count() -> None:
+    # results.json of `veil survey collect`: the leader released report_count 0, so
+    # shares and means come from the noisy sums (dividing by 0 would fail).
+    survey = parse_survey(SURVEY)
+
+    def collected(values: list[int], half_width: int) -> CollectionResult:
+        return CollectionResult(
+            start=0, duration=3600, report_count=0,
+            estimate=[Fraction(v) for v in values],
+            lower=[Fraction(v - half_width) for v in values],
+            upper=[Fraction(v + half_width) for v in values],
+            confidence=0.95, intervals="simultaneous (exact max-of-k)", spent=Fraction(1),
+            unit="epsilon", against_collector=Guarantee.pure(Fraction(1)),
+            mechanism="geometric", noisy_aggregate=values, seconds=0.0,
+        )  # fmt: skip
+
+    yes = question_results(survey.question("remote"), collected([60, 40], 5)).to_json()
+    assert yes["n"] == 100 and yes["neighbouring"] == "add_remove"
+    (row,) = yes["rows"]
+    assert row["label"] == "yes" and row["estimate"] == 0.4
+    assert row["ci_low"] == round(35 / 100, 6) and row["ci_high"] == round(45 / 100, 6)
+    mean = question_results(survey.question("commute"), collected([150, 100], 10)).to_json()
+    (row,) = mean["rows"]
+    assert row["label"] == "mean" and row["estimate"] == 1.5
+    assert row["ci_low"] == round(140 / 110, 6) and row["ci_high"] == round(160 / 90, 6)

@@ -35,6 +35,7 @@ from veil.collector.collector import (
     Collector,
 )
 from veil.dp.accounting import decimal_text
+from veil.dp.estimates import Estimate
 from veil.survey import Question, Survey, SurveyError, load_survey
 from veil.task import CollectorTask, TaskError, load_task
 from veil.times import format_duration, format_time
@@ -94,7 +95,14 @@ def _f(x: Fraction) -> float:
 def question_results(q: Question, r: CollectionResult) -> QuestionResults:
     """Labelled rows of one collected question: option names for choices;
     "yes" for yes_no; "mean" (the noisy sum over the report count) and "sum"
-    for an integer; each element's mean for a vector (its labels, or [i])."""
+    for an integer; each element's mean for a vector (its labels, or [i]).
+
+    Under add_remove the collector is not told the report count: `n` is the noisy
+    count, and every row is a ratio of noisy sums (the share of yes, of each
+    option, of respondents choosing each option; the mean per element), with an
+    interval that holds whenever the question's simultaneous intervals do."""
+    if q.add_remove:
+        return _ratio_results(q, r)
     n = r.report_count
     est = r.estimate if isinstance(r.estimate, list) else [r.estimate]
     low = r.lower if isinstance(r.lower, list) else [r.lower]
@@ -129,6 +137,34 @@ def question_results(q: Question, r: CollectionResult) -> QuestionResults:
         # de-biased, and each answer is ε_L-private even against both aggregators.
         privacy = {**privacy, "local_epsilon": decimal_text(q.local_epsilon)}
     return QuestionResults(q, n, privacy, tuple(rows), unit, r.confidence, r.intervals)
+
+
+def _ratio_results(q: Question, r: CollectionResult) -> QuestionResults:
+    values = r.estimate if isinstance(r.estimate, list) else [r.estimate]
+    lows = r.lower if isinstance(r.lower, list) else [r.lower]
+    highs = r.upper if isinstance(r.upper, list) else [r.upper]
+    coords = [
+        Estimate(Fraction(v), Fraction(lo), Fraction(hi), r.confidence, r.confidence)
+        for v, lo, hi in zip(values, lows, highs, strict=True)
+    ]
+    results, count = q.ratio_estimates(coords)
+    labels: tuple[str, ...]
+    if q.kind == "yes_no":
+        labels, unit = ("yes",), "share of respondents"
+    elif q.kind in ("choice", "multi_choice"):
+        labels, unit = q.options, "share of respondents"
+    elif q.kind == "integer":
+        labels, unit = ("mean",), f"mean answer (0 to {q.max})"
+    else:
+        labels, unit = q.element_labels(), f"mean answer (0 to {q.max})"
+    rows = tuple(
+        Row(label, _f(e.value), _f(e.low), _f(e.high))
+        for label, e in zip(labels, results, strict=True)
+    )
+    privacy = r.against_collector.to_json() or {"epsilon": "none"}
+    privacy = {**privacy, "neighbouring": "add_remove"}
+    n = max(round(count.value), 0)
+    return QuestionResults(q, n, privacy, rows, unit, r.confidence, r.intervals)
 
 
 @dataclass
