@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 import pytest
 
@@ -41,6 +42,7 @@ from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
 NOW = 1_800_000_000
 TP = 3600
+T_ = TypeVar("T_")
 T = NOW - NOW % TP - TP
 
 
@@ -290,6 +292,76 @@ def test_helper_job_idempotent_and_replay_refused(world: World) -> None:
         world.helper.aggregate(task.task_id, "not-it", secrets.token_bytes(16), items)
 
 
+def _race(calls: Sequence[Callable[[], T_]]) -> list[T_ | BaseException]:
+    """Run the calls at once, each on its own thread; their results or errors."""
+    start = threading.Barrier(len(calls))
+    out: list[T_ | BaseException] = [RuntimeError("not run")] * len(calls)
+
+    def run(k: int) -> None:
+        start.wait()
+        try:
+            out[k] = calls[k]()
+        except BaseException as e:
+            out[k] = e
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_helper_processes_racing_on_one_store(backend: Backend, world: World) -> None:
+    # Three helpers, as three processes would be: each its own store handle
+    # and no lock in common. Correctness comes from the store alone.
+    task = world.files.leader
+    helpers = [world.helper] + [
+        Helper(
+            {task.task_id: world.files.helper},
+            backend.store("helper"),
+            PrivacyEngine(backend.ledger("helper"), [world.files.helper], allow_exact_release=True),
+            clock=lambda: NOW,
+        )
+        for _ in range(2)
+    ]
+    items = _items(world, 12)
+    token = task.aggregator_token
+    # One job id sent to all three at once: one outcome, the same answer for each.
+    job = secrets.token_bytes(16)
+    answers = _race([lambda h=h: h.aggregate(task.task_id, token, job, items[:6]) for h in helpers])
+    assert all(a == answers[0] for a in answers), answers
+    assert isinstance(answers[0], list) and all(r.reject is None for r in answers[0])
+    # The same reports in three different jobs at once: each aggregated once.
+    answers = _race(
+        [
+            lambda h=h: h.aggregate(task.task_id, token, secrets.token_bytes(16), items[6:])
+            for h in helpers
+        ]
+    )
+    for k in range(6):
+        outcomes = [a[k].reject for a in answers if isinstance(a, list)]
+        assert len(outcomes) == 3, answers
+        assert sorted(outcomes, key=str) == [None, "report_replayed", "report_replayed"]
+    aggs = world.helper_store.batch_aggregates(task.task_id, T, T + TP)
+    count = sum(a.report_count for a in aggs)
+    assert count == 12
+    checksum = bytes(32)
+    for a in aggs:
+        checksum = bytes(x ^ y for x, y in zip(checksum, a.checksum, strict=True))
+    # One collection asked of all three at once: one share, stored once.
+    collection = secrets.token_bytes(16)
+    shares = _race(
+        [
+            lambda h=h: h.aggregate_share(task.task_id, token, collection, T, TP, count, checksum)
+            for h in helpers
+        ]
+    )
+    assert all(s == shares[0] for s in shares) and isinstance(shares[0], Ciphertext), shares
+    stored = world.helper_store.get_collection(task.task_id, collection)
+    assert stored is not None and stored.helper_ct == shares[0]
+
+
 def test_helper_checks_count_and_checksum(world: World) -> None:
     task = world.files.leader
     world.helper.aggregate(
@@ -354,7 +426,7 @@ def test_budget_refused_before_anything_is_written(backend: Backend) -> None:
         world.leader.create_collection(
             task_id, files.collector.collector_token, secrets.token_bytes(16), T, TP
         )
-    assert world.leader_store.pending_collections() == []
+    assert world.leader_store.collections(task_id) == []
 
 
 def test_hpke_config_is_stable_across_restarts(backend: Backend, world: World) -> None:
@@ -421,7 +493,7 @@ def test_no_batch_closes_before_the_window_does(backend: Backend) -> None:
     assert world.leader_store.get_collection(task_id, job) is None
     with pytest.raises(WindowOpen, match="accepts reports until"):
         world.link.aggregate_share(files.leader, job, T, TP, 0, bytes(32))
-    assert world.helper_store.helper_collection(task_id, job) is None
+    assert world.helper_store.get_collection(task_id, job) is None
     # The same window, closed: the batch is collected as usual.
     closed = World(backend, replace_window(files, T + TP))
     closed.leader.upload(task_id, [closed.report(1), closed.report(1)])

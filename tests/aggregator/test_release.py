@@ -119,7 +119,7 @@ def test_a_crash_at_each_point_of_the_release_is_retried_with_one_charge(
     {**HELPER_POINTS, **LEADER_POINTS}[point](d)
     with pytest.raises(Crash):
         d.drive()
-    stored_helper = d.helper.store.helper_collection(task_id, job)
+    stored_helper = d.helper.store.get_collection(task_id, job)
     stored_leader = d.leader.store.get_collection(task_id, job)
     d.start()  # both processes again, on the same databases and ledgers
     d.drive()
@@ -160,6 +160,6 @@ def test_a_retry_after_the_helper_spent_is_not_refused_for_its_own_spend(
     ct = d.helper.aggregate_share(
         task.task_id, leader_task.aggregator_token, job, T, TP, count, checksum
     )
-    assert ct == d.helper.store.helper_collection(task.task_id, job).helper_ct  # type: ignore[union-attr]
+    assert ct == d.helper.store.get_collection(task.task_id, job).helper_ct  # type: ignore[union-attr]
     status = d.helper_privacy.ledger.task_status(task.id_text)
     assert (status.spent, status.collections) == (1, 1)

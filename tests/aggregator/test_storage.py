@@ -6,6 +6,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,12 @@ from veil.aggregator.storage import (
     KEY_EXPIRED,
     KEY_PENDING,
     BatchAggregate,
+    BatchChanged,
+    BucketCollected,
     CollectionRecord,
     Datastore,
     HpkeKey,
+    ReportsAggregated,
     SqliteDatastore,
     StorageConflict,
 )
@@ -160,7 +164,7 @@ def test_close_batch_once_and_reopen(store: Datastore) -> None:
     store.fail_collection(
         CollectionRecord(TASK, b"a" * 16, 0, 7200, "failed", error_code=9), reopen=True
     )
-    assert store.pending_collections() == []
+    assert store.get_collection(TASK, b"a" * 16).state == "failed"  # type: ignore[union-attr]
     assert store.put_reports(TASK, [(3600, report(1))]) == (1, 0)
 
 
@@ -181,15 +185,18 @@ def test_a_closed_bucket_still_takes_the_jobs_it_waits_for(store: Datastore) -> 
 
 def test_helper_records(store: Datastore) -> None:
     delta = BatchAggregate(0, share(3), 1, b"c" * 32)
-    store.commit_helper_job(
-        TASK, b"j" * 16, b"h" * 32, b"resp", [b"r" * 16], ["bad"], [delta], MERGE
+    assert (
+        store.commit_helper_job(
+            TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 0)], ["bad"], [delta], MERGE
+        )
+        is None
     )
     assert store.helper_job(TASK, b"j" * 16) == (b"h" * 32, b"resp")
     assert store.seen_reports(TASK, [b"r" * 16, b"s" * 16]) == {b"r" * 16}
     assert store.rejections(TASK) == {"bad": 1}
-    record = CollectionRecord(TASK, b"c" * 16, 0, 3600, "finished", 1, b"x" * 32, None, CT)
-    store.commit_helper_collection(record, 3600)
-    assert store.helper_collection(TASK, b"c" * 16) == record
+    record = CollectionRecord(TASK, b"c" * 16, 0, 3600, "finished", 1, b"c" * 32, None, CT)
+    assert store.commit_helper_collection(record, 3600) == record
+    assert store.get_collection(TASK, b"c" * 16) == record
     assert store.batch_aggregates(TASK, 0, 3600) == [
         BatchAggregate(0, share(3), 1, b"c" * 32, b"c" * 16)
     ]
@@ -339,18 +346,78 @@ def test_gc_batch_aggregates_and_collections_past_horizon(store: Datastore) -> N
     assert result.total() == result.reports + result.aggregation_jobs + 2
 
 
+def test_helper_job_commits_once(store: Datastore) -> None:
+    # A job id stored first (by any process) wins: a second commit of it
+    # writes nothing and returns the stored answer.
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    job = (TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 0)], [], [delta], MERGE)
+    assert store.commit_helper_job(*job) is None
+    other = (TASK, b"j" * 16, b"H" * 32, b"other", [(b"s" * 16, 0)], ["bad"], [delta], MERGE)
+    assert store.commit_helper_job(*other) == (b"h" * 32, b"resp")
+    assert store.seen_reports(TASK, [b"s" * 16]) == set()
+    assert store.rejections(TASK) == {}
+    assert store.batch_aggregates(TASK, 0, 3600) == [BatchAggregate(0, share(3), 1, b"c" * 32)]
+
+
+def test_helper_report_aggregated_at_most_once(store: Datastore) -> None:
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta], MERGE)
+    # Another job holding the same report id commits nothing at all.
+    with pytest.raises(ReportsAggregated) as e:
+        store.commit_helper_job(
+            TASK, b"k" * 16, b"h" * 32, b"r", [(b"s" * 16, 0), (b"r" * 16, 0)], [], [delta], MERGE
+        )
+    assert e.value.report_ids == [b"r" * 16]
+    assert store.helper_job(TASK, b"k" * 16) is None
+    assert store.seen_reports(TASK, [b"s" * 16]) == set()
+    assert sum(a.report_count for a in store.batch_aggregates(TASK, 0, 3600)) == 1
+
+
+def test_helper_job_refused_in_a_collected_bucket(store: Datastore) -> None:
+    store.commit_helper_collection(
+        CollectionRecord(TASK, b"c" * 16, 0, 3600, "finished", 0, bytes(32), None, CT), TP
+    )
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    with pytest.raises(BucketCollected):
+        store.commit_helper_job(
+            TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta], MERGE
+        )
+    assert store.helper_job(TASK, b"j" * 16) is None
+    assert store.seen_reports(TASK, [b"r" * 16]) == set()
+
+
+def test_helper_collection_stored_once_for_the_batch_it_read(store: Datastore) -> None:
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta], MERGE)
+    # Computed from a batch that has changed since: nothing closed, nothing stored.
+    stale = CollectionRecord(TASK, b"c" * 16, 0, 3600, "finished", 0, bytes(32), None, CT)
+    with pytest.raises(BatchChanged):
+        store.commit_helper_collection(stale, TP)
+    assert store.get_collection(TASK, b"c" * 16) is None
+    assert store.batch_aggregates(TASK, 0, 3600)[0].collected_by is None
+    record = replace(stale, report_count=1, checksum=b"c" * 32)
+    assert store.commit_helper_collection(record, TP) == record
+    # A second process's share for the same job id: the first one stays.
+    other = replace(record, helper_ct=Ciphertext(2, b"e" * 32, b"other"))
+    assert store.commit_helper_collection(other, TP) == record
+    assert store.get_collection(TASK, b"c" * 16) == record
+    with pytest.raises(BucketCollected):
+        store.commit_helper_collection(replace(record, job_id=b"d" * 16), TP)
+
+
 def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
     ids = [i.to_bytes(16, "big") for i in range(4)]
-    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [], MERGE)
-    store.record_helper_report_times(TASK, [(ids[0], 0), (ids[1], 3600), (ids[2], 7200)])
-    # ids[3] has no time (as after a crash between the two calls): always kept.
+    times = [0, 3600, 7200, 5 * 3600]
+    store.commit_helper_job(
+        TASK, b"j" * 16, b"h" * 32, b"resp", list(zip(ids, times, strict=True)), [], [], MERGE
+    )
     store.commit_helper_collection(
-        CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 1, b"x" * 32, None, CT), TP
+        CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 0, bytes(32), None, CT), TP
     )
     result = store.collect_garbage(TASK, TP, 3600, None)
     assert result.replay_records == 2  # ids[0] (too old) and ids[2] (bucket collected)
     assert store.seen_reports(TASK, ids) == {ids[1], ids[3]}
-    assert store.collect_garbage(TASK, TP, 10**9, None).replay_records == 1
+    assert store.collect_garbage(TASK, TP, 5 * 3600, None).replay_records == 1
     assert store.seen_reports(TASK, ids) == {ids[3]}
     # The job record stays while a replay record of its reports does (ids[3]).
     assert store.helper_job(TASK, b"j" * 16) is not None
@@ -361,11 +428,12 @@ def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
 
 def test_gc_helper_job_goes_with_its_last_replay_record(store: Datastore) -> None:
     ids = [i.to_bytes(16, "big") for i in range(2)]
-    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"resp", ids, [], [], MERGE)
-    store.commit_helper_job(TASK, b"k" * 16, b"h" * 32, b"resp", [b"z" * 16], [], [], MERGE)
-    store.record_helper_report_times(TASK, [(ids[0], 7200), (ids[1], 7200), (b"z" * 16, 0)])
+    store.commit_helper_job(
+        TASK, b"j" * 16, b"h" * 32, b"resp", [(i, 7200) for i in ids], [], [], MERGE
+    )
+    store.commit_helper_job(TASK, b"k" * 16, b"h" * 32, b"resp", [(b"z" * 16, 0)], [], [], MERGE)
     store.commit_helper_collection(
-        CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 2, b"x" * 32, None, CT), TP
+        CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 0, bytes(32), None, CT), TP
     )
     result = store.collect_garbage(TASK, TP, None, None)
     assert (result.replay_records, result.helper_jobs) == (2, 1)

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import struct
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -47,7 +46,13 @@ from veil.aggregator.errors import (
     TooLarge,
 )
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import CollectionRecord, Datastore
+from veil.aggregator.storage import (
+    BatchChanged,
+    BucketCollected,
+    CollectionRecord,
+    Datastore,
+    ReportsAggregated,
+)
 from veil.hpke import (
     ROLE_HELPER,
     Ciphertext,
@@ -62,6 +67,10 @@ from veil.task import HelperTask
 log = logging.getLogger(__name__)
 
 MAX_JOB_SIZE = 10_000
+# How often a job is checked again when its commit finds that another job
+# aggregated some of its reports, or a collection closed one of its buckets,
+# after it read the store; each time, the reports it lost are refused.
+_COMMIT_ATTEMPTS = 5
 
 
 def request_hash(task_id: bytes, job_id: bytes, items: Sequence[VerifyInitItem]) -> bytes:
@@ -117,8 +126,6 @@ class Helper(AggregatorBase[HelperTask]):
     ) -> None:
         super().__init__(tasks, store, clock or time.time, metrics)
         self.privacy = privacy
-        # Serialises the read-check-write steps (replay set, batch aggregates).
-        self._lock = threading.Lock()
 
     # --- aggregation ------------------------------------------------------
 
@@ -133,29 +140,43 @@ class Helper(AggregatorBase[HelperTask]):
             raise TooLarge(f"aggregation job has {len(items)} reports; at most {MAX_JOB_SIZE}")
         digest = request_hash(task_id, job_id, items)
         began = time.monotonic()
-        with self._lock:
-            stored = self.store.helper_job(task_id, job_id)
-            if stored is not None:
-                if stored[0] != digest:
-                    raise JobConflict(
-                        f"aggregation job {job_id.hex()} was already run with other content;"
-                        " use a fresh job id"
-                    )
-                return _decode_response(stored[1])
+        # No lock: any number of helper processes share the store, and its
+        # commit is what decides. A job id another process stored first gets
+        # that process's answer; reports another job aggregated meanwhile, or
+        # a batch collected meanwhile, make the job be checked again, and
+        # those reports are then refused as replayed or collected.
+        stored = self.store.helper_job(task_id, job_id)
+        attempt = 0
+        while stored is None:
+            attempt += 1
             results, accepted, new_ids = self._verify(task, items)
             vdaf = self.vdafs[task_id]
-            self.store.commit_helper_job(
-                task_id,
-                job_id,
-                digest,
-                _encode_response(results),
-                new_ids,
-                [r.reject for r in results if r.reject is not None],
-                accumulate(vdaf, {}, accepted),
-                share_merge(vdaf),
-            )
             times = {it.report_id: it.time for it in items}
-            self.store.record_helper_report_times(task_id, [(i, times[i]) for i in new_ids])
+            try:
+                stored = self.store.commit_helper_job(
+                    task_id,
+                    job_id,
+                    digest,
+                    _encode_response(results),
+                    [(i, times[i]) for i in new_ids],
+                    [r.reject for r in results if r.reject is not None],
+                    accumulate(vdaf, {}, accepted),
+                    share_merge(vdaf),
+                )
+            except (ReportsAggregated, BucketCollected) as e:
+                if attempt >= _COMMIT_ATTEMPTS:
+                    raise
+                log.info("aggregation job %s checked again: %s", job_id.hex(), e)
+                continue
+            if stored is None:
+                break
+        if stored is not None:
+            if stored[0] != digest:
+                raise JobConflict(
+                    f"aggregation job {job_id.hex()} was already run with other content;"
+                    " use a fresh job id"
+                )
+            return _decode_response(stored[1])
         rejected = [r.reject for r in results if r.reject is not None]
         if self.metrics is not None:
             m = self.metrics
@@ -290,60 +311,90 @@ class Helper(AggregatorBase[HelperTask]):
             raise InvalidMessage("collection_job_id must be 16 bytes")
         check_interval(task, start, duration)
         check_window_closed(task, start, self.clock())
-        with self._lock:
-            stored = self.store.helper_collection(task_id, collection_id)
-            if stored is not None:
-                if (stored.start, stored.duration) != (start, duration) or stored.helper_ct is None:
-                    raise JobConflict(f"collection job {collection_id.hex()} was for another batch")
-                return stored.helper_ct
-            aggs = self.store.batch_aggregates(task_id, start, start + duration)
-            for a in aggs:
-                if a.collected_by is not None and a.collected_by != collection_id:
-                    raise BatchCollected(
-                        f"the batch overlapping [{start}, +{duration}) was already collected"
-                        f" (time bucket {a.bucket}); a batch is collected at most once"
-                    )
-            vdaf = self.vdafs[task_id]
-            share, count, mine = batch_summary(vdaf, aggs)
-            if count != report_count or mine != checksum:
-                # No counts: this message reaches the collector, and the
-                # helper's count may be below min_batch_size (issue 13).
-                raise BatchMismatch(
-                    "the helper's report count or checksum of this batch differs from the"
-                    " leader's: retry after pending aggregation jobs finish"
+        stored = self.store.get_collection(task_id, collection_id)
+        if stored is None:
+            # Computed without a lock; the commit closes the batch and checks,
+            # in one transaction, that it still holds what the share was
+            # computed from, and returns what another process stored first.
+            stored = self._release(task, collection_id, start, duration, report_count, checksum)
+        if (stored.start, stored.duration) != (start, duration) or stored.helper_ct is None:
+            raise JobConflict(f"collection job {collection_id.hex()} was for another batch")
+        return stored.helper_ct
+
+    def _release(
+        self,
+        task: HelperTask,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        report_count: int,
+        checksum: bytes,
+    ) -> CollectionRecord:
+        task_id = task.task_id
+        aggs = self.store.batch_aggregates(task_id, start, start + duration)
+        for a in aggs:
+            if a.collected_by is not None and a.collected_by != collection_id:
+                raise BatchCollected(
+                    f"the batch overlapping [{start}, +{duration}) was already collected"
+                    f" (time bucket {a.bucket}); a batch is collected at most once"
                 )
-            if count < task.min_batch_size:
-                raise BatchTooSmall(
-                    f"the batch holds fewer than min_batch_size ({task.min_batch_size}) reports"
-                )
-            check_batch_size(task, self.bounds[task_id], count)
-            self.privacy.check(task, start, duration, collection_id)
-            noised, _eps = self.privacy.release(task, vdaf, collection_id, start, duration, share)
-            assert task.collector_hpke_config is not None
-            ct = seal(
-                task.collector_hpke_config,
-                agg_share_info(
-                    ROLE_HELPER,
-                    task_id,
-                    start,
-                    duration,
-                    task.dp.released_count(count),
-                    dp_params=task.dp.binding(task.vdaf),
-                ),
-                vdaf.encode_agg_share(noised),
+        vdaf = self.vdafs[task_id]
+        share, count, mine = batch_summary(vdaf, aggs)
+        if count != report_count or mine != checksum:
+            # No counts: this message reaches the collector, and the
+            # helper's count may be below min_batch_size (issue 13).
+            raise BatchMismatch(
+                "the helper's report count or checksum of this batch differs from the"
+                " leader's: retry after pending aggregation jobs finish"
             )
-            self.store.commit_helper_collection(
+        if count < task.min_batch_size:
+            raise BatchTooSmall(
+                f"the batch holds fewer than min_batch_size ({task.min_batch_size}) reports"
+            )
+        check_batch_size(task, self.bounds[task_id], count)
+        self.privacy.check(task, start, duration, collection_id)
+        noised, _eps = self.privacy.release(task, vdaf, collection_id, start, duration, share)
+        assert task.collector_hpke_config is not None
+        ct = seal(
+            task.collector_hpke_config,
+            agg_share_info(
+                ROLE_HELPER,
+                task_id,
+                start,
+                duration,
+                task.dp.released_count(count),
+                dp_params=task.dp.binding(task.vdaf),
+            ),
+            vdaf.encode_agg_share(noised),
+        )
+        try:
+            stored = self.store.commit_helper_collection(
                 CollectionRecord(
                     task_id, collection_id, start, duration, "finished", count, checksum, None, ct
                 ),
                 task.time_precision,
             )
-            if self.metrics is not None:
-                self.metrics.collections.labels(task.id_text, "finished").inc()
-                self.privacy.report_budget(task, self.metrics)
-            log.info(
-                "released helper share for %d reports",
-                count,
-                extra={"task_id": task.id_text, "job_id": collection_id.hex()},
-            )
-            return ct
+        except BucketCollected as e:
+            raise BatchCollected(
+                f"the batch overlapping [{start}, +{duration}) was already collected"
+                f" (time bucket {e.bucket}); a batch is collected at most once"
+            ) from None
+        except BatchChanged:
+            # An aggregation job committed between the read and the close:
+            # the leader retries, and this collection (already charged, if
+            # at all) is computed again.
+            raise BatchMismatch(
+                "the batch changed while its share was computed: retry after pending"
+                " aggregation jobs finish"
+            ) from None
+        if stored.helper_ct != ct:
+            return stored
+        if self.metrics is not None:
+            self.metrics.collections.labels(task.id_text, "finished").inc()
+            self.privacy.report_budget(task, self.metrics)
+        log.info(
+            "released helper share for %d reports",
+            count,
+            extra={"task_id": task.id_text, "job_id": collection_id.hex()},
+        )
+        return stored

@@ -6,7 +6,9 @@ until both report SERVING through gRPC health checking. Always `stop()` it
 (or use it as a context manager). Only loopback addresses are used.
 
 With `storage` URLs the servers use PostgreSQL; with `workers`, the leader is
-an upload front end only and that many `veil worker` processes aggregate.
+an upload front end only and that many `veil worker` processes aggregate; with
+`helpers` > 1 (PostgreSQL only), that many helper processes serve the one
+helper address (SO_REUSEPORT).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class ServerProcess:
     address: str
     proc: subprocess.Popen[bytes] | None = None
     metrics_address: str | None = None
+    # Several processes serve `address` (SO_REUSEPORT).
+    shared: bool = False
 
     def start(
         self,
@@ -60,6 +64,10 @@ class ServerProcess:
         when the server uses TLS.
         """
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # Where this run's lines start: on an address several processes
+        # share, another one may answer the health check, so this one also
+        # waits for its own "serving" line.
+        offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "veil.cli", self.role, "--config", str(self.config)],
@@ -76,7 +84,10 @@ class ServerProcess:
                     raise RuntimeError(f"{self.role} exited: {self.log.read_text()[-2000:]}")
                 try:
                     reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING and (
+                        not self.shared
+                        or f"{self.role} serving on".encode() in self.log.read_bytes()[offset:]
+                    ):
                         return
                 except grpc.RpcError:
                     pass
@@ -131,6 +142,12 @@ class LocalDeployment:
     leader: ServerProcess
     helper: ServerProcess
     workers: list[ServerProcess]
+    # Further helper processes on the helper's address (after `helper`).
+    more_helpers: list[ServerProcess]
+
+    @property
+    def helpers(self) -> list[ServerProcess]:
+        return [self.helper, *self.more_helpers]
 
     @classmethod
     def start(
@@ -145,6 +162,7 @@ class LocalDeployment:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         start_workers: bool = True,
         extra_config: Mapping[str, Any] | None = None,
+        helpers: int = 1,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
@@ -202,9 +220,32 @@ class LocalDeployment:
             )
             for i in range(workers)
         ]
-        dep = cls(root, files, servers["leader"], servers["helper"], worker_procs)
+        more = []
+        for i in range(1, helpers):
+            # The helper's config, each with its own metrics port.
+            text = (root / "helper.toml").read_text()
+            metrics_address = None
+            if servers["helper"].metrics_address is not None:
+                metrics_address = f"127.0.0.1:{free_port()}"
+                text = text.replace(servers["helper"].metrics_address, metrics_address)
+            (root / f"helper{i}.toml").write_text(text)
+            (root / f"helper{i}.toml").chmod(0o600)
+            more.append(
+                ServerProcess(
+                    "helper",
+                    root / f"helper{i}.toml",
+                    root / f"helper{i}.log",
+                    helper_addr,
+                    None,
+                    metrics_address,
+                    shared=True,
+                )
+            )
+        servers["helper"].shared = helpers > 1
+        dep = cls(root, files, servers["leader"], servers["helper"], worker_procs, more)
         try:
-            dep.helper.start()
+            for h in dep.helpers:
+                h.start()
             # The front end first: it makes the HPKE key the workers then read.
             dep.leader.start()
             for w in worker_procs if start_workers else []:
@@ -218,7 +259,8 @@ class LocalDeployment:
         for w in self.workers:
             w.stop()
         self.leader.stop()
-        self.helper.stop()
+        for h in self.helpers:
+            h.stop()
 
     def __enter__(self) -> LocalDeployment:
         return self

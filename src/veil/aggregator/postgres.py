@@ -56,9 +56,11 @@ from veil.aggregator.storage import (
     GcResult,
     HpkeKey,
     ReportIdTaken,
+    ReportsAggregated,
     ShareMerge,
     StorageConflict,
     _check_collection_update,
+    check_batch_unchanged,
     collection_from_row,
     collection_values,
     gc_statements,
@@ -281,7 +283,11 @@ class PostgresDatastore:
 
     @staticmethod
     def _merge_aggregates(
-        db: Conn, task_id: bytes, deltas: Sequence[BatchAggregate], merge: ShareMerge
+        db: Conn,
+        task_id: bytes,
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
+        refuse_collected: bool = False,
     ) -> None:
         # In bucket order, so two jobs over the same buckets cannot deadlock.
         for d in sorted(deltas, key=lambda a: a.bucket):
@@ -299,6 +305,8 @@ class PostgresDatastore:
                 (task_id, d.bucket),
             ).fetchone()
             assert row is not None
+            if refuse_collected and row[4] is not None:
+                raise BucketCollected(d.bucket)
             new = merge_aggregate(_aggregate(row), d, merge)
             db.execute(
                 "UPDATE batch_aggregates SET agg_share = %s, report_count = %s,"
@@ -474,14 +482,6 @@ class PostgresDatastore:
 
         self._run(work)
 
-    def tasks_with_pending_reports(self) -> list[bytes]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT DISTINCT task_id FROM reports WHERE state = %s", (PENDING,)
-            ).fetchall()
-        )
-        return [bytes(r[0]) for r in rows]
-
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
         row = self._run(
             lambda db: db.execute(
@@ -523,15 +523,6 @@ class PostgresDatastore:
             ).fetchone()
         )
         return None if row is None else collection_from_row(row)
-
-    def pending_collections(self) -> list[CollectionRecord]:
-        rows = self._run(
-            lambda db: db.execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE state = 'pending'"
-                " ORDER BY created"
-            ).fetchall()
-        )
-        return [collection_from_row(r) for r in rows]
 
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
@@ -726,49 +717,78 @@ class PostgresDatastore:
         job_id: bytes,
         request_hash: bytes,
         response: bytes,
-        report_ids: Sequence[bytes],
+        reports: Sequence[tuple[bytes, int]],
         rejected: Sequence[str],
         deltas: Sequence[BatchAggregate],
         merge: ShareMerge,
-    ) -> None:
-        def work(db: Conn) -> None:
+    ) -> tuple[bytes, bytes] | None:
+        """See the Datastore protocol.
+
+        Two processes committing the same job id, or jobs sharing a report id,
+        meet on a primary key: ON CONFLICT DO NOTHING at REPEATABLE READ makes
+        the later one fail to serialise, and its retry then finds the winner's
+        rows in the checks below. No process-local lock is involved."""
+        ids = [i for i, _ in reports]
+        times = [t for _, t in reports]
+
+        def work(db: Conn) -> tuple[bytes, bytes] | None:
+            row = db.execute(
+                "SELECT request_hash, response FROM helper_jobs WHERE task_id = %s AND job_id = %s",
+                (task_id, job_id),
+            ).fetchone()
+            if row is not None:
+                return bytes(row[0]), bytes(row[1])
+            taken = db.execute(
+                "SELECT report_id FROM helper_reports WHERE task_id = %s AND report_id = ANY(%s)",
+                (task_id, ids),
+            ).fetchall()
+            if taken:
+                raise ReportsAggregated(sorted(bytes(r[0]) for r in taken))
             db.execute(
                 "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
-                " VALUES (%s, %s, %s, %s, %s)",
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (task_id, job_id, request_hash, response, _time.time()),
             )
-            with db.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO helper_reports (task_id, report_id, job_id) VALUES (%s, %s, %s)",
-                    [(task_id, i, job_id) for i in report_ids],
-                )
+            db.execute(
+                "INSERT INTO helper_reports (task_id, report_id, time, job_id)"
+                " SELECT %s, v.id, v.time, %s FROM unnest(%s::bytea[], %s::bigint[]) AS v(id, time)"
+                " ON CONFLICT DO NOTHING",
+                (task_id, job_id, ids, times),
+            )
             self._count_rejections(db, task_id, rejected)
-            self._merge_aggregates(db, task_id, deltas, merge)
+            self._merge_aggregates(db, task_id, deltas, merge, refuse_collected=True)
+            return None
 
-        self._run(work)
+        return self._run(work)
 
-    def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
-        return self.get_collection(task_id, job_id)
-
-    def commit_helper_collection(self, record: CollectionRecord, step: int) -> None:
+    def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
         """Close the batch and store the sealed, noised share, in one transaction."""
 
-        def work(db: Conn) -> None:
-            self._close(
-                db,
-                record.task_id,
-                record.start,
-                record.start + record.duration,
-                record.job_id,
-                step,
-            )
+        def work(db: Conn) -> CollectionRecord:
+            row = db.execute(
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
+                (record.task_id, record.job_id),
+            ).fetchone()
+            if row is not None:
+                return collection_from_row(row)
+            end = record.start + record.duration
+            self._close(db, record.task_id, record.start, end, record.job_id, step)
+            rows = db.execute(
+                "SELECT bucket, agg_share, report_count, checksum, collected_by"
+                " FROM batch_aggregates WHERE task_id = %s AND bucket >= %s AND bucket < %s",
+                (record.task_id, record.start, end),
+            ).fetchall()
+            check_batch_unchanged([_aggregate(r) for r in rows], record)
+            # ON CONFLICT: another process storing this job meanwhile makes
+            # this one fail to serialise; its retry returns the stored record.
             db.execute(
                 f"INSERT INTO collections ({COLLECTION_COLS}, created)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (*collection_values(record), _time.time()),
             )
+            return record
 
-        self._run(work)
+        return self._run(work)
 
     # --- operations: keys, garbage collection, status ----------------------
 
@@ -865,20 +885,6 @@ class PostgresDatastore:
             ).fetchall()
         )
         return sorted(int(r[0]) for r in rows)
-
-    def record_helper_report_times(
-        self, task_id: bytes, reports: Sequence[tuple[bytes, int]]
-    ) -> None:
-        ids = [i for i, _ in reports]
-        times = [t for _, t in reports]
-        self._run(
-            lambda db: db.execute(
-                "UPDATE helper_reports AS h SET time = v.time"
-                " FROM unnest(%s::bytea[], %s::bigint[]) AS v(id, time)"
-                " WHERE h.task_id = %s AND h.report_id = v.id",
-                (ids, times, task_id),
-            )
-        )
 
     def collect_garbage(
         self,

@@ -91,7 +91,7 @@ from veil.aggregator.postgres import (
 )
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
-from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore
+from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore, StoreInUse
 from veil.dp import BudgetLedger, LedgerStore
 from veil.grpc_util import MAX_MESSAGE_BYTES, is_loopback
 from veil.metrics import Metrics
@@ -356,6 +356,12 @@ def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callab
     # Before the database is opened or created: a refused server stores nothing.
     refuse_exact_release(config.tasks, config.allow_exact_release)
     backend = open_backend(config)
+    if isinstance(backend.store, SqliteDatastore):
+        try:
+            backend.store.claim_single_process()
+        except StoreInUse as e:
+            backend.close()
+            raise ConfigError(str(e)) from None
     privacy = PrivacyEngine(
         backend.ledger, config.tasks, allow_exact_release=config.allow_exact_release
     )
@@ -371,6 +377,16 @@ def grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
+
+
+def server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """A server's gRPC options: those of grpc_options, and SO_REUSEPORT only on
+    PostgreSQL, where several processes may serve one address (the kernel
+    spreads connections over them). gRPC sets SO_REUSEPORT by default on
+    Linux; on SQLite it is turned off, so a second process on the same
+    address fails to bind instead of silently taking half the calls."""
+    shared = not isinstance(config.storage, Path)
+    return [*grpc_options(config), ("grpc.so_reuseport", 1 if shared else 0)]
 
 
 def helper_channel_factory(config: ServerConfig) -> Any:
@@ -405,7 +421,7 @@ class AggregatorServer:
         self.metrics = Metrics(role)
         self.metrics.track_storage(lambda: float(self.store.size_bytes()))
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8), options=grpc_options(config)
+            futures.ThreadPoolExecutor(max_workers=8), options=server_options(config)
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -447,7 +463,7 @@ class AggregatorServer:
                     " cert and key, or listen on a loopback address"
                 )
             log.warning("serving %s in plaintext on loopback %s (no [tls])", self.role, c.listen)
-            self.port = self.server.add_insecure_port(c.listen)
+            self.port = self._add_port(lambda: self.server.add_insecure_port(c.listen))
         else:
             assert c.tls.cert is not None and c.tls.key is not None
             creds = grpc.ssl_server_credentials(
@@ -455,9 +471,18 @@ class AggregatorServer:
                 root_certificates=_read(c.tls.ca),
                 require_client_auth=c.tls.ca is not None,
             )
-            self.port = self.server.add_secure_port(c.listen, creds)
+            self.port = self._add_port(lambda: self.server.add_secure_port(c.listen, creds))
         if self.port == 0:
             raise ConfigError(f"cannot listen on {c.listen}")
+
+    def _add_port(self, add: Callable[[], int]) -> int:
+        try:
+            return add()
+        except RuntimeError:
+            # gRPC says only that the bind failed (address in use, on SQLite
+            # where SO_REUSEPORT is off, or not an address of this machine).
+            self._close_store()
+            raise ConfigError(f"cannot listen on {self.config.listen}") from None
 
     def start(self) -> None:
         # Load the compiled field kernels now, beside serving, rather than

@@ -15,6 +15,7 @@ worker takes a crashed worker's job over.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import threading
@@ -29,6 +30,8 @@ from veil.hpke import HpkeConfig, HpkeKeypair
 from veil.messages import Ciphertext, Report
 
 WAL_SIZE_LIMIT = 16 << 20
+# Report ids per IN (...) list: below SQLite's limit of 32766 parameters.
+_ID_CHUNK = 10_000
 
 # Report states on the leader.
 PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
@@ -67,12 +70,30 @@ class BucketCollected(StorageConflict):
         self.bucket = bucket
 
 
+class ReportsAggregated(StorageConflict):
+    """The helper's replay records already hold some of a job's reports: another
+    job (on any process) aggregated them after this one read the records."""
+
+    def __init__(self, report_ids: Sequence[bytes]) -> None:
+        super().__init__(f"{len(report_ids)} reports were aggregated meanwhile by another job")
+        self.report_ids = list(report_ids)
+
+
+class BatchChanged(StorageConflict):
+    """The batch's aggregates changed between the read a collection was
+    computed from and the transaction that closes the batch."""
+
+
 class ReportIdTaken(StorageConflict):
     """A report id is already stored with other content."""
 
     def __init__(self, report_id: bytes) -> None:
         super().__init__(f"report id {report_id.hex()} is taken by another report")
         self.report_id = report_id
+
+
+class StoreInUse(Exception):
+    """Another process serves from this SQLite database already."""
 
 
 def is_transient_storage_error(error: BaseException) -> bool:
@@ -202,6 +223,20 @@ def collection_from_row(row: Sequence[Any]) -> CollectionRecord:
     )
 
 
+def check_batch_unchanged(aggs: Sequence[BatchAggregate], record: CollectionRecord) -> None:
+    """Raise BatchChanged unless the batch's rows still add up to the record's
+    count and checksum (what its share was computed from)."""
+    count, checksum = 0, bytes(32)
+    for a in aggs:
+        count += a.report_count
+        checksum = bytes(x ^ y for x, y in zip(checksum, a.checksum, strict=True))
+    if (count, checksum) != (record.report_count, record.checksum):
+        raise BatchChanged(
+            f"the batch now holds {count} reports, not the {record.report_count} its share"
+            " was computed from"
+        )
+
+
 def collection_values(r: CollectionRecord) -> tuple[object, ...]:
     return (
         r.task_id,
@@ -246,11 +281,9 @@ class Datastore(Protocol):
         deltas: Sequence[BatchAggregate],
         merge: ShareMerge,
     ) -> None: ...
-    def tasks_with_pending_reports(self) -> list[bytes]: ...
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int: ...
     def put_collection(self, record: CollectionRecord) -> CollectionRecord: ...
     def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
-    def pending_collections(self) -> list[CollectionRecord]: ...
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
     ) -> list[CollectionRecord]: ...
@@ -271,6 +304,24 @@ class Datastore(Protocol):
     def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]: ...
 
     # Helper.
+    #
+    # Any number of helper processes may share one PostgreSQL store: what
+    # keeps them correct is in these transactions, not in a process's lock.
+    # seen_reports: which of the ids have a replay record (one query).
+    # commit_helper_job: in one transaction, the job record, a replay record
+    #   (report id, time, job id) for each of `reports`, the rejection counts
+    #   and the deltas merged into the batch aggregates. If the job id is
+    #   already stored (another process finished it first) nothing is written
+    #   and the stored (request_hash, response) is returned. ReportsAggregated
+    #   if a replay record exists for one of `reports` (the primary key is the
+    #   replay protection: a report id is aggregated at most once);
+    #   BucketCollected if a delta's bucket has been collected. Either way
+    #   nothing is written and the caller checks the job again.
+    # commit_helper_collection: in one transaction, close the batch for the
+    #   record's job id and store the record; returns the stored record, which
+    #   is another process's if it stored one for that job id first.
+    #   BucketCollected if another job collected a bucket of it; BatchChanged
+    #   if the batch's count or checksum is no longer the record's.
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None: ...
     def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]: ...
     def commit_helper_job(
@@ -279,19 +330,21 @@ class Datastore(Protocol):
         job_id: bytes,
         request_hash: bytes,
         response: bytes,
-        report_ids: Sequence[bytes],
+        reports: Sequence[tuple[bytes, int]],
         rejected: Sequence[str],
         deltas: Sequence[BatchAggregate],
         merge: ShareMerge,
-    ) -> None: ...
-    def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
-    def commit_helper_collection(self, record: CollectionRecord, step: int) -> None: ...
+    ) -> tuple[bytes, bytes] | None: ...
+    def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord: ...
 
     # Operations: key rotation, garbage collection, status (both roles).
     #
-    # commit_helper_job (above) also records, for GC, the job id with each
-    # replay record and the time the job record was written; a job record
-    # is deleted with its last replay record (see collect_garbage).
+    # commit_helper_job (above) also records, for GC, the job id and the
+    # report time with each replay record and the time the job record was
+    # written, so that GC can delete a replay record once a replay would be
+    # refused anyway (older than the expiry horizon, or in a collected
+    # bucket); a job record is deleted with its last replay record (see
+    # collect_garbage).
     # hpke_keys: every key with its state, oldest first.
     # add_hpke_key: insert a key; StorageConflict if its config id is taken.
     # activate_hpke_key: in one transaction, make `config_id` (pending or
@@ -300,11 +353,6 @@ class Datastore(Protocol):
     #   expired.
     # delete_expired_hpke_keys: delete expired keys with expires_at <= now;
     #   returns their config ids.
-    # record_helper_report_times: set the report time on replay records that
-    #   commit_helper_job wrote (the helper calls it right after), so that GC
-    #   can delete a record once a replay would be refused anyway (older than
-    #   the expiry horizon, or in a collected bucket). A crash in between
-    #   leaves records without a time, which GC keeps: safe, only space.
     # collect_garbage: one transaction deleting, for one task, what no rule
     #   needs any more (see SqliteDatastore.collect_garbage for the rules;
     #   they are the contract).
@@ -319,9 +367,6 @@ class Datastore(Protocol):
     def add_first_hpke_key(self, key: HpkeKey) -> bool: ...
     def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None: ...
     def delete_expired_hpke_keys(self, now: float) -> list[int]: ...
-    def record_helper_report_times(
-        self, task_id: bytes, reports: Sequence[tuple[bytes, int]]
-    ) -> None: ...
     def collect_garbage(
         self,
         task_id: bytes,
@@ -506,6 +551,7 @@ class SqliteDatastore:
         # database counts as unavailable (is_transient_storage_error).
         self.busy_timeout = busy_timeout
         self._local = threading.local()
+        self._claim: int | None = None
         if self.path != ":memory:" and not self.path.startswith("file:"):
             _owner_only(self.path)
         db = self._conn()
@@ -554,11 +600,36 @@ class SqliteDatastore:
             raise
         db.execute("COMMIT")
 
+    def claim_single_process(self) -> None:
+        """Make this process the only server on the database, or raise StoreInUse.
+
+        SQLite serves one process: a second server on the same file would
+        contend for its one write lock and, bound to the same port with
+        SO_REUSEPORT, take half the calls. Tools that only read (veil status)
+        do not claim. The claim is an flock on a file beside the database (not
+        on the database itself, whose POSIX locks a close() would drop)."""
+        if self._claim is not None or self.path == ":memory:" or self.path.startswith("file:"):
+            return
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreInUse(
+                f"the SQLite database {self.path} is in use by another veil process;"
+                " SQLite serves one process: to run several, use PostgreSQL"
+                " (docs/SCALING.md)"
+            ) from None
+        self._claim = fd
+
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
 
     # --- both roles -------------------------------------------------------
 
@@ -771,12 +842,6 @@ class SqliteDatastore:
                 (task_id, job_id),
             )
 
-    def tasks_with_pending_reports(self) -> list[bytes]:
-        rows = self._conn().execute(
-            "SELECT DISTINCT task_id FROM reports WHERE state = ?", (PENDING,)
-        )
-        return [bytes(r[0]) for r in rows]
-
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
         row = (
             self._conn()
@@ -821,12 +886,6 @@ class SqliteDatastore:
             .fetchone()
         )
         return None if row is None else collection_from_row(row)
-
-    def pending_collections(self) -> list[CollectionRecord]:
-        rows = self._conn().execute(
-            f"SELECT {COLLECTION_COLS} FROM collections WHERE state = 'pending' ORDER BY created"
-        )
-        return [collection_from_row(r) for r in rows]
 
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
@@ -1014,15 +1073,26 @@ class SqliteDatastore:
         )
         return None if row is None else (bytes(row[0]), bytes(row[1]))
 
-    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
-        db = self._conn()
-        seen = set()
-        for i in report_ids:
-            if db.execute(
-                "SELECT 1 FROM helper_reports WHERE task_id = ? AND report_id = ?", (task_id, i)
-            ).fetchone():
-                seen.add(i)
+    @staticmethod
+    def _seen(db: sqlite3.Connection, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
+        seen: set[bytes] = set()
+        ids = list(report_ids)
+        # One query per chunk: SQLite allows at most 32766 parameters.
+        for at in range(0, len(ids), _ID_CHUNK):
+            chunk = ids[at : at + _ID_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            seen.update(
+                bytes(r[0])
+                for r in db.execute(
+                    "SELECT report_id FROM helper_reports WHERE task_id = ?"
+                    f" AND report_id IN ({marks})",
+                    (task_id, *chunk),
+                )
+            )
         return seen
+
+    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
+        return self._seen(self._conn(), task_id, report_ids)
 
     def commit_helper_job(
         self,
@@ -1030,43 +1100,61 @@ class SqliteDatastore:
         job_id: bytes,
         request_hash: bytes,
         response: bytes,
-        report_ids: Sequence[bytes],
+        reports: Sequence[tuple[bytes, int]],
         rejected: Sequence[str],
         deltas: Sequence[BatchAggregate],
         merge: ShareMerge,
-    ) -> None:
+    ) -> tuple[bytes, bytes] | None:
+        """See the Datastore protocol. BEGIN IMMEDIATE holds SQLite's one write
+        lock, so the checks and the writes cannot interleave with another's."""
         with self._tx() as db:
+            row = db.execute(
+                "SELECT request_hash, response FROM helper_jobs WHERE task_id = ? AND job_id = ?",
+                (task_id, job_id),
+            ).fetchone()
+            if row is not None:
+                return bytes(row[0]), bytes(row[1])
+            taken = self._seen(db, task_id, [i for i, _ in reports])
+            if taken:
+                raise ReportsAggregated(sorted(taken))
+            for bucket in sorted(self._collected(db, task_id, {d.bucket for d in deltas})):
+                raise BucketCollected(bucket)
             db.execute(
                 "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
                 " VALUES (?, ?, ?, ?, ?)",
                 (task_id, job_id, request_hash, response, _time.time()),
             )
             db.executemany(
-                "INSERT INTO helper_reports (task_id, report_id, job_id) VALUES (?, ?, ?)",
-                [(task_id, i, job_id) for i in report_ids],
+                "INSERT INTO helper_reports (task_id, report_id, time, job_id) VALUES (?, ?, ?, ?)",
+                [(task_id, i, t, job_id) for i, t in reports],
             )
             self._count_rejections(db, task_id, rejected)
             self._merge_aggregates(db, task_id, deltas, merge)
+        return None
 
-    def helper_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
-        return self.get_collection(task_id, job_id)
-
-    def commit_helper_collection(self, record: CollectionRecord, step: int) -> None:
+    def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
         """Close the batch and store the sealed, noised share, in one transaction."""
         with self._tx() as db:
-            self._close(
-                db,
-                record.task_id,
-                record.start,
-                record.start + record.duration,
-                record.job_id,
-                step,
-            )
+            row = db.execute(
+                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
+                (record.task_id, record.job_id),
+            ).fetchone()
+            if row is not None:
+                return collection_from_row(row)
+            end = record.start + record.duration
+            self._close(db, record.task_id, record.start, end, record.job_id, step)
+            rows = db.execute(
+                "SELECT bucket, agg_share, report_count, checksum, collected_by FROM"
+                " batch_aggregates WHERE task_id = ? AND bucket >= ? AND bucket < ?",
+                (record.task_id, record.start, end),
+            ).fetchall()
+            check_batch_unchanged([_aggregate(r) for r in rows], record)
             db.execute(
                 f"INSERT INTO collections ({COLLECTION_COLS}, created)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (*collection_values(record), _time.time()),
             )
+        return record
 
     # --- operations: keys, garbage collection, status ----------------------
 
@@ -1148,15 +1236,6 @@ class SqliteDatastore:
             ]
             db.executemany("DELETE FROM hpke_keys WHERE config_id = ?", [(i,) for i in ids])
             return ids
-
-    def record_helper_report_times(
-        self, task_id: bytes, reports: Sequence[tuple[bytes, int]]
-    ) -> None:
-        with self._tx() as db:
-            db.executemany(
-                "UPDATE helper_reports SET time = ? WHERE task_id = ? AND report_id = ?",
-                [(t, task_id, i) for i, t in reports],
-            )
 
     def collect_garbage(
         self,
