@@ -308,24 +308,50 @@ class AggregatorBase(Generic[AT]):
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
     ) -> None:
-        for t in tasks.values():
-            expect_role(t, self.task_type, f"task {t.id_text}")
-        self.tasks = dict(tasks)
         self.metrics = metrics
         self.store = store
         self.clock = clock
-        self.vdafs = {tid: t.vdaf.instantiate() for tid, t in self.tasks.items()}
-        # The batched (NumPy) path verifies a whole job at once; it agrees
-        # with the scalar path report by report.
-        self.batch_vdafs = {tid: BatchPrio3(v) for tid, v in self.vdafs.items()}
-        self.sizes = {tid: ReportSizes.of(v) for tid, v in self.vdafs.items()}
-        # Computed (and refused) here, at start, rather than after a collection
-        # has spent budget: the noise bound exercises the interval arithmetic.
-        self.bounds = {tid: task_bounds(t) for tid, t in self.tasks.items()}
+        self.tasks: dict[bytes, AT] = {}
+        self.vdafs: dict[bytes, Prio3[Any, Any]] = {}
+        self.batch_vdafs: dict[bytes, BatchPrio3[Any, Any]] = {}
+        self.sizes: dict[bytes, ReportSizes] = {}
+        self.bounds: dict[bytes, Any] = {}
+        self.add_tasks(tasks)
         ensure_active_key(store, clock())
         self._keys_read_at = -float("inf")
         self._keys_lock = threading.Lock()
         self.refresh_keys()
+
+    def add_tasks(self, tasks: Mapping[bytes, AT]) -> list[AT]:
+        """Serve these tasks too (at start, and on SIGHUP for task files added
+        to the config since); returns the ones that were new. A task already
+        served must come back unchanged: task parameters are immutable."""
+        new = {}
+        for tid, t in tasks.items():
+            expect_role(t, self.task_type, f"task {t.id_text}")
+            known = self.tasks.get(tid)
+            if known is not None:
+                if known != t:
+                    raise TaskError(
+                        f"task {t.id_text} changed in its file; task parameters are"
+                        " immutable (restart with a new task instead)"
+                    )
+                continue
+            new[tid] = t
+        vdafs = {tid: t.vdaf.instantiate() for tid, t in new.items()}
+        # Computed (and refused) here, before serving, rather than after a
+        # collection has spent budget: the noise bound exercises the interval
+        # arithmetic.
+        bounds = {tid: task_bounds(t) for tid, t in new.items()}
+        # The batched (NumPy) path verifies a whole job at once; it agrees
+        # with the scalar path report by report. Everything a request needs
+        # is in place before the task becomes visible in `tasks`.
+        self.vdafs.update(vdafs)
+        self.batch_vdafs.update({tid: BatchPrio3(v) for tid, v in vdafs.items()})
+        self.sizes.update({tid: ReportSizes.of(v) for tid, v in vdafs.items()})
+        self.bounds.update(bounds)
+        self.tasks = {**self.tasks, **new}
+        return list(new.values())
 
     def refresh_keys(self) -> None:
         """Re-read the key set from storage, where `veil keys` changes it."""
@@ -386,7 +412,7 @@ class AggregatorBase(Generic[AT]):
             raise UnknownTask(
                 f"unknown task id {b64e(task_id)} (base64url, as in task files): the"
                 f" {self.role_name} has no such task; a task file added to its config after it"
-                " started is loaded when the server restarts"
+                " started is loaded on SIGHUP (kill -HUP <pid>) or at restart"
             )
         return task
 

@@ -204,11 +204,19 @@ class PrivacyEngine:
         allow_exact_release: bool = False,
     ) -> None:
         tasks = list(tasks)
+        self.allow_exact_release = allow_exact_release
         refuse_exact_release(tasks, allow_exact_release)
         self.ledger = (
             BudgetLedger.sqlite(ledger) if isinstance(ledger, str) else BudgetLedger(ledger)
         )
         self.pool = NoisePool()
+        self.add_tasks(tasks)
+
+    def add_tasks(self, tasks: Iterable[Task]) -> None:
+        """Register tasks with the ledger and the noise pool (at start, and for
+        tasks a running server loads on SIGHUP)."""
+        tasks = list(tasks)
+        refuse_exact_release(tasks, self.allow_exact_release)
         for task in tasks:
             # What each collection charges: the weaker of the task's two guarantees
             # (NoisePlan.charge), so that both ledgers bound what the collector with

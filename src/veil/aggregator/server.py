@@ -565,17 +565,70 @@ class AggregatorServer:
         self.metrics.stop()
         self._close_store()
 
-    def serve_forever(self) -> None:
-        """Start, then block until SIGTERM or SIGINT, then stop gracefully."""
+    def reload_tasks(self, config_path: Path) -> list[AggregatorTask]:
+        """Read the config again and serve the task files added to it since the
+        server started (SIGHUP). Other changes to the config need a restart; a
+        served task whose file changed is refused (tasks are immutable), and
+        then nothing is added. Returns the tasks added."""
+        config = load_config(config_path)
+        kind = LeaderTask if self.role == "leader" else HelperTask
+        tasks = tasks_of_role(config, kind)
+        served = self.logic.tasks
+        new = [t for tid, t in tasks.items() if tid not in served]
+        for tid, t in tasks.items():
+            if tid in served and served[tid] != t:
+                raise ConfigError(
+                    f"task {t.id_text} changed in its file; task parameters are immutable"
+                )
+        # The ledger first: a task must never be served without its budget.
+        self.privacy.add_tasks(new)
+        added = self.logic.add_tasks({t.task_id: t for t in new})
+        self.config = dataclasses.replace(
+            self.config,
+            tasks=[*self.config.tasks, *added],
+            task_paths=self.config.task_paths
+            + tuple(
+                path
+                for t, path in zip(config.tasks, config.task_paths, strict=True)
+                if t.task_id in {a.task_id for a in added}
+            ),
+        )
+        return added
+
+    def serve_forever(self, config_path: Path | None = None) -> None:
+        """Start, then block until SIGTERM or SIGINT, then stop gracefully.
+        With `config_path`, SIGHUP loads task files added to the config."""
         done = threading.Event()
+        reload = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             done.set()
 
+        def on_hangup(signum: int, frame: FrameType | None) -> None:
+            reload.set()
+            done.set()
+
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if config_path is not None:
+            signal.signal(signal.SIGHUP, on_hangup)
         self.start()
-        done.wait()
+        while True:
+            done.wait()
+            if not reload.is_set():
+                break
+            reload.clear()
+            done.clear()
+            assert config_path is not None
+            try:
+                added = self.reload_tasks(config_path)
+                log.info(
+                    "SIGHUP: %d new task(s) served: %s",
+                    len(added),
+                    ", ".join(t.id_text for t in added) or "none",
+                )
+            except (ConfigError, TaskError, ValueError) as e:
+                log.error("SIGHUP: tasks not reloaded: %s", e)
         self.stop()
 
 

@@ -27,7 +27,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as e:
         print(f"veil {args.role}: {e}", file=sys.stderr)
         return 2
-    server.serve_forever()
+    server.serve_forever(Path(args.config))
     return 0
 
 
