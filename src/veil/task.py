@@ -120,6 +120,12 @@ class VdafSpec:
         """The parameters of this type, by their names in the draft."""
         return {p: getattr(self, p) for p in self.kind.params}
 
+    @property
+    def dp_params(self) -> dict[str, int]:
+        """The parameters veil.dp derives sensitivities and bounds from (not
+        chunk_length, which changes the proof, not the aggregate)."""
+        return {k: v for k, v in self.params.items() if k != "chunk_length" and v}
+
     def instantiate(self) -> Prio3[Any, Any]:
         """The veil.vdaf object for two aggregators."""
         return self.kind.make(self.params)
@@ -283,11 +289,7 @@ class DpSpec:
             raise TaskError(f"bad [dp] table: delta must be a number, got {self.delta!r}") from e
 
     def plan(self, vdaf: VdafSpec) -> NoisePlan:
-        params = {
-            k: v
-            for k, v in vdaf.to_dict().items()
-            if k in ("max_measurement", "length", "max_weight") and v
-        }
+        params = vdaf.dp_params
         try:
             return NoisePlan.for_task(
                 self.config(), vdaf.kind.prio3, params, neighbouring=self.neighbouring
@@ -297,11 +299,7 @@ class DpSpec:
 
     def bounds(self, vdaf: VdafSpec) -> AggregateBounds:
         """Where this task's noised aggregates lie, and its largest batch (veil.dp.bounds)."""
-        params = {
-            k: v
-            for k, v in vdaf.to_dict().items()
-            if k in ("max_measurement", "length", "max_weight") and v
-        }
+        params = vdaf.dp_params
         try:
             report_max = feasible_range(vdaf.kind.prio3, params, 1)[1]
             noise = noise_bound(self.plan(vdaf))
@@ -317,11 +315,7 @@ class DpSpec:
             return None
         if self.local_max_choices and vdaf.type != "multihot":
             raise TaskError("bad [dp] table: local_max_choices applies to multihot tasks only")
-        params = {
-            k: v
-            for k, v in vdaf.to_dict().items()
-            if k in ("max_measurement", "length", "max_weight") and v
-        }
+        params = vdaf.dp_params
         try:
             return local_channel(
                 vdaf.kind.prio3,

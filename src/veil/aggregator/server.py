@@ -59,7 +59,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -406,6 +406,28 @@ def helper_channel_factory(config: ServerConfig) -> Any:
     return factory
 
 
+def make_leader(
+    config: ServerConfig,
+    tasks: Mapping[bytes, LeaderTask],
+    store: Datastore,
+    privacy: PrivacyEngine,
+    metrics: Metrics,
+) -> Leader:
+    """The leader's logic as configured, for the server's driver and `veil worker` alike."""
+    return Leader(
+        tasks,
+        store,
+        GrpcHelperClient(helper_channel_factory(config)),
+        privacy,
+        job_size=config.job_size,
+        # Jobs stay well under what the helper accepts (issue 13).
+        max_job_bytes=config.max_message_bytes // 4,
+        metrics=metrics,
+        lease_seconds=config.lease_seconds,
+        max_job_attempts=config.max_job_attempts,
+    )
+
+
 class AggregatorServer:
     """A running leader or helper: gRPC server, health service and (leader) driver."""
 
@@ -431,18 +453,7 @@ class AggregatorServer:
         self._driver: threading.Thread | None = None
         self._maintenance: threading.Thread | None = None
         if role == "leader":
-            helper = GrpcHelperClient(helper_channel_factory(config))
-            self.leader = Leader(
-                leader_tasks,
-                self.store,
-                helper,
-                self.privacy,
-                job_size=config.job_size,
-                max_job_bytes=config.max_message_bytes // 4,
-                metrics=self.metrics,
-                lease_seconds=config.lease_seconds,
-                max_job_attempts=config.max_job_attempts,
-            )
+            self.leader = make_leader(config, leader_tasks, self.store, self.privacy, self.metrics)
             self.leader.should_stop = self._stop.is_set
             self.logic = self.leader
             add_service(self.server, LeaderService(self.leader), _LEADER_SERVICE, self.metrics)
@@ -670,17 +681,7 @@ class AggregationWorker:
         self.metrics = Metrics("leader")
         tasks = tasks_of_role(config, LeaderTask)
         self.store, self.privacy, self._close_store = open_storage(config)
-        self.leader = Leader(
-            tasks,
-            self.store,
-            GrpcHelperClient(helper_channel_factory(config)),
-            self.privacy,
-            job_size=config.job_size,
-            max_job_bytes=config.max_message_bytes // 4,
-            metrics=self.metrics,
-            lease_seconds=config.lease_seconds,
-            max_job_attempts=config.max_job_attempts,
-        )
+        self.leader = make_leader(config, tasks, self.store, self.privacy, self.metrics)
         self._stop = threading.Event()
         self.leader.should_stop = self._stop.is_set
 
