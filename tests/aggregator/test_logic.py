@@ -748,3 +748,31 @@ def test_batch_too_small_does_not_tell_the_count(world: World) -> None:
             task_id, task.aggregator_token, secrets.token_bytes(16), T, TP, 7, checksum
         )
     assert not any(ch.isdigit() for ch in str(mismatch.value)), str(mismatch.value)
+
+
+def test_a_report_in_a_second_helper_job_is_replayed_then_batch_collected(world: World) -> None:
+    """What held up in issue 13's review: the helper rejects a report the
+    leader sends again in a new job as report_replayed, and once its batch is
+    collected and GC has dropped the replay records, as batch_collected."""
+    from veil.aggregator.maintenance import collect_garbage
+
+    task = world.files.leader
+    items = _items(world, 3)
+    first = world.helper.aggregate(task.task_id, task.aggregator_token, b"1" * 16, items)
+    assert all(r.verifier_message is not None for r in first)
+    again = world.helper.aggregate(task.task_id, task.aggregator_token, b"2" * 16, items)
+    assert [r.reject for r in again] == ["report_replayed"] * 3
+    _, count, checksum = batch_summary(
+        world.vdaf, world.helper_store.batch_aggregates(task.task_id, T, T + TP)
+    )
+    world.helper.aggregate_share(
+        task.task_id, task.aggregator_token, b"c" * 16, T, TP, count, checksum
+    )
+    collect_garbage(world.helper_store, [world.files.helper], NOW)
+    assert world.helper_store.seen_reports(task.task_id, [i.report_id for i in items]) == set()
+    late = world.helper.aggregate(task.task_id, task.aggregator_token, b"3" * 16, items)
+    assert [r.reject for r in late] == ["batch_collected"] * 3
+    _, after, _ = batch_summary(
+        world.vdaf, world.helper_store.batch_aggregates(task.task_id, T, T + TP)
+    )
+    assert after == count == 3
