@@ -144,3 +144,15 @@ def test_cli_refuses_shared_and_bad_trust(
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith(message) and err.count("\n") == 1, (argv, err)
+
+
+def test_plaintext_only_on_loopback() -> None:
+    """What held up in issue 13's review: no plaintext channel leaves loopback."""
+    from veil.grpc_util import is_loopback, open_channel
+
+    for address in ("10.0.0.1:443", "leader.example.org:443", "[2001:db8::1]:443"):
+        assert not is_loopback(address)
+        with pytest.raises(ValueError, match="refusing plaintext"):
+            open_channel(address, insecure=True)
+    for address in ("127.0.0.1:1", "localhost:1", "[::1]:1"):
+        assert is_loopback(address)
