@@ -320,3 +320,14 @@ def test_a_gaussian_question_takes_no_epsilon() -> None:
     text = '[survey]\nrho = 1\n[[question]]\nid = "a"\nkind = "yes_no"\nmechanism = "gaussian"\n'
     with pytest.raises(SurveyError, match=r"<string>:7: .*gaussian question's budget is `rho`"):
         parse_survey(text + "epsilon = 0.5\n")
+
+
+def test_errors_say_an_integer_question() -> None:
+    with pytest.raises(SurveyError, match=r"\(for an integer question\)"):
+        parse_survey(
+            HEAD + '[[question]]\nid = "a"\nkind = "integer"\nmax = 5\noptions = ["x", "y"]\n'
+        )
+    with pytest.raises(SurveyError, match=r"\(for a choice question\)"):
+        parse_survey(
+            HEAD + '[[question]]\nid = "a"\nkind = "choice"\noptions = ["x", "y"]\nmax = 5\n'
+        )

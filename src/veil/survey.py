@@ -319,6 +319,11 @@ class Question:
 YES_NO = {"yes": 1, "no": 0, "true": 1, "false": 0, "y": 1, "n": 0}
 
 
+def article(word: str) -> str:
+    """ "a" or "an" before `word` (by its first letter: enough for the kinds)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 class AnswerError(ValueError):
     """A respondent's answer does not fit its question; the message names the
     question, the answer given and what is allowed."""
@@ -748,7 +753,7 @@ def _question(
     try:
         Table(raw, loc.source, (*QUESTION_COMMON_KEYS, *QUESTION_KIND_KEYS[kind]), ("question", i))
     except SettingsError as e:
-        raise SurveyError(f"{e} (for a {kind} question)") from None
+        raise SurveyError(f"{e} (for {article(kind)} {kind} question)") from None
     text = str(raw.get("text", raw["id"]))
     common: dict[str, Any] = {
         "id": raw["id"],

@@ -48,7 +48,8 @@ def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str 
 
 def _say_result(result: Any) -> int:
     """Print an upload's or flush's counts; 1 if reports were refused or stay pending."""
-    line = f"uploaded {result.accepted} reports ({result.duplicates} already stored)"
+    noun = "report" if result.accepted == 1 else "reports"
+    line = f"uploaded {result.accepted} {noun} ({result.duplicates} already stored)"
     extra = [
         f"{n} {what}"
         for n, what in (
