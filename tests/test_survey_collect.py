@@ -1,0 +1,98 @@
+"""`veil survey collect` and `veil survey status` on files they cannot use:
+one line, exit 2, nothing collected and no connection made (the aggregators
+here do not exist)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from veil.cli import main
+from veil.collector.survey import STATE_FORMAT
+from veil.deploy import deploy_survey
+from veil.survey import parse_survey
+from veil.times import format_time
+
+SURVEY = """\
+[survey]
+name = "t"
+epsilon = 1
+time_precision = 60
+opens = "{opens}"
+closes = "{closes}"
+
+[[question]]
+id = "remote"
+kind = "yes_no"
+"""
+
+
+def deployment(tmp_path: Path, closes_in: int) -> Path:
+    now = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(now - 600), closes=format_time(now + closes_in))
+    dep = deploy_survey(parse_survey(text), text, tmp_path / "dep", "127.0.0.1:9", "127.0.0.1:9")
+    return dep.collector_dir
+
+
+def collect(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    rc = main(["survey", "collect", *args])
+    return rc, capsys.readouterr().err.strip()
+
+
+def test_refused_before_the_window_closes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    collector = deployment(tmp_path, 3600)
+    rc, err = collect(capsys, "--survey-dir", str(collector), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "the survey closes at" in err and "nothing was collected" in err
+    assert not (tmp_path / "r" / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ("{", "cannot resume from it"),
+        ('{"format": "other"}', "cannot resume from it"),
+        (
+            json.dumps(
+                {"format": STATE_FORMAT, "survey": "t", "batch": {"start": 0, "duration": 60},
+                 "jobs": {}}
+            ),
+            "over another batch: give another --out directory",
+        ),
+        (
+            json.dumps(
+                {"format": STATE_FORMAT, "survey": "t", "batch": {"start": 0, "duration": 60},
+                 "jobs": {"remote": "xyz"}}
+            ),
+            "cannot resume from it",
+        ),
+    ],
+)  # fmt: skip
+def test_a_state_file_it_did_not_write_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], state: str, message: str
+) -> None:
+    collector = deployment(tmp_path, -60)
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "state.json").write_text(state)
+    rc, err = collect(capsys, "--survey-dir", str(collector), "--out", str(out))
+    assert rc == 2 and message in err, err
+    assert len(err.splitlines()) == 1
+    assert (out / "state.json").read_text() == state  # left as it was
+
+
+def test_not_a_collector_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    collector = deployment(tmp_path, -60)
+    rc, err = collect(capsys, "--survey-dir", str(tmp_path), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "give the collector/ directory" in err
+    client = collector.parent / "client"
+    rc, err = collect(capsys, "--survey-dir", str(client), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "give the collector/ directory" in err
+    (collector / "remote.toml").write_text("role = 'collector'\n")
+    rc, err = collect(capsys, "--survey-dir", str(collector), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "question 'remote'" in err
+    assert main(["survey", "status", "--survey-dir", str(tmp_path)]) == 2
