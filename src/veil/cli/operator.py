@@ -73,6 +73,7 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
     from veil.deploy import DeployError, deploy_survey
     from veil.privacy import survey_statement
     from veil.survey import SurveyError, load_survey
+    from veil.times import format_time
 
     try:
         survey = load_survey(args.survey)
@@ -100,8 +101,19 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
         f"  {dep.helper_config.parent}/   to the helper's operator:  veil helper --config "
         f"{dep.helper_config}"
     )
-    print(f"  {dep.collector_dir}/   stays with the survey operator (collector keys and tokens)")
-    print(f"  {dep.client_dir}/   public: ships with the client app")
+    print(
+        f"  {dep.collector_dir}/   stays with the survey operator (collector keys and tokens):"
+        f"  veil survey collect --survey-dir {dep.collector_dir} --out results"
+    )
+    print(
+        f"  {dep.client_dir}/   public, for respondents:  veil survey respond --survey-dir"
+        f" {dep.client_dir}"
+    )
+    assert survey.opens is not None and survey.closes is not None
+    print(
+        f"window: {format_time(survey.opens)} to {format_time(survey.closes)}; collect after it"
+        " closes"
+    )
     print("privacy (the whole survey, every question composed):")
     for line in survey_statement(survey).lines():
         print(f"  {line}")
