@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +88,21 @@ def test_noise_bound_and_out_of_range() -> None:
     assert bounds.out_of_range([0, -b, 10 + b, -b - 1, 11 + b, -(2**62)], 10) == [3, 4, 5]
     assert noise_bound(DpSpec("none").plan(VdafSpec("count"))) == 0
     assert Fraction(b) > 0
+
+
+def test_task_new_refuses_a_task_whose_batch_would_wrap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`veil task new` refuses what both aggregators would refuse at start."""
+    from veil.cli import main
+
+    argv = [
+        "task", "new", "--vdaf", "sum", "--max-measurement", str(2**62), "--min-batch-size", "1",
+        "--mechanism", "geometric", "--epsilon", "0.1", "--leader", "127.0.0.1:1",
+        "--helper", "127.0.0.1:2", "--name", "big", "--out", str(tmp_path / "tasks"),
+    ]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("veil task new: a batch of 1 reports") and err.count("\n") == 1
+    assert "would wrap around the field" in err
+    assert not (tmp_path / "tasks").exists()

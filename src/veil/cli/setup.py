@@ -70,6 +70,8 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         dp = _dp_spec(args, local_max_choices=args.max_weight if local_multihot else 0)
         dp.plan(vdaf)
         dp.local(vdaf)
+        # What the aggregators would refuse at start: a batch that wraps around.
+        dp.bounds(vdaf).check_batch_floor(args.min_batch_size)
     except (TaskError, DPError) as e:
         print(f"veil task new: {e}", file=sys.stderr)
         return 2
