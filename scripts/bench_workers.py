@@ -11,11 +11,19 @@ leader's and the helper's VDAF work) and of the database writes, to show
 where the time goes (docs/SCALING.md).
 
     python scripts/bench_workers.py --reports 2000 --runs 3
+
+One configuration as JSON (its last line: reports_per_s, cpu_us_per_report by
+role, whether every collected sum was exact, and the parameters), e.g. two
+workers and three helper processes on one port:
+
+    python scripts/bench_workers.py --workers 2 --helpers 3 --vdaf count \
+        --job-size 500 --reports 5000 --runs 1 --json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import statistics
@@ -24,6 +32,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 # The throwaway PostgreSQL is test support (tests/support), not part of veil:
 # run from a checkout, the script finds it beside scripts/.
@@ -34,6 +43,7 @@ from veil.aggregator.core import accumulate, share_merge
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
 from veil.client import Client, seal_report
+from veil.collector import Collector
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_
 from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
@@ -41,6 +51,23 @@ from veil.vdaf.batch import BatchPrio3
 
 TP = 3600
 SPEC = VdafSpec("sum", max_measurement=1000)
+# --vdaf: the instance, and the measurement of the i-th report.
+VDAFS: dict[str, tuple[VdafSpec, Any]] = {
+    "count": (VdafSpec("count"), lambda i: i % 2),
+    "sum": (SPEC, lambda i: i % 1001),
+    "histogram": (VdafSpec("histogram", length=100, chunk_length=10), lambda i: i % 100),
+}
+
+
+def expected(vdaf: str, reports: int) -> Any:
+    """The exact aggregate of the first `reports` measurements."""
+    spec, value = VDAFS[vdaf]
+    if vdaf == "histogram":
+        counts = [0] * spec.length
+        for i in range(reports):
+            counts[value(i)] += 1
+        return counts
+    return sum(value(i) for i in range(reports))
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -51,30 +78,43 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(dsn: str, workers: int, reports: int, job_size: int) -> tuple[float, dict[str, float]]:
-    """Reports aggregated per second with `workers` workers, on a fresh deployment,
-    and the CPU µs per report each process spent meanwhile (robust to a busy machine)."""
+def one_run(
+    dsn: str,
+    workers: int,
+    reports: int,
+    job_size: int,
+    helpers: int = 1,
+    vdaf: str = "sum",
+    exact: list[bool] | None = None,
+) -> tuple[float, dict[str, float]]:
+    """Reports aggregated per second with `workers` workers and `helpers` helper
+    processes, on a fresh deployment, and the CPU µs per report each process
+    spent meanwhile (robust to a busy machine). With `exact` given, the batch is
+    then collected and whether it equals the true aggregate appended to it."""
     suffix = secrets.token_hex(4)
     leader_db = with_schema(dsn, f"bench_leader_{suffix}")
     helper_db = with_schema(dsn, f"bench_helper_{suffix}")
     now = int(time.time())
     t = now - now % TP - TP
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        spec, value = VDAFS[vdaf]
         dep = LocalDeployment.start(
             Path(tmp),
-            {"bench": (SPEC, DpSpec("none"), {"min_batch_size": 1})},
+            {"bench": (spec, DpSpec("none"), {"min_batch_size": 1})},
             job_size=job_size,
             driver_interval=0.05,
             storage={"leader": as_url(leader_db), "helper": as_url(helper_db)},
             workers=workers,
             start_workers=False,
+            # Only when asked: a checkout from before helper scale-out lacks it.
+            **({"helpers": helpers} if helpers != 1 else {}),
         )
         stack.callback(dep.stop)
         store = PostgresDatastore(leader_db, pool_size=1)
         stack.callback(store.close)
         files = dep.tasks["bench"]
         client = stack.enter_context(Client(files.client, batch_size=10_000))
-        built = [client.build_report(i % 1001, t) for i in range(reports)]
+        built = [client.build_report(value(i), t) for i in range(reports)]
         for w in dep.workers:
             w.start_worker()
         # Wait until every worker has started and is idling.
@@ -84,7 +124,9 @@ def one_run(dsn: str, workers: int, reports: int, job_size: int) -> tuple[float,
                 raise RuntimeError("workers did not start")
             time.sleep(0.05)
         time.sleep(0.5)
-        procs = {"helper": dep.helper.pid, "front end": dep.leader.pid} | {
+        helper_procs = getattr(dep, "helpers", [dep.helper])
+        procs = {f"helper {i + 1}": h.pid for i, h in enumerate(helper_procs)}
+        procs |= {"front end": dep.leader.pid} | {
             f"worker {i + 1}": w.pid for i, w in enumerate(dep.workers)
         }
         assert client.upload_reports(built).accepted == reports
@@ -100,6 +142,10 @@ def one_run(dsn: str, workers: int, reports: int, job_size: int) -> tuple[float,
         rejected = store.rejections(files.client.task_id)
         if rejected:
             raise RuntimeError(f"reports rejected during the benchmark: {rejected}")
+        if exact is not None:
+            with Collector(files.collector) as collector:
+                r = collector.collect(t, TP, wait=120)
+            exact.append(r.report_count == reports and r.estimate == expected(vdaf, reports))
     return reports / elapsed, cpu
 
 
@@ -187,6 +233,38 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
     }
 
 
+def by_role(cpu: dict[str, float]) -> dict[str, float]:
+    """CPU µs per report of each role, added over its processes (what the
+    organisation running it spends per report)."""
+    roles = {"helper": "helper", "worker": "worker", "front end": "upload"}
+    out = dict.fromkeys(roles.values(), 0.0)
+    for name, us in cpu.items():
+        out[next(r for p, r in roles.items() if name.startswith(p))] += us
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def json_run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    exact: list[bool] = []
+    results = [
+        one_run(dsn, args.workers[0], args.reports, args.job_size, args.helpers, args.vdaf, exact)
+        for _ in range(args.runs)
+    ]
+    cpu = {name: statistics.median(c[name] for _, c in results) for name in results[0][1]}
+    return {
+        "reports_per_s": round(statistics.median(r for r, _ in results), 1),
+        "cpu_us_per_report": by_role(cpu),
+        "cpu_us_per_process": {k: round(v, 1) for k, v in cpu.items()},
+        "exact": all(exact),
+        "workers": args.workers[0],
+        "helpers": args.helpers,
+        "vdaf": args.vdaf,
+        "job_size": args.job_size,
+        "reports": args.reports,
+        "runs": args.runs,
+        "cpus": os.cpu_count(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=int, default=2000)
@@ -194,9 +272,23 @@ def main() -> None:
     parser.add_argument("--job-size", type=int, default=100)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dsn", help="an existing PostgreSQL (default: a throwaway one)")
+    parser.add_argument(
+        "--helpers", type=int, default=1, help="helper processes on one port (--json only)"
+    )
+    parser.add_argument("--vdaf", choices=sorted(VDAFS), default="sum", help="(--json only)")
+    parser.add_argument(
+        "--json", action="store_true", help="one configuration; a JSON object on the last line"
+    )
     args = parser.parse_args()
+    if args.json and len(args.workers) != 1:
+        parser.error("--json measures one configuration: give one --workers value")
+    if args.helpers < 1 or any(w < 1 for w in args.workers):
+        parser.error("--workers and --helpers must be at least 1")
     with ExitStack() as stack:
         dsn = args.dsn or stack.enter_context(postgres_dsn())
+        if args.json:
+            print(json.dumps(json_run(args, dsn)))
+            return
         print(
             f"{args.reports} reports of Prio3Sum(max 1000) per run, jobs of {args.job_size},"
             f" {os.cpu_count()} CPUs, helper and leader front end on the same machine"
