@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.support.backends import Backend
 from veil.aggregator.core import share_merge
+from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import (
     KEY_ACTIVE,
     KEY_EXPIRED,
@@ -22,11 +25,13 @@ from veil.aggregator.storage import (
     BucketCollected,
     CollectionRecord,
     Datastore,
+    HelperJob,
     HpkeKey,
     ReportsAggregated,
     SqliteDatastore,
     StorageConflict,
 )
+from veil.dp import BudgetLedger
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
 from veil.vdaf import Prio3Sum
@@ -187,7 +192,8 @@ def test_helper_records(store: Datastore) -> None:
     delta = BatchAggregate(0, share(3), 1, b"c" * 32)
     assert (
         store.commit_helper_job(
-            TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 0)], ["bad"], [delta], MERGE
+            HelperJob(TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 0)], ["bad"], [delta]),
+            MERGE,
         )
         is None
     )
@@ -351,9 +357,9 @@ def test_helper_job_commits_once(store: Datastore) -> None:
     # writes nothing and returns the stored answer.
     delta = BatchAggregate(0, share(3), 1, b"c" * 32)
     job = (TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 0)], [], [delta], MERGE)
-    assert store.commit_helper_job(*job) is None
+    assert store.commit_helper_job(HelperJob(*job[:-1]), MERGE) is None
     other = (TASK, b"j" * 16, b"H" * 32, b"other", [(b"s" * 16, 0)], ["bad"], [delta], MERGE)
-    assert store.commit_helper_job(*other) == (b"h" * 32, b"resp")
+    assert store.commit_helper_job(HelperJob(*other[:-1]), MERGE) == (b"h" * 32, b"resp")
     assert store.seen_reports(TASK, [b"s" * 16]) == set()
     assert store.rejections(TASK) == {}
     assert store.batch_aggregates(TASK, 0, 3600) == [BatchAggregate(0, share(3), 1, b"c" * 32)]
@@ -361,11 +367,16 @@ def test_helper_job_commits_once(store: Datastore) -> None:
 
 def test_helper_report_aggregated_at_most_once(store: Datastore) -> None:
     delta = BatchAggregate(0, share(3), 1, b"c" * 32)
-    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta], MERGE)
+    store.commit_helper_job(
+        HelperJob(TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta]), MERGE
+    )
     # Another job holding the same report id commits nothing at all.
     with pytest.raises(ReportsAggregated) as e:
         store.commit_helper_job(
-            TASK, b"k" * 16, b"h" * 32, b"r", [(b"s" * 16, 0), (b"r" * 16, 0)], [], [delta], MERGE
+            HelperJob(
+                TASK, b"k" * 16, b"h" * 32, b"r", [(b"s" * 16, 0), (b"r" * 16, 0)], [], [delta]
+            ),
+            MERGE,
         )
     assert e.value.report_ids == [b"r" * 16]
     assert store.helper_job(TASK, b"k" * 16) is None
@@ -380,7 +391,7 @@ def test_helper_job_refused_in_a_collected_bucket(store: Datastore) -> None:
     delta = BatchAggregate(0, share(3), 1, b"c" * 32)
     with pytest.raises(BucketCollected):
         store.commit_helper_job(
-            TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta], MERGE
+            HelperJob(TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta]), MERGE
         )
     assert store.helper_job(TASK, b"j" * 16) is None
     assert store.seen_reports(TASK, [b"r" * 16]) == set()
@@ -388,7 +399,9 @@ def test_helper_job_refused_in_a_collected_bucket(store: Datastore) -> None:
 
 def test_helper_collection_stored_once_for_the_batch_it_read(store: Datastore) -> None:
     delta = BatchAggregate(0, share(3), 1, b"c" * 32)
-    store.commit_helper_job(TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta], MERGE)
+    store.commit_helper_job(
+        HelperJob(TASK, b"j" * 16, b"h" * 32, b"r", [(b"r" * 16, 0)], [], [delta]), MERGE
+    )
     # Computed from a batch that has changed since: nothing closed, nothing stored.
     stale = CollectionRecord(TASK, b"c" * 16, 0, 3600, "finished", 0, bytes(32), None, CT)
     with pytest.raises(BatchChanged):
@@ -408,9 +421,8 @@ def test_helper_collection_stored_once_for_the_batch_it_read(store: Datastore) -
 def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
     ids = [i.to_bytes(16, "big") for i in range(4)]
     times = [0, 3600, 7200, 5 * 3600]
-    store.commit_helper_job(
-        TASK, b"j" * 16, b"h" * 32, b"resp", list(zip(ids, times, strict=True)), [], [], MERGE
-    )
+    pairs = list(zip(ids, times, strict=True))
+    store.commit_helper_job(HelperJob(TASK, b"j" * 16, b"h" * 32, b"resp", pairs, [], []), MERGE)
     store.commit_helper_collection(
         CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 0, bytes(32), None, CT), TP
     )
@@ -429,9 +441,11 @@ def test_gc_helper_replay_records_and_jobs(store: Datastore) -> None:
 def test_gc_helper_job_goes_with_its_last_replay_record(store: Datastore) -> None:
     ids = [i.to_bytes(16, "big") for i in range(2)]
     store.commit_helper_job(
-        TASK, b"j" * 16, b"h" * 32, b"resp", [(i, 7200) for i in ids], [], [], MERGE
+        HelperJob(TASK, b"j" * 16, b"h" * 32, b"resp", [(i, 7200) for i in ids], [], []), MERGE
     )
-    store.commit_helper_job(TASK, b"k" * 16, b"h" * 32, b"resp", [(b"z" * 16, 0)], [], [], MERGE)
+    store.commit_helper_job(
+        HelperJob(TASK, b"k" * 16, b"h" * 32, b"resp", [(b"z" * 16, 0)], [], []), MERGE
+    )
     store.commit_helper_collection(
         CollectionRecord(TASK, b"c" * 16, 7200, 3600, "finished", 0, bytes(32), None, CT), TP
     )
@@ -532,3 +546,26 @@ def test_sqlite_job_path_looks_reports_up_by_index(tmp_path: Path) -> None:
                 assert "(task_id=?)" not in detail, (sql, detail)
     assert checked >= 3
     store.close()
+
+
+@pytest.mark.postgres
+def test_both_backends_make_the_same_tables_and_columns(tmp_path: Path, postgres: str) -> None:
+    # The two schemas are written in two dialects; their tables and columns
+    # (the ledger's included) must not drift apart.
+    path = tmp_path / "s.db"
+    SqliteDatastore(path).close()
+    BudgetLedger.sqlite(str(path))
+    with sqlite3.connect(path) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        lite = {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t in tables}
+    PostgresDatastore(postgres).close()
+    with psycopg.connect(postgres) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema()"
+        ).fetchall()
+    pg: dict[str, set[str]] = {}
+    for table, column in rows:
+        pg.setdefault(table, set()).add(column)
+    pg.pop("veil_schema")  # PostgreSQL's migration record
+    assert lite == pg

@@ -51,6 +51,7 @@ from veil.aggregator.storage import (
     BucketCollected,
     CollectionRecord,
     Datastore,
+    HelperJob,
     ReportsAggregated,
 )
 from veil.hpke import (
@@ -153,7 +154,7 @@ class Helper(AggregatorBase[HelperTask]):
             vdaf = self.vdafs[task_id]
             times = {it.report_id: it.time for it in items}
             try:
-                stored = self.store.commit_helper_job(
+                job = HelperJob(
                     task_id,
                     job_id,
                     digest,
@@ -161,8 +162,8 @@ class Helper(AggregatorBase[HelperTask]):
                     [(i, times[i]) for i in new_ids],
                     [r.reject for r in results if r.reject is not None],
                     accumulate(vdaf, {}, accepted),
-                    share_merge(vdaf),
                 )
+                stored = self.store.commit_helper_job(job, share_merge(vdaf))
             except (ReportsAggregated, BucketCollected) as e:
                 if attempt >= _COMMIT_ATTEMPTS:
                     raise

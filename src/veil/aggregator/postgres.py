@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import secrets
 import time as _time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from fractions import Fraction
@@ -54,18 +53,18 @@ from veil.aggregator.storage import (
     BucketCollected,
     CollectionRecord,
     GcResult,
+    HelperJob,
     HpkeKey,
     ReportIdTaken,
-    ReportsAggregated,
     ShareMerge,
     StorageConflict,
     _check_collection_update,
-    check_batch_unchanged,
     collection_from_row,
     collection_values,
     gc_statements,
-    merge_aggregate,
 )
+from veil.aggregator.store import units
+from veil.aggregator.store.tx import PostgresTx
 from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
 from veil.hpke import HpkeConfig, HpkeKeypair
 from veil.messages import Ciphertext, Report
@@ -253,16 +252,7 @@ class PostgresDatastore:
     # --- both roles -------------------------------------------------------
 
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT bucket, agg_share, report_count, checksum, collected_by"
-                " FROM batch_aggregates WHERE task_id = %s AND bucket >= %s AND bucket < %s"
-                # Rows an upload made only to lock its bucket hold nothing yet.
-                " AND (report_count > 0 OR collected_by IS NOT NULL) ORDER BY bucket",
-                (task_id, start, end),
-            ).fetchall()
-        )
-        return [_aggregate(r) for r in rows]
+        return self._run(lambda db: units.batch_aggregates(PostgresTx(db), task_id, start, end))
 
     def rejections(self, task_id: bytes) -> dict[str, int]:
         rows = self._run(
@@ -271,48 +261,6 @@ class PostgresDatastore:
             ).fetchall()
         )
         return {str(r): int(n) for r, n in rows}
-
-    @staticmethod
-    def _count_rejections(db: Conn, task_id: bytes, reasons: Sequence[str]) -> None:
-        for reason, n in sorted(Counter(reasons).items()):
-            db.execute(
-                "INSERT INTO rejections VALUES (%s, %s, %s) ON CONFLICT (task_id, reason)"
-                " DO UPDATE SET count = rejections.count + excluded.count",
-                (task_id, reason, n),
-            )
-
-    @staticmethod
-    def _merge_aggregates(
-        db: Conn,
-        task_id: bytes,
-        deltas: Sequence[BatchAggregate],
-        merge: ShareMerge,
-        refuse_collected: bool = False,
-    ) -> None:
-        # In bucket order, so two jobs over the same buckets cannot deadlock.
-        for d in sorted(deltas, key=lambda a: a.bucket):
-            # Make the row if missing, so there is always a row to lock. ON
-            # CONFLICT: a row another transaction made meanwhile makes this
-            # one fail to serialise (and run again), never a duplicate-key error.
-            db.execute(
-                "INSERT INTO batch_aggregates VALUES (%s, %s, NULL, 0, %s, NULL)"
-                " ON CONFLICT DO NOTHING",
-                (task_id, d.bucket, bytes(32)),
-            )
-            row = db.execute(
-                "SELECT bucket, agg_share, report_count, checksum, collected_by"
-                " FROM batch_aggregates WHERE task_id = %s AND bucket = %s FOR UPDATE",
-                (task_id, d.bucket),
-            ).fetchone()
-            assert row is not None
-            if refuse_collected and row[4] is not None:
-                raise BucketCollected(d.bucket)
-            new = merge_aggregate(_aggregate(row), d, merge)
-            db.execute(
-                "UPDATE batch_aggregates SET agg_share = %s, report_count = %s,"
-                " checksum = %s WHERE task_id = %s AND bucket = %s",
-                (new.agg_share, new.report_count, new.checksum, task_id, new.bucket),
-            )
 
     # --- leader -----------------------------------------------------------
 
@@ -472,8 +420,8 @@ class PostgresDatastore:
                 " WHERE r.task_id = %s AND r.report_id = v.id",
                 (ids, states, reasons, task_id),
             )
-            self._count_rejections(db, task_id, [r for r in reasons if r is not None])
-            self._merge_aggregates(db, task_id, deltas, merge)
+            units.count_rejections(PostgresTx(db), task_id, [r for r in reasons if r is not None])
+            units.merge_aggregates(PostgresTx(db), task_id, deltas, merge)
             db.execute(
                 "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL,"
                 " lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
@@ -516,13 +464,7 @@ class PostgresDatastore:
         return self._run(work)
 
     def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
-        row = self._run(
-            lambda db: db.execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
-                (task_id, job_id),
-            ).fetchone()
-        )
-        return None if row is None else collection_from_row(row)
+        return self._run(lambda db: units.get_collection(PostgresTx(db), task_id, job_id))
 
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
@@ -564,30 +506,9 @@ class PostgresDatastore:
         """As SqliteDatastore.update_collection (refuses to replace a leader share)."""
         self._run(lambda db: self._update_collection(db, record))
 
-    @staticmethod
-    def _close(db: Conn, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
-        db.execute(
-            "INSERT INTO batch_aggregates SELECT %s, b, NULL, 0, %s, %s"
-            " FROM generate_series(%s::bigint, %s::bigint - 1, %s::bigint) AS b"
-            " ON CONFLICT DO NOTHING",
-            (task_id, bytes(32), job_id, start, end, step),
-        )
-        for bucket, collected_by in db.execute(
-            "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = %s"
-            " AND bucket >= %s AND bucket < %s ORDER BY bucket FOR UPDATE",
-            (task_id, start, end),
-        ).fetchall():
-            if collected_by is not None and bytes(collected_by) != job_id:
-                raise BucketCollected(bucket)
-        db.execute(
-            "UPDATE batch_aggregates SET collected_by = %s WHERE task_id = %s"
-            " AND bucket >= %s AND bucket < %s AND collected_by IS NULL",
-            (job_id, task_id, start, end),
-        )
-
     def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
-        self._run(lambda db: self._close(db, task_id, start, end, job_id, step))
+        self._run(lambda db: units.close_batch(PostgresTx(db), task_id, start, end, job_id, step))
 
     def defer_collection(
         self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
@@ -654,7 +575,7 @@ class PostgresDatastore:
                 " AND state = %s",
                 (REJECTED, reason, task_id, job_id, IN_JOB),
             ).rowcount
-            self._count_rejections(db, task_id, [reason] * n)
+            units.count_rejections(PostgresTx(db), task_id, [reason] * n)
             db.execute(
                 "UPDATE aggregation_jobs SET state = 'failed', error = %s, lease_owner = NULL,"
                 " lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
@@ -694,101 +615,16 @@ class PostgresDatastore:
     # --- helper -----------------------------------------------------------
 
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
-        row = self._run(
-            lambda db: db.execute(
-                "SELECT request_hash, response FROM helper_jobs WHERE task_id = %s AND job_id = %s",
-                (task_id, job_id),
-            ).fetchone()
-        )
-        return None if row is None else (bytes(row[0]), bytes(row[1]))
+        return self._run(lambda db: units.helper_job(PostgresTx(db), task_id, job_id))
 
     def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT report_id FROM helper_reports WHERE task_id = %s AND report_id = ANY(%s)",
-                (task_id, list(report_ids)),
-            ).fetchall()
-        )
-        return {bytes(r[0]) for r in rows}
+        return self._run(lambda db: units.seen_reports(PostgresTx(db), task_id, report_ids))
 
-    def commit_helper_job(
-        self,
-        task_id: bytes,
-        job_id: bytes,
-        request_hash: bytes,
-        response: bytes,
-        reports: Sequence[tuple[bytes, int]],
-        rejected: Sequence[str],
-        deltas: Sequence[BatchAggregate],
-        merge: ShareMerge,
-    ) -> tuple[bytes, bytes] | None:
-        """See the Datastore protocol.
-
-        Two processes committing the same job id, or jobs sharing a report id,
-        meet on a primary key: ON CONFLICT DO NOTHING at REPEATABLE READ makes
-        the later one fail to serialise, and its retry then finds the winner's
-        rows in the checks below. No process-local lock is involved."""
-        ids = [i for i, _ in reports]
-        times = [t for _, t in reports]
-
-        def work(db: Conn) -> tuple[bytes, bytes] | None:
-            row = db.execute(
-                "SELECT request_hash, response FROM helper_jobs WHERE task_id = %s AND job_id = %s",
-                (task_id, job_id),
-            ).fetchone()
-            if row is not None:
-                return bytes(row[0]), bytes(row[1])
-            taken = db.execute(
-                "SELECT report_id FROM helper_reports WHERE task_id = %s AND report_id = ANY(%s)",
-                (task_id, ids),
-            ).fetchall()
-            if taken:
-                raise ReportsAggregated(sorted(bytes(r[0]) for r in taken))
-            db.execute(
-                "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (task_id, job_id, request_hash, response, _time.time()),
-            )
-            db.execute(
-                "INSERT INTO helper_reports (task_id, report_id, time, job_id)"
-                " SELECT %s, v.id, v.time, %s FROM unnest(%s::bytea[], %s::bigint[]) AS v(id, time)"
-                " ON CONFLICT DO NOTHING",
-                (task_id, job_id, ids, times),
-            )
-            self._count_rejections(db, task_id, rejected)
-            self._merge_aggregates(db, task_id, deltas, merge, refuse_collected=True)
-            return None
-
-        return self._run(work)
+    def commit_helper_job(self, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
+        return self._run(lambda db: units.commit_helper_job(PostgresTx(db), job, merge))
 
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
-        """Close the batch and store the sealed, noised share, in one transaction."""
-
-        def work(db: Conn) -> CollectionRecord:
-            row = db.execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
-                (record.task_id, record.job_id),
-            ).fetchone()
-            if row is not None:
-                return collection_from_row(row)
-            end = record.start + record.duration
-            self._close(db, record.task_id, record.start, end, record.job_id, step)
-            rows = db.execute(
-                "SELECT bucket, agg_share, report_count, checksum, collected_by"
-                " FROM batch_aggregates WHERE task_id = %s AND bucket >= %s AND bucket < %s",
-                (record.task_id, record.start, end),
-            ).fetchall()
-            check_batch_unchanged([_aggregate(r) for r in rows], record)
-            # ON CONFLICT: another process storing this job meanwhile makes
-            # this one fail to serialise; its retry returns the stored record.
-            db.execute(
-                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (*collection_values(record), _time.time()),
-            )
-            return record
-
-        return self._run(work)
+        return self._run(lambda db: units.commit_helper_collection(PostgresTx(db), record, step))
 
     # --- operations: keys, garbage collection, status ----------------------
 

@@ -20,237 +20,84 @@ import os
 import sqlite3
 import threading
 import time as _time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from veil.aggregator.store import units
+from veil.aggregator.store.records import (
+    AGGREGATED,
+    COLLECTION_COLS,
+    IN_JOB,
+    KEY_ACTIVE,
+    KEY_EXPIRED,
+    KEY_PENDING,
+    KEY_STATES,
+    PENDING,
+    REJECTED,
+    REPORT_STATE_NAMES,
+    Backoff,
+    BatchAggregate,
+    BatchChanged,
+    BucketCollected,
+    CollectionRecord,
+    GcResult,
+    HelperJob,
+    HpkeKey,
+    ReportIdTaken,
+    ReportsAggregated,
+    ShareMerge,
+    StorageConflict,
+    StoreInUse,
+    aggregate_from_row,
+    check_batch_unchanged,
+    collection_from_row,
+    collection_values,
+    is_transient_storage_error,
+    merge_aggregate,
+)
+from veil.aggregator.store.tx import SqliteTx
 from veil.hpke import HpkeConfig, HpkeKeypair
 from veil.messages import Ciphertext, Report
+
+# The record types live in veil.aggregator.store.records; importers of this
+# module still find them here.
+__all__ = [
+    "AGGREGATED",
+    "COLLECTION_COLS",
+    "IN_JOB",
+    "KEY_ACTIVE",
+    "KEY_EXPIRED",
+    "KEY_PENDING",
+    "KEY_STATES",
+    "PENDING",
+    "REJECTED",
+    "REPORT_STATE_NAMES",
+    "Backoff",
+    "BatchAggregate",
+    "BatchChanged",
+    "BucketCollected",
+    "CollectionRecord",
+    "GcResult",
+    "HelperJob",
+    "HpkeKey",
+    "ReportIdTaken",
+    "ReportsAggregated",
+    "ShareMerge",
+    "StorageConflict",
+    "StoreInUse",
+    "check_batch_unchanged",
+    "collection_from_row",
+    "collection_values",
+    "is_transient_storage_error",
+    "merge_aggregate",
+]
+_aggregate = aggregate_from_row
 
 WAL_SIZE_LIMIT = 16 << 20
 # Report ids per IN (...) list: below SQLite's limit of 32766 parameters.
 _ID_CHUNK = 10_000
-
-# Report states on the leader.
-PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
-REPORT_STATE_NAMES = {
-    PENDING: "pending",
-    IN_JOB: "in_job",
-    AGGREGATED: "aggregated",
-    REJECTED: "rejected",
-}
-
-# HPKE key states. A pending key opens ciphertexts but is not advertised yet
-# (so every replica knows it before any client uses it); the active key is
-# advertised; an expired key is no longer advertised but still opens
-# ciphertexts until `expires_at`, when garbage collection deletes it.
-KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED = "pending", "active", "expired"
-KEY_STATES = (KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED)
-
-
-# How long to wait before the n-th retry (n = 1, 2, ...) of a failed job.
-Backoff = Callable[[int], float]
-
-# Adds two encoded VDAF aggregate shares (field addition, done by the caller's
-# VDAF); the store calls it with the bucket's row locked.
-ShareMerge = Callable[[bytes, bytes], bytes]
-
-
-class StorageConflict(Exception):
-    """The write contradicts stored state (reused id with other content, collected batch)."""
-
-
-class BucketCollected(StorageConflict):
-    """A write touches a time bucket that a collection has closed."""
-
-    def __init__(self, bucket: int) -> None:
-        super().__init__(f"time bucket {bucket} was already collected")
-        self.bucket = bucket
-
-
-class ReportsAggregated(StorageConflict):
-    """The helper's replay records already hold some of a job's reports: another
-    job (on any process) aggregated them after this one read the records."""
-
-    def __init__(self, report_ids: Sequence[bytes]) -> None:
-        super().__init__(f"{len(report_ids)} reports were aggregated meanwhile by another job")
-        self.report_ids = list(report_ids)
-
-
-class BatchChanged(StorageConflict):
-    """The batch's aggregates changed between the read a collection was
-    computed from and the transaction that closes the batch."""
-
-
-class ReportIdTaken(StorageConflict):
-    """A report id is already stored with other content."""
-
-    def __init__(self, report_id: bytes) -> None:
-        super().__init__(f"report id {report_id.hex()} is taken by another report")
-        self.report_id = report_id
-
-
-class StoreInUse(Exception):
-    """Another process serves from this SQLite database already."""
-
-
-def is_transient_storage_error(error: BaseException) -> bool:
-    """Whether `error` is the database failing for now (locked, restarting,
-    unreachable) rather than a fault in the request or in veil: the same
-    request may succeed later."""
-    if isinstance(error, sqlite3.OperationalError):
-        return True  # locked or busy past the timeout, disk I/O, full disk
-    import psycopg  # only on this error path
-    import psycopg_pool
-
-    return isinstance(
-        error, (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
-    )
-
-
-@dataclass(frozen=True)
-class BatchAggregate:
-    """The running aggregate of one time bucket (DAP "batch bucket")."""
-
-    bucket: int
-    agg_share: bytes | None  # encoded VDAF aggregate share; None while empty
-    report_count: int
-    checksum: bytes  # XOR of SHA-256(report_id)
-    collected_by: bytes | None = None
-
-
-def merge_aggregate(
-    old: BatchAggregate | None, delta: BatchAggregate, merge: ShareMerge
-) -> BatchAggregate:
-    """`old` plus what one job adds to its bucket (a backend calls this under its lock).
-
-    A closed bucket (collected_by set) still takes the jobs that held its
-    reports when it was closed: the collection waits for them before it reads
-    the aggregate. Reports that arrive later are refused before they get here.
-    """
-    if old is None:
-        return BatchAggregate(delta.bucket, delta.agg_share, delta.report_count, delta.checksum)
-    if old.agg_share is None:
-        share = delta.agg_share
-    elif delta.agg_share is None:
-        share = old.agg_share
-    else:
-        share = merge(old.agg_share, delta.agg_share)
-    return BatchAggregate(
-        old.bucket,
-        share,
-        old.report_count + delta.report_count,
-        bytes(x ^ y for x, y in zip(old.checksum, delta.checksum, strict=True)),
-        old.collected_by,
-    )
-
-
-@dataclass(frozen=True)
-class CollectionRecord:
-    task_id: bytes
-    job_id: bytes
-    start: int
-    duration: int
-    state: str  # pending | finished | failed
-    report_count: int = 0
-    checksum: bytes = b""
-    leader_ct: Ciphertext | None = None
-    helper_ct: Ciphertext | None = None
-    error_code: int = 0
-    error_message: str = ""
-
-
-@dataclass(frozen=True)
-class HpkeKey:
-    """An aggregator's HPKE keypair with its rotation state (see KEY_STATES)."""
-
-    keypair: HpkeKeypair
-    state: str
-    created: float
-    expires_at: float | None = None  # expired keys: deleted by GC after this time
-
-    @property
-    def config_id(self) -> int:
-        return self.keypair.config.config_id
-
-
-@dataclass(frozen=True)
-class GcResult:
-    """How many rows one garbage-collection pass deleted, by kind."""
-
-    reports: int = 0
-    aggregation_jobs: int = 0
-    batch_aggregates: int = 0
-    replay_records: int = 0
-    helper_jobs: int = 0
-    collections: int = 0
-
-    def total(self) -> int:
-        return (
-            self.reports
-            + self.aggregation_jobs
-            + self.batch_aggregates
-            + self.replay_records
-            + self.helper_jobs
-            + self.collections
-        )
-
-
-# The collections table's columns, in CollectionRecord's field order, as
-# both backends read and write them.
-COLLECTION_COLS = (
-    "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
-    " helper_ct, error_code, error_message"
-)
-
-
-def collection_from_row(row: Sequence[Any]) -> CollectionRecord:
-    t, j, s, d, st, n, c, lc, hc, ec, em = row
-    return CollectionRecord(
-        bytes(t),
-        bytes(j),
-        int(s),
-        int(d),
-        str(st),
-        int(n),
-        bytes(c),
-        None if lc is None else Ciphertext.from_bytes(bytes(lc)),
-        None if hc is None else Ciphertext.from_bytes(bytes(hc)),
-        int(ec),
-        str(em),
-    )
-
-
-def check_batch_unchanged(aggs: Sequence[BatchAggregate], record: CollectionRecord) -> None:
-    """Raise BatchChanged unless the batch's rows still add up to the record's
-    count and checksum (what its share was computed from)."""
-    count, checksum = 0, bytes(32)
-    for a in aggs:
-        count += a.report_count
-        checksum = bytes(x ^ y for x, y in zip(checksum, a.checksum, strict=True))
-    if (count, checksum) != (record.report_count, record.checksum):
-        raise BatchChanged(
-            f"the batch now holds {count} reports, not the {record.report_count} its share"
-            " was computed from"
-        )
-
-
-def collection_values(r: CollectionRecord) -> tuple[object, ...]:
-    return (
-        r.task_id,
-        r.job_id,
-        r.start,
-        r.duration,
-        r.state,
-        r.report_count,
-        r.checksum,
-        None if r.leader_ct is None else r.leader_ct.to_bytes(),
-        None if r.helper_ct is None else r.helper_ct.to_bytes(),
-        r.error_code,
-        r.error_message,
-    )
 
 
 class Datastore(Protocol):
@@ -325,15 +172,7 @@ class Datastore(Protocol):
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None: ...
     def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]: ...
     def commit_helper_job(
-        self,
-        task_id: bytes,
-        job_id: bytes,
-        request_hash: bytes,
-        response: bytes,
-        reports: Sequence[tuple[bytes, int]],
-        rejected: Sequence[str],
-        deltas: Sequence[BatchAggregate],
-        merge: ShareMerge,
+        self, job: HelperJob, merge: ShareMerge
     ) -> tuple[bytes, bytes] | None: ...
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord: ...
 
@@ -378,13 +217,6 @@ class Datastore(Protocol):
     def size_bytes(self) -> int: ...
     def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]: ...
     def collections(self, task_id: bytes) -> list[CollectionRecord]: ...
-
-
-def _aggregate(row: Sequence[Any]) -> BatchAggregate:
-    b, s, n, c, w = row
-    return BatchAggregate(
-        int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
-    )
 
 
 _SCHEMA = """
@@ -634,50 +466,13 @@ class SqliteDatastore:
     # --- both roles -------------------------------------------------------
 
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
-        rows = self._conn().execute(
-            "SELECT bucket, agg_share, report_count, checksum, collected_by FROM batch_aggregates"
-            " WHERE task_id = ? AND bucket >= ? AND bucket < ? ORDER BY bucket",
-            (task_id, start, end),
-        )
-        return [_aggregate(row) for row in rows]
+        return units.batch_aggregates(SqliteTx(self._conn()), task_id, start, end)
 
     def rejections(self, task_id: bytes) -> dict[str, int]:
         rows = self._conn().execute(
             "SELECT reason, count FROM rejections WHERE task_id = ?", (task_id,)
         )
         return {r: n for r, n in rows}
-
-    @staticmethod
-    def _merge_aggregates(
-        db: sqlite3.Connection,
-        task_id: bytes,
-        deltas: Sequence[BatchAggregate],
-        merge: ShareMerge,
-    ) -> None:
-        # BEGIN IMMEDIATE holds SQLite's single write lock: nobody else reads
-        # and writes these rows between our read and our write.
-        for d in deltas:
-            row = db.execute(
-                "SELECT bucket, agg_share, report_count, checksum, collected_by"
-                " FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
-                (task_id, d.bucket),
-            ).fetchone()
-            new = merge_aggregate(None if row is None else _aggregate(row), d, merge)
-            db.execute(
-                "INSERT INTO batch_aggregates VALUES (?, ?, ?, ?, ?, NULL)"
-                " ON CONFLICT (task_id, bucket) DO UPDATE SET agg_share = excluded.agg_share,"
-                " report_count = excluded.report_count, checksum = excluded.checksum",
-                (task_id, new.bucket, new.agg_share, new.report_count, new.checksum),
-            )
-
-    @staticmethod
-    def _count_rejections(db: sqlite3.Connection, task_id: bytes, reasons: Sequence[str]) -> None:
-        for reason in reasons:
-            db.execute(
-                "INSERT INTO rejections VALUES (?, ?, 1)"
-                " ON CONFLICT (task_id, reason) DO UPDATE SET count = count + 1",
-                (task_id, reason),
-            )
 
     @staticmethod
     def _collected(db: sqlite3.Connection, task_id: bytes, buckets: set[int]) -> set[int]:
@@ -834,8 +629,10 @@ class SqliteDatastore:
                     "UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND report_id = ?",
                     (AGGREGATED if reason is None else REJECTED, reason, task_id, report_id),
                 )
-            self._count_rejections(db, task_id, [r for r in outcomes.values() if r is not None])
-            self._merge_aggregates(db, task_id, deltas, merge)
+            units.count_rejections(
+                SqliteTx(db), task_id, [r for r in outcomes.values() if r is not None]
+            )
+            units.merge_aggregates(SqliteTx(db), task_id, deltas, merge)
             db.execute(
                 "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL,"
                 " lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
@@ -877,15 +674,7 @@ class SqliteDatastore:
             return record
 
     def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
-        row = (
-            self._conn()
-            .execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
-                (task_id, job_id),
-            )
-            .fetchone()
-        )
-        return None if row is None else collection_from_row(row)
+        return units.get_collection(SqliteTx(self._conn()), task_id, job_id)
 
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
@@ -935,31 +724,10 @@ class SqliteDatastore:
         with self._tx() as db:
             self._update_collection(db, record)
 
-    def _close(
-        self, db: sqlite3.Connection, task_id: bytes, start: int, end: int, job_id: bytes, step: int
-    ) -> None:
-        for bucket in range(start, end, step):
-            row = db.execute(
-                "SELECT collected_by FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
-                (task_id, bucket),
-            ).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO batch_aggregates VALUES (?, ?, NULL, 0, ?, ?)",
-                    (task_id, bucket, bytes(32), job_id),
-                )
-            elif row[0] is None:
-                db.execute(
-                    "UPDATE batch_aggregates SET collected_by = ? WHERE task_id = ? AND bucket = ?",
-                    (job_id, task_id, bucket),
-                )
-            elif bytes(row[0]) != job_id:
-                raise BucketCollected(bucket)
-
     def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
         with self._tx() as db:
-            self._close(db, task_id, start, end, job_id, step)
+            units.close_batch(SqliteTx(db), task_id, start, end, job_id, step)
 
     def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
         """Store a failed collection job; with `reopen`, release the buckets it
@@ -1043,7 +811,7 @@ class SqliteDatastore:
                 " AND state = ?",
                 (REJECTED, reason, task_id, job_id, IN_JOB),
             ).rowcount
-            self._count_rejections(db, task_id, [reason] * n)
+            units.count_rejections(SqliteTx(db), task_id, [reason] * n)
             db.execute(
                 "UPDATE aggregation_jobs SET state = 'failed', error = ?, lease_owner = NULL,"
                 " lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
@@ -1063,98 +831,18 @@ class SqliteDatastore:
     # --- helper -----------------------------------------------------------
 
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT request_hash, response FROM helper_jobs WHERE task_id = ? AND job_id = ?",
-                (task_id, job_id),
-            )
-            .fetchone()
-        )
-        return None if row is None else (bytes(row[0]), bytes(row[1]))
-
-    @staticmethod
-    def _seen(db: sqlite3.Connection, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
-        seen: set[bytes] = set()
-        ids = list(report_ids)
-        # One query per chunk: SQLite allows at most 32766 parameters.
-        for at in range(0, len(ids), _ID_CHUNK):
-            chunk = ids[at : at + _ID_CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            seen.update(
-                bytes(r[0])
-                for r in db.execute(
-                    "SELECT report_id FROM helper_reports WHERE task_id = ?"
-                    f" AND report_id IN ({marks})",
-                    (task_id, *chunk),
-                )
-            )
-        return seen
+        return units.helper_job(SqliteTx(self._conn()), task_id, job_id)
 
     def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
-        return self._seen(self._conn(), task_id, report_ids)
+        return units.seen_reports(SqliteTx(self._conn()), task_id, report_ids)
 
-    def commit_helper_job(
-        self,
-        task_id: bytes,
-        job_id: bytes,
-        request_hash: bytes,
-        response: bytes,
-        reports: Sequence[tuple[bytes, int]],
-        rejected: Sequence[str],
-        deltas: Sequence[BatchAggregate],
-        merge: ShareMerge,
-    ) -> tuple[bytes, bytes] | None:
-        """See the Datastore protocol. BEGIN IMMEDIATE holds SQLite's one write
-        lock, so the checks and the writes cannot interleave with another's."""
+    def commit_helper_job(self, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
         with self._tx() as db:
-            row = db.execute(
-                "SELECT request_hash, response FROM helper_jobs WHERE task_id = ? AND job_id = ?",
-                (task_id, job_id),
-            ).fetchone()
-            if row is not None:
-                return bytes(row[0]), bytes(row[1])
-            taken = self._seen(db, task_id, [i for i, _ in reports])
-            if taken:
-                raise ReportsAggregated(sorted(taken))
-            for bucket in sorted(self._collected(db, task_id, {d.bucket for d in deltas})):
-                raise BucketCollected(bucket)
-            db.execute(
-                "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (task_id, job_id, request_hash, response, _time.time()),
-            )
-            db.executemany(
-                "INSERT INTO helper_reports (task_id, report_id, time, job_id) VALUES (?, ?, ?, ?)",
-                [(task_id, i, t, job_id) for i, t in reports],
-            )
-            self._count_rejections(db, task_id, rejected)
-            self._merge_aggregates(db, task_id, deltas, merge)
-        return None
+            return units.commit_helper_job(SqliteTx(db), job, merge)
 
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
-        """Close the batch and store the sealed, noised share, in one transaction."""
         with self._tx() as db:
-            row = db.execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
-                (record.task_id, record.job_id),
-            ).fetchone()
-            if row is not None:
-                return collection_from_row(row)
-            end = record.start + record.duration
-            self._close(db, record.task_id, record.start, end, record.job_id, step)
-            rows = db.execute(
-                "SELECT bucket, agg_share, report_count, checksum, collected_by FROM"
-                " batch_aggregates WHERE task_id = ? AND bucket >= ? AND bucket < ?",
-                (record.task_id, record.start, end),
-            ).fetchall()
-            check_batch_unchanged([_aggregate(r) for r in rows], record)
-            db.execute(
-                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*collection_values(record), _time.time()),
-            )
-        return record
+            return units.commit_helper_collection(SqliteTx(db), record, step)
 
     # --- operations: keys, garbage collection, status ----------------------
 

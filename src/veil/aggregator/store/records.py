@@ -1,0 +1,255 @@
+"""The rows storage deals in, and the conflicts it reports: shared by both
+backends and by the units of work (veil.aggregator.store.units)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from veil.hpke import HpkeKeypair
+from veil.messages import Ciphertext
+
+# Report states on the leader.
+PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
+REPORT_STATE_NAMES = {
+    PENDING: "pending",
+    IN_JOB: "in_job",
+    AGGREGATED: "aggregated",
+    REJECTED: "rejected",
+}
+
+# HPKE key states. A pending key opens ciphertexts but is not advertised yet
+# (so every replica knows it before any client uses it); the active key is
+# advertised; an expired key is no longer advertised but still opens
+# ciphertexts until `expires_at`, when garbage collection deletes it.
+KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED = "pending", "active", "expired"
+KEY_STATES = (KEY_PENDING, KEY_ACTIVE, KEY_EXPIRED)
+
+
+# How long to wait before the n-th retry (n = 1, 2, ...) of a failed job.
+Backoff = Callable[[int], float]
+
+# Adds two encoded VDAF aggregate shares (field addition, done by the caller's
+# VDAF); the store calls it with the bucket's row locked.
+ShareMerge = Callable[[bytes, bytes], bytes]
+
+
+class StorageConflict(Exception):
+    """The write contradicts stored state (reused id with other content, collected batch)."""
+
+
+class BucketCollected(StorageConflict):
+    """A write touches a time bucket that a collection has closed."""
+
+    def __init__(self, bucket: int) -> None:
+        super().__init__(f"time bucket {bucket} was already collected")
+        self.bucket = bucket
+
+
+class ReportsAggregated(StorageConflict):
+    """The helper's replay records already hold some of a job's reports: another
+    job (on any process) aggregated them after this one read the records."""
+
+    def __init__(self, report_ids: Sequence[bytes]) -> None:
+        super().__init__(f"{len(report_ids)} reports were aggregated meanwhile by another job")
+        self.report_ids = list(report_ids)
+
+
+class BatchChanged(StorageConflict):
+    """The batch's aggregates changed between the read a collection was
+    computed from and the transaction that closes the batch."""
+
+
+class ReportIdTaken(StorageConflict):
+    """A report id is already stored with other content."""
+
+    def __init__(self, report_id: bytes) -> None:
+        super().__init__(f"report id {report_id.hex()} is taken by another report")
+        self.report_id = report_id
+
+
+class StoreInUse(Exception):
+    """Another process serves from this SQLite database already."""
+
+
+def is_transient_storage_error(error: BaseException) -> bool:
+    """Whether `error` is the database failing for now (locked, restarting,
+    unreachable) rather than a fault in the request or in veil: the same
+    request may succeed later."""
+    if isinstance(error, sqlite3.OperationalError):
+        return True  # locked or busy past the timeout, disk I/O, full disk
+    import psycopg  # only on this error path
+    import psycopg_pool
+
+    return isinstance(
+        error, (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
+    )
+
+
+@dataclass(frozen=True)
+class BatchAggregate:
+    """The running aggregate of one time bucket (DAP "batch bucket")."""
+
+    bucket: int
+    agg_share: bytes | None  # encoded VDAF aggregate share; None while empty
+    report_count: int
+    checksum: bytes  # XOR of SHA-256(report_id)
+    collected_by: bytes | None = None
+
+
+def merge_aggregate(
+    old: BatchAggregate | None, delta: BatchAggregate, merge: ShareMerge
+) -> BatchAggregate:
+    """`old` plus what one job adds to its bucket (a backend calls this under its lock).
+
+    A closed bucket (collected_by set) still takes the jobs that held its
+    reports when it was closed: the collection waits for them before it reads
+    the aggregate. Reports that arrive later are refused before they get here.
+    """
+    if old is None:
+        return BatchAggregate(delta.bucket, delta.agg_share, delta.report_count, delta.checksum)
+    if old.agg_share is None:
+        share = delta.agg_share
+    elif delta.agg_share is None:
+        share = old.agg_share
+    else:
+        share = merge(old.agg_share, delta.agg_share)
+    return BatchAggregate(
+        old.bucket,
+        share,
+        old.report_count + delta.report_count,
+        bytes(x ^ y for x, y in zip(old.checksum, delta.checksum, strict=True)),
+        old.collected_by,
+    )
+
+
+@dataclass(frozen=True)
+class HelperJob:
+    """What the helper stores of one aggregation job, in one transaction: the
+    job record (request hash and the answer it gave), a replay record per
+    report it aggregated or refused after opening (report id, time), the
+    rejection reasons and the job's deltas to the batch aggregates."""
+
+    task_id: bytes
+    job_id: bytes
+    request_hash: bytes
+    response: bytes
+    reports: Sequence[tuple[bytes, int]]
+    rejected: Sequence[str]
+    deltas: Sequence[BatchAggregate]
+
+
+@dataclass(frozen=True)
+class CollectionRecord:
+    task_id: bytes
+    job_id: bytes
+    start: int
+    duration: int
+    state: str  # pending | finished | failed
+    report_count: int = 0
+    checksum: bytes = b""
+    leader_ct: Ciphertext | None = None
+    helper_ct: Ciphertext | None = None
+    error_code: int = 0
+    error_message: str = ""
+
+
+@dataclass(frozen=True)
+class HpkeKey:
+    """An aggregator's HPKE keypair with its rotation state (see KEY_STATES)."""
+
+    keypair: HpkeKeypair
+    state: str
+    created: float
+    expires_at: float | None = None  # expired keys: deleted by GC after this time
+
+    @property
+    def config_id(self) -> int:
+        return self.keypair.config.config_id
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """How many rows one garbage-collection pass deleted, by kind."""
+
+    reports: int = 0
+    aggregation_jobs: int = 0
+    batch_aggregates: int = 0
+    replay_records: int = 0
+    helper_jobs: int = 0
+    collections: int = 0
+
+    def total(self) -> int:
+        return (
+            self.reports
+            + self.aggregation_jobs
+            + self.batch_aggregates
+            + self.replay_records
+            + self.helper_jobs
+            + self.collections
+        )
+
+
+# The collections table's columns, in CollectionRecord's field order, as
+# both backends read and write them.
+COLLECTION_COLS = (
+    "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
+    " helper_ct, error_code, error_message"
+)
+
+
+def collection_from_row(row: Sequence[Any]) -> CollectionRecord:
+    t, j, s, d, st, n, c, lc, hc, ec, em = row
+    return CollectionRecord(
+        bytes(t),
+        bytes(j),
+        int(s),
+        int(d),
+        str(st),
+        int(n),
+        bytes(c),
+        None if lc is None else Ciphertext.from_bytes(bytes(lc)),
+        None if hc is None else Ciphertext.from_bytes(bytes(hc)),
+        int(ec),
+        str(em),
+    )
+
+
+def check_batch_unchanged(aggs: Sequence[BatchAggregate], record: CollectionRecord) -> None:
+    """Raise BatchChanged unless the batch's rows still add up to the record's
+    count and checksum (what its share was computed from)."""
+    count, checksum = 0, bytes(32)
+    for a in aggs:
+        count += a.report_count
+        checksum = bytes(x ^ y for x, y in zip(checksum, a.checksum, strict=True))
+    if (count, checksum) != (record.report_count, record.checksum):
+        raise BatchChanged(
+            f"the batch now holds {count} reports, not the {record.report_count} its share"
+            " was computed from"
+        )
+
+
+def collection_values(r: CollectionRecord) -> tuple[object, ...]:
+    return (
+        r.task_id,
+        r.job_id,
+        r.start,
+        r.duration,
+        r.state,
+        r.report_count,
+        r.checksum,
+        None if r.leader_ct is None else r.leader_ct.to_bytes(),
+        None if r.helper_ct is None else r.helper_ct.to_bytes(),
+        r.error_code,
+        r.error_message,
+    )
+
+
+def aggregate_from_row(row: Sequence[Any]) -> BatchAggregate:
+    """A batch_aggregates row (bucket, agg_share, report_count, checksum, collected_by)."""
+    b, s, n, c, w = row
+    return BatchAggregate(
+        int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
+    )

@@ -1,0 +1,101 @@
+"""One open transaction as a unit of work sees it, on SQLite or PostgreSQL.
+
+Statements are written once, with `?` placeholders; the PostgreSQL adapter
+turns them into psycopg's `%s`. What differs between the two databases is
+said here and nowhere else:
+
+- Row locks: PostgreSQL runs units at REPEATABLE READ and locks the rows a
+  unit reads in order to write (`FOR UPDATE`) or to keep them unchanged until
+  it commits (`FOR SHARE`); SQLite's BEGIN IMMEDIATE already holds its one
+  write lock for the whole transaction, so the clauses are empty there.
+- Lists of ids: `= ANY(?)` with one array parameter on PostgreSQL, an
+  `IN (?, ...)` list on SQLite (in chunks below its parameter limit).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+Row = tuple[Any, ...]
+
+# Ids per IN (...) list on SQLite: below its limit of 32766 parameters.
+ID_CHUNK = 10_000
+
+
+class Tx(Protocol):
+    """An open transaction: statements with `?` placeholders."""
+
+    for_update: str  # " FOR UPDATE" where the database takes row locks, else ""
+    for_share: str
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]: ...
+    def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None: ...
+    def run(self, sql: str, args: Sequence[Any] = ()) -> int: ...
+    def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None: ...
+    def id_lists(
+        self, column: str, ids: Sequence[bytes]
+    ) -> Iterable[tuple[str, Sequence[Any]]]: ...
+
+
+class SqliteTx:
+    """A unit's view of an SQLite transaction (BEGIN IMMEDIATE already held)."""
+
+    for_update = ""
+    for_share = ""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return self.db.execute(sql, args).fetchall()
+
+    def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
+        row: Row | None = self.db.execute(sql, args).fetchone()
+        return row
+
+    def run(self, sql: str, args: Sequence[Any] = ()) -> int:
+        return self.db.execute(sql, args).rowcount
+
+    def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None:
+        self.db.executemany(sql, args)
+
+    def id_lists(self, column: str, ids: Sequence[bytes]) -> Iterable[tuple[str, Sequence[Any]]]:
+        for at in range(0, len(ids), ID_CHUNK):
+            chunk = list(ids[at : at + ID_CHUNK])
+            yield f"{column} IN ({', '.join('?' * len(chunk))})", chunk
+
+
+class PostgresTx:
+    """A unit's view of a psycopg transaction at REPEATABLE READ."""
+
+    for_update = " FOR UPDATE"
+    for_share = " FOR SHARE"
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    @staticmethod
+    def _sql(sql: str) -> bytes:
+        # psycopg's placeholders are %s, and a literal % is written %%.
+        return sql.replace("%", "%%").replace("?", "%s").encode()
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return list(self.db.execute(self._sql(sql), args).fetchall())
+
+    def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
+        row: Row | None = self.db.execute(self._sql(sql), args).fetchone()
+        return row
+
+    def run(self, sql: str, args: Sequence[Any] = ()) -> int:
+        rowcount: int = self.db.execute(self._sql(sql), args).rowcount
+        return rowcount
+
+    def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None:
+        with self.db.cursor() as cur:
+            cur.executemany(self._sql(sql), list(args))
+
+    def id_lists(self, column: str, ids: Sequence[bytes]) -> Iterable[tuple[str, Sequence[Any]]]:
+        if ids:
+            yield f"{column} = ANY(?)", [list(ids)]
