@@ -251,10 +251,10 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
     elif now < survey.closes:
         when = f"open, closes in {format_duration(survey.closes - now)}"
     else:
-        when = "closed: ready to collect (veil survey collect)"
-    print(f"{survey.name}: {format_time(survey.opens)} to {format_time(survey.closes)}; {when}")
+        when = "closed"
+    lines = []
+    collected = 0
     spent_total = Fraction(0)
-    print(f"  {'question':<20} {'reports':>8} {'rejected':>9} {'budget spent':>14}")
     for q in survey.questions:
         task = files.tasks[q.id]
         try:
@@ -266,11 +266,22 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
         spent = (task.dp.charge(task.vdaf) or Fraction(0)) * info.collections_finished
         spent_total += spent
         unit = {"rho": "rho", None: "-"}.get(task.dp.unit, "eps")
-        print(
+        collected += info.collections_finished > 0
+        lines.append(
             f"  {q.id:<20} {info.reports:>8} {info.rejected:>9}"
             f" {unit + ' ' + fraction_text(spent):>14}"
         )
-    print(f"  budget spent over the survey: {fraction_text(spent_total)} of {survey.epsilon}")
+    if when == "closed":
+        when += (
+            ": collected"
+            if collected == len(survey.questions)
+            else ": ready to collect (veil survey collect)"
+        )
+    print(f"{survey.name}: {format_time(survey.opens)} to {format_time(survey.closes)}; {when}")
+    print(f"  {'question':<20} {'reports':>8} {'rejected':>9} {'budget spent':>14}")
+    print("\n".join(lines))
+    total = survey.total if survey.total is not None else Fraction(0)
+    print(f"  budget spent over the survey: {fraction_text(spent_total)} of {fraction_text(total)}")
     return 0
 
 
