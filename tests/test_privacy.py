@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -289,3 +290,26 @@ def test_a_gaussian_task_file_may_state_epsilon_and_delta() -> None:
         DpSpec.from_dict({"mechanism": "gaussian", "epsilon": "1"})
     with pytest.raises(SettingsError, match="not both"):
         DpSpec.from_dict({"mechanism": "gaussian", "epsilon": "1", "rho": "1", "delta": "1e-6"})
+
+
+def test_aggregator_charges_split_mode_the_weaker_epsilon(tmp_path: Path) -> None:
+    # What an aggregator's ledger charges for one collection in split mode: the ε
+    # against the collector with one aggregator (1.675 for a count at ε = 1).
+    from veil.aggregator.errors import BudgetExhausted, NoiseUnavailable
+    from veil.aggregator.privacy import PrivacyEngine
+
+    dp = DpSpec("geometric", epsilon="1", mode="split", split_opt_in=True, budget="2")
+    files = new_task(COUNT, "127.0.0.1:1", "127.0.0.1:2", dp=dp, min_batch_size=1)
+    engine = PrivacyEngine(str(tmp_path / "ledger.db"), [files.helper])
+    engine.check(files.helper, 0, 3600)
+    deadline = time.monotonic() + 30
+    while True:  # the pool draws the first noise vector in the background
+        try:
+            _, spent = engine.release(files.helper, COUNT.instantiate(), b"c" * 16, 0, 3600, [0])
+            break
+        except NoiseUnavailable:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert 1.67 < spent < 1.68
+    with pytest.raises(BudgetExhausted, match=r"spends ε 1\.675\d* but only ε 0\.32"):
+        engine.check(files.helper, 0, 3600)

@@ -41,6 +41,7 @@ from veil.dp import (
     apply_noise,
     draw_noise,
 )
+from veil.dp.accounting import decimal_text
 from veil.metrics import Metrics
 from veil.task import Task, b64e
 from veil.vdaf import Prio3
@@ -267,10 +268,11 @@ class PrivacyEngine:
                 return
         remaining = self.ledger.remaining(task.id_text, Batch(start, start + duration))
         if amount > remaining:
+            unit = "ρ" if task.dp.unit == "rho" else "ε"
             raise BudgetExhausted(
-                f"privacy budget exhausted: collecting this batch spends {amount} but only"
-                f" {remaining} remains for task {task.id_text}"
-                + (f" in survey {task.dp.survey}" if task.dp.survey else "")
+                f"privacy budget exhausted: collecting this batch spends {unit}"
+                f" {decimal_text(amount)} but only {unit} {decimal_text(remaining)} remains for"
+                f" task {task.id_text}" + (f" in survey {task.dp.survey}" if task.dp.survey else "")
             )
 
     def release(
