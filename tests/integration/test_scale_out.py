@@ -1,12 +1,15 @@
-"""Helper scale-out: several `veil helper` processes on one PostgreSQL serve one
-address (SO_REUSEPORT); on SQLite a second process is refused, saying why."""
+"""Scale-out: several `veil helper` processes (and leader front ends) on one
+PostgreSQL serve one address (SO_REUSEPORT), also while workers and helpers
+are killed; on SQLite a second process is refused, saying why."""
 
 from __future__ import annotations
 
+import random
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.conftest import LONG
 from tests.integration.deployment import Deployment
 from tests.support.postgres import as_url, with_schema
 from veil.aggregator.local import LocalDeployment
@@ -23,47 +27,6 @@ TP = 3600
 TASKS: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
     "sum": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {"min_batch_size": 1}),
 }
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_three_helpers_on_one_port(tmp_path: Path, postgres_server: str) -> None:
-    suffix = secrets.token_hex(4)
-    helper_db = with_schema(postgres_server, f"helper_{suffix}")
-    local = LocalDeployment.start(
-        tmp_path,
-        TASKS,
-        job_size=20,
-        storage={
-            "leader": as_url(with_schema(postgres_server, f"leader_{suffix}")),
-            "helper": as_url(helper_db),
-        },
-        workers=2,
-        lease_seconds=2.0,
-        helpers=3,
-    )
-    d = Deployment(local)
-    try:
-        assert len({h.pid for h in local.helpers}) == 3
-        assert all(h.proc is not None and h.proc.poll() is None for h in local.helpers)
-        now = int(time.time())
-        first, second = now - now % TP - 2 * TP, now - now % TP - TP
-        values = [(i * 37) % 101 for i in range(200)]
-        assert d.client("sum").upload_batch(values, report_time=first).accepted == len(values)
-        with d.collector("sum") as c:
-            r = c.collect(first, TP, wait=120)
-        assert (r.report_count, r.estimate) == (len(values), sum(values))
-        # Any one of them may die: the others keep serving the address.
-        local.helpers[0].stop(signal.SIGKILL)
-        assert d.client("sum").upload_batch(values, report_time=second).accepted == len(values)
-        with d.collector("sum") as c:
-            r = c.collect(second, TP, wait=120)
-        assert (r.report_count, r.estimate) == (len(values), sum(values))
-        with psycopg.connect(helper_db) as conn:
-            row = conn.execute("SELECT count(*), count(DISTINCT report_id) FROM helper_reports")
-            assert row.fetchone() == (2 * len(values), 2 * len(values))
-    finally:
-        d.stop()
 
 
 def test_a_second_process_on_one_sqlite_database_is_refused(tmp_path: Path) -> None:
@@ -80,3 +43,88 @@ def test_a_second_process_on_one_sqlite_database_is_refused(tmp_path: Path) -> N
         assert "in use by another veil process" in message and "PostgreSQL" in message
         # The first one still serves.
         assert local.helper.proc is not None and local.helper.proc.poll() is None
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+@pytest.mark.postgres
+def test_scale_out_under_faults(tmp_path: Path, postgres_server: str) -> None:
+    """2 upload front ends and 3 helpers each on one port, 2 workers; three
+    tasks uploaded concurrently while workers and helpers are SIGKILLed and
+    restarted: every batch is exact (nothing lost, nothing counted twice) and
+    the noisy task's collection is charged once in each ledger."""
+    per_task, kills = (6667, 30) if LONG else (600, 10)
+    suffix = secrets.token_hex(4)
+    leader_db = with_schema(postgres_server, f"leader_{suffix}")
+    helper_db = with_schema(postgres_server, f"helper_{suffix}")
+    tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
+        "count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1}),
+        "sum": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {"min_batch_size": 1}),
+        "noisy": (VdafSpec("count"), DpSpec("geometric", epsilon="1"), {"min_batch_size": 1}),
+    }
+    values = {
+        "count": [i % 2 for i in range(per_task)],
+        "sum": [(i * 37) % 101 for i in range(per_task)],
+        "noisy": [i % 2 for i in range(per_task)],
+    }
+    local = LocalDeployment.start(
+        tmp_path,
+        tasks,
+        job_size=50,
+        storage={"leader": as_url(leader_db), "helper": as_url(helper_db)},
+        workers=2,
+        lease_seconds=2.0,
+        helpers=3,
+        front_ends=2,
+    )
+    d = Deployment(local)
+    try:
+        now = int(time.time())
+        t = now - now % TP - TP
+        errors: list[BaseException] = []
+
+        def upload(name: str) -> None:
+            try:
+                client = d.client(name)
+                vs = values[name]
+                for at in range(0, len(vs), 100):
+                    chunk = vs[at : at + 100]
+                    assert client.upload_batch(chunk, report_time=t).accepted == len(chunk)
+            except BaseException as e:
+                errors.append(e)
+
+        uploads = [threading.Thread(target=upload, args=(name,)) for name in tasks]
+        for u in uploads:
+            u.start()
+        # The chaos loop: a random worker or helper killed and started again,
+        # while uploads and aggregation go on.
+        rng = random.Random(secrets.randbits(64))
+        victims = [*local.workers, *local.helpers]
+        for _ in range(kills):
+            time.sleep(rng.uniform(0.2, 1.0))
+            victim = rng.choice(victims)
+            victim.stop(signal.SIGKILL)
+            if victim.role == "worker":
+                victim.start_worker()
+            else:
+                victim.start(timeout=60)
+        for u in uploads:
+            u.join(timeout=600)
+        assert not errors, errors
+        with d.collector("count") as c:
+            r = c.collect(t, TP, wait=300)
+        assert (r.report_count, r.estimate) == (per_task, sum(values["count"]))
+        with d.collector("sum") as c:
+            r = c.collect(t, TP, wait=300)
+        assert (r.report_count, r.estimate) == (per_task, sum(values["sum"]))
+        with d.collector("noisy") as c:
+            c.collect(t, TP, wait=300)
+        for db in (leader_db, helper_db):
+            with psycopg.connect(db) as conn:
+                spends = conn.execute("SELECT count(*) FROM dp_spends").fetchone()
+                assert spends == (1,), db
+        with psycopg.connect(helper_db) as conn:
+            row = conn.execute("SELECT count(*), count(DISTINCT report_id) FROM helper_reports")
+            assert row.fetchone() == (3 * per_task, 3 * per_task)
+    finally:
+        d.stop()

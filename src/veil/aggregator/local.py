@@ -8,7 +8,8 @@ until both report SERVING through gRPC health checking. Always `stop()` it
 With `storage` URLs the servers use PostgreSQL; with `workers`, the leader is
 an upload front end only and that many `veil worker` processes aggregate; with
 `helpers` > 1 (PostgreSQL only), that many helper processes serve the one
-helper address (SO_REUSEPORT).
+helper address (SO_REUSEPORT), and with `front_ends` > 1 that many leader
+processes the leader's.
 """
 
 from __future__ import annotations
@@ -135,6 +136,24 @@ class ServerProcess:
         return proc.returncode
 
 
+def _copy(server: ServerProcess, i: int) -> ServerProcess:
+    """Another process of `server`'s role on its address (SO_REUSEPORT): its
+    config, with its own metrics port and log."""
+    server.shared = True
+    text = server.config.read_text()
+    metrics_address = None
+    if server.metrics_address is not None:
+        metrics_address = f"127.0.0.1:{free_port()}"
+        text = text.replace(server.metrics_address, metrics_address)
+    config = server.config.with_name(f"{server.role}{i}.toml")
+    config.write_text(text)
+    config.chmod(0o600)
+    log = server.log.with_name(f"{server.role}{i}.log")
+    return ServerProcess(
+        server.role, config, log, server.address, None, metrics_address, shared=True
+    )
+
+
 @dataclass
 class LocalDeployment:
     root: Path
@@ -142,12 +161,18 @@ class LocalDeployment:
     leader: ServerProcess
     helper: ServerProcess
     workers: list[ServerProcess]
-    # Further helper processes on the helper's address (after `helper`).
+    # Further helper processes on the helper's address (after `helper`), and
+    # further leader front ends on the leader's.
     more_helpers: list[ServerProcess]
+    more_front_ends: list[ServerProcess]
 
     @property
     def helpers(self) -> list[ServerProcess]:
         return [self.helper, *self.more_helpers]
+
+    @property
+    def front_ends(self) -> list[ServerProcess]:
+        return [self.leader, *self.more_front_ends]
 
     @classmethod
     def start(
@@ -163,6 +188,7 @@ class LocalDeployment:
         start_workers: bool = True,
         extra_config: Mapping[str, Any] | None = None,
         helpers: int = 1,
+        front_ends: int = 1,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
@@ -220,34 +246,25 @@ class LocalDeployment:
             )
             for i in range(workers)
         ]
-        more = []
-        for i in range(1, helpers):
-            # The helper's config, each with its own metrics port.
-            text = (root / "helper.toml").read_text()
-            metrics_address = None
-            if servers["helper"].metrics_address is not None:
-                metrics_address = f"127.0.0.1:{free_port()}"
-                text = text.replace(servers["helper"].metrics_address, metrics_address)
-            (root / f"helper{i}.toml").write_text(text)
-            (root / f"helper{i}.toml").chmod(0o600)
-            more.append(
-                ServerProcess(
-                    "helper",
-                    root / f"helper{i}.toml",
-                    root / f"helper{i}.log",
-                    helper_addr,
-                    None,
-                    metrics_address,
-                    shared=True,
-                )
-            )
-        servers["helper"].shared = helpers > 1
-        dep = cls(root, files, servers["leader"], servers["helper"], worker_procs, more)
+        more = {
+            role: [_copy(servers[role], i) for i in range(1, n)]
+            for role, n in (("helper", helpers), ("leader", front_ends))
+        }
+        dep = cls(
+            root,
+            files,
+            servers["leader"],
+            servers["helper"],
+            worker_procs,
+            more["helper"],
+            more["leader"],
+        )
         try:
             for h in dep.helpers:
                 h.start()
-            # The front end first: it makes the HPKE key the workers then read.
-            dep.leader.start()
+            # The front ends first: they make the HPKE key the workers then read.
+            for front_end in dep.front_ends:
+                front_end.start()
             for w in worker_procs if start_workers else []:
                 w.start_worker()
         except BaseException:
@@ -258,7 +275,8 @@ class LocalDeployment:
     def stop(self) -> None:
         for w in self.workers:
             w.stop()
-        self.leader.stop()
+        for front_end in self.front_ends:
+            front_end.stop()
         for h in self.helpers:
             h.stop()
 
