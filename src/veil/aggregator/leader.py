@@ -360,11 +360,14 @@ class Leader(AggregatorBase[LeaderTask]):
                     log.warning(
                         "aggregation job %s is for a task not configured here", job_id.hex()
                     )
-            progress |= self._run_aggregation_jobs(ours)
+            finished = self._run_aggregation_jobs(ours)
+            progress |= finished
             if self.helper_unreachable:
                 return progress
             if len(ours) < len(leased):
                 break  # we would lease the foreign jobs again first
+            if not finished:
+                break  # every job failed and waits for its retry: collections go on
         for record in self.store.acquire_collections(self.worker_id, self.lease_seconds, 16):
             if self.should_stop():
                 return progress
