@@ -4,7 +4,9 @@ task whose file changed is not reloaded (task parameters are immutable)."""
 
 from __future__ import annotations
 
+import secrets
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -68,6 +70,19 @@ def test_sighup_serves_added_tasks(tmp_path: Path) -> None:
             except UploadError:
                 assert time.monotonic() < deadline, (tmp_path / "leader.log").read_text()[-2000:]
                 time.sleep(0.2)
+        # ... and aggregated by the leader's driver, which sizes its jobs.
+        from veil.aggregator.storage import AGGREGATED
+
+        while True:
+            with sqlite3.connect(tmp_path / "leader.db") as db:
+                done = db.execute(
+                    "SELECT COUNT(*) FROM reports WHERE task_id = ? AND state = ?",
+                    (files["added"].client.task_id, AGGREGATED),
+                ).fetchone()[0]
+            if done == 1:
+                break
+            assert time.monotonic() < deadline, (tmp_path / "leader.log").read_text()[-2000:]
+            time.sleep(0.2)
         # The first task is served as before, by the same processes.
         with Client(files["first"].client, retries=0) as client:
             assert client.upload(0).accepted == 1
@@ -76,3 +91,75 @@ def test_sighup_serves_added_tasks(tmp_path: Path) -> None:
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.mark.postgres
+def test_sighup_reaches_aggregation_workers(tmp_path: Path, postgres_server: str) -> None:
+    """A leader front end without a driver, one `veil worker` (both on
+    PostgreSQL) and the helper: after SIGHUP to all three, a task added to the
+    configs is aggregated."""
+    from tests.support.postgres import as_url, with_schema
+    from veil.aggregator.postgres import PostgresDatastore
+
+    leader_db = with_schema(postgres_server, f"leader_{secrets.token_hex(4)}")
+
+    leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    files: dict[str, TaskFiles] = {}
+    for name in ("first", "added"):
+        files[name] = new_task(
+            VdafSpec("count"), leader, helper, min_batch_size=1, dp=DpSpec("geometric", "1")
+        )
+        for role in ("leader", "helper"):
+            write_toml(
+                tmp_path / f"{name}.{role}.toml", getattr(files[name], role).to_dict(), secret=True
+            )
+
+    def configs(names: list[str]) -> None:
+        write_configs(tmp_path, leader, helper, names)
+        text = (
+            (tmp_path / "leader.toml").read_text().replace('"leader.db"', repr(as_url(leader_db)))
+        )
+        (tmp_path / "leader.toml").write_text(text + "\n[driver]\nenabled = false\n")
+
+    configs(["first"])
+    helper_p = ServerProcess("helper", tmp_path / "helper.toml", tmp_path / "helper.log", helper)
+    leader_p = ServerProcess("leader", tmp_path / "leader.toml", tmp_path / "leader.log", leader)
+    worker = ServerProcess("leader", tmp_path / "leader.toml", tmp_path / "worker.log", leader)
+    processes = [helper_p, leader_p, worker]
+    try:
+        helper_p.start()
+        leader_p.start()
+        worker.start_worker()
+        # A process takes SIGHUP once its handler is installed, just after it
+        # says it started (before, the signal's default action ends it).
+        deadline = time.monotonic() + 60
+        while "started" not in (tmp_path / "worker.log").read_text():
+            assert time.monotonic() < deadline and worker.proc is not None
+            assert worker.proc.poll() is None, (tmp_path / "worker.log").read_text()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        configs(["first", "added"])
+        for p in processes:
+            assert p.proc is not None
+            p.proc.send_signal(signal.SIGHUP)
+        added = files["added"].client
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with Client(added, retries=0) as client:
+                    client.upload_batch([1, 0, 1])
+                break
+            except UploadError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        store = PostgresDatastore(leader_db, pool_size=1)
+        try:
+            while store.unaggregated_count(added.task_id, 0, 2**62) > 0:
+                assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()[-2000:]
+                time.sleep(0.2)
+        finally:
+            store.close()
+        assert "SIGHUP: 1 new task(s) served" in (tmp_path / "worker.log").read_text()
+    finally:
+        for p in processes:
+            p.stop()

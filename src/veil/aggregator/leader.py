@@ -27,6 +27,7 @@ from typing import Protocol
 from veil.aggregator.core import (
     REPORT_DROPPED,
     AggregatorBase,
+    ReportSizes,
     VerifyInitItem,
     VerifyResult,
     accumulate,
@@ -171,16 +172,14 @@ class Leader(AggregatorBase[LeaderTask]):
         retry_seconds: float = 1.0,
         max_retry_seconds: float = 300.0,
     ) -> None:
+        self.job_size = job_size
+        self.max_job_bytes = max_job_bytes
+        # Reports per job, per task (filled by add_tasks): job_size, or fewer
+        # where that many reports would make a request larger than max_job_bytes.
+        self.job_sizes: dict[bytes, int] = {}
         super().__init__(tasks, store, clock or time.time, metrics)
         self.helper = helper
         self.privacy = privacy
-        self.job_size = job_size
-        # Reports per job, per task: job_size, or fewer where that many
-        # reports would make a request larger than max_job_bytes.
-        self.job_sizes = {
-            tid: max(1, min(job_size, max_job_bytes // sizes.job_item_bytes()))
-            for tid, sizes in self.sizes.items()
-        }
         # Who holds a leased job: unique per driver, so two processes never
         # mistake each other's leases for their own.
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -201,6 +200,17 @@ class Leader(AggregatorBase[LeaderTask]):
         self._helper_calls = ThreadPoolExecutor(1, thread_name_prefix="helper-call")
 
     # --- upload -----------------------------------------------------------
+
+    def add_tasks(self, tasks: Mapping[bytes, LeaderTask]) -> list[LeaderTask]:
+        """AggregatorBase.add_tasks, and each new task's job size."""
+        # Sized before the tasks become visible to the driver.
+        for tid, t in tasks.items():
+            if tid not in self.job_sizes:
+                sizes = ReportSizes.of(t.vdaf.instantiate())
+                self.job_sizes[tid] = max(
+                    1, min(self.job_size, self.max_job_bytes // sizes.job_item_bytes())
+                )
+        return super().add_tasks(tasks)
 
     def upload(self, task_id: bytes, reports: Sequence[Report]) -> tuple[int, int]:
         """Validate and store reports, all or nothing. Returns (stored, duplicates)."""

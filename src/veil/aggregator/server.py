@@ -577,70 +577,86 @@ class AggregatorServer:
         self._close_store()
 
     def reload_tasks(self, config_path: Path) -> list[AggregatorTask]:
-        """Read the config again and serve the task files added to it since the
-        server started (SIGHUP). Other changes to the config need a restart; a
-        served task whose file changed is refused (tasks are immutable), and
-        then nothing is added. Returns the tasks added."""
-        config = load_config(config_path)
+        """Serve the task files added to the config since the server started
+        (SIGHUP; see `reload_tasks`). Returns the tasks added."""
         kind = LeaderTask if self.role == "leader" else HelperTask
-        tasks = tasks_of_role(config, kind)
-        served = self.logic.tasks
-        new = [t for tid, t in tasks.items() if tid not in served]
-        for tid, t in tasks.items():
-            if tid in served and served[tid] != t:
-                raise ConfigError(
-                    f"task {t.id_text} changed in its file; task parameters are immutable"
-                )
-        # The ledger first: a task must never be served without its budget.
-        self.privacy.add_tasks(new)
-        added = self.logic.add_tasks({t.task_id: t for t in new})
-        self.config = dataclasses.replace(
-            self.config,
-            tasks=[*self.config.tasks, *added],
-            task_paths=self.config.task_paths
-            + tuple(
-                path
-                for t, path in zip(config.tasks, config.task_paths, strict=True)
-                if t.task_id in {a.task_id for a in added}
-            ),
-        )
+        self.config, added = reload_tasks(config_path, self.config, kind, self.privacy, self.logic)
         return added
 
     def serve_forever(self, config_path: Path | None = None) -> None:
         """Start, then block until SIGTERM or SIGINT, then stop gracefully.
         With `config_path`, SIGHUP loads task files added to the config."""
-        done = threading.Event()
-        reload = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            done.set()
-
-        def on_hangup(signum: int, frame: FrameType | None) -> None:
-            reload.set()
-            done.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        if config_path is not None:
-            signal.signal(signal.SIGHUP, on_hangup)
         self.start()
-        while True:
-            done.wait()
-            if not reload.is_set():
-                break
-            reload.clear()
-            done.clear()
-            assert config_path is not None
-            try:
-                added = self.reload_tasks(config_path)
-                log.info(
-                    "SIGHUP: %d new task(s) served: %s",
-                    len(added),
-                    ", ".join(t.id_text for t in added) or "none",
-                )
-            except (ConfigError, TaskError, ValueError) as e:
-                log.error("SIGHUP: tasks not reloaded: %s", e)
+        wait_for_signals(config_path, self.reload_tasks)
         self.stop()
+
+
+def reload_tasks(
+    config_path: Path,
+    config: ServerConfig,
+    kind: type[AggregatorTask],
+    privacy: PrivacyEngine,
+    logic: AggregatorBase[Any],
+) -> tuple[ServerConfig, list[AggregatorTask]]:
+    """Read the config again and serve the task files added to it since the
+    process started (SIGHUP). Other changes to the config need a restart; a
+    served task whose file changed is refused (tasks are immutable), and then
+    nothing is added. Returns the updated config and the tasks added."""
+    fresh = load_config(config_path)
+    tasks = tasks_of_role(fresh, kind)
+    served = logic.tasks
+    for tid, t in tasks.items():
+        if tid in served and served[tid] != t:
+            raise ConfigError(
+                f"task {t.id_text} changed in its file; task parameters are immutable"
+            )
+    new = [t for tid, t in tasks.items() if tid not in served]
+    # The ledger first: a task must never be served without its budget.
+    privacy.add_tasks(new)
+    added = logic.add_tasks({t.task_id: t for t in new})
+    ids = {a.task_id for a in added}
+    paths = tuple(p for t, p in zip(fresh.tasks, fresh.task_paths, strict=True) if t.task_id in ids)
+    config = dataclasses.replace(
+        config, tasks=[*config.tasks, *added], task_paths=config.task_paths + paths
+    )
+    return config, added
+
+
+def wait_for_signals(
+    config_path: Path | None, on_reload: Callable[[Path], list[AggregatorTask]]
+) -> None:
+    """Block until SIGTERM or SIGINT; on SIGHUP (with a config path) call
+    `on_reload`, in this (the main) thread, and log what it added."""
+    done = threading.Event()
+    reload = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    def on_hangup(signum: int, frame: FrameType | None) -> None:
+        reload.set()
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if config_path is not None:
+        signal.signal(signal.SIGHUP, on_hangup)
+    while True:
+        done.wait()
+        if not reload.is_set():
+            return
+        reload.clear()
+        done.clear()
+        assert config_path is not None
+        try:
+            added = on_reload(config_path)
+            log.info(
+                "SIGHUP: %d new task(s) served: %s",
+                len(added),
+                ", ".join(t.id_text for t in added) or "none",
+            )
+        except (ConfigError, TaskError, ValueError) as e:
+            log.error("SIGHUP: tasks not reloaded: %s", e)
 
 
 def drive(leader: Leader, stop: threading.Event, idle: float) -> None:
@@ -685,22 +701,33 @@ class AggregationWorker:
         self._stop = threading.Event()
         self.leader.should_stop = self._stop.is_set
 
-    def serve_forever(self) -> None:
-        """Drive until SIGTERM or SIGINT; then finish the current step and stop."""
+    def reload_tasks(self, config_path: Path) -> list[AggregatorTask]:
+        """Drive the task files added to the config since the worker started."""
+        self.config, added = reload_tasks(
+            config_path, self.config, LeaderTask, self.privacy, self.leader
+        )
+        return added
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            self._stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+    def serve_forever(self, config_path: Path | None = None) -> None:
+        """Drive until SIGTERM or SIGINT; then finish the current step and stop.
+        With `config_path`, SIGHUP loads task files added to the config."""
         if self.metrics_listen is not None:
             host, _, port = self.metrics_listen.rpartition(":")
             bound = self.metrics.serve(host.strip("[]"), int(port))
             log.info("metrics on http://%s:%d/metrics", host, bound)
         log.info("worker %s started", self.leader.worker_id)
+        # The driver runs in its own thread so that a reload (main thread,
+        # between signals) never runs inside one of its database steps.
+        driver = threading.Thread(
+            target=lambda: drive(self.leader, self._stop, self.config.driver_interval),
+            name="driver",
+        )
+        driver.start()
         try:
-            drive(self.leader, self._stop, self.config.driver_interval)
+            wait_for_signals(config_path, self.reload_tasks)
         finally:
+            self._stop.set()
+            driver.join()
             log.info("worker %s stopping", self.leader.worker_id)
             self.metrics.stop()
             self._close_store()

@@ -42,7 +42,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as e:
         print(f"veil worker: {e}", file=sys.stderr)
         return 2
-    worker.serve_forever()
+    worker.serve_forever(Path(args.config))
     return 0
 
 
