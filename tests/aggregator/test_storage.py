@@ -17,6 +17,7 @@ from tests.support.backends import Backend
 from veil.aggregator.core import share_merge
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import (
+    _LEGACY_SCHEMA,
     KEY_ACTIVE,
     KEY_EXPIRED,
     KEY_PENDING,
@@ -31,6 +32,7 @@ from veil.aggregator.storage import (
     SqliteDatastore,
     StorageConflict,
 )
+from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
 from veil.dp import BudgetLedger
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
@@ -567,5 +569,34 @@ def test_both_backends_make_the_same_tables_and_columns(tmp_path: Path, postgres
     pg: dict[str, set[str]] = {}
     for table, column in rows:
         pg.setdefault(table, set()).add(column)
-    pg.pop("veil_schema")  # PostgreSQL's migration record
     assert lite == pg
+    assert "veil_schema" in lite  # one schema-version table on both
+
+
+def test_an_sqlite_file_from_before_the_numbered_migrations_is_adopted(tmp_path: Path) -> None:
+    # A file as the first release made it (no veil_schema, no lease or key
+    # columns), holding a report: opened, it gets every column and the
+    # current version, and keeps its data.
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as db:
+        db.executescript(_LEGACY_SCHEMA)
+        db.execute(
+            "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct, helper_ct)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (TASK, report(1).report_id, 3600, b"ps", CT.to_bytes(), CT.to_bytes()),
+        )
+    store = SqliteDatastore(old)
+    assert store.unaggregated_count(TASK, 0, 7200) == 1
+    store.close()
+    fresh = tmp_path / "fresh.db"
+    SqliteDatastore(fresh).close()
+
+    def columns(path: Path) -> dict[str, list[str]]:
+        with sqlite3.connect(path) as db:
+            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            return {t: sorted(r[1] for r in db.execute(f"PRAGMA table_info({t})")) for t in names}
+
+    assert columns(old) == columns(fresh)
+    with sqlite3.connect(old) as db:
+        versions = [r[0] for r in db.execute("SELECT version FROM veil_schema ORDER BY version")]
+    assert versions == list(range(LEGACY_VERSION, len(MIGRATIONS) + 1))

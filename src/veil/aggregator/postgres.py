@@ -64,6 +64,7 @@ from veil.aggregator.storage import (
     gc_statements,
 )
 from veil.aggregator.store import units
+from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
 from veil.aggregator.store.tx import PostgresTx
 from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
 from veil.hpke import HpkeConfig, HpkeKeypair
@@ -85,80 +86,6 @@ _MAX_PAUSE = 0.2
 
 # The database's clock, so that leases mean the same on every machine.
 _NOW = "extract(epoch from clock_timestamp())"
-
-# Each entry is one migration; a deployed database records how many it holds.
-# Never edit an entry once released: append a new one.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE hpke_keys (
-        config_id INTEGER PRIMARY KEY, public_key BYTEA NOT NULL, private_key BYTEA NOT NULL,
-        created DOUBLE PRECISION NOT NULL);
-    CREATE TABLE reports (
-        task_id BYTEA NOT NULL, report_id BYTEA NOT NULL, time BIGINT NOT NULL,
-        public_share BYTEA NOT NULL, leader_ct BYTEA NOT NULL, helper_ct BYTEA NOT NULL,
-        state SMALLINT NOT NULL DEFAULT 0, job_id BYTEA, reason TEXT,
-        PRIMARY KEY (task_id, report_id));
-    CREATE INDEX reports_state ON reports (task_id, state, time);
-    CREATE INDEX reports_job ON reports (task_id, job_id);
-    CREATE TABLE aggregation_jobs (
-        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, state TEXT NOT NULL,
-        created DOUBLE PRECISION NOT NULL, lease_owner TEXT,
-        lease_expiry DOUBLE PRECISION NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (task_id, job_id));
-    CREATE INDEX aggregation_jobs_open ON aggregation_jobs (created) WHERE state = 'open';
-    CREATE TABLE batch_aggregates (
-        task_id BYTEA NOT NULL, bucket BIGINT NOT NULL, agg_share BYTEA,
-        report_count BIGINT NOT NULL, checksum BYTEA NOT NULL, collected_by BYTEA,
-        PRIMARY KEY (task_id, bucket));
-    CREATE TABLE rejections (
-        task_id BYTEA NOT NULL, reason TEXT NOT NULL, count BIGINT NOT NULL,
-        PRIMARY KEY (task_id, reason));
-    CREATE TABLE collections (
-        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, start BIGINT NOT NULL,
-        duration BIGINT NOT NULL, state TEXT NOT NULL, report_count BIGINT NOT NULL,
-        checksum BYTEA NOT NULL, leader_ct BYTEA, helper_ct BYTEA, error_code INTEGER NOT NULL,
-        error_message TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, lease_owner TEXT,
-        lease_expiry DOUBLE PRECISION NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (task_id, job_id));
-    CREATE INDEX collections_pending ON collections (created) WHERE state = 'pending';
-    CREATE TABLE helper_jobs (
-        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, request_hash BYTEA NOT NULL,
-        response BYTEA NOT NULL, PRIMARY KEY (task_id, job_id));
-    CREATE TABLE helper_reports (
-        task_id BYTEA NOT NULL, report_id BYTEA NOT NULL, PRIMARY KEY (task_id, report_id));
-    """,
-    # The privacy budget ledger (veil.dp.budget); amounts are exact fractions as text.
-    """
-    CREATE TABLE dp_surveys (survey_id TEXT PRIMARY KEY, total TEXT NOT NULL, unit TEXT NOT NULL);
-    CREATE TABLE dp_tasks (
-        task_id TEXT PRIMARY KEY, total TEXT NOT NULL, unit TEXT NOT NULL,
-        survey_id TEXT REFERENCES dp_surveys (survey_id));
-    CREATE INDEX dp_tasks_survey ON dp_tasks (survey_id);
-    CREATE TABLE dp_spends (
-        collection_id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES dp_tasks (task_id),
-        amount TEXT NOT NULL, batch_start BIGINT NOT NULL, batch_end BIGINT NOT NULL);
-    CREATE INDEX dp_spends_task ON dp_spends (task_id);
-    """,
-    # HPKE key rotation states; what garbage collection needs to know about
-    # the helper's replay records and job records (veil.aggregator.maintenance).
-    """
-    ALTER TABLE hpke_keys ADD COLUMN state TEXT NOT NULL DEFAULT 'active';
-    ALTER TABLE hpke_keys ADD COLUMN expires_at DOUBLE PRECISION;
-    ALTER TABLE helper_reports ADD COLUMN time BIGINT;
-    ALTER TABLE helper_reports ADD COLUMN job_id BYTEA;
-    ALTER TABLE helper_jobs ADD COLUMN created DOUBLE PRECISION;
-    CREATE INDEX helper_reports_time ON helper_reports (task_id, time);
-    CREATE INDEX helper_reports_job ON helper_reports (task_id, job_id);
-    """,
-    # Failed jobs wait before they are leased again (retry_at), and say why.
-    """
-    ALTER TABLE aggregation_jobs ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
-    ALTER TABLE aggregation_jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
-    ALTER TABLE aggregation_jobs ADD COLUMN error TEXT;
-    ALTER TABLE collections ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
-    ALTER TABLE collections ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
-    """,
-)
 
 
 def is_postgres_url(storage: str) -> bool:
@@ -182,17 +109,10 @@ def migrate(conninfo: str) -> int:
             # Taken first, so each later statement (READ COMMITTED) sees what a
             # process that migrated before us committed.
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS veil_schema (version INTEGER NOT NULL,"
-                " applied DOUBLE PRECISION NOT NULL)"
-            )
+            conn.execute(SCHEMA_TABLE)
             row = conn.execute("SELECT max(version) FROM veil_schema").fetchone()
             current = int(row[0]) if row is not None and row[0] is not None else 0
-            if current > len(MIGRATIONS):
-                raise RuntimeError(
-                    f"the database's schema is version {current}, newer than this veil"
-                    f" ({len(MIGRATIONS)}): upgrade veil"
-                )
+            check_version(current)
             for version in range(current + 1, len(MIGRATIONS) + 1):
                 conn.execute(MIGRATIONS[version - 1].encode())
                 conn.execute("INSERT INTO veil_schema VALUES (%s, %s)", (version, _time.time()))

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from veil.aggregator.store import units
+from veil.aggregator.store.migrations import migrate_sqlite
 from veil.aggregator.store.records import (
     AGGREGATED,
     COLLECTION_COLS,
@@ -219,7 +220,9 @@ class Datastore(Protocol):
     def collections(self, task_id: bytes) -> list[CollectionRecord]: ...
 
 
-_SCHEMA = """
+# The schema of SQLite files from before the numbered migrations
+# (veil.aggregator.store.migrations), kept to bring such a file up to date.
+_LEGACY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS hpke_keys (
     config_id INTEGER PRIMARY KEY, public_key BLOB NOT NULL, private_key BLOB NOT NULL,
     created REAL NOT NULL);
@@ -254,7 +257,7 @@ CREATE TABLE IF NOT EXISTS helper_reports (
     task_id BLOB NOT NULL, report_id BLOB NOT NULL, PRIMARY KEY (task_id, report_id));
 """
 
-# Columns added after the first release; _migrate adds them to older files.
+# Columns added after the first release; _legacy_upgrade adds them to older files.
 # A lease is (owner, expiry in epoch seconds); expiry 0 means nobody holds the job.
 _ADDED_COLUMNS = (
     ("hpke_keys", "state", "TEXT NOT NULL DEFAULT 'active'"),
@@ -386,13 +389,15 @@ class SqliteDatastore:
         self._claim: int | None = None
         if self.path != ":memory:" and not self.path.startswith("file:"):
             _owner_only(self.path)
-        db = self._conn()
-        # executescript commits on its own; the schema is idempotent.
-        db.executescript(_SCHEMA)
-        self._migrate(db)
+        migrate_sqlite(self._conn(), self._legacy_upgrade)
 
     @staticmethod
-    def _migrate(db: sqlite3.Connection) -> None:
+    def _legacy_upgrade(db: sqlite3.Connection) -> None:
+        """A file from before the numbered migrations: its tables (as the first
+        release made them) and the columns added since, one by one."""
+        for statement in _LEGACY_SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
         for table, column, decl in _ADDED_COLUMNS:
             have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
             if column not in have:

@@ -1,0 +1,157 @@
+"""One numbered list of schema migrations for both backends, and one
+schema-version table (`veil_schema`) recording how many a database holds.
+
+The statements are written in PostgreSQL's dialect; SQLite runs them with its
+type names (`sqlite_statements`). An SQLite file from before this list (no
+`veil_schema`) is brought up to LEGACY_VERSION by the old column-by-column
+upgrade (veil.aggregator.storage) and recorded as that version, then migrated
+like any other.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time as _time
+from collections.abc import Callable
+
+# Each entry is one migration; a deployed database records how many it holds.
+# Never edit an entry once released: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE hpke_keys (
+        config_id INTEGER PRIMARY KEY, public_key BYTEA NOT NULL, private_key BYTEA NOT NULL,
+        created DOUBLE PRECISION NOT NULL);
+    CREATE TABLE reports (
+        task_id BYTEA NOT NULL, report_id BYTEA NOT NULL, time BIGINT NOT NULL,
+        public_share BYTEA NOT NULL, leader_ct BYTEA NOT NULL, helper_ct BYTEA NOT NULL,
+        state SMALLINT NOT NULL DEFAULT 0, job_id BYTEA, reason TEXT,
+        PRIMARY KEY (task_id, report_id));
+    CREATE INDEX reports_state ON reports (task_id, state, time);
+    CREATE INDEX reports_job ON reports (task_id, job_id);
+    CREATE TABLE aggregation_jobs (
+        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, state TEXT NOT NULL,
+        created DOUBLE PRECISION NOT NULL, lease_owner TEXT,
+        lease_expiry DOUBLE PRECISION NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (task_id, job_id));
+    CREATE INDEX aggregation_jobs_open ON aggregation_jobs (created) WHERE state = 'open';
+    CREATE TABLE batch_aggregates (
+        task_id BYTEA NOT NULL, bucket BIGINT NOT NULL, agg_share BYTEA,
+        report_count BIGINT NOT NULL, checksum BYTEA NOT NULL, collected_by BYTEA,
+        PRIMARY KEY (task_id, bucket));
+    CREATE TABLE rejections (
+        task_id BYTEA NOT NULL, reason TEXT NOT NULL, count BIGINT NOT NULL,
+        PRIMARY KEY (task_id, reason));
+    CREATE TABLE collections (
+        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, start BIGINT NOT NULL,
+        duration BIGINT NOT NULL, state TEXT NOT NULL, report_count BIGINT NOT NULL,
+        checksum BYTEA NOT NULL, leader_ct BYTEA, helper_ct BYTEA, error_code INTEGER NOT NULL,
+        error_message TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, lease_owner TEXT,
+        lease_expiry DOUBLE PRECISION NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (task_id, job_id));
+    CREATE INDEX collections_pending ON collections (created) WHERE state = 'pending';
+    CREATE TABLE helper_jobs (
+        task_id BYTEA NOT NULL, job_id BYTEA NOT NULL, request_hash BYTEA NOT NULL,
+        response BYTEA NOT NULL, PRIMARY KEY (task_id, job_id));
+    CREATE TABLE helper_reports (
+        task_id BYTEA NOT NULL, report_id BYTEA NOT NULL, PRIMARY KEY (task_id, report_id));
+    """,
+    # The privacy budget ledger (veil.dp.budget); amounts are exact fractions as text.
+    """
+    CREATE TABLE dp_surveys (survey_id TEXT PRIMARY KEY, total TEXT NOT NULL, unit TEXT NOT NULL);
+    CREATE TABLE dp_tasks (
+        task_id TEXT PRIMARY KEY, total TEXT NOT NULL, unit TEXT NOT NULL,
+        survey_id TEXT REFERENCES dp_surveys (survey_id));
+    CREATE INDEX dp_tasks_survey ON dp_tasks (survey_id);
+    CREATE TABLE dp_spends (
+        collection_id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES dp_tasks (task_id),
+        amount TEXT NOT NULL, batch_start BIGINT NOT NULL, batch_end BIGINT NOT NULL);
+    CREATE INDEX dp_spends_task ON dp_spends (task_id);
+    """,
+    # HPKE key rotation states; what garbage collection needs to know about
+    # the helper's replay records and job records (veil.aggregator.maintenance).
+    """
+    ALTER TABLE hpke_keys ADD COLUMN state TEXT NOT NULL DEFAULT 'active';
+    ALTER TABLE hpke_keys ADD COLUMN expires_at DOUBLE PRECISION;
+    ALTER TABLE helper_reports ADD COLUMN time BIGINT;
+    ALTER TABLE helper_reports ADD COLUMN job_id BYTEA;
+    ALTER TABLE helper_jobs ADD COLUMN created DOUBLE PRECISION;
+    CREATE INDEX helper_reports_time ON helper_reports (task_id, time);
+    CREATE INDEX helper_reports_job ON helper_reports (task_id, job_id);
+    """,
+    # Failed jobs wait before they are leased again (retry_at), and say why.
+    """
+    ALTER TABLE aggregation_jobs ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+    ALTER TABLE aggregation_jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE aggregation_jobs ADD COLUMN error TEXT;
+    ALTER TABLE collections ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+    ALTER TABLE collections ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+    """,
+)
+
+SCHEMA_TABLE = (
+    "CREATE TABLE IF NOT EXISTS veil_schema (version INTEGER NOT NULL,"
+    " applied DOUBLE PRECISION NOT NULL)"
+)
+
+# What an SQLite file from before the numbered list held: the tables and
+# columns of migrations 1 to 4 (checked by the storage tests).
+LEGACY_VERSION = 4
+
+_SQLITE_TYPES = (
+    ("BYTEA", "BLOB"),
+    ("DOUBLE PRECISION", "REAL"),
+    ("BIGINT", "INTEGER"),
+    ("SMALLINT", "INTEGER"),
+    ("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS "),
+    ("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS "),
+)
+
+
+def check_version(current: int) -> None:
+    if current > len(MIGRATIONS):
+        raise RuntimeError(
+            f"the database's schema is version {current}, newer than this veil"
+            f" ({len(MIGRATIONS)}): upgrade veil"
+        )
+
+
+def sqlite_statements(migration: str) -> list[str]:
+    """A migration's statements in SQLite's dialect. IF NOT EXISTS: the budget
+    ledger (veil.dp.budget) may have made its tables in the file first."""
+    for pg, lite in _SQLITE_TYPES:
+        migration = migration.replace(pg, lite)
+    return [s.strip() for s in re.split(r";\s*\n", migration) if s.strip()]
+
+
+def migrate_sqlite(db: sqlite3.Connection, legacy: Callable[[sqlite3.Connection], None]) -> int:
+    """Bring an SQLite database (autocommit connection) up to date in one
+    transaction; returns the version it now has."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(SCHEMA_TABLE)
+        row = db.execute("SELECT max(version) FROM veil_schema").fetchone()
+        current = int(row[0]) if row is not None and row[0] is not None else 0
+        if (
+            current == 0
+            and db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'reports'"
+            ).fetchone()
+        ):
+            legacy(db)
+            # The ledger's tables (migration 2) were made by the ledger when
+            # it first opened the file, so a file may lack them.
+            for statement in sqlite_statements(MIGRATIONS[1]):
+                db.execute(statement)
+            current = LEGACY_VERSION
+            db.execute("INSERT INTO veil_schema VALUES (?, ?)", (current, _time.time()))
+        check_version(current)
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            for statement in sqlite_statements(MIGRATIONS[version - 1]):
+                db.execute(statement)
+            db.execute("INSERT INTO veil_schema VALUES (?, ?)", (version, _time.time()))
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return len(MIGRATIONS)
