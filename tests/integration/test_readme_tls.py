@@ -53,10 +53,14 @@ def test_readme_tls_trial_runs(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    out = tmp_path / "deployment"
+    # The block runs in its own directory (it writes the CAs' private keys).
+    trial = tmp_path / "trial"
+    out = trial / "deployment"
+    # Nothing beside it: in a checkout, the keys stay under the ignored trial/.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["examples", "trial"]
     cas = {}
     for role in ("leader", "helper"):
-        ca = x509.load_pem_x509_certificate((tmp_path / f"{role}-ca.crt").read_bytes())
+        ca = x509.load_pem_x509_certificate((trial / f"{role}-ca.crt").read_bytes())
         leaf = x509.load_pem_x509_certificate((out / role / "tls" / f"{role}.crt").read_bytes())
         cas[role] = ca
         assert leaf.issuer == ca.subject
