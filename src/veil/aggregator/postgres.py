@@ -47,28 +47,24 @@ from veil.aggregator.storage import (
     KEY_STATES,
     PENDING,
     REJECTED,
-    REPORT_STATE_NAMES,
     Backoff,
     BatchAggregate,
     BucketCollected,
     CollectionRecord,
     GcResult,
-    HelperJob,
     HpkeKey,
     ReportIdTaken,
     ShareMerge,
     StorageConflict,
-    _check_collection_update,
     collection_from_row,
-    collection_values,
     gc_statements,
 )
 from veil.aggregator.store import units
+from veil.aggregator.store.base import UnitStore
 from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
-from veil.aggregator.store.tx import PostgresTx
+from veil.aggregator.store.tx import PostgresTx, Tx
 from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
-from veil.hpke import HpkeConfig, HpkeKeypair
-from veil.messages import Ciphertext, Report
+from veil.messages import Report
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +140,7 @@ def _aggregate(row: Sequence[Any]) -> BatchAggregate:
     )
 
 
-class PostgresDatastore:
+class PostgresDatastore(UnitStore):
     """`Datastore` on PostgreSQL, safe to share between any number of processes."""
 
     def __init__(self, conninfo: str, pool_size: int = 8) -> None:
@@ -153,6 +149,12 @@ class PostgresDatastore:
 
     def close(self) -> None:
         self.pool.close()
+
+    def _read(self, work: Callable[[Tx], T]) -> T:
+        return self._run(lambda db: work(PostgresTx(db)))
+
+    def _write(self, work: Callable[[Tx], T]) -> T:
+        return self._run(lambda db: work(PostgresTx(db)))
 
     def _run(self, work: Callable[[Conn], T]) -> T:
         """Run `work` in one REPEATABLE READ transaction, again if it cannot be serialised."""
@@ -170,17 +172,6 @@ class PostgresDatastore:
         raise AssertionError("unreachable")
 
     # --- both roles -------------------------------------------------------
-
-    def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
-        return self._run(lambda db: units.batch_aggregates(PostgresTx(db), task_id, start, end))
-
-    def rejections(self, task_id: bytes) -> dict[str, int]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT reason, count FROM rejections WHERE task_id = %s", (task_id,)
-            ).fetchall()
-        )
-        return {str(r): int(n) for r, n in rows}
 
     # --- leader -----------------------------------------------------------
 
@@ -257,14 +248,6 @@ class PostgresDatastore:
 
         return self._run(work)
 
-    def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open' ORDER BY created"
-            ).fetchall()
-        )
-        return [(bytes(t), bytes(j)) for t, j in rows]
-
     def acquire_aggregation_jobs(
         self, owner: str, lease_seconds: float, limit: int
     ) -> list[tuple[bytes, bytes]]:
@@ -294,25 +277,6 @@ class PostgresDatastore:
             return cur.rowcount == 1
 
         return self._run(work)
-
-    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
-                " WHERE task_id = %s AND job_id = %s ORDER BY report_id",
-                (task_id, job_id),
-            ).fetchall()
-        )
-        return [
-            Report(
-                bytes(i),
-                int(t),
-                bytes(p),
-                Ciphertext.from_bytes(bytes(lc)),
-                Ciphertext.from_bytes(bytes(hc)),
-            )
-            for i, t, p, lc, hc in rows
-        ]
 
     def finish_aggregation_job(
         self,
@@ -350,42 +314,6 @@ class PostgresDatastore:
 
         self._run(work)
 
-    def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
-        row = self._run(
-            lambda db: db.execute(
-                "SELECT count(*) FROM reports WHERE task_id = %s AND state IN (%s, %s)"
-                " AND time >= %s AND time < %s",
-                (task_id, PENDING, IN_JOB, start, end),
-            ).fetchone()
-        )
-        assert row is not None
-        return int(row[0])
-
-    def put_collection(self, record: CollectionRecord) -> CollectionRecord:
-        """Insert a collection job, or return the stored one with the same id."""
-
-        def work(db: Conn) -> CollectionRecord:
-            row = db.execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s AND job_id = %s",
-                (record.task_id, record.job_id),
-            ).fetchone()
-            if row is not None:
-                old = collection_from_row(row)
-                if (old.start, old.duration) != (record.start, record.duration):
-                    raise StorageConflict("collection job id reused for another interval")
-                return old
-            db.execute(
-                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*collection_values(record), _time.time()),
-            )
-            return record
-
-        return self._run(work)
-
-    def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
-        return self._run(lambda db: units.get_collection(PostgresTx(db), task_id, job_id))
-
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
     ) -> list[CollectionRecord]:
@@ -401,34 +329,6 @@ class PostgresDatastore:
             ).fetchall()
         )
         return [collection_from_row(r[:-1]) for r in sorted(rows, key=lambda r: r[-1])]
-
-    @staticmethod
-    def _update_collection(db: Conn, record: CollectionRecord) -> None:
-        row = db.execute(
-            "SELECT leader_ct, state FROM collections WHERE task_id = %s AND job_id = %s"
-            " FOR UPDATE",
-            (record.task_id, record.job_id),
-        ).fetchone()
-        if row is None:
-            raise StorageConflict(f"no collection job {record.job_id.hex()}")
-        _check_collection_update(
-            None if row[0] is None else Ciphertext.from_bytes(bytes(row[0])), str(row[1]), record
-        )
-        _, _, _, _, *values = collection_values(record)
-        db.execute(
-            "UPDATE collections SET state = %s, report_count = %s, checksum = %s,"
-            " leader_ct = %s, helper_ct = %s, error_code = %s, error_message = %s"
-            " WHERE task_id = %s AND job_id = %s",
-            (*values, record.task_id, record.job_id),
-        )
-
-    def update_collection(self, record: CollectionRecord) -> None:
-        """As SqliteDatastore.update_collection (refuses to replace a leader share)."""
-        self._run(lambda db: self._update_collection(db, record))
-
-    def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
-        """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
-        self._run(lambda db: units.close_batch(PostgresTx(db), task_id, start, end, job_id, step))
 
     def defer_collection(
         self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
@@ -505,60 +405,9 @@ class PostgresDatastore:
 
         return self._run(work)
 
-    def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT job_id, state, failures, error FROM aggregation_jobs"
-                " WHERE task_id = %s AND error IS NOT NULL",
-                (task_id,),
-            ).fetchall()
-        )
-        return {bytes(j): (str(st), int(n), str(e)) for j, st, n, e in rows}
-
-    def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
-        def work(db: Conn) -> None:
-            if reopen:
-                db.execute(
-                    "UPDATE batch_aggregates SET collected_by = NULL"
-                    " WHERE task_id = %s AND collected_by = %s",
-                    (record.task_id, record.job_id),
-                )
-                db.execute(
-                    "DELETE FROM batch_aggregates WHERE task_id = %s AND report_count = 0"
-                    " AND agg_share IS NULL AND collected_by IS NULL",
-                    (record.task_id,),
-                )
-            self._update_collection(db, record)
-
-        self._run(work)
-
     # --- helper -----------------------------------------------------------
 
-    def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
-        return self._run(lambda db: units.helper_job(PostgresTx(db), task_id, job_id))
-
-    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
-        return self._run(lambda db: units.seen_reports(PostgresTx(db), task_id, report_ids))
-
-    def commit_helper_job(self, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
-        return self._run(lambda db: units.commit_helper_job(PostgresTx(db), job, merge))
-
-    def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
-        return self._run(lambda db: units.commit_helper_collection(PostgresTx(db), record, step))
-
     # --- operations: keys, garbage collection, status ----------------------
-
-    def hpke_keys(self) -> list[HpkeKey]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT config_id, public_key, private_key, state, created, expires_at"
-                " FROM hpke_keys ORDER BY created, config_id"
-            ).fetchall()
-        )
-        return [
-            HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
-            for c, pk, sk, st, cr, ex in rows
-        ]
 
     def add_first_hpke_key(self, key: HpkeKey) -> bool:
         """As SqliteDatastore.add_first_hpke_key."""
@@ -633,15 +482,6 @@ class PostgresDatastore:
 
         self._run(work)
 
-    def delete_expired_hpke_keys(self, now: float) -> list[int]:
-        rows = self._run(
-            lambda db: db.execute(
-                "DELETE FROM hpke_keys WHERE state = %s AND expires_at <= %s RETURNING config_id",
-                (KEY_EXPIRED, now),
-            ).fetchall()
-        )
-        return sorted(int(r[0]) for r in rows)
-
     def collect_garbage(
         self,
         task_id: bytes,
@@ -696,29 +536,6 @@ class PostgresDatastore:
         )
         assert row is not None
         return int(row[0])
-
-    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
-        rows = self._run(
-            lambda db: db.execute(
-                "SELECT time - time %% %s, state, count(*) FROM reports WHERE task_id = %s"
-                " GROUP BY 1, 2 ORDER BY 1",
-                (time_precision, task_id),
-            ).fetchall()
-        )
-        out: dict[int, dict[str, int]] = {}
-        for bucket, state, n in rows:
-            out.setdefault(int(bucket), {})[REPORT_STATE_NAMES[int(state)]] = int(n)
-        return out
-
-    def collections(self, task_id: bytes) -> list[CollectionRecord]:
-        rows = self._run(
-            lambda db: db.execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = %s"
-                " ORDER BY created, job_id",
-                (task_id,),
-            ).fetchall()
-        )
-        return [collection_from_row(r) for r in rows]
 
 
 # --------------------------------------------------------------------------- ledger

@@ -20,12 +20,13 @@ import os
 import sqlite3
 import threading
 import time as _time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from veil.aggregator.store import units
+from veil.aggregator.store.base import UnitStore
 from veil.aggregator.store.migrations import migrate_sqlite
 from veil.aggregator.store.records import (
     AGGREGATED,
@@ -58,9 +59,8 @@ from veil.aggregator.store.records import (
     is_transient_storage_error,
     merge_aggregate,
 )
-from veil.aggregator.store.tx import SqliteTx
-from veil.hpke import HpkeConfig, HpkeKeypair
-from veil.messages import Ciphertext, Report
+from veil.aggregator.store.tx import SqliteTx, Tx
+from veil.messages import Report
 
 # The record types live in veil.aggregator.store.records; importers of this
 # module still find them here.
@@ -95,6 +95,8 @@ __all__ = [
     "merge_aggregate",
 ]
 _aggregate = aggregate_from_row
+
+T = TypeVar("T")
 
 WAL_SIZE_LIMIT = 16 << 20
 # Report ids per IN (...) list: below SQLite's limit of 32766 parameters.
@@ -295,18 +297,6 @@ def _owner_only(path: str) -> None:
         os.close(fd)
 
 
-def _check_collection_update(
-    stored_leader_ct: Ciphertext | None, stored_state: str, record: CollectionRecord
-) -> None:
-    """Refuse an update that would replace a stored leader share or revive a done job."""
-    if stored_state != "pending":
-        raise StorageConflict(f"collection job {record.job_id.hex()} is already {stored_state}")
-    if stored_leader_ct is not None and record.leader_ct != stored_leader_ct:
-        raise StorageConflict(
-            f"collection job {record.job_id.hex()} already holds another leader share"
-        )
-
-
 # A bucket counts as collected for GC only once the collection that closed
 # it has finished: a failed collection may reopen its buckets (see
 # fail_collection), after which the report ids are needed again.
@@ -377,7 +367,7 @@ def gc_statements(
     return statements
 
 
-class SqliteDatastore:
+class SqliteDatastore(UnitStore):
     """`Datastore` on one SQLite file in WAL mode."""
 
     def __init__(self, path: Path | str, busy_timeout: float = 30.0) -> None:
@@ -459,6 +449,14 @@ class SqliteDatastore:
             ) from None
         self._claim = fd
 
+    def _read(self, work: Callable[[Tx], T]) -> T:
+        # Autocommit: each statement reads the latest committed state.
+        return work(SqliteTx(self._conn()))
+
+    def _write(self, work: Callable[[Tx], T]) -> T:
+        with self._tx() as db:
+            return work(SqliteTx(db))
+
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -469,15 +467,6 @@ class SqliteDatastore:
             self._claim = None
 
     # --- both roles -------------------------------------------------------
-
-    def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
-        return units.batch_aggregates(SqliteTx(self._conn()), task_id, start, end)
-
-    def rejections(self, task_id: bytes) -> dict[str, int]:
-        rows = self._conn().execute(
-            "SELECT reason, count FROM rejections WHERE task_id = ?", (task_id,)
-        )
-        return {r: n for r, n in rows}
 
     @staticmethod
     def _collected(db: sqlite3.Connection, task_id: bytes, buckets: set[int]) -> set[int]:
@@ -552,12 +541,6 @@ class SqliteDatastore:
             )
             return len(ids)
 
-    def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
-        rows = self._conn().execute(
-            "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open' ORDER BY created"
-        )
-        return [(bytes(t), bytes(j)) for t, j in rows]
-
     def acquire_aggregation_jobs(
         self, owner: str, lease_seconds: float, limit: int
     ) -> list[tuple[bytes, bytes]]:
@@ -588,26 +571,6 @@ class SqliteDatastore:
                 (_time.time() + lease_seconds, task_id, job_id, owner),
             )
             return cur.rowcount == 1
-
-    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]:
-        # Sorted here, not by ORDER BY: without table statistics SQLite would
-        # walk the primary key (every report of the task) to avoid a sort
-        # instead of looking the job up in reports_job.
-        rows = self._conn().execute(
-            "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
-            " WHERE task_id = ? AND job_id = ?",
-            (task_id, job_id),
-        )
-        return [
-            Report(
-                bytes(i),
-                t,
-                bytes(p),
-                Ciphertext.from_bytes(bytes(lc)),
-                Ciphertext.from_bytes(bytes(hc)),
-            )
-            for i, t, p, lc, hc in sorted(rows)
-        ]
 
     def finish_aggregation_job(
         self,
@@ -644,43 +607,6 @@ class SqliteDatastore:
                 (task_id, job_id),
             )
 
-    def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT COUNT(*) FROM reports WHERE task_id = ? AND state IN (?, ?)"
-                " AND time >= ? AND time < ?",
-                (task_id, PENDING, IN_JOB, start, end),
-            )
-            .fetchone()
-        )
-        return int(row[0])
-
-    def put_collection(self, record: CollectionRecord) -> CollectionRecord:
-        """Insert a collection job, or return the stored one with the same id.
-
-        Raises StorageConflict if the id is taken by a job for another interval.
-        """
-        with self._tx() as db:
-            row = db.execute(
-                f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? AND job_id = ?",
-                (record.task_id, record.job_id),
-            ).fetchone()
-            if row is not None:
-                old = collection_from_row(row)
-                if (old.start, old.duration) != (record.start, record.duration):
-                    raise StorageConflict("collection job id reused for another interval")
-                return old
-            db.execute(
-                f"INSERT INTO collections ({COLLECTION_COLS}, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*collection_values(record), _time.time()),
-            )
-            return record
-
-    def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
-        return units.get_collection(SqliteTx(self._conn()), task_id, job_id)
-
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
     ) -> list[CollectionRecord]:
@@ -700,56 +626,6 @@ class SqliteDatastore:
                 [(owner, now + lease_seconds, r.task_id, r.job_id) for r in records],
             )
         return records
-
-    _COLLECTION_UPDATE = (
-        "UPDATE collections SET state = ?, report_count = ?, checksum = ?, leader_ct = ?,"
-        " helper_ct = ?, error_code = ?, error_message = ? WHERE task_id = ? AND job_id = ?"
-    )
-
-    def _update_collection(self, db: sqlite3.Connection, record: CollectionRecord) -> None:
-        row = db.execute(
-            "SELECT leader_ct, state FROM collections WHERE task_id = ? AND job_id = ?",
-            (record.task_id, record.job_id),
-        ).fetchone()
-        if row is None:
-            raise StorageConflict(f"no collection job {record.job_id.hex()}")
-        _check_collection_update(
-            None if row[0] is None else Ciphertext.from_bytes(bytes(row[0])), str(row[1]), record
-        )
-        _, _, _, _, *values = collection_values(record)
-        db.execute(self._COLLECTION_UPDATE, (*values, record.task_id, record.job_id))
-
-    def update_collection(self, record: CollectionRecord) -> None:
-        """Store a collection job's progress.
-
-        Raises StorageConflict if the job already holds another leader share or
-        is no longer pending: a share that may have been released is never
-        replaced by a second, differently noised one.
-        """
-        with self._tx() as db:
-            self._update_collection(db, record)
-
-    def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
-        """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
-        with self._tx() as db:
-            units.close_batch(SqliteTx(db), task_id, start, end, job_id, step)
-
-    def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
-        """Store a failed collection job; with `reopen`, release the buckets it
-        closed (nothing was released from them), in the same transaction."""
-        with self._tx() as db:
-            if reopen:
-                db.execute(
-                    "UPDATE batch_aggregates SET collected_by = NULL"
-                    " WHERE task_id = ? AND collected_by = ?",
-                    (record.task_id, record.job_id),
-                )
-                db.execute(
-                    "DELETE FROM batch_aggregates WHERE task_id = ? AND report_count = 0"
-                    " AND agg_share IS NULL AND collected_by IS NULL",
-                    (record.task_id,),
-                )
-            self._update_collection(db, record)
 
     def defer_collection(
         self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
@@ -824,42 +700,9 @@ class SqliteDatastore:
             )
             return n
 
-    def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
-        """Jobs of a task that failed at least once: job id -> (state, failures, error)."""
-        rows = self._conn().execute(
-            "SELECT job_id, state, failures, error FROM aggregation_jobs WHERE task_id = ?"
-            " AND error IS NOT NULL",
-            (task_id,),
-        )
-        return {bytes(j): (str(st), int(n), str(e)) for j, st, n, e in rows}
-
     # --- helper -----------------------------------------------------------
 
-    def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
-        return units.helper_job(SqliteTx(self._conn()), task_id, job_id)
-
-    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
-        return units.seen_reports(SqliteTx(self._conn()), task_id, report_ids)
-
-    def commit_helper_job(self, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
-        with self._tx() as db:
-            return units.commit_helper_job(SqliteTx(db), job, merge)
-
-    def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
-        with self._tx() as db:
-            return units.commit_helper_collection(SqliteTx(db), record, step)
-
     # --- operations: keys, garbage collection, status ----------------------
-
-    def hpke_keys(self) -> list[HpkeKey]:
-        rows = self._conn().execute(
-            "SELECT config_id, public_key, private_key, state, created, expires_at"
-            " FROM hpke_keys ORDER BY created, config_id"
-        )
-        return [
-            HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
-            for c, pk, sk, st, cr, ex in rows
-        ]
 
     def add_first_hpke_key(self, key: HpkeKey) -> bool:
         """Store `key` if no key is stored yet, in one step: of processes
@@ -917,18 +760,6 @@ class SqliteDatastore:
                 "UPDATE hpke_keys SET state = ?, expires_at = NULL WHERE config_id = ?",
                 (KEY_ACTIVE, config_id),
             )
-
-    def delete_expired_hpke_keys(self, now: float) -> list[int]:
-        with self._tx() as db:
-            ids = [
-                int(r[0])
-                for r in db.execute(
-                    "SELECT config_id FROM hpke_keys WHERE state = ? AND expires_at <= ?",
-                    (KEY_EXPIRED, now),
-                )
-            ]
-            db.executemany("DELETE FROM hpke_keys WHERE config_id = ?", [(i,) for i in ids])
-            return ids
 
     def collect_garbage(
         self,
@@ -989,21 +820,3 @@ class SqliteDatastore:
             with suppress(FileNotFoundError):
                 total += Path(self.path + suffix).stat().st_size
         return total
-
-    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
-        rows = self._conn().execute(
-            "SELECT time - time % ?, state, COUNT(*) FROM reports WHERE task_id = ?"
-            " GROUP BY 1, 2 ORDER BY 1",
-            (time_precision, task_id),
-        )
-        out: dict[int, dict[str, int]] = {}
-        for bucket, state, n in rows:
-            out.setdefault(int(bucket), {})[REPORT_STATE_NAMES[int(state)]] = int(n)
-        return out
-
-    def collections(self, task_id: bytes) -> list[CollectionRecord]:
-        rows = self._conn().execute(
-            f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? ORDER BY created, job_id",
-            (task_id,),
-        )
-        return [collection_from_row(r) for r in rows]

@@ -14,12 +14,18 @@ from collections.abc import Sequence
 
 from veil.aggregator.store.records import (
     COLLECTION_COLS,
+    IN_JOB,
+    KEY_EXPIRED,
+    PENDING,
+    REPORT_STATE_NAMES,
     BatchAggregate,
     BucketCollected,
     CollectionRecord,
     HelperJob,
+    HpkeKey,
     ReportsAggregated,
     ShareMerge,
+    StorageConflict,
     aggregate_from_row,
     check_batch_unchanged,
     collection_from_row,
@@ -27,6 +33,21 @@ from veil.aggregator.store.records import (
     merge_aggregate,
 )
 from veil.aggregator.store.tx import Tx
+from veil.hpke import HpkeConfig, HpkeKeypair
+from veil.messages import Ciphertext, Report
+
+
+def check_collection_update(
+    stored_leader_ct: Ciphertext | None, stored_state: str, record: CollectionRecord
+) -> None:
+    """Refuse an update that would replace a stored leader share or revive a done job."""
+    if stored_state != "pending":
+        raise StorageConflict(f"collection job {record.job_id.hex()} is already {stored_state}")
+    if stored_leader_ct is not None and record.leader_ct != stored_leader_ct:
+        raise StorageConflict(
+            f"collection job {record.job_id.hex()} already holds another leader share"
+        )
+
 
 _AGGREGATE_COLS = "bucket, agg_share, report_count, checksum, collected_by"
 
@@ -187,3 +208,159 @@ def commit_helper_collection(tx: Tx, record: CollectionRecord, step: int) -> Col
         (*collection_values(record), _time.time()),
     )
     return record
+
+
+# --- reads for both roles and for status ------------------------------------
+
+
+def rejections(tx: Tx, task_id: bytes) -> dict[str, int]:
+    rows = tx.rows("SELECT reason, count FROM rejections WHERE task_id = ?", (task_id,))
+    return {str(r): int(n) for r, n in rows}
+
+
+def unaggregated_count(tx: Tx, task_id: bytes, start: int, end: int) -> int:
+    row = tx.one(
+        "SELECT count(*) FROM reports WHERE task_id = ? AND state IN (?, ?)"
+        " AND time >= ? AND time < ?",
+        (task_id, PENDING, IN_JOB, start, end),
+    )
+    assert row is not None
+    return int(row[0])
+
+
+def open_aggregation_jobs(tx: Tx) -> list[tuple[bytes, bytes]]:
+    rows = tx.rows(
+        "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open' ORDER BY created"
+    )
+    return [(bytes(t), bytes(j)) for t, j in rows]
+
+
+def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[Report]:
+    # Sorted here, not by ORDER BY: without table statistics SQLite would
+    # walk the primary key (every report of the task) to avoid a sort
+    # instead of looking the job up in reports_job.
+    rows = tx.rows(
+        "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
+        " WHERE task_id = ? AND job_id = ?",
+        (task_id, job_id),
+    )
+    return [
+        Report(
+            bytes(i),
+            int(t),
+            bytes(p),
+            Ciphertext.from_bytes(bytes(lc)),
+            Ciphertext.from_bytes(bytes(hc)),
+        )
+        for i, t, p, lc, hc in sorted(rows, key=lambda r: bytes(r[0]))
+    ]
+
+
+def aggregation_job_errors(tx: Tx, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
+    """Jobs of a task that failed at least once: job id -> (state, failures, error)."""
+    rows = tx.rows(
+        "SELECT job_id, state, failures, error FROM aggregation_jobs WHERE task_id = ?"
+        " AND error IS NOT NULL",
+        (task_id,),
+    )
+    return {bytes(j): (str(st), int(n), str(e)) for j, st, n, e in rows}
+
+
+def report_counts(tx: Tx, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
+    rows = tx.rows(
+        "SELECT time - time % ?, state, count(*) FROM reports WHERE task_id = ?"
+        " GROUP BY 1, 2 ORDER BY 1",
+        (time_precision, task_id),
+    )
+    out: dict[int, dict[str, int]] = {}
+    for bucket, state, n in rows:
+        out.setdefault(int(bucket), {})[REPORT_STATE_NAMES[int(state)]] = int(n)
+    return out
+
+
+def collections(tx: Tx, task_id: bytes) -> list[CollectionRecord]:
+    rows = tx.rows(
+        f"SELECT {COLLECTION_COLS} FROM collections WHERE task_id = ? ORDER BY created, job_id",
+        (task_id,),
+    )
+    return [collection_from_row(r) for r in rows]
+
+
+def hpke_keys(tx: Tx) -> list[HpkeKey]:
+    rows = tx.rows(
+        "SELECT config_id, public_key, private_key, state, created, expires_at"
+        " FROM hpke_keys ORDER BY created, config_id"
+    )
+    return [
+        HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
+        for c, pk, sk, st, cr, ex in rows
+    ]
+
+
+def delete_expired_hpke_keys(tx: Tx, now: float) -> list[int]:
+    ids = sorted(
+        int(r[0])
+        for r in tx.rows(
+            "SELECT config_id FROM hpke_keys WHERE state = ? AND expires_at <= ?" + tx.for_update,
+            (KEY_EXPIRED, now),
+        )
+    )
+    tx.many("DELETE FROM hpke_keys WHERE config_id = ?", [(i,) for i in ids])
+    return ids
+
+
+# --- collection jobs ----------------------------------------------------------
+
+
+def put_collection(tx: Tx, record: CollectionRecord) -> CollectionRecord:
+    """Insert a collection job, or return the stored one with the same id;
+    StorageConflict if the id is taken by a job for another interval."""
+    old = get_collection(tx, record.task_id, record.job_id)
+    if old is not None:
+        if (old.start, old.duration) != (record.start, record.duration):
+            raise StorageConflict("collection job id reused for another interval")
+        return old
+    tx.run(
+        f"INSERT INTO collections ({COLLECTION_COLS}, created)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (*collection_values(record), _time.time()),
+    )
+    return record
+
+
+def update_collection(tx: Tx, record: CollectionRecord) -> None:
+    """Store a collection job's progress; StorageConflict if the job already
+    holds another leader share or is no longer pending: a share that may have
+    been released is never replaced by a second, differently noised one."""
+    row = tx.one(
+        "SELECT leader_ct, state FROM collections WHERE task_id = ? AND job_id = ?" + tx.for_update,
+        (record.task_id, record.job_id),
+    )
+    if row is None:
+        raise StorageConflict(f"no collection job {record.job_id.hex()}")
+    check_collection_update(
+        None if row[0] is None else Ciphertext.from_bytes(bytes(row[0])), str(row[1]), record
+    )
+    _, _, _, _, *values = collection_values(record)
+    tx.run(
+        "UPDATE collections SET state = ?, report_count = ?, checksum = ?, leader_ct = ?,"
+        " helper_ct = ?, error_code = ?, error_message = ? WHERE task_id = ? AND job_id = ?",
+        (*values, record.task_id, record.job_id),
+    )
+
+
+def fail_collection(tx: Tx, record: CollectionRecord, reopen: bool) -> None:
+    """Store a failed collection job; with `reopen`, release the buckets it
+    closed (nothing was released from them), in the same transaction."""
+    if reopen:
+        tx.run(
+            "UPDATE batch_aggregates SET collected_by = NULL"
+            " WHERE task_id = ? AND collected_by = ?",
+            (record.task_id, record.job_id),
+        )
+        tx.run(
+            "DELETE FROM batch_aggregates WHERE task_id = ? AND report_count = 0"
+            " AND agg_share IS NULL AND collected_by IS NULL",
+            (record.task_id,),
+        )
+    update_collection(tx, record)

@@ -1,0 +1,98 @@
+"""The Datastore methods written once, over the units of work: a backend
+subclasses UnitStore and says only how a unit runs (`_read`, `_write`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from veil.aggregator.store import units
+from veil.aggregator.store.records import (
+    BatchAggregate,
+    CollectionRecord,
+    HelperJob,
+    HpkeKey,
+    ShareMerge,
+)
+from veil.aggregator.store.tx import Tx
+from veil.messages import Report
+
+T = TypeVar("T")
+
+
+class UnitStore:
+    """Datastore methods shared by the backends (see veil.aggregator.storage)."""
+
+    def _read(self, work: Callable[[Tx], T]) -> T:
+        """Run a unit that only reads."""
+        raise NotImplementedError
+
+    def _write(self, work: Callable[[Tx], T]) -> T:
+        """Run a unit in one write transaction (retried where the database asks)."""
+        raise NotImplementedError
+
+    # --- both roles -------------------------------------------------------
+
+    def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
+        return self._read(lambda tx: units.batch_aggregates(tx, task_id, start, end))
+
+    def rejections(self, task_id: bytes) -> dict[str, int]:
+        return self._read(lambda tx: units.rejections(tx, task_id))
+
+    # --- leader -----------------------------------------------------------
+
+    def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
+        return self._read(units.open_aggregation_jobs)
+
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]:
+        return self._read(lambda tx: units.job_reports(tx, task_id, job_id))
+
+    def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
+        return self._read(lambda tx: units.unaggregated_count(tx, task_id, start, end))
+
+    def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
+        return self._read(lambda tx: units.aggregation_job_errors(tx, task_id))
+
+    def put_collection(self, record: CollectionRecord) -> CollectionRecord:
+        return self._write(lambda tx: units.put_collection(tx, record))
+
+    def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
+        return self._read(lambda tx: units.get_collection(tx, task_id, job_id))
+
+    def update_collection(self, record: CollectionRecord) -> None:
+        self._write(lambda tx: units.update_collection(tx, record))
+
+    def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
+        self._write(lambda tx: units.fail_collection(tx, record, reopen))
+
+    def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
+        """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
+        self._write(lambda tx: units.close_batch(tx, task_id, start, end, job_id, step))
+
+    # --- helper -----------------------------------------------------------
+
+    def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
+        return self._read(lambda tx: units.helper_job(tx, task_id, job_id))
+
+    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
+        return self._read(lambda tx: units.seen_reports(tx, task_id, report_ids))
+
+    def commit_helper_job(self, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
+        return self._write(lambda tx: units.commit_helper_job(tx, job, merge))
+
+    def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
+        return self._write(lambda tx: units.commit_helper_collection(tx, record, step))
+
+    # --- operations: keys, status -----------------------------------------
+
+    def hpke_keys(self) -> list[HpkeKey]:
+        return self._read(units.hpke_keys)
+
+    def delete_expired_hpke_keys(self, now: float) -> list[int]:
+        return self._write(lambda tx: units.delete_expired_hpke_keys(tx, now))
+
+    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
+        return self._read(lambda tx: units.report_counts(tx, task_id, time_precision))
+
+    def collections(self, task_id: bytes) -> list[CollectionRecord]:
+        return self._read(lambda tx: units.collections(tx, task_id))
