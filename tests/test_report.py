@@ -50,6 +50,15 @@ def test_table_lists_every_row() -> None:
     )
 
 
+def test_table_names_what_a_single_number_is() -> None:
+    # A yes/no question's number counts the yeses, an integer's is the mean
+    # (the labels of results.csv); the answer column was empty for both.
+    mean = QuestionResult("commute", "integer", 71.6, 71.5, 71.4, 71.7, 0.5, 1000)
+    lines = format_table([RESULTS[0], mean]).splitlines()
+    assert lines[2].split()[:2] == ["remote", "yes"]
+    assert lines[3].split()[:2] == ["commute", "mean"]
+
+
 def test_table_says_why_an_interval_reaches_below_zero() -> None:
     below = [replace(RESULTS[0], ci_low=-3.0)]
     assert "may reach below 0: the noise is symmetric" in format_table(below)

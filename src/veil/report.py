@@ -57,7 +57,9 @@ class QuestionResult:
         if not isinstance(self.estimate, list):
             assert not isinstance(self.ci_low, list) and not isinstance(self.ci_high, list)
             t = self.truth if not isinstance(self.truth, list) else None
-            return [("", t, self.estimate, self.ci_low, self.ci_high)]
+            # What the one number is, as `veil survey collect` labels it too.
+            label = {"yes_no": "yes", "integer": "mean"}.get(self.kind, "")
+            return [(label, t, self.estimate, self.ci_low, self.ci_high)]
         assert isinstance(self.ci_low, list) and isinstance(self.ci_high, list)
         labels = self.labels or tuple(f"[{i}]" for i in range(len(self.estimate)))
         truths: Sequence[Number | None] = (
