@@ -84,8 +84,15 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
     """The whole page. Integrity values are ``sha384-<base64>`` of the served files."""
     closes = ""
     if survey.closes is not None:
-        when = datetime.fromtimestamp(survey.closes, UTC).strftime("%Y-%m-%d %H:%M UTC")
-        closes = f" Open until {when}."
+        # The page is rendered once, when the server starts, possibly before the
+        # window opens: it states both ends, never "open" on its own.
+        def when(t: int) -> str:
+            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+        if survey.opens is not None:
+            closes = f" Open from {when(survey.opens)} until {when(survey.closes)}."
+        else:
+            closes = f" Open until {when(survey.closes)}."
     noise = "" if survey.mechanism == "none" else ", with added statistical noise,"
     questions = "".join(_question(q) for q in survey.questions)
     return f"""<!doctype html>

@@ -1,0 +1,26 @@
+"""The survey page's own text (no server): what it tells a respondent."""
+
+from __future__ import annotations
+
+from veil.survey import parse_survey
+from veil.web.page import render_page
+
+SURVEY = """
+[survey]
+name = "Check-in"
+epsilon = 1
+opens = 2026-12-01T00:00:00Z
+closes = 2026-12-15T00:00:00Z
+
+[[question]]
+id = "remote"
+text = "Do you work remotely?"
+kind = "yes_no"
+"""
+
+
+def test_page_states_when_the_window_opens_and_closes() -> None:
+    # `veil survey serve` renders the page once at start, often before the
+    # window opens: "Open until 15 December" read as open now.
+    page = render_page(parse_survey(SURVEY), "sha384-x", "sha384-y")
+    assert "Open from 2026-12-01 00:00 UTC until 2026-12-15 00:00 UTC." in page
