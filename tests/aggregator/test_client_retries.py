@@ -7,6 +7,7 @@ loopback; before, the leader answered INTERNAL and both gave up at once."""
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import threading
 import time
@@ -24,7 +25,8 @@ from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
-from veil.collector import Collector
+from veil.collector import CollectionError, Collector
+from veil.dp.budget import SqliteLedgerStore
 from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
 
@@ -36,6 +38,7 @@ class Servers:
     files: TaskFiles
     leader: Leader
     leader_db: Path
+    helper_db: Path
     stop: threading.Event
 
 
@@ -55,8 +58,9 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
     )
     helper = Helper(
         {files.helper.task_id: files.helper},
-        SqliteDatastore(tmp_path / "helper.db"),
-        PrivacyEngine(str(tmp_path / "helper.db"), [files.helper]),
+        SqliteDatastore(tmp_path / "helper.db", busy_timeout=0.2),
+        # The helper's ledger gives up on a lock as soon as its store does.
+        PrivacyEngine(SqliteLedgerStore(tmp_path / "helper.db", timeout=0.2), [files.helper]),
     )
     leader_db = tmp_path / "leader.db"
     # A short busy timeout: another process's write lock makes the leader's
@@ -90,7 +94,7 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
     driver = threading.Thread(target=drive, daemon=True)
     driver.start()
     try:
-        yield Servers(files, leader, leader_db, stop)
+        yield Servers(files, leader, leader_db, tmp_path / "helper.db", stop)
     finally:
         stop.set()
         driver.join()
@@ -148,3 +152,30 @@ def test_upload_and_collection_survive_a_locked_leader_database(servers: Servers
         )
     finally:
         conn.close()
+
+
+def test_a_collection_waiting_for_the_helper_says_why(servers: Servers) -> None:
+    """The collector polling a collection that the leader retries sees why it
+    waits, and resumes it with the same job id once the helper is back."""
+    now = int(time.time())
+    t = now - now % TP - 2 * TP
+    with Client(servers.files.client) as client:
+        assert client.upload_batch([1, 2, 3, 4, 5], report_time=t).accepted == 5
+    task_id = servers.files.client.task_id
+    deadline = time.monotonic() + 60
+    while servers.leader.store.unaggregated_count(task_id, t, t + TP):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    job = secrets.token_bytes(16)
+    holder = _locked_for(servers.helper_db, 4.0)
+    try:
+        with Collector(servers.files.collector) as collector, pytest.raises(CollectionError) as e:
+            collector.collect(t, TP, wait=2.0, collection_job_id=job)
+    finally:
+        holder.join()
+    assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "retrying: the helper" in e.value.message
+    assert "database is unavailable" in e.value.message
+    with Collector(servers.files.collector) as collector:
+        r = collector.collect(t, TP, wait=60, collection_job_id=job)
+    assert r.report_count == 5

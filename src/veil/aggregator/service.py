@@ -235,6 +235,9 @@ def collection_to_pb(r: CollectionRecord) -> leader_pb2.CollectionJob:
     elif r.state == "failed":
         msg.error_code = r.error_code
         msg.error_message = r.error_message
+    elif r.error_message:
+        # Pending, retried after a failed attempt: the collector can say why it waits.
+        msg.error_message = r.error_message
     return msg
 
 

@@ -218,8 +218,9 @@ class Collector:
             if self.clock() > deadline:
                 raise CollectionError(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"collection job {job_id.hex()} still pending after {wait} s; collect again"
-                    " with the same collection_job_id to resume",
+                    f"collection job {job_id.hex()} still pending after {wait} s"
+                    + (f" ({job.error_message})" if job.error_message else "")
+                    + "; collect again with the same collection_job_id to resume",
                 )
             time.sleep(poll_interval)
             poll_interval = min(poll_interval * 1.5, 2.0)
