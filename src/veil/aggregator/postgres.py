@@ -41,6 +41,7 @@ from psycopg_pool import ConnectionPool
 from veil.aggregator.storage import (
     AGGREGATED,
     COLLECTION_COLS,
+    HPKE_KEY_INSERT,
     IN_JOB,
     KEY_ACTIVE,
     KEY_EXPIRED,
@@ -58,6 +59,7 @@ from veil.aggregator.storage import (
     StorageConflict,
     collection_from_row,
     gc_statements,
+    hpke_key_values,
 )
 from veil.aggregator.store import units
 from veil.aggregator.store.base import UnitStore
@@ -82,6 +84,7 @@ _MAX_PAUSE = 0.2
 
 # The database's clock, so that leases mean the same on every machine.
 _NOW = "extract(epoch from clock_timestamp())"
+_HPKE_KEY_INSERT = HPKE_KEY_INSERT.replace("?", "%s")
 
 
 def is_postgres_url(storage: str) -> bool:
@@ -419,18 +422,7 @@ class PostgresDatastore(UnitStore):
             db.execute("LOCK TABLE hpke_keys IN SHARE ROW EXCLUSIVE MODE")
             if db.execute("SELECT 1 FROM hpke_keys LIMIT 1").fetchone() is not None:
                 return False
-            db.execute(
-                "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
-                " expires_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                (
-                    key.config_id,
-                    key.keypair.config.public_key,
-                    key.keypair.private_key,
-                    key.created,
-                    key.state,
-                    key.expires_at,
-                ),
-            )
+            db.execute(_HPKE_KEY_INSERT, hpke_key_values(key))
             return True
 
         return self._run(work)
@@ -442,18 +434,7 @@ class PostgresDatastore(UnitStore):
         def work(db: Conn) -> None:
             # ON CONFLICT: a taken id is an answer (StorageConflict), not an
             # aborted transaction.
-            cur = db.execute(
-                "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
-                " expires_at) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (
-                    key.config_id,
-                    key.keypair.config.public_key,
-                    key.keypair.private_key,
-                    key.created,
-                    key.state,
-                    key.expires_at,
-                ),
-            )
+            cur = db.execute(_HPKE_KEY_INSERT + " ON CONFLICT DO NOTHING", hpke_key_values(key))
             if cur.rowcount != 1:
                 raise StorageConflict(f"HPKE config id {key.config_id} is taken")
 

@@ -31,6 +31,7 @@ from veil.aggregator.store.migrations import migrate_sqlite
 from veil.aggregator.store.records import (
     AGGREGATED,
     COLLECTION_COLS,
+    HPKE_KEY_INSERT,
     IN_JOB,
     KEY_ACTIVE,
     KEY_EXPIRED,
@@ -56,6 +57,7 @@ from veil.aggregator.store.records import (
     check_batch_unchanged,
     collection_from_row,
     collection_values,
+    hpke_key_values,
     is_transient_storage_error,
     merge_aggregate,
 )
@@ -67,6 +69,7 @@ from veil.messages import Report
 __all__ = [
     "AGGREGATED",
     "COLLECTION_COLS",
+    "HPKE_KEY_INSERT",
     "IN_JOB",
     "KEY_ACTIVE",
     "KEY_EXPIRED",
@@ -91,6 +94,7 @@ __all__ = [
     "check_batch_unchanged",
     "collection_from_row",
     "collection_values",
+    "hpke_key_values",
     "is_transient_storage_error",
     "merge_aggregate",
 ]
@@ -711,18 +715,7 @@ class SqliteDatastore(UnitStore):
         with self._tx() as db:  # BEGIN IMMEDIATE: the write lock before the read
             if db.execute("SELECT 1 FROM hpke_keys LIMIT 1").fetchone() is not None:
                 return False
-            db.execute(
-                "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
-                " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    key.config_id,
-                    key.keypair.config.public_key,
-                    key.keypair.private_key,
-                    key.created,
-                    key.state,
-                    key.expires_at,
-                ),
-            )
+            db.execute(HPKE_KEY_INSERT, hpke_key_values(key))
             return True
 
     def add_hpke_key(self, key: HpkeKey) -> None:
@@ -730,18 +723,7 @@ class SqliteDatastore(UnitStore):
             raise ValueError(f"unknown HPKE key state {key.state!r}")
         with self._tx() as db:
             try:
-                db.execute(
-                    "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state,"
-                    " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        key.config_id,
-                        key.keypair.config.public_key,
-                        key.keypair.private_key,
-                        key.created,
-                        key.state,
-                        key.expires_at,
-                    ),
-                )
+                db.execute(HPKE_KEY_INSERT, hpke_key_values(key))
             except sqlite3.IntegrityError:
                 raise StorageConflict(f"HPKE config id {key.config_id} is taken") from None
 

@@ -231,6 +231,24 @@ def check_batch_unchanged(aggs: Sequence[BatchAggregate], record: CollectionReco
         )
 
 
+# A stored HPKE key, as both backends write it (``?`` placeholders).
+HPKE_KEY_INSERT = (
+    "INSERT INTO hpke_keys (config_id, public_key, private_key, created, state, expires_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def hpke_key_values(key: HpkeKey) -> tuple[object, ...]:
+    return (
+        key.config_id,
+        key.keypair.config.public_key,
+        key.keypair.private_key,
+        key.created,
+        key.state,
+        key.expires_at,
+    )
+
+
 def collection_values(r: CollectionRecord) -> tuple[object, ...]:
     return (
         r.task_id,
