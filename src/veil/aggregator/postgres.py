@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time as _time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
@@ -39,25 +39,18 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from veil.aggregator.storage import (
-    AGGREGATED,
-    COLLECTION_COLS,
     HPKE_KEY_INSERT,
     IN_JOB,
     KEY_ACTIVE,
     KEY_EXPIRED,
     KEY_STATES,
-    PENDING,
     REJECTED,
-    Backoff,
     BatchAggregate,
     BucketCollected,
-    CollectionRecord,
     GcResult,
     HpkeKey,
     ReportIdTaken,
-    ShareMerge,
     StorageConflict,
-    collection_from_row,
     gc_statements,
     hpke_key_values,
 )
@@ -82,8 +75,6 @@ _LEDGER_LOCK = 0x7665696C0002
 MAX_ATTEMPTS = 30
 _MAX_PAUSE = 0.2
 
-# The database's clock, so that leases mean the same on every machine.
-_NOW = "extract(epoch from clock_timestamp())"
 _HPKE_KEY_INSERT = HPKE_KEY_INSERT.replace("?", "%s")
 
 
@@ -221,163 +212,6 @@ class PostgresDatastore(UnitStore):
                     new,
                 )
             return len(new), len(seen)
-
-        return self._run(work)
-
-    def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int:
-        def work(db: Conn) -> int:
-            # SKIP LOCKED: two workers making jobs at once take disjoint reports.
-            ids = [
-                bytes(r[0])
-                for r in db.execute(
-                    "SELECT report_id FROM reports WHERE task_id = %s AND state = %s"
-                    " ORDER BY time LIMIT %s FOR UPDATE SKIP LOCKED",
-                    (task_id, PENDING, limit),
-                )
-            ]
-            if not ids:
-                return 0
-            db.execute(
-                "INSERT INTO aggregation_jobs (task_id, job_id, state, created)"
-                " VALUES (%s, %s, 'open', %s)",
-                (task_id, job_id, _time.time()),
-            )
-            db.execute(
-                "UPDATE reports SET state = %s, job_id = %s WHERE task_id = %s"
-                " AND report_id = ANY(%s)",
-                (IN_JOB, job_id, task_id, ids),
-            )
-            return len(ids)
-
-        return self._run(work)
-
-    def acquire_aggregation_jobs(
-        self, owner: str, lease_seconds: float, limit: int
-    ) -> list[tuple[bytes, bytes]]:
-        """Lease up to `limit` open jobs nobody else holds (or whose lease expired)."""
-        rows = self._run(
-            lambda db: db.execute(
-                f"UPDATE aggregation_jobs SET lease_owner = %s, lease_expiry = {_NOW} + %s,"
-                " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
-                " SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open'"
-                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) AND retry_at <= {_NOW}"
-                " ORDER BY created LIMIT %s"
-                " FOR UPDATE SKIP LOCKED) RETURNING task_id, job_id, created",
-                (owner, lease_seconds, owner, limit),
-            ).fetchall()
-        )
-        return [(bytes(t), bytes(j)) for t, j, _ in sorted(rows, key=lambda r: r[2])]
-
-    def renew_aggregation_job(
-        self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
-    ) -> bool:
-        def work(db: Conn) -> bool:
-            cur = db.execute(
-                f"UPDATE aggregation_jobs SET lease_expiry = {_NOW} + %s WHERE task_id = %s"
-                " AND job_id = %s AND state = 'open' AND lease_owner = %s",
-                (lease_seconds, task_id, job_id, owner),
-            )
-            return cur.rowcount == 1
-
-        return self._run(work)
-
-    def finish_aggregation_job(
-        self,
-        task_id: bytes,
-        job_id: bytes,
-        outcomes: Mapping[bytes, str | None],
-        deltas: Sequence[BatchAggregate],
-        merge: ShareMerge,
-    ) -> None:
-        """As SqliteDatastore.finish_aggregation_job."""
-        ids = list(outcomes)
-        states = [AGGREGATED if outcomes[i] is None else REJECTED for i in ids]
-        reasons = [outcomes[i] for i in ids]
-
-        def work(db: Conn) -> None:
-            row = db.execute(
-                "SELECT state FROM aggregation_jobs WHERE task_id = %s AND job_id = %s FOR UPDATE",
-                (task_id, job_id),
-            ).fetchone()
-            if row is None or row[0] != "open":
-                raise StorageConflict(f"aggregation job {job_id.hex()} is not open")
-            db.execute(
-                "UPDATE reports AS r SET state = v.state, reason = v.reason"
-                " FROM unnest(%s::bytea[], %s::smallint[], %s::text[]) AS v(id, state, reason)"
-                " WHERE r.task_id = %s AND r.report_id = v.id",
-                (ids, states, reasons, task_id),
-            )
-            units.count_rejections(PostgresTx(db), task_id, [r for r in reasons if r is not None])
-            units.merge_aggregates(PostgresTx(db), task_id, deltas, merge)
-            db.execute(
-                "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL,"
-                " lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
-                (task_id, job_id),
-            )
-
-        self._run(work)
-
-    def acquire_collections(
-        self, owner: str, lease_seconds: float, limit: int
-    ) -> list[CollectionRecord]:
-        rows = self._run(
-            lambda db: db.execute(
-                f"UPDATE collections SET lease_owner = %s, lease_expiry = {_NOW} + %s,"
-                " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
-                " SELECT task_id, job_id FROM collections WHERE state = 'pending'"
-                f" AND (lease_expiry < {_NOW} OR lease_owner = %s) AND retry_at <= {_NOW}"
-                " ORDER BY created LIMIT %s"
-                f" FOR UPDATE SKIP LOCKED) RETURNING {COLLECTION_COLS}, created",
-                (owner, lease_seconds, owner, limit),
-            ).fetchall()
-        )
-        return [collection_from_row(r[:-1]) for r in sorted(rows, key=lambda r: r[-1])]
-
-    def defer_collection(
-        self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
-    ) -> float:
-        """As SqliteDatastore.defer_collection."""
-
-        def work(db: Conn) -> float:
-            row = db.execute(
-                "SELECT failures FROM collections WHERE task_id = %s AND job_id = %s"
-                " AND state = 'pending' FOR UPDATE",
-                (task_id, job_id),
-            ).fetchone()
-            if row is None:
-                return 0.0
-            failures = int(row[0]) + 1
-            delay = backoff(failures)
-            db.execute(
-                "UPDATE collections SET failures = %s, error_code = %s, error_message = %s,"
-                f" retry_at = {_NOW} + %s, lease_owner = NULL, lease_expiry = 0"
-                " WHERE task_id = %s AND job_id = %s",
-                (failures, code, message, delay, task_id, job_id),
-            )
-            return delay
-
-        return self._run(work)
-
-    def defer_aggregation_job(
-        self, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
-    ) -> int:
-        """As SqliteDatastore.defer_aggregation_job."""
-
-        def work(db: Conn) -> int:
-            row = db.execute(
-                "SELECT failures FROM aggregation_jobs WHERE task_id = %s AND job_id = %s"
-                " AND state = 'open' FOR UPDATE",
-                (task_id, job_id),
-            ).fetchone()
-            if row is None:
-                return 0
-            failures = int(row[0]) + 1
-            db.execute(
-                f"UPDATE aggregation_jobs SET failures = %s, error = %s, retry_at = {_NOW} + %s,"
-                " lease_owner = NULL, lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
-                (failures, error, backoff(failures), task_id, job_id),
-            )
-            return failures
 
         return self._run(work)
 

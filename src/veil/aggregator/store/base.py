@@ -3,11 +3,12 @@ subclasses UnitStore and says only how a unit runs (`_read`, `_write`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from veil.aggregator.store import units
 from veil.aggregator.store.records import (
+    Backoff,
     BatchAggregate,
     CollectionRecord,
     HelperJob,
@@ -40,6 +41,54 @@ class UnitStore:
         return self._read(lambda tx: units.rejections(tx, task_id))
 
     # --- leader -----------------------------------------------------------
+
+    def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int:
+        return self._write(lambda tx: units.create_aggregation_job(tx, task_id, job_id, limit))
+
+    def acquire_aggregation_jobs(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[tuple[bytes, bytes]]:
+        return self._write(
+            lambda tx: units.acquire_aggregation_jobs(tx, owner, lease_seconds, limit)
+        )
+
+    def renew_aggregation_job(
+        self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+    ) -> bool:
+        return self._write(
+            lambda tx: units.renew_aggregation_job(tx, task_id, job_id, owner, lease_seconds)
+        )
+
+    def finish_aggregation_job(
+        self,
+        task_id: bytes,
+        job_id: bytes,
+        outcomes: Mapping[bytes, str | None],
+        deltas: Sequence[BatchAggregate],
+        merge: ShareMerge,
+    ) -> None:
+        self._write(
+            lambda tx: units.finish_aggregation_job(tx, task_id, job_id, outcomes, deltas, merge)
+        )
+
+    def defer_aggregation_job(
+        self, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
+    ) -> int:
+        return self._write(
+            lambda tx: units.defer_aggregation_job(tx, task_id, job_id, error, backoff)
+        )
+
+    def acquire_collections(
+        self, owner: str, lease_seconds: float, limit: int
+    ) -> list[CollectionRecord]:
+        return self._write(lambda tx: units.acquire_collections(tx, owner, lease_seconds, limit))
+
+    def defer_collection(
+        self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
+    ) -> float:
+        return self._write(
+            lambda tx: units.defer_collection(tx, task_id, job_id, code, message, backoff)
+        )
 
     def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
         return self._read(units.open_aggregation_jobs)

@@ -10,6 +10,10 @@ said here and nowhere else:
   write lock for the whole transaction, so the clauses are empty there.
 - Lists of ids: `= ANY(?)` with one array parameter on PostgreSQL, an
   `IN (?, ...)` list on SQLite (in chunks below its parameter limit).
+- Taking work from a queue: `FOR UPDATE SKIP LOCKED` on PostgreSQL, so two
+  workers take disjoint rows without waiting on each other.
+- The clock of leases and retries: the database's own (`now`), so that it
+  means the same on every machine sharing a PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class Tx(Protocol):
 
     for_update: str  # " FOR UPDATE" where the database takes row locks, else ""
     for_share: str
+    skip_locked: str  # " FOR UPDATE SKIP LOCKED" where rows are locked, else ""
+    now: str  # an SQL expression: the database's clock, epoch seconds
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]: ...
     def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None: ...
@@ -44,6 +50,9 @@ class SqliteTx:
 
     for_update = ""
     for_share = ""
+    skip_locked = ""
+    # SQLite's clock has millisecond resolution; unixepoch('subsec') needs 3.42.
+    now = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
@@ -72,6 +81,8 @@ class PostgresTx:
 
     for_update = " FOR UPDATE"
     for_share = " FOR SHARE"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+    now = "extract(epoch from clock_timestamp())"
 
     def __init__(self, db: Any) -> None:
         self.db = db

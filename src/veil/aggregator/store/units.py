@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import time as _time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from veil.aggregator.store.records import (
+    AGGREGATED,
     COLLECTION_COLS,
     IN_JOB,
     KEY_EXPIRED,
     PENDING,
+    REJECTED,
     REPORT_STATE_NAMES,
+    Backoff,
     BatchAggregate,
     BucketCollected,
     CollectionRecord,
@@ -364,3 +367,160 @@ def fail_collection(tx: Tx, record: CollectionRecord, reopen: bool) -> None:
             (record.task_id,),
         )
     update_collection(tx, record)
+
+
+# --- the leader's aggregation and collection jobs ---------------------------
+
+
+def create_aggregation_job(tx: Tx, task_id: bytes, job_id: bytes, limit: int) -> int:
+    """Put up to `limit` pending reports, oldest first, in a new open job;
+    returns how many (0: none pending, no job made)."""
+    # SKIP LOCKED: two workers making jobs at once take disjoint reports.
+    ids = [
+        bytes(r[0])
+        for r in tx.rows(
+            "SELECT report_id FROM reports WHERE task_id = ? AND state = ?"
+            " ORDER BY time LIMIT ?" + tx.skip_locked,
+            (task_id, PENDING, limit),
+        )
+    ]
+    if not ids:
+        return 0
+    tx.run(
+        "INSERT INTO aggregation_jobs (task_id, job_id, state, created) VALUES (?, ?, 'open', ?)",
+        (task_id, job_id, _time.time()),
+    )
+    for where, args in tx.id_lists("report_id", ids):
+        tx.run(
+            f"UPDATE reports SET state = ?, job_id = ? WHERE task_id = ? AND {where}",
+            (IN_JOB, job_id, task_id, *args),
+        )
+    return len(ids)
+
+
+def acquire_aggregation_jobs(
+    tx: Tx, owner: str, lease_seconds: float, limit: int
+) -> list[tuple[bytes, bytes]]:
+    """Lease up to `limit` open jobs nobody else holds (or whose lease
+    expired) and that are not waiting to be retried, oldest first."""
+    rows = tx.rows(
+        f"UPDATE aggregation_jobs SET lease_owner = ?, lease_expiry = {tx.now} + ?,"
+        " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
+        " SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open'"
+        f" AND (lease_expiry < {tx.now} OR lease_owner = ?) AND retry_at <= {tx.now}"
+        f" ORDER BY created LIMIT ?{tx.skip_locked}) RETURNING task_id, job_id, created",
+        (owner, lease_seconds, owner, limit),
+    )
+    return [(bytes(t), bytes(j)) for t, j, _ in sorted(rows, key=lambda r: (r[2], r[0], r[1]))]
+
+
+def renew_aggregation_job(
+    tx: Tx, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+) -> bool:
+    """Extend `owner`'s lease; False if the job is finished or leased to another."""
+    return (
+        tx.run(
+            f"UPDATE aggregation_jobs SET lease_expiry = {tx.now} + ? WHERE task_id = ?"
+            " AND job_id = ? AND state = 'open' AND lease_owner = ?",
+            (lease_seconds, task_id, job_id, owner),
+        )
+        == 1
+    )
+
+
+def finish_aggregation_job(
+    tx: Tx,
+    task_id: bytes,
+    job_id: bytes,
+    outcomes: Mapping[bytes, str | None],
+    deltas: Sequence[BatchAggregate],
+    merge: ShareMerge,
+) -> None:
+    """Record each report as aggregated (None) or rejected (reason), one
+    statement per outcome; add the job's deltas to the batch aggregates; close
+    the job. StorageConflict if the job is not open (another worker finished it)."""
+    row = tx.one(
+        "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None or row[0] != "open":
+        raise StorageConflict(f"aggregation job {job_id.hex()} is not open")
+    by_outcome: dict[str | None, list[bytes]] = {}
+    for report_id, reason in outcomes.items():
+        by_outcome.setdefault(reason, []).append(report_id)
+    for reason, ids in sorted(by_outcome.items(), key=lambda kv: kv[0] or ""):
+        for where, args in tx.id_lists("report_id", ids):
+            tx.run(
+                f"UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND {where}",
+                (AGGREGATED if reason is None else REJECTED, reason, task_id, *args),
+            )
+    count_rejections(tx, task_id, [r for r in outcomes.values() if r is not None])
+    merge_aggregates(tx, task_id, deltas, merge)
+    tx.run(
+        "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL, lease_expiry = 0"
+        " WHERE task_id = ? AND job_id = ?",
+        (task_id, job_id),
+    )
+
+
+def acquire_collections(
+    tx: Tx, owner: str, lease_seconds: float, limit: int
+) -> list[CollectionRecord]:
+    """Lease up to `limit` pending collection jobs (as acquire_aggregation_jobs)."""
+    rows = tx.rows(
+        f"UPDATE collections SET lease_owner = ?, lease_expiry = {tx.now} + ?,"
+        " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
+        " SELECT task_id, job_id FROM collections WHERE state = 'pending'"
+        f" AND (lease_expiry < {tx.now} OR lease_owner = ?) AND retry_at <= {tx.now}"
+        f" ORDER BY created LIMIT ?{tx.skip_locked}) RETURNING {COLLECTION_COLS}, created",
+        (owner, lease_seconds, owner, limit),
+    )
+    ordered = sorted(rows, key=lambda r: (r[-1], bytes(r[0]), bytes(r[1])))
+    return [collection_from_row(r[:-1]) for r in ordered]
+
+
+def defer_collection(
+    tx: Tx, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
+) -> float:
+    """Record a failed attempt at a pending collection job that will be
+    retried: why (`code`, `message`, shown while it is pending), and no new
+    lease for backoff(failures so far) seconds. Returns that delay (0 if the
+    job is no longer pending)."""
+    row = tx.one(
+        "SELECT failures FROM collections WHERE task_id = ? AND job_id = ?"
+        " AND state = 'pending'" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None:
+        return 0.0
+    failures = int(row[0]) + 1
+    delay = backoff(failures)
+    tx.run(
+        "UPDATE collections SET failures = ?, error_code = ?, error_message = ?,"
+        f" retry_at = {tx.now} + ?, lease_owner = NULL, lease_expiry = 0"
+        " WHERE task_id = ? AND job_id = ?",
+        (failures, code, message, delay, task_id, job_id),
+    )
+    return delay
+
+
+def defer_aggregation_job(
+    tx: Tx, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
+) -> int:
+    """Record a failed attempt at an open aggregation job: why, and no new
+    lease for backoff(failures) seconds. Returns its failures so far (0 if
+    the job is no longer open)."""
+    row = tx.one(
+        "SELECT failures FROM aggregation_jobs WHERE task_id = ? AND job_id = ?"
+        " AND state = 'open'" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None:
+        return 0
+    failures = int(row[0]) + 1
+    tx.run(
+        f"UPDATE aggregation_jobs SET failures = ?, error = ?, retry_at = {tx.now} + ?,"
+        " lease_owner = NULL, lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
+        (failures, error, backoff(failures), task_id, job_id),
+    )
+    return failures
