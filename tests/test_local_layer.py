@@ -193,9 +193,14 @@ def test_simulate_states_the_error_cost_per_question() -> None:
     var_z = costs["remote"].without ** 2
     expected = math.sqrt(10_000 * p * (1 - p) + var_z) / (2 * p - 1)
     assert costs["remote"].with_local == pytest.approx(expected, rel=1e-9)
-    # Integer results are means: the error is per respondent.
+    # Integer and vector results are means: the error is per respondent, in the
+    # units the results table shows (a vector's was a per-element sum, 10,000
+    # times the error of the means printed above it).
     assert costs["commute"].with_local < 180
+    assert costs["ratings"].with_local is not None and costs["ratings"].with_local < 10
+    assert costs["ratings"].without < 10
     table = format_local_costs(list(costs.values()), 10_000)
+    assert "at 10,000 respondents" in table
     assert "remote" in table and "x" in table.splitlines()[3]
     plain = local_costs(example_survey(), 100)
     assert all(c.with_local is None for c in plain)

@@ -87,7 +87,7 @@ class LocalCost:
     """The expected error of one question's estimates, with and without its local layer.
 
     Root mean square per result element, in the units the results are shown in
-    (a count, the mean of an integer question, a per-element sum): `without` is the
+    (a count, the mean of an integer question, a vector's per-element mean): `without` is the
     servers' noise alone, `with_local` adds the respondents' randomized response,
     at its worst over the answers (None: the question has no local layer).
     """
@@ -102,7 +102,8 @@ def local_costs(survey: Survey, respondents: int) -> list[LocalCost]:
     """What each question's local layer costs in accuracy at `respondents` reports."""
     costs = []
     for q in survey.questions:
-        scale = 1 / respondents if q.kind == "integer" else 1.0  # integer results are means
+        # Integer and vector results are shown as means (per element for a vector).
+        scale = 1 / respondents if q.kind in ("integer", "vector") else 1.0
         plain = task_specs(replace(survey, questions=(replace(q, local_epsilon=None),)))[q.id]
         without, _ = local_error(None, plain[1].plan(plain[0]), respondents)
         with_local = None
@@ -124,7 +125,7 @@ def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
         rows.append((c.question, eps, f"{c.without:.4g}", with_local, ratio))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
-        f"Expected error per result element at {respondents} respondents "
+        f"Expected error per result element at {respondents:,} respondents "
         "(root mean square; with the local layer: worst case over the answers)"
     ]
     for j, row in enumerate(rows):
