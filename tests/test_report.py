@@ -66,6 +66,14 @@ def test_table_says_why_an_interval_reaches_below_zero() -> None:
     assert "ε=0.333 " in format_table([replace(RESULTS[0], epsilon=1 / 3)]) + " "
 
 
+def test_table_says_why_an_estimate_lies_outside_its_interval() -> None:
+    # A local layer's de-biased estimate can be negative while its interval is
+    # cut at 0 (seen in `veil simulate --local-epsilon 2`: -108.15 in [0, 765]).
+    outside = [replace(RESULTS[0], estimate=-108.15, ci_low=0.0, ci_high=765.0)]
+    assert "may lie outside its interval" in format_table(outside)
+    assert "outside" not in format_table(RESULTS)
+
+
 def test_json_has_documented_keys() -> None:
     data = json.loads(to_json(RESULTS))
     assert [set(d) for d in data] == [

@@ -96,6 +96,13 @@ def format_table(results: Sequence[QuestionResult], confidence: Fraction | float
         out.append(
             "An interval may reach below 0: the noise is symmetric; the true value never does."
         )
+    if any(not lo <= est <= hi for r in results for (_, _, est, lo, hi) in r.rows()):
+        # Local-layer intervals are cut to the values the truth can take; the
+        # de-biased estimate is not, so that it stays unbiased.
+        out.append(
+            "An estimate may lie outside its interval: it is unbiased, so it can fall"
+            " outside the possible range (below 0), to which the interval is cut."
+        )
     kinds = sorted({r.intervals for r in results if len(r.rows()) > 1})
     if kinds:
         out.append(
