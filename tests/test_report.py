@@ -93,6 +93,15 @@ def test_plots_are_pngs_of_expected_size(tmp_path: Path) -> None:
     assert png_size(sweep) == (900, 550)
 
 
+def test_plot_draws_an_estimate_outside_its_interval(tmp_path: Path) -> None:
+    # `veil simulate --local-epsilon 2 --plot` failed with a traceback when a
+    # de-biased estimate lay below its interval, cut at 0 (negative yerr).
+    outside = [replace(RESULTS[0], estimate=-108.15, ci_low=0.0, ci_high=765.0)]
+    out = tmp_path / "outside.png"
+    plot_results(outside, out)
+    assert png_size(out) == (1200, 400)
+
+
 def test_expected_error_is_exact_relative_and_falls_with_epsilon() -> None:
     survey = example_survey()
     errors = expected_errors(survey, 1000, [Fraction(1, 2), Fraction(2)])

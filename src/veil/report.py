@@ -154,11 +154,15 @@ def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
         data = r.rows()
         xs = list(range(len(data)))
         est = [d[2] for d in data]
-        lo = [d[2] - d[3] for d in data]
-        hi = [d[4] - d[2] for d in data]
         kind = "simultaneous" if r.intervals != "per-coordinate" and len(data) > 1 else ""
         label = f"DP estimate (95% {kind} CI)".replace("  ", " ")
-        ax.errorbar(xs, est, yerr=[lo, hi], fmt="o", capsize=4, label=label)
+        # The interval is drawn around its own middle, not the estimate: a local
+        # layer's unbiased estimate may lie outside its interval (cut to the
+        # possible range), which errorbar's yerr cannot express.
+        mid = [(d[3] + d[4]) / 2 for d in data]
+        half = [(d[4] - d[3]) / 2 for d in data]
+        ax.errorbar(xs, mid, yerr=half, fmt="none", ecolor="C0", capsize=4)
+        ax.plot(xs, est, "o", color="C0", label=label)
         truths = [d[1] for d in data]
         if all(t is not None for t in truths):
             ax.scatter(xs, truths, marker="x", color="black", zorder=3, label="truth")
