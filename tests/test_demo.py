@@ -106,3 +106,29 @@ def test_simulate_reports_survey_errors(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert f"{bad}:7: unknown kind 'essay'" in out.stderr
+
+
+def test_simulate_and_demo_refuse_bad_arguments_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each was a traceback or an internal message ("division by zero",
+    # "report_count must be ...", "bad [dp] table"), the plot's after a
+    # whole simulation.
+    from veil.cli import main
+
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    for argv, says in (
+        (["demo", "--respondents", "0"], "argument --respondents: must be at least 1, got 0"),
+        (["simulate", "--survey", example, "--respondents", "-5"], "must be at least 1"),
+        (["simulate", "--survey", example, "--sweep-epsilon", "0", "1"], "must be > 0, got 0"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert says in capsys.readouterr().err
+    missing = tmp_path / "no-such-dir" / "results.png"
+    for extra in ([], ["--sweep-epsilon", "1", "2"]):
+        assert main(["simulate", "--survey", example, "--plot", str(missing), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err == f"veil simulate: cannot write {missing}: no directory {missing.parent}\n"
+    assert not missing.parent.exists()

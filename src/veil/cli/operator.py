@@ -165,29 +165,60 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (SurveyError, DPError, ValueError, ZeroDivisionError) as e:
         print(f"veil simulate: {e}", file=sys.stderr)
         return 2
+    out: str | None = args.plot or ("sweep.png" if args.sweep_epsilon else None)
+    # Before a simulation of a minute, not after it: a plot that cannot be written.
+    if out is not None and not Path(out).resolve().parent.is_dir():
+        print(
+            f"veil simulate: cannot write {out}: no directory {Path(out).parent}", file=sys.stderr
+        )
+        return 2
     say = status_printer(args.json)
     try:
         if args.sweep_epsilon:
             # Exact, from the noise distribution at each ε: no random run.
-            errors = expected_errors(
-                survey, args.respondents, [Fraction(e) for e in args.sweep_epsilon]
-            )
-            out = args.plot or "sweep.png"
-            plot_sweep(errors, args.respondents, out)
+            errors = expected_errors(survey, args.respondents, args.sweep_epsilon)
+            plot_sweep(errors, args.respondents, out or "sweep.png")
             say(f"wrote {out}")
             return 0
         results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
     except ValueError as e:
         print(f"veil simulate: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"veil simulate: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print_results(results, args.json)
     if not args.json and any(c.local_epsilon is not None for c in costs):
         print()
         print(format_local_costs(costs, args.respondents))
-    if args.plot:
-        plot_results(results, args.plot)
-        say(f"wrote {args.plot}")
+    if out is not None:
+        try:
+            plot_results(results, out)
+        except OSError as e:
+            print(f"veil simulate: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        say(f"wrote {out}")
     return 0
+
+
+def _respondents(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_number(text: str) -> Fraction:
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def cmd_survey_collect(args: argparse.Namespace) -> int:
@@ -404,7 +435,7 @@ def register(
     )
     demo.add_argument(
         "--respondents",
-        type=int,
+        type=_respondents,
         default=10_000,
         help="simulated respondents, each answering every question (default 10000)",
     )
@@ -420,7 +451,7 @@ def register(
     sim.add_argument("--survey", required=True, help="survey TOML file")
     sim.add_argument(
         "--respondents",
-        type=int,
+        type=_respondents,
         default=10_000,
         help="simulated respondents, each answering every question (default 10000)",
     )
@@ -438,6 +469,7 @@ def register(
     sim.add_argument(
         "--sweep-epsilon",
         nargs="+",
+        type=_positive_number,
         metavar="EPS",
         help="plot error against these survey ε (for zCDP: the ε of (ε, δ))",
     )
