@@ -40,26 +40,16 @@ from psycopg_pool import ConnectionPool
 
 from veil.aggregator.storage import (
     HPKE_KEY_INSERT,
-    IN_JOB,
-    KEY_ACTIVE,
-    KEY_EXPIRED,
     KEY_STATES,
-    REJECTED,
     BatchAggregate,
-    BucketCollected,
-    GcResult,
     HpkeKey,
-    ReportIdTaken,
     StorageConflict,
-    gc_statements,
     hpke_key_values,
 )
-from veil.aggregator.store import units
 from veil.aggregator.store.base import UnitStore
 from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
 from veil.aggregator.store.tx import PostgresTx, Tx
 from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
-from veil.messages import Report
 
 log = logging.getLogger(__name__)
 
@@ -169,79 +159,6 @@ class PostgresDatastore(UnitStore):
 
     # --- leader -----------------------------------------------------------
 
-    def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
-        """As SqliteDatastore.put_reports: all or nothing, (stored, duplicates)."""
-        buckets = sorted({b for b, _ in reports})
-        rows = {
-            r.report_id: (r.time, r.public_share, r.leader_ct.to_bytes(), r.helper_ct.to_bytes())
-            for _, r in reports
-        }
-
-        def work(db: Conn) -> tuple[int, int]:
-            # Hold the buckets' rows (made if missing) against a concurrent close_batch.
-            with db.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO batch_aggregates VALUES (%s, %s, NULL, 0, %s, NULL)"
-                    " ON CONFLICT DO NOTHING",
-                    [(task_id, b, bytes(32)) for b in buckets],
-                )
-            for bucket, collected_by in db.execute(
-                "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = %s"
-                " AND bucket = ANY(%s) ORDER BY bucket FOR SHARE",
-                (task_id, buckets),
-            ):
-                if collected_by is not None:
-                    raise BucketCollected(bucket)
-            old = db.execute(
-                "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
-                " WHERE task_id = %s AND report_id = ANY(%s)",
-                (task_id, list(rows)),
-            ).fetchall()
-            for report_id, *content in old:
-                if tuple(content) != rows[bytes(report_id)]:
-                    raise ReportIdTaken(bytes(report_id))
-            seen = {bytes(r[0]) for r in old}
-            new = [(task_id, i, *row) for i, row in rows.items() if i not in seen]
-            with db.cursor() as cur:
-                # ON CONFLICT: the same report stored meanwhile through another
-                # front end makes this fail to serialise and run again (then
-                # finding it above), rather than fail on a duplicate key.
-                cur.executemany(
-                    "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct,"
-                    " helper_ct) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    new,
-                )
-            return len(new), len(seen)
-
-        return self._run(work)
-
-    def abandon_aggregation_job(
-        self, task_id: bytes, job_id: bytes, reason: str, error: str
-    ) -> int:
-        """As SqliteDatastore.abandon_aggregation_job."""
-
-        def work(db: Conn) -> int:
-            row = db.execute(
-                "SELECT state FROM aggregation_jobs WHERE task_id = %s AND job_id = %s FOR UPDATE",
-                (task_id, job_id),
-            ).fetchone()
-            if row is None or row[0] != "open":
-                return 0
-            n = db.execute(
-                "UPDATE reports SET state = %s, reason = %s WHERE task_id = %s AND job_id = %s"
-                " AND state = %s",
-                (REJECTED, reason, task_id, job_id, IN_JOB),
-            ).rowcount
-            units.count_rejections(PostgresTx(db), task_id, [reason] * n)
-            db.execute(
-                "UPDATE aggregation_jobs SET state = 'failed', error = %s, lease_owner = NULL,"
-                " lease_expiry = 0 WHERE task_id = %s AND job_id = %s",
-                (error, task_id, job_id),
-            )
-            return n
-
-        return self._run(work)
-
     # --- helper -----------------------------------------------------------
 
     # --- operations: keys, garbage collection, status ----------------------
@@ -273,51 +190,6 @@ class PostgresDatastore(UnitStore):
                 raise StorageConflict(f"HPKE config id {key.config_id} is taken")
 
         self._run(work)
-
-    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
-        def work(db: Conn) -> None:
-            # Every key row locked, in one order: two activations cannot
-            # both leave their key active.
-            states: dict[int, str] = dict(
-                db.execute(
-                    "SELECT config_id, state FROM hpke_keys ORDER BY config_id FOR UPDATE"
-                ).fetchall()
-            )
-            if states.get(config_id) in (None, KEY_EXPIRED):
-                raise StorageConflict(f"HPKE config id {config_id} is not a pending or active key")
-            db.execute(
-                "UPDATE hpke_keys SET state = %s, expires_at = %s WHERE state = %s"
-                " AND config_id != %s",
-                (KEY_EXPIRED, now + grace, KEY_ACTIVE, config_id),
-            )
-            db.execute(
-                "UPDATE hpke_keys SET state = %s, expires_at = NULL WHERE config_id = %s",
-                (KEY_ACTIVE, config_id),
-            )
-
-        self._run(work)
-
-    def collect_garbage(
-        self,
-        task_id: bytes,
-        time_precision: int,
-        report_horizon: int | None,
-        job_horizon: float | None,
-    ) -> GcResult:
-        """As SqliteDatastore.collect_garbage (whose docstring states the rules)."""
-        statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
-
-        def work(db: Conn) -> GcResult:
-            # The shared statements use ? placeholders; psycopg's are %s (and
-            # a literal % is written %%).
-            return GcResult(
-                **{
-                    kind: db.execute(q.replace("%", "%%").replace("?", "%s"), args).rowcount
-                    for kind, q, args in statements
-                }
-            )
-
-        return self._run(work)
 
     def _tables(self, db: Conn) -> list[str]:
         return [

@@ -22,9 +22,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from veil.aggregator.store import units
 from veil.aggregator.store.base import UnitStore
 from veil.aggregator.store.migrations import migrate_sqlite
 from veil.aggregator.store.records import (
@@ -300,76 +299,6 @@ def _owner_only(path: str) -> None:
         os.close(fd)
 
 
-# A bucket counts as collected for GC only once the collection that closed
-# it has finished: a failed collection may reopen its buckets (see
-# fail_collection), after which the report ids are needed again.
-_FINISHED_BUCKET = (
-    "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
-    " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
-    " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ?)"
-)
-
-
-def gc_statements(
-    task_id: bytes, time_precision: int, report_horizon: int | None, job_horizon: float | None
-) -> list[tuple[str, str, tuple[Any, ...]]]:
-    """One garbage-collection pass as (GcResult field, SQL with ``?``
-    placeholders, arguments), in order; every backend runs these in one
-    transaction (see ``SqliteDatastore.collect_garbage`` for the rules)."""
-    tp = time_precision
-    horizon = report_horizon
-    age = "time < ?" if horizon is not None else "FALSE"
-    age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
-    statements: list[tuple[str, str, tuple[Any, ...]]] = [
-        (
-            "reports",
-            "DELETE FROM reports WHERE task_id = ? AND state IN (?, ?) AND"
-            f" ({age} OR {_FINISHED_BUCKET.format(t='reports')})",
-            (task_id, AGGREGATED, REJECTED, *age_args, tp),
-        ),
-        (
-            "aggregation_jobs",
-            "DELETE FROM aggregation_jobs WHERE task_id = ? AND state IN ('finished', 'failed')"
-            " AND NOT"
-            " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
-            " AND r.job_id = aggregation_jobs.job_id)",
-            (task_id,),
-        ),
-        (
-            "replay_records",
-            "DELETE FROM helper_reports WHERE task_id = ? AND time IS NOT NULL AND"
-            f" ({age} OR {_FINISHED_BUCKET.format(t='helper_reports')})",
-            (task_id, *age_args, tp),
-        ),
-    ]
-    if horizon is not None:
-        statements += [
-            (
-                "batch_aggregates",
-                "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
-                (task_id, tp, horizon),
-            ),
-            (
-                "collections",
-                "DELETE FROM collections WHERE task_id = ? AND state != 'pending'"
-                " AND start + duration <= ?",
-                (task_id, horizon),
-            ),
-        ]
-    # Records written before job ids were kept with the replay records
-    # (created IS NULL) are left to the horizon.
-    statements.append(
-        (
-            "helper_jobs",
-            "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
-            " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
-            " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
-            (task_id, job_horizon if job_horizon is not None else float("-inf")),
-        )
-    )
-    return statements
-
-
 class SqliteDatastore(UnitStore):
     """`Datastore` on one SQLite file in WAL mode."""
 
@@ -471,81 +400,7 @@ class SqliteDatastore(UnitStore):
 
     # --- both roles -------------------------------------------------------
 
-    @staticmethod
-    def _collected(db: sqlite3.Connection, task_id: bytes, buckets: set[int]) -> set[int]:
-        out = set()
-        for b in buckets:
-            row = db.execute(
-                "SELECT collected_by FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
-                (task_id, b),
-            ).fetchone()
-            if row is not None and row[0] is not None:
-                out.add(b)
-        return out
-
     # --- leader -----------------------------------------------------------
-
-    def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
-        """Store (bucket, report) pairs; all or nothing. Returns (stored, duplicates).
-
-        Raises StorageConflict if a bucket was already collected or a report
-        id is taken by a report with other content.
-        """
-        accepted = duplicates = 0
-        with self._tx() as db:
-            collected = self._collected(db, task_id, {b for b, _ in reports})
-            for bucket, r in reports:
-                if bucket in collected:
-                    raise BucketCollected(bucket)
-                row = (
-                    r.time,
-                    r.public_share,
-                    r.leader_ct.to_bytes(),
-                    r.helper_ct.to_bytes(),
-                )
-                old = db.execute(
-                    "SELECT time, public_share, leader_ct, helper_ct FROM reports"
-                    " WHERE task_id = ? AND report_id = ?",
-                    (task_id, r.report_id),
-                ).fetchone()
-                if old is not None:
-                    if tuple(old) != row:
-                        raise ReportIdTaken(r.report_id)
-                    duplicates += 1
-                    continue
-                db.execute(
-                    "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct,"
-                    " helper_ct) VALUES (?, ?, ?, ?, ?, ?)",
-                    (task_id, r.report_id, *row),
-                )
-                accepted += 1
-        return accepted, duplicates
-
-    def abandon_aggregation_job(
-        self, task_id: bytes, job_id: bytes, reason: str, error: str
-    ) -> int:
-        """Give up an open aggregation job: its reports are rejected with
-        `reason` (counted), the job is marked failed with `error`. Returns
-        how many reports were rejected (0 if the job is no longer open)."""
-        with self._tx() as db:
-            row = db.execute(
-                "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?",
-                (task_id, job_id),
-            ).fetchone()
-            if row is None or row[0] != "open":
-                return 0
-            n = db.execute(
-                "UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND job_id = ?"
-                " AND state = ?",
-                (REJECTED, reason, task_id, job_id, IN_JOB),
-            ).rowcount
-            units.count_rejections(SqliteTx(db), task_id, [reason] * n)
-            db.execute(
-                "UPDATE aggregation_jobs SET state = 'failed', error = ?, lease_owner = NULL,"
-                " lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
-                (error, task_id, job_id),
-            )
-            return n
 
     # --- helper -----------------------------------------------------------
 
@@ -569,56 +424,6 @@ class SqliteDatastore(UnitStore):
                 db.execute(HPKE_KEY_INSERT, hpke_key_values(key))
             except sqlite3.IntegrityError:
                 raise StorageConflict(f"HPKE config id {key.config_id} is taken") from None
-
-    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
-        with self._tx() as db:
-            row = db.execute(
-                "SELECT state FROM hpke_keys WHERE config_id = ?", (config_id,)
-            ).fetchone()
-            if row is None or row[0] == KEY_EXPIRED:
-                raise StorageConflict(f"HPKE config id {config_id} is not a pending or active key")
-            db.execute(
-                "UPDATE hpke_keys SET state = ?, expires_at = ? WHERE state = ? AND config_id != ?",
-                (KEY_EXPIRED, now + grace, KEY_ACTIVE, config_id),
-            )
-            db.execute(
-                "UPDATE hpke_keys SET state = ?, expires_at = NULL WHERE config_id = ?",
-                (KEY_ACTIVE, config_id),
-            )
-
-    def collect_garbage(
-        self,
-        task_id: bytes,
-        time_precision: int,
-        report_horizon: int | None,
-        job_horizon: float | None,
-    ) -> GcResult:
-        """Delete what no rule needs any more, for one task, in one transaction.
-
-        - Leader reports that are aggregated or rejected and either older than
-          `report_horizon` (uploads that old are refused) or in a bucket whose
-          collection finished (uploads into it are refused). Pending reports
-          and reports in a job are kept: they have yet to be counted.
-        - Finished aggregation jobs with no report left.
-        - Batch aggregates of buckets that end at or before `report_horizon`.
-        - Helper replay records with a time, on the same two conditions as
-          leader reports.
-        - Helper job records (kept to answer a retried job identically)
-          created before `job_horizon` (the caller picks it so that every
-          report of such a job is older than the report horizon), or whose
-          reports have no replay record left (their batch was collected, so
-          the leader finished the job before; or they were all refused
-          before: a retry gets the same answer). Either way a retry is
-          refused report by report and counts nothing twice.
-        - Finished or failed collections whose interval ends at or before
-          `report_horizon`.
-
-        `report_horizon` None (the task has no report expiry) keeps everything
-        that only age would release.
-        """
-        statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
-        with self._tx() as db:
-            return GcResult(**{kind: db.execute(q, args).rowcount for kind, q, args in statements})
 
     def reclaim_space(self, full: bool = False) -> None:
         """Return free pages to the file system and truncate the WAL.

@@ -11,6 +11,7 @@ from veil.aggregator.store.records import (
     Backoff,
     BatchAggregate,
     CollectionRecord,
+    GcResult,
     HelperJob,
     HpkeKey,
     ShareMerge,
@@ -41,6 +42,16 @@ class UnitStore:
         return self._read(lambda tx: units.rejections(tx, task_id))
 
     # --- leader -----------------------------------------------------------
+
+    def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
+        return self._write(lambda tx: units.put_reports(tx, task_id, reports))
+
+    def abandon_aggregation_job(
+        self, task_id: bytes, job_id: bytes, reason: str, error: str
+    ) -> int:
+        return self._write(
+            lambda tx: units.abandon_aggregation_job(tx, task_id, job_id, reason, error)
+        )
 
     def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int:
         return self._write(lambda tx: units.create_aggregation_job(tx, task_id, job_id, limit))
@@ -136,6 +147,22 @@ class UnitStore:
 
     def hpke_keys(self) -> list[HpkeKey]:
         return self._read(units.hpke_keys)
+
+    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
+        self._write(lambda tx: units.activate_hpke_key(tx, config_id, now, grace))
+
+    def collect_garbage(
+        self,
+        task_id: bytes,
+        time_precision: int,
+        report_horizon: int | None,
+        job_horizon: float | None,
+    ) -> GcResult:
+        return self._write(
+            lambda tx: units.collect_garbage(
+                tx, task_id, time_precision, report_horizon, job_horizon
+            )
+        )
 
     def delete_expired_hpke_keys(self, now: float) -> list[int]:
         return self._write(lambda tx: units.delete_expired_hpke_keys(tx, now))

@@ -40,9 +40,7 @@ class Tx(Protocol):
     def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None: ...
     def run(self, sql: str, args: Sequence[Any] = ()) -> int: ...
     def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None: ...
-    def id_lists(
-        self, column: str, ids: Sequence[bytes]
-    ) -> Iterable[tuple[str, Sequence[Any]]]: ...
+    def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]: ...
 
 
 class SqliteTx:
@@ -70,7 +68,7 @@ class SqliteTx:
     def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None:
         self.db.executemany(sql, args)
 
-    def id_lists(self, column: str, ids: Sequence[bytes]) -> Iterable[tuple[str, Sequence[Any]]]:
+    def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]:
         for at in range(0, len(ids), ID_CHUNK):
             chunk = list(ids[at : at + ID_CHUNK])
             yield f"{column} IN ({', '.join('?' * len(chunk))})", chunk
@@ -107,6 +105,6 @@ class PostgresTx:
         with self.db.cursor() as cur:
             cur.executemany(self._sql(sql), list(args))
 
-    def id_lists(self, column: str, ids: Sequence[bytes]) -> Iterable[tuple[str, Sequence[Any]]]:
+    def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]:
         if ids:
             yield f"{column} = ANY(?)", [list(ids)]

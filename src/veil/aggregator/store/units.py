@@ -11,11 +11,13 @@ from __future__ import annotations
 import time as _time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from veil.aggregator.store.records import (
     AGGREGATED,
     COLLECTION_COLS,
     IN_JOB,
+    KEY_ACTIVE,
     KEY_EXPIRED,
     PENDING,
     REJECTED,
@@ -24,8 +26,10 @@ from veil.aggregator.store.records import (
     BatchAggregate,
     BucketCollected,
     CollectionRecord,
+    GcResult,
     HelperJob,
     HpkeKey,
+    ReportIdTaken,
     ReportsAggregated,
     ShareMerge,
     StorageConflict,
@@ -524,3 +528,198 @@ def defer_aggregation_job(
         (failures, error, backoff(failures), task_id, job_id),
     )
     return failures
+
+
+def abandon_aggregation_job(tx: Tx, task_id: bytes, job_id: bytes, reason: str, error: str) -> int:
+    """Give up an open aggregation job: its reports are rejected with
+    `reason` (counted), the job is marked failed with `error`. Returns how
+    many reports were rejected (0 if the job is no longer open)."""
+    row = tx.one(
+        "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None or row[0] != "open":
+        return 0
+    n = tx.run(
+        "UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND job_id = ? AND state = ?",
+        (REJECTED, reason, task_id, job_id, IN_JOB),
+    )
+    count_rejections(tx, task_id, [reason] * n)
+    tx.run(
+        "UPDATE aggregation_jobs SET state = 'failed', error = ?, lease_owner = NULL,"
+        " lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
+        (error, task_id, job_id),
+    )
+    return n
+
+
+def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
+    """Store (bucket, report) pairs; all or nothing. Returns (stored, duplicates).
+
+    BucketCollected if a bucket was already collected, ReportIdTaken if a
+    report id is taken by a report with other content."""
+    buckets = sorted({b for b, _ in reports})
+    rows = {
+        r.report_id: (r.time, r.public_share, r.leader_ct.to_bytes(), r.helper_ct.to_bytes())
+        for _, r in reports
+    }
+    # Hold the buckets' rows (made if missing) against a concurrent close_batch.
+    tx.many(
+        "INSERT INTO batch_aggregates VALUES (?, ?, NULL, 0, ?, NULL) ON CONFLICT DO NOTHING",
+        [(task_id, b, bytes(32)) for b in buckets],
+    )
+    for where, args in tx.id_lists("bucket", buckets):
+        for bucket, collected_by in tx.rows(
+            "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = ?"
+            f" AND {where} ORDER BY bucket" + tx.for_share,
+            (task_id, *args),
+        ):
+            if collected_by is not None:
+                raise BucketCollected(int(bucket))
+    seen: set[bytes] = set()
+    for where, args in tx.id_lists("report_id", list(rows)):
+        for report_id, *content in tx.rows(
+            "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
+            f" WHERE task_id = ? AND {where}",
+            (task_id, *args),
+        ):
+            if tuple(content) != rows[bytes(report_id)]:
+                raise ReportIdTaken(bytes(report_id))
+            seen.add(bytes(report_id))
+    # ON CONFLICT: on PostgreSQL the same report stored meanwhile through
+    # another front end makes this fail to serialise and run again (then
+    # finding it above), rather than fail on a duplicate key.
+    tx.many(
+        "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct, helper_ct)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [(task_id, i, *row) for i, row in rows.items() if i not in seen],
+    )
+    return len(rows) - len(seen), len(seen)
+
+
+def activate_hpke_key(tx: Tx, config_id: int, now: float, grace: float) -> None:
+    """Make `config_id` (pending or active) the active key and every other
+    active key expired at now + grace; StorageConflict if it is unknown or
+    expired."""
+    # Every key row locked, in one order: two activations cannot both leave
+    # their key active.
+    states = {
+        int(c): str(st)
+        for c, st in tx.rows(
+            "SELECT config_id, state FROM hpke_keys ORDER BY config_id" + tx.for_update
+        )
+    }
+    if states.get(config_id) in (None, KEY_EXPIRED):
+        raise StorageConflict(f"HPKE config id {config_id} is not a pending or active key")
+    tx.run(
+        "UPDATE hpke_keys SET state = ?, expires_at = ? WHERE state = ? AND config_id != ?",
+        (KEY_EXPIRED, now + grace, KEY_ACTIVE, config_id),
+    )
+    tx.run(
+        "UPDATE hpke_keys SET state = ?, expires_at = NULL WHERE config_id = ?",
+        (KEY_ACTIVE, config_id),
+    )
+
+
+# A bucket counts as collected for GC only once the collection that closed
+# it has finished: a failed collection may reopen its buckets (see
+# fail_collection), after which the report ids are needed again.
+_FINISHED_BUCKET = (
+    "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
+    " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
+    " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ?)"
+)
+
+
+def gc_statements(
+    task_id: bytes, time_precision: int, report_horizon: int | None, job_horizon: float | None
+) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """One garbage-collection pass as (GcResult field, SQL with ``?``
+    placeholders, arguments), in order; every backend runs these in one
+    transaction (see ``collect_garbage`` for the rules)."""
+    tp = time_precision
+    horizon = report_horizon
+    age = "time < ?" if horizon is not None else "FALSE"
+    age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+    statements: list[tuple[str, str, tuple[Any, ...]]] = [
+        (
+            "reports",
+            "DELETE FROM reports WHERE task_id = ? AND state IN (?, ?) AND"
+            f" ({age} OR {_FINISHED_BUCKET.format(t='reports')})",
+            (task_id, AGGREGATED, REJECTED, *age_args, tp),
+        ),
+        (
+            "aggregation_jobs",
+            "DELETE FROM aggregation_jobs WHERE task_id = ? AND state IN ('finished', 'failed')"
+            " AND NOT"
+            " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
+            " AND r.job_id = aggregation_jobs.job_id)",
+            (task_id,),
+        ),
+        (
+            "replay_records",
+            "DELETE FROM helper_reports WHERE task_id = ? AND time IS NOT NULL AND"
+            f" ({age} OR {_FINISHED_BUCKET.format(t='helper_reports')})",
+            (task_id, *age_args, tp),
+        ),
+    ]
+    if horizon is not None:
+        statements += [
+            (
+                "batch_aggregates",
+                "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
+                (task_id, tp, horizon),
+            ),
+            (
+                "collections",
+                "DELETE FROM collections WHERE task_id = ? AND state != 'pending'"
+                " AND start + duration <= ?",
+                (task_id, horizon),
+            ),
+        ]
+    # Records written before job ids were kept with the replay records
+    # (created IS NULL) are left to the horizon.
+    statements.append(
+        (
+            "helper_jobs",
+            "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
+            " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
+            " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+            (task_id, job_horizon if job_horizon is not None else float("-inf")),
+        )
+    )
+    return statements
+
+
+def collect_garbage(
+    tx: Tx,
+    task_id: bytes,
+    time_precision: int,
+    report_horizon: int | None,
+    job_horizon: float | None,
+) -> GcResult:
+    """Delete what no rule needs any more, for one task, in one transaction.
+
+    - Leader reports that are aggregated or rejected and either older than
+      `report_horizon` (uploads that old are refused) or in a bucket whose
+      collection finished (uploads into it are refused). Pending reports
+      and reports in a job are kept: they have yet to be counted.
+    - Finished aggregation jobs with no report left.
+    - Batch aggregates of buckets that end at or before `report_horizon`.
+    - Helper replay records with a time, on the same two conditions as
+      leader reports.
+    - Helper job records (kept to answer a retried job identically)
+      created before `job_horizon` (the caller picks it so that every
+      report of such a job is older than the report horizon), or whose
+      reports have no replay record left (their batch was collected, so
+      the leader finished the job before; or they were all refused
+      before: a retry gets the same answer). Either way a retry is
+      refused report by report and counts nothing twice.
+    - Finished or failed collections whose interval ends at or before
+      `report_horizon`.
+
+    `report_horizon` None (the task has no report expiry) keeps everything
+    that only age would release.
+    """
+    statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
+    return GcResult(**{kind: tx.run(q, args) for kind, q, args in statements})
