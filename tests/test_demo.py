@@ -62,9 +62,12 @@ def test_demo_command_json(tmp_path: Path) -> None:
     )
     data = json.loads(out.stdout)
     assert [d["question"] for d in data] == ["remote", "commute", "team", "tools", "ratings"]
+    assert [d["labels"] for d in data][:2] == ["yes", "mean"]
+    assert data[4]["labels"] == ["workload", "tooling", "pay"]
     for d in data:
         assert set(d) == {
-            "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon"
+            "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon",
+            "labels",
         }  # fmt: skip
         assert d["intervals"] in ("per-coordinate", "simultaneous (exact max-of-k)")
         assert d["ci_low"] <= d["estimate"] <= d["ci_high"] or isinstance(d["estimate"], list)

@@ -77,9 +77,15 @@ def test_table_says_why_an_estimate_lies_outside_its_interval() -> None:
 def test_json_has_documented_keys() -> None:
     data = json.loads(to_json(RESULTS))
     assert [set(d) for d in data] == [
-        {"question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon"}
-    ] * 2
+        {
+            "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals",
+            "epsilon", "labels",
+        }
+    ] * 2  # fmt: skip
     assert data[1]["estimate"] == [388.0, 223.5, 390.0]
+    # Which number is which option.
+    assert data[1]["labels"] == ["eng", "sales", "other"]
+    assert data[0]["labels"] == "yes"
 
 
 def test_plots_are_pngs_of_expected_size(tmp_path: Path) -> None:

@@ -118,13 +118,18 @@ def format_table(results: Sequence[QuestionResult], confidence: Fraction | float
 
 
 def to_json(results: Sequence[QuestionResult]) -> str:
-    """One JSON list, an object per question with the documented keys: `epsilon`
-    (against the collector), and for a zCDP question also `rho` and `delta` (then
+    """One JSON list, an object per question with the documented keys: `labels`
+    (what each number is: a list beside a list of estimates), `epsilon` (against
+    the collector), and for a zCDP question also `rho` and `delta` (then
     `epsilon` is the ε that ρ implies at that δ)."""
     keys = ("question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon")
     out = []
     for r in results:
         row = {k: asdict(r)[k] for k in keys}
+        # What each number is (an option, an element, "yes", "mean"): a list's
+        # numbers were otherwise anonymous.
+        labels = [label for (label, *_rest) in r.rows()]
+        row["labels"] = labels if isinstance(r.estimate, list) else labels[0]
         if r.rho is not None:
             row["rho"] = r.rho
             row["delta"] = r.delta
