@@ -1,7 +1,9 @@
 """The `Datastore` and the budget `LedgerStore` on PostgreSQL (psycopg 3 and its pool).
 
-For deployments that outgrow one machine: any number of leader front ends and
-`veil worker` processes share one database. Every unit of work is one
+For deployments that outgrow one machine: any number of leader front ends,
+`veil worker` and `veil helper` processes share one database. The units of
+work are written once in veil.aggregator.store; this module runs them. Every
+unit of work is one
 transaction at REPEATABLE READ; when PostgreSQL cannot serialise it against a
 concurrent one (serialization failure, deadlock) the whole unit is run again
 from the start, so a method either commits once or raises.

@@ -1,7 +1,11 @@
 """Aggregator storage: the `Datastore` protocol and its SQLite (WAL) backend.
 
 Every method is one unit of work in one transaction, so a crash leaves either
-all of it or none of it. An upload the leader acknowledged has been committed
+all of it or none of it. The units are written once, for both backends, in
+veil.aggregator.store (units.py, over the transaction interface of tx.py);
+this module holds what is SQLite's own: connections, BEGIN IMMEDIATE, the
+first-key insertion, space reclaim, the one-process claim and the upgrade of
+files from before the numbered migrations. An upload the leader acknowledged has been committed
 with `synchronous=FULL`, so it survives `kill -9` and power loss of the
 process.
 
