@@ -61,6 +61,8 @@ def test_demo_command_json(tmp_path: Path) -> None:
         check=True,
     )
     data = json.loads(out.stdout)
+    # stderr is a pipe here: no progress bars drawn into it (only on a terminal).
+    assert "report/s" not in out.stderr and "\r" not in out.stderr, out.stderr[-300:]
     assert [d["question"] for d in data] == ["remote", "commute", "team", "tools", "ratings"]
     assert [d["labels"] for d in data][:2] == ["yes", "mean"]
     assert data[4]["labels"] == ["workload", "tooling", "pay"]

@@ -236,7 +236,8 @@ class _Progress:
             total=total,
             desc=desc,
             unit="report",
-            disable=not self.enabled,
+            # None: tqdm draws only on a terminal (a log file gets no bar lines).
+            disable=None if self.enabled else True,
             file=self.stream,
             leave=True,
             dynamic_ncols=True,

@@ -346,7 +346,8 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
                 total=sum(len(client.measurements(a)) for _, a in respondents),
                 desc="uploading",
                 unit="report",
-                disable=not many or args.no_progress,
+                # None: drawn only on a terminal, never into a log file.
+                disable=True if not many or args.no_progress else None,
                 file=sys.stderr,
             ) as bar:
 
