@@ -6,7 +6,9 @@ of 2 s, so that the block's wait for its interval to end is short.
 
 Before the fix the block collected "the last complete interval", which was
 either empty or already collected by `veil collect` (and the task's budget
-allowed one collection only): it raised CollectionError as written.
+allowed one collection only): it raised CollectionError as written. Its
+uploads also name their report time, so that all four land in the interval
+it collects even when the clock crosses into the next one between them.
 """
 
 from __future__ import annotations
