@@ -20,7 +20,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/api"))
     args = parser.parse_args()
-    problems = build(args.out)
+    try:
+        problems = build(args.out)
+    except ModuleNotFoundError as e:
+        if e.name != "pdoc":
+            raise
+        # The quick start installs veil without its test extra, which brings pdoc.
+        print(
+            "gen_api_docs: pdoc is not installed; install the test extra: pip install -e '.[test]'",
+            file=sys.stderr,
+        )
+        return 2
     for p in problems:
         print(p, file=sys.stderr)
     print(f"API reference in {args.out / 'index.html'}")

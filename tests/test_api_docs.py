@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,22 @@ def test_reference_builds_without_warnings(tmp_path: Path) -> None:
     client = (tmp_path / "veil/client.html").read_text()
     for name in ("AsyncClient", "Outbox", "prepare_report", "RetryPolicy", "UploadResult"):
         assert f'id="{name}"' in client
+
+
+def test_script_without_pdoc_says_what_to_install(tmp_path: Path) -> None:
+    # With only `pip install -e .` (the quick start) it was a traceback.
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gen_api_docs.py"
+    hide_pdoc = (
+        "import runpy, sys; sys.modules['pdoc'] = None; "
+        f"sys.argv = ['gen_api_docs.py', '--out', {str(tmp_path / 'api')!r}]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", hide_pdoc], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "gen_api_docs: pdoc is not installed; install the test extra: pip install -e '.[test]'\n"
+    )
+    assert not (tmp_path / "api").exists()
 
 
 @pytest.mark.parametrize(
