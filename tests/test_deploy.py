@@ -202,3 +202,24 @@ def test_ca_pins(tmp_path: Path) -> None:
     assert (dep.client_dir / "leader-ca.pem").read_bytes() == LEADER_PEM
     assert mode(dep.client_dir / "helper-ca.pem") == 0o644
     assert (tmp_path / "out" / "leader" / "tls" / "helper-ca.crt").read_bytes() == HELPER_PEM
+
+
+def test_command_names_where_the_certificates_go(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "an empty tls/ folder", which the leader's is not (the helper's CA
+    # is there), and named no file; the files it names are those the configs read.
+    import tomllib
+
+    from veil.cli import main
+
+    (tmp_path / "s.toml").write_text(survey_text())
+    out = tmp_path / "d"
+    args = ["survey", "deploy", "--survey", str(tmp_path / "s.toml"), "--out", str(out)]
+    assert main([*args, "--leader", "127.0.0.1:1", "--helper", "127.0.0.1:2"]) == 0
+    said = capsys.readouterr().out
+    for role in ("leader", "helper"):
+        tls = tomllib.loads((out / role / f"{role}.toml").read_text())["tls"]
+        assert f"{out / role}/{tls['cert']}" in said
+        assert f"{tls['key'].removeprefix('tls/')}" in said
+    assert "empty" not in said

@@ -124,8 +124,9 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
         )
     if not args.no_tls:
         print(
-            "Each server directory has an empty tls/ folder: see the README section"
-            " 'Deploying a survey across two organisations' for the certificates."
+            f"TLS: each server's certificate and key go in {dep.leader_config.parent}/tls/"
+            f"leader.crt and leader.key, {dep.helper_config.parent}/tls/helper.crt and"
+            " helper.key (README section 'Deploying a survey across two organisations')."
         )
         if args.leader_ca is None:
             print(
