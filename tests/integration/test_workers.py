@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import secrets
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -102,3 +104,26 @@ def test_killed_worker_jobs_are_taken_over(dep: tuple[Deployment, str]) -> None:
     assert finished is not None and float(finished.group(1)) >= 1
     # SIGTERM stops a worker cleanly between two steps.
     assert d.local.workers[1].stop(signal.SIGTERM) == 0
+
+
+def test_a_worker_loads_the_field_kernels_at_start(dep: tuple[Deployment, str]) -> None:
+    """The compiled kernels are loaded when a worker starts, not in its first
+    job (where they cost that job's reports about half a second of CPU): a
+    fresh process has them once the worker is built, before any job."""
+    d, _ = dep
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from veil.aggregator.server import AggregationWorker, load_config\n"
+        "w = AggregationWorker(load_config(Path(sys.argv[1])))\n"
+        "print('veil.vdaf._kernels' in sys.modules)\n"
+        "w._close_store()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(d.local.workers[0].config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "True"
