@@ -96,3 +96,24 @@ def test_not_a_collector_directory(tmp_path: Path, capsys: pytest.CaptureFixture
     rc, err = collect(capsys, "--survey-dir", str(collector), "--out", str(tmp_path / "r"))
     assert rc == 2 and "question 'remote'" in err
     assert main(["survey", "status", "--survey-dir", str(tmp_path)]) == 2
+
+
+def test_collect_names_an_unreachable_leader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing listens on 127.0.0.1:9: the error says which server, at which
+    address, instead of gRPC's "failed to connect to all addresses"."""
+    collector = deployment(tmp_path, -60)
+    rc = main(
+        [
+            "collect",
+            "--task",
+            str(collector / "remote.toml"),
+            "--wait",
+            "0.5",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    assert "the leader at 127.0.0.1:9 cannot be reached" in err
+    assert "\n" not in err

@@ -158,3 +158,6 @@ def test_report_page_is_self_contained_and_says_what_was_spent() -> None:
     assert "budget spent ε = 0.25 of the survey&#x27;s 1" in page
     assert page.count("<svg") == 1 and "<script" not in page and "<link" not in page
     assert "engineering" in page and "respondents" in page
+    # results.json keeps the exact decimal; the page shows what a reader takes in.
+    third = [QuestionResults(team, 6, {"epsilon": "0.333334", "delta": "0"}, rows, "", 0.95)]
+    assert "ε = 0.333<" in report_html(survey, third)

@@ -77,6 +77,20 @@ class RpcRefused(Exception):
             is_retryable(error),
         )
 
+    def naming_peer(self, who: str, address: str, detail: str = "") -> Self:
+        """The same error, saying which server could not be reached where gRPC's
+        own text ("failed to connect to all addresses") names neither the
+        server nor its role; a server's own refusal is returned unchanged."""
+        unreachable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        if self.code not in unreachable or self.kind:
+            return self
+        return type(self)(
+            self.code,
+            f"the {who} at {address} cannot be reached{detail}: {self.message}",
+            self.kind,
+            self.retryable,
+        )
+
 
 def is_loopback(address: str) -> bool:
     host = address.rsplit(":", 1)[0].strip("[]")

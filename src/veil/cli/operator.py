@@ -297,7 +297,7 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
             return 1
         spent = (task.dp.charge(task.vdaf) or Fraction(0)) * info.collections_finished
         spent_total += spent
-        unit = {"rho": "rho", None: "-"}.get(task.dp.unit, "eps")
+        unit = {"rho": "ρ", None: "-"}.get(task.dp.unit, "ε")
         collected += info.collections_finished > 0
         lines.append(
             f"  {q.id:<20} {info.reports:>8} {info.rejected:>9}"
@@ -313,7 +313,11 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
     print(f"  {'question':<20} {'reports':>8} {'rejected':>9} {'budget spent':>14}")
     print("\n".join(lines))
     total = survey.total if survey.total is not None else Fraction(0)
-    print(f"  budget spent over the survey: {fraction_text(spent_total)} of {fraction_text(total)}")
+    symbol = "ρ" if survey.zcdp else "ε"
+    print(
+        f"  budget spent over the survey: {symbol} {fraction_text(spent_total)}"
+        f" of {fraction_text(total)}"
+    )
     return 0
 
 

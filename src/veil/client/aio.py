@@ -152,7 +152,7 @@ class AsyncClient:
             except grpc.RpcError as e:
                 error = UploadError.from_rpc(e)
                 if not policy.should_retry(error, attempt):
-                    raise error from None
+                    raise self._base.unreachable(error, stub is self._leader, attempt + 1) from None
                 log.info("retrying after %s (attempt %d)", error.code.name, attempt + 1)
                 await asyncio.sleep(policy.delay(attempt))
                 attempt += 1

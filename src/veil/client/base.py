@@ -148,6 +148,13 @@ class ClientBase:
         self._configs_lock = threading.Lock()
         self.outbox = None if outbox is None else Outbox(outbox, outbox_max_reports)
 
+    def unreachable(self, error: UploadError, is_leader: bool, attempts: int) -> UploadError:
+        """`error` naming the aggregator that could not be reached, if that is
+        what it is (see RpcRefused.naming_peer)."""
+        if is_leader:
+            return error.naming_peer("leader", self.task.leader_address, f" ({attempts} attempts)")
+        return error.naming_peer("helper", self.task.helper_address, f" ({attempts} attempts)")
+
     @property
     def retries(self) -> int:
         return self.policy.retries

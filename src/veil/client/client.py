@@ -138,27 +138,7 @@ class Client:
             except grpc.RpcError as e:
                 error = UploadError.from_rpc(e)
                 if not policy.should_retry(error, attempt):
-                    if (
-                        error.code
-                        in (
-                            grpc.StatusCode.UNAVAILABLE,
-                            grpc.StatusCode.DEADLINE_EXCEEDED,
-                        )
-                        and not error.kind
-                    ):
-                        # gRPC's own text names neither the server nor its role.
-                        who, address = (
-                            ("leader", self.task.leader_address)
-                            if role == ROLE_LEADER
-                            else ("helper", self.task.helper_address)
-                        )
-                        error = UploadError(
-                            error.code,
-                            f"the {who} at {address} cannot be reached"
-                            f" ({attempt + 1} attempts): {error.message}",
-                            error.kind,
-                            error.retryable,
-                        )
+                    error = self._base.unreachable(error, role == ROLE_LEADER, attempt + 1)
                     raise error from None
                 log.info("retrying after %s (attempt %d)", error.code.name, attempt + 1)
                 time.sleep(policy.delay(attempt))

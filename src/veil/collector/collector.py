@@ -162,7 +162,7 @@ class Collector:
                     delay = min(delay * 2, 5.0)
                     continue
                 error = CollectionError.from_rpc(e)
-                raise error from None
+                raise error.naming_peer("leader", self.task.leader_address) from None
 
     def task_info(self, wait: float = 15.0) -> Any:
         """The leader's TaskInfo of this task (leader.proto): the collector key

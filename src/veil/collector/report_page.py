@@ -143,6 +143,15 @@ def _spent(survey: Survey, results: Sequence[QuestionResults]) -> str:
     return f"budget spent {symbol} = {float(spent):.4g} of the survey's {float(survey.total):.4g}"
 
 
+def _budget(text: str) -> str:
+    """A budget from results.json (a decimal string, exact there) as a reader
+    takes it in: 3 significant digits, or the word it already is ("none")."""
+    try:
+        return f"{float(text):.3g}"
+    except ValueError:
+        return escape(text)
+
+
 def privacy_lines(survey: Survey) -> list[str]:
     """The survey's privacy statement in plain words (veil.privacy), and what
     the intervals mean."""
@@ -163,9 +172,10 @@ def report_html(survey: Survey, results: Sequence[QuestionResults]) -> str:
     sections = []
     for r in results:
         privacy = (
-            f"ρ = {r.privacy['rho']} (ε = {r.privacy['epsilon']}, δ = {r.privacy['delta']})"
+            f"ρ = {_budget(r.privacy['rho'])} (ε = {_budget(r.privacy['epsilon'])},"
+            f" δ = {r.privacy['delta']})"
             if "rho" in r.privacy
-            else f"ε = {r.privacy['epsilon']}"
+            else f"ε = {_budget(r.privacy['epsilon'])}"
         )
         rows = "".join(
             f"<tr><td>{escape(row.label)}</td><td>{_num(row.estimate)}</td>"
