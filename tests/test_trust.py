@@ -130,6 +130,14 @@ def test_cli_refuses_shared_and_bad_trust(
         (["upload", "--task", client, "--ca", both, "1"], "veil upload: --ca is gone"),
         (["collect", "--task", collector, "--ca", both], "veil collect: --ca is gone"),
         (
+            ["survey", "respond", "--survey-dir", str(tmp_path), "--ca", both],
+            "veil survey respond: --ca is gone",
+        ),
+        (
+            ["survey", "collect", "--survey-dir", str(tmp_path), "--out", junk, "--ca", both],
+            "veil survey collect: --ca is gone",
+        ),
+        (
             ["upload", "--task", client, "--leader-ca", both, "--helper-ca", both, "1"],
             "veil upload: the same certificate is trusted for the leader and for the helper",
         ),

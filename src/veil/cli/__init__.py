@@ -12,6 +12,7 @@ Each module registers its own subcommands and handlers; this one only wires them
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
@@ -44,5 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    refused = getattr(args, "refused", None)
+    if refused is not None:  # an option that only says what replaced it
+        print(refused, file=sys.stderr)
+        return 2
     result: int = args.func(args)
     return result

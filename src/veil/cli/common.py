@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -18,6 +19,25 @@ SHARED_CA_GONE = (
     "--ca is gone: give each aggregator its own CA with --leader-ca and --helper-ca"
     " (one file trusted for both lets either aggregator pose as the other)"
 )
+
+
+class _RetiredCa(argparse.Action):
+    """`--ca` refused before any command runs: `main` prints the one line
+    this leaves in `refused` and exits 2, nothing read or sent."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        namespace.refused = f"{parser.prog}: {SHARED_CA_GONE}"
+
+
+def add_retired_ca(parser: argparse.ArgumentParser) -> None:
+    """The old shared-trust option, kept only to say what replaced it."""
+    parser.add_argument("--ca", action=_RetiredCa, help=argparse.SUPPRESS)
 
 
 def setup_logging(level: str) -> None:

@@ -12,7 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from veil.cli.common import (
-    SHARED_CA_GONE,
+    add_retired_ca,
     load_task_file,
     number,
     print_results,
@@ -229,9 +229,6 @@ def cmd_survey_collect(args: argparse.Namespace) -> int:
 
     name = "veil survey collect"
     setup_logging(args.log_level)
-    if args.ca is not None:
-        print(f"{name}: {SHARED_CA_GONE}", file=sys.stderr)
-        return 2
     out = Path(args.out)
     try:
         outcome = collect_survey(
@@ -333,9 +330,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     name = "veil collect"
     setup_logging(args.log_level)
-    if args.ca is not None:
-        print(f"{name}: {SHARED_CA_GONE}", file=sys.stderr)
-        return 2
     task = load_task_file(args.task, CollectorTask, "collect")
     tp = task.time_precision
     now = int(time.time())
@@ -519,7 +513,7 @@ def register(
         "--confidence", type=float, default=0.95, help="level of the intervals (default 0.95)"
     )
     p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
-    p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
+    add_retired_ca(p)
     p.add_argument("--log-level", default="warning", help="log level (default warning)")
     p.set_defaults(func=cmd_survey_collect)
 
@@ -577,6 +571,6 @@ def register(
         " coordinate on its own)",
     )
     p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
-    p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
+    add_retired_ca(p)
     p.add_argument("--log-level", default="warning", help="log level (default warning)")
     p.set_defaults(func=cmd_collect)

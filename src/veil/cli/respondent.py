@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from veil.cli.common import SHARED_CA_GONE, load_task_file, read_pem, setup_logging
+from veil.cli.common import add_retired_ca, load_task_file, read_pem, setup_logging
 from veil.client.outbox import DEFAULT_MAX_REPORTS
 from veil.task import Task, VdafSpec
 
@@ -69,9 +69,6 @@ def cmd_upload(args: argparse.Namespace) -> int:
     from veil.client import OutboxFull, UploadError
 
     setup_logging(args.log_level)
-    if args.ca is not None:
-        print(f"veil upload: {SHARED_CA_GONE}", file=sys.stderr)
-        return 2
     task = load_task_file(args.task, Task, "upload")
     # Each value with where it came from, so that an error names the file
     # and line (or the argument) rather than an index into the batch.
@@ -311,9 +308,6 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
 
     name = "veil survey respond"
     setup_logging(args.log_level)
-    if args.ca is not None:
-        print(f"{name}: {SHARED_CA_GONE}", file=sys.stderr)
-        return 2
     try:
         client = SurveyClient(
             args.survey_dir,
@@ -411,7 +405,7 @@ def register(
     )
     p.add_argument("--answers", metavar="FILE", help="answers file (default: ask on the terminal)")
     _trust_arguments(p)
-    p.add_argument("--ca", help=argparse.SUPPRESS)  # refused: see SHARED_CA_GONE
+    add_retired_ca(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--log-level", default="warning", help="log level (default warning)")
     p.set_defaults(func=cmd_survey_respond)
@@ -422,8 +416,7 @@ def register(
     p.add_argument("--file", help="a file with one measurement per line")
     p.add_argument("--time", type=int, help="report time (default: now)")
     _connection_arguments(p)
-    # Kept only to say why it is gone (see SHARED_CA_GONE).
-    p.add_argument("--ca", help=argparse.SUPPRESS)
+    add_retired_ca(p)
     p.add_argument(
         "--outbox",
         metavar="PATH",
