@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,24 @@ class Chaos:
 
     def total(self, phase: str | None = None) -> int:
         return sum(n for (p, _), n in self.kills.items() if phase is None or p == phase)
+
+    def during_each_collection(
+        self, buckets: Iterable[int], collect: Callable[[int], None], crashes: int, gap: float
+    ) -> None:
+        """One bucket at a time: start `collect(bucket)` in a thread, then kill
+        a server while it is under way (up to `crashes` times, at random pauses
+        below `gap` seconds), and wait for it."""
+        for t in buckets:
+            collecting = threading.Thread(target=collect, args=(t,), name="collector")
+            collecting.start()
+            try:
+                for _ in range(crashes):
+                    time.sleep(_pause(0.0, gap))
+                    if not collecting.is_alive():
+                        break
+                    self.crash("collection")
+            finally:
+                collecting.join(600)
 
 
 def _upload_until_acknowledged(client: Client, reports: list[Report], deadline: float) -> int:
@@ -158,19 +177,7 @@ def test_sigkill_everywhere_loses_and_duplicates_nothing(tmp_path: Path) -> None
             except BaseException as e:
                 errors.append(e)
 
-        # One bucket at a time: start its collection, then kill while it is
-        # under way (at most CRASHES_PER_COLLECTION times).
-        for t in expected:
-            collecting = threading.Thread(target=collect, args=(t,), name="collector")
-            collecting.start()
-            try:
-                for _ in range(CRASHES_PER_COLLECTION):
-                    time.sleep(_pause(0.0, 0.15))
-                    if not collecting.is_alive():
-                        break
-                    chaos.crash("collection")
-            finally:
-                collecting.join(600)
+        chaos.during_each_collection(expected, collect, CRASHES_PER_COLLECTION, gap=0.15)
         assert not errors, errors
         got = {t: (r.report_count, r.estimate) for t, r in results.items()}
         # Rejected exactly once each: the leader records every forged report.

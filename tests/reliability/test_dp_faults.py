@@ -122,17 +122,7 @@ def test_sigkill_with_dp_collects_every_batch_and_charges_once(tmp_path: Path) -
 
         # One batch at a time, killed while its collection (and with it both
         # releases: budget, noise, store) is under way.
-        for t in expected:
-            collecting = threading.Thread(target=collect, args=(t,), name="collector")
-            collecting.start()
-            try:
-                for _ in range(CRASHES_PER_COLLECTION):
-                    time.sleep(_pause(0.0, 0.3))
-                    if not collecting.is_alive():
-                        break
-                    chaos.crash("collection")
-            finally:
-                collecting.join(600)
+        chaos.during_each_collection(expected, collect, CRASHES_PER_COLLECTION, gap=0.3)
         assert not errors, errors
 
         got = {t: r.report_count for t, r in results.items()}

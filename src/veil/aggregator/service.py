@@ -35,6 +35,7 @@ from veil.messages import MessageError
 from veil.messages.wire import (
     ciphertext_from_pb,
     ciphertext_to_pb,
+    hpke_config_to_pb,
     hpke_configs_to_pb,
     reports_from_upload,
 )
@@ -201,15 +202,8 @@ class LeaderService(leader_pb2_grpc.LeaderServicer):
         self, request: leader_pb2.TaskInfoRequest, context: grpc.ServicerContext
     ) -> leader_pb2.TaskInfo:
         info = self.leader.task_info(request.task_id, bearer_token(context))
-        c = info.collector_hpke_config
         return leader_pb2.TaskInfo(
-            collector_hpke_config=messages_pb2.HpkeConfig(
-                config_id=c.config_id,
-                kem_id=c.kem_id,
-                kdf_id=c.kdf_id,
-                aead_id=c.aead_id,
-                public_key=c.public_key,
-            ),
+            collector_hpke_config=hpke_config_to_pb(info.collector_hpke_config),
             reports=info.reports,
             rejected=info.rejected,
             collections_finished=info.collections_finished,

@@ -147,7 +147,7 @@ def _budget(text: str) -> str:
     """A budget from results.json (a decimal string, exact there) as a reader
     takes it in: 3 significant digits, or the word it already is ("none")."""
     try:
-        return f"{float(text):.3g}"
+        return _num(float(text))
     except ValueError:
         return escape(text)
 
