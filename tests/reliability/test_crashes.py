@@ -70,14 +70,16 @@ class Chaos:
         self, buckets: Iterable[int], collect: Callable[[int], None], crashes: int, gap: float
     ) -> None:
         """One bucket at a time: start `collect(bucket)` in a thread, then kill
-        a server while it is under way (up to `crashes` times, at random pauses
-        below `gap` seconds), and wait for it."""
+        a server while it is under way (up to `crashes` times: at once, then at
+        random pauses below `gap` seconds), and wait for it. The first kill
+        does not wait: on an idle machine a collection can finish within the
+        pause, and a run would then kill nothing during collections."""
         for t in buckets:
             collecting = threading.Thread(target=collect, args=(t,), name="collector")
             collecting.start()
             try:
-                for _ in range(crashes):
-                    time.sleep(_pause(0.0, gap))
+                for attempt in range(crashes):
+                    time.sleep(_pause(0.0, gap) if attempt else 0.0)
                     if not collecting.is_alive():
                         break
                     self.crash("collection")
