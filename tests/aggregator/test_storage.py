@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from tests.support.backends import Backend
+from veil.aggregator import postgres as postgres_backend
 from veil.aggregator.core import share_merge
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import (
@@ -32,7 +33,10 @@ from veil.aggregator.storage import (
     SqliteDatastore,
     StorageConflict,
 )
+from veil.aggregator.store import migrations, units
 from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
+from veil.aggregator.store.records import AGGREGATE_SHARDS, aggregate_shard, fold_shards
+from veil.aggregator.store.tx import PostgresTx
 from veil.dp import BudgetLedger
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
@@ -54,6 +58,11 @@ def share(*values: int) -> bytes:
     for v in values:
         agg = VDAF.merge(None, [agg, [v % VDAF.field.MODULUS]])
     return VDAF.encode_agg_share(agg)
+
+
+def fold(rows: list[BatchAggregate]) -> list[BatchAggregate]:
+    """A batch's shard rows, one per bucket."""
+    return fold_shards(rows, MERGE)
 
 
 def xor(a: bytes, b: bytes) -> bytes:
@@ -85,7 +94,7 @@ def test_reports_all_or_nothing_and_duplicates(store: Datastore) -> None:
         )
     assert store.put_reports(TASK, [(3600, changed)]) == (1, 0)  # report 4 was not written before
     assert store.unaggregated_count(TASK, 0, 7200) == 4
-    assert store.batch_aggregates(TASK, 0, 7200) == []  # nothing aggregated yet
+    assert fold(store.batch_aggregates(TASK, 0, 7200)) == []  # nothing aggregated yet
 
 
 def test_jobs_and_aggregates(store: Datastore) -> None:
@@ -101,12 +110,12 @@ def test_jobs_and_aggregates(store: Datastore) -> None:
     store.finish_aggregation_job(TASK, b"j" * 16, outcomes, [delta], MERGE)
     with pytest.raises(StorageConflict):
         store.finish_aggregation_job(TASK, b"j" * 16, {}, [], MERGE)
-    assert store.batch_aggregates(TASK, 0, 7200) == [delta]
+    assert fold(store.batch_aggregates(TASK, 0, 7200)) == [delta]
     # A second job's delta is added to the bucket, not written over it.
     other = BatchAggregate(3600, share(5), 1, b"d" * 32)
     k_ids = [r.report_id for r in store.job_reports(TASK, b"k" * 16)]
     store.finish_aggregation_job(TASK, b"k" * 16, dict.fromkeys(k_ids, "y"), [other], MERGE)
-    assert store.batch_aggregates(TASK, 0, 7200) == [
+    assert fold(store.batch_aggregates(TASK, 0, 7200)) == [
         BatchAggregate(3600, share(12), 3, xor(b"c" * 32, b"d" * 32))
     ]
     assert store.rejections(TASK) == {"x": 1, "y": 2}
@@ -185,7 +194,7 @@ def test_a_closed_bucket_still_takes_the_jobs_it_waits_for(store: Datastore) -> 
     delta = BatchAggregate(3600, share(1), 1, b"c" * 32)
     store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, [delta], MERGE)
     assert store.unaggregated_count(TASK, 3600, 7200) == 0
-    assert store.batch_aggregates(TASK, 3600, 7200) == [
+    assert fold(store.batch_aggregates(TASK, 3600, 7200)) == [
         BatchAggregate(3600, share(1), 1, b"c" * 32, b"c" * 16)
     ]
 
@@ -205,7 +214,7 @@ def test_helper_records(store: Datastore) -> None:
     record = CollectionRecord(TASK, b"c" * 16, 0, 3600, "finished", 1, b"c" * 32, None, CT)
     assert store.commit_helper_collection(record, 3600) == record
     assert store.get_collection(TASK, b"c" * 16) == record
-    assert store.batch_aggregates(TASK, 0, 3600) == [
+    assert fold(store.batch_aggregates(TASK, 0, 3600)) == [
         BatchAggregate(0, share(3), 1, b"c" * 32, b"c" * 16)
     ]
 
@@ -257,7 +266,7 @@ def test_concurrent_workers_count_every_report_once(opener: Opener) -> None:
         t.join()
     assert errors == []
     assert len(set(finished)) == len(finished) == n // job_size
-    (agg,) = first.batch_aggregates(TASK, 0, 7200)
+    (agg,) = fold(first.batch_aggregates(TASK, 0, 7200))
     assert agg.report_count == n
     assert agg.agg_share == share(*range(n))
     assert first.unaggregated_count(TASK, 0, 7200) == 0
@@ -346,12 +355,13 @@ def test_gc_batch_aggregates_and_collections_past_horizon(store: Datastore) -> N
     store.fail_collection(CollectionRecord(TASK, b"c" * 16, 0, 3600, "failed"), reopen=False)
     store.put_collection(CollectionRecord(TASK, b"d" * 16, 3600, 3600, "pending"))
     result = store.collect_garbage(TASK, TP, 3600, None)
-    assert (result.batch_aggregates, result.collections) == (1, 1)
-    assert [a.bucket for a in store.batch_aggregates(TASK, 0, 7200)] == [3600]
+    # Bucket 0's rows went: its lock row and the job's shard row.
+    assert (result.batch_aggregates, result.collections) == (2, 1)
+    assert [a.bucket for a in fold(store.batch_aggregates(TASK, 0, 7200))] == [3600]
     assert [c.job_id for c in store.collections(TASK)] == [b"d" * 16]
     # A pending collection is never deleted, whatever its age.
     assert store.collect_garbage(TASK, TP, 10**9, None).collections == 0
-    assert result.total() == result.reports + result.aggregation_jobs + 2
+    assert result.total() == result.reports + result.aggregation_jobs + 3
 
 
 def test_helper_job_commits_once(store: Datastore) -> None:
@@ -364,7 +374,9 @@ def test_helper_job_commits_once(store: Datastore) -> None:
     assert store.commit_helper_job(HelperJob(*other[:-1]), MERGE) == (b"h" * 32, b"resp")
     assert store.seen_reports(TASK, [b"s" * 16]) == set()
     assert store.rejections(TASK) == {}
-    assert store.batch_aggregates(TASK, 0, 3600) == [BatchAggregate(0, share(3), 1, b"c" * 32)]
+    assert fold(store.batch_aggregates(TASK, 0, 3600)) == [
+        BatchAggregate(0, share(3), 1, b"c" * 32)
+    ]
 
 
 def test_helper_report_aggregated_at_most_once(store: Datastore) -> None:
@@ -383,7 +395,7 @@ def test_helper_report_aggregated_at_most_once(store: Datastore) -> None:
     assert e.value.report_ids == [b"r" * 16]
     assert store.helper_job(TASK, b"k" * 16) is None
     assert store.seen_reports(TASK, [b"s" * 16]) == set()
-    assert sum(a.report_count for a in store.batch_aggregates(TASK, 0, 3600)) == 1
+    assert sum(a.report_count for a in fold(store.batch_aggregates(TASK, 0, 3600))) == 1
 
 
 def test_helper_job_refused_in_a_collected_bucket(store: Datastore) -> None:
@@ -409,7 +421,7 @@ def test_helper_collection_stored_once_for_the_batch_it_read(store: Datastore) -
     with pytest.raises(BatchChanged):
         store.commit_helper_collection(stale, TP)
     assert store.get_collection(TASK, b"c" * 16) is None
-    assert store.batch_aggregates(TASK, 0, 3600)[0].collected_by is None
+    assert fold(store.batch_aggregates(TASK, 0, 3600))[0].collected_by is None
     record = replace(stale, report_count=1, checksum=b"c" * 32)
     assert store.commit_helper_collection(record, TP) == record
     # A second process's share for the same job id: the first one stays.
@@ -600,3 +612,148 @@ def test_an_sqlite_file_from_before_the_numbered_migrations_is_adopted(tmp_path:
     with sqlite3.connect(old) as db:
         versions = [r[0] for r in db.execute("SELECT version FROM veil_schema ORDER BY version")]
     assert versions == list(range(LEGACY_VERSION, len(MIGRATIONS) + 1))
+
+
+# --- shard rows: no hot row per bucket ---------------------------------------
+
+
+def job_on_shard(shard: int, n: int = 0) -> bytes:
+    """A job id whose deltas go to `shard` (1..AGGREGATE_SHARDS); `n` tells ids apart."""
+    job_id = (shard - 1 + AGGREGATE_SHARDS * n).to_bytes(4, "big") + b"j" * 12
+    assert aggregate_shard(job_id) == shard
+    return job_id
+
+
+def one_report_job(job_id: bytes, value: int, bucket: int = 3600) -> HelperJob:
+    report_id = job_id[:4] + b"r" * 12
+    delta = BatchAggregate(bucket, share(value), 1, report_id.rjust(32, b"\0"))
+    return HelperJob(TASK, job_id, b"h" * 32, b"resp", [(report_id, bucket)], [], [delta])
+
+
+class Holder:
+    """A helper job's transaction held open on its own PostgreSQL connection,
+    as another process in the middle of its commit."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conn = psycopg.connect(conninfo, autocommit=True)
+        self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+
+    def __enter__(self) -> Holder:
+        self.tx = self.conn.transaction()
+        self.tx.__enter__()
+        return self
+
+    def commit_job(self, job: HelperJob) -> None:
+        assert units.commit_helper_job(PostgresTx(self.conn), job, MERGE) is None
+
+    def __exit__(self, *exc: object) -> None:
+        self.tx.__exit__(None, None, None)
+        self.conn.close()
+
+
+def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except BaseException as e:
+            out.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.postgres
+def test_jobs_on_other_shards_of_a_bucket_do_not_wait(postgres: str) -> None:
+    """A job holding its shard row of a bucket (uncommitted, as a process in
+    the middle of its commit) does not hold up a job on another shard of the
+    same bucket; a job on the same shard waits for it, then adds to it."""
+    store = PostgresDatastore(postgres, pool_size=4)
+    # The bucket's lock row exists from its first job (or on the leader, its
+    # first upload): making it is the one step jobs of a bucket take in turn.
+    store.commit_helper_job(one_report_job(job_on_shard(3), 8), MERGE)
+    with Holder(postgres) as holder:
+        holder.commit_job(one_report_job(job_on_shard(1), 1))
+        other, out = in_thread(
+            lambda: store.commit_helper_job(one_report_job(job_on_shard(2), 2), MERGE)
+        )
+        other.join(10)
+        assert not other.is_alive() and out == [None]
+        same, same_out = in_thread(
+            lambda: store.commit_helper_job(one_report_job(job_on_shard(1, 1), 4), MERGE)
+        )
+        same.join(1)
+        assert same.is_alive()  # waiting on shard 1's row lock
+    same.join(30)
+    assert same_out == [None]
+    rows = store.batch_aggregates(TASK, 0, 7200)
+    # Shard 1 holds two jobs; shards 2 and 3 one each.
+    assert sorted(a.report_count for a in rows) == [1, 1, 2]
+    (total,) = fold(rows)
+    assert (total.report_count, total.agg_share) == (4, share(1, 2, 4, 8))
+    store.close()
+
+
+@pytest.mark.postgres
+def test_helper_close_reads_the_jobs_it_waited_for(postgres: str) -> None:
+    """The helper's collection closes the bucket while a job is committing
+    into another shard of it: the close waits for the job's lock on the
+    bucket, and then reads the batch as it is after that job, not as it was
+    when the close began. Its share, computed before the job, is refused
+    (BatchChanged) instead of being released without the job's report."""
+    store = PostgresDatastore(postgres, pool_size=4)
+    store.commit_helper_job(one_report_job(job_on_shard(3), 5), MERGE)
+    (before,) = fold(store.batch_aggregates(TASK, 3600, 7200))
+    record = CollectionRecord(
+        TASK, b"c" * 16, 3600, 3600, "finished", before.report_count, before.checksum, None, CT
+    )
+    with Holder(postgres) as holder:
+        holder.commit_job(one_report_job(job_on_shard(4), 6))
+        close, out = in_thread(lambda: store.commit_helper_collection(record, TP))
+        close.join(1)
+        assert close.is_alive()  # waiting on the bucket's lock row
+    close.join(30)
+    assert len(out) == 1 and isinstance(out[0], BatchChanged), out
+    assert store.get_collection(TASK, b"c" * 16) is None
+    (after,) = fold(store.batch_aggregates(TASK, 3600, 7200))
+    assert after.collected_by is None and after.report_count == 2
+    # Computed again from the batch as it is, the share is stored.
+    again = replace(record, report_count=after.report_count, checksum=after.checksum)
+    assert store.commit_helper_collection(again, TP) == again
+    store.close()
+
+
+def test_rows_from_before_shards_become_shard_0(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at the schema before shard rows (version 4), holding a
+    bucket's aggregate and a closed bucket, migrates: the rows are kept (as
+    shard 0), and new jobs add to them through their shards."""
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:4])
+    monkeypatch.setattr(postgres_backend, "MIGRATIONS", MIGRATIONS[:4])
+    backend.store("m")
+    old_rows = [
+        (TASK, 3600, share(7), 2, b"c" * 32, None),
+        (TASK, 7200, None, 0, bytes(32), b"x" * 16),
+    ]
+    insert = "INSERT INTO batch_aggregates VALUES (?, ?, ?, ?, ?, ?)"
+    conninfo = backend.conninfo("m")
+    if conninfo is None:
+        with sqlite3.connect(backend.path("m")) as db:
+            db.executemany(insert, old_rows)
+    else:
+        with psycopg.connect(conninfo) as conn:
+            conn.cursor().executemany(insert.replace("?", "%s"), old_rows)
+    monkeypatch.undo()
+    store = backend.store("m")
+    assert store.batch_aggregates(TASK, 0, 3 * 3600) == [
+        BatchAggregate(3600, share(7), 2, b"c" * 32),
+        BatchAggregate(7200, None, 0, bytes(32), b"x" * 16),
+    ]
+    store.commit_helper_job(one_report_job(job_on_shard(5), 3), MERGE)
+    (total,) = fold(store.batch_aggregates(TASK, 3600, 7200))
+    assert (total.report_count, total.agg_share) == (3, share(10))
+    with pytest.raises(BucketCollected):
+        store.commit_helper_job(one_report_job(job_on_shard(6), 3, bucket=7200), MERGE)

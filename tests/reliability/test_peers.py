@@ -101,7 +101,7 @@ def _wait_helper_count(dep: Deployment, name: str, t: int, n: int) -> None:
     while True:
         rows = query(
             _db(dep, "helper"),
-            "SELECT report_count FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
+            "SELECT sum(report_count) FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
             task_id,
             t,
         )
@@ -345,11 +345,15 @@ def test_no_aggregator_releases_an_unnoised_share(dep: Deployment) -> None:
             for role in ("leader", "helper"):
                 rows = query(
                     _db(dep, role),
-                    "SELECT agg_share FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
+                    "SELECT agg_share FROM batch_aggregates WHERE task_id = ? AND bucket = ?"
+                    " AND agg_share IS NOT NULL",
                     task_id,
                     start,
                 )
-                raw[role] = vdaf.decode_agg_share(None, bytes(rows[0][0]))
+                # The bucket's shard rows add up to its aggregate share.
+                raw[role] = vdaf.merge(
+                    None, [vdaf.decode_agg_share(None, bytes(r[0])) for r in rows]
+                )
             # The stored shares are the real ones: together they open to the truth.
             assert decode(vdaf.merge(None, [raw["leader"], raw["helper"]]), p) == [truths[i]]
             for role in noise:

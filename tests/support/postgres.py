@@ -69,8 +69,10 @@ def as_url(dsn: str) -> str:
 
 
 @contextmanager
-def postgres_dsn() -> Iterator[str]:
-    """Yield a DSN for an empty database; the server lives for the block."""
+def postgres_dsn(durable: bool = False) -> Iterator[str]:
+    """Yield a DSN for an empty database; the server lives for the block.
+    `durable`: commits wait for the disk (fsync on), as in production; the
+    default skips fsync, which tests do not need."""
     configured = os.environ.get(DSN_ENV)
     if configured:
         yield configured
@@ -119,8 +121,8 @@ def postgres_dsn() -> Iterator[str]:
                 str(logfile),
                 "-w",
                 "-o",
-                f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets} -c fsync=off "
-                "-c max_connections=200",
+                f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets}"
+                f" -c fsync={'on' if durable else 'off'} -c max_connections=200",
                 "start",
             ],
             check=True,

@@ -284,7 +284,7 @@ class Helper(AggregatorBase[HelperTask]):
         bucket = task.bucket(it.time)
         if bucket not in collected:
             aggs = self.store.batch_aggregates(task.task_id, bucket, bucket + 1)
-            collected[bucket] = bool(aggs and aggs[0].collected_by is not None)
+            collected[bucket] = any(a.collected_by is not None for a in aggs)
         if collected[bucket]:
             return BATCH_COLLECTED, b""
         ct = it.encrypted_input_share

@@ -12,10 +12,14 @@ Where several processes meet:
 - Jobs are leased (`lease_owner`, `lease_expiry` in the database's clock) and
   taken with `FOR UPDATE SKIP LOCKED`, so workers never wait on each other's
   jobs; an expired lease is taken over.
-- A batch aggregate is read `FOR UPDATE`, merged with the job's delta by the
-  caller's `merge` and written back in the job's transaction.
-- An upload holds its buckets' rows `FOR SHARE`, so it cannot interleave with
-  the closing of a batch for collection.
+- A batch aggregate is kept in shard rows: a job reads its own shard of the
+  bucket `FOR UPDATE`, merges its delta in with the caller's `merge` and
+  writes it back in the job's transaction, so jobs on other shards of the
+  bucket do not wait for it.
+- An upload, and a helper job, holds its buckets' lock rows (shard 0) `FOR
+  SHARE`, so it cannot interleave with the closing of a batch for collection,
+  which takes them `FOR UPDATE`. The helper's close reads the shards at READ
+  COMMITTED, after its locks are granted (see units.commit_helper_collection).
 - Ledger transactions take one advisory lock before they begin, which makes
   them run one at a time, each seeing every spend committed before it.
 
@@ -142,17 +146,28 @@ class PostgresDatastore(UnitStore):
     def _write(self, work: Callable[[Tx], T]) -> T:
         return self._run(lambda db: work(PostgresTx(db)))
 
-    def _run(self, work: Callable[[Conn], T]) -> T:
-        """Run `work` in one REPEATABLE READ transaction, again if it cannot be serialised."""
+    def _write_fresh(self, work: Callable[[Tx], T]) -> T:
+        return self._run(lambda db: work(PostgresTx(db)), psycopg.IsolationLevel.READ_COMMITTED)
+
+    def _run(
+        self,
+        work: Callable[[Conn], T],
+        isolation: psycopg.IsolationLevel = psycopg.IsolationLevel.REPEATABLE_READ,
+    ) -> T:
+        """Run `work` in one transaction (REPEATABLE READ unless told), again
+        if it cannot be serialised."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             with self.pool.connection() as conn:
                 try:
+                    conn.isolation_level = isolation
                     with conn.transaction():
                         return work(conn)
                 except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as e:
                     if attempt == MAX_ATTEMPTS:
                         raise
                     log.debug("retrying a transaction (attempt %d): %s", attempt, type(e).__name__)
+                finally:
+                    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             pause = min(_MAX_PAUSE, 0.002 * 2 ** min(attempt, 7))
             _time.sleep(pause * (0.5 + secrets.randbelow(1000) / 1000))
         raise AssertionError("unreachable")

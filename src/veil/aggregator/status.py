@@ -69,14 +69,18 @@ def gather(
     surveys: dict[str, dict[str, Any]] = {}
     for task in config.tasks:
         counts = store.report_counts(task.task_id, task.time_precision)
-        aggregates = {a.bucket: a for a in store.batch_aggregates(task.task_id, 0, 2**63 - 1)}
+        # A bucket's shard rows add up; its lock row says who closed it.
+        aggregated: Counter[int] = Counter()
+        closed: dict[int, bytes | None] = {}
+        for a in store.batch_aggregates(task.task_id, 0, 2**63 - 1):
+            aggregated[a.bucket] += a.report_count
+            closed[a.bucket] = closed.get(a.bucket) or a.collected_by
         collections = store.collections(task.task_id)
         finished_by = {c.job_id for c in collections if c.state == "finished"}
         batches = []
-        for bucket in sorted(set(counts) | set(aggregates)):
-            agg = aggregates.get(bucket)
+        for bucket in sorted(set(counts) | set(closed)):
             by_state = counts.get(bucket, {})
-            closed_by = agg.collected_by if agg is not None else None
+            closed_by = closed.get(bucket)
             if closed_by is None:
                 state = "open"
             else:
@@ -85,7 +89,7 @@ def gather(
                 {
                     "start": bucket,
                     "start_utc": _utc(bucket),
-                    "aggregated": agg.report_count if agg is not None else 0,
+                    "aggregated": aggregated[bucket],
                     "pending": by_state.get("pending", 0) + by_state.get("in_job", 0),
                     "rejected": by_state.get("rejected", 0),
                     "state": state,

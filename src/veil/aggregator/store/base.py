@@ -33,6 +33,13 @@ class UnitStore:
         """Run a unit in one write transaction (retried where the database asks)."""
         raise NotImplementedError
 
+    def _write_fresh(self, work: Callable[[Tx], T]) -> T:
+        """Run a write unit whose reads after a lock wait must see what
+        committed during the wait (on PostgreSQL: READ COMMITTED instead of
+        one snapshot for the whole unit). SQLite's write lock is taken before
+        the first read, so there a unit is always fresh."""
+        return self._write(work)
+
     # --- both roles -------------------------------------------------------
 
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
@@ -141,7 +148,7 @@ class UnitStore:
         return self._write(lambda tx: units.commit_helper_job(tx, job, merge))
 
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
-        return self._write(lambda tx: units.commit_helper_collection(tx, record, step))
+        return self._write_fresh(lambda tx: units.commit_helper_collection(tx, record, step))
 
     # --- operations: keys, status -----------------------------------------
 

@@ -87,6 +87,23 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE collections ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
     ALTER TABLE collections ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     """,
+    # Batch aggregates in shard rows (veil.aggregator.store.units): shard 0 is
+    # a bucket's lock row, which says whether it is collected; each job adds
+    # to one of the shards 1..AGGREGATE_SHARDS. A new primary key means a new
+    # table (SQLite cannot change one in place); the rows there were become
+    # shard 0, which the readers merge like any other.
+    """
+    CREATE TABLE batch_aggregates_sharded (
+        task_id BYTEA NOT NULL, bucket BIGINT NOT NULL, shard SMALLINT NOT NULL,
+        agg_share BYTEA, report_count BIGINT NOT NULL, checksum BYTEA NOT NULL,
+        collected_by BYTEA, PRIMARY KEY (task_id, bucket, shard));
+    INSERT INTO batch_aggregates_sharded
+        (task_id, bucket, shard, agg_share, report_count, checksum, collected_by)
+        SELECT task_id, bucket, 0, agg_share, report_count, checksum, collected_by
+        FROM batch_aggregates;
+    DROP TABLE batch_aggregates;
+    ALTER TABLE batch_aggregates_sharded RENAME TO batch_aggregates;
+    """,
 )
 
 SCHEMA_TABLE = (

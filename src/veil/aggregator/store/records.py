@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from veil.hpke import HpkeKeypair
@@ -123,6 +123,33 @@ def merge_aggregate(
         bytes(x ^ y for x, y in zip(old.checksum, delta.checksum, strict=True)),
         old.collected_by,
     )
+
+
+# A bucket's aggregate is kept in shard rows, so that jobs over one bucket at
+# once (several workers, several helper processes) each lock their own row
+# instead of all waiting on one. Shard 0 is the bucket's lock row: it says
+# whether the bucket is collected, and holds what was aggregated before shards
+# existed. A job adds to one of the shards 1..AGGREGATE_SHARDS; readers see a
+# bucket's shard rows and add them up (fold_shards, batch_summary).
+AGGREGATE_SHARDS = 8
+
+
+def aggregate_shard(job_id: bytes) -> int:
+    """The shard row a job adds to, fixed by its id (ids are random)."""
+    return 1 + int.from_bytes(job_id[:4], "big") % AGGREGATE_SHARDS
+
+
+def fold_shards(rows: Sequence[BatchAggregate], merge: ShareMerge) -> list[BatchAggregate]:
+    """One row per bucket, its shard rows added up (`rows` in bucket order, as
+    Datastore.batch_aggregates returns them); collected if any row says so."""
+    folded: list[BatchAggregate] = []
+    for row in rows:
+        if folded and folded[-1].bucket == row.bucket:
+            total = merge_aggregate(folded[-1], row, merge)
+            folded[-1] = replace(total, collected_by=total.collected_by or row.collected_by)
+        else:
+            folded.append(row)
+    return folded
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from veil.aggregator.store.records import (
     ShareMerge,
     StorageConflict,
     aggregate_from_row,
+    aggregate_shard,
     check_batch_unchanged,
     collection_from_row,
     collection_values,
@@ -90,14 +91,31 @@ def get_collection(tx: Tx, task_id: bytes, job_id: bytes) -> CollectionRecord | 
 
 
 def batch_aggregates(tx: Tx, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
-    """The batch's rows, oldest bucket first, without rows that hold nothing
-    (made only to be locked)."""
+    """The batch's shard rows, oldest bucket first and shard 0 (the lock row,
+    the only one that may say collected) first in each; without rows that
+    hold nothing (made only to be locked). A bucket's rows add up to its
+    aggregate (fold_shards)."""
     rows = tx.rows(
         f"SELECT {_AGGREGATE_COLS} FROM batch_aggregates WHERE task_id = ? AND bucket >= ?"
-        " AND bucket < ? AND (report_count > 0 OR collected_by IS NOT NULL) ORDER BY bucket",
+        " AND bucket < ? AND (report_count > 0 OR collected_by IS NOT NULL)"
+        " ORDER BY bucket, shard",
         (task_id, start, end),
     )
     return [aggregate_from_row(r) for r in rows]
+
+
+def make_aggregate_rows(
+    tx: Tx, task_id: bytes, rows: Sequence[tuple[int, int]], collected_by: bytes | None = None
+) -> None:
+    """Make the (bucket, shard) rows that are missing, empty, so that there
+    is a row to lock. ON CONFLICT: on PostgreSQL a row another transaction
+    made meanwhile makes this one fail to serialise (and run again), never a
+    duplicate-key error."""
+    tx.many(
+        "INSERT INTO batch_aggregates (task_id, bucket, shard, report_count, checksum,"
+        " collected_by) VALUES (?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+        [(task_id, bucket, shard, bytes(32), collected_by) for bucket, shard in rows],
+    )
 
 
 def count_rejections(tx: Tx, task_id: bytes, reasons: Sequence[str]) -> None:
@@ -111,59 +129,64 @@ def count_rejections(tx: Tx, task_id: bytes, reasons: Sequence[str]) -> None:
 def merge_aggregates(
     tx: Tx,
     task_id: bytes,
+    job_id: bytes,
     deltas: Sequence[BatchAggregate],
     merge: ShareMerge,
     refuse_collected: bool = False,
 ) -> None:
-    """Add each delta to its bucket's row, read and written under the row's lock.
+    """Add each delta to the job's shard row of its bucket (aggregate_shard),
+    read and written under that row's lock: jobs on other shards of the
+    bucket do not wait for this one.
 
     `refuse_collected`: raise BucketCollected for a collected bucket (the
-    helper's jobs; the leader's jobs still add to a bucket closed while they
-    held its reports, see merge_aggregate)."""
+    helper's jobs). Such a job also holds the bucket's lock row (shard 0)
+    `FOR SHARE` until it commits, so that a collection closing the bucket
+    (close_batch, `FOR UPDATE`) waits for it. The leader's jobs skip that:
+    they still add to a bucket closed while they held its reports, and the
+    leader's collection waits for those jobs by their reports' state
+    (see merge_aggregate)."""
+    shard = aggregate_shard(job_id)
     # In bucket order, so two jobs over the same buckets cannot deadlock.
     for d in sorted(deltas, key=lambda a: a.bucket):
-        # Make the row if missing, so there is always a row to lock. ON
-        # CONFLICT: on PostgreSQL a row another transaction made meanwhile
-        # makes this one fail to serialise (and run again), never a
-        # duplicate-key error.
-        tx.run(
-            "INSERT INTO batch_aggregates VALUES (?, ?, NULL, 0, ?, NULL) ON CONFLICT DO NOTHING",
-            (task_id, d.bucket, bytes(32)),
-        )
+        make_aggregate_rows(tx, task_id, [(d.bucket, 0), (d.bucket, shard)])
+        if refuse_collected:
+            lock = tx.one(
+                "SELECT collected_by FROM batch_aggregates WHERE task_id = ? AND bucket = ?"
+                " AND shard = 0" + tx.for_share,
+                (task_id, d.bucket),
+            )
+            if lock is not None and lock[0] is not None:
+                raise BucketCollected(d.bucket)
         row = tx.one(
             f"SELECT {_AGGREGATE_COLS} FROM batch_aggregates WHERE task_id = ? AND bucket = ?"
-            + tx.for_update,
-            (task_id, d.bucket),
+            " AND shard = ?" + tx.for_update,
+            (task_id, d.bucket, shard),
         )
         assert row is not None
-        old = aggregate_from_row(row)
-        if refuse_collected and old.collected_by is not None:
-            raise BucketCollected(d.bucket)
-        new = merge_aggregate(old, d, merge)
+        new = merge_aggregate(aggregate_from_row(row), d, merge)
         tx.run(
             "UPDATE batch_aggregates SET agg_share = ?, report_count = ?, checksum = ?"
-            " WHERE task_id = ? AND bucket = ?",
-            (new.agg_share, new.report_count, new.checksum, task_id, new.bucket),
+            " WHERE task_id = ? AND bucket = ? AND shard = ?",
+            (new.agg_share, new.report_count, new.checksum, task_id, new.bucket, shard),
         )
 
 
 def close_batch(tx: Tx, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
     """Mark every bucket of [start, end) collected by `job_id` (idempotent for
-    that job); BucketCollected if another job collected one of them."""
-    tx.many(
-        "INSERT INTO batch_aggregates VALUES (?, ?, NULL, 0, ?, ?) ON CONFLICT DO NOTHING",
-        [(task_id, b, bytes(32), job_id) for b in range(start, end, step)],
-    )
+    that job) on its lock row; BucketCollected if another job collected one
+    of them. The lock rows are taken `FOR UPDATE`: this waits for uploads and
+    helper jobs holding them, and holds off new ones until it commits."""
+    make_aggregate_rows(tx, task_id, [(b, 0) for b in range(start, end, step)], job_id)
     for bucket, collected_by in tx.rows(
         "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = ?"
-        " AND bucket >= ? AND bucket < ? ORDER BY bucket" + tx.for_update,
+        " AND bucket >= ? AND bucket < ? AND shard = 0 ORDER BY bucket" + tx.for_update,
         (task_id, start, end),
     ):
         if collected_by is not None and bytes(collected_by) != job_id:
             raise BucketCollected(int(bucket))
     tx.run(
         "UPDATE batch_aggregates SET collected_by = ? WHERE task_id = ?"
-        " AND bucket >= ? AND bucket < ? AND collected_by IS NULL",
+        " AND bucket >= ? AND bucket < ? AND shard = 0 AND collected_by IS NULL",
         (job_id, task_id, start, end),
     )
 
@@ -194,26 +217,36 @@ def commit_helper_job(tx: Tx, job: HelperJob, merge: ShareMerge) -> tuple[bytes,
         [(task_id, i, t, job_id) for i, t in job.reports],
     )
     count_rejections(tx, task_id, job.rejected)
-    merge_aggregates(tx, task_id, job.deltas, merge, refuse_collected=True)
+    merge_aggregates(tx, task_id, job_id, job.deltas, merge, refuse_collected=True)
     return None
 
 
 def commit_helper_collection(tx: Tx, record: CollectionRecord, step: int) -> CollectionRecord:
     """Close the batch and store the sealed, noised share, in one transaction
-    (see Datastore.commit_helper_collection)."""
+    (see Datastore.commit_helper_collection).
+
+    The batch is read after close_batch holds its lock rows, and must be
+    read as it is then: a helper job that held a lock row while this waited
+    has added to its own shard row, which a snapshot taken before the wait
+    would not show. So on PostgreSQL this unit runs at READ COMMITTED
+    (UnitStore._write_fresh), where each statement sees what committed
+    before it."""
     stored = get_collection(tx, record.task_id, record.job_id)
     if stored is not None:
         return stored
     end = record.start + record.duration
     close_batch(tx, record.task_id, record.start, end, record.job_id, step)
     check_batch_unchanged(batch_aggregates(tx, record.task_id, record.start, end), record)
-    # ON CONFLICT: another process storing this job meanwhile makes this one
-    # fail to serialise on PostgreSQL; its retry returns the stored record.
-    tx.run(
+    written = tx.run(
         f"INSERT INTO collections ({COLLECTION_COLS}, created)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (*collection_values(record), _time.time()),
     )
+    if written == 0:
+        # Another process stored this job while this one waited for the lock rows.
+        stored = get_collection(tx, record.task_id, record.job_id)
+        assert stored is not None
+        return stored
     return record
 
 
@@ -459,7 +492,7 @@ def finish_aggregation_job(
                 (AGGREGATED if reason is None else REJECTED, reason, task_id, *args),
             )
     count_rejections(tx, task_id, [r for r in outcomes.values() if r is not None])
-    merge_aggregates(tx, task_id, deltas, merge)
+    merge_aggregates(tx, task_id, job_id, deltas, merge)
     tx.run(
         "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL, lease_expiry = 0"
         " WHERE task_id = ? AND job_id = ?",
@@ -563,15 +596,12 @@ def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -
         r.report_id: (r.time, r.public_share, r.leader_ct.to_bytes(), r.helper_ct.to_bytes())
         for _, r in reports
     }
-    # Hold the buckets' rows (made if missing) against a concurrent close_batch.
-    tx.many(
-        "INSERT INTO batch_aggregates VALUES (?, ?, NULL, 0, ?, NULL) ON CONFLICT DO NOTHING",
-        [(task_id, b, bytes(32)) for b in buckets],
-    )
+    # Hold the buckets' lock rows (made if missing) against a concurrent close_batch.
+    make_aggregate_rows(tx, task_id, [(b, 0) for b in buckets])
     for where, args in tx.id_lists("bucket", buckets):
         for bucket, collected_by in tx.rows(
             "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = ?"
-            f" AND {where} ORDER BY bucket" + tx.for_share,
+            f" AND {where} AND shard = 0 ORDER BY bucket" + tx.for_share,
             (task_id, *args),
         ):
             if collected_by is not None:
@@ -627,7 +657,7 @@ def activate_hpke_key(tx: Tx, config_id: int, now: float, grace: float) -> None:
 _FINISHED_BUCKET = (
     "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
     " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
-    " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ?)"
+    " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ? AND b.shard = 0)"
 )
 
 
