@@ -113,12 +113,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--jobs", type=int, default=400, help="jobs per configuration")
     parser.add_argument("--job-size", type=int, default=10)
+    parser.add_argument(
+        "--shards",
+        type=int,
+        nargs="+",
+        default=[1, records.AGGREGATE_SHARDS],
+        help="shard rows per bucket to compare (1: one row, as before shards)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--durable", action="store_true", help="fsync on at each commit")
     parser.add_argument("--dsn", help="an existing PostgreSQL (default: a throwaway one)")
     args = parser.parse_args()
-    if args.jobs < max(args.threads) or min(args.threads) < 1:
-        parser.error("--threads must be at least 1 and --jobs at least the most threads")
+    if args.jobs < max(args.threads) or min(args.threads + args.shards) < 1:
+        parser.error("--threads and --shards must be at least 1, --jobs at least the most threads")
     with ExitStack() as stack:
         dsn = args.dsn or stack.enter_context(postgres_dsn(durable=args.durable))
         print(
@@ -129,7 +136,7 @@ def main() -> None:
             f"{'threads':>7} | {'shards':>6} | {'jobs/s':>7} | {'run again':>9} | {'ms/commit':>9}"
         )
         for threads in args.threads:
-            for shards in (1, records.AGGREGATE_SHARDS):
+            for shards in args.shards:
                 runs = [
                     one_run(dsn, shards, threads, args.jobs, args.job_size)
                     for _ in range(args.runs)

@@ -131,7 +131,7 @@ def merge_aggregate(
 # whether the bucket is collected, and holds what was aggregated before shards
 # existed. A job adds to one of the shards 1..AGGREGATE_SHARDS; readers see a
 # bucket's shard rows and add them up (fold_shards, batch_summary).
-AGGREGATE_SHARDS = 8
+AGGREGATE_SHARDS = 32
 
 
 def aggregate_shard(job_id: bytes) -> int:
