@@ -42,6 +42,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import ConnectionPool
 
 from veil.aggregator.storage import (
@@ -54,7 +55,7 @@ from veil.aggregator.storage import (
 )
 from veil.aggregator.store.base import UnitStore
 from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
-from veil.aggregator.store.tx import PostgresTx, Tx
+from veil.aggregator.store.tx import IdArray, PostgresTx, Tx
 from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ def migrate(conninfo: str) -> int:
 
 def _configure(conn: Conn) -> None:
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.adapters.register_dumper(IdArray, ListBinaryDumper)
 
 
 def open_pool(conninfo: str, max_size: int = 8) -> ConnectionPool[Conn]:

@@ -28,6 +28,13 @@ Row = tuple[Any, ...]
 ID_CHUNK = 10_000
 
 
+class IdArray(list[Any]):
+    """A list of ids bound as one array parameter. PostgreSQL gets it in
+    binary form (the dumper is registered on each connection, see
+    veil.aggregator.postgres): psycopg's text form escapes a bytea array at
+    about 10 µs an id, a tenth of the helper's whole cost per report."""
+
+
 class Tx(Protocol):
     """An open transaction: statements with `?` placeholders."""
 
@@ -107,4 +114,4 @@ class PostgresTx:
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]:
         if ids:
-            yield f"{column} = ANY(?)", [list(ids)]
+            yield f"{column} = ANY(?)", [IdArray(ids)]
