@@ -3,8 +3,14 @@
 Each run is a fresh deployment (helper, leader upload front end with its
 driver off, k workers, all on one throwaway PostgreSQL or --dsn): the workers
 start and idle, the client uploads the whole load in one call, and the clock
-runs from the acknowledged upload until no report of the load is left
-unaggregated. The table gives the median of --runs runs (and min, max).
+runs from the start of the upload until no report of the load is left
+unaggregated (workers begin on the first reports stored while the rest are
+still uploading). Each process's CPU time is read from /proc over the same
+span. The table gives the median of --runs runs (and min, max).
+
+With --sqlite, the embedded default instead: one leader process (front end
+and driver in one, its CPU counted as the worker's) and one helper process,
+each on its own SQLite file.
 
 Then, in one process, the per-report cost of each step (HPKE open, the
 leader's and the helper's VDAF work) and of the database writes, to show
@@ -42,6 +48,7 @@ from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.core import accumulate, share_merge
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
+from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client, seal_report
 from veil.collector import Collector
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_
@@ -79,7 +86,7 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 def one_run(
-    dsn: str,
+    dsn: str | None,
     workers: int,
     reports: int,
     job_size: int,
@@ -92,8 +99,11 @@ def one_run(
     spent meanwhile (robust to a busy machine). With `exact` given, the batch is
     then collected and whether it equals the true aggregate appended to it."""
     suffix = secrets.token_hex(4)
-    leader_db = with_schema(dsn, f"bench_leader_{suffix}")
-    helper_db = with_schema(dsn, f"bench_helper_{suffix}")
+    storage = None
+    if dsn is not None:
+        leader_db = with_schema(dsn, f"bench_leader_{suffix}")
+        helper_db = with_schema(dsn, f"bench_helper_{suffix}")
+        storage = {"leader": as_url(leader_db), "helper": as_url(helper_db)}
     now = int(time.time())
     t = now - now % TP - TP
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
@@ -103,14 +113,19 @@ def one_run(
             {"bench": (spec, DpSpec("none"), {"min_batch_size": 1})},
             job_size=job_size,
             driver_interval=0.05,
-            storage={"leader": as_url(leader_db), "helper": as_url(helper_db)},
-            workers=workers,
+            storage=storage,
+            # SQLite serves one process: the leader's own driver aggregates.
+            workers=0 if dsn is None else workers,
             start_workers=False,
             # Only when asked: a checkout from before helper scale-out lacks it.
             **({"helpers": helpers} if helpers != 1 else {}),
         )
         stack.callback(dep.stop)
-        store = PostgresDatastore(leader_db, pool_size=1)
+        store: SqliteDatastore | PostgresDatastore = (
+            SqliteDatastore(Path(tmp) / "leader.db")
+            if dsn is None
+            else PostgresDatastore(leader_db, pool_size=1)
+        )
         stack.callback(store.close)
         files = dep.tasks["bench"]
         client = stack.enter_context(Client(files.client, batch_size=10_000))
@@ -119,19 +134,22 @@ def one_run(
             w.start_worker()
         # Wait until every worker has started and is idling.
         deadline = time.monotonic() + 60
-        while sum("started" in w.log.read_text() for w in dep.workers if w.log.exists()) < workers:
+        while not all(w.log.exists() and "started" in w.log.read_text() for w in dep.workers):
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not start")
             time.sleep(0.05)
         time.sleep(0.5)
         helper_procs = getattr(dep, "helpers", [dep.helper])
         procs = {f"helper {i + 1}": h.pid for i, h in enumerate(helper_procs)}
-        procs |= {"front end": dep.leader.pid} | {
-            f"worker {i + 1}": w.pid for i, w in enumerate(dep.workers)
-        }
-        assert client.upload_reports(built).accepted == reports
+        if dsn is None:
+            procs["worker 1 (the leader: front end and driver)"] = dep.leader.pid
+        else:
+            procs |= {"front end": dep.leader.pid} | {
+                f"worker {i + 1}": w.pid for i, w in enumerate(dep.workers)
+            }
         began = time.perf_counter()
         cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        assert client.upload_reports(built).accepted == reports
         while store.unaggregated_count(files.client.task_id, 0, 1 << 62):
             time.sleep(0.02)
         elapsed = time.perf_counter() - began
@@ -243,7 +261,7 @@ def by_role(cpu: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def json_run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     exact: list[bool] = []
     results = [
         one_run(dsn, args.workers[0], args.reports, args.job_size, args.helpers, args.vdaf, exact)
@@ -261,6 +279,7 @@ def json_run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         "job_size": args.job_size,
         "reports": args.reports,
         "runs": args.runs,
+        "storage": "sqlite" if dsn is None else "postgresql",
         "cpus": os.cpu_count(),
     }
 
@@ -273,6 +292,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dsn", help="an existing PostgreSQL (default: a throwaway one)")
     parser.add_argument(
+        "--sqlite",
+        action="store_true",
+        help="the embedded default: one leader and one helper process on SQLite (--json only)",
+    )
+    parser.add_argument(
         "--helpers", type=int, default=1, help="helper processes on one port (--json only)"
     )
     parser.add_argument("--vdaf", choices=sorted(VDAFS), default="sum", help="(--json only)")
@@ -280,10 +304,17 @@ def main() -> None:
         "--json", action="store_true", help="one configuration; a JSON object on the last line"
     )
     args = parser.parse_args()
+    if args.sqlite:
+        if not args.json or args.helpers != 1 or args.dsn:
+            parser.error("--sqlite runs one leader and one helper process: with --json only")
+        args.workers = [1]
+        print(json.dumps(json_run(args, None)))
+        return
     if args.json and len(args.workers) != 1:
         parser.error("--json measures one configuration: give one --workers value")
     if args.helpers < 1 or any(w < 1 for w in args.workers):
         parser.error("--workers and --helpers must be at least 1")
+
     with ExitStack() as stack:
         dsn = args.dsn or stack.enter_context(postgres_dsn())
         if args.json:
