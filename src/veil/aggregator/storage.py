@@ -113,6 +113,11 @@ class Datastore(Protocol):
     """What the leader and helper logic need from storage."""
 
     # Both roles.
+    #
+    # batch_aggregates: the shard rows of the buckets in [start, end), in
+    #   bucket order with the lock row (shard 0) first; a bucket's rows add
+    #   up to its aggregate (fold_shards, core.batch_summary), and only the
+    #   lock row says who collected it. Rows that hold nothing are left out.
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]: ...
     def rejections(self, task_id: bytes) -> dict[str, int]: ...
 
