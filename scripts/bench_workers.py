@@ -117,8 +117,7 @@ def one_run(
             # SQLite serves one process: the leader's own driver aggregates.
             workers=0 if dsn is None else workers,
             start_workers=False,
-            # Only when asked: a checkout from before helper scale-out lacks it.
-            **({"helpers": helpers} if helpers != 1 else {}),
+            helpers=helpers,
         )
         stack.callback(dep.stop)
         store: SqliteDatastore | PostgresDatastore = (
@@ -251,14 +250,17 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
     }
 
 
-def by_role(cpu: dict[str, float]) -> dict[str, float]:
+def by_role(cpu: dict[str, float]) -> dict[str, float | None]:
     """CPU µs per report of each role, added over its processes (what the
-    organisation running it spends per report)."""
+    organisation running it spends per report); None for a role no process
+    of its own plays (on SQLite the leader process is front end and worker,
+    counted as the worker)."""
     roles = {"helper": "helper", "worker": "worker", "front end": "upload"}
-    out = dict.fromkeys(roles.values(), 0.0)
+    out: dict[str, float | None] = dict.fromkeys(roles.values())
     for name, us in cpu.items():
-        out[next(r for p, r in roles.items() if name.startswith(p))] += us
-    return {k: round(v, 1) for k, v in out.items()}
+        role = next(r for p, r in roles.items() if name.startswith(p))
+        out[role] = (out[role] or 0.0) + us
+    return {k: None if v is None else round(v, 1) for k, v in out.items()}
 
 
 def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
@@ -274,7 +276,10 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     roles = [by_role(c) for _, c in results]
     return {
         "reports_per_s": round(statistics.median(r for r, _ in results), 1),
-        "cpu_us_per_report": {k: statistics.median(r[k] for r in roles) for k in roles[0]},
+        "cpu_us_per_report": {
+            k: None if roles[0][k] is None else statistics.median(r[k] or 0.0 for r in roles)
+            for k in roles[0]
+        },
         "cpu_us_per_process": {k: round(v, 1) for k, v in cpu.items()},
         "exact": all(exact),
         "workers": args.workers[0],
