@@ -79,6 +79,8 @@ def test_survey_with_local_randomized_response_through_real_servers(tmp_path: Pa
                 # an answer with probability e/(e+1)), which the estimate undoes.
                 assert r.noisy_aggregate[0] < 0.9 * RESPONDENTS
                 assert abs(values[0] - RESPONDENTS) < 0.35 * RESPONDENTS
-            if q.id == "tools":
-                # Randomized vectors of any weight passed the validity proof.
-                assert r.noisy_aggregate[1] > 10
+            # "tools": randomized vectors of any weight (about two in five of the 300
+            # have two or more options set) passed the validity proof: none was
+            # refused (report_count above). A check on one coordinate's noisy sum
+            # (`> 10`, removed) failed about once in a thousand runs: its central
+            # noise (two discrete Laplace of scale 8) is too wide for the 1e-5 budget.
