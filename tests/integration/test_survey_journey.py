@@ -80,9 +80,11 @@ LABELS = {
     "tools": ["email", "chat", "wiki", "video"],
     "ratings": ["workload", "pay"],
 }
-# Wide enough that every one of the 13 intervals holds the truth but once in
-# ~10^4 runs; the intervals come from the exact noise distribution.
-CONFIDENCE = "0.99999"
+# Wide enough that the 13 intervals (5 questions, each simultaneous) all hold
+# the truth but once in about 10^6 runs: the misses of the five questions add
+# up to 5e-7 (at 0.99999 they came to 5e-5). The intervals come from the exact
+# noise distribution.
+CONFIDENCE = "0.9999999"
 
 
 def veil(*args: str | Path, cwd: Path | None = None, timeout: float = 120) -> Any:

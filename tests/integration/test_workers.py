@@ -6,6 +6,7 @@ takes the job over once its lease expires, and the collected sum is exact.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import signal
@@ -79,10 +80,15 @@ def test_killed_worker_jobs_are_taken_over(dep: tuple[Deployment, str]) -> None:
     while not held:
         assert time.monotonic() < deadline, "no worker was seen holding a job"
         for k, pid in enumerate(pids):
-            held = _held_by(leader_db, pid)
-            if held:
+            if _held_by(leader_db, pid):
+                # Frozen first, then asked again: a job it finished between the
+                # look and the kill would not be one the survivor took over.
+                os.kill(pid, signal.SIGSTOP)
+                held = _held_by(leader_db, pid)
                 victim, survivor_worker = d.local.workers[k], d.local.workers[1 - k]
-                break
+                if held:
+                    break
+                os.kill(pid, signal.SIGCONT)
         else:
             time.sleep(0.005)
     victim.stop(signal.SIGKILL)

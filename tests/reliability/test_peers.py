@@ -371,7 +371,10 @@ def test_no_aggregator_releases_an_unnoised_share(dep: Deployment) -> None:
         distinct_draws={r: len(set(d)) for r, d in noise.items()},
     )
     for role, draws in noise.items():
-        assert zeros[role] <= 1, (role, draws)
+        # A zero draw has probability tanh(1/2000) = 5e-4 (scale 1000): two of
+        # twelve happen by chance about once in 60,000 runs, three of them
+        # about once in 2e7 (40 draws in the long mode: 2.4e-6).
+        assert zeros[role] <= 2, (role, draws)
         assert len(set(draws)) > NOISY_COLLECTIONS // 2, (role, draws)
     assert noise["leader"] != noise["helper"]
 

@@ -193,7 +193,7 @@ def collect(s: SurveyServers, qid: str) -> Any:
     with Collector(
         load_task(s.deployment.collector_dir / f"{qid}.toml", CollectorTask)
     ) as collector:
-        return collector.collect(s.opens, s.closes - s.opens, wait=60, confidence=0.999999)
+        return collector.collect(s.opens, s.closes - s.opens, wait=60, confidence=1 - 1e-7)
 
 
 def test_respondents_in_a_browser(tmp_path: Path, browser: Any) -> None:
