@@ -277,8 +277,18 @@ def test_leader_refuses_collector(dep: Deployment) -> None:
         # The aggregator token is no collector token.
         (("authorization", f"Bearer {dep.tasks['plain'].leader.aggregator_token}"),),
     ]
-    time.sleep(0.5)  # let the driver aggregate, so the digest is stable
-    before = state_digest(_db(dep, "leader"))
+    # Let the driver aggregate, so that the digest is stable: no report left
+    # pending or in a job, and no change over a few of its passes.
+    deadline = time.monotonic() + 60
+    before = ""
+    while True:
+        pending = query(_db(dep, "leader"), "SELECT count(*) FROM reports WHERE state IN (0, 1)")
+        digest = state_digest(_db(dep, "leader"))
+        if pending == [(0,)] and digest == before:
+            break
+        assert time.monotonic() < deadline, "the leader did not settle"
+        before = digest
+        time.sleep(0.3)
     with grpc.insecure_channel(dep.leader.address) as channel:
         stub = leader_pb2_grpc.LeaderStub(channel)
         for metadata in wrong:
