@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.vdaf.test_vectors import _prio3_files, make_vdaf
+from veil.aggregator.core import accumulate, job_deltas
 from veil.vdaf import (
     CodecError,
     Field64,
@@ -264,7 +265,26 @@ def test_mixed_batch_matches_scalar(data: st.DataObject, which: str) -> None:
         for i in accepted:
             expected_agg = vdaf.agg_update(None, expected_agg, out.out_share(i))
         assert batch.aggregate_batch(out) == expected_agg
+        # Any accepted rows (one time bucket's), summed in the batch field.
+        rows = (
+            data.draw(st.lists(st.sampled_from(accepted), unique=True), label="rows")
+            if accepted
+            else []
+        )
+        expected_rows = vdaf.agg_init(None)
+        for i in rows:
+            expected_rows = vdaf.agg_update(None, expected_rows, out.out_share(i))
+        assert batch.aggregate_rows(out, rows) == expected_rows
+        # A job's deltas per bucket are what accumulate makes of its out shares.
+        buckets = [3600 * data.draw(st.integers(0, 2), label="bucket") for _ in accepted]
+        triples = list(zip(buckets, [nonces[i] for i in accepted], accepted, strict=True))
+        scalar = [(b, rid, out.out_share(i)) for b, rid, i in triples]
+        assert job_deltas(batch, out, triples) == accumulate(vdaf, {}, scalar)
         assert out.ok.tolist() == [i in accepted for i in range(size)], j
+    failed = [i for i in range(size) if i not in accepted]
+    if failed:
+        with pytest.raises(ValueError, match="failed verification"):
+            batch.aggregate_rows(outs[0], failed[:1])
 
 
 @pytest.mark.parametrize(

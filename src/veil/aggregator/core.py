@@ -51,7 +51,7 @@ from veil.task import (
 )
 from veil.times import format_duration, format_time
 from veil.vdaf import CodecError, Prio3, VdafError
-from veil.vdaf.batch import BatchPrio3
+from veil.vdaf.batch import BatchPrio3, OutShareBatch
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,30 @@ def accumulate(
             existing[b].collected_by if b in existing else None,
         )
         for b in shares
+    ]
+
+
+def job_deltas(
+    batch: BatchPrio3[Any, Any],
+    out_shares: OutShareBatch,
+    accepted: Iterable[tuple[int, bytes, int]],
+) -> list[BatchAggregate]:
+    """What a job adds to each time bucket, from (bucket, report_id, row)
+    triples of reports that passed: as `accumulate` from empty aggregates,
+    with each bucket's output shares added in the batch field."""
+    rows: dict[int, list[int]] = {}
+    sums: dict[int, bytes] = {}
+    for bucket, report_id, row in accepted:
+        rows.setdefault(bucket, []).append(row)
+        sums[bucket] = xor(sums.get(bucket, bytes(CHECKSUM_SIZE)), report_checksum(report_id))
+    return [
+        BatchAggregate(
+            bucket,
+            batch.vdaf.encode_agg_share(batch.aggregate_rows(out_shares, picked)),
+            len(picked),
+            sums[bucket],
+        )
+        for bucket, picked in rows.items()
     ]
 
 

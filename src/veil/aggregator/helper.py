@@ -27,12 +27,12 @@ from veil.aggregator.core import (
     AggregatorBase,
     VerifyInitItem,
     VerifyResult,
-    accumulate,
     authorize,
     batch_summary,
     check_batch_size,
     check_interval,
     check_window_closed,
+    job_deltas,
     rejection_reason,
     share_merge,
 )
@@ -47,6 +47,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.storage import (
+    BatchAggregate,
     BatchChanged,
     BucketCollected,
     CollectionRecord,
@@ -150,7 +151,7 @@ class Helper(AggregatorBase[HelperTask]):
         attempt = 0
         while stored is None:
             attempt += 1
-            results, accepted, new_ids = self._verify(task, items)
+            results, deltas, new_ids = self._verify(task, items)
             vdaf = self.vdafs[task_id]
             times = {it.report_id: it.time for it in items}
             try:
@@ -161,7 +162,7 @@ class Helper(AggregatorBase[HelperTask]):
                     _encode_response(results),
                     [(i, times[i]) for i in new_ids],
                     [r.reject for r in results if r.reject is not None],
-                    accumulate(vdaf, {}, accepted),
+                    deltas,
                 )
                 stored = self.store.commit_helper_job(job, share_merge(vdaf))
             except (ReportsAggregated, BucketCollected) as e:
@@ -179,6 +180,7 @@ class Helper(AggregatorBase[HelperTask]):
                 )
             return _decode_response(stored[1])
         rejected = [r.reject for r in results if r.reject is not None]
+        aggregated = sum(d.report_count for d in deltas)
         if self.metrics is not None:
             m = self.metrics
             m.aggregation_jobs.labels("finished").inc()
@@ -186,13 +188,13 @@ class Helper(AggregatorBase[HelperTask]):
             m.aggregation_job_seconds.observe(elapsed)
             if items:
                 m.verify_seconds_per_report.observe(elapsed / len(items))
-            m.reports_accepted.labels(task.id_text).inc(len(accepted))
+            m.reports_accepted.labels(task.id_text).inc(aggregated)
             for reason in rejected:
                 m.reports_rejected.labels(task.id_text, reason).inc()
         log.info(
             "aggregation job %s: %d aggregated, %d rejected",
             job_id.hex(),
-            len(accepted),
+            aggregated,
             len(rejected),
             extra={"task_id": task.id_text, "job_id": job_id.hex()},
         )
@@ -200,14 +202,16 @@ class Helper(AggregatorBase[HelperTask]):
 
     def _verify(
         self, task: HelperTask, items: Sequence[VerifyInitItem]
-    ) -> tuple[list[VerifyResult], list[tuple[int, bytes, list[int]]], list[bytes]]:
+    ) -> tuple[list[VerifyResult], list[BatchAggregate], list[bytes]]:
+        """Each report's answer, what the job adds to each time bucket, and the
+        ids to record as seen."""
         ctx = vdaf_ctx(task.task_id)
         now = self.clock()
         ids = [it.report_id for it in items]
         self.know_keys({it.encrypted_input_share.config_id for it in items})
         seen = self.store.seen_reports(task.task_id, [i for i in ids if len(i) == REPORT_ID_SIZE])
         results: list[VerifyResult] = []
-        accepted: list[tuple[int, bytes, list[int]]] = []
+        deltas: list[BatchAggregate] = []
         new_ids: list[bytes] = []
         collected: dict[int, bool] = {}
         # Checks and HPKE per report; the VDAF work for the whole job at once.
@@ -224,8 +228,8 @@ class Helper(AggregatorBase[HelperTask]):
                 opened.append(i)
                 plaintexts.append(plaintext)
         messages: dict[int, bytes] = {}
-        out_shares: dict[int, list[int]] = {}
         if opened:
+            accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
             batch = self.batch_vdafs[task.task_id]
             chosen = [items[i] for i in opened]
             init = batch.verify_init_batch(
@@ -249,14 +253,14 @@ class Helper(AggregatorBase[HelperTask]):
                 message = msgs.messages[row]
                 assert message is not None
                 messages[i] = message
-                out_shares[i] = out.out_share(row)
+                accepted.append((task.bucket(items[i].time), items[i].report_id, row))
+            deltas = job_deltas(batch, out, accepted)
         for i, it in enumerate(items):
-            if i in out_shares:
+            if i in messages:
                 results.append(VerifyResult(it.report_id, verifier_message=messages[i]))
-                accepted.append((task.bucket(it.time), it.report_id, out_shares[i]))
             else:
                 results.append(VerifyResult(it.report_id, reject=reasons[i] or VDAF_VERIFY_ERROR))
-        return results, accepted, new_ids
+        return results, deltas, new_ids
 
     def _check_and_open(
         self,

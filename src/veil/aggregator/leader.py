@@ -30,13 +30,13 @@ from veil.aggregator.core import (
     ReportSizes,
     VerifyInitItem,
     VerifyResult,
-    accumulate,
     authorize,
     batch_summary,
     check_batch_size,
     check_interval,
     check_report_time,
     check_window_closed,
+    job_deltas,
     rejection_reason,
     share_merge,
 )
@@ -59,6 +59,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.storage import (
+    BatchAggregate,
     BucketCollected,
     CollectionRecord,
     Datastore,
@@ -583,7 +584,8 @@ class Leader(AggregatorBase[LeaderTask]):
         task = job.task
         vdaf = self.vdafs[task.task_id]
         outcomes = dict(job.outcomes)
-        accepted: list[tuple[int, bytes, list[int]]] = []
+        accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
+        deltas: list[BatchAggregate] = []
         if job.items:
             if [x.report_id for x in results] != [x.report_id for x in job.items]:
                 raise Unavailable("the helper answered for other reports than it was sent")
@@ -605,10 +607,10 @@ class Leader(AggregatorBase[LeaderTask]):
                     outcomes[res.report_id] = rejection_reason(error)
                     continue
                 outcomes[res.report_id] = None
-                accepted.append((task.bucket(job.opened[i].time), res.report_id, out.out_share(i)))
-        # What this job adds; the store adds it to the buckets under its lock,
-        # since other workers may be finishing jobs over the same buckets.
-        deltas = accumulate(vdaf, {}, accepted)
+                accepted.append((task.bucket(job.opened[i].time), res.report_id, i))
+            # What this job adds; the store adds it to the buckets under its lock,
+            # since other workers may be finishing jobs over the same buckets.
+            deltas = job_deltas(self.batch_vdafs[task.task_id], out, accepted)
         self.store.finish_aggregation_job(
             task.task_id, job.job_id, outcomes, deltas, share_merge(vdaf)
         )

@@ -682,6 +682,20 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         result: list[int] = vf.to_ints(vf.sum(vf.moveaxis(kept, -2, -1), axis=-1))
         return result
 
+    def aggregate_rows(self, out_shares: OutShareBatch, rows: Sequence[int]) -> list[int]:
+        """The sum of the output shares of `rows` (reports that passed), added
+        in the batch field and converted once: a job's delta to one time
+        bucket, without a list of ints per report."""
+        for i in rows:
+            if out_shares.errors[i] is not None:
+                raise ValueError(f"row {i} failed verification: it has no output share")
+        if not rows:
+            return self.vdaf.agg_init(None)
+        vf = self.vf
+        picked = out_shares.out_shares[..., list(rows), :]
+        result: list[int] = vf.to_ints(vf.sum(vf.moveaxis(picked, -2, -1), axis=-1))
+        return result
+
     # -- interop with the scalar types ------------------------------------------
 
     def decode_report(
