@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.postgres import as_url, postgres_dsn, with_schema
-from veil.aggregator.core import accumulate, share_merge
+from veil.aggregator.core import job_deltas, share_merge
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import SqliteDatastore
@@ -54,7 +54,7 @@ from veil.collector import Collector
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_
 from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
-from veil.vdaf.batch import BatchPrio3
+from veil.vdaf.batch import BatchPrio3, OutShareBatch
 
 TP = 3600
 SPEC = VdafSpec("sum", max_measurement=1000)
@@ -201,7 +201,7 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
     t2 = time.perf_counter()
     # As the aggregators do it: one job's reports at a time on the batched path.
     batch = BatchPrio3(vdaf)
-    out_shares: list[list[int]] = []  # the leader's, for the database step below
+    first_out: OutShareBatch | None = None  # the leader's first, for the database step
     for start in range(0, n, job_size):
         chunk = items[start : start + job_size]
         ids = [rid for rid, _, _ in chunk]
@@ -216,10 +216,12 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
             ctx, [list(inits[0].verifier_shares), list(inits[1].verifier_shares)]
         )
         outs = [batch.verify_next_batch(ctx, inits[j].state, msgs.messages) for j in range(2)]
-        out_shares.extend(outs[0].out_share(i) for i in range(len(chunk)))
+        if first_out is None:
+            first_out = outs[0]
     t3 = time.perf_counter()
     # Database: storing the uploads, then finishing jobs (report states and the
     # bucket's aggregate merged under its row lock), as a worker does.
+    assert first_out is not None
     store = PostgresDatastore(with_schema(dsn, f"bench_steps_{secrets.token_hex(4)}"), 2)
     try:
         stored = [(0, Report(rid, 0, ps, cts[0], cts[1])) for rid, ps, cts in items]
@@ -234,7 +236,7 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
             if not store.create_aggregation_job(task_id, job_id, job_size):
                 break
             ids = [r.report_id for r in store.job_reports(task_id, job_id)]
-            deltas = accumulate(vdaf, {}, [(0, rid, out_shares[0]) for rid in ids])
+            deltas = job_deltas(batch, first_out, [(0, rid, 0) for rid in ids])
             store.finish_aggregation_job(task_id, job_id, dict.fromkeys(ids), deltas, merge)
             jobs += 1
         t6 = time.perf_counter()

@@ -19,6 +19,19 @@ from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 pytestmark = pytest.mark.slow
 
 
+def write_tasks(tmp: Path, leader: str, helper: str) -> dict[str, TaskFiles]:
+    """Two Count tasks, "first" and "added", each as a leader and a helper file."""
+    files: dict[str, TaskFiles] = {}
+    for name in ("first", "added"):
+        files[name] = new_task(
+            VdafSpec("count"), leader, helper, min_batch_size=1, dp=DpSpec("geometric", "1")
+        )
+        for role in ("leader", "helper"):
+            task = getattr(files[name], role)
+            write_toml(tmp / f"{name}.{role}.toml", task.to_dict(), secret=True)
+    return files
+
+
 def write_configs(tmp: Path, leader: str, helper: str, names: list[str]) -> None:
     for role, listen in (("leader", leader), ("helper", helper)):
         write_toml(
@@ -34,14 +47,7 @@ def write_configs(tmp: Path, leader: str, helper: str, names: list[str]) -> None
 
 def test_sighup_serves_added_tasks(tmp_path: Path) -> None:
     leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    files: dict[str, TaskFiles] = {}
-    for name in ("first", "added"):
-        files[name] = new_task(
-            VdafSpec("count"), leader, helper, min_batch_size=1, dp=DpSpec("geometric", "1")
-        )
-        for role in ("leader", "helper"):
-            task = getattr(files[name], role)
-            write_toml(tmp_path / f"{name}.{role}.toml", task.to_dict(), secret=True)
+    files = write_tasks(tmp_path, leader, helper)
     write_configs(tmp_path, leader, helper, ["first"])
     servers = [
         ServerProcess(role, tmp_path / f"{role}.toml", tmp_path / f"{role}.log", address)
@@ -104,15 +110,7 @@ def test_sighup_reaches_aggregation_workers(tmp_path: Path, postgres_server: str
     leader_db = with_schema(postgres_server, f"leader_{secrets.token_hex(4)}")
 
     leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    files: dict[str, TaskFiles] = {}
-    for name in ("first", "added"):
-        files[name] = new_task(
-            VdafSpec("count"), leader, helper, min_batch_size=1, dp=DpSpec("geometric", "1")
-        )
-        for role in ("leader", "helper"):
-            write_toml(
-                tmp_path / f"{name}.{role}.toml", getattr(files[name], role).to_dict(), secret=True
-            )
+    files = write_tasks(tmp_path, leader, helper)
 
     def configs(names: list[str]) -> None:
         write_configs(tmp_path, leader, helper, names)

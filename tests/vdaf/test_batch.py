@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.vdaf.test_vectors import _prio3_files, make_vdaf
-from veil.aggregator.core import accumulate, job_deltas
+from veil.aggregator.core import CHECKSUM_SIZE, job_deltas, report_checksum, xor
+from veil.aggregator.storage import BatchAggregate
 from veil.vdaf import (
     CodecError,
     Field64,
@@ -275,16 +276,30 @@ def test_mixed_batch_matches_scalar(data: st.DataObject, which: str) -> None:
         for i in rows:
             expected_rows = vdaf.agg_update(None, expected_rows, out.out_share(i))
         assert batch.aggregate_rows(out, rows) == expected_rows
-        # A job's deltas per bucket are what accumulate makes of its out shares.
+        # A job's deltas per bucket are what the scalar path makes of its out shares.
         buckets = [3600 * data.draw(st.integers(0, 2), label="bucket") for _ in accepted]
         triples = list(zip(buckets, [nonces[i] for i in accepted], accepted, strict=True))
         scalar = [(b, rid, out.out_share(i)) for b, rid, i in triples]
-        assert job_deltas(batch, out, triples) == accumulate(vdaf, {}, scalar)
+        assert job_deltas(batch, out, triples) == _scalar_deltas(vdaf, scalar)
         assert out.ok.tolist() == [i in accepted for i in range(size)], j
     failed = [i for i in range(size) if i not in accepted]
     if failed:
         with pytest.raises(ValueError, match="failed verification"):
             batch.aggregate_rows(outs[0], failed[:1])
+
+
+def _scalar_deltas(
+    vdaf: Prio3[Any, Any], accepted: list[tuple[int, bytes, list[int]]]
+) -> list[BatchAggregate]:
+    """A job's delta to each bucket by the scalar path: agg_update report by report."""
+    shares: dict[int, list[int]] = {}
+    counts: dict[int, int] = {}
+    sums: dict[int, bytes] = {}
+    for bucket, report_id, out_share in accepted:
+        shares[bucket] = vdaf.agg_update(None, shares.get(bucket, vdaf.agg_init(None)), out_share)
+        counts[bucket] = counts.get(bucket, 0) + 1
+        sums[bucket] = xor(sums.get(bucket, bytes(CHECKSUM_SIZE)), report_checksum(report_id))
+    return [BatchAggregate(b, vdaf.encode_agg_share(shares[b]), counts[b], sums[b]) for b in shares]
 
 
 @pytest.mark.parametrize(

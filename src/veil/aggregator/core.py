@@ -209,47 +209,14 @@ def check_report_time(task: Task, report_time: int, now: float) -> None:
         )
 
 
-def accumulate(
-    vdaf: Prio3[Any, Any],
-    existing: Mapping[int, BatchAggregate],
-    accepted: Iterable[tuple[int, bytes, list[int]]],
-) -> list[BatchAggregate]:
-    """New aggregates after adding (bucket, report_id, out_share) triples to `existing`."""
-    shares: dict[int, list[int]] = {}
-    counts: dict[int, int] = {}
-    sums: dict[int, bytes] = {}
-    for bucket, report_id, out_share in accepted:
-        if bucket not in shares:
-            old = existing.get(bucket)
-            if old is not None and old.agg_share is not None:
-                shares[bucket] = vdaf.decode_agg_share(None, old.agg_share)
-            else:
-                shares[bucket] = vdaf.agg_init(None)
-            counts[bucket] = old.report_count if old is not None else 0
-            sums[bucket] = old.checksum if old is not None else bytes(CHECKSUM_SIZE)
-        shares[bucket] = vdaf.agg_update(None, shares[bucket], out_share)
-        counts[bucket] += 1
-        sums[bucket] = xor(sums[bucket], report_checksum(report_id))
-    return [
-        BatchAggregate(
-            b,
-            vdaf.encode_agg_share(shares[b]),
-            counts[b],
-            sums[b],
-            existing[b].collected_by if b in existing else None,
-        )
-        for b in shares
-    ]
-
-
 def job_deltas(
     batch: BatchPrio3[Any, Any],
     out_shares: OutShareBatch,
     accepted: Iterable[tuple[int, bytes, int]],
 ) -> list[BatchAggregate]:
     """What a job adds to each time bucket, from (bucket, report_id, row)
-    triples of reports that passed: as `accumulate` from empty aggregates,
-    with each bucket's output shares added in the batch field."""
+    triples of reports that passed, with each bucket's output shares added
+    in the batch field and converted once."""
     rows: dict[int, list[int]] = {}
     sums: dict[int, bytes] = {}
     for bucket, report_id, row in accepted:

@@ -160,8 +160,12 @@ class PostgresDatastore(UnitStore):
         if it cannot be serialised."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             with self.pool.connection() as conn:
+                # The pool's connections run at REPEATABLE READ (_configure);
+                # only a unit that asks for another level changes it, and back.
+                other = isolation != conn.isolation_level
                 try:
-                    conn.isolation_level = isolation
+                    if other:
+                        conn.isolation_level = isolation
                     with conn.transaction():
                         return work(conn)
                 except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as e:
@@ -169,7 +173,8 @@ class PostgresDatastore(UnitStore):
                         raise
                     log.debug("retrying a transaction (attempt %d): %s", attempt, type(e).__name__)
                 finally:
-                    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                    if other:
+                        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             pause = min(_MAX_PAUSE, 0.002 * 2 ** min(attempt, 7))
             _time.sleep(pause * (0.5 + secrets.randbelow(1000) / 1000))
         raise AssertionError("unreachable")

@@ -674,13 +674,8 @@ class BatchPrio3(Generic[Measurement, AggResult]):
     def aggregate_batch(self, out_shares: OutShareBatch) -> list[int]:
         """The sum of the accepted output shares (``Prio3.agg_update`` over
         them, from ``agg_init``)."""
-        vf = self.vf
-        ok = out_shares.ok
-        kept = self._zero_failed(out_shares.out_shares, ok)
-        if len(ok) == 0:
-            return self.vdaf.agg_init(None)
-        result: list[int] = vf.to_ints(vf.sum(vf.moveaxis(kept, -2, -1), axis=-1))
-        return result
+        passed = [i for i, error in enumerate(out_shares.errors) if error is None]
+        return self.aggregate_rows(out_shares, passed)
 
     def aggregate_rows(self, out_shares: OutShareBatch, rows: Sequence[int]) -> list[int]:
         """The sum of the output shares of `rows` (reports that passed), added
