@@ -13,7 +13,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +23,8 @@ from urllib.parse import quote, urlencode
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from veil.aggregator.local import free_port
 
 DSN_ENV = "VEIL_TEST_POSTGRES_DSN"
 
@@ -39,13 +40,6 @@ def find_pg_bin() -> Path | None:
         if Path(c, "initdb").exists() and Path(c, "pg_ctl").exists():
             return Path(c)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def with_schema(dsn: str, schema: str) -> str:
@@ -92,7 +86,7 @@ def postgres_dsn(durable: bool = False) -> Iterator[str]:
         for path in (root, sockets):
             os.chown(path, user.pw_uid, user.pw_gid)
         prefix = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
+    port = free_port()
     try:
         subprocess.run(
             [

@@ -29,16 +29,26 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from veil.aggregator.leader import DEFAULT_JOB_SIZE, DEFAULT_LEASE_SECONDS
+from veil.aggregator.server import SERVICE_NAMES
 from veil.grpc_util import open_channel
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 
+# Ports this process has handed out. The kernel may give the same free port
+# to two binds in a row, and a leader and a helper given one port would
+# share it (one of them failing to bind while the other answers for both).
+_handed_out: set[int] = set()
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this
+    process has not handed out before."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 @dataclass
@@ -59,7 +69,9 @@ class ServerProcess:
         private_key: bytes | None = None,
         certificate_chain: bytes | None = None,
     ) -> None:
-        """Start the server and wait until its health check says SERVING.
+        """Start the server and wait until its health check says SERVING for
+        its role's service (so another kind of server on the address does not
+        pass for it).
 
         Give `root_certificates` (and a client key and certificate for mTLS)
         when the server uses TLS.
@@ -77,6 +89,7 @@ class ServerProcess:
                 env=env,
             )
         deadline = time.monotonic() + timeout
+        service = SERVICE_NAMES[self.role]
         tls = (root_certificates, private_key, certificate_chain)
         with open_channel(self.address, *tls) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
@@ -84,7 +97,7 @@ class ServerProcess:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"{self.role} exited: {self.log.read_text()[-2000:]}")
                 try:
-                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                    reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING and (
                         not self.shared
                         or f"{self.role} serving on".encode() in self.log.read_bytes()[offset:]

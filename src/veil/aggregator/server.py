@@ -111,6 +111,8 @@ log = logging.getLogger(__name__)
 
 _LEADER_SERVICE = leader_pb2.DESCRIPTOR.services_by_name["Leader"]
 _HELPER_SERVICE = helper_pb2.DESCRIPTOR.services_by_name["Helper"]
+# The health service name each role reports SERVING for (besides "").
+SERVICE_NAMES = {"leader": _LEADER_SERVICE.full_name, "helper": _HELPER_SERVICE.full_name}
 
 
 class ConfigError(SettingsError):

@@ -1,0 +1,41 @@
+"""veil.aggregator.local: the ports it hands out and how it decides a server
+is up (the servers themselves: tests/integration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from veil.aggregator.local import LocalDeployment, ServerProcess, free_port
+from veil.task import DpSpec, VdafSpec
+
+
+def test_free_port_never_hands_out_a_port_twice() -> None:
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+
+
+def test_a_server_of_the_other_role_on_the_address_is_not_taken_for_it(
+    tmp_path: Path,
+) -> None:
+    # A leader configured on the helper's address cannot bind it. The
+    # helper answers health checks there, but not for the leader's service,
+    # so start() reports the leader's exit instead of returning as if it
+    # were serving (a deployment whose leader and helper were given one port
+    # once passed for healthy, and every leader call then failed with
+    # UNIMPLEMENTED).
+    tasks = {"count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1})}
+    with LocalDeployment.start(tmp_path, tasks) as dep:
+        text = (tmp_path / "leader.toml").read_text()
+        text = text.replace(dep.leader.address, dep.helper.address)
+        text = text.replace("leader.db", "second.db")
+        config = tmp_path / "second.toml"
+        config.write_text(text)
+        config.chmod(0o600)
+        second = ServerProcess("leader", config, tmp_path / "second.log", dep.helper.address)
+        try:
+            with pytest.raises(RuntimeError, match="leader exited"):
+                second.start(timeout=20)
+        finally:
+            second.stop()
