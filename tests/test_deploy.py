@@ -133,11 +133,14 @@ def test_refuses_existing_directory_and_bad_addresses(tmp_path: Path) -> None:
 
 
 def test_written_deployment_runs(tmp_path: Path) -> None:
-    # A window of 4 s from now (time precision 2 s): uploads inside it are
+    # A window of 10 s from now (time precision 2 s): uploads inside it are
     # taken; collecting is refused until it closes, then the batch is released.
+    # The window holds both servers' start-up; the early collection is only
+    # tried with a second to spare, since the leader reads its own clock.
     opens = int(time.time()) // 2 * 2
+    closes = opens + 10
     text = survey_text(
-        f'time_precision = 2\nopens = "{format_time(opens)}"\ncloses = "{format_time(opens + 4)}"\n'
+        f'time_precision = 2\nopens = "{format_time(opens)}"\ncloses = "{format_time(closes)}"\n'
     )
     survey = parse_survey(text)
     leader_addr = f"127.0.0.1:{free_port()}"
@@ -156,17 +159,17 @@ def test_written_deployment_runs(tmp_path: Path) -> None:
         with Client(load_task(dep.client_dir / "score.toml")) as client:
             client.upload_batch([1, 2, 3, 4, 10], opens)
         with Collector(load_task(dep.collector_dir / "score.toml")) as collector:
-            if time.time() < opens + 4:
+            if time.time() < closes - 1:
                 with pytest.raises(CollectionError, match="accepts reports until"):
-                    collector.collect(opens, 4, wait=10)
-            time.sleep(max(0.0, opens + 4 - time.time()))
-            result = collector.collect(opens, 4, wait=60)
+                    collector.collect(opens, closes - opens, wait=10)
+            time.sleep(max(0.0, closes - time.time()))
+            result = collector.collect(opens, closes - opens, wait=60)
         assert result.report_count == 5 and result.estimate == 20
         with (
             Client(load_task(dep.client_dir / "score.toml")) as client,
             pytest.raises(UploadError, match=r"OUT_OF_RANGE.*the survey is closed"),
         ):
-            client.upload(1, opens + 4)
+            client.upload(1, closes)
     finally:
         for s in servers:
             s.stop()

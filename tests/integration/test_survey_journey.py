@@ -276,7 +276,7 @@ def check_results(results: Path, answers: list[dict[str, Any]]) -> None:
 
 
 def test_survey_with_tls(deploy: Any) -> None:
-    d = deploy(tls=True, window=14)
+    d = deploy(tls=True, window=20)
     answers = panel(300, seed=1)
     jsonl = d.root / "panel.jsonl"
     jsonl.write_text("".join(json.dumps(a) + "\n" for a in answers))
@@ -334,7 +334,7 @@ def pty_session(args: list[str], replies: list[str], timeout: float = 60) -> tup
 
 
 def test_survey_plaintext_journey(deploy: Any) -> None:
-    d = deploy(tls=False, window=30)
+    d = deploy(tls=False, window=36)
     results = d.root / "results"
 
     # Collecting before the window closes is refused, nothing closed.

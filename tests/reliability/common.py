@@ -44,9 +44,16 @@ DOCUMENTED = {
 }
 
 
+# One "now" for the whole session: tests that share a deployment each take
+# the next bucket back (bucket(2), bucket(3), ...), and if every call read the
+# clock, an hour turning between two tests would hand the later one the
+# earlier one's bucket, already collected. Buckets a run takes are at most
+# its length staler, still in the past (or, negative, the future).
+_SESSION_NOW = int(time.time())
+
+
 def bucket(hours_ago: int, tp: int = TP) -> int:
-    now = int(time.time())
-    return now - now % tp - hours_ago * tp
+    return _SESSION_NOW - _SESSION_NOW % tp - hours_ago * tp
 
 
 def record(suite: str, **figures: Any) -> None:

@@ -156,6 +156,7 @@ def start_serve(
             pass
         if time.monotonic() > deadline:
             proc.kill()
+            proc.wait()
             raise RuntimeError(f"veil survey serve did not answer; see {log}")
         time.sleep(0.1)
 

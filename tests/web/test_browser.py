@@ -29,10 +29,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 RESPONDENTS = 30
 NOISY_RESPONDENTS = 10
 TP = 5
-# Long enough for every respondent to answer inside the window (about 40 s
-# on a busy 2-core machine), which must close before either aggregator
-# releases a batch: the test waits for the rest of it.
-WINDOW = 75
+# Long enough for six process starts (about 15 s on a busy 2-core machine)
+# and every respondent to answer (about 40 s) inside the window, which must
+# close before either aggregator releases a batch: the test waits for the
+# rest of it.
+WINDOW = 95
 
 
 def answers(i: int) -> dict[str, Any]:

@@ -588,8 +588,9 @@ class AggregatorServer:
     def serve_forever(self, config_path: Path | None = None) -> None:
         """Start, then block until SIGTERM or SIGINT, then stop gracefully.
         With `config_path`, SIGHUP loads task files added to the config."""
+        signals = Signals(config_path)
         self.start()
-        wait_for_signals(config_path, self.reload_tasks)
+        signals.wait(self.reload_tasks)
         self.stop()
 
 
@@ -624,41 +625,47 @@ def reload_tasks(
     return config, added
 
 
-def wait_for_signals(
-    config_path: Path | None, on_reload: Callable[[Path], list[AggregatorTask]]
-) -> None:
-    """Block until SIGTERM or SIGINT; on SIGHUP (with a config path) call
-    `on_reload`, in this (the main) thread, and log what it added."""
-    done = threading.Event()
-    reload = threading.Event()
+class Signals:
+    """SIGTERM and SIGINT (stop) and, with a config path, SIGHUP (load task
+    files added to it), caught from construction on. Made before a server
+    reports SERVING, so that a signal sent as soon as it does is never met
+    by the default action (which would kill it on the spot)."""
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        done.set()
+    def __init__(self, config_path: Path | None) -> None:
+        self.config_path = config_path
+        self._done = threading.Event()
+        self._reload = threading.Event()
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        if config_path is not None:
+            signal.signal(signal.SIGHUP, self._on_hangup)
 
-    def on_hangup(signum: int, frame: FrameType | None) -> None:
-        reload.set()
-        done.set()
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self._done.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    if config_path is not None:
-        signal.signal(signal.SIGHUP, on_hangup)
-    while True:
-        done.wait()
-        if not reload.is_set():
-            return
-        reload.clear()
-        done.clear()
-        assert config_path is not None
-        try:
-            added = on_reload(config_path)
-            log.info(
-                "SIGHUP: %d new task(s) served: %s",
-                len(added),
-                ", ".join(t.id_text for t in added) or "none",
-            )
-        except (ConfigError, TaskError, ValueError) as e:
-            log.error("SIGHUP: tasks not reloaded: %s", e)
+    def _on_hangup(self, signum: int, frame: FrameType | None) -> None:
+        self._reload.set()
+        self._done.set()
+
+    def wait(self, on_reload: Callable[[Path], list[AggregatorTask]]) -> None:
+        """Block until SIGTERM or SIGINT; on SIGHUP call `on_reload`, in this
+        (the main) thread, and log what it added."""
+        while True:
+            self._done.wait()
+            if not self._reload.is_set():
+                return
+            self._reload.clear()
+            self._done.clear()
+            assert self.config_path is not None
+            try:
+                added = on_reload(self.config_path)
+                log.info(
+                    "SIGHUP: %d new task(s) served: %s",
+                    len(added),
+                    ", ".join(t.id_text for t in added) or "none",
+                )
+            except (ConfigError, TaskError, ValueError) as e:
+                log.error("SIGHUP: tasks not reloaded: %s", e)
 
 
 def drive(leader: Leader, stop: threading.Event, idle: float) -> None:
@@ -719,6 +726,7 @@ class AggregationWorker:
     def serve_forever(self, config_path: Path | None = None) -> None:
         """Drive until SIGTERM or SIGINT; then finish the current step and stop.
         With `config_path`, SIGHUP loads task files added to the config."""
+        signals = Signals(config_path)
         if self.metrics_listen is not None:
             host, _, port = self.metrics_listen.rpartition(":")
             bound = self.metrics.serve(host.strip("[]"), int(port))
@@ -732,7 +740,7 @@ class AggregationWorker:
         )
         driver.start()
         try:
-            wait_for_signals(config_path, self.reload_tasks)
+            signals.wait(self.reload_tasks)
         finally:
             self._stop.set()
             driver.join()

@@ -1,0 +1,76 @@
+"""veil.aggregator.server: how a running server takes its signals (the
+servers themselves, as processes: tests/integration)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from veil.aggregator.server import Signals
+from veil.task import AggregatorTask
+
+
+@pytest.fixture
+def restore_handlers() -> Iterator[None]:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def _send_later(sig: int) -> None:
+    threading.Timer(0.05, os.kill, (os.getpid(), sig)).start()
+
+
+@pytest.mark.usefixtures("restore_handlers")
+def test_signals_are_caught_from_construction_on(tmp_path: Path) -> None:
+    # Sent before wait() is called (as a test does the moment a server
+    # reports SERVING): caught, not the default action, and acted on.
+    config = tmp_path / "server.toml"
+    signals = Signals(config)
+    os.kill(os.getpid(), signal.SIGHUP)
+    reloads: list[Path] = []
+
+    def on_reload(path: Path) -> list[AggregatorTask]:
+        reloads.append(path)
+        _send_later(signal.SIGTERM)
+        return []
+
+    signals.wait(on_reload)
+    assert reloads == [config]
+
+
+@pytest.mark.usefixtures("restore_handlers")
+def test_a_failed_reload_is_logged_and_serving_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    signals = Signals(tmp_path / "server.toml")
+    calls = 0
+
+    def on_reload(path: Path) -> list[AggregatorTask]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            _send_later(signal.SIGHUP)
+            raise ValueError("a broken task file")
+        _send_later(signal.SIGINT)
+        return []
+
+    os.kill(os.getpid(), signal.SIGHUP)
+    signals.wait(on_reload)
+    assert calls == 2
+    assert "SIGHUP: tasks not reloaded: a broken task file" in caplog.text
+
+
+@pytest.mark.usefixtures("restore_handlers")
+def test_without_a_config_path_sighup_is_left_alone() -> None:
+    before = signal.getsignal(signal.SIGHUP)
+    Signals(None)
+    assert signal.getsignal(signal.SIGHUP) is before
