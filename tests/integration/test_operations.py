@@ -264,7 +264,10 @@ def test_expired_reports_refused_and_collected_in_background(dep: Deployment) ->
         assert client.upload_reports(reports).accepted == 3
         deadline = time.monotonic() + 30
         while dep.stored_reports("expiring"):
-            assert time.monotonic() < deadline, "expired reports were not deleted"
+            assert time.monotonic() < deadline, (
+                "expired reports were not deleted; the leader's log ends:\n"
+                + (dep.local.root / "leader.log").read_text()[-3000:]
+            )
             time.sleep(0.2)
         # Gone from the database, and a replay is refused as too old.
         with pytest.raises(UploadError) as refused:
