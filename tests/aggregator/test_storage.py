@@ -34,9 +34,10 @@ from veil.aggregator.storage import (
     StorageConflict,
 )
 from veil.aggregator.store import migrations, units
+from veil.aggregator.store.base import UnitStore
 from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
 from veil.aggregator.store.records import AGGREGATE_SHARDS, aggregate_shard, fold_shards
-from veil.aggregator.store.tx import PostgresTx
+from veil.aggregator.store.tx import PostgresTx, Tx
 from veil.dp import BudgetLedger
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
@@ -95,6 +96,39 @@ def test_reports_all_or_nothing_and_duplicates(store: Datastore) -> None:
     assert store.put_reports(TASK, [(3600, changed)]) == (1, 0)  # report 4 was not written before
     assert store.unaggregated_count(TASK, 0, 7200) == 4
     assert fold(store.batch_aggregates(TASK, 0, 7200)) == []  # nothing aggregated yet
+
+
+def test_insert_new_skips_existing_keys_and_keeps_values(store: Datastore) -> None:
+    # The many-rows insert the report and replay-record paths use: one
+    # statement over arrays on PostgreSQL, executemany on SQLite.
+    assert isinstance(store, UnitStore)
+    columns = (
+        ("task_id", "bytea"),
+        ("report_id", "bytea"),
+        ("time", "bigint"),
+        ("job_id", "bytea"),
+    )
+    job = bytes(16)
+    first = [(TASK, bytes(16), 0, job), (TASK, b"\x00\xff" * 8, 2**63 - 1, job)]
+    again = [
+        (TASK, bytes(16), 5, job),  # its key is stored: skipped, time stays 0
+        (TASK, b"\x01" * 16, 7, job),
+        (TASK, b"\x01" * 16, 9, job),  # twice in one call: the first is kept
+    ]
+    for rows in (first, [], again):
+
+        def insert(tx: Tx, rows: list[tuple[bytes, bytes, int, bytes]] = rows) -> None:
+            tx.insert_new("helper_reports", columns, rows)
+
+        store._write(insert)
+    stored = store._read(
+        lambda tx: tx.rows("SELECT report_id, time, job_id FROM helper_reports ORDER BY report_id")
+    )
+    assert [(bytes(i), t, bytes(j)) for i, t, j in stored] == [
+        (bytes(16), 0, job),
+        (b"\x00\xff" * 8, 2**63 - 1, job),
+        (b"\x01" * 16, 7, job),
+    ]
 
 
 def test_jobs_and_aggregates(store: Datastore) -> None:

@@ -10,6 +10,9 @@ said here and nowhere else:
   write lock for the whole transaction, so the clauses are empty there.
 - Lists of ids: `= ANY(?)` with one array parameter on PostgreSQL, an
   `IN (?, ...)` list on SQLite (in chunks below its parameter limit).
+- Many rows at once (`insert_new`): one INSERT over `unnest` of one array
+  per column on PostgreSQL; SQLite's executemany runs in-process and is
+  cheap already.
 - Taking work from a queue: `FOR UPDATE SKIP LOCKED` on PostgreSQL, so two
   workers take disjoint rows without waiting on each other.
 - The clock of leases and retries: the database's own (`now`), so that it
@@ -29,10 +32,11 @@ ID_CHUNK = 10_000
 
 
 class IdArray(list[Any]):
-    """A list of ids bound as one array parameter. PostgreSQL gets it in
-    binary form (the dumper is registered on each connection, see
-    veil.aggregator.postgres): psycopg's text form escapes a bytea array at
-    about 10 µs an id, a tenth of the helper's whole cost per report."""
+    """A list of byte strings (ids, ciphertexts) bound as one array
+    parameter. PostgreSQL gets it in binary form (the dumper is registered on
+    each connection, see veil.aggregator.postgres): psycopg's text form
+    escapes a bytea array at about 10 µs an id, a tenth of the helper's
+    whole cost per report."""
 
 
 class Tx(Protocol):
@@ -47,6 +51,14 @@ class Tx(Protocol):
     def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None: ...
     def run(self, sql: str, args: Sequence[Any] = ()) -> int: ...
     def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None: ...
+    def insert_new(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Insert `rows` into `table`, skipping any whose key is already
+        there. `columns` names each column with its SQL type ("bytea",
+        "bigint"), in the rows' order; no value may be NULL."""
+        ...
+
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]: ...
 
 
@@ -74,6 +86,15 @@ class SqliteTx:
 
     def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None:
         self.db.executemany(sql, args)
+
+    def insert_new(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        names = ", ".join(name for name, _ in columns)
+        marks = ", ".join("?" * len(columns))
+        self.db.executemany(
+            f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING", rows
+        )
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]:
         for at in range(0, len(ids), ID_CHUNK):
@@ -111,6 +132,25 @@ class PostgresTx:
     def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None:
         with self.db.cursor() as cur:
             cur.executemany(self._sql(sql), list(args))
+
+    def insert_new(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        # One statement and one array per column, byte strings in binary:
+        # executemany sends a statement per row and costs the client about
+        # 9 µs a row of the helper's replay records, this about 1.5.
+        if not rows:
+            return
+        names = ", ".join(name for name, _ in columns)
+        arrays = ", ".join(f"?::{kind}[]" for _, kind in columns)
+        values = [
+            IdArray(column) if kind == "bytea" else list(column)
+            for (_, kind), column in zip(columns, zip(*rows, strict=True), strict=True)
+        ]
+        self.run(
+            f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING",
+            values,
+        )
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]:
         if ids:

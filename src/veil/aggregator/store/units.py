@@ -211,9 +211,9 @@ def commit_helper_job(tx: Tx, job: HelperJob, merge: ShareMerge) -> tuple[bytes,
         " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (task_id, job_id, job.request_hash, job.response, _time.time()),
     )
-    tx.many(
-        "INSERT INTO helper_reports (task_id, report_id, time, job_id) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT DO NOTHING",
+    tx.insert_new(
+        "helper_reports",
+        (("task_id", "bytea"), ("report_id", "bytea"), ("time", "bigint"), ("job_id", "bytea")),
         [(task_id, i, t, job_id) for i, t in job.reports],
     )
     count_rejections(tx, task_id, job.rejected)
@@ -619,9 +619,16 @@ def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -
     # ON CONFLICT: on PostgreSQL the same report stored meanwhile through
     # another front end makes this fail to serialise and run again (then
     # finding it above), rather than fail on a duplicate key.
-    tx.many(
-        "INSERT INTO reports (task_id, report_id, time, public_share, leader_ct, helper_ct)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    tx.insert_new(
+        "reports",
+        (
+            ("task_id", "bytea"),
+            ("report_id", "bytea"),
+            ("time", "bigint"),
+            ("public_share", "bytea"),
+            ("leader_ct", "bytea"),
+            ("helper_ct", "bytea"),
+        ),
         [(task_id, i, *row) for i, row in rows.items() if i not in seen],
     )
     return len(rows) - len(seen), len(seen)
