@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +68,33 @@ def test_a_failed_reload_is_logged_and_serving_goes_on(
     signals.wait(on_reload)
     assert calls == 2
     assert "SIGHUP: tasks not reloaded: a broken task file" in caplog.text
+
+
+@pytest.mark.usefixtures("restore_handlers")
+def test_a_stop_is_not_lost_behind_a_reload(tmp_path: Path) -> None:
+    # Both came before wait() looked: it stops, without reloading. (When
+    # the stop was folded into the reload's wake-up, it was cleared with it
+    # and the server went on until another signal.)
+    signals = Signals(tmp_path / "server.toml")
+    os.kill(os.getpid(), signal.SIGHUP)
+    os.kill(os.getpid(), signal.SIGTERM)
+    reloads: list[Path] = []
+
+    def on_reload(path: Path) -> list[AggregatorTask]:
+        reloads.append(path)
+        return []
+
+    # If the stop were lost, this later one would end the wait (a failure,
+    # not a hang).
+    safety = threading.Timer(5.0, os.kill, (os.getpid(), signal.SIGTERM))
+    safety.start()
+    began = time.monotonic()
+    try:
+        signals.wait(on_reload)
+    finally:
+        safety.cancel()
+    assert time.monotonic() - began < 4.0
+    assert reloads == []
 
 
 @pytest.mark.usefixtures("restore_handlers")

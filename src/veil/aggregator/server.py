@@ -633,7 +633,11 @@ class Signals:
 
     def __init__(self, config_path: Path | None) -> None:
         self.config_path = config_path
-        self._done = threading.Event()
+        # Flags say what came; `_woken` says something did. wait() clears
+        # `_woken` before it reads the flags, so a signal that comes while it
+        # reloads wakes it again rather than being lost.
+        self._woken = threading.Event()
+        self._stop = threading.Event()
         self._reload = threading.Event()
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
@@ -641,21 +645,25 @@ class Signals:
             signal.signal(signal.SIGHUP, self._on_hangup)
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
-        self._done.set()
+        self._stop.set()
+        self._woken.set()
 
     def _on_hangup(self, signum: int, frame: FrameType | None) -> None:
         self._reload.set()
-        self._done.set()
+        self._woken.set()
 
     def wait(self, on_reload: Callable[[Path], list[AggregatorTask]]) -> None:
         """Block until SIGTERM or SIGINT; on SIGHUP call `on_reload`, in this
-        (the main) thread, and log what it added."""
+        (the main) thread, and log what it added. A stop wins over a reload
+        that has not started."""
         while True:
-            self._done.wait()
-            if not self._reload.is_set():
+            self._woken.wait()
+            self._woken.clear()
+            if self._stop.is_set():
                 return
+            if not self._reload.is_set():
+                continue
             self._reload.clear()
-            self._done.clear()
             assert self.config_path is not None
             try:
                 added = on_reload(self.config_path)

@@ -55,8 +55,9 @@ class Tx(Protocol):
         self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
     ) -> None:
         """Insert `rows` into `table`, skipping any whose key is already
-        there. `columns` names each column with its SQL type ("bytea",
-        "bigint"), in the rows' order; no value may be NULL."""
+        there, or was earlier in `rows`. `columns` names each column with its
+        SQL type ("bytea", "bigint"), in the rows' order. Table, names and
+        types go into the statement's text: pass constants only."""
         ...
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]: ...
