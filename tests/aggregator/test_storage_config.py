@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from veil.aggregator.postgres import storage_label
 from veil.aggregator.server import ConfigError, load_config
@@ -55,3 +60,76 @@ def test_label_never_shows_the_password() -> None:
     assert "s3cret" not in label
     assert label == "postgresql://veil@db.internal/leader"
     assert storage_label(Path("/var/lib/veil/leader.db")) == "/var/lib/veil/leader.db"
+
+
+def _server_config(tmp_path: Path, role: str, storage: str) -> Path:
+    """A `role` config with one task and `storage`, as `veil task new` writes it."""
+    from veil.cli import main as veil_main
+
+    config = tmp_path / f"{role}.toml"
+    assert (
+        veil_main(
+            [
+                "task",
+                "new",
+                "--vdaf",
+                "count",
+                "--leader",
+                "127.0.0.1:1",
+                "--helper",
+                "127.0.0.1:2",
+                "--out",
+                str(tmp_path),
+                f"--{role}-config",
+                str(config),
+            ]
+        )
+        == 0
+    )
+    settings = tomllib.loads(config.read_text())
+    config.write_text(tomli_w.dumps({**settings, "storage": storage}))
+    return config
+
+
+def _start(config: Path, role: str, *wrapper: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*wrapper, sys.executable, "-m", "veil.cli", role, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _one_line_refusal(run: subprocess.CompletedProcess[str], role: str, why: str) -> None:
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith(f"veil {role}: cannot open the database "), run.stderr
+    assert why in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("role", ["leader", "helper"])
+def test_unwritable_storage_is_one_line_not_a_traceback(tmp_path: Path, role: str) -> None:
+    # Both fail for root as well: no directory, and a "directory" that is a file.
+    config = _server_config(tmp_path / "a", role, "missing/db.sqlite")
+    _one_line_refusal(_start(config, role), role, "missing does not exist")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "plain").write_text("a file, not a directory")
+    config = _server_config(tmp_path / "b", role, "plain/db.sqlite")
+    _one_line_refusal(_start(config, role), role, "Not a directory")
+    assert not list(tmp_path.glob("**/db.sqlite*"))
+
+
+def test_read_only_file_system_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    # A real EROFS: an empty tmpfs mounted read-only in a mount namespace of
+    # the server's own (a directory's mode bits would not stop root).
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare, "-rm", "true"], capture_output=True) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs unshare -rm (user and mount namespaces) for a read-only mount")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    config = _server_config(tmp_path, "leader", "ro/leader.db")
+    mount = 'mount -t tmpfs -o ro,size=64k tmpfs "$0" && exec "$@"'
+    run = _start(config, "leader", "unshare", "-rm", "sh", "-c", mount, str(ro))
+    _one_line_refusal(run, "leader", "the file system is read-only")

@@ -55,8 +55,10 @@ machines lease aggregation and collection jobs from the database.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -347,10 +349,32 @@ def open_backend(
     if isinstance(config.storage, Path):
         if not create and not config.storage.exists():
             raise ConfigError(f"no database at {config.storage}: start the server once first")
-        sqlite = SqliteDatastore(config.storage)
+        try:
+            sqlite = SqliteDatastore(config.storage)
+        except (OSError, sqlite3.Error) as e:
+            raise ConfigError(_unopenable(config.storage, e)) from None
         return StorageBackend(sqlite, str(config.storage), sqlite.close)
     pg = PostgresDatastore(config.storage, pool_size or config.pool_size)
     return StorageBackend(pg, PostgresLedgerStore(config.storage, pg.pool), pg.close)
+
+
+def _unopenable(path: Path, error: OSError | sqlite3.Error) -> str:
+    """Why the SQLite database at `path` cannot be opened or created, in one
+    line an operator can act on (the storage setting or the file system)."""
+    if isinstance(error, OSError) and error.errno == errno.ENOENT:
+        why = f"its directory {path.parent} does not exist"
+    elif isinstance(error, OSError) and error.errno == errno.EROFS:
+        why = "the file system is read-only"
+    elif isinstance(error, OSError):
+        why = error.strerror or type(error).__name__
+    else:
+        # SQLite needs to write the file and, in WAL mode, create files
+        # beside it: a read-only file or directory shows here.
+        why = str(error)
+    return (
+        f"cannot open the database {path}: {why} (the server keeps its keys and reports"
+        " there: point `storage` at a writable directory)"
+    )
 
 
 def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callable[[], None]]:
@@ -364,6 +388,9 @@ def open_storage(config: ServerConfig) -> tuple[Datastore, PrivacyEngine, Callab
         except StoreInUse as e:
             backend.close()
             raise ConfigError(str(e)) from None
+        except OSError as e:
+            backend.close()
+            raise ConfigError(_unopenable(Path(backend.store.path), e)) from None
     privacy = PrivacyEngine(
         backend.ledger, config.tasks, allow_exact_release=config.allow_exact_release
     )
