@@ -130,6 +130,11 @@ def test_refuses_existing_directory_and_bad_addresses(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match="host:port"):
         deploy_survey(survey, text, tmp_path / "new", "a", "b:2")
     assert not (tmp_path / "new").exists()
+    # A link planted at the name, even one to nowhere, is not followed.
+    (tmp_path / "planted").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DeployError, match="already exists"):
+        deploy_survey(survey, text, tmp_path / "planted", "a:1", "b:2")
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_written_deployment_runs(tmp_path: Path) -> None:

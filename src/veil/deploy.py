@@ -24,7 +24,6 @@ each organisation puts its own certificates there.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import tomli_w
 
 from veil.demo import task_specs
+from veil.files import create_file
 from veil.grpc_util import is_loopback
 from veil.survey import DESCRIPTION_FILE, Survey, public_description
 from veil.task import new_task
@@ -58,11 +58,8 @@ class Deployment:
 
 def write_file(path: Path, data: bytes, mode: int) -> None:
     """Create ``path`` with ``mode`` from the first byte on (no window in which
-    a secret is readable by others); refuses to overwrite."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(path, mode)  # the umask may have narrowed a public file
+    a secret is readable by others); refuses to overwrite or to follow a link."""
+    create_file(path, data, mode)
 
 
 def _toml(path: Path, data: dict[str, Any], mode: int) -> None:
@@ -133,7 +130,7 @@ def deploy_survey(
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise DeployError(f"{address!r} is not host:port")
-    if out.exists():
+    if out.exists() or out.is_symlink():
         raise DeployError(f"{out} already exists; choose a new directory (nothing is overwritten)")
     dirs = {name: out / name for name in ("leader", "helper", "collector", "client")}
     out.mkdir(parents=True)

@@ -24,7 +24,6 @@ import base64
 import functools
 import hashlib
 import hmac
-import os
 import secrets
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
@@ -45,6 +44,7 @@ from veil.dp import (
 )
 from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
 from veil.dp.bounds import AggregateBounds, noise_bound
+from veil.files import create_file, replace_file
 from veil.hpke import HpkeConfig, HpkeKeypair, generate_keypair
 from veil.settings import SettingsError, Table, from_mapping, read_toml
 from veil.trust import TrustError, normalise_fingerprint
@@ -785,21 +785,20 @@ def expect_role(task: Task, kind: type[T], where: str = "task") -> T:
     return task
 
 
-def write_toml(path: Path, data: dict[str, Any], secret: bool) -> None:
-    """Write `data` as TOML; a `secret` file is owner-only from its creation.
+def write_toml(path: Path, data: dict[str, Any], secret: bool, *, replace: bool = True) -> None:
+    """Write `data` as TOML, never through a link at `path` (veil.files).
 
-    Creating the file with mode 0600 (and narrowing a file that existed
-    before writing to it) leaves no moment in which the secret is readable
-    by others, as writing first and chmod-ing afterwards would.
+    A `secret` file is owner-only (0600) from its creation, a public one
+    0644. With `replace` False an existing file (or link) at `path` is left
+    alone and FileExistsError raised: a task's files hold its keys.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not secret:
-        path.write_bytes(tomli_w.dumps(data).encode())
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(tomli_w.dumps(data).encode())
+    text = tomli_w.dumps(data).encode()
+    if replace:
+        # A public file being replaced keeps its mode (an operator may have narrowed it).
+        replace_file(path, text, 0o600 if secret else None)
+    else:
+        create_file(path, text, 0o600 if secret else 0o644)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,17 @@ def _add_task_to_config(path: Path, config: dict[str, Any], task_file: Path) -> 
     if str(rel) not in tasks:
         tasks.append(str(rel))
     config["tasks"] = tasks
+    # Replaced by a rename, never written through a link at its name.
     write_toml(path, config, secret=False)
+
+
+def _exists(path: Path) -> int:
+    print(
+        f"veil task new: {path} already exists (task files hold a task's keys): choose another"
+        " --name or --out, or give --force to replace that task",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def cmd_task_new(args: argparse.Namespace) -> int:
@@ -101,17 +111,33 @@ def cmd_task_new(args: argparse.Namespace) -> int:
                 print(f"veil task new: {e}", file=sys.stderr)
                 return 2
     out = Path(args.out)
-    paths = {}
-    for role, task in (
-        ("leader", files.leader),
-        ("helper", files.helper),
-        ("collector", files.collector),
-        ("client", files.client),
-    ):
-        paths[role] = out / f"{args.name}.{role}.toml"
-        write_toml(paths[role], task.to_dict(), secret=role != "client")
+    tasks = {
+        "leader": files.leader,
+        "helper": files.helper,
+        "collector": files.collector,
+        "client": files.client,
+    }
+    paths = {role: out / f"{args.name}.{role}.toml" for role in tasks}
+    # A task's files hold its keys: replacing a running task's would lose its
+    # reports to a key nobody has. Anything at a name (a link included) is
+    # left alone unless --force, which replaces it and never writes through it.
+    taken = [p for p in paths.values() if os.path.lexists(p)]
+    if taken and not args.force:
+        return _exists(taken[0])
+    for role, task in tasks.items():
+        try:
+            write_toml(paths[role], task.to_dict(), secret=role != "client", replace=args.force)
+        except FileExistsError:
+            return _exists(paths[role])
+        except OSError as e:
+            print(f"veil task new: cannot write {paths[role]}: {e.strerror}", file=sys.stderr)
+            return 2
     for role, (config_path, config) in configs.items():
-        _add_task_to_config(config_path, config, paths[role])
+        try:
+            _add_task_to_config(config_path, config, paths[role])
+        except OSError as e:
+            print(f"veil task new: cannot write {config_path}: {e.strerror}", file=sys.stderr)
+            return 2
     if not dp.has_noise:
         print(
             "veil task new: note: mechanism none publishes exact sums; each aggregator refuses"
@@ -288,6 +314,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--survey-budget", help="total ε (or ρ) of the survey")
     p.add_argument("--name", default="task", help="file name stem")
     p.add_argument("--out", default=".", help="directory for the task files")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace task files of the same name (their task's keys are lost)",
+    )
     p.add_argument("--leader-config", help="add the task to this leader.toml (created if missing)")
     p.add_argument("--helper-config", help="add the task to this helper.toml (created if missing)")
     p.add_argument(
