@@ -353,6 +353,12 @@ class DpSpec:
         )
         return ("veil-dp-v1;" + ";".join(f"{k}={v}" for k, v in fields)).encode()
 
+    @property
+    def counts_protected(self) -> bool:
+        """Whether the number of reports is protected (add_remove): the collector
+        is told no count, and the batch floor is tested once per batch."""
+        return self.neighbouring == "add_remove"
+
     def released_count(self, count: int) -> int:
         """The report count the collector is told (and the aggregate shares are bound
         to): the exact count, or 0 under add_remove, where the count itself is

@@ -776,3 +776,37 @@ def test_a_report_in_a_second_helper_job_is_replayed_then_batch_collected(world:
         world.vdaf, world.helper_store.batch_aggregates(task.task_id, T, T + TP)
     )
     assert after == count == 3
+
+
+def test_add_remove_tells_no_count_and_tests_the_floor_once(backend: Backend) -> None:
+    """Issue 25: under add_remove GetTaskInfo withholds the counts, and a batch
+    below min_batch_size is refused once, after it is closed, never while it
+    is open (polling the refusal would tell when the floor-th report arrived)."""
+    files = new_task(
+        VdafSpec("count"),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("geometric", epsilon="1", neighbouring="add_remove"),
+    )
+    world = World(backend, files)
+    task_id = files.client.task_id
+    token = files.collector.collector_token
+    before = world.leader.task_info(task_id, token)
+    world.leader.upload(task_id, [world.report(1)])
+    while world.leader.run_once():
+        pass
+    after = world.leader.task_info(task_id, token)
+    assert before == after
+    assert (after.reports, after.rejected, after.counts_withheld) == (0, 0, True)
+    failed = world.collect()  # accepted, then refused after aggregation
+    assert failed.state == "failed"
+    assert "min_batch_size (2)" in failed.error_message and "told only once" in failed.error_message
+    assert "1 report" not in failed.error_message
+    # The batch stays closed: no second try once more reports arrive.
+    with pytest.raises(BatchCollected):
+        world.leader.upload(task_id, [world.report(1)])
+    with pytest.raises(BatchCollected):
+        world.leader.create_collection(task_id, token, secrets.token_bytes(16), T, TP)
+    # Nothing was released or spent.
+    assert world.leader.privacy.ledger.task_status(files.leader.id_text).spent == 0

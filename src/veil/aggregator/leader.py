@@ -151,6 +151,8 @@ class TaskInfo:
     reports: int
     rejected: int
     collections_finished: int
+    # Under add_remove the count is protected: reports and rejected are 0.
+    counts_withheld: bool = False
 
 
 class Leader(AggregatorBase[LeaderTask]):
@@ -300,6 +302,19 @@ class Leader(AggregatorBase[LeaderTask]):
                     f"the batch [{start}, +{duration}) overlaps time bucket {a.bucket}, which"
                     " was already collected; a batch is collected at most once"
                 )
+        if task.dp.counts_protected:
+            # Under add_remove whether the batch reaches min_batch_size is told
+            # once, when the job finishes or fails (run_collection), and the
+            # batch stays closed either way: a refusal here, with the batch
+            # open, would let the collector poll until the floor is reached and
+            # so learn when the reports arrive.
+            self.privacy.check(task, start, duration)
+            try:
+                return self.store.put_collection(
+                    CollectionRecord(task_id, collection_id, start, duration, "pending")
+                )
+            except StorageConflict as e:
+                raise JobConflict(str(e)) from None
         count = sum(a.report_count for a in aggs) + self.store.unaggregated_count(
             task_id, start, end
         )
@@ -325,6 +340,11 @@ class Leader(AggregatorBase[LeaderTask]):
         task = self.task(task_id)
         authorize(task, token, task.collector_token_hash, "collector")
         assert task.collector_hpke_config is not None
+        finished = sum(1 for c in self.store.collections(task_id) if c.state == "finished")
+        if task.dp.counts_protected:
+            # Not even read: the answer, and the time taken to give it, do not
+            # depend on how many reports there are.
+            return TaskInfo(task.collector_hpke_config, 0, 0, finished, counts_withheld=True)
         reports = rejected = 0
         for states in self.store.report_counts(task_id, task.time_precision).values():
             for state, n in states.items():
@@ -332,7 +352,6 @@ class Leader(AggregatorBase[LeaderTask]):
                     rejected += n
                 else:
                     reports += n
-        finished = sum(1 for c in self.store.collections(task_id) if c.state == "finished")
         return TaskInfo(task.collector_hpke_config, reports, rejected, finished)
 
     def get_collection(
@@ -724,19 +743,25 @@ class Leader(AggregatorBase[LeaderTask]):
             share, count, checksum = batch_summary(
                 vdaf, self.store.batch_aggregates(task.task_id, start, end)
             )
+            # Under add_remove the batch stays closed after this refusal: whether
+            # it reached the floor (or passed the ceiling) is told once.
+            reopen = not task.dp.counts_protected
             if count < task.min_batch_size:
                 return self._fail(
                     record,
                     BatchTooSmall(
                         "fewer than min_batch_size"
                         f" ({task.min_batch_size}) valid reports in the batch after verification"
+                        + ("" if reopen else _ONCE)
                     ),
-                    reopen=True,
+                    reopen=reopen,
                 )
             try:
                 check_batch_size(task, self.bounds[task.task_id], count)
             except BatchTooLarge as e:
-                return self._fail(record, e, reopen=True)
+                if not reopen:
+                    e = BatchTooLarge(str(e) + _ONCE)
+                return self._fail(record, e, reopen=reopen)
         try:
             helper_ct = self.helper.aggregate_share(
                 task, record.job_id, start, record.duration, count, checksum
@@ -795,6 +820,13 @@ class Leader(AggregatorBase[LeaderTask]):
             extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
         )
         return True
+
+
+# Why a batch refused by its floor or ceiling under add_remove stays closed.
+_ONCE = (
+    " (add_remove: whether a batch reaches min_batch_size is told only once, so the batch"
+    " stays closed)"
+)
 
 
 def _task_label(task_id: bytes) -> str:

@@ -207,6 +207,7 @@ class LeaderService(leader_pb2_grpc.LeaderServicer):
             reports=info.reports,
             rejected=info.rejected,
             collections_finished=info.collections_finished,
+            counts_withheld=info.counts_withheld,
         )
 
 

@@ -261,8 +261,8 @@ def cmd_survey_collect(args: argparse.Namespace) -> int:
 
 def cmd_survey_status(args: argparse.Namespace) -> int:
     from veil.collector import CollectionError, Collector, UnusableTask
+    from veil.collector.status import QuestionInfo, render_text, survey_status
     from veil.collector.survey import SurveyCollectError, load_collector_dir
-    from veil.times import format_duration, format_time
     from veil.trust import TrustError
 
     name = "veil survey status"
@@ -274,53 +274,25 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
         return 2
     survey = files.survey
     assert survey.opens is not None and survey.closes is not None
-    now = time.time()
-    if now < survey.opens:
-        when = f"opens in {format_duration(survey.opens - now)}"
-    elif now < survey.closes:
-        when = f"open, closes in {format_duration(survey.closes - now)}"
-    else:
-        when = "closed"
-    lines = []
-    collected = 0
-    spent_total = Fraction(0)
+    infos = {}
     for q in survey.questions:
-        task = files.tasks[q.id]
         try:
+            task = files.tasks[q.id]
             with Collector(task, leader_root_certificates=read_pem(args.leader_ca)) as c:
                 info = c.task_info(wait=args.wait)
         except (CollectionError, TrustError, UnusableTask, OSError) as e:
             print(f"{name}: question {q.id!r}: {e}", file=sys.stderr)
             return 1
-        spent = (task.dp.charge(task.vdaf) or Fraction(0)) * info.collections_finished
-        spent_total += spent
-        unit = {"rho": "ρ", None: "-"}.get(task.dp.unit, "ε")
-        collected += info.collections_finished > 0
-        lines.append(
-            f"  {q.id:<20} {info.reports:>8} {info.rejected:>9}"
-            f" {unit + ' ' + fraction_text(spent):>14}"
+        infos[q.id] = QuestionInfo(
+            info.reports, info.rejected, info.collections_finished, info.counts_withheld
         )
-    if when == "closed":
-        when += (
-            ": collected"
-            if collected == len(survey.questions)
-            else ": ready to collect (veil survey collect)"
-        )
-    print(f"{survey.name}: {format_time(survey.opens)} to {format_time(survey.closes)}; {when}")
-    print(f"  {'question':<20} {'reports':>8} {'rejected':>9} {'budget spent':>14}")
-    print("\n".join(lines))
-    total = survey.total if survey.total is not None else Fraction(0)
-    symbol = "ρ" if survey.zcdp else "ε"
-    print(
-        f"  budget spent over the survey: {symbol} {fraction_text(spent_total)}"
-        f" of {fraction_text(total)}"
-    )
+    now = time.time()
+    status = survey_status(survey, files.tasks, infos, now)
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        print(render_text(status, now, survey.opens, survey.closes))
     return 0
-
-
-def fraction_text(x: Fraction) -> str:
-    """A fraction as people read it: 1/3, 2, or 0.0417 when the denominator is large."""
-    return str(x) if x.denominator <= 12 else f"{float(x):.3g}"
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -523,6 +495,7 @@ def register(
     p.add_argument("--survey-dir", required=True, help="the collector/ directory of the deployment")
     p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")
     p.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the leader")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.add_argument("--log-level", default="warning", help="log level (default warning)")
     p.set_defaults(func=cmd_survey_status)
 

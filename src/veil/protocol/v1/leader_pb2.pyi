@@ -15,16 +15,18 @@ class TaskInfoRequest(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
-    __slots__ = ("collector_hpke_config", "reports", "rejected", "collections_finished")
+    __slots__ = ("collector_hpke_config", "reports", "rejected", "collections_finished", "counts_withheld")
     COLLECTOR_HPKE_CONFIG_FIELD_NUMBER: _ClassVar[int]
     REPORTS_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     COLLECTIONS_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_WITHHELD_FIELD_NUMBER: _ClassVar[int]
     collector_hpke_config: _messages_pb2.HpkeConfig
     reports: int
     rejected: int
     collections_finished: int
-    def __init__(self, collector_hpke_config: _Optional[_Union[_messages_pb2.HpkeConfig, _Mapping]] = ..., reports: _Optional[int] = ..., rejected: _Optional[int] = ..., collections_finished: _Optional[int] = ...) -> None: ...
+    counts_withheld: bool
+    def __init__(self, collector_hpke_config: _Optional[_Union[_messages_pb2.HpkeConfig, _Mapping]] = ..., reports: _Optional[int] = ..., rejected: _Optional[int] = ..., collections_finished: _Optional[int] = ..., counts_withheld: _Optional[bool] = ...) -> None: ...
 
 class Report(_message.Message):
     __slots__ = ("metadata", "public_share", "leader_encrypted_input_share", "helper_encrypted_input_share")

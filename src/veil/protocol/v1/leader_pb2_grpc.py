@@ -102,8 +102,9 @@ class LeaderServicer:
         """What the collector may know of its task before collecting: the HPKE
         configuration the task seals aggregate shares to (so that a collector
         checks its key before it closes a batch: a share sealed to another key is
-        lost) and how many reports have arrived. Requires the collector's bearer
-        token.
+        lost), how many reports have arrived where the count is public
+        (replace_one), and how many collections finished. Requires the collector's
+        bearer token.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
