@@ -79,7 +79,7 @@ def test_json_has_documented_keys() -> None:
     assert [set(d) for d in data] == [
         {
             "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals",
-            "epsilon", "labels",
+            "epsilon", "labels", "indicative_only",
         }
     ] * 2  # fmt: skip
     assert data[1]["estimate"] == [388.0, 223.5, 390.0]

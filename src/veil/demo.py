@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -27,9 +27,9 @@ from veil.aggregator.local import LocalDeployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.collector import CollectionResult, Collector
+from veil.collector.results import question_results
 from veil.dp import local_error
 from veil.dp.accounting import zcdp_rho
-from veil.dp.estimates import Estimate
 from veil.dp.local import parse_local_epsilon
 from veil.report import Number, QuestionResult
 from veil.simulate import simulate_respondents, truth
@@ -245,116 +245,46 @@ class _Progress:
 
 
 def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult) -> QuestionResult:
+    """The published rows (`veil.collector.results.question_results`, as `veil survey
+    collect` writes them) beside the truth of the simulated answers."""
     g = r.against_collector
-    epsilon = float(g.epsilon or 0)
-    rho = float(g.rho) if g.rho is not None else None
-    delta = float(g.delta) if g.rho is not None and g.delta is not None else None
-    if q.add_remove:
-        return _ratio_result(q, answers, r, epsilon, rho, delta)
-    exact = truth(q, answers)
-    if q.kind == "integer":
-        # A mean: the sum's estimate and bounds over the published report count.
-        n = r.report_count
-        assert isinstance(exact, int)
-        return QuestionResult(
-            q.id,
-            q.kind,
-            exact / len(answers),
-            float(r.estimate / n),
-            float(r.lower / n),
-            float(r.upper / n),
-            epsilon,
-            n,
-            rho=rho,
-            delta=delta,
-            intervals=r.intervals,
-            text=q.text,
-        )
-    if q.kind == "yes_no":
-        assert isinstance(exact, int)
-        return QuestionResult(
-            q.id,
-            q.kind,
-            exact,
-            float(r.estimate),
-            float(r.lower),
-            float(r.upper),
-            epsilon,
-            r.report_count,
-            rho=rho,
-            delta=delta,
-            intervals=r.intervals,
-            text=q.text,
-        )
-    assert isinstance(exact, list)
-    labels = q.element_labels()
-    # A vector's elements are ratings or amounts: their means read as the
-    # question's own scale (0 to max); options are counts of respondents.
-    scale = r.report_count if q.kind == "vector" else 1
-    truth_scale = len(answers) if q.kind == "vector" else 1
-    return QuestionResult(
-        q.id,
-        q.kind,
-        cast(list[Number], [x / truth_scale if scale != 1 else x for x in exact]),
-        [float(x / scale) for x in r.estimate],
-        [float(x / scale) for x in r.lower],
-        [float(x / scale) for x in r.upper],
-        epsilon,
-        r.report_count,
-        labels,
-        rho=rho,
-        delta=delta,
-        intervals=r.intervals,
-        text=q.text,
-    )
-
-
-def _ratio_result(
-    q: Question,
-    answers: Sequence[dict[str, Any]],
-    r: CollectionResult,
-    epsilon: float,
-    rho: float | None,
-    delta: float | None,
-) -> QuestionResult:
-    """An add_remove question: shares and means as ratios of noisy sums (the exact
-    report count is not released); `reports` is the noisy count, rounded."""
-    coords = [
-        Estimate(v, lo, hi, r.confidence, r.confidence)
-        for v, lo, hi in zip(r.estimate, r.lower, r.upper, strict=True)
-    ]
-    results, count = q.ratio_estimates(coords)
-    plain = truth(replace(q, neighbouring="replace_one"), answers)
+    published = question_results(q, r)
+    # An integer's sum row is left out: the mean reads on the question's own scale.
+    rows = [row for row in published.rows if row.label != "sum"]
     n = len(answers)
-    if q.kind == "yes_no":
-        assert isinstance(plain, int)
-        exact: list[Number] = [plain / n]
-    elif q.kind == "integer":
-        assert isinstance(plain, int)
-        exact = [plain / n]
+    exact = truth(replace(q, neighbouring="replace_one"), answers)
+    truths: list[Number]
+    if isinstance(exact, int):
+        # yes_no: a count, or the share of yes under add_remove; integer: the mean.
+        truths = [exact / n if q.add_remove or q.kind == "integer" else exact]
+    elif q.add_remove or q.kind == "vector":
+        truths = [x / n for x in exact]  # shares, or each element's mean
     else:
-        assert isinstance(plain, list)
-        exact = [x / n for x in plain]
+        truths = list(exact)
     scalar = q.kind in ("yes_no", "integer")
-    labels = () if scalar else (q.options or tuple(f"[{i}]" for i in range(q.length)))
 
-    def pick(values: list[float]) -> Any:
+    def pick(values: list[Any]) -> Any:
         return values[0] if scalar else values
 
+    raw = all(row.raw_estimate is not None for row in rows)
     return QuestionResult(
         q.id,
         q.kind,
-        pick(exact),
-        pick([float(e.value) for e in results]),
-        pick([float(e.low) for e in results]),
-        pick([float(e.high) for e in results]),
-        epsilon,
-        max(round(count.value), 0),
-        labels,
-        rho=rho,
-        delta=delta,
+        pick(truths),
+        pick([row.estimate for row in rows]),
+        pick([row.ci_low for row in rows]),
+        pick([row.ci_high for row in rows]),
+        float(g.epsilon or 0),
+        published.n,
+        () if scalar else tuple(row.label for row in rows),
+        rho=float(g.rho) if g.rho is not None else None,
+        delta=float(g.delta) if g.rho is not None and g.delta is not None else None,
         intervals=r.intervals,
         text=q.text,
+        raw_estimate=pick([row.raw_estimate for row in rows]) if raw else None,
+        raw_ci_low=pick([row.raw_ci_low for row in rows]) if raw else None,
+        raw_ci_high=pick([row.raw_ci_high for row in rows]) if raw else None,
+        indicative=published.indicative,
     )
 
 

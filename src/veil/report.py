@@ -43,6 +43,13 @@ class QuestionResult:
     # "per-coordinate", or "simultaneous (...)": all rows of the question at once.
     intervals: str = "per-coordinate"
     text: str = ""  # the question's own words, for plots
+    # The unbiased estimates before they were kept within the possible range
+    # (veil.collector.results); None where the rows are ratios (add_remove).
+    raw_estimate: Value | None = None
+    raw_ci_low: Value | None = None
+    raw_ci_high: Value | None = None
+    # Noise spans more than half of a row's possible range (veil.collector.results.BANNER).
+    indicative: bool = False
 
     def budget_label(self) -> str:
         """ "ε=0.4", or "ρ=0.1 (ε=2.1, δ=1e-06)" for zCDP; "none" without DP."""
@@ -92,6 +99,11 @@ def format_table(results: Sequence[QuestionResult], confidence: Fraction | float
         out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         if j == 0:
             out.append("  ".join("-" * w for w in widths))
+    from veil.collector.results import BANNER
+
+    noisy = [r.question for r in results if r.indicative]
+    if noisy:
+        out.append(f"{', '.join(noisy)}: {BANNER}.")
     if any(lo < 0 for r in results for (_, _, _, lo, _) in r.rows()):
         out.append(
             "An interval may reach below 0: the noise is symmetric; the true value never does."
@@ -130,6 +142,11 @@ def to_json(results: Sequence[QuestionResult]) -> str:
         # numbers were otherwise anonymous.
         labels = [label for (label, *_rest) in r.rows()]
         row["labels"] = labels if isinstance(r.estimate, list) else labels[0]
+        if r.raw_estimate is not None:
+            row["raw_estimate"] = r.raw_estimate
+            row["raw_ci_low"] = r.raw_ci_low
+            row["raw_ci_high"] = r.raw_ci_high
+        row["indicative_only"] = r.indicative
         if r.rho is not None:
             row["rho"] = r.rho
             row["delta"] = r.delta

@@ -7,6 +7,8 @@ import random
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from tests.conftest import LONG
@@ -18,6 +20,8 @@ from veil.dp import (
     NoisePlan,
     add_noise,
     clamp,
+    consistent_box,
+    consistent_histogram,
     decode,
     draw_noise,
     estimate,
@@ -221,3 +225,49 @@ def test_simultaneous_alpha_is_sidak_and_refuses_what_tables_cannot_give() -> No
     assert simultaneous_alpha(0.05, 7) > 0.05 / 7  # slightly narrower than Bonferroni
     with pytest.raises(InvalidParameter, match="larger α"):
         simultaneous_alpha(1e-6, 10_000)
+
+
+# ------------------------------------------------ consistent estimates (issue 30)
+
+_values = st.integers(-200, 200)
+
+
+@given(st.lists(st.tuples(_values, st.integers(0, 60)), min_size=1, max_size=8), st.integers(0, 50))
+@settings(max_examples=300, deadline=None)
+def test_consistent_box_stays_in_range_and_keeps_coverage(raw, top) -> None:
+    est = [Estimate(Fraction(v), Fraction(v - c), Fraction(v + c), 0.95, 0.95) for v, c in raw]
+    for e, out in zip(est, consistent_box(est, 0, top), strict=True):
+        assert 0 <= out.low <= out.value <= out.high <= top
+        # Every truth in the range that the raw interval covered, the shown one covers.
+        for t in range(top + 1):
+            if e.low <= t <= e.high:
+                assert out.low <= t <= out.high
+        if 0 <= e.value <= top:
+            assert out.value == e.value
+
+
+@given(st.lists(st.integers(0, 30), min_size=2, max_size=7), st.integers(0, 40), st.data())
+@settings(max_examples=300, deadline=None)
+def test_consistent_histogram_sums_to_n_and_stays_in_its_intervals(truth, c, data) -> None:
+    n = sum(truth)
+    # Noise within ±c on every bucket: the event on which simultaneous intervals hold.
+    noisy = [t + data.draw(st.integers(-c, c)) for t in truth]
+    est = [Estimate(Fraction(v), Fraction(v - c), Fraction(v + c), 0.95, 0.95) for v in noisy]
+    out = consistent_histogram(est, n)
+    assert sum(e.value for e in out) == n
+    for t, e in zip(truth, out, strict=True):
+        assert 0 <= e.low <= e.value <= e.high <= n
+        assert e.low <= t <= e.high
+    # On that event the projection moves no bucket further than c: the shown
+    # estimate lies in the raw interval cut to the range, never widened.
+    for raw, e in zip(est, out, strict=True):
+        assert e.low == max(raw.low, 0) and e.high == min(raw.high, n)
+
+
+def test_consistent_histogram_far_outside_widens_rather_than_hides() -> None:
+    # All buckets far below zero (a miss, probability at most α): the projection
+    # puts n somewhere; the interval grows to hold it, still within [0, n].
+    est = [Estimate(Fraction(-50), Fraction(-60), Fraction(-40), 0.95, 0.95)] * 3
+    out = consistent_histogram(est, 7)
+    assert sum(e.value for e in out) == 7
+    assert all(0 <= e.low <= e.value <= e.high <= 7 for e in out)

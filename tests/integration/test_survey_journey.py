@@ -9,11 +9,14 @@ The window is a few seconds long (time precision 2 s), so nothing waits long.
 
 from __future__ import annotations
 
+import csv
 import datetime
+import io
 import ipaddress
 import json
 import os
 import random
+import re
 import select
 import shutil
 import signal
@@ -210,12 +213,12 @@ class Deployed:
 def deploy(tmp_path: Path) -> Iterator[Any]:
     started: list[ServerProcess] = []
 
-    def run(tls: bool, window: int) -> Deployed:
+    def run(tls: bool, window: int, epsilon: str = "2", min_batch_size: int = 50) -> Deployed:
         opens = int(time.time()) // TP * TP
         closes = opens + window
         survey = tmp_path / "survey.toml"
         survey.write_text(
-            f'[survey]\nname = "Journey"\nepsilon = 2\nmin_batch_size = 50\n'
+            f'[survey]\nname = "Journey"\nepsilon = {epsilon}\nmin_batch_size = {min_batch_size}\n'
             f'time_precision = {TP}\nopens = "{format_time(opens)}"\n'
             f'closes = "{format_time(closes)}"\n' + QUESTIONS
         )
@@ -267,7 +270,7 @@ def check_results(results: Path, answers: list[dict[str, Any]]) -> None:
             true = expected[q["question"]][row["label"]]
             assert row["ci_low"] <= true <= row["ci_high"], (q["question"], row, true)
     csv_lines = (results / "results.csv").read_text().splitlines()
-    assert csv_lines[0] == "question,kind,n,label,estimate,ci_low,ci_high"
+    assert csv_lines[0] == "question,kind,n,label,estimate,ci_low,ci_high,note"
     assert len(csv_lines) == 1 + sum(len(v) for v in LABELS.values())
     page = (results / "report.html").read_text()
     assert "Journey" in page and "<svg" in page and "Rate workload and pay" in page
@@ -291,6 +294,42 @@ def test_survey_with_tls(deploy: Any) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     check_results(results, answers)
+
+
+def test_seven_respondents(deploy: Any) -> None:
+    # The issue's survey: 7 respondents at ε = 0.25 per question. Every figure
+    # published is possible, each question says it is indicative, and
+    # results.json keeps the raw unbiased estimates.
+    d = deploy(tls=False, window=16, epsilon="1.25", min_batch_size=5)
+    answers = panel(7, seed=3)
+    jsonl = d.root / "panel.jsonl"
+    jsonl.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    done = veil("survey", "respond", "--survey-dir", d.client, "--answers", jsonl)
+    assert done.returncode == 0, done.stderr
+    d.wait_for_close()
+    results = d.root / "results"
+    out = veil("survey", "collect", "--survey-dir", d.collector, "--out", results)
+    assert out.returncode == 0, out.stderr
+    print(out.stdout)
+    banner = "too few respondents for this privacy level: treat as indicative only"
+    assert out.stdout.count(banner) == 5, out.stdout
+    top = {"yes_no": 7, "choice": 7, "multi_choice": 7, "vector": 10}
+    for q in json.loads((results / "results.json").read_text()):
+        assert q["n"] == 7 and q["indicative_only"] and q["note"] == banner
+        for row in q["rows"]:
+            low, high = row["possible"]
+            assert low <= row["ci_low"] <= row["estimate"] <= row["ci_high"] <= high, row
+            assert row["raw_ci_low"] <= row["raw_estimate"] <= row["raw_ci_high"]
+            # The raw interval is the noise's: at ε = 0.25 it is wider than the range.
+            assert row["raw_ci_high"] - row["raw_ci_low"] > high - low
+    for row in csv.DictReader(io.StringIO((results / "results.csv").read_text())):
+        limit = 840 if row["label"] == "sum" else top.get(row["kind"], 120)
+        assert 0 <= float(row["ci_low"]) <= float(row["estimate"]) <= float(row["ci_high"])
+        assert float(row["ci_high"]) <= limit and row["note"] == banner
+    page = (results / "report.html").read_text()
+    assert page.count(banner.capitalize()) == 5
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert cells and not any(c.startswith("-") or " to -" in c for c in cells)
 
 
 def pty_session(args: list[str], replies: list[str], timeout: float = 60) -> tuple[int, str]:

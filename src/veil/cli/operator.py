@@ -224,6 +224,7 @@ def _positive_number(text: str) -> Fraction:
 
 def cmd_survey_collect(args: argparse.Namespace) -> int:
     from veil.collector import UnusableTask
+    from veil.collector.results import summary_lines
     from veil.collector.survey import SurveyCollectError, collect_survey
     from veil.trust import TrustError
 
@@ -242,10 +243,8 @@ def cmd_survey_collect(args: argparse.Namespace) -> int:
     except (SurveyCollectError, TrustError, UnusableTask, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
-    for r in outcome.results:
-        shown = ", ".join(f"{row.label} {row.estimate:.3g}" for row in r.rows[:6])
-        more = ", ..." if len(r.rows) > 6 else ""
-        print(f"  {r.question.id}: n = {r.n}; {shown}{more}")
+    for line in summary_lines(outcome.results):
+        print(line)
     if not outcome.complete:
         for qid, why in outcome.pending.items():
             print(f"{name}: {qid} not collected yet: {why}", file=sys.stderr)

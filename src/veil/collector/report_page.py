@@ -14,10 +14,11 @@ from fractions import Fraction
 from html import escape
 from typing import TYPE_CHECKING
 
+from veil.collector.results import BANNER
 from veil.times import format_time
 
 if TYPE_CHECKING:
-    from veil.collector.survey import QuestionResults
+    from veil.collector.results import QuestionResults
     from veil.survey import Survey
 
 WIDTH = 720
@@ -37,6 +38,8 @@ table { border-collapse: collapse; margin-top: 0.5rem; font-variant-numeric: tab
 td, th { padding: 0.15rem 0.8rem 0.15rem 0; text-align: right; }
 td:first-child, th:first-child { text-align: left; }
 .privacy { background: #f2f6f9; border-left: 4px solid #3b6e99; padding: 0.6rem 1rem; }
+.banner { background: #fff4e0; border-left: 4px solid #a05a00; padding: 0.5rem 1rem;
+          font-weight: 600; }
 svg text { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }
 """
 
@@ -160,9 +163,11 @@ def privacy_lines(survey: Survey) -> list[str]:
     lines = privacy_statement(survey).lines()
     if survey.mechanism != "none":
         lines.append(
-            "Each figure is an estimate with noise added by each aggregator on its own; an"
-            " interval may reach below zero for a count, since the noise is symmetric, but the"
-            " true value never does."
+            "Each figure is an estimate with noise added by each aggregator on its own, kept"
+            " within what is possible (a count from 0 to the number of respondents, a mean"
+            " within the answers' scale, a single choice's counts adding up to the respondents);"
+            " each interval is cut to the same range. results.json keeps the raw unbiased"
+            " estimates beside them."
         )
     return lines
 
@@ -182,18 +187,23 @@ def report_html(survey: Survey, results: Sequence[QuestionResults]) -> str:
             f"<td>{_num(row.ci_low)} to {_num(row.ci_high)}</td></tr>"
             for row in r.rows
         )
+        banner = (
+            f'<p class="banner" role="note">{escape(BANNER.capitalize())}.</p>'
+            if r.indicative
+            else ""
+        )
         sections.append(
             f"<section><h2>{escape(r.question.text)}</h2>"
             f'<p class="meta">question <code>{escape(r.question.id)}</code>'
             f" ({escape(r.question.kind.replace('_', ' '))}), n = {r.n} reports,"
-            f" {privacy}</p>{chart(r)}"
+            f" {privacy}</p>{banner}{chart(r)}"
             f"<table><tr><th>answer</th><th>estimate</th>"
             f"<th>{r.confidence:.0%} interval</th></tr>{rows}</table></section>"
         )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(survey.name)}: results</title><style>{STYLE}</style></head><body>"
+        f"<title>{escape(survey.name)}: results</title><style>{STYLE}</style></head><body><main>"
         f"<h1>{escape(survey.name)}</h1>"
         f'<p class="meta">Window {format_time(survey.opens)} to {format_time(survey.closes)}'
         f" (UTC); {len(results)} questions; {escape(_spent(survey, results))}.</p>"
@@ -201,5 +211,5 @@ def report_html(survey: Survey, results: Sequence[QuestionResults]) -> str:
         + "".join(f"<p>{escape(line)}</p>" for line in privacy_lines(survey))
         + "</div>"
         + "".join(sections)
-        + "</body></html>\n"
+        + "</main></body></html>\n"
     )

@@ -24,21 +24,30 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from veil.collector.collector import (
     CollectionError,
     CollectionJobFailed,
-    CollectionResult,
     Collector,
 )
-from veil.dp.accounting import decimal_text
-from veil.dp.estimates import Estimate
-from veil.survey import Question, Survey, SurveyError, load_survey
+from veil.collector.results import BANNER, QuestionResults, Row, question_results
+from veil.survey import Survey, SurveyError, load_survey
 from veil.task import CollectorTask, TaskError, load_task
 from veil.times import format_duration, format_time
+
+__all__ = [
+    "QuestionResults",
+    "Row",
+    "SurveyCollectError",
+    "SurveyStillOpen",
+    "collect_survey",
+    "load_collector_dir",
+    "question_results",
+    "results_csv",
+    "results_json",
+]
 
 STATE_FILE = "state.json"
 STATE_FORMAT = "veil-survey-collection/1"
@@ -50,121 +59,6 @@ class SurveyCollectError(Exception):
 
 class SurveyStillOpen(SurveyCollectError):
     """The window has not closed yet."""
-
-
-@dataclass(frozen=True)
-class Row:
-    label: str
-    estimate: float
-    ci_low: float
-    ci_high: float
-
-
-@dataclass(frozen=True)
-class QuestionResults:
-    """One question's published result (one object of results.json)."""
-
-    question: Question
-    n: int
-    privacy: dict[str, str]
-    rows: tuple[Row, ...]
-    unit: str
-    confidence: float
-    intervals: str = "per-coordinate"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "question": self.question.id,
-            "text": self.question.text,
-            "kind": self.question.kind,
-            "n": self.n,
-            **self.privacy,
-            "confidence": self.confidence,
-            "intervals": self.intervals,
-            "rows": [
-                {"label": r.label, "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high}
-                for r in self.rows
-            ],
-        }
-
-
-def _f(x: Fraction) -> float:
-    return round(float(x), 6)
-
-
-def question_results(q: Question, r: CollectionResult) -> QuestionResults:
-    """Labelled rows of one collected question: option names for choices;
-    "yes" for yes_no; "mean" (the noisy sum over the report count) and "sum"
-    for an integer; each element's mean for a vector (its labels, or [i]).
-
-    Under add_remove the collector is not told the report count: `n` is the noisy
-    count, and every row is a ratio of noisy sums (the share of yes, of each
-    option, of respondents choosing each option; the mean per element), with an
-    interval that holds whenever the question's simultaneous intervals do."""
-    if q.add_remove:
-        return _ratio_results(q, r)
-    n = r.report_count
-    est = r.estimate if isinstance(r.estimate, list) else [r.estimate]
-    low = r.lower if isinstance(r.lower, list) else [r.lower]
-    high = r.upper if isinstance(r.upper, list) else [r.upper]
-    rows: list[Row]
-    if q.kind == "yes_no":
-        rows = [Row("yes", _f(est[0]), _f(low[0]), _f(high[0]))]
-        unit = "respondents"
-    elif q.kind == "integer":
-        rows = [
-            Row("mean", _f(est[0] / n), _f(low[0] / n), _f(high[0] / n)),
-            Row("sum", _f(est[0]), _f(low[0]), _f(high[0])),
-        ]
-        unit = f"mean answer (0 to {q.max})"
-    elif q.kind == "vector":
-        rows = [
-            Row(label, _f(e / n), _f(lo / n), _f(hi / n))
-            for label, e, lo, hi in zip(q.element_labels(), est, low, high, strict=True)
-        ]
-        unit = f"mean answer (0 to {q.max})"
-    else:
-        rows = [
-            Row(label, _f(e), _f(lo), _f(hi))
-            for label, e, lo, hi in zip(q.options, est, low, high, strict=True)
-        ]
-        unit = "respondents"
-    # This collection's guarantee against the collector: {"epsilon", "delta"},
-    # or {"rho", "epsilon", "delta"} under zCDP (veil.dp.accounting.Guarantee).
-    privacy = r.against_collector.to_json() or {"epsilon": "none"}
-    if q.local_epsilon is not None:
-        # Answers randomized on the device (veil.dp.local): the estimates are
-        # de-biased, and each answer is ε_L-private even against both aggregators.
-        privacy = {**privacy, "local_epsilon": decimal_text(q.local_epsilon)}
-    return QuestionResults(q, n, privacy, tuple(rows), unit, r.confidence, r.intervals)
-
-
-def _ratio_results(q: Question, r: CollectionResult) -> QuestionResults:
-    values = r.estimate if isinstance(r.estimate, list) else [r.estimate]
-    lows = r.lower if isinstance(r.lower, list) else [r.lower]
-    highs = r.upper if isinstance(r.upper, list) else [r.upper]
-    coords = [
-        Estimate(Fraction(v), Fraction(lo), Fraction(hi), r.confidence, r.confidence)
-        for v, lo, hi in zip(values, lows, highs, strict=True)
-    ]
-    results, count = q.ratio_estimates(coords)
-    labels: tuple[str, ...]
-    if q.kind == "yes_no":
-        labels, unit = ("yes",), "share of respondents"
-    elif q.kind in ("choice", "multi_choice"):
-        labels, unit = q.options, "share of respondents"
-    elif q.kind == "integer":
-        labels, unit = ("mean",), f"mean answer (0 to {q.max})"
-    else:
-        labels, unit = q.element_labels(), f"mean answer (0 to {q.max})"
-    rows = tuple(
-        Row(label, _f(e.value), _f(e.low), _f(e.high))
-        for label, e in zip(labels, results, strict=True)
-    )
-    privacy = r.against_collector.to_json() or {"epsilon": "none"}
-    privacy = {**privacy, "neighbouring": "add_remove"}
-    n = max(round(count.value), 0)
-    return QuestionResults(q, n, privacy, rows, unit, r.confidence, r.intervals)
 
 
 @dataclass
@@ -367,8 +261,9 @@ def results_json(results: Sequence[QuestionResults]) -> str:
 def results_csv(results: Sequence[QuestionResults]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["question", "kind", "n", "label", "estimate", "ci_low", "ci_high"])
+    w.writerow(["question", "kind", "n", "label", "estimate", "ci_low", "ci_high", "note"])
     for r in results:
+        note = BANNER if r.indicative else ""
         for row in r.rows:
             w.writerow(
                 [
@@ -379,6 +274,7 @@ def results_csv(results: Sequence[QuestionResults]) -> str:
                     row.estimate,
                     row.ci_low,
                     row.ci_high,
+                    note,
                 ]
             )
     return buf.getvalue()

@@ -45,6 +45,8 @@ from veil.dp.errors import (
 from veil.dp.estimates import (
     Estimate,
     clamp,
+    consistent_box,
+    consistent_histogram,
     estimate,
     feasible_range,
     frequencies,
@@ -103,6 +105,8 @@ __all__ = [
     "apply_noise",
     "centred_lift",
     "clamp",
+    "consistent_box",
+    "consistent_histogram",
     "decode",
     "draw_noise",
     "encode_fixed_point",

@@ -24,6 +24,8 @@ from veil.dp.mechanisms import Mechanism, NoisePlan
 __all__ = [
     "Estimate",
     "clamp",
+    "consistent_box",
+    "consistent_histogram",
     "estimate",
     "feasible_range",
     "frequencies",
@@ -179,6 +181,50 @@ def project_histogram(values: Sequence[Fraction | int], total: int) -> list[Frac
         if v - candidate > 0:
             theta = candidate
     return [max(v - theta, Fraction(0)) for v in exact]
+
+
+def _into(est: Estimate, value: Fraction, low: Fraction, high: Fraction) -> Estimate:
+    """`est` with the point `value`, its interval cut to [low, high] (an interval
+    wholly outside collapses onto the nearer end) and widened to hold `value`.
+
+    Whenever the raw interval covers a truth inside [low, high], the cut one does
+    too, so coverage is kept; widening can only add to it.
+    """
+    lo = min(max(est.low, low), high)
+    hi = max(min(est.high, high), low)
+    return Estimate(value, min(lo, value), max(hi, value), est.level, est.coverage)
+
+
+def consistent_box(
+    estimates: Sequence[Estimate], low: Fraction | int, high: Fraction | int
+) -> list[Estimate]:
+    """Each estimate projected into the possible range [low, high]: the value
+    clamped (the closest possible point), the interval intersected with the range.
+
+    For a count (0 to n), a sum (0 to n·max), each option of a multiple choice.
+    Post-processing of public values: free under DP, biased towards the interior,
+    never further from the truth than the raw value.
+    """
+    lo, hi = Fraction(low), Fraction(high)
+    if lo > hi:
+        raise InvalidParameter(f"empty range [{low}, {high}]")
+    return [_into(e, min(max(e.value, lo), hi), lo, hi) for e in estimates]
+
+
+def consistent_histogram(estimates: Sequence[Estimate], total: int) -> list[Estimate]:
+    """A histogram whose buckets add up to the public `total` (one answer per
+    report), projected onto what is possible: non-negative values summing to
+    `total` (`project_histogram`), each interval intersected with [0, total].
+
+    When all the raw intervals hold at once (simultaneous intervals), the
+    projection moves every bucket by at most their common half-width, so each
+    projected value lies in its intersected interval; otherwise (probability at
+    most α) the interval is widened to hold it rather than show a value outside.
+    """
+    values = project_histogram([e.value for e in estimates], total)
+    return [
+        _into(e, v, Fraction(0), Fraction(total)) for e, v in zip(estimates, values, strict=True)
+    ]
 
 
 def mean(sum_estimate: Estimate, report_count: int) -> Estimate:

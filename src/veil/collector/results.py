@@ -1,0 +1,276 @@
+"""One collected question as it is published: labelled rows of consistent
+estimates, with the raw unbiased ones kept beside them.
+
+The collected aggregate is unbiased: at a small batch its noise can put a count
+below zero or above the number of respondents, or a mean outside the answers'
+scale. What is shown (report.html, results.csv, the terminal, `veil demo`) is
+projected into what is possible (veil.dp.consistent_box, consistent_histogram):
+
+==============  =====================================================
+kind            consistent estimate (replace_one: n is public)
+==============  =====================================================
+yes_no          the count of yes in [0, n]
+integer         the sum in [0, n·max]; the mean (sum / n) in [0, max]
+choice          counts non-negative and summing to n (L2 projection)
+multi_choice    each option's count in [0, n]
+vector          each element's sum in [0, n·max], its mean in [0, max]
+==============  =====================================================
+
+Each interval is intersected with the same range, so it still covers at its
+level. Under add_remove the collector has no exact n: rows are ratios of the
+noisy sums to the noisy count, already within [0, 1] (shares) or [0, max]
+(means), and the raw noisy sums are kept as `raw_sums`.
+
+A question is marked indicative (`BANNER`) when the noise alone spans more than
+half of a row's possible range: under replace_one that depends on public
+parameters only (the noise and n), never on the answers, so `veil survey plan`
+predicts it.
+
+Every path from a collection to published rows (`veil survey collect`,
+`veil demo`, `veil simulate`) goes through `question_results`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from veil.collector.collector import CollectionResult
+from veil.dp.accounting import decimal_text
+from veil.dp.estimates import Estimate, consistent_box, consistent_histogram
+from veil.survey import Question
+
+BANNER = "too few respondents for this privacy level: treat as indicative only"
+
+
+def _f(x: Fraction) -> float:
+    return round(float(x), 6)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published number: `estimate` and [`ci_low`, `ci_high`] are the
+    consistent ones (within [`possible_low`, `possible_high`]); `raw_*` the
+    unbiased estimate and its interval before projection (None where there is
+    no such number in the row's units: add_remove's ratios)."""
+
+    label: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+    raw_estimate: float | None = None
+    raw_ci_low: float | None = None
+    raw_ci_high: float | None = None
+    possible_low: float | None = None
+    possible_high: float | None = None
+
+    @property
+    def noise_dominated(self) -> bool:
+        """Whether the interval (the raw one when there is one: the noise's own
+        width) spans more than half of the possible range."""
+        if self.possible_low is None or self.possible_high is None:
+            return False
+        if self.raw_ci_low is not None and self.raw_ci_high is not None:
+            width = self.raw_ci_high - self.raw_ci_low
+        else:
+            width = self.ci_high - self.ci_low
+        return width > (self.possible_high - self.possible_low) / 2
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "label": self.label,
+            "estimate": self.estimate,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+        }
+        if self.raw_estimate is not None:
+            out["raw_estimate"] = self.raw_estimate
+            out["raw_ci_low"] = self.raw_ci_low
+            out["raw_ci_high"] = self.raw_ci_high
+        if self.possible_low is not None:
+            out["possible"] = [self.possible_low, self.possible_high]
+        return out
+
+
+def _row(
+    label: str,
+    shown: Estimate,
+    raw: Estimate | None,
+    scale: Fraction,
+    low: Fraction,
+    high: Fraction,
+) -> Row:
+    """A row in its units: `scale` turns a sum into them (1/n for a mean)."""
+    return Row(
+        label,
+        _f(shown.value * scale),
+        _f(shown.low * scale),
+        _f(shown.high * scale),
+        None if raw is None else _f(raw.value * scale),
+        None if raw is None else _f(raw.low * scale),
+        None if raw is None else _f(raw.high * scale),
+        _f(low),
+        _f(high),
+    )
+
+
+@dataclass(frozen=True)
+class QuestionResults:
+    """One question's published result (one object of results.json)."""
+
+    question: Question
+    n: int
+    privacy: dict[str, str]
+    rows: tuple[Row, ...]
+    unit: str
+    confidence: float
+    intervals: str = "per-coordinate"
+    # add_remove: the unbiased noisy sums the ratios come from, the count last.
+    raw_sums: tuple[Row, ...] = ()
+
+    @property
+    def indicative(self) -> bool:
+        """Whether noise dominates some row, or under add_remove some noisy sum
+        against its range at the noisy count (`BANNER`)."""
+        return any(row.noise_dominated for row in (*self.rows, *self.raw_sums))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "question": self.question.id,
+            "text": self.question.text,
+            "kind": self.question.kind,
+            "n": self.n,
+            **self.privacy,
+            "confidence": self.confidence,
+            "intervals": self.intervals,
+            "estimates": "consistent",
+            "indicative_only": self.indicative,
+        }
+        if self.indicative:
+            out["note"] = BANNER
+        out["rows"] = [r.to_json() for r in self.rows]
+        if self.raw_sums:
+            out["raw_sums"] = [r.to_json() for r in self.raw_sums]
+        return out
+
+
+def _coordinates(r: CollectionResult) -> list[Estimate]:
+    values = r.estimate if isinstance(r.estimate, list) else [r.estimate]
+    lows = r.lower if isinstance(r.lower, list) else [r.lower]
+    highs = r.upper if isinstance(r.upper, list) else [r.upper]
+    return [
+        Estimate(Fraction(v), Fraction(lo), Fraction(hi), r.confidence, r.confidence)
+        for v, lo, hi in zip(values, lows, highs, strict=True)
+    ]
+
+
+def question_results(q: Question, r: CollectionResult) -> QuestionResults:
+    """Labelled rows of one collected question: option names for choices;
+    "yes" for yes_no; "mean" (the sum over the report count) and "sum" for an
+    integer; each element's mean for a vector (its labels, or [i]).
+
+    Under add_remove the collector is not told the report count: `n` is the noisy
+    count, and every row is a ratio of noisy sums (the share of yes, of each
+    option, of respondents choosing each option; the mean per element), with an
+    interval that holds whenever the question's simultaneous intervals do."""
+    if q.add_remove:
+        return _ratio_results(q, r)
+    n = r.report_count
+    raw = _coordinates(r)
+    per = Fraction(1, n) if n else Fraction(0)
+    one = Fraction(1)
+    zero = Fraction(0)
+    top = Fraction(q.max) if q.kind in ("integer", "vector") else one
+    # One answer per report: a single choice's counts add up to n.
+    single = q.kind == "choice"
+    shown = consistent_histogram(raw, n) if single else consistent_box(raw, 0, n * top)
+    pairs = list(zip(shown, raw, strict=True))
+    rows: list[Row]
+    if q.kind == "yes_no":
+        rows = [_row("yes", shown[0], raw[0], one, zero, Fraction(n))]
+        unit = "respondents"
+    elif q.kind == "integer":
+        rows = [
+            _row("mean", shown[0], raw[0], per, zero, top),
+            _row("sum", shown[0], raw[0], one, zero, n * top),
+        ]
+        unit = f"mean answer (0 to {q.max})"
+    elif q.kind == "vector":
+        rows = [
+            _row(label, s, e, per, zero, top)
+            for label, (s, e) in zip(q.element_labels(), pairs, strict=True)
+        ]
+        unit = f"mean answer (0 to {q.max})"
+    else:
+        rows = [
+            _row(label, s, e, one, zero, Fraction(n))
+            for label, (s, e) in zip(q.options, pairs, strict=True)
+        ]
+        unit = "respondents"
+    # This collection's guarantee against the collector: {"epsilon", "delta"},
+    # or {"rho", "epsilon", "delta"} under zCDP (veil.dp.accounting.Guarantee).
+    privacy = r.against_collector.to_json() or {"epsilon": "none"}
+    if q.local_epsilon is not None:
+        # Answers randomized on the device (veil.dp.local): the estimates are
+        # de-biased, and each answer is ε_L-private even against both aggregators.
+        privacy = {**privacy, "local_epsilon": decimal_text(q.local_epsilon)}
+    return QuestionResults(q, n, privacy, tuple(rows), unit, r.confidence, r.intervals)
+
+
+def _ratio_results(q: Question, r: CollectionResult) -> QuestionResults:
+    coords = _coordinates(r)
+    results, count = q.ratio_estimates(coords)
+    labels: tuple[str, ...]
+    sums: tuple[str, ...]
+    if q.kind == "yes_no":
+        labels, unit, top = ("yes",), "share of respondents", Fraction(1)
+        sums = ("no", "yes")
+    elif q.kind in ("choice", "multi_choice"):
+        labels, unit, top = q.options, "share of respondents", Fraction(1)
+        sums = q.options if q.kind == "choice" else (*q.options, "count")
+    elif q.kind == "integer":
+        labels, unit, top = ("mean",), f"mean answer (0 to {q.max})", Fraction(q.max)
+        sums = ("sum", "count")
+    else:
+        labels, unit, top = q.element_labels(), f"mean answer (0 to {q.max})", Fraction(q.max)
+        sums = (*labels, "count")
+    rows = tuple(
+        _row(label, e, None, Fraction(1), Fraction(0), top)
+        for label, e in zip(labels, results, strict=True)
+    )
+    if q.kind in ("yes_no", "choice"):  # the buckets add up to the count
+        sums, coords = (*sums, "count"), [*coords, count]
+    n = max(round(count.value), 0)
+    # Each noisy sum's possible range with the noisy count standing in for n.
+    raw_sums = tuple(
+        Row(label, _f(e.value), _f(e.low), _f(e.high), None, None, None, 0.0, _f(n * scale))
+        for label, e in zip(sums, coords, strict=True)
+        for scale in [Fraction(1) if label == "count" else top]
+    )
+    privacy = r.against_collector.to_json() or {"epsilon": "none"}
+    privacy = {**privacy, "neighbouring": "add_remove"}
+    return QuestionResults(q, n, privacy, rows, unit, r.confidence, r.intervals, raw_sums=raw_sums)
+
+
+def summary_lines(results: Sequence[QuestionResults]) -> list[str]:
+    """The terminal summary of `veil survey collect`: per question its n, the
+    first rows with their intervals, and the banner where noise dominates."""
+    lines = []
+    for r in results:
+        shown = [row for row in r.rows if row.label != "sum"]
+        text = ", ".join(
+            f"{row.label} {row.estimate:.3g} [{row.ci_low:.3g}, {row.ci_high:.3g}]"
+            for row in shown[:6]
+        )
+        more = ", ..." if len(shown) > 6 else ""
+        lines.append(f"  {r.question.id}: n = {r.n}; {text}{more}")
+        if r.indicative:
+            lines.append(f"    ({BANNER})")
+    if results:
+        lines.append(
+            f"  estimates kept within the possible range, {results[0].confidence:.0%} intervals"
+            " in brackets; results.json also keeps the raw unbiased estimates"
+        )
+    return lines

@@ -1,0 +1,193 @@
+"""Published rows of a collected question (veil.collector.results): consistent
+estimates within the possible range, the raw ones kept, the indicative banner."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from fractions import Fraction
+from pathlib import Path
+
+from veil.collector import CollectionResult
+from veil.collector.results import BANNER, question_results, summary_lines
+from veil.collector.survey import results_csv, write_results
+from veil.dp.accounting import Guarantee
+from veil.survey import parse_survey
+
+SURVEY = """
+[survey]
+name = "Seven"
+epsilon = 1.25
+min_batch_size = 5
+opens = 2026-12-01T00:00:00Z
+closes = 2026-12-02T00:00:00Z
+
+[[question]]
+id = "remote"
+text = "Do you work remotely?"
+kind = "yes_no"
+
+[[question]]
+id = "commute"
+text = "Minutes of commute (0-120)?"
+kind = "integer"
+max = 120
+
+[[question]]
+id = "team"
+text = "Which team?"
+kind = "choice"
+options = ["engineering", "design", "sales"]
+
+[[question]]
+id = "tools"
+text = "Which tools?"
+kind = "multi_choice"
+options = ["email", "chat", "wiki"]
+max_choices = 2
+
+[[question]]
+id = "ratings"
+text = "Rate workload and pay (0-10)."
+kind = "vector"
+length = 2
+max = 10
+labels = ["workload", "pay"]
+"""
+
+
+def collected(values: list[int], half_width: int, n: int = 7) -> CollectionResult:
+    return CollectionResult(
+        start=0, duration=3600, report_count=n,
+        estimate=[Fraction(v) for v in values] if len(values) > 1 else Fraction(values[0]),
+        lower=[Fraction(v - half_width) for v in values] if len(values) > 1
+        else Fraction(values[0] - half_width),
+        upper=[Fraction(v + half_width) for v in values] if len(values) > 1
+        else Fraction(values[0] + half_width),
+        confidence=0.95, intervals="simultaneous (exact max-of-k)", spent=Fraction(1, 4),
+        unit="epsilon", against_collector=Guarantee.pure(Fraction(1, 4)),
+        mechanism="geometric", noisy_aggregate=values, seconds=0.0,
+    )  # fmt: skip
+
+
+# What the issue saw at 7 respondents and ε = 0.25 per question: "yes 25" of 7,
+# negative options, a mean commute of -115 minutes, a pay rating of -60.7.
+SEVEN = {
+    "remote": collected([25], 16),
+    "commute": collected([-805], 1930),
+    "team": collected([-9, 4, 19], 22),
+    "tools": collected([-12, 30, 3], 20),
+    "ratings": collected([41, -425], 160),
+}
+
+
+def seven() -> list:
+    survey = parse_survey(SURVEY)
+    return [question_results(q, SEVEN[q.id]) for q in survey.questions]
+
+
+def test_seven_respondents_every_shown_figure_is_possible() -> None:
+    published = {r.question.id: r for r in seven()}
+    for r in published.values():
+        for row in r.rows:
+            assert row.possible_low is not None and row.possible_high is not None
+            assert row.possible_low <= row.ci_low <= row.estimate <= row.ci_high
+            assert row.ci_high <= row.possible_high, (r.question.id, row)
+        # Every interval here spans more than half its range: all are indicative.
+        assert r.indicative, r.question.id
+    (yes,) = published["remote"].rows
+    assert (yes.estimate, yes.ci_low, yes.ci_high) == (7, 7, 7)
+    assert yes.raw_estimate == 25 and (yes.raw_ci_low, yes.raw_ci_high) == (9, 41)
+    mean, total = published["commute"].rows
+    assert (mean.estimate, mean.ci_low, mean.ci_high) == (0, 0, 120)
+    assert mean.raw_estimate == -115 and total.possible_high == 840
+    team = published["team"].rows
+    assert sum(row.estimate for row in team) == 7
+    assert [row.estimate for row in team] == [0, 0, 7]
+    pay = published["ratings"].rows[1]
+    assert pay.estimate == 0 and pay.raw_estimate == round(-425 / 7, 6)
+    assert 0 <= pay.ci_low <= pay.ci_high <= 10
+
+
+def test_results_json_keeps_the_raw_estimates_named(tmp_path: Path) -> None:
+    survey = parse_survey(SURVEY)
+    write_results(survey, seven(), tmp_path)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    for q in doc:
+        assert q["estimates"] == "consistent" and q["indicative_only"] is True
+        assert q["note"] == BANNER
+        for row in q["rows"]:
+            low, high = row["possible"]
+            assert low <= row["ci_low"] <= row["estimate"] <= row["ci_high"] <= high
+            assert {"raw_estimate", "raw_ci_low", "raw_ci_high"} <= set(row)
+    remote = doc[0]["rows"][0]
+    assert remote["raw_estimate"] == 25 and remote["estimate"] == 7
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "results.csv").read_text())))
+    assert len(rows) == 1 + 2 + 3 + 3 + 2
+    for row in rows:
+        assert 0 <= float(row["ci_low"]) <= float(row["estimate"]) <= float(row["ci_high"])
+        top = {"yes_no": 7, "choice": 7, "multi_choice": 7, "vector": 10}.get(row["kind"])
+        if row["label"] == "sum":
+            top = 840
+        elif row["kind"] == "integer":
+            top = 120
+        assert float(row["ci_high"]) <= top, row
+        assert row["note"] == BANNER
+    page = (tmp_path / "report.html").read_text()
+    assert page.count(BANNER.capitalize()) == 5
+    assert "<main>" in page
+    # No figure on the page below 0: the table's cells and the bars' titles.
+    numbers = re.findall(r"<td>(-?[\d.,]+)</td>", page) + re.findall(
+        r"<td>(-?[\d.,]+) to (-?[\d.,]+)</td>", page
+    )
+    assert numbers and not any("-" in str(n) for n in numbers)
+
+
+def test_a_large_batch_is_not_indicative_and_unchanged() -> None:
+    survey = parse_survey(SURVEY)
+    r = question_results(survey.question("team"), collected([400, 350, 250], 20, n=1000))
+    assert not r.indicative
+    assert [row.estimate for row in r.rows] == [400, 350, 250]
+    assert [(row.ci_low, row.ci_high) for row in r.rows] == [(380, 420), (330, 370), (230, 270)]
+    assert [row.raw_estimate for row in r.rows] == [400, 350, 250]
+    assert "note" not in r.to_json()
+    assert results_csv([r]).splitlines()[1].endswith(",")
+
+
+def test_the_banner_depends_on_the_noise_not_the_answers() -> None:
+    # The same n and noise, answers at either end: the same verdict.
+    survey = parse_survey(SURVEY)
+    q = survey.question("remote")
+    wide = [question_results(q, collected([v], 30, n=100)).indicative for v in (0, 50, 100)]
+    narrow = [question_results(q, collected([v], 20, n=100)).indicative for v in (0, 50, 100)]
+    assert wide == [True] * 3 and narrow == [False] * 3
+
+
+def test_terminal_summary_shows_intervals_and_banner() -> None:
+    lines = summary_lines(seven())
+    assert lines[0] == "  remote: n = 7; yes 7 [7, 7]"
+    assert lines[1] == f"    ({BANNER})"
+    assert any(line.startswith("  commute: n = 7; mean 0 [0, 120]") for line in lines)
+    assert not any("sum" in line for line in lines)
+    assert "raw unbiased estimates" in lines[-1]
+
+
+ADD_REMOVE = SURVEY.replace("min_batch_size = 5", 'min_batch_size = 5\nneighbouring = "add_remove"')
+
+
+def test_add_remove_keeps_the_noisy_sums_and_the_count() -> None:
+    survey = parse_survey(ADD_REMOVE)
+    # A noisy count of -3 and yes 25: the share stays within [0, 1].
+    r = question_results(survey.question("remote"), collected([-28, 25], 16))
+    (row,) = r.rows
+    assert 0 <= row.ci_low <= row.estimate <= row.ci_high <= 1
+    assert r.n == 0 and r.indicative
+    doc = r.to_json()
+    assert [s["label"] for s in doc["raw_sums"]] == ["no", "yes", "count"]
+    assert doc["raw_sums"][2]["estimate"] == -3
+    mean = question_results(survey.question("commute"), collected([-805, 7], 30))
+    (row,) = mean.rows
+    assert 0 <= row.ci_low <= row.estimate <= row.ci_high <= 120
+    assert [s.label for s in mean.raw_sums] == ["sum", "count"]
