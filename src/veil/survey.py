@@ -64,6 +64,9 @@ from veil.vdaf import Field, Field64, Field128, Prio3, registry
 if TYPE_CHECKING:
     from veil.client import Client
 
+# The interval a survey aims at by default: ±10% of each question's range
+# (`target_error`; `veil survey plan`).
+DEFAULT_TARGET_ERROR = Fraction(1, 10)
 KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector")
 MECHANISMS = ("geometric", "laplace", "gaussian", "none")
 SURVEY_KEYS = (
@@ -80,6 +83,8 @@ SURVEY_KEYS = (
     "opens",
     "closes",
     "neighbouring",
+    "expected_respondents",
+    "target_error",
 )
 QUESTION_COMMON_KEYS = (
     "id",
@@ -90,6 +95,7 @@ QUESTION_COMMON_KEYS = (
     "weight",
     "mechanism",
     "local_epsilon",
+    "target_error",
 )
 QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "yes_no": (),
@@ -135,6 +141,9 @@ class Question:
     # "add_remove": the report carries its own count, so that the noisy count can
     # stand in for the exact one, which the collector is not told (see Survey).
     neighbouring: str = "replace_one"
+    # Half the interval's width aimed at, as a share of the range (veil.plan);
+    # None: the survey's.
+    target_error: Fraction | None = None
 
     @property
     def add_remove(self) -> bool:
@@ -353,6 +362,10 @@ class Survey:
     # or "add_remove" (the count is noised and never sent to the collector; means
     # and proportions are ratios of noisy sums).
     neighbouring: str = "replace_one"
+    # How many respondents the operator expects (`veil survey plan`, deploy).
+    expected_respondents: int | None = None
+    # Half the interval's width aimed at, a share of each range (veil.plan).
+    target_error: Fraction | None = None
 
     @property
     def zcdp(self) -> bool:
@@ -454,6 +467,19 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
             None, "max_clock_skew", "`max_clock_skew` must be a number of seconds (0 to a day)"
         )
     opens, closes = _window(loc, head, tp)
+    expected = head.get("expected_respondents")
+    if expected is not None and (
+        isinstance(expected, bool)
+        or not isinstance(expected, int)
+        or not 1 <= expected <= max_respondents
+    ):
+        raise loc.error(
+            None,
+            "expected_respondents",
+            f"`expected_respondents` must be a whole number from 1 to max_respondents"
+            f" ({max_respondents}), got {expected!r}",
+        )
+    target_error = _target_error(loc, None, head)
     survey_id = head.get("id", survey_id_of(str(head.get("name", Path(path).stem))))
     if not isinstance(survey_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", survey_id):
         raise loc.error(None, "id", "the survey `id` must be letters, digits, _ or - (1 to 64)")
@@ -579,7 +605,27 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         rho=total if zcdp else None,
         delta=delta,
         neighbouring=neighbouring,
+        expected_respondents=expected,
+        target_error=target_error,
     )
+
+
+def _target_error(loc: _Locator, i: int | None, table: Mapping[str, Any]) -> Fraction | None:
+    """`target_error` of [survey] or of a question: a share of the range in (0, 1]."""
+    if "target_error" not in table:
+        return None
+    try:
+        value = _fraction(table["target_error"])
+    except (ValueError, ZeroDivisionError):
+        value = Fraction(-1)
+    if not 0 < value <= 1:
+        raise loc.error(
+            i,
+            "target_error",
+            "`target_error` must be a share of the range from 0 to 1 (0.1: the interval"
+            f" within ±10% of it), got {table['target_error']!r}",
+        )
+    return value
 
 
 def survey_id_of(name: str) -> str:
@@ -764,6 +810,7 @@ def _question(
         "mechanism": mechanism,
         "share": share,
         "neighbouring": neighbouring,
+        "target_error": _target_error(loc, i, raw),
     }
     if "local_epsilon" in raw:
         try:
@@ -827,6 +874,8 @@ def load_survey(path: str | Path) -> Survey:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise SurveyError(f"{p}: cannot read survey file: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise SurveyError(f"{p}: not a survey file: not UTF-8 text (byte {e.start})") from None
     return parse_survey(text, str(p))
 
 

@@ -44,7 +44,7 @@ def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_readme_run_a_survey(tmp_path: Path) -> None:
-    deploy, servers, respond, status, collect = section_blocks()
+    write, deploy, servers, respond, status, collect = section_blocks()
     leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     ports = {"127.0.0.1:7101": leader, "127.0.0.1:7102": helper}
 
@@ -54,12 +54,20 @@ def test_readme_run_a_survey(tmp_path: Path) -> None:
         return block
 
     # The window: 25 s from now instead of the next three minutes.
-    assert "time_precision = 60" in deploy and "-d '+3 min' +%Y-%m-%dT%H:%M:00Z" in deploy
-    short = deploy.replace("time_precision = 60", "time_precision = 1").replace(
+    assert "time_precision = 60" in write and "-d '+3 min' +%Y-%m-%dT%H:%M:00Z" in write
+    short = write.replace("time_precision = 60", "time_precision = 1").replace(
         "-d '+3 min' +%Y-%m-%dT%H:%M:00Z", "-d '+25 sec' +%Y-%m-%dT%H:%M:%SZ"
     )
-    done = bash(adapt(short), tmp_path)
+    done = bash(short, tmp_path)
     assert done.returncode == 0, done.stderr
+    # The plan at the expected 4 and at 1,000 respondents, as the README says.
+    assert "expected accuracy at 4 respondents" in done.stdout
+    assert "expected accuracy at 1,000 respondents" in done.stdout
+    assert "will be marked indicative only" in done.stdout
+    done = bash(adapt(deploy), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "expected accuracy at 4 respondents" in done.stdout
+    assert "remote, team, tools cannot reach the target accuracy" in done.stderr
     assert "wrote the deployment of 'Team check-in'" in done.stdout
 
     assert "veil helper --config deployment/helper/helper.toml" in servers

@@ -10,6 +10,7 @@ import sys
 import time
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from veil.cli.common import (
     add_retired_ca,
@@ -21,6 +22,9 @@ from veil.cli.common import (
     status_printer,
     tune_for_throughput,
 )
+
+if TYPE_CHECKING:
+    from veil.survey import Survey
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -78,6 +82,15 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
     try:
         survey = load_survey(args.survey)
         text = Path(args.survey).read_text(encoding="utf-8")
+    except (SurveyError, OSError) as e:
+        print(f"veil survey deploy: {e}", file=sys.stderr)
+        return 2
+    # The plan first: with --strict, a survey that cannot reach its target is
+    # refused before anything is written.
+    if not _plan_at_deploy(survey, args.strict):
+        print("veil survey deploy: nothing was written", file=sys.stderr)
+        return 2
+    try:
         dep = deploy_survey(
             survey,
             text,
@@ -134,6 +147,54 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
                 " give each aggregator's CA themselves."
             )
     return 0
+
+
+def cmd_survey_plan(args: argparse.Namespace) -> int:
+    """Expected accuracy per question at a number of respondents (veil.plan)."""
+    from veil.plan import format_plan, plan_json, plan_survey
+    from veil.survey import SurveyError, load_survey
+
+    name = "veil survey plan"
+    try:
+        survey = load_survey(args.survey)
+    except SurveyError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    respondents = args.respondents or survey.expected_respondents
+    if respondents is None:
+        print(
+            f"{name}: give --respondents N, or expected_respondents in the survey's [survey] table",
+            file=sys.stderr,
+        )
+        return 2
+    plans = plan_survey(survey, respondents, args.target_error)
+    print(plan_json(survey, plans) if args.json else format_plan(survey, plans))
+    return 0
+
+
+def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
+    """`veil survey deploy`'s plan at the expected size: the table, and a
+    warning naming the questions that miss their target. False: refuse (--strict)."""
+    from veil.plan import format_plan, plan_survey
+
+    if survey.expected_respondents is None:
+        print(
+            "plan: set expected_respondents in [survey] to see the expected accuracy per"
+            " question here (or run veil survey plan SURVEY --respondents N)"
+        )
+        return not strict
+    plans = plan_survey(survey, survey.expected_respondents)
+    print(format_plan(survey, plans))
+    short = [p.question for p in plans if not p.reaches_target]
+    if short:
+        what = "refused (--strict)" if strict else "warning"
+        print(
+            f"veil survey deploy: {what}: at the expected {survey.expected_respondents:,}"
+            f" respondents, {', '.join(short)} cannot reach the target accuracy",
+            file=sys.stderr,
+        )
+        return not strict
+    return True
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -209,6 +270,13 @@ def _respondents(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _share(text: str) -> Fraction:
+    value = _positive_number(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"a share of the range is at most 1, got {text}")
     return value
 
 
@@ -462,7 +530,40 @@ def register(
     p.add_argument("--no-tls", action="store_true", help="plaintext (only for servers on loopback)")
     p.add_argument("--leader-ca", help="PEM: the leader's CA certificate (pinned in task files)")
     p.add_argument("--helper-ca", help="PEM: the helper's CA certificate (pinned in task files)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse (write nothing) when a question cannot reach its target accuracy at the"
+        " survey's expected_respondents",
+    )
     p.set_defaults(func=cmd_survey_deploy)
+
+    p = survey.add_parser(
+        "plan",
+        help="expected accuracy per question at a number of respondents, before deploying",
+        description=(
+            "For each question: the expected error of its estimates (median and 90th"
+            " percentile, in the question's own units: respondents for counts, the answer's"
+            " scale for means), the half-width of the 95% interval the results will show, and"
+            " the smallest number of respondents at which that interval is narrower than the"
+            " target (target_error of the range, default ±10%). Exact, from the noise"
+            " distribution: nothing is run."
+        ),
+    )
+    p.add_argument("survey", help="survey TOML file")
+    p.add_argument(
+        "--respondents",
+        type=_respondents,
+        help="how many respondents (default: the survey's expected_respondents)",
+    )
+    p.add_argument(
+        "--target-error",
+        type=_share,
+        help="half the interval's width aimed at, a share of each range (default: the"
+        " survey's target_error, else 0.1)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.set_defaults(func=cmd_survey_plan)
 
     p = survey.add_parser(
         "collect",

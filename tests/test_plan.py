@@ -1,0 +1,202 @@
+"""Planning a survey's size (veil.plan, `veil survey plan`, deploy's plan)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from veil.cli import main
+from veil.collector import CollectionResult
+from veil.collector.results import question_results
+from veil.demo import example_survey, task_specs
+from veil.dp.accounting import Guarantee
+from veil.dp.estimates import estimate
+from veil.plan import plan_survey
+from veil.survey import SurveyError, parse_survey
+
+SURVEY = """\
+[survey]
+name = "plan test"
+epsilon = 1
+min_batch_size = 5
+expected_respondents = 40
+{extra}
+opens = 2026-05-01T00:00:00Z
+closes = 2026-05-08T00:00:00Z
+
+[[question]]
+id = "likes"
+kind = "yes_no"
+
+[[question]]
+id = "score"
+kind = "integer"
+max = 10
+target_error = 0.25
+"""
+
+
+def test_the_interval_planned_is_the_one_collect_shows() -> None:
+    # Under replace_one the interval depends on public parameters only: the
+    # plan's half-width is what the collector's estimates give at any answer.
+    survey = example_survey()
+    specs = task_specs(survey)
+    for n in (10, 1000):
+        for p in plan_survey(survey, n):
+            q = survey.question(p.question)
+            vdaf, dp, _ = specs[q.id]
+            k = q.vdaf_params.get("length", 1)
+            (e, *_) = estimate([0] * k, dp.plan(vdaf), 0.05, simultaneous=True)
+            per_row = Fraction(1, n) if q.kind in ("integer", "vector") else 1
+            assert p.half_width == round(float((e.high - e.low) / 2 * per_row), 6)
+            # The results of a collection at n carry the banner exactly when planned.
+            collected = CollectionResult(
+                start=0, duration=3600, report_count=n,
+                estimate=[e.value] * k if k > 1 else e.value,
+                lower=[e.low] * k if k > 1 else e.low,
+                upper=[e.high] * k if k > 1 else e.high,
+                confidence=0.95, intervals="simultaneous (exact max-of-k)", spent=Fraction(1),
+                unit="epsilon", against_collector=Guarantee.pure(Fraction(1)),
+                mechanism="geometric", noisy_aggregate=[0] * k, seconds=0.0,
+            )  # fmt: skip
+            assert question_results(q, collected).indicative == p.indicative, p
+
+
+@pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove", "local"])
+def test_respondents_needed_is_the_smallest_that_reaches_the_target(neighbouring: str) -> None:
+    survey = example_survey()
+    if neighbouring == "add_remove":
+        survey = replace(
+            survey,
+            neighbouring="add_remove",
+            questions=tuple(replace(q, neighbouring="add_remove") for q in survey.questions),
+        )
+    elif neighbouring == "local":
+        survey = replace(
+            survey,
+            questions=tuple(replace(q, local_epsilon=Fraction(3)) for q in survey.questions),
+        )
+    for p in plan_survey(survey, 100):
+        assert p.needed is not None and p.needed >= survey.min_batch_size
+        (at,) = [x for x in plan_survey(survey, p.needed) if x.question == p.question]
+        assert at.half_width < at.target and at.reaches_target
+        if p.needed > survey.min_batch_size:
+            (below,) = [x for x in plan_survey(survey, p.needed - 1) if x.question == p.question]
+            assert below.half_width >= below.target and not below.reaches_target
+        assert 0 < p.median <= p.p90
+
+
+def test_errors_fall_with_respondents_for_means_and_not_for_counts() -> None:
+    survey = example_survey()
+    small = {p.question: p for p in plan_survey(survey, 100)}
+    large = {p.question: p for p in plan_survey(survey, 10_000)}
+    # A count's noise is in respondents, whatever n; a mean's shrinks as 1/n.
+    assert large["remote"].median == small["remote"].median
+    assert large["commute"].median == pytest.approx(small["commute"].median / 100, rel=1e-3)
+    assert small["remote"].target == 10 and large["remote"].target == 1000
+    assert small["commute"].target == 18 and small["commute"].unit == "mean answer (0 to 180)"
+
+
+def test_survey_settings_and_their_errors() -> None:
+    survey = parse_survey(SURVEY.format(extra="target_error = 0.05"))
+    assert survey.expected_respondents == 40 and survey.target_error == Fraction(1, 20)
+    assert survey.question("score").target_error == Fraction(1, 4)
+    plans = {p.question: p for p in plan_survey(survey, 40)}
+    assert plans["likes"].target_error == 0.05 and plans["score"].target_error == 0.25
+    overridden = plan_survey(survey, 40, Fraction(1, 2))
+    assert all(p.target_error == 0.5 for p in overridden)
+    for extra, message in [
+        ("target_error = 0", "target_error"),
+        ("target_error = 1.5", "target_error"),
+        ('target_error = "ten percent"', "target_error"),
+        ("target_error = nan", "target_error"),
+    ]:
+        with pytest.raises(SurveyError, match=message) as info:
+            parse_survey(SURVEY.format(extra=extra), "s.toml")
+        assert str(info.value).startswith("s.toml:6:"), info.value
+    for bad in ("0", "-3", '"many"', "2000000", "true", "4.5"):
+        text = SURVEY.replace("expected_respondents = 40", f"expected_respondents = {bad}")
+        with pytest.raises(SurveyError, match="expected_respondents") as info:
+            parse_survey(text.format(extra=""), "s.toml")
+        assert str(info.value).startswith("s.toml:5:"), info.value
+
+
+def test_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(SURVEY.format(extra=""))
+    assert main(["survey", "plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plan test: expected accuracy at 40 respondents")
+    assert "likes" in out and "score" in out and "respondents needed" in out
+    assert main(["survey", "plan", str(path), "--respondents", "5000", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["respondents"] == 5000 and [q["question"] for q in doc["questions"]] == [
+        "likes",
+        "score",
+    ]
+    assert all(q["reaches_target"] for q in doc["questions"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--respondents", "ten"], "not a whole number: 'ten'"),
+        (["--respondents", "0"], "must be at least 1"),
+        (["--target-error", "one"], "not a number: 'one'"),
+        (["--target-error", "2"], "at most 1"),
+        (["--target-error", "-0.1"], "must be > 0"),
+    ],
+)
+def test_plan_command_refuses_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(SURVEY.format(extra=""))
+    with pytest.raises(SystemExit) as info:
+        main(["survey", "plan", str(path), *args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_plan_command_needs_a_size_and_a_readable_survey(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(SURVEY.format(extra="").replace("expected_respondents = 40\n", ""))
+    assert main(["survey", "plan", str(path)]) == 2
+    assert "give --respondents N, or expected_respondents" in capsys.readouterr().err
+    assert main(["survey", "plan", str(tmp_path / "missing.toml")]) == 2
+    assert "cannot read survey file" in capsys.readouterr().err
+    (tmp_path / "bad.toml").write_bytes(b"\xff\xfe[survey")
+    assert main(["survey", "plan", str(tmp_path / "bad.toml")]) == 2
+    assert "not UTF-8 text" in capsys.readouterr().err
+
+
+def test_deploy_prints_the_plan_and_strict_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(SURVEY.format(extra=""))
+    args = ["survey", "deploy", "--survey", str(path), "--leader", "127.0.0.1:1"]
+    args += ["--helper", "127.0.0.1:2", "--no-tls"]
+    # At 40 respondents and ε = 1/2 a yes/no question misses ±10% (±4).
+    assert main([*args, "--strict", "--out", str(tmp_path / "strict")]) == 2
+    said = capsys.readouterr()
+    assert "expected accuracy at 40 respondents" in said.out
+    assert "refused (--strict)" in said.err and "likes cannot reach" in said.err
+    assert "nothing was written" in said.err
+    assert not (tmp_path / "strict").exists()
+    assert main([*args, "--out", str(tmp_path / "dep")]) == 0
+    said = capsys.readouterr()
+    assert "warning: at the expected 40 respondents, likes cannot reach" in said.err
+    assert (tmp_path / "dep" / "collector").is_dir()
+    # Enough respondents: no warning, and --strict deploys.
+    path.write_text(SURVEY.format(extra="").replace("= 40", "= 4000"))
+    assert main([*args, "--strict", "--out", str(tmp_path / "big")]) == 0
+    said = capsys.readouterr()
+    assert "expected accuracy at 4,000 respondents" in said.out and said.err == ""
