@@ -106,6 +106,8 @@ def test_misspelt_client_ca_in_tls_is_refused(tmp_path: Path) -> None:
         ("[keys]\npending_second = 1\n", 4, r"unknown setting 'pending_second' in \[keys\]"),
         ("[metrics]\nlisten = 9101\n", 4, "must be a string"),
         ("[gc]\ninterval = -1\n", 4, "must not be negative"),
+        ("[driver]\nmax_helper_clock_lag = -5\n", 4, "must not be negative"),
+        ("[driver]\nmax_helper_clock_lag = '1h'\n", 4, "must be a number"),
         ("tasks = 'a.toml'\n", 3, "must be a list of strings"),
         ("max_message_bytes = 1e6\n", 3, "must be an integer"),
         ("[storage2]\nurl = 'x'\n", 3, "unknown setting 'storage2' in the top level"),

@@ -40,6 +40,20 @@ class Metrics:
         self.reports_rejected = Counter(
             "veil_reports_rejected", "Reports rejected, by reason.", ["task", "reason"], registry=r
         )
+        self.reports_deferred = Counter(
+            "veil_reports_deferred",
+            "Reports the helper found too early (its clock behind the leader's), counted"
+            " each time: not rejected, the leader sends them again later.",
+            ["task"],
+            registry=r,
+        )
+        self.helper_clock_offset = Gauge(
+            "veil_helper_clock_offset_seconds",
+            "The helper's clock minus the leader's, measured from the helper's last"
+            " aggregation job answer (positive: the helper is ahead). Leader only.",
+            ["helper"],
+            registry=r,
+        )
         self.aggregation_jobs = Counter(
             "veil_aggregation_jobs",
             "Aggregation jobs completed, by outcome.",

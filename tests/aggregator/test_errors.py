@@ -165,8 +165,10 @@ def test_the_helpers_database_failing_is_unavailable(remote: HelperOverGrpc, wor
         other.execute("ROLLBACK")
         other.close()
     # The same job again, now that the database is back: accepted.
-    results = remote.link.aggregate(remote.task, secrets.token_bytes(16), items)
-    assert all(r.verifier_message is not None for r in results)
+    answer = remote.link.aggregate(remote.task, secrets.token_bytes(16), items)
+    assert all(r.verifier_message is not None for r in answer.results)
+    # The helper's clock travels with its answer, to the millisecond.
+    assert answer.helper_time == NOW
 
 
 def test_a_peer_that_does_not_say_what_it_raised() -> None:

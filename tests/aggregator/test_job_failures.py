@@ -15,7 +15,7 @@ import pytest
 
 from tests.aggregator.test_logic import TP, InProcessHelper, T, World
 from tests.support.backends import Backend
-from veil.aggregator.core import VerifyInitItem, VerifyResult
+from veil.aggregator.core import AggregationAnswer, VerifyInitItem
 from veil.aggregator.errors import Internal, Unauthenticated
 from veil.aggregator.leader import Leader
 from veil.aggregator.storage import is_transient_storage_error
@@ -32,7 +32,7 @@ class FailsFor(InProcessHelper):
 
     def aggregate(
         self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> list[VerifyResult]:
+    ) -> AggregationAnswer:
         if self.poisoned is None:
             self.poisoned = job_id
         if job_id == self.poisoned:

@@ -12,7 +12,12 @@ from typing import TypeVar
 import pytest
 
 from tests.support.backends import Backend
-from veil.aggregator.core import TaskLimitError, VerifyInitItem, VerifyResult, batch_summary
+from veil.aggregator.core import (
+    AggregationAnswer,
+    TaskLimitError,
+    VerifyInitItem,
+    batch_summary,
+)
 from veil.aggregator.errors import (
     BatchCollected,
     BatchMismatch,
@@ -55,9 +60,10 @@ class InProcessHelper:
 
     def aggregate(
         self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> list[VerifyResult]:
+    ) -> AggregationAnswer:
         self.calls += 1
-        return self.helper.aggregate(task.task_id, task.aggregator_token, job_id, items)
+        results = self.helper.aggregate(task.task_id, task.aggregator_token, job_id, items)
+        return AggregationAnswer(results, self.helper.clock())
 
     def aggregate_share(
         self,
@@ -176,7 +182,7 @@ class SlowFirstCall(InProcessHelper):
 
     def aggregate(
         self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> list[VerifyResult]:
+    ) -> AggregationAnswer:
         if self.calls == 0:
             assert self.second_read.wait(timeout=30), "the driver waited for the helper"
         return super().aggregate(task, job_id, items)
@@ -187,7 +193,7 @@ class UnreachableOnce(InProcessHelper):
 
     def aggregate(
         self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> list[VerifyResult]:
+    ) -> AggregationAnswer:
         if self.calls == 1:
             self.calls += 1
             raise Unavailable("helper away")
@@ -593,7 +599,7 @@ class RecordingHelper(InProcessHelper):
 
     def aggregate(
         self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> list[VerifyResult]:
+    ) -> AggregationAnswer:
         request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
         for it in items:
             v = request.verify_inits.add(leader_verifier_share=it.leader_verifier_share)

@@ -137,6 +137,15 @@ class VerifyResult:
     reject: ReportRejection | None = None
 
 
+@dataclass(frozen=True)
+class AggregationAnswer:
+    """The helper's answer to an aggregation job, as the leader receives it."""
+
+    results: list[VerifyResult]
+    # The helper's clock as it answered (epoch seconds), if it said.
+    helper_time: float | None = None
+
+
 def rejection_reason(error: VdafError) -> ReportRejection:
     """The counted rejection reason of a report the VDAF refused."""
     return VDAF_DECODE_ERROR if isinstance(error, CodecError) else VDAF_VERIFY_ERROR

@@ -69,6 +69,8 @@ from veil.task import HelperTask
 log = logging.getLogger(__name__)
 
 MAX_JOB_SIZE = 10_000
+# Refusals after which the report's id is not recorded as seen (see _verify).
+_NOT_RECORDED = (INVALID_MESSAGE, REPORT_TOO_EARLY)
 # How often a job is checked again when its commit finds that another job
 # aggregated some of its reports, or a collection closed one of its buckets,
 # after it read the store; each time, the reports it lost are refused.
@@ -161,7 +163,7 @@ class Helper(AggregatorBase[HelperTask]):
                     digest,
                     _encode_response(results),
                     [(i, times[i]) for i in new_ids],
-                    [r.reject for r in results if r.reject is not None],
+                    [r.reject for r in results if r.reject not in (None, REPORT_TOO_EARLY)],
                     deltas,
                 )
                 stored = self.store.commit_helper_job(job, share_merge(vdaf))
@@ -190,7 +192,10 @@ class Helper(AggregatorBase[HelperTask]):
                 m.verify_seconds_per_report.observe(elapsed / len(items))
             m.reports_accepted.labels(task.id_text).inc(aggregated)
             for reason in rejected:
-                m.reports_rejected.labels(task.id_text, reason).inc()
+                if reason == REPORT_TOO_EARLY:
+                    m.reports_deferred.labels(task.id_text).inc()
+                else:
+                    m.reports_rejected.labels(task.id_text, reason).inc()
         log.info(
             "aggregation job %s: %d aggregated, %d rejected",
             job_id.hex(),
@@ -220,7 +225,11 @@ class Helper(AggregatorBase[HelperTask]):
         plaintexts: list[bytes] = []
         for i, it in enumerate(items):
             reason, plaintext = self._check_and_open(task, now, it, seen, collected)
-            if reason != INVALID_MESSAGE and it.report_id not in seen:
+            # Neither a malformed report's id nor that of a report too early
+            # by this helper's clock is recorded: nothing of it was counted,
+            # and the leader sends a too-early report again later (in a new
+            # job), when this clock has caught up with its time.
+            if reason not in _NOT_RECORDED and it.report_id not in seen:
                 seen.add(it.report_id)
                 new_ids.append(it.report_id)
             reasons.append(reason)

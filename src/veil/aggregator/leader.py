@@ -26,10 +26,11 @@ from typing import Protocol
 
 from veil.aggregator.core import (
     REPORT_DROPPED,
+    REPORT_TOO_EARLY,
+    AggregationAnswer,
     AggregatorBase,
     ReportSizes,
     VerifyInitItem,
-    VerifyResult,
     authorize,
     batch_summary,
     check_batch_size,
@@ -55,9 +56,11 @@ from veil.aggregator.errors import (
     Unauthenticated,
     Unavailable,
     UnknownTask,
+    WindowOpen,
     WrongLength,
 )
 from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.skew import ClockOffset, ClockWatch
 from veil.aggregator.storage import (
     BatchAggregate,
     BucketCollected,
@@ -105,6 +108,15 @@ _REFUSES_THE_JOB = (TooLarge, InvalidMessage, JobConflict)
 _MISCONFIGURED = (Unauthenticated, UnknownTask)
 # Aggregation jobs a driver leases at once (see Leader._run_aggregation_jobs).
 JOBS_PER_LEASE = 4
+# How long after its time a report the helper finds too early (its clock
+# behind the leader's) is still sent again, rather than rejected as
+# report_too_early; [driver] max_helper_clock_lag. A collection waits for
+# such reports, so at most this long past the end of its batch.
+DEFAULT_MAX_HELPER_CLOCK_LAG = 3600.0
+# How long a report the helper found too early waits when the helper's clock
+# is not known (an older helper that does not send it), and at least.
+_TOO_EARLY_WAIT = 30.0
+_MIN_TOO_EARLY_WAIT = 1.0
 
 
 class HelperApi(Protocol):
@@ -116,7 +128,7 @@ class HelperApi(Protocol):
 
     def aggregate(
         self, task: LeaderTask, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> list[VerifyResult]: ...
+    ) -> AggregationAnswer: ...
 
     def aggregate_share(
         self,
@@ -174,6 +186,7 @@ class Leader(AggregatorBase[LeaderTask]):
         max_job_attempts: int = DEFAULT_MAX_JOB_ATTEMPTS,
         retry_seconds: float = 1.0,
         max_retry_seconds: float = 300.0,
+        max_helper_clock_lag: float = DEFAULT_MAX_HELPER_CLOCK_LAG,
     ) -> None:
         self.job_size = job_size
         self.max_job_bytes = max_job_bytes
@@ -194,6 +207,9 @@ class Leader(AggregatorBase[LeaderTask]):
         self.max_job_attempts = max_job_attempts
         self.retry_seconds = retry_seconds
         self.max_retry_seconds = max_retry_seconds
+        self.max_helper_clock_lag = max_helper_clock_lag
+        # Each helper's clock against ours, read from every job's answer.
+        self.clocks = ClockWatch(store, metrics)
         # Set by run_once when the helper could not be reached (the driver backs off).
         self.helper_unreachable = False
         # The server sets this on shutdown: run_once stops between two steps.
@@ -471,7 +487,7 @@ class Leader(AggregatorBase[LeaderTask]):
         them up again on its next pass (the helper answers a job it has
         already run with its stored answer)."""
         progress = False
-        sent: tuple[_PreparedJob, Future[list[VerifyResult]]] | None = None
+        sent: tuple[_PreparedJob, Future[AggregationAnswer]] | None = None
         try:
             for task_id, job_id in jobs:
                 if self.should_stop():
@@ -499,7 +515,7 @@ class Leader(AggregatorBase[LeaderTask]):
                 wait([sent[1]])
         return progress
 
-    def _settle(self, job: _PreparedJob, answer: Future[list[VerifyResult]]) -> bool:
+    def _settle(self, job: _PreparedJob, answer: Future[AggregationAnswer]) -> bool:
         """Finish a job with the helper's answer; True if it is finished."""
         try:
             self._finish_job(job, answer.result())
@@ -586,23 +602,57 @@ class Leader(AggregatorBase[LeaderTask]):
             task, job_id, began, len(reports), opened, init, items, row_of, outcomes
         )
 
-    def _ask_helper(self, job: _PreparedJob) -> list[VerifyResult]:
-        """The helper's step of a job (nothing to ask if the leader rejected every report)."""
+    def _ask_helper(self, job: _PreparedJob) -> AggregationAnswer:
+        """The helper's step of a job (nothing to ask if the leader rejected
+        every report); reads the helper's clock from its answer."""
         if not job.items:
-            return []
+            return AggregationAnswer([])
+        sent = self.clock()
         try:
-            return self.helper.aggregate(job.task, job.job_id, job.items)
+            answer = self.helper.aggregate(job.task, job.job_id, job.items)
         except Unavailable:
             if self.metrics is not None:
                 self.metrics.aggregation_jobs.labels("helper_unavailable").inc()
             raise
+        if answer.helper_time is not None:
+            reading = ClockOffset.measure(
+                job.task.helper_address, sent, answer.helper_time, self.clock()
+            )
+            self.clocks.record(reading, job.task.max_clock_skew / 2)
+        return answer
 
-    def _finish_job(self, job: _PreparedJob, results: Sequence[VerifyResult]) -> None:
+    def _too_early_wait(self, task: LeaderTask, report_time: int, now: float) -> float | None:
+        """Seconds until a report the helper found too early goes to the helper
+        again: until the helper's clock, by the latest reading, reaches
+        report_time - max_clock_skew (when the helper takes it). None once
+        max_helper_clock_lag has passed since report_time: then it is rejected.
+
+        The helper checks the report against its own clock every time: a
+        wrong reading only makes the report wait longer or go again sooner."""
+        last_chance = report_time + self.max_helper_clock_lag
+        if now >= last_chance:
+            return None
+        reading = self.clocks.latest(task.helper_address)
+        if reading is None:
+            wait = _TOO_EARLY_WAIT
+        else:
+            # In the helper's time: report_time - max_clock_skew; in ours,
+            # less its offset; a second more against rounding.
+            ready = report_time - task.max_clock_skew - reading.offset + reading.uncertainty
+            wait = ready + 1.0 - now
+        return min(max(wait, _MIN_TOO_EARLY_WAIT), last_chance - now)
+
+    def _finish_job(self, job: _PreparedJob, answer: AggregationAnswer) -> None:
         """The leader's last step of a job: check the helper's verifier messages,
-        then store the outcomes and add the accepted output shares."""
+        then store the outcomes and add the accepted output shares. Reports
+        the helper found too early go back to pending, to be sent again once
+        its clock has caught up (_too_early_wait)."""
         task = job.task
+        results = answer.results
         vdaf = self.vdafs[task.task_id]
         outcomes = dict(job.outcomes)
+        deferred: dict[bytes, float] = {}
+        now = self.clock()
         accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
         deltas: list[BatchAggregate] = []
         if job.items:
@@ -611,6 +661,12 @@ class Leader(AggregatorBase[LeaderTask]):
             messages: list[bytes | None] = [None] * len(job.opened)
             for res in results:
                 if res.verifier_message is None:
+                    if res.reject == REPORT_TOO_EARLY:
+                        report = job.opened[job.row_of[res.report_id]]
+                        wait = self._too_early_wait(task, report.time, now)
+                        if wait is not None:
+                            deferred[res.report_id] = wait
+                            continue
                     outcomes[res.report_id] = res.reject or REPORT_DROPPED
                 else:
                     messages[job.row_of[res.report_id]] = res.verifier_message
@@ -631,7 +687,7 @@ class Leader(AggregatorBase[LeaderTask]):
             # since other workers may be finishing jobs over the same buckets.
             deltas = job_deltas(self.batch_vdafs[task.task_id], out, accepted)
         self.store.finish_aggregation_job(
-            task.task_id, job.job_id, outcomes, deltas, share_merge(vdaf)
+            task.task_id, job.job_id, outcomes, deltas, share_merge(vdaf), deferred
         )
         rejected = sum(1 for v in outcomes.values() if v is not None)
         if self.metrics is not None:
@@ -642,6 +698,7 @@ class Leader(AggregatorBase[LeaderTask]):
             if job.report_count:
                 m.verify_seconds_per_report.observe(elapsed / job.report_count)
             m.reports_accepted.labels(task.id_text).inc(len(accepted))
+            m.reports_deferred.labels(task.id_text).inc(len(deferred))
             for reason in outcomes.values():
                 if reason is not None:
                     m.reports_rejected.labels(task.id_text, reason).inc()
@@ -652,6 +709,18 @@ class Leader(AggregatorBase[LeaderTask]):
             rejected,
             extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
         )
+        if deferred:
+            reading = self.clocks.latest(task.helper_address)
+            log.info(
+                "aggregation job %s: %d reports the helper found too early wait %.0f to %.0f s"
+                " to be sent again (the helper's clock is %s)",
+                job.job_id.hex(),
+                len(deferred),
+                min(deferred.values()),
+                max(deferred.values()),
+                "not known" if reading is None else reading.describe(),
+                extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
+            )
 
     def _fail(self, record: CollectionRecord, error: AggregatorError, reopen: bool) -> bool:
         """Mark the job failed. With `reopen` (no share has left the batch:
@@ -767,7 +836,10 @@ class Leader(AggregatorBase[LeaderTask]):
                 task, record.job_id, start, record.duration, count, checksum
             )
         except AggregatorError as e:
-            if e.retryable:
+            # WindowOpen: the window is closed by this leader's clock (it
+            # checked) but not yet by the helper's, which is behind: the
+            # helper's clock catches up, so the job waits for it.
+            if e.retryable or isinstance(e, WindowOpen):
                 return self._retry(record, e)
             return self._fail(record, e, reopen=record.leader_ct is None)
         leader_ct = record.leader_ct

@@ -61,6 +61,9 @@ class ServerProcess:
     metrics_address: str | None = None
     # Several processes serve `address` (SO_REUSEPORT).
     shared: bool = False
+    # Environment variables set for this process on top of ours (e.g.
+    # libfaketime's, to run it with its clock set apart).
+    env: Mapping[str, str] | None = None
 
     def start(
         self,
@@ -76,7 +79,7 @@ class ServerProcess:
         Give `root_certificates` (and a client key and certificate for mTLS)
         when the server uses TLS.
         """
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
         # Where this run's lines start: on an address several processes
         # share, another one may answer the health check, so this one also
         # waits for its own "serving" line.
@@ -112,7 +115,7 @@ class ServerProcess:
 
     def start_worker(self) -> None:
         """Start `veil worker` on this (leader) config; it has no port to wait for."""
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
         with self.log.open("ab") as log:
             metrics = [] if self.metrics_address is None else ["--metrics", self.metrics_address]
             self.proc = subprocess.Popen(
@@ -163,7 +166,7 @@ def _copy(server: ServerProcess, i: int) -> ServerProcess:
     config.chmod(0o600)
     log = server.log.with_name(f"{server.role}{i}.log")
     return ServerProcess(
-        server.role, config, log, server.address, None, metrics_address, shared=True
+        server.role, config, log, server.address, None, metrics_address, True, server.env
     )
 
 
@@ -202,6 +205,7 @@ class LocalDeployment:
         extra_config: Mapping[str, Any] | None = None,
         helpers: int = 1,
         front_ends: int = 1,
+        env: Mapping[str, Mapping[str, str]] | None = None,
     ) -> LocalDeployment:
         """Write task files and configs under `root` and start both servers.
 
@@ -211,7 +215,8 @@ class LocalDeployment:
         driver is off and that many worker processes run it instead (started
         later with `start_worker()` when `start_workers` is false).
         `extra_config` adds settings (e.g. `gc`, `keys`, `log_format`) to
-        both servers' configs.
+        both servers' configs. `env` maps "leader" or "helper" to environment
+        variables for that server's processes.
         """
         root.mkdir(parents=True, exist_ok=True)
         leader_addr = f"127.0.0.1:{free_port()}"
@@ -246,7 +251,13 @@ class LocalDeployment:
                 config["metrics"] = {"listen": metrics_address}
             write_toml(root / f"{role}.toml", config, secret=False)
             servers[role] = ServerProcess(
-                role, root / f"{role}.toml", root / f"{role}.log", addr, None, metrics_address
+                role,
+                root / f"{role}.toml",
+                root / f"{role}.log",
+                addr,
+                None,
+                metrics_address,
+                env=(env or {}).get(role),
             )
         worker_procs = [
             ServerProcess(

@@ -33,6 +33,9 @@ Configuration is one TOML file (paths in it are relative to the file):
     lease_seconds = 60                 # a crashed worker's job is retried after this
     max_job_attempts = 10              # a failing aggregation job is retried with backoff,
                                        # then given up: its reports rejected as job_failed
+    max_helper_clock_lag = 3600        # a report the helper finds too early (its clock
+                                       # behind) is sent again until this long after its
+                                       # time, then rejected as report_too_early
     [gc]                               # background maintenance (both roles)
     interval = 60                      # seconds between passes; 0 turns it off
     [keys]                             # HPKE key rotation (veil.aggregator.maintenance)
@@ -76,6 +79,7 @@ from veil.aggregator.helper import Helper
 from veil.aggregator.leader import (
     DEFAULT_JOB_SIZE,
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_HELPER_CLOCK_LAG,
     DEFAULT_MAX_JOB_ATTEMPTS,
     Leader,
 )
@@ -157,6 +161,7 @@ class ServerConfig:
     driver_enabled: bool = True
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     max_job_attempts: int = DEFAULT_MAX_JOB_ATTEMPTS
+    max_helper_clock_lag: float = DEFAULT_MAX_HELPER_CLOCK_LAG
     pool_size: int = DEFAULT_POOL_SIZE
     gc_interval: float = DEFAULT_GC_INTERVAL
     task_paths: tuple[Path, ...] = ()
@@ -186,7 +191,14 @@ CONFIG_KEYS = (
 )
 TLS_KEYS = ("cert", "key", "client_ca")
 HELPER_TLS_KEYS = ("ca", "cert", "key")
-DRIVER_KEYS = ("interval", "job_size", "enabled", "lease_seconds", "max_job_attempts")
+DRIVER_KEYS = (
+    "interval",
+    "job_size",
+    "enabled",
+    "lease_seconds",
+    "max_job_attempts",
+    "max_helper_clock_lag",
+)
 METRICS_KEYS = ("listen", "public")
 GC_KEYS = ("interval",)
 KEYS_KEYS = ("pending_seconds", "grace_seconds")
@@ -278,6 +290,9 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         driver_enabled=driver.flag("enabled", True),
         lease_seconds=driver.number("lease_seconds", DEFAULT_LEASE_SECONDS, minimum=0),
         max_job_attempts=driver.integer("max_job_attempts", DEFAULT_MAX_JOB_ATTEMPTS, minimum=1),
+        max_helper_clock_lag=driver.number(
+            "max_helper_clock_lag", DEFAULT_MAX_HELPER_CLOCK_LAG, minimum=0
+        ),
         pool_size=pool_size,
         gc_interval=gc_interval,
         task_paths=tuple(base / p for p in task_files),
@@ -454,6 +469,7 @@ def make_leader(
         metrics=metrics,
         lease_seconds=config.lease_seconds,
         max_job_attempts=config.max_job_attempts,
+        max_helper_clock_lag=config.max_helper_clock_lag,
     )
 
 

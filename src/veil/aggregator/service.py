@@ -17,7 +17,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
-from veil.aggregator.core import VerifyInitItem, VerifyResult
+from veil.aggregator.core import AggregationAnswer, VerifyInitItem, VerifyResult
 from veil.aggregator.errors import (
     AggregatorError,
     Internal,
@@ -263,7 +263,9 @@ class HelperService(helper_pb2_grpc.HelperServicer):
         results = self.helper.aggregate(
             request.task_id, bearer_token(context), request.aggregation_job_id, items
         )
-        out = helper_pb2.AggregationJobResponse()
+        # The helper's own clock, read as it answers: the leader measures the
+        # skew between the aggregators from it (veil.aggregator.skew).
+        out = helper_pb2.AggregationJobResponse(helper_time_ms=int(self.helper.clock() * 1000))
         for res in results:
             if res.verifier_message is not None:
                 out.verify_resps.add(report_id=res.report_id, verifier_message=res.verifier_message)
@@ -323,7 +325,7 @@ class GrpcHelperClient:
 
     def aggregate(
         self, task: LeaderTask, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> list[VerifyResult]:
+    ) -> AggregationAnswer:
         request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
         for it in items:
             v = request.verify_inits.add(leader_verifier_share=it.leader_verifier_share)
@@ -342,7 +344,8 @@ class GrpcHelperClient:
                 # An unknown or unset reason counts as dropped (DAP's catch-all).
                 reason = REJECTION_FROM_PB.get(r.reject, ReportRejection.REPORT_DROPPED)
                 results.append(VerifyResult(r.report_id, reject=reason))
-        return results
+        ms = response.helper_time_ms
+        return AggregationAnswer(results, ms / 1000 if ms else None)
 
     def aggregate_share(
         self,

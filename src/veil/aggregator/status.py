@@ -121,6 +121,8 @@ def gather(
                 "report_expiry_age": task.report_expiry_age,
                 "reports": dict(sorted(totals.items())),
                 "rejections": dict(sorted(store.rejections(task.task_id).items())),
+                # Pending reports the helper found too early: sent again later.
+                "waiting_for_helper_clock": store.deferred_count(task.task_id),
                 "pending_aggregation_jobs": open_jobs.get(task.task_id, 0),
                 # Jobs that failed at least once: retrying (open) or given up.
                 "failed_aggregation_jobs": [
@@ -160,6 +162,16 @@ def gather(
                 "expires": _utc(k.expires_at),
             }
             for k in keys
+        ],
+        # The leader's latest reading of each helper's clock (veil.aggregator.skew).
+        "helper_clocks": [
+            {
+                "helper": peer,
+                "offset_seconds": round(offset, 3),
+                "uncertainty_seconds": round(uncertainty, 3),
+                "measured": _utc(measured),
+            }
+            for peer, offset, uncertainty, measured in store.peer_clocks()
         ],
         "tasks": tasks,
         "surveys": surveys,
@@ -221,6 +233,14 @@ def render_text(status: dict[str, Any]) -> str:
         mark = "  (advertised)" if k["advertised"] else ""
         expires = f", deleted after {k['expires']}" if k["expires"] else ""
         out.append(f"  {k['config_id']:>3}  {k['state']:<8} created {k['created']}{expires}{mark}")
+    if status["helper_clocks"]:
+        out += ["", "helper clocks (the helper's minus this leader's, from its last answer):"]
+    for c in status["helper_clocks"]:
+        side = "ahead" if c["offset_seconds"] >= 0 else "behind"
+        out.append(
+            f"  {c['helper']}  {abs(c['offset_seconds']):.1f} s {side}"
+            f" (± {c['uncertainty_seconds']:.3f} s), measured {c['measured']}"
+        )
     for t in status["tasks"]:
         vdaf = ", ".join(f"{k}={v}" for k, v in t["vdaf"].items())
         dp = ", ".join(f"{k}={v}" for k, v in t["dp"].items())
@@ -240,6 +260,11 @@ def render_text(status: dict[str, Any]) -> str:
         if t["rejections"]:
             out.append(
                 "  rejected by reason: " + ", ".join(f"{k} {v}" for k, v in t["rejections"].items())
+            )
+        if t["waiting_for_helper_clock"]:
+            out.append(
+                f"  reports waiting for the helper's clock: {t['waiting_for_helper_clock']}"
+                " (it found them too early; they are sent again)"
             )
         out.append(f"  pending aggregation jobs: {t['pending_aggregation_jobs']}")
         for j in t["failed_aggregation_jobs"]:

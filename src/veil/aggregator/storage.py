@@ -134,6 +134,9 @@ class Datastore(Protocol):
         self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
     ) -> bool: ...
     def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]: ...
+    # finish_aggregation_job: `deferred` maps the reports the helper found
+    #   too early to the seconds they wait, as pending, before a new job
+    #   takes them (create_aggregation_job leaves them out until then).
     def finish_aggregation_job(
         self,
         task_id: bytes,
@@ -141,6 +144,7 @@ class Datastore(Protocol):
         outcomes: Mapping[bytes, str | None],
         deltas: Sequence[BatchAggregate],
         merge: ShareMerge,
+        deferred: Mapping[bytes, float] | None = None,
     ) -> None: ...
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int: ...
     def put_collection(self, record: CollectionRecord) -> CollectionRecord: ...
@@ -163,6 +167,15 @@ class Datastore(Protocol):
         self, task_id: bytes, job_id: bytes, reason: str, error: str
     ) -> int: ...
     def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]: ...
+    # deferred_count: pending reports waiting because the helper found them
+    #   too early. record_peer_clock / peer_clocks: the latest measured
+    #   offset of a helper's clock from the leader's (veil.aggregator.skew),
+    #   as (peer, offset, uncertainty, measured), one row per helper address.
+    def deferred_count(self, task_id: bytes) -> int: ...
+    def record_peer_clock(
+        self, peer: str, offset: float, uncertainty: float, measured: float
+    ) -> None: ...
+    def peer_clocks(self) -> list[tuple[str, float, float, float]]: ...
 
     # Helper.
     #

@@ -84,9 +84,12 @@ class UnitStore:
         outcomes: Mapping[bytes, str | None],
         deltas: Sequence[BatchAggregate],
         merge: ShareMerge,
+        deferred: Mapping[bytes, float] | None = None,
     ) -> None:
         self._write(
-            lambda tx: units.finish_aggregation_job(tx, task_id, job_id, outcomes, deltas, merge)
+            lambda tx: units.finish_aggregation_job(
+                tx, task_id, job_id, outcomes, deltas, merge, deferred or {}
+            )
         )
 
     def defer_aggregation_job(
@@ -116,6 +119,17 @@ class UnitStore:
 
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
         return self._read(lambda tx: units.unaggregated_count(tx, task_id, start, end))
+
+    def deferred_count(self, task_id: bytes) -> int:
+        return self._read(lambda tx: units.deferred_count(tx, task_id))
+
+    def record_peer_clock(
+        self, peer: str, offset: float, uncertainty: float, measured: float
+    ) -> None:
+        self._write(lambda tx: units.record_peer_clock(tx, peer, offset, uncertainty, measured))
+
+    def peer_clocks(self) -> list[tuple[str, float, float, float]]:
+        return self._read(units.peer_clocks)
 
     def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
         return self._read(lambda tx: units.aggregation_job_errors(tx, task_id))

@@ -104,6 +104,16 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE batch_aggregates;
     ALTER TABLE batch_aggregates_sharded RENAME TO batch_aggregates;
     """,
+    # A report the helper found too early (its clock behind the leader's)
+    # waits as pending until retry_at (the database's clock), its reason
+    # saying why; the leader's latest reading of each helper's clock offset
+    # (veil.aggregator.skew), for veil status and the upload front ends.
+    """
+    ALTER TABLE reports ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE TABLE peer_clocks (
+        peer TEXT PRIMARY KEY, offset_seconds DOUBLE PRECISION NOT NULL,
+        uncertainty DOUBLE PRECISION NOT NULL, measured DOUBLE PRECISION NOT NULL);
+    """,
 )
 
 SCHEMA_TABLE = (

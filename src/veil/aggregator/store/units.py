@@ -44,6 +44,9 @@ from veil.aggregator.store.tx import Tx
 from veil.hpke import HpkeConfig, HpkeKeypair
 from veil.messages import Ciphertext, Report
 
+# The reason a pending report carries while it waits for the helper's clock.
+TOO_EARLY = "report_too_early"
+
 
 def check_collection_update(
     stored_leader_ct: Ciphertext | None, stored_state: str, record: CollectionRecord
@@ -296,6 +299,35 @@ def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[Report]:
     ]
 
 
+def deferred_count(tx: Tx, task_id: bytes) -> int:
+    """Pending reports that wait because the helper found them too early."""
+    row = tx.one(
+        "SELECT count(*) FROM reports WHERE task_id = ? AND state = ? AND reason = ?",
+        (task_id, PENDING, TOO_EARLY),
+    )
+    assert row is not None
+    return int(row[0])
+
+
+def record_peer_clock(
+    tx: Tx, peer: str, offset: float, uncertainty: float, measured: float
+) -> None:
+    tx.run(
+        "INSERT INTO peer_clocks VALUES (?, ?, ?, ?) ON CONFLICT (peer) DO UPDATE SET"
+        " offset_seconds = excluded.offset_seconds, uncertainty = excluded.uncertainty,"
+        " measured = excluded.measured",
+        (peer, offset, uncertainty, measured),
+    )
+
+
+def peer_clocks(tx: Tx) -> list[tuple[str, float, float, float]]:
+    """(peer, offset, uncertainty, measured) of each peer, by address."""
+    rows = tx.rows(
+        "SELECT peer, offset_seconds, uncertainty, measured FROM peer_clocks ORDER BY peer"
+    )
+    return [(str(p), float(o), float(u), float(m)) for p, o, u, m in rows]
+
+
 def aggregation_job_errors(tx: Tx, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
     """Jobs of a task that failed at least once: job id -> (state, failures, error)."""
     rows = tx.rows(
@@ -413,11 +445,12 @@ def create_aggregation_job(tx: Tx, task_id: bytes, job_id: bytes, limit: int) ->
     """Put up to `limit` pending reports, oldest first, in a new open job;
     returns how many (0: none pending, no job made)."""
     # SKIP LOCKED: two workers making jobs at once take disjoint reports.
+    # Reports sent back by the helper as too early wait until their retry_at.
     ids = [
         bytes(r[0])
         for r in tx.rows(
             "SELECT report_id FROM reports WHERE task_id = ? AND state = ?"
-            " ORDER BY time LIMIT ?" + tx.skip_locked,
+            f" AND retry_at <= {tx.now} ORDER BY time LIMIT ?" + tx.skip_locked,
             (task_id, PENDING, limit),
         )
     ]
@@ -472,10 +505,13 @@ def finish_aggregation_job(
     outcomes: Mapping[bytes, str | None],
     deltas: Sequence[BatchAggregate],
     merge: ShareMerge,
+    deferred: Mapping[bytes, float],
 ) -> None:
     """Record each report as aggregated (None) or rejected (reason), one
-    statement per outcome; add the job's deltas to the batch aggregates; close
-    the job. StorageConflict if the job is not open (another worker finished it)."""
+    statement per outcome; put each `deferred` report back to pending, not to
+    be put in a job for the given seconds, with reason report_too_early; add
+    the job's deltas to the batch aggregates; close the job. StorageConflict
+    if the job is not open (another worker finished it)."""
     row = tx.one(
         "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?" + tx.for_update,
         (task_id, job_id),
@@ -491,6 +527,11 @@ def finish_aggregation_job(
                 f"UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND {where}",
                 (AGGREGATED if reason is None else REJECTED, reason, task_id, *args),
             )
+    tx.many(
+        f"UPDATE reports SET state = ?, job_id = NULL, reason = ?, retry_at = {tx.now} + ?"
+        " WHERE task_id = ? AND report_id = ?",
+        [(PENDING, TOO_EARLY, wait, task_id, i) for i, wait in sorted(deferred.items())],
+    )
     count_rejections(tx, task_id, [r for r in outcomes.values() if r is not None])
     merge_aggregates(tx, task_id, job_id, deltas, merge)
     tx.run(

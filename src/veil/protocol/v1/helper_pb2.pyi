@@ -72,10 +72,12 @@ class VerifyResp(_message.Message):
     def __init__(self, report_id: _Optional[bytes] = ..., verifier_message: _Optional[bytes] = ..., reject: _Optional[_Union[ReportError, str]] = ...) -> None: ...
 
 class AggregationJobResponse(_message.Message):
-    __slots__ = ("verify_resps",)
+    __slots__ = ("verify_resps", "helper_time_ms")
     VERIFY_RESPS_FIELD_NUMBER: _ClassVar[int]
+    HELPER_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     verify_resps: _containers.RepeatedCompositeFieldContainer[VerifyResp]
-    def __init__(self, verify_resps: _Optional[_Iterable[_Union[VerifyResp, _Mapping]]] = ...) -> None: ...
+    helper_time_ms: int
+    def __init__(self, verify_resps: _Optional[_Iterable[_Union[VerifyResp, _Mapping]]] = ..., helper_time_ms: _Optional[int] = ...) -> None: ...
 
 class AggregateShareRequest(_message.Message):
     __slots__ = ("task_id", "collection_job_id", "batch_interval", "report_count", "checksum")
