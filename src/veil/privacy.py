@@ -60,6 +60,14 @@ _ADD_REMOVE_NOTE = (
 )
 
 
+_FLOOR_NOTE = (
+    "The batch floor is public: whether a batch held at least min_batch_size valid "
+    "reports (and no more than the task can sum) is told exactly, not with noise. Under "
+    "add/remove neighbouring it is told once per batch: a batch that falls short is "
+    "refused after it is closed, and stays closed."
+)
+
+
 def _guarantee(amount: Fraction, zcdp: bool, delta: Fraction) -> Guarantee:
     return Guarantee.zcdp(amount, delta) if zcdp else Guarantee.pure(amount)
 
@@ -108,6 +116,7 @@ def task_statement(dp: DpSpec, vdaf: VdafSpec) -> PrivacyStatement:
     notes = (_SPLIT_NOTE,) if plan.config.mode.value == "split" else ()
     if dp.neighbouring == "add_remove":
         notes = (*notes, _ADD_REMOVE_NOTE)
+    notes = (*notes, _FLOOR_NOTE)
     if local is not None:
         notes = (*notes, _local_note(local))
     return PrivacyStatement(
@@ -164,6 +173,7 @@ def survey_statement(survey: Survey) -> PrivacyStatement:
         )
     if survey.neighbouring == "add_remove":
         notes.append(_ADD_REMOVE_NOTE)
+    notes.append(_FLOOR_NOTE)
     notes.extend(local_notes)
     return PrivacyStatement(
         SURVEY_UNIT, neighbouring, guarantee, guarantee, everyone, notes=tuple(notes)

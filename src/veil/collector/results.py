@@ -250,7 +250,8 @@ def _ratio_results(q: Question, r: CollectionResult) -> QuestionResults:
         for scale in [Fraction(1) if label == "count" else top]
     )
     privacy = r.against_collector.to_json() or {"epsilon": "none"}
-    privacy = {**privacy, "neighbouring": "add_remove"}
+    # The guarantee with one aggregator covers values only: it sees each report arrive.
+    privacy = {**privacy, "neighbouring": "add_remove", "against_one_aggregator": "values"}
     return QuestionResults(q, n, privacy, rows, unit, r.confidence, r.intervals, raw_sums=raw_sums)
 
 

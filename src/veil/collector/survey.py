@@ -244,7 +244,11 @@ def collect_survey(
                 continue
             state.failed.pop(q.id, None)
             results.append(question_results(q, r))
-            say(f"{q.id}: {r.report_count} reports")
+            say(
+                f"{q.id}: count withheld (add_remove)"
+                if q.add_remove
+                else f"{q.id}: {r.report_count} reports"
+            )
         state.save(state_path)
     finally:
         for c in collectors.values():

@@ -272,7 +272,30 @@ class PrivacyStatement:
         if self.against_everyone is not None:
             out["against_everyone"] = self.against_everyone.to_json()
         out["ledgers_charge"] = self.charged
+        out.update(self._scope())
         return out
+
+    def _scope(self) -> dict[str, Any]:
+        """What each guarantee covers, what is released exactly, and what an
+        aggregator sees whatever the guarantees (docs/OBSERVATIONS.md)."""
+        add_remove = self.neighbouring is Neighbouring.ADD_REMOVE
+        noised = not self.against_collector.is_none
+        covers: dict[str, list[str]] = {
+            "against_collector": (["values", "participation"] if add_remove else ["values"])
+            if noised
+            else [],
+            # An aggregator sees each report arrive: values only, in either relation.
+            "against_collector_and_one_aggregator": ["values"] if noised else [],
+        }
+        if self.against_everyone is not None:
+            covers["against_everyone"] = ["values"]
+        return {
+            "covers": covers,
+            "released_exactly": (
+                ["batch_floor_reached"] if add_remove else ["report_count", "batch_floor_reached"]
+            ),
+            "each_aggregator_sees": ["report_arrivals", "report_count"],
+        }
 
     def lines(self) -> list[str]:
         """The statement in plain words, one sentence a line."""

@@ -1,0 +1,324 @@
+"""The observation inventory (veil.observations, src/veil/data/observations.toml)
+keeps up with the code: every response field of every RPC a collector's
+credentials can call, every error it can be refused with, the JSON keys of
+`veil survey status --json` and results.json, every metric and every log field
+is classified; docs/OBSERVATIONS.md shows the data as it is. Each check is also
+shown failing on a field the inventory does not classify."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool
+from grpc_health.v1 import health_pb2
+
+from veil.aggregator import errors
+from veil.collector import CollectionResult
+from veil.collector.status import QuestionInfo, survey_status
+from veil.collector.survey import load_collector_dir, question_results
+from veil.deploy import deploy_survey
+from veil.dp.accounting import Guarantee
+from veil.grpc_util import ERROR_KIND_KEY, RETRYABLE_KEY
+from veil.metrics import Metrics
+from veil.observations import (
+    Inventory,
+    InventoryError,
+    json_paths,
+    load_inventory,
+    message_fields,
+    parse_inventory,
+    render_markdown,
+    replace_generated,
+    response_fields,
+    unclassified,
+)
+from veil.protocol.v1 import helper_pb2, leader_pb2
+from veil.survey import parse_survey
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "src" / "veil" / "data" / "observations.toml"
+DOC = ROOT / "docs" / "OBSERVATIONS.md"
+SERVICES = (
+    leader_pb2.DESCRIPTOR.services_by_name["Leader"],
+    helper_pb2.DESCRIPTOR.services_by_name["Helper"],
+    health_pb2.DESCRIPTOR.services_by_name["Health"],
+)
+
+SURVEY = """[survey]
+name = "inventory"
+epsilon = 2
+{extra}opens = "2026-01-01T00:00:00Z"
+closes = "2026-01-02T00:00:00Z"
+[[question]]
+id = "yes"
+kind = "yes_no"
+[[question]]
+id = "number"
+kind = "integer"
+max = 5
+[[question]]
+id = "choice"
+kind = "choice"
+options = ["a", "b", "c"]
+[[question]]
+id = "many"
+kind = "multi_choice"
+options = ["x", "y", "z"]
+max_choices = 2
+[[question]]
+id = "vector"
+kind = "vector"
+length = 2
+max = 3
+"""
+ZCDP = """[survey]
+name = "zcdp"
+rho = 1
+opens = "2026-01-01T00:00:00Z"
+closes = "2026-01-02T00:00:00Z"
+[[question]]
+id = "g"
+kind = "yes_no"
+mechanism = "gaussian"
+rho = 0.5
+[[question]]
+id = "p"
+kind = "choice"
+options = ["a", "b"]
+local_epsilon = 1
+"""
+RELATIONS = {"replace_one": "", "add_remove": 'neighbouring = "add_remove"\n'}
+
+
+@pytest.fixture(scope="module")
+def inventory() -> Inventory:
+    return load_inventory()
+
+
+# --- what a collector observes -----------------------------------------------
+
+
+def collector_rpc_observations(inv: Inventory) -> list[str]:
+    return ["rpc:" + f for f in response_fields(SERVICES, inv.callable_by("collector"))]
+
+
+def error_observations() -> list[str]:
+    def subclasses(cls: type) -> list[type]:
+        return [c for s in cls.__subclasses__() for c in (s, *subclasses(s))]
+
+    return sorted({f"error:{c.__name__}" for c in subclasses(errors.AggregatorError)})
+
+
+def _deployed(tmp: Path, text: str) -> Any:
+    survey = parse_survey(text)
+    deploy_survey(survey, text, tmp / "dep", "127.0.0.1:1", "127.0.0.1:2", tls=False)
+    return load_collector_dir(tmp / "dep" / "collector")
+
+
+def status_outputs(tmp: Path) -> dict[str, dict[str, Any]]:
+    """`veil survey status --json` of each kind of survey, every state."""
+    out = {}
+    for name, text in [
+        *((rel, SURVEY.format(extra=extra)) for rel, extra in RELATIONS.items()),
+        ("zcdp", ZCDP),
+    ]:
+        files = _deployed(tmp / name, text)
+        infos = {q.id: QuestionInfo(7, 1, 1, name == "add_remove") for q in files.survey.questions}
+        for when in (1.7e9, 1.7671e9, 2e9):
+            out[f"{name}@{when}"] = survey_status(files.survey, files.tasks, infos, when)
+    return out
+
+
+def _collected(k: int) -> CollectionResult:
+    values = [Fraction(10 + i) for i in range(k)]
+    return CollectionResult(
+        start=0, duration=3600, report_count=20, estimate=values if k > 1 else values[0],
+        lower=[v - 3 for v in values] if k > 1 else values[0] - 3,
+        upper=[v + 3 for v in values] if k > 1 else values[0] + 3,
+        confidence=0.95, intervals="per-coordinate", spent=Fraction(1), unit="epsilon",
+        against_collector=Guarantee.pure(Fraction(1)), mechanism="geometric",
+        noisy_aggregate=[int(v) for v in values], seconds=0.0,
+    )  # fmt: skip
+
+
+def results_outputs() -> dict[str, list[dict[str, Any]]]:
+    """results.json of each kind of question, under both relations and zCDP."""
+    out = {}
+    for name, text in [
+        *((rel, SURVEY.format(extra=extra)) for rel, extra in RELATIONS.items()),
+        ("zcdp", ZCDP),
+    ]:
+        survey = parse_survey(text)
+        results = []
+        for q in survey.questions:
+            dims = {"yes_no": 1, "integer": 1, "vector": 2}.get(q.kind, len(q.options))
+            if q.add_remove:
+                dims += 1 if q.kind in ("integer", "vector", "multi_choice") else 0
+                dims = max(dims, 2)
+            results.append(question_results(q, _collected(dims)).to_json())
+        out[name] = results
+    return out
+
+
+def test_every_rpc_is_listed_with_who_can_call_it(inventory: Inventory) -> None:
+    methods = {m.full_name for s in SERVICES for m in s.methods}
+    assert sorted(methods - set(inventory.callers)) == [], "add it to `rpcs`"
+    assert sorted(set(inventory.callers) - methods) == [], "no such method"
+
+
+def test_every_field_a_collector_can_reach_is_classified(
+    inventory: Inventory, tmp_path: Path
+) -> None:
+    observed = collector_rpc_observations(inventory)
+    assert "rpc:veil.protocol.v1.TaskInfo.reports" in observed  # the walk reaches nested fields
+    assert "rpc:veil.protocol.v1.HpkeCiphertext.payload" in observed
+    observed += error_observations()
+    observed += [f"metadata:{ERROR_KIND_KEY}", f"metadata:{RETRYABLE_KEY}"]
+    for status in status_outputs(tmp_path).values():
+        observed += json_paths(status, "json:survey-status")
+    for results in results_outputs().values():
+        observed += json_paths(results, "json:results")
+    assert unclassified(inventory, "collector", observed) == []
+    # Nor does the inventory list, for the collector, an RPC field or an error
+    # that no longer exists.
+    listed = [w for w in inventory.of("collector") if w.startswith(("rpc:", "error:"))]
+    assert sorted(set(listed) - set(observed) - {"error:grpc"}) == []
+
+
+def test_what_add_remove_withholds_is_withheld(inventory: Inventory, tmp_path: Path) -> None:
+    """A key the inventory says a collector cannot observe under add_remove is null
+    there, in every state (and present under replace_one)."""
+    withheld = {
+        w.removeprefix("json:survey-status.questions[].")
+        for w, o in inventory.of("collector").items()
+        if o.class_under("add_remove") == "not_observable"
+        and w.startswith("json:survey-status.questions[].")
+    }
+    assert withheld == {"reports", "rejected"}
+    for name, status in status_outputs(tmp_path).items():
+        for q in status["questions"]:
+            for key in withheld:
+                if name.startswith("add_remove"):
+                    assert q[key] is None, (name, q)
+                else:
+                    assert isinstance(q[key], int), (name, q)
+
+
+def test_every_metric_and_log_field_is_classified(inventory: Inventory) -> None:
+    metrics = {
+        f"metric:{m.name.removesuffix('_total')}"
+        for m in Metrics("leader").registry.collect()
+        if not m.name.startswith(("python_", "process_"))
+    }
+    assert unclassified(inventory, "leader_operator", metrics) == []
+    assert "metric:*" in inventory.of("collector")  # and kept away from the collector
+    fields = {"log:time", "log:level", "log:logger", "log:message", "log:exception"}
+    for path in (ROOT / "src" / "veil").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # extra= is a dict literal, or a name bound to one in the same module.
+        bound = {
+            target.id: node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg == "extra":
+                value = node.value
+                if isinstance(value, ast.Name):
+                    value = bound.get(value.id, value)
+                assert isinstance(value, ast.Dict), f"{path}: extra= must be a dict literal"
+                for key in value.keys:
+                    assert isinstance(key, ast.Constant), f"{path}: extra= keys must be literals"
+                    fields.add(f"log:{key.value}")
+    assert unclassified(inventory, "leader_operator", fields) == []
+
+
+# --- the checks fail on what is not classified ------------------------------------
+
+
+def _synthetic_message() -> Any:
+    """A TaskInfo-like answer with one field the inventory has never seen."""
+    pool = descriptor_pool.DescriptorPool()
+    proto = descriptor_pb2.FileDescriptorProto(name="synthetic.proto", package="veil.protocol.v1")
+    message = proto.message_type.add(name="TaskInfo")
+    for number, name in enumerate(("reports", "first_report_time"), 1):
+        message.field.add(
+            name=name,
+            number=number,
+            type=descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+            label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+        )
+    pool.Add(proto)
+    return pool.FindMessageTypeByName("veil.protocol.v1.TaskInfo")
+
+
+def test_an_unclassified_field_is_reported(inventory: Inventory) -> None:
+    observed = ["rpc:" + f for f in message_fields(_synthetic_message())]
+    assert unclassified(inventory, "collector", observed) == [
+        "rpc:veil.protocol.v1.TaskInfo.first_report_time"
+    ]
+    # A JSON key added to survey status, and an entry removed from the data.
+    assert unclassified(inventory, "collector", ["json:survey-status.questions[].last_upload"])
+    doc = tomllib.loads(DATA.read_text(encoding="utf-8"))
+    doc["observations"] = [
+        o
+        for o in doc["observations"]
+        if (o["party"], o["what"]) != ("collector", "rpc:veil.protocol.v1.TaskInfo.rejected")
+    ]
+    fewer = parse_inventory(doc)
+    assert unclassified(fewer, "collector", collector_rpc_observations(fewer)) == [
+        "rpc:veil.protocol.v1.TaskInfo.rejected"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"party": "auditor"}, "unknown party"),
+        ({"class": "secret"}, "unknown class 'secret'"),
+        ({"add_remove": "hidden"}, "unknown class 'hidden'"),
+        ({"class": "dp"}, "names its `budget`"),
+        ({"why": ""}, "`why` must be a non-empty string"),
+        ({"where": "x"}, "unknown key 'where'"),
+    ],
+)
+def test_malformed_data_is_refused_naming_the_entry(change: dict[str, str], message: str) -> None:
+    doc = tomllib.loads(DATA.read_text(encoding="utf-8"))
+    doc["observations"][0] = {**doc["observations"][0], **change}
+    with pytest.raises(InventoryError, match=r"observations\[0\].*" + message.replace("(", r"\(")):
+        parse_inventory(doc)
+
+
+def test_a_duplicate_and_a_missing_class_are_refused() -> None:
+    doc = tomllib.loads(DATA.read_text(encoding="utf-8"))
+    doc["observations"].append(doc["observations"][0])
+    with pytest.raises(InventoryError, match="listed twice"):
+        parse_inventory(doc)
+    del doc["classes"]["dp"]
+    with pytest.raises(InventoryError, match=r"\[classes\]"):
+        parse_inventory(doc)
+
+
+# --- the document ---------------------------------------------------------------
+
+
+def test_the_document_shows_the_data(inventory: Inventory) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert replace_generated(text, inventory) == text, (
+        "docs/OBSERVATIONS.md is stale: run python scripts/gen_observations.py"
+    )
+    assert render_markdown(inventory) in text
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "docs/OBSERVATIONS.md" in readme
+
+
+def test_every_party_is_covered(inventory: Inventory) -> None:
+    for party in inventory.parties:
+        assert inventory.of(party), party
