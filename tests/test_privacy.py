@@ -313,3 +313,30 @@ def test_aggregator_charges_split_mode_the_weaker_epsilon(tmp_path: Path) -> Non
     assert 1.67 < spent < 1.68
     with pytest.raises(BudgetExhausted, match=r"spends ε 1\.675\d* but only ε 0\.32"):
         engine.check(files.helper, 0, 3600)
+
+
+def test_the_structure_says_what_each_guarantee_covers() -> None:
+    """Issue 25: under add_remove the collector with one aggregator is protected
+    on values only (an aggregator sees each report arrive): said in the JSON too."""
+    from veil.collector.report_page import privacy_lines
+
+    replace = task_statement(DpSpec("geometric", epsilon="1"), COUNT).to_json()
+    assert replace["covers"] == {
+        "against_collector": ["values"],
+        "against_collector_and_one_aggregator": ["values"],
+    }
+    assert replace["released_exactly"] == ["report_count", "batch_floor_reached"]
+    add_remove = task_statement(
+        DpSpec("geometric", epsilon="1", neighbouring="add_remove"), COUNT
+    ).to_json()
+    assert add_remove["covers"] == {
+        "against_collector": ["values", "participation"],
+        "against_collector_and_one_aggregator": ["values"],
+    }
+    assert add_remove["released_exactly"] == ["batch_floor_reached"]
+    assert add_remove["each_aggregator_sees"] == ["report_arrivals", "report_count"]
+    none = task_statement(DpSpec("none"), COUNT).to_json()
+    assert none["covers"]["against_collector"] == []
+    # The floor is public, on report.html as in the statement.
+    survey = parse_survey('[survey]\nepsilon = 1\n[[question]]\nid = "a"\nkind = "yes_no"\n')
+    assert any("The batch floor is public" in line for line in privacy_lines(survey))

@@ -24,3 +24,12 @@ def test_page_states_when_the_window_opens_and_closes() -> None:
     # window opens: "Open until 15 December" read as open now.
     page = render_page(parse_survey(SURVEY), "sha384-x", "sha384-y")
     assert "Open from 2026-12-01 00:00 UTC until 2026-12-15 00:00 UTC." in page
+
+
+def test_page_states_the_conditions_of_its_promise() -> None:
+    """Issue 25: the page said no one could read an answer, without the conditions."""
+    page = " ".join(render_page(parse_survey(SURVEY), "sha384-x", "sha384-y").split())
+    assert "nor this web server can read" not in page
+    assert "as long as it serves the genuine survey script" in page
+    assert "the two organisations do not pool their shares" in page
+    assert "they do see that answers arrive, and when" in page

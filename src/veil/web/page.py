@@ -108,8 +108,10 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
 <main>
 <h1>{escape(survey.name)}</h1>
 <p class="about">Your answers are split into two encrypted shares on this device, one
-for each of two independent organisations; neither they nor this web server can read
-an answer. Only totals over all respondents{noise} are published.{escape(closes)}</p>
+for each of two independent organisations. Neither organisation can read an answer on
+its own, and nor can this web server, as long as it serves the genuine survey script
+and the two organisations do not pool their shares; they do see that answers arrive,
+and when. Only totals over all respondents{noise} are published.{escape(closes)}</p>
 <noscript><p class="error">This survey needs JavaScript: your answers are encrypted
 on your device before they leave it.</p></noscript>
 <form id="survey" novalidate>
