@@ -143,3 +143,20 @@ def test_simulate_and_demo_refuse_bad_arguments_before_running(
         err = capsys.readouterr().err
         assert err == f"veil simulate: cannot write {missing}: no directory {missing.parent}\n"
     assert not missing.parent.exists()
+
+
+def test_sweep_without_plot_prints_a_table_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It wrote sweep.png into the current directory unasked.
+    from veil.cli import main
+
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    monkeypatch.chdir(tmp_path)
+    argv = ["simulate", "--survey", example, "--respondents", "500", "--sweep-epsilon", "1", "4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Expected error of each question at 500 respondents")
+    assert [line.split()[:2] for line in out[3:5]] == [["remote", "1"], ["remote", "4"]]
+    assert len(out) == 3 + 5 * 2
+    assert list(tmp_path.iterdir()) == []

@@ -74,3 +74,28 @@ def test_unknown_maintenance_settings_are_refused(tmp_path: Path) -> None:
     path.write_text('listen = "127.0.0.1:1"\nstorage = "l.db"\n[keys]\ngrace_seconds = -1\n')
     with pytest.raises(ConfigError, match="must not be negative"):
         load_config(path)
+
+
+def test_a_server_on_a_port_in_use_names_the_address(tmp_path: Path) -> None:
+    # It said only "cannot listen on 127.0.0.1:7102" (gRPC gives no reason).
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        address = f"127.0.0.1:{held.getsockname()[1]}"
+        config = tmp_path / "helper.toml"
+        config.write_text(f'listen = "{address}"\nstorage = "h.db"\n')
+        done = subprocess.run(
+            [sys.executable, "-m", "veil.cli", "helper", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert (
+        last == f"veil helper: cannot listen on {address}: the address is in use by another process"
+    )

@@ -331,3 +331,24 @@ def test_errors_say_an_integer_question() -> None:
         parse_survey(
             HEAD + '[[question]]\nid = "a"\nkind = "choice"\noptions = ["x", "y"]\nmax = 5\n'
         )
+
+
+@pytest.mark.parametrize(
+    ("setting", "line", "message"),
+    [
+        ('epsilon = "one"', 3, "survey `epsilon` must be a number: got 'one'"),
+        ("epsilon = true", 3, "survey `epsilon` must be a number: got True"),
+        ('epsilon = 1\n[[question]]\nid = "b"\nkind = "yes_no"\nepsilon = "one"', 7,
+         "`epsilon` must be a number: got 'one'"),
+        ('epsilon = 1\n[[question]]\nid = "b"\nkind = "yes_no"\nlocal_epsilon = "1/0"', 7,
+         "`local_epsilon` must be a number in (0, 20]: got '1/0'"),
+    ],
+)  # fmt: skip
+def test_a_non_number_budget_is_refused_in_our_words(setting: str, line: int, message: str) -> None:
+    # `epsilon = "one"` was refused with Python's "Invalid literal for Fraction".
+    text = f'[survey]\nname = "t"\n{setting}\n[[question]]\nid = "a"\nkind = "yes_no"\n'
+    with pytest.raises(SurveyError) as info:
+        parse_survey(text, "s.toml")
+    said = str(info.value)
+    assert said.startswith(f"s.toml:{line}: ") and said.endswith(message), said
+    assert "Invalid literal" not in said and "Fraction" not in said

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
+import socket
 from typing import Self
 
 import grpc
@@ -11,7 +13,7 @@ import grpc
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 16 << 20
-_WARNED_PLAINTEXT: set[str] = set()
+_warned_plaintext = False
 
 # Trailing metadata of a call a veil server refused: the error's kind (its
 # class, veil.aggregator.errors) and whether the same request may succeed
@@ -108,6 +110,64 @@ _OPTIONS = [
 ]
 
 
+def split_host_port(address: str) -> tuple[str, int]:
+    """("127.0.0.1", 7101) from "127.0.0.1:7101", ("::1", 7101) from "[::1]:7101";
+    ValueError when it is not HOST:PORT."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def bind_socket(address: str) -> socket.socket:
+    """A TCP socket bound to `address` and listening; OSError says why not, in
+    words to follow "cannot listen on ADDRESS: " ("in use by another process")."""
+    host, port = split_host_port(address)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(f"unknown host {host!r} ({e.strerror})") from None
+    family, kind, proto, _, where = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(where)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise OSError("the address is in use by another process") from None
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise OSError("not an address of this machine") from None
+        if e.errno == errno.EACCES:
+            raise OSError("permission denied (ports below 1024 need privileges)") from None
+        raise OSError(e.strerror or str(e)) from None
+    return sock
+
+
+def why_cannot_listen(address: str) -> str:
+    """Why a server could not listen on `address` (gRPC says only that it could
+    not): found by trying to bind it here."""
+    try:
+        bind_socket(address).close()
+    except (OSError, ValueError) as e:
+        return str(e)
+    return "gRPC could not bind it (it is free now: another server may have just left it)"
+
+
+def warn_plaintext(address: str) -> None:
+    """Say once per process that gRPC goes in plaintext: a survey opens a channel
+    per question and aggregator, and a warning each time buried everything else."""
+    global _warned_plaintext
+    if not _warned_plaintext:
+        _warned_plaintext = True
+        log.warning(
+            "plaintext gRPC to %s (loopback only; said once, for every loopback channel of"
+            " this process)",
+            address,
+        )
+
+
 def _credentials(
     address: str,
     root_certificates: bytes | None,
@@ -121,10 +181,7 @@ def _credentials(
     if insecure:
         if not is_loopback(address):
             raise ValueError(f"refusing plaintext to non-loopback address {address}")
-        if address not in _WARNED_PLAINTEXT:
-            # Once per address and process: a survey opens a channel per question.
-            _WARNED_PLAINTEXT.add(address)
-            log.warning("plaintext gRPC to %s (loopback only)", address)
+        warn_plaintext(address)
         return None
     return grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
 

@@ -205,6 +205,26 @@ def plot_results(results: Sequence[QuestionResult], path: str | Path) -> None:
     plt.close(fig)
 
 
+def format_sweep(errors: Sequence[ExpectedError], respondents: int) -> str:
+    """`veil simulate --sweep-epsilon` without --plot: the same figures as a table,
+    one row per question and ε, errors as a share of the question's scale."""
+    header = ("question", "survey ε", "median error", "90% of errors", "of")
+    rows: list[tuple[str, ...]] = [header]
+    order = {name: i for i, name in enumerate(dict.fromkeys(e.question for e in errors))}
+    for e in sorted(errors, key=lambda e: (order[e.question], e.epsilon)):
+        rows.append((e.question, f"{e.epsilon:g}", f"{e.median:.2%}", f"{e.p90:.2%}", e.unit))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        f"Expected error of each question at {respondents:,} respondents (exact, from the"
+        " noise; --plot FILE draws it)"
+    ]
+    for j, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
 def plot_sweep(errors: Sequence[ExpectedError], respondents: int, path: str | Path) -> None:
     """The expected error of each question against the survey's total ε, relative
     to the question's scale, with the band from the median to the 90th percentile

@@ -403,15 +403,17 @@ class _Locator:
 
 
 def _fraction(value: Any) -> Fraction:
-    if isinstance(value, bool):
-        raise ValueError("not a number")
+    """A number of a survey file, exactly; ValueError says, in our words, what it got."""
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError("not finite")
+            raise ValueError(f"got {value}, which is not finite")
         return Fraction(str(value))
-    if isinstance(value, (int, str)):
-        return Fraction(value)
-    raise ValueError("not a number")
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        try:
+            return Fraction(value)
+        except (ValueError, ZeroDivisionError):
+            pass
+    raise ValueError(f"got {value!r}")
 
 
 def _positive_int(loc: _Locator, q: int, table: Mapping[str, Any], key: str, upper: int) -> int:

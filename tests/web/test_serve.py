@@ -381,3 +381,28 @@ def test_add_remove_survey_the_page_cannot_answer_is_refused(tmp_path: Path) -> 
     )
     with pytest.raises(ServeError, match="commute, tools, ratings"):
         SurveySite(dep.client_dir)
+
+
+def test_a_port_in_use_is_said_before_serving(
+    capsys: pytest.CaptureFixture[str], site: SurveyServers
+) -> None:
+    # uvicorn printed "serving the survey on ..." and then failed to bind.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        address = f"127.0.0.1:{held.getsockname()[1]}"
+        code = veil_main(
+            [
+                "survey",
+                "serve",
+                "--survey-dir",
+                str(site.deployment.client_dir),
+                "--listen",
+                address,
+            ]
+        )
+    said = capsys.readouterr()
+    assert code == 2 and "serving" not in said.out
+    assert said.err.endswith(
+        f"veil survey serve: cannot listen on {address}: the address is in use by another process\n"
+    )

@@ -99,7 +99,7 @@ from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore, StoreInUse
 from veil.dp import BudgetLedger, LedgerStore
-from veil.grpc_util import MAX_MESSAGE_BYTES, is_loopback
+from veil.grpc_util import MAX_MESSAGE_BYTES, is_loopback, warn_plaintext, why_cannot_listen
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.settings import SettingsError, Table, read_toml
@@ -442,7 +442,7 @@ def helper_channel_factory(config: ServerConfig) -> Any:
                 raise ConfigError(
                     f"helper address {address} is not loopback: configure [helper_tls]"
                 )
-            log.warning("talking to the helper at %s in plaintext (loopback only)", address)
+            warn_plaintext(address)
             return grpc.insecure_channel(address, options=options)
         creds = grpc.ssl_channel_credentials(_read(t.ca), _read(t.key), _read(t.cert))
         return grpc.secure_channel(address, creds, options=options)
@@ -529,7 +529,7 @@ class AggregatorServer:
             )
             self.port = self._add_port(lambda: self.server.add_secure_port(c.listen, creds))
         if self.port == 0:
-            raise ConfigError(f"cannot listen on {c.listen}")
+            raise ConfigError(f"cannot listen on {c.listen}: {why_cannot_listen(c.listen)}")
 
     def _add_port(self, add: Callable[[], int]) -> int:
         try:
@@ -538,7 +538,8 @@ class AggregatorServer:
             # gRPC says only that the bind failed (address in use, on SQLite
             # where SO_REUSEPORT is off, or not an address of this machine).
             self._close_store()
-            raise ConfigError(f"cannot listen on {self.config.listen}") from None
+            address = self.config.listen
+            raise ConfigError(f"cannot listen on {address}: {why_cannot_listen(address)}") from None
 
     def start(self) -> None:
         # Load the compiled field kernels now, beside serving, rather than

@@ -212,7 +212,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
     from veil.dp import DPError
     from veil.logs import configure_logging
-    from veil.report import plot_results, plot_sweep
+    from veil.report import format_sweep, plot_results, plot_sweep
     from veil.survey import SurveyError
 
     configure_logging("error")
@@ -227,7 +227,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (SurveyError, DPError, ValueError, ZeroDivisionError) as e:
         print(f"veil simulate: {e}", file=sys.stderr)
         return 2
-    out: str | None = args.plot or ("sweep.png" if args.sweep_epsilon else None)
+    # Without --plot the sweep is printed as a table: nothing is written.
+    out: str | None = args.plot
     # Before a simulation of a minute, not after it: a plot that cannot be written.
     if out is not None and not Path(out).resolve().parent.is_dir():
         print(
@@ -239,7 +240,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.sweep_epsilon:
             # Exact, from the noise distribution at each ε: no random run.
             errors = expected_errors(survey, args.respondents, args.sweep_epsilon)
-            plot_sweep(errors, args.respondents, out or "sweep.png")
+            if out is None:
+                print(format_sweep(errors, args.respondents))
+                return 0
+            plot_sweep(errors, args.respondents, out)
             say(f"wrote {out}")
             return 0
         results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
@@ -480,6 +484,7 @@ def register(
     demo.add_argument("--json", action="store_true", help="print one JSON list instead")
     demo.add_argument(
         "--local-epsilon",
+        type=_positive_number,
         help="randomized response at this ε_L on every question, before sharding",
     )
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -495,15 +500,21 @@ def register(
     )
     sim.add_argument(
         "--epsilon",
+        type=_positive_number,
         help="override the survey's total ε (a survey composed under zCDP: the ε of its"
         " (ε, δ), solved for ρ at the survey's δ)",
     )
     sim.add_argument(
         "--local-epsilon",
+        type=_positive_number,
         help="randomized response at this ε_L on every question (overrides the survey's); "
         "the expected error with and without it is printed per question",
     )
-    sim.add_argument("--plot", help="write a PNG: estimates against truth (or the sweep)")
+    sim.add_argument(
+        "--plot",
+        help="write a PNG: estimates against truth (or the sweep; without --plot the sweep"
+        " is printed as a table)",
+    )
     sim.add_argument(
         "--sweep-epsilon",
         nargs="+",

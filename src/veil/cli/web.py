@@ -17,7 +17,7 @@ def _fail(message: str) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from veil.grpc_util import is_loopback
+    from veil.grpc_util import bind_socket, is_loopback
     from veil.trust import TrustError
     from veil.web import ServeError, ServeLimits, SurveySite, build_app
 
@@ -71,11 +71,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         limit_concurrency=args.max_connections,
         timeout_keep_alive=5,
     )
+    # Bound here, before saying "serving": a port in use is said as such.
+    try:
+        listener = bind_socket(args.listen)
+    except OSError as e:
+        site.close()
+        return _fail(f"cannot listen on {args.listen}: {e}")
     print(f"serving the survey on {'https' if args.tls_cert else 'http'}://{args.listen}/")
     sys.stdout.flush()
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[listener])
     finally:
+        listener.close()
         site.close()
     return 0
 
