@@ -23,7 +23,7 @@ from veil.collector.status import QuestionInfo, survey_status
 from veil.collector.survey import load_collector_dir, question_results
 from veil.deploy import deploy_survey
 from veil.dp.accounting import Guarantee
-from veil.grpc_util import ERROR_KIND_KEY, RETRYABLE_KEY
+from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY
 from veil.metrics import Metrics
 from veil.observations import (
     Inventory,
@@ -178,7 +178,11 @@ def test_every_field_a_collector_can_reach_is_classified(
     assert "rpc:veil.protocol.v1.TaskInfo.reports" in observed  # the walk reaches nested fields
     assert "rpc:veil.protocol.v1.HpkeCiphertext.payload" in observed
     observed += error_observations()
-    observed += [f"metadata:{ERROR_KIND_KEY}", f"metadata:{RETRYABLE_KEY}"]
+    observed += [
+        f"metadata:{ERROR_KIND_KEY}",
+        f"metadata:{RETRYABLE_KEY}",
+        f"metadata:{RETRY_AFTER_KEY}",
+    ]
     for status in status_outputs(tmp_path).values():
         observed += json_paths(status, "json:survey-status")
     for results in results_outputs().values():

@@ -16,10 +16,16 @@ MAX_MESSAGE_BYTES = 16 << 20
 _warned_plaintext = False
 
 # Trailing metadata of a call a veil server refused: the error's kind (its
-# class, veil.aggregator.errors) and whether the same request may succeed
-# later ("1") or not ("0").
+# class, veil.aggregator.errors), whether the same request may succeed
+# later ("1") or not ("0"), and, where the server advises a wait before the
+# same request is sent again (an overloaded leader), that wait in whole
+# milliseconds.
 ERROR_KIND_KEY = "veil-error-kind"
 RETRYABLE_KEY = "veil-retryable"
+RETRY_AFTER_KEY = "veil-retry-after-ms"
+# The longest advice a client takes from the trailer (an hour): a larger or
+# malformed value is read as no advice.
+MAX_RETRY_AFTER_MS = 3_600_000
 
 # Statuses worth retrying with the same request when the server does not say
 # (the call failed on the way: the server was unreachable, restarting or slow).
@@ -41,6 +47,16 @@ def error_kind(error: grpc.RpcError) -> str | None:
     return _trailer(error, ERROR_KIND_KEY)
 
 
+def retry_after(error: grpc.RpcError) -> float | None:
+    """The server's advice, in seconds, on when to send the same request
+    again; None if it gave none (or none a client should follow)."""
+    said = _trailer(error, RETRY_AFTER_KEY)
+    if said is None or not said.isascii() or not said.isdigit() or len(said) > 7:
+        return None
+    ms = int(said)
+    return ms / 1000 if ms <= MAX_RETRY_AFTER_MS else None
+
+
 def is_retryable(error: grpc.RpcError) -> bool:
     """Whether the same request may succeed later: as the server says, or, for
     a call that failed before a veil server answered, by its transport status."""
@@ -53,8 +69,9 @@ def is_retryable(error: grpc.RpcError) -> bool:
 class RpcRefused(Exception):
     """A veil server refused a call (or stayed unreachable); `code` is the
     gRPC status, `message` the server's explanation, `kind` the server's
-    error kind (None if it did not say) and `retryable` whether the same
-    request may succeed later."""
+    error kind (None if it did not say), `retryable` whether the same
+    request may succeed later and `retry_after` how many seconds the server
+    advised to wait before sending it again (None: no advice)."""
 
     def __init__(
         self,
@@ -62,12 +79,14 @@ class RpcRefused(Exception):
         message: str,
         kind: str | None = None,
         retryable: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
         self.kind = kind
         self.retryable = retryable
+        self.retry_after = retry_after
 
     @classmethod
     def from_rpc(cls, error: grpc.RpcError) -> Self:
@@ -77,6 +96,7 @@ class RpcRefused(Exception):
             error.details() or "",
             error_kind(error),
             is_retryable(error),
+            retry_after(error),
         )
 
     def naming_peer(self, who: str, address: str, detail: str = "") -> Self:
@@ -91,6 +111,7 @@ class RpcRefused(Exception):
             f"the {who} at {address} cannot be reached{detail}: {self.message}",
             self.kind,
             self.retryable,
+            self.retry_after,
         )
 
 

@@ -5,7 +5,8 @@ travels to the peer.
 The logic raises these; the service layer turns `status` (a grpc.StatusCode
 name, kept as a string so that the logic does not import grpc) and the message
 into the call's status, and sends `kind` and `retryable` in the call's
-trailing metadata (veil.grpc_util.ERROR_KIND_KEY, RETRYABLE_KEY). The leader
+trailing metadata (veil.grpc_util.ERROR_KIND_KEY, RETRYABLE_KEY), and
+`retry_after` where the error advises a wait (RETRY_AFTER_KEY). The leader
 re-raises what the helper raised from its kind (`from_peer`), never from the
 status code alone: a RESOURCE_EXHAUSTED that gRPC raises locally for an
 oversized message is not the helper's BudgetExhausted. Messages tell the
@@ -26,6 +27,9 @@ class AggregatorError(Exception):
     status: ClassVar[str] = "INTERNAL"
     retryable: ClassVar[bool] = False
     kind: ClassVar[str] = "aggregator_error"
+    # Seconds the caller should wait before sending the same request again,
+    # where the server advises a wait (Overloaded); None: no advice.
+    retry_after: float | None = None
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -112,6 +116,17 @@ class Unavailable(AggregatorError):
 
     status = "UNAVAILABLE"
     retryable = True
+
+
+class Overloaded(Unavailable):
+    """The leader holds as many reports waiting for aggregation as it admits
+    ([admission] in the server configuration): nothing was stored, and the
+    same request will be taken once the backlog has drained. `retry_after`
+    is the server's advice, in seconds, sent to the caller with the refusal."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class NoiseUnavailable(Unavailable):

@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from veil.aggregator.admission import AdmissionLimits, Backlog
 from veil.aggregator.core import (
     REPORT_DROPPED,
     REPORT_TOO_EARLY,
@@ -187,6 +188,7 @@ class Leader(AggregatorBase[LeaderTask]):
         retry_seconds: float = 1.0,
         max_retry_seconds: float = 300.0,
         max_helper_clock_lag: float = DEFAULT_MAX_HELPER_CLOCK_LAG,
+        admission: AdmissionLimits | None = None,
     ) -> None:
         self.job_size = job_size
         self.max_job_bytes = max_job_bytes
@@ -217,6 +219,9 @@ class Leader(AggregatorBase[LeaderTask]):
         # The helper's round trip for one job runs here while the driver
         # prepares the next.
         self._helper_calls = ThreadPoolExecutor(1, thread_name_prefix="helper-call")
+        # Uploads are admitted while the reports waiting for aggregation are
+        # within these limits (veil.aggregator.admission).
+        self.backlog = Backlog(admission or AdmissionLimits(), self._count_backlog)
 
     # --- upload -----------------------------------------------------------
 
@@ -232,10 +237,16 @@ class Leader(AggregatorBase[LeaderTask]):
         return super().add_tasks(tasks)
 
     def upload(self, task_id: bytes, reports: Sequence[Report]) -> tuple[int, int]:
-        """Validate and store reports, all or nothing. Returns (stored, duplicates)."""
+        """Validate and store reports, all or nothing, if the backlog admits
+        them (else Overloaded). Returns (stored, duplicates)."""
         task = self.task(task_id)
+        stored = 0
         try:
-            stored, duplicates = self._upload(task, reports)
+            self.backlog.reserve(task_id, len(reports))
+            try:
+                stored, duplicates = self._upload(task, reports)
+            finally:
+                self.backlog.settle(task_id, len(reports), stored)
         except AggregatorError as e:
             if self.metrics is not None:
                 self.metrics.uploads_refused.labels(task.id_text, _reason(e)).inc()
@@ -293,6 +304,14 @@ class Leader(AggregatorBase[LeaderTask]):
                 f"report id {e.report_id.hex()} was already uploaded with other content; use a"
                 " fresh report id"
             ) from None
+
+    def _count_backlog(self) -> dict[bytes, int]:
+        """Each served task's reports waiting for aggregation, as stored now."""
+        counts = {tid: self.store.unaggregated_count(tid, 0, 2**63 - 1) for tid in self.tasks}
+        if self.metrics is not None:
+            for tid, n in counts.items():
+                self.metrics.reports_unaggregated.labels(_task_label(tid)).set(n)
+        return counts
 
     # --- collection requests ------------------------------------------------
 

@@ -36,6 +36,14 @@ Configuration is one TOML file (paths in it are relative to the file):
     max_helper_clock_lag = 3600        # a report the helper finds too early (its clock
                                        # behind) is sent again until this long after its
                                        # time, then rejected as report_too_early
+    [admission]                        # leader only: the bounded backlog
+    max_pending_reports = 1000000      # reports waiting for aggregation, over all tasks,
+                                       # above which uploads are refused (UNAVAILABLE,
+                                       # retryable, kind overloaded); 0: no limit
+    max_pending_per_task = 500000      # the same for each task; 0: no limit
+    retry_after_seconds = 2            # the wait a refused client is advised
+    recount_seconds = 0.5              # how often the backlog is counted, at most (0: at
+                                       # every upload)
     [gc]                               # background maintenance (both roles)
     interval = 60                      # seconds between passes; 0 turns it off
     [keys]                             # HPKE key rotation (veil.aggregator.maintenance)
@@ -74,6 +82,13 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from veil.aggregator.admission import (
+    DEFAULT_MAX_PENDING_PER_TASK,
+    DEFAULT_MAX_PENDING_REPORTS,
+    DEFAULT_RECOUNT_SECONDS,
+    DEFAULT_RETRY_AFTER_SECONDS,
+    AdmissionLimits,
+)
 from veil.aggregator.core import AggregatorBase
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import (
@@ -169,6 +184,7 @@ class ServerConfig:
     # This operator's own opt-in to tasks with mechanism = "none" (DP fails
     # closed: without it the server refuses to start with such a task).
     allow_exact_release: bool = False
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
 
 
 # The settings each table of a server configuration knows; anything else is
@@ -188,6 +204,7 @@ CONFIG_KEYS = (
     "gc",
     "keys",
     "allow_exact_release",
+    "admission",
 )
 TLS_KEYS = ("cert", "key", "client_ca")
 HELPER_TLS_KEYS = ("ca", "cert", "key")
@@ -203,6 +220,15 @@ METRICS_KEYS = ("listen", "public")
 GC_KEYS = ("interval",)
 KEYS_KEYS = ("pending_seconds", "grace_seconds")
 STORAGE_KEYS = ("url", "path", "pool_size")
+ADMISSION_KEYS = (
+    "max_pending_reports",
+    "max_pending_per_task",
+    "retry_after_seconds",
+    "recount_seconds",
+)
+# The longest wait a refused client may be advised (clients read at most an
+# hour from the trailer, veil.grpc_util.MAX_RETRY_AFTER_MS).
+MAX_RETRY_AFTER_SECONDS = 3600.0
 
 
 def _tls(table: Table | None, base: Path, ca_key: str) -> TlsFiles | None:
@@ -265,6 +291,7 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         keys.number("grace_seconds", DEFAULT_GRACE_SECONDS, minimum=0),
     )
     gc_interval = raw.table("gc", GC_KEYS).number("interval", DEFAULT_GC_INTERVAL, minimum=0)
+    admission = _admission(raw.table("admission", ADMISSION_KEYS))
     metrics = raw.table("metrics", METRICS_KEYS)
     metrics_listen = metrics.optional_text("listen")
     metrics_public = metrics.flag("public", False)
@@ -298,6 +325,26 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         task_paths=tuple(base / p for p in task_files),
         keys=policy,
         allow_exact_release=raw.flag("allow_exact_release", False),
+        admission=admission,
+    )
+
+
+def _admission(table: Table) -> AdmissionLimits:
+    retry_after = table.number("retry_after_seconds", DEFAULT_RETRY_AFTER_SECONDS, minimum=0)
+    if retry_after > MAX_RETRY_AFTER_SECONDS:
+        raise table.error(
+            "retry_after_seconds",
+            f"at most {MAX_RETRY_AFTER_SECONDS:g} s (clients ignore a longer advice)",
+        )
+    return AdmissionLimits(
+        max_pending_reports=table.integer(
+            "max_pending_reports", DEFAULT_MAX_PENDING_REPORTS, minimum=0
+        ),
+        max_pending_per_task=table.integer(
+            "max_pending_per_task", DEFAULT_MAX_PENDING_PER_TASK, minimum=0
+        ),
+        retry_after_seconds=retry_after,
+        recount_seconds=table.number("recount_seconds", DEFAULT_RECOUNT_SECONDS, minimum=0),
     )
 
 
@@ -470,6 +517,7 @@ def make_leader(
         lease_seconds=config.lease_seconds,
         max_job_attempts=config.max_job_attempts,
         max_helper_clock_lag=config.max_helper_clock_lag,
+        admission=config.admission,
     )
 
 

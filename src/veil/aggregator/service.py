@@ -29,7 +29,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.storage import CollectionRecord, is_transient_storage_error
-from veil.grpc_util import ERROR_KIND_KEY, RETRYABLE_KEY, error_kind
+from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY, error_kind
 from veil.hpke import Ciphertext
 from veil.messages import MessageError
 from veil.messages.wire import (
@@ -56,12 +56,13 @@ def bearer_token(context: grpc.ServicerContext) -> str | None:
 
 
 def abort(context: grpc.ServicerContext, error: AggregatorError) -> None:
-    """End the call with `error`: its status and message, and its kind and
-    whether to retry in the trailing metadata (read back by `from_peer` and
-    veil.grpc_util.RpcRefused)."""
-    context.set_trailing_metadata(
-        ((ERROR_KIND_KEY, error.kind), (RETRYABLE_KEY, "1" if error.retryable else "0"))
-    )
+    """End the call with `error`: its status and message, and its kind,
+    whether to retry and any advised wait in the trailing metadata (read
+    back by `from_peer` and veil.grpc_util.RpcRefused)."""
+    trailers = [(ERROR_KIND_KEY, error.kind), (RETRYABLE_KEY, "1" if error.retryable else "0")]
+    if error.retry_after is not None:
+        trailers.append((RETRY_AFTER_KEY, str(round(error.retry_after * 1000))))
+    context.set_trailing_metadata(tuple(trailers))
     context.abort(grpc.StatusCode[error.status], str(error))
 
 

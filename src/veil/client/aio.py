@@ -40,7 +40,7 @@ class AsyncClient:
     """Uploads measurements for one task from asyncio code.
 
     Takes the arguments of `veil.client.Client` (trust, mTLS, timeout,
-    retries, backoff, batch_size, clock, config_lifetime, outbox,
+    retries, backoff, max_delay, batch_size, clock, config_lifetime, outbox,
     outbox_max_reports), plus `executor`: where sharding, sealing and the
     outbox's writes run. By default the client owns a thread pool of
     `workers` threads (default: the number of CPUs, at most 4) and shuts it
@@ -71,6 +71,7 @@ class AsyncClient:
         timeout: float = 30.0,
         retries: int = 5,
         backoff: float = 0.5,
+        max_delay: float = 30.0,
         batch_size: int = 1000,
         clock: Callable[[], float] = time.time,
         config_lifetime: float = CONFIG_LIFETIME,
@@ -86,6 +87,7 @@ class AsyncClient:
             timeout=timeout,
             retries=retries,
             backoff=backoff,
+            max_delay=max_delay,
             batch_size=batch_size,
             clock=clock,
             config_lifetime=config_lifetime,
@@ -153,8 +155,11 @@ class AsyncClient:
                 error = UploadError.from_rpc(e)
                 if not policy.should_retry(error, attempt):
                     raise self._base.unreachable(error, stub is self._leader, attempt + 1) from None
-                log.info("retrying after %s (attempt %d)", error.code.name, attempt + 1)
-                await asyncio.sleep(policy.delay(attempt))
+                wait = policy.delay(attempt, error.retry_after)
+                log.info(
+                    "retrying in %.1f s after %s (attempt %d)", wait, error.code.name, attempt + 1
+                )
+                await asyncio.sleep(wait)
                 attempt += 1
 
     async def hpke_config(self, role: int) -> HpkeConfig:

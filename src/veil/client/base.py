@@ -122,6 +122,7 @@ class ClientBase:
         timeout: float,
         retries: int,
         backoff: float,
+        max_delay: float,
         batch_size: int,
         clock: Callable[[], float],
         config_lifetime: float,
@@ -140,7 +141,7 @@ class ClientBase:
         self.vdaf = task.vdaf.instantiate()
         self._batch = BatchPrio3(self.vdaf)
         self.timeout = timeout
-        self.policy = RetryPolicy(retries, backoff)
+        self.policy = RetryPolicy(retries, backoff, max_delay)
         self.batch_size = batch_size
         self.clock = clock
         self.config_lifetime = config_lifetime

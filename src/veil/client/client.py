@@ -46,8 +46,10 @@ class Client:
     client certificates (mTLS).
 
     A call that fails on the way (leader unreachable, restarting) is retried
-    `retries` times with exponential backoff from `backoff` seconds
-    (veil.client.retry.RetryPolicy), resending the same report ids.
+    `retries` times with exponential backoff from `backoff` seconds, waiting
+    at most `max_delay` (veil.client.retry.RetryPolicy), resending the same
+    report ids; a leader whose backlog is full advises a wait, which is
+    honoured (an advice longer than `max_delay` ends the retries).
 
     With `outbox` (a file path), every report is sealed and committed to
     that SQLite file before it is sent, and leaves it only once the leader
@@ -85,6 +87,7 @@ class Client:
         timeout: float = 30.0,
         retries: int = 5,
         backoff: float = 0.5,
+        max_delay: float = 30.0,
         batch_size: int = 1000,
         clock: Callable[[], float] = time.time,
         config_lifetime: float = CONFIG_LIFETIME,
@@ -98,6 +101,7 @@ class Client:
             timeout=timeout,
             retries=retries,
             backoff=backoff,
+            max_delay=max_delay,
             batch_size=batch_size,
             clock=clock,
             config_lifetime=config_lifetime,
@@ -140,8 +144,11 @@ class Client:
                 if not policy.should_retry(error, attempt):
                     error = self._base.unreachable(error, role == ROLE_LEADER, attempt + 1)
                     raise error from None
-                log.info("retrying after %s (attempt %d)", error.code.name, attempt + 1)
-                time.sleep(policy.delay(attempt))
+                wait = policy.delay(attempt, error.retry_after)
+                log.info(
+                    "retrying in %.1f s after %s (attempt %d)", wait, error.code.name, attempt + 1
+                )
+                time.sleep(wait)
                 attempt += 1
 
     def hpke_config(self, role: int) -> HpkeConfig:

@@ -7,6 +7,13 @@ upload keeps its report ids, and the leader acknowledges a report id it
 already holds without storing it twice, so a retry never counts twice
 (draft-ietf-ppm-dap section 4.4.2: report ids make uploads idempotent). Any
 other failure is raised at once as `UploadError`.
+
+A leader whose backlog is full refuses an upload with advice on when to
+send it again (`retry_after`, veil.grpc_util.RETRY_AFTER_KEY): the client
+waits at least that long, and up to half as long again at random so that
+the clients refused together do not all come back together. Advice longer
+than `max_delay` ends the retries: the error, still retryable, carries the
+advice to the caller (an outbox keeps the reports for a later flush).
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ class RetryPolicy:
     `retries` more attempts after the first, waiting `backoff` seconds before
     the first retry and twice as long before each next one (at most
     `max_delay`), each wait drawn uniformly from [delay/2, delay) so that
-    clients cut off together do not come back together.
+    clients cut off together do not come back together; when the server
+    advised a wait, at least that wait (drawn from [advice, 1.5 advice)).
 
     >>> import grpc
     >>> down = UploadError(grpc.StatusCode.UNAVAILABLE, "down", retryable=True)
@@ -53,9 +61,23 @@ class RetryPolicy:
 
     def should_retry(self, error: UploadError, attempt: int) -> bool:
         """Whether to send again after attempt number `attempt` (0 = the first) failed."""
-        return error.retryable and attempt < self.retries
+        advised = error.retry_after
+        return (
+            error.retryable
+            and attempt < self.retries
+            and (advised is None or advised <= self.max_delay)
+        )
 
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait before retry number `attempt` + 1."""
+    def delay(self, attempt: int, advised: float | None = None) -> float:
+        """Seconds to wait before retry number `attempt` + 1; at least
+        `advised`, the server's advice, when it gave one."""
         full = min(self.backoff * 2.0**attempt, self.max_delay)
-        return full * (0.5 + secrets.randbelow(1 << 16) / (1 << 17))
+        wait = full * (0.5 + _uniform() / 2)
+        if advised is not None:
+            wait = max(wait, advised * (1 + _uniform() / 2))
+        return wait
+
+
+def _uniform() -> float:
+    """A number drawn uniformly from [0, 1) (jitter needs no more than 16 bits)."""
+    return secrets.randbelow(1 << 16) / (1 << 16)

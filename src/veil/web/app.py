@@ -25,6 +25,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -277,7 +278,9 @@ class SurveySite:
         self.max_reports = self.limits.max_reports or len(self.tasks)
         # One veil client per task: its channels, its HPKE config cache (each
         # config kept for its lifetime) and its UploadReports. A respondent
-        # retries by hand, so the server's own retries are few.
+        # retries by hand, so the server's own retries are few, and an
+        # overloaded leader's advice to wait is passed on (Retry-After)
+        # rather than waited out here.
         self.clients = {
             tid: Client(
                 task,
@@ -288,6 +291,7 @@ class SurveySite:
                 timeout=timeout,
                 retries=1,
                 backoff=0.2,
+                max_delay=0.5,
             )
             for tid, task in self.tasks.items()
         }
@@ -443,6 +447,13 @@ def build_app(site: SurveySite) -> Starlette:
             accepted, duplicates = await run_in_threadpool(site.upload, grouped)
         except UploadError as e:
             status = _HTTP_STATUS.get(e.code, 502)
+            if status == 503 and e.retry_after is not None:
+                # The leader's backlog is full: the respondent's page may send
+                # the same reports again after the leader's advised wait.
+                wait = max(1, math.ceil(e.retry_after))
+                response = _error(503, f"the survey is busy; try again in {wait} s")
+                response.headers["Retry-After"] = str(wait)
+                return response
             if status == 503:
                 return _error(503, "the leader is unreachable; try again in a moment")
             return _error(status, f"the leader refused: {e.message}")
