@@ -15,6 +15,7 @@ import pytest
 
 from tests.aggregator.test_logic import InProcessHelper
 from tests.support.backends import Backend
+from veil.aggregator.errors import ReportTimeRejected
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
@@ -203,3 +204,29 @@ def test_clock_watch_warns_once_in_a_while_and_persists(
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
     latest = watch.latest("h:1")
     assert latest is not None and latest.measured == 2000.0
+
+
+def test_a_report_the_helper_ahead_would_expire_is_refused_at_upload(
+    backend: Backend,
+) -> None:
+    pair = Pair(backend, _task(report_expiry_age=600), Clock(BEHIND))
+    now = int(time.time())
+    pair.upload(now)
+    pair.drive()  # the first job's answer gives the helper's clock
+    # 500 s old: within the leader's 600 s, beyond the helper's (300 s ahead).
+    old = prepare_report(
+        pair.files.client, 1, pair.leader.current_config, pair.helper.current_config, now - 500
+    )
+    with pytest.raises(ReportTimeRejected, match="by the helper's clock, which is ahead"):
+        pair.leader.upload(pair.task_id, [old])
+    assert pair.leader_store.unaggregated_count(pair.task_id, 0, 2**62) == 0
+    pair.upload(now - 200)
+    pair.drive()
+    assert pair.leader_store.rejections(pair.task_id) == {}
+    assert pair.helper_store.rejections(pair.task_id) == {}
+    token = pair.files.collector.collector_token
+    job = secrets.token_bytes(16)
+    pair.leader.create_collection(pair.task_id, token, job, now - 200, 201)
+    pair.drive()
+    record = pair.leader.get_collection(pair.task_id, token, job)
+    assert (record.state, record.report_count) == ("finished", 2)

@@ -6,6 +6,8 @@ Every report the leader acknowledged is collected, and the skew is shown:
 `veil status` (read by the real CLI), the leader's metric and its log. With
 the helper behind, the reports it finds too early wait at the leader and go
 again once its clock has caught up (issue 26: 200 acknowledged, 0 collected).
+With the helper ahead, a report it would drop as expired is refused at upload
+once the leader has read the helper's clock.
 
 Needs faketime (`.ci/run` installs Debian's `faketime`); skips without it,
 except under CI, where it fails.
@@ -31,6 +33,7 @@ import pytest
 from tests.integration.deployment import Deployment
 from tests.reliability.common import record
 from veil.aggregator.local import LocalDeployment
+from veil.client import UploadError
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
@@ -42,6 +45,10 @@ TP = 10
 MAX_CLOCK_SKEW = 290
 PER_BUCKET = 100
 WAIT = 120.0
+# Reports expire after EXPIRY s; one OLD s old is within that by the leader's
+# clock, and beyond it by the clock of a helper SKEW s ahead.
+EXPIRY = 3600
+OLD = 3500
 
 
 def _libfaketime() -> str:
@@ -75,6 +82,7 @@ def skewed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Dep
         "time_precision": TP,
         "min_batch_size": 1,
         "max_clock_skew": MAX_CLOCK_SKEW,
+        "report_expiry_age": EXPIRY,
     }
     local = LocalDeployment.start(
         tmp_path,
@@ -145,10 +153,18 @@ def test_every_acknowledged_report_is_collected_with_the_clocks_apart(
         assert waiting == PER_BUCKET
     else:
         assert waiting == 0
+    # Now that the leader knows the helper's clock: a report the helper
+    # would drop as expired is refused at upload, not acknowledged.
+    old = (int(time.time()) - OLD) // TP * TP
+    if offset > 0:
+        with pytest.raises(UploadError, match="by the helper's clock, which is ahead"):
+            client.upload_batch([1], old)
+    else:
+        acknowledged += client.upload_batch([1], old).accepted
 
     with dep.collector("skew") as collector:
-        result = collector.collect(early, late + TP - early, wait=WAIT)
-    assert (result.report_count, result.estimate) == (2 * PER_BUCKET, 2 * PER_BUCKET)
+        result = collector.collect(old, late + TP - old, wait=WAIT)
+    assert (result.report_count, result.estimate) == (acknowledged, acknowledged)
     assert dep.rejections("leader", "skew") == {}
     assert dep.rejections("helper", "skew") == {}
     status = _status(dep)
@@ -156,7 +172,9 @@ def test_every_acknowledged_report_is_collected_with_the_clocks_apart(
     assert "skew" not in status["tasks"][0]["rejections"]
     side = "behind" if offset < 0 else "ahead of"
     log = dep.leader.log.read_text()
-    assert re.search(rf"the clock of the helper at \S+ is 30\d\.\d s {side} the leader's", log)
+    warned = re.search(rf"WARNING .* the helper at \S+ is (\S+) s {side} the leader's", log)
+    assert warned is not None, log[-3000:]
+    assert abs(float(warned.group(1)) - SKEW) < 5
     record(
         "clock_skew",
         helper_offset_s=offset,

@@ -14,6 +14,7 @@ never races an aggregation job over the same reports.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import secrets
@@ -53,6 +54,7 @@ from veil.aggregator.errors import (
     NotFound,
     ReportIdConflict,
     ReportRejection,
+    ReportTimeRejected,
     TooLarge,
     Unauthenticated,
     Unavailable,
@@ -267,6 +269,7 @@ class Leader(AggregatorBase[LeaderTask]):
         now = self.clock()
         sizes = self.sizes[task_id]
         seen: set[bytes] = set()
+        helper_horizon = self._helper_horizon(task, now)
         for i, r in enumerate(reports):
             where = f"report {i} ({r.report_id.hex()})"
             if len(r.report_id) != REPORT_ID_SIZE:
@@ -287,6 +290,12 @@ class Leader(AggregatorBase[LeaderTask]):
                 check_report_time(task, r.time, now)
             except AggregatorError as e:
                 raise type(e)(f"{where}: {e}") from None
+            if helper_horizon is not None and r.time < helper_horizon:
+                raise ReportTimeRejected(
+                    f"{where}: report time {r.time} is older than the task's report_expiry_age"
+                    f" of {task.report_expiry_age} s by the helper's clock, which is ahead of"
+                    " the leader's: the report has expired"
+                )
             if self.keypair(r.leader_ct.config_id) is None:
                 raise InvalidMessage(
                     f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
@@ -312,6 +321,19 @@ class Leader(AggregatorBase[LeaderTask]):
             for tid, n in counts.items():
                 self.metrics.reports_unaggregated.labels(_task_label(tid)).set(n)
         return counts
+
+    def _helper_horizon(self, task: LeaderTask, now: float) -> int | None:
+        """The report horizon by the helper's clock, where it is ahead of ours
+        (latest reading, at its largest): a report older than that would be
+        acknowledged here and then dropped by the helper as expired, so it
+        is refused at upload instead. None if nothing more is refused."""
+        horizon = task.report_horizon(now)
+        if horizon is None:
+            return None
+        reading = self.clocks.latest(task.helper_address)
+        if reading is None or reading.offset + reading.uncertainty <= 0:
+            return None
+        return horizon + math.ceil(reading.offset + reading.uncertainty)
 
     # --- collection requests ------------------------------------------------
 
@@ -731,12 +753,11 @@ class Leader(AggregatorBase[LeaderTask]):
         if deferred:
             reading = self.clocks.latest(task.helper_address)
             log.info(
-                "aggregation job %s: %d reports the helper found too early wait %.0f to %.0f s"
-                " to be sent again (the helper's clock is %s)",
+                "aggregation job %s: %d reports the helper found too early are sent again in"
+                " %.0f s or more (the helper's clock is %s)",
                 job.job_id.hex(),
                 len(deferred),
                 min(deferred.values()),
-                max(deferred.values()),
                 "not known" if reading is None else reading.describe(),
                 extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
             )
