@@ -231,3 +231,17 @@ def test_command_names_where_the_certificates_go(
         assert f"{out / role}/{tls['cert']}" in said
         assert f"{tls['key'].removeprefix('tls/')}" in said
     assert "empty" not in said
+
+
+def test_written_configs_log_as_the_readme_says(tmp_path: Path) -> None:
+    # They wrote log_format = "json" while the README says servers log text lines.
+    import tomllib
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "**Logs.** Text lines by default" in readme
+    dep = deploy_survey(
+        parse_survey(survey_text()), survey_text(), tmp_path / "d", "127.0.0.1:1", "127.0.0.1:2",
+        tls=False,
+    )  # fmt: skip
+    for config in (dep.leader_config, dep.helper_config):
+        assert tomllib.loads(config.read_text())["log_format"] == "text"

@@ -24,6 +24,7 @@ each organisation puts its own certificates there.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,10 @@ class Deployment:
     client_dir: Path
 
 
-def write_file(path: Path, data: bytes, mode: int) -> None:
+def write_file(path: str | os.PathLike[str], data: bytes, mode: int) -> None:
     """Create ``path`` with ``mode`` from the first byte on (no window in which
     a secret is readable by others); refuses to overwrite or to follow a link."""
-    create_file(path, data, mode)
+    create_file(Path(path), data, mode)
 
 
 def _toml(path: Path, data: dict[str, Any], mode: int) -> None:
@@ -95,7 +96,7 @@ def _ca_pins(tls: bool, leader_ca: bytes | None, helper_ca: bytes | None) -> dic
 def deploy_survey(
     survey: Survey,
     survey_text: str,
-    out: Path,
+    out: str | os.PathLike[str],
     leader: str,
     helper: str,
     *,
@@ -114,6 +115,7 @@ def deploy_survey(
     client/leader-ca.pem, client/helper-ca.pem and the leader's
     tls/helper-ca.crt.
     """
+    out = Path(out)
     pins = _ca_pins(tls, leader_ca, helper_ca)
     if survey.opens is None or survey.closes is None:
         raise DeployError(
@@ -174,7 +176,8 @@ def deploy_survey(
             "listen": f"127.0.0.1:{port}" if not tls or is_loopback(listen) else f"0.0.0.0:{port}",
             "storage": f"{role}.db",
             "tasks": [f"tasks/{name}.toml" for name in task_names],
-            "log_format": "json",
+            # As the README says servers log: text lines ("json" for a log shipper).
+            "log_format": "text",
         }
         if tls:
             # Server-authenticated TLS on both servers. The leader proves itself

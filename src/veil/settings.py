@@ -18,6 +18,7 @@ header (or its parent's), which is still the right place to look.
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from collections.abc import Collection, Mapping
@@ -288,8 +289,9 @@ def parse_toml(text: str, name: str, allowed: Collection[str]) -> Table:
     return Table(data, Source(name, text), allowed)
 
 
-def read_toml(path: Path, allowed: Collection[str]) -> Table:
+def read_toml(path: str | os.PathLike[str], allowed: Collection[str]) -> Table:
     """The top-level table of the TOML file at `path`; raises SettingsError only."""
+    path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:

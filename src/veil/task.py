@@ -24,6 +24,7 @@ import base64
 import functools
 import hashlib
 import hmac
+import os
 import secrets
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
@@ -769,12 +770,12 @@ def _declared_role(t: Table) -> str:
 T = TypeVar("T", bound=Task)
 
 
-def load_task(path: Path, kind: type[T] = Task) -> T:  # type: ignore[assignment]
+def load_task(path: str | os.PathLike[str], kind: type[T] = Task) -> T:  # type: ignore[assignment]
     """Read a task file strictly: unknown, missing or mistyped settings are
     refused with their file and line, and so is a file of another role than
     `kind` (e.g. the helper's file given to the leader); raises TaskError only."""
     try:
-        task = Task.from_table(read_toml(path, _ALL_TASK_KEYS))
+        task = Task.from_table(read_toml(Path(path), _ALL_TASK_KEYS))
     except SettingsError as e:
         raise TaskError(str(e)) from None
     return expect_role(task, kind, str(path))
@@ -791,13 +792,16 @@ def expect_role(task: Task, kind: type[T], where: str = "task") -> T:
     return task
 
 
-def write_toml(path: Path, data: dict[str, Any], secret: bool, *, replace: bool = True) -> None:
+def write_toml(
+    path: str | os.PathLike[str], data: dict[str, Any], secret: bool, *, replace: bool = True
+) -> None:
     """Write `data` as TOML, never through a link at `path` (veil.files).
 
     A `secret` file is owner-only (0600) from its creation, a public one
     0644. With `replace` False an existing file (or link) at `path` is left
     alone and FileExistsError raised: a task's files hold its keys.
     """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = tomli_w.dumps(data).encode()
     if replace:

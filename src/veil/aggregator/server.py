@@ -68,6 +68,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
+import os
 import signal
 import sqlite3
 import threading
@@ -256,8 +257,9 @@ def check_metrics_listen(address: str, public: bool) -> None:
         )
 
 
-def load_config(path: Path) -> ServerConfig:
+def load_config(path: str | os.PathLike[str]) -> ServerConfig:
     """Read and check a server configuration; raises ConfigError only."""
+    path = Path(path)
     try:
         return _parse_config(path, read_toml(path, CONFIG_KEYS))
     except SettingsError as e:

@@ -55,9 +55,17 @@ class AsyncClient:
 
     Example::
 
-        async with AsyncClient(load_task("client/task.toml")) as client:
-            await client.upload(1)
-            await asyncio.gather(*(client.upload(v) for v in (0, 1, 1)))
+        import asyncio
+
+        from veil.client import AsyncClient
+        from veil.task import load_task
+
+        async def main() -> None:
+            async with AsyncClient(load_task("client/task.toml")) as client:
+                await client.upload(1)
+                await asyncio.gather(*(client.upload(v) for v in (0, 1, 1)))
+
+        asyncio.run(main())
     """
 
     def __init__(
@@ -75,7 +83,7 @@ class AsyncClient:
         batch_size: int = 1000,
         clock: Callable[[], float] = time.time,
         config_lifetime: float = CONFIG_LIFETIME,
-        outbox: str | None = None,
+        outbox: str | os.PathLike[str] | None = None,
         outbox_max_reports: int = DEFAULT_MAX_REPORTS,
         executor: Executor | None = None,
         workers: int | None = None,

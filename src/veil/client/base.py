@@ -10,6 +10,7 @@ runs.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -126,7 +127,7 @@ class ClientBase:
         batch_size: int,
         clock: Callable[[], float],
         config_lifetime: float,
-        outbox: str | None,
+        outbox: str | os.PathLike[str] | None,
         outbox_max_reports: int,
     ) -> None:
         if batch_size < 1:

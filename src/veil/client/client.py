@@ -10,6 +10,7 @@ stores a report id once, so a retry never counts twice.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -91,7 +92,7 @@ class Client:
         batch_size: int = 1000,
         clock: Callable[[], float] = time.time,
         config_lifetime: float = CONFIG_LIFETIME,
-        outbox: str | None = None,
+        outbox: str | os.PathLike[str] | None = None,
         outbox_max_reports: int = DEFAULT_MAX_REPORTS,
     ) -> None:
         self._base = ClientBase(

@@ -130,8 +130,9 @@ class SurveyFiles:
     tasks: dict[str, CollectorTask]
 
 
-def load_collector_dir(directory: Path) -> SurveyFiles:
+def load_collector_dir(directory: str | os.PathLike[str]) -> SurveyFiles:
     """The survey and each question's collector task file, checked together."""
+    directory = Path(directory)
     try:
         survey = load_survey(directory / "survey.toml")
     except SurveyError as e:
@@ -170,8 +171,8 @@ class Outcome:
 
 
 def collect_survey(
-    directory: Path,
-    out: Path,
+    directory: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     *,
     leader_root_certificates: bytes | None = None,
     wait: float = 300.0,
@@ -183,6 +184,7 @@ def collect_survey(
     stopped. Raises SurveyStillOpen before `closes`, SurveyCollectError
     (WrongCollectorKey as its cause) when nothing may be collected."""
     files = load_collector_dir(directory)
+    out = Path(out)
     survey = files.survey
     assert survey.opens is not None and survey.closes is not None
     now = clock()
@@ -284,7 +286,10 @@ def results_csv(results: Sequence[QuestionResults]) -> str:
     return buf.getvalue()
 
 
-def write_results(survey: Survey, results: Sequence[QuestionResults], out: Path) -> None:
+def write_results(
+    survey: Survey, results: Sequence[QuestionResults], out: str | os.PathLike[str]
+) -> None:
+    out = Path(out)
     from veil.collector.report_page import report_html
 
     (out / "results.json").write_text(results_json(results), encoding="utf-8")
