@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 
 from tests.js.node import js_reports, require_node_client
-from tests.web.site import SURVEY, SurveyServers, http, post_json, start_serve, stop, survey_servers
+from tests.web.site import (
+    SURVEY,
+    SurveyServers,
+    http,
+    post_json,
+    sealed_report,
+    start_serve,
+    stop,
+    survey_servers,
+)
 from veil.aggregator.local import free_port
 from veil.cli import main as veil_main
 from veil.deploy import deploy_survey
@@ -225,14 +234,69 @@ def test_hostile_reports_are_refused_and_nothing_is_stored(site: SurveyServers) 
     assert http(site.url)[0] == 200
 
 
-def test_rate_limit_per_client(tmp_path: Path, site: SurveyServers) -> None:
+def _post(url: str, doc: Any, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
+    status, response_headers, _ = http(
+        url,
+        json.dumps(doc).encode(),
+        {"Content-Type": "application/json", **(headers or {})},
+        "POST",
+    )
+    return status, response_headers
+
+
+def test_rate_limit_counts_well_formed_uploads_only(tmp_path: Path, site: SurveyServers) -> None:
+    good = {"reports": [sealed_report(site.deployment.client_dir, "remote", 1)]}
     serve, url = start_serve(site.deployment.client_dir, tmp_path / "serve.log", "--rate", "3")
     try:
-        statuses = [post_json(url + "reports", {"reports": []})[0] for _ in range(5)]
-        assert statuses[:3] == [400, 400, 400]
-        assert statuses[3:] == [429, 429]
+        # Malformed requests, however many, use up nothing: before, 20 one-byte
+        # requests of the wrong type locked an address out.
+        for _ in range(6):
+            assert http(url + "reports", b"x", {"Content-Type": "text/plain"}, "POST")[0] == 415
+            assert post_json(url + "reports", {"reports": []})[0] == 400
+        assert [_post(url + "reports", good)[0] for _ in range(3)] == [200, 200, 200]
+        status, headers = _post(url + "reports", good)
+        assert status == 429
+        assert 1 <= int(headers["retry-after"]) <= 20  # 3 a minute: one back in 20 s
+        assert "default-src 'none'" in headers["content-security-policy"]
         # The page itself is not limited.
         assert http(url)[0] == 200
+    finally:
+        stop(serve)
+
+
+def test_rate_limit_behind_a_trusted_proxy(tmp_path: Path, site: SurveyServers) -> None:
+    def upload(xff: str | None) -> int:
+        doc = {"reports": [sealed_report(site.deployment.client_dir, "remote", 0)]}
+        return _post(url + "reports", doc, {"X-Forwarded-For": xff} if xff else None)[0]
+
+    args = ("--rate", "2", "--proxy-header", "X-Forwarded-For")
+    serve, url = start_serve(site.deployment.client_dir, tmp_path / "serve.log", *args)
+    try:
+        # One client behind the proxy is limited; another is not locked out
+        # with it. An address a client puts before the proxy's is ignored.
+        assert [upload("203.0.113.5") for _ in range(2)] == [200, 200]
+        assert upload("198.51.100.1, 203.0.113.5") == 429
+        assert upload("203.0.113.5, 198.51.100.7") == 200
+        assert upload("2001:db8::1") == 200
+        assert upload("2001:db8::2") == 200
+        assert upload("2001:db8::3") == 429  # one /64: one client
+        # A trusted proxy must name the client.
+        for bad in (None, "unknown", "203.0.113.5:443"):
+            assert upload(bad) == 400
+    finally:
+        stop(serve)
+    # Without --proxy-header (the default) the header is no one's to choose:
+    # the limit keys on the TCP peer, here 127.0.0.1 for every request.
+    serve, url = start_serve(site.deployment.client_dir, tmp_path / "serve2.log", "--rate", "2")
+    try:
+        assert [upload(f"203.0.113.{i}") for i in range(3)] == [200, 200, 429]
+    finally:
+        stop(serve)
+    # A proxy header from an address not named trusted is ignored too.
+    args = ("--rate", "2", "--proxy-header", "X-Forwarded-For", "--trusted-proxy", "192.0.2.1")
+    serve, url = start_serve(site.deployment.client_dir, tmp_path / "serve3.log", *args)
+    try:
+        assert [upload(f"203.0.113.{i}") for i in range(3)] == [200, 200, 429]
     finally:
         stop(serve)
 
@@ -281,10 +345,19 @@ def test_https_listener(tmp_path: Path, site: SurveyServers) -> None:
         str(tmp_path / "web.pem"),
         "--tls-key",
         str(tmp_path / "web.key"),
+        "--read-timeout",
+        "3",
         context=context,
     )
     try:
         assert url.startswith("https://")
+        # A connection that never starts its TLS handshake is closed at the
+        # read deadline like any other, not held for asyncio's 60 s.
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as idle:
+            began = time.monotonic()
+            assert idle.recv(100) == b""
+            assert 2 < time.monotonic() - began < 10
         status, headers, body = http(url, context=context)
         assert status == 200 and b"Team survey" in body
         assert "default-src 'none'" in headers["content-security-policy"]
@@ -406,3 +479,134 @@ def test_a_port_in_use_is_said_before_serving(
     assert said.err.endswith(
         f"veil survey serve: cannot listen on {address}: the address is in use by another process\n"
     )
+
+
+def raw_http(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as it is on a fresh connection; the status, the headers
+    (names in lower case) and the body of the answer, read until it closes."""
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data or not _whole(data):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split()[1]), headers, body
+
+
+def _whole(data: bytes) -> bool:
+    head, _, body = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return False
+
+
+def _post_raw(body: bytes, headers: bytes = b"Content-Type: application/json\r\n") -> bytes:
+    return (
+        b"POST /reports HTTP/1.1\r\nHost: page\r\n"
+        + headers
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+
+def test_malformed_requests_get_4xx_with_security_headers(site: SurveyServers) -> None:
+    good = sealed_report(site.deployment.client_dir, "remote", 1)
+    before = stored(site)
+    digits = "7" * 5000
+
+    def with_raw(field: str, text: str) -> bytes:
+        # A report whose `field` is `text` verbatim (JSON that json.dumps would not write).
+        marker = "__veil_marker__"
+        doc = json.dumps({"reports": [_with(good, field, marker)]})
+        return doc.replace(f'"{marker}"', text).encode()
+
+    bodies: list[tuple[str, bytes, int]] = [
+        ("60,000 [", b"[" * 60_000, 400),
+        ("10,000 { in a report", b'{"reports": [' + b'{"a": ' * 10_000, 400),
+        ("deep nesting in a field", with_raw("time", "[" * 20_000 + "]" * 20_000), 400),
+        ("5,000-digit time", with_raw("time", digits), 400),
+        ("5,000-digit task_id", with_raw("task_id", digits), 400),
+        ("5,000-digit config_id", with_raw("leader_encrypted_input_share.config_id", digits), 400),
+        ("4,000-digit time", with_raw("time", "9" * 4000), 400),
+        ("NaN time", with_raw("time", "NaN"), 400),
+        ("infinite time", with_raw("time", "1e999"), 400),
+        ("fractional time", with_raw("time", "1.5"), 400),
+        ("empty", b"", 400),
+        ("not UTF-8", b"\xff\xfe\xfd", 400),
+        ("lone surrogate", b'{"reports": ["\\ud800"]}', 400),
+        ("null", b"null", 400),
+        ("a string", b'"reports"', 400),
+        ("trailing data", json.dumps({"reports": [good]}).encode() + b" []", 400),
+    ]
+    requests: list[tuple[str, bytes, int]] = [
+        (what, _post_raw(body), status) for what, body, status in bodies
+    ]
+    requests += [
+        ("wrong type", _post_raw(b"x", b"Content-Type: text/plain\r\n"), 415),
+        ("no type", _post_raw(b"{}", b""), 415),
+        (
+            "declared too large",
+            b"POST /reports HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 70000\r\n\r\n",
+            413,
+        ),
+        (
+            "chunked too large",
+            b"POST /reports HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + (b"4000\r\n" + b"[" * 0x4000 + b"\r\n") * 5,
+            413,
+        ),
+        (
+            "bad chunk size",
+            b"POST /reports HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+            400,
+        ),
+        ("bad length", _post_raw(b"{}").replace(b"Content-Length: 2", b"Content-Length: x"), 400),
+        (
+            "two lengths",
+            _post_raw(b"{}").replace(
+                b"Content-Length: 2", b"Content-Length: 2\r\nContent-Length: 3"
+            ),
+            400,
+        ),
+        ("garbage", b"\x00\x01\x02 nonsense\r\n\r\n", 400),
+        # Headers that never end, past what h11 buffers (16 KiB).
+        ("endless headers", b"GET / HTTP/1.1\r\nHost: p\r\nX-Pad: " + b"a" * 20_000, 400),
+        (
+            "unknown coding",
+            b"POST /reports HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: gzip\r\n\r\n",
+            400,
+        ),
+    ]
+    for what, request, expected in requests:
+        status, headers, body = raw_http(site.url, request)
+        assert status == expected, (what, status, body[:200])
+        assert "default-src 'none'" in headers.get("content-security-policy", ""), (what, headers)
+        assert headers.get("x-content-type-options") == "nosniff", what
+        assert "error" in json.loads(body), what
+    assert stored(site) == before
+    assert http(site.url)[0] == 200
+    log = (site.deployment.out.parent / "serve.log").read_text()
+    assert "Traceback" not in log and "Exception in ASGI" not in log
+
+
+def test_a_reused_report_id_with_other_content_is_409(site: SurveyServers) -> None:
+    first = sealed_report(site.deployment.client_dir, "remote", 1)
+    assert post_json(site.url + "reports", {"reports": [first]})[0] == 200
+    other = {**sealed_report(site.deployment.client_dir, "remote", 0)}
+    other["report_id"] = first["report_id"]
+    status, doc = post_json(site.url + "reports", {"reports": [other]})
+    assert status == 409, doc
+    assert "reload the page" in doc["error"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import re
 import sys
 from pathlib import Path
 
@@ -15,11 +17,12 @@ def _fail(message: str) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    import ssl
 
     from veil.grpc_util import bind_socket, is_loopback
     from veil.trust import TrustError
     from veil.web import ServeError, ServeLimits, SurveySite, build_app
+    from veil.web.guard import serve, tls_context
 
     setup_logging(args.log_level)
     host, sep, port = args.listen.rpartition(":")
@@ -32,19 +35,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # page must reach them unaltered: plaintext only on loopback (behind a
         # TLS-terminating proxy on the same machine, say).
         return _fail(f"refusing plaintext HTTP on {args.listen}: give --tls-cert and --tls-key")
-    for name in ("max_body", "max_reports", "rate"):
+    for name in ("max_body", "max_reports", "rate", "max_connections", "max_per_address"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return _fail(f"--{name.replace('_', '-')} must be at least 1")
-    if args.body_timeout <= 0:
-        return _fail("--body-timeout must be positive")
+    if not 0 < args.read_timeout <= 3600:
+        return _fail("--read-timeout must be more than 0 and at most 3600 seconds")
+    if args.proxy_header is not None and not _TOKEN.fullmatch(args.proxy_header):
+        return _fail(f"--proxy-header {args.proxy_header!r} is not a header name")
+    if args.trusted_proxy and args.proxy_header is None:
+        return _fail("--trusted-proxy names where --proxy-header comes from: give --proxy-header")
+    trusted = tuple(args.trusted_proxy or ("127.0.0.1", "::1"))
+    for address in trusted:
+        if not _is_ip(address):
+            return _fail(f"--trusted-proxy {address!r} is not an IP address")
     limits = ServeLimits(
         max_body=args.max_body,
         max_reports=args.max_reports,
         rate=args.rate,
         per=60.0,
-        body_timeout=args.body_timeout,
+        read_timeout=args.read_timeout,
+        max_connections=args.max_connections,
+        max_per_address=args.max_per_address,
+        proxy_header=args.proxy_header,
+        trusted_proxies=trusted,
     )
+    try:
+        tls = None if args.tls_cert is None else tls_context(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as e:
+        return _fail(f"cannot load --tls-cert/--tls-key: {e}")
     try:
         site = SurveySite(
             Path(args.survey_dir),
@@ -56,35 +75,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     except (OSError, ServeError, TrustError, ValueError) as e:
         return _fail(str(e))
-    config = uvicorn.Config(
-        build_app(site),
-        host=host.strip("[]"),
-        port=int(port),
-        ssl_certfile=args.tls_cert,
-        ssl_keyfile=args.tls_key,
-        log_level=args.log_level.lower(),
-        # Client addresses for the rate limit are the peers' own: trusting
-        # X-Forwarded-For would let anyone choose theirs.
-        proxy_headers=False,
-        server_header=False,
-        date_header=False,
-        limit_concurrency=args.max_connections,
-        timeout_keep_alive=5,
-    )
     # Bound here, before saying "serving": a port in use is said as such.
     try:
         listener = bind_socket(args.listen)
     except OSError as e:
         site.close()
         return _fail(f"cannot listen on {args.listen}: {e}")
-    print(f"serving the survey on {'https' if args.tls_cert else 'http'}://{args.listen}/")
+    print(f"serving the survey on {'https' if tls else 'http'}://{args.listen}/")
     sys.stdout.flush()
     try:
-        uvicorn.Server(config).run(sockets=[listener])
+        serve(build_app(site), listener, limits, tls=tls, log_level=args.log_level.lower())
     finally:
         listener.close()
         site.close()
     return 0
+
+
+# An HTTP field name (RFC 9110 token).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def register(survey: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -110,11 +126,45 @@ def register(survey: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--max-reports", type=int, help="reports per request (default: one per question)"
     )
     p.add_argument(
-        "--rate", type=int, default=20, help="requests per minute from one client address"
+        "--rate",
+        type=int,
+        default=20,
+        help="uploads a minute from one client address, counted once an upload is read and"
+        " found well-formed (default 20)",
     )
     p.add_argument(
-        "--body-timeout", type=float, default=10.0, help="seconds to receive a request's body"
+        "--read-timeout",
+        "--body-timeout",
+        type=float,
+        default=10.0,
+        help="seconds from a connection's start, or its previous response, to a whole"
+        " request, headers and body (default 10)",
     )
-    p.add_argument("--max-connections", type=int, default=1000, help="concurrent connections")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        help="connections open at once (default 1000)",
+    )
+    p.add_argument(
+        "--max-per-address",
+        type=int,
+        default=32,
+        help="connections open at once from one client address, an IPv6 /64 counting as"
+        " one (default 32; a trusted proxy has no such cap)",
+    )
+    p.add_argument(
+        "--proxy-header",
+        help="behind a reverse proxy: the header in which it passes the client's address"
+        " (e.g. X-Forwarded-For; its last address is taken); default: none, the TCP peer's"
+        " address is the client's",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        metavar="ADDRESS",
+        help="an address whose --proxy-header is believed (repeat for several;"
+        " default 127.0.0.1 and ::1)",
+    )
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=cmd_serve)

@@ -14,17 +14,19 @@ Routes, each a small handler that checks its input and calls one function:
 The server never receives an answer: a report is a report id, a time, the
 public share and two HPKE ciphertexts, exactly what the leader stores. It
 checks their sizes against each task's VDAF before forwarding, bounds the body
-size, the reports per request and the requests per client address, and sets a
-strict Content-Security-Policy on every response.
+size, the reports per request and the uploads per client address, and sets a
+strict Content-Security-Policy on every response, errors included. Who may
+hold a connection, and for how long, is `veil.web.guard`'s part.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
+import ipaddress
 import json
+import logging
 import math
 import re
 import time
@@ -38,8 +40,7 @@ import grpc
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
-from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,6 +51,8 @@ from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
 from veil.survey import Description, SurveyError, load_description
 from veil.task import ClientTask, Task, TaskError, b64e, load_task
 from veil.vdaf.xof import XofTurboShake128
+
+log = logging.getLogger("veil.web")
 
 # AES-128-GCM appends a 16-byte tag to the sealed input share.
 AEAD_TAG_SIZE = 16
@@ -94,20 +97,60 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True)
 class ServeLimits:
-    """Bounds on what one client may send.
+    """Bounds on what one client may send and hold.
 
     `max_body` bytes per request; `max_reports` per request (None: one per
-    question); `rate` requests per `per` seconds from one client address, with
-    bursts up to `rate`; `body_timeout` seconds to receive a request's body.
+    question); `rate` uploads per `per` seconds from one client address, with
+    bursts up to `rate`. `read_timeout` seconds from a connection's start (or
+    its previous response) to a whole request, headers and body;
+    `max_connections` open at once, `max_per_address` of them from one
+    address (an IPv6 /64 counts as one). `proxy_header` names the header in
+    which a reverse proxy at one of `trusted_proxies` passes the client's
+    address (the last address in it is taken: the one the proxy added);
+    None: addresses are the TCP peers'.
     """
 
     max_body: int = 64 * 1024
     max_reports: int | None = None
     rate: int = 20
     per: float = 60.0
-    # Seconds a client may take to send its body: a slow sender must not
-    # hold a connection (and a slot of the server's concurrency) for long.
-    body_timeout: float = 10.0
+    read_timeout: float = 10.0
+    max_connections: int = 1000
+    max_per_address: int = 32
+    proxy_header: str | None = None
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+
+    def trusts(self, peer: str) -> bool:
+        """Whether `peer` is a proxy whose `proxy_header` names the client."""
+        if self.proxy_header is None:
+            return False
+        return normal_address(peer) in {normal_address(a) for a in self.trusted_proxies}
+
+
+def normal_address(host: str) -> str:
+    """`host` as one spelling (an IPv4-mapped IPv6 address as IPv4); a
+    host that is not an IP address is returned as it is."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+def address_key(host: str) -> str:
+    """What one client is, for the limits: its IPv4 address, or the /64 of
+    its IPv6 address (one subscriber's allocation: addresses within it cost
+    nothing to change)."""
+    text = normal_address(host)
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    if isinstance(ip, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return text
 
 
 class RateLimiter:
@@ -133,6 +176,12 @@ class RateLimiter:
             return False
         self._buckets[key] = (tokens - 1.0, now)
         return True
+
+    def retry_after(self, key: str) -> int:
+        """Whole seconds until `key` has a request again."""
+        tokens, last = self._buckets.get(key, (self.capacity, self.clock()))
+        tokens = min(self.capacity, tokens + (self.clock() - last) * self.refill)
+        return max(1, math.ceil((1.0 - tokens) / self.refill))
 
     def _prune(self, now: float) -> None:
         full = [
@@ -326,7 +375,10 @@ class SurveySite:
         """The reports of a POST body, grouped by task id; BadRequest otherwise."""
         try:
             doc = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except RecursionError:
+            raise BadRequest("the body nests too deeply") from None
+        except ValueError:
+            # Not UTF-8, not JSON, or a number of more digits than Python converts.
             raise BadRequest("the body is not JSON") from None
         items = _object(doc, {"reports"}, "the body")["reports"]
         if not isinstance(items, list) or not items:
@@ -381,14 +433,34 @@ _HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.OUT_OF_RANGE: 409,
     grpc.StatusCode.FAILED_PRECONDITION: 409,
+    # A report id already stored with other content: a fresh answer needs a fresh id.
+    grpc.StatusCode.ALREADY_EXISTS: 409,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 503,
 }
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def client_address(request: Request, limits: ServeLimits) -> str:
+    """The address the rate limit keys on: the TCP peer's, or, from a trusted
+    proxy, the last address in its header. BadRequest when a trusted proxy
+    does not name one: keying on the proxy would let one client lock out all."""
+    peer = request.client.host if request.client else ""
+    if limits.proxy_header is None or not limits.trusts(peer):
+        return address_key(peer)
+    values = ",".join(request.headers.getlist(limits.proxy_header)).split(",")
+    last = values[-1].strip()
+    try:
+        ipaddress.ip_address(last)
+    except ValueError:
+        raise BadRequest(
+            f"the proxy's {limits.proxy_header} header does not end with a client address"
+        ) from None
+    return address_key(last)
 
 
 def build_app(site: SurveySite) -> Starlette:
@@ -421,28 +493,34 @@ def build_app(site: SurveySite) -> Starlette:
         return JSONResponse(configs)
 
     async def reports(request: Request) -> Response:
-        client = request.client.host if request.client else "unknown"
-        if not limiter.allow(client):
-            return _error(429, "too many requests from this address; try again in a minute")
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return _error(415, "send the reports as application/json")
         limit = site.limits.max_body
         declared = request.headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return _error(413, f"the body is larger than {limit} bytes")
+        # veil.web.guard cuts off a body that does not arrive in time.
         body = bytearray()
         try:
-            async with asyncio.timeout(site.limits.body_timeout):
-                async for chunk in request.stream():
-                    body += chunk
-                    if len(body) > limit:
-                        return _error(413, f"the body is larger than {limit} bytes")
-        except TimeoutError:
-            return _error(408, "the body took too long to arrive")
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    return _error(413, f"the body is larger than {limit} bytes")
+        except ClientDisconnect:
+            return _error(400, "the connection closed before the body was complete")
         try:
             grouped = site.parse_reports(bytes(body))
+            client = client_address(request, site.limits)
         except BadRequest as e:
             return _error(400, str(e))
+        # Charged only now: a malformed request costs its sender nothing, so
+        # it cannot use up the allowance of an address it shares with others.
+        if not limiter.allow(client):
+            return _error(
+                429,
+                "too many uploads from this address; try again in a minute",
+                {"Retry-After": str(limiter.retry_after(client))},
+            )
         try:
             accepted, duplicates = await run_in_threadpool(site.upload, grouped)
         except UploadError as e:
@@ -456,10 +534,16 @@ def build_app(site: SurveySite) -> Starlette:
                 return response
             if status == 503:
                 return _error(503, "the leader is unreachable; try again in a moment")
+            if e.code == grpc.StatusCode.ALREADY_EXISTS:
+                return _error(
+                    409,
+                    "a report with this id but other content is already stored;"
+                    " reload the page to answer again",
+                )
             return _error(status, f"the leader refused: {e.message}")
         return JSONResponse({"accepted": accepted, "duplicates": duplicates})
 
-    return Starlette(
+    return _Page(
         routes=[
             Route("/", index),
             Route("/static/veil-survey.js", script),
@@ -468,8 +552,44 @@ def build_app(site: SurveySite) -> Starlette:
             Route("/hpke-configs.json", hpke_configs),
             Route("/reports", reports, methods=["POST"]),
         ],
-        middleware=[Middleware(SecurityHeaders)],
     )
+
+
+class _Page(Starlette):
+    """The Starlette application with the security headers and the error
+    containment outside Starlette's own error middleware, so that a 500 it
+    sends carries the headers too and no traceback reaches the log."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(Contained(super().build_middleware_stack()))
+
+
+class Contained:
+    """An unexpected error in a handler: one log line (the route and the
+    error's type; the traceback at debug level only, as it may quote the
+    request), and a 500 if no response has started."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as e:
+            log.error(
+                "%s %s failed: %s", scope.get("method", ""), scope.get("path"), type(e).__name__
+            )
+            log.debug("the failure", exc_info=True)
+            if not started and scope["type"] == "http":
+                await _error(500, "the server failed; try again later")(scope, receive, send)
 
 
 class SecurityHeaders:
