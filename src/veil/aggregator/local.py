@@ -30,6 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from veil.aggregator.leader import DEFAULT_JOB_SIZE, DEFAULT_LEASE_SECONDS
 from veil.aggregator.server import SERVICE_NAMES
+from veil.files import replace_file
 from veil.grpc_util import open_channel
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 
@@ -162,8 +163,7 @@ def _copy(server: ServerProcess, i: int) -> ServerProcess:
         metrics_address = f"127.0.0.1:{free_port()}"
         text = text.replace(server.metrics_address, metrics_address)
     config = server.config.with_name(f"{server.role}{i}.toml")
-    config.write_text(text)
-    config.chmod(0o600)
+    replace_file(config, text.encode(), 0o600)
     log = server.log.with_name(f"{server.role}{i}.log")
     return ServerProcess(
         server.role, config, log, server.address, None, metrics_address, True, server.env
