@@ -196,11 +196,14 @@ class Helper(AggregatorBase[HelperTask]):
                     m.reports_deferred.labels(task.id_text).inc()
                 else:
                     m.reports_rejected.labels(task.id_text, reason).inc()
+        too_early = rejected.count(REPORT_TOO_EARLY)
         log.info(
-            "aggregation job %s: %d aggregated, %d rejected",
+            "aggregation job %s: %d aggregated, %d rejected, %d too early by this clock (the"
+            " leader sends them again)",
             job_id.hex(),
             aggregated,
-            len(rejected),
+            len(rejected) - too_early,
+            too_early,
             extra={"task_id": task.id_text, "job_id": job_id.hex()},
         )
         return results
