@@ -13,6 +13,7 @@ import csv
 import datetime
 import io
 import ipaddress
+import itertools
 import json
 import os
 import random
@@ -330,6 +331,81 @@ def test_seven_respondents(deploy: Any) -> None:
     assert page.count(banner.capitalize()) == 5
     cells = re.findall(r"<td>([^<]*)</td>", page)
     assert cells and not any(c.startswith("-") or " to -" in c for c in cells)
+
+
+def test_collect_frictions(deploy: Any) -> None:
+    # Tried as an operator would: the helper down while collecting, Ctrl-C,
+    # status meanwhile, and collecting again into another --out.
+    d = deploy(tls=False, window=12, epsilon="1.25", min_batch_size=3)
+    answers = panel(5, seed=4)
+    jsonl = d.root / "panel.jsonl"
+    jsonl.write_text("".join(json.dumps(a) + "\n" for a in answers))
+    done = veil("survey", "respond", "--survey-dir", d.client, "--answers", jsonl)
+    assert done.returncode == 0, done.stderr
+    d.wait_for_close()
+    d.helper.stop()
+    results = d.root / "results"
+    args = [
+        sys.executable, "-m", "veil.cli", "survey", "collect", "--survey-dir", str(d.collector),
+        "--out", str(results),
+    ]  # fmt: skip
+    env = dict(os.environ, VEIL_LOG_LEVEL="error")
+    collect = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env)
+    assert collect.stderr is not None
+    os.set_blocking(collect.stderr.fileno(), False)
+    seen: list[tuple[float, str]] = []
+    started = time.monotonic()
+    # The waiting collection says what it waits for, at least every 10 s.
+    while time.monotonic() - started < 25:
+        ready, _, _ = select.select([collect.stderr], [], [], 0.5)
+        if ready:
+            for line in collect.stderr.read().splitlines():
+                seen.append((time.monotonic(), line))
+        if sum("retrying:" in line for _, line in seen) >= 3:
+            break
+    retrying = [(t, line) for t, line in seen if "retrying:" in line]
+    assert len(retrying) >= 3, seen
+    assert all("next try in" in line for _, line in retrying)
+    assert all(b - a <= 10 for (a, _), (b, _) in itertools.pairwise(retrying))
+
+    status = veil("survey", "status", "--survey-dir", d.collector)
+    assert status.returncode == 0, status.stderr
+    assert "closed: collecting" in status.stdout and "retrying: " in status.stdout
+    assert "ready to collect" not in status.stdout
+
+    collect.send_signal(signal.SIGINT)
+    collect.wait(timeout=30)
+    os.set_blocking(collect.stderr.fileno(), True)
+    rest = collect.stderr.read()
+    collect.stderr.close()
+    assert collect.returncode == 130, rest
+    assert rest.strip().splitlines()[-1] == (
+        "veil survey collect: interrupted: run the same command again to resume"
+    )
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
+
+    d.helper.start()
+    again = veil("survey", "collect", "--survey-dir", d.collector, "--out", results)
+    assert again.returncode == 0, again.stderr
+    # The collect summary shows the intervals.
+    assert re.search(r"remote: n = 5; yes [\d.]+ \[[\d.]+, [\d.]+\]", again.stdout), again.stdout
+
+    # Into another --out: where it was collected, and no "run the same command".
+    other = veil("survey", "collect", "--survey-dir", d.collector, "--out", d.root / "other")
+    assert other.returncode == 2
+    assert f"this survey is collected into {results.resolve()}" in other.stderr
+    assert "run the same command again" not in other.stderr
+    assert not (d.root / "other").exists()
+    # A copy of collector/ that does not know: the leader's refusal, said as such.
+    copy = d.root / "collector-copy"
+    shutil.copytree(d.collector, copy)
+    (copy / "collected-into.json").unlink()
+    third = veil("survey", "collect", "--survey-dir", copy, "--out", d.root / "third")
+    assert third.returncode == 1
+    assert "already collected by another collection" in third.stderr
+    assert "another run of veil survey collect" in third.stderr
+    assert "run the same command again" not in third.stderr
+    assert d.collections() == 5
 
 
 def pty_session(args: list[str], replies: list[str], timeout: float = 60) -> tuple[int, str]:

@@ -24,6 +24,7 @@ from veil.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from veil.collector.survey import SurveyFiles
     from veil.survey import Survey
 
 
@@ -315,8 +316,26 @@ def cmd_survey_collect(args: argparse.Namespace) -> int:
     except (SurveyCollectError, TrustError, UnusableTask, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Every job id was saved before its job was created: nothing is lost.
+        print(f"{name}: interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
     for line in summary_lines(outcome.results):
         print(line)
+    if outcome.elsewhere:
+        for qid, why in outcome.elsewhere.items():
+            print(f"{name}: {qid}: already collected by another collection: {why}", file=sys.stderr)
+        where = outcome.collected_into
+        print(
+            f"{name}: this survey was collected into {where}: its results are there"
+            f" (veil survey collect --out {where} writes them again)"
+            if where is not None
+            else f"{name}: another run of veil survey collect (another --out directory or"
+            " another copy of this collector/ directory) collected it: its results are where"
+            " that run wrote them; each question is collected only once",
+            file=sys.stderr,
+        )
+        return 1
     if not outcome.complete:
         for qid, why in outcome.pending.items():
             print(f"{name}: {qid} not collected yet: {why}", file=sys.stderr)
@@ -358,12 +377,46 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
             info.reports, info.rejected, info.collections_finished, info.counts_withheld
         )
     now = time.time()
-    status = survey_status(survey, files.tasks, infos, now)
+    try:
+        collecting = _collecting(files, args)
+    except (CollectionError, TrustError, OSError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 1
+    status = survey_status(survey, files.tasks, infos, now, collecting)
     if args.json:
         print(json.dumps(status, indent=2))
     else:
         print(render_text(status, now, survey.opens, survey.closes))
     return 0
+
+
+def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:
+    """The questions whose collection job, recorded by `veil survey collect` in
+    its results directory, is still pending at the leader, and why."""
+    from veil.collector import Collector
+    from veil.collector.survey import STATE_FILE, collected_into
+
+    where = collected_into(args.survey_dir)
+    if where is None:
+        return {}
+    try:
+        jobs = json.loads((where / STATE_FILE).read_text(encoding="utf-8"))["jobs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    out = {}
+    for q in files.survey.questions:
+        job = jobs.get(q.id) if isinstance(jobs, dict) else None
+        if not isinstance(job, str) or len(job) != 32:
+            continue
+        try:
+            job_id = bytes.fromhex(job)
+        except ValueError:
+            continue
+        with Collector(files.tasks[q.id], leader_root_certificates=read_pem(args.leader_ca)) as c:
+            state, why = c.job_state(job_id, wait=args.wait)
+        if state == "pending":
+            out[q.id] = f"retrying: {why}" if why else "pending at the aggregators"
+    return out
 
 
 def cmd_collect(args: argparse.Namespace) -> int:

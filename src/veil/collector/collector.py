@@ -91,6 +91,28 @@ class CollectionResult:
         return self.against_collector.epsilon or Fraction(0)
 
 
+# How often, at least, a collection that waits says why (seconds).
+WAIT_REPORT = 5.0
+
+
+class _Waiting:
+    """Says what a collection waits for, the first time and then at most every
+    WAIT_REPORT seconds (a message that changes is said at once)."""
+
+    def __init__(self, say: Callable[[str], None], clock: Callable[[], float]) -> None:
+        self._say = say
+        self._clock = clock
+        self._last = float("-inf")
+        self._said = ""
+
+    def say(self, what: str, next_try: float) -> None:
+        now = self._clock()
+        if what == self._said and now - self._last < WAIT_REPORT:
+            return
+        self._last, self._said = now, what
+        self._say(f"{what}; next try in {max(next_try, 0.1):.1f} s")
+
+
 def _code(n: int) -> grpc.StatusCode:
     for c in grpc.StatusCode:
         if c.value[0] == n:
@@ -149,7 +171,13 @@ class Collector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., Any], request: Any, deadline: float) -> Any:
+    def _call(
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        deadline: float,
+        waiting: _Waiting | None = None,
+    ) -> Any:
         delay = 0.2
         while True:
             try:
@@ -158,11 +186,39 @@ class Collector:
                 # The same request again (the same collection job id), as long
                 # as the leader says it may succeed later.
                 if is_retryable(e) and self.clock() + delay < deadline:
-                    time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
+                    pause = delay * (0.5 + secrets.randbelow(1000) / 1000)
+                    if waiting is not None:
+                        refused = CollectionError.from_rpc(e)
+                        waiting.say(
+                            f"retrying: the leader at {self.task.leader_address} answered"
+                            f" {refused.code.name}: {refused.message or 'no reason given'}",
+                            pause,
+                        )
+                    time.sleep(pause)
                     delay = min(delay * 2, 5.0)
                     continue
                 error = CollectionError.from_rpc(e)
                 raise error.naming_peer("leader", self.task.leader_address) from None
+
+    def job_state(self, job_id: bytes, wait: float = 15.0) -> tuple[str, str]:
+        """(state, why) of a collection job the leader knows: "pending" with the
+        reason it is being retried ("" if none yet), "finished", or "failed"
+        with its message; ("unknown", message) if the leader does not know it."""
+        request = leader_pb2.GetCollectionRequest(
+            task_id=self.task.task_id, collection_job_id=job_id
+        )
+        try:
+            job = self._call(self._leader.GetCollection, request, self.clock() + wait)
+        except CollectionError as e:
+            if e.code is grpc.StatusCode.NOT_FOUND:
+                return "unknown", e.message
+            raise
+        state = {
+            leader_pb2.CollectionJob.PENDING: "pending",
+            leader_pb2.CollectionJob.FINISHED: "finished",
+            leader_pb2.CollectionJob.FAILED: "failed",
+        }.get(job.state, "unknown")
+        return state, job.error_message
 
     def task_info(self, wait: float = 15.0) -> Any:
         """The leader's TaskInfo of this task (leader.proto): the collector key
@@ -196,15 +252,19 @@ class Collector:
         confidence: float = 0.95,
         simultaneous: bool = False,
         collection_job_id: bytes | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> CollectionResult:
         """Collect the batch [start, start + duration) (seconds since the epoch).
 
         Both bounds must be multiples of the task's time_precision. Waits up to
         `wait` seconds for the aggregators. `simultaneous` asks for intervals that
-        cover every coordinate at once (a whole question) at `confidence`. Raises
-        CollectionError.
+        cover every coordinate at once (a whole question) at `confidence`. While
+        it waits, `on_wait` is told what it waits for (the leader's reason when it
+        retries, and when the next try is), at least every WAIT_REPORT seconds.
+        Raises CollectionError.
         """
         began = self.clock()
+        waiting = None if on_wait is None else _Waiting(on_wait, self.clock)
         deadline = began + wait
         job_id = collection_job_id or secrets.token_bytes(16)
         interval = messages_pb2.Interval(start=start, duration=duration)
@@ -212,7 +272,9 @@ class Collector:
             task_id=self.task.task_id, collection_job_id=job_id, batch_interval=interval
         )
         # An unreachable leader fails fast here; later polls ride out restarts.
-        job = self._call(self._leader.CreateCollection, request, min(deadline, began + 15.0))
+        job = self._call(
+            self._leader.CreateCollection, request, min(deadline, began + 15.0), waiting
+        )
         poll = leader_pb2.GetCollectionRequest(task_id=self.task.task_id, collection_job_id=job_id)
         while job.state == leader_pb2.CollectionJob.PENDING:
             if self.clock() > deadline:
@@ -222,9 +284,18 @@ class Collector:
                     + (f" ({job.error_message})" if job.error_message else "")
                     + "; collect again with the same collection_job_id to resume",
                 )
+            # A retried job says why at once; a job that merely takes time
+            # after WAIT_REPORT seconds (most finish before).
+            if waiting is not None and (job.error_message or self.clock() - began >= WAIT_REPORT):
+                waiting.say(
+                    f"retrying: {job.error_message}"
+                    if job.error_message
+                    else f"waiting for the aggregators to finish the job {job_id.hex()}",
+                    poll_interval,
+                )
             time.sleep(poll_interval)
             poll_interval = min(poll_interval * 1.5, 2.0)
-            job = self._call(self._leader.GetCollection, poll, deadline)
+            job = self._call(self._leader.GetCollection, poll, deadline, waiting)
         if job.state != leader_pb2.CollectionJob.FINISHED:
             raise CollectionJobFailed(_code(job.error_code), job.error_message)
         return self._finish(job, start, duration, confidence, simultaneous, self.clock() - began)

@@ -53,8 +53,13 @@ def survey_status(
     tasks: Mapping[str, CollectorTask],
     infos: Mapping[str, QuestionInfo],
     now: float,
+    collecting: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The status as JSON-ready values (`veil survey status --json`)."""
+    """The status as JSON-ready values (`veil survey status --json`).
+
+    `collecting`: the questions whose collection job is pending at the leader,
+    each with what it waits for ("retrying: <the leader's reason>")."""
+    collecting = collecting or {}
     assert survey.opens is not None and survey.closes is not None
     questions: list[dict[str, Any]] = []
     spent_total = Fraction(0)
@@ -73,6 +78,7 @@ def survey_status(
                 "spent": str(counted),
                 "spent_unit": task.dp.unit,
                 "spent_in_own_unit": str(own),
+                "collecting": collecting.get(q.id) if info.collections_finished == 0 else None,
             }
         )
     if now < survey.opens:
@@ -81,6 +87,8 @@ def survey_status(
         state = "open"
     elif all(q["collections"] > 0 for q in questions):
         state = "collected"
+    elif any(q["collecting"] for q in questions):
+        state = "collecting"
     else:
         state = "ready"
     total = survey.total if survey.total is not None else Fraction(0)
@@ -112,6 +120,9 @@ def render_text(status: Mapping[str, Any], now: float, opens: int, closes: int) 
         )
     elif state == "collected":
         when = "closed: collected"
+    elif state == "collecting":
+        waits = [f"{q['id']}: {q['collecting']}" for q in status["questions"] if q["collecting"]]
+        when = "closed: collecting (veil survey collect); " + "; ".join(waits)
     else:
         when = "closed: ready to collect (veil survey collect)"
     symbol = "ρ" if status["unit"] == "rho" else "ε"

@@ -159,15 +159,55 @@ def load_collector_dir(directory: str | os.PathLike[str]) -> SurveyFiles:
 
 @dataclass
 class Outcome:
-    """What one run did: results of the collected questions, and why the
-    others are not collected yet (to be resumed by running again)."""
+    """What one run did: results of the collected questions, why the others
+    are not collected yet (to be resumed by running again), and the questions
+    another collection already took (`elsewhere`: running again cannot help;
+    `collected_into` is where this collector/ directory last collected to)."""
 
     results: list[QuestionResults]
     pending: dict[str, str]
+    elsewhere: dict[str, str] = field(default_factory=dict)
+    collected_into: Path | None = None
 
     @property
     def complete(self) -> bool:
-        return not self.pending
+        return not self.pending and not self.elsewhere
+
+
+class CollectedElsewhere(SurveyCollectError):
+    """The survey is collected into another results directory; `where` is it."""
+
+    def __init__(self, message: str, where: Path) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+# In the collector/ directory: where its survey is collected to (its RESULTS
+# directory), so that a run into another --out can say where to look.
+RECORD_FILE = "collected-into.json"
+RECORD_FORMAT = "veil-survey-collected-into/1"
+
+
+def collected_into(directory: str | os.PathLike[str]) -> Path | None:
+    """The results directory the survey of `directory` is collected into, if
+    a `veil survey collect` recorded one there (None: none, or unreadable)."""
+    try:
+        doc = json.loads((Path(directory) / RECORD_FILE).read_text(encoding="utf-8"))
+        if doc.get("format") != RECORD_FORMAT or not isinstance(doc.get("results"), str):
+            return None
+        return Path(doc["results"])
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _record(directory: Path, out: Path) -> None:
+    """Best effort: a read-only collector/ directory still collects."""
+    tmp = directory / (RECORD_FILE + ".tmp")
+    try:
+        tmp.write_text(json.dumps({"format": RECORD_FORMAT, "results": str(out)}) + "\n")
+        os.replace(tmp, directory / RECORD_FILE)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def collect_survey(
@@ -195,7 +235,25 @@ def collect_survey(
             " collecting earlier would stop respondents from answering)"
         )
     start, duration = survey.opens, survey.closes - survey.opens
+    here = out.resolve()
+    before = collected_into(directory)
+    if (
+        before is not None
+        and before != here
+        and (before / STATE_FILE).exists()
+        and not (out / STATE_FILE).exists()
+    ):
+        # A second set of jobs would be refused question by question: the
+        # batches are collected once, by the jobs in that state file.
+        raise CollectedElsewhere(
+            f"this survey is collected into {before} (its {STATE_FILE} keeps the collection"
+            " jobs, and each question is collected only once): its results are there; to"
+            f" resume that collection or write its results again, give --out {before}",
+            before,
+        )
     out.mkdir(parents=True, exist_ok=True)
+    if before != here:
+        _record(Path(directory), here)
     state_path = out / STATE_FILE
     state = State.load(state_path, survey, start, duration)
     collectors = {
@@ -213,6 +271,7 @@ def collect_survey(
                     raise SurveyCollectError(f"question {q.id!r}: {e.message}") from e
         results: list[QuestionResults] = []
         pending: dict[str, str] = {}
+        elsewhere: dict[str, str] = {}
         for q in survey.questions:
             job_hex = state.jobs.get(q.id)
             if job_hex is None:
@@ -232,6 +291,7 @@ def collect_survey(
                     # holds at once at `confidence` (the row count is public).
                     simultaneous=True,
                     collection_job_id=bytes.fromhex(job_hex),
+                    on_wait=_prefixed(say, q.id),
                 )
             except CollectionJobFailed as e:
                 # The job is over; the next run may start another (the
@@ -242,6 +302,13 @@ def collect_survey(
                 pending[q.id] = f"the collection failed: {e.code.name}: {e.message}"
                 continue
             except CollectionError as e:
+                if e.kind == "batch_collected":
+                    # Another job (another --out, another copy of collector/)
+                    # took this batch; this one was never created.
+                    del state.jobs[q.id]
+                    state.save(state_path)
+                    elsewhere[q.id] = e.message
+                    continue
                 pending[q.id] = f"{e.code.name}: {e.message} (run again to resume job {job_hex})"
                 continue
             state.failed.pop(q.id, None)
@@ -255,9 +322,14 @@ def collect_survey(
     finally:
         for c in collectors.values():
             c.close()
-    if not pending:
+    if not pending and not elsewhere:
         write_results(survey, results, out)
-    return Outcome(results, pending)
+    return Outcome(results, pending, elsewhere, before if before != here else None)
+
+
+def _prefixed(say: Callable[[str], None], qid: str) -> Callable[[str], None]:
+    """`say`, each line starting with the question's id."""
+    return lambda what: say(f"{qid}: {what}")
 
 
 def results_json(results: Sequence[QuestionResults]) -> str:
