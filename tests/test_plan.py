@@ -132,6 +132,8 @@ def test_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert out.startswith("plan test: expected accuracy at 40 respondents")
     assert "likes" in out and "score" in out and "respondents needed" in out
+    assert main(["survey", "plan", str(path), "--respondents", "4"]) == 0
+    assert "nothing is released: the survey's min_batch_size is 5" in capsys.readouterr().out
     assert main(["survey", "plan", str(path), "--respondents", "5000", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["respondents"] == 5000 and [q["question"] for q in doc["questions"]] == [

@@ -263,6 +263,11 @@ def format_plan(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
         "target: the half-width aimed at, a share of the range (0 to n for counts, the scale"
         " for means)",
     ]
+    if n < survey.min_batch_size:
+        lines.append(
+            f"at {n:,} respondents nothing is released: the survey's min_batch_size is"
+            f" {survey.min_batch_size:,} (each aggregator refuses a smaller batch)"
+        )
     short = [p for p in plans if not p.reaches_target]
     if short:
         lines.append(
@@ -289,6 +294,7 @@ def plan_json(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
             "survey": survey.id,
             "name": survey.name,
             "respondents": plans[0].respondents if plans else 0,
+            "min_batch_size": survey.min_batch_size,
             "confidence": CONFIDENCE,
             "questions": [{**asdict(p), "reaches_target": p.reaches_target} for p in plans],
         },
