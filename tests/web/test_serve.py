@@ -600,6 +600,9 @@ def test_malformed_requests_get_4xx_with_security_headers(site: SurveyServers) -
     assert http(site.url)[0] == 200
     log = (site.deployment.out.parent / "serve.log").read_text()
     assert "Traceback" not in log and "Exception in ASGI" not in log
+    # The requests h11 cannot parse are counted, not a log line each.
+    assert "Invalid HTTP request" not in log
+    assert 1 <= log.count("that were not HTTP/1.1") <= 2
 
 
 def test_a_reused_report_id_with_other_content_is_409(site: SurveyServers) -> None:

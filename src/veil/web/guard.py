@@ -23,8 +23,9 @@ otherwise hold a connection up to 60 s in its handshake before the protocol
 ever saw it. A reverse proxy named as trusted (`ServeLimits.proxy_header`)
 is exempt from the per-address cap: every client comes through it.
 
-Refusals and cut-offs are logged as counts, at most one line a minute,
-without addresses.
+Refusals, cut-offs and requests h11 could not parse are logged as counts,
+at most one line a minute, without addresses: a flood of them cannot flood
+the log.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class ConnectionGuard:
         self.tls = tls
         self.open = 0
         self.per_address: dict[str, int] = {}
-        self.refused_address = self.refused_total = self.cut_off = 0
+        self.refused_address = self.refused_total = self.cut_off = self.unreadable = 0
         self._reported = -REPORT_EVERY  # the first refusal is logged at once
 
     def admit(self, peer: str) -> str | None:
@@ -112,22 +113,28 @@ class ConnectionGuard:
         self.cut_off += 1
         self._report()
 
+    def not_http(self) -> None:
+        self.unreadable += 1
+        self._report()
+
     def _report(self) -> None:
         now = time.monotonic()
         if now - self._reported < REPORT_EVERY:
             return
         log.warning(
             "refused %d connections over %d from one address and %d over %d in all, cut off"
-            " %d requests not complete within %g s (since the previous such line)",
+            " %d requests not complete within %g s, answered %d that were not HTTP/1.1 with"
+            " 400 (since the previous such line)",
             self.refused_address,
             self.limits.max_per_address,
             self.refused_total,
             self.limits.max_connections,
             self.cut_off,
             self.limits.read_timeout,
+            self.unreadable,
         )
         self._reported = now
-        self.refused_address = self.refused_total = self.cut_off = 0
+        self.refused_address = self.refused_total = self.cut_off = self.unreadable = 0
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -209,6 +216,7 @@ class GuardedH11Protocol(H11Protocol):
         self._track()
 
     def send_400_response(self, msg: str) -> None:
+        self.guard.not_http()
         self.transport.write(raw_response(400, f"not an HTTP/1.1 request this server reads: {msg}"))
         self.transport.close()
 
@@ -295,4 +303,11 @@ def serve(
         limit_concurrency=None,
         timeout_keep_alive=5,
     )
+    # uvicorn logs a line for every request h11 cannot parse: counted in the
+    # guard's line instead, so that garbage cannot flood the log.
+    logging.getLogger("uvicorn.error").addFilter(_not_unreadable)
     uvicorn.Server(config).run(sockets=[listener])
+
+
+def _not_unreadable(record: logging.LogRecord) -> bool:
+    return record.msg != "Invalid HTTP request received."
