@@ -5,7 +5,8 @@ Two real aggregators on 127.0.0.1 serve an add_remove survey; between single
 uploads (each aggregated before the next poll) the collector calls GetTaskInfo
 for every question and runs `veil survey status` (text and JSON): every answer
 is the same byte for byte, while the leader's own database counts each report.
-After the close, one collection: the status shows it, still without a count.
+After the close, one collection per question (`veil collect`, whose JSON has
+no count either): the status shows them, still without a count.
 """
 
 from __future__ import annotations
@@ -134,8 +135,12 @@ def test_polling_between_single_uploads_shows_nothing_that_depends_on_the_count(
 
     time.sleep(max(0.0, closes - time.time() + 0.2))
     capsys.readouterr()
-    assert main(["survey", "collect", "--survey-dir", str(collector_dir), "--out",
-                 str(dep / "results")]) == 0  # fmt: skip
+    # One collection per question (`veil collect`, whose JSON withholds the count).
+    for qid in ("remote", "team"):
+        assert main(["collect", "--task", str(collector_dir / f"{qid}.toml"), "--start",
+                     str(closes - WINDOW), "--duration", str(WINDOW)]) == 0  # fmt: skip
+        collected = json.loads(capsys.readouterr().out)
+        assert collected["report_count"] is None, collected
     _, text, status = collector_view(collector_dir, capsys)
     assert status["state"] == "collected", text
     for q in status["questions"]:

@@ -501,7 +501,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
                     "start_time": format_time(r.start),
                 },
                 "collection_job_id": job_id.hex(),
-                "report_count": r.report_count,
+                # add_remove: the count is protected; the leader sent 0 (not a count).
+                "report_count": None if task.dp.counts_protected else r.report_count,
                 "estimate": number(r.estimate),
                 "confidence_interval": {
                     "level": r.confidence,
