@@ -816,3 +816,23 @@ def test_add_remove_tells_no_count_and_tests_the_floor_once(backend: Backend) ->
         world.leader.create_collection(task_id, token, secrets.token_bytes(16), T, TP)
     # Nothing was released or spent.
     assert world.leader.privacy.ledger.task_status(files.leader.id_text).spent == 0
+
+
+def test_add_remove_a_helper_floor_refusal_also_leaves_the_batch_closed(backend: Backend) -> None:
+    files = new_task(
+        VdafSpec("count"),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=1,
+        dp=DpSpec("geometric", epsilon="1", neighbouring="add_remove"),
+    )
+    world = World(backend, files)
+    task_id = files.client.task_id
+    # The helper's own floor is higher than the leader's: it refuses on its own.
+    world.helper.tasks[task_id] = replace(files.helper, min_batch_size=3)
+    world.leader.upload(task_id, [world.report(1), world.report(0)])
+    failed = world.collect()
+    assert failed.state == "failed" and "min_batch_size (3)" in failed.error_message
+    assert "can be collected again" not in failed.error_message
+    with pytest.raises(BatchCollected):
+        world.leader.upload(task_id, [world.report(1)])

@@ -881,7 +881,10 @@ class Leader(AggregatorBase[LeaderTask]):
             # helper's clock catches up, so the job waits for it.
             if e.retryable or isinstance(e, WindowOpen):
                 return self._retry(record, e)
-            return self._fail(record, e, reopen=record.leader_ct is None)
+            # Under add_remove a refusal by the helper's own floor or ceiling
+            # leaves the batch closed too: the answer is told once.
+            told_once = task.dp.counts_protected and isinstance(e, (BatchTooSmall, BatchTooLarge))
+            return self._fail(record, e, reopen=record.leader_ct is None and not told_once)
         leader_ct = record.leader_ct
         if leader_ct is None:
             try:
