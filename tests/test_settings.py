@@ -111,6 +111,11 @@ def test_misspelt_client_ca_in_tls_is_refused(tmp_path: Path) -> None:
         ("tasks = 'a.toml'\n", 3, "must be a list of strings"),
         ("max_message_bytes = 1e6\n", 3, "must be an integer"),
         ("[storage2]\nurl = 'x'\n", 3, "unknown setting 'storage2' in the top level"),
+        ("[connections]\nworkers = 0\n", 4, "'workers' in \\[connections\\] must be at least 1"),
+        ("[connections]\nreceive_seconds = '30'\n", 4, "must be a number"),
+        ("[connections]\nreceive_seconds = 0\n", 4, "must be at least 0.001"),
+        ("[connections]\nmax_waiting_calls = 1.5\n", 4, "must be an integer"),
+        ("[connections]\nidle = 5\n", 4, r"unknown setting 'idle' in \[connections\]"),
     ],
 )
 def test_server_config_mistakes_name_the_line(

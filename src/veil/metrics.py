@@ -142,8 +142,22 @@ class Metrics:
         self.storage_bytes = Gauge(
             "veil_storage_bytes", "Size of the aggregator's database.", registry=r
         )
+        self.calls_unread = Counter(
+            "veil_calls_unread",
+            "Calls ended before their request was read: receive_timeout,"
+            " too_many_waiting or unauthenticated (veil.aggregator.transport).",
+            ["reason"],
+            registry=r,
+        )
+        self.calls_waiting = Gauge(
+            "veil_calls_waiting", "Calls now waiting for their requests.", registry=r
+        )
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+
+    def track_waiting(self, waiting: Callable[[], float]) -> None:
+        """Report the calls waiting for their requests whenever metrics are scraped."""
+        self.calls_waiting.set_function(waiting)
 
     def track_storage(self, size: Callable[[], float]) -> None:
         """Report the database size whenever metrics are scraped."""

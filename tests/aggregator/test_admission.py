@@ -26,6 +26,7 @@ from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.server import ConfigError, load_config
 from veil.aggregator.service import HelperService, LeaderService, add_service
+from veil.aggregator.transport import ConnectionLimits, RpcServer
 from veil.client import AsyncClient, Client, RetryPolicy, UploadError, prepare_reports
 from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY, RpcRefused
 from veil.messages import Report
@@ -288,7 +289,7 @@ def served(backend: Backend) -> Iterator[Served]:
         ("Leader", LeaderService(w.leader)),
         ("Helper", HelperService(w.helper)),
     ):
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server = RpcServer(limits=ConnectionLimits(workers=4))
         port = server.add_insecure_port("127.0.0.1:0")
         pb = leader_pb2 if service == "Leader" else helper_pb2
         add_service(server, servicer, pb.DESCRIPTOR.services_by_name[service], None)

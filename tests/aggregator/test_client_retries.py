@@ -12,7 +12,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.transport import ConnectionLimits, RpcServer
 from veil.client import Client
 from veil.collector import CollectionError, Collector
 from veil.dp.budget import SqliteLedgerStore
@@ -44,8 +44,8 @@ class Servers:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Servers]:
-    leader_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    helper_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    leader_server = RpcServer(limits=ConnectionLimits(workers=4))
+    helper_server = RpcServer(limits=ConnectionLimits(workers=4))
     leader_port = leader_server.add_insecure_port("127.0.0.1:0")
     helper_port = helper_server.add_insecure_port("127.0.0.1:0")
     files = new_task(

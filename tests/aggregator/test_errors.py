@@ -9,7 +9,6 @@ from __future__ import annotations
 import secrets
 import sqlite3
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from veil.aggregator.server import ServerConfig
 from veil.aggregator.service import GrpcHelperClient, HelperService, add_service
 from veil.aggregator.status import gather, render_text
 from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.transport import ConnectionLimits, RpcServer
 from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
 
@@ -55,7 +55,7 @@ class HelperOverGrpc:
             PrivacyEngine(str(tmp / "helper-ledger.db"), [files.helper], allow_exact_release=True),
             clock=lambda: NOW,
         )
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server = RpcServer(limits=ConnectionLimits(workers=2))
         add_service(
             self.server,
             HelperService(self.helper),

@@ -129,6 +129,19 @@ class Overloaded(Unavailable):
         self.retry_after = retry_after
 
 
+class RequestTimeout(AggregatorError):
+    """A call whose request had not arrived `receive_seconds` after its
+    headers (veil.aggregator.transport): the client is idle or too slow."""
+
+    status = "DEADLINE_EXCEEDED"
+    retryable = True
+
+
+class TooManyWaiting(Unavailable):
+    """More calls were waiting for their requests than the server keeps
+    (`max_waiting_calls`); this one had waited longest and was ended."""
+
+
 class NoiseUnavailable(Unavailable):
     """No noise vector drawn ahead is ready yet (nothing was spent): retry shortly."""
 

@@ -52,6 +52,16 @@ Configuration is one TOML file (paths in it are relative to the file):
     [storage]                          # instead of `storage = ...`, to size the pool:
     url = "postgresql://veil@db/leader"
     pool_size = 8
+    [connections]                      # what idle or slow clients can hold (transport.py)
+    receive_seconds = 30               # a call's request must arrive this soon after its
+                                       # headers (else DEADLINE_EXCEEDED, retryable)
+    max_waiting_calls = 1000           # calls waiting for their requests; one more ends
+                                       # the longest waiting (UNAVAILABLE, retryable)
+    max_calls_per_connection = 100     # concurrent calls on one HTTP/2 connection
+    idle_seconds = 300                 # a connection without calls is closed after this
+    max_age_seconds = 3600             # a connection is asked to reconnect after this
+    keepalive_seconds = 60             # a silent connection is pinged after this
+    workers = 8                        # threads running calls whose request has arrived
 
 Every table is read strictly (veil.settings): an unknown setting or a value
 of the wrong type is refused with its file and line.
@@ -74,14 +84,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from veil.aggregator.admission import (
     DEFAULT_MAX_PENDING_PER_TASK,
@@ -114,6 +122,17 @@ from veil.aggregator.postgres import (
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore, StoreInUse
+from veil.aggregator.transport import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_KEEPALIVE_SECONDS,
+    DEFAULT_MAX_AGE_SECONDS,
+    DEFAULT_MAX_CALLS_PER_CONNECTION,
+    DEFAULT_MAX_WAITING_CALLS,
+    DEFAULT_RECEIVE_SECONDS,
+    DEFAULT_WORKERS,
+    ConnectionLimits,
+    RpcServer,
+)
 from veil.dp import BudgetLedger, LedgerStore
 from veil.grpc_util import MAX_MESSAGE_BYTES, is_loopback, warn_plaintext, why_cannot_listen
 from veil.metrics import Metrics
@@ -186,6 +205,7 @@ class ServerConfig:
     # closed: without it the server refuses to start with such a task).
     allow_exact_release: bool = False
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
 
 # The settings each table of a server configuration knows; anything else is
@@ -206,6 +226,7 @@ CONFIG_KEYS = (
     "keys",
     "allow_exact_release",
     "admission",
+    "connections",
 )
 TLS_KEYS = ("cert", "key", "client_ca")
 HELPER_TLS_KEYS = ("ca", "cert", "key")
@@ -230,6 +251,15 @@ ADMISSION_KEYS = (
 # The longest wait a refused client may be advised (clients read at most an
 # hour from the trailer, veil.grpc_util.MAX_RETRY_AFTER_MS).
 MAX_RETRY_AFTER_SECONDS = 3600.0
+CONNECTIONS_KEYS = (
+    "receive_seconds",
+    "max_waiting_calls",
+    "max_calls_per_connection",
+    "idle_seconds",
+    "max_age_seconds",
+    "keepalive_seconds",
+    "workers",
+)
 
 
 def _tls(table: Table | None, base: Path, ca_key: str) -> TlsFiles | None:
@@ -302,6 +332,20 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
             check_metrics_listen(metrics_listen, metrics_public)
         except ConfigError as e:
             raise metrics.error("listen", str(e)) from None
+    conn = raw.table("connections", CONNECTIONS_KEYS)
+    connections = ConnectionLimits(
+        receive_seconds=conn.number("receive_seconds", DEFAULT_RECEIVE_SECONDS, minimum=0.001),
+        max_waiting_calls=conn.integer("max_waiting_calls", DEFAULT_MAX_WAITING_CALLS, minimum=1),
+        max_calls_per_connection=conn.integer(
+            "max_calls_per_connection", DEFAULT_MAX_CALLS_PER_CONNECTION, minimum=1
+        ),
+        idle_seconds=conn.number("idle_seconds", DEFAULT_IDLE_SECONDS, minimum=0.001),
+        max_age_seconds=conn.number("max_age_seconds", DEFAULT_MAX_AGE_SECONDS, minimum=0.001),
+        keepalive_seconds=conn.number(
+            "keepalive_seconds", DEFAULT_KEEPALIVE_SECONDS, minimum=0.001
+        ),
+        workers=conn.integer("workers", DEFAULT_WORKERS, minimum=1),
+    )
     return ServerConfig(
         listen=listen,
         storage=storage,
@@ -328,6 +372,7 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         keys=policy,
         allow_exact_release=raw.flag("allow_exact_release", False),
         admission=admission,
+        connections=connections,
     )
 
 
@@ -537,11 +582,13 @@ class AggregatorServer:
         self.store, self.privacy, self._close_store = open_storage(config)
         self.metrics = Metrics(role)
         self.metrics.track_storage(lambda: float(self.store.size_bytes()))
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8), options=server_options(config)
+        self.server = RpcServer(
+            server_options(config),
+            config.connections,
+            lambda reason: self.metrics.calls_unread.labels(reason).inc(),
         )
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        server = self.server
+        self.metrics.track_waiting(lambda: float(server.waiting))
         self.leader: Leader | None = None
         self.logic: AggregatorBase[Any]
         self._stop = threading.Event()
@@ -578,18 +625,20 @@ class AggregatorServer:
                 require_client_auth=c.tls.ca is not None,
             )
             self.port = self._add_port(lambda: self.server.add_secure_port(c.listen, creds))
-        if self.port == 0:
-            raise ConfigError(f"cannot listen on {c.listen}: {why_cannot_listen(c.listen)}")
 
     def _add_port(self, add: Callable[[], int]) -> int:
         try:
-            return add()
+            port = add()
         except RuntimeError:
             # gRPC says only that the bind failed (address in use, on SQLite
             # where SO_REUSEPORT is off, or not an address of this machine).
+            port = 0
+        if port == 0:
+            self.server.stop(None)
             self._close_store()
             address = self.config.listen
-            raise ConfigError(f"cannot listen on {address}: {why_cannot_listen(address)}") from None
+            raise ConfigError(f"cannot listen on {address}: {why_cannot_listen(address)}")
+        return port
 
     def start(self) -> None:
         # Load the compiled field kernels now, beside serving, rather than
@@ -597,8 +646,7 @@ class AggregatorServer:
         # the first time on a machine).
         threading.Thread(target=kernels, name="kernels", daemon=True).start()
         self.server.start()
-        for name in ("", self.service_name):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.server.set_serving("", self.service_name)
         if self.config.metrics_listen is not None:
             host, _, port = self.config.metrics_listen.rpartition(":")
             bound = self.metrics.serve(host.strip("[]"), int(port))
@@ -662,9 +710,8 @@ class AggregatorServer:
         """Graceful stop: refuse new calls, let in-flight calls and the driver's
         current step finish (each step is one transaction)."""
         log.info("%s shutting down", self.role)
-        self.health.enter_graceful_shutdown()
         self._stop.set()
-        self.server.stop(self.config.grace_seconds).wait()
+        self.server.stop(self.config.grace_seconds)
         if self._driver is not None:
             self._driver.join(self.config.grace_seconds)
         if self._maintenance is not None:

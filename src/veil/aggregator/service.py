@@ -2,14 +2,17 @@
 
 Each handler decodes the request into the logic's values, calls the logic,
 encodes the answer and maps AggregatorError to its gRPC status. Nothing here
-decides anything.
+decides anything. The handlers are synchronous; `add_service` serves them on
+veil.aggregator.transport's server, which runs them once their request has
+arrived, and checks a call's token from its metadata before reading it.
 """
 
 from __future__ import annotations
 
 import functools
+import hmac
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -23,13 +26,15 @@ from veil.aggregator.errors import (
     Internal,
     InvalidMessage,
     ReportRejection,
+    Unauthenticated,
     Unavailable,
     from_peer,
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.storage import CollectionRecord, is_transient_storage_error
-from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY, error_kind
+from veil.aggregator.transport import Metadata, RpcServer, UnaryMethod, refusal
+from veil.grpc_util import error_kind
 from veil.hpke import Ciphertext
 from veil.messages import MessageError
 from veil.messages.wire import (
@@ -41,7 +46,7 @@ from veil.messages.wire import (
 )
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
-from veil.task import LeaderTask
+from veil.task import LeaderTask, hash_token
 
 log = logging.getLogger(__name__)
 
@@ -49,21 +54,43 @@ T = TypeVar("T")
 
 
 def bearer_token(context: grpc.ServicerContext) -> str | None:
-    for key, value in context.invocation_metadata() or ():
+    return bearer_token_of(context.invocation_metadata() or ())
+
+
+def bearer_token_of(metadata: Metadata) -> str | None:
+    for key, value in metadata:
         if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
             return value[len("Bearer ") :]
     return None
+
+
+def token_check(accepted: Callable[[], Iterable[bytes]], who: str) -> Callable[[Metadata], None]:
+    """Refuse a call from its metadata alone, before its request is read,
+    unless it carries the `who` token of some served task (`accepted`: their
+    SHA-256 hashes); the logic then checks the token against the request's
+    own task. Every stored hash is compared, in constant time."""
+
+    def check(metadata: Metadata) -> None:
+        token = bearer_token_of(metadata)
+        if token is None:
+            raise refusal(
+                Unauthenticated(f"missing bearer token: send 'authorization: Bearer <{who} token>'")
+            )
+        digest = hash_token(token)
+        matches = [hmac.compare_digest(digest, stored) for stored in accepted()]
+        if not any(matches):
+            raise refusal(Unauthenticated(f"not the {who} token of any task served here"))
+
+    return check
 
 
 def abort(context: grpc.ServicerContext, error: AggregatorError) -> None:
     """End the call with `error`: its status and message, and its kind,
     whether to retry and any advised wait in the trailing metadata (read
     back by `from_peer` and veil.grpc_util.RpcRefused)."""
-    trailers = [(ERROR_KIND_KEY, error.kind), (RETRYABLE_KEY, "1" if error.retryable else "0")]
-    if error.retry_after is not None:
-        trailers.append((RETRY_AFTER_KEY, str(round(error.retry_after * 1000))))
-    context.set_trailing_metadata(tuple(trailers))
-    context.abort(grpc.StatusCode[error.status], str(error))
+    refused = refusal(error)
+    context.set_trailing_metadata(refused.trailing)
+    context.abort(refused.code, refused.details)
 
 
 def handler(fn: Callable[..., T]) -> Callable[..., T]:
@@ -92,29 +119,42 @@ def handler(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 def add_service(
-    server: grpc.Server, servicer: object, service: ServiceDescriptor, metrics: Metrics | None
+    server: RpcServer,
+    servicer: LeaderService | HelperService,
+    service: ServiceDescriptor,
+    metrics: Metrics | None,
 ) -> None:
     """Register `servicer`'s methods for `service`, parsing requests here
     rather than in gRPC: bytes that are not the request message are refused
     as INVALID_ARGUMENT naming the method, and counted
     (``veil_requests_malformed_total``), where gRPC's own parsing would
-    answer INTERNAL and leave no trace in the metrics."""
-    handlers = {}
+    answer INTERNAL and leave no trace in the metrics. The methods the
+    servicer lists in `AUTHENTICATED` have their token checked first
+    (`token_check` over the servicer's `accepted_tokens()`)."""
+    who, authenticated = servicer.AUTHENTICATED
+    methods = {}
     for method in service.methods:
         if method.client_streaming or method.server_streaming:
             raise ValueError(f"{method.full_name} streams; only unary methods are served")
-        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _parsing(
-                getattr(servicer, method.name),
-                GetMessageClass(method.input_type),
-                method.name,
-                metrics,
-            ),
-            response_serializer=GetMessageClass(method.output_type).SerializeToString,
+        call = _parsing(
+            getattr(servicer, method.name),
+            GetMessageClass(method.input_type),
+            method.name,
+            metrics,
         )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
-    )
+        serialize = GetMessageClass(method.output_type).SerializeToString
+        check = None
+        if method.name in authenticated:
+            check = token_check(servicer.accepted_tokens, who)
+        methods[method.name] = UnaryMethod(_serializing(call, serialize), check)
+    server.add_unary_service(service.full_name, methods)
+
+
+def _serializing(
+    call: Callable[[bytes, Any], Any], serialize: Callable[[Any], bytes]
+) -> Callable[[bytes, Any], bytes]:
+    # In the worker thread, like the rest of the call's work.
+    return lambda raw, context: serialize(call(raw, context))
 
 
 def _parsing(
@@ -159,8 +199,14 @@ REJECTION_FROM_PB: dict[int, ReportRejection] = {v: k for k, v in REJECTION_TO_P
 
 
 class LeaderService(leader_pb2_grpc.LeaderServicer):
+    # The calls that need the collector's token (see add_service).
+    AUTHENTICATED = ("collector", ("CreateCollection", "GetCollection", "GetTaskInfo"))
+
     def __init__(self, leader: Leader) -> None:
         self.leader = leader
+
+    def accepted_tokens(self) -> list[bytes]:
+        return [t.collector_token_hash for t in self.leader.tasks.values()]
 
     @handler
     def GetHpkeConfig(
@@ -238,8 +284,14 @@ def collection_to_pb(r: CollectionRecord) -> leader_pb2.CollectionJob:
 
 
 class HelperService(helper_pb2_grpc.HelperServicer):
+    # The calls that need the leader's (aggregator) token (see add_service).
+    AUTHENTICATED = ("aggregator", ("Aggregate", "GetAggregateShare"))
+
     def __init__(self, helper: Helper) -> None:
         self.helper = helper
+
+    def accepted_tokens(self) -> list[bytes]:
+        return [t.aggregator_token_hash for t in self.helper.tasks.values()]
 
     @handler
     def GetHpkeConfig(
