@@ -244,6 +244,23 @@ def test_every_metric_and_log_field_is_classified(inventory: Inventory) -> None:
     assert unclassified(inventory, "leader_operator", fields) == []
 
 
+def test_every_route_of_the_survey_page_is_classified(inventory: Inventory, tmp_path: Path) -> None:
+    from veil.web.app import SurveySite, build_app
+
+    text = SURVEY.format(extra="")
+    survey = parse_survey(text)
+    deploy_survey(survey, text, tmp_path / "dep", "127.0.0.1:1", "127.0.0.1:2", tls=False)
+    app = build_app(SurveySite(tmp_path / "dep" / "client"))
+    routes = {
+        f"http:{method} {route.path}"
+        for route in app.routes
+        for method in getattr(route, "methods", None) or ("GET",)
+        if method != "HEAD"
+    }
+    assert "http:POST /reports" in routes
+    assert unclassified(inventory, "respondent", routes) == []
+
+
 # --- the checks fail on what is not classified ------------------------------------
 
 
