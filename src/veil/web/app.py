@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import ipaddress
 import json
@@ -139,6 +140,7 @@ def normal_address(host: str) -> str:
     return str(ip)
 
 
+@functools.lru_cache(maxsize=4096)  # parsing costs ~10 µs; once per connection
 def address_key(host: str) -> str:
     """What one client is, for the limits: its IPv4 address, or the /64 of
     its IPv6 address (one subscriber's allocation: addresses within it cost
