@@ -194,6 +194,35 @@ def test_every_field_a_collector_can_reach_is_classified(
     assert sorted(set(listed) - set(observed) - {"error:grpc"}) == []
 
 
+# What each party's credentials call (responses walked) and which methods'
+# requests it receives (requests walked).
+VIEWS = {
+    "collector": ("collector", ()),
+    "leader_operator": ("leader", ("veil.protocol.v1.Leader.",)),
+    "helper_operator": ("helper", ("veil.protocol.v1.Helper.",)),
+    "respondent": ("respondent", ()),
+    "page_operator": ("page_operator", ("veil.protocol.v1.Leader.UploadReports",)),
+}
+
+
+def rpc_observations(inv: Inventory, party: str) -> list[str]:
+    caller, served = VIEWS[party]
+    fields = set(response_fields(SERVICES, inv.callable_by(caller)))
+    for service in SERVICES:
+        for m in service.methods:
+            if m.full_name.startswith(served):
+                fields.update(message_fields(m.input_type))
+    return sorted("rpc:" + f for f in fields)
+
+
+@pytest.mark.parametrize("party", sorted(VIEWS))
+def test_every_rpc_field_a_party_sees_is_classified(inventory: Inventory, party: str) -> None:
+    observed = rpc_observations(inventory, party)
+    assert unclassified(inventory, party, observed) == []
+    listed = {w for w in inventory.of(party) if w.startswith("rpc:") and not w.endswith("*")}
+    assert sorted(listed - set(observed)) == [], "no such field, or not seen by this party"
+
+
 def test_what_add_remove_withholds_is_withheld(inventory: Inventory, tmp_path: Path) -> None:
     """A key the inventory says a collector cannot observe under add_remove is null
     there, in every state (and present under replace_one)."""
