@@ -17,8 +17,8 @@ from tests.web.site import SURVEY, start_serve, stop
 from tests.web.site import http as get
 from veil.deploy import deploy_survey
 from veil.survey import parse_survey
-from veil.web.app import address_key
-from veil.web.guard import raw_response
+from veil.web.app import ServeLimits, address_key
+from veil.web.guard import ConnectionGuard, raw_response
 
 pytestmark = pytest.mark.slow
 
@@ -162,3 +162,23 @@ def test_raw_response_is_whole_http() -> None:
     assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
     assert f"content-length: {len(body)}".encode() in head
     assert b"connection: close" in head and body == b'{"error": "busy"}'
+
+
+def test_guard_counts_per_address_and_in_all() -> None:
+    limits = ServeLimits(max_connections=5, max_per_address=2, proxy_header="X-Forwarded-For")
+    guard = ConnectionGuard(limits)
+    a = [guard.admit("192.0.2.1") for _ in range(3)]
+    assert a == ["192.0.2.1", "192.0.2.1", None]
+    # One IPv6 /64 is one client; the trusted proxy (loopback by default) has no cap.
+    assert guard.admit("2001:db8::1") == guard.admit("2001:db8::2") == "2001:db8::/64"
+    assert guard.admit("2001:db8::3") is None
+    assert guard.admit("127.0.0.1") == ""
+    assert guard.admit("127.0.0.1") is None  # 5 open: the total cap holds for the proxy too
+    guard.release("192.0.2.1")
+    assert guard.admit("192.0.2.1") == "192.0.2.1"
+    for key in ("192.0.2.1", "192.0.2.1", "2001:db8::/64", "2001:db8::/64", ""):
+        guard.release(key)
+    assert guard.open == 0 and guard.per_address == {}
+    # Without --proxy-header no address is trusted.
+    plain = ConnectionGuard(ServeLimits(max_per_address=1))
+    assert plain.admit("127.0.0.1") == "127.0.0.1" and plain.admit("127.0.0.1") is None

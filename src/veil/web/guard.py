@@ -90,7 +90,9 @@ class ConnectionGuard:
             self.refused_total += 1
             self._report()
             return None
-        key = "" if self.limits.trusts(peer) else address_key(peer)
+        # "" stands for a trusted proxy (no cap of its own); any other peer
+        # has a key, "unknown" if it has no address.
+        key = "" if self.limits.trusts(peer) else address_key(peer) or "unknown"
         if key and self.per_address.get(key, 0) >= self.limits.max_per_address:
             self.refused_address += 1
             self._report()
