@@ -314,6 +314,11 @@ def test_an_unclassified_field_is_reported(inventory: Inventory) -> None:
     assert unclassified(inventory, "collector", observed) == [
         "rpc:veil.protocol.v1.TaskInfo.first_report_time"
     ]
+    # An entry ending in .* covers what is under it, not its siblings.
+    assert unclassified(inventory, "leader_operator", ["json:veil-status.tasks[].dp.epsilon"]) == []
+    assert unclassified(inventory, "leader_operator", ["json:veil-status.tasks[].dpx"]) == [
+        "json:veil-status.tasks[].dpx"
+    ]
     # A JSON key added to survey status, and an entry removed from the data.
     assert unclassified(inventory, "collector", ["json:survey-status.questions[].last_upload"])
     doc = tomllib.loads(DATA.read_text(encoding="utf-8"))

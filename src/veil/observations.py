@@ -177,9 +177,12 @@ def json_paths(value: Any, prefix: str) -> Iterator[str]:
 
 
 def unclassified(inventory: Inventory, party: str, observed: Iterable[str]) -> list[str]:
-    """What `party` observes that the inventory does not classify for it, sorted."""
+    """What `party` observes that the inventory does not classify for it, sorted.
+    An entry ending in ``.*`` classifies everything under it (a JSON object
+    whose keys vary, such as a task's ``[dp]`` table)."""
     known = inventory.of(party)
-    return sorted({w for w in observed if w not in known})
+    prefixes = tuple(w[:-1] for w in known if w.endswith(".*"))
+    return sorted({w for w in observed if w not in known and not w.startswith(prefixes)})
 
 
 def _cell(text: str) -> str:

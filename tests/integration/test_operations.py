@@ -24,6 +24,7 @@ import pytest
 from tests.integration.deployment import Deployment, start_deployment
 from veil.client import Client, UploadError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.observations import json_paths, load_inventory, unclassified
 from veil.task import DpSpec, VdafSpec
 
 TP = 3600
@@ -196,6 +197,9 @@ def test_status_gc_and_metrics(dep: Deployment) -> None:
     leader_config = str(dep.local.root / "leader.toml")
     status = json.loads(veil("status", "--json", "--config", leader_config))
     assert status["role"] == "leader"
+    # Every key is in the observation inventory (docs/OBSERVATIONS.md).
+    observed = json_paths(status, "json:veil-status")
+    assert unclassified(load_inventory(), "leader_operator", observed) == []
     assert sum(k["advertised"] for k in status["hpke_keys"]) == 1
     task = next(x for x in status["tasks"] if x["name"] == "dp")
     assert task["task_id"] == dep.tasks["dp"].client.id_text
