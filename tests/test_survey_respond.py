@@ -161,3 +161,60 @@ def test_report_page_is_self_contained_and_says_what_was_spent() -> None:
     # results.json keeps the exact decimal; the page shows what a reader takes in.
     third = [QuestionResults(team, 6, {"epsilon": "0.333334", "delta": "0"}, rows, "", 0.95)]
     assert "ε = 0.333<" in report_html(survey, third)
+
+
+def test_a_required_question_must_be_answered_and_others_may_be_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(now - 60), closes=format_time(now + 3600))
+    text = text.replace('kind = "yes_no"\n', 'kind = "yes_no"\nrequired = true\n')
+    survey = parse_survey(text)
+    assert survey.question("remote").required and not survey.question("team").required
+    dep = deploy_survey(survey, text, tmp_path / "dep", "127.0.0.1:9", "127.0.0.1:9")
+    description = json.loads((dep.client_dir / "survey.json").read_text())
+    assert [q.get("required", False) for q in description["questions"]] == [True, False, False]
+    with SurveyClient(dep.client_dir) as client:
+        assert client.survey.question("remote").required
+        # Skipped questions send nothing; the required one may not be skipped.
+        assert set(client.measurements({"remote": "no"})) == {"remote"}
+        with pytest.raises(AnswerError, match="question 'remote' needs an answer"):
+            client.measurements({"team": "design"})
+        with pytest.raises(AnswerError, match="question 'remote' needs an answer"):
+            client.measurements({"remote": None, "team": "design"})
+    answers = tmp_path / "a.json"
+    answers.write_text('{"team": "sales"}')
+    assert (
+        main(["survey", "respond", "--survey-dir", str(dep.client_dir), "--answers", str(answers)])
+        == 2
+    )
+    assert "question 'remote' needs an answer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ['"yes"', "1", "[true]"])
+def test_required_must_be_true_or_false(value: str) -> None:
+    text = SURVEY.format(opens="2026-05-01T00:00:00Z", closes="2026-05-02T00:00:00Z")
+    text = text.replace('kind = "yes_no"\n', f'kind = "yes_no"\nrequired = {value}\n')
+    from veil.survey import SurveyError
+
+    with pytest.raises(SurveyError, match="`required` must be true or false") as info:
+        parse_survey(text, "s.toml")
+    assert str(info.value).startswith("s.toml:11:"), info.value
+
+
+def test_the_terminal_asks_a_required_question_again() -> None:
+    from veil.cli.respondent import ask
+
+    text = SURVEY.format(opens="2026-05-01T00:00:00Z", closes="2026-05-02T00:00:00Z")
+    survey = parse_survey(text.replace('kind = "yes_no"\n', 'kind = "yes_no"\nrequired = true\n'))
+    replies = iter(["", "yes", "", "design"])
+    prompts: list[str] = []
+    shown: list[str] = []
+
+    def read(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(replies)
+
+    assert ask(survey, read, shown.append) == {"remote": "yes", "team": "design"}
+    assert "  this question needs an answer" in shown
+    assert "empty to skip" not in prompts[0] and "empty to skip" in prompts[2]

@@ -14,14 +14,55 @@ import { Client, hpkeConfigFromJson, reportToJson, usableConfig } from './client
  * @typedef {{id: string, text: string, kind: string, task_id: string,
  *   vdaf: {type: string}, dp?: {local_epsilon?: string, local_max_choices?: number},
  *   options?: string[], max_choices?: number, max?: number,
- *   length?: number, labels?: string[]}} Question
+ *   length?: number, labels?: string[], required?: boolean}} Question
  */
 
 /** An answer the respondent must change; the message is shown by the question. */
 class AnswerError extends Error {}
 
+/** Sending failed; the message is for the respondent (no server wording, no ids). */
+class SendError extends Error {}
+
 /**
- * The measurement of one question from the form's controls, or AnswerError.
+ * What a respondent is told for an HTTP status of this server (its own
+ * wording, meant for programs, goes to the console only).
+ * @param {number} status
+ */
+export function statusMessage(status) {
+  if (status === 429) return 'Too many answers came from your network just now. Try again in a minute.';
+  if (status === 503 || status === 502 || status === 504) {
+    return 'The survey is busy or briefly unavailable. Try again in a moment.';
+  }
+  if (status === 409) {
+    return 'The survey could not take these answers: it may have closed. Reload the page to see.';
+  }
+  if (status >= 400 && status < 500) {
+    return 'This page could not send your answers. Reload the page and answer again.';
+  }
+  return 'Your answers could not be sent. Try again in a moment.';
+}
+
+/** @param {number} ms */
+function when(ms) {
+  return new Date(ms).toLocaleString(undefined, { dateStyle: 'long', timeStyle: 'short' });
+}
+
+/**
+ * Why the survey cannot be answered now, in plain words, or null when it is open.
+ * @param {HTMLFormElement} form @param {number} now milliseconds since the epoch
+ */
+export function windowMessage(form, now) {
+  const opens = Number(form.dataset.opens ?? 'NaN');
+  const closes = Number(form.dataset.closes ?? 'NaN');
+  if (now < opens) return `This survey opens on ${when(opens)}.`;
+  if (now >= closes) return `This survey closed on ${when(closes)}.`;
+  return null;
+}
+
+/**
+ * The measurement of one question from the form's controls; null when it was
+ * left unanswered (nothing chosen, nothing typed), which a required question
+ * refuses; AnswerError for an answer that does not fit.
  * @param {HTMLFormElement} form @param {Question} q
  */
 export function readAnswer(form, q) {
@@ -29,6 +70,16 @@ export function readAnswer(form, q) {
     form.querySelectorAll(`[name="${q.id}"]`)
   );
   const checked = [...controls].filter((c) => c.checked);
+  const empty =
+    q.kind === 'integer' || q.kind === 'vector'
+      ? [...controls].every((c) => c.value.trim() === '')
+      : checked.length === 0;
+  // A multiple choice with nothing chosen is the answer "none of these" when
+  // an answer is needed; otherwise it is left out like any other question.
+  if (empty && !(q.required && q.kind === 'multi_choice')) {
+    if (q.required) throw new AnswerError('This question needs an answer.');
+    return null;
+  }
   switch (q.kind) {
     case 'yes_no':
       if (checked.length !== 1) throw new AnswerError('Choose yes or no.');
@@ -63,9 +114,33 @@ function wholeNumber(text, max) {
 
 /** @param {string} url */
 async function getJson(url) {
-  const response = await fetch(url, { headers: { Accept: 'application/json' } });
-  if (!response.ok) throw new Error(`${url}: ${response.status} ${await response.text()}`);
+  const response = await reach(url, { headers: { Accept: 'application/json' } });
+  if (!response.ok) {
+    console.error(url, response.status, await response.text());
+    throw new SendError(statusMessage(response.status));
+  }
   return response.json();
+}
+
+/** fetch, with a failure to reach the server said in plain words.
+ * @param {string} url @param {RequestInit} init */
+async function reach(url, init) {
+  try {
+    return await fetch(url, init);
+  } catch (e) {
+    console.error(url, e);
+    throw new SendError('Could not reach the survey server. Check your connection and try again.');
+  }
+}
+
+/** @param {HTMLFormElement} form @param {string} message */
+function closeForm(form, message) {
+  form.dataset.window = 'closed';
+  for (const control of form.querySelectorAll('input, button')) {
+    /** @type {HTMLInputElement} */ (control).disabled = true;
+  }
+  const status = document.getElementById('status');
+  if (status !== null) status.textContent = message;
 }
 
 /** @param {HTMLElement} box @param {string} message */
@@ -86,6 +161,11 @@ async function main() {
   const say = (/** @type {string} */ text) => {
     status.textContent = text;
   };
+  const shut = windowMessage(form, Date.now());
+  if (shut !== null) {
+    closeForm(form, shut);
+    return;
+  }
   if (!globalThis.crypto?.subtle) {
     say('This page must be opened over HTTPS: your browser encrypts the answers only there.');
     return;
@@ -111,6 +191,11 @@ async function main() {
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     const button = /** @type {HTMLButtonElement} */ (form.querySelector('button[type=submit]'));
+    const shut = windowMessage(form, Date.now());
+    if (shut !== null) {
+      closeForm(form, shut);
+      return;
+    }
     button.disabled = true;
     try {
       survey ??= await getJson('survey.json');
@@ -136,11 +221,16 @@ async function main() {
           firstBad.querySelector('input')?.focus();
           return;
         }
+        if (answers.every((a) => a === null)) {
+          say('Answer at least one question: nothing was sent.');
+          return;
+        }
         say('Encrypting your answers on this device…');
         const configs = await getJson('hpke-configs.json');
         const reports = [];
         for (let i = 0; i < questions.length; i++) {
           const q = questions[i];
+          if (answers[i] === null) continue; // skipped: no report for it
           const c = configs[q.task_id];
           const client = new Client(
             { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: q.dp },
@@ -155,14 +245,14 @@ async function main() {
         sealed = reports;
       }
       say('Sending…');
-      const response = await fetch('reports', {
+      const response = await reach('reports', {
         method: 'POST',
         headers: { 'Content-Type': 'application/json' },
         body: JSON.stringify({ reports: sealed }),
       });
-      const body = await response.json().catch(() => ({}));
       if (!response.ok) {
-        say(`Not sent: ${body.error ?? response.status}. Try again in a moment.`);
+        console.error('reports', response.status, await response.text());
+        say(`Not sent: ${statusMessage(response.status)}`);
         return;
       }
       form.classList.add('done');
@@ -170,7 +260,13 @@ async function main() {
       say('Thank you: your answers were encrypted on this device and received.');
       return;
     } catch (e) {
-      const message = e instanceof MeasurementError ? e.message : String(e);
+      console.error(e);
+      const message =
+        e instanceof SendError
+          ? e.message
+          : e instanceof MeasurementError
+            ? 'An answer does not fit its question. Check your answers and try again.'
+            : 'Something went wrong on this page. Reload it and answer again.';
       say(`Not sent: ${message}`);
     } finally {
       if (!form.classList.contains('done')) button.disabled = false;

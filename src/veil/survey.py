@@ -96,6 +96,7 @@ QUESTION_COMMON_KEYS = (
     "mechanism",
     "local_epsilon",
     "target_error",
+    "required",
 )
 QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "yes_no": (),
@@ -144,6 +145,9 @@ class Question:
     # Half the interval's width aimed at, as a share of the range (veil.plan);
     # None: the survey's.
     target_error: Fraction | None = None
+    # Whether a respondent must answer it; otherwise it may be skipped (no
+    # report is sent for it, and its n counts only those who answered).
+    required: bool = False
 
     @property
     def add_remove(self) -> bool:
@@ -630,6 +634,13 @@ def _target_error(loc: _Locator, i: int | None, table: Mapping[str, Any]) -> Fra
     return value
 
 
+def _required(loc: _Locator, i: int, raw: Mapping[str, Any]) -> bool:
+    value = raw.get("required", False)
+    if not isinstance(value, bool):
+        raise loc.error(i, "required", f"`required` must be true or false, got {value!r}")
+    return value
+
+
 def survey_id_of(name: str) -> str:
     """A survey id from its name: lower case, runs of other characters as '-'."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
@@ -813,6 +824,7 @@ def _question(
         "share": share,
         "neighbouring": neighbouring,
         "target_error": _target_error(loc, i, raw),
+        "required": _required(loc, i, raw),
     }
     if "local_epsilon" in raw:
         try:
@@ -931,6 +943,8 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
             d["epsilon"] = str(q.epsilon)
         if q.local_epsilon is not None:
             d["local_epsilon"] = str(q.local_epsilon)
+        if q.required:
+            d["required"] = True
         if q.options:
             d["options"] = list(q.options)
         if q.kind == "multi_choice":
@@ -1059,6 +1073,8 @@ def load_description(directory: str | Path) -> Description:
                 fields["local_epsilon"] = parse_local_epsilon(_get(raw, "local_epsilon", str, at))
             except ValueError as e:
                 raise SurveyError(f"{at}: `local_epsilon`: {e}") from None
+        if "required" in raw:
+            fields["required"] = _get(raw, "required", bool, at)
         text = _get(raw, "text", str, at)
         questions.append(Question(id=qid, text=text, kind=kind, epsilon=q_eps, **fields))
     if not questions:
@@ -1197,6 +1213,12 @@ class SurveyClient:
             raise AnswerError(
                 f"{unknown[0]!r} is not a question of this survey; its questions are"
                 f" {', '.join(ids)}"
+            )
+        missing = [q for q in self.survey.questions if q.required and answers.get(q.id) is None]
+        if missing:
+            raise AnswerError(
+                f"question {missing[0].id!r} needs an answer (the survey marks it required);"
+                f" give {missing[0].allowed()}"
             )
         return {
             q.id: q.to_measurement(answers[q.id])

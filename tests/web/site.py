@@ -40,6 +40,7 @@ closes = "{closes}"
 id = "remote"
 text = "Do you work remotely most days?"
 kind = "yes_no"
+required = true
 
 [[question]]
 id = "commute"
@@ -59,6 +60,7 @@ text = "Which tools do you use daily (up to 2)?"
 kind = "multi_choice"
 options = ["email", "chat", "wiki", "video"]
 max_choices = 2
+required = true
 
 [[question]]
 id = "ratings"

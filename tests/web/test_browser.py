@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.web.site import SurveyServers, survey_servers
+from tests.web.site import SurveyServers, start_serve, stop, survey_servers, write_survey
 from veil.collector import Collector
 from veil.task import CollectorTask, load_task
 
@@ -133,6 +133,21 @@ def respond(driver: Any, url: str, a: dict[str, Any], keyboard: bool = False) ->
     assert "Thank you" in status_text(driver), status_text(driver)
 
 
+def skip_optional_questions(driver: Any, url: str) -> None:
+    """Answer only the required questions: yes, and no tool (nothing checked
+    is the answer "none" for a required multiple choice); the optional ones
+    are sent no report."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    wait_for(driver, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    assert "An answer is needed." in driver.find_element(By.ID, "hint-remote").text
+    driver.find_element(By.ID, "a-remote-yes").click()
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(driver, lambda d: "Thank you" in status_text(d) or "Not sent" in status_text(d))
+    assert "Thank you" in status_text(driver), status_text(driver)
+
+
 def keyboard_only(driver: Any, a: dict[str, Any]) -> None:
     """Answer with the keyboard alone: Tab between questions, arrows and Space
     in radio groups, Space on checkboxes, Enter to submit."""
@@ -170,7 +185,9 @@ def check_refuses_bad_answer(driver: Any, url: str) -> None:
     wait_for(driver, lambda d: "need a change" in status_text(d))
     assert "from 0 to 180" in driver.find_element(By.ID, "err-commute").text
     assert "at most 2" in driver.find_element(By.ID, "err-tools").text
-    assert driver.find_element(By.ID, "err-remote").text == "Choose yes or no."
+    # Required, left unanswered; the other questions may be skipped.
+    assert driver.find_element(By.ID, "err-remote").text == "This question needs an answer."
+    assert driver.find_element(By.ID, "err-team").text == ""
     field = driver.find_element(By.ID, "a-commute")
     assert field.get_attribute("aria-invalid") == "true"
 
@@ -188,6 +205,26 @@ def screenshot_is_not_blank(driver: Any, path: Path) -> None:
     assert len(colors) > 50, len(colors)
     dominant = max(count for count, _ in colors)
     assert dominant < 0.95 * width * height
+
+
+AXE = Path(__file__).resolve().parents[2] / "js" / "node_modules" / "axe-core" / "axe.min.js"
+
+
+def axe_violations(driver: Any) -> list[Any]:
+    """An automated WCAG 2.1 A/AA audit (axe-core, from npm) of the page the
+    browser shows, with axe's best practices (landmarks, one main, headings)."""
+    if not AXE.exists():
+        _missing("js/node_modules missing: run `npm ci` in js/ (axe-core)")
+    driver.execute_script(AXE.read_text())
+    found: list[Any] = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        " axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a',"
+        " 'wcag21aa', 'best-practice']}})"
+        " .then(r => done(r.violations.map(v => [v.id, v.help,"
+        " v.nodes.map(n => n.target.join(' '))])))"
+        " .catch(e => done([['axe failed', String(e), []]]));"
+    )
+    return found
 
 
 def collect(s: SurveyServers, qid: str) -> Any:
@@ -212,17 +249,22 @@ def test_respondents_in_a_browser(tmp_path: Path, browser: Any) -> None:
         # The page as a respondent first sees it, on a phone-sized screen.
         browser.get(exact.url)
         screenshot_is_not_blank(browser, tmp_path / "survey-page.png")
+        assert axe_violations(browser) == []
         for i in range(RESPONDENTS):
             respond(browser, exact.url, answers(i), keyboard=i == 0)
+        skip_optional_questions(browser, exact.url)
         for i in range(NOISY_RESPONDENTS):
             respond(browser, noisy.url, answers(i))
         assert time.time() < closes, "the respondents took longer than the survey window"
         time.sleep(max(0.0, closes - time.time() + 0.5))
 
         want = expected(RESPONDENTS)
+        want["remote"] += 1  # the respondent who skipped the optional questions said yes
         for qid, value in want.items():
             r = collect(exact, qid)
-            assert r.report_count == RESPONDENTS, qid
+            # Each question's n: those who answered it.
+            answered = RESPONDENTS + (qid in ("remote", "tools"))
+            assert r.report_count == answered, qid
             assert r.mechanism == "none"
             assert r.estimate == value, qid
 
@@ -236,3 +278,40 @@ def test_respondents_in_a_browser(tmp_path: Path, browser: Any) -> None:
                     assert lo <= v <= hi, qid
             else:
                 assert r.lower <= value <= r.upper, qid
+
+
+def test_report_page_passes_an_accessibility_audit(tmp_path: Path, browser: Any) -> None:
+    # report.html had no main landmark and content outside landmarks.
+    from tests.collector.test_results import SURVEY, seven
+    from veil.collector.survey import write_results
+    from veil.survey import parse_survey
+
+    write_results(parse_survey(SURVEY), seven(), tmp_path)
+    browser.get((tmp_path / "report.html").as_uri())
+    assert axe_violations(browser) == []
+
+
+def test_page_before_the_window_opens_and_after_it_closes(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    now = int(time.time())
+    hour = now - now % 3600
+    for name, opens, closes, says, moment in (
+        ("early", hour + 7200, hour + 10800, "This survey opens on ", hour + 7200),
+        ("late", hour - 10800, hour - 3600, "This survey closed on ", hour - 3600),
+    ):
+        dep, _, _ = write_survey(tmp_path / name, "none", opens, closes, 3600)
+        # The page alone: no aggregator is needed to show it.
+        serve, url = start_serve(dep.client_dir, tmp_path / f"{name}.log")
+        try:
+            browser.get(url)
+            wait_for(
+                browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-window")
+            )
+            shown = status_text(browser)
+            assert shown.startswith(says) and str(time.gmtime(moment).tm_year) in shown, shown
+            controls = browser.find_elements(By.CSS_SELECTOR, "#survey input, #survey button")
+            assert controls and all(not c.is_enabled() for c in controls)
+            assert axe_violations(browser) == []
+        finally:
+            stop(serve)

@@ -33,3 +33,19 @@ def test_page_states_the_conditions_of_its_promise() -> None:
     assert "as long as it serves the genuine survey script" in page
     assert "the two organisations do not pool their shares" in page
     assert "they do see that answers arrive, and when" in page
+
+
+def test_page_gives_its_script_the_window_and_marks_required_questions() -> None:
+    # The script disables the form before the window opens and after it
+    # closes ("This survey opens on ..."), and a question may be skipped
+    # unless the survey marks it required.
+    survey = parse_survey(SURVEY + 'required = true\n[[question]]\nid = "b"\nkind = "yes_no"\n')
+    page = render_page(survey, "sha384-x", "sha384-y")
+    assert (
+        '<form id="survey" novalidate data-opens="1796083200000" data-closes="1797292800000">'
+        in page
+    )
+    assert '<fieldset class="question" id="q-remote" data-kind="yes_no" data-required>' in page
+    assert '<fieldset class="question" id="q-b" data-kind="yes_no">' in page
+    assert page.count("An answer is needed.") == 1
+    assert "A question you leave unanswered is not sent" in " ".join(page.split())

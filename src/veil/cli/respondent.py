@@ -275,7 +275,10 @@ def ask(survey: Survey, read: Callable[[str], str], write: Callable[[str], None]
                 else f"up to {q.max_choices} numbers or names, separated by commas"
             )
         while True:
-            text = read(f"[{hint}; empty to skip] > ").strip()
+            text = read(f"[{hint}{'' if q.required else '; empty to skip'}] > ").strip()
+            if not text and q.required:
+                write("  this question needs an answer")
+                continue
             if not text:
                 break
             answer: Any = text

@@ -65,6 +65,8 @@ def _question(q: Question) -> str:
         labels = q.labels or tuple(f"Number {i + 1}" for i in range(q.length))
         body = "".join(_number(q, f"a-{q.id}-{i}", label) for i, label in enumerate(labels))
         hint = f"Whole numbers from 0 to {q.max}."
+    if q.required:
+        hint += " An answer is needed."
     if q.local_epsilon is not None:
         # The respondent should know: the answer sent may not be the answer given.
         hint += (
@@ -75,7 +77,8 @@ def _question(q: Question) -> str:
         f'<p class="hint" id="hint-{_attr(q.id)}">{escape(hint.strip())}</p>' if hint else ""
     )
     return (
-        f'<fieldset class="question" id="q-{_attr(q.id)}" data-kind="{_attr(q.kind)}">'
+        f'<fieldset class="question" id="q-{_attr(q.id)}" data-kind="{_attr(q.kind)}"'
+        f"{' data-required' if q.required else ''}>"
         f"<legend>{escape(q.text)}</legend>{hint_html}{body}{_error(q)}</fieldset>"
     )
 
@@ -94,6 +97,13 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
         else:
             closes = f" Open until {when(survey.closes)}."
     noise = "" if survey.mechanism == "none" else ", with added statistical noise,"
+    # The window in milliseconds for the script: before it opens and after it
+    # closes the form is disabled and says when, in the respondent's own time.
+    window = "".join(
+        f' data-{name}="{t * 1000}"'
+        for name, t in (("opens", survey.opens), ("closes", survey.closes))
+        if t is not None
+    )
     questions = "".join(_question(q) for q in survey.questions)
     return f"""<!doctype html>
 <html lang="en">
@@ -111,10 +121,11 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
 for each of two independent organisations. Neither organisation can read an answer on
 its own, and nor can this web server, as long as it serves the genuine survey script
 and the two organisations do not pool their shares; they do see that answers arrive,
-and when. Only totals over all respondents{noise} are published.{escape(closes)}</p>
+and when. Only totals over all respondents{noise} are published.{escape(closes)}
+A question you leave unanswered is not sent, unless it says an answer is needed.</p>
 <noscript><p class="error">This survey needs JavaScript: your answers are encrypted
 on your device before they leave it.</p></noscript>
-<form id="survey" novalidate>
+<form id="survey" novalidate{window}>
 {questions}
 <button type="submit">Send my answers</button>
 <p id="status" role="status" aria-live="polite"></p>

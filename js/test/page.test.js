@@ -1,0 +1,36 @@
+// What the survey page tells a respondent: the window in plain words, and
+// failures without the server's wording (meant for programs) or report ids.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { statusMessage, windowMessage } from '../src/page.js';
+
+const form = (opens, closes) =>
+  /** @type {any} */ ({ dataset: { opens: String(opens), closes: String(closes) } });
+
+test('before the window opens and after it closes the page says when', () => {
+  const opens = Date.UTC(2026, 11, 1, 9, 0);
+  const closes = Date.UTC(2026, 11, 15, 9, 0);
+  const before = windowMessage(form(opens, closes), opens - 1);
+  assert.match(before, /^This survey opens on .*2026.*\.$/);
+  assert.match(before, /December|12/);
+  assert.equal(windowMessage(form(opens, closes), opens), null);
+  assert.equal(windowMessage(form(opens, closes), closes - 1), null);
+  assert.match(windowMessage(form(opens, closes), closes), /^This survey closed on .*2026.*\.$/);
+  // A page without a window (never rendered so) is open.
+  assert.equal(windowMessage(/** @type {any} */ ({ dataset: {} }), opens), null);
+});
+
+test('every status gets a plain message, none with server wording', () => {
+  const seen = new Set();
+  for (const status of [400, 404, 409, 413, 415, 429, 500, 502, 503]) {
+    const message = statusMessage(status);
+    assert.ok(message.length > 20 && /[.]$/.test(message), message);
+    assert.doesNotMatch(message, /leader|grpc|report id|[0-9]{3}/i, message);
+    seen.add(message);
+  }
+  assert.ok(seen.size >= 4);
+  assert.match(statusMessage(503), /Try again in a moment/);
+  assert.match(statusMessage(409), /closed/);
+});
