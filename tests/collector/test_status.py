@@ -53,6 +53,10 @@ def test_counts_withheld_under_add_remove(tmp_path: Path) -> None:
     assert status["state"] == "not_open"
     for q in status["questions"]:
         assert (q["reports"], q["rejected"], q["counts_withheld"]) == (None, None, True)
+    privacy = status["privacy"]
+    assert privacy["covers"]["against_collector"] == ["values", "participation"]
+    assert privacy["covers"]["against_collector_and_one_aggregator"] == ["values"]
+    assert privacy["released_exactly"] == ["batch_floor_reached"]
     shown = render_text(status, 1.7e9, files.survey.opens, files.survey.closes)
     assert " 7 " not in shown and "withheld" in shown
     assert "ready to collect after 2026-01-02T00:00:00Z" in shown

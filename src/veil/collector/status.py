@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from veil.privacy import survey_statement
 from veil.survey import Survey
 from veil.task import CollectorTask
 from veil.times import format_duration, format_time
@@ -102,6 +103,8 @@ def survey_status(
         "questions": questions,
         "spent": str(spent_total),
         "total": str(total),
+        # What the survey promises, and to whom (covers, released_exactly, ...).
+        "privacy": survey_statement(survey).to_json(),
     }
 
 
