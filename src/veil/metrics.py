@@ -144,8 +144,9 @@ class Metrics:
         )
         self.calls_unread = Counter(
             "veil_calls_unread",
-            "Calls ended before their request was read: receive_timeout,"
-            " too_many_waiting or unauthenticated (veil.aggregator.transport).",
+            "Calls ended before their request was read (receive_timeout,"
+            " too_many_waiting, unauthenticated) or read and dropped unserved"
+            " (busy) (veil.aggregator.transport).",
             ["reason"],
             registry=r,
         )

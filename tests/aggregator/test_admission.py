@@ -8,6 +8,7 @@ wire and the clients against a real gRPC server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent import futures
@@ -26,7 +27,7 @@ from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.server import ConfigError, load_config
 from veil.aggregator.service import HelperService, LeaderService, add_service
-from veil.aggregator.transport import ConnectionLimits, RpcServer
+from veil.aggregator.transport import CallContext, ConnectionLimits, RpcServer, UnaryMethod
 from veil.client import AsyncClient, Client, RetryPolicy, UploadError, prepare_reports
 from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY, RpcRefused
 from veil.messages import Report
@@ -430,3 +431,56 @@ def test_the_advice_is_read_strictly(
             call(value.encode(), timeout=10)
     error = RpcRefused.from_rpc(refused.value)
     assert error.retryable and error.retry_after == seconds
+
+
+# --- requests held in memory: bounded however many clients send ------------------
+
+
+def test_calls_beyond_the_queue_are_refused_unserved() -> None:
+    """With one worker and a queue of one, a third call whose request has
+    arrived is refused at once (UNAVAILABLE, busy, retryable), its request
+    dropped, while the first two are served once the worker is free."""
+    release = threading.Event()
+    running = threading.Event()
+    served: list[bytes] = []
+
+    def hold(request: bytes, context: CallContext) -> bytes:
+        running.set()
+        assert release.wait(30)
+        served.append(request)
+        return request
+
+    unread: list[str] = []
+    server = RpcServer(
+        limits=ConnectionLimits(workers=1, max_queued_calls=1), on_unread=unread.append
+    )
+    server.add_unary_service("test.Hold", {"Hold": UnaryMethod(hold)})
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/test.Hold/Hold")
+            first = call.future(b"first", timeout=30)
+            assert running.wait(30)
+            second = call.future(b"second", timeout=30)
+            deadline = time.monotonic() + 30
+            while server._received < 2:
+                assert time.monotonic() < deadline, "the second call never arrived"
+                time.sleep(0.01)
+            with pytest.raises(grpc.RpcError) as refused:
+                call(b"third", timeout=30)
+            error = RpcRefused.from_rpc(refused.value)
+            assert (error.code, error.kind, error.retryable) == (
+                grpc.StatusCode.UNAVAILABLE,
+                "busy",
+                True,
+            )
+            assert unread == ["busy"]
+            release.set()
+            assert (first.result(), second.result()) == (b"first", b"second")
+            # Room again: the next call is served.
+            assert call(b"fourth", timeout=30) == b"fourth"
+        assert served == [b"first", b"second", b"fourth"]
+    finally:
+        release.set()
+        server.stop(None)

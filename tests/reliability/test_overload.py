@@ -48,10 +48,10 @@ RETRY_AFTER = 1.0
 MAX_MESSAGE_BYTES = 1 << 20
 # The documented bound on the leader's memory (README, "Admission
 # control"): its resident size when idle, plus 4 x max_message_bytes for
-# each of the server's 8 worker threads, plus 64 MiB for the database's page
-# caches and the allocator's arenas.
-SERVER_THREADS = 8
-MEMORY_ALLOWANCE = SERVER_THREADS * 4 * MAX_MESSAGE_BYTES + (64 << 20)
+# each request it holds (the default 8 workers' and 16 queued for them),
+# plus 64 MiB for the database's page caches and the allocator's arenas.
+REQUESTS_HELD = 8 + 16
+MEMORY_ALLOWANCE = REQUESTS_HELD * 4 * MAX_MESSAGE_BYTES + (64 << 20)
 
 
 def _pending(dep: Deployment, task_id: bytes) -> int:

@@ -142,6 +142,12 @@ class TooManyWaiting(Unavailable):
     (`max_waiting_calls`); this one had waited longest and was ended."""
 
 
+class Busy(Unavailable):
+    """More calls had their requests in and waited for a worker thread than
+    the server queues (`max_queued_calls`, veil.aggregator.transport): this
+    one was refused unserved, its request dropped."""
+
+
 class NoiseUnavailable(Unavailable):
     """No noise vector drawn ahead is ready yet (nothing was spent): retry shortly."""
 

@@ -62,6 +62,8 @@ Configuration is one TOML file (paths in it are relative to the file):
     max_age_seconds = 3600             # a connection is asked to reconnect after this
     keepalive_seconds = 60             # a silent connection is pinged after this
     workers = 8                        # threads running calls whose request has arrived
+    max_queued_calls = 16              # such calls waiting for a thread; one more is
+                                       # refused unserved (UNAVAILABLE, retryable)
 
 Every table is read strictly (veil.settings): an unknown setting or a value
 of the wrong type is refused with its file and line.
@@ -127,6 +129,7 @@ from veil.aggregator.transport import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_MAX_AGE_SECONDS,
     DEFAULT_MAX_CALLS_PER_CONNECTION,
+    DEFAULT_MAX_QUEUED_CALLS,
     DEFAULT_MAX_WAITING_CALLS,
     DEFAULT_RECEIVE_SECONDS,
     DEFAULT_WORKERS,
@@ -259,6 +262,7 @@ CONNECTIONS_KEYS = (
     "max_age_seconds",
     "keepalive_seconds",
     "workers",
+    "max_queued_calls",
 )
 
 
@@ -345,6 +349,7 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
             "keepalive_seconds", DEFAULT_KEEPALIVE_SECONDS, minimum=0.001
         ),
         workers=conn.integer("workers", DEFAULT_WORKERS, minimum=1),
+        max_queued_calls=conn.integer("max_queued_calls", DEFAULT_MAX_QUEUED_CALLS, minimum=0),
     )
     return ServerConfig(
         listen=listen,

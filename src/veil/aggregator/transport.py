@@ -15,6 +15,10 @@ asyncio gRPC server (grpc.aio) on one event-loop thread:
   more ends the call that has waited longest (UNAVAILABLE, TooManyWaiting,
   retryable). Idle calls cost bounded memory, and a newcomer is never
   refused for them: an honest call's request follows its headers at once;
+- at most `max_queued_calls` calls whose request has arrived wait for a
+  worker thread; one more is refused at once (UNAVAILABLE, Busy, retryable)
+  and its request dropped, so that requests held in memory are bounded by
+  workers + max_queued_calls, however many clients send at once;
 - a call that needs a token is refused from its metadata, before its request
   is read, when the token is no served task's (UNAUTHENTICATED);
 - each connection carries at most `max_calls_per_connection` calls at once
@@ -46,7 +50,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
-from veil.aggregator.errors import AggregatorError, RequestTimeout, TooManyWaiting
+from veil.aggregator.errors import AggregatorError, Busy, RequestTimeout, TooManyWaiting
 from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY
 
 log = logging.getLogger(__name__)
@@ -62,6 +66,7 @@ DEFAULT_IDLE_SECONDS = 300.0
 DEFAULT_MAX_AGE_SECONDS = 3600.0
 DEFAULT_KEEPALIVE_SECONDS = 60.0
 DEFAULT_WORKERS = 8
+DEFAULT_MAX_QUEUED_CALLS = 16
 # A connection past its age gets this long to finish its calls before it is
 # closed; a peer that does not answer a keepalive ping in this long is gone;
 # a connection must finish its TLS and HTTP/2 handshake in this long.
@@ -81,6 +86,7 @@ class ConnectionLimits:
     max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
     workers: int = DEFAULT_WORKERS
+    max_queued_calls: int = DEFAULT_MAX_QUEUED_CALLS
 
     def grpc_options(self) -> list[tuple[str, int]]:
         """gRPC core's channel arguments for the per-connection limits."""
@@ -171,7 +177,8 @@ class RpcServer:
         on_unread: Callable[[str], None] | None = None,
     ) -> None:
         """`on_unread(reason)` is told of each call ended before its request
-        was read: "receive_timeout", "too_many_waiting" or "unauthenticated"."""
+        was read ("receive_timeout", "too_many_waiting" or "unauthenticated"),
+        or read and dropped unserved ("busy")."""
         self.limits = limits or ConnectionLimits()
         self._on_unread = on_unread
         self._loop = asyncio.new_event_loop()
@@ -180,6 +187,9 @@ class RpcServer:
         self.executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="rpc")
         # Calls waiting for their requests, oldest first (event-loop thread only).
         self._waiting: dict[object, asyncio.Timeout] = {}
+        # Calls whose request has arrived: running in a worker or queued for
+        # one (event-loop thread only).
+        self._received = 0
         self._evicted: set[object] = set()
         all_options = [*options, *self.limits.grpc_options()]
         self._server, self.health = self._run(self._create(all_options))
@@ -248,9 +258,21 @@ class RpcServer:
                         self._count_unread("unauthenticated")
                         raise
                 request = await self._receive(context)
-                response = await self._loop.run_in_executor(
-                    self.executor, method.call, request, call
-                )
+                if self._received >= self.limits.workers + self.limits.max_queued_calls:
+                    self._count_unread("busy")
+                    raise refusal(
+                        Busy(
+                            "the server has as many calls queued for its workers as it"
+                            " holds; nothing was done: retry"
+                        )
+                    )
+                self._received += 1
+                try:
+                    response = await self._loop.run_in_executor(
+                        self.executor, method.call, request, call
+                    )
+                finally:
+                    self._received -= 1
             except Refused as r:
                 await context.abort(r.code, r.details, r.trailing)
                 raise AssertionError("abort returned") from None
