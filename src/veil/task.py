@@ -467,6 +467,7 @@ TASK_KEYS = (
     "report_expiry_age",
     "leader_ca_sha256",
     "helper_ca_sha256",
+    "issuer_public_key",
 )
 HPKE_CONFIG_KEYS = ("config_id", "public_key")
 ROLES = ("leader", "helper", "collector", "client")
@@ -505,6 +506,10 @@ class Task:
     # clients and collectors then trust that CA for that aggregator only.
     leader_ca_sha256: str | None = None
     helper_ca_sha256: str | None = None
+    # The invitation issuer's RSA-2048 public key (DER SubjectPublicKeyInfo)
+    # for a survey with invitations (veil.invite): every report then carries
+    # a token signed under it and bound to its report id. None: no tokens.
+    issuer_public_key: bytes | None = None
 
     def __post_init__(self) -> None:
         if len(self.task_id) != TASK_ID_SIZE:
@@ -523,6 +528,22 @@ class Task:
         if self.leader_ca_sha256 is not None and self.leader_ca_sha256 == self.helper_ca_sha256:
             raise TaskError("leader_ca_sha256 and helper_ca_sha256 pin the same certificate")
         self.dp.local(self.vdaf)  # a local layer that does not fit the VDAF is refused
+        if self.issuer_public_key is not None:
+            from veil.invite.token import TokenError, load_public_key
+
+            try:
+                load_public_key(self.issuer_public_key)
+            except TokenError as e:
+                raise TaskError(f"issuer_public_key: {e}") from None
+
+    @property
+    def token_size(self) -> int:
+        """The bytes of the token each report carries (0: the task takes none)."""
+        if self.issuer_public_key is None:
+            return 0
+        from veil.invite.token import TOKEN_SIZE
+
+        return TOKEN_SIZE
 
     def report_horizon(self, now: float) -> int | None:
         """Reports with a time before this are expired (None: reports never expire)."""
@@ -568,6 +589,8 @@ class Task:
         for key in ("leader_ca_sha256", "helper_ca_sha256"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
+        if self.issuer_public_key is not None:
+            d["issuer_public_key"] = b64e(self.issuer_public_key)
         d.update(self._secrets())
         return d
 
@@ -623,6 +646,9 @@ class Task:
             report_expiry_age=t.optional_integer("report_expiry_age"),
             leader_ca_sha256=t.optional_text("leader_ca_sha256"),
             helper_ca_sha256=t.optional_text("helper_ca_sha256"),
+            issuer_public_key=(
+                _bytes(t, "issuer_public_key") if "issuer_public_key" in t.data else None
+            ),
         )
         secrets_ = cls._secrets_from(t, config)
         try:
@@ -834,6 +860,7 @@ def new_task(
     report_expiry_age: int | None = None,
     leader_ca_sha256: str | None = None,
     helper_ca_sha256: str | None = None,
+    issuer_public_key: bytes | None = None,
 ) -> TaskFiles:
     """Fresh ids, keys and tokens, split into each party's view of the task."""
     collector_kp = generate_keypair(secrets.randbelow(256))
@@ -854,6 +881,7 @@ def new_task(
         report_expiry_age=report_expiry_age,
         leader_ca_sha256=leader_ca_sha256,
         helper_ca_sha256=helper_ca_sha256,
+        issuer_public_key=issuer_public_key,
     )
     public = client._public_fields()
     verify_key = secrets.token_bytes(verify_key_size)

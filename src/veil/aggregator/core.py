@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from veil.aggregator.errors import (
     BatchTooLarge,
     InvalidMessage,
+    InvalidToken,
     ReportRejection,
     ReportTimeRejected,
     Unauthenticated,
@@ -38,6 +39,7 @@ from veil.hpke import (
     HpkeKeypair,
     open_,
 )
+from veil.invite.token import TokenError, Verifier
 from veil.messages import REPORT_ID_SIZE
 from veil.metrics import Metrics
 from veil.task import (
@@ -72,6 +74,7 @@ VDAF_VERIFY_ERROR = ReportRejection.VDAF_VERIFY_ERROR
 REPORT_TOO_EARLY = ReportRejection.REPORT_TOO_EARLY
 TASK_EXPIRED = ReportRejection.TASK_EXPIRED
 INVALID_MESSAGE = ReportRejection.INVALID_MESSAGE
+INVALID_TOKEN = ReportRejection.INVALID_TOKEN
 REPORT_DROPPED = ReportRejection.REPORT_DROPPED
 
 
@@ -91,11 +94,13 @@ class ReportSizes:
     enc: int = ENC_SIZE
 
     @staticmethod
-    def of(vdaf: Prio3[Any, Any]) -> ReportSizes:
+    def of(vdaf: Prio3[Any, Any], token_size: int = 0) -> ReportSizes:
+        """The sizes for `vdaf`; a task with invitations seals a token of
+        `token_size` bytes after the helper's input share."""
         return ReportSizes(
             public_share=vdaf.public_share_size(),
             leader_payload=vdaf.input_share_size(0) + AEAD_TAG_SIZE,
-            helper_payload=vdaf.input_share_size(1) + AEAD_TAG_SIZE,
+            helper_payload=vdaf.input_share_size(1) + token_size + AEAD_TAG_SIZE,
             verifier_share=vdaf.verifier_share_size(),
         )
 
@@ -216,6 +221,34 @@ def check_report_time(task: Task, report_time: int, now: float) -> None:
             f"report time {report_time} is older than the task's report_expiry_age of"
             f" {task.report_expiry_age} s: the report has expired"
         )
+
+
+def check_token(task: Task, token: bytes, report_id: bytes, where: str) -> None:
+    """Raises InvalidToken unless `token` is valid for this report of `task`
+    (a task with invitations): one RSA verification (veil.invite.token)."""
+    assert task.issuer_public_key is not None
+    if not token:
+        raise InvalidToken(
+            f"{where} carries no invitation token; this survey takes answers from invited"
+            " respondents only"
+        )
+    try:
+        Verifier(task.issuer_public_key).check(token, task.task_id, report_id)
+    except TokenError as e:
+        raise InvalidToken(f"{where}: invalid invitation token: {e}") from None
+
+
+def split_helper_share(task: Task, report_id: bytes, plaintext: bytes) -> bytes | None:
+    """The helper's input share of a task with invitations, once the token
+    sealed after it checks out for this report; None if it does not."""
+    size = task.token_size
+    if len(plaintext) < size:
+        return None
+    try:
+        check_token(task, plaintext[-size:], report_id, "the report")
+    except InvalidToken:
+        return None
+    return plaintext[:-size]
 
 
 def job_deltas(
@@ -348,7 +381,7 @@ class AggregatorBase(Generic[AT]):
         # is in place before the task becomes visible in `tasks`.
         self.vdafs.update(vdafs)
         self.batch_vdafs.update({tid: BatchPrio3(v) for tid, v in vdafs.items()})
-        self.sizes.update({tid: ReportSizes.of(v) for tid, v in vdafs.items()})
+        self.sizes.update({tid: ReportSizes.of(v, new[tid].token_size) for tid, v in vdafs.items()})
         self.bounds.update(bounds)
         self.tasks = {**self.tasks, **new}
         return list(new.values())

@@ -61,6 +61,12 @@ class WrongLength(InvalidMessage):
     """A report part whose size is not the one its task's VDAF and HPKE suite fix."""
 
 
+class InvalidToken(AggregatorError):
+    """A report of a task with invitations without a valid token for it."""
+
+    status = "PERMISSION_DENIED"
+
+
 class ReportTimeRejected(AggregatorError):
     """Too far in the future, or outside the task's validity window."""
 
@@ -186,6 +192,7 @@ class ReportRejection(enum.StrEnum):
     REPORT_TOO_EARLY = "report_too_early"
     TASK_EXPIRED = "task_expired"
     INVALID_MESSAGE = "invalid_message"
+    INVALID_TOKEN = "invalid_token"
     # Leader only, never on the wire: the job's error is recorded with the job.
     JOB_FAILED = "job_failed"
 

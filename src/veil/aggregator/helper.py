@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from veil.aggregator.core import (
     BATCH_COLLECTED,
     INVALID_MESSAGE,
+    INVALID_TOKEN,
     REPORT_DROPPED,
     REPORT_REPLAYED,
     REPORT_TOO_EARLY,
@@ -35,6 +36,7 @@ from veil.aggregator.core import (
     job_deltas,
     rejection_reason,
     share_merge,
+    split_helper_share,
 )
 from veil.aggregator.errors import (
     BatchCollected,
@@ -70,7 +72,8 @@ log = logging.getLogger(__name__)
 
 MAX_JOB_SIZE = 10_000
 # Refusals after which the report's id is not recorded as seen (see _verify).
-_NOT_RECORDED = (INVALID_MESSAGE, REPORT_TOO_EARLY)
+# An invalid token is not recorded either: nothing of the report was counted.
+_NOT_RECORDED = (INVALID_MESSAGE, REPORT_TOO_EARLY, INVALID_TOKEN)
 # How often a job is checked again when its commit finds that another job
 # aggregated some of its reports, or a collection closed one of its buckets,
 # after it read the store; each time, the reports it lost are refused.
@@ -308,6 +311,11 @@ class Helper(AggregatorBase[HelperTask]):
         plaintext = self.open_share(self.keypair(ct.config_id), ct, info)
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
+        if task.issuer_public_key is not None:
+            share = split_helper_share(task, it.report_id, plaintext)
+            if share is None:
+                return INVALID_TOKEN, b""
+            return None, share
         return None, plaintext
 
     # --- collection -------------------------------------------------------

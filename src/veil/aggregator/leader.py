@@ -38,6 +38,7 @@ from veil.aggregator.core import (
     check_batch_size,
     check_interval,
     check_report_time,
+    check_token,
     check_window_closed,
     job_deltas,
     rejection_reason,
@@ -232,7 +233,7 @@ class Leader(AggregatorBase[LeaderTask]):
         # Sized before the tasks become visible to the driver.
         for tid, t in tasks.items():
             if tid not in self.job_sizes:
-                sizes = ReportSizes.of(t.vdaf.instantiate())
+                sizes = ReportSizes.of(t.vdaf.instantiate(), t.token_size)
                 self.job_sizes[tid] = max(
                     1, min(self.job_size, self.max_job_bytes // sizes.job_item_bytes())
                 )
@@ -277,6 +278,10 @@ class Leader(AggregatorBase[LeaderTask]):
             if r.report_id in seen:
                 raise InvalidMessage(f"{where} appears twice in one upload")
             seen.add(r.report_id)
+            if task.issuer_public_key is not None:
+                check_token(task, r.token, r.report_id, where)
+            elif r.token:
+                raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
             try:
                 sizes.check(r.public_share, r.leader_ct, r.helper_ct)
             except WrongLength as e:

@@ -194,6 +194,7 @@ REJECTION_TO_PB: dict[ReportRejection, int] = {
     ReportRejection.REPORT_TOO_EARLY: helper_pb2.REPORT_TOO_EARLY,
     ReportRejection.TASK_EXPIRED: helper_pb2.TASK_EXPIRED,
     ReportRejection.INVALID_MESSAGE: helper_pb2.INVALID_MESSAGE,
+    ReportRejection.INVALID_TOKEN: helper_pb2.INVALID_TOKEN,
 }
 REJECTION_FROM_PB: dict[int, ReportRejection] = {v: k for k, v in REJECTION_TO_PB.items()}
 

@@ -33,12 +33,14 @@ def seal_report(
     helper_share: bytes,
     leader_config: HpkeConfig,
     helper_config: HpkeConfig,
+    token: bytes = b"",
 ) -> Report:
     """A report from encoded shares, each sealed as an honest client seals it.
 
     The shares need not come from an honest sharding: tests build reports
     with tampered shares or proofs this way and check that the aggregators
-    reject them.
+    reject them. A `token` (a task with invitations) travels in the clear
+    for the leader and sealed after the helper's share for the helper.
     """
     leader_ct = seal(
         leader_config,
@@ -48,9 +50,9 @@ def seal_report(
     helper_ct = seal(
         helper_config,
         input_share_info(ROLE_HELPER, task_id, report_id, time, public_share),
-        helper_share,
+        helper_share + token,
     )
-    return Report(report_id, time, public_share, leader_ct, helper_ct)
+    return Report(report_id, time, public_share, leader_ct, helper_ct, token)
 
 
 def randomize_measurements(task: Task, measurements: Sequence[Any]) -> Sequence[Any]:
@@ -76,10 +78,15 @@ def prepare_reports(
     report_time: int,
     *,
     batch: BatchPrio3[Any, Any] | None = None,
+    report_ids: Sequence[bytes] | None = None,
+    tokens: Sequence[bytes] | None = None,
 ) -> list[Report]:
     """Shard (on the batched path) and seal `measurements`, each with a fresh
     random report id, at `report_time` rounded down to the task's
     time_precision.
+
+    A task with invitations needs `tokens`, one per measurement, issued for
+    `report_ids` chosen beforehand (veil.invite.client).
 
     Raises ValueError, naming the report, on an invalid measurement. Pass
     `batch` (a `BatchPrio3` of the task's VDAF) to reuse one across calls;
@@ -95,7 +102,14 @@ def prepare_reports(
     measurements = randomize_measurements(task, measurements)
     t = report_time - report_time % task.time_precision
     n = len(measurements)
-    report_ids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(n)]
+    if report_ids is None:
+        report_ids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(n)]
+    if tokens is None:
+        if task.issuer_public_key is not None:
+            raise ValueError("this survey takes answers from invited respondents only")
+        tokens = [b""] * n
+    if len(report_ids) != n or len(tokens) != n:
+        raise ValueError("one report id and one token per measurement")
     rands = [secrets.token_bytes(batch.vdaf.RAND_SIZE) for _ in range(n)]
     sharded = batch.shard_batch(vdaf_ctx(task.task_id), measurements, report_ids, rands)
     return [
@@ -108,6 +122,7 @@ def prepare_reports(
             sharded.input_shares[1][i],
             leader_config,
             helper_config,
+            tokens[i],
         )
         for i, report_id in enumerate(report_ids)
     ]

@@ -82,6 +82,10 @@ class Report:
     public_share: bytes
     leader_ct: Ciphertext
     helper_ct: Ciphertext
+    # The invitation token for a task with invitations (veil.invite.token),
+    # checked by the leader at upload and not stored; the helper checks its
+    # own copy, sealed inside its input share. Empty for other tasks.
+    token: bytes = b""
 
 
 __all__ = [

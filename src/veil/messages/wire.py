@@ -35,6 +35,7 @@ def report_to_pb(report: Report) -> leader_pb2.Report:
         public_share=report.public_share,
         leader_encrypted_input_share=ciphertext_to_pb(report.leader_ct),
         helper_encrypted_input_share=ciphertext_to_pb(report.helper_ct),
+        token=report.token,
     )
 
 
@@ -46,6 +47,7 @@ def report_from_pb(msg: leader_pb2.Report, what: str) -> Report:
         msg.public_share,
         ciphertext_from_pb(msg.leader_encrypted_input_share, what),
         ciphertext_from_pb(msg.helper_encrypted_input_share, what),
+        msg.token,
     )
 
 

@@ -21,6 +21,7 @@ class ReportError(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPORT_TOO_EARLY: _ClassVar[ReportError]
     TASK_EXPIRED: _ClassVar[ReportError]
     INVALID_MESSAGE: _ClassVar[ReportError]
+    INVALID_TOKEN: _ClassVar[ReportError]
 REPORT_ERROR_UNSPECIFIED: ReportError
 BATCH_COLLECTED: ReportError
 REPORT_REPLAYED: ReportError
@@ -32,6 +33,7 @@ VDAF_VERIFY_ERROR: ReportError
 REPORT_TOO_EARLY: ReportError
 TASK_EXPIRED: ReportError
 INVALID_MESSAGE: ReportError
+INVALID_TOKEN: ReportError
 
 class ReportShare(_message.Message):
     __slots__ = ("metadata", "public_share", "encrypted_input_share")

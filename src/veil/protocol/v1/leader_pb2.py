@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from veil.protocol.v1 import messages_pb2 as veil_dot_protocol_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dveil/protocol/v1/leader.proto\x12\x10veil.protocol.v1\x1a\x1fveil/protocol/v1/messages.proto\"\"\n\x0fTaskInfoRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\"\xa1\x01\n\x08TaskInfo\x12;\n\x15\x63ollector_hpke_config\x18\x01 \x01(\x0b\x32\x1c.veil.protocol.v1.HpkeConfig\x12\x0f\n\x07reports\x18\x02 \x01(\x04\x12\x10\n\x08rejected\x18\x03 \x01(\x04\x12\x1c\n\x14\x63ollections_finished\x18\x04 \x01(\r\x12\x17\n\x0f\x63ounts_withheld\x18\x05 \x01(\x08\"\xe2\x01\n\x06Report\x12\x32\n\x08metadata\x18\x01 \x01(\x0b\x32 .veil.protocol.v1.ReportMetadata\x12\x14\n\x0cpublic_share\x18\x02 \x01(\x0c\x12\x46\n\x1cleader_encrypted_input_share\x18\x03 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\x12\x46\n\x1chelper_encrypted_input_share\x18\x04 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\"K\n\rUploadRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12)\n\x07reports\x18\x02 \x03(\x0b\x32\x18.veil.protocol.v1.Report\"6\n\x0eUploadResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r\x12\x12\n\nduplicates\x18\x02 \x01(\r\"y\n\x17\x43reateCollectionRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x03 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\"B\n\x14GetCollectionRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\"\xa8\x03\n\rCollectionJob\x12\x34\n\x05state\x18\x01 \x01(\x0e\x32%.veil.protocol.v1.CollectionJob.State\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x03 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\x12\x14\n\x0creport_count\x18\x04 \x01(\x04\x12\x44\n\x1aleader_encrypted_agg_share\x18\x05 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\x12\x44\n\x1ahelper_encrypted_agg_share\x18\x06 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\x12\x12\n\nerror_code\x18\x07 \x01(\r\x12\x15\n\rerror_message\x18\x08 \x01(\t\"E\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0c\n\x08\x46INISHED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x32\xbc\x03\n\x06Leader\x12V\n\rGetHpkeConfig\x12#.veil.protocol.v1.HpkeConfigRequest\x1a .veil.protocol.v1.HpkeConfigList\x12R\n\rUploadReports\x12\x1f.veil.protocol.v1.UploadRequest\x1a .veil.protocol.v1.UploadResponse\x12^\n\x10\x43reateCollection\x12).veil.protocol.v1.CreateCollectionRequest\x1a\x1f.veil.protocol.v1.CollectionJob\x12X\n\rGetCollection\x12&.veil.protocol.v1.GetCollectionRequest\x1a\x1f.veil.protocol.v1.CollectionJob\x12L\n\x0bGetTaskInfo\x12!.veil.protocol.v1.TaskInfoRequest\x1a\x1a.veil.protocol.v1.TaskInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dveil/protocol/v1/leader.proto\x12\x10veil.protocol.v1\x1a\x1fveil/protocol/v1/messages.proto\"\"\n\x0fTaskInfoRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\"\xa1\x01\n\x08TaskInfo\x12;\n\x15\x63ollector_hpke_config\x18\x01 \x01(\x0b\x32\x1c.veil.protocol.v1.HpkeConfig\x12\x0f\n\x07reports\x18\x02 \x01(\x04\x12\x10\n\x08rejected\x18\x03 \x01(\x04\x12\x1c\n\x14\x63ollections_finished\x18\x04 \x01(\r\x12\x17\n\x0f\x63ounts_withheld\x18\x05 \x01(\x08\"\xf1\x01\n\x06Report\x12\x32\n\x08metadata\x18\x01 \x01(\x0b\x32 .veil.protocol.v1.ReportMetadata\x12\x14\n\x0cpublic_share\x18\x02 \x01(\x0c\x12\x46\n\x1cleader_encrypted_input_share\x18\x03 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\x12\x46\n\x1chelper_encrypted_input_share\x18\x04 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\x12\r\n\x05token\x18\x05 \x01(\x0c\"K\n\rUploadRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12)\n\x07reports\x18\x02 \x03(\x0b\x32\x18.veil.protocol.v1.Report\"6\n\x0eUploadResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r\x12\x12\n\nduplicates\x18\x02 \x01(\r\"y\n\x17\x43reateCollectionRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x03 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\"B\n\x14GetCollectionRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\"\xa8\x03\n\rCollectionJob\x12\x34\n\x05state\x18\x01 \x01(\x0e\x32%.veil.protocol.v1.CollectionJob.State\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x03 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\x12\x14\n\x0creport_count\x18\x04 \x01(\x04\x12\x44\n\x1aleader_encrypted_agg_share\x18\x05 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\x12\x44\n\x1ahelper_encrypted_agg_share\x18\x06 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\x12\x12\n\nerror_code\x18\x07 \x01(\r\x12\x15\n\rerror_message\x18\x08 \x01(\t\"E\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0c\n\x08\x46INISHED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x32\xbc\x03\n\x06Leader\x12V\n\rGetHpkeConfig\x12#.veil.protocol.v1.HpkeConfigRequest\x1a .veil.protocol.v1.HpkeConfigList\x12R\n\rUploadReports\x12\x1f.veil.protocol.v1.UploadRequest\x1a .veil.protocol.v1.UploadResponse\x12^\n\x10\x43reateCollection\x12).veil.protocol.v1.CreateCollectionRequest\x1a\x1f.veil.protocol.v1.CollectionJob\x12X\n\rGetCollection\x12&.veil.protocol.v1.GetCollectionRequest\x1a\x1f.veil.protocol.v1.CollectionJob\x12L\n\x0bGetTaskInfo\x12!.veil.protocol.v1.TaskInfoRequest\x1a\x1a.veil.protocol.v1.TaskInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,19 +37,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKINFO']._serialized_start=121
   _globals['_TASKINFO']._serialized_end=282
   _globals['_REPORT']._serialized_start=285
-  _globals['_REPORT']._serialized_end=511
-  _globals['_UPLOADREQUEST']._serialized_start=513
-  _globals['_UPLOADREQUEST']._serialized_end=588
-  _globals['_UPLOADRESPONSE']._serialized_start=590
-  _globals['_UPLOADRESPONSE']._serialized_end=644
-  _globals['_CREATECOLLECTIONREQUEST']._serialized_start=646
-  _globals['_CREATECOLLECTIONREQUEST']._serialized_end=767
-  _globals['_GETCOLLECTIONREQUEST']._serialized_start=769
-  _globals['_GETCOLLECTIONREQUEST']._serialized_end=835
-  _globals['_COLLECTIONJOB']._serialized_start=838
-  _globals['_COLLECTIONJOB']._serialized_end=1262
-  _globals['_COLLECTIONJOB_STATE']._serialized_start=1193
-  _globals['_COLLECTIONJOB_STATE']._serialized_end=1262
-  _globals['_LEADER']._serialized_start=1265
-  _globals['_LEADER']._serialized_end=1709
+  _globals['_REPORT']._serialized_end=526
+  _globals['_UPLOADREQUEST']._serialized_start=528
+  _globals['_UPLOADREQUEST']._serialized_end=603
+  _globals['_UPLOADRESPONSE']._serialized_start=605
+  _globals['_UPLOADRESPONSE']._serialized_end=659
+  _globals['_CREATECOLLECTIONREQUEST']._serialized_start=661
+  _globals['_CREATECOLLECTIONREQUEST']._serialized_end=782
+  _globals['_GETCOLLECTIONREQUEST']._serialized_start=784
+  _globals['_GETCOLLECTIONREQUEST']._serialized_end=850
+  _globals['_COLLECTIONJOB']._serialized_start=853
+  _globals['_COLLECTIONJOB']._serialized_end=1277
+  _globals['_COLLECTIONJOB_STATE']._serialized_start=1208
+  _globals['_COLLECTIONJOB_STATE']._serialized_end=1277
+  _globals['_LEADER']._serialized_start=1280
+  _globals['_LEADER']._serialized_end=1724
 # @@protoc_insertion_point(module_scope)

@@ -29,16 +29,18 @@ class TaskInfo(_message.Message):
     def __init__(self, collector_hpke_config: _Optional[_Union[_messages_pb2.HpkeConfig, _Mapping]] = ..., reports: _Optional[int] = ..., rejected: _Optional[int] = ..., collections_finished: _Optional[int] = ..., counts_withheld: _Optional[bool] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("metadata", "public_share", "leader_encrypted_input_share", "helper_encrypted_input_share")
+    __slots__ = ("metadata", "public_share", "leader_encrypted_input_share", "helper_encrypted_input_share", "token")
     METADATA_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_SHARE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ENCRYPTED_INPUT_SHARE_FIELD_NUMBER: _ClassVar[int]
     HELPER_ENCRYPTED_INPUT_SHARE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     metadata: _messages_pb2.ReportMetadata
     public_share: bytes
     leader_encrypted_input_share: _messages_pb2.HpkeCiphertext
     helper_encrypted_input_share: _messages_pb2.HpkeCiphertext
-    def __init__(self, metadata: _Optional[_Union[_messages_pb2.ReportMetadata, _Mapping]] = ..., public_share: _Optional[bytes] = ..., leader_encrypted_input_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ..., helper_encrypted_input_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ...) -> None: ...
+    token: bytes
+    def __init__(self, metadata: _Optional[_Union[_messages_pb2.ReportMetadata, _Mapping]] = ..., public_share: _Optional[bytes] = ..., leader_encrypted_input_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ..., helper_encrypted_input_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ..., token: _Optional[bytes] = ...) -> None: ...
 
 class UploadRequest(_message.Message):
     __slots__ = ("task_id", "reports")
