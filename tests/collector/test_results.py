@@ -12,7 +12,7 @@ from pathlib import Path
 
 from veil.collector import CollectionResult
 from veil.collector.results import BANNER, question_results, summary_lines
-from veil.collector.survey import results_csv, write_results
+from veil.collector.survey import State, results_csv, write_results
 from veil.dp.accounting import Guarantee
 from veil.survey import parse_survey
 
@@ -191,3 +191,19 @@ def test_add_remove_keeps_the_noisy_sums_and_the_count() -> None:
     (row,) = mean.rows
     assert 0 <= row.ci_low <= row.estimate <= row.ci_high <= 120
     assert [s.label for s in mean.raw_sums] == ["sum", "count"]
+
+
+def test_results_and_state_are_not_written_through_planted_links(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's file\n")
+    out = tmp_path / "results"
+    out.mkdir()
+    for name in ("results.json", "report.html", "state.json"):
+        (out / name).symlink_to(victim)
+    survey = parse_survey(SURVEY)
+    write_results(survey, seven(), out)
+    State(survey.id, 0, 3600).save(out / "state.json")
+    assert victim.read_text() == "someone else's file\n"
+    for name in ("results.json", "report.html", "state.json"):
+        assert not (out / name).is_symlink()
+    assert json.loads((out / "state.json").read_text())["survey"] == survey.id

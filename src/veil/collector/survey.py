@@ -33,6 +33,7 @@ from veil.collector.collector import (
     Collector,
 )
 from veil.collector.results import BANNER, QuestionResults, Row, question_results
+from veil.files import replace_file
 from veil.survey import Survey, SurveyError, load_survey
 from veil.task import CollectorTask, TaskError, load_task
 from veil.times import format_duration, format_time
@@ -82,12 +83,8 @@ class State:
 
     def save(self, path: Path) -> None:
         """Atomically and durably: a job id must be on disk before its job exists."""
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        # Written beside it and renamed over it, never through a link at its name.
+        replace_file(path, json.dumps(self.to_json(), indent=2).encode())
         fd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -364,6 +361,7 @@ def write_results(
     out = Path(out)
     from veil.collector.report_page import report_html
 
-    (out / "results.json").write_text(results_json(results), encoding="utf-8")
-    (out / "results.csv").write_text(results_csv(results), encoding="utf-8")
-    (out / "report.html").write_text(report_html(survey, results), encoding="utf-8")
+    # Each replaced by a rename, never written through a link at its name.
+    replace_file(out / "results.json", results_json(results).encode())
+    replace_file(out / "results.csv", results_csv(results).encode())
+    replace_file(out / "report.html", report_html(survey, results).encode())
