@@ -613,3 +613,29 @@ def test_a_reused_report_id_with_other_content_is_409(site: SurveyServers) -> No
     status, doc = post_json(site.url + "reports", {"reports": [other]})
     assert status == 409, doc
     assert "reload the page" in doc["error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--max-per-address", "0"), "--max-per-address must be at least 1"),
+        (("--max-connections", "-5"), "--max-connections must be at least 1"),
+        (("--read-timeout", "0"), "--read-timeout must be more than 0"),
+        (("--read-timeout", "nan"), "--read-timeout must be more than 0"),
+        (("--read-timeout", "inf"), "--read-timeout must be more than 0"),
+        (("--proxy-header", "X Forwarded: 1"), "is not a header name"),
+        (("--proxy-header", ""), "is not a header name"),
+        (("--trusted-proxy", "127.0.0.1"), "give --proxy-header"),
+        (("--proxy-header", "X-Real-IP", "--trusted-proxy", "proxy.local"), "not an IP address"),
+    ],
+)
+def test_cli_refuses_bad_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
+) -> None:
+    # No survey directory is read before the options are checked.
+    code = veil_main(
+        ["survey", "serve", "--survey-dir", str(tmp_path), "--listen", "127.0.0.1:8000", *args]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("veil survey serve: ") and err.count("\n") == 1
+    assert message in err, err
