@@ -355,6 +355,20 @@ def test_the_client_waits_as_advised_then_gives_the_advice_back(served: Served) 
         assert client.upload_batch([1, 0], T).accepted == 2
 
 
+def test_an_outbox_keeps_refused_reports_with_the_advice(served: Served, tmp_path: Path) -> None:
+    _fill(served)
+    outbox = str(tmp_path / "reports.outbox")
+    with Client(served.files.client, outbox=outbox, retries=0) as client:
+        result = client.upload_batch([1, 0, 1], T)
+        assert (result.accepted, result.pending, result.retry_after) == (0, 3, 0.3)
+        assert result.error is not None and "UNAVAILABLE" in result.error
+        assert served.leaders.stored() == 5
+        served.leaders.aggregate()
+        result = client.flush()
+        assert (result.accepted, result.pending, result.retry_after) == (3, 0, None)
+    assert served.leaders.stored() == 8
+
+
 def test_the_async_client_waits_as_advised(served: Served) -> None:
     _fill(served)
 

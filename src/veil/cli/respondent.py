@@ -60,7 +60,12 @@ def _say_result(result: Any) -> int:
         if n
     ]
     print("; ".join([line, *extra]))
-    if result.error is not None:
+    if result.error is not None and result.retry_after is not None:
+        print(
+            f"the leader is busy, flush again in {result.retry_after:g} s or later: {result.error}",
+            file=sys.stderr,
+        )
+    elif result.error is not None:
         print(f"the leader is unreachable, flush later: {result.error}", file=sys.stderr)
     return 1 if result.pending or result.refused else 0
 

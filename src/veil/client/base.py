@@ -49,7 +49,9 @@ class UploadResult:
     such as an unknown task; `error` says why); `refused`, reports the
     leader refused for their own sake (malformed, out of range, a reused
     id: kept in the outbox, never resent); `expired`, reports dropped
-    unsent because they passed the task's report_expiry_age.
+    unsent because they passed the task's report_expiry_age; `retry_after`,
+    the leader's advice (seconds) on when to flush again, when it refused
+    for a full backlog.
     """
 
     accepted: int
@@ -58,6 +60,7 @@ class UploadResult:
     refused: int = 0
     expired: int = 0
     error: str | None = None
+    retry_after: float | None = None
 
 
 # The leader refuses an upload of more than 10,000 reports or more than its
@@ -263,6 +266,7 @@ class ClientBase:
             log.warning("outbox: dropped %d reports past the task's report_expiry_age", expired)
         accepted = duplicates = refused = 0
         error: str | None = None
+        retry_after: float | None = None
         after = 0
         while error is None:
             rows = box.pending(task_id, self.batch_size, after)
@@ -286,6 +290,7 @@ class ClientBase:
                         done.append(report.report_id)
                     elif not _refuses_report(result):
                         error = str(result)
+                        retry_after = result.retry_after
                     else:
                         log.warning("outbox: the leader refused a report for good: %s", result)
                         box.refuse(task_id, report.report_id, str(result))
@@ -301,7 +306,7 @@ class ClientBase:
         pending = box.pending_count(task_id)
         if error is not None:
             log.warning("outbox: %d reports kept for a later flush: %s", pending, error)
-        return UploadResult(accepted, duplicates, pending, refused, expired, error)
+        return UploadResult(accepted, duplicates, pending, refused, expired, error, retry_after)
 
 
 def advance(plan: Generator[list[Report], Sent, UploadResult], sent: Sent | None) -> Step:
