@@ -160,3 +160,14 @@ def test_sweep_without_plot_prints_a_table_and_writes_nothing(
     assert [line.split()[:2] for line in out[3:5]] == [["remote", "1"], ["remote", "4"]]
     assert len(out) == 3 + 5 * 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_number_epsilon_is_refused_in_one_line_of_our_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from veil.cli import main
+
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    assert main(["simulate", "--survey", example, "--epsilon", "one"]) == 2
+    err = capsys.readouterr().err
+    assert err == "veil simulate: --epsilon: not a number: 'one'\n"

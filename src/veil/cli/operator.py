@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The example survey, simulated end to end through real servers."""
-    from fractions import Fraction
 
     from veil.demo import (
         example_survey,
@@ -49,7 +48,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     survey = example_survey()
     try:
         if args.local_epsilon is not None:
-            survey = with_local_epsilon(survey, Fraction(args.local_epsilon))
+            survey = with_local_epsilon(survey, _number(args.local_epsilon, "--local-epsilon"))
         costs = local_costs(survey, args.respondents)
     except (DPError, ValueError, ZeroDivisionError) as e:
         print(f"veil demo: {e}", file=sys.stderr)
@@ -200,7 +199,6 @@ def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """A user's survey, simulated end to end through real servers."""
-    from fractions import Fraction
 
     from veil.demo import (
         expected_errors,
@@ -221,9 +219,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         survey = load(args.survey)
         if args.epsilon is not None:
-            survey = with_epsilon(survey, Fraction(args.epsilon))
+            survey = with_epsilon(survey, _number(args.epsilon, "--epsilon"))
         if args.local_epsilon is not None:
-            survey = with_local_epsilon(survey, Fraction(args.local_epsilon))
+            survey = with_local_epsilon(survey, _number(args.local_epsilon, "--local-epsilon"))
         costs = local_costs(survey, args.respondents)
     except (SurveyError, DPError, ValueError, ZeroDivisionError) as e:
         print(f"veil simulate: {e}", file=sys.stderr)
@@ -276,6 +274,15 @@ def _respondents(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _number(text: str, option: str) -> Fraction:
+    """An option's number, exactly; ValueError in our words ("--epsilon: not a
+    number: 'one'"), for the command's one-line refusal."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"{option}: not a number: {text!r}") from None
 
 
 def _share(text: str) -> Fraction:
@@ -538,7 +545,6 @@ def register(
     demo.add_argument("--json", action="store_true", help="print one JSON list instead")
     demo.add_argument(
         "--local-epsilon",
-        type=_positive_number,
         help="randomized response at this ε_L on every question, before sharding",
     )
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -554,13 +560,11 @@ def register(
     )
     sim.add_argument(
         "--epsilon",
-        type=_positive_number,
         help="override the survey's total ε (a survey composed under zCDP: the ε of its"
         " (ε, δ), solved for ρ at the survey's δ)",
     )
     sim.add_argument(
         "--local-epsilon",
-        type=_positive_number,
         help="randomized response at this ε_L on every question (overrides the survey's); "
         "the expected error with and without it is printed per question",
     )
