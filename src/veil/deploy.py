@@ -7,6 +7,8 @@ survey needs, each party's in its own directory.
     OUT/helper/      helper.toml, tasks/<question>.toml   (organisation B)
     OUT/collector/   <question>.toml, survey.toml          (the survey operator)
     OUT/client/      <question>.toml, survey.json          (public: ship with the client)
+    OUT/issuer/      keys.pem, issuer.db                   (the survey operator; only
+                                                            with `invitations = true`)
 
 client/survey.json is the public survey description (`veil.survey.public_description`
 documents its format): texts, options, window; collector/survey.toml is the
@@ -19,6 +21,12 @@ readable by their owner only (they hold the verify key, tokens and the
 collector's HPKE private key); the client files are public. With TLS the
 server configs name certificate files under each server's ``tls/`` directory;
 each organisation puts its own certificates there.
+
+A survey with `invitations = true` gets one RSA-2048 issuer key per
+question (veil.invite): the private keys in issuer/keys.pem, each public key
+in its question's task files (all four roles) and survey.json. A key per
+question, not one for the survey, so that a token issued for one question
+cannot be spent on another: one invitation, at most one report per question.
 """
 
 from __future__ import annotations
@@ -140,10 +148,26 @@ def deploy_survey(
         d.mkdir(mode=PUBLIC_DIR if name == "client" else PRIVATE_DIR)
     for role in ("leader", "helper"):
         (dirs[role] / "tasks").mkdir(mode=PRIVATE_DIR)
+    specs = task_specs(survey)
+    issuer_keys = {}
+    if survey.invitations:
+        from veil.invite import blindrsa
+        from veil.invite.issuer import write_keys
+
+        issuer_keys = {qid: blindrsa.generate_key() for qid in specs}
+        (out / "issuer").mkdir(mode=PRIVATE_DIR)
+        write_keys(out / "issuer", list(issuer_keys.values()))
 
     task_names = []
     task_ids = {}
-    for qid, (vdaf, dp, kwargs) in task_specs(survey).items():
+    for qid, (vdaf, dp, kwargs) in specs.items():
+        if qid in issuer_keys:
+            from veil.invite.token import public_key_bytes
+
+            kwargs = {
+                **kwargs,
+                "issuer_public_key": public_key_bytes(issuer_keys[qid].public_key()),
+            }
         files = new_task(
             vdaf,
             leader,
@@ -165,6 +189,14 @@ def deploy_survey(
         _toml(dirs["client"] / f"{qid}.toml", files.client.to_dict(), PUBLIC_FILE)
     write_file(dirs["collector"] / "survey.toml", survey_text.encode(), PRIVATE_FILE)
     public = public_description(replace(survey, time_precision=tp), task_ids)
+    if issuer_keys:
+        from veil.invite.token import key_id, public_key_bytes
+        from veil.task import b64e
+
+        for entry in public["questions"]:
+            der = public_key_bytes(issuer_keys[entry["id"]].public_key())
+            entry["issuer_public_key"] = b64e(der)
+            entry["issuer_key_id"] = b64e(key_id(der))
     description = json.dumps(public, indent=2, ensure_ascii=False)
     write_file(dirs["client"] / DESCRIPTION_FILE, description.encode() + b"\n", PUBLIC_FILE)
 

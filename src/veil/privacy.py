@@ -27,6 +27,7 @@ How the numbers follow from what the ledgers enforce:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 from veil.dp.accounting import (
@@ -42,7 +43,24 @@ from veil.task import DpSpec, Task, VdafSpec
 __all__ = ["privacy_statement", "survey_statement", "task_statement"]
 
 TASK_UNIT = "one report"
-SURVEY_UNIT = "one respondent, who submits one report per question"
+SURVEY_UNIT = "one report per question (no invitations: one person may send many)"
+INVITED_UNIT = "one respondent: one invitation, at most one report per question"
+
+_UNINVITED_NOTE = (
+    "Without invitations nothing limits a person to one answer: the guarantee is per "
+    "report, and a person who sends k reports to a question is protected as k "
+    "respondents would be (k times the loss). Require invitations "
+    "(invitations = true) to make the unit one respondent."
+)
+
+_INVITED_NOTE = (
+    "Invitations: each invitation is redeemed once for one anonymous token per "
+    "question (blind RSA signatures), and both aggregators refuse a report without a "
+    "valid unspent token, so the survey's guarantee holds per respondent. The issuer "
+    "cannot link a token to its invitation, nor the aggregators a respondent's reports "
+    "across questions through tokens; what stays linkable is timing and network "
+    "address (when an invitation was redeemed and reports arrived, and from where)."
+)
 
 _SPLIT_NOTE = (
     "Split mode: each aggregator adds only part of the noise, so the collector with one "
@@ -151,6 +169,13 @@ def _survey_local(survey: Survey) -> tuple[Guarantee | None, list[str]]:
 
 def survey_statement(survey: Survey) -> PrivacyStatement:
     """The statement of a survey over its total budget (every question composed)."""
+    statement = _survey_statement(survey)
+    unit = INVITED_UNIT if survey.invitations else SURVEY_UNIT
+    note = _INVITED_NOTE if survey.invitations else _UNINVITED_NOTE
+    return replace(statement, unit=unit, notes=(*statement.notes, note))
+
+
+def _survey_statement(survey: Survey) -> PrivacyStatement:
     total = survey.total
     neighbouring = Neighbouring(survey.neighbouring)
     everyone, local_notes = _survey_local(survey)

@@ -85,6 +85,7 @@ SURVEY_KEYS = (
     "neighbouring",
     "expected_respondents",
     "target_error",
+    "invitations",
 )
 QUESTION_COMMON_KEYS = (
     "id",
@@ -370,6 +371,9 @@ class Survey:
     expected_respondents: int | None = None
     # Half the interval's width aimed at, a share of each range (veil.plan).
     target_error: Fraction | None = None
+    # Answers only from invited respondents (veil.invite): one token per
+    # question per invitation, so the privacy unit is one respondent.
+    invitations: bool = False
 
     @property
     def zcdp(self) -> bool:
@@ -467,6 +471,9 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         raise loc.error(
             None, "time_precision", "`time_precision` must be a number of seconds (1 to a year)"
         )
+    invitations = head.get("invitations", False)
+    if not isinstance(invitations, bool):
+        raise loc.error(None, "invitations", "`invitations` must be true or false")
     skew = head.get("max_clock_skew", DEFAULT_MAX_CLOCK_SKEW)
     if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 86400:
         raise loc.error(
@@ -613,6 +620,7 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         neighbouring=neighbouring,
         expected_respondents=expected,
         target_error=target_error,
+        invitations=invitations,
     )
 
 
@@ -968,6 +976,8 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
     }
     if survey.neighbouring != "replace_one":
         out["neighbouring"] = survey.neighbouring
+    if survey.invitations:
+        out["invitations"] = True
     if survey.rho is not None:
         out["rho"] = str(survey.rho)
         out["delta"] = str(survey.delta or DEFAULT_DELTA)
@@ -1096,6 +1106,7 @@ def load_description(directory: str | Path) -> Description:
         time_precision=_get(doc, "time_precision", int, where),
         max_clock_skew=_get(doc, "max_clock_skew", int, where),
         id=_get(doc, "id", str, where),
+        invitations=_get(doc, "invitations", bool, where) if "invitations" in doc else False,
     )
     return Description(survey, files, ids)
 
@@ -1127,12 +1138,21 @@ class SurveyClient:
 
     A report's time is now, rounded down to the time precision; outside the
     window the call raises WindowClosed before sending anything.
+
+    A survey with invitations (`invitations = true`) takes answers from one
+    invited respondent: give `invitation` (the code) and `issuer` (the URL
+    of the issuer's POST /invitation endpoint). `respond` then redeems the
+    invitation for one token per question (veil.invite.client) before it
+    sends anything; a used invitation raises InvitationError ("This
+    invitation has already been used.").
     """
 
     def __init__(
         self,
         directory: str | Path,
         *,
+        invitation: str | None = None,
+        issuer: str | None = None,
         leader_root_certificates: bytes | None = None,
         helper_root_certificates: bytes | None = None,
         private_key: bytes | None = None,
@@ -1145,6 +1165,15 @@ class SurveyClient:
         self.description = load_description(directory)
         self.survey = self.description.survey
         self.clock = clock
+        if self.survey.invitations and (invitation is None or issuer is None):
+            raise SurveyError(
+                "this survey takes answers from invited respondents only: give the invitation"
+                " code and the issuer's address"
+            )
+        if not self.survey.invitations and invitation is not None:
+            raise SurveyError("this survey does not use invitations")
+        self.invitation = invitation
+        self.issuer = issuer
         self.tasks: dict[str, ClientTask] = {}
         for q in self.survey.questions:
             path = self.description.task_files[q.id]
@@ -1250,6 +1279,8 @@ class SurveyClient:
                 raise AnswerError(f"respondent {n}: {e}") from None
             count += 1
         report_time = self.check_open()
+        if self.survey.invitations:
+            return self._respond_invited(per_question, count, report_time, on_progress)
         sent: dict[str, int] = {}
         for qid, ms in per_question.items():
             if not ms:
@@ -1261,6 +1292,49 @@ class SurveyClient:
                 sent[qid] = sent.get(qid, 0) + len(chunk)
                 if on_progress is not None:
                     on_progress(len(chunk))
+        return Responses(count, sent)
+
+    def _respond_invited(
+        self,
+        per_question: Mapping[str, list[Any]],
+        count: int,
+        report_time: int,
+        on_progress: Callable[[int], None] | None,
+    ) -> Responses:
+        """One invited respondent: redeem, then one report per answered question."""
+        from veil.client import prepare_reports
+        from veil.hpke import ROLE_HELPER, ROLE_LEADER
+        from veil.invite.client import redeem
+
+        if count != 1:
+            raise AnswerError("an invitation is for one respondent: give one set of answers")
+        assert self.invitation is not None and self.issuer is not None
+        qids = [q.id for q in self.survey.questions]
+        tickets = dict(
+            zip(
+                qids,
+                redeem(self.issuer, self.invitation, [self.tasks[q] for q in qids]),
+                strict=True,
+            )
+        )
+        sent: dict[str, int] = {}
+        for qid, ms in per_question.items():
+            if not ms:
+                continue
+            client = self._clients[qid]
+            report = prepare_reports(
+                self.tasks[qid],
+                ms,
+                client.hpke_config(ROLE_LEADER),
+                client.hpke_config(ROLE_HELPER),
+                report_time,
+                report_ids=[tickets[qid].report_id],
+                tokens=[tickets[qid].token],
+            )
+            client.upload_reports(report)
+            sent[qid] = 1
+            if on_progress is not None:
+                on_progress(1)
         return Responses(count, sent)
 
 

@@ -20,11 +20,13 @@ import pytest
 from tests.integration.deployment import Deployment, start_deployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import UploadError, prepare_reports
+from veil.client.prepare import seal_report
+from veil.hpke import HpkeConfig
 from veil.invite import blindrsa
 from veil.invite.token import TOKEN_SIZE, PendingToken, public_key_bytes
 from veil.messages import REPORT_ID_SIZE, Report, vdaf_ctx
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, messages_pb2
-from veil.task import ClientTask, DpSpec, VdafSpec
+from veil.task import ClientTask, DpSpec, LeaderTask, VdafSpec
 
 TP = 3600
 
@@ -126,31 +128,29 @@ def test_a_task_without_invitations_refuses_a_token(dep: Deployment) -> None:
     assert client.upload_reports([report]).accepted == 1
 
 
-def _verify_init(dep: Deployment, helper_token: bytes, rid: bytes) -> helper_pb2.VerifyInit:
-    """A report of q1 as the leader would forward it, with the leader's real
-    verifier share, whose helper share is sealed with `helper_token`."""
-    files = dep.tasks["q1"]
-    client = dep.client("q1")
-    vdaf = files.leader.vdaf.instantiate()
-    ctx = vdaf_ctx(files.leader.task_id)
+def verify_init(
+    leader: LeaderTask, configs: tuple[HpkeConfig, HpkeConfig], helper_token: bytes, rid: bytes
+) -> helper_pb2.VerifyInit:
+    """A report of `leader`'s task as the leader would forward it, with the
+    leader's real verifier share, whose helper share is sealed with
+    `helper_token` (`configs`: the leader's and the helper's HPKE configs)."""
+    vdaf = leader.vdaf.instantiate()
+    ctx = vdaf_ctx(leader.task_id)
     public_share, shares = vdaf.shard(ctx, 1, rid, secrets.token_bytes(vdaf.RAND_SIZE))
     enc_public = vdaf.encode_public_share(public_share)
-    from veil.client.prepare import seal_report
-
-    t = int(time.time()) // TP * TP
+    t = int(time.time()) // leader.time_precision * leader.time_precision
     report = seal_report(
-        files.leader.task_id,
+        leader.task_id,
         rid,
         t,
         enc_public,
         vdaf.encode_input_share(shares[0]),
         vdaf.encode_input_share(shares[1]),
-        client.hpke_config(2),
-        client.hpke_config(3),
+        *configs,
         helper_token,
     )
     _, leader_verifier = vdaf.verify_init(
-        files.leader.verify_key, ctx, 0, None, rid, public_share, shares[0]
+        leader.verify_key, ctx, 0, None, rid, public_share, shares[0]
     )
     return helper_pb2.VerifyInit(
         report_share=helper_pb2.ReportShare(
@@ -166,38 +166,51 @@ def _verify_init(dep: Deployment, helper_token: bytes, rid: bytes) -> helper_pb2
     )
 
 
+def aggregate(
+    helper_address: str, leader: LeaderTask, items: list[helper_pb2.VerifyInit]
+) -> list[helper_pb2.VerifyResp]:
+    """One aggregation job sent straight to the helper, with the leader's token."""
+    auth = (("authorization", f"Bearer {leader.aggregator_token}"),)
+    with grpc.insecure_channel(helper_address) as channel:
+        req = helper_pb2.AggregationJobRequest(
+            task_id=leader.task_id,
+            aggregation_job_id=secrets.token_bytes(16),
+            verify_inits=items,
+        )
+        reply = helper_pb2_grpc.HelperStub(channel).Aggregate(req, metadata=auth, timeout=30)
+        return list(reply.verify_resps)
+
+
+def _verify_init(dep: Deployment, helper_token: bytes, rid: bytes) -> helper_pb2.VerifyInit:
+    client = dep.client("q1")
+    configs = (client.hpke_config(2), client.hpke_config(3))
+    return verify_init(dep.tasks["q1"].leader, configs, helper_token, rid)
+
+
 def test_the_helper_checks_tokens_with_the_leader_bypassed(dep: Deployment) -> None:
     files = dep.tasks["q1"]
     cases, rid = bad_tokens(dep)  # type: ignore[misc]
     inits = [_verify_init(dep, token, rid) for token, _ in cases.values()]
     good_rid = secrets.token_bytes(REPORT_ID_SIZE)
     good = _verify_init(dep, issue(keys()[0], files.leader.task_id, good_rid), good_rid)
-    auth = (("authorization", f"Bearer {files.leader.aggregator_token}"),)
-    with grpc.insecure_channel(dep.helper.address) as channel:
-        stub = helper_pb2_grpc.HelperStub(channel)
 
-        def job(items: list[helper_pb2.VerifyInit]) -> list[helper_pb2.VerifyResp]:
-            req = helper_pb2.AggregationJobRequest(
-                task_id=files.leader.task_id,
-                aggregation_job_id=secrets.token_bytes(16),
-                verify_inits=items,
-            )
-            return list(stub.Aggregate(req, metadata=auth, timeout=30).verify_resps)
+    def job(items: list[helper_pb2.VerifyInit]) -> list[helper_pb2.VerifyResp]:
+        return aggregate(dep.helper.address, files.leader, items)
 
-        for name, resp in zip(cases, job(inits), strict=True):
-            assert resp.WhichOneof("result") == "reject", name
-            assert resp.reject == helper_pb2.INVALID_TOKEN, name
-        # Nothing of them was recorded: the same id with a valid token is new.
-        store = SqliteDatastore(dep.local.root / "helper.db")
-        try:
-            assert store.seen_reports(files.leader.task_id, [rid]) == set()
-        finally:
-            store.close()
-        (ok,) = job([good])
-        assert ok.WhichOneof("result") == "verifier_message"
-        # The spent token (its report id) again, in another job: a replay.
-        (again,) = job([good])
-        assert again.reject == helper_pb2.REPORT_REPLAYED
+    for name, resp in zip(cases, job(inits), strict=True):
+        assert resp.WhichOneof("result") == "reject", name
+        assert resp.reject == helper_pb2.INVALID_TOKEN, name
+    # Nothing of them was recorded: the same id with a valid token is new.
+    store = SqliteDatastore(dep.local.root / "helper.db")
+    try:
+        assert store.seen_reports(files.leader.task_id, [rid]) == set()
+    finally:
+        store.close()
+    (ok,) = job([good])
+    assert ok.WhichOneof("result") == "verifier_message"
+    # The spent token (its report id) again, in another job: a replay.
+    (again,) = job([good])
+    assert again.reject == helper_pb2.REPORT_REPLAYED
 
 
 def test_reports_with_valid_tokens_are_aggregated(dep: Deployment) -> None:

@@ -85,13 +85,16 @@ def test_blind_sign_refuses_out_of_range_and_wrong_length() -> None:
         signer().blind_sign(b"\x01" * 255)
 
 
-def test_finalize_refuses_a_signature_under_another_key() -> None:
+def test_finalize_refuses_a_wrong_blind_signature() -> None:
     pk = key().public_key()
     msg = blindrsa.prepare(b"m")
     b = blindrsa.blind(pk, msg)
-    wrong = blindrsa.Signer(other_key()).blind_sign(b.blinded_msg)
+    genuine = signer().blind_sign(b.blinded_msg)
+    wrong = genuine[:-1] + bytes([genuine[-1] ^ 1])
     with pytest.raises(blindrsa.BlindRSAError, match="does not verify"):
         blindrsa.finalize(pk, msg, wrong, b.inv)
+    with pytest.raises(blindrsa.BlindRSAError, match="below the modulus"):
+        blindrsa.finalize(pk, msg, b"\xff" * 256, b.inv)
 
 
 def _token(task_id: bytes, report_id: bytes, k: rsa.RSAPrivateKey | None = None) -> bytes:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from veil.cli import operator, respondent, server, setup, web
+from veil.cli import invite, operator, respondent, server, setup, web
 
 
 def _version() -> str:
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     operator.register(commands, survey)
     respondent.register(commands, survey)
     web.register(survey)
+    invite.register(survey)
     setup.register(commands)
     server.register(commands)
     return parser

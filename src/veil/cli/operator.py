@@ -122,6 +122,19 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
         f"  {dep.client_dir}/   public, for respondents:  veil survey respond --survey-dir"
         f" {dep.client_dir}"
     )
+    if survey.invitations:
+        issuer = dep.out / "issuer"
+        print(
+            f"  {issuer}/   stays with the survey operator (the issuer's keys):  veil survey"
+            f" invite {dep.out} --count N --out invitations.txt, then veil survey issuer"
+            f" --issuer-dir {issuer} --listen HOST:PORT (or veil survey serve --issuer-dir"
+            f" {issuer})"
+        )
+    else:
+        print(
+            "no invitations: anyone holding the client files may answer, and more than once;"
+            " set invitations = true in [survey] for one answer per respondent"
+        )
     assert survey.opens is not None and survey.closes is not None
     print(
         f"window: {format_time(survey.opens)} to {format_time(survey.closes)}; collect after it"

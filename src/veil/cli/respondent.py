@@ -311,6 +311,7 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from veil.client import UploadError
+    from veil.invite.client import InvitationError
     from veil.survey import AnswerError, SurveyClient, SurveyError
     from veil.trust import TrustError
 
@@ -319,6 +320,8 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
     try:
         client = SurveyClient(
             args.survey_dir,
+            invitation=args.invitation,
+            issuer=args.issuer,
             leader_root_certificates=read_pem(args.leader_ca),
             helper_root_certificates=read_pem(args.helper_ca),
             private_key=read_pem(args.client_key),
@@ -366,6 +369,9 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
         except UploadError as e:
             print(f"{name}: upload failed: {e}", file=sys.stderr)
             return 1
+        except InvitationError as e:
+            print(f"{name}: {e}", file=sys.stderr)
+            return 1
     reports = sum(done.reports.values())
     who = "respondent" if done.respondents == 1 else "respondents"
     print(
@@ -412,6 +418,14 @@ def register(
         "--survey-dir", required=True, help="the client/ directory of the survey's deployment"
     )
     p.add_argument("--answers", metavar="FILE", help="answers file (default: ask on the terminal)")
+    p.add_argument(
+        "--invitation", metavar="CODE", help="your invitation code (a survey with invitations)"
+    )
+    p.add_argument(
+        "--issuer",
+        metavar="URL",
+        help="the issuer's address, e.g. https://survey.example/invitation (with --invitation)",
+    )
     _trust_arguments(p)
     add_retired_ca(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

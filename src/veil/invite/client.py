@@ -1,0 +1,82 @@
+"""A respondent's side of invitations: pick each question's report id,
+blind one token per question, have the issuer sign them for an invitation
+(POST /invitation, veil.invite.http), and unblind.
+
+The report ids are chosen before issuance because each token is bound to
+its report (veil.invite.token); the caller must seal each question's report
+with exactly that id and token.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from veil.invite import blindrsa
+from veil.invite.token import PendingToken
+from veil.messages import REPORT_ID_SIZE
+from veil.task import ClientTask
+
+
+class InvitationError(Exception):
+    """The issuer refused the invitation (the message is the issuer's) or
+    could not be reached."""
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One question's report id and the token bound to it."""
+
+    report_id: bytes
+    token: bytes
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def redeem(
+    issuer_url: str, code: str, tasks: Sequence[ClientTask], timeout: float = 30.0
+) -> list[Ticket]:
+    """One ticket per task (in order) for invitation `code`; raises InvitationError."""
+    pending = []
+    for task in tasks:
+        if task.issuer_public_key is None:
+            raise InvitationError(f"task {task.id_text} takes no invitation token")
+        report_id = secrets.token_bytes(REPORT_ID_SIZE)
+        pending.append(
+            (report_id, PendingToken.start(task.issuer_public_key, task.task_id, report_id))
+        )
+    body = json.dumps(
+        {"invitation": code, "blinded": [_b64(p.blinded_msg) for _, p in pending]}
+    ).encode()
+    request = urllib.request.Request(
+        issuer_url, body, {"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            answer = json.loads(response.read(64 * 1024))
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.loads(e.read(4096))["error"]
+        except (ValueError, KeyError, TypeError):
+            message = f"the issuer answered HTTP {e.code}"
+        raise InvitationError(str(message)) from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise InvitationError(f"cannot reach the issuer at {issuer_url}: {e}") from None
+    sigs = answer.get("blind_signatures") if isinstance(answer, dict) else None
+    if not isinstance(sigs, list) or len(sigs) != len(pending):
+        raise InvitationError("the issuer's answer is malformed")
+    tickets = []
+    for (report_id, p), sig in zip(pending, sigs, strict=True):
+        try:
+            raw = base64.urlsafe_b64decode(str(sig) + "=" * (-len(str(sig)) % 4))
+            tickets.append(Ticket(report_id, p.finish(raw)))
+        except (ValueError, blindrsa.BlindRSAError) as e:
+            raise InvitationError(f"the issuer's signature is invalid: {e}") from None
+    return tickets

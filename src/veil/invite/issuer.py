@@ -1,0 +1,209 @@
+"""The invitation issuer: mints invitation codes, then burns one and blind-
+signs one token per question for it, in one SQLite transaction.
+
+Files, in a deployment's issuer/ directory (written by `veil survey deploy`
+for a survey with `invitations = true`, readable by its owner only):
+
+    keys.pem       one RSA-2048 private key per question, in question order
+    issuer.db      the invitations (created by `veil survey invite`)
+
+An invitation is stored as the SHA-256 of its code, never the code: a copy
+of the database does not hand out invitations. Codes are 128 random bits
+(`secrets`), so the hash cannot be reversed by trying codes. Redeeming
+checks the code, signs, and records the invitation as used with a hash of
+the blinded messages and the blind signatures, all in one transaction: a
+crash before the commit leaves the invitation unused (the respondent tries
+again), and a retry with the same blinded messages after the commit gets the
+same signatures back (the answer was lost on the way), while any other
+request for a used invitation is refused. The issuer never sees a token: it
+signs blinded messages, so it cannot link an invitation to a report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from veil.files import create_file
+from veil.invite import blindrsa
+
+KEYS_FILE = "keys.pem"
+DB_FILE = "issuer.db"
+CODE_BYTES = 16
+USED_MESSAGE = "This invitation has already been used."
+UNKNOWN_MESSAGE = "This invitation is not valid: check the link or code you were given."
+
+
+class IssuerError(ValueError):
+    """A redemption refused; `status` is the HTTP status to answer with."""
+
+    status = 400
+
+
+class UnknownInvitation(IssuerError):
+    status = 403
+
+
+class InvitationUsed(IssuerError):
+    status = 403
+
+
+def new_code() -> str:
+    """A fresh invitation code: 128 random bits, URL-safe (22 characters)."""
+    return secrets.token_urlsafe(CODE_BYTES)
+
+
+def code_hash(code: str) -> bytes:
+    return hashlib.sha256(b"veil-invitation-v1\x00" + code.encode()).digest()
+
+
+def write_keys(directory: Path, keys: Sequence[rsa.RSAPrivateKey]) -> None:
+    """The issuer's private keys, one per question in order, in a new 0600 file."""
+    pem = b"".join(
+        k.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        for k in keys
+    )
+    create_file(directory / KEYS_FILE, pem, 0o600)
+
+
+def read_keys(directory: Path) -> list[rsa.RSAPrivateKey]:
+    """The keys `write_keys` wrote; raises IssuerError naming the file."""
+    path = directory / KEYS_FILE
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise IssuerError(
+            f"{path}: cannot read the issuer's keys ({e.strerror}); give the issuer/ directory"
+            " `veil survey deploy` wrote for a survey with invitations"
+        ) from None
+    marker = b"-----END PRIVATE KEY-----"
+    keys = []
+    for block in text.split(marker)[:-1]:
+        key = serialization.load_pem_private_key(block + marker, password=None)
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise IssuerError(f"{path}: not an RSA key")
+        keys.append(key)
+    if not keys:
+        raise IssuerError(f"{path}: holds no key")
+    return keys
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS invitations (code_hash BLOB PRIMARY KEY,"
+        " created REAL NOT NULL, used REAL, request_hash BLOB, signatures BLOB)"
+    )
+    return db
+
+
+def mint(directory: Path, count: int) -> list[str]:
+    """`count` new invitation codes, stored hashed in one transaction."""
+    if count < 1:
+        raise IssuerError("--count must be at least 1")
+    path = directory / DB_FILE
+    if not path.exists():
+        create_file(path, b"", 0o600)
+    codes = [new_code() for _ in range(count)]
+    db = _connect(path)
+    try:
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany(
+            "INSERT INTO invitations (code_hash, created) VALUES (?, ?)",
+            [(code_hash(c), now) for c in codes],
+        )
+        db.execute("COMMIT")
+    finally:
+        db.close()
+    return codes
+
+
+@dataclass(frozen=True)
+class Counts:
+    minted: int
+    used: int
+
+
+class Issuer:
+    """Redeems invitations of one deployment (thread-safe: one connection per call)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.signers = [blindrsa.Signer(k) for k in read_keys(self.directory)]
+        self.db_path = self.directory / DB_FILE
+        if not self.db_path.exists():
+            raise IssuerError(
+                f"{self.db_path}: no invitations yet; mint some with `veil survey invite`"
+            )
+
+    def counts(self) -> Counts:
+        db = _connect(self.db_path)
+        try:
+            minted, used = db.execute("SELECT COUNT(*), COUNT(used) FROM invitations").fetchone()
+        finally:
+            db.close()
+        return Counts(minted, used)
+
+    def redeem(self, code: str, blinded: Sequence[bytes]) -> list[bytes]:
+        """The blind signatures, one per question; raises IssuerError."""
+        if not isinstance(code, str) or not 1 <= len(code) <= 64:
+            raise UnknownInvitation(UNKNOWN_MESSAGE)
+        if len(blinded) != len(self.signers):
+            raise IssuerError(
+                f"send one blinded message per question: {len(self.signers)}, not {len(blinded)}"
+            )
+        for i, b in enumerate(blinded):
+            if len(b) != blindrsa.K_LEN:
+                raise IssuerError(f"blinded message {i} must be {blindrsa.K_LEN} bytes")
+        request = hashlib.sha256(b"".join(blinded)).digest()
+        db = _connect(self.db_path)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute(
+                    "SELECT used, request_hash, signatures FROM invitations WHERE code_hash = ?",
+                    (code_hash(code),),
+                ).fetchone()
+                if row is None:
+                    raise UnknownInvitation(UNKNOWN_MESSAGE)
+                used, stored_request, stored = row
+                if used is not None:
+                    if secrets.compare_digest(stored_request, request):
+                        return _split(stored)
+                    raise InvitationUsed(USED_MESSAGE)
+                try:
+                    sigs = [s.blind_sign(b) for s, b in zip(self.signers, blinded, strict=True)]
+                except blindrsa.BlindRSAError as e:
+                    raise IssuerError(f"a blinded message is invalid: {e}") from None
+                db.execute(
+                    "UPDATE invitations SET used = ?, request_hash = ?, signatures = ?"
+                    " WHERE code_hash = ?",
+                    (time.time(), request, b"".join(sigs), code_hash(code)),
+                )
+                db.execute("COMMIT")
+                return sigs
+            finally:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+        finally:
+            db.close()
+
+
+def _split(joined: bytes) -> list[bytes]:
+    k = blindrsa.K_LEN
+    return [joined[i : i + k] for i in range(0, len(joined), k)]

@@ -1,0 +1,214 @@
+"""The issuer (veil.invite.issuer) on a real SQLite file, and its HTTP
+endpoint in a real `veil survey issuer` process on loopback: burning and
+signing are one unit of work, a retry gets the same signatures, a second use
+is refused, and every hostile request gets a clear 4xx with nothing stored."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from veil.aggregator.local import free_port
+from veil.deploy import deploy_survey
+from veil.invite import blindrsa
+from veil.invite.client import InvitationError, redeem
+from veil.invite.issuer import DB_FILE, USED_MESSAGE, Issuer, IssuerError, mint
+from veil.survey import SurveyClient, parse_survey
+from veil.task import ClientTask, load_task
+from veil.times import format_time
+
+SURVEY = """
+[survey]
+name = "Invited"
+epsilon = 1
+min_batch_size = 1
+invitations = true
+time_precision = 60
+opens = "{opens}"
+closes = "{closes}"
+
+[[question]]
+id = "a"
+text = "A?"
+kind = "yes_no"
+
+[[question]]
+id = "b"
+text = "B?"
+kind = "yes_no"
+"""
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("issuer") / "dep"
+    opens = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(opens), closes=format_time(opens + 3600))
+    deploy_survey(parse_survey(text), text, out, "127.0.0.1:1", "127.0.0.1:2", tls=False)
+    return out
+
+
+def tasks(deployment: Path) -> list[ClientTask]:
+    return [load_task(deployment / "client" / f"{q}.toml", ClientTask) for q in ("a", "b")]
+
+
+def blinded(deployment: Path) -> list[bytes]:
+    from veil.invite.token import PendingToken
+
+    return [
+        PendingToken.start(
+            t.issuer_public_key or b"", t.task_id, secrets.token_bytes(16)
+        ).blinded_msg
+        for t in tasks(deployment)
+    ]
+
+
+def used(deployment: Path) -> int:
+    with sqlite3.connect(deployment / "issuer" / DB_FILE) as db:
+        n: int = db.execute("SELECT COUNT(used) FROM invitations").fetchone()[0]
+    return n
+
+
+def test_deploy_puts_one_key_per_question_in_every_task_file(deployment: Path) -> None:
+    keys = set()
+    for role_dir in ("leader/tasks", "helper/tasks", "collector", "client"):
+        for q in ("a", "b"):
+            text = (deployment / role_dir / f"{q}.toml").read_text()
+            assert "issuer_public_key" in text
+            keys.add((q, text.split("issuer_public_key = ")[1].split("\n")[0]))
+    assert len(keys) == 2  # the same key in every role's file, one per question
+    assert (deployment / "issuer" / "keys.pem").stat().st_mode & 0o077 == 0
+
+
+def test_redeem_burns_once_and_a_retry_gets_the_same_signatures(deployment: Path) -> None:
+    (code,) = mint(deployment / "issuer", 1)
+    issuer = Issuer(deployment / "issuer")
+    request = blinded(deployment)
+    before = used(deployment)
+    sigs = issuer.redeem(code, request)
+    assert len(sigs) == 2 and used(deployment) == before + 1
+    assert issuer.redeem(code, request) == sigs  # the answer was lost: the same again
+    with pytest.raises(IssuerError, match=USED_MESSAGE):
+        issuer.redeem(code, blinded(deployment))
+    assert used(deployment) == before + 1
+
+
+def test_a_failure_while_signing_burns_nothing(
+    deployment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (code,) = mint(deployment / "issuer", 1)
+    issuer = Issuer(deployment / "issuer")
+    before = used(deployment)
+
+    def crash(blinded_msg: bytes) -> bytes:
+        raise RuntimeError("power cut while signing")
+
+    monkeypatch.setattr(issuer.signers[1], "blind_sign", crash)
+    with pytest.raises(RuntimeError):
+        issuer.redeem(code, blinded(deployment))
+    assert used(deployment) == before
+    monkeypatch.undo()
+    assert len(Issuer(deployment / "issuer").redeem(code, blinded(deployment))) == 2
+
+
+def test_hostile_redemptions_are_refused_and_burn_nothing(deployment: Path) -> None:
+    (code,) = mint(deployment / "issuer", 1)
+    issuer = Issuer(deployment / "issuer")
+    good = blinded(deployment)
+    n = blindrsa.K_LEN
+    modulus = tasks(deployment)[0]
+    from veil.invite.token import load_public_key
+
+    big = load_public_key(modulus.issuer_public_key or b"").public_numbers().n.to_bytes(n, "big")
+    before = used(deployment)
+    for code_, request, why in (
+        ("not-a-code", good, "not valid"),
+        ("", good, "not valid"),
+        ("x" * 65, good, "not valid"),
+        (code, good[:1], "one blinded message per question"),
+        (code, [*good, good[0]], "one blinded message per question"),
+        (code, [good[0][:-1], good[1]], "must be 256 bytes"),
+        (code, [big, good[1]], "below the modulus"),
+    ):
+        with pytest.raises(IssuerError, match=why):
+            issuer.redeem(code_, request)
+    assert used(deployment) == before
+
+
+@pytest.fixture(scope="module")
+def issuer_url(deployment: Path) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veil.cli", "survey", "issuer", "--issuer-dir",
+         str(deployment / "issuer"), "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert "issuing on" in proc.stdout.readline()
+        yield f"http://127.0.0.1:{port}/invitation"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _post(url: str, body: bytes, content_type: str = "application/json") -> tuple[int, Any]:
+    request = urllib.request.Request(url, body, {"Content-Type": content_type}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _b64(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).decode().rstrip("=")
+
+
+def test_the_http_endpoint_refuses_hostile_input(deployment: Path, issuer_url: str) -> None:
+    (code,) = mint(deployment / "issuer", 1)
+    good = [_b64(b) for b in blinded(deployment)]
+    before = used(deployment)
+    for body, content_type, status, why in (
+        (b"{", "application/json", 400, "not JSON"),
+        (b"[]", "application/json", 400, "must be"),
+        (json.dumps({"invitation": code}).encode(), "application/json", 400, "must be"),
+        (json.dumps({"invitation": 5, "blinded": good}).encode(), "application/json", 400, "text"),
+        (json.dumps({"invitation": code, "blinded": ["***", good[1]]}).encode(),
+         "application/json", 400, "base64url"),
+        (json.dumps({"invitation": code, "blinded": good[:1]}).encode(),
+         "application/json", 400, "one blinded message per question"),
+        (json.dumps({"invitation": "unknown", "blinded": good}).encode(),
+         "application/json", 403, "not valid"),
+        (json.dumps({"invitation": code, "blinded": good}).encode(), "text/plain", 415, "json"),
+        (b"{" + b" " * 10_000 + b"}", "application/json", 413, "larger than"),
+    ):  # fmt: skip
+        got, answer = _post(issuer_url, body, content_type)
+        assert (got, why in answer["error"]) == (status, True), (body[:60], answer)
+    assert used(deployment) == before
+    got, answer = _post(issuer_url, json.dumps({"invitation": code, "blinded": good}).encode())
+    assert got == 200 and len(answer["blind_signatures"]) == 2
+
+
+def test_a_respondent_redeems_once(deployment: Path, issuer_url: str) -> None:
+    (code,) = mint(deployment / "issuer", 1)
+    tickets = redeem(issuer_url, code, tasks(deployment))
+    assert len(tickets) == 2 and tickets[0].report_id != tickets[1].report_id
+    with pytest.raises(InvitationError, match=USED_MESSAGE):
+        redeem(issuer_url, code, tasks(deployment))
+    with pytest.raises(Exception, match="invited respondents only"):
+        SurveyClient(deployment / "client")
