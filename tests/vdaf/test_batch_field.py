@@ -180,3 +180,35 @@ def test_expand_rows_redoes_rejected_rows(monkeypatch: pytest.MonkeyPatch) -> No
     vec = expand_rows(VecField64, seed_rows, b"dst", b"b", 4, 3)
     want = [XofTurboShake128.expand_into_vec(Field64, s, b"dst", b"b", 4) for s in seeds]
     assert VecField64.to_ints(vec) == want
+
+
+@pytest.mark.parametrize(
+    ("msg_len", "out_len"),
+    [(0, 1), (1, 32), (167, 168), (168, 169), (169, 336), (336, 337), (500, 1000)],
+)
+def test_turboshake_rows_across_block_boundaries(msg_len: int, out_len: int) -> None:
+    """The compiled sponge against pycryptodome's TurboSHAKE128 where the
+    168-byte rate splits the input or the output."""
+    from Crypto.Hash import TurboSHAKE128
+
+    from veil.vdaf.batch_xof import turboshake_rows
+
+    rng = np.random.default_rng(msg_len * 1000 + out_len)
+    messages = rng.integers(0, 256, (3, msg_len), dtype=np.uint8)
+    out = turboshake_rows(messages, out_len)
+    for i in range(3):
+        want = TurboSHAKE128.new(domain=1, data=messages[i].tobytes()).read(out_len)
+        assert out[i].tobytes() == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_elements(Field64.MODULUS), max_size=30))
+def test_field64_inv_each(values: list[int]) -> None:
+    p = Field64.MODULUS
+    got = VecField64.to_ints(VecField64.inv_each(VecField64.from_ints(values)))
+    assert got == [pow(v, -1, p) if v else 0 for v in values]
+    if len(values) >= 6:
+        square = VecField64.from_ints(values[:6]).reshape(2, 3)
+        assert VecField64.to_ints(VecField64.inv_each(square)) == [
+            [pow(v, -1, p) if v else 0 for v in values[r * 3 : r * 3 + 3]] for r in range(2)
+        ]

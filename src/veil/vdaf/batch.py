@@ -167,6 +167,9 @@ class OutShareBatch:
 def _fixed_rows(values: Sequence[bytes], length: int, what: str, errors: Errors) -> Arr:
     """A ``(len(values), length)`` byte array; rows of the wrong length are
     zero and recorded as a ``CodecError``."""
+    if set(map(len, values)) <= {length}:
+        # The usual case, checked in C: no per-row Python work.
+        return np.frombuffer(b"".join(values), dtype=np.uint8).reshape(len(values), length)
     blank = bytes(length)
     joined = []
     for i, v in enumerate(values):

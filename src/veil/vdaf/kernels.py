@@ -53,6 +53,12 @@ class Kernels:
     add64: Any
     sub64: Any
     dot64: Any  # sum of products along the last axis
+    # TurboSHAKE128 of each row of a uint8 array (a compiled function:
+    # messages (R, M), domain byte, out (R, N), both C-contiguous).
+    turboshake128_rows: Any
+    # Field64: inverse of each element of a 1-D uint64 array into another
+    # (zero to zero; a compiled function, both C-contiguous).
+    inv64_each: Any
 
 
 _lock = threading.Lock()
@@ -79,6 +85,8 @@ def kernels() -> Kernels:
                     k.add64,
                     k.sub64,
                     k.dot64,
+                    k.turboshake128_rows,
+                    k.inv64_each,
                 )
     return _kernels
 
