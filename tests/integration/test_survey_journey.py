@@ -366,11 +366,14 @@ def test_collect_frictions(deploy: Any) -> None:
     retrying = [(t, line) for t, line in seen if "retrying:" in line]
     assert len(retrying) >= 3, seen
     assert all("next try in" in line for _, line in retrying)
+    # The leader's reason, said once ("retrying: retrying: ..." before).
+    assert not any("retrying: retrying" in line for _, line in retrying), retrying
     assert all(b - a <= 10 for (a, _), (b, _) in itertools.pairwise(retrying))
 
     status = veil("survey", "status", "--survey-dir", d.collector)
     assert status.returncode == 0, status.stderr
     assert "closed: collecting" in status.stdout and "retrying: " in status.stdout
+    assert "retrying: retrying" not in status.stdout
     assert "ready to collect" not in status.stdout
 
     collect.send_signal(signal.SIGINT)

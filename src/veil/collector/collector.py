@@ -91,6 +91,11 @@ class CollectionResult:
         return self.against_collector.epsilon or Fraction(0)
 
 
+def _reason(message: str) -> str:
+    """The leader's reason for retrying a job, without its own "retrying: "."""
+    return message.removeprefix("retrying: ")
+
+
 # How often, at least, a collection that waits says why (seconds).
 WAIT_REPORT = 5.0
 
@@ -218,7 +223,7 @@ class Collector:
             leader_pb2.CollectionJob.FINISHED: "finished",
             leader_pb2.CollectionJob.FAILED: "failed",
         }.get(job.state, "unknown")
-        return state, job.error_message
+        return state, _reason(job.error_message)
 
     def task_info(self, wait: float = 15.0) -> Any:
         """The leader's TaskInfo of this task (leader.proto): the collector key
@@ -288,7 +293,7 @@ class Collector:
             # after WAIT_REPORT seconds (most finish before).
             if waiting is not None and (job.error_message or self.clock() - began >= WAIT_REPORT):
                 waiting.say(
-                    f"retrying: {job.error_message}"
+                    f"retrying: {_reason(job.error_message)}"
                     if job.error_message
                     else f"waiting for the aggregators to finish the job {job_id.hex()}",
                     poll_interval,
