@@ -1,0 +1,42 @@
+"""What invitations cost: CPU per report at an aggregator against one RSA-2048
+verification in the same run, and the issuer's invitations per second.
+
+    python scripts/bench_invite.py [--reports 2000] [--questions 5]
+
+The example survey has 5 questions (one blind signature each per invitation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from veil.invite.bench import aggregator_costs, issuer_rate
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reports", type=int, default=2000)
+    p.add_argument("--questions", type=int, default=5)
+    p.add_argument("--invitations", type=int, default=300)
+    args = p.parse_args()
+    costs = aggregator_costs(args.reports)
+    verify = costs["rsa-2048 verify"]
+    print(f"{'step (CPU per report, median of 7 rounds)':<44} {'µs':>8} {'/ verify':>9}")
+    for name, us in costs.items():
+        print(f"{name:<44} {us:8.1f} {us / verify:9.2f}")
+    added = costs["helper HPKE open, with token"] - costs["helper HPKE open, no token"]
+    leader = costs["leader check_token"]
+    helper = costs["helper token check"] + added
+    print(f"{'added at the leader':<44} {leader:8.1f} {leader / verify:9.2f}")
+    print(f"{'added at the helper (check + longer open)':<44} {helper:8.1f} {helper / verify:9.2f}")
+    rates = issuer_rate(args.questions, args.invitations)
+    print(
+        f"issuer, {args.questions} questions: {statistics.median(rates):,.0f} invitations/s"
+        f" (median of {len(rates)} rounds of {args.invitations}; min {min(rates):,.0f},"
+        f" max {max(rates):,.0f})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""What invitations cost (scripts/bench_invite.py prints the tables).
+
+- At an aggregator, per report: the leader's `check_token` and the helper's
+  `split_helper_share` (decode, the context hash, constant-time compares,
+  one RSA-2048 PSS verification), plus the helper's HPKE open of a share
+  longer by the token, against one bare RSA-2048 verification measured in
+  the same run; all as CPU time (time.process_time), medians of rounds.
+- At the issuer: invitations redeemed per second for a survey of Q questions
+  (one blind signature per question, the SQLite commit of each burn).
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from veil.aggregator.core import check_token, split_helper_share
+from veil.hpke import ROLE_HELPER, generate_keypair, input_share_info, open_, seal
+from veil.invite import blindrsa
+from veil.invite.issuer import Issuer, mint, write_keys
+from veil.invite.token import PendingToken, public_key_bytes
+from veil.task import DpSpec, VdafSpec, new_task
+
+
+def _cpu_us(fn: Callable[[], object], n: int, rounds: int) -> float:
+    """Median over `rounds` of the CPU µs per call of `fn` (n calls a round)."""
+    runs = []
+    for _ in range(rounds):
+        start = time.process_time()
+        for _ in range(n):
+            fn()
+        runs.append((time.process_time() - start) / n * 1e6)
+    return statistics.median(runs)
+
+
+def aggregator_costs(n: int = 2000, rounds: int = 7) -> dict[str, float]:
+    """CPU µs per report of each token step and of one bare verification."""
+    sk = blindrsa.generate_key()
+    der = public_key_bytes(sk.public_key())
+    files = new_task(
+        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=1,
+        dp=DpSpec("none"), issuer_public_key=der,
+    )  # fmt: skip
+    task = files.helper
+    rid = secrets.token_bytes(16)
+    pending = PendingToken.start(der, task.task_id, rid)
+    token = pending.finish(blindrsa.Signer(sk).blind_sign(pending.blinded_msg))
+    prepared = blindrsa.prepare(b"x" * 66)
+    sig = blindrsa.finalize(
+        sk.public_key(), prepared, blindrsa.Signer(sk).blind_sign(
+            (b := blindrsa.blind(sk.public_key(), prepared)).blinded_msg
+        ), b.inv,
+    )  # fmt: skip
+    pk = sk.public_key()
+    kp = generate_keypair(1)
+    info = input_share_info(ROLE_HELPER, task.task_id, rid, 0, b"")
+    share = secrets.token_bytes(32 + 16)
+    plain_ct = seal(kp.config, info, share)
+    token_ct = seal(kp.config, info, share + token)
+    return {
+        "rsa-2048 verify": _cpu_us(lambda: blindrsa.verify(pk, prepared, sig), n, rounds),
+        "leader check_token": _cpu_us(lambda: check_token(task, token, rid, "report"), n, rounds),
+        "helper token check": _cpu_us(
+            lambda: split_helper_share(task, rid, share + token), n, rounds
+        ),
+        "helper HPKE open, no token": _cpu_us(lambda: open_(kp, plain_ct, info), n, rounds),
+        "helper HPKE open, with token": _cpu_us(lambda: open_(kp, token_ct, info), n, rounds),
+    }
+
+
+def issuer_rate(questions: int, invitations: int = 300, rounds: int = 3) -> list[float]:
+    """Invitations redeemed per second (wall clock), one value per round."""
+    keys = [blindrsa.generate_key() for _ in range(questions)]
+    out = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            write_keys(d, keys)
+            codes = mint(d, invitations)
+            issuer = Issuer(d)
+            pubs = [public_key_bytes(k.public_key()) for k in keys]
+            requests = [
+                [
+                    PendingToken.start(
+                        p, secrets.token_bytes(32), secrets.token_bytes(16)
+                    ).blinded_msg
+                    for p in pubs
+                ]
+                for _ in codes
+            ]
+            start = time.perf_counter()
+            for code, req in zip(codes, requests, strict=True):
+                issuer.redeem(code, req)
+            out.append(invitations / (time.perf_counter() - start))
+    return out
