@@ -57,6 +57,7 @@ def public_key_bytes(pk: rsa.RSAPublicKey) -> bytes:
     )
 
 
+@lru_cache(maxsize=256)
 def key_id(public_key_der: bytes) -> bytes:
     return hashlib.sha256(public_key_der).digest()
 

@@ -284,6 +284,12 @@ class SurveySite:
         except SurveyError as e:
             raise ServeError(str(e)) from None
         survey = self.description.survey
+        if survey.invitations:
+            raise ServeError(
+                "the survey takes answers from invited respondents only, and the page cannot"
+                " redeem invitations yet: respondents answer with `veil survey respond"
+                " --invitation CODE --issuer URL` (`veil survey issuer` serves the issuer)"
+            )
         counted = [
             q.id for q in survey.questions if q.add_remove and q.kind not in _PAGE_ADD_REMOVE
         ]
