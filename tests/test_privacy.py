@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from veil.aggregator.store.ledger import sqlite_ledger
 from veil.cli import main
 from veil.collector import CollectionError, Collector
 from veil.demo import task_specs
@@ -267,9 +268,9 @@ def test_task_new_neighbouring_add_remove(
 
 def test_status_shows_a_rho_budget_with_the_epsilon_it_implies(tmp_path: Path) -> None:
     from veil.aggregator.status import _budget, _budget_text
-    from veil.dp import BudgetLedger, BudgetUnit
+    from veil.dp import BudgetUnit
 
-    ledger = BudgetLedger.sqlite(tmp_path / "ledger.db")
+    ledger = sqlite_ledger(tmp_path / "ledger.db")
     ledger.add_task("g", "0.5", BudgetUnit.RHO)
     ledger.spend("g", "0.25")
     budget = _budget(ledger.task_status("g"), MICRO)

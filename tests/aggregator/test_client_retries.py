@@ -23,10 +23,10 @@ from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.ledger import SqliteLedgerStore
 from veil.aggregator.transport import ConnectionLimits, RpcServer
 from veil.client import Client
 from veil.collector import CollectionError, Collector
-from veil.dp.budget import SqliteLedgerStore
 from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
 

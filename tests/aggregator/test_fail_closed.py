@@ -16,7 +16,7 @@ from veil.aggregator.privacy import ExactReleaseRefused, PrivacyEngine
 from veil.aggregator.server import load_config
 from veil.aggregator.status import gather, render_text
 from veil.aggregator.storage import SqliteDatastore
-from veil.dp import BudgetLedger
+from veil.aggregator.store.ledger import sqlite_ledger
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task, write_toml
 
@@ -131,7 +131,7 @@ def test_helper_with_opt_in_serves_and_status_says_so(tmp_path: Path) -> None:
     config = load_config(config_path)
     store = SqliteDatastore(tmp_path / "h.db")
     try:
-        status = gather("helper", config, store, BudgetLedger.sqlite(str(tmp_path / "h.db")))
+        status = gather("helper", config, store, sqlite_ledger(str(tmp_path / "h.db")))
     finally:
         store.close()
     assert status["allow_exact_release"] is True

@@ -35,10 +35,10 @@ from veil.aggregator.storage import (
 )
 from veil.aggregator.store import migrations, units
 from veil.aggregator.store.base import UnitStore
+from veil.aggregator.store.ledger import sqlite_ledger
 from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
 from veil.aggregator.store.records import AGGREGATE_SHARDS, aggregate_shard, fold_shards
 from veil.aggregator.store.tx import PostgresTx, Tx
-from veil.dp import BudgetLedger
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
 from veil.vdaf import Prio3Sum
@@ -602,7 +602,7 @@ def test_both_backends_make_the_same_tables_and_columns(tmp_path: Path, postgres
     # (the ledger's included) must not drift apart.
     path = tmp_path / "s.db"
     SqliteDatastore(path).close()
-    BudgetLedger.sqlite(str(path))
+    sqlite_ledger(str(path))
     with sqlite3.connect(path) as db:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         lite = {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t in tables}

@@ -8,6 +8,7 @@ from pathlib import Path
 from tests.support.postgres import as_url, with_schema
 from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.storage import Datastore, SqliteDatastore
+from veil.aggregator.store.ledger import sqlite_ledger
 from veil.dp import BudgetLedger, LedgerStore
 
 KINDS = ("sqlite", "postgres")
@@ -61,7 +62,7 @@ class Backend:
 
     def budget_ledger(self, party: str) -> BudgetLedger:
         store = self.ledger(party)
-        return BudgetLedger.sqlite(store) if isinstance(store, str) else BudgetLedger(store)
+        return sqlite_ledger(store) if isinstance(store, str) else BudgetLedger(store)
 
     def close(self) -> None:
         for s in self.opened:

@@ -20,8 +20,10 @@ Where several processes meet:
   SHARE`, so it cannot interleave with the closing of a batch for collection,
   which takes them `FOR UPDATE`. The helper's close reads the shards at READ
   COMMITTED, after its locks are granted (see units.commit_helper_collection).
-- Ledger transactions take one advisory lock before they begin, which makes
-  them run one at a time, each seeing every spend committed before it.
+- Ledger transactions run at READ COMMITTED and lock the task and survey rows
+  a spend reads (FOR UPDATE), so spends on one task or survey run one after
+  another, each seeing every spend committed before it
+  (veil.aggregator.store.ledger).
 
 The schema is created and migrated at start, under an advisory lock, so
 processes starting together apply each migration once.
@@ -34,7 +36,6 @@ import secrets
 import time as _time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,9 +55,9 @@ from veil.aggregator.storage import (
     hpke_key_values,
 )
 from veil.aggregator.store.base import UnitStore
+from veil.aggregator.store.ledger import LedgerTx
 from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
 from veil.aggregator.store.tx import IdArray, PostgresTx, Tx
-from veil.dp.budget import Batch, BudgetUnit, Spend, SurveyBudget, TaskBudget
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 # Advisory lock keys (any constants unique to veil).
 _MIGRATION_LOCK = 0x7665696C0001
-_LEDGER_LOCK = 0x7665696C0002
 
 # How often a unit of work is retried after a serialization failure, and the
 # longest pause between tries (jittered, growing).
@@ -252,89 +252,14 @@ class PostgresDatastore(UnitStore):
 # --------------------------------------------------------------------------- ledger
 
 
-class PostgresLedgerTransaction:
-    """LedgerTransaction inside one transaction of PostgresLedgerStore."""
-
-    def __init__(self, conn: Conn) -> None:
-        self._conn = conn
-
-    def survey(self, survey_id: str) -> SurveyBudget | None:
-        row = self._conn.execute(
-            "SELECT survey_id, total, unit FROM dp_surveys WHERE survey_id = %s", (survey_id,)
-        ).fetchone()
-        return None if row is None else SurveyBudget(row[0], Fraction(row[1]), BudgetUnit(row[2]))
-
-    def task(self, task_id: str) -> TaskBudget | None:
-        row = self._conn.execute(
-            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE task_id = %s", (task_id,)
-        ).fetchone()
-        return None if row is None else _task(row)
-
-    def survey_tasks(self, survey_id: str) -> list[TaskBudget]:
-        rows = self._conn.execute(
-            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE survey_id = %s",
-            (survey_id,),
-        ).fetchall()
-        return [_task(r) for r in rows]
-
-    def spends(self, task_id: str) -> list[Spend]:
-        rows = self._conn.execute(
-            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends"
-            " WHERE task_id = %s",
-            (task_id,),
-        ).fetchall()
-        return [_spend(r) for r in rows]
-
-    def spend(self, collection_id: str) -> Spend | None:
-        row = self._conn.execute(
-            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends"
-            " WHERE collection_id = %s",
-            (collection_id,),
-        ).fetchone()
-        return None if row is None else _spend(row)
-
-    def add_survey(self, survey: SurveyBudget) -> None:
-        self._conn.execute(
-            "INSERT INTO dp_surveys (survey_id, total, unit) VALUES (%s, %s, %s)",
-            (survey.survey_id, str(survey.total), survey.unit.value),
-        )
-
-    def add_task(self, task: TaskBudget) -> None:
-        self._conn.execute(
-            "INSERT INTO dp_tasks (task_id, total, unit, survey_id) VALUES (%s, %s, %s, %s)",
-            (task.task_id, str(task.total), task.unit.value, task.survey_id),
-        )
-
-    def add_spend(self, spend: Spend) -> None:
-        self._conn.execute(
-            "INSERT INTO dp_spends (collection_id, task_id, amount, batch_start, batch_end)"
-            " VALUES (%s, %s, %s, %s, %s)",
-            (
-                spend.collection_id,
-                spend.task_id,
-                str(spend.amount),
-                spend.batch.start,
-                spend.batch.end,
-            ),
-        )
-
-
-def _task(row: Sequence[Any]) -> TaskBudget:
-    return TaskBudget(str(row[0]), Fraction(row[1]), BudgetUnit(row[2]), row[3])
-
-
-def _spend(row: Sequence[Any]) -> Spend:
-    return Spend(str(row[0]), str(row[1]), Fraction(row[2]), Batch(int(row[3]), int(row[4])))
-
-
 class PostgresLedgerStore:
     """veil.dp's LedgerStore in PostgreSQL: durable, and spends atomic across processes.
 
-    Every ledger transaction first takes one session-level advisory lock and
-    only then begins (REPEATABLE READ), so its snapshot is taken after the
-    previous holder committed: ledger transactions run strictly one after
-    another, like SQLite's BEGIN IMMEDIATE, and two collections can never both
-    pass when only one fits. A crashed holder's session ends and frees the lock.
+    The statements are veil.aggregator.store.ledger's. Its transactions run at
+    READ COMMITTED: a spend locks its task's and its survey's rows as it reads
+    them (FOR UPDATE), and every statement after the lock is granted sees what
+    the previous holder committed, so two collections can never both pass when
+    only one fits, while spends on unrelated tasks do not wait for each other.
     """
 
     def __init__(self, conninfo: str, pool: ConnectionPool[Conn] | None = None) -> None:
@@ -347,11 +272,12 @@ class PostgresLedgerStore:
             self._pool.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[PostgresLedgerTransaction]:
+    def transaction(self) -> Iterator[LedgerTx]:
         with self._pool.connection() as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (_LEDGER_LOCK,))
+            conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
             try:
                 with conn.transaction():
-                    yield PostgresLedgerTransaction(conn)
+                    yield LedgerTx(PostgresTx(conn))
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (_LEDGER_LOCK,))
+                # The pool's connections run at REPEATABLE READ (_configure).
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ

@@ -30,6 +30,7 @@ from veil.aggregator.errors import (
     NoiseFailed,
     NoiseUnavailable,
 )
+from veil.aggregator.store.ledger import sqlite_ledger
 from veil.dp import (
     Batch,
     BudgetExceeded,
@@ -208,7 +209,7 @@ class PrivacyEngine:
         self.allow_exact_release = allow_exact_release
         refuse_exact_release(tasks, allow_exact_release)
         self.ledger = (
-            BudgetLedger.sqlite(ledger) if isinstance(ledger, str) else BudgetLedger(ledger)
+            sqlite_ledger(ledger) if isinstance(ledger, str) else BudgetLedger(ledger)
         )
         self.pool = NoisePool()
         self.add_tasks(tasks)

@@ -124,6 +124,7 @@ from veil.aggregator.postgres import (
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore, StoreInUse
+from veil.aggregator.store.ledger import sqlite_ledger
 from veil.aggregator.transport import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_KEEPALIVE_SECONDS,
@@ -448,7 +449,7 @@ class StorageBackend:
 
     def budget_ledger(self) -> BudgetLedger:
         if isinstance(self.ledger, str):
-            return BudgetLedger.sqlite(self.ledger)
+            return sqlite_ledger(self.ledger)
         return BudgetLedger(self.ledger)
 
 

@@ -30,7 +30,6 @@ from veil.dp.budget import (
     LedgerStore,
     LedgerTransaction,
     Spend,
-    SqliteLedgerStore,
     SurveyBudget,
     TaskBudget,
 )
@@ -96,7 +95,6 @@ __all__ = [
     "RandomSource",
     "Sensitivity",
     "Spend",
-    "SqliteLedgerStore",
     "SurveyBudget",
     "TaskBudget",
     "TotalNoise",

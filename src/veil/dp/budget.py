@@ -19,21 +19,22 @@ pure collection of ε costs it ε²/2 (ε-DP implies ε²/2-zCDP, Bun and Steink
 Proposition 1.4), while the task's own budget stays in ε. All amounts are exact
 Fractions, stored as text, never floats.
 
-A spend is one transaction (`BEGIN IMMEDIATE` in SQLite: the write lock is taken
-before the budget is read), so two concurrent collections can never both pass
-when only one fits. A collection id that was already charged is not charged again:
-a retried request gets the same answer.
+A spend is one transaction of a LedgerStore, which locks the task's and the
+survey's budget rows as it reads them, so two concurrent collections can never
+both pass when only one fits. A collection id that was already charged is not
+charged again: a retried request gets the same answer.
+
+This module is the ledger's rules only, with no I/O: the stores (SQLite and
+PostgreSQL) are veil.aggregator.store.ledger's and veil.aggregator.postgres's.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
 import math
 import os
-import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
@@ -48,7 +49,6 @@ __all__ = [
     "LedgerStore",
     "LedgerTransaction",
     "Spend",
-    "SqliteLedgerStore",
     "SurveyBudget",
     "TaskBudget",
 ]
@@ -146,11 +146,11 @@ class LedgerTransaction(Protocol):
     """Reads and writes inside one exclusive transaction of a LedgerStore."""
 
     def survey(self, survey_id: str) -> SurveyBudget | None:
-        """The survey's budget, or None if it was never added."""
+        """The survey's budget (its row locked until the transaction ends), or None."""
         ...
 
     def task(self, task_id: str) -> TaskBudget | None:
-        """The task's budget, or None if it was never added."""
+        """The task's budget (its row locked until the transaction ends), or None."""
         ...
 
     def survey_tasks(self, survey_id: str) -> Sequence[TaskBudget]:
@@ -165,12 +165,12 @@ class LedgerTransaction(Protocol):
         """The spend of one collection, or None."""
         ...
 
-    def add_survey(self, survey: SurveyBudget) -> None:
-        """Record a survey's budget."""
+    def add_survey(self, survey: SurveyBudget) -> bool:
+        """Record a survey's budget; False (nothing written) if its id is taken."""
         ...
 
-    def add_task(self, task: TaskBudget) -> None:
-        """Record a task's budget."""
+    def add_task(self, task: TaskBudget) -> bool:
+        """Record a task's budget; False (nothing written) if its id is taken."""
         ...
 
     def add_spend(self, spend: Spend) -> None:
@@ -181,10 +181,10 @@ class LedgerTransaction(Protocol):
 class LedgerStore(Protocol):
     """Durable storage for the ledger.
 
-    `transaction()` must be serialisable with respect to every other transaction
-    that writes (SQLite: BEGIN IMMEDIATE; PostgreSQL: SERIALIZABLE, or SELECT ... FOR
-    UPDATE on the task and survey rows), commit on normal exit and roll back on an
-    exception.
+    `transaction()` must serialise every two transactions that read the same task
+    or survey row, each seeing what the other committed (SQLite: BEGIN IMMEDIATE;
+    PostgreSQL: SELECT ... FOR UPDATE of those rows at READ COMMITTED), commit on
+    normal exit and roll back on an exception.
     """
 
     def transaction(self) -> AbstractContextManager[LedgerTransaction]:
@@ -202,21 +202,14 @@ class BudgetLedger:
     def __init__(self, store: LedgerStore) -> None:
         self._store = store
 
-    @classmethod
-    def sqlite(cls, path: str | os.PathLike[str]) -> BudgetLedger:
-        """A ledger in the SQLite database at `path` (tables prefixed dp_)."""
-        return cls(SqliteLedgerStore(path))
-
     def add_survey(
         self, survey_id: str, total: Fraction | int | str, unit: BudgetUnit = BudgetUnit.EPSILON
     ) -> SurveyBudget:
         """Register a survey's total budget (idempotent for identical arguments)."""
         survey = SurveyBudget(_check_id(survey_id, "survey id"), _amount(total, unit), unit)
         with self._store.transaction() as tx:
-            existing = tx.survey(survey_id)
-            if existing is None:
-                tx.add_survey(survey)
-            elif existing != survey:
+            existing = None if tx.add_survey(survey) else tx.survey(survey_id)
+            if existing is not None and existing != survey:
                 raise InvalidParameter(
                     f"survey {survey_id!r} is already registered with total "
                     f"{existing.total} {existing.unit}; budgets are immutable"
@@ -243,10 +236,8 @@ class BudgetLedger:
                         "epsilon; a survey with a zCDP task must be composed under zCDP "
                         "(register it with unit rho)"
                     )
-            existing = tx.task(task_id)
-            if existing is None:
-                tx.add_task(task)
-            elif existing != task:
+            existing = None if tx.add_task(task) else tx.task(task_id)
+            if existing is not None and existing != task:
                 raise InvalidParameter(
                     f"task {task_id!r} is already registered with total {existing.total} "
                     f"{existing.unit} (survey {existing.survey_id!r}); budgets are immutable"
@@ -469,157 +460,3 @@ def _remaining(tx: LedgerTransaction, task: TaskBudget, batch: Batch) -> tuple[F
                 f"{_peak(spends, batch, convert)}"
             )
     return max(remaining, Fraction(0)), why
-
-
-# --------------------------------------------------------------------------- SQLite
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS dp_surveys (
-    survey_id TEXT PRIMARY KEY,
-    total TEXT NOT NULL,
-    unit TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS dp_tasks (
-    task_id TEXT PRIMARY KEY,
-    total TEXT NOT NULL,
-    unit TEXT NOT NULL,
-    survey_id TEXT REFERENCES dp_surveys (survey_id)
-);
-CREATE INDEX IF NOT EXISTS dp_tasks_survey ON dp_tasks (survey_id);
-CREATE TABLE IF NOT EXISTS dp_spends (
-    collection_id TEXT PRIMARY KEY,
-    task_id TEXT NOT NULL REFERENCES dp_tasks (task_id),
-    amount TEXT NOT NULL,
-    batch_start INTEGER NOT NULL,
-    batch_end INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS dp_spends_task ON dp_spends (task_id);
-"""
-
-
-class SqliteLedgerTransaction:
-    """LedgerTransaction over one SQLite connection inside BEGIN IMMEDIATE."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def survey(self, survey_id: str) -> SurveyBudget | None:
-        row = self._conn.execute(
-            "SELECT survey_id, total, unit FROM dp_surveys WHERE survey_id = ?", (survey_id,)
-        ).fetchone()
-        return None if row is None else SurveyBudget(row[0], Fraction(row[1]), BudgetUnit(row[2]))
-
-    def task(self, task_id: str) -> TaskBudget | None:
-        row = self._conn.execute(
-            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE task_id = ?", (task_id,)
-        ).fetchone()
-        return None if row is None else _task_from_row(row)
-
-    def survey_tasks(self, survey_id: str) -> list[TaskBudget]:
-        rows = self._conn.execute(
-            "SELECT task_id, total, unit, survey_id FROM dp_tasks WHERE survey_id = ?",
-            (survey_id,),
-        ).fetchall()
-        return [_task_from_row(row) for row in rows]
-
-    def spends(self, task_id: str) -> list[Spend]:
-        rows = self._conn.execute(
-            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends "
-            "WHERE task_id = ?",
-            (task_id,),
-        ).fetchall()
-        return [_spend_from_row(row) for row in rows]
-
-    def spend(self, collection_id: str) -> Spend | None:
-        row = self._conn.execute(
-            "SELECT collection_id, task_id, amount, batch_start, batch_end FROM dp_spends "
-            "WHERE collection_id = ?",
-            (collection_id,),
-        ).fetchone()
-        return None if row is None else _spend_from_row(row)
-
-    def add_survey(self, survey: SurveyBudget) -> None:
-        self._conn.execute(
-            "INSERT INTO dp_surveys (survey_id, total, unit) VALUES (?, ?, ?)",
-            (survey.survey_id, str(survey.total), survey.unit.value),
-        )
-
-    def add_task(self, task: TaskBudget) -> None:
-        self._conn.execute(
-            "INSERT INTO dp_tasks (task_id, total, unit, survey_id) VALUES (?, ?, ?, ?)",
-            (task.task_id, str(task.total), task.unit.value, task.survey_id),
-        )
-
-    def add_spend(self, spend: Spend) -> None:
-        self._conn.execute(
-            "INSERT INTO dp_spends (collection_id, task_id, amount, batch_start, batch_end) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (
-                spend.collection_id,
-                spend.task_id,
-                str(spend.amount),
-                spend.batch.start,
-                spend.batch.end,
-            ),
-        )
-
-
-def _task_from_row(row: tuple[str, str, str, str | None]) -> TaskBudget:
-    return TaskBudget(row[0], Fraction(row[1]), BudgetUnit(row[2]), row[3])
-
-
-def _spend_from_row(row: tuple[str, str, str, int, int]) -> Spend:
-    return Spend(row[0], row[1], Fraction(row[2]), Batch(row[3], row[4]))
-
-
-class SqliteLedgerStore:
-    """LedgerStore in an SQLite database (the aggregator's own, in WAL mode).
-
-    Each transaction uses a fresh connection (so threads and processes may share
-    the store) and takes the write lock up front with BEGIN IMMEDIATE; a concurrent
-    spend waits up to `timeout` seconds for it.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        connect: Callable[[], sqlite3.Connection] | None = None,
-        timeout: float = 30.0,
-    ) -> None:
-        if (path is None) == (connect is None):
-            raise InvalidParameter("give exactly one of a database path or a connect function")
-        if connect is None:
-            assert path is not None
-            connect = functools.partial(sqlite3.connect, os.fspath(path), timeout=timeout)
-        self._connect = connect
-        conn = self._open()
-        try:
-            # WAL lets readers proceed during a spend; it persists in the database file.
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-        finally:
-            conn.close()
-
-    def _open(self) -> sqlite3.Connection:
-        conn = self._connect()
-        # Autocommit at the driver level, so that BEGIN IMMEDIATE below is the one
-        # and only transaction boundary.
-        conn.isolation_level = None
-        conn.execute("PRAGMA foreign_keys = ON")
-        return conn
-
-    @contextmanager
-    def transaction(self) -> Iterator[SqliteLedgerTransaction]:
-        """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
-        conn = self._open()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield SqliteLedgerTransaction(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
