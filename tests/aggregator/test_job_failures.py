@@ -18,7 +18,7 @@ from tests.support.backends import Backend
 from veil.aggregator.core import AggregationAnswer, VerifyInitItem
 from veil.aggregator.errors import Internal, Unauthenticated
 from veil.aggregator.leader import Leader
-from veil.aggregator.storage import is_transient_storage_error
+from veil.aggregator.store.records import is_transient_storage_error
 from veil.task import DpSpec, Task, VdafSpec, new_task
 
 

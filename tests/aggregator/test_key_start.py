@@ -9,7 +9,8 @@ import threading
 from tests.aggregator.test_logic import T, World
 from tests.support.backends import Backend
 from veil.aggregator.maintenance import KeyPolicy, ensure_active_key, rotate
-from veil.aggregator.storage import KEY_ACTIVE, Datastore
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.records import KEY_ACTIVE
 from veil.task import DpSpec, VdafSpec, new_task
 
 ROUNDS = 10

@@ -38,7 +38,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import CollectionRecord
+from veil.aggregator.store.records import CollectionRecord
 from veil.client import prepare_report
 from veil.hpke import Ciphertext, HpkeConfig
 from veil.messages import Report, vdaf_ctx

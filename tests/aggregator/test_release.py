@@ -21,7 +21,7 @@ from tests.support.backends import Backend
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import CollectionRecord
+from veil.aggregator.store.records import CollectionRecord
 from veil.task import DpSpec, VdafSpec, new_task
 
 

@@ -17,8 +17,13 @@ from tests.support.backends import Backend
 from veil.aggregator import postgres as postgres_backend
 from veil.aggregator.core import share_merge
 from veil.aggregator.postgres import PostgresDatastore
-from veil.aggregator.storage import (
-    _LEGACY_SCHEMA,
+from veil.aggregator.storage import _LEGACY_SCHEMA, SqliteDatastore
+from veil.aggregator.store import migrations, units
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.ledger import sqlite_ledger
+from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
+from veil.aggregator.store.records import (
+    AGGREGATE_SHARDS,
     KEY_ACTIVE,
     KEY_EXPIRED,
     KEY_PENDING,
@@ -26,18 +31,13 @@ from veil.aggregator.storage import (
     BatchChanged,
     BucketCollected,
     CollectionRecord,
-    Datastore,
     HelperJob,
     HpkeKey,
     ReportsAggregated,
-    SqliteDatastore,
     StorageConflict,
+    aggregate_shard,
+    fold_shards,
 )
-from veil.aggregator.store import migrations, units
-from veil.aggregator.store.base import UnitStore
-from veil.aggregator.store.ledger import sqlite_ledger
-from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
-from veil.aggregator.store.records import AGGREGATE_SHARDS, aggregate_shard, fold_shards
 from veil.aggregator.store.tx import PostgresTx, Tx
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
@@ -101,7 +101,6 @@ def test_reports_all_or_nothing_and_duplicates(store: Datastore) -> None:
 def test_insert_new_skips_existing_keys_and_keeps_values(store: Datastore) -> None:
     # The many-rows insert the report and replay-record paths use: one
     # statement over arrays on PostgreSQL, executemany on SQLite.
-    assert isinstance(store, UnitStore)
     columns = (
         ("task_id", "bytea"),
         ("report_id", "bytea"),

@@ -77,7 +77,7 @@ def test_sighup_serves_added_tasks(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, (tmp_path / "leader.log").read_text()[-2000:]
                 time.sleep(0.2)
         # ... and aggregated by the leader's driver, which sizes its jobs.
-        from veil.aggregator.storage import AGGREGATED
+        from veil.aggregator.store.records import AGGREGATED
 
         while True:
             with sqlite3.connect(tmp_path / "leader.db") as db:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tests.support.postgres import as_url, with_schema
 from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
-from veil.aggregator.storage import Datastore, SqliteDatastore
+from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
 from veil.dp import BudgetLedger, LedgerStore
 

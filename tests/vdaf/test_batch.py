@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.vdaf.test_vectors import _prio3_files, make_vdaf
 from veil.aggregator.core import CHECKSUM_SIZE, job_deltas, report_checksum, xor
-from veil.aggregator.storage import BatchAggregate
+from veil.aggregator.store.records import BatchAggregate
 from veil.vdaf import (
     CodecError,
     Field64,

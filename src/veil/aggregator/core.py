@@ -27,7 +27,8 @@ from veil.aggregator.errors import (
     WrongLength,
 )
 from veil.aggregator.maintenance import active_key, ensure_active_key
-from veil.aggregator.storage import BatchAggregate, Datastore, ShareMerge
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.records import BatchAggregate, ShareMerge
 from veil.dp import DPError
 from veil.dp.bounds import AggregateBounds
 from veil.hpke import (

@@ -48,12 +48,12 @@ from veil.aggregator.errors import (
     TooLarge,
 )
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import (
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.records import (
     BatchAggregate,
     BatchChanged,
     BucketCollected,
     CollectionRecord,
-    Datastore,
     HelperJob,
     ReportsAggregated,
 )

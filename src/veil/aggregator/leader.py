@@ -65,11 +65,11 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.skew import ClockOffset, ClockWatch
-from veil.aggregator.storage import (
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.records import (
     BatchAggregate,
     BucketCollected,
     CollectionRecord,
-    Datastore,
     ReportIdTaken,
     StorageConflict,
     is_transient_storage_error,

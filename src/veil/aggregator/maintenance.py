@@ -30,11 +30,10 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from veil.aggregator.storage import (
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.records import (
     KEY_ACTIVE,
-    KEY_EXPIRED,
     KEY_PENDING,
-    Datastore,
     GcResult,
     HpkeKey,
     StorageConflict,
@@ -128,10 +127,6 @@ def advance_keys(store: Datastore, now: float, policy: KeyPolicy) -> list[str]:
         log.info("deleted expired HPKE key", extra={"config_id": config_id})
         events.append(f"deleted expired key {config_id}")
     return events
-
-
-def expired_keys(keys: Iterable[HpkeKey]) -> list[HpkeKey]:
-    return [k for k in keys if k.state == KEY_EXPIRED]
 
 
 def gc_task(store: Datastore, task: Task, now: float) -> GcResult:

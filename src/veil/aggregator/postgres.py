@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time as _time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,17 +46,16 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import ConnectionPool
 
-from veil.aggregator.storage import (
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.ledger import LedgerTx
+from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
+from veil.aggregator.store.records import (
     HPKE_KEY_INSERT,
     KEY_STATES,
-    BatchAggregate,
     HpkeKey,
     StorageConflict,
     hpke_key_values,
 )
-from veil.aggregator.store.base import UnitStore
-from veil.aggregator.store.ledger import LedgerTx
-from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
 from veil.aggregator.store.tx import IdArray, PostgresTx, Tx
 
 log = logging.getLogger(__name__)
@@ -125,14 +124,7 @@ def open_pool(conninfo: str, max_size: int = 8) -> ConnectionPool[Conn]:
     )
 
 
-def _aggregate(row: Sequence[Any]) -> BatchAggregate:
-    b, s, n, c, w = row
-    return BatchAggregate(
-        int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
-    )
-
-
-class PostgresDatastore(UnitStore):
+class PostgresDatastore(Datastore):
     """`Datastore` on PostgreSQL, safe to share between any number of processes."""
 
     def __init__(self, conninfo: str, pool_size: int = 8) -> None:
@@ -179,13 +171,7 @@ class PostgresDatastore(UnitStore):
             _time.sleep(pause * (0.5 + secrets.randbelow(1000) / 1000))
         raise AssertionError("unreachable")
 
-    # --- both roles -------------------------------------------------------
-
-    # --- leader -----------------------------------------------------------
-
-    # --- helper -----------------------------------------------------------
-
-    # --- operations: keys, garbage collection, status ----------------------
+    # --- what PostgreSQL does its own way ---------------------------------
 
     def add_first_hpke_key(self, key: HpkeKey) -> bool:
         """As SqliteDatastore.add_first_hpke_key."""

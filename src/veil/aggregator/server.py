@@ -123,8 +123,10 @@ from veil.aggregator.postgres import (
 )
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
-from veil.aggregator.storage import KEY_STATES, Datastore, SqliteDatastore, StoreInUse
+from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
+from veil.aggregator.store.records import KEY_STATES, StoreInUse
 from veil.aggregator.transport import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_KEEPALIVE_SECONDS,

@@ -32,7 +32,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
-from veil.aggregator.storage import CollectionRecord, is_transient_storage_error
+from veil.aggregator.store.records import CollectionRecord, is_transient_storage_error
 from veil.aggregator.transport import Metadata, RpcServer, UnaryMethod, refusal
 from veil.grpc_util import error_kind
 from veil.hpke import Ciphertext

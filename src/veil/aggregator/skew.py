@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from veil.aggregator.storage import Datastore
+from veil.aggregator.store.base import Datastore
 from veil.metrics import Metrics
 
 log = logging.getLogger(__name__)

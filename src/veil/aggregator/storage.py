@@ -1,9 +1,10 @@
-"""Aggregator storage: the `Datastore` protocol and its SQLite (WAL) backend.
+"""The `Datastore` on SQLite (one file in WAL mode).
 
 Every method is one unit of work in one transaction, so a crash leaves either
 all of it or none of it. The units are written once, for both backends, in
-veil.aggregator.store (units.py, over the transaction interface of tx.py);
-this module holds what is SQLite's own: connections, BEGIN IMMEDIATE, the
+veil.aggregator.store (the `Datastore` class in base.py, its units in
+units.py over the transaction interface of tx.py); this module holds what is
+SQLite's own: connections, BEGIN IMMEDIATE, the
 first-key insertion, space reclaim, the one-process claim and the upgrade of
 files from before the numbered migrations. An upload the leader acknowledged has been committed
 with `synchronous=FULL`, so it survives `kill -9` and power loss of the
@@ -23,227 +24,26 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from veil.aggregator.store.base import UnitStore
+from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.migrations import migrate_sqlite
 from veil.aggregator.store.records import (
-    AGGREGATED,
-    COLLECTION_COLS,
     HPKE_KEY_INSERT,
-    IN_JOB,
-    KEY_ACTIVE,
-    KEY_EXPIRED,
-    KEY_PENDING,
     KEY_STATES,
-    PENDING,
-    REJECTED,
-    REPORT_STATE_NAMES,
-    Backoff,
-    BatchAggregate,
-    BatchChanged,
-    BucketCollected,
-    CollectionRecord,
-    GcResult,
-    HelperJob,
     HpkeKey,
-    ReportIdTaken,
-    ReportsAggregated,
-    ShareMerge,
     StorageConflict,
     StoreInUse,
-    aggregate_from_row,
-    check_batch_unchanged,
-    collection_from_row,
-    collection_values,
     hpke_key_values,
-    is_transient_storage_error,
-    merge_aggregate,
 )
 from veil.aggregator.store.tx import SqliteTx, Tx
-from veil.messages import Report
-
-# The record types live in veil.aggregator.store.records; importers of this
-# module still find them here.
-__all__ = [
-    "AGGREGATED",
-    "COLLECTION_COLS",
-    "HPKE_KEY_INSERT",
-    "IN_JOB",
-    "KEY_ACTIVE",
-    "KEY_EXPIRED",
-    "KEY_PENDING",
-    "KEY_STATES",
-    "PENDING",
-    "REJECTED",
-    "REPORT_STATE_NAMES",
-    "Backoff",
-    "BatchAggregate",
-    "BatchChanged",
-    "BucketCollected",
-    "CollectionRecord",
-    "GcResult",
-    "HelperJob",
-    "HpkeKey",
-    "ReportIdTaken",
-    "ReportsAggregated",
-    "ShareMerge",
-    "StorageConflict",
-    "StoreInUse",
-    "check_batch_unchanged",
-    "collection_from_row",
-    "collection_values",
-    "hpke_key_values",
-    "is_transient_storage_error",
-    "merge_aggregate",
-]
-_aggregate = aggregate_from_row
 
 T = TypeVar("T")
 
 WAL_SIZE_LIMIT = 16 << 20
-# Report ids per IN (...) list: below SQLite's limit of 32766 parameters.
-_ID_CHUNK = 10_000
-
-
-class Datastore(Protocol):
-    """What the leader and helper logic need from storage."""
-
-    # Both roles.
-    #
-    # batch_aggregates: the shard rows of the buckets in [start, end), in
-    #   bucket order with the lock row (shard 0) first; a bucket's rows add
-    #   up to its aggregate (fold_shards, core.batch_summary), and only the
-    #   lock row says who collected it. Rows that hold nothing are left out.
-    def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]: ...
-    def rejections(self, task_id: bytes) -> dict[str, int]: ...
-
-    # Leader.
-    def put_reports(
-        self, task_id: bytes, reports: Sequence[tuple[int, Report]]
-    ) -> tuple[int, int]: ...
-    def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int: ...
-    def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]: ...
-    def acquire_aggregation_jobs(
-        self, owner: str, lease_seconds: float, limit: int
-    ) -> list[tuple[bytes, bytes]]: ...
-    def renew_aggregation_job(
-        self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
-    ) -> bool: ...
-    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]: ...
-    # finish_aggregation_job: `deferred` maps the reports the helper found
-    #   too early to the seconds they wait, as pending, before a new job
-    #   takes them (create_aggregation_job leaves them out until then).
-    def finish_aggregation_job(
-        self,
-        task_id: bytes,
-        job_id: bytes,
-        outcomes: Mapping[bytes, str | None],
-        deltas: Sequence[BatchAggregate],
-        merge: ShareMerge,
-        deferred: Mapping[bytes, float] | None = None,
-    ) -> None: ...
-    def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int: ...
-    def put_collection(self, record: CollectionRecord) -> CollectionRecord: ...
-    def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None: ...
-    def acquire_collections(
-        self, owner: str, lease_seconds: float, limit: int
-    ) -> list[CollectionRecord]: ...
-    def update_collection(self, record: CollectionRecord) -> None: ...
-    def close_batch(
-        self, task_id: bytes, start: int, end: int, job_id: bytes, step: int
-    ) -> None: ...
-    def fail_collection(self, record: CollectionRecord, reopen: bool) -> None: ...
-    def defer_collection(
-        self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
-    ) -> float: ...
-    def defer_aggregation_job(
-        self, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
-    ) -> int: ...
-    def abandon_aggregation_job(
-        self, task_id: bytes, job_id: bytes, reason: str, error: str
-    ) -> int: ...
-    def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]: ...
-    # deferred_count: pending reports waiting because the helper found them
-    #   too early. record_peer_clock / peer_clocks: the latest measured
-    #   offset of a helper's clock from the leader's (veil.aggregator.skew),
-    #   as (peer, offset, uncertainty, measured), one row per helper address.
-    def deferred_count(self, task_id: bytes) -> int: ...
-    def record_peer_clock(
-        self, peer: str, offset: float, uncertainty: float, measured: float
-    ) -> None: ...
-    def peer_clocks(self) -> list[tuple[str, float, float, float]]: ...
-
-    # Helper.
-    #
-    # Any number of helper processes may share one PostgreSQL store: what
-    # keeps them correct is in these transactions, not in a process's lock.
-    # seen_reports: which of the ids have a replay record (one query).
-    # commit_helper_job: in one transaction, the job record, a replay record
-    #   (report id, time, job id) for each of `reports`, the rejection counts
-    #   and the deltas merged into the batch aggregates. If the job id is
-    #   already stored (another process finished it first) nothing is written
-    #   and the stored (request_hash, response) is returned. ReportsAggregated
-    #   if a replay record exists for one of `reports` (the primary key is the
-    #   replay protection: a report id is aggregated at most once);
-    #   BucketCollected if a delta's bucket has been collected. Either way
-    #   nothing is written and the caller checks the job again.
-    # commit_helper_collection: in one transaction, close the batch for the
-    #   record's job id and store the record; returns the stored record, which
-    #   is another process's if it stored one for that job id first.
-    #   BucketCollected if another job collected a bucket of it; BatchChanged
-    #   if the batch's count or checksum is no longer the record's.
-    def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None: ...
-    def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]: ...
-    def commit_helper_job(
-        self, job: HelperJob, merge: ShareMerge
-    ) -> tuple[bytes, bytes] | None: ...
-    def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord: ...
-
-    # Operations: key rotation, garbage collection, status (both roles).
-    #
-    # commit_helper_job (above) also records, for GC, the job id and the
-    # report time with each replay record and the time the job record was
-    # written, so that GC can delete a replay record once a replay would be
-    # refused anyway (older than the expiry horizon, or in a collected
-    # bucket); a job record is deleted with its last replay record (see
-    # collect_garbage).
-    # hpke_keys: every key with its state, oldest first.
-    # add_hpke_key: insert a key; StorageConflict if its config id is taken.
-    # activate_hpke_key: in one transaction, make `config_id` (pending or
-    #   active) the active key and every other active key expired with
-    #   expires_at = now + grace; StorageConflict if the key is unknown or
-    #   expired.
-    # delete_expired_hpke_keys: delete expired keys with expires_at <= now;
-    #   returns their config ids.
-    # collect_garbage: one transaction deleting, for one task, what no rule
-    #   needs any more (see SqliteDatastore.collect_garbage for the rules;
-    #   they are the contract).
-    # reclaim_space: return freed space to the file system where the backend
-    #   does not do so itself (`full`: a complete rewrite, e.g. VACUUM).
-    # size_bytes: bytes the database occupies on disk.
-    # report_counts: leader reports per time bucket and state name
-    #   (REPORT_STATE_NAMES), for status.
-    # collections: every collection job of the task, oldest first.
-    def hpke_keys(self) -> list[HpkeKey]: ...
-    def add_hpke_key(self, key: HpkeKey) -> None: ...
-    def add_first_hpke_key(self, key: HpkeKey) -> bool: ...
-    def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None: ...
-    def delete_expired_hpke_keys(self, now: float) -> list[int]: ...
-    def collect_garbage(
-        self,
-        task_id: bytes,
-        time_precision: int,
-        report_horizon: int | None,
-        job_horizon: float | None,
-    ) -> GcResult: ...
-    def reclaim_space(self, full: bool = False) -> None: ...
-    def size_bytes(self) -> int: ...
-    def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]: ...
-    def collections(self, task_id: bytes) -> list[CollectionRecord]: ...
 
 
 # The schema of SQLite files from before the numbered migrations
@@ -321,7 +121,7 @@ def _owner_only(path: str) -> None:
         os.close(fd)
 
 
-class SqliteDatastore(UnitStore):
+class SqliteDatastore(Datastore):
     """`Datastore` on one SQLite file in WAL mode."""
 
     def __init__(self, path: Path | str, busy_timeout: float = 30.0) -> None:
@@ -420,13 +220,7 @@ class SqliteDatastore(UnitStore):
             os.close(self._claim)
             self._claim = None
 
-    # --- both roles -------------------------------------------------------
-
-    # --- leader -----------------------------------------------------------
-
-    # --- helper -----------------------------------------------------------
-
-    # --- operations: keys, garbage collection, status ----------------------
+    # --- what SQLite does its own way -------------------------------------
 
     def add_first_hpke_key(self, key: HpkeKey) -> bool:
         """Store `key` if no key is stored yet, in one step: of processes

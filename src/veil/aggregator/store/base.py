@@ -1,5 +1,11 @@
-"""The Datastore methods written once, over the units of work: a backend
-subclasses UnitStore and says only how a unit runs (`_read`, `_write`)."""
+"""`Datastore`: what the leader and helper logic need from storage, its
+methods written once over the units of work (veil.aggregator.store.units).
+
+A backend (SqliteDatastore in veil.aggregator.storage, PostgresDatastore in
+veil.aggregator.postgres) subclasses it and says how a unit runs (`_read`,
+`_write`), plus the few operations that are its database's own (first key,
+space reclaim, size, close). Every method is one unit of work in one
+transaction, so a crash leaves either all of it or none of it."""
 
 from __future__ import annotations
 
@@ -22,8 +28,9 @@ from veil.messages import Report
 T = TypeVar("T")
 
 
-class UnitStore:
-    """Datastore methods shared by the backends (see veil.aggregator.storage)."""
+class Datastore:
+    """What the leader and helper logic need from storage (one class for both
+    backends; the comments at each group of methods are the contract)."""
 
     def _read(self, work: Callable[[Tx], T]) -> T:
         """Run a unit that only reads."""
@@ -41,6 +48,11 @@ class UnitStore:
         return self._write(work)
 
     # --- both roles -------------------------------------------------------
+    #
+    # batch_aggregates: the shard rows of the buckets in [start, end), in
+    #   bucket order with the lock row (shard 0) first; a bucket's rows add
+    #   up to its aggregate (fold_shards, core.batch_summary), and only the
+    #   lock row says who collected it. Rows that hold nothing are left out.
 
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
         return self._read(lambda tx: units.batch_aggregates(tx, task_id, start, end))
@@ -49,6 +61,14 @@ class UnitStore:
         return self._read(lambda tx: units.rejections(tx, task_id))
 
     # --- leader -----------------------------------------------------------
+    #
+    # finish_aggregation_job: `deferred` maps the reports the helper found
+    #   too early to the seconds they wait, as pending, before a new job
+    #   takes them (create_aggregation_job leaves them out until then).
+    # deferred_count: pending reports waiting because the helper found them
+    #   too early. record_peer_clock / peer_clocks: the latest measured
+    #   offset of a helper's clock from the leader's (veil.aggregator.skew),
+    #   as (peer, offset, uncertainty, measured), one row per helper address.
 
     def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
         return self._write(lambda tx: units.put_reports(tx, task_id, reports))
@@ -151,6 +171,24 @@ class UnitStore:
         self._write(lambda tx: units.close_batch(tx, task_id, start, end, job_id, step))
 
     # --- helper -----------------------------------------------------------
+    #
+    # Any number of helper processes may share one PostgreSQL store: what
+    # keeps them correct is in these transactions, not in a process's lock.
+    # seen_reports: which of the ids have a replay record (one query).
+    # commit_helper_job: in one transaction, the job record, a replay record
+    #   (report id, time, job id) for each of `reports`, the rejection counts
+    #   and the deltas merged into the batch aggregates. If the job id is
+    #   already stored (another process finished it first) nothing is written
+    #   and the stored (request_hash, response) is returned. ReportsAggregated
+    #   if a replay record exists for one of `reports` (the primary key is the
+    #   replay protection: a report id is aggregated at most once);
+    #   BucketCollected if a delta's bucket has been collected. Either way
+    #   nothing is written and the caller checks the job again.
+    # commit_helper_collection: in one transaction, close the batch for the
+    #   record's job id and store the record; returns the stored record, which
+    #   is another process's if it stored one for that job id first.
+    #   BucketCollected if another job collected a bucket of it; BatchChanged
+    #   if the batch's count or checksum is no longer the record's.
 
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
         return self._read(lambda tx: units.helper_job(tx, task_id, job_id))
@@ -164,7 +202,27 @@ class UnitStore:
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
         return self._write_fresh(lambda tx: units.commit_helper_collection(tx, record, step))
 
-    # --- operations: keys, status -----------------------------------------
+    # --- operations: keys, garbage collection, status (both roles) -------
+    #
+    # commit_helper_job (above) also records, for GC, the job id and the
+    # report time with each replay record and the time the job record was
+    # written, so that GC can delete a replay record once a replay would be
+    # refused anyway (older than the expiry horizon, or in a collected
+    # bucket); a job record is deleted with its last replay record (see
+    # collect_garbage).
+    # hpke_keys: every key with its state, oldest first.
+    # activate_hpke_key: in one transaction, make `config_id` (pending or
+    #   active) the active key and every other active key expired with
+    #   expires_at = now + grace; StorageConflict if the key is unknown or
+    #   expired.
+    # delete_expired_hpke_keys: delete expired keys with expires_at <= now;
+    #   returns their config ids.
+    # collect_garbage: one transaction deleting, for one task, what no rule
+    #   needs any more (see units.collect_garbage for the rules; they are
+    #   the contract).
+    # report_counts: leader reports per time bucket and state name
+    #   (REPORT_STATE_NAMES), for status.
+    # collections: every collection job of the task, oldest first.
 
     def hpke_keys(self) -> list[HpkeKey]:
         return self._read(units.hpke_keys)
@@ -193,3 +251,28 @@ class UnitStore:
 
     def collections(self, task_id: bytes) -> list[CollectionRecord]:
         return self._read(lambda tx: units.collections(tx, task_id))
+
+    # --- what each backend writes for its own database ---------------------
+
+    def add_hpke_key(self, key: HpkeKey) -> None:
+        """Insert a key; StorageConflict if its config id is taken."""
+        raise NotImplementedError
+
+    def add_first_hpke_key(self, key: HpkeKey) -> bool:
+        """Store `key` if no key is stored yet, in one step: of processes
+        starting together on a new database one adds its key (True), the
+        others add none (False) and read the winner's."""
+        raise NotImplementedError
+
+    def reclaim_space(self, full: bool = False) -> None:
+        """Return freed space to the file system where the backend does not do
+        so itself (`full`: a complete rewrite, e.g. VACUUM FULL)."""
+        raise NotImplementedError
+
+    def size_bytes(self) -> int:
+        """Bytes the database occupies on disk."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the connections."""
+        raise NotImplementedError

@@ -3,7 +3,7 @@
 Each function runs inside one transaction the backend opened (and, on
 PostgreSQL, runs again from the start after a serialization failure), so a
 unit either commits whole or not at all. The contract each one keeps is the
-`Datastore` protocol's (veil.aggregator.storage).
+`Datastore` class's (veil.aggregator.store.base).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def commit_helper_collection(tx: Tx, record: CollectionRecord, step: int) -> Col
     read as it is then: a helper job that held a lock row while this waited
     has added to its own shard row, which a snapshot taken before the wait
     would not show. So on PostgreSQL this unit runs at READ COMMITTED
-    (UnitStore._write_fresh), where each statement sees what committed
+    (Datastore._write_fresh), where each statement sees what committed
     before it."""
     stored = get_collection(tx, record.task_id, record.job_id)
     if stored is not None:
