@@ -273,3 +273,14 @@ def test_async_client_outbox(dep: Deployment, tmp_path: Path) -> None:
 def test_no_outbox_no_flush(dep: Deployment) -> None:
     with Client(dep.tasks["count"].client) as client, pytest.raises(ValueError, match="outbox"):
         client.flush()
+
+
+def test_a_report_keeps_its_invitation_token_in_the_outbox(tmp_path: Path) -> None:
+    # The token travels with its sealed report: a retry from the outbox sends
+    # the same report id and the same token (an aggregator then sees a duplicate).
+    token = bytes(range(256)) + bytes(98)
+    batch = [replace(r, token=token) for r in reports(2)]
+    with Outbox(tmp_path / "box") as box:
+        box.add(FILES.client.task_id, batch)
+    with Outbox(tmp_path / "box") as box:
+        assert [r for _, r in box.pending(FILES.client.task_id, 10)] == batch
