@@ -113,16 +113,19 @@ export class Client {
    * measurement (before anything is drawn or sealed).
    * @param {unknown} measurement
    * @param {number} [reportTime] defaults to now
+   * @param {{reportId: Uint8Array, token: Uint8Array}} [ticket] for a survey with
+   *   invitations: the report id chosen before issuance and its token (src/invite.js)
    * @returns {Promise<Report>}
    */
-  async buildReport(measurement, reportTime) {
+  async buildReport(measurement, reportTime, ticket) {
     let t = reportTime ?? this.reportTime();
     t -= t % this.task.time_precision;
     // Validate first, so that a bad measurement costs nothing.
     this.vdaf.flp.encode(measurement);
     // The true answer goes no further than this line with a local layer.
     const sent = this.randomize === null ? measurement : this.randomize(measurement);
-    const reportId = this.randomBytes(REPORT_ID_SIZE);
+    const reportId = ticket?.reportId ?? this.randomBytes(REPORT_ID_SIZE);
+    const token = ticket?.token ?? new Uint8Array(0);
     const rand = this.randomBytes(this.vdaf.RAND_SIZE);
     const { publicShare, inputShares } = this.vdaf.shard(this.ctx, sent, reportId, rand);
     const ps = this.vdaf.encodePublicShare(publicShare);
@@ -135,10 +138,12 @@ export class Client {
       seal(
         this.configs.helper,
         inputShareInfo(ROLE_HELPER, this.taskId, reportId, t, ps),
-        this.vdaf.encodeInputShare(inputShares[1]),
+        // The helper checks its own copy of the token, sealed after its share.
+        concat(this.vdaf.encodeInputShare(inputShares[1]), token),
       ),
     ]);
     return {
+      token,
       report_id: reportId,
       time: t,
       public_share: ps,
@@ -165,5 +170,6 @@ export function reportToJson(report) {
     public_share: b64e(report.public_share),
     leader_encrypted_input_share: ciphertextJson(report.leader_encrypted_input_share),
     helper_encrypted_input_share: ciphertextJson(report.helper_encrypted_input_share),
+    ...(report.token?.length ? { token: b64e(report.token) } : {}),
   };
 }

@@ -23,3 +23,4 @@ export {
   reportToJson,
   usableConfig,
 } from './client.js';
+export { InvitationError, redeemInvitation } from './invite.js';

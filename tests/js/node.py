@@ -73,6 +73,7 @@ def report_from_json(d: dict[str, Any]) -> Report:
         b64d(d["public_share"]),
         _ciphertext(d["leader_encrypted_input_share"]),
         _ciphertext(d["helper_encrypted_input_share"]),
+        b64d(d["token"]) if "token" in d else b"",
     )
 
 

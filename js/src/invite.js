@@ -1,0 +1,71 @@
+// Invitations in the browser: pick each question's report id, blind one
+// token per question with @cloudflare/blindrsa-ts (RFC 9474,
+// RSABSSA-SHA384-PSS-Randomized), have the issuer sign them for the
+// invitation (POST /invitation), and unblind. The same token format as
+// veil.invite.token: token_type 0x0002 || nonce || context || key id ||
+// authenticator, the nonce being the randomized variant's prefix and the
+// context SHA-256("veil-invitation-token-v1" || task id || report id).
+
+import { RSABSSA } from '@cloudflare/blindrsa-ts';
+import { sha256 } from '@noble/hashes/sha2.js';
+
+import { REPORT_ID_SIZE, b64d, b64e } from './client.js';
+import { concat } from './prio3.js';
+
+const TOKEN_TYPE = new Uint8Array([0x00, 0x02]);
+const LABEL = new TextEncoder().encode('veil-invitation-token-v1');
+const NONCE_SIZE = 32;
+
+/** The issuer refused the invitation; `message` is the issuer's. */
+export class InvitationError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'InvitationError';
+  }
+}
+
+/**
+ * One {reportId, token} per task, in order, for invitation `code`.
+ * @param {string} url the issuer's POST /invitation
+ * @param {string} code
+ * @param {{task_id: string, issuer_public_key: string}[]} tasks
+ * @param {{fetch?: typeof fetch, randomBytes?: (n: number) => Uint8Array}} [options]
+ * @returns {Promise<{reportId: Uint8Array, token: Uint8Array}[]>}
+ */
+export async function redeemInvitation(url, code, tasks, options = {}) {
+  const doFetch = options.fetch ?? globalThis.fetch;
+  const randomBytes =
+    options.randomBytes ?? ((n) => globalThis.crypto.getRandomValues(new Uint8Array(n)));
+  const suite = RSABSSA.SHA384.PSS.Randomized();
+  const pending = [];
+  for (const task of tasks) {
+    const spki = b64d(task.issuer_public_key);
+    const key = await globalThis.crypto.subtle.importKey(
+      'spki', spki, { name: 'RSA-PSS', hash: 'SHA-384' }, true, ['verify'],
+    );
+    const reportId = randomBytes(REPORT_ID_SIZE);
+    const context = sha256(concat(LABEL, b64d(task.task_id), reportId));
+    const keyId = sha256(spki);
+    const nonce = randomBytes(NONCE_SIZE);
+    const message = concat(nonce, TOKEN_TYPE, context, keyId);
+    const { blindedMsg, inv } = await suite.blind(key, message);
+    pending.push({ key, reportId, context, keyId, nonce, message, blindedMsg, inv });
+  }
+  const response = await doFetch(url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ invitation: code, blinded: pending.map((p) => b64e(p.blindedMsg)) }),
+  });
+  const answer = await response.json();
+  if (!response.ok) throw new InvitationError(String(answer.error ?? `HTTP ${response.status}`));
+  const sigs = answer.blind_signatures;
+  if (!Array.isArray(sigs) || sigs.length !== pending.length) {
+    throw new InvitationError("the issuer's answer is malformed");
+  }
+  const out = [];
+  for (const [i, p] of pending.entries()) {
+    const sig = await suite.finalize(p.key, p.message, b64d(sigs[i]), p.inv);
+    out.push({ reportId: p.reportId, token: concat(TOKEN_TYPE, p.nonce, p.context, p.keyId, sig) });
+  }
+  return out;
+}

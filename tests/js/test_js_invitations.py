@@ -1,0 +1,120 @@
+"""The JavaScript client answers a survey with invitations (js/src/invite.js
+with @cloudflare/blindrsa-ts): it redeems an invitation at a real `veil
+survey issuer`, and the reports it seals with their tokens are accepted by
+the real leader and aggregated by the real helper; the same invitation again
+is refused with the issuer's message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.deployment import start_deployment
+from tests.js.node import JS_DIR, config_json, report_from_json, require_node_client, task_json
+from veil.aggregator.local import free_port
+from veil.aggregator.storage import SqliteDatastore
+from veil.invite import blindrsa
+from veil.invite.issuer import USED_MESSAGE, mint, write_keys
+from veil.invite.token import public_key_bytes
+from veil.task import DpSpec, VdafSpec, b64e
+
+pytestmark = pytest.mark.slow
+
+TP = 3600
+
+
+def test_js_client_redeems_and_its_reports_pass_both_aggregators(tmp_path: Path) -> None:
+    node = require_node_client()
+    keys = [blindrsa.generate_key() for _ in range(2)]
+    kw = {"time_precision": TP, "min_batch_size": 1}
+    specs = {
+        "yes": (VdafSpec("count"), DpSpec("none"), 1),
+        "team": (VdafSpec("histogram", length=3, chunk_length=2), DpSpec("none"), 2),
+    }
+    dep = start_deployment(
+        tmp_path / "dep",
+        {
+            name: (vdaf, dp, {**kw, "issuer_public_key": public_key_bytes(k.public_key())})
+            for (name, (vdaf, dp, _)), k in zip(specs.items(), keys, strict=True)
+        },
+    )
+    issuer_dir = tmp_path / "issuer"
+    issuer_dir.mkdir()
+    write_keys(issuer_dir, keys)
+    (code,) = mint(issuer_dir, 1)
+    port = free_port()
+    issuer = subprocess.Popen(
+        [sys.executable, "-m", "veil.cli", "survey", "issuer", "--issuer-dir", str(issuer_dir),
+         "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert issuer.stdout is not None and "issuing on" in issuer.stdout.readline()
+        questions = []
+        for name, (_, _, measurement) in specs.items():
+            task = dep.tasks[name].client
+            client = dep.client(name)
+            assert task.issuer_public_key is not None
+            questions.append(
+                {
+                    "task": {**task_json(task), "issuer_public_key": b64e(task.issuer_public_key)},
+                    "leader": config_json(client.hpke_config(2)),
+                    "helper": config_json(client.hpke_config(3)),
+                    "measurement": measurement,
+                }
+            )
+        request = {
+            "issuer": f"http://127.0.0.1:{port}/invitation",
+            "invitation": code,
+            "time": int(time.time()),
+            "questions": questions,
+        }
+
+        def run() -> list[dict[str, object]]:
+            done = subprocess.run(
+                [node, str(JS_DIR / "scripts" / "invited-reports.mjs")],
+                input=json.dumps(request).encode(),
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr.decode()
+            return [json.loads(line) for line in done.stdout.decode().splitlines()]
+
+        lines = run()
+        assert len(lines) == 2
+        for name, line in zip(specs, lines, strict=True):
+            report = report_from_json(line["report"])  # type: ignore[arg-type]
+            assert len(report.token) == 354
+            assert dep.client(name).upload_reports([report]).accepted == 1
+        assert run() == [{"error": USED_MESSAGE}]
+        deadline = time.monotonic() + 60
+        for name in specs:
+            tid = dep.tasks[name].client.task_id
+            while time.monotonic() < deadline:
+                store = SqliteDatastore(dep.local.root / "helper.db")
+                try:
+                    done_ids = store.seen_reports(tid, [report_id(lines, name, specs)])
+                finally:
+                    store.close()
+                if done_ids:
+                    break
+                time.sleep(0.2)
+            assert dep.rejections("helper", name) == {}
+            assert dep.rejections("leader", name) == {}
+    finally:
+        issuer.terminate()
+        issuer.wait(timeout=20)
+        if issuer.stdout is not None:
+            issuer.stdout.close()
+        dep.stop()
+
+
+def report_id(lines: list[dict[str, object]], name: str, specs: dict[str, object]) -> bytes:
+    index = list(specs).index(name)
+    return report_from_json(lines[index]["report"]).report_id  # type: ignore[arg-type]
