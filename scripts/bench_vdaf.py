@@ -5,6 +5,13 @@
     python scripts/bench_vdaf.py --quick    # small batches, under a minute
     python scripts/bench_vdaf.py --memory   # 100,000 Histogram(100) reports, streamed
     python scripts/bench_vdaf.py --untuned  # without veil.tuning (allocator, BLAS threads)
+    python scripts/bench_vdaf.py --reference DRAFT/poc   # and the draft's reference, interleaved
+
+--reference takes the ``poc`` directory of a checkout of the draft's
+repository (draft-irtf-cfrg-vdaf, the tag of the draft veil implements) and
+runs it with --reference-python (Python 3.12 or later, with pycryptodomex),
+one run of each in turn; the ratios are CPU time per report, reference over
+veil, measured in the same run.
 
 The logic lives in ``veil.benchmarks``; this only parses flags and prints.
 """
@@ -15,7 +22,13 @@ import argparse
 import json
 import multiprocessing
 
-from veil.benchmarks import cases, peak_rss_mib, run_case, stream_histogram
+from veil.benchmarks import (
+    cases,
+    compare_with_reference,
+    peak_rss_mib,
+    run_case,
+    stream_histogram,
+)
 from veil.tuning import limit_blas_threads, tune_allocator
 
 
@@ -50,7 +63,22 @@ def main() -> None:
         action="store_true",
         help="skip veil.tuning (allocator thresholds, one BLAS thread)",
     )
+    parser.add_argument(
+        "--reference",
+        default="",
+        metavar="DIR",
+        help="the draft's reference implementation (its poc directory), run side by side",
+    )
+    parser.add_argument(
+        "--reference-python",
+        default="python3.12",
+        metavar="PYTHON",
+        help="interpreter for --reference (default python3.12)",
+    )
     args = parser.parse_args()
+    if args.reference:
+        _compare(args)
+        return
     runs = max(5, args.runs)
     tuned = not args.untuned and tune_allocator() and limit_blas_threads(1)
 
@@ -97,6 +125,40 @@ def main() -> None:
             f" {r.shard_cpu_us:>11.1f} {r.verify_cpu_us:>9.1f}"
         )
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
+
+
+def _compare(args: argparse.Namespace) -> None:
+    runs = max(5, args.runs)
+    tune_allocator()
+    limit_blas_threads(1)
+    print(
+        f"{'VDAF':28} {'batch':>6} {'cpu shard us':>13} {'ref':>9} {'x':>6}"
+        f" {'cpu verify us':>14} {'ref':>9} {'x':>6}   median of {runs}, interleaved"
+    )
+    results = {}
+    for case in cases():
+        if not case.reference or (args.only and args.only not in case.name):
+            continue
+        size = 500 if args.quick else case.batch
+        c = compare_with_reference(case, size, args.reference_python, args.reference, runs)
+        r = c.row
+        results[case.name] = {
+            "shard_cpu_us": round(r.shard_cpu_us, 2),
+            "verify_cpu_us": round(r.verify_cpu_us, 2),
+            "reference_shard_us": round(c.reference_shard_us, 1),
+            "reference_verify_us": round(c.reference_verify_us, 1),
+            "shard_ratio": round(c.shard_ratio, 1),
+            "verify_ratio": round(c.verify_ratio, 1),
+        }
+        if not args.json:
+            print(
+                f"{r.name:28} {r.batch:>6} {r.shard_cpu_us:>13.2f} {c.reference_shard_us:>9.0f}"
+                f" {c.shard_ratio:>6.0f} {r.verify_cpu_us:>14.2f} {c.reference_verify_us:>9.0f}"
+                f" {c.verify_ratio:>6.0f}",
+                flush=True,
+            )
+    if args.json:
+        print(json.dumps(results))
 
 
 if __name__ == "__main__":

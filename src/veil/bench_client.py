@@ -16,8 +16,10 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from veil.aggregator.local import LocalDeployment
 from veil.client import AsyncClient
@@ -87,3 +89,101 @@ def run(
                     return [await _sustain(client, m, seconds) for m in modes]
 
             return asyncio.run(main())
+
+
+# -- what building a report costs against its parts (issue 28) ----------------
+
+
+@dataclass(frozen=True)
+class BuildCosts:
+    """CPU microseconds per report, medians of interleaved runs in one process."""
+
+    vdaf: str
+    reports: int
+    seal_us: float  # one HPKE seal (the key loaded once)
+    floor_us: float  # the parts: batched shard plus two seals
+    prepare_us: float  # prepare_reports (what Client and AsyncClient call)
+    request_us: float  # prepare_reports and the upload request's bytes
+    outbox_us: float  # prepare_reports and Outbox.add (SQLite, one transaction)
+
+
+BUILD_VDAFS: dict[str, tuple[VdafSpec, Callable[[int], int]]] = {
+    "count": (VdafSpec("count"), lambda i: i % 2),
+    "sum": (VdafSpec("sum", max_measurement=255), lambda i: i % 256),
+    "histogram": (VdafSpec("histogram", length=100, chunk_length=10), lambda i: i % 100),
+}
+
+
+def build_costs(vdaf: str = "count", reports: int = 1000, runs: int = 5) -> BuildCosts:
+    """Report building against its floor, each run measuring every step in turn."""
+    import os
+    import secrets
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
+    from veil.client.outbox import Outbox
+    from veil.client.prepare import prepare_reports
+    from veil.hpke import _SUITE, generate_keypair
+    from veil.messages import REPORT_ID_SIZE, vdaf_ctx
+    from veil.messages.wire import upload_request
+    from veil.task import Task
+    from veil.vdaf.batch import BatchPrio3
+
+    spec, value = BUILD_VDAFS[vdaf]
+    leader, helper = generate_keypair(1), generate_keypair(2)
+    task = Task(
+        task_id=secrets.token_bytes(32),
+        vdaf=spec,
+        leader_address="127.0.0.1:1",
+        helper_address="127.0.0.1:2",
+        min_batch_size=1,
+        dp=DpSpec("none"),
+        collector_hpke_config=generate_keypair(3).config,
+    )
+    batch = BatchPrio3(spec.instantiate())
+    measurements = [value(i) for i in range(reports)]
+    ctx = vdaf_ctx(task.task_id)
+    leader_pk = X25519PublicKey.from_public_bytes(leader.config.public_key)
+    helper_pk = X25519PublicKey.from_public_bytes(helper.config.public_key)
+    info = bytes(64)  # the size of a Count report's context
+    prepare_reports(task, measurements[:10], leader.config, helper.config, 0, batch=batch)
+
+    def parts() -> None:
+        ids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(reports)]
+        rands = [secrets.token_bytes(batch.vdaf.RAND_SIZE) for _ in range(reports)]
+        sharded = batch.shard_batch(ctx, measurements, ids, rands)
+        for a, b in zip(*sharded.input_shares, strict=True):
+            _SUITE.encrypt(a, leader_pk, info=info)
+            _SUITE.encrypt(b, helper_pk, info=info)
+
+    def seals() -> None:
+        for _ in range(reports):
+            _SUITE.encrypt(b"x" * 40, leader_pk, info=info)
+
+    def prepare() -> list[Any]:
+        return prepare_reports(task, measurements, leader.config, helper.config, 0, batch=batch)
+
+    def request() -> None:
+        upload_request(task.task_id, prepare()).SerializeToString()
+
+    samples: dict[str, list[float]] = {k: [] for k in ("seal", "floor", "prep", "req", "box")}
+    with tempfile.TemporaryDirectory(prefix="veil-bench-build-") as tmp:
+        for run_index in range(runs):
+            outbox = Outbox(os.path.join(tmp, f"outbox-{run_index}.db"))
+
+            def stored() -> None:
+                outbox.add(task.task_id, prepare())  # noqa: B023 (called right here)
+
+            for key, step in (
+                ("seal", seals),
+                ("floor", parts),
+                ("prep", prepare),
+                ("req", request),
+                ("box", stored),
+            ):
+                start = time.process_time()
+                step()
+                samples[key].append((time.process_time() - start) / reports * 1e6)
+            outbox.close()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return BuildCosts(vdaf, reports, med["seal"], med["floor"], med["prep"], med["req"], med["box"])

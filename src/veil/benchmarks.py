@@ -9,9 +9,11 @@ medians over several runs, reported per report: "shard" is
 
 from __future__ import annotations
 
+import json
 import random
 import resource
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,12 +34,29 @@ class Case:
     # Reports per batch in the full run; the largest circuit uses fewer so
     # that five runs finish in minutes (the per-report cost is flat by then).
     batch: int = 10_000
+    # The draft's reference implementation: its constructor call and how
+    # many reports one of its runs takes (it is two orders slower); no
+    # reference run where empty.
+    reference: str = ""
+    reference_reports: int = 0
 
 
 def cases() -> list[Case]:
     return [
-        Case("Prio3Count", lambda: Prio3Count(2), lambda r: r.randrange(2)),
-        Case("Prio3Sum(255)", lambda: Prio3Sum(2, 255), lambda r: r.randrange(256)),
+        Case(
+            "Prio3Count",
+            lambda: Prio3Count(2),
+            lambda r: r.randrange(2),
+            reference="Prio3Count(2)",
+            reference_reports=200,
+        ),
+        Case(
+            "Prio3Sum(255)",
+            lambda: Prio3Sum(2, 255),
+            lambda r: r.randrange(256),
+            reference="Prio3Sum(2, 255)",
+            reference_reports=100,
+        ),
         Case(
             "Prio3Sum(4294967295)",
             lambda: Prio3Sum(2, 2**32 - 1),
@@ -47,6 +66,8 @@ def cases() -> list[Case]:
             "Prio3Histogram(100,10)",
             lambda: Prio3Histogram(2, 100, 10),
             lambda r: r.randrange(100),
+            reference="Prio3Histogram(2, 100, 10)",
+            reference_reports=20,
         ),
         Case(
             "Prio3Histogram(10000,100)",
@@ -58,6 +79,8 @@ def cases() -> list[Case]:
             "Prio3SumVec(100,255,30)",
             lambda: Prio3SumVec(2, 100, 255, 30),
             lambda r: [r.randrange(256) for _ in range(100)],
+            reference="Prio3SumVec(2, 100, 255, 30)",
+            reference_reports=10,
         ),
     ]
 
@@ -174,3 +197,96 @@ def stream_histogram(reports: int, chunk: int) -> tuple[list[int], float]:
 def peak_rss_mib() -> float:
     """Peak resident set size of this process so far (Linux: KiB units)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# Run by the reference's interpreter (it needs Python 3.12): shard, then
+# both aggregators' verification, of ``reports`` reports; prints the CPU
+# time per report of each, in microseconds, as JSON. The reference's shard
+# returns objects, where ours encodes them too: the comparison leans its way.
+_REFERENCE_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from vdaf_poc.vdaf_prio3 import Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
+vdaf = eval(sys.argv[2])
+given = json.load(sys.stdin)
+inputs = [(m, bytes.fromhex(n), bytes.fromhex(r)) for m, n, r in given["reports"]]
+reports = len(inputs)
+key = bytes.fromhex(given["key"])
+ctx = b"veil benchmark"
+start = time.process_time()
+sharded = [vdaf.shard(ctx, m, n, r) for m, n, r in inputs]
+shard = time.process_time() - start
+start = time.process_time()
+for (public, shares), (_, nonce, _) in zip(sharded, inputs):
+    inits = [vdaf.verify_init(key, ctx, j, None, nonce, public, shares[j]) for j in range(2)]
+    message = vdaf.verifier_shares_to_message(ctx, None, [share for _, share in inits])
+    for state, _ in inits:
+        vdaf.verify_next(ctx, state, message)
+verify = time.process_time() - start
+print(json.dumps([shard * 1e6 / reports, verify * 1e6 / reports]))
+"""
+
+
+def reference_run(python: str, path: str, case: Case) -> tuple[float, float]:
+    """One run of the draft's reference implementation (its ``poc``
+    directory at ``path``, run by ``python``): CPU microseconds per report
+    to shard and to verify (both aggregators)."""
+    vdaf = case.make()
+    inputs = make_inputs(vdaf, case, case.reference_reports)
+    given = {
+        "reports": [
+            [m, n.hex(), r.hex()]
+            for m, n, r in zip(inputs.measurements, inputs.nonces, inputs.rands, strict=True)
+        ],
+        "key": inputs.verify_key.hex(),
+    }
+    done = subprocess.run(
+        [python, "-c", _REFERENCE_CHILD, path, case.reference],
+        input=json.dumps(given),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    shard, verify = json.loads(done.stdout)
+    return float(shard), float(verify)
+
+
+@dataclass(frozen=True)
+class Compared:
+    row: Row
+    reference_shard_us: float
+    reference_verify_us: float
+
+    @property
+    def shard_ratio(self) -> float:
+        return self.reference_shard_us / self.row.shard_cpu_us
+
+    @property
+    def verify_ratio(self) -> float:
+        return self.reference_verify_us / self.row.verify_cpu_us
+
+
+def compare_with_reference(
+    case: Case, batch_size: int, python: str, path: str, runs: int = 5
+) -> Compared:
+    """Runs of veil's batched path and of the reference, interleaved (one
+    of each in turn, so that the machine's load falls on both alike); the
+    medians of the CPU time per report."""
+    ours: list[Row] = []
+    theirs: list[tuple[float, float]] = []
+    for _ in range(runs):
+        ours.append(run_case(case, batch_size, runs=1))
+        theirs.append(reference_run(python, path, case))
+    return Compared(
+        Row(
+            case.name,
+            batch_size,
+            statistics.median(r.shard_us for r in ours),
+            statistics.median(r.verify_us for r in ours),
+            runs,
+            statistics.median(r.shard_cpu_us for r in ours),
+            statistics.median(r.verify_cpu_us for r in ours),
+        ),
+        statistics.median(t[0] for t in theirs),
+        statistics.median(t[1] for t in theirs),
+    )

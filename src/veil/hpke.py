@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -108,10 +108,16 @@ def generate_keypair(config_id: int) -> HpkeKeypair:
     return HpkeKeypair(HpkeConfig(config_id, pk), sk.private_bytes_raw())
 
 
+@lru_cache(maxsize=64)
+def _public_key(raw: bytes) -> X25519PublicKey:
+    # A client seals every report to the same two keys: load each once.
+    return X25519PublicKey.from_public_bytes(raw)
+
+
 def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
     if not config.is_supported():
         raise HpkeError(f"HPKE config {config.config_id} uses an unsupported suite")
-    pk = X25519PublicKey.from_public_bytes(config.public_key)
+    pk = _public_key(config.public_key)
     out = _SUITE.encrypt(plaintext, pk, info=info)
     return Ciphertext(config.config_id, out[:ENC_SIZE], out[ENC_SIZE:])
 
