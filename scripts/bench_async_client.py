@@ -8,7 +8,7 @@ Count) to a local leader and helper; target at least 2,000 reports/s.
 
 A mode BxC runs C tasks on the one client, each uploading B measurements per
 call (B = 1: `upload`, else `upload_batch`). The logic lives in
-``veil.bench_client``. The last column is the client's CPU per report over
+``bench.client``. The last column is the client's CPU per report over
 the parts of a report (a batched shard and two HPKE seals) measured in the
 same process afterwards. --build measures only the building, with no
 network: prepare_reports, then with the upload request's bytes, then with
@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
+from pathlib import Path
 
-from veil.bench_client import BUILD_VDAFS, DEFAULT_MODES, Mode, build_costs, run
+# The measurements (bench/) live beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.client import BUILD_VDAFS, DEFAULT_MODES, Mode, build_costs, run
 from veil.logs import configure_logging
 from veil.tuning import limit_blas_threads, tune_allocator
 

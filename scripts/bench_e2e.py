@@ -6,16 +6,21 @@ time, peak RSS of each server. Median of --runs runs.
     python scripts/bench_e2e.py --vdaf count --reports 100000 --runs 1   # the 100,000-report batch
     python scripts/bench_e2e.py --json
 
-The logic lives in ``veil.bench_e2e``.
+The logic lives in ``bench.e2e``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
+from pathlib import Path
 
-from veil.bench_e2e import e2e_cases, median_run, run_once
+# The measurements (bench/) live beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.e2e import e2e_cases, median_run, run_once
 from veil.logs import configure_logging
 from veil.tuning import limit_blas_threads, tune_allocator
 

@@ -3,7 +3,7 @@
 Spearman rank correlation between |noise| and (1) the sampler's own draw time,
 (2) the time of a burst of requests served right after a release while the
 pool draws the next release's vector, in a thread (before issue 25) and in a
-child process (now). See veil.bench_noise and docs/OBSERVATIONS.md.
+child process (now). See bench.noise and docs/OBSERVATIONS.md.
 
     python scripts/bench_noise_timing.py [--trials 2000] [--epsilon 1] [--length 4] [--runs 3]
 """
@@ -11,8 +11,13 @@ child process (now). See veil.bench_noise and docs/OBSERVATIONS.md.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from veil.bench_noise import format_table, measure
+# The measurements (bench/) live beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.noise import format_table, measure
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 GET /survey.json over keep-alive and over a new connection per request, the
 page through veil.web.guard against uvicorn's own h11 protocol as the page was
-served before; medians over alternating rounds. See veil.bench_page.
+served before; medians over alternating rounds. See bench.page.
 
     python scripts/bench_page.py [--rounds 5] [--keepalive 1000] [--fresh 500]
 """
@@ -10,8 +10,13 @@ served before; medians over alternating rounds. See veil.bench_page.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
-from veil.bench_page import format_table, measure
+# The measurements (bench/) live beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.page import format_table, measure
 
 
 def main() -> None:

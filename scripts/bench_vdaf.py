@@ -13,7 +13,7 @@ runs it with --reference-python (Python 3.12 or later, with pycryptodomex),
 one run of each in turn; the ratios are CPU time per report, reference over
 veil, measured in the same run.
 
-The logic lives in ``veil.benchmarks``; this only parses flags and prints.
+The logic lives in ``bench.vdaf``; this only parses flags and prints.
 """
 
 from __future__ import annotations
@@ -21,8 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import sys
+from pathlib import Path
 
-from veil.benchmarks import (
+# The measurements (bench/) live beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.vdaf import (
     cases,
     compare_with_reference,
     peak_rss_mib,

@@ -1,5 +1,5 @@
 """Coverage of the published intervals at 5 to 50 respondents, every kind of
-question, with the exact noise (veil.coverage). Prints a Markdown table
+question, with the exact noise (bench.coverage). Prints a Markdown table
 (docs/ACCURACY.md).
 
     python scripts/coverage_small.py --runs 2000
@@ -11,8 +11,12 @@ import argparse
 import sys
 import time
 from fractions import Fraction
+from pathlib import Path
 
-from veil.coverage import format_coverage, run
+# The measurements (bench/) live beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.coverage import format_coverage, run
 
 
 def main() -> int:

@@ -4,7 +4,7 @@
     python scripts/gen_api_docs.py --out /tmp/veil-api
 
 Exits 1 if pdoc warned (CI builds it the same way, in tests/test_api_docs.py).
-The logic lives in ``veil.apidocs``.
+The logic lives in ``tools.apidocs``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from veil.apidocs import build
+# The tooling (tools/) lives beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools.apidocs import build
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.apidocs import PUBLIC_MODULES, build
+from tools.apidocs import PUBLIC_MODULES, build
 
 
 def test_reference_builds_without_warnings(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
-"""veil.bench_noise (scripts/bench_noise_timing.py) runs and measures what it says:
+"""bench.noise (scripts/bench_noise_timing.py) runs and measures what it says:
 a few trials of each arrangement, no timing asserted."""
 
 from __future__ import annotations
 
-from veil import bench_noise
+from bench import noise as bench_noise
 
 
 def test_the_timing_benchmark_runs_each_arrangement() -> None:

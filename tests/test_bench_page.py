@@ -1,11 +1,11 @@
-"""veil.bench_page (scripts/bench_page.py) runs both servers and measures them:
+"""bench.page (scripts/bench_page.py) runs both servers and measures them:
 a few requests of each kind, no timing asserted."""
 
 from __future__ import annotations
 
 import pytest
 
-from veil import bench_page
+from bench import page as bench_page
 
 pytestmark = pytest.mark.slow
 

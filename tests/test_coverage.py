@@ -1,4 +1,4 @@
-"""The coverage measurement (veil.coverage) on a few small points: the shown
+"""The coverage measurement (bench.coverage) on a few small points: the shown
 intervals cover at least at their level, up to sampling error, and never less
 often than the raw ones they are cut from."""
 
@@ -10,8 +10,8 @@ from fractions import Fraction
 import pytest
 from scipy import stats
 
+from bench.coverage import answers, coverage, coverage_survey, format_coverage
 from tests.conftest import LONG
-from veil.coverage import answers, coverage, coverage_survey, format_coverage
 
 RUNS = 3000 if LONG else 250
 

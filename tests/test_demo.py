@@ -145,6 +145,24 @@ def test_simulate_and_demo_refuse_bad_arguments_before_running(
     assert not missing.parent.exists()
 
 
+def test_plot_without_matplotlib_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # matplotlib is the `plots` extra: an install without it is told so at
+    # once, before a simulation runs, and nothing is written.
+    from veil.cli import main
+
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    out = tmp_path / "results.png"
+    for extra in ([], ["--sweep-epsilon", "1", "2"]):
+        assert main(["simulate", "--survey", example, "--plot", str(out), *extra]) == 2
+        assert capsys.readouterr().err == (
+            "veil simulate: --plot needs matplotlib, an optional extra: pip install 'veil[plots]'\n"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_sweep_without_plot_prints_a_table_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

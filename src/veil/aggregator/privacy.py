@@ -208,9 +208,7 @@ class PrivacyEngine:
         tasks = list(tasks)
         self.allow_exact_release = allow_exact_release
         refuse_exact_release(tasks, allow_exact_release)
-        self.ledger = (
-            sqlite_ledger(ledger) if isinstance(ledger, str) else BudgetLedger(ledger)
-        )
+        self.ledger = sqlite_ledger(ledger) if isinstance(ledger, str) else BudgetLedger(ledger)
         self.pool = NoisePool()
         self.add_tasks(tasks)
 

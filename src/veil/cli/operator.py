@@ -242,6 +242,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # Without --plot the sweep is printed as a table: nothing is written.
     out: str | None = args.plot
     # Before a simulation of a minute, not after it: a plot that cannot be written.
+    if out is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print(
+                "veil simulate: --plot needs matplotlib, an optional extra:"
+                " pip install 'veil[plots]'",
+                file=sys.stderr,
+            )
+            return 2
     if out is not None and not Path(out).resolve().parent.is_dir():
         print(
             f"veil simulate: cannot write {out}: no directory {Path(out).parent}", file=sys.stderr

@@ -15,7 +15,7 @@ the Spearman rank correlation between burst time and |noise| (what a caller
 sees), and between draw time and |noise| (what
 the sampler does, measured directly), for the pool as it is (drawing in a
 thread of the serving process) and for the alternative of drawing in a child
-process (`NoiseProcess` below, started as `python -m veil.bench_noise --child`),
+process (`NoiseProcess` below, started as `python -m bench.noise --child`),
 which issue 25 considered; docs/OBSERVATIONS.md has the figures and the call.
 """
 
@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -63,6 +64,9 @@ def _read(stream: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
+_ROOT = Path(__file__).resolve().parent.parent
+
+
 def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     """The child: draw what is asked until the parent closes the pipe."""
     while True:
@@ -88,7 +92,8 @@ class NoiseProcess:
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "veil.bench_noise", "--child"],
+            [sys.executable, "-m", "bench.noise", "--child"],
+            cwd=_ROOT,  # where `bench` is importable from
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
