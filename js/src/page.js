@@ -7,6 +7,7 @@
 
 import { MeasurementError } from './circuits.js';
 import { Client, hpkeConfigFromJson, reportToJson, usableConfig } from './client.js';
+import { InvitationError, redeemInvitation } from './invite.js';
 
 /**
  * A question of the public survey description (veil.survey.public_description),
@@ -180,8 +181,15 @@ async function main() {
   }
   /** @type {{questions: Question[], time_precision: number} | null} */
   let survey = null;
+  // A survey with invitations: the code comes in the link's #fragment, which
+  // the browser never sends to a server.
+  const invitation = new URLSearchParams(location.hash.slice(1)).get('invitation');
+  // The sealed reports (with their tokens) stay in this tab's sessionStorage
+  // until the server acknowledged them all: a retry, or a reload, sends the
+  // very same reports, which the leader acknowledges as duplicates.
+  const storeKey = `veil-sealed:${location.pathname}`;
   /** @type {unknown[] | null} reports already built, sent again as they are on a retry */
-  let sealed = null;
+  let sealed = JSON.parse(sessionStorage.getItem(storeKey) ?? 'null');
 
   form.addEventListener('input', (event) => {
     const box = /** @type {HTMLElement} */ (event.target).closest('.question');
@@ -199,8 +207,14 @@ async function main() {
     button.disabled = true;
     try {
       survey ??= await getJson('survey.json');
-      const { questions, time_precision: timePrecision } =
-        /** @type {{questions: Question[], time_precision: number}} */ (survey);
+      const { questions, time_precision: timePrecision, invitations } =
+        /** @type {{questions: Question[], time_precision: number, invitations?: boolean}} */ (
+          survey
+        );
+      if (sealed === null && invitations && !invitation) {
+        say('This survey is by invitation: open the link you were given.');
+        return;
+      }
       if (sealed === null) {
         const answers = [];
         /** @type {HTMLElement | null} */
@@ -225,6 +239,19 @@ async function main() {
           say('Answer at least one question: nothing was sent.');
           return;
         }
+        /** @type {{reportId: Uint8Array, token: Uint8Array}[] | null} */
+        let tickets = null;
+        if (invitations && invitation) {
+          say('Checking your invitation…');
+          tickets = await redeemInvitation(
+            'invitation',
+            invitation,
+            questions.map((q) => ({
+              task_id: q.task_id,
+              issuer_public_key: /** @type {any} */ (q).issuer_public_key,
+            })),
+          );
+        }
         say('Encrypting your answers on this device…');
         const configs = await getJson('hpke-configs.json');
         const reports = [];
@@ -239,10 +266,11 @@ async function main() {
               helper: usableConfig(c.helper.map(hpkeConfigFromJson)),
             },
           );
-          const report = await client.buildReport(answers[i]);
+          const report = await client.buildReport(answers[i], undefined, tickets?.[i]);
           reports.push({ task_id: q.task_id, ...reportToJson(report) });
         }
         sealed = reports;
+        sessionStorage.setItem(storeKey, JSON.stringify(sealed));
       }
       say('Sending…');
       const response = await reach('reports', {
@@ -255,6 +283,7 @@ async function main() {
         say(`Not sent: ${statusMessage(response.status)}`);
         return;
       }
+      sessionStorage.removeItem(storeKey);
       form.classList.add('done');
       for (const input of form.querySelectorAll('input')) input.disabled = true;
       say('Thank you: your answers were encrypted on this device and received.');
@@ -262,7 +291,9 @@ async function main() {
     } catch (e) {
       console.error(e);
       const message =
-        e instanceof SendError
+        e instanceof InvitationError
+          ? e.message
+          : e instanceof SendError
           ? e.message
           : e instanceof MeasurementError
             ? 'An answer does not fit its question. Check your answers and try again.'

@@ -72,6 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             private_key=read_pem(args.client_key),
             certificate_chain=read_pem(args.client_cert),
             limits=limits,
+            issuer_dir=None if args.issuer_dir is None else Path(args.issuer_dir),
         )
     except (OSError, ServeError, TrustError, ValueError) as e:
         return _fail(str(e))
@@ -115,6 +116,11 @@ def register(survey: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--survey-dir", required=True, help="a deployment's client/ directory")
     p.add_argument("--listen", required=True, help="HOST:PORT to serve on")
+    p.add_argument(
+        "--issuer-dir",
+        help="a survey with invitations: the deployment's issuer/ directory (serves"
+        " POST /invitation beside the page)",
+    )
     p.add_argument("--tls-cert", help="PEM certificate chain for HTTPS")
     p.add_argument("--tls-key", help="PEM key of --tls-cert")
     p.add_argument("--leader-ca", help="PEM file of the CA of the leader (only the leader's)")

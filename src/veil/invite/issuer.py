@@ -21,6 +21,7 @@ signs blinded messages, so it cannot link an invitation to a report.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import sqlite3
@@ -111,13 +112,22 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
+def _ensure_db(directory: Path) -> Path:
+    """The invitations database, created empty (0600) if missing: codes may
+    be minted while the issuer runs."""
+    path = directory / DB_FILE
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):
+            create_file(path, b"", 0o600)
+    _connect(path).close()
+    return path
+
+
 def mint(directory: Path, count: int) -> list[str]:
     """`count` new invitation codes, stored hashed in one transaction."""
     if count < 1:
         raise IssuerError("--count must be at least 1")
-    path = directory / DB_FILE
-    if not path.exists():
-        create_file(path, b"", 0o600)
+    path = _ensure_db(directory)
     codes = [new_code() for _ in range(count)]
     db = _connect(path)
     try:
@@ -145,11 +155,7 @@ class Issuer:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
         self.signers = [blindrsa.Signer(k) for k in read_keys(self.directory)]
-        self.db_path = self.directory / DB_FILE
-        if not self.db_path.exists():
-            raise IssuerError(
-                f"{self.db_path}: no invitations yet; mint some with `veil survey invite`"
-            )
+        self.db_path = _ensure_db(self.directory)
 
     def counts(self) -> Counts:
         db = _connect(self.db_path)

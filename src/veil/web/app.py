@@ -48,6 +48,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from veil.client import Client, UploadError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
+from veil.invite.http import PATH as INVITATION_PATH
+from veil.invite.http import endpoint as invitation_endpoint
+from veil.invite.issuer import Issuer, IssuerError
 from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
 from veil.survey import Description, SurveyError, load_description
 from veil.task import ClientTask, Task, TaskError, b64e, load_task
@@ -239,6 +242,13 @@ def _b64(value: Any, what: str, size: int | None = None) -> bytes:
     return data
 
 
+def _known(item: Any, tasks: dict[str, Task]) -> bool:
+    """Whether `item` is an object naming a task of `tasks` (checked again later)."""
+    return (
+        isinstance(item, dict) and isinstance(item.get("task_id"), str) and item["task_id"] in tasks
+    )
+
+
 def _object(value: Any, keys: set[str], what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequest(f"{what} must be an object")
@@ -278,18 +288,26 @@ class SurveySite:
         certificate_chain: bytes | None = None,
         limits: ServeLimits | None = None,
         timeout: float = 10.0,
+        issuer_dir: Path | None = None,
     ) -> None:
         try:
             self.description: Description = load_description(survey_dir)
         except SurveyError as e:
             raise ServeError(str(e)) from None
         survey = self.description.survey
+        # A survey with invitations: the issuer's POST /invitation is served
+        # here too (veil.invite.http), and every report carries its token.
+        self.issuer: Issuer | None = None
         if survey.invitations:
-            raise ServeError(
-                "the survey takes answers from invited respondents only, and the page cannot"
-                " redeem invitations yet: respondents answer with `veil survey respond"
-                " --invitation CODE --issuer URL` (`veil survey issuer` serves the issuer)"
-            )
+            if issuer_dir is None:
+                raise ServeError(
+                    "the survey takes answers from invited respondents only: give --issuer-dir"
+                    " (the deployment's issuer/ directory) to redeem their invitations here"
+                )
+            try:
+                self.issuer = Issuer(issuer_dir)
+            except IssuerError as e:
+                raise ServeError(str(e)) from None
         counted = [
             q.id for q in survey.questions if q.add_remove and q.kind not in _PAGE_ADD_REMOVE
         ]
@@ -396,7 +414,8 @@ class SurveySite:
         grouped: dict[str, list[Report]] = {}
         for n, item in enumerate(items):
             what = f"report {n + 1}"
-            d = _object(item, _REPORT_KEYS, what)
+            token_size = self.tasks[item["task_id"]].token_size if _known(item, self.tasks) else 0
+            d = _object(item, _REPORT_KEYS | ({"token"} if token_size else set()), what)
             tid = d["task_id"]
             if not isinstance(tid, str) or tid not in self.tasks:
                 raise BadRequest(f"{what}: not a task of this survey")
@@ -419,8 +438,9 @@ class SurveySite:
                     _ciphertext(
                         d["helper_encrypted_input_share"],
                         f"{what}: helper_encrypted_input_share",
-                        shape.helper_payload,
+                        shape.helper_payload + token_size,
                     ),
+                    _b64(d["token"], f"{what}: token") if token_size else b"",
                 )
             ]
         return grouped
@@ -439,6 +459,8 @@ class SurveySite:
 # message and lets them try again where that can help.
 _HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
+    # A survey with invitations: the report's token is missing or invalid.
+    grpc.StatusCode.PERMISSION_DENIED: 403,
     grpc.StatusCode.OUT_OF_RANGE: 409,
     grpc.StatusCode.FAILED_PRECONDITION: 409,
     # A report id already stored with other content: a fresh answer needs a fresh id.
@@ -559,6 +581,11 @@ def build_app(site: SurveySite) -> Starlette:
             Route("/survey.json", survey_json),
             Route("/hpke-configs.json", hpke_configs),
             Route("/reports", reports, methods=["POST"]),
+            *(
+                [Route(INVITATION_PATH, invitation_endpoint(site.issuer), methods=["POST"])]
+                if site.issuer is not None
+                else []
+            ),
         ],
     )
 

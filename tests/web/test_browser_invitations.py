@@ -1,0 +1,127 @@
+"""A survey with invitations answered on the page in a real browser: the code
+comes from the link's #fragment, the page redeems it at the issuer `veil
+survey serve --issuer-dir` serves, and its reports carry their tokens; the
+same link again says "This invitation has already been used.", the page
+without a code says the survey is by invitation, and the page's POST
+/reports refuses a report without a token (nothing stored)."""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.web.site import SURVEY, post_json, start_serve, stop
+from tests.web.test_browser import answers, browser, respond, status_text, wait_for
+from veil.aggregator.local import ServerProcess, free_port
+from veil.client import Client, prepare_reports
+from veil.deploy import deploy_survey
+from veil.invite.issuer import mint
+from veil.messages import Ciphertext
+from veil.survey import parse_survey
+from veil.task import ClientTask, b64e, load_task
+from veil.times import format_time
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+__all__ = ["browser"]  # the fixture, used by name
+
+TP = 60
+
+
+@pytest.fixture
+def invited(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    opens = int(time.time()) // TP * TP
+    text = SURVEY.format(
+        epsilon="1", mechanism="geometric", tp=TP, opens=format_time(opens),
+        closes=format_time(opens + 3600),
+    ).replace("[survey]\n", "[survey]\ninvitations = true\n", 1)  # fmt: skip
+    leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    dep = deploy_survey(parse_survey(text), text, tmp_path / "out", leader, helper, tls=False)
+    servers = [
+        ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper),
+        ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader),
+    ]
+    serve = None
+    try:
+        for s in servers:
+            s.start()
+        serve, url = start_serve(
+            dep.client_dir, tmp_path / "serve.log", "--issuer-dir", str(dep.out / "issuer")
+        )
+        yield dep.out, url
+    finally:
+        stop(serve)
+        for s in reversed(servers):
+            s.stop()
+
+
+def untokened(client_dir: Path, token: bytes = b"") -> dict[str, Any]:
+    """A report of question `remote` sealed with `token` (none by default), as
+    the page posts it."""
+    task = load_task(client_dir / "remote.toml", ClientTask)
+    with Client(task) as client:
+        configs = client.hpke_config(2), client.hpke_config(3)
+    (r,) = prepare_reports(task, [1], *configs, int(time.time()), tokens=[token])
+
+    def ct(c: Ciphertext) -> dict[str, Any]:
+        return {"config_id": c.config_id, "enc": b64e(c.enc), "payload": b64e(c.payload)}
+
+    return {
+        **({"token": b64e(token)} if token else {}),
+        "task_id": task.id_text,
+        "report_id": b64e(r.report_id),
+        "time": r.time,
+        "public_share": b64e(r.public_share),
+        "leader_encrypted_input_share": ct(r.leader_ct),
+        "helper_encrypted_input_share": ct(r.helper_ct),
+    }
+
+
+def stored(out: Path) -> int:
+    with sqlite3.connect(out / "leader" / "leader.db") as db:
+        n: int = db.execute("SELECT COUNT(*) FROM reports").fetchone()[0]
+    return n
+
+
+def submit(driver: Any, url: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    wait_for(driver, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    driver.find_element(By.ID, "a-remote-yes").click()
+    for j in (0, 1):
+        driver.find_element(By.ID, f"a-tools-{j}").click()
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(
+        driver, lambda d: any(w in status_text(d) for w in ("Not sent", "Thank", "invitation"))
+    )
+    return status_text(driver)
+
+
+def test_invited_respondents_answer_in_a_browser(invited: tuple[Path, str], browser: Any) -> None:
+    out, url = invited
+    codes = mint(out / "issuer", 2)
+    for i, code in enumerate(codes):
+        browser.get("about:blank")  # a new fragment alone would not load the page again
+        respond(browser, f"{url}#invitation={code}", answers(i))
+    assert stored(out) == 2 * 5
+    browser.get("about:blank")
+    again = submit(browser, f"{url}#invitation={codes[0]}")
+    assert "This invitation has already been used." in again
+    browser.get("about:blank")
+    assert "by invitation" in submit(browser, url)
+    # The page's own check: a report without its token is malformed here.
+    status, answer = post_json(url + "reports", {"reports": [untokened(out / "client")]})
+    assert status == 400 and "missing 'token'" in answer["error"]
+    # A forged token of the right size: the leader's refusal, as 403.
+    forged = untokened(out / "client", b"\x00\x02" + secrets.token_bytes(352))
+    status, answer = post_json(url + "reports", {"reports": [forged]})
+    assert status == 403 and "invalid invitation token" in answer["error"], answer
+    assert stored(out) == 2 * 5
+    for path in (out / "leader").glob("leader.db*"):
+        assert not any(c.encode() in path.read_bytes() for c in codes)
