@@ -85,7 +85,7 @@ def run_once(case: E2ECase, reports: int, mechanism: str = "geometric") -> E2ERu
                     start = time.perf_counter()
                     for i in range(0, reports, UPLOAD_BATCH):
                         client.upload_reports(prepared[i : i + UPLOAD_BATCH])
-                    while store.unaggregated_count(files.client.task_id, t, t + 3600):
+                    while store.has_unaggregated(files.client.task_id, t, t + 3600):
                         time.sleep(0.01)
                     pipeline = time.perf_counter() - start
                 finally:

@@ -68,7 +68,7 @@ def instrument(worker: AggregationWorker) -> None:
     for batch in leader.batch_vdafs.values():
         batch.verify_init_batch = timed("verify_init (batched)", batch.verify_init_batch)
         batch.verify_next_batch = timed("verify_next (batched)", batch.verify_next_batch)
-    leader_module.accumulate = timed("accumulate the deltas", leader_module.accumulate)
+    leader_module.job_deltas = timed("sum the deltas (job_deltas)", leader_module.job_deltas)
     helper = leader.helper
     # The whole RPC in the calling thread, and within it gRPC's own part
     # (serialising the request, parsing the response): the rest is our

@@ -149,7 +149,7 @@ def one_run(
         began = time.perf_counter()
         cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         assert client.upload_reports(built).accepted == reports
-        while store.unaggregated_count(files.client.task_id, 0, 1 << 62):
+        while store.has_unaggregated(files.client.task_id, 0, 1 << 62):
             time.sleep(0.02)
         elapsed = time.perf_counter() - began
         cpu = {

@@ -95,6 +95,9 @@ def test_reports_all_or_nothing_and_duplicates(store: Datastore) -> None:
         )
     assert store.put_reports(TASK, [(3600, changed)]) == (1, 0)  # report 4 was not written before
     assert store.unaggregated_count(TASK, 0, 7200) == 4
+    assert store.has_unaggregated(TASK, 0, 7200)
+    assert not store.has_unaggregated(TASK, 0, 3600)  # the reports are at 3600
+    assert not store.has_unaggregated(b"other task".ljust(32, b"\0"), 0, 7200)
     assert fold(store.batch_aggregates(TASK, 0, 7200)) == []  # nothing aggregated yet
 
 
@@ -224,9 +227,11 @@ def test_a_closed_bucket_still_takes_the_jobs_it_waits_for(store: Datastore) -> 
     store.create_aggregation_job(TASK, b"j" * 16, 10)
     store.close_batch(TASK, 3600, 7200, b"c" * 16, 3600)
     assert store.unaggregated_count(TASK, 3600, 7200) == 1
+    assert store.has_unaggregated(TASK, 3600, 7200)  # in a job still counts
     delta = BatchAggregate(3600, share(1), 1, b"c" * 32)
     store.finish_aggregation_job(TASK, b"j" * 16, {report(1).report_id: None}, [delta], MERGE)
     assert store.unaggregated_count(TASK, 3600, 7200) == 0
+    assert not store.has_unaggregated(TASK, 3600, 7200)
     assert fold(store.batch_aggregates(TASK, 3600, 7200)) == [
         BatchAggregate(3600, share(1), 1, b"c" * 32, b"c" * 16)
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import secrets
 from collections import Counter
 from fractions import Fraction
 
@@ -175,11 +176,41 @@ def test_randomized_answers_stay_valid_measurements() -> None:
         run(vdaf, randomized)  # the validity proof accepts every randomized answer
 
 
-def test_injected_rng_replays_and_default_is_secrets() -> None:
+def test_injected_rng_replays() -> None:
     channel = KaryResponse(5, 1)
-    first = [channel.randomize(2, random.Random(7)) for _ in range(1)]
-    assert first == [channel.randomize(2, random.Random(7))]
-    assert channel.randomize(2) in range(5)
+
+    def draws(seed: int) -> list[int]:
+        rng = random.Random(seed)
+        return [channel.randomize(2, rng) for _ in range(50)]
+
+    assert draws(7) == draws(7)
+    assert draws(7) != draws(8)
+
+
+def test_default_randomness_is_the_operating_systems(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without an injected rng every channel draws from secrets.SystemRandom
+    # (os.urandom): counted here by a SystemRandom that notes each draw.
+    drawn: list[int] = []
+
+    class Counting(secrets.SystemRandom):
+        def getrandbits(self, k: int) -> int:
+            drawn.append(k)
+            return super().getrandbits(k)
+
+    monkeypatch.setattr(secrets, "SystemRandom", Counting)
+    channels = [
+        (KaryResponse(5, 1), 2),
+        (MultiOptionResponse(3, 2, 1), [1, 0, 0]),
+        (BoundedResponse(5, 1), 3),
+        (VectorResponse(2, 5, 1), [1, 4]),
+    ]
+    for channel, answer in channels:
+        drawn.clear()
+        channel.randomize(answer)
+        assert drawn, f"{type(channel).__name__} drew from something else"
+        drawn.clear()
+        channel.randomize(answer, random.Random(1))
+        assert drawn == []  # an injected rng is the only source
 
 
 @pytest.mark.parametrize(

@@ -140,6 +140,11 @@ class Datastore:
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
         return self._read(lambda tx: units.unaggregated_count(tx, task_id, start, end))
 
+    def has_unaggregated(self, task_id: bytes, start: int, end: int) -> bool:
+        """Whether unaggregated_count would be above 0, without counting (a
+        poll waiting for aggregation to finish)."""
+        return self._read(lambda tx: units.has_unaggregated(tx, task_id, start, end))
+
     def deferred_count(self, task_id: bytes) -> int:
         return self._read(lambda tx: units.deferred_count(tx, task_id))
 
