@@ -217,3 +217,41 @@ def test_field64_inv_each(values: list[int]) -> None:
         assert VecField64.to_ints(VecField64.inv_each(square)) == [
             [pow(v, -1, p) if v else 0 for v in values[r * 3 : r * 3 + 3]] for r in range(2)
         ]
+
+
+def test_field128_codec_compiled_matches_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled Field128 codec against the NumPy form it replaces: the
+    same limbs and mask from any bytes (values at and above p included), the
+    same encoding of weakly reduced limbs."""
+    import veil.vdaf.batch_field as bf
+
+    p = Field128.MODULUS
+    values = [0, 1, p - 1, p, p + 1, 2**128 - 1, 2**127, 28 * 2**64]
+    raw = np.frombuffer(b"".join(v.to_bytes(16, "little") for v in values * 2), dtype=np.uint8)
+    raw = raw.reshape(2, -1)
+    limbs, ok = VecField128.decode(raw)
+    monkeypatch.setattr(bf, "_LITTLE_ENDIAN", False)
+    want_limbs, want_ok = VecField128.decode(raw)
+    want_bytes = VecField128.encode(want_limbs)
+    monkeypatch.setattr(bf, "_LITTLE_ENDIAN", True)
+    assert (limbs == want_limbs).all() and (ok == want_ok).all()
+    assert ok.tolist() == [[v < p for v in values]] * 2
+    assert VecField128.encode(limbs).tobytes() == want_bytes.tobytes()
+
+
+@pytest.mark.parametrize("shares", [[1, 0, 1, 1, 0], [3, 2**100, 5, 0, 7]])
+def test_chunked_wires_compiled_match_numpy(
+    monkeypatch: pytest.MonkeyPatch, shares: list[int]
+) -> None:
+    """The compiled range-check wires give the same limbs as the NumPy form,
+    on bits (the prover) and on arbitrary shares (the verifiers)."""
+    import veil.vdaf.batch_circuits as bc
+    from veil.vdaf.batch_circuits import batch_circuit
+    from veil.vdaf.prio3 import Prio3SumVec
+
+    circuit = batch_circuit(Prio3SumVec(2, 5, 1, 2).flp.valid)
+    meas = VecField128.from_ints([shares, shares[::-1]])
+    r = VecField128.from_ints([[2**127 + 5, 3, 11], [7, 2**90, 1]])
+    compiled = circuit._bit_check_wires(meas, r, 2)  # type: ignore[attr-defined]
+    monkeypatch.setattr(bc, "VecField128", None)
+    assert (compiled == circuit._bit_check_wires(meas, r, 2)).all()  # type: ignore[attr-defined]

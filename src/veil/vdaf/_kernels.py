@@ -456,6 +456,10 @@ def chunk_wire_evals128(x, r, w, left, right):
         _store_columns(acc_right, right, i)
 
 
+# Byte arrays often come straight from ``bytes`` (read-only buffers).
+_RO_U32 = nb.types.Array(nb.types.uint32, 2, "C", readonly=True)
+_RO_U8 = nb.types.Array(nb.types.uint8, 2, "C", readonly=True)
+
 # Keccak-p[1600, 12] (FIPS 202's permutation with the last 12 of its 24
 # rounds) and the TurboSHAKE128 sponge over it: rate 168 bytes, capacity 32.
 # Lanes are read and written little-endian, as the standard orders them.
@@ -510,7 +514,13 @@ def _keccak_p12(s, c):
         s[0] ^= _KECCAK_RC[rnd]
 
 
-@nb.njit("void(uint8[:, ::1], uint8, uint8[:, ::1])", cache=True)
+@nb.njit(
+    [
+        "void(uint8[:, ::1], uint8, uint8[:, ::1])",
+        nb.void(_RO_U8, nb.uint8, nb.uint8[:, ::1]),
+    ],
+    cache=True,
+)
 def turboshake128_rows(messages, domain, out):
     """TurboSHAKE128 with domain byte ``domain`` of each row of ``messages``
     into the same row of ``out`` (as many bytes as ``out`` has columns)."""
@@ -573,3 +583,139 @@ def inv64_each(a, out):
         else:
             out[i] = _mul64(inv, out[i])
             inv = _mul64(inv, x)
+
+
+@_inline
+def _sub128(a0, a1, a2, a3, b0, b1, b2, b3):
+    """``a - b`` on int64 limbs, as ``sub128`` computes it."""
+    t = a0 - b0
+    x0 = t & 0xFFFFFFFF
+    t = a1 - b1 + (t >> 32)
+    x1 = t & 0xFFFFFFFF
+    t = a2 - b2 + (t >> 32)
+    x2 = t & 0xFFFFFFFF
+    t = a3 - b3 + (t >> 32)
+    x3 = t & 0xFFFFFFFF
+    borrow = t >> 32
+    while borrow:
+        t = x0 - 0xFFFFFFFF
+        x0 = t & 0xFFFFFFFF
+        t = x1 - 0xFFFFFFFF + (t >> 32)
+        x1 = t & 0xFFFFFFFF
+        t = x2 - 27 + (t >> 32)
+        x2 = t & 0xFFFFFFFF
+        t = x3 + (t >> 32)
+        x3 = t & 0xFFFFFFFF
+        borrow = t >> 32
+    return x0, x1, x2, x3
+
+
+@_inline
+def _mul128_into(out, j, a0, a1, a2, a3, b0, b1, b2, b3):
+    """``out[:, j] = a * b``, as ``mul128`` computes it."""
+    r = _product(_U64(a0), _U64(a1), _U64(a2), _U64(a3), _U64(b0), _U64(b1), _U64(b2), _U64(b3))
+    x0, x1, x2, x3 = _fold(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+    out[0, j] = np.int64(x0)
+    out[1, j] = np.int64(x1)
+    out[2, j] = np.int64(x2)
+    out[3, j] = np.int64(x3)
+
+
+@nb.njit(f"void({_A4}, {_A3}, int64[::1], boolean, int64[:, :, :, ::1])", cache=True)
+def bit_check_wires128(x, r, c, bits, out):
+    """The chunked range check's gadget inputs (``batch_circuits._Chunked``)
+    in one pass: for each report i, call k and j in the chunk,
+    ``out[:, i, k, 2j] = r_ik^(j+1) * x_ikj`` and
+    ``out[:, i, k, 2j+1] = x_ikj - c``. The powers come in the order
+    ``batch_circuits.powers`` multiplies them and each value is computed as
+    ``mul128``/``sub128`` compute it, so the limbs are the same as the NumPy
+    form's. ``bits``: every ``x`` is 0 or 1 (canonical), the product is a
+    selection, as there."""
+    rows, calls, m = x.shape[1], x.shape[2], x.shape[3]
+    pw = np.empty((4, m), np.int64)
+    for i in range(rows):
+        for k in range(calls):
+            pw[0, 0] = r[0, i, k]
+            pw[1, 0] = r[1, i, k]
+            pw[2, 0] = r[2, i, k]
+            pw[3, 0] = r[3, i, k]
+            have = 1
+            while have < m:
+                take = min(have, m - have)
+                b0, b1, b2, b3 = pw[0, have - 1], pw[1, have - 1], pw[2, have - 1], pw[3, have - 1]
+                for j in range(take):
+                    a0, a1, a2, a3 = pw[0, j], pw[1, j], pw[2, j], pw[3, j]
+                    _mul128_into(pw, have + j, a0, a1, a2, a3, b0, b1, b2, b3)
+                have += take
+            for j in range(m):
+                x0, x1, x2, x3 = x[0, i, k, j], x[1, i, k, j], x[2, i, k, j], x[3, i, k, j]
+                left = 2 * j
+                if bits:
+                    if x0 == 1:
+                        for q in range(4):
+                            out[q, i, k, left] = pw[q, j]
+                    else:
+                        for q in range(4):
+                            out[q, i, k, left] = 0
+                else:
+                    p = _product(
+                        _U64(pw[0, j]), _U64(pw[1, j]), _U64(pw[2, j]), _U64(pw[3, j]),
+                        _U64(x0), _U64(x1), _U64(x2), _U64(x3),
+                    )  # fmt: skip
+                    y0, y1, y2, y3 = _fold(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7])
+                    out[0, i, k, left] = np.int64(y0)
+                    out[1, i, k, left] = np.int64(y1)
+                    out[2, i, k, left] = np.int64(y2)
+                    out[3, i, k, left] = np.int64(y3)
+                d0, d1, d2, d3 = _sub128(x0, x1, x2, x3, c[0], c[1], c[2], c[3])
+                out[0, i, k, left + 1] = d0
+                out[1, i, k, left + 1] = d1
+                out[2, i, k, left + 1] = d2
+                out[3, i, k, left + 1] = d3
+
+
+@nb.njit(
+    [
+        "void(uint32[:, ::1], int64[:, :, ::1], boolean[:, ::1])",
+        nb.void(_RO_U32, nb.int64[:, :, ::1], nb.boolean[:, ::1]),
+    ],
+    cache=True,
+)
+def decode128(words, out, ok):
+    """Field128 elements from their encoding, seen as little-endian 32-bit
+    words (``(R, 4N)``), into limbs ``(4, R, N)``; ``ok``: below p."""
+    rows, count = out.shape[1], out.shape[2]
+    for i in range(rows):
+        for n in range(count):
+            x0 = np.int64(words[i, 4 * n])
+            x1 = np.int64(words[i, 4 * n + 1])
+            x2 = np.int64(words[i, 4 * n + 2])
+            x3 = np.int64(words[i, 4 * n + 3])
+            out[0, i, n] = x0
+            out[1, i, n] = x1
+            out[2, i, n] = x2
+            out[3, i, n] = x3
+            ok[i, n] = not (
+                x3 == 0xFFFFFFFF and (x2 > 0xFFFFFFE4 or (x2 == 0xFFFFFFE4 and (x1 > 0 or x0 >= 1)))
+            )
+
+
+@nb.njit(f"void({_A3}, uint32[:, ::1])", cache=True)
+def encode128(a, words):
+    """The encoding of Field128 limbs ``(4, R, N)`` (weakly reduced) as
+    little-endian 32-bit words ``(R, 4N)``: the reduced representative, as
+    ``canonical128`` gives it."""
+    rows, count = a.shape[1], a.shape[2]
+    for i in range(rows):
+        for n in range(count):
+            a0, a1, a2, a3 = a[0, i, n], a[1, i, n], a[2, i, n], a[3, i, n]
+            d0 = a0 - 1
+            d1 = a1 + (d0 >> 32)
+            d2 = a2 - 0xFFFFFFE4 + (d1 >> 32)
+            d3 = a3 - 0xFFFFFFFF + (d2 >> 32)
+            if d3 >= 0:
+                a0, a1, a2, a3 = d0 & 0xFFFFFFFF, d1 & 0xFFFFFFFF, d2 & 0xFFFFFFFF, d3
+            words[i, 4 * n] = np.uint32(a0)
+            words[i, 4 * n + 1] = np.uint32(a1)
+            words[i, 4 * n + 2] = np.uint32(a2)
+            words[i, 4 * n + 3] = np.uint32(a3)

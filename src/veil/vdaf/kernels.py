@@ -59,6 +59,15 @@ class Kernels:
     # Field64: inverse of each element of a 1-D uint64 array into another
     # (zero to zero; a compiled function, both C-contiguous).
     inv64_each: Any
+    # Field128: the chunked range check's gadget inputs (x (4, R, K, M),
+    # joint rands (4, R, K), the constant's limbs, all-bits flag, out
+    # (4, R, K, 2M); a compiled function).
+    bit_check_wires128: Any
+    # Field128 encoding: little-endian 32-bit words (R, 4N) to limbs
+    # (4, R, N) and a below-p mask, and limbs back to words (compiled
+    # functions writing into their last arguments).
+    decode128: Any
+    encode128: Any
 
 
 _lock = threading.Lock()
@@ -87,6 +96,9 @@ def kernels() -> Kernels:
                     k.dot64,
                     k.turboshake128_rows,
                     k.inv64_each,
+                    k.bit_check_wires128,
+                    k.decode128,
+                    k.encode128,
                 )
     return _kernels
 
