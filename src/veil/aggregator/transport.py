@@ -50,7 +50,13 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
-from veil.aggregator.errors import AggregatorError, Busy, RequestTimeout, TooManyWaiting
+from veil.aggregator.errors import (
+    AggregatorError,
+    Busy,
+    RequestTimeout,
+    TooManyWaiting,
+    Unavailable,
+)
 from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY
 
 log = logging.getLogger(__name__)
@@ -191,6 +197,7 @@ class RpcServer:
         # one (event-loop thread only).
         self._received = 0
         self._evicted: set[object] = set()
+        self._stopping = False
         all_options = [*options, *self.limits.grpc_options()]
         self._server, self.health = self._run(self._create(all_options))
         self._add_health()
@@ -221,17 +228,28 @@ class RpcServer:
             self._run(self.health.set(name, health_pb2.HealthCheckResponse.SERVING))
 
     def stop(self, grace: float | None) -> None:
-        """Say NOT_SERVING, refuse new calls, give calls in flight `grace`
-        seconds, then end the loop and the worker threads (work not started
-        is dropped; work running finishes its step)."""
+        """Say NOT_SERVING, refuse new calls, end the calls still waiting for
+        their requests (UNAVAILABLE, retryable: they would only hold the stop
+        up), give calls in flight `grace` seconds, then end the loop and the
+        worker threads (work not started is dropped; work running finishes
+        its step)."""
         if not self._loop.is_running():
             return
         self._run(self.health.enter_graceful_shutdown())
-        self._run(self._server.stop(grace))
+        self._run(self._stop(grace))
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
         self.executor.shutdown(wait=True, cancel_futures=True)
+
+    async def _stop(self, grace: float | None) -> None:
+        stopped = asyncio.ensure_future(self._server.stop(grace))
+        await asyncio.sleep(0)  # new calls are refused from here on
+        self._stopping = True
+        for timeout in self._waiting.values():
+            if not timeout.expired():
+                timeout.reschedule(self._loop.time())
+        await stopped
 
     def add_unary_service(self, service: str, methods: Mapping[str, UnaryMethod]) -> None:
         """Serve `methods` (by name) as the unary methods of `service` (its full name)."""
@@ -293,6 +311,8 @@ class RpcServer:
                     self._evict_oldest()
                 message = await context.read()
         except TimeoutError:
+            if self._stopping:
+                raise refusal(Unavailable("the server is shutting down; retry")) from None
             if key in self._evicted:
                 self._count_unread("too_many_waiting")
                 raise refusal(
