@@ -23,4 +23,9 @@ export {
   reportToJson,
   usableConfig,
 } from './client.js';
-export { InvitationError, redeemInvitation } from './invite.js';
+export {
+  InvitationError,
+  finishInvitation,
+  prepareInvitation,
+  redeemInvitation,
+} from './invite.js';

@@ -25,36 +25,61 @@ export class InvitationError extends Error {
 }
 
 /**
- * One {reportId, token} per task, in order, for invitation `code`.
- * @param {string} url the issuer's POST /invitation
- * @param {string} code
+ * Blind one token per task, choosing each report id: the state to keep (as
+ * JSON, e.g. in sessionStorage) until the issuer answered, so that a retry
+ * sends the very same blinded messages and gets the same signatures back.
  * @param {{task_id: string, issuer_public_key: string}[]} tasks
- * @param {{fetch?: typeof fetch, randomBytes?: (n: number) => Uint8Array}} [options]
- * @returns {Promise<{reportId: Uint8Array, token: Uint8Array}[]>}
+ * @param {{randomBytes?: (n: number) => Uint8Array}} [options]
+ * @returns {Promise<Record<string, string>[]>}
  */
-export async function redeemInvitation(url, code, tasks, options = {}) {
-  const doFetch = options.fetch ?? globalThis.fetch;
+export async function prepareInvitation(tasks, options = {}) {
   const randomBytes =
     options.randomBytes ?? ((n) => globalThis.crypto.getRandomValues(new Uint8Array(n)));
   const suite = RSABSSA.SHA384.PSS.Randomized();
   const pending = [];
   for (const task of tasks) {
     const spki = b64d(task.issuer_public_key);
-    const key = await globalThis.crypto.subtle.importKey(
-      'spki', spki, { name: 'RSA-PSS', hash: 'SHA-384' }, true, ['verify'],
-    );
+    const key = await importKey(spki);
     const reportId = randomBytes(REPORT_ID_SIZE);
     const context = sha256(concat(LABEL, b64d(task.task_id), reportId));
     const keyId = sha256(spki);
     const nonce = randomBytes(NONCE_SIZE);
-    const message = concat(nonce, TOKEN_TYPE, context, keyId);
-    const { blindedMsg, inv } = await suite.blind(key, message);
-    pending.push({ key, reportId, context, keyId, nonce, message, blindedMsg, inv });
+    const { blindedMsg, inv } = await suite.blind(key, concat(nonce, TOKEN_TYPE, context, keyId));
+    pending.push({
+      spki: task.issuer_public_key,
+      reportId: b64e(reportId),
+      nonce: b64e(nonce),
+      context: b64e(context),
+      keyId: b64e(keyId),
+      blindedMsg: b64e(blindedMsg),
+      inv: b64e(inv),
+    });
   }
+  return pending;
+}
+
+/** @param {Uint8Array} spki */
+function importKey(spki) {
+  return globalThis.crypto.subtle.importKey(
+    'spki', spki, { name: 'RSA-PSS', hash: 'SHA-384' }, true, ['verify'],
+  );
+}
+
+/**
+ * Redeem `code` for the blinded tokens of `prepareInvitation`, and unblind.
+ * @param {string} url the issuer's POST /invitation
+ * @param {string} code
+ * @param {Record<string, string>[]} pending
+ * @param {{fetch?: typeof fetch}} [options]
+ * @returns {Promise<{reportId: Uint8Array, token: Uint8Array}[]>}
+ */
+export async function finishInvitation(url, code, pending, options = {}) {
+  const doFetch = options.fetch ?? globalThis.fetch;
+  const suite = RSABSSA.SHA384.PSS.Randomized();
   const response = await doFetch(url, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ invitation: code, blinded: pending.map((p) => b64e(p.blindedMsg)) }),
+    body: JSON.stringify({ invitation: code, blinded: pending.map((p) => p.blindedMsg) }),
   });
   const answer = await response.json();
   if (!response.ok) throw new InvitationError(String(answer.error ?? `HTTP ${response.status}`));
@@ -64,8 +89,21 @@ export async function redeemInvitation(url, code, tasks, options = {}) {
   }
   const out = [];
   for (const [i, p] of pending.entries()) {
-    const sig = await suite.finalize(p.key, p.message, b64d(sigs[i]), p.inv);
-    out.push({ reportId: p.reportId, token: concat(TOKEN_TYPE, p.nonce, p.context, p.keyId, sig) });
+    const [nonce, context, keyId] = [b64d(p.nonce), b64d(p.context), b64d(p.keyId)];
+    const message = concat(nonce, TOKEN_TYPE, context, keyId);
+    const sig = await suite.finalize(await importKey(b64d(p.spki)), message, b64d(sigs[i]), b64d(p.inv));
+    out.push({ reportId: b64d(p.reportId), token: concat(TOKEN_TYPE, nonce, context, keyId, sig) });
   }
   return out;
+}
+
+/**
+ * One {reportId, token} per task, in order, for invitation `code`.
+ * @param {string} url the issuer's POST /invitation
+ * @param {string} code
+ * @param {{task_id: string, issuer_public_key: string}[]} tasks
+ * @param {{fetch?: typeof fetch, randomBytes?: (n: number) => Uint8Array}} [options]
+ */
+export async function redeemInvitation(url, code, tasks, options = {}) {
+  return finishInvitation(url, code, await prepareInvitation(tasks, options), options);
 }

@@ -7,7 +7,7 @@
 
 import { MeasurementError } from './circuits.js';
 import { Client, hpkeConfigFromJson, reportToJson, usableConfig } from './client.js';
-import { InvitationError, redeemInvitation } from './invite.js';
+import { InvitationError, finishInvitation, prepareInvitation } from './invite.js';
 
 /**
  * A question of the public survey description (veil.survey.public_description),
@@ -241,16 +241,23 @@ async function main() {
         }
         /** @type {{reportId: Uint8Array, token: Uint8Array}[] | null} */
         let tickets = null;
+        const pendingKey = `veil-invitation:${location.pathname}:${invitation}`;
         if (invitations && invitation) {
           say('Checking your invitation…');
-          tickets = await redeemInvitation(
-            'invitation',
-            invitation,
-            questions.map((q) => ({
-              task_id: q.task_id,
-              issuer_public_key: /** @type {any} */ (q).issuer_public_key,
-            })),
-          );
+          // The blinded tokens are kept until the issuer answered: a retry
+          // after a lost answer sends the same ones and gets the same signatures.
+
+          let pending = JSON.parse(sessionStorage.getItem(pendingKey) ?? 'null');
+          if (pending === null) {
+            pending = await prepareInvitation(
+              questions.map((q) => ({
+                task_id: q.task_id,
+                issuer_public_key: /** @type {any} */ (q).issuer_public_key,
+              })),
+            );
+            sessionStorage.setItem(pendingKey, JSON.stringify(pending));
+          }
+          tickets = await finishInvitation('invitation', invitation, pending);
         }
         say('Encrypting your answers on this device…');
         const configs = await getJson('hpke-configs.json');
@@ -271,6 +278,8 @@ async function main() {
         }
         sealed = reports;
         sessionStorage.setItem(storeKey, JSON.stringify(sealed));
+        // The sealed reports carry the tokens from here on.
+        sessionStorage.removeItem(pendingKey);
       }
       say('Sending…');
       const response = await reach('reports', {

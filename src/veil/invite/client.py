@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -41,9 +42,18 @@ def _b64(data: bytes) -> str:
 
 
 def redeem(
-    issuer_url: str, code: str, tasks: Sequence[ClientTask], timeout: float = 30.0
+    issuer_url: str,
+    code: str,
+    tasks: Sequence[ClientTask],
+    timeout: float = 30.0,
+    attempts: int = 3,
+    backoff: float = 0.5,
 ) -> list[Ticket]:
-    """One ticket per task (in order) for invitation `code`; raises InvitationError."""
+    """One ticket per task (in order) for invitation `code`; raises InvitationError.
+
+    A request that fails on the way is sent again as it was (`attempts` in
+    all), so an answer lost after the issuer burnt the invitation is not a
+    lost invitation."""
     pending = []
     for task in tasks:
         if task.issuer_public_key is None:
@@ -58,17 +68,23 @@ def redeem(
     request = urllib.request.Request(
         issuer_url, body, {"Content-Type": "application/json"}, method="POST"
     )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            answer = json.loads(response.read(64 * 1024))
-    except urllib.error.HTTPError as e:
+    # The same request again when the answer is lost on the way: the issuer
+    # answers a used invitation's own blinded messages with the same signatures.
+    for attempt in range(attempts):
         try:
-            message = json.loads(e.read(4096))["error"]
-        except (ValueError, KeyError, TypeError):
-            message = f"the issuer answered HTTP {e.code}"
-        raise InvitationError(str(message)) from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise InvitationError(f"cannot reach the issuer at {issuer_url}: {e}") from None
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                answer = json.loads(response.read(64 * 1024))
+            break
+        except urllib.error.HTTPError as e:
+            try:
+                message = json.loads(e.read(4096))["error"]
+            except (ValueError, KeyError, TypeError):
+                message = f"the issuer answered HTTP {e.code}"
+            raise InvitationError(str(message)) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            if attempt + 1 == attempts:
+                raise InvitationError(f"cannot reach the issuer at {issuer_url}: {e}") from None
+            time.sleep(backoff * 2**attempt)
     sigs = answer.get("blind_signatures") if isinstance(answer, dict) else None
     if not isinstance(sigs, list) or len(sigs) != len(pending):
         raise InvitationError("the issuer's answer is malformed")
