@@ -213,8 +213,30 @@ def test_the_race_test_can_fail_without_row_locks_on_postgres(postgres: str) -> 
             with conn.transaction():
                 yield LedgerTx(Unlocked(conn))
 
-    outcomes = _race([Slow(unlocked), Slow(unlocked)], [("t", "0.6"), ("t", "0.6")])
-    assert outcomes == ["spent", "spent"]
+    # Both charges meet after each read of the spends, so both have read
+    # before either writes (with the row lock the second could not get there).
+    meeting = threading.Barrier(2, timeout=30)
+
+    class Meeting(SlowTx):
+        def spends(self, task_id: str) -> Sequence[Spend]:
+            rows = self.tx.spends(task_id)
+            meeting.wait()
+            return rows
+
+    @contextmanager
+    def meet() -> Iterator[Meeting]:
+        with unlocked() as tx:
+            yield Meeting(tx)
+
+    stores = [Meets(meet), Meets(meet)]
+    assert _race(stores, [("t", "0.6"), ("t", "0.6")]) == ["spent", "spent"]
+
+
+class Meets:
+    """A LedgerStore over a given transaction factory (for the control above)."""
+
+    def __init__(self, transaction: Callable[[], AbstractContextManager[LedgerTransaction]]):
+        self.transaction = transaction
 
 
 @pytest.mark.postgres
