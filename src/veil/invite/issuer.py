@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,12 +151,21 @@ class Counts:
 
 
 class Issuer:
-    """Redeems invitations of one deployment (thread-safe: one connection per call)."""
+    """Redeems invitations of one deployment (thread-safe: one connection per
+    thread, kept open: closing the last connection checkpoints the WAL into
+    the database file, another fsync per redemption)."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
         self.signers = [blindrsa.Signer(k) for k in read_keys(self.directory)]
         self.db_path = _ensure_db(self.directory)
+        self._local = threading.local()
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = _connect(self.db_path)
+        return db
 
     def counts(self) -> Counts:
         db = _connect(self.db_path)
@@ -177,37 +187,34 @@ class Issuer:
             if len(b) != blindrsa.K_LEN:
                 raise IssuerError(f"blinded message {i} must be {blindrsa.K_LEN} bytes")
         request = hashlib.sha256(b"".join(blinded)).digest()
-        db = _connect(self.db_path)
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
         try:
-            db.execute("BEGIN IMMEDIATE")
+            row = db.execute(
+                "SELECT used, request_hash, signatures FROM invitations WHERE code_hash = ?",
+                (code_hash(code),),
+            ).fetchone()
+            if row is None:
+                raise UnknownInvitation(UNKNOWN_MESSAGE)
+            used, stored_request, stored = row
+            if used is not None:
+                if secrets.compare_digest(stored_request, request):
+                    return _split(stored)
+                raise InvitationUsed(USED_MESSAGE)
             try:
-                row = db.execute(
-                    "SELECT used, request_hash, signatures FROM invitations WHERE code_hash = ?",
-                    (code_hash(code),),
-                ).fetchone()
-                if row is None:
-                    raise UnknownInvitation(UNKNOWN_MESSAGE)
-                used, stored_request, stored = row
-                if used is not None:
-                    if secrets.compare_digest(stored_request, request):
-                        return _split(stored)
-                    raise InvitationUsed(USED_MESSAGE)
-                try:
-                    sigs = [s.blind_sign(b) for s, b in zip(self.signers, blinded, strict=True)]
-                except blindrsa.BlindRSAError as e:
-                    raise IssuerError(f"a blinded message is invalid: {e}") from None
-                db.execute(
-                    "UPDATE invitations SET used = ?, request_hash = ?, signatures = ?"
-                    " WHERE code_hash = ?",
-                    (time.time(), request, b"".join(sigs), code_hash(code)),
-                )
-                db.execute("COMMIT")
-                return sigs
-            finally:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+                sigs = [s.blind_sign(b) for s, b in zip(self.signers, blinded, strict=True)]
+            except blindrsa.BlindRSAError as e:
+                raise IssuerError(f"a blinded message is invalid: {e}") from None
+            db.execute(
+                "UPDATE invitations SET used = ?, request_hash = ?, signatures = ?"
+                " WHERE code_hash = ?",
+                (time.time(), request, b"".join(sigs), code_hash(code)),
+            )
+            db.execute("COMMIT")
+            return sigs
         finally:
-            db.close()
+            if db.in_transaction:
+                db.execute("ROLLBACK")
 
 
 def _split(joined: bytes) -> list[bytes]:
