@@ -239,3 +239,37 @@ def test_the_page_refuses_a_survey_with_invitations(deployment: Path) -> None:
 
     with pytest.raises(ServeError, match="invited respondents only"):
         SurveySite(deployment / "client")
+
+
+def test_invite_cli_refuses_bad_arguments_and_mints_nothing(
+    deployment: Path, tmp_path: Path
+) -> None:
+    def veil(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "veil.cli", "survey", "invite", *map(str, args)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    Issuer(deployment / "issuer")  # the database, created empty if none yet
+    with sqlite3.connect(deployment / "issuer" / DB_FILE) as db:
+        before = db.execute("SELECT COUNT(*) FROM invitations").fetchone()[0]
+    existing = tmp_path / "exists.txt"
+    existing.write_text("keep\n")
+    for args, why in (
+        ((deployment, "--count", "0", "--out", tmp_path / "a"), "--count must be"),
+        ((deployment, "--count", "2000000", "--out", tmp_path / "a"), "--count must be"),
+        ((deployment, "--count", "1", "--out", existing), "already exists"),
+        ((deployment, "--count", "1", "--out", tmp_path / "a", "--link", "ftp://x/"), "--link"),
+        ((deployment, "--count", "1", "--out", tmp_path / "a", "--link", "https://x/#y"), "--link"),
+        ((tmp_path, "--count", "1", "--out", tmp_path / "a"), "holds no issuer keys"),
+    ):
+        done = veil(*args)
+        assert done.returncode == 2 and why in done.stderr, (args, done.stderr)
+    assert existing.read_text() == "keep\n" and not (tmp_path / "a").exists()
+    with sqlite3.connect(deployment / "issuer" / DB_FILE) as db:
+        assert db.execute("SELECT COUNT(*) FROM invitations").fetchone()[0] == before
+    done = veil(deployment, "--count", "3", "--out", tmp_path / "codes")
+    assert done.returncode == 0, done.stderr
+    codes = (tmp_path / "codes").read_text().split()
+    assert len(set(codes)) == 3 and all(len(c) == 22 for c in codes)
+    assert (tmp_path / "codes").stat().st_mode & 0o077 == 0
