@@ -51,9 +51,7 @@ from veil.aggregator.store.ledger import LedgerTx
 from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
 from veil.aggregator.store.records import (
     HPKE_KEY_INSERT,
-    KEY_STATES,
     HpkeKey,
-    StorageConflict,
     hpke_key_values,
 )
 from veil.aggregator.store.tx import IdArray, PostgresTx, Tx
@@ -187,19 +185,6 @@ class PostgresDatastore(Datastore):
             return True
 
         return self._run(work)
-
-    def add_hpke_key(self, key: HpkeKey) -> None:
-        if key.state not in KEY_STATES:
-            raise ValueError(f"unknown HPKE key state {key.state!r}")
-
-        def work(db: Conn) -> None:
-            # ON CONFLICT: a taken id is an answer (StorageConflict), not an
-            # aborted transaction.
-            cur = db.execute(_HPKE_KEY_INSERT + " ON CONFLICT DO NOTHING", hpke_key_values(key))
-            if cur.rowcount != 1:
-                raise StorageConflict(f"HPKE config id {key.config_id} is taken")
-
-        self._run(work)
 
     def _tables(self, db: Conn) -> list[str]:
         return [

@@ -33,9 +33,7 @@ from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.migrations import migrate_sqlite
 from veil.aggregator.store.records import (
     HPKE_KEY_INSERT,
-    KEY_STATES,
     HpkeKey,
-    StorageConflict,
     StoreInUse,
     hpke_key_values,
 )
@@ -231,15 +229,6 @@ class SqliteDatastore(Datastore):
                 return False
             db.execute(HPKE_KEY_INSERT, hpke_key_values(key))
             return True
-
-    def add_hpke_key(self, key: HpkeKey) -> None:
-        if key.state not in KEY_STATES:
-            raise ValueError(f"unknown HPKE key state {key.state!r}")
-        with self._tx() as db:
-            try:
-                db.execute(HPKE_KEY_INSERT, hpke_key_values(key))
-            except sqlite3.IntegrityError:
-                raise StorageConflict(f"HPKE config id {key.config_id} is taken") from None
 
     def reclaim_space(self, full: bool = False) -> None:
         """Return free pages to the file system and truncate the WAL.

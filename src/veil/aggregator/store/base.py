@@ -232,6 +232,10 @@ class Datastore:
     def hpke_keys(self) -> list[HpkeKey]:
         return self._read(units.hpke_keys)
 
+    def add_hpke_key(self, key: HpkeKey) -> None:
+        """Insert a key; StorageConflict if its config id is taken."""
+        self._write(lambda tx: units.add_hpke_key(tx, key))
+
     def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
         self._write(lambda tx: units.activate_hpke_key(tx, config_id, now, grace))
 
@@ -259,9 +263,6 @@ class Datastore:
 
     # --- what each backend writes for its own database ---------------------
 
-    def add_hpke_key(self, key: HpkeKey) -> None:
-        """Insert a key; StorageConflict if its config id is taken."""
-        raise NotImplementedError
 
     def add_first_hpke_key(self, key: HpkeKey) -> bool:
         """Store `key` if no key is stored yet, in one step: of processes

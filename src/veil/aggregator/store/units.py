@@ -16,9 +16,11 @@ from typing import Any
 from veil.aggregator.store.records import (
     AGGREGATED,
     COLLECTION_COLS,
+    HPKE_KEY_INSERT,
     IN_JOB,
     KEY_ACTIVE,
     KEY_EXPIRED,
+    KEY_STATES,
     PENDING,
     REJECTED,
     REPORT_STATE_NAMES,
@@ -38,6 +40,7 @@ from veil.aggregator.store.records import (
     check_batch_unchanged,
     collection_from_row,
     collection_values,
+    hpke_key_values,
     merge_aggregate,
 )
 from veil.aggregator.store.tx import Tx
@@ -812,3 +815,12 @@ def collect_garbage(
     """
     statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
     return GcResult(**{kind: tx.run(q, args) for kind, q, args in statements})
+
+
+def add_hpke_key(tx: Tx, key: HpkeKey) -> None:
+    if key.state not in KEY_STATES:
+        raise ValueError(f"unknown HPKE key state {key.state!r}")
+    # ON CONFLICT: a taken id is an answer (StorageConflict), not an aborted
+    # transaction.
+    if tx.run(HPKE_KEY_INSERT + " ON CONFLICT DO NOTHING", hpke_key_values(key)) != 1:
+        raise StorageConflict(f"HPKE config id {key.config_id} is taken")
