@@ -136,10 +136,11 @@ def _compare(args: argparse.Namespace) -> None:
     runs = max(5, args.runs)
     tune_allocator()
     limit_blas_threads(1)
-    print(
-        f"{'VDAF':28} {'batch':>6} {'cpu shard us':>13} {'ref':>9} {'x':>6}"
-        f" {'cpu verify us':>14} {'ref':>9} {'x':>6}   median of {runs}, interleaved"
-    )
+    if not args.json:
+        print(
+            f"{'VDAF':28} {'batch':>6} {'cpu shard us':>13} {'ref':>9} {'x':>6}"
+            f" {'cpu verify us':>14} {'ref':>9} {'x':>6}   median of {runs}, interleaved"
+        )
     results = {}
     for case in cases():
         if not case.reference or (args.only and args.only not in case.name):

@@ -201,9 +201,11 @@ class BatchPrio3(Generic[Measurement, AggResult]):
     # Field elements per sub-batch when sharding and when verifying, and
     # reports per sub-batch at most. Measured on 2 cores: the verifier's
     # many per-report steps favour large sub-batches (the field operations
-    # block themselves for the caches); the prover's transforms and copies
-    # favour smaller ones.
-    shard_chunk_elements = 1 << 15
+    # block themselves for the caches). The prover's transforms and copies
+    # favoured smaller ones until its range-check wires and the Field128
+    # codec were compiled; since then 1 << 18 shards SumVec(100,255,30)
+    # about 6% faster than 1 << 15 and the others alike.
+    shard_chunk_elements = 1 << 18
     verify_chunk_elements = 1 << 18
     max_chunk = 4096
 
