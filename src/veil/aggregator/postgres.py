@@ -49,11 +49,6 @@ from psycopg_pool import ConnectionPool
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import LedgerTx
 from veil.aggregator.store.migrations import MIGRATIONS, SCHEMA_TABLE, check_version
-from veil.aggregator.store.records import (
-    HPKE_KEY_INSERT,
-    HpkeKey,
-    hpke_key_values,
-)
 from veil.aggregator.store.tx import IdArray, PostgresTx, Tx
 
 log = logging.getLogger(__name__)
@@ -68,8 +63,6 @@ _MIGRATION_LOCK = 0x7665696C0001
 # longest pause between tries (jittered, growing).
 MAX_ATTEMPTS = 30
 _MAX_PAUSE = 0.2
-
-_HPKE_KEY_INSERT = HPKE_KEY_INSERT.replace("?", "%s")
 
 
 def is_postgres_url(storage: str) -> bool:
@@ -170,21 +163,6 @@ class PostgresDatastore(Datastore):
         raise AssertionError("unreachable")
 
     # --- what PostgreSQL does its own way ---------------------------------
-
-    def add_first_hpke_key(self, key: HpkeKey) -> bool:
-        """As SqliteDatastore.add_first_hpke_key."""
-
-        def work(db: Conn) -> bool:
-            # The table lock comes first, before the transaction's snapshot
-            # (REPEATABLE READ takes it at the first query): the read below
-            # then sees a key that a process which held the lock added.
-            db.execute("LOCK TABLE hpke_keys IN SHARE ROW EXCLUSIVE MODE")
-            if db.execute("SELECT 1 FROM hpke_keys LIMIT 1").fetchone() is not None:
-                return False
-            db.execute(_HPKE_KEY_INSERT, hpke_key_values(key))
-            return True
-
-        return self._run(work)
 
     def _tables(self, db: Conn) -> list[str]:
         return [

@@ -32,10 +32,7 @@ from typing import TypeVar
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.migrations import migrate_sqlite
 from veil.aggregator.store.records import (
-    HPKE_KEY_INSERT,
-    HpkeKey,
     StoreInUse,
-    hpke_key_values,
 )
 from veil.aggregator.store.tx import SqliteTx, Tx
 
@@ -219,16 +216,6 @@ class SqliteDatastore(Datastore):
             self._claim = None
 
     # --- what SQLite does its own way -------------------------------------
-
-    def add_first_hpke_key(self, key: HpkeKey) -> bool:
-        """Store `key` if no key is stored yet, in one step: of processes
-        starting together on a new database one adds its key, the others
-        add none (False) and read the winner's."""
-        with self._tx() as db:  # BEGIN IMMEDIATE: the write lock before the read
-            if db.execute("SELECT 1 FROM hpke_keys LIMIT 1").fetchone() is not None:
-                return False
-            db.execute(HPKE_KEY_INSERT, hpke_key_values(key))
-            return True
 
     def reclaim_space(self, full: bool = False) -> None:
         """Return free pages to the file system and truncate the WAL.

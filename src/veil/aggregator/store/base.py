@@ -236,6 +236,12 @@ class Datastore:
         """Insert a key; StorageConflict if its config id is taken."""
         self._write(lambda tx: units.add_hpke_key(tx, key))
 
+    def add_first_hpke_key(self, key: HpkeKey) -> bool:
+        """Store `key` if no key is stored yet, in one step: of processes
+        starting together on a new database one adds its key (True), the
+        others add none (False) and read the winner's."""
+        return self._write(lambda tx: units.add_first_hpke_key(tx, key))
+
     def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
         self._write(lambda tx: units.activate_hpke_key(tx, config_id, now, grace))
 
@@ -262,13 +268,6 @@ class Datastore:
         return self._read(lambda tx: units.collections(tx, task_id))
 
     # --- what each backend writes for its own database ---------------------
-
-
-    def add_first_hpke_key(self, key: HpkeKey) -> bool:
-        """Store `key` if no key is stored yet, in one step: of processes
-        starting together on a new database one adds its key (True), the
-        others add none (False) and read the winner's."""
-        raise NotImplementedError
 
     def reclaim_space(self, full: bool = False) -> None:
         """Return freed space to the file system where the backend does not do

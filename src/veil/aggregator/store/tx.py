@@ -17,6 +17,9 @@ said here and nowhere else:
   workers take disjoint rows without waiting on each other.
 - The clock of leases and retries: the database's own (`now`), so that it
   means the same on every machine sharing a PostgreSQL database.
+- Locking a whole table (`lock_table`): PostgreSQL's LOCK TABLE, the first
+  statement of a unit so that its snapshot comes after the lock; nothing on
+  SQLite, whose write lock is held already.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ class Tx(Protocol):
         ...
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]: ...
+    def lock_table(self, table: str) -> None:
+        """Keep other writers of `table` out until the transaction ends (a
+        constant name only: it goes into the statement's text)."""
+        ...
 
 
 class SqliteTx:
@@ -96,6 +103,9 @@ class SqliteTx:
         self.db.executemany(
             f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING", rows
         )
+
+    def lock_table(self, table: str) -> None:
+        pass  # BEGIN IMMEDIATE holds the database's one write lock already
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]:
         for at in range(0, len(ids), ID_CHUNK):
@@ -152,6 +162,9 @@ class PostgresTx:
             f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING",
             values,
         )
+
+    def lock_table(self, table: str) -> None:
+        self.run(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]:
         if ids:

@@ -824,3 +824,14 @@ def add_hpke_key(tx: Tx, key: HpkeKey) -> None:
     # transaction.
     if tx.run(HPKE_KEY_INSERT + " ON CONFLICT DO NOTHING", hpke_key_values(key)) != 1:
         raise StorageConflict(f"HPKE config id {key.config_id} is taken")
+
+
+def add_first_hpke_key(tx: Tx, key: HpkeKey) -> bool:
+    # The table lock comes first, before PostgreSQL's snapshot (taken at the
+    # first query): the read below then sees a key that a process which held
+    # the lock added.
+    tx.lock_table("hpke_keys")
+    if tx.one("SELECT 1 FROM hpke_keys LIMIT 1") is not None:
+        return False
+    tx.run(HPKE_KEY_INSERT, hpke_key_values(key))
+    return True
