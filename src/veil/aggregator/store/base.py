@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from veil.aggregator.store import units
+from veil.aggregator.store import units, upkeep
 from veil.aggregator.store.records import (
     Backoff,
     BatchAggregate,
@@ -223,27 +223,27 @@ class Datastore:
     # delete_expired_hpke_keys: delete expired keys with expires_at <= now;
     #   returns their config ids.
     # collect_garbage: one transaction deleting, for one task, what no rule
-    #   needs any more (see units.collect_garbage for the rules; they are
+    #   needs any more (see upkeep.collect_garbage for the rules; they are
     #   the contract).
     # report_counts: leader reports per time bucket and state name
     #   (REPORT_STATE_NAMES), for status.
     # collections: every collection job of the task, oldest first.
 
     def hpke_keys(self) -> list[HpkeKey]:
-        return self._read(units.hpke_keys)
+        return self._read(upkeep.hpke_keys)
 
     def add_hpke_key(self, key: HpkeKey) -> None:
         """Insert a key; StorageConflict if its config id is taken."""
-        self._write(lambda tx: units.add_hpke_key(tx, key))
+        self._write(lambda tx: upkeep.add_hpke_key(tx, key))
 
     def add_first_hpke_key(self, key: HpkeKey) -> bool:
         """Store `key` if no key is stored yet, in one step: of processes
         starting together on a new database one adds its key (True), the
         others add none (False) and read the winner's."""
-        return self._write(lambda tx: units.add_first_hpke_key(tx, key))
+        return self._write(lambda tx: upkeep.add_first_hpke_key(tx, key))
 
     def activate_hpke_key(self, config_id: int, now: float, grace: float) -> None:
-        self._write(lambda tx: units.activate_hpke_key(tx, config_id, now, grace))
+        self._write(lambda tx: upkeep.activate_hpke_key(tx, config_id, now, grace))
 
     def collect_garbage(
         self,
@@ -253,13 +253,13 @@ class Datastore:
         job_horizon: float | None,
     ) -> GcResult:
         return self._write(
-            lambda tx: units.collect_garbage(
+            lambda tx: upkeep.collect_garbage(
                 tx, task_id, time_precision, report_horizon, job_horizon
             )
         )
 
     def delete_expired_hpke_keys(self, now: float) -> list[int]:
-        return self._write(lambda tx: units.delete_expired_hpke_keys(tx, now))
+        return self._write(lambda tx: upkeep.delete_expired_hpke_keys(tx, now))
 
     def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
         return self._read(lambda tx: units.report_counts(tx, task_id, time_precision))

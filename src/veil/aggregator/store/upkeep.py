@@ -1,0 +1,195 @@
+"""Units of upkeep, written once for both backends: the HPKE keys (their
+rotation, and the first key of processes starting together) and garbage
+collection (what no rule needs any more). The contract is the `Datastore`
+class's (veil.aggregator.store.base); the policy that calls them is
+veil.aggregator.maintenance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veil.aggregator.store.records import (
+    AGGREGATED,
+    HPKE_KEY_INSERT,
+    KEY_ACTIVE,
+    KEY_EXPIRED,
+    KEY_STATES,
+    REJECTED,
+    GcResult,
+    HpkeKey,
+    StorageConflict,
+    hpke_key_values,
+)
+from veil.aggregator.store.tx import Tx
+from veil.hpke import HpkeConfig, HpkeKeypair
+
+
+def hpke_keys(tx: Tx) -> list[HpkeKey]:
+    rows = tx.rows(
+        "SELECT config_id, public_key, private_key, state, created, expires_at"
+        " FROM hpke_keys ORDER BY created, config_id"
+    )
+    return [
+        HpkeKey(HpkeKeypair(HpkeConfig(c, bytes(pk)), bytes(sk)), st, cr, ex)
+        for c, pk, sk, st, cr, ex in rows
+    ]
+
+
+def delete_expired_hpke_keys(tx: Tx, now: float) -> list[int]:
+    ids = sorted(
+        int(r[0])
+        for r in tx.rows(
+            "SELECT config_id FROM hpke_keys WHERE state = ? AND expires_at <= ?" + tx.for_update,
+            (KEY_EXPIRED, now),
+        )
+    )
+    tx.many("DELETE FROM hpke_keys WHERE config_id = ?", [(i,) for i in ids])
+    return ids
+
+
+def activate_hpke_key(tx: Tx, config_id: int, now: float, grace: float) -> None:
+    """Make `config_id` (pending or active) the active key and every other
+    active key expired at now + grace; StorageConflict if it is unknown or
+    expired."""
+    # Every key row locked, in one order: two activations cannot both leave
+    # their key active.
+    states = {
+        int(c): str(st)
+        for c, st in tx.rows(
+            "SELECT config_id, state FROM hpke_keys ORDER BY config_id" + tx.for_update
+        )
+    }
+    if states.get(config_id) in (None, KEY_EXPIRED):
+        raise StorageConflict(f"HPKE config id {config_id} is not a pending or active key")
+    tx.run(
+        "UPDATE hpke_keys SET state = ?, expires_at = ? WHERE state = ? AND config_id != ?",
+        (KEY_EXPIRED, now + grace, KEY_ACTIVE, config_id),
+    )
+    tx.run(
+        "UPDATE hpke_keys SET state = ?, expires_at = NULL WHERE config_id = ?",
+        (KEY_ACTIVE, config_id),
+    )
+
+
+# A bucket counts as collected for GC only once the collection that closed
+# it has finished: a failed collection may reopen its buckets (see
+# fail_collection), after which the report ids are needed again.
+_FINISHED_BUCKET = (
+    "EXISTS (SELECT 1 FROM batch_aggregates b JOIN collections c"
+    " ON c.task_id = b.task_id AND c.job_id = b.collected_by AND c.state = 'finished'"
+    " WHERE b.task_id = {t}.task_id AND b.bucket = {t}.time - {t}.time % ? AND b.shard = 0)"
+)
+
+
+def gc_statements(
+    task_id: bytes, time_precision: int, report_horizon: int | None, job_horizon: float | None
+) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """One garbage-collection pass as (GcResult field, SQL with ``?``
+    placeholders, arguments), in order; every backend runs these in one
+    transaction (see ``collect_garbage`` for the rules)."""
+    tp = time_precision
+    horizon = report_horizon
+    age = "time < ?" if horizon is not None else "FALSE"
+    age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+    statements: list[tuple[str, str, tuple[Any, ...]]] = [
+        (
+            "reports",
+            "DELETE FROM reports WHERE task_id = ? AND state IN (?, ?) AND"
+            f" ({age} OR {_FINISHED_BUCKET.format(t='reports')})",
+            (task_id, AGGREGATED, REJECTED, *age_args, tp),
+        ),
+        (
+            "aggregation_jobs",
+            "DELETE FROM aggregation_jobs WHERE task_id = ? AND state IN ('finished', 'failed')"
+            " AND NOT"
+            " EXISTS (SELECT 1 FROM reports r WHERE r.task_id = aggregation_jobs.task_id"
+            " AND r.job_id = aggregation_jobs.job_id)",
+            (task_id,),
+        ),
+        (
+            "replay_records",
+            "DELETE FROM helper_reports WHERE task_id = ? AND time IS NOT NULL AND"
+            f" ({age} OR {_FINISHED_BUCKET.format(t='helper_reports')})",
+            (task_id, *age_args, tp),
+        ),
+    ]
+    if horizon is not None:
+        statements += [
+            (
+                "batch_aggregates",
+                "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
+                (task_id, tp, horizon),
+            ),
+            (
+                "collections",
+                "DELETE FROM collections WHERE task_id = ? AND state != 'pending'"
+                " AND start + duration <= ?",
+                (task_id, horizon),
+            ),
+        ]
+    # Records written before job ids were kept with the replay records
+    # (created IS NULL) are left to the horizon.
+    statements.append(
+        (
+            "helper_jobs",
+            "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
+            " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
+            " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+            (task_id, job_horizon if job_horizon is not None else float("-inf")),
+        )
+    )
+    return statements
+
+
+def collect_garbage(
+    tx: Tx,
+    task_id: bytes,
+    time_precision: int,
+    report_horizon: int | None,
+    job_horizon: float | None,
+) -> GcResult:
+    """Delete what no rule needs any more, for one task, in one transaction.
+
+    - Leader reports that are aggregated or rejected and either older than
+      `report_horizon` (uploads that old are refused) or in a bucket whose
+      collection finished (uploads into it are refused). Pending reports
+      and reports in a job are kept: they have yet to be counted.
+    - Finished aggregation jobs with no report left.
+    - Batch aggregates of buckets that end at or before `report_horizon`.
+    - Helper replay records with a time, on the same two conditions as
+      leader reports.
+    - Helper job records (kept to answer a retried job identically)
+      created before `job_horizon` (the caller picks it so that every
+      report of such a job is older than the report horizon), or whose
+      reports have no replay record left (their batch was collected, so
+      the leader finished the job before; or they were all refused
+      before: a retry gets the same answer). Either way a retry is
+      refused report by report and counts nothing twice.
+    - Finished or failed collections whose interval ends at or before
+      `report_horizon`.
+
+    `report_horizon` None (the task has no report expiry) keeps everything
+    that only age would release.
+    """
+    statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
+    return GcResult(**{kind: tx.run(q, args) for kind, q, args in statements})
+
+
+def add_hpke_key(tx: Tx, key: HpkeKey) -> None:
+    if key.state not in KEY_STATES:
+        raise ValueError(f"unknown HPKE key state {key.state!r}")
+    # ON CONFLICT: a taken id is an answer (StorageConflict), not an aborted
+    # transaction.
+    if tx.run(HPKE_KEY_INSERT + " ON CONFLICT DO NOTHING", hpke_key_values(key)) != 1:
+        raise StorageConflict(f"HPKE config id {key.config_id} is taken")
+
+
+def add_first_hpke_key(tx: Tx, key: HpkeKey) -> bool:
+    # The table lock comes first, before PostgreSQL's snapshot (taken at the
+    # first query): the read below then sees a key that a process which held
+    # the lock added.
+    tx.lock_table("hpke_keys")
+    if tx.one("SELECT 1 FROM hpke_keys LIMIT 1") is not None:
+        return False
+    tx.run(HPKE_KEY_INSERT, hpke_key_values(key))
+    return True
