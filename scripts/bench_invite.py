@@ -1,9 +1,12 @@
 """What invitations cost: CPU per report at an aggregator against one RSA-2048
 verification in the same run, and the issuer's invitations per second.
 
-    python scripts/bench_invite.py [--reports 2000] [--questions 5]
+    python scripts/bench_invite.py [--reports 2000] [--questions 5] [--clients 1 8]
 
 The example survey has 5 questions (one blind signature each per invitation).
+The issuer is driven by 1 and by 8 concurrent clients (threads calling it as
+the HTTP endpoint's thread pool does): one at a time, each redemption waits
+for its own fsync; concurrent ones share a commit and sign on every core.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ def main() -> None:
     p.add_argument("--reports", type=int, default=2000)
     p.add_argument("--questions", type=int, default=5)
     p.add_argument("--invitations", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     args = p.parse_args()
     costs = aggregator_costs(args.reports)
     verify = costs["rsa-2048 verify"]
@@ -30,12 +35,18 @@ def main() -> None:
     helper = costs["helper token check"] + added
     print(f"{'added at the leader':<44} {leader:8.1f} {leader / verify:9.2f}")
     print(f"{'added at the helper (check + longer open)':<44} {helper:8.1f} {helper / verify:9.2f}")
-    rates = issuer_rate(args.questions, args.invitations)
-    print(
-        f"issuer, {args.questions} questions: {statistics.median(rates):,.0f} invitations/s"
-        f" (median of {len(rates)} rounds of {args.invitations}; min {min(rates):,.0f},"
-        f" max {max(rates):,.0f})"
-    )
+    print()
+    for clients in args.clients:
+        rounds = issuer_rate(args.questions, args.invitations, args.rounds, clients)
+        rates = [r for r, _ in rounds]
+        ratios = [r / s for r, s in rounds]
+        print(
+            f"issuer, {args.questions} questions, {clients} concurrent clients:"
+            f" {statistics.median(rates):,.0f} invitations/s (min {min(rates):,.0f},"
+            f" max {max(rates):,.0f}), {statistics.median(ratios):.2f} of blind signing alone"
+            f" in the same rounds ({statistics.median(s for _, s in rounds):,.0f}/s);"
+            f" median of {len(rounds)} rounds of {args.invitations}"
+        )
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ import secrets
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,67 @@ def test_a_failure_while_signing_burns_nothing(
     assert used(deployment) == before
     monkeypatch.undo()
     assert len(Issuer(deployment / "issuer").redeem(code, blinded(deployment))) == 2
+
+
+def race(issuer: Issuer, code: str, requests: list[list[bytes]]) -> list[list[bytes] | str]:
+    """Redeems `code` once per request, all at once from as many threads:
+    each one's signatures, or the message it was refused with."""
+    barrier = threading.Barrier(len(requests))
+
+    def one(request: list[bytes]) -> list[bytes] | str:
+        barrier.wait()
+        try:
+            return issuer.redeem(code, request)
+        except IssuerError as e:
+            return str(e)
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        return list(pool.map(one, requests))
+
+
+def test_concurrent_redemptions_of_one_invitation_get_one_set_of_signatures(
+    deployment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    issuer = Issuer(deployment / "issuer")
+    # Both redemptions read the invitation as unused and sign before either
+    # commits (each waits for the other before its first signature): the one
+    # that commits second has its signatures dropped and is refused.
+    sign = issuer.signers[0].blind_sign
+    both_signing = threading.Barrier(2)
+
+    def sign_after_the_other_read(blinded_msg: bytes) -> bytes:
+        both_signing.wait(timeout=30)
+        return sign(blinded_msg)
+
+    monkeypatch.setattr(issuer.signers[0], "blind_sign", sign_after_the_other_read)
+    (code,) = mint(deployment / "issuer", 1)
+    before = used(deployment)
+    a, b = blinded(deployment), blinded(deployment)
+    results = race(issuer, code, [a, b])
+    winners = [r for r in results if not isinstance(r, str)]
+    assert len(winners) == 1 and results.count(USED_MESSAGE) == 1
+    winner = a if results[0] == winners[0] else b
+    loser = b if winner is a else a
+    monkeypatch.undo()
+    assert issuer.redeem(code, winner) == winners[0]  # a retry: the same ones
+    with pytest.raises(IssuerError, match=USED_MESSAGE):
+        issuer.redeem(code, loser)
+    assert used(deployment) == before + 1
+
+    # Many at once, each invitation asked for by two clients with the same
+    # blinded messages (a retry) and two with others: per invitation one set
+    # of signatures leaves, to the requests with the winner's messages.
+    codes = mint(deployment / "issuer", 6)
+    for code in codes:
+        a, b = blinded(deployment), blinded(deployment)
+        results = race(issuer, code, [a, a, b, b])
+        answered = [r for r in results if not isinstance(r, str)]
+        assert answered and all(r == answered[0] for r in answered)
+        assert results.count(USED_MESSAGE) == 4 - len(answered)
+        assert len(answered) == 2  # both requests of the winner, neither of the other
+        winner = a if results[0] == answered[0] else b
+        assert issuer.redeem(code, winner) == answered[0]
+    assert used(deployment) == before + 1 + len(codes)
 
 
 def test_hostile_redemptions_are_refused_and_burn_nothing(deployment: Path) -> None:
@@ -273,3 +336,12 @@ def test_invite_cli_refuses_bad_arguments_and_mints_nothing(
     codes = (tmp_path / "codes").read_text().split()
     assert len(set(codes)) == 3 and all(len(c) == 22 for c in codes)
     assert (tmp_path / "codes").stat().st_mode & 0o077 == 0
+
+
+def test_no_code_starts_with_a_dash(tmp_path: Path) -> None:
+    # `veil survey respond --invitation -abc...` would read the code as an
+    # option; without the rule about 1 code in 64 would start with "-".
+    codes = mint(tmp_path, 2000)
+    assert len(set(codes)) == 2000
+    assert not [c for c in codes if c.startswith("-")]
+    assert all(len(c) == 22 for c in codes)

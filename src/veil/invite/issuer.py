@@ -1,5 +1,6 @@
 """The invitation issuer: mints invitation codes, then burns one and blind-
-signs one token per question for it, in one SQLite transaction.
+signs one token per question for it; the burns of concurrent redemptions
+are committed together, one SQLite transaction.
 
 Files, in a deployment's issuer/ directory (written by `veil survey deploy`
 for a survey with `invitations = true`, readable by its owner only):
@@ -11,9 +12,9 @@ An invitation is stored as the SHA-256 of its code, never the code: a copy
 of the database does not hand out invitations. Codes are 128 random bits
 (`secrets`), so the hash cannot be reversed by trying codes. Redeeming
 checks the code, signs, and records the invitation as used with a hash of
-the blinded messages and the blind signatures, all in one transaction: a
-crash before the commit leaves the invitation unused (the respondent tries
-again), and a retry with the same blinded messages after the commit gets the
+the blinded messages and the blind signatures, and answers only once that
+is committed: a crash before the commit leaves the invitation unused (the
+respondent tries again), and a retry with the same blinded messages after the commit gets the
 same signatures back (the answer was lost on the way), while any other
 request for a used invitation is refused. The issuer never sees a token: it
 signs blinded messages, so it cannot link an invitation to a report.
@@ -59,8 +60,11 @@ class InvitationUsed(IssuerError):
 
 
 def new_code() -> str:
-    """A fresh invitation code: 128 random bits, URL-safe (22 characters)."""
-    return secrets.token_urlsafe(CODE_BYTES)
+    """A fresh invitation code: 128 random bits, URL-safe (22 characters),
+    never starting with "-" (`--invitation -x...` would read as an option)."""
+    while (code := secrets.token_urlsafe(CODE_BYTES)).startswith("-"):
+        pass
+    return code
 
 
 def code_hash(code: str) -> bytes:
@@ -150,16 +154,46 @@ class Counts:
     used: int
 
 
+@dataclass
+class _Burn:
+    """One redemption waiting for a group commit: the invitation, the hash of
+    its blinded messages and the signatures made for them; `answer` or
+    `error` is set by the commit that decided it."""
+
+    key: bytes
+    request: bytes
+    sigs: list[bytes]
+    answer: list[bytes] | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
 class Issuer:
-    """Redeems invitations of one deployment (thread-safe: one connection per
-    thread, kept open: closing the last connection checkpoints the WAL into
-    the database file, another fsync per redemption)."""
+    """Redeems invitations of one deployment (thread-safe).
+
+    A redemption reads the invitation (unknown: refused; used: the stored
+    signatures for the same blinded messages, else refused), signs outside
+    any lock (the OpenSSL calls release the GIL, so concurrent redemptions
+    sign on every core), then waits for a group commit: one thread at a time
+    takes every burn waiting and writes them in one transaction, one fsync
+    for all. In that transaction each invitation is read again: if a
+    concurrent redemption burnt it first, this one's signatures are dropped
+    unseen and it gets the stored ones (same blinded messages) or "already
+    used" (other messages). An answer leaves only after its COMMIT, so a
+    power loss cannot un-burn an invitation that was signed for, and one set
+    of signatures per invitation ever leaves the issuer.
+
+    Connections are one per thread, kept open (closing the last one
+    checkpoints the WAL into the database file, another fsync)."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
         self.signers = [blindrsa.Signer(k) for k in read_keys(self.directory)]
         self.db_path = _ensure_db(self.directory)
         self._local = threading.local()
+        self._pending: list[_Burn] = []
+        self._pending_lock = threading.Lock()
+        self._writer = threading.Lock()
 
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
@@ -186,35 +220,79 @@ class Issuer:
         for i, b in enumerate(blinded):
             if len(b) != blindrsa.K_LEN:
                 raise IssuerError(f"blinded message {i} must be {blindrsa.K_LEN} bytes")
+        key = code_hash(code)
         request = hashlib.sha256(b"".join(blinded)).digest()
-        db = self._db()
-        db.execute("BEGIN IMMEDIATE")
+        select = "SELECT used, request_hash, signatures FROM invitations WHERE code_hash = ?"
+        row = self._db().execute(select, (key,)).fetchone()
+        if row is None:
+            raise UnknownInvitation(UNKNOWN_MESSAGE)
+        if row[0] is not None:
+            return _stored_answer(row, request)
         try:
-            row = db.execute(
-                "SELECT used, request_hash, signatures FROM invitations WHERE code_hash = ?",
-                (code_hash(code),),
-            ).fetchone()
-            if row is None:
-                raise UnknownInvitation(UNKNOWN_MESSAGE)
-            used, stored_request, stored = row
-            if used is not None:
-                if secrets.compare_digest(stored_request, request):
-                    return _split(stored)
-                raise InvitationUsed(USED_MESSAGE)
-            try:
-                sigs = [s.blind_sign(b) for s, b in zip(self.signers, blinded, strict=True)]
-            except blindrsa.BlindRSAError as e:
-                raise IssuerError(f"a blinded message is invalid: {e}") from None
-            db.execute(
-                "UPDATE invitations SET used = ?, request_hash = ?, signatures = ?"
-                " WHERE code_hash = ?",
-                (time.time(), request, b"".join(sigs), code_hash(code)),
-            )
+            sigs = [s.blind_sign(b) for s, b in zip(self.signers, blinded, strict=True)]
+        except blindrsa.BlindRSAError as e:
+            raise IssuerError(f"a blinded message is invalid: {e}") from None
+        return self._burn(_Burn(key, request, sigs))
+
+    def _burn(self, burn: _Burn) -> list[bytes]:
+        """Waits for the group commit that decides `burn`; its answer."""
+        with self._pending_lock:
+            self._pending.append(burn)
+        with self._writer:
+            if not burn.done:
+                with self._pending_lock:
+                    batch, self._pending = self._pending, []
+                self._commit(batch)
+        if burn.error is not None:
+            raise burn.error
+        assert burn.answer is not None
+        return burn.answer
+
+    def _commit(self, batch: list[_Burn]) -> None:
+        """Burns every invitation of `batch` still unused, in one transaction,
+        and decides every burn: all get the error if the commit fails."""
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            now = time.time()
+            answers: list[tuple[list[bytes] | None, IssuerError | None]] = []
+            for burn in batch:
+                row = db.execute(
+                    "SELECT used, request_hash, signatures FROM invitations WHERE code_hash = ?",
+                    (burn.key,),
+                ).fetchone()
+                if row is None:
+                    answers.append((None, UnknownInvitation(UNKNOWN_MESSAGE)))
+                elif row[0] is None:
+                    db.execute(
+                        "UPDATE invitations SET used = ?, request_hash = ?, signatures = ?"
+                        " WHERE code_hash = ?",
+                        (now, burn.request, b"".join(burn.sigs), burn.key),
+                    )
+                    answers.append((burn.sigs, None))
+                else:
+                    try:
+                        answers.append((_stored_answer(row, burn.request), None))
+                    except InvitationUsed as e:
+                        answers.append((None, e))
             db.execute("COMMIT")
-            return sigs
-        finally:
+        except BaseException as e:
             if db.in_transaction:
                 db.execute("ROLLBACK")
+            for burn in batch:
+                burn.error, burn.done = e, True
+            return
+        for burn, (answer, error) in zip(batch, answers, strict=True):
+            burn.answer, burn.error, burn.done = answer, error, True
+
+
+def _stored_answer(row: tuple[object, bytes, bytes], request: bytes) -> list[bytes]:
+    """The stored signatures of a used invitation for the same blinded
+    messages; InvitationUsed for any other."""
+    _, stored_request, stored = row
+    if secrets.compare_digest(stored_request, request):
+        return _split(stored)
+    raise InvitationUsed(USED_MESSAGE)
 
 
 def _split(joined: bytes) -> list[bytes]:
