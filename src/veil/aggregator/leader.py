@@ -364,31 +364,24 @@ class Leader(AggregatorBase[LeaderTask]):
                     f"the batch [{start}, +{duration}) overlaps time bucket {a.bucket}, which"
                     " was already collected; a batch is collected at most once"
                 )
-        if task.dp.counts_protected:
-            # Under add_remove whether the batch reaches min_batch_size is told
-            # once, when the job finishes or fails (run_collection), and the
-            # batch stays closed either way: a refusal here, with the batch
-            # open, would let the collector poll until the floor is reached and
-            # so learn when the reports arrive.
-            self.privacy.check(task, start, duration)
-            try:
-                return self.store.put_collection(
-                    CollectionRecord(task_id, collection_id, start, duration, "pending")
-                )
-            except StorageConflict as e:
-                raise JobConflict(str(e)) from None
-        count = sum(a.report_count for a in aggs) + self.store.unaggregated_count(
-            task_id, start, end
-        )
-        if count < task.min_batch_size:
-            # Never the count itself: polling would tell the collector, for free,
-            # when each report arrives (issue 13).
-            raise BatchTooSmall(
-                f"the batch [{start}, +{duration}) holds fewer than min_batch_size"
-                f" ({task.min_batch_size}) reports: wait for more reports or collect a"
-                " longer interval"
+        # Under add_remove whether the batch reaches min_batch_size is told
+        # once, when the job finishes or fails (run_collection), and the
+        # batch stays closed either way: a refusal here, with the batch
+        # open, would let the collector poll until the floor is reached and
+        # so learn when the reports arrive.
+        if not task.dp.counts_protected:
+            count = sum(a.report_count for a in aggs) + self.store.unaggregated_count(
+                task_id, start, end
             )
-        check_batch_size(task, self.bounds[task_id], count)
+            if count < task.min_batch_size:
+                # Never the count itself: polling would tell the collector, for free,
+                # when each report arrives (issue 13).
+                raise BatchTooSmall(
+                    f"the batch [{start}, +{duration}) holds fewer than min_batch_size"
+                    f" ({task.min_batch_size}) reports: wait for more reports or collect a"
+                    " longer interval"
+                )
+            check_batch_size(task, self.bounds[task_id], count)
         self.privacy.check(task, start, duration)
         try:
             return self.store.put_collection(
