@@ -60,25 +60,36 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+async def read_json_body(request: Request, limit: int, what: str) -> bytes | Response:
+    """The body of a JSON POST of at most `limit` bytes, or the error answer to send.
+
+    `what` names the body in the 415 answer ("send {what} as application/json").
+    """
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return _error(415, f"send {what} as application/json")
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        return _error(413, f"the body is larger than {limit} bytes")
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                return _error(413, f"the body is larger than {limit} bytes")
+    except ClientDisconnect:
+        return _error(400, "the connection closed before the body was complete")
+    return bytes(body)
+
+
 def endpoint(issuer: Issuer) -> Callable[[Request], Awaitable[Response]]:
     """The Starlette handler of POST /invitation for `issuer`."""
 
     async def redeem(request: Request) -> Response:
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _error(415, "send the request as application/json")
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
-            return _error(413, f"the body is larger than {MAX_BODY} bytes")
-        body = bytearray()
+        body = await read_json_body(request, MAX_BODY, "the request")
+        if isinstance(body, Response):
+            return body
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_BODY:
-                    return _error(413, f"the body is larger than {MAX_BODY} bytes")
-        except ClientDisconnect:
-            return _error(400, "the connection closed before the body was complete")
-        try:
-            code, blinded = parse_request(bytes(body))
+            code, blinded = parse_request(body)
             sigs = await run_in_threadpool(issuer.redeem, code, blinded)
         except IssuerError as e:
             return _error(e.status, str(e))

@@ -41,7 +41,7 @@ import grpc
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,6 +50,7 @@ from veil.client import Client, UploadError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
 from veil.invite.http import PATH as INVITATION_PATH
 from veil.invite.http import endpoint as invitation_endpoint
+from veil.invite.http import read_json_body
 from veil.invite.issuer import Issuer, IssuerError
 from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
 from veil.survey import Description, SurveyError, load_description
@@ -523,23 +524,12 @@ def build_app(site: SurveySite) -> Starlette:
         return JSONResponse(configs)
 
     async def reports(request: Request) -> Response:
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _error(415, "send the reports as application/json")
-        limit = site.limits.max_body
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            return _error(413, f"the body is larger than {limit} bytes")
         # veil.web.guard cuts off a body that does not arrive in time.
-        body = bytearray()
+        body = await read_json_body(request, site.limits.max_body, "the reports")
+        if isinstance(body, Response):
+            return body
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    return _error(413, f"the body is larger than {limit} bytes")
-        except ClientDisconnect:
-            return _error(400, "the connection closed before the body was complete")
-        try:
-            grouped = site.parse_reports(bytes(body))
+            grouped = site.parse_reports(body)
             client = client_address(request, site.limits)
         except BadRequest as e:
             return _error(400, str(e))
