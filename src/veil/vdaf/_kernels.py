@@ -128,10 +128,13 @@ def add128(a0, a1, a2, a3, b0, b1, b2, b3, o0, o1, o2, o3):
     o3[0] = np.int64(r[3])
 
 
-@nb.guvectorize(_SIG8, _SCALAR8, cache=True)
-def sub128(a0, a1, a2, a3, b0, b1, b2, b3, o0, o1, o2, o3):
-    # Signed carries; a final borrow means the limbs hold a - b + 2^128,
-    # which is a - b + M: subtract M (a second time if that borrows too).
+@_inline
+def _sub128(a0, a1, a2, a3, b0, b1, b2, b3):
+    """``a - b`` on int64 limbs, canonical when both are.
+
+    Signed carries; a final borrow means the limbs hold a - b + 2^128,
+    which is a - b + M: subtract M (a second time if that borrows too).
+    """
     t = a0 - b0
     x0 = t & 0xFFFFFFFF
     t = a1 - b1 + (t >> 32)
@@ -151,6 +154,12 @@ def sub128(a0, a1, a2, a3, b0, b1, b2, b3, o0, o1, o2, o3):
         t = x3 + (t >> 32)
         x3 = t & 0xFFFFFFFF
         borrow = t >> 32
+    return x0, x1, x2, x3
+
+
+@nb.guvectorize(_SIG8, _SCALAR8, cache=True)
+def sub128(a0, a1, a2, a3, b0, b1, b2, b3, o0, o1, o2, o3):
+    x0, x1, x2, x3 = _sub128(a0, a1, a2, a3, b0, b1, b2, b3)
     o0[0] = x0
     o1[0] = x1
     o2[0] = x2
@@ -583,31 +592,6 @@ def inv64_each(a, out):
         else:
             out[i] = _mul64(inv, out[i])
             inv = _mul64(inv, x)
-
-
-@_inline
-def _sub128(a0, a1, a2, a3, b0, b1, b2, b3):
-    """``a - b`` on int64 limbs, as ``sub128`` computes it."""
-    t = a0 - b0
-    x0 = t & 0xFFFFFFFF
-    t = a1 - b1 + (t >> 32)
-    x1 = t & 0xFFFFFFFF
-    t = a2 - b2 + (t >> 32)
-    x2 = t & 0xFFFFFFFF
-    t = a3 - b3 + (t >> 32)
-    x3 = t & 0xFFFFFFFF
-    borrow = t >> 32
-    while borrow:
-        t = x0 - 0xFFFFFFFF
-        x0 = t & 0xFFFFFFFF
-        t = x1 - 0xFFFFFFFF + (t >> 32)
-        x1 = t & 0xFFFFFFFF
-        t = x2 - 27 + (t >> 32)
-        x2 = t & 0xFFFFFFFF
-        t = x3 + (t >> 32)
-        x3 = t & 0xFFFFFFFF
-        borrow = t >> 32
-    return x0, x1, x2, x3
 
 
 @_inline
