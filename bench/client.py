@@ -127,7 +127,7 @@ def build_costs(vdaf: str = "count", reports: int = 1000, runs: int = 5) -> Buil
     from veil.messages import REPORT_ID_SIZE, vdaf_ctx
     from veil.messages.wire import upload_request
     from veil.task import Task
-    from veil.vdaf.batch import BatchPrio3
+    from veil.vdaf.batch.prio3 import BatchPrio3
 
     spec, value = BUILD_VDAFS[vdaf]
     leader, helper = generate_keypair(1), generate_keypair(2)

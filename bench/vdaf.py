@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from veil.vdaf import Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
-from veil.vdaf.batch import BatchPrio3, OutShareBatch, ShardBatch
-from veil.vdaf.prio3 import Prio3
+from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch, ShardBatch
+from veil.vdaf.spec.prio3 import Prio3
 
 CTX = b"veil benchmark"
 

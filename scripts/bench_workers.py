@@ -54,7 +54,7 @@ from veil.collector import Collector
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_
 from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
-from veil.vdaf.batch import BatchPrio3, OutShareBatch
+from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
 
 TP = 3600
 SPEC = VdafSpec("sum", max_measurement=1000)

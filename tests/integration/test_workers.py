@@ -126,7 +126,7 @@ def test_a_worker_loads_the_field_kernels_at_start(dep: tuple[Deployment, str]) 
         "from pathlib import Path\n"
         "from veil.aggregator.server import AggregationWorker, load_config\n"
         "w = AggregationWorker(load_config(Path(sys.argv[1])))\n"
-        "print('veil.vdaf._kernels' in sys.modules)\n"
+        "print('veil.vdaf.batch._kernels' in sys.modules)\n"
         "w._close_store()\n"
     )
     done = subprocess.run(

@@ -34,7 +34,7 @@ from veil.messages.wire import (
 )
 from veil.protocol.v1 import leader_pb2, messages_pb2
 from veil.task import DpSpec, VdafSpec, new_task
-from veil.vdaf.batch import BatchPrio3
+from veil.vdaf.batch.prio3 import BatchPrio3
 
 FILES = new_task(
     VdafSpec("sum", max_measurement=100),

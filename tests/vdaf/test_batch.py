@@ -25,8 +25,8 @@ from veil.vdaf import (
     VdafError,
     VerifyError,
 )
-from veil.vdaf.batch import BatchPrio3
-from veil.vdaf.prio3 import Prio3
+from veil.vdaf.batch.prio3 import BatchPrio3
+from veil.vdaf.spec.prio3 import Prio3
 
 CTX = b"some application"
 
@@ -346,9 +346,9 @@ def test_extension_paths_match_ntt(wire_len: int, domain: int, kind: str) -> Non
     import random
 
     from veil.vdaf import Field128
-    from veil.vdaf.batch_field import VecField128
-    from veil.vdaf.batch_flp import _Extension
-    from veil.vdaf.poly import inv_ntt, ntt
+    from veil.vdaf.batch.field import VecField128
+    from veil.vdaf.batch.flp import _Extension
+    from veil.vdaf.spec.poly import inv_ntt, ntt
 
     p = Field128.MODULUS
     rng = random.Random(f"{wire_len}-{domain}-{kind}")

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from veil.vdaf import Field64, Field128, XofTurboShake128
-from veil.vdaf.batch_field import VecField, VecField64, VecField128, vec_field
-from veil.vdaf.batch_xof import expand_rows, xof_rows
-from veil.vdaf.kernels import kernels
+from veil.vdaf.batch.field import VecField, VecField64, VecField128, vec_field
+from veil.vdaf.batch.kernels import kernels
+from veil.vdaf.batch.xof import expand_rows, xof_rows
 
 FIELDS = [VecField64, VecField128]
 
@@ -191,7 +191,7 @@ def test_turboshake_rows_across_block_boundaries(msg_len: int, out_len: int) -> 
     168-byte rate splits the input or the output."""
     from Crypto.Hash import TurboSHAKE128
 
-    from veil.vdaf.batch_xof import turboshake_rows
+    from veil.vdaf.batch.xof import turboshake_rows
 
     rng = np.random.default_rng(msg_len * 1000 + out_len)
     messages = rng.integers(0, 256, (3, msg_len), dtype=np.uint8)
@@ -223,7 +223,7 @@ def test_field128_codec_compiled_matches_numpy(monkeypatch: pytest.MonkeyPatch) 
     """The compiled Field128 codec against the NumPy form it replaces: the
     same limbs and mask from any bytes (values at and above p included), the
     same encoding of weakly reduced limbs."""
-    import veil.vdaf.batch_field as bf
+    import veil.vdaf.batch.field as bf
 
     p = Field128.MODULUS
     values = [0, 1, p - 1, p, p + 1, 2**128 - 1, 2**127, 28 * 2**64]
@@ -245,9 +245,9 @@ def test_chunked_wires_compiled_match_numpy(
 ) -> None:
     """The compiled range-check wires give the same limbs as the NumPy form,
     on bits (the prover) and on arbitrary shares (the verifiers)."""
-    import veil.vdaf.batch_circuits as bc
-    from veil.vdaf.batch_circuits import batch_circuit
-    from veil.vdaf.prio3 import Prio3SumVec
+    import veil.vdaf.batch.circuits as bc
+    from veil.vdaf.batch.circuits import batch_circuit
+    from veil.vdaf.spec.prio3 import Prio3SumVec
 
     circuit = batch_circuit(Prio3SumVec(2, 5, 1, 2).flp.valid)
     meas = VecField128.from_ints([shares, shares[::-1]])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from veil.vdaf import Field, Field64, Field128
-from veil.vdaf.circuits import (
+from veil.vdaf.spec.circuits import (
     Count,
     Histogram,
     MultihotCountVec,
@@ -20,7 +20,7 @@ from veil.vdaf.circuits import (
     Valid,
     encode_range_checked_int,
 )
-from veil.vdaf.flp import FlpBBCGGI19
+from veil.vdaf.spec.flp import FlpBBCGGI19
 
 
 def rand_vec(rng: random.Random, field: type[Field], n: int) -> list[int]:

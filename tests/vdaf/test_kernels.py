@@ -12,8 +12,8 @@ from pathlib import Path
 # Every kernel against Python ints; exits non-zero (or crashes) otherwise.
 _EXERCISE = """
 import numpy as np
-from veil.vdaf.batch_field import VecField64 as F64, VecField128 as F128
-from veil.vdaf.kernels import kernels
+from veil.vdaf.batch.field import VecField64 as F64, VecField128 as F128
+from veil.vdaf.batch.kernels import kernels
 
 for vf in (F64, F128):
     p = vf.MODULUS

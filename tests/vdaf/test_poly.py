@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from veil.vdaf import Field, Field64, Field128
-from veil.vdaf.poly import LagrangeEvaluator, PrefixExtension, batch_inverse, inv_ntt, ntt
+from veil.vdaf.spec.poly import LagrangeEvaluator, PrefixExtension, batch_inverse, inv_ntt, ntt
 
 
 def horner(p: int, coeffs: list[int], x: int) -> int:

@@ -26,9 +26,9 @@ from veil.vdaf import (
     XofFixedKeyAes128,
     XofTurboShake128,
 )
-from veil.vdaf.circuits import GadgetCall, Valid
-from veil.vdaf.gadgets import PolyEval
-from veil.vdaf.prio3 import Prio3, VerifierShare, VerifyState, prio3_with_circuit
+from veil.vdaf.spec.circuits import GadgetCall, Valid
+from veil.vdaf.spec.gadgets import PolyEval
+from veil.vdaf.spec.prio3 import Prio3, VerifierShare, VerifyState, prio3_with_circuit
 
 
 class HigherDegree(Valid[int, int]):

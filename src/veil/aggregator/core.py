@@ -54,7 +54,7 @@ from veil.task import (
 )
 from veil.times import format_duration, format_time
 from veil.vdaf import CodecError, Prio3, VdafError
-from veil.vdaf.batch import BatchPrio3, OutShareBatch
+from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
 
 log = logging.getLogger(__name__)
 

@@ -86,7 +86,7 @@ from veil.messages import REPORT_ID_SIZE, Report, vdaf_ctx
 from veil.metrics import Metrics
 from veil.task import LeaderTask, b64e
 from veil.vdaf import VerifyError
-from veil.vdaf.batch import VerifyInitBatch
+from veil.vdaf.batch.prio3 import VerifyInitBatch
 
 log = logging.getLogger(__name__)
 

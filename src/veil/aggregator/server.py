@@ -152,7 +152,7 @@ from veil.task import (
     expect_role,
     load_task,
 )
-from veil.vdaf.kernels import kernels
+from veil.vdaf.batch.kernels import kernels
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from veil.messages.wire import hpke_configs_from_pb
 from veil.protocol.v1 import messages_pb2
 from veil.task import Task
 from veil.trust import check_roots
-from veil.vdaf.batch import BatchPrio3
+from veil.vdaf.batch.prio3 import BatchPrio3
 
 log = logging.getLogger("veil.client")
 

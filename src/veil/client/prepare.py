@@ -21,7 +21,7 @@ from veil.dp import DPError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig, input_share_info, seal
 from veil.messages import REPORT_ID_SIZE, Report, vdaf_ctx
 from veil.task import Task
-from veil.vdaf.batch import BatchPrio3
+from veil.vdaf.batch.prio3 import BatchPrio3
 
 
 def seal_report(

@@ -3,8 +3,8 @@ the BBCGGI19 FLP with its gadgets and circuits, and Prio3 itself. Pure: no
 I/O, no clocks, no global state; all randomness is an argument."""
 
 from veil.vdaf.errors import CodecError, VdafError, VerifyError
-from veil.vdaf.field import Field, Field64, Field128
-from veil.vdaf.prio3 import (
+from veil.vdaf.spec.field import Field, Field64, Field128
+from veil.vdaf.spec.prio3 import (
     HelperInputShare,
     LeaderInputShare,
     Prio3,
@@ -17,7 +17,7 @@ from veil.vdaf.prio3 import (
     VerifierShare,
     VerifyState,
 )
-from veil.vdaf.xof import XofFixedKeyAes128, XofTurboShake128
+from veil.vdaf.spec.xof import XofFixedKeyAes128, XofTurboShake128
 
 __all__ = [
     "CodecError",

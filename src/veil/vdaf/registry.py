@@ -9,7 +9,7 @@ the CLI's choices, survey questions, measurement parsing, the collector's
 decoding and the DP sensitivities are all derived from here.
 
 (The batched circuits are chosen by circuit class in
-`veil.vdaf.batch_circuits.batch_circuit`, one level below: every type here
+`veil.vdaf.batch.circuits.batch_circuit`, one level below: every type here
 builds one of those circuits.)
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from veil.vdaf.prio3 import (
+from veil.vdaf.spec.prio3 import (
     Prio3,
     Prio3Count,
     Prio3Histogram,

@@ -55,7 +55,7 @@ from veil.invite.issuer import Issuer, IssuerError
 from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
 from veil.survey import Description, SurveyError, load_description
 from veil.task import ClientTask, Task, TaskError, b64e, load_task
-from veil.vdaf.xof import XofTurboShake128
+from veil.vdaf.spec.xof import XofTurboShake128
 
 log = logging.getLogger("veil.web")
 

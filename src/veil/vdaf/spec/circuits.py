@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from veil.vdaf.field import Field
-from veil.vdaf.gadgets import Gadget, Mul, ParallelSum, PolyEval
+from veil.vdaf.spec.field import Field
+from veil.vdaf.spec.gadgets import Gadget, Mul, ParallelSum, PolyEval
 
 Measurement = TypeVar("Measurement")
 AggResult = TypeVar("AggResult")

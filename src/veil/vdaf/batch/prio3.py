@@ -47,12 +47,12 @@ from typing import Any, Generic
 
 import numpy as np
 
-from veil.vdaf.batch_field import Arr, VecField
-from veil.vdaf.batch_flp import BatchFlp
-from veil.vdaf.batch_xof import SEED_SIZE, expand_rows, xof_rows
-from veil.vdaf.circuits import AggResult, Measurement
+from veil.vdaf.batch.field import Arr, VecField
+from veil.vdaf.batch.flp import BatchFlp
+from veil.vdaf.batch.xof import SEED_SIZE, expand_rows, xof_rows
 from veil.vdaf.errors import CodecError, VdafError, VerifyError
-from veil.vdaf.prio3 import (
+from veil.vdaf.spec.circuits import AggResult, Measurement
+from veil.vdaf.spec.prio3 import (
     USAGE_JOINT_RAND_PART,
     USAGE_JOINT_RAND_SEED,
     USAGE_JOINT_RANDOMNESS,
@@ -67,7 +67,7 @@ from veil.vdaf.prio3 import (
     VerifierShare,
     VerifyState,
 )
-from veil.vdaf.xof import XofTurboShake128
+from veil.vdaf.spec.xof import XofTurboShake128
 
 Errors = list[VdafError | None]
 

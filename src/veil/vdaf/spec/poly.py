@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from veil.vdaf.field import Field
+from veil.vdaf.spec.field import Field
 
 
 def next_power_of_2(n: int) -> int:

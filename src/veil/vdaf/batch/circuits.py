@@ -1,5 +1,5 @@
 """Validity circuits (draft-irtf-cfrg-vdaf-18, Section 7.4) evaluated on
-many reports at once, for the batched FLP in ``veil.vdaf.batch_flp``.
+many reports at once, for the batched FLP in ``veil.vdaf.batch.flp``.
 
 A batched circuit sees field arrays with one row per report
 (``(reports, MEAS_LEN)`` measurements, ``(reports, JOINT_RAND_LEN)`` joint
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from veil.vdaf import circuits
-from veil.vdaf.batch_field import Arr, VecField, VecField128, vec_field
-from veil.vdaf.gadgets import Gadget, Mul, ParallelSum, PolyEval
-from veil.vdaf.kernels import kernels
+from veil.vdaf.batch.field import Arr, VecField, VecField128, vec_field
+from veil.vdaf.batch.kernels import kernels
+from veil.vdaf.spec import circuits
+from veil.vdaf.spec.gadgets import Gadget, Mul, ParallelSum, PolyEval
 
 
 class BatchCircuit(ABC):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from veil.vdaf.field import Field
+from veil.vdaf.spec.field import Field
 
 
 class Gadget(ABC):

@@ -1,4 +1,4 @@
-"""numba kernels behind ``veil.vdaf.kernels``: import that module, not this
+"""numba kernels behind ``veil.vdaf.batch.kernels``: import that module, not this
 one (importing this compiles, or loads from numba's cache, every kernel,
 and must not run in two processes at once on a cold cache).
 
@@ -26,7 +26,7 @@ _EPS64 = _U64(0xFFFFFFFF)  # 2^64 mod the Field64 prime
 _inline = nb.njit(inline="always")
 # Every kernel has explicit signatures, so that all compiling (or loading
 # from numba's cache) happens when this module is imported, which
-# veil.vdaf.kernels does under an inter-process lock.
+# veil.vdaf.batch.kernels does under an inter-process lock.
 _A3 = "int64[:, :, :]"
 _A4 = "int64[:, :, :, :]"
 # C-contiguous: lets the compiler vectorise loops along the last axis.

@@ -1,5 +1,5 @@
 """Vectorised arithmetic in the fields of draft-irtf-cfrg-vdaf-18, Section 6.1,
-for the batched Prio3 path (``veil.vdaf.batch``).
+for the batched Prio3 path (``veil.vdaf.batch.prio3``).
 
 A *field array* holds many elements at once. Its trailing axes are the
 element axes; which leading axes exist depends on the field:
@@ -21,7 +21,7 @@ reduction:
   limbs at ``2^160``, ``2^192`` and ``2^224`` fold the same way.
 
 Sums, differences, products and dot products are compiled kernels
-(``veil.vdaf.kernels``, numba).
+(``veil.vdaf.batch.kernels``, numba).
 
 Field64 inputs must be reduced and Field128 limbs in range; nothing checks
 that except the decoders, which report unreduced encodings per element.
@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from veil.vdaf.field import Field, Field64, Field128
-from veil.vdaf.kernels import kernels
-from veil.vdaf.poly import batch_inverse
+from veil.vdaf.batch.kernels import kernels
+from veil.vdaf.spec.field import Field, Field64, Field128
+from veil.vdaf.spec.poly import batch_inverse
 
 Arr = npt.NDArray[Any]
 
@@ -119,7 +119,7 @@ class VecField(ABC):
     # -- arithmetic -----------------------------------------------------------
 
     # Sums, differences, products and dot products are compiled kernels
-    # (``veil.vdaf.kernels``) in each field: they broadcast like NumPy.
+    # (``veil.vdaf.batch.kernels``) in each field: they broadcast like NumPy.
 
     @classmethod
     @abstractmethod

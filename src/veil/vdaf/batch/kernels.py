@@ -3,7 +3,7 @@
 NumPy evaluates a Field128 product as about forty whole-array passes (limb
 products, carries, folds), each writing a temporary; a compiled loop keeps
 one element in registers from its inputs to its result, several times
-faster. The kernels are in ``veil.vdaf._kernels``, compiled by numba; that
+faster. The kernels are in ``veil.vdaf.batch._kernels``, compiled by numba; that
 module is imported on first use, so importing veil stays fast and only
 processes that run the batched path pay for numba. numba keeps the machine
 code in its on-disk cache (``cache=True``), so each machine compiles once.
@@ -81,7 +81,7 @@ def kernels() -> Kernels:
         with _lock:
             if _kernels is None:
                 with _cache_lock():
-                    k = importlib.import_module("veil.vdaf._kernels")
+                    k = importlib.import_module("veil.vdaf.batch._kernels")
                 _kernels = Kernels(
                     k.mul128,
                     k.add128,

@@ -1,5 +1,5 @@
 """The BBCGGI19 FLP of draft-irtf-cfrg-vdaf-18, Section 7.3, over a batch of
-reports: ``prove``, ``query`` and ``decide`` as in ``veil.vdaf.flp``, with
+reports: ``prove``, ``query`` and ``decide`` as in ``veil.vdaf.spec.flp``, with
 one row per report in every argument and result.
 
 Per-circuit constants are computed once per instance: the roots of unity
@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from veil.vdaf.batch_circuits import BatchCircuit, batch_circuit, gadget_eval
-from veil.vdaf.batch_field import Arr, VecField, VecField128, vec_field
-from veil.vdaf.flp import FlpBBCGGI19
-from veil.vdaf.gadgets import Gadget
-from veil.vdaf.kernels import kernels
-from veil.vdaf.poly import PrefixExtension, inv_ntt, ntt
+from veil.vdaf.batch.circuits import BatchCircuit, batch_circuit, gadget_eval
+from veil.vdaf.batch.field import Arr, VecField, VecField128, vec_field
+from veil.vdaf.batch.kernels import kernels
+from veil.vdaf.spec.flp import FlpBBCGGI19
+from veil.vdaf.spec.gadgets import Gadget
+from veil.vdaf.spec.poly import PrefixExtension, inv_ntt, ntt
 
 
 @dataclass(frozen=True)

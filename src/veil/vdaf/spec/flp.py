@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic
 
-from veil.vdaf.circuits import AggResult, Measurement, Valid
 from veil.vdaf.errors import VerifyError
-from veil.vdaf.field import Field
-from veil.vdaf.gadgets import Gadget
-from veil.vdaf.poly import LagrangeEvaluator, PrefixExtension, inv_ntt, next_power_of_2, ntt
+from veil.vdaf.spec.circuits import AggResult, Measurement, Valid
+from veil.vdaf.spec.field import Field
+from veil.vdaf.spec.gadgets import Gadget
+from veil.vdaf.spec.poly import LagrangeEvaluator, PrefixExtension, inv_ntt, next_power_of_2, ntt
 
 
 def wire_poly_len(gadget_calls: int) -> int:

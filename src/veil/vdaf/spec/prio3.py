@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, NamedTuple
 
-from veil.vdaf import circuits
-from veil.vdaf.circuits import AggResult, Measurement
 from veil.vdaf.errors import CodecError, VerifyError
-from veil.vdaf.field import Field, Field64, Field128
-from veil.vdaf.flp import FlpBBCGGI19
-from veil.vdaf.xof import Xof, XofTurboShake128
+from veil.vdaf.spec import circuits
+from veil.vdaf.spec.circuits import AggResult, Measurement
+from veil.vdaf.spec.field import Field, Field64, Field128
+from veil.vdaf.spec.flp import FlpBBCGGI19
+from veil.vdaf.spec.xof import Xof, XofTurboShake128
 
 # Version byte of the domain-separation tags: drafts 18 to 20 share it.
 VERSION = 18

@@ -13,7 +13,7 @@ from typing import ClassVar
 from Crypto.Cipher import AES
 from Crypto.Hash import TurboSHAKE128
 
-from veil.vdaf.field import Field
+from veil.vdaf.spec.field import Field
 
 
 class Xof(ABC):
