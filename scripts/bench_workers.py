@@ -24,6 +24,22 @@ workers and three helper processes on one port:
 
     python scripts/bench_workers.py --workers 2 --helpers 3 --vdaf count \
         --job-size 500 --reports 5000 --runs 1 --json
+
+Every run is preceded by a measurement of the floor: the CPU time of one
+X25519 HPKE open (what each aggregator must do per report at least), so
+each CPU figure can be read as a ratio to a floor measured at the same
+moment on the same machine (`hpke_open_us`, `x_hpke_open` in the JSON).
+
+Issue 28's table: Count and Histogram(100,10), on PostgreSQL (one worker,
+one helper process) and on SQLite, one run of each per round, rounds
+interleaved, CPU per report as a ratio to the open:
+
+    python scripts/bench_workers.py --ratios --runs 5 --job-size 500
+
+How the work spreads over processes: k workers and k helper processes for
+each k, interleaved (`--processes 1 2 3`). `--profile DIR` has py-spy (if
+installed) sample every server process during the measured span and write a
+flame graph (SVG) and collapsed stacks (text) per process.
 """
 
 from __future__ import annotations
@@ -32,7 +48,9 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +69,14 @@ from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client, seal_report
 from veil.collector import Collector
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair, input_share_info, open_
+from veil.hpke import (
+    ROLE_HELPER,
+    ROLE_LEADER,
+    generate_keypair,
+    input_share_info,
+    open_,
+    seal,
+)
 from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
@@ -85,6 +110,69 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def hpke_open_floor(opens: int = 1000, rounds: int = 5) -> float:
+    """CPU µs of one X25519 HPKE open (the aggregator's floor per report),
+    through `cryptography`'s single-shot API as `veil.hpke.open_` calls it, of
+    an input share of a Count report's size and context: the median of
+    `rounds` rounds, each timed by this thread's CPU clock."""
+    kp = generate_keypair(1)
+    task_id, shares = secrets.token_bytes(32), secrets.token_bytes(64)
+    sealed = []
+    for _ in range(opens):
+        info = input_share_info(ROLE_HELPER, task_id, secrets.token_bytes(16), 0, b"")
+        sealed.append((seal(kp.config, info, shares), info))
+    open_(kp, *sealed[0])  # the key loaded once, as an aggregator does
+    per_round = []
+    for _ in range(rounds):
+        began = time.thread_time()
+        for ct, info in sealed:
+            open_(kp, ct, info)
+        per_round.append((time.thread_time() - began) * 1e6 / opens)
+    return statistics.median(per_round)
+
+
+class Profiler:
+    """py-spy sampling the given processes (their Python stacks) while it is
+    open, one flame graph (SVG) and one collapsed-stack file (text) per
+    process in `directory`; does nothing without `directory`."""
+
+    def __init__(self, directory: Path | None, label: str, procs: dict[str, int | None]) -> None:
+        self.running: list[subprocess.Popen[bytes]] = []
+        if directory is None:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, pid in procs.items():
+            if pid is None:
+                continue
+            stem = directory / f"{label}-{name.split(' (')[0].replace(' ', '')}"
+            for fmt, suffix in (("flamegraph", ".svg"), ("raw", ".txt")):
+                self.running.append(
+                    subprocess.Popen(
+                        [
+                            "py-spy",
+                            "record",
+                            "--nonblocking",
+                            "--rate",
+                            "250",
+                            "--format",
+                            fmt,
+                            "--pid",
+                            str(pid),
+                            "--output",
+                            str(stem) + suffix,
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+
+    def stop(self) -> None:
+        for p in self.running:
+            p.send_signal(signal.SIGINT)
+        for p in self.running:
+            p.wait(timeout=60)
+
+
 def one_run(
     dsn: str | None,
     workers: int,
@@ -93,11 +181,13 @@ def one_run(
     helpers: int = 1,
     vdaf: str = "sum",
     exact: list[bool] | None = None,
+    profile: Path | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Reports aggregated per second with `workers` workers and `helpers` helper
     processes, on a fresh deployment, and the CPU µs per report each process
     spent meanwhile (robust to a busy machine). With `exact` given, the batch is
-    then collected and whether it equals the true aggregate appended to it."""
+    then collected and whether it equals the true aggregate appended to it.
+    With `profile`, py-spy samples each server process meanwhile (Profiler)."""
     suffix = secrets.token_hex(4)
     storage = None
     if dsn is not None:
@@ -146,12 +236,15 @@ def one_run(
             procs |= {"front end": dep.leader.pid} | {
                 f"worker {i + 1}": w.pid for i, w in enumerate(dep.workers)
             }
+        storage_name = "sqlite" if dsn is None else "pg"
+        profiler = Profiler(profile, f"{vdaf}-{storage_name}-w{workers}-h{helpers}", procs)
         began = time.perf_counter()
         cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         assert client.upload_reports(built).accepted == reports
         while store.has_unaggregated(files.client.task_id, 0, 1 << 62):
             time.sleep(0.02)
         elapsed = time.perf_counter() - began
+        profiler.stop()
         cpu = {
             name: (cpu_seconds(pid) - cpu_before[name]) * 1e6 / reports
             for name, pid in procs.items()
@@ -267,10 +360,23 @@ def by_role(cpu: dict[str, float]) -> dict[str, float | None]:
 
 def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     exact: list[bool] = []
-    results = [
-        one_run(dsn, args.workers[0], args.reports, args.job_size, args.helpers, args.vdaf, exact)
-        for _ in range(args.runs)
-    ]
+    floors: list[float] = []
+    results = []
+    for _ in range(args.runs):
+        # The floor measured before each run: same machine, same moment.
+        floors.append(hpke_open_floor())
+        results.append(
+            one_run(
+                dsn,
+                args.workers[0],
+                args.reports,
+                args.job_size,
+                args.helpers,
+                args.vdaf,
+                exact,
+                args.profile,
+            )
+        )
     cpu = {name: statistics.median(c[name] for _, c in results) for name in results[0][1]}
     # By role per run, then the median: which of several helper processes
     # takes the work changes from run to run, so per-process medians do not
@@ -283,6 +389,16 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
             for k in roles[0]
         },
         "cpu_us_per_process": {k: round(v, 1) for k, v in cpu.items()},
+        "hpke_open_us": round(statistics.median(floors), 1),
+        # Each run's CPU per report over the floor measured just before it.
+        "x_hpke_open": {
+            k: None
+            if roles[0][k] is None
+            else round(
+                statistics.median((r[k] or 0.0) / f for r, f in zip(roles, floors, strict=True)), 2
+            )
+            for k in roles[0]
+        },
         "exact": all(exact),
         "workers": args.workers[0],
         "helpers": args.helpers,
@@ -293,6 +409,104 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
         "storage": "sqlite" if dsn is None else "postgresql",
         "cpus": os.cpu_count(),
     }
+
+
+# --ratios: the configurations whose CPU per report issue 28 states as a
+# ratio to one HPKE open: (label, VDAF, PostgreSQL?, reports a run).
+RATIO_CONFIGS = (
+    ("Count, PostgreSQL", "count", True, 12_000),
+    ("Count, SQLite", "count", False, 12_000),
+    ("Histogram(100,10), PostgreSQL", "histogram", True, 6_000),
+    ("Histogram(100,10), SQLite", "histogram", False, 6_000),
+)
+
+
+def ratio_table(dsn: str, runs: int, job_size: int, scale: float, profile: Path | None) -> None:
+    """Each configuration once per round, rounds interleaved, the HPKE open
+    floor measured before every run; per configuration the median CPU µs per
+    report of each role and the median of the runs' ratios to their floor."""
+    per: dict[str, list[tuple[float, dict[str, float | None], float]]] = {
+        label: [] for label, *_ in RATIO_CONFIGS
+    }
+    for i in range(runs):
+        for label, vdaf, pg, reports in RATIO_CONFIGS:
+            floor = hpke_open_floor()
+            exact: list[bool] = []
+            n = max(500, int(reports * scale))
+            rate, cpu = one_run(
+                dsn if pg else None, 1, n, job_size, 1, vdaf, exact, profile if i == 0 else None
+            )
+            if not all(exact):
+                raise RuntimeError(f"{label}: the collected aggregate was not exact")
+            roles = by_role(cpu)
+            per[label].append((rate, roles, floor))
+            print(
+                f"  round {i + 1} {label}: open {floor:.1f} µs, {roles}, {rate:.0f} reports/s",
+                flush=True,
+            )
+    print(
+        f"\nCPU µs per report (x one HPKE open measured before each run; medians of {runs}"
+        f" rounds), jobs of {job_size}, {os.cpu_count()} CPUs, load average"
+        f" {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "| configuration | HPKE open µs | helper | leader worker | upload front end"
+        " | SQLite leader process | reports/s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for label, *_ in RATIO_CONFIGS:
+        rows = per[label]
+        pg = "PostgreSQL" in label
+
+        def cell(role: str, rows: list[tuple[float, dict[str, float | None], float]] = rows) -> str:
+            if rows[0][1][role] is None:
+                return ""
+            us = statistics.median(r[role] or 0.0 for _, r, _ in rows)
+            x = statistics.median((r[role] or 0.0) / f for _, r, f in rows)
+            return f"{us:.1f} ({x:.2f}x)"
+
+        floor = statistics.median(f for *_, f in rows)
+        rate = statistics.median(r for r, *_ in rows)
+        print(
+            f"| {label} | {floor:.1f} | {cell('helper')} | {cell('worker') if pg else ''}"
+            f" | {cell('upload') if pg else ''} | {'' if pg else cell('worker')} | {rate:.0f} |"
+        )
+
+
+def scale_table(dsn: str, counts: list[int], runs: int, reports: int, job_size: int) -> None:
+    """k workers and k helper processes for each k, rounds interleaved: the
+    aggregation rate, the CPU per report of each role (what adding processes
+    costs in work) and how busy the busiest process was (CPU seconds over
+    wall seconds: near 1 means it was the bottleneck, given a core)."""
+    per: dict[int, list[tuple[float, dict[str, float]]]] = {k: [] for k in counts}
+    for i in range(runs):
+        for k in counts:
+            exact: list[bool] = []
+            rate, cpu = one_run(dsn, k, reports, job_size, k, "count", exact)
+            if not all(exact):
+                raise RuntimeError(f"{k} processes: the collected aggregate was not exact")
+            per[k].append((rate, cpu))
+            print(f"  round {i + 1}, {k} + {k}: {rate:.0f} reports/s", flush=True)
+    print(
+        f"\nCount, jobs of {job_size}, {reports} reports a run, PostgreSQL, {os.cpu_count()} CPUs,"
+        f" load average {os.getloadavg()[0]:.1f}; medians of {runs}"
+    )
+    print(
+        "| workers + helpers | reports/s | x one of each | helper µs | worker µs"
+        " | front end µs | busiest process, CPU/wall |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    base = statistics.median(r for r, _ in per[counts[0]])
+    for k in counts:
+        rows = per[k]
+        rate = statistics.median(r for r, _ in rows)
+        roles = [by_role(c) for _, c in rows]
+        med = {role: statistics.median(r[role] or 0.0 for r in roles) for role in roles[0]}
+        busiest = statistics.median(r * max(c.values()) / 1e6 for r, c in rows)
+        print(
+            f"| {k} + {k} | {rate:.0f} | {rate / base:.2f} | {med['helper']:.1f}"
+            f" | {med['worker']:.1f} | {med['upload']:.1f} | {busiest:.2f} |"
+        )
 
 
 def main() -> None:
@@ -314,7 +528,34 @@ def main() -> None:
     parser.add_argument(
         "--json", action="store_true", help="one configuration; a JSON object on the last line"
     )
+    parser.add_argument(
+        "--ratios",
+        action="store_true",
+        help="Count and Histogram(100,10) on both backends, interleaved, as ratios to one HPKE"
+        " open measured in the same run (--runs rounds; --scale shrinks the reports a run)",
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        help="k workers and k helper processes for each k given (Count), interleaved",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="a directory: py-spy samples every server process (flame graph and collapsed"
+        " stacks; with --ratios, the first round)",
+    )
     args = parser.parse_args()
+    if args.ratios or args.processes:
+        with ExitStack() as stack:
+            dsn = args.dsn or stack.enter_context(postgres_dsn())
+            if args.ratios:
+                ratio_table(dsn, args.runs, args.job_size, args.scale, args.profile)
+            if args.processes:
+                scale_table(dsn, args.processes, args.runs, args.reports, args.job_size)
+        return
     if args.sqlite:
         if not args.json or args.helpers != 1 or args.dsn:
             parser.error("--sqlite runs one leader and one helper process: with --json only")
