@@ -1,4 +1,5 @@
-// Prime fields of draft-irtf-cfrg-vdaf, Section 6.1 (veil.vdaf.field).
+// Prime fields of draft-irtf-cfrg-vdaf, Section 6.1 (veil.vdaf.field): Field64
+// and Field128 for Prio3, Field64 and Field255 for Poplar1's IDPF.
 //
 // Elements are BigInts in [0, MODULUS); vectors are arrays of them. The codec
 // (encodeVec / decodeVec) is the one place where bytes meet field elements:
@@ -20,7 +21,7 @@ export class Field {
   /**
    * @param {string} name
    * @param {bigint} modulus
-   * @param {number} encodedSize bytes per element (8 or 16)
+   * @param {number} encodedSize bytes per element (8, 16 or 32)
    * @param {bigint} genOrder
    * @param {bigint} generator a generator of the subgroup of order genOrder
    */
@@ -100,9 +101,11 @@ export class Field {
     const view = new DataView(out.buffer);
     const mask64 = 0xffffffffffffffffn;
     for (let i = 0; i < vec.length; i++) {
-      const x = vec[i];
-      view.setBigUint64(i * size, x & mask64, true);
-      if (size === 16) view.setBigUint64(i * size + 8, x >> 64n, true);
+      let x = vec[i];
+      for (let word = 0; word < size; word += 8) {
+        view.setBigUint64(i * size + word, x & mask64, true);
+        x >>= 64n;
+      }
     }
     return out;
   }
@@ -177,13 +180,19 @@ export class Field {
 }
 
 /**
- * The little-endian integer of `size` (8 or 16) bytes at `offset`.
+ * The little-endian integer of `size` (a multiple of 8) bytes at `offset`.
  * @param {DataView} view @param {number} offset @param {number} size
  * @returns {bigint}
  */
 export function readLe(view, offset, size) {
   const lo = view.getBigUint64(offset, true);
-  return size === 16 ? lo | (view.getBigUint64(offset + 8, true) << 64n) : lo;
+  if (size === 8) return lo;
+  if (size === 16) return lo | (view.getBigUint64(offset + 8, true) << 64n);
+  let x = 0n;
+  for (let word = size - 8; word >= 0; word -= 8) {
+    x = (x << 64n) | view.getBigUint64(offset + word, true);
+  }
+  return x;
 }
 
 function checkSameLength(left, right) {
@@ -194,6 +203,7 @@ function checkSameLength(left, right) {
 
 const P64 = 2n ** 32n * 4294967295n + 1n;
 const P128 = 2n ** 66n * 4611686018427387897n + 1n;
+const P255 = 2n ** 255n - 19n;
 
 function makeField(name, modulus, size, genOrder, cofactor) {
   const f = new Field(name, modulus, size, genOrder, 0n);
@@ -206,3 +216,9 @@ export const Field64 = makeField('Field64', P64, 8, 2n ** 32n, 4294967295n);
 
 /** GF(2^66 * 4611686018427387897 + 1). */
 export const Field128 = makeField('Field128', P128, 16, 2n ** 66n, 4611686018427387897n);
+
+/**
+ * GF(2^255 - 19): the leaf level of Poplar1's IDPF. The draft uses no NTT in
+ * it, so it carries no subgroup (rootOfUnity refuses every size but 1).
+ */
+export const Field255 = new Field('Field255', P255, 32, 1n, 1n);

@@ -1,8 +1,12 @@
-// veil's Prio3 client for browsers and node: the modules mirror veil.vdaf
-// (field, xof, poly, gadgets, circuits, flp, prio3), veil.hpke and veil.client.
+// veil's client for browsers and node: the modules mirror veil.vdaf (field,
+// xof, poly, gadgets, circuits, flp, prio3; idpf and poplar1 for text
+// answers), veil.hpke and veil.client.
 
-export { CodecError, Field, Field64, Field128 } from './field.js';
-export { XofTurboShake128 } from './xof.js';
+export { CodecError, Field, Field64, Field128, Field255 } from './field.js';
+export { XofFixedKeyAes128, XofTurboShake128 } from './xof.js';
+export { IdpfBBCGGI21 } from './idpf.js';
+export { Poplar1 } from './poplar1.js';
+export { MAX_TEXT_BYTES, TextAnswerError, encodeTextAnswer } from './text.js';
 export { MeasurementError } from './circuits.js';
 export {
   Prio3,
