@@ -162,7 +162,7 @@ def coverage(
     confidence: float = 0.95,
 ) -> CoveragePoint:
     """Simulate `runs` collections of `q` over n respondents' answers (`case`)."""
-    from veil.demo import task_specs
+    from veil.survey.tasks import task_specs
 
     vdaf, dp, _ = task_specs(replace(survey, questions=(q,)))[q.id]
     plan = dp.plan(vdaf)

@@ -19,7 +19,8 @@ import urllib.request
 from pathlib import Path
 
 from veil.aggregator.local import LocalDeployment
-from veil.demo import example_survey, run_on, task_specs
+from veil.local.demo import example_survey, run_on
+from veil.survey.tasks import task_specs
 
 # Metric families worth showing (the rest are histogram buckets and help text).
 INTERESTING = (

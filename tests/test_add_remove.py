@@ -17,13 +17,14 @@ from tests.conftest import LONG
 from tests.dp.test_mechanisms import epsilon_lower_bound, run_noise_path
 from veil.collector import CollectionResult
 from veil.collector.survey import question_results
-from veil.demo import run_survey, task_specs
 from veil.dp import DPConfig, Estimate, NoisePlan, draw_noise, estimate, sensitivity
 from veil.dp.accounting import Guarantee
 from veil.dp.estimates import ratio, shares
-from veil.privacy import survey_statement, task_statement
+from veil.local.demo import run_survey
 from veil.settings import SettingsError
 from veil.survey import SurveyError, parse_survey
+from veil.survey.statement import survey_statement, task_statement
+from veil.survey.tasks import task_specs
 from veil.task import DpSpec, TaskError, VdafSpec
 
 AUDIT_TRIALS = 1_000_000 if LONG else 100_000

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_report import png_size
-from veil.demo import example_survey, run_survey, with_epsilon
+from veil.local.demo import example_survey, run_survey
 from veil.report import QuestionResult
+from veil.survey.budget import with_epsilon
 
 
 def _within(result: QuestionResult, widths: float = 3.0) -> bool:

@@ -19,19 +19,16 @@ from veil.client.prepare import randomize_measurements
 from veil.collector import CollectionResult
 from veil.collector.estimate import estimates
 from veil.collector.survey import question_results
-from veil.demo import (
-    example_survey,
-    format_local_costs,
-    local_costs,
-    task_specs,
-    with_local_epsilon,
-)
 from veil.deploy import deploy_survey
 from veil.dp import DPConfig, NoisePlan, local_channel, local_estimate
 from veil.dp.accounting import Guarantee
 from veil.dp.local import KaryResponse, MultiOptionResponse
-from veil.privacy import survey_statement, task_statement
+from veil.local.demo import example_survey
 from veil.survey import DESCRIPTION_FILE, SurveyError, load_description, parse_survey
+from veil.survey.budget import with_local_epsilon
+from veil.survey.plan import format_local_costs, local_costs
+from veil.survey.statement import survey_statement, task_statement
+from veil.survey.tasks import task_specs
 from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "survey.toml")

@@ -1,4 +1,4 @@
-"""Planning a survey's size (veil.plan, `veil survey plan`, deploy's plan)."""
+"""Planning a survey's size (veil.survey.plan, `veil survey plan`, deploy's plan)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 from veil.cli import main
 from veil.collector import CollectionResult
 from veil.collector.results import question_results
-from veil.demo import example_survey, task_specs
 from veil.dp.accounting import Guarantee
 from veil.dp.estimates import estimate
-from veil.plan import plan_survey
+from veil.local.demo import example_survey
 from veil.survey import SurveyError, parse_survey
+from veil.survey.plan import plan_survey
+from veil.survey.tasks import task_specs
 
 SURVEY = """\
 [survey]

@@ -13,12 +13,12 @@ import pytest
 from veil.aggregator.store.ledger import sqlite_ledger
 from veil.cli import main
 from veil.collector import CollectionError, Collector
-from veil.demo import task_specs
 from veil.dp.accounting import zcdp_epsilon, zcdp_rho
 from veil.hpke import ROLE_HELPER, agg_share_info, seal
-from veil.privacy import privacy_statement, survey_statement, task_statement
 from veil.settings import SettingsError
 from veil.survey import parse_survey
+from veil.survey.statement import privacy_statement, survey_statement, task_statement
+from veil.survey.tasks import task_specs
 from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task
 
 COUNT = VdafSpec("count")

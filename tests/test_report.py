@@ -8,8 +8,9 @@ from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
-from veil.demo import example_survey, expected_errors
+from veil.local.demo import example_survey
 from veil.report import QuestionResult, format_table, plot_results, plot_sweep, to_json
+from veil.survey.plan import expected_errors
 
 RESULTS = [
     QuestionResult("remote", "yes_no", 357, 351.0, 340.0, 362.0, 0.5, 1000),

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from veil.cli import main
+from veil.client import SurveyClient
+from veil.client.survey import WindowClosed
 from veil.deploy import deploy_survey
-from veil.survey import AnswerError, SurveyClient, WindowClosed, parse_survey
+from veil.survey import AnswerError, parse_survey
 from veil.times import format_time
 
 SURVEY = """\

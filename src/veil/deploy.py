@@ -39,10 +39,10 @@ from typing import Any
 
 import tomli_w
 
-from veil.demo import task_specs
 from veil.files import create_file
 from veil.grpc_util import is_loopback
 from veil.survey import DESCRIPTION_FILE, Survey, public_description
+from veil.survey.tasks import task_specs
 from veil.task import new_task
 from veil.trust import TrustError, bundle_fingerprints
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from veil.demo import ExpectedError
+    from veil.survey.plan import ExpectedError
 
 Number = float | int
 Value = Number | list[Number]
@@ -229,7 +229,7 @@ def plot_sweep(errors: Sequence[ExpectedError], respondents: int, path: str | Pa
     """The expected error of each question against the survey's total ε, relative
     to the question's scale, with the band from the median to the 90th percentile
     of the error, computed exactly from the noise distribution (see
-    `veil.demo.expected_errors`)."""
+    `veil.survey.plan.expected_errors`)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -11,8 +11,8 @@ import pytest
 from veil.aggregator.local import LocalDeployment
 from veil.client import Client
 from veil.collector import Collector
-from veil.demo import task_specs
 from veil.survey import parse_survey
+from veil.survey.tasks import task_specs
 
 pytestmark = pytest.mark.slow
 

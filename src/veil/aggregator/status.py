@@ -21,7 +21,7 @@ from veil.aggregator.server import ServerConfig
 from veil.aggregator.store.base import Datastore
 from veil.dp import BudgetLedger, BudgetStatus, BudgetUnit, DPError
 from veil.dp.accounting import Guarantee
-from veil.privacy import task_statement
+from veil.survey.statement import task_statement
 from veil.task import Task
 
 # Text output lists at most this many of the newest batches per task.

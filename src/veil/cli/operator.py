@@ -31,16 +31,12 @@ if TYPE_CHECKING:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The example survey, simulated end to end through real servers."""
 
-    from veil.demo import (
-        example_survey,
-        format_local_costs,
-        local_costs,
-        run_survey,
-        with_local_epsilon,
-    )
     from veil.dp import DPError
+    from veil.local.demo import example_survey, run_survey
     from veil.logs import configure_logging
-    from veil.privacy import survey_statement
+    from veil.survey.budget import with_local_epsilon
+    from veil.survey.plan import format_local_costs, local_costs
+    from veil.survey.statement import survey_statement
 
     # The servers log to their own files; here only errors would matter.
     configure_logging("error")
@@ -75,8 +71,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_survey_deploy(args: argparse.Namespace) -> int:
     from veil.deploy import DeployError, deploy_survey
-    from veil.privacy import survey_statement
     from veil.survey import SurveyError, load_survey
+    from veil.survey.statement import survey_statement
     from veil.times import format_time
 
     try:
@@ -163,9 +159,9 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_survey_plan(args: argparse.Namespace) -> int:
-    """Expected accuracy per question at a number of respondents (veil.plan)."""
-    from veil.plan import format_plan, plan_json, plan_survey
+    """Expected accuracy per question at a number of respondents (veil.survey.plan)."""
     from veil.survey import SurveyError, load_survey
+    from veil.survey.plan import format_plan, plan_json, plan_survey
 
     name = "veil survey plan"
     try:
@@ -188,7 +184,7 @@ def cmd_survey_plan(args: argparse.Namespace) -> int:
 def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
     """`veil survey deploy`'s plan at the expected size: the table, and a
     warning naming the questions that miss their target. False: refuse (--strict)."""
-    from veil.plan import format_plan, plan_survey
+    from veil.survey.plan import format_plan, plan_survey
 
     if survey.expected_respondents is None:
         print(
@@ -213,19 +209,13 @@ def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """A user's survey, simulated end to end through real servers."""
 
-    from veil.demo import (
-        expected_errors,
-        format_local_costs,
-        load,
-        local_costs,
-        run_survey,
-        with_epsilon,
-        with_local_epsilon,
-    )
     from veil.dp import DPError
+    from veil.local.demo import load, run_survey
     from veil.logs import configure_logging
     from veil.report import format_sweep, plot_results, plot_sweep
     from veil.survey import SurveyError
+    from veil.survey.budget import with_epsilon, with_local_epsilon
+    from veil.survey.plan import expected_errors, format_local_costs, local_costs
 
     configure_logging("error")
     tune_for_throughput()

@@ -310,9 +310,9 @@ def ask(survey: Survey, read: Callable[[str], str], write: Callable[[str], None]
 def cmd_survey_respond(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from veil.client import UploadError
+    from veil.client import SurveyClient, UploadError
     from veil.invite.client import InvitationError
-    from veil.survey import AnswerError, SurveyClient, SurveyError
+    from veil.survey import AnswerError, SurveyError
     from veil.trust import TrustError
 
     name = "veil survey respond"

@@ -13,8 +13,8 @@ from typing import Any
 from veil.dp import DPError
 from veil.dp.accounting import decimal_text, zcdp_rho
 from veil.dp.mechanisms import MAX_EPSILON, parse_budget
-from veil.privacy import task_statement
 from veil.settings import SettingsError, read_toml
+from veil.survey.statement import task_statement
 from veil.task import (
     DEFAULT_DP_MODE,
     DEFAULT_MAX_CLOCK_SKEW,

@@ -3,6 +3,7 @@
 `Client` blocks; `AsyncClient` is the same for asyncio. Both can keep every
 report in a durable `Outbox` until the leader acknowledged it.
 `prepare_report` builds a report from known HPKE configs without the network.
+`SurveyClient` answers a deployed survey (veil.survey) by label.
 """
 
 from veil.client.aio import AsyncClient
@@ -11,6 +12,7 @@ from veil.client.client import Client
 from veil.client.outbox import Outbox, OutboxError, OutboxFull, TaskStatus
 from veil.client.prepare import prepare_report, prepare_reports, seal_report
 from veil.client.retry import RetryPolicy, UploadError
+from veil.client.survey import SurveyClient
 from veil.messages import Report
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "OutboxFull",
     "Report",
     "RetryPolicy",
+    "SurveyClient",
     "TaskStatus",
     "UploadError",
     "UploadResult",

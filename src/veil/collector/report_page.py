@@ -156,9 +156,9 @@ def _budget(text: str) -> str:
 
 
 def privacy_lines(survey: Survey) -> list[str]:
-    """The survey's privacy statement in plain words (veil.privacy), and what
+    """The survey's privacy statement in plain words (veil.survey.statement), and what
     the intervals mean."""
-    from veil.privacy import privacy_statement
+    from veil.survey.statement import privacy_statement
 
     lines = privacy_statement(survey).lines()
     if survey.mechanism != "none":

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from veil.privacy import survey_statement
 from veil.survey import Survey
+from veil.survey.statement import survey_statement
 from veil.task import CollectorTask
 from veil.times import format_duration, format_time
 

@@ -54,7 +54,7 @@ from veil.invite.http import read_json_body
 from veil.invite.issuer import Issuer, IssuerError
 from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
 from veil.survey import Description, SurveyError, load_description
-from veil.task import ClientTask, Task, TaskError, b64e, load_task
+from veil.task import Task, b64e
 from veil.vdaf.spec.xof import XofTurboShake128
 
 log = logging.getLogger("veil.web")
@@ -320,23 +320,14 @@ class SurveySite:
                 f" questions {', '.join(counted)} (numbers, multiple choices and vectors carry"
                 " a count element there); collect those with the Python client"
             )
-        self.tasks: dict[str, Task] = {}  # by base64url task id
-        self.question_of: dict[str, str] = {}
+        try:
+            by_question = self.description.load_tasks()
+        except SurveyError as e:
+            raise ServeError(str(e)) from None
+        self.tasks: dict[str, Task] = {t.id_text: t for t in by_question.values()}
+        self.question_of = {t.id_text: qid for qid, t in by_question.items()}
         questions = []
-        for q in survey.questions:
-            path = self.description.task_files[q.id]
-            try:
-                task: Task = load_task(path, ClientTask)
-            except (OSError, TaskError) as e:
-                raise ServeError(f"question {q.id!r}: {e}") from None
-            if task.id_text != self.description.task_ids[q.id]:
-                raise ServeError(
-                    f"question {q.id!r}: {path.name} is the task {task.id_text}, but the"
-                    f" survey description names {self.description.task_ids[q.id]}"
-                )
-            self.tasks[task.id_text] = task
-            self.question_of[task.id_text] = q.id
-        raw = json.loads((Path(survey_dir) / "survey.json").read_text(encoding="utf-8"))
+        raw = self.description.document
         for entry in raw["questions"]:
             task = self.tasks[entry["task_id"]]
             # The page's client needs the VDAF of the task file and, where the

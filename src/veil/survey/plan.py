@@ -14,6 +14,10 @@ to a noisy count) it is computed at answers in the middle of the range.
 
 A question whose interval at n spans more than half its range is the one the
 results will mark "indicative only" (veil.collector.results.BANNER).
+
+`expected_errors` gives the same figures over a range of total budgets
+(`veil simulate --sweep-epsilon`), and `local_costs` what a question's local
+layer costs in accuracy (`veil demo --local-epsilon`).
 """
 
 from __future__ import annotations
@@ -21,16 +25,28 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
 from veil.dp.estimates import Estimate, noise_half_width, ratio, simultaneous_alpha
 from veil.dp.local import local_error, local_estimate
 from veil.dp.mechanisms import Mechanism, NoisePlan
-from veil.survey import DEFAULT_TARGET_ERROR, Question, Survey
+from veil.survey.budget import with_epsilon
+from veil.survey.model import DEFAULT_TARGET_ERROR, Question, Survey
+from veil.survey.tasks import task_specs
 from veil.task import DpSpec, VdafSpec
 
-__all__ = ["QuestionPlan", "format_plan", "plan_json", "plan_survey"]
+__all__ = [
+    "ExpectedError",
+    "LocalCost",
+    "QuestionPlan",
+    "expected_errors",
+    "format_local_costs",
+    "format_plan",
+    "local_costs",
+    "plan_json",
+    "plan_survey",
+]
 
 CONFIDENCE = 0.95
 # Where the search for the smallest sufficient n stops.
@@ -178,8 +194,6 @@ def plan_survey(
     """Every question's `QuestionPlan` at `respondents`. `target_error` (a share
     of the range, half the interval's width) overrides the survey's and the
     questions' own."""
-    from veil.demo import task_specs
-
     if respondents < 1:
         raise ValueError(f"respondents must be at least 1, got {respondents}")
     specs = task_specs(survey)
@@ -301,3 +315,109 @@ def plan_json(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
         indent=2,
         ensure_ascii=False,
     )
+
+
+@dataclass(frozen=True)
+class LocalCost:
+    """The expected error of one question's estimates, with and without its local layer.
+
+    Root mean square per result element, in the units the results are shown in
+    (a count, the mean of an integer question, a vector's per-element mean): `without` is the
+    servers' noise alone, `with_local` adds the respondents' randomized response,
+    at its worst over the answers (None: the question has no local layer).
+    """
+
+    question: str
+    local_epsilon: Fraction | None
+    without: float
+    with_local: float | None
+
+
+def local_costs(survey: Survey, respondents: int) -> list[LocalCost]:
+    """What each question's local layer costs in accuracy at `respondents` reports."""
+    costs = []
+    for q in survey.questions:
+        # Integer and vector results are shown as means (per element for a vector).
+        scale = 1 / respondents if q.kind in ("integer", "vector") else 1.0
+        plain = task_specs(replace(survey, questions=(replace(q, local_epsilon=None),)))[q.id]
+        without, _ = local_error(None, plain[1].plan(plain[0]), respondents)
+        with_local = None
+        if q.local_epsilon is not None:
+            vdaf, dp, _ = task_specs(replace(survey, questions=(q,)))[q.id]
+            with_local = local_error(dp.local(vdaf), dp.plan(vdaf), respondents)[0] * scale
+        costs.append(LocalCost(q.id, q.local_epsilon, without * scale, with_local))
+    return costs
+
+
+def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
+    """A plain-text table of `local_costs`."""
+    header = ("question", "local epsilon", "rms error without", "with local layer", "ratio")
+    rows: list[tuple[str, ...]] = [header]
+    for c in costs:
+        eps = "-" if c.local_epsilon is None else f"{float(c.local_epsilon):g}"
+        with_local = "-" if c.with_local is None else f"{c.with_local:.4g}"
+        ratio = "-" if c.with_local is None or not c.without else f"{c.with_local / c.without:.3g}x"
+        rows.append((c.question, eps, f"{c.without:.4g}", with_local, ratio))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        f"Expected error per result element at {respondents:,} respondents "
+        "(root mean square; with the local layer: worst case over the answers)"
+    ]
+    for j, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ExpectedError:
+    """How far one question's estimates are expected to be from the truth at a
+    total ε, computed exactly from the noise distribution (no random run).
+
+    Relative to the question's scale: a share of the respondents for counts
+    (yes_no, choice, multi_choice), a share of the answer range 0..max for the
+    means of integer and vector questions. `median` is the error exceeded half
+    the time, `p90` one in ten times (the band), `rms` the root mean square.
+    The servers' noise only (without any local layer).
+    """
+
+    question: str
+    text: str
+    unit: str
+    epsilon: float
+    median: float
+    p90: float
+    rms: float
+
+
+def expected_errors(
+    survey: Survey, respondents: int, epsilons: Sequence[Fraction]
+) -> list[ExpectedError]:
+    """`ExpectedError` of every question at each total ε in `epsilons`."""
+    out = []
+    for eps in epsilons:
+        scaled = with_epsilon(survey, eps)
+        plain = replace(
+            scaled, questions=tuple(replace(q, local_epsilon=None) for q in scaled.questions)
+        )
+        specs = task_specs(plain)
+        for q in plain.questions:
+            vdaf, dp, _ = specs[q.id]
+            plan = dp.plan(vdaf)
+            if plan.server_noise() is None:
+                median = p90 = rms = 0.0
+            else:
+                unit = 2**plan.config.fixed_point_bits
+                median = noise_half_width(plan, 0.5)[0] / unit
+                p90 = noise_half_width(plan, 0.1)[0] / unit
+                rms = local_error(None, plan, respondents)[0]
+            means = q.kind in ("integer", "vector")
+            scale = respondents * (q.max if means else 1)
+            what = f"share of the range 0..{q.max}" if means else "share of respondents"
+            out.append(
+                ExpectedError(
+                    q.id, q.text, what, float(eps), median / scale, p90 / scale, rms / scale
+                )
+            )
+    return out

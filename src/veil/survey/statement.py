@@ -37,7 +37,7 @@ from veil.dp.accounting import (
     PrivacyStatement,
     decimal_text,
 )
-from veil.survey import Survey
+from veil.survey.model import Survey
 from veil.task import DpSpec, Task, VdafSpec
 
 __all__ = ["privacy_statement", "survey_statement", "task_statement"]

@@ -1,0 +1,232 @@
+"""Answering a deployed survey by label: `SurveyClient`.
+
+It reads the deployment's client/ directory (``survey.json``, veil.survey.description,
+and one task file per question), turns each answer into its question's
+measurement (`veil.survey.Question.to_measurement`) and uploads one report per
+answered question with `veil.client.Client`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veil.client.client import Client
+from veil.client.prepare import prepare_reports
+from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.survey.description import load_description
+from veil.survey.model import AnswerError, SurveyError
+from veil.task import ClientTask
+from veil.times import format_duration, format_time
+
+UPLOAD_CHUNK = 500
+
+
+class WindowClosed(SurveyError):
+    """The survey is not open at this time (not yet, or no longer)."""
+
+
+@dataclass(frozen=True)
+class Responses:
+    """What `SurveyClient.respond`/`respond_many` uploaded: reports per question
+    (a question nobody answered is absent) and how many respondents."""
+
+    respondents: int
+    reports: Mapping[str, int]
+
+
+class SurveyClient:
+    """Answers a deployed survey by label, for one respondent or many.
+
+    `directory` is the deployment's client/ directory (survey.json and one
+    task file per question). Answers are a mapping from question id to the
+    answer in the question's terms (`Question.to_measurement`); a question
+    left out is not uploaded. Every answer is checked before anything is
+    sent. The TLS options are those of `veil.client.Client`.
+
+    A report's time is now, rounded down to the time precision; outside the
+    window the call raises WindowClosed before sending anything.
+
+    A survey with invitations (`invitations = true`) takes answers from one
+    invited respondent: give `invitation` (the code) and `issuer` (the URL
+    of the issuer's POST /invitation endpoint). `respond` then redeems the
+    invitation for one token per question (veil.invite.client) before it
+    sends anything; a used invitation raises InvitationError ("This
+    invitation has already been used.").
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        invitation: str | None = None,
+        issuer: str | None = None,
+        leader_root_certificates: bytes | None = None,
+        helper_root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.description = load_description(directory)
+        self.survey = self.description.survey
+        self.clock = clock
+        if self.survey.invitations and (invitation is None or issuer is None):
+            raise SurveyError(
+                "this survey takes answers from invited respondents only: give the invitation"
+                " code and the issuer's address"
+            )
+        if not self.survey.invitations and invitation is not None:
+            raise SurveyError("this survey does not use invitations")
+        self.invitation = invitation
+        self.issuer = issuer
+        self.tasks: dict[str, ClientTask] = self.description.load_tasks()
+        # Channels connect on first use; creating them here checks the
+        # certificates (veil.trust.TrustError) before any answer is taken.
+        self._clients: dict[str, Client] = {}
+        try:
+            for qid, task in self.tasks.items():
+                self._clients[qid] = Client(
+                    task,
+                    leader_root_certificates=leader_root_certificates,
+                    helper_root_certificates=helper_root_certificates,
+                    private_key=private_key,
+                    certificate_chain=certificate_chain,
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close every task's client."""
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def __enter__(self) -> SurveyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check_open(self) -> int:
+        """The report time for now; WindowClosed outside [opens, closes)."""
+        assert self.survey.opens is not None and self.survey.closes is not None
+        now = int(self.clock())
+        if now < self.survey.opens:
+            raise WindowClosed(
+                f"the survey opens at {format_time(self.survey.opens)}, in"
+                f" {format_duration(self.survey.opens - now)}: nothing was sent"
+            )
+        if now >= self.survey.closes:
+            raise WindowClosed(
+                f"the survey closed at {format_time(self.survey.closes)}: nothing was sent"
+            )
+        return now - now % self.survey.time_precision
+
+    def measurements(self, answers: Any) -> dict[str, Any]:
+        """Each answered question's measurement; AnswerError on any bad answer."""
+        if not isinstance(answers, Mapping):
+            raise AnswerError(
+                f"answers must be an object keyed by question id, got {type(answers).__name__}"
+            )
+        ids = [q.id for q in self.survey.questions]
+        unknown = [k for k in answers if k not in ids]
+        if unknown:
+            raise AnswerError(
+                f"{unknown[0]!r} is not a question of this survey; its questions are"
+                f" {', '.join(ids)}"
+            )
+        missing = [q for q in self.survey.questions if q.required and answers.get(q.id) is None]
+        if missing:
+            raise AnswerError(
+                f"question {missing[0].id!r} needs an answer (the survey marks it required);"
+                f" give {missing[0].allowed()}"
+            )
+        return {
+            q.id: q.to_measurement(answers[q.id])
+            for q in self.survey.questions
+            if q.id in answers and answers[q.id] is not None
+        }
+
+    def respond(self, answers: Mapping[str, Any]) -> Responses:
+        """Upload one respondent's answers (one report per answered question)."""
+        return self.respond_many([answers])
+
+    def respond_many(
+        self,
+        respondents: Iterable[Mapping[str, Any]],
+        *,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> Responses:
+        """Upload many respondents' answers: all are checked first (AnswerError
+        names the respondent, counting from 1), then each question's reports go
+        up in batches. `on_progress` is called with the number of reports sent
+        by each batch."""
+        per_question: dict[str, list[Any]] = {q.id: [] for q in self.survey.questions}
+        count = 0
+        for n, answers in enumerate(respondents, 1):
+            try:
+                for qid, m in self.measurements(answers).items():
+                    per_question[qid].append(m)
+            except AnswerError as e:
+                raise AnswerError(f"respondent {n}: {e}") from None
+            count += 1
+        report_time = self.check_open()
+        if self.survey.invitations:
+            return self._respond_invited(per_question, count, report_time, on_progress)
+        sent: dict[str, int] = {}
+        for qid, ms in per_question.items():
+            if not ms:
+                continue
+            client = self._clients[qid]
+            for i in range(0, len(ms), UPLOAD_CHUNK):
+                chunk = ms[i : i + UPLOAD_CHUNK]
+                client.upload_batch(chunk, report_time)
+                sent[qid] = sent.get(qid, 0) + len(chunk)
+                if on_progress is not None:
+                    on_progress(len(chunk))
+        return Responses(count, sent)
+
+    def _respond_invited(
+        self,
+        per_question: Mapping[str, list[Any]],
+        count: int,
+        report_time: int,
+        on_progress: Callable[[int], None] | None,
+    ) -> Responses:
+        """One invited respondent: redeem, then one report per answered question."""
+        from veil.invite.client import redeem
+
+        if count != 1:
+            raise AnswerError("an invitation is for one respondent: give one set of answers")
+        assert self.invitation is not None and self.issuer is not None
+        qids = [q.id for q in self.survey.questions]
+        tickets = dict(
+            zip(
+                qids,
+                redeem(self.issuer, self.invitation, [self.tasks[q] for q in qids]),
+                strict=True,
+            )
+        )
+        sent: dict[str, int] = {}
+        for qid, ms in per_question.items():
+            if not ms:
+                continue
+            client = self._clients[qid]
+            report = prepare_reports(
+                self.tasks[qid],
+                ms,
+                client.hpke_config(ROLE_LEADER),
+                client.hpke_config(ROLE_HELPER),
+                report_time,
+                report_ids=[tickets[qid].report_id],
+                tokens=[tickets[qid].token],
+            )
+            client.upload_reports(report)
+            sent[qid] = 1
+            if on_progress is not None:
+                on_progress(1)
+        return Responses(count, sent)

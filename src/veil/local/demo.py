@@ -1,0 +1,214 @@
+"""Running a survey end to end on this machine: `veil demo` and `veil simulate`.
+
+A leader and a helper start as separate processes on loopback with SQLite in
+a temporary directory; simulated respondents answer every question; their
+reports go through the client library over gRPC; the leader aggregates with
+the helper; the collector collects each question's batch and gets DP
+estimates with confidence intervals. Everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from veil.aggregator.local import LocalDeployment
+from veil.aggregator.storage import SqliteDatastore
+from veil.client import Client
+from veil.collector import CollectionResult, Collector
+from veil.collector.results import question_results
+from veil.report import Number, QuestionResult
+from veil.simulate import simulate_respondents, truth
+from veil.survey import Question, Survey, load_survey, parse_survey
+from veil.survey.tasks import task_specs
+
+UPLOAD_CHUNK = 500
+
+
+def example_survey() -> Survey:
+    """The example survey shipped with veil (examples/survey.toml)."""
+    text = resources.files("veil").joinpath("data/example_survey.toml").read_text("utf-8")
+    return parse_survey(text, "example_survey.toml")
+
+
+@dataclass
+class _Progress:
+    enabled: bool
+    stream: TextIO
+
+    def bar(self, total: int, desc: str) -> tqdm[Any]:
+        return tqdm(
+            total=total,
+            desc=desc,
+            unit="report",
+            # None: tqdm draws only on a terminal (a log file gets no bar lines).
+            disable=None if self.enabled else True,
+            file=self.stream,
+            leave=True,
+            dynamic_ncols=True,
+        )
+
+
+def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult) -> QuestionResult:
+    """The published rows (`veil.collector.results.question_results`, as `veil survey
+    collect` writes them) beside the truth of the simulated answers."""
+    g = r.against_collector
+    published = question_results(q, r)
+    # An integer's sum row is left out: the mean reads on the question's own scale.
+    rows = [row for row in published.rows if row.label != "sum"]
+    n = len(answers)
+    exact = truth(replace(q, neighbouring="replace_one"), answers)
+    truths: list[Number]
+    if isinstance(exact, int):
+        # yes_no: a count, or the share of yes under add_remove; integer: the mean.
+        truths = [exact / n if q.add_remove or q.kind == "integer" else exact]
+    elif q.add_remove or q.kind == "vector":
+        truths = [x / n for x in exact]  # shares, or each element's mean
+    else:
+        truths = list(exact)
+    scalar = q.kind in ("yes_no", "integer")
+
+    def pick(values: list[Any]) -> Any:
+        return values[0] if scalar else values
+
+    raw = all(row.raw_estimate is not None for row in rows)
+    return QuestionResult(
+        q.id,
+        q.kind,
+        pick(truths),
+        pick([row.estimate for row in rows]),
+        pick([row.ci_low for row in rows]),
+        pick([row.ci_high for row in rows]),
+        float(g.epsilon or 0),
+        published.n,
+        () if scalar else tuple(row.label for row in rows),
+        rho=float(g.rho) if g.rho is not None else None,
+        delta=float(g.delta) if g.rho is not None and g.delta is not None else None,
+        intervals=r.intervals,
+        text=q.text,
+        raw_estimate=pick([row.raw_estimate for row in rows]) if raw else None,
+        raw_ci_low=pick([row.raw_ci_low for row in rows]) if raw else None,
+        raw_ci_high=pick([row.raw_ci_high for row in rows]) if raw else None,
+        indicative=published.indicative,
+    )
+
+
+def run_survey(
+    survey: Survey,
+    respondents: int,
+    *,
+    progress: bool = True,
+    stream: TextIO = sys.stderr,
+    seed: int | None = None,
+    workdir: Path | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> list[QuestionResult]:
+    """Deploy the survey locally, simulate `respondents`, and collect every question."""
+    if respondents < survey.min_batch_size:
+        raise ValueError(
+            f"{respondents} respondents are fewer than the survey's min_batch_size "
+            f"({survey.min_batch_size}): no batch could be released"
+        )
+    say = on_status or (lambda _msg: None)
+    with tempfile.TemporaryDirectory(prefix="veil-demo-") as tmp:
+        root = workdir or Path(tmp)
+        say(f"starting a leader and a helper on 127.0.0.1 (SQLite in {root})")
+        deployment = LocalDeployment.start(root, task_specs(survey))
+        try:
+            return run_on(
+                deployment,
+                survey,
+                respondents,
+                progress=progress,
+                stream=stream,
+                seed=seed,
+                on_status=say,
+            )
+        finally:
+            deployment.stop()
+
+
+def run_on(
+    deployment: LocalDeployment,
+    survey: Survey,
+    respondents: int,
+    *,
+    progress: bool = True,
+    stream: TextIO = sys.stderr,
+    seed: int | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> list[QuestionResult]:
+    """Simulate `respondents` answering `survey` against a running deployment
+    of its tasks (`task_specs(survey)`), and collect every question."""
+    rng = random.Random(secrets.randbits(64) if seed is None else seed)
+    answers = simulate_respondents(survey, respondents, rng)
+    bars = _Progress(progress, stream)
+    return _run(survey, answers, deployment, bars, on_status or (lambda _msg: None))
+
+
+def _run(
+    survey: Survey,
+    answers: list[dict[str, Any]],
+    deployment: LocalDeployment,
+    bars: _Progress,
+    say: Callable[[str], None],
+) -> list[QuestionResult]:
+    total = len(answers) * len(survey.questions)
+    batch: dict[str, tuple[int, int]] = {}
+    # One report per respondent and question: say so, or "1500 reports" for
+    # 300 respondents looks like a miscount.
+    per = f"{len(answers):,} respondents x {len(survey.questions)} questions"
+    with bars.bar(total, f"upload ({per})") as bar:
+        for q in survey.questions:
+            with Client(deployment.tasks[q.id].client) as client:
+                report_time = client.report_time()
+                precision = deployment.tasks[q.id].client.time_precision
+                batch[q.id] = (report_time, precision)
+                measurements = [q.to_measurement(a[q.id]) for a in answers]
+                for i in range(0, len(measurements), UPLOAD_CHUNK):
+                    chunk = measurements[i : i + UPLOAD_CHUNK]
+                    client.upload_batch(chunk, report_time)
+                    bar.update(len(chunk))
+
+    store = SqliteDatastore(deployment.root / "leader.db")
+    try:
+        with bars.bar(total, "aggregate") as bar:
+            done = 0
+            while done < total:
+                pending = sum(
+                    store.unaggregated_count(
+                        deployment.tasks[q.id].client.task_id, start, start + precision
+                    )
+                    for q in survey.questions
+                    for start, precision in [batch[q.id]]
+                )
+                bar.update(total - pending - done)
+                done = total - pending
+                if pending:
+                    time.sleep(0.2)
+    finally:
+        store.close()
+
+    results = []
+    for q in survey.questions:
+        start, precision = batch[q.id]
+        with Collector(deployment.tasks[q.id].collector) as collector:
+            results.append(
+                _result(q, answers, collector.collect(start, precision, simultaneous=True))
+            )
+    say("collected every question")
+    return results
+
+
+def load(path: str | None) -> Survey:
+    return example_survey() if path is None else load_survey(path)

@@ -1,0 +1,315 @@
+"""The survey model: a survey, its questions, and how an answer becomes a
+Prio3 measurement.
+
+Each question kind maps to a Prio3 type:
+
+=============  =========================  ======================================
+kind           measurement                Prio3 type
+=============  =========================  ======================================
+yes_no         bool                       Prio3Count
+integer        int in [0, max]            Prio3Sum(max); the mean uses the count
+choice         one of ``options``         Prio3Histogram(len(options))
+multi_choice   up to ``max_choices``      Prio3MultihotCountVec
+vector         ``length`` ints in [0,max] Prio3SumVec
+=============  =========================  ======================================
+
+The values here are what `veil.survey.parse` makes of a survey file and
+`veil.survey.description` of a `survey.json`; nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from veil.dp.estimates import Estimate, ratio, shares, total
+from veil.settings import SettingsError
+from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
+from veil.vdaf import Prio3, registry
+
+# The interval a survey aims at by default: ±10% of each question's range
+# (`target_error`; `veil survey plan`).
+DEFAULT_TARGET_ERROR = Fraction(1, 10)
+KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector")
+MECHANISMS = ("geometric", "laplace", "gaussian", "none")
+
+
+class SurveyError(SettingsError):
+    """A survey file is malformed; the message says where and what to change."""
+
+
+def optimal_chunk_length(meas_len: int) -> int:
+    """ParallelSum chunk length minimising proof size: about sqrt(MEAS_LEN)."""
+    return max(1, math.isqrt(meas_len))
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question. Its budget per collection is `epsilon` (pure mechanisms) or
+    `rho` (gaussian); `share` is what it costs the survey, in the survey's unit
+    (ε for a pure survey, ρ for one composed under zCDP: ε²/2 for a pure question)."""
+
+    id: str
+    text: str
+    kind: str
+    epsilon: Fraction | None
+    max: int = 0
+    options: tuple[str, ...] = ()
+    max_choices: int = 0
+    length: int = 0
+    labels: tuple[str, ...] = ()
+    # ε_L of randomized response on the respondent's device (veil.dp.local), or None.
+    local_epsilon: Fraction | None = None
+    mechanism: str = "geometric"
+    rho: Fraction | None = None
+    share: Fraction = Fraction(0)
+    # "add_remove": the report carries its own count, so that the noisy count can
+    # stand in for the exact one, which the collector is not told (see Survey).
+    neighbouring: str = "replace_one"
+    # Half the interval's width aimed at, as a share of the range (veil.survey.plan);
+    # None: the survey's.
+    target_error: Fraction | None = None
+    # Whether a respondent must answer it; otherwise it may be skipped (no
+    # report is sent for it, and its n counts only those who answered).
+    required: bool = False
+
+    @property
+    def add_remove(self) -> bool:
+        """Whether neighbouring datasets add or remove one report (else: replace one)."""
+        return self.neighbouring == "add_remove"
+
+    @property
+    def vdaf_type(self) -> str:
+        """The VDAF kind (veil.vdaf.registry) this question's answers are encoded with."""
+        if self.add_remove:
+            # Every type carries the count: a histogram's buckets add up to it; the
+            # others get a last coordinate that is always 1.
+            return {
+                "yes_no": "histogram",
+                "integer": "sumvec",
+                "choice": "histogram",
+                "multi_choice": "multihot",
+                "vector": "sumvec",
+            }[self.kind]
+        return {
+            "yes_no": "count",
+            "integer": "sum",
+            "choice": "histogram",
+            "multi_choice": "multihot",
+            "vector": "sumvec",
+        }[self.kind]
+
+    @property
+    def vdaf_params(self) -> dict[str, int]:
+        """Parameters of the Prio3 type, named as in the draft."""
+        if self.add_remove:
+            return self._add_remove_params()
+        if self.kind == "yes_no":
+            return {}
+        if self.kind == "integer":
+            return {"max_measurement": self.max}
+        if self.kind == "choice":
+            n = len(self.options)
+            return {"length": n, "chunk_length": optimal_chunk_length(n)}
+        if self.kind == "multi_choice":
+            n = len(self.options)
+            # Randomized response can turn on any options, so with a local layer the
+            # proof admits every weight; max_choices still binds the true answer.
+            weight = n if self.local_epsilon is not None else self.max_choices
+            return {
+                "length": n,
+                "max_weight": weight,
+                "chunk_length": optimal_chunk_length(n + weight.bit_length()),
+            }
+        bits = self.max.bit_length()
+        return {
+            "length": self.length,
+            "max_measurement": self.max,
+            "chunk_length": optimal_chunk_length(self.length * bits),
+        }
+
+    def _add_remove_params(self) -> dict[str, int]:
+        if self.kind in ("yes_no", "choice"):
+            n = 2 if self.kind == "yes_no" else len(self.options)
+            return {"length": n, "chunk_length": optimal_chunk_length(n)}
+        if self.kind == "multi_choice":
+            n = len(self.options) + 1
+            weight = self.max_choices + 1
+            return {
+                "length": n,
+                "max_weight": weight,
+                "chunk_length": optimal_chunk_length(n + weight.bit_length()),
+            }
+        length = (1 if self.kind == "integer" else self.length) + 1
+        return {
+            "length": length,
+            "max_measurement": self.max,
+            "chunk_length": optimal_chunk_length(length * self.max.bit_length()),
+        }
+
+    def vdaf(self) -> Prio3[Any, Any]:
+        """The Prio3 instance of this question's task."""
+        return registry.kind(self.vdaf_type).make(self.vdaf_params)
+
+    def ratio_estimates(self, est: Sequence[Estimate]) -> tuple[list[Estimate], Estimate]:
+        """(results, report count) of an add_remove question from its coordinates'
+        estimates, which must hold simultaneously (`simultaneous=True`).
+
+        The collector is not told the report count, so the results are ratios of
+        noisy sums: a yes/no question gives the share of yes, a choice each option's
+        share, a multiple choice each option's share of respondents, an integer or
+        a vector the mean per element; the count is the noisy count. The intervals
+        cover whenever the coordinates' intervals all do (see `veil.dp.ratio`).
+        """
+        if not self.add_remove:
+            raise ValueError(f"question {self.id!r} is not add_remove")
+        if self.kind in ("yes_no", "choice"):
+            parts = shares(est)
+            return (parts[1:] if self.kind == "yes_no" else parts), total(est)
+        count = est[-1]
+        top = Fraction(1) if self.kind == "multi_choice" else Fraction(self.max)
+        return [ratio(e, count, Fraction(0), top) for e in est[:-1]], count
+
+    def allowed(self) -> str:
+        """What an answer to this question may be, in words."""
+        if self.kind == "yes_no":
+            return "yes or no (also true or false)"
+        if self.kind == "integer":
+            return f"a whole number from 0 to {self.max}"
+        if self.kind == "choice":
+            return "one of " + ", ".join(repr(o) for o in self.options)
+        if self.kind == "multi_choice":
+            return f"a list of at most {self.max_choices} of " + ", ".join(
+                repr(o) for o in self.options
+            )
+        return f"a list of {self.length} whole numbers from 0 to {self.max}"
+
+    def element_labels(self) -> tuple[str, ...]:
+        """Names of the elements of the result: options, vector labels or [i]."""
+        if self.options:
+            return self.options
+        if self.kind == "vector":
+            return self.labels or tuple(f"[{i}]" for i in range(self.length))
+        return ()
+
+    def _refuse(self, answer: Any, why: str = "") -> AnswerError:
+        return AnswerError(
+            f"question {self.id!r}: {answer!r} is not an allowed answer{why}; give {self.allowed()}"
+        )
+
+    def to_measurement(self, answer: Any) -> Any:
+        """A respondent's answer in the question's terms (yes/no, a number, an
+        option name, a list of option names, a list of numbers) as the Prio3
+        measurement. Raises AnswerError naming the question, the answer and
+        what is allowed. Under add_remove a yes/no answer is the index of a
+        two-bucket histogram (no, yes), and a number, a list of options or a
+        vector gets a last element 1 that counts the report."""
+        measurement = self._measurement(answer)
+        if not self.add_remove or self.kind in ("yes_no", "choice"):
+            return measurement
+        if self.kind == "integer":
+            return [measurement, 1]
+        if self.kind == "multi_choice":
+            return [*measurement, True]
+        return [*measurement, 1]
+
+    def _measurement(self, answer: Any) -> Any:
+        if self.kind == "yes_no":
+            if isinstance(answer, str) and answer.strip().lower() in YES_NO:
+                return YES_NO[answer.strip().lower()]
+            if not isinstance(answer, bool):
+                raise self._refuse(answer, " (not a bool)")
+            return int(answer)
+        if self.kind == "integer":
+            return self._number(answer, answer)
+        if self.kind == "choice":
+            if not isinstance(answer, str) or answer not in self.options:
+                raise AnswerError(
+                    f"question {self.id!r}: {answer!r} is not one of the options; give"
+                    f" {self.allowed()}"
+                )
+            return self.options.index(answer)
+        if not isinstance(answer, (list, tuple)):
+            raise self._refuse(answer, " (not a list)")
+        if self.kind == "multi_choice":
+            unknown = [a for a in answer if not isinstance(a, str) or a not in self.options]
+            if unknown:
+                raise self._refuse(answer, f" ({unknown[0]!r} is not one of the options)")
+            if len(set(answer)) != len(answer):
+                raise self._refuse(answer, " (an option is named twice)")
+            if len(answer) > self.max_choices:
+                raise self._refuse(answer, f" ({len(answer)} options chosen)")
+            chosen = set(answer)
+            return [option in chosen for option in self.options]
+        if len(answer) != self.length:
+            raise self._refuse(answer, f" ({len(answer)} numbers)")
+        return [self._number(v, answer) for v in answer]
+
+    def _number(self, value: Any, answer: Any) -> int:
+        if isinstance(value, str) and re.fullmatch(r"\s*\d{1,30}\s*", value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.max:
+            raise self._refuse(answer)
+        return value
+
+
+YES_NO = {"yes": 1, "no": 0, "true": 1, "false": 0, "y": 1, "n": 0}
+
+
+class AnswerError(ValueError):
+    """A respondent's answer does not fit its question; the message names the
+    question, the answer given and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Survey:
+    """A parsed survey. `epsilon` is the total of a pure survey; a survey composed
+    under zCDP has `rho` (its total) and `delta` (at which its (ε, δ) is stated), and
+    `epsilon` is then None. Mechanism none: both None."""
+
+    name: str
+    epsilon: Fraction | None
+    mechanism: str
+    min_batch_size: int
+    max_respondents: int
+    questions: tuple[Question, ...]
+    path: str = "<string>"
+    opens: int | None = None
+    closes: int | None = None
+    time_precision: int = DEFAULT_TIME_PRECISION
+    max_clock_skew: int = DEFAULT_MAX_CLOCK_SKEW
+    id: str = ""
+    rho: Fraction | None = None
+    delta: Fraction | None = None
+    # What one respondent's data is: "replace_one" (the report count is published)
+    # or "add_remove" (the count is noised and never sent to the collector; means
+    # and proportions are ratios of noisy sums).
+    neighbouring: str = "replace_one"
+    # How many respondents the operator expects (`veil survey plan`, deploy).
+    expected_respondents: int | None = None
+    # Half the interval's width aimed at, a share of each range (veil.survey.plan).
+    target_error: Fraction | None = None
+    # Answers only from invited respondents (veil.invite): one token per
+    # question per invitation, so the privacy unit is one respondent.
+    invitations: bool = False
+
+    @property
+    def zcdp(self) -> bool:
+        """Whether the survey composes under zCDP (some question is gaussian)."""
+        return self.rho is not None
+
+    @property
+    def total(self) -> Fraction | None:
+        """The survey's total budget in its unit (ε, or ρ under zCDP)."""
+        return self.rho if self.rho is not None else self.epsilon
+
+    def question(self, question_id: str) -> Question:
+        """The question with this id; raises KeyError if there is none."""
+        for q in self.questions:
+            if q.id == question_id:
+                return q
+        raise KeyError(question_id)

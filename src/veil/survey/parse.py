@@ -1,0 +1,464 @@
+"""Reading a survey file: the strict TOML reader with file:line errors.
+
+A survey is a TOML file with a ``[survey]`` table (name, total budget, DP
+mechanism, batch settings) and one ``[[question]]`` table per question
+(`veil.survey.model` says what each kind measures). Every setting is
+checked here; a misspelt or misplaced one is refused, and every error names
+the file, the line and what to change. The budget is divided among the
+questions by `veil.survey.budget`.
+
+The survey window: ``opens`` and ``closes`` (RFC 3339 date-times with an
+offset, as TOML date-times or strings) bound the report times the
+aggregators accept, and no batch of the survey is closed before ``closes``
+(so collecting can never lock out a respondent). Both are aligned to
+``time_precision`` (seconds, default 3600), the batch granularity of every
+question's task; ``max_clock_skew`` (seconds, default 60) is how far in the
+future a report time may be. A survey without a window can be simulated,
+not deployed. A vector question may name its elements with ``labels``.
+
+Any question may set ``local_epsilon`` (ε_L): each respondent's device then
+randomizes the answer before it is shared (veil.dp.local), so the answer stays
+ε_L-private even if both aggregators collude. The central budget is unchanged
+(randomization is pre-processing); the estimates are de-biased for it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from veil.dp.local import parse_local_epsilon
+from veil.dp.mechanisms import MIN_EPSILON, MIN_RHO
+from veil.settings import SettingsError, Source, Table, parse_toml
+from veil.survey.budget import divide, exact_number, question_budget, survey_total
+from veil.survey.model import KINDS, MECHANISMS, Question, Survey, SurveyError
+from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
+from veil.times import TimeFormatError, format_time, parse_time
+from veil.vdaf import Field, Field64, Field128
+
+SURVEY_KEYS = (
+    "name",
+    "id",
+    "epsilon",
+    "rho",
+    "delta",
+    "mechanism",
+    "min_batch_size",
+    "max_respondents",
+    "time_precision",
+    "max_clock_skew",
+    "opens",
+    "closes",
+    "neighbouring",
+    "expected_respondents",
+    "target_error",
+    "invitations",
+)
+QUESTION_COMMON_KEYS = (
+    "id",
+    "text",
+    "kind",
+    "epsilon",
+    "rho",
+    "weight",
+    "mechanism",
+    "local_epsilon",
+    "target_error",
+    "required",
+)
+QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
+    "yes_no": (),
+    "integer": ("max",),
+    "choice": ("options",),
+    "multi_choice": ("options", "max_choices"),
+    "vector": ("length", "max", "labels"),
+}
+
+
+_ALL_KIND_KEYS = sorted({k for keys in QUESTION_KIND_KEYS.values() for k in keys})
+
+
+def article(word: str) -> str:
+    """ "a" or "an" before `word` (by its first letter: enough for the kinds)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+class _Locator:
+    """Error messages at the line of a setting of [survey] or of a
+    [[question]] (found by veil.settings.Source: tomllib reports no positions
+    for valid TOML)."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.source = Source(path, text)
+
+    def line_of(self, question: int | None, key: str | None) -> int:
+        table: tuple[str | int, ...] = ("survey",) if question is None else ("question", question)
+        return self.source.line_of(table, key) or 1
+
+    def error(self, question: int | None, key: str | None, message: str) -> SurveyError:
+        return SurveyError(f"{self.path}:{self.line_of(question, key)}: {message}")
+
+
+def _positive_int(loc: _Locator, q: int, table: Mapping[str, Any], key: str, upper: int) -> int:
+    value = table.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise loc.error(q, key, f"`{key}` must be a positive integer, got {value!r}")
+    if value > upper:
+        raise loc.error(q, key, f"`{key}` = {value} does not fit: at most {upper} is supported")
+    return value
+
+
+def parse_survey(text: str, path: str = "<string>") -> Survey:
+    """Parse and validate a survey; raises ``SurveyError``."""
+    loc = _Locator(path, text)
+    try:
+        doc = parse_toml(text, path, ("survey", "question"))
+        if not isinstance(doc.data.get("survey"), dict):
+            raise SurveyError(f"{path}:1: missing [survey] table (name, epsilon)")
+        # Every setting of [survey] is known here; a misspelt one is refused.
+        head = doc.table("survey", SURVEY_KEYS).data
+        doc.tables("question", (*QUESTION_COMMON_KEYS, *_ALL_KIND_KEYS))
+    except SettingsError as e:
+        if isinstance(e, SurveyError):
+            raise
+        raise SurveyError(str(e)) from None
+    doc_data = doc.data
+
+    mechanism = head.get("mechanism", "geometric")
+    if mechanism not in MECHANISMS:
+        raise loc.error(
+            None, "mechanism", f"unknown mechanism {mechanism!r}; use one of {MECHANISMS}"
+        )
+    min_batch = head.get("min_batch_size", 100)
+    if isinstance(min_batch, bool) or not isinstance(min_batch, int) or min_batch < 1:
+        raise loc.error(None, "min_batch_size", "`min_batch_size` must be a positive integer")
+
+    max_respondents = head.get("max_respondents", 1_000_000)
+    if (
+        isinstance(max_respondents, bool)
+        or not isinstance(max_respondents, int)
+        or not (1 <= max_respondents <= 10**12)
+    ):
+        raise loc.error(None, "max_respondents", "`max_respondents` must be in [1, 10^12]")
+
+    tp = head.get("time_precision", DEFAULT_TIME_PRECISION)
+    if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 366 * 86400:
+        raise loc.error(
+            None, "time_precision", "`time_precision` must be a number of seconds (1 to a year)"
+        )
+    invitations = head.get("invitations", False)
+    if not isinstance(invitations, bool):
+        raise loc.error(None, "invitations", "`invitations` must be true or false")
+    skew = head.get("max_clock_skew", DEFAULT_MAX_CLOCK_SKEW)
+    if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 86400:
+        raise loc.error(
+            None, "max_clock_skew", "`max_clock_skew` must be a number of seconds (0 to a day)"
+        )
+    opens, closes = _window(loc, head, tp)
+    expected = head.get("expected_respondents")
+    if expected is not None and (
+        isinstance(expected, bool)
+        or not isinstance(expected, int)
+        or not 1 <= expected <= max_respondents
+    ):
+        raise loc.error(
+            None,
+            "expected_respondents",
+            f"`expected_respondents` must be a whole number from 1 to max_respondents"
+            f" ({max_respondents}), got {expected!r}",
+        )
+    target_error = _target_error(loc, None, head)
+    survey_id = head.get("id", survey_id_of(str(head.get("name", Path(path).stem))))
+    if not isinstance(survey_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", survey_id):
+        raise loc.error(None, "id", "the survey `id` must be letters, digits, _ or - (1 to 64)")
+
+    raw_questions = doc_data.get("question")
+    if not isinstance(raw_questions, list) or not raw_questions:
+        raise SurveyError(f"{path}: a survey needs at least one [[question]] table")
+
+    neighbouring = head.get("neighbouring", "replace_one")
+    if neighbouring not in ("replace_one", "add_remove"):
+        raise loc.error(
+            None, "neighbouring", '`neighbouring` must be "replace_one" or "add_remove"'
+        )
+    if neighbouring == "add_remove" and mechanism == "none":
+        raise loc.error(
+            None,
+            "neighbouring",
+            "add_remove protects the count with noise: it needs a mechanism other than none",
+        )
+    mechanisms = []
+    for i, raw in enumerate(raw_questions):
+        if neighbouring == "add_remove" and isinstance(raw, dict) and "local_epsilon" in raw:
+            raise loc.error(
+                i,
+                "local_epsilon",
+                'a survey with neighbouring = "add_remove" keeps the report count from the'
+                " collector, which the local layer's estimates need; use one or the other",
+            )
+        if not isinstance(raw, dict):
+            raise SurveyError(f"{path}: each [[question]] must be a table")
+        m = raw.get("mechanism", mechanism)
+        if m not in MECHANISMS:
+            raise loc.error(i, "mechanism", f"unknown mechanism {m!r}; use one of {MECHANISMS}")
+        if (m == "none") != (mechanism == "none"):
+            raise loc.error(
+                i,
+                "mechanism",
+                "mechanism none (no privacy) is chosen for a whole survey, not one question",
+            )
+        mechanisms.append(m)
+    zcdp = "gaussian" in mechanisms
+    unit = "rho" if zcdp else "epsilon"
+    total, delta = survey_total(loc, head, mechanism, zcdp)
+
+    seen: set[str] = set()
+    explicit: dict[int, Fraction] = {}
+    weights: dict[int, Fraction] = {}
+    for i, raw in enumerate(raw_questions):
+        qid = raw.get("id")
+        if not isinstance(qid, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", qid):
+            raise loc.error(i, "id", "each question needs an `id` of letters, digits, _ or -")
+        if qid in seen:
+            raise loc.error(i, "id", f"question id {qid!r} is used twice")
+        seen.add(qid)
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise loc.error(i, "kind", f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+        given = [k for k in ("epsilon", "rho", "weight") if k in raw]
+        if len(given) > 1:
+            raise loc.error(
+                i, given[1], f"give a question one of `epsilon`, `rho` or `weight`, not {given}"
+            )
+        key = given[0] if given else "weight"
+        if mechanism == "none" and key != "weight":
+            raise loc.error(i, key, "a survey with mechanism none spends no budget")
+        if key == "rho" and not zcdp:
+            raise loc.error(
+                i, "rho", "`rho` is a zCDP budget: only a survey with a gaussian question takes it"
+            )
+        if key == "epsilon" and mechanisms[i] == "gaussian":
+            raise loc.error(
+                i,
+                "epsilon",
+                "a gaussian question's budget is `rho` (zCDP), or a `weight` of the survey's",
+            )
+        try:
+            value = exact_number(raw.get(key, 1))
+        except (ValueError, ZeroDivisionError) as e:
+            raise loc.error(i, key, f"`{key}` must be a number: {e}") from None
+        if value <= 0:
+            raise loc.error(i, key, f"a question's `{key}` must be positive")
+        if key == "weight":
+            weights[i] = value
+        elif key == "epsilon" and zcdp:
+            explicit[i] = value * value / 2  # ε-DP is ε²/2-zCDP
+        else:
+            explicit[i] = value
+
+    questions = []
+    if total is None:
+        shares = {i: Fraction(0) for i in range(len(raw_questions))}
+    else:
+        shares = divide(loc, total, unit, explicit, weights)
+    for i, raw in enumerate(raw_questions):
+        epsilon, rho = question_budget(loc, i, raw, mechanisms[i], shares[i], zcdp)
+        if (epsilon is not None and epsilon < MIN_EPSILON) or (rho is not None and rho < MIN_RHO):
+            key = next((k for k in ("epsilon", "rho") if k in raw), "weight")
+            raise loc.error(
+                i,
+                key,
+                f"this question's {'ρ' if rho is not None else 'ε'} {rho or epsilon} is below the"
+                f" minimum {MIN_RHO if rho is not None else MIN_EPSILON}: the noise would bury"
+                " its result; give it a larger share",
+            )
+        questions.append(
+            _question(
+                loc, i, raw, epsilon, rho, mechanisms[i], shares[i], max_respondents, neighbouring
+            )
+        )
+    return Survey(
+        name=str(head.get("name", Path(path).stem)),
+        epsilon=None if zcdp else total,
+        mechanism=mechanism,
+        min_batch_size=min_batch,
+        max_respondents=max_respondents,
+        questions=tuple(questions),
+        path=path,
+        opens=opens,
+        closes=closes,
+        time_precision=tp,
+        max_clock_skew=skew,
+        id=survey_id,
+        rho=total if zcdp else None,
+        delta=delta,
+        neighbouring=neighbouring,
+        expected_respondents=expected,
+        target_error=target_error,
+        invitations=invitations,
+    )
+
+
+def _target_error(loc: _Locator, i: int | None, table: Mapping[str, Any]) -> Fraction | None:
+    """`target_error` of [survey] or of a question: a share of the range in (0, 1]."""
+    if "target_error" not in table:
+        return None
+    try:
+        value = exact_number(table["target_error"])
+    except (ValueError, ZeroDivisionError):
+        value = Fraction(-1)
+    if not 0 < value <= 1:
+        raise loc.error(
+            i,
+            "target_error",
+            "`target_error` must be a share of the range from 0 to 1 (0.1: the interval"
+            f" within ±10% of it), got {table['target_error']!r}",
+        )
+    return value
+
+
+def _required(loc: _Locator, i: int, raw: Mapping[str, Any]) -> bool:
+    value = raw.get("required", False)
+    if not isinstance(value, bool):
+        raise loc.error(i, "required", f"`required` must be true or false, got {value!r}")
+    return value
+
+
+def survey_id_of(name: str) -> str:
+    """A survey id from its name: lower case, runs of other characters as '-'."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
+    return slug or "survey"
+
+
+def _window(loc: _Locator, head: Mapping[str, Any], tp: int) -> tuple[int | None, int | None]:
+    """`opens` and `closes` as epoch seconds (both or neither), aligned to `tp`."""
+    if ("opens" in head) != ("closes" in head):
+        present = "opens" if "opens" in head else "closes"
+        raise loc.error(None, present, "the survey window needs both `opens` and `closes`")
+    if "opens" not in head:
+        return None, None
+    bounds = []
+    for key in ("opens", "closes"):
+        try:
+            t = parse_time(head[key])
+        except TimeFormatError as e:
+            raise loc.error(None, key, f"`{key}`: {e}") from None
+        if t % tp:
+            down, up = t - t % tp, t - t % tp + tp
+            raise loc.error(
+                None,
+                key,
+                f"`{key}` = {format_time(t)} is not aligned to the time_precision of {tp} s"
+                f" (batches are whole intervals): use {format_time(down)} or {format_time(up)}",
+            )
+        bounds.append(t)
+    if bounds[1] <= bounds[0]:
+        raise loc.error(None, "closes", "`closes` must be after `opens`")
+    return bounds[0], bounds[1]
+
+
+def _max_fitting(field: type[Field], respondents: int) -> int:
+    """Largest per-report maximum whose total over ``respondents`` reports
+    stays below a quarter of the field (the rest is headroom for noise and
+    the centred lift, which reads values above p/2 as negative)."""
+    return (field.MODULUS // 4) // respondents
+
+
+def _question(
+    loc: _Locator,
+    i: int,
+    raw: Mapping[str, Any],
+    epsilon: Fraction | None,
+    rho: Fraction | None,
+    mechanism: str,
+    share: Fraction,
+    respondents: int,
+    neighbouring: str,
+) -> Question:
+    kind = raw["kind"]
+    try:
+        Table(raw, loc.source, (*QUESTION_COMMON_KEYS, *QUESTION_KIND_KEYS[kind]), ("question", i))
+    except SettingsError as e:
+        raise SurveyError(f"{e} (for {article(kind)} {kind} question)") from None
+    text = str(raw.get("text", raw["id"]))
+    common: dict[str, Any] = {
+        "id": raw["id"],
+        "text": text,
+        "kind": kind,
+        "epsilon": epsilon,
+        "rho": rho,
+        "mechanism": mechanism,
+        "share": share,
+        "neighbouring": neighbouring,
+        "target_error": _target_error(loc, i, raw),
+        "required": _required(loc, i, raw),
+    }
+    if "local_epsilon" in raw:
+        try:
+            common["local_epsilon"] = parse_local_epsilon(exact_number(raw["local_epsilon"]))
+        except (ValueError, ZeroDivisionError) as e:
+            raise loc.error(
+                i, "local_epsilon", f"`local_epsilon` must be a number in (0, 20]: {e}"
+            ) from None
+    if kind == "yes_no":
+        return Question(**common)
+    if kind == "integer":
+        return Question(
+            **common, max=_positive_int(loc, i, raw, "max", _max_fitting(Field64, respondents))
+        )
+    if kind == "vector":
+        length = _positive_int(loc, i, raw, "length", 100_000)
+        top = _max_fitting(Field128, respondents)
+        labels = raw.get("labels", [])
+        if (
+            not isinstance(labels, list)
+            or not all(isinstance(x, str) and x for x in labels)
+            or (labels and len(labels) != length)
+            or len(set(labels)) != len(labels)
+        ):
+            raise loc.error(
+                i, "labels", f"`labels` must be {length} distinct names, one per element"
+            )
+        return Question(
+            **common,
+            length=length,
+            max=_positive_int(loc, i, raw, "max", top),
+            labels=tuple(labels),
+        )
+    options = raw.get("options")
+    if (
+        not isinstance(options, list)
+        or len(options) < 2
+        or not all(isinstance(o, str) and o for o in options)
+    ):
+        raise loc.error(i, "options", "`options` must be a list of at least two names")
+    if len(set(options)) != len(options):
+        raise loc.error(i, "options", "`options` must not repeat a name")
+    if len(options) > 100_000:
+        raise loc.error(i, "options", "at most 100000 options are supported")
+    if kind == "choice":
+        return Question(**common, options=tuple(options))
+    max_choices = _positive_int(loc, i, raw, "max_choices", len(options))
+    return Question(**common, options=tuple(options), max_choices=max_choices)
+
+
+def load_survey(path: str | Path) -> Survey:
+    """Read and check a survey file; raises SurveyError naming file, line and setting.
+
+    Example::
+
+        survey = load_survey("survey.toml")
+        print(survey.name, [q.id for q in survey.questions])
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SurveyError(f"{p}: cannot read survey file: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise SurveyError(f"{p}: not a survey file: not UTF-8 text (byte {e.start})") from None
+    return parse_survey(text, str(p))
