@@ -36,14 +36,21 @@ def vectors_dir() -> Path | None:
 
 @pytest.fixture(scope="session")
 def vdaf_vectors() -> Path:
+    """The official vectors' directory. Where it is missing the tests that
+    need it skip, saying why; under CI they fail, so CI never passes without
+    having checked every vector."""
     path = vectors_dir()
     if path is None:
-        pytest.skip(
+        reason = (
             "official VDAF test vectors not found: set VEIL_VDAF_VECTORS, or put in one"
-            " directory ../shared/vdaf-test-vectors the files test_vec/vdaf/Prio3*.json and"
-            " test_vec/Xof*.json of github.com/cfrg/draft-irtf-cfrg-vdaf (tag"
+            " directory ../shared/vdaf-test-vectors the files test_vec/vdaf/Prio3*.json,"
+            " test_vec/vdaf/Poplar1*.json, test_vec/Xof*.json and"
+            " test_vec/IdpfBBCGGI21_0.json of github.com/cfrg/draft-irtf-cfrg-vdaf (tag"
             " draft-irtf-cfrg-vdaf-20)"
         )
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
     return path
 
 

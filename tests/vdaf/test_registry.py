@@ -98,3 +98,16 @@ def test_the_cli_and_survey_questions_use_the_registry() -> None:
         q = Question(id="q", text="q", kind=kind, epsilon=Fraction(1), **shapes[kind])
         assert q.vdaf_type in registry.NAMES
         assert type(q.vdaf()) is type(VdafSpec(q.vdaf_type, **q.vdaf_params).instantiate())
+
+
+def test_poplar1_is_named_with_its_bits() -> None:
+    kind = registry.PREFIX_KINDS["poplar1"]
+    assert kind.draft == "Poplar1" and kind.params == ("bits",)
+    vdaf = kind.make({"bits": 128})
+    assert vdaf.BITS == 128 and vdaf.ID == 6
+    with pytest.raises(ValueError, match="missing bits"):
+        kind.make({})
+    with pytest.raises(ValueError, match="not length"):
+        kind.make({"bits": 8, "length": 3})
+    # Not (yet) a type task files accept: they carry no aggregation parameter.
+    assert "poplar1" not in registry.NAMES

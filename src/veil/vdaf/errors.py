@@ -1,4 +1,4 @@
-"""Exceptions raised by the Prio3 core."""
+"""Exceptions raised by the VDAFs (Prio3 and Poplar1)."""
 
 
 class VdafError(Exception):
@@ -13,3 +13,19 @@ class CodecError(VdafError, ValueError):
 class VerifyError(VdafError):
     """A report failed verification: the validity proof was rejected, the
     joint randomness did not match, or a query point was degenerate."""
+
+
+class AggParamError(VdafError, ValueError):
+    """An aggregation parameter that may not be used: a level out of range,
+    prefixes of the wrong length, repeated or out of order (Poplar1)."""
+
+
+class TooManyPrefixes(AggParamError):
+    """More candidate prefixes in one aggregation parameter than the
+    instance's bound (``Poplar1.max_prefixes``)."""
+
+
+class AggParamSequenceError(AggParamError):
+    """An aggregation parameter that breaks the draft's rule across the
+    parameters already used with the same reports (Poplar1: levels strictly
+    increase, each prefix extends one of the previous level's)."""

@@ -1,4 +1,4 @@
-"""The Prio3 types veil runs, by the name task files give them: one registry.
+"""The VDAF types veil runs, by the name task files give them: one registry.
 
 Each entry says what a task file calls the type, its name in the draft
 (draft-irtf-cfrg-vdaf section 7.4, and the key veil.dp uses for its
@@ -11,6 +11,12 @@ decoding and the DP sensitivities are all derived from here.
 (The batched circuits are chosen by circuit class in
 `veil.vdaf.batch.circuits.batch_circuit`, one level below: every type here
 builds one of those circuits.)
+
+Poplar1, whose aggregation parameter (a level and candidate prefixes)
+makes a collection a sequence of queries, is named apart in
+`PREFIX_KINDS`: the task files, the protocol and the survey take it up
+when they carry aggregation parameters; until then `KINDS` is what they
+accept.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from veil.vdaf.spec.poplar1 import Poplar1
 from veil.vdaf.spec.prio3 import (
     Prio3,
     Prio3Count,
@@ -120,3 +127,40 @@ def kind(name: str) -> VdafKind:
         return KINDS[name]
     except KeyError:
         raise KeyError(f"unknown VDAF type {name!r}; expected one of {', '.join(NAMES)}") from None
+
+
+@dataclass(frozen=True)
+class PrefixKind:
+    """A VDAF queried with an aggregation parameter, as veil's files name it."""
+
+    name: str
+    draft: str  # the draft's name
+    params: tuple[str, ...]
+    build: Callable[..., Poplar1]
+    measurement: str
+
+    def make(self, params: Mapping[str, int]) -> Poplar1:
+        """The instance; `params` must hold exactly `self.params`."""
+        missing = [p for p in self.params if p not in params]
+        extra = [p for p in params if p not in self.params]
+        if missing or extra:
+            raise ValueError(
+                f"{self.name} takes the parameters {', '.join(self.params)}"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; not {', '.join(extra)}" if extra else "")
+            )
+        return self.build(*(params[p] for p in self.params))
+
+
+PREFIX_KINDS: dict[str, PrefixKind] = {
+    k.name: k
+    for k in (
+        PrefixKind(
+            "poplar1",
+            "Poplar1",
+            ("bits",),
+            Poplar1,
+            "a string of bits/8 bytes (shorter answers padded by the caller)",
+        ),
+    )
+}

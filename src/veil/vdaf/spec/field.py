@@ -148,3 +148,15 @@ class Field128(Field):
     ENCODED_SIZE = 16
     GEN_ORDER = 2**66
     GENERATOR = pow(7, 4611686018427387897, 2**66 * 4611686018427387897 + 1)
+
+
+class Field255(Field):
+    """GF(2^255 - 19), the field of Poplar1's leaf level (draft section
+    6.1.2). No proof system runs over it, so it needs no large power-of-two
+    subgroup: p - 1 = 4 * odd, and -1 generates the subgroup of order 2."""
+
+    __slots__ = ()
+    MODULUS = 2**255 - 19
+    ENCODED_SIZE = 32
+    GEN_ORDER = 2
+    GENERATOR = 2**255 - 20

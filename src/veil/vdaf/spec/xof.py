@@ -10,8 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from Crypto.Cipher import AES
 from Crypto.Hash import TurboSHAKE128
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from veil.vdaf.spec.field import Field
 
@@ -62,12 +62,16 @@ def _check_seed(cls: type[Xof], seed: bytes) -> None:
 
 class XofTurboShake128(Xof):
     """TurboSHAKE128 (RFC 9861) with domain byte 1 over
-    ``le16(len(dst)) || dst || le8(len(seed)) || seed || binder``."""
+    ``le16(len(dst)) || dst || le8(len(seed)) || seed || binder``.
+
+    Seeds are ``SEED_SIZE`` bytes by default; the draft allows other lengths
+    up to 255 (Poplar1's IDPF hashes its 16-byte seeds with it at the leaf)."""
 
     SEED_SIZE = 32
 
     def __init__(self, seed: bytes, dst: bytes, binder: bytes) -> None:
-        _check_seed(type(self), seed)
+        if len(seed) > 255:
+            raise ValueError(f"XofTurboShake128 seed must be at most 255 bytes, got {len(seed)}")
         self._h = TurboSHAKE128.new(domain=1)
         self._h.update(len(dst).to_bytes(2, "little") + dst + len(seed).to_bytes(1, "little"))
         self._h.update(seed)
@@ -79,35 +83,75 @@ class XofTurboShake128(Xof):
         return out
 
 
+class FixedKeyAes128:
+    """The keyed half of XofFixedKeyAes128: the AES-128 key that
+    TurboSHAKE128 (domain byte 2) derives from ``le16(len(dst)) || dst ||
+    binder``, and the hash of stream blocks under it. The key depends only on
+    the tag and the binder, so one instance serves every seed used with them
+    (the IDPF hashes a few hundred seeds per report under one nonce); the
+    draft notes this step may be cached across evaluations."""
+
+    __slots__ = ("_encrypt",)
+
+    def __init__(self, dst: bytes, binder: bytes) -> None:
+        h = TurboSHAKE128.new(domain=2)
+        h.update(len(dst).to_bytes(2, "little") + dst + binder)
+        # ECB has no state between calls: one encryptor serves every block.
+        # (OpenSSL through `cryptography` costs a twentieth of
+        # pycryptodome's per call, and this is called per tree node.)
+        self._encrypt = Cipher(algorithms.AES(h.read(16)), modes.ECB()).encryptor().update
+
+    def hash_blocks(self, seed: int, first: int, count: int) -> bytes:
+        """Blocks ``first`` to ``first + count - 1`` of the stream of ``seed``
+        (an int of its 16 little-endian bytes): ``AES(s) xor s`` for each
+        ``s = sigma(seed xor le128(i))``, ``sigma(lo || hi) = hi || (hi xor lo)``."""
+        low = (1 << 64) - 1
+        sigmas = b"".join(
+            ((b >> 64) | (((b >> 64) ^ (b & low)) << 64)).to_bytes(16, "little")
+            for b in (seed ^ i for i in range(first, first + count))
+        )
+        encrypted = self._encrypt(sigmas)
+        mixed = int.from_bytes(encrypted, "little") ^ int.from_bytes(sigmas, "little")
+        return mixed.to_bytes(16 * count, "little")
+
+    def xof(self, seed: bytes) -> XofFixedKeyAes128:
+        """The XOF of ``seed`` under this key (the same stream as
+        ``XofFixedKeyAes128(seed, dst, binder)``)."""
+        return XofFixedKeyAes128.keyed(seed, self)
+
+
 class XofFixedKeyAes128(Xof):
     """A circular correlation-robust hash from fixed-key AES-128 (GKWWY20):
     the key is TurboSHAKE128 (domain byte 2) of the tag and binder, and block
     i of the stream is ``AES(s) xor s`` with ``s = sigma(seed xor le128(i))``,
-    ``sigma(lo || hi) = hi || (hi xor lo)``."""
+    ``sigma(lo || hi) = hi || (hi xor lo)`` (``FixedKeyAes128``)."""
 
     SEED_SIZE = 16
 
     def __init__(self, seed: bytes, dst: bytes, binder: bytes) -> None:
         _check_seed(type(self), seed)
-        h = TurboSHAKE128.new(domain=2)
-        h.update(len(dst).to_bytes(2, "little") + dst + binder)
-        self._cipher = AES.new(h.read(16), AES.MODE_ECB)
+        self._key = FixedKeyAes128(dst, binder)
         self._seed = int.from_bytes(seed, "little")
         self._consumed = 0
+
+    @classmethod
+    def keyed(cls, seed: bytes, key: FixedKeyAes128) -> XofFixedKeyAes128:
+        """The XOF of ``seed`` under a key already derived from (dst, binder)."""
+        _check_seed(cls, seed)
+        xof = cls.__new__(cls)
+        xof._key = key
+        xof._seed = int.from_bytes(seed, "little")
+        xof._consumed = 0
+        return xof
 
     def next(self, length: int) -> bytes:
         """The next ``length`` bytes of the stream."""
         start = self._consumed
         end = start + length
         self._consumed = end
-        first, last = start // 16, (end - 1) // 16 if length else start // 16 - 1
-        blocks = [self._hash_block(i) for i in range(first, last + 1)]
+        if length == 0:
+            return b""
+        first, last = start // 16, (end - 1) // 16
+        blocks = self._key.hash_blocks(self._seed, first, last - first + 1)
         offset = start - first * 16
-        return b"".join(blocks)[offset : offset + length]
-
-    def _hash_block(self, index: int) -> bytes:
-        block = (self._seed ^ index).to_bytes(16, "little")
-        lo, hi = block[:8], block[8:]
-        sigma = hi + bytes(a ^ b for a, b in zip(hi, lo, strict=True))
-        encrypted: bytes = self._cipher.encrypt(sigma)
-        return bytes(a ^ b for a, b in zip(encrypted, sigma, strict=True))
+        return blocks[offset : offset + length]
