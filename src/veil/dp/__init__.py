@@ -17,6 +17,8 @@ durable ledger, and turned into estimates with confidence intervals for the coll
 - `estimate` gives unbiased estimates with confidence intervals from the exact pmf.
 - `local` (veil.dp.local): randomized response on the respondent's device, for
   privacy against everyone including both aggregators, and its de-biased estimates.
+- `heavy_hitters` (veil.dp.heavy_hitters): a text question (Poplar1, one query per
+  byte): its budget over the levels, release threshold, detection floor, estimates.
 
 Randomness: `secrets.SystemRandom()` unless an rng is injected (tests only).
 """
