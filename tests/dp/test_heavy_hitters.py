@@ -361,3 +361,11 @@ def test_share_estimates_from_an_exact_or_a_noisy_count() -> None:
     assert noisy.low == Fraction(250, 1100) and noisy.high == Fraction(350, 900)
     with pytest.raises(InvalidParameter, match="respondents"):
         share_estimates(counts, 0)
+
+
+def test_without_noise_the_threshold_drops_exactly_the_answers_given_once() -> None:
+    plan = HeavyHittersPlan(DPConfig.none(), 16)
+    t = release_threshold(plan)
+    assert (t.value, t.release_probability, t.spurious_probability) == (2, 0.0, 0.0)
+    assert recovery_probability(plan, 2, 2) == 1.0 and recovery_probability(plan, 1, 2) == 0.0
+    assert detection_floor(plan, 2, 100).count == 2
