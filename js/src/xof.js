@@ -196,14 +196,22 @@ export class FixedKeyAes128 {
    */
   blocks(seeds, first, count) {
     const sigma = new Uint8Array(seeds.length * count * 16);
+    const x = new Uint8Array(16);
     let at = 0;
     for (const seed of seeds) {
       for (let i = first; i < first + count; i++, at += 16) {
-        // x = seed XOR le128(i); sigma(x) = high half || (high XOR low).
+        // x = seed XOR le128(i) (i < 2^53: its bytes 8..15 are zero)...
+        x.set(seed);
+        const lo = i >>> 0;
+        const hi = Math.floor(i / 0x100000000);
+        for (let j = 0; j < 4; j++) {
+          x[j] ^= (lo >>> (8 * j)) & 0xff;
+          x[4 + j] ^= (hi >>> (8 * j)) & 0xff;
+        }
+        // ...then sigma(x) = high half || (high XOR low).
         for (let j = 0; j < 8; j++) {
-          const hi = seed[8 + j] ^ byteOf(i, 8 + j);
-          sigma[at + j] = hi;
-          sigma[at + 8 + j] = hi ^ seed[j] ^ byteOf(i, j);
+          sigma[at + j] = x[8 + j];
+          sigma[at + 8 + j] = x[8 + j] ^ x[j];
         }
       }
     }
@@ -230,9 +238,4 @@ export class FixedKeyAes128 {
       return xof;
     });
   }
-}
-
-/** Byte j of the 128-bit little-endian encoding of a block counter. */
-function byteOf(/** @type {number} */ counter, /** @type {number} */ j) {
-  return j < 6 ? Math.floor(counter / 2 ** (8 * j)) & 0xff : 0;
 }

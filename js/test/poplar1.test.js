@@ -1,10 +1,12 @@
 // Poplar1's client half (src/idpf.js, src/poplar1.js) beyond the official
 // vectors (vectors.test.js, which stop at 11 bits): the IDPF's point function
 // at the 128 bits of a 16-byte answer, evaluated here as the aggregators will
-// (the draft's eval_next, written for this test only), the share sizes, and
-// the refusals of malformed arguments.
+// (the draft's eval_next, written for this test only), the fixed-key AES XOF
+// against OpenSSL's AES at any block index, the share sizes, and the refusals
+// of malformed arguments.
 
 import assert from 'node:assert/strict';
+import { createCipheriv } from 'node:crypto';
 import { test } from 'node:test';
 
 import { MeasurementError } from '../src/circuits.js';
@@ -80,6 +82,26 @@ test('the IDPF is beta on every prefix of alpha and zero off it, at 128 bits', (
       );
     assert.deepEqual(sum(onPath), beta, `level ${level} on the path`);
     assert.deepEqual(sum(offPath), [0n, 0n], `level ${level} off the path`);
+  }
+});
+
+test('XofFixedKeyAes128 blocks are those of OpenSSL AES-128, at any counter', () => {
+  const key = XofFixedKeyAes128.key(ctx, randomBytes(16));
+  const seeds = [randomBytes(16), randomBytes(16)];
+  for (const first of [0, 255, 256, 2 ** 32 - 1, 2 ** 40 + 3, 2 ** 53 - 3]) {
+    const got = key.blocks(seeds, first, 2);
+    let at = 0;
+    for (const seed of seeds) {
+      for (let i = first; i < first + 2; i++, at += 16) {
+        // seed XOR le128(i), counter bytes from a BigInt; sigma; AES; XOR.
+        const x = seed.slice();
+        for (let j = 0; j < 16; j++) x[j] ^= Number((BigInt(i) >> BigInt(8 * j)) & 0xffn);
+        const sigma = Buffer.concat([x.subarray(8), x.subarray(8).map((b, j) => b ^ x[j])]);
+        const aes = createCipheriv('aes-128-ecb', key._key, null).setAutoPadding(false);
+        const block = Buffer.concat([aes.update(sigma), aes.final()]).map((b, j) => b ^ sigma[j]);
+        assert.deepEqual(got.subarray(at, at + 16), new Uint8Array(block), `block ${i}`);
+      }
+    }
   }
 });
 
