@@ -143,6 +143,9 @@ export class Poplar1 {
   encodeInputShare(share) {
     if (share.key.length !== XofFixedKeyAes128.SEED_SIZE) throw new RangeError('bad IDPF key size');
     if (share.corrSeed.length !== XofTurboShake128.SEED_SIZE) throw new RangeError('bad seed size');
+    if (share.corrInner.length !== 2 * (this.BITS - 1) || share.corrLeaf.length !== 2) {
+      throw new RangeError('bad correlated randomness length');
+    }
     return concat(
       share.key,
       share.corrSeed,

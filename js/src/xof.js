@@ -124,7 +124,7 @@ export class XofFixedKeyAes128 {
         `XofFixedKeyAes128 seed must be ${XofFixedKeyAes128.SEED_SIZE} bytes, got ${seed.length}`,
       );
     }
-    // @ts-ignore dst and binder are given whenever key is not
+    // dst and binder are needed only when no key is given.
     this._key = key ?? new FixedKeyAes128(dst, binder);
     this._seed = seed;
     this._consumed = 0;

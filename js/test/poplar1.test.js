@@ -135,4 +135,14 @@ test('malformed measurements and argument sizes are refused', () => {
     assert.throws(() => new Poplar1(badBits), RangeError, String(badBits));
   }
   assert.throws(() => new XofFixedKeyAes128(randomBytes(32), ctx, nonce), /seed must be 16 bytes/);
+  const { inputShares } = vdaf.shard(ctx, bits, nonce, rand);
+  const share = inputShares[0];
+  for (const bad of [
+    { ...share, key: share.key.subarray(1) },
+    { ...share, corrSeed: randomBytes(16) },
+    { ...share, corrInner: share.corrInner.slice(1) },
+    { ...share, corrLeaf: [...share.corrLeaf, 0n] },
+  ]) {
+    assert.throws(() => vdaf.encodeInputShare(bad), RangeError);
+  }
 });
