@@ -12,7 +12,7 @@ against the nominal level. The raw intervals are counted beside them.
 The answers are put where the intersection matters most: at the edge of the
 range (every respondent gives the lowest answer: no yes, 0 minutes, everyone
 in one option, no tool) and spread over it. `scripts/coverage_small.py`
-prints the table (docs/ACCURACY.md).
+prints the table (docs/reports/ACCURACY.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ job to the last (`time.process_time`, all threads, gRPC's own included).
 
     python scripts/bench_leader_steps.py --vdaf count --job-size 500 --reports 6000
 
-Table for docs/SCALING.md ("Where the leader worker's time goes").
+Table for docs/reports/SCALING.md ("Where the leader worker's time goes").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ each on its own SQLite file.
 
 Then, in one process, the per-report cost of each step (HPKE open, the
 leader's and the helper's VDAF work) and of the database writes, to show
-where the time goes (docs/SCALING.md).
+where the time goes (docs/reports/SCALING.md).
 
     python scripts/bench_workers.py --reports 2000 --runs 3
 

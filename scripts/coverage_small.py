@@ -1,6 +1,6 @@
 """Coverage of the published intervals at 5 to 50 respondents, every kind of
 question, with the exact noise (bench.coverage). Prints a Markdown table
-(docs/ACCURACY.md).
+(docs/reports/ACCURACY.md).
 
     python scripts/coverage_small.py --runs 2000
 """

@@ -234,11 +234,11 @@ def test_command_names_where_the_certificates_go(
 
 
 def test_written_configs_log_as_the_readme_says(tmp_path: Path) -> None:
-    # They wrote log_format = "json" while the README says servers log text lines.
+    # They wrote log_format = "json" while the docs say servers log text lines.
     import tomllib
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "**Logs.** Text lines by default" in readme
+    operating = (Path(__file__).resolve().parents[1] / "docs" / "OPERATING.md").read_text()
+    assert "## Logs\n\nText lines by default" in operating
     dep = deploy_survey(
         parse_survey(survey_text()), survey_text(), tmp_path / "d", "127.0.0.1:1", "127.0.0.1:2",
         tls=False,

@@ -208,7 +208,7 @@ def deploy_survey(
             "listen": f"127.0.0.1:{port}" if not tls or is_loopback(listen) else f"0.0.0.0:{port}",
             "storage": f"{role}.db",
             "tasks": [f"tasks/{name}.toml" for name in task_names],
-            # As the README says servers log: text lines ("json" for a log shipper).
+            # As docs/OPERATING.md says servers log: text lines ("json" for a log shipper).
             "log_format": "text",
         }
         if tls:

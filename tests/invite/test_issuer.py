@@ -278,26 +278,6 @@ def test_a_respondent_redeems_once(deployment: Path, issuer_url: str) -> None:
         SurveyClient(deployment / "client")
 
 
-def test_readme_invitation_commands_are_valid_commands() -> None:
-    import re
-    import shlex
-
-    from veil.cli import build_parser
-
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text[text.index("## One answer per respondent: invitations\n") :]
-    section = section[: section.index("\n## ", 1)]
-    (block,) = re.findall(r"```sh\n(.*?)```", section, re.S)
-    lines = block.strip().splitlines()
-    assert [shlex.split(line)[:3] for line in lines] == [
-        ["veil", "survey", "invite"],
-        ["veil", "survey", "issuer"],
-        ["veil", "survey", "respond"],
-    ]
-    for line in lines:
-        build_parser().parse_args(shlex.split(line)[1:])
-
-
 def test_the_page_refuses_a_survey_with_invitations(deployment: Path) -> None:
     from veil.web import ServeError, SurveySite
 

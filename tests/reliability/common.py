@@ -6,7 +6,7 @@ was stored; nothing here stands in for a component.
 
 Figures: when VEIL_RELIABILITY_OUT names a file, each suite appends one JSON
 line per experiment (what was tried, how often, what happened). The table
-of docs/RELIABILITY.md is written from these lines.
+of docs/reports/RELIABILITY.md is written from these lines.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from veil.protocol.v1 import helper_pb2
 
 TP = 3600
 
-# Statuses an aggregator documents for a refused call (README, "Errors").
+# Statuses an aggregator documents for a refused call (docs/CLIENT.md, "Errors").
 DOCUMENTED = {
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.NOT_FOUND,

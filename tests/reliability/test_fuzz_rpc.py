@@ -4,7 +4,7 @@ Requests are random bytes, mutations of valid serialized requests, and
 structured requests whose fields are drawn from valid, edge and random
 values, with and without the right bearer token. For every call:
 
-- the answer is OK or one of the documented statuses (README, "Errors");
+- the answer is OK or one of the documented statuses (docs/CLIENT.md, "Errors");
   INTERNAL is allowed only as gRPC's own refusal of bytes that do not parse,
   never as the handler's "internal error";
 - a refused call changes nothing in the server's database;

@@ -7,7 +7,7 @@ retryable (UNAVAILABLE, kind `overloaded`, the configured retry advice),
 and the stock clients backed off (never more refused requests than one per
 advised wait and client); the backlog never exceeded its limit by more than
 one request; the leader's resident memory stayed within the documented
-bound (README, "Admission control"); after the clients stopped, the backlog
+bound (docs/OPERATING.md, "Admission control"); after the clients stopped, the backlog
 drained, and the batch collected holds exactly the reports acknowledged
 (count and sum). Throughput and memory are recorded, never asserted as
 timings.
@@ -46,7 +46,7 @@ MAX_PENDING_PER_TASK = 20_000
 MAX_PENDING = 30_000
 RETRY_AFTER = 1.0
 MAX_MESSAGE_BYTES = 1 << 20
-# The documented bound on the leader's memory (README, "Admission
+# The documented bound on the leader's memory (docs/OPERATING.md, "Admission
 # control"): its resident size when idle, plus 4 x max_message_bytes for
 # each request it holds (the default 8 workers' and 16 queued for them),
 # plus 64 MiB for the database's page caches and the allocator's arenas.

@@ -869,7 +869,7 @@ class AggregationWorker:
         # The compiled field kernels are loaded (or built) at start, not inside
         # the first aggregation job: about half a second of CPU (more on a
         # machine's first start) that the first job's reports paid, and that
-        # showed as ~100 µs per report in a run of 6000 (docs/SCALING.md). A
+        # showed as ~100 µs per report in a run of 6000 (docs/reports/SCALING.md). A
         # worker serves nothing meanwhile, so it need not load them aside.
         kernels()
 

@@ -194,7 +194,7 @@ class SqliteDatastore(Datastore):
             raise StoreInUse(
                 f"the SQLite database {self.path} is in use by another veil process;"
                 " SQLite serves one process: to run several, use PostgreSQL"
-                " (docs/SCALING.md)"
+                " (docs/reports/SCALING.md)"
             ) from None
         self._claim = fd
 

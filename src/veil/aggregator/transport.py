@@ -31,7 +31,7 @@ share an address, and a cap on it would let one of them lock out the rest.
 
 Servicer methods stay synchronous and see a `CallContext`: the part of
 grpc.ServicerContext they use (metadata, peer, trailing metadata, abort).
-docs/RELIABILITY.md gives the measurements behind these choices.
+docs/reports/RELIABILITY.md gives the measurements behind these choices.
 """
 
 from __future__ import annotations

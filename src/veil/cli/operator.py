@@ -148,7 +148,7 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
         print(
             f"TLS: each server's certificate and key go in {dep.leader_config.parent}/tls/"
             f"leader.crt and leader.key, {dep.helper_config.parent}/tls/helper.crt and"
-            " helper.key (README section 'Deploying a survey across two organisations')."
+            " helper.key (docs/DEPLOYING.md, 'Deploying a survey across two organisations')."
         )
         if args.leader_ca is None:
             print(

@@ -260,7 +260,7 @@ class PrivacyStatement:
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The `privacy` object of `veil task new --json` (see the README)."""
+        """The `privacy` object of `veil task new --json` (see docs/DEPLOYING.md)."""
         out: dict[str, Any] = {
             "unit": self.unit,
             "neighbouring": self.neighbouring.value,

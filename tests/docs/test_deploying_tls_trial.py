@@ -1,4 +1,4 @@
-"""The README's one-machine TLS trial, run as written: each organisation's CA,
+"""docs/DEPLOYING.md's one-machine TLS trial, run as written: each organisation's CA,
 `veil survey deploy` pinning both, leaf certificates with IP SANs. Then both
 servers start from the written configs and a client that trusts each CA for
 its own aggregator only reaches both over TLS (issue 13, item 2)."""
@@ -6,7 +6,6 @@ its own aggregator only reaches both over TLS (issue 13, item 2)."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from tests.support.docs import section_blocks
 from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
@@ -27,18 +27,20 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_trial() -> str:
-    """The README's shell block that deploys with pinned CAs."""
-    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    found = [b for b in blocks if "--leader-ca leader-ca.crt" in b and "openssl req" in b]
-    assert len(found) == 1, "the README's TLS trial block is missing"
+def tls_trial() -> str:
+    """The document's shell block that deploys with pinned CAs."""
+    blocks = section_blocks(
+        "docs/DEPLOYING.md", "Deploying a survey across two organisations", "sh"
+    )
+    found = [b.code for b in blocks if "--leader-ca leader-ca.crt" in b.code]
+    assert len(found) == 1 and "openssl req" in found[0], "the TLS trial block is missing"
     return found[0]
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-def test_readme_tls_trial_runs(tmp_path: Path) -> None:
+def test_tls_trial_runs_as_written(tmp_path: Path) -> None:
     leader_addr, helper_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    script = readme_trial()
+    script = tls_trial()
     assert "127.0.0.1:7001" in script and "127.0.0.1:7002" in script
     script = script.replace("127.0.0.1:7001", leader_addr).replace("127.0.0.1:7002", helper_addr)
     (tmp_path / "examples").mkdir()

@@ -17,14 +17,13 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from tests.support.docs import blocks as doc_blocks
 from veil.aggregator.local import ServerProcess, free_port
 from veil.deploy import deploy_survey
 from veil.survey import parse_survey
 from veil.times import format_time
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "POSTGRESQL.md"
 
 SURVEY = """\
 [survey]
@@ -41,7 +40,7 @@ kind = "yes_no"
 
 
 def blocks() -> list[str]:
-    return re.findall(r"```sh\n(.*?)```", DOC.read_text(), re.S)
+    return [b.code for b in doc_blocks("docs/POSTGRESQL.md", "sh")]
 
 
 def _drop(dsn: str) -> None:

@@ -1,14 +1,13 @@
-"""The README's "Run a survey" walk-through, run as written: each shell block
-in order, in an empty directory, with the `veil` of this checkout. Only the
-window is shortened (the README waits three minutes), the ports are free
-ones, and the servers the README starts in the background are started and
-stopped by the test."""
+"""docs/SURVEYS.md's "Run a survey" walk-through, run as written: each shell
+block in order, in an empty directory, with the `veil` of this checkout. Only
+the window is shortened (the document waits three minutes), the ports are
+free ones, and the servers the document starts in the background are started
+and stopped by the test."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docs import section_blocks
 from veil.aggregator.local import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
@@ -24,11 +24,8 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def section_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Run a survey\n") :]
-    section = section[: section.index("\n## ", 1)]
-    return re.findall(r"```sh\n(.*?)```", section, re.S)
+def walkthrough_blocks() -> list[str]:
+    return [b.code for b in section_blocks("docs/SURVEYS.md", "Run a survey", "sh")]
 
 
 def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -43,8 +40,8 @@ def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_readme_run_a_survey(tmp_path: Path) -> None:
-    write, deploy, servers, respond, status, collect = section_blocks()
+def test_run_a_survey_as_written(tmp_path: Path) -> None:
+    write, deploy, servers, respond, status, collect = walkthrough_blocks()
     leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     ports = {"127.0.0.1:7101": leader, "127.0.0.1:7102": helper}
 
@@ -60,7 +57,7 @@ def test_readme_run_a_survey(tmp_path: Path) -> None:
     )
     done = bash(short, tmp_path)
     assert done.returncode == 0, done.stderr
-    # The plan at the expected 4 and at 1,000 respondents, as the README says.
+    # The plan at the expected 4 and at 1,000 respondents, as the document says.
     assert "expected accuracy at 4 respondents" in done.stdout
     assert "expected accuracy at 1,000 respondents" in done.stdout
     assert "will be marked indicative only" in done.stdout

@@ -1,0 +1,239 @@
+"""Every document as a whole: each runnable block of README.md and docs/ is
+claimed by a test (or says why the suite does not run it), every `veil`
+command a document shows is one the CLI accepts, every relative link
+resolves, and the README stays a first page."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.docs import ROOT, Block, anchors, blocks, documents, read, section_blocks
+from veil.cli import build_parser
+
+README_LIMIT = 8_000
+
+# The runnable blocks (sh, python, toml) of each document, by the heading
+# they sit under, and the test that runs them as written (with free ports,
+# shorter waits, and the servers a walk-through starts in the background
+# started by the test).
+RUN = {
+    ("README.md", "A survey in ten lines"): "tests/docs/test_doc_blocks.py",
+    ("docs/SURVEYS.md", "Run a survey"): "tests/docs/test_surveys_walkthrough.py",
+    ("docs/DEPLOYING.md", "Deploying a survey across two organisations"): (
+        "tests/docs/test_deploying_tls_trial.py"
+    ),
+    ("docs/CLIENT.md", "Blocking"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "asyncio"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "Durable outbox"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "Building reports without the network"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "Collecting from Python"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "The Prio3 core"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "The wire format and the API reference"): "tests/test_api_docs.py",
+    ("docs/POSTGRESQL.md", "1. A role and a database"): "tests/docs/test_postgresql_walkthrough.py",
+    ("docs/POSTGRESQL.md", "2. The DSN, without the password in the config"): (
+        "tests/docs/test_postgresql_walkthrough.py"
+    ),
+    ("docs/POSTGRESQL.md", "3. What runs at start"): "tests/docs/test_postgresql_walkthrough.py",
+    ("docs/POSTGRESQL.md", "4. Backups"): "tests/docs/test_postgresql_walkthrough.py",
+    ("docs/SURVEYS.md", "Before deploying: `veil simulate`"): "tests/docs/test_doc_blocks.py",
+    ("docs/OBSERVATIONS.md", "Kept true by a test"): "tests/test_observations.py",
+}
+
+# The blocks the suite does not run as written: why, and what checks them.
+# (Every `veil` command in them is still parsed by the CLI, below.)
+NOT_RUN = {
+    ("README.md", "Quick start"): (
+        "a fresh virtual environment and pip install: .ci/run runs the test command"
+        " (tests/docs/test_development_commands.py), tests/test_demo.py runs `veil demo`"
+    ),
+    ("docs/DEVELOPMENT.md", "Tests"): (
+        "the suite itself, the JavaScript tests and the README's command: run by .ci/run"
+        " (tests/docs/test_development_commands.py checks they are the same)"
+    ),
+    ("docs/DEVELOPMENT.md", "Checks"): "ruff and mypy: run by .ci/run",
+    ("docs/reports/RELIABILITY.md", "Running the suites"): "the reliability suites themselves",
+    ("docs/PERFORMANCE.md", "Sharding and verifying: the batched path"): (
+        "benchmarks take minutes and assert nothing; the scripts named exist (below)"
+    ),
+    ("docs/PRIVACY.md", "Privacy: three guarantees"): (
+        "`veil simulate` with servers, as tests/test_demo.py runs it; its options are parsed"
+    ),
+    ("docs/SURVEYS.md", "One answer per respondent: invitations"): (
+        "the issuer is a long-running server: tests/integration/test_invitations_journey.py"
+        " runs the journey; the three commands are parsed"
+    ),
+    ("docs/DEPLOYING.md", "The survey page: respondents in a browser"): (
+        "a long-running server: tests/web/test_serve.py serves the page; the command is parsed"
+    ),
+    ("docs/DEPLOYING.md", "Scaling out on PostgreSQL"): (
+        "long-running servers on PostgreSQL: tests/integration/test_scale_out.py runs them;"
+        " the commands are parsed"
+    ),
+    ("docs/DEPLOYING.md", "Running the servers by hand"): (
+        "tests/docs/test_client_doc.py runs the same task's client side; the commands are parsed"
+    ),
+    ("docs/CONFIGURATION.md", "Server configuration"): "a reference, with placeholder files",
+    ("docs/OPERATING.md", "HPKE key rotation"): (
+        "tests/aggregator/test_maintenance.py rotates keys; the commands are parsed"
+    ),
+}
+
+
+def runnable_blocks() -> list[Block]:
+    return [b for doc in documents() for b in blocks(doc)]
+
+
+def test_every_runnable_block_is_claimed() -> None:
+    found = {(b.doc, b.section) for b in runnable_blocks()}
+    claimed = set(RUN) | set(NOT_RUN)
+    assert not set(RUN) & set(NOT_RUN)
+    unclaimed = sorted(found - claimed)
+    assert not unclaimed, (
+        f"blocks no test runs: {unclaimed}; run them in a test under tests/docs and name it in RUN"
+    )
+    stale = sorted(claimed - found)
+    assert not stale, f"claims of blocks that are gone (or moved): {stale}"
+
+
+@pytest.mark.parametrize(("doc", "heading"), sorted(RUN))
+def test_the_claiming_test_reads_its_document(doc: str, heading: str) -> None:
+    test = ROOT / RUN[doc, heading]
+    assert test.is_file(), test
+    # A documentation test names the document it runs (the others, such as
+    # tests/test_api_docs.py, run what the block runs through its function).
+    if test.parent == ROOT / "tests" / "docs":
+        assert doc in test.read_text(), f"{test} does not read {doc}"
+
+
+def command_lines(code: str) -> list[str]:
+    """The `veil ...` commands of a shell block: continuation lines joined,
+    heredoc bodies skipped, each command cut at its `&&`, `;`, `|`,
+    redirection, background `&` or comment."""
+    lines: list[str] = []
+    heredoc: str | None = None
+    pending = ""
+    for raw in code.splitlines():
+        if heredoc is not None:
+            if raw.strip() == heredoc:
+                heredoc = None
+            continue
+        line = pending + raw
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        marker = re.search(r"<<-?\s*'?(\w+)'?", line)
+        if marker:
+            heredoc = marker.group(1)
+        lines.append(line)
+    commands = []
+    for line in lines:
+        for part in re.split(r"&&|;|\|", line):
+            words = shlex.split(part, comments=True)
+            if words[:1] != ["veil"]:
+                continue
+            cut = next(
+                (i for i, w in enumerate(words) if w in ("&", ">", "2>&1") or w.startswith(">")),
+                len(words),
+            )
+            commands.append(shlex.join(words[1:cut]))
+    return commands
+
+
+def test_every_veil_command_shown_is_accepted_by_the_cli() -> None:
+    seen = 0
+    for block in runnable_blocks():
+        if block.lang != "sh":
+            continue
+        for command in command_lines(block.code):
+            seen += 1
+            try:
+                build_parser().parse_args(shlex.split(command))
+            except SystemExit:
+                pytest.fail(f"{block.doc}:{block.line}: `veil {command}` is refused by the CLI")
+    assert seen >= 30, seen
+
+
+def test_every_script_shown_exists() -> None:
+    for block in runnable_blocks():
+        for script in re.findall(r"python3? (scripts/\S+\.py)", block.code):
+            assert (ROOT / script).is_file(), f"{block.doc}:{block.line}: {script}"
+
+
+def test_the_readme_is_a_first_page() -> None:
+    text = read("README.md")
+    assert len(text) <= README_LIMIT, (
+        f"README.md has {len(text):,} characters, over {README_LIMIT:,}: move the detail to docs/"
+    )
+    # The two commands a newcomer types.
+    first, tests = (b.code for b in section_blocks("README.md", "Quick start", "sh"))
+    assert first.endswith("pip install -e . && veil demo\n")
+    assert tests.endswith("pip install -e '.[test]' && pytest\n")
+
+
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def prose(doc: str) -> str:
+    """The document without its fenced blocks and inline code."""
+    text = re.sub(r"^(`{3,}).*?^\1\s*$", "", read(doc), flags=re.M | re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+@pytest.mark.parametrize("doc", documents())
+def test_every_relative_link_resolves(doc: str) -> None:
+    base = (ROOT / doc).parent
+    broken = []
+    for target in _LINK.findall(prose(doc)):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # https:, mailto: ...
+        path, _, anchor = target.partition("#")
+        file = (base / path).resolve() if path else ROOT / doc
+        if not file.exists() or (
+            anchor
+            and file.suffix == ".md"
+            and anchor not in anchors(file.relative_to(ROOT).as_posix())
+        ):
+            broken.append(target)
+    assert not broken, f"{doc}: links that lead nowhere: {broken}"
+
+
+def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_readme_survey_in_ten_lines_runs_as_written(tmp_path: Path) -> None:
+    (block,) = section_blocks("README.md", "A survey in ten lines", "sh")
+    assert len(block.code.splitlines()) <= 16
+    done = bash(block.code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Team check-in: expected accuracy at 1,000 respondents" in done.stdout
+    rows = [line.split()[0] for line in done.stdout.splitlines()[3:5]]
+    assert rows == ["remote", "team"], done.stdout
+
+
+def test_the_simulate_sweep_runs_as_written(tmp_path: Path) -> None:
+    """The sweep runs no servers; the other line (servers, 10,000 respondents)
+    is tests/test_demo.py's simulate with fewer."""
+    (block,) = section_blocks("docs/SURVEYS.md", "Before deploying: `veil simulate`", "sh")
+    (sweep,) = [line for line in block.code.splitlines() if "--sweep-epsilon" in line]
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "survey.toml").write_text(read("examples/survey.toml"))
+    done = bash(sweep, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
