@@ -162,7 +162,9 @@ def report_checksum(report_id: bytes) -> bytes:
 
 
 def xor(a: bytes, b: bytes) -> bytes:
-    return bytes(x ^ y for x, y in zip(a, b, strict=True))
+    if len(a) != len(b):
+        raise ValueError("xor of byte strings of different lengths")
+    return (int.from_bytes(a) ^ int.from_bytes(b)).to_bytes(len(a))
 
 
 def authorize(task: Task, token: str | None, stored_hash: bytes | None, who: str) -> None:
@@ -261,16 +263,17 @@ def job_deltas(
     triples of reports that passed, with each bucket's output shares added
     in the batch field and converted once."""
     rows: dict[int, list[int]] = {}
-    sums: dict[int, bytes] = {}
+    sums: dict[int, int] = {}  # the XOR of the reports' checksums, as an integer
+    sha256 = hashlib.sha256
     for bucket, report_id, row in accepted:
         rows.setdefault(bucket, []).append(row)
-        sums[bucket] = xor(sums.get(bucket, bytes(CHECKSUM_SIZE)), report_checksum(report_id))
+        sums[bucket] = sums.get(bucket, 0) ^ int.from_bytes(sha256(report_id).digest())
     return [
         BatchAggregate(
             bucket,
             batch.vdaf.encode_agg_share(batch.aggregate_rows(out_shares, picked)),
             len(picked),
-            sums[bucket],
+            sums[bucket].to_bytes(CHECKSUM_SIZE),
         )
         for bucket, picked in rows.items()
     ]
@@ -425,9 +428,15 @@ class AggregatorBase(Generic[AT]):
         return keypair
 
     def open_share(
-        self, keypair: HpkeKeypair | None, ct: Ciphertext, info: bytes
+        self,
+        keypair: HpkeKeypair | None,
+        ct: Ciphertext,
+        info: bytes,
+        tally: dict[str, int] | None = None,
     ) -> ReportRejection | bytes:
-        """Open an input share: the plaintext, or the rejection reason. Counted in metrics."""
+        """Open an input share: the plaintext, or the rejection reason. Counted
+        in the metrics, or with `tally` added to it by outcome, for
+        `count_opens` to count once per job rather than once per share."""
         if keypair is None:
             outcome: ReportRejection | bytes = HPKE_UNKNOWN_CONFIG_ID
         else:
@@ -435,10 +444,18 @@ class AggregatorBase(Generic[AT]):
                 outcome = open_(keypair, ct, info)
             except HpkeError:
                 outcome = HPKE_DECRYPT_ERROR
-        if self.metrics is not None:
-            label = outcome.value if isinstance(outcome, ReportRejection) else "ok"
+        label = outcome.value if isinstance(outcome, ReportRejection) else "ok"
+        if tally is not None:
+            tally[label] = tally.get(label, 0) + 1
+        elif self.metrics is not None:
             self.metrics.hpke_opens.labels(label).inc()
         return outcome
+
+    def count_opens(self, tally: dict[str, int]) -> None:
+        """Count the outcomes `open_share` added to `tally` in the metrics."""
+        if self.metrics is not None:
+            for label, n in tally.items():
+                self.metrics.hpke_opens.labels(label).inc(n)
 
     def task(self, task_id: bytes) -> AT:
         task = self.tasks.get(task_id)

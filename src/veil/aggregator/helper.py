@@ -80,19 +80,28 @@ _NOT_RECORDED = (INVALID_MESSAGE, REPORT_TOO_EARLY, INVALID_TOKEN)
 _COMMIT_ATTEMPTS = 5
 
 
+_LENGTH = struct.Struct(">I").pack
+_TIME_AND_CONFIG = struct.Struct(">QB").pack
+
+
 def request_hash(task_id: bytes, job_id: bytes, items: Sequence[VerifyInitItem]) -> bytes:
-    h = hashlib.sha256(task_id + job_id)
+    """SHA-256 over the task, the job id and each item's fields, each field
+    prefixed by its length (the bytes joined first and hashed at once)."""
+    parts = [task_id, job_id]
+    append = parts.append
     for it in items:
+        ct = it.encrypted_input_share
         for part in (
             it.report_id,
-            struct.pack(">QB", it.time, it.encrypted_input_share.config_id),
+            _TIME_AND_CONFIG(it.time, ct.config_id),
             it.public_share,
-            it.encrypted_input_share.enc,
-            it.encrypted_input_share.payload,
+            ct.enc,
+            ct.payload,
             it.leader_verifier_share,
         ):
-            h.update(struct.pack(">I", len(part)) + part)
-    return h.digest()
+            append(_LENGTH(len(part)))
+            append(part)
+    return hashlib.sha256(b"".join(parts)).digest()
 
 
 def _encode_response(results: Sequence[VerifyResult]) -> bytes:
@@ -229,8 +238,10 @@ class Helper(AggregatorBase[HelperTask]):
         reasons: list[ReportRejection | None] = []
         opened: list[int] = []
         plaintexts: list[bytes] = []
+        horizon = task.report_horizon(now)
+        tally: dict[str, int] = {}  # HPKE outcomes, counted once for the job
         for i, it in enumerate(items):
-            reason, plaintext = self._check_and_open(task, now, it, seen, collected)
+            reason, plaintext = self._check_and_open(task, now, horizon, it, seen, collected, tally)
             # Neither a malformed report's id nor that of a report too early
             # by this helper's clock is recorded: nothing of it was counted,
             # and the leader sends a too-early report again later (in a new
@@ -242,6 +253,7 @@ class Helper(AggregatorBase[HelperTask]):
             if reason is None:
                 opened.append(i)
                 plaintexts.append(plaintext)
+        self.count_opens(tally)
         messages: dict[int, bytes] = {}
         if opened:
             accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
@@ -281,11 +293,15 @@ class Helper(AggregatorBase[HelperTask]):
         self,
         task: HelperTask,
         now: float,
+        horizon: int | None,
         it: VerifyInitItem,
         seen: set[bytes],
         collected: dict[int, bool],
+        tally: dict[str, int],
     ) -> tuple[ReportRejection | None, bytes]:
-        """The helper's own checks of one report, then HPKE: (reason, plaintext)."""
+        """The helper's own checks of one report, then HPKE: (reason,
+        plaintext). `horizon` is `task.report_horizon(now)`; HPKE outcomes are
+        added to `tally` (`open_share`)."""
         # Times are stored as 64-bit signed integers: anything else is malformed,
         # and a malformed report's id is not recorded as seen.
         if len(it.report_id) != REPORT_ID_SIZE or not 0 <= it.time < 2**63:
@@ -296,7 +312,6 @@ class Helper(AggregatorBase[HelperTask]):
             return REPORT_TOO_EARLY, b""
         if not task.not_before <= it.time < task.not_after:
             return TASK_EXPIRED, b""
-        horizon = task.report_horizon(now)
         if horizon is not None and it.time < horizon:
             # Expired: its replay record may already be gone (DAP: report_dropped).
             return REPORT_DROPPED, b""
@@ -308,7 +323,7 @@ class Helper(AggregatorBase[HelperTask]):
             return BATCH_COLLECTED, b""
         ct = it.encrypted_input_share
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
-        plaintext = self.open_share(self.keypair(ct.config_id), ct, info)
+        plaintext = self.open_share(self.keypair(ct.config_id), ct, info, tally)
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
         if task.issuer_public_key is not None:

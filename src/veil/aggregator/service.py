@@ -304,16 +304,23 @@ class HelperService(helper_pb2_grpc.HelperServicer):
     def Aggregate(
         self, request: helper_pb2.AggregationJobRequest, context: grpc.ServicerContext
     ) -> helper_pb2.AggregationJobResponse:
-        items = [
-            VerifyInitItem(
-                v.report_share.metadata.report_id,
-                v.report_share.metadata.time,
-                v.report_share.public_share,
-                ciphertext_from_pb(v.report_share.encrypted_input_share, f"report {i}"),
-                v.leader_verifier_share,
+        items = []
+        for i, v in enumerate(request.verify_inits):
+            # Each sub-message read once (every read of a field builds an object).
+            share = v.report_share
+            metadata = share.metadata
+            ct = share.encrypted_input_share
+            if ct.config_id > 255:
+                ciphertext_from_pb(ct, f"report {i}")  # refused, naming the report
+            items.append(
+                VerifyInitItem(
+                    metadata.report_id,
+                    metadata.time,
+                    share.public_share,
+                    Ciphertext(ct.config_id, ct.enc, ct.payload),
+                    v.leader_verifier_share,
+                )
             )
-            for i, v in enumerate(request.verify_inits)
-        ]
         results = self.helper.aggregate(
             request.task_id, bearer_token(context), request.aggregation_job_id, items
         )
