@@ -61,8 +61,9 @@ _ONESHOT = _load_oneshot()
 _COMPILED = sys.byteorder == "little"
 
 
-def turboshake_rows(messages: Arr, out_len: int) -> Arr:
-    """TurboSHAKE128 (domain byte 1) of each row of the ``uint8`` array
+def turboshake_rows(messages: Arr, out_len: int, domain: int = _DOMAIN) -> Arr:
+    """TurboSHAKE128 (domain byte ``domain``, 1 for the XOF, 2 for the fixed
+    AES keys of XofFixedKeyAes128) of each row of the ``uint8`` array
     ``messages``; a ``(rows, out_len)`` ``uint8`` array."""
     messages = np.ascontiguousarray(messages, dtype=np.uint8)
     rows, msg_len = messages.shape
@@ -73,7 +74,7 @@ def turboshake_rows(messages: Arr, out_len: int) -> Arr:
     # the one-shot C entry point 0.2 us plus about 0.5 us per call.
     permutations = msg_len // _RATE + 1 + (out_len - 1) // _RATE
     if _COMPILED and out_len and (_ONESHOT is None or permutations <= 3):
-        kernels().turboshake128_rows(messages, np.uint8(_DOMAIN), out)
+        kernels().turboshake128_rows(messages, np.uint8(domain), out)
         return out
     if _ONESHOT is not None:
         lib, ffi = _ONESHOT
@@ -81,10 +82,12 @@ def turboshake_rows(messages: Arr, out_len: int) -> Arr:
         dst = ffi.from_buffer(out)
         oneshot = lib.keccak_oneshot
         for i in range(rows):
-            oneshot(src + i * msg_len, msg_len, dst + i * out_len, out_len, _CAPACITY, _ROUNDS, 1)
+            oneshot(
+                src + i * msg_len, msg_len, dst + i * out_len, out_len, _CAPACITY, _ROUNDS, domain
+            )
         return out
     for i in range(rows):
-        h = TurboSHAKE128.new(domain=_DOMAIN, data=messages[i].tobytes())
+        h = TurboSHAKE128.new(domain=domain, data=messages[i].tobytes())
         out[i] = np.frombuffer(h.read(out_len), dtype=np.uint8)
     return out
 

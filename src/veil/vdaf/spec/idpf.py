@@ -143,7 +143,7 @@ class IdpfBBCGGI21:
             raise ValueError(f"rand must be {self.RAND_SIZE} bytes, got {len(rand)}")
         if len(nonce) != self.NONCE_SIZE:
             raise ValueError(f"nonce must be {self.NONCE_SIZE} bytes, got {len(nonce)}")
-        hashes = _Hashes(nonce)
+        hashes = FixedKeys(nonce)
         keys = [rand[: self.KEY_SIZE], rand[self.KEY_SIZE :]]
         seed = list(keys)
         ctrl = [False, True]
@@ -203,7 +203,7 @@ class IdpfBBCGGI21:
             raise ValueError(f"nonce must be {self.NONCE_SIZE} bytes, got {len(nonce)}")
         if len(public_share) != self.BITS:
             raise ValueError(f"the public share must have {self.BITS} correction words")
-        hashes = _Hashes(nonce)
+        hashes = FixedKeys(nonce)
         # Node of each prefix walked so far: (seed, ctrl, value share).
         nodes: dict[tuple[bool, ...], tuple[bytes, bool, list[int]]] = {(): (key, bool(agg_id), [])}
         out_share = []
@@ -226,7 +226,7 @@ class IdpfBBCGGI21:
 
     def eval_next(
         self,
-        hashes: _Hashes,
+        hashes: FixedKeys,
         prev_seed: bytes,
         prev_ctrl: bool,
         correction_word: CorrectionWord,
@@ -251,7 +251,7 @@ class IdpfBBCGGI21:
     # -- helpers, draft section 8.3.4 -----------------------------------
 
     def extend(
-        self, hashes: _Hashes, level: int, seed: bytes, ctx: bytes, nonce: bytes
+        self, hashes: FixedKeys, level: int, seed: bytes, ctx: bytes, nonce: bytes
     ) -> tuple[list[bytes], list[bool]]:
         """The two children's seeds and control bits; a control bit is the
         low bit of its seed's first byte, which is then cleared."""
@@ -264,7 +264,7 @@ class IdpfBBCGGI21:
         return [bytes(s[0]), bytes(s[1])], t
 
     def convert(
-        self, hashes: _Hashes, level: int, seed: bytes, ctx: bytes, nonce: bytes
+        self, hashes: FixedKeys, level: int, seed: bytes, ctx: bytes, nonce: bytes
     ) -> tuple[bytes, list[int]]:
         """The seed a node passes on and its ``VALUE_LEN`` value elements."""
         xof = self.current_xof(hashes, level, seed, DST_CONVERT + ctx, nonce)
@@ -272,7 +272,7 @@ class IdpfBBCGGI21:
         return next_seed, xof.next_vec(self.current_field(level), self.VALUE_LEN)
 
     def current_xof(
-        self, hashes: _Hashes, level: int, seed: bytes, dst: bytes, nonce: bytes
+        self, hashes: FixedKeys, level: int, seed: bytes, dst: bytes, nonce: bytes
     ) -> Xof:
         """XofFixedKeyAes128 below the leaf, XofTurboShake128 at it; the
         fixed AES key of a (tag, nonce) is derived once per call."""
@@ -325,10 +325,11 @@ class IdpfBBCGGI21:
         return public_share
 
 
-class _Hashes:
+class FixedKeys:
     """The fixed AES keys of one report (its nonce is the binder), one per
     tag, derived on first use: extend and convert each need one, used at
-    every inner level."""
+    every inner level. Callers of ``extend``/``convert``/``eval_next`` make
+    one per report: ``FixedKeys(nonce)``."""
 
     __slots__ = ("_binder", "_keys")
 
