@@ -12,26 +12,13 @@ from hypothesis import settings
 
 from tests.support.backends import KINDS, Backend
 from tests.support.postgres import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
+from tests.support.vectors import vectors_dir
 
 # CI replays the same examples every run, so a landing is never decided by a
 # random draw; developers' runs (and VEIL_TEST_LONG) explore new ones.
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
-
-# VEIL_TEST_LONG=1 runs the long mode of the fault, fuzz and load suites
-# (hundreds of thousands of cases, minutes of load); CI runs the short mode.
-LONG = os.environ.get("VEIL_TEST_LONG") == "1"
-
-# The vectors are not ours to commit: they come from $VEIL_VDAF_VECTORS or
-# from ../shared/vdaf-test-vectors beside the checkout.
-_DEFAULT_VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "vdaf-test-vectors"
-
-
-def vectors_dir() -> Path | None:
-    configured = os.environ.get("VEIL_VDAF_VECTORS")
-    path = Path(configured) if configured else _DEFAULT_VECTORS
-    return path if path.is_dir() else None
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from bench.coverage import answers, coverage, coverage_survey, format_coverage
-from tests.conftest import LONG
+from tests.support.modes import LONG
 
 RUNS = 3000 if LONG else 250
 

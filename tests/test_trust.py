@@ -3,40 +3,19 @@ a CA the task does not pin, malformed PEM and the retired `--ca` are refused."""
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
+from tests.support.tls import new_ca, pem
 from veil.cli import main
 from veil.collector import Collector
 from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task, write_toml
 from veil.trust import TrustError, check_roots, fingerprint, normalise_fingerprint
 
-
-def _self_signed(cn: str) -> x509.Certificate:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    now = datetime.datetime.now(datetime.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-
-
-LEADER_CA = _self_signed("leader CA")
-HELPER_CA = _self_signed("helper CA")
+_, LEADER_CA = new_ca("leader CA")
+_, HELPER_CA = new_ca("helper CA")
 LEADER_PEM = LEADER_CA.public_bytes(serialization.Encoding.PEM)
 HELPER_PEM = HELPER_CA.public_bytes(serialization.Encoding.PEM)
 
@@ -62,7 +41,7 @@ def test_pins() -> None:
         check_roots(HELPER_PEM, LEADER_PEM, fingerprint(LEADER_CA))
     # The pinned CA plus another one is not the pinned CA.
     with pytest.raises(TrustError, match="not the CA its task pins"):
-        check_roots(LEADER_PEM + _self_signed("x").public_bytes(serialization.Encoding.PEM),
+        check_roots(LEADER_PEM + pem(new_ca("x")[1]),
                     None, fingerprint(LEADER_CA))  # fmt: skip
 
 

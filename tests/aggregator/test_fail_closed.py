@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.deployment import Server, free_port
+from tests.support.deployment import Server, free_port
 from veil.aggregator.privacy import ExactReleaseRefused, PrivacyEngine
 from veil.aggregator.server import load_config
 from veil.aggregator.status import gather, render_text

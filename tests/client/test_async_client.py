@@ -15,7 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.deployment import Deployment, free_port, start_deployment
+from tests.support.deployment import Deployment, free_port, start_deployment
+from tests.support.times import past_bucket
 from veil.client import AsyncClient, Client, UploadError, UploadResult
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.task import DpSpec, VdafSpec
@@ -36,11 +37,6 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         yield d
     finally:
         d.stop()
-
-
-def past(hours: int) -> int:
-    now = int(time.time())
-    return now - now % TP - hours * TP
 
 
 class CountingExecutor(ThreadPoolExecutor):
@@ -69,10 +65,10 @@ def test_same_surface_as_the_blocking_client(dep: Deployment) -> None:
             with Client(task) as blocking:
                 for role in (ROLE_LEADER, ROLE_HELPER):
                     assert await client.hpke_config(role) == blocking.hpke_config(role)
-            assert (await client.upload(3, past(1))).accepted == 1
-            assert (await client.upload_batch([1, 2, 10], past(1))).accepted == 3
-            reports = await client.build_reports([4, 5], past(1))
-            assert all(r.time == past(1) for r in reports)
+            assert (await client.upload(3, past_bucket(1))).accepted == 1
+            assert (await client.upload_batch([1, 2, 10], past_bucket(1))).accepted == 3
+            reports = await client.build_reports([4, 5], past_bucket(1))
+            assert all(r.time == past_bucket(1) for r in reports)
             assert (await client.upload_reports(reports)).accepted == 2
             again = await client.upload_reports(reports)  # a resend: acknowledged, not stored
             assert (again.accepted, again.duplicates) == (0, 2)
@@ -93,8 +89,8 @@ def test_one_client_shared_by_many_tasks(dep: Deployment) -> None:
 
     async def run() -> list[Any]:
         async with AsyncClient(task) as client:
-            singles = [client.upload(i % 2, past(2)) for i in range(40)]
-            batches = [client.upload_batch([1] * 5, past(2)) for _ in range(4)]
+            singles = [client.upload(i % 2, past_bucket(2)) for i in range(40)]
+            batches = [client.upload_batch([1] * 5, past_bucket(2)) for _ in range(4)]
             return await asyncio.gather(*singles, *batches)
 
     results = asyncio.run(run())
@@ -132,8 +128,8 @@ def test_blocking_client_shared_by_threads(dep: Deployment) -> None:
     task = dep.tasks["count"].client
     before = dep.stored_reports("count")
     with Client(task) as client, ThreadPoolExecutor(max_workers=8) as pool:
-        jobs = [pool.submit(client.upload, 1, past(3)) for _ in range(40)]
-        jobs += [pool.submit(client.upload_batch, [0, 1, 1], past(3)) for _ in range(8)]
+        jobs = [pool.submit(client.upload, 1, past_bucket(3)) for _ in range(40)]
+        jobs += [pool.submit(client.upload_batch, [0, 1, 1], past_bucket(3)) for _ in range(8)]
         results = [j.result() for j in jobs]
     assert sum(r.accepted for r in results) == 64
     assert dep.stored_reports("count") == before + 64
@@ -150,7 +146,7 @@ def test_gathered_single_uploads_keep_their_own_errors(dep: Deployment) -> None:
             values = [i % 11 for i in range(60)]
             values[7] = values[42] = 11  # above max_measurement
             return await asyncio.gather(
-                *(client.upload(v, past(4)) for v in values), return_exceptions=True
+                *(client.upload(v, past_bucket(4)) for v in values), return_exceptions=True
             )
 
     results = asyncio.run(run())
@@ -184,7 +180,7 @@ def test_inside_a_web_applications_event_loop(dep: Deployment) -> None:
 
     async def answer(request: Request) -> JSONResponse:
         value = int(await request.body())
-        result = await request.app.state.client.upload(value, past(5))
+        result = await request.app.state.client.upload(value, past_bucket(5))
         return JSONResponse({"accepted": result.accepted})
 
     app = Starlette(routes=[Route("/answer", answer, methods=["POST"])], lifespan=lifespan)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.deployment import start_deployment
+from tests.support.deployment import start_deployment
 from veil.client import AsyncClient, Client
 from veil.task import DpSpec, VdafSpec
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.times import past_bucket
 from veil.client import (
     AsyncClient,
     Client,
@@ -162,20 +162,15 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         d.stop()
 
 
-def past(hours: int) -> int:
-    now = int(time.time())
-    return now - now % TP - hours * TP
-
-
 def test_leader_outage_keeps_reports_until_flushed_once(dep: Deployment, tmp_path: Path) -> None:
     box = str(tmp_path / "box")
     before = dep.stored_reports("count")
     with Client(dep.tasks["count"].client, outbox=box, retries=0) as client:
-        first = client.upload_batch([1, 1], report_time=past(1))
+        first = client.upload_batch([1, 1], report_time=past_bucket(1))
         assert (first.accepted, first.pending) == (2, 0)
         dep.leader.stop()
         try:
-            down = client.upload_batch([1, 1, 1], report_time=past(1))
+            down = client.upload_batch([1, 1, 1], report_time=past_bucket(1))
             assert (down.accepted, down.pending) == (0, 3)
             assert down.error is not None and "UNAVAILABLE" in down.error
         finally:
@@ -193,7 +188,7 @@ def test_resent_reports_are_acknowledged_once(dep: Deployment, tmp_path: Path) -
     (the client died in between) is acknowledged as a duplicate and removed."""
     before = dep.stored_reports("count")
     with Client(dep.tasks["count"].client) as plain:
-        sent = plain.build_reports([1, 1, 1], report_time=past(1))
+        sent = plain.build_reports([1, 1, 1], report_time=past_bucket(1))
         assert plain.upload_reports(sent[:2]).accepted == 2
     with Client(dep.tasks["count"].client, outbox=str(tmp_path / "box")) as client:
         assert client._base.outbox is not None
@@ -206,7 +201,7 @@ def test_resent_reports_are_acknowledged_once(dep: Deployment, tmp_path: Path) -
 def test_a_refused_report_is_kept_apart_from_the_good_ones(dep: Deployment, tmp_path: Path) -> None:
     before = dep.stored_reports("count")
     with Client(dep.tasks["count"].client, outbox=str(tmp_path / "box")) as client:
-        good = client.build_reports([1, 1], report_time=past(1))
+        good = client.build_reports([1, 1], report_time=past_bucket(1))
         bad = replace(good[0], report_id=bytes(16), time=good[0].time + 1)  # unaligned time
         result = client.upload_reports([good[0], bad, good[1]])
         assert (result.accepted, result.refused, result.pending) == (2, 1, 0)
@@ -225,7 +220,7 @@ def test_a_refusal_not_about_the_reports_keeps_them_pending(
     box = str(tmp_path / "box")
     task = dep.tasks["count"].client
     with Client(task) as client:
-        reports = client.build_reports([1, 1], report_time=past(1))
+        reports = client.build_reports([1, 1], report_time=past_bucket(1))
     unknown = replace(task, task_id=bytes(32))
     with Client(unknown, outbox=box) as client:
         assert client._base.outbox is not None
@@ -238,8 +233,8 @@ def test_a_refusal_not_about_the_reports_keeps_them_pending(
 def test_expired_reports_are_dropped_unsent(dep: Deployment, tmp_path: Path) -> None:
     task = dep.tasks["expiring"].client
     with Client(task, outbox=str(tmp_path / "box")) as client:
-        old = client.build_reports([1, 1], report_time=past(6))
-        fresh = client.build_reports([1], report_time=past(1))
+        old = client.build_reports([1, 1], report_time=past_bucket(6))
+        fresh = client.build_reports([1], report_time=past_bucket(1))
         assert client._base.outbox is not None
         client._base.outbox.add(task.task_id, old + fresh)
         result = client.flush()
@@ -253,10 +248,10 @@ def test_async_client_outbox(dep: Deployment, tmp_path: Path) -> None:
     async def run() -> None:
         task = dep.tasks["count"].client
         async with AsyncClient(task, outbox=box, retries=2, backoff=0.1) as client:
-            assert (await client.upload_batch([1, 1], report_time=past(1))).accepted == 2
+            assert (await client.upload_batch([1, 1], report_time=past_bucket(1))).accepted == 2
             dep.leader.stop()
             try:
-                down = await asyncio.gather(*(client.upload(1, past(1)) for _ in range(3)))
+                down = await asyncio.gather(*(client.upload(1, past_bucket(1)) for _ in range(3)))
                 assert all(r.accepted == 0 for r in down)
                 assert max(r.pending for r in down) == 3
             finally:

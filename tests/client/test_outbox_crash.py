@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.integration.deployment import start_deployment
+from tests.support.deployment import start_deployment
+from tests.support.wait import wait_until
 from veil.client import Outbox
 from veil.task import DpSpec, VdafSpec
 
@@ -29,14 +29,6 @@ TP = 3600
 
 def veil(*args: str) -> list[str]:
     return [sys.executable, "-m", "veil.cli", *args]
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def pending(box: Path) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.deployment import start_deployment
+from tests.support.deployment import start_deployment
 from tests.support.docs import section_blocks
 from veil.client import Client, Outbox
 from veil.collector import Collector

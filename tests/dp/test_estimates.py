@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from tests.conftest import LONG
+from tests.support.modes import LONG
 from veil.dp import (
     DPConfig,
     Estimate,

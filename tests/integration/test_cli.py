@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.deployment import Server, free_port
+from tests.support.cli import run_veil as veil
+from tests.support.deployment import Server, free_port
 from veil.times import format_time
 
 pytestmark = pytest.mark.slow
-
-
-def veil(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "veil.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_cli_round_trip(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
-from veil.client import UploadError, seal_report
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.reports import forged_report
+from tests.support.times import past_bucket
+from veil.client import UploadError
 from veil.collector import CollectionError
-from veil.hpke import ROLE_HELPER, ROLE_LEADER
-from veil.messages import vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = pytest.mark.slow
@@ -38,11 +38,6 @@ CASES: dict[str, tuple[VdafSpec, list[Any], Any]] = {
         [1, 0, 1, 1],
     ),
 }
-
-
-def past_bucket(hours_ago: int, tp: int = TP) -> int:
-    now = int(time.time())
-    return now - now % tp - hours_ago * tp
 
 
 @pytest.fixture(scope="module")
@@ -143,29 +138,6 @@ def test_tampered_reports_rejected_and_not_counted(dep: Deployment) -> None:
             text = resp.read().decode()
         for reason in reasons:
             assert f'veil_reports_rejected_total{{reason="{reason}",task="{label}"}} 1.0' in text
-
-
-def forged_report(client: Any, value: int, t: int) -> Any:
-    """A report whose leader input share was changed after sharding, correctly sealed."""
-    import secrets
-
-    vdaf = client.vdaf
-    report_id = secrets.token_bytes(16)
-    ctx = vdaf_ctx(client.task.task_id)
-    public_share, shares = vdaf.shard(ctx, value, report_id, secrets.token_bytes(vdaf.RAND_SIZE))
-    ps = vdaf.encode_public_share(public_share)
-    leader = bytearray(vdaf.encode_input_share(shares[0]))
-    leader[0] ^= 1  # first measurement-share element, still a valid field element
-    return seal_report(
-        client.task.task_id,
-        report_id,
-        t,
-        ps,
-        bytes(leader),
-        vdaf.encode_input_share(shares[1]),
-        client.hpke_config(ROLE_LEADER),
-        client.hpke_config(ROLE_HELPER),
-    )
 
 
 def test_replayed_report_counts_once(dep: Deployment) -> None:

@@ -10,18 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.times import past_bucket
 from veil.hpke import ROLE_HELPER
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
 TP = 3600
-
-
-def bucket(hours_ago: int) -> int:
-    now = int(time.time())
-    return now - now % TP - hours_ago * TP
 
 
 @pytest.fixture
@@ -49,7 +45,7 @@ def test_helper_down_then_restarted(dep: Deployment) -> None:
     client = dep.client("sum")
     client.hpke_config(ROLE_HELPER)  # clients cache the helper's key
     dep.helper.stop(signal.SIGKILL)
-    t = bucket(2)
+    t = past_bucket(2)
     values = _values(40)
     assert client.upload_batch(values, report_time=t).accepted == 40
     time.sleep(1.0)  # the leader's driver fails to reach the helper and keeps the jobs
@@ -60,7 +56,7 @@ def test_helper_down_then_restarted(dep: Deployment) -> None:
 
 
 def test_helper_killed_during_aggregation(dep: Deployment) -> None:
-    t = bucket(3)
+    t = past_bucket(3)
     values = _values(300)
     client = dep.client("sum")
     reports = [client.build_report(v, t) for v in values]
@@ -78,7 +74,7 @@ def test_helper_killed_during_aggregation(dep: Deployment) -> None:
 
 
 def test_leader_killed_during_aggregation(dep: Deployment) -> None:
-    t = bucket(4)
+    t = past_bucket(4)
     values = _values(1000)
     assert dep.client("sum").upload_batch(values, report_time=t).accepted == 1000
     time.sleep(0.1)  # the driver is now inside its first jobs
@@ -93,7 +89,7 @@ def test_acknowledged_upload_survives_kill_9(dep: Deployment) -> None:
     client = dep.client("sum")
     client.hpke_config(ROLE_HELPER)
     dep.helper.stop(signal.SIGKILL)  # nothing gets aggregated meanwhile
-    t = bucket(5)
+    t = past_bucket(5)
     assert client.upload_batch([3, 4], report_time=t).accepted == 2
     dep.leader.stop(signal.SIGKILL)
     dep.leader.start()
@@ -106,7 +102,7 @@ def test_acknowledged_upload_survives_kill_9(dep: Deployment) -> None:
 def test_noised_share_served_again_after_leader_crash(dep: Deployment) -> None:
     # A collection retried after a leader crash gets the stored noised shares:
     # the same result, and the budget is charged once.
-    t = bucket(2)
+    t = past_bucket(2)
     dep.client("noisy").upload_batch(_values(10), report_time=t)
     job_id = bytes(range(16))
     with dep.collector("noisy") as c:
@@ -120,7 +116,7 @@ def test_noised_share_served_again_after_leader_crash(dep: Deployment) -> None:
 
 
 def test_sigterm_is_graceful(dep: Deployment) -> None:
-    t = bucket(6)
+    t = past_bucket(6)
     dep.client("sum").upload_batch([1, 2, 3], report_time=t)
     assert dep.leader.stop(signal.SIGTERM) == 0
     assert dep.helper.stop(signal.SIGTERM) == 0
@@ -133,7 +129,7 @@ def test_sigterm_is_graceful(dep: Deployment) -> None:
 
 def test_client_retries_until_the_leader_is_back(dep: Deployment) -> None:
     client = dep.client("sum", backoff=0.2, retries=8)
-    t = bucket(7)
+    t = past_bucket(7)
     reports = [client.build_report(v, t) for v in (5, 6)]
     dep.leader.stop(signal.SIGKILL)
     import threading
@@ -155,7 +151,7 @@ def test_sigterm_during_uploads_loses_nothing(dep: Deployment) -> None:
     import threading
 
     client = dep.client("sum", backoff=0.2, retries=10)
-    t = bucket(8)
+    t = past_bucket(8)
     batches = [
         [client.build_report(v % 101, t) for v in range(i * 10, i * 10 + 10)] for i in range(20)
     ]

@@ -17,7 +17,7 @@ from functools import cache
 import grpc
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
+from tests.support.deployment import Deployment, start_deployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import UploadError, prepare_reports
 from veil.client.prepare import seal_report

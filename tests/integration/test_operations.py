@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -21,7 +19,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
+from tests.support.cli import run_veil
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.times import past_bucket
 from veil.client import Client, UploadError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.observations import json_paths, load_inventory, unclassified
@@ -29,11 +29,6 @@ from veil.task import DpSpec, VdafSpec
 
 TP = 3600
 NONE = DpSpec("none")
-
-
-def past_bucket(hours_ago: int) -> int:
-    now = int(time.time())
-    return now - now % TP - hours_ago * TP
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +59,7 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
 
 
 def veil(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "veil.cli", *args], capture_output=True, text=True, timeout=60
-    )
+    done = run_veil(*args, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

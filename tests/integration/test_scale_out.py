@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import LONG
-from tests.integration.deployment import Deployment
+from tests.support.deployment import Deployment
+from tests.support.modes import LONG
 from tests.support.postgres import as_url, with_schema
 from veil.aggregator.local import LocalDeployment
 from veil.task import DpSpec, VdafSpec

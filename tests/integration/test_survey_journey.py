@@ -10,9 +10,7 @@ The window is a few seconds long (time precision 2 s), so nothing waits long.
 from __future__ import annotations
 
 import csv
-import datetime
 import io
-import ipaddress
 import itertools
 import json
 import os
@@ -31,11 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from tests.support.cli import run_veil
+from tests.support.tls import write_ca, write_server_cert
 from veil.aggregator.local import ServerProcess, free_port
 from veil.hpke import generate_keypair
 from veil.task import load_task, write_toml
@@ -92,15 +88,8 @@ CONFIDENCE = "0.9999999"
 
 
 def veil(*args: str | Path, cwd: Path | None = None, timeout: float = 120) -> Any:
-    return subprocess.run(
-        [sys.executable, "-m", "veil.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        # The loopback plaintext warning is silenced as a user would silence it.
-        env=dict(os.environ, VEIL_LOG_LEVEL="error"),
-    )
+    # The loopback plaintext warning is silenced as a user would silence it.
+    return run_veil(*args, cwd=cwd, timeout=timeout, env={"VEIL_LOG_LEVEL": "error"})
 
 
 def panel(n: int, seed: int) -> list[dict[str, Any]]:
@@ -135,49 +124,14 @@ def truth(answers: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 # --- certificates for the TLS deployment (one CA per aggregator) -------------
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def issue(tls_dir: Path, role: str, out: Path) -> Path:
     """A CA for `role` (written to out/ROLE-ca.crt) and its server certificate
     for 127.0.0.1 in tls_dir/ROLE.crt and .key, as the deployment names them."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    key = ec.generate_private_key(ec.SECP256R1())
-
-    def cert(subject: str, public: Any, ca: bool) -> x509.Certificate:
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(_name(subject))
-            .issuer_name(_name(f"{role} CA"))
-            .public_key(public)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            b = b.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-        return b.sign(ca_key, hashes.SHA256())
-
     ca_path = out / f"{role}-ca.crt"
-    ca_path.write_bytes(
-        cert(f"{role} CA", ca_key.public_key(), True).public_bytes(serialization.Encoding.PEM)
+    ca_key, ca = write_ca(ca_path, f"{role} CA")
+    write_server_cert(
+        tls_dir / f"{role}.crt", tls_dir / f"{role}.key", "127.0.0.1", ca_key, ca.subject
     )
-    (tls_dir / f"{role}.crt").write_bytes(
-        cert("127.0.0.1", key.public_key(), False).public_bytes(serialization.Encoding.PEM)
-    )
-    (tls_dir / f"{role}.key").write_bytes(_pem_key(key))
     return ca_path
 
 

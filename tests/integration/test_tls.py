@@ -4,8 +4,6 @@ client certificate); an aggregator posing as the other is refused."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,11 +12,10 @@ from typing import Any
 import grpc
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from tests.integration.deployment import Server, free_port
+from tests.support.deployment import Server, free_port
+from tests.support.tls import write_ca, write_server_cert
 from veil.aggregator.local import ServerProcess
 from veil.client import AsyncClient, Client, UploadError
 from veil.collector import Collector
@@ -31,56 +28,8 @@ from veil.trust import TrustError, fingerprint
 pytestmark = pytest.mark.slow
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _cert(
-    cn: str,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: x509.Name,
-    signer: ec.EllipticCurvePrivateKey,
-    ca: bool,
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-    return builder.sign(signer, hashes.SHA256())
-
-
 def _write(path: Path, cn: str, ca_key: ec.EllipticCurvePrivateKey, ca_name: x509.Name) -> None:
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _cert(cn, key, ca_name, ca_key, ca=False)
-    path.with_suffix(".pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    path.with_suffix(".key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-
-
-def _ca(path: Path, cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = _cert(cn, key, _name(cn), key, ca=True)
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return key, cert
+    write_server_cert(path.with_suffix(".pem"), path.with_suffix(".key"), cn, ca_key, ca_name)
 
 
 def _server_config(
@@ -107,9 +56,9 @@ def _server_config(
 
 def test_tls_and_mtls(tmp_path: Path) -> None:
     """Each organisation has its own CA; clients trust each for its aggregator only."""
-    leader_ca_key, leader_ca = _ca(tmp_path / "leader-ca.pem", "leader CA")
-    helper_ca_key, helper_ca = _ca(tmp_path / "helper-ca.pem", "helper CA")
-    client_ca_key, client_ca = _ca(tmp_path / "client-ca.pem", "client CA")
+    leader_ca_key, leader_ca = write_ca(tmp_path / "leader-ca.pem", "leader CA")
+    helper_ca_key, helper_ca = write_ca(tmp_path / "helper-ca.pem", "helper CA")
+    client_ca_key, client_ca = write_ca(tmp_path / "client-ca.pem", "client CA")
     _write(tmp_path / "leader", "leader", leader_ca_key, leader_ca.subject)
     _write(tmp_path / "helper", "helper", helper_ca_key, helper_ca.subject)
     for name in ("leader-client", "client"):
@@ -176,8 +125,8 @@ def test_leader_cannot_pose_as_the_helper(tmp_path: Path) -> None:
     Before, clients trusted one bundle for both aggregators and sealed the
     helper's share to the attacker; now each aggregator has its own trust,
     and the fake helper's certificate fails the handshake."""
-    leader_ca_key, leader_ca = _ca(tmp_path / "leader-ca.pem", "leader CA")
-    _, helper_ca = _ca(tmp_path / "helper-ca.pem", "helper CA")
+    leader_ca_key, leader_ca = write_ca(tmp_path / "leader-ca.pem", "leader CA")
+    _, helper_ca = write_ca(tmp_path / "helper-ca.pem", "helper CA")
     # The fake helper's certificate: signed with the leader's CA key, for 127.0.0.1.
     _write(tmp_path / "fake", "helper", leader_ca_key, leader_ca.subject)
     fake_addr = f"127.0.0.1:{free_port()}"

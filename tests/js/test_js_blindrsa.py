@@ -9,7 +9,7 @@ import subprocess
 
 from cryptography.hazmat.primitives import serialization
 
-from tests.js.node import JS_DIR, require_node_client
+from tests.support.node import JS_DIR, require_node_client
 from veil.invite import blindrsa
 from veil.task import b64d, b64e
 

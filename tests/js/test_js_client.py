@@ -8,15 +8,15 @@ Python client's messages.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
-from tests.js.node import js_reports, require_node_client
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.node import js_reports, require_node_client
+from tests.support.times import past_bucket
 from veil.client import Report
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.task import DpSpec, VdafSpec
@@ -67,11 +67,6 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         yield d
     finally:
         d.stop()
-
-
-def past_bucket(hours_ago: int) -> int:
-    now = int(time.time())
-    return now - now % TP - hours_ago * TP
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.deployment import start_deployment
-from tests.js.node import JS_DIR, config_json, report_from_json, require_node_client, task_json
+from tests.support.deployment import start_deployment
+from tests.support.node import JS_DIR, config_json, report_from_json, require_node_client, task_json
 from veil.aggregator.local import free_port
 from veil.aggregator.storage import SqliteDatastore
 from veil.invite import blindrsa

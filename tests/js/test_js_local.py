@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.deployment import start_deployment
-from tests.js.node import js_reports, require_node_client
+from tests.support.deployment import start_deployment
+from tests.support.node import js_reports, require_node_client
 from veil.client import Report
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.task import DpSpec, VdafSpec

@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.deployment import Deployment
-from tests.reliability.common import record
+from tests.support.deployment import Deployment
+from tests.support.reliability import record
 from veil.aggregator.local import LocalDeployment
 from veil.client import UploadError
 from veil.task import DpSpec, VdafSpec

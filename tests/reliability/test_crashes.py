@@ -4,7 +4,7 @@ none) is exactly the sum of the valid reports the leader acknowledged.
 
 One run injects at least 20 crashes in short mode (about 100 in long mode).
 Kill moments are drawn with `secrets`, so every run tries other points; the
-figures of a run go to $VEIL_RELIABILITY_OUT (see tests/reliability/common.py).
+figures of a run go to $VEIL_RELIABILITY_OUT (see tests/support/reliability.py).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.conftest import LONG
-from tests.integration.deployment import start_deployment
-from tests.integration.test_end_to_end import forged_report
-from tests.reliability.common import TP, bucket, query, record
+from tests.support.deployment import start_deployment
+from tests.support.modes import LONG
+from tests.support.reliability import TP, bucket, query, record
+from tests.support.reports import forged_report
 from veil.aggregator.local import ServerProcess
 from veil.client import Client, Report, UploadError
 from veil.collector import CollectionError, Collector

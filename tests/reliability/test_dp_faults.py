@@ -21,11 +21,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import LONG
-from tests.integration.deployment import Deployment
-from tests.reliability.common import TP, bucket, query, record
 from tests.reliability.test_crashes import Chaos, _pause, _upload_until_acknowledged
+from tests.support.deployment import Deployment
+from tests.support.modes import LONG
 from tests.support.postgres import as_url, with_schema
+from tests.support.reliability import TP, bucket, query, record
+from tests.support.wait import wait_until
 from veil.aggregator.local import LocalDeployment
 from veil.client import Report
 from veil.collector import CollectionError, CollectionResult, Collector
@@ -172,13 +173,6 @@ def pg_dep(tmp_path: Path, postgres_server: str) -> Iterator[tuple[Deployment, s
         d.stop()
 
 
-def _wait(what: str, check: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.postgres
 def test_helper_killed_between_its_spend_and_its_store(
     pg_dep: tuple[Deployment, str, str],
@@ -203,7 +197,7 @@ def test_helper_killed_between_its_spend_and_its_store(
             ).fetchone()
             return int(row[0]) if row else 0
 
-    _wait("the helper to aggregate the reports", lambda: helper_count() == 30)
+    wait_until(lambda: helper_count() == 30, "the helper to aggregate the reports")
     job = secrets.token_bytes(16)
 
     def spent() -> list[str]:
@@ -228,7 +222,7 @@ def test_helper_killed_between_its_spend_and_its_store(
 
         collecting = threading.Thread(target=collect)
         collecting.start()
-        _wait("the helper's spend", lambda: spent() == [job.hex()])
+        wait_until(lambda: spent() == [job.hex()], "the helper's spend")
         dep.helper.stop(signal.SIGKILL)
     finally:
         lock.rollback()

@@ -24,9 +24,9 @@ from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import LONG
-from tests.reliability.common import record
-from tests.vdaf.test_fuzz import _mutate, mutations
+from tests.support.modes import LONG
+from tests.support.mutate import mutate, mutations
+from tests.support.reliability import record
 from veil.aggregator.server import ConfigError, load_config
 from veil.collector import CollectionError, Collector
 from veil.hpke import (
@@ -69,10 +69,10 @@ FILES = new_task(
 @given(
     config_id=st.integers(0, 255),
     enc=st.one_of(
-        st.just(CT.enc), st.binary(max_size=40), mutations.map(lambda o: _mutate(CT.enc, o))
+        st.just(CT.enc), st.binary(max_size=40), mutations.map(lambda o: mutate(CT.enc, o))
     ),
-    payload=st.one_of(st.binary(max_size=80), mutations.map(lambda o: _mutate(CT.payload, o))),
-    info=st.one_of(st.just(INFO), mutations.map(lambda o: _mutate(INFO, o))),
+    payload=st.one_of(st.binary(max_size=80), mutations.map(lambda o: mutate(CT.payload, o))),
+    info=st.one_of(st.just(INFO), mutations.map(lambda o: mutate(INFO, o))),
 )
 def test_hpke_open_raises_only_hpke_error(
     config_id: int, enc: bytes, payload: bytes, info: bytes
@@ -107,7 +107,7 @@ class _Pb:
 
 @FUZZ
 @given(
-    plaintext=st.one_of(st.binary(max_size=64), mutations.map(lambda o: _mutate(_SHARE, o))),
+    plaintext=st.one_of(st.binary(max_size=64), mutations.map(lambda o: mutate(_SHARE, o))),
     count=st.integers(0, 2**64 - 1),
 )
 def test_collector_opens_or_raises_collection_error(plaintext: bytes, count: int) -> None:
@@ -186,7 +186,7 @@ def test_task_files_raise_only_task_error(tmp_path: Path, data: st.DataObject, r
     with contextlib.suppress(TaskError):
         Task.from_dict(d)
     path = tmp_path / "task.toml"
-    path.write_bytes(_mutate(tomli_w.dumps(d).encode(), data.draw(mutations)))
+    path.write_bytes(mutate(tomli_w.dumps(d).encode(), data.draw(mutations)))
     with contextlib.suppress(TaskError):
         load_task(path)
 
@@ -212,7 +212,7 @@ def test_server_configs_raise_only_config_error(tmp_path: Path, data: st.DataObj
         if isinstance(d.get(sub), dict) and data.draw(st.booleans()):
             d[sub] = _perturb(d[sub], data.draw)
     path = tmp_path / "server.toml"
-    path.write_bytes(_mutate(tomli_w.dumps(d).encode(), data.draw(mutations)))
+    path.write_bytes(mutate(tomli_w.dumps(d).encode(), data.draw(mutations)))
     with contextlib.suppress(ConfigError):
         load_config(path)
 

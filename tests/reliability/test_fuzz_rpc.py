@@ -32,9 +32,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import LONG
-from tests.integration.deployment import Deployment
-from tests.reliability.common import (
+from tests.support.deployment import Deployment
+from tests.support.modes import LONG
+from tests.support.mutate import mutate, mutations
+from tests.support.reliability import (
     DOCUMENTED,
     TP,
     bucket,
@@ -42,7 +43,6 @@ from tests.reliability.common import (
     record,
     state_digest,
 )
-from tests.vdaf.test_fuzz import _mutate, mutations
 from veil.aggregator.local import LocalDeployment
 from veil.protocol.v1 import helper_pb2, leader_pb2, messages_pb2
 from veil.task import DpSpec, VdafSpec
@@ -299,7 +299,7 @@ def test_random_and_mutated_bytes(
     if how == "random":
         payload = data.draw(st.binary(max_size=2 * len(good) + 16))
     else:
-        payload = _mutate(good, data.draw(mutations))
+        payload = mutate(good, data.draw(mutations))
     env.send(role, method, payload, authorized, raw=True)
 
 
@@ -309,7 +309,7 @@ def _bytes(valid: bytes, size: int | None = None) -> st.SearchStrategy[bytes]:
         st.just(valid),
         st.binary(min_size=n, max_size=n),
         st.binary(max_size=2 * n + 8),
-        mutations.map(lambda ops: _mutate(valid, ops)),
+        mutations.map(lambda ops: mutate(valid, ops)),
     )
 
 
@@ -413,7 +413,7 @@ def test_refusals_changed_nothing_at_all(env: Env) -> None:
     before = {role: state_digest(env.db(role)) for role in ("leader", "helper")}
     for _ in range(200 if LONG else 50):
         for role, method in ALL_METHODS:
-            payload = _mutate(env.valid[(role, method)], [(1, secrets.randbelow(64), 0)])
+            payload = mutate(env.valid[(role, method)], [(1, secrets.randbelow(64), 0)])
             # Wrong token: every call that reaches the logic is refused.
             code, _ = _call(
                 env.channels[role],

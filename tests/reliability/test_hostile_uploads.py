@@ -25,8 +25,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
-from tests.reliability.common import TP, bucket, record
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.reliability import TP, bucket, record
 from veil.client import Client, Report, UploadError
 from veil.task import DpSpec, VdafSpec
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import LONG
-from tests.integration.deployment import start_deployment
-from tests.reliability.common import TP, bucket, query, record, rss_bytes
+from tests.support.deployment import start_deployment
+from tests.support.modes import LONG
+from tests.support.reliability import TP, bucket, query, record, rss_bytes
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.load]

@@ -18,9 +18,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
-from tests.integration.test_end_to_end import forged_report
-from tests.reliability.common import TP, bucket, record, rejections
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.reliability import TP, bucket, record, rejections
+from tests.support.reports import forged_report
 from veil.aggregator.core import ReportSizes
 from veil.client import Client, Report, UploadError, seal_report
 from veil.hpke import ROLE_HELPER, ROLE_LEADER

@@ -28,8 +28,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.deployment import Deployment, start_deployment
-from tests.reliability.common import TP, bucket, query, record, rss_bytes
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.reliability import TP, bucket, query, record, rss_bytes
 from veil.client import Client, UploadError
 from veil.task import DpSpec, VdafSpec
 

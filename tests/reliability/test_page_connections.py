@@ -26,8 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.common import record
-from tests.web.site import SurveyServers, sealed_report, start_serve, stop, survey_servers
+from tests.support.reliability import record
+from tests.support.survey_site import (
+    SurveyServers,
+    sealed_report,
+    start_serve,
+    stop,
+    survey_servers,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.adversarial]
 

@@ -17,9 +17,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.conftest import LONG
-from tests.integration.deployment import Deployment, start_deployment
-from tests.reliability.common import (
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.modes import LONG
+from tests.support.reliability import (
     TP,
     bucket,
     leader_verify_init_item,

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.deployment import start_deployment
-from tests.integration.test_end_to_end import forged_report
-from tests.reliability.common import TP, bucket, query, record
+from tests.support.deployment import start_deployment
+from tests.support.reliability import TP, bucket, query, record
+from tests.support.reports import forged_report
 from veil.client import UploadError
 from veil.collector import CollectionError
 from veil.task import DpSpec, VdafSpec

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.vdaf.test_vectors import _prio3_files, make_vdaf
+from tests.support.vectors import make_vdaf, vector_files
 from veil.aggregator.core import CHECKSUM_SIZE, job_deltas, report_checksum, xor
 from veil.aggregator.store.records import BatchAggregate
 from veil.vdaf import (
@@ -130,7 +130,7 @@ def _run_vector(tv: dict[str, Any], vdaf: Prio3[Any, Any], lifted: bool) -> int:
 
 
 @pytest.mark.parametrize("lifted", [False, True], ids=["vectorised", "lifted"])
-@pytest.mark.parametrize("name", _prio3_files())
+@pytest.mark.parametrize("name", vector_files("Prio3"))
 def test_vector_batched(vdaf_vectors: Path, name: str, lifted: bool) -> None:
     tv = json.loads((vdaf_vectors / name).read_text())
     vdaf = make_vdaf(name.removesuffix(".json"), tv)

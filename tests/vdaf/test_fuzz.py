@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import LONG
+from tests.support.modes import LONG
+from tests.support.mutate import mutate, mutations
 from veil.vdaf import (
     CodecError,
     Prio3,
@@ -46,25 +47,6 @@ def _report(vdaf: Prio3[Any, Any], measurement: Any) -> tuple[bytes, bytes, list
     nonce = secrets.token_bytes(16)
     public, inputs = vdaf.shard(CTX, measurement, nonce, secrets.token_bytes(vdaf.RAND_SIZE))
     return nonce, vdaf.encode_public_share(public), [vdaf.encode_input_share(s) for s in inputs]
-
-
-def _mutate(data: bytes, ops: list[tuple[int, int, int]]) -> bytes:
-    out = bytearray(data)
-    for kind, pos, val in ops:
-        if kind == 0 and out:
-            out[pos % len(out)] ^= 1 << (val % 8)
-        elif kind == 1:
-            out = out[: pos % (len(out) + 1)]
-        elif kind == 2:
-            out += bytes([val % 256]) * (1 + pos % 40)
-        elif kind == 3 and out:
-            out[pos % len(out)] = val % 256
-    return bytes(out)
-
-
-mutations = st.lists(
-    st.tuples(st.integers(0, 3), st.integers(0, 10_000), st.integers(0, 255)), max_size=4
-)
 
 
 def _decoders(
@@ -101,7 +83,7 @@ def test_decoders_raise_only_codec_errors(
         fuzzed = data.draw(
             st.one_of(
                 st.binary(max_size=2 * len(good) + 8),
-                mutations.map(lambda ops, g=good: _mutate(g, ops)),
+                mutations.map(lambda ops, g=good: mutate(g, ops)),
             )
         )
         with contextlib.suppress(CodecError):
@@ -116,9 +98,9 @@ def test_mutated_reports_verify_or_reject_cleanly(
 ) -> None:
     nonce, public, inputs = _report(vdaf, measurement)
     try:
-        public_share = vdaf.decode_public_share(_mutate(public, ops_pub))
+        public_share = vdaf.decode_public_share(mutate(public, ops_pub))
         shares = [
-            vdaf.decode_input_share(j, _mutate(s, o))
+            vdaf.decode_input_share(j, mutate(s, o))
             for j, (s, o) in enumerate(zip(inputs, (ops0, ops1), strict=True))
         ]
     except CodecError:

@@ -13,84 +13,19 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import vectors_dir
+from tests.support.vectors import make_vdaf, vector_files
 from veil.vdaf import (
-    Field64,
     Field128,
-    Prio3Count,
-    Prio3Histogram,
-    Prio3MultihotCountVec,
-    Prio3Sum,
-    Prio3SumVec,
-    Prio3SumVecWithMultiproof,
     VerifyError,
     XofFixedKeyAes128,
     XofTurboShake128,
 )
-from veil.vdaf.spec.circuits import GadgetCall, Valid
-from veil.vdaf.spec.gadgets import PolyEval
 from veil.vdaf.spec.idpf import IdpfBBCGGI21
 from veil.vdaf.spec.poplar1 import FieldVec, Poplar1, Poplar1VerifyState
-from veil.vdaf.spec.prio3 import Prio3, VerifierShare, VerifyState, prio3_with_circuit
+from veil.vdaf.spec.prio3 import VerifierShare, VerifyState
 
 
-class HigherDegree(Valid[int, int]):
-    """The draft's test-only circuit with a degree-3 gadget x(x-1)(x-2)."""
-
-    field = Field64
-    MEAS_LEN = 1
-    JOINT_RAND_LEN = 0
-    OUTPUT_LEN = 1
-    EVAL_OUTPUT_LEN = 1
-
-    def __init__(self) -> None:
-        self.GADGETS = [PolyEval([0, 2, -3, 1])]
-        self.GADGET_CALLS = [1]
-
-    def encode(self, measurement: int) -> list[int]:
-        return [measurement]
-
-    def eval(self, meas, joint_rand, num_shares, gadgets: list[GadgetCall]) -> list[int]:  # type: ignore[no-untyped-def]
-        return [gadgets[0]([meas[0]])]
-
-    def truncate(self, meas):  # type: ignore[no-untyped-def]
-        return list(meas)
-
-    def decode(self, output, num_measurements):  # type: ignore[no-untyped-def]
-        return output[0]
-
-
-def make_vdaf(name: str, tv: dict[str, Any]) -> Prio3[Any, Any]:
-    kind = name.rsplit("_", 1)[0] if not name.count("_bad_") else name.split("_bad_")[0]
-    shares = tv["shares"]
-    if kind == "Prio3Count":
-        return Prio3Count(shares)
-    if kind == "Prio3Sum":
-        return Prio3Sum(shares, tv["max_measurement"])
-    if kind == "Prio3SumVec":
-        return Prio3SumVec(shares, tv["length"], tv["max_measurement"], tv["chunk_length"])
-    if kind == "Prio3Histogram":
-        return Prio3Histogram(shares, tv["length"], tv["chunk_length"])
-    if kind == "Prio3MultihotCountVec":
-        return Prio3MultihotCountVec(shares, tv["length"], tv["max_weight"], tv["chunk_length"])
-    if kind == "Prio3SumVecWithMultiproof":
-        # Field and proof count are fixed by the draft's generator, not the JSON.
-        return Prio3SumVecWithMultiproof(
-            shares, Field64, 3, tv["length"], tv["max_measurement"], tv["chunk_length"]
-        )
-    if kind == "Prio3HigherDegree":
-        return prio3_with_circuit(0xFFFFFFFF, shares, HigherDegree())
-    raise AssertionError(f"unknown vector family {kind}")
-
-
-def _prio3_files() -> list[str]:
-    path = vectors_dir()
-    if path is None:
-        return ["(vectors missing)"]
-    return sorted(p.name for p in path.glob("Prio3*.json"))
-
-
-@pytest.mark.parametrize("name", _prio3_files())
+@pytest.mark.parametrize("name", vector_files("Prio3"))
 def test_prio3_vector(vdaf_vectors: Path, name: str) -> None:
     tv = json.loads((vdaf_vectors / name).read_text())
     vdaf = make_vdaf(name.removesuffix(".json"), tv)
@@ -180,20 +115,13 @@ def test_xof_vector(vdaf_vectors: Path, xof: type[XofTurboShake128]) -> None:
 # -- Poplar1 and its IDPF ------------------------------------------------
 
 
-def _poplar1_files() -> list[str]:
-    path = vectors_dir()
-    if path is None:
-        return ["(vectors missing)"]
-    return sorted(p.name for p in path.glob("Poplar1*.json"))
-
-
 def test_poplar1_vectors_are_all_there(vdaf_vectors: Path) -> None:
-    names = set(_poplar1_files())
+    names = set(vector_files("Poplar1"))
     assert {f"Poplar1_{i}.json" for i in range(6)} | {"Poplar1_bad_corr_inner.json"} <= names
     assert (vdaf_vectors / "IdpfBBCGGI21_0.json").is_file()
 
 
-@pytest.mark.parametrize("name", _poplar1_files())
+@pytest.mark.parametrize("name", vector_files("Poplar1"))
 def test_poplar1_vector(vdaf_vectors: Path, name: str) -> None:
     tv = json.loads((vdaf_vectors / name).read_text())
     vdaf = Poplar1(tv["bits"])

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.web.site import SurveyServers, start_serve, stop, survey_servers, write_survey
+from tests.support.survey_site import SurveyServers, start_serve, stop, survey_servers, write_survey
 from veil.collector import Collector
 from veil.task import CollectorTask, load_task
 

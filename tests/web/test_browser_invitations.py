@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.web.site import SURVEY, post_json, start_serve, stop
+from tests.support.survey_site import SURVEY, post_json, start_serve, stop
 from tests.web.test_browser import answers, browser, respond, status_text, wait_for
 from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client, prepare_reports

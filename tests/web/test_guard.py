@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.web.site import SURVEY, start_serve, stop
-from tests.web.site import http as get
+from tests.support.survey_site import SURVEY, start_serve, stop
+from tests.support.survey_site import http as get
 from veil.deploy import deploy_survey
 from veil.survey import parse_survey
 from veil.web.app import ServeLimits, address_key

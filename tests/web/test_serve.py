@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.js.node import js_reports, require_node_client
-from tests.web.site import (
+from tests.support.node import js_reports, require_node_client
+from tests.support.survey_site import (
     SURVEY,
     SurveyServers,
     http,
@@ -333,10 +333,12 @@ def test_cli_refuses_bad_directories_and_listen(
 
 
 def test_https_listener(tmp_path: Path, site: SurveyServers) -> None:
-    from tests.integration.test_tls import _ca, _name, _write
+    from tests.support.tls import name, write_ca, write_server_cert
 
-    ca_key, _ = _ca(tmp_path / "ca.pem", "web CA")
-    _write(tmp_path / "web", "localhost", ca_key, _name("web CA"))
+    ca_key, _ = write_ca(tmp_path / "ca.pem", "web CA")
+    write_server_cert(
+        tmp_path / "web.pem", tmp_path / "web.key", "localhost", ca_key, name("web CA")
+    )
     context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
     serve, url = start_serve(
         site.deployment.client_dir,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.web.site import http, start_serve, stop, write_survey
+from tests.support.survey_site import http, start_serve, stop, write_survey
 from tests.web.test_serve import report_json
 from veil.aggregator.local import ServerProcess
 from veil.client import Client

@@ -22,7 +22,8 @@ from typing import Any
 
 import grpc
 
-from tests.integration.deployment import Deployment
+from tests.support.deployment import Deployment
+from tests.support.times import past_bucket
 from veil.aggregator.storage import SqliteDatastore
 from veil.hpke import ROLE_HELPER, input_share_info, seal
 from veil.messages import vdaf_ctx
@@ -53,7 +54,7 @@ _SESSION_NOW = int(time.time())
 
 
 def bucket(hours_ago: int, tp: int = TP) -> int:
-    return _SESSION_NOW - _SESSION_NOW % tp - hours_ago * tp
+    return past_bucket(hours_ago, tp, now=_SESSION_NOW)
 
 
 def record(suite: str, **figures: Any) -> None:
