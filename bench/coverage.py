@@ -5,7 +5,7 @@ of the same answers are simulated: each aggregator draws its noise exactly as
 it does in service (veil.dp.draw_noise, per coordinate), the collector's
 estimates and intervals come from the same functions as `veil survey collect`
 (veil.dp.estimate, simultaneous over the question's rows, then
-veil.collector.results.question_results), and we count how often every row's
+veil.survey.results.question_result), and we count how often every row's
 shown interval (intersected with the possible range) holds the truth at once,
 against the nominal level. The raw intervals are counted beside them.
 
@@ -24,11 +24,11 @@ from fractions import Fraction
 from typing import Any
 
 from veil.collector.collector import CollectionResult
-from veil.collector.results import question_results
 from veil.dp.accounting import Guarantee
 from veil.dp.estimates import Estimate, estimate
 from veil.dp.mechanisms import draw_noise
 from veil.survey import Question, Survey, parse_survey
+from veil.survey.results import question_result
 
 __all__ = ["CASES", "CoveragePoint", "coverage", "coverage_survey", "format_coverage"]
 
@@ -182,7 +182,7 @@ def coverage(
             for v in noisy
         ]
         result = _collected(coords, 0 if q.add_remove else n, confidence, noisy)
-        rows = question_results(q, result).rows
+        rows = question_result(q, result).rows
         if q.kind == "integer" and not q.add_remove:
             rows = rows[:1]  # the sum row is the mean row times n: the same event
             want = truth[:1]

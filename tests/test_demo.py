@@ -14,15 +14,15 @@ import pytest
 
 from tests.test_report import png_size
 from veil.local.demo import example_survey, run_survey
-from veil.report import QuestionResult
 from veil.survey.budget import with_epsilon
+from veil.survey.results import QuestionResult
 
 
 def _within(result: QuestionResult, widths: float = 3.0) -> bool:
-    for _label, truth, est, low, high in result.rows():
-        assert truth is not None
-        width = max(high - low, 1e-9)
-        if abs(est - truth) > widths * width:
+    for row in result.shown:
+        assert row.truth is not None
+        width = max(row.ci_high - row.ci_low, 1e-9)
+        if abs(row.estimate - row.truth) > widths * width:
             return False
     return True
 
@@ -30,11 +30,11 @@ def _within(result: QuestionResult, widths: float = 3.0) -> bool:
 def test_demo_estimates_lie_near_the_truth() -> None:
     survey = example_survey()
     results = run_survey(survey, 300, progress=False, seed=1)
-    assert [r.question for r in results] == [q.id for q in survey.questions]
+    assert [r.question.id for r in results] == [q.id for q in survey.questions]
     for r in results:
-        assert r.reports == 300
+        assert r.n == 300
         assert _within(r), r
-    spent = sum((Fraction(r.epsilon).limit_denominator(1000) for r in results), Fraction(0))
+    spent = sum((r.guarantee.epsilon or Fraction(0) for r in results), Fraction(0))
     assert spent == survey.epsilon
 
 
@@ -42,9 +42,10 @@ def test_mechanism_none_gives_the_exact_truth() -> None:
     survey = example_survey()
     exact = type(survey)(**{**survey.__dict__, "mechanism": "none"})
     for r in run_survey(exact, 150, progress=False, seed=2):
-        for _label, truth, est, low, high in r.rows():
-            assert truth == pytest.approx(est) and low == high == est
-        assert r.epsilon == 0
+        for row in r.rows:
+            assert row.truth == pytest.approx(row.estimate)
+            assert row.ci_low == row.ci_high == row.estimate
+        assert r.guarantee.epsilon is None and r.privacy["epsilon"] == "none"
 
 
 def test_with_epsilon_rescales_every_question() -> None:

@@ -18,15 +18,16 @@ from veil.cli import main
 from veil.client.prepare import randomize_measurements
 from veil.collector import CollectionResult
 from veil.collector.estimate import estimates
-from veil.collector.survey import question_results
 from veil.deploy import deploy_survey
 from veil.dp import DPConfig, NoisePlan, local_channel, local_estimate
 from veil.dp.accounting import Guarantee
 from veil.dp.local import KaryResponse, MultiOptionResponse
 from veil.local.demo import example_survey
+from veil.render.text import format_local_costs
 from veil.survey import DESCRIPTION_FILE, SurveyError, load_description, parse_survey
 from veil.survey.budget import with_local_epsilon
-from veil.survey.plan import format_local_costs, local_costs
+from veil.survey.plan import local_costs
+from veil.survey.results import question_result
 from veil.survey.statement import survey_statement, task_statement
 from veil.survey.tasks import task_specs
 from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task
@@ -301,7 +302,7 @@ def test_survey_results_name_the_local_layer() -> None:
         noisy_aggregate=[70],
         seconds=0.0,
     )
-    published = question_results(survey.question("yes"), result).to_json()
+    published = question_result(survey.question("yes"), result).to_json()
     assert published["local_epsilon"] == "1.5" and published["epsilon"] == "0.333334"
-    plain = question_results(replace(survey.question("yes"), local_epsilon=None), result)
+    plain = question_result(replace(survey.question("yes"), local_epsilon=None), result)
     assert "local_epsilon" not in plain.to_json()

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2
 from veil.aggregator import errors
 from veil.collector import CollectionResult
 from veil.collector.status import QuestionInfo, survey_status
-from veil.collector.survey import load_collector_dir, question_results
+from veil.collector.survey import load_collector_dir
 from veil.deploy import deploy_survey
 from veil.dp.accounting import Guarantee
 from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY
@@ -39,6 +39,7 @@ from veil.observations import (
 )
 from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.survey import parse_survey
+from veil.survey.results import question_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "veil" / "data" / "observations.toml"
@@ -160,7 +161,7 @@ def results_outputs() -> dict[str, list[dict[str, Any]]]:
             if q.add_remove:
                 dims += 1 if q.kind in ("integer", "vector", "multi_choice") else 0
                 dims = max(dims, 2)
-            results.append(question_results(q, _collected(dims)).to_json())
+            results.append(question_result(q, _collected(dims)).to_json())
         out[name] = results
     return out
 

@@ -11,12 +11,12 @@ import pytest
 
 from veil.cli import main
 from veil.collector import CollectionResult
-from veil.collector.results import question_results
 from veil.dp.accounting import Guarantee
 from veil.dp.estimates import estimate
 from veil.local.demo import example_survey
 from veil.survey import SurveyError, parse_survey
 from veil.survey.plan import plan_survey
+from veil.survey.results import question_result
 from veil.survey.tasks import task_specs
 
 SURVEY = """\
@@ -64,7 +64,7 @@ def test_the_interval_planned_is_the_one_collect_shows() -> None:
                 unit="epsilon", against_collector=Guarantee.pure(Fraction(1)),
                 mechanism="geometric", noisy_aggregate=[0] * k, seconds=0.0,
             )  # fmt: skip
-            assert question_results(q, collected).indicative == p.indicative, p
+            assert question_result(q, collected).indicative == p.indicative, p
 
 
 @pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove", "local"])

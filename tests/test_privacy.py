@@ -319,7 +319,7 @@ def test_aggregator_charges_split_mode_the_weaker_epsilon(tmp_path: Path) -> Non
 def test_the_structure_says_what_each_guarantee_covers() -> None:
     """Issue 25: under add_remove the collector with one aggregator is protected
     on values only (an aggregator sees each report arrive): said in the JSON too."""
-    from veil.collector.report_page import privacy_lines
+    from veil.render.html import privacy_lines
 
     replace = task_statement(DpSpec("geometric", epsilon="1"), COUNT).to_json()
     assert replace["covers"] == {

@@ -8,24 +8,57 @@ from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
+from veil.dp.accounting import Guarantee
 from veil.local.demo import example_survey
-from veil.report import QuestionResult, format_table, plot_results, plot_sweep, to_json
+from veil.render.plots import plot_results, plot_sweep
+from veil.render.text import demo_json, format_table
+from veil.survey import parse_survey
 from veil.survey.plan import expected_errors
+from veil.survey.results import QuestionResult, Row
+
+SURVEY = parse_survey(
+    """
+[survey]
+name = "Report"
+epsilon = 2
+
+[[question]]
+id = "remote"
+kind = "yes_no"
+
+[[question]]
+id = "team"
+kind = "choice"
+options = ["eng", "sales", "other"]
+
+[[question]]
+id = "commute"
+kind = "integer"
+max = 180
+"""
+)
+
+
+def result(qid: str, *rows: Row, epsilon: Fraction = Fraction(1, 2)) -> QuestionResult:
+    unit = "mean answer (0 to 180)" if qid == "commute" else "respondents"
+    q = SURVEY.question(qid)
+    return QuestionResult(q, 1000, Guarantee.pure(epsilon), rows, unit, 0.95)
+
 
 RESULTS = [
-    QuestionResult("remote", "yes_no", 357, 351.0, 340.0, 362.0, 0.5, 1000),
-    QuestionResult(
+    result("remote", Row("yes", 351.0, 340.0, 362.0, truth=357)),
+    result(
         "team",
-        "choice",
-        [391, 220, 389],
-        [388.0, 223.5, 390.0],
-        [370.0, 205.0, 372.0],
-        [406.0, 242.0, 408.0],
-        0.5,
-        1000,
-        ("eng", "sales", "other"),
+        Row("eng", 388.0, 370.0, 406.0, truth=391),
+        Row("sales", 223.5, 205.0, 242.0, truth=220),
+        Row("other", 390.0, 372.0, 408.0, truth=389),
     ),
 ]
+
+
+def first_row(r: QuestionResult, **changes: float) -> QuestionResult:
+    """`r` with its first row changed."""
+    return replace(r, rows=(replace(r.rows[0], **changes), *r.rows[1:]))
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -54,29 +87,34 @@ def test_table_lists_every_row() -> None:
 def test_table_names_what_a_single_number_is() -> None:
     # A yes/no question's number counts the yeses, an integer's is the mean
     # (the labels of results.csv); the answer column was empty for both.
-    mean = QuestionResult("commute", "integer", 71.6, 71.5, 71.4, 71.7, 0.5, 1000)
+    mean = result(
+        "commute", Row("mean", 71.5, 71.4, 71.7, truth=71.6), Row("sum", 71500, 71400, 71700)
+    )
     lines = format_table([RESULTS[0], mean]).splitlines()
     assert lines[2].split()[:2] == ["remote", "yes"]
     assert lines[3].split()[:2] == ["commute", "mean"]
+    # The integer's sum row (results.json has it) reads as the mean alone here.
+    assert len(lines) == 4 and mean.shown == mean.rows[:1]
 
 
 def test_table_says_why_an_interval_reaches_below_zero() -> None:
-    below = [replace(RESULTS[0], ci_low=-3.0)]
+    below = [first_row(RESULTS[0], ci_low=-3.0)]
     assert "may reach below 0: the noise is symmetric" in format_table(below)
     assert "below 0" not in format_table(RESULTS)
-    assert "ε=0.333 " in format_table([replace(RESULTS[0], epsilon=1 / 3)]) + " "
+    third = replace(RESULTS[0], guarantee=Guarantee.pure(Fraction(1, 3)))
+    assert "ε=0.333 " in format_table([third]) + " "
 
 
 def test_table_says_why_an_estimate_lies_outside_its_interval() -> None:
     # A local layer's de-biased estimate can be negative while its interval is
     # cut at 0 (seen in `veil simulate --local-epsilon 2`: -108.15 in [0, 765]).
-    outside = [replace(RESULTS[0], estimate=-108.15, ci_low=0.0, ci_high=765.0)]
+    outside = [first_row(RESULTS[0], estimate=-108.15, ci_low=0.0, ci_high=765.0)]
     assert "may lie outside its interval" in format_table(outside)
     assert "outside" not in format_table(RESULTS)
 
 
 def test_json_has_documented_keys() -> None:
-    data = json.loads(to_json(RESULTS))
+    data = json.loads(demo_json(RESULTS))
     assert [set(d) for d in data] == [
         {
             "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals",
@@ -84,6 +122,7 @@ def test_json_has_documented_keys() -> None:
         }
     ] * 2  # fmt: skip
     assert data[1]["estimate"] == [388.0, 223.5, 390.0]
+    assert data[0]["truth"] == 357 and data[1]["truth"] == [391, 220, 389]
     # Which number is which option.
     assert data[1]["labels"] == ["eng", "sales", "other"]
     assert data[0]["labels"] == "yes"
@@ -103,7 +142,7 @@ def test_plots_are_pngs_of_expected_size(tmp_path: Path) -> None:
 def test_plot_draws_an_estimate_outside_its_interval(tmp_path: Path) -> None:
     # `veil simulate --local-epsilon 2 --plot` failed with a traceback when a
     # de-biased estimate lay below its interval, cut at 0 (negative yerr).
-    outside = [replace(RESULTS[0], estimate=-108.15, ci_low=0.0, ci_high=765.0)]
+    outside = [first_row(RESULTS[0], estimate=-108.15, ci_low=0.0, ci_high=765.0)]
     out = tmp_path / "outside.png"
     plot_results(outside, out)
     assert png_size(out) == (1200, 400)

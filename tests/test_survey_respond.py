@@ -146,22 +146,23 @@ def test_an_unreachable_aggregator_is_named(client_dir: Path) -> None:
 
 
 def test_report_page_is_self_contained_and_says_what_was_spent() -> None:
-    from veil.collector.report_page import report_html
-    from veil.collector.survey import QuestionResults, Row
+    from fractions import Fraction
+
+    from veil.dp.accounting import Guarantee
+    from veil.render.html import report_html
+    from veil.survey.results import QuestionResult, Row
 
     now = int(time.time()) // 60 * 60
     survey = parse_survey(SURVEY.format(opens=format_time(now), closes=format_time(now + 60)))
     team = survey.question("team")
     rows = (Row("engineering", 5.0, -2.0, 12.0), Row("design", 1.0, -6.0, 8.0))
-    results = [
-        QuestionResults(team, 6, {"epsilon": "0.25", "delta": "0"}, rows, "respondents", 0.95)
-    ]
+    results = [QuestionResult(team, 6, Guarantee.pure(Fraction(1, 4)), rows, "respondents", 0.95)]
     page = report_html(survey, results)
     assert "budget spent ε = 0.25 of the survey&#x27;s 1" in page
     assert page.count("<svg") == 1 and "<script" not in page and "<link" not in page
     assert "engineering" in page and "respondents" in page
     # results.json keeps the exact decimal; the page shows what a reader takes in.
-    third = [QuestionResults(team, 6, {"epsilon": "0.333334", "delta": "0"}, rows, "", 0.95)]
+    third = [QuestionResult(team, 6, Guarantee.pure(Fraction(1, 3)), rows, "", 0.95)]
     assert "ε = 0.333<" in report_html(survey, third)
 
 

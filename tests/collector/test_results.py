@@ -1,4 +1,4 @@
-"""Published rows of a collected question (veil.collector.results): consistent
+"""Published rows of a collected question (veil.survey.results): consistent
 estimates within the possible range, the raw ones kept, the indicative banner."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from veil.collector import CollectionResult
-from veil.collector.results import BANNER, question_results, summary_lines
-from veil.collector.survey import State, results_csv, write_results
+from veil.collector.survey import State, write_results
 from veil.dp.accounting import Guarantee
+from veil.render.text import summary_lines
 from veil.survey import parse_survey
+from veil.survey.results import BANNER, question_result, results_csv
 
 SURVEY = """
 [survey]
@@ -85,7 +86,7 @@ SEVEN = {
 
 def seven() -> list:
     survey = parse_survey(SURVEY)
-    return [question_results(q, SEVEN[q.id]) for q in survey.questions]
+    return [question_result(q, SEVEN[q.id]) for q in survey.questions]
 
 
 def test_seven_respondents_every_shown_figure_is_possible() -> None:
@@ -147,7 +148,7 @@ def test_results_json_keeps_the_raw_estimates_named(tmp_path: Path) -> None:
 
 def test_a_large_batch_is_not_indicative_and_unchanged() -> None:
     survey = parse_survey(SURVEY)
-    r = question_results(survey.question("team"), collected([400, 350, 250], 20, n=1000))
+    r = question_result(survey.question("team"), collected([400, 350, 250], 20, n=1000))
     assert not r.indicative
     assert [row.estimate for row in r.rows] == [400, 350, 250]
     assert [(row.ci_low, row.ci_high) for row in r.rows] == [(380, 420), (330, 370), (230, 270)]
@@ -160,8 +161,8 @@ def test_the_banner_depends_on_the_noise_not_the_answers() -> None:
     # The same n and noise, answers at either end: the same verdict.
     survey = parse_survey(SURVEY)
     q = survey.question("remote")
-    wide = [question_results(q, collected([v], 30, n=100)).indicative for v in (0, 50, 100)]
-    narrow = [question_results(q, collected([v], 20, n=100)).indicative for v in (0, 50, 100)]
+    wide = [question_result(q, collected([v], 30, n=100)).indicative for v in (0, 50, 100)]
+    narrow = [question_result(q, collected([v], 20, n=100)).indicative for v in (0, 50, 100)]
     assert wide == [True] * 3 and narrow == [False] * 3
 
 
@@ -180,14 +181,14 @@ ADD_REMOVE = SURVEY.replace("min_batch_size = 5", 'min_batch_size = 5\nneighbour
 def test_add_remove_keeps_the_noisy_sums_and_the_count() -> None:
     survey = parse_survey(ADD_REMOVE)
     # A noisy count of -3 and yes 25: the share stays within [0, 1].
-    r = question_results(survey.question("remote"), collected([-28, 25], 16))
+    r = question_result(survey.question("remote"), collected([-28, 25], 16))
     (row,) = r.rows
     assert 0 <= row.ci_low <= row.estimate <= row.ci_high <= 1
     assert r.n == 0 and r.indicative
     doc = r.to_json()
     assert [s["label"] for s in doc["raw_sums"]] == ["no", "yes", "count"]
     assert doc["raw_sums"][2]["estimate"] == -3
-    mean = question_results(survey.question("commute"), collected([-805, 7], 30))
+    mean = question_result(survey.question("commute"), collected([-805, 7], 30))
     (row,) = mean.rows
     assert 0 <= row.ci_low <= row.estimate <= row.ci_high <= 120
     assert [s.label for s in mean.raw_sums] == ["sum", "count"]

@@ -6,12 +6,15 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from veil.task import Task, TaskError, load_task
+
+if TYPE_CHECKING:
+    from veil.survey.results import QuestionResult
 
 # One CA file for both aggregators lets either pose as the other to clients
 # (and as the leader to the collector): `--ca` refuses, saying so.
@@ -61,10 +64,10 @@ def status_printer(quiet: bool) -> Callable[[str], None]:
     return say
 
 
-def print_results(results: list[Any], as_json: bool) -> None:
-    from veil.report import format_table, to_json
+def print_results(results: Sequence[QuestionResult], as_json: bool) -> None:
+    from veil.render.text import demo_json, format_table
 
-    print(to_json(results) if as_json else format_table(results))
+    print(demo_json(results) if as_json else format_table(results))
 
 
 def tune_for_throughput() -> None:

@@ -34,8 +34,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from veil.dp import DPError
     from veil.local.demo import example_survey, run_survey
     from veil.logs import configure_logging
+    from veil.render.text import format_local_costs
     from veil.survey.budget import with_local_epsilon
-    from veil.survey.plan import format_local_costs, local_costs
+    from veil.survey.plan import local_costs
     from veil.survey.statement import survey_statement
 
     # The servers log to their own files; here only errors would matter.
@@ -212,10 +213,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from veil.dp import DPError
     from veil.local.demo import load, run_survey
     from veil.logs import configure_logging
-    from veil.report import format_sweep, plot_results, plot_sweep
+    from veil.render.plots import plot_results, plot_sweep
+    from veil.render.text import format_local_costs, format_sweep
     from veil.survey import SurveyError
     from veil.survey.budget import with_epsilon, with_local_epsilon
-    from veil.survey.plan import expected_errors, format_local_costs, local_costs
+    from veil.survey.plan import expected_errors, local_costs
 
     configure_logging("error")
     tune_for_throughput()
@@ -317,8 +319,8 @@ def _positive_number(text: str) -> Fraction:
 
 def cmd_survey_collect(args: argparse.Namespace) -> int:
     from veil.collector import UnusableTask
-    from veil.collector.results import summary_lines
     from veil.collector.survey import SurveyCollectError, collect_survey
+    from veil.render.text import summary_lines
     from veil.trust import TrustError
 
     name = "veil survey collect"

@@ -11,13 +11,12 @@ question. Before any batch is closed, every question's collector HPKE key is
 checked against the one the leader's task seals to.
 
 When every question is collected the run writes RESULTS/results.json,
-RESULTS/results.csv and RESULTS/report.html (veil.collector.report_page).
+RESULTS/results.csv (veil.survey.results) and RESULTS/report.html
+(veil.render.html).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import secrets
@@ -32,22 +31,19 @@ from veil.collector.collector import (
     CollectionJobFailed,
     Collector,
 )
-from veil.collector.results import BANNER, QuestionResults, Row, question_results
 from veil.files import replace_file
+from veil.render.html import report_html
 from veil.survey import Survey, SurveyError, load_survey
+from veil.survey.results import QuestionResult, question_result, results_csv, results_json
 from veil.task import CollectorTask, TaskError, load_task
 from veil.times import format_duration, format_time
 
 __all__ = [
-    "QuestionResults",
-    "Row",
     "SurveyCollectError",
     "SurveyStillOpen",
     "collect_survey",
     "load_collector_dir",
-    "question_results",
-    "results_csv",
-    "results_json",
+    "write_results",
 ]
 
 STATE_FILE = "state.json"
@@ -161,7 +157,7 @@ class Outcome:
     another collection already took (`elsewhere`: running again cannot help;
     `collected_into` is where this collector/ directory last collected to)."""
 
-    results: list[QuestionResults]
+    results: list[QuestionResult]
     pending: dict[str, str]
     elsewhere: dict[str, str] = field(default_factory=dict)
     collected_into: Path | None = None
@@ -266,7 +262,7 @@ def collect_survey(
                     collectors[q.id].check_collector_key()
                 except CollectionError as e:
                     raise SurveyCollectError(f"question {q.id!r}: {e.message}") from e
-        results: list[QuestionResults] = []
+        results: list[QuestionResult] = []
         pending: dict[str, str] = {}
         elsewhere: dict[str, str] = {}
         for q in survey.questions:
@@ -309,7 +305,7 @@ def collect_survey(
                 pending[q.id] = f"{e.code.name}: {e.message} (run again to resume job {job_hex})"
                 continue
             state.failed.pop(q.id, None)
-            results.append(question_results(q, r))
+            results.append(question_result(q, r))
             say(
                 f"{q.id}: count withheld (add_remove)"
                 if q.add_remove
@@ -329,38 +325,11 @@ def _prefixed(say: Callable[[str], None], qid: str) -> Callable[[str], None]:
     return lambda what: say(f"{qid}: {what}")
 
 
-def results_json(results: Sequence[QuestionResults]) -> str:
-    return json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False) + "\n"
-
-
-def results_csv(results: Sequence[QuestionResults]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["question", "kind", "n", "label", "estimate", "ci_low", "ci_high", "note"])
-    for r in results:
-        note = BANNER if r.indicative else ""
-        for row in r.rows:
-            w.writerow(
-                [
-                    r.question.id,
-                    r.question.kind,
-                    r.n,
-                    row.label,
-                    row.estimate,
-                    row.ci_low,
-                    row.ci_high,
-                    note,
-                ]
-            )
-    return buf.getvalue()
-
-
 def write_results(
-    survey: Survey, results: Sequence[QuestionResults], out: str | os.PathLike[str]
+    survey: Survey, results: Sequence[QuestionResult], out: str | os.PathLike[str]
 ) -> None:
+    """RESULTS/results.json, results.csv and report.html of collected results."""
     out = Path(out)
-    from veil.collector.report_page import report_html
-
     # Each replaced by a rename, never written through a link at its name.
     replace_file(out / "results.json", results_json(results).encode())
     replace_file(out / "results.csv", results_csv(results).encode())

@@ -25,11 +25,10 @@ from tqdm import tqdm
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
-from veil.collector import CollectionResult, Collector
-from veil.collector.results import question_results
-from veil.report import Number, QuestionResult
+from veil.collector import Collector
 from veil.simulate import simulate_respondents, truth
 from veil.survey import Question, Survey, load_survey, parse_survey
+from veil.survey.results import Number, QuestionResult, question_result
 from veil.survey.tasks import task_specs
 
 UPLOAD_CHUNK = 500
@@ -59,48 +58,23 @@ class _Progress:
         )
 
 
-def _result(q: Question, answers: Sequence[dict[str, Any]], r: CollectionResult) -> QuestionResult:
-    """The published rows (`veil.collector.results.question_results`, as `veil survey
-    collect` writes them) beside the truth of the simulated answers."""
-    g = r.against_collector
-    published = question_results(q, r)
-    # An integer's sum row is left out: the mean reads on the question's own scale.
-    rows = [row for row in published.rows if row.label != "sum"]
+def _with_truth(
+    q: Question, answers: Sequence[dict[str, Any]], r: QuestionResult
+) -> QuestionResult:
+    """The published result (`veil.survey.results.question_result`, as `veil survey
+    collect` writes it) with the truth of the simulated answers on each row, in
+    the row's units."""
     n = len(answers)
     exact = truth(replace(q, neighbouring="replace_one"), answers)
-    truths: list[Number]
-    if isinstance(exact, int):
-        # yes_no: a count, or the share of yes under add_remove; integer: the mean.
-        truths = [exact / n if q.add_remove or q.kind == "integer" else exact]
-    elif q.add_remove or q.kind == "vector":
-        truths = [x / n for x in exact]  # shares, or each element's mean
-    else:
-        truths = list(exact)
-    scalar = q.kind in ("yes_no", "integer")
-
-    def pick(values: list[Any]) -> Any:
-        return values[0] if scalar else values
-
-    raw = all(row.raw_estimate is not None for row in rows)
-    return QuestionResult(
-        q.id,
-        q.kind,
-        pick(truths),
-        pick([row.estimate for row in rows]),
-        pick([row.ci_low for row in rows]),
-        pick([row.ci_high for row in rows]),
-        float(g.epsilon or 0),
-        published.n,
-        () if scalar else tuple(row.label for row in rows),
-        rho=float(g.rho) if g.rho is not None else None,
-        delta=float(g.delta) if g.rho is not None and g.delta is not None else None,
-        intervals=r.intervals,
-        text=q.text,
-        raw_estimate=pick([row.raw_estimate for row in rows]) if raw else None,
-        raw_ci_low=pick([row.raw_ci_low for row in rows]) if raw else None,
-        raw_ci_high=pick([row.raw_ci_high for row in rows]) if raw else None,
-        indicative=published.indicative,
-    )
+    sums = [exact] if isinstance(exact, int) else exact
+    # Counts, except where the rows are means (integer, vector) or shares (add_remove).
+    per_respondent = q.add_remove or q.kind in ("integer", "vector")
+    values: list[Number] = [v / n if per_respondent else v for v in sums]
+    truths = iter(values)
+    shown = r.shown
+    # An integer's sum row (replace_one) holds the plain sum.
+    rows = tuple(replace(row, truth=next(truths) if row in shown else sums[0]) for row in r.rows)
+    return replace(r, rows=rows)
 
 
 def run_survey(
@@ -204,7 +178,11 @@ def _run(
         start, precision = batch[q.id]
         with Collector(deployment.tasks[q.id].collector) as collector:
             results.append(
-                _result(q, answers, collector.collect(start, precision, simultaneous=True))
+                _with_truth(
+                    q,
+                    answers,
+                    question_result(q, collector.collect(start, precision, simultaneous=True)),
+                )
             )
     say("collected every question")
     return results

@@ -13,11 +13,12 @@ replace_one it is exactly what the collection will show; with a local layer
 to a noisy count) it is computed at answers in the middle of the range.
 
 A question whose interval at n spans more than half its range is the one the
-results will mark "indicative only" (veil.collector.results.BANNER).
+results will mark "indicative only" (veil.survey.results.BANNER).
 
 `expected_errors` gives the same figures over a range of total budgets
 (`veil simulate --sweep-epsilon`), and `local_costs` what a question's local
-layer costs in accuracy (`veil demo --local-epsilon`).
+layer costs in accuracy (`veil demo --local-epsilon`); veil.render.text prints
+them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ __all__ = [
     "LocalCost",
     "QuestionPlan",
     "expected_errors",
-    "format_local_costs",
     "format_plan",
     "local_costs",
     "plan_json",
@@ -347,27 +347,6 @@ def local_costs(survey: Survey, respondents: int) -> list[LocalCost]:
             with_local = local_error(dp.local(vdaf), dp.plan(vdaf), respondents)[0] * scale
         costs.append(LocalCost(q.id, q.local_epsilon, without * scale, with_local))
     return costs
-
-
-def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
-    """A plain-text table of `local_costs`."""
-    header = ("question", "local epsilon", "rms error without", "with local layer", "ratio")
-    rows: list[tuple[str, ...]] = [header]
-    for c in costs:
-        eps = "-" if c.local_epsilon is None else f"{float(c.local_epsilon):g}"
-        with_local = "-" if c.with_local is None else f"{c.with_local:.4g}"
-        ratio = "-" if c.with_local is None or not c.without else f"{c.with_local / c.without:.3g}x"
-        rows.append((c.question, eps, f"{c.without:.4g}", with_local, ratio))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        f"Expected error per result element at {respondents:,} respondents "
-        "(root mean square; with the local layer: worst case over the answers)"
-    ]
-    for j, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

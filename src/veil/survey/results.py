@@ -27,22 +27,49 @@ parameters only (the noise and n), never on the answers, so `veil survey plan`
 predicts it.
 
 Every path from a collection to published rows (`veil survey collect`,
-`veil demo`, `veil simulate`) goes through `question_results`.
+`veil demo`, `veil simulate`) goes through `question_result`, once, and every
+presentation (results.json and results.csv here, the terminal, the plots and
+report.html in veil.render) reads the one `QuestionResult` it gives.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
-from veil.collector.collector import CollectionResult
-from veil.dp.accounting import decimal_text
+from veil.dp.accounting import Guarantee, decimal_text
 from veil.dp.estimates import Estimate, consistent_box, consistent_histogram
-from veil.survey import Question
+from veil.survey.model import Question
 
 BANNER = "too few respondents for this privacy level: treat as indicative only"
+
+Number = float | int
+
+
+class Collected(Protocol):
+    """What a collection gives (veil.collector.CollectionResult): per-coordinate
+    estimates and bounds (a number, or a list of them), the report count, and
+    the guarantee the collection gives against the collector."""
+
+    @property
+    def report_count(self) -> int: ...
+    @property
+    def estimate(self) -> Any: ...
+    @property
+    def lower(self) -> Any: ...
+    @property
+    def upper(self) -> Any: ...
+    @property
+    def confidence(self) -> float: ...
+    @property
+    def intervals(self) -> str: ...
+    @property
+    def against_collector(self) -> Guarantee: ...
 
 
 def _f(x: Fraction) -> float:
@@ -54,7 +81,8 @@ class Row:
     """One published number: `estimate` and [`ci_low`, `ci_high`] are the
     consistent ones (within [`possible_low`, `possible_high`]); `raw_*` the
     unbiased estimate and its interval before projection (None where there is
-    no such number in the row's units: add_remove's ratios)."""
+    no such number in the row's units: add_remove's ratios). `truth` is the
+    exact value where one is known (simulated answers, `veil demo`)."""
 
     label: str
     estimate: float
@@ -65,6 +93,7 @@ class Row:
     raw_ci_high: float | None = None
     possible_low: float | None = None
     possible_high: float | None = None
+    truth: Number | None = None
 
     @property
     def noise_dominated(self) -> bool:
@@ -91,6 +120,8 @@ class Row:
             out["raw_ci_high"] = self.raw_ci_high
         if self.possible_low is not None:
             out["possible"] = [self.possible_low, self.possible_high]
+        if self.truth is not None:
+            out["truth"] = self.truth
         return out
 
 
@@ -117,18 +148,45 @@ def _row(
 
 
 @dataclass(frozen=True)
-class QuestionResults:
-    """One question's published result (one object of results.json)."""
+class QuestionResult:
+    """One question's published result (one object of results.json): its
+    labelled `rows` in `unit`, `n` its report count (the noisy one under
+    add_remove) and `guarantee` what its collection gives against the collector."""
 
     question: Question
     n: int
-    privacy: dict[str, str]
+    guarantee: Guarantee
     rows: tuple[Row, ...]
     unit: str
     confidence: float
     intervals: str = "per-coordinate"
     # add_remove: the unbiased noisy sums the ratios come from, the count last.
     raw_sums: tuple[Row, ...] = ()
+
+    @property
+    def shown(self) -> tuple[Row, ...]:
+        """The rows a reader is shown (terminal, plots, charts): an integer's sum
+        row is left out, its mean reads on the question's own scale."""
+        if self.question.kind != "integer":
+            return self.rows
+        return tuple(row for row in self.rows if row.label != "sum")
+
+    @property
+    def privacy(self) -> dict[str, str]:
+        """The guarantee as results.json states it: {"epsilon", "delta"}, or
+        {"rho", "epsilon", "delta"} under zCDP (epsilon "none" without noise);
+        with a local layer its `local_epsilon`; under add_remove the
+        neighbouring relation and what the guarantee with one aggregator covers."""
+        out = self.guarantee.to_json() or {"epsilon": "none"}
+        if self.question.add_remove:
+            # The guarantee with one aggregator covers values only: it sees each
+            # report arrive.
+            return {**out, "neighbouring": "add_remove", "against_one_aggregator": "values"}
+        if self.question.local_epsilon is not None:
+            # Answers randomized on the device (veil.dp.local): the estimates are
+            # de-biased, and each answer is ε_L-private even against both aggregators.
+            out = {**out, "local_epsilon": decimal_text(self.question.local_epsilon)}
+        return out
 
     @property
     def indicative(self) -> bool:
@@ -156,7 +214,7 @@ class QuestionResults:
         return out
 
 
-def _coordinates(r: CollectionResult) -> list[Estimate]:
+def _coordinates(r: Collected) -> list[Estimate]:
     values = r.estimate if isinstance(r.estimate, list) else [r.estimate]
     lows = r.lower if isinstance(r.lower, list) else [r.lower]
     highs = r.upper if isinstance(r.upper, list) else [r.upper]
@@ -166,7 +224,7 @@ def _coordinates(r: CollectionResult) -> list[Estimate]:
     ]
 
 
-def question_results(q: Question, r: CollectionResult) -> QuestionResults:
+def question_result(q: Question, r: Collected) -> QuestionResult:
     """Labelled rows of one collected question: option names for choices;
     "yes" for yes_no; "mean" (the sum over the report count) and "sum" for an
     integer; each element's mean for a vector (its labels, or [i]).
@@ -209,17 +267,10 @@ def question_results(q: Question, r: CollectionResult) -> QuestionResults:
             for label, (s, e) in zip(q.options, pairs, strict=True)
         ]
         unit = "respondents"
-    # This collection's guarantee against the collector: {"epsilon", "delta"},
-    # or {"rho", "epsilon", "delta"} under zCDP (veil.dp.accounting.Guarantee).
-    privacy = r.against_collector.to_json() or {"epsilon": "none"}
-    if q.local_epsilon is not None:
-        # Answers randomized on the device (veil.dp.local): the estimates are
-        # de-biased, and each answer is ε_L-private even against both aggregators.
-        privacy = {**privacy, "local_epsilon": decimal_text(q.local_epsilon)}
-    return QuestionResults(q, n, privacy, tuple(rows), unit, r.confidence, r.intervals)
+    return QuestionResult(q, n, r.against_collector, tuple(rows), unit, r.confidence, r.intervals)
 
 
-def _ratio_results(q: Question, r: CollectionResult) -> QuestionResults:
+def _ratio_results(q: Question, r: Collected) -> QuestionResult:
     coords = _coordinates(r)
     results, count = q.ratio_estimates(coords)
     labels: tuple[str, ...]
@@ -249,29 +300,34 @@ def _ratio_results(q: Question, r: CollectionResult) -> QuestionResults:
         for label, e in zip(sums, coords, strict=True)
         for scale in [Fraction(1) if label == "count" else top]
     )
-    privacy = r.against_collector.to_json() or {"epsilon": "none"}
-    # The guarantee with one aggregator covers values only: it sees each report arrive.
-    privacy = {**privacy, "neighbouring": "add_remove", "against_one_aggregator": "values"}
-    return QuestionResults(q, n, privacy, rows, unit, r.confidence, r.intervals, raw_sums=raw_sums)
+    return QuestionResult(
+        q, n, r.against_collector, rows, unit, r.confidence, r.intervals, raw_sums=raw_sums
+    )
 
 
-def summary_lines(results: Sequence[QuestionResults]) -> list[str]:
-    """The terminal summary of `veil survey collect`: per question its n, the
-    first rows with their intervals, and the banner where noise dominates."""
-    lines = []
+def results_json(results: Sequence[QuestionResult]) -> str:
+    """RESULTS/results.json: a list of `QuestionResult.to_json` objects."""
+    return json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False) + "\n"
+
+
+def results_csv(results: Sequence[QuestionResult]) -> str:
+    """RESULTS/results.csv: one line per row, the question's n and note on each."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["question", "kind", "n", "label", "estimate", "ci_low", "ci_high", "note"])
     for r in results:
-        shown = [row for row in r.rows if row.label != "sum"]
-        text = ", ".join(
-            f"{row.label} {row.estimate:.3g} [{row.ci_low:.3g}, {row.ci_high:.3g}]"
-            for row in shown[:6]
-        )
-        more = ", ..." if len(shown) > 6 else ""
-        lines.append(f"  {r.question.id}: n = {r.n}; {text}{more}")
-        if r.indicative:
-            lines.append(f"    ({BANNER})")
-    if results:
-        lines.append(
-            f"  estimates kept within the possible range, {results[0].confidence:.0%} intervals"
-            " in brackets; results.json also keeps the raw unbiased estimates"
-        )
-    return lines
+        note = BANNER if r.indicative else ""
+        for row in r.rows:
+            w.writerow(
+                [
+                    r.question.id,
+                    r.question.kind,
+                    r.n,
+                    row.label,
+                    row.estimate,
+                    row.ci_low,
+                    row.ci_high,
+                    note,
+                ]
+            )
+    return buf.getvalue()

@@ -1,5 +1,8 @@
 """RESULTS/report.html of `veil survey collect`: one page that works offline.
 
+It shows the questions' `veil.survey.results.QuestionResult`s, as results.json
+holds them.
+
 Every figure is inline SVG drawn here (no script, no external asset, no
 font to fetch), and reads on its own: the question's words as its title, the
 unit on the axis, each estimate as a bar with its confidence interval drawn
@@ -12,14 +15,11 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 from html import escape
-from typing import TYPE_CHECKING
 
-from veil.collector.results import BANNER
+from veil.survey.model import Survey
+from veil.survey.results import BANNER, QuestionResult
+from veil.survey.statement import privacy_statement
 from veil.times import format_time
-
-if TYPE_CHECKING:
-    from veil.collector.results import QuestionResults
-    from veil.survey import Survey
 
 WIDTH = 720
 LABEL_WIDTH = 190
@@ -71,9 +71,9 @@ def _num(x: float) -> str:
     return f"{x:.3g}"
 
 
-def chart(r: QuestionResults) -> str:
+def chart(r: QuestionResult) -> str:
     """A horizontal bar chart of one question's rows, intervals drawn."""
-    rows = [row for row in r.rows if row.label != "sum"]
+    rows = r.shown
     lo = min(0.0, *(row.ci_low for row in rows))
     hi = max(1.0, *(row.ci_high for row in rows))
     ticks = _nice_ticks(lo, hi)
@@ -131,7 +131,7 @@ def chart(r: QuestionResults) -> str:
     return "".join(parts)
 
 
-def _spent(survey: Survey, results: Sequence[QuestionResults]) -> str:
+def _spent(survey: Survey, results: Sequence[QuestionResult]) -> str:
     """The budget these collections spent, against the survey's total."""
     if survey.mechanism == "none" or survey.total is None:
         return "no noise, no privacy budget"
@@ -158,8 +158,6 @@ def _budget(text: str) -> str:
 def privacy_lines(survey: Survey) -> list[str]:
     """The survey's privacy statement in plain words (veil.survey.statement), and what
     the intervals mean."""
-    from veil.survey.statement import privacy_statement
-
     lines = privacy_statement(survey).lines()
     if survey.mechanism != "none":
         lines.append(
@@ -172,7 +170,9 @@ def privacy_lines(survey: Survey) -> list[str]:
     return lines
 
 
-def report_html(survey: Survey, results: Sequence[QuestionResults]) -> str:
+def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
+    """The whole page: the survey's window, budget and privacy statement, then
+    each question's chart and table."""
     assert survey.opens is not None and survey.closes is not None
     sections = []
     for r in results:

@@ -1,0 +1,193 @@
+"""Survey results and plans as text: the terminal's tables and the demo's JSON.
+
+Every function reads `veil.survey.results.QuestionResult` (or the plan's
+figures, veil.survey.plan) and only formats: nothing is computed here that
+results.json does not hold. A number the reader is shown is a row of
+`QuestionResult.shown`: an integer question reads as its mean, the other
+kinds as counts, shares or means per option or element; `truth` is there
+when the answers are known (`veil demo`, `veil simulate`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from veil.survey.plan import ExpectedError, LocalCost
+from veil.survey.results import BANNER, Number, QuestionResult
+
+# The kinds whose result is one number (the demo's JSON gives it unwrapped).
+SCALAR_KINDS = ("yes_no", "integer")
+
+
+def budget_label(r: QuestionResult) -> str:
+    """ "ε=0.4", or "ρ=0.1 (ε=2.1, δ=1e-06)" for zCDP; "none" without DP."""
+    g = r.guarantee
+    if g.rho is not None:
+        assert g.epsilon is not None and g.delta is not None
+        return f"ρ={float(g.rho):.3g} (ε={float(g.epsilon):.3g}, δ={float(g.delta):.3g})"
+    if not g.epsilon:
+        return "none"
+    return f"ε={float(g.epsilon):.3g}"
+
+
+def _fmt(x: Number | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int) or float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.2f}"
+
+
+def _rule_table(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Columns padded to their widest cell, a rule under the header row."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    out = []
+    for j, row in enumerate(rows):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def format_table(results: Sequence[QuestionResult]) -> str:
+    """A plain-text table, one block per question (`veil demo`, `veil simulate`)."""
+    confidence = results[0].confidence if results else 0.95
+    level = f"{confidence * 100:g}% CI"
+    header = ("question", "answer", "truth", "estimate", level, "privacy")
+    lines: list[tuple[str, ...]] = [header]
+    for r in results:
+        for i, row in enumerate(r.shown):
+            name = r.question.id if i == 0 else ""
+            eps = budget_label(r) if i == 0 else ""
+            lines.append(
+                (
+                    name,
+                    row.label,
+                    _fmt(row.truth),
+                    _fmt(row.estimate),
+                    f"[{_fmt(row.ci_low)}, {_fmt(row.ci_high)}]",
+                    eps,
+                )
+            )
+    out = _rule_table(lines)
+    noisy = [r.question.id for r in results if r.indicative]
+    if noisy:
+        out.append(f"{', '.join(noisy)}: {BANNER}.")
+    shown = [row for r in results for row in r.shown]
+    if any(row.ci_low < 0 for row in shown):
+        out.append(
+            "An interval may reach below 0: the noise is symmetric; the true value never does."
+        )
+    if any(not row.ci_low <= row.estimate <= row.ci_high for row in shown):
+        # Local-layer intervals are cut to the values the truth can take; the
+        # de-biased estimate is not, so that it stays unbiased.
+        out.append(
+            "An estimate may lie outside its interval: it is unbiased, so it can fall"
+            " outside the possible range (below 0), to which the interval is cut."
+        )
+    kinds = sorted({r.intervals for r in results if len(r.shown) > 1})
+    if kinds:
+        out.append(
+            f"{level}: "
+            + "; ".join(
+                "each row on its own"
+                if k == "per-coordinate"
+                else f"{k}: all rows of a question at once"
+                for k in kinds
+            )
+        )
+    return "\n".join(out)
+
+
+def demo_json(results: Sequence[QuestionResult]) -> str:
+    """`veil demo --json`: one JSON list, an object per question with the
+    documented keys: `truth`, `estimate`, `ci_low`, `ci_high` (a number for a
+    yes/no or integer question, else a list beside `labels`, what each number
+    is), `epsilon` (against the collector), and for a zCDP question also `rho`
+    and `delta` (then `epsilon` is the ε that ρ implies at that δ)."""
+    out = []
+    for r in results:
+        rows = r.shown
+        scalar = r.question.kind in SCALAR_KINDS
+
+        def pick(values: list[Any], scalar: bool = scalar) -> Any:
+            return values[0] if scalar else values
+
+        truths = [row.truth for row in rows]
+        g = r.guarantee
+        item: dict[str, Any] = {
+            "question": r.question.id,
+            "kind": r.question.kind,
+            "truth": None if None in truths else pick(truths),
+            "estimate": pick([row.estimate for row in rows]),
+            "ci_low": pick([row.ci_low for row in rows]),
+            "ci_high": pick([row.ci_high for row in rows]),
+            "intervals": r.intervals,
+            "epsilon": float(g.epsilon or 0),
+            "labels": pick([row.label for row in rows]),
+        }
+        if all(row.raw_estimate is not None for row in rows):
+            item["raw_estimate"] = pick([row.raw_estimate for row in rows])
+            item["raw_ci_low"] = pick([row.raw_ci_low for row in rows])
+            item["raw_ci_high"] = pick([row.raw_ci_high for row in rows])
+        item["indicative_only"] = r.indicative
+        if g.rho is not None:
+            item["rho"] = float(g.rho)
+            item["delta"] = float(g.delta) if g.delta is not None else None
+        out.append(item)
+    return json.dumps(out, indent=2)
+
+
+def summary_lines(results: Sequence[QuestionResult]) -> list[str]:
+    """The terminal summary of `veil survey collect`: per question its n, the
+    first rows with their intervals, and the banner where noise dominates."""
+    lines = []
+    for r in results:
+        shown = r.shown
+        text = ", ".join(
+            f"{row.label} {row.estimate:.3g} [{row.ci_low:.3g}, {row.ci_high:.3g}]"
+            for row in shown[:6]
+        )
+        more = ", ..." if len(shown) > 6 else ""
+        lines.append(f"  {r.question.id}: n = {r.n}; {text}{more}")
+        if r.indicative:
+            lines.append(f"    ({BANNER})")
+    if results:
+        lines.append(
+            f"  estimates kept within the possible range, {results[0].confidence:.0%} intervals"
+            " in brackets; results.json also keeps the raw unbiased estimates"
+        )
+    return lines
+
+
+def format_sweep(errors: Sequence[ExpectedError], respondents: int) -> str:
+    """`veil simulate --sweep-epsilon` without --plot: the same figures as a table,
+    one row per question and ε, errors as a share of the question's scale."""
+    header = ("question", "survey ε", "median error", "90% of errors", "of")
+    rows: list[tuple[str, ...]] = [header]
+    order = {name: i for i, name in enumerate(dict.fromkeys(e.question for e in errors))}
+    for e in sorted(errors, key=lambda e: (order[e.question], e.epsilon)):
+        rows.append((e.question, f"{e.epsilon:g}", f"{e.median:.2%}", f"{e.p90:.2%}", e.unit))
+    lines = [
+        f"Expected error of each question at {respondents:,} respondents (exact, from the"
+        " noise; --plot FILE draws it)"
+    ]
+    return "\n".join(lines + _rule_table(rows))
+
+
+def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
+    """A plain-text table of `veil.survey.plan.local_costs`."""
+    header = ("question", "local epsilon", "rms error without", "with local layer", "ratio")
+    rows: list[tuple[str, ...]] = [header]
+    for c in costs:
+        eps = "-" if c.local_epsilon is None else f"{float(c.local_epsilon):g}"
+        with_local = "-" if c.with_local is None else f"{c.with_local:.4g}"
+        ratio = "-" if c.with_local is None or not c.without else f"{c.with_local / c.without:.3g}x"
+        rows.append((c.question, eps, f"{c.without:.4g}", with_local, ratio))
+    lines = [
+        f"Expected error per result element at {respondents:,} respondents "
+        "(root mean square; with the local layer: worst case over the answers)"
+    ]
+    return "\n".join(lines + _rule_table(rows))
