@@ -11,7 +11,11 @@ integer        int in [0, max]            Prio3Sum(max); the mean uses the count
 choice         one of ``options``         Prio3Histogram(len(options))
 multi_choice   up to ``max_choices``      Prio3MultihotCountVec
 vector         ``length`` ints in [0,max] Prio3SumVec
+text           a string of ``max_bytes``  Poplar1(8 · max_bytes): heavy hitters
 =============  =========================  ======================================
+
+A text answer is normalised on the respondent's device (`veil.survey.text`) and
+its most frequent strings are found byte by byte (`veil.dp.heavy_hitters`).
 
 The values here are what `veil.survey.parse` makes of a survey file and
 `veil.survey.description` of a `survey.json`; nothing here reads a file.
@@ -27,14 +31,16 @@ from fractions import Fraction
 from typing import Any
 
 from veil.dp.estimates import Estimate, ratio, shares, total
+from veil.dp.heavy_hitters import DEFAULT_MAX_BYTES, HeavyHittersPlan, Threshold
 from veil.settings import SettingsError
+from veil.survey.text import TextAnswerError, encode_text_answer, text_plan, text_threshold
 from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
-from veil.vdaf import Prio3, registry
+from veil.vdaf import Poplar1, Prio3, registry
 
 # The interval a survey aims at by default: ±10% of each question's range
 # (`target_error`; `veil survey plan`).
 DEFAULT_TARGET_ERROR = Fraction(1, 10)
-KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector")
+KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector", "text")
 MECHANISMS = ("geometric", "laplace", "gaussian", "none")
 
 
@@ -76,6 +82,13 @@ class Question:
     # Whether a respondent must answer it; otherwise it may be skipped (no
     # report is sent for it, and its n counts only those who answered).
     required: bool = False
+    # A text question: answers of at most max_bytes bytes of UTF-8 (after
+    # normalisation, lower-cased unless case_sensitive), released when their noisy
+    # count reaches `threshold`, or `min_share` of the expected respondents.
+    max_bytes: int = DEFAULT_MAX_BYTES
+    case_sensitive: bool = False
+    threshold: int | None = None
+    min_share: Fraction | None = None
 
     @property
     def add_remove(self) -> bool:
@@ -85,6 +98,8 @@ class Question:
     @property
     def vdaf_type(self) -> str:
         """The VDAF kind (veil.vdaf.registry) this question's answers are encoded with."""
+        if self.kind == "text":
+            return "poplar1"
         if self.add_remove:
             # Every type carries the count: a histogram's buckets add up to it; the
             # others get a last coordinate that is always 1.
@@ -105,7 +120,9 @@ class Question:
 
     @property
     def vdaf_params(self) -> dict[str, int]:
-        """Parameters of the Prio3 type, named as in the draft."""
+        """Parameters of the VDAF, named as in the draft."""
+        if self.kind == "text":
+            return {"bits": 8 * self.max_bytes}
         if self.add_remove:
             return self._add_remove_params()
         if self.kind == "yes_no":
@@ -151,9 +168,24 @@ class Question:
             "chunk_length": optimal_chunk_length(length * self.max.bit_length()),
         }
 
-    def vdaf(self) -> Prio3[Any, Any]:
-        """The Prio3 instance of this question's task."""
+    def vdaf(self) -> Prio3[Any, Any] | Poplar1:
+        """The VDAF instance of this question's task."""
+        if self.kind == "text":
+            return registry.PREFIX_KINDS["poplar1"].make(self.vdaf_params)
         return registry.kind(self.vdaf_type).make(self.vdaf_params)
+
+    def heavy_hitters(self) -> HeavyHittersPlan:
+        """A text question's budget over its byte levels (`veil.dp.heavy_hitters`)."""
+        if self.kind != "text":
+            raise ValueError(f"question {self.id!r} is not a text question")
+        return text_plan(self.max_bytes, self.mechanism, self.epsilon, self.rho, self.neighbouring)
+
+    def release_threshold(self, expected_respondents: int | None) -> Threshold:
+        """A text question's threshold and the chance it releases an answer given once
+        (`min_share` is a share of `expected_respondents`)."""
+        return text_threshold(
+            self.heavy_hitters(), self.threshold, self.min_share, expected_respondents
+        )
 
     def ratio_estimates(self, est: Sequence[Estimate]) -> tuple[list[Estimate], Estimate]:
         """(results, report count) of an add_remove question from its coordinates'
@@ -182,6 +214,12 @@ class Question:
             return f"a whole number from 0 to {self.max}"
         if self.kind == "choice":
             return "one of " + ", ".join(repr(o) for o in self.options)
+        if self.kind == "text":
+            case = "" if self.case_sensitive else ", lower-cased"
+            return (
+                f"a text of at most {self.max_bytes} bytes in UTF-8 (trimmed{case};"
+                " a letter outside ASCII takes 2 to 4 bytes)"
+            )
         if self.kind == "multi_choice":
             return f"a list of at most {self.max_choices} of " + ", ".join(
                 repr(o) for o in self.options
@@ -205,9 +243,15 @@ class Question:
         """A respondent's answer in the question's terms (yes/no, a number, an
         option name, a list of option names, a list of numbers) as the Prio3
         measurement. Raises AnswerError naming the question, the answer and
-        what is allowed. Under add_remove a yes/no answer is the index of a
+        what is allowed. A text answer is normalised and becomes its 8·max_bytes
+        bits (`veil.survey.text`). Under add_remove a yes/no answer is the index of a
         two-bucket histogram (no, yes), and a number, a list of options or a
         vector gets a last element 1 that counts the report."""
+        if self.kind == "text":
+            try:
+                return encode_text_answer(answer, self.max_bytes, self.case_sensitive).measurement
+            except TextAnswerError as e:
+                raise AnswerError(f"question {self.id!r}: {e}; give {self.allowed()}") from e
         measurement = self._measurement(answer)
         if not self.add_remove or self.kind in ("yes_no", "choice"):
             return measurement

@@ -20,6 +20,15 @@ Any question may set ``local_epsilon`` (ε_L): each respondent's device then
 randomizes the answer before it is shared (veil.dp.local), so the answer stays
 ε_L-private even if both aggregators collude. The central budget is unchanged
 (randomization is pre-processing); the estimates are de-biased for it.
+
+A text question (``kind = "text"``) takes ``max_bytes`` (1 to 64, default 16: the
+longest answer in UTF-8 bytes, after normalisation), ``case_sensitive`` (default
+false: answers are lower-cased), and at most one of ``threshold`` (the noisy count
+an answer needs to be released) and ``min_share`` (that count as a share of
+``expected_respondents``, which it then needs); without either, the threshold is
+the least that keeps an answer given once from being released but one time in a
+thousand (`veil.dp.heavy_hitters`). Its budget is spent over its byte levels, so
+a level's share must still be a usable ε (or ρ); it takes no ``local_epsilon``.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from veil.dp.errors import InvalidParameter
+from veil.dp.heavy_hitters import DEFAULT_MAX_BYTES, MAX_TEXT_BYTES
 from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
@@ -75,6 +86,7 @@ QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "choice": ("options",),
     "multi_choice": ("options", "max_choices"),
     "vector": ("length", "max", "labels"),
+    "text": ("max_bytes", "case_sensitive", "threshold", "min_share"),
 }
 
 
@@ -281,6 +293,8 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
                 loc, i, raw, epsilon, rho, mechanisms[i], shares[i], max_respondents, neighbouring
             )
         )
+        if questions[-1].kind == "text":
+            _check_text(loc, i, raw, questions[-1], expected)
     return Survey(
         name=str(head.get("name", Path(path).stem)),
         epsilon=None if zcdp else total,
@@ -406,6 +420,8 @@ def _question(
             ) from None
     if kind == "yes_no":
         return Question(**common)
+    if kind == "text":
+        return _text_question(loc, i, raw, common)
     if kind == "integer":
         return Question(
             **common, max=_positive_int(loc, i, raw, "max", _max_fitting(Field64, respondents))
@@ -444,6 +460,90 @@ def _question(
         return Question(**common, options=tuple(options))
     max_choices = _positive_int(loc, i, raw, "max_choices", len(options))
     return Question(**common, options=tuple(options), max_choices=max_choices)
+
+
+def _text_question(
+    loc: _Locator, i: int, raw: Mapping[str, Any], common: dict[str, Any]
+) -> Question:
+    """A text question's own settings (the checks against the budget: `_check_text`)."""
+    if "local_epsilon" in raw:
+        raise loc.error(
+            i,
+            "local_epsilon",
+            "a text question takes no `local_epsilon`: randomized response over strings is not"
+            " supported; its answers are protected by the servers' noise and the threshold",
+        )
+    max_bytes = raw.get("max_bytes", DEFAULT_MAX_BYTES)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+        raise loc.error(
+            i, "max_bytes", f"`max_bytes` must be a whole number of bytes, got {max_bytes!r}"
+        )
+    if not 1 <= max_bytes <= MAX_TEXT_BYTES:
+        raise loc.error(
+            i,
+            "max_bytes",
+            f"`max_bytes` must be from 1 to {MAX_TEXT_BYTES}, got {max_bytes} (each byte is one"
+            " collection, and takes its share of the question's budget)",
+        )
+    case_sensitive = raw.get("case_sensitive", False)
+    if not isinstance(case_sensitive, bool):
+        raise loc.error(
+            i, "case_sensitive", f"`case_sensitive` must be true or false, got {case_sensitive!r}"
+        )
+    if "threshold" in raw and "min_share" in raw:
+        raise loc.error(i, "min_share", "give a text question `threshold` or `min_share`, not both")
+    threshold = raw.get("threshold")
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1
+    ):
+        raise loc.error(
+            i,
+            "threshold",
+            f"`threshold` must be a whole number of respondents, at least 1, got {threshold!r}",
+        )
+    min_share = None
+    if "min_share" in raw:
+        try:
+            min_share = exact_number(raw["min_share"])
+        except (ValueError, ZeroDivisionError):
+            min_share = Fraction(-1)
+        if not 0 < min_share <= 1:
+            raise loc.error(
+                i,
+                "min_share",
+                "`min_share` must be a share of the respondents from 0 to 1 (0.02: answers"
+                f" given by 2%), got {raw['min_share']!r}",
+            )
+    return Question(
+        **common,
+        max_bytes=max_bytes,
+        case_sensitive=case_sensitive,
+        threshold=threshold,
+        min_share=min_share,
+    )
+
+
+def _check_text(
+    loc: _Locator, i: int, raw: Mapping[str, Any], q: Question, expected: int | None
+) -> None:
+    """A text question's budget must stretch over its levels, and `min_share` needs
+    the respondents it is a share of."""
+    if q.min_share is not None and expected is None:
+        raise loc.error(
+            i,
+            "min_share",
+            "`min_share` is a share of the expected respondents: set `expected_respondents`"
+            " in [survey], or give `threshold` (a count) instead",
+        )
+    try:
+        q.release_threshold(expected)
+    except InvalidParameter as e:
+        key = next(
+            (k for k in ("threshold", "epsilon", "rho", "weight", "max_bytes") if k in raw), "kind"
+        )
+        raise loc.error(
+            i, key, f"text question {q.id!r}: {e}; give it a larger share or fewer max_bytes"
+        ) from None
 
 
 def load_survey(path: str | Path) -> Survey:

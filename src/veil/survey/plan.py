@@ -15,6 +15,14 @@ to a noisy count) it is computed at answers in the middle of the range.
 A question whose interval at n spans more than half its range is the one the
 results will mark "indicative only" (veil.survey.results.BANNER).
 
+A text question's rows are the answers found, each a count of respondents: its
+plan adds the release threshold, the probability that an answer given by one
+respondent is released, and the detection floor at n (the least number of
+respondents, and their share, who must give an answer for it to be found with
+95% probability; `veil.dp.heavy_hitters`). Its target is that floor's share:
+`min_share` if the question has one, else `target_error`; "respondents needed" is
+the smallest n at which the floor falls to it.
+
 `expected_errors` gives the same figures over a range of total budgets
 (`veil simulate --sweep-epsilon`), and `local_costs` what a question's local
 layer costs in accuracy (`veil demo --local-epsilon`); veil.render.text prints
@@ -30,11 +38,12 @@ from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
 from veil.dp.estimates import Estimate, noise_half_width, ratio, simultaneous_alpha
+from veil.dp.heavy_hitters import detection_floor
 from veil.dp.local import local_error, local_estimate
 from veil.dp.mechanisms import Mechanism, NoisePlan
 from veil.survey.budget import with_epsilon
 from veil.survey.model import DEFAULT_TARGET_ERROR, Question, Survey
-from veil.survey.tasks import task_specs
+from veil.survey.tasks import question_task
 from veil.task import DpSpec, VdafSpec
 
 __all__ = [
@@ -80,6 +89,12 @@ class QuestionPlan:
     target: float
     needed: int | None
     indicative: bool
+    # Text questions only (None otherwise): the release threshold (a noisy count),
+    # the probability an answer given once is released, and the detection floor.
+    threshold: int | None = None
+    release_probability: float | None = None
+    detection_floor: int | None = None
+    detection_share: float | None = None
 
     @property
     def reaches_target(self) -> bool:
@@ -196,10 +211,12 @@ def plan_survey(
     questions' own."""
     if respondents < 1:
         raise ValueError(f"respondents must be at least 1, got {respondents}")
-    specs = task_specs(survey)
     out = []
     for q in survey.questions:
-        vdaf, dp, _ = specs[q.id]
+        if q.kind == "text":
+            out.append(_text_plan(survey, q, respondents, target_error))
+            continue
+        vdaf, dp, _ = question_task(survey, q)
         model = _Question(q, vdaf, dp)
         target = target_error or q.target_error or survey.target_error or DEFAULT_TARGET_ERROR
         median, p90 = model.errors(respondents)
@@ -223,6 +240,64 @@ def plan_survey(
             )
         )
     return out
+
+
+def _text_plan(survey: Survey, q: Question, n: int, target_error: Fraction | None) -> QuestionPlan:
+    """A text question's plan at n: its threshold, release probability and detection
+    floor, and one recovered answer's count error (its last level's noise)."""
+    plan = q.heavy_hitters()
+
+    def floor_at(m: int) -> tuple[int, int, float]:
+        # min_share is a share of the respondents, so the threshold moves with n.
+        t = q.release_threshold(m if q.min_share is not None else survey.expected_respondents)
+        return detection_floor(plan, t.value, m).count, t.value, t.release_probability
+
+    count, threshold, release = floor_at(n)
+    target = target_error or q.min_share or q.target_error or survey.target_error
+    target = target or DEFAULT_TARGET_ERROR
+    level = plan.level_plan
+    if level.server_noise() is None:
+        median = p90 = half = 0.0
+    else:
+        median = float(noise_half_width(level, 0.5)[0])
+        p90 = float(noise_half_width(level, 0.1)[0])
+        half = float(noise_half_width(level, 1 - CONFIDENCE)[0])
+
+    def reaches(m: int) -> bool:
+        return floor_at(m)[0] <= target * m
+
+    needed: int | None = survey.min_batch_size
+    if not reaches(survey.min_batch_size):
+        hi = survey.min_batch_size
+        while not reaches(hi) and hi <= MAX_SEARCH:
+            hi *= 2
+        if hi > MAX_SEARCH:
+            needed = None
+        else:
+            lo = hi // 2
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+            needed = hi
+    return QuestionPlan(
+        question=q.id,
+        text=q.text,
+        kind=q.kind,
+        unit="respondents per answer",
+        respondents=n,
+        range_high=float(n),
+        median=round(median, 6),
+        p90=round(p90, 6),
+        half_width=round(half, 6),
+        target_error=float(target),
+        target=round(float(target * n), 6),
+        needed=needed,
+        indicative=count > n,
+        threshold=threshold,
+        release_probability=release,
+        detection_floor=count,
+        detection_share=round(count / n, 6),
+    )
 
 
 def _amount(x: float) -> str:
@@ -292,6 +367,17 @@ def format_plan(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
             )
             + "; give them more of the budget, more respondents, or fewer questions"
         )
+    for p in plans:
+        if p.detection_floor is None:
+            continue
+        assert p.detection_share is not None and p.release_probability is not None
+        lines.append(
+            f"{p.question} (text): an answer is found with 95% probability when at least"
+            f" {p.detection_floor:,} respondents ({p.detection_share:.2%}) give it (the"
+            f" detection floor; target {p.target_error:.2%}); an answer is released when its"
+            f" noisy count reaches {p.threshold:,}, and one given by a single respondent is"
+            f" released with probability at most {p.release_probability:.2g}"
+        )
     noisy = [p.question for p in plans if p.indicative]
     if noisy:
         lines.append(
@@ -310,11 +396,23 @@ def plan_json(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
             "respondents": plans[0].respondents if plans else 0,
             "min_batch_size": survey.min_batch_size,
             "confidence": CONFIDENCE,
-            "questions": [{**asdict(p), "reaches_target": p.reaches_target} for p in plans],
+            "questions": [{**_plan_fields(p), "reaches_target": p.reaches_target} for p in plans],
         },
         indent=2,
         ensure_ascii=False,
     )
+
+
+TEXT_FIELDS = ("threshold", "release_probability", "detection_floor", "detection_share")
+
+
+def _plan_fields(p: QuestionPlan) -> dict[str, object]:
+    """A plan row's fields, the text-only ones only for a text question."""
+    fields = asdict(p)
+    if p.kind != "text":
+        for key in TEXT_FIELDS:
+            del fields[key]
+    return fields
 
 
 @dataclass(frozen=True)
@@ -337,13 +435,15 @@ def local_costs(survey: Survey, respondents: int) -> list[LocalCost]:
     """What each question's local layer costs in accuracy at `respondents` reports."""
     costs = []
     for q in survey.questions:
+        if q.kind == "text":
+            continue  # no local layer for text answers
         # Integer and vector results are shown as means (per element for a vector).
         scale = 1 / respondents if q.kind in ("integer", "vector") else 1.0
-        plain = task_specs(replace(survey, questions=(replace(q, local_epsilon=None),)))[q.id]
+        plain = question_task(survey, replace(q, local_epsilon=None))
         without, _ = local_error(None, plain[1].plan(plain[0]), respondents)
         with_local = None
         if q.local_epsilon is not None:
-            vdaf, dp, _ = task_specs(replace(survey, questions=(q,)))[q.id]
+            vdaf, dp, _ = question_task(survey, q)
             with_local = local_error(dp.local(vdaf), dp.plan(vdaf), respondents)[0] * scale
         costs.append(LocalCost(q.id, q.local_epsilon, without * scale, with_local))
     return costs
@@ -380,10 +480,13 @@ def expected_errors(
         plain = replace(
             scaled, questions=tuple(replace(q, local_epsilon=None) for q in scaled.questions)
         )
-        specs = task_specs(plain)
         for q in plain.questions:
-            vdaf, dp, _ = specs[q.id]
-            plan = dp.plan(vdaf)
+            if q.kind == "text":
+                # One recovered answer's count: its last level's noise.
+                plan = q.heavy_hitters().level_plan
+            else:
+                vdaf, dp, _ = question_task(plain, q)
+                plan = dp.plan(vdaf)
             if plan.server_noise() is None:
                 median = p90 = rms = 0.0
             else:

@@ -37,7 +37,7 @@ from veil.dp.accounting import (
     PrivacyStatement,
     decimal_text,
 )
-from veil.survey.model import Survey
+from veil.survey.model import Question, Survey
 from veil.task import DpSpec, Task, VdafSpec
 
 __all__ = ["privacy_statement", "survey_statement", "task_statement"]
@@ -200,8 +200,31 @@ def _survey_statement(survey: Survey) -> PrivacyStatement:
         notes.append(_ADD_REMOVE_NOTE)
     notes.append(_FLOOR_NOTE)
     notes.extend(local_notes)
+    notes.extend(text_note(survey, q) for q in survey.questions if q.kind == "text")
     return PrivacyStatement(
         SURVEY_UNIT, neighbouring, guarantee, guarantee, everyone, notes=tuple(notes)
+    )
+
+
+def text_note(survey: Survey, q: Question) -> str:
+    """What a text question spends and releases, in words: its budget over its byte
+    levels, each level's sensitivity, the threshold and the probability that an
+    answer given by one respondent is released (`veil.dp.heavy_hitters`)."""
+    plan = q.heavy_hitters()
+    threshold = q.release_threshold(survey.expected_respondents)
+    sensitivity = plan.level_plan.sensitivity
+    how = {
+        "target": "the least keeping that chance small",
+        "threshold": "the survey's `threshold`",
+        "min_share": f"`min_share` {decimal_text(q.min_share or Fraction(0))} of the"
+        f" {survey.expected_respondents or 0:,} expected respondents",
+    }[threshold.source]
+    return (
+        f"Text question {q.id!r}: {plan.note()} Under {plan.neighbouring.value} neighbouring a "
+        f"level's counts move by L1 = {sensitivity.l1} (L2² = {sensitivity.l2_squared}). An "
+        f"answer is released only if its noisy count reaches {threshold.value} ({how}), so an "
+        "answer given by one respondent is released with probability at most "
+        f"{threshold.release_probability:.2g}."
     )
 
 

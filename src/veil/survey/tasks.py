@@ -5,41 +5,50 @@ from __future__ import annotations
 
 from typing import Any
 
-from veil.survey.model import Survey
+from veil.survey.model import Question, Survey, SurveyError
 from veil.task import DpSpec, VdafSpec
 
+TaskSpec = tuple[VdafSpec, DpSpec, dict[str, Any]]
 
-def task_specs(survey: Survey) -> dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]]:
+
+def task_specs(survey: Survey) -> dict[str, TaskSpec]:
     """One task per question, every task under the survey's total budget.
 
     A gaussian question's task names its ρ (never an ε read as ρ); a survey composed
     under zCDP counts ρ on its ledger, and its pure questions' ε as ε²/2 there.
     """
-    specs = {}
-    for q in survey.questions:
-        vdaf = VdafSpec(q.vdaf_type, **q.vdaf_params)
-        local: dict[str, Any] = {}
-        if q.local_epsilon is not None:
-            local["local_epsilon"] = str(q.local_epsilon)
-            if q.kind == "multi_choice":
-                local["local_max_choices"] = q.max_choices
-        if survey.mechanism == "none" or survey.total is None:
-            dp = DpSpec(mechanism="none", **local)
-        else:
-            gaussian = q.mechanism == "gaussian"
-            amount = q.rho if gaussian else q.epsilon
-            assert amount is not None
-            dp = DpSpec(
-                mechanism=q.mechanism,
-                epsilon=None if gaussian else str(amount),
-                rho=str(amount) if gaussian else None,
-                delta=str(survey.delta) if gaussian and survey.delta is not None else None,
-                budget=str(amount),
-                survey=survey.id,
-                survey_budget=str(survey.total),
-                survey_unit="rho" if survey.zcdp else "epsilon",
-                neighbouring=survey.neighbouring,
-                **local,
-            )
-        specs[q.id] = (vdaf, dp, {"min_batch_size": survey.min_batch_size})
-    return specs
+    return {q.id: question_task(survey, q) for q in survey.questions}
+
+
+def question_task(survey: Survey, q: Question) -> TaskSpec:
+    """The task of one question of `survey` (see `task_specs`)."""
+    if q.kind == "text":
+        raise SurveyError(
+            f"question {q.id!r}: text questions (Poplar1) cannot be deployed yet: the"
+            " aggregators do not take aggregation parameters; `veil survey plan` works"
+        )
+    vdaf = VdafSpec(q.vdaf_type, **q.vdaf_params)
+    local: dict[str, Any] = {}
+    if q.local_epsilon is not None:
+        local["local_epsilon"] = str(q.local_epsilon)
+        if q.kind == "multi_choice":
+            local["local_max_choices"] = q.max_choices
+    if survey.mechanism == "none" or survey.total is None:
+        dp = DpSpec(mechanism="none", **local)
+    else:
+        gaussian = q.mechanism == "gaussian"
+        amount = q.rho if gaussian else q.epsilon
+        assert amount is not None
+        dp = DpSpec(
+            mechanism=q.mechanism,
+            epsilon=None if gaussian else str(amount),
+            rho=str(amount) if gaussian else None,
+            delta=str(survey.delta) if gaussian and survey.delta is not None else None,
+            budget=str(amount),
+            survey=survey.id,
+            survey_budget=str(survey.total),
+            survey_unit="rho" if survey.zcdp else "epsilon",
+            neighbouring=survey.neighbouring,
+            **local,
+        )
+    return (vdaf, dp, {"min_batch_size": survey.min_batch_size})
