@@ -152,6 +152,8 @@ class Profiler:
                             "py-spy",
                             "record",
                             "--nonblocking",
+                            # Only the thread holding the GIL: CPU, not waits.
+                            "--gil",
                             "--rate",
                             "250",
                             "--format",

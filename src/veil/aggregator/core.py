@@ -346,6 +346,9 @@ class AggregatorBase(Generic[AT]):
         metrics: Metrics | None = None,
     ) -> None:
         self.metrics = metrics
+        # The HPKE outcome counters by label: looking a labelled child up
+        # costs more than counting, once per report.
+        self._open_counters: dict[str, Any] = {}
         self.store = store
         self.clock = clock
         self.tasks: dict[bytes, AT] = {}
@@ -447,15 +450,19 @@ class AggregatorBase(Generic[AT]):
         label = outcome.value if isinstance(outcome, ReportRejection) else "ok"
         if tally is not None:
             tally[label] = tally.get(label, 0) + 1
-        elif self.metrics is not None:
-            self.metrics.hpke_opens.labels(label).inc()
+        else:
+            self.count_opens({label: 1})
         return outcome
 
     def count_opens(self, tally: dict[str, int]) -> None:
         """Count the outcomes `open_share` added to `tally` in the metrics."""
-        if self.metrics is not None:
-            for label, n in tally.items():
-                self.metrics.hpke_opens.labels(label).inc(n)
+        if self.metrics is None:
+            return
+        for label, n in tally.items():
+            counter = self._open_counters.get(label)
+            if counter is None:
+                counter = self._open_counters[label] = self.metrics.hpke_opens.labels(label)
+            counter.inc(n)
 
     def task(self, task_id: bytes) -> AT:
         task = self.tasks.get(task_id)
