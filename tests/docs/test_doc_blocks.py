@@ -19,69 +19,81 @@ from veil.cli import build_parser
 
 README_LIMIT = 8_000
 
-# The runnable blocks (sh, python, toml) of each document, by the heading
-# they sit under, and the test that runs them as written (with free ports,
+# The runnable blocks of each document, by the heading they sit under and
+# their language, and the test that runs them as written (with free ports,
 # shorter waits, and the servers a walk-through starts in the background
 # started by the test).
 RUN = {
-    ("README.md", "A survey in ten lines"): "tests/docs/test_doc_blocks.py",
-    ("docs/SURVEYS.md", "Run a survey"): "tests/docs/test_surveys_walkthrough.py",
-    ("docs/DEPLOYING.md", "Deploying a survey across two organisations"): (
-        "tests/docs/test_deploying_tls_trial.py"
+    ("README.md", "A survey in ten lines", "sh"): "tests/docs/test_doc_blocks.py",
+    ("docs/SURVEYS.md", "Before deploying: `veil simulate`", "sh"): (
+        "tests/docs/test_doc_blocks.py"  # the sweep; the other line is test_demo's simulate
     ),
-    ("docs/CLIENT.md", "Blocking"): "tests/docs/test_client_doc.py",
-    ("docs/CLIENT.md", "asyncio"): "tests/docs/test_client_doc.py",
-    ("docs/CLIENT.md", "Durable outbox"): "tests/docs/test_client_doc.py",
-    ("docs/CLIENT.md", "Building reports without the network"): "tests/docs/test_client_doc.py",
-    ("docs/CLIENT.md", "Collecting from Python"): "tests/docs/test_client_doc.py",
-    ("docs/CLIENT.md", "The Prio3 core"): "tests/docs/test_client_doc.py",
-    ("docs/CLIENT.md", "The wire format and the API reference"): "tests/test_api_docs.py",
-    ("docs/POSTGRESQL.md", "1. A role and a database"): "tests/docs/test_postgresql_walkthrough.py",
-    ("docs/POSTGRESQL.md", "2. The DSN, without the password in the config"): (
+    ("docs/SURVEYS.md", "Run a survey", "sh"): "tests/docs/test_surveys_walkthrough.py",
+    ("docs/DEPLOYING.md", "Deploying a survey across two organisations", "sh"): (
+        "tests/docs/test_deploying_tls_trial.py"  # the trial; the other block is parsed
+    ),
+    ("docs/DEPLOYING.md", "Running the servers by hand", "sh"): (
+        "tests/docs/test_deploying_by_hand.py"
+    ),
+    ("docs/DEPLOYING.md", "Scaling out on PostgreSQL", "toml"): (
+        "tests/docs/test_deploying_by_hand.py"
+    ),
+    ("docs/OPERATING.md", "HPKE key rotation", "sh"): "tests/docs/test_deploying_by_hand.py",
+    ("docs/CONFIGURATION.md", "Server configuration", "toml"): (
+        "tests/docs/test_deploying_by_hand.py"
+    ),
+    ("docs/CLIENT.md", "Blocking", "python"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "asyncio", "python"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "Durable outbox", "python"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "Durable outbox", "sh"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "Building reports without the network", "python"): (
+        "tests/docs/test_client_doc.py"
+    ),
+    ("docs/CLIENT.md", "Collecting from Python", "python"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "The Prio3 core", "python"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "The wire format and the API reference", "sh"): "tests/test_api_docs.py",
+    ("docs/POSTGRESQL.md", "1. A role and a database", "sh"): (
         "tests/docs/test_postgresql_walkthrough.py"
     ),
-    ("docs/POSTGRESQL.md", "3. What runs at start"): "tests/docs/test_postgresql_walkthrough.py",
-    ("docs/POSTGRESQL.md", "4. Backups"): "tests/docs/test_postgresql_walkthrough.py",
-    ("docs/SURVEYS.md", "Before deploying: `veil simulate`"): "tests/docs/test_doc_blocks.py",
-    ("docs/OBSERVATIONS.md", "Kept true by a test"): "tests/test_observations.py",
+    ("docs/POSTGRESQL.md", "2. The DSN, without the password in the config", "sh"): (
+        "tests/docs/test_postgresql_walkthrough.py"
+    ),
+    ("docs/POSTGRESQL.md", "3. What runs at start", "sh"): (
+        "tests/docs/test_postgresql_walkthrough.py"
+    ),
+    ("docs/POSTGRESQL.md", "4. Backups", "sh"): "tests/docs/test_postgresql_walkthrough.py",
+    ("docs/OBSERVATIONS.md", "Kept true by a test", "sh"): "tests/test_observations.py",
 }
 
 # The blocks the suite does not run as written: why, and what checks them.
 # (Every `veil` command in them is still parsed by the CLI, below.)
 NOT_RUN = {
-    ("README.md", "Quick start"): (
+    ("README.md", "Quick start", "sh"): (
         "a fresh virtual environment and pip install: .ci/run runs the test command"
         " (tests/docs/test_development_commands.py), tests/test_demo.py runs `veil demo`"
     ),
-    ("docs/DEVELOPMENT.md", "Tests"): (
+    ("docs/DEVELOPMENT.md", "Tests", "sh"): (
         "the suite itself, the JavaScript tests and the README's command: run by .ci/run"
         " (tests/docs/test_development_commands.py checks they are the same)"
     ),
-    ("docs/DEVELOPMENT.md", "Checks"): "ruff and mypy: run by .ci/run",
-    ("docs/reports/RELIABILITY.md", "Running the suites"): "the reliability suites themselves",
-    ("docs/PERFORMANCE.md", "Sharding and verifying: the batched path"): (
+    ("docs/DEVELOPMENT.md", "Checks", "sh"): "ruff and mypy: run by .ci/run",
+    ("docs/reports/RELIABILITY.md", "Running the suites", "sh"): "the reliability suites",
+    ("docs/PERFORMANCE.md", "Sharding and verifying: the batched path", "sh"): (
         "benchmarks take minutes and assert nothing; the scripts named exist (below)"
     ),
-    ("docs/PRIVACY.md", "Privacy: three guarantees"): (
+    ("docs/PRIVACY.md", "Privacy: three guarantees", "sh"): (
         "`veil simulate` with servers, as tests/test_demo.py runs it; its options are parsed"
     ),
-    ("docs/SURVEYS.md", "One answer per respondent: invitations"): (
+    ("docs/SURVEYS.md", "One answer per respondent: invitations", "sh"): (
         "the issuer is a long-running server: tests/integration/test_invitations_journey.py"
         " runs the journey; the three commands are parsed"
     ),
-    ("docs/DEPLOYING.md", "The survey page: respondents in a browser"): (
+    ("docs/DEPLOYING.md", "The survey page: respondents in a browser", "sh"): (
         "a long-running server: tests/web/test_serve.py serves the page; the command is parsed"
     ),
-    ("docs/DEPLOYING.md", "Scaling out on PostgreSQL"): (
+    ("docs/DEPLOYING.md", "Scaling out on PostgreSQL", "sh"): (
         "long-running servers on PostgreSQL: tests/integration/test_scale_out.py runs them;"
         " the commands are parsed"
-    ),
-    ("docs/DEPLOYING.md", "Running the servers by hand"): (
-        "tests/docs/test_client_doc.py runs the same task's client side; the commands are parsed"
-    ),
-    ("docs/CONFIGURATION.md", "Server configuration"): "a reference, with placeholder files",
-    ("docs/OPERATING.md", "HPKE key rotation"): (
-        "tests/aggregator/test_maintenance.py rotates keys; the commands are parsed"
     ),
 }
 
@@ -91,7 +103,7 @@ def runnable_blocks() -> list[Block]:
 
 
 def test_every_runnable_block_is_claimed() -> None:
-    found = {(b.doc, b.section) for b in runnable_blocks()}
+    found = {(b.doc, b.section, b.lang) for b in runnable_blocks()}
     claimed = set(RUN) | set(NOT_RUN)
     assert not set(RUN) & set(NOT_RUN)
     unclaimed = sorted(found - claimed)
@@ -102,9 +114,9 @@ def test_every_runnable_block_is_claimed() -> None:
     assert not stale, f"claims of blocks that are gone (or moved): {stale}"
 
 
-@pytest.mark.parametrize(("doc", "heading"), sorted(RUN))
-def test_the_claiming_test_reads_its_document(doc: str, heading: str) -> None:
-    test = ROOT / RUN[doc, heading]
+@pytest.mark.parametrize(("doc", "heading", "lang"), sorted(RUN))
+def test_the_claiming_test_reads_its_document(doc: str, heading: str, lang: str) -> None:
+    test = ROOT / RUN[doc, heading, lang]
     assert test.is_file(), test
     # A documentation test names the document it runs (the others, such as
     # tests/test_api_docs.py, run what the block runs through its function).
