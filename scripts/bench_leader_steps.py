@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.bench_workers import TP, VDAFS
 from tests.support.postgres import as_url, postgres_dsn, with_schema
-from veil.aggregator import leader as leader_module
+from veil.aggregator.leader import jobs as jobs_module
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.server import AggregationWorker, load_config
@@ -68,15 +68,16 @@ def instrument(worker: AggregationWorker) -> None:
     for batch in leader.batch_vdafs.values():
         batch.verify_init_batch = timed("verify_init (batched)", batch.verify_init_batch)
         batch.verify_next_batch = timed("verify_next (batched)", batch.verify_next_batch)
-    leader_module.job_deltas = timed("sum the deltas (job_deltas)", leader_module.job_deltas)
-    helper = leader.helper
+    jobs_module.job_deltas = timed("sum the deltas (job_deltas)", jobs_module.job_deltas)
+    helper = leader.peer.api
     # The whole RPC in the calling thread, and within it gRPC's own part
     # (serialising the request, parsing the response): the rest is our
     # Python building the request and reading the answer.
     helper._call = timed("helper RPC: gRPC serialise + parse", helper._call)  # type: ignore[attr-defined]
     helper.aggregate = timed("helper RPC in all", helper.aggregate)  # type: ignore[method-assign]
-    leader._prepare_job = timed("_prepare_job in all", leader._prepare_job)  # type: ignore[method-assign]
-    leader._finish_job = timed("_finish_job in all", leader._finish_job)  # type: ignore[method-assign]
+    jobs = leader.jobs
+    jobs.prepare_job = timed("prepare_job in all", jobs.prepare_job)  # type: ignore[method-assign]
+    jobs.finish_job = timed("finish_job in all", jobs.finish_job)  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from veil.aggregator.admission import AdmissionLimits, Backlog
 from veil.aggregator.errors import Overloaded
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.server import ConfigError, load_config
 from veil.aggregator.service import HelperService, LeaderService, add_service
@@ -58,14 +59,17 @@ class Leaders:
         self.helper = helper
         self.leader = Leader(
             {f.leader.task_id: f.leader for f in self.files},
-            self.store,
-            InProcessHelper(helper),
-            PrivacyEngine(
-                backend.ledger("leader"), [f.leader for f in self.files], allow_exact_release=True
+            LeaderParts(
+                self.store,
+                InProcessHelper(helper),
+                PrivacyEngine(
+                    backend.ledger("leader"),
+                    [f.leader for f in self.files],
+                    allow_exact_release=True,
+                ),
+                clock=lambda: NOW,
             ),
-            clock=lambda: NOW,
-            job_size=50,
-            admission=limits,
+            LeaderSettings(job_size=50, admission=limits),
         )
 
     def reports(self, n: int, task: int = 0) -> list[Report]:
@@ -192,7 +196,7 @@ def test_the_backlog_is_counted_at_most_every_period(backend: Backend) -> None:
     def count() -> Mapping[bytes, int]:
         # Counting takes 0.1 s by this clock: the period stretches to 2 s.
         now[0] += 0.1
-        counts.append(w.leader._count_backlog())
+        counts.append(w.leader.writer.count_backlog())
         return counts[-1]
 
     limits = AdmissionLimits(max_pending_reports=0, max_pending_per_task=25, recount_seconds=1)

@@ -20,6 +20,7 @@ import pytest
 
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
 from veil.aggregator.storage import SqliteDatastore
@@ -68,10 +69,12 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
     store = SqliteDatastore(leader_db, busy_timeout=0.2)
     leader = Leader(
         {files.leader.task_id: files.leader},
-        store,
-        GrpcHelperClient(grpc.insecure_channel),
-        PrivacyEngine(str(leader_db), [files.leader]),
-        retry_seconds=0.05,
+        LeaderParts(
+            store,
+            GrpcHelperClient(grpc.insecure_channel),
+            PrivacyEngine(str(leader_db), [files.leader]),
+        ),
+        LeaderSettings(retry_seconds=0.05),
     )
     add_service(
         helper_server, HelperService(helper), helper_pb2.DESCRIPTOR.services_by_name["Helper"], None

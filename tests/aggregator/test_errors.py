@@ -30,6 +30,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.server import ServerConfig
 from veil.aggregator.service import GrpcHelperClient, HelperService, add_service
@@ -184,16 +185,17 @@ def _leader(world: World, remote: HelperOverGrpc, **kwargs: Any) -> Leader:
     """A leader on the world's database (its HPKE key) calling the remote helper."""
     return Leader(
         {remote.task.task_id: remote.task},
-        world.leader_store,
-        remote.link,
-        PrivacyEngine(
-            str(world.leader_store.path),  # type: ignore[attr-defined]
-            [remote.task],
-            allow_exact_release=True,
+        LeaderParts(
+            world.leader_store,
+            remote.link,
+            PrivacyEngine(
+                str(world.leader_store.path),  # type: ignore[attr-defined]
+                [remote.task],
+                allow_exact_release=True,
+            ),
+            clock=lambda: NOW,
         ),
-        clock=lambda: NOW,
-        retry_seconds=0.0,  # retried at the next pass
-        **kwargs,
+        LeaderSettings(retry_seconds=0.0, **kwargs),  # retried at the next pass
     )
 
 

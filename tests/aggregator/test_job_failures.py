@@ -18,6 +18,7 @@ from tests.support.backends import Backend
 from veil.aggregator.core import AggregationAnswer, VerifyInitItem
 from veil.aggregator.errors import Internal, Unauthenticated
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.store.records import is_transient_storage_error
 from veil.task import DpSpec, Task, VdafSpec, new_task
 
@@ -56,13 +57,8 @@ def _leader(world: World, link: InProcessHelper) -> Leader:
     old = world.leader
     return Leader(
         old.tasks,
-        old.store,
-        link,
-        old.privacy,
-        clock=old.clock,
-        job_size=4,
-        max_job_attempts=3,
-        retry_seconds=0.0,  # the next pass retries
+        LeaderParts(old.store, link, old.privacy, clock=old.clock),
+        LeaderSettings(job_size=4, max_job_attempts=3, retry_seconds=0.0),  # the next pass retries
     )
 
 

@@ -37,6 +37,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord
 from veil.client import prepare_report
@@ -93,11 +94,13 @@ class World:
         self.link = InProcessHelper(self.helper)
         self.leader = Leader(
             {files.leader.task_id: files.leader},
-            self.leader_store,
-            self.link,
-            PrivacyEngine(backend.ledger("leader"), [files.leader], allow_exact_release=True),
-            clock=lambda: NOW,
-            job_size=4,
+            LeaderParts(
+                self.leader_store,
+                self.link,
+                PrivacyEngine(backend.ledger("leader"), [files.leader], allow_exact_release=True),
+                clock=lambda: NOW,
+            ),
+            LeaderSettings(job_size=4),
         )
         self.vdaf = files.client.vdaf.instantiate()
         # Collections are refused (retryable) until the noise is drawn ahead.
@@ -217,7 +220,7 @@ def test_driver_prepares_the_next_job_while_the_helper_verifies(
         return job_reports(task_id, job_id)
 
     monkeypatch.setattr(world.leader_store, "job_reports", counted)
-    world.leader.helper = link = SlowFirstCall(world.helper, second_read)
+    world.leader.peer.api = link = SlowFirstCall(world.helper, second_read)
     while world.leader.run_once():
         pass
     assert link.calls == 3
@@ -227,14 +230,14 @@ def test_driver_prepares_the_next_job_while_the_helper_verifies(
 def test_helper_unreachable_mid_pipeline(world: World) -> None:
     task_id = world.files.client.task_id
     world.leader.upload(task_id, [world.report(v % 3) for v in range(12)])  # 3 jobs of 4
-    world.leader.helper = UnreachableOnce(world.helper)
+    world.leader.peer.api = UnreachableOnce(world.helper)
     assert world.leader.run_once()  # the first job finished
-    assert world.leader.helper_unreachable
+    assert world.leader.control.helper_unreachable
     assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 8
     # The two unfinished jobs are still this driver's: its next passes finish them.
     while world.leader.run_once():
         pass
-    assert not world.leader.helper_unreachable
+    assert not world.leader.control.helper_unreachable
     record = world.collect()
     assert (record.state, record.report_count) == ("finished", 12)
 
@@ -245,7 +248,7 @@ def _items(world: World, n: int) -> list[VerifyInitItem]:
     out = []
     for v in range(n):
         r = world.report(v % 2)
-        reason, plaintext = world.leader._open_leader_share(task, r)
+        reason, plaintext = world.leader.jobs.open_leader_share(task, r)
         assert reason is None and task.verify_key is not None
         _state, share = world.vdaf.verify_init(
             task.verify_key,
@@ -621,12 +624,13 @@ def test_aggregation_jobs_capped_by_bytes(backend: Backend, world: World) -> Non
     link = RecordingHelper(world.helper)
     leader = Leader(
         {task_id: world.files.leader},
-        world.leader_store,
-        link,
-        PrivacyEngine(backend.ledger("leader"), [world.files.leader], allow_exact_release=True),
-        clock=lambda: NOW,
-        job_size=500,
-        max_job_bytes=3 * item + 1,
+        LeaderParts(
+            world.leader_store,
+            link,
+            PrivacyEngine(backend.ledger("leader"), [world.files.leader], allow_exact_release=True),
+            clock=lambda: NOW,
+        ),
+        LeaderSettings(job_size=500, max_job_bytes=3 * item + 1),
     )
     assert leader.job_sizes[task_id] == 3
     leader.upload(task_id, [world.report(v % 2) for v in range(7)])

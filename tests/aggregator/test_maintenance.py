@@ -14,6 +14,7 @@ from tests.support.backends import Backend
 from veil.aggregator.errors import BatchCollected, InvalidMessage, ReportTimeRejected
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.maintenance import (
     KeyPolicy,
     advance_keys,
@@ -65,11 +66,15 @@ class World:
         )
         self.leader = Leader(
             {self.task_id: self.files.leader},
-            self.leader_store,
-            InProcessHelper(self.helper),
-            PrivacyEngine(backend.ledger("leader"), [self.files.leader], allow_exact_release=True),
-            clock=self.clock,
-            job_size=50,
+            LeaderParts(
+                self.leader_store,
+                InProcessHelper(self.helper),
+                PrivacyEngine(
+                    backend.ledger("leader"), [self.files.leader], allow_exact_release=True
+                ),
+                clock=self.clock,
+            ),
+            LeaderSettings(job_size=50),
         )
 
     def report(

@@ -20,6 +20,7 @@ from tests.aggregator.test_logic import NOW, TP, InProcessHelper, T, World
 from tests.support.backends import Backend
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord
 from veil.task import DpSpec, VdafSpec, new_task
@@ -70,12 +71,9 @@ class Deployment:
         self.leader_privacy = PrivacyEngine(b.ledger("leader"), [files.leader])
         self.leader = Leader(
             {files.leader.task_id: files.leader},
-            b.store("leader"),
-            self.link,
-            self.leader_privacy,
-            clock=lambda: NOW,
-            job_size=4,
-            worker_id="the-leader",  # a restarted leader takes up its own leases
+            LeaderParts(b.store("leader"), self.link, self.leader_privacy, clock=lambda: NOW),
+            # A restarted leader takes up its own leases.
+            LeaderSettings(job_size=4, worker_id="the-leader"),
         )
 
     def drive(self) -> None:

@@ -18,6 +18,7 @@ from tests.support.backends import Backend
 from veil.aggregator.errors import ReportTimeRejected
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.skew import WARN_EVERY_SECONDS, ClockOffset, ClockWatch
 from veil.aggregator.storage import SqliteDatastore
@@ -61,11 +62,13 @@ class Pair:
         )
         self.leader = Leader(
             {files.leader.task_id: files.leader},
-            self.leader_store,
-            InProcessHelper(self.helper),
-            PrivacyEngine(backend.ledger("leader"), [files.leader], allow_exact_release=True),
-            metrics=Metrics("leader"),
-            **leader_kw,  # type: ignore[arg-type]
+            LeaderParts(
+                self.leader_store,
+                InProcessHelper(self.helper),
+                PrivacyEngine(backend.ledger("leader"), [files.leader], allow_exact_release=True),
+                metrics=Metrics("leader"),
+            ),
+            LeaderSettings(**leader_kw),  # type: ignore[arg-type]
         )
         for side in (self.helper, self.leader):
             assert side.privacy.pool.wait_ready(60)

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from veil.aggregator.leader import DEFAULT_JOB_SIZE, DEFAULT_LEASE_SECONDS
+from veil.aggregator.leader.settings import DEFAULT_JOB_SIZE, DEFAULT_LEASE_SECONDS
 from veil.aggregator.server import SERVICE_NAMES
 from veil.files import replace_file
 from veil.grpc_util import open_channel

@@ -102,12 +102,15 @@ from veil.aggregator.admission import (
 )
 from veil.aggregator.core import AggregatorBase
 from veil.aggregator.helper import Helper
-from veil.aggregator.leader import (
+from veil.aggregator.leader import Leader
+from veil.aggregator.leader.control import DriverControl
+from veil.aggregator.leader.settings import (
     DEFAULT_JOB_SIZE,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_HELPER_CLOCK_LAG,
     DEFAULT_MAX_JOB_ATTEMPTS,
-    Leader,
+    LeaderParts,
+    LeaderSettings,
 )
 from veil.aggregator.maintenance import (
     DEFAULT_GRACE_SECONDS,
@@ -558,21 +561,28 @@ def make_leader(
     store: Datastore,
     privacy: PrivacyEngine,
     metrics: Metrics,
+    stop: threading.Event,
 ) -> Leader:
-    """The leader's logic as configured, for the server's driver and `veil worker` alike."""
+    """The leader's logic as configured, for the server's driver and `veil worker`
+    alike; setting `stop` stops its driver between two steps."""
     return Leader(
         tasks,
-        store,
-        GrpcHelperClient(helper_channel_factory(config)),
-        privacy,
-        job_size=config.job_size,
-        # Jobs stay well under what the helper accepts (issue 13).
-        max_job_bytes=config.max_message_bytes // 4,
-        metrics=metrics,
-        lease_seconds=config.lease_seconds,
-        max_job_attempts=config.max_job_attempts,
-        max_helper_clock_lag=config.max_helper_clock_lag,
-        admission=config.admission,
+        LeaderParts(
+            store,
+            GrpcHelperClient(helper_channel_factory(config)),
+            privacy,
+            metrics=metrics,
+            control=DriverControl(stop),
+        ),
+        LeaderSettings(
+            job_size=config.job_size,
+            # Jobs stay well under what the helper accepts (issue 13).
+            max_job_bytes=config.max_message_bytes // 4,
+            lease_seconds=config.lease_seconds,
+            max_job_attempts=config.max_job_attempts,
+            max_helper_clock_lag=config.max_helper_clock_lag,
+            admission=config.admission,
+        ),
     )
 
 
@@ -603,8 +613,9 @@ class AggregatorServer:
         self._driver: threading.Thread | None = None
         self._maintenance: threading.Thread | None = None
         if role == "leader":
-            self.leader = make_leader(config, leader_tasks, self.store, self.privacy, self.metrics)
-            self.leader.should_stop = self._stop.is_set
+            self.leader = make_leader(
+                config, leader_tasks, self.store, self.privacy, self.metrics, self._stop
+            )
             self.logic = self.leader
             add_service(self.server, LeaderService(self.leader), _LEADER_SERVICE, self.metrics)
             self.service_name = _LEADER_SERVICE.full_name
@@ -662,7 +673,7 @@ class AggregatorServer:
         if self.leader is not None and self.config.driver_enabled:
             leader = self.leader
             self._driver = threading.Thread(
-                target=lambda: drive(leader, self._stop, self.config.driver_interval),
+                target=lambda: drive(leader, self.config.driver_interval),
                 name="driver",
                 daemon=True,
             )
@@ -825,24 +836,25 @@ class Signals:
                 log.error("SIGHUP: tasks not reloaded: %s", e)
 
 
-def drive(leader: Leader, stop: threading.Event, idle: float) -> None:
-    """The leader's driver loop: run passes until `stop` is set."""
+def drive(leader: Leader, idle: float) -> None:
+    """The leader's driver loop: run passes until its control is stopped."""
+    control = leader.control
     backoff = idle
-    while not stop.is_set():
+    while not control.stopping:
         try:
             busy = leader.run_once()
         except Exception:
             log.exception("driver pass failed; retrying")
             busy = False
-        if leader.helper_unreachable:
+        if control.helper_unreachable:
             # Back off while the helper is away, up to 2 s, so it is
             # neither flooded nor waited for long once it is back.
             backoff = min(backoff * 2, max(idle, 2.0))
-            stop.wait(backoff)
+            control.wait(backoff)
             continue
         backoff = idle
         if not busy:
-            stop.wait(idle)
+            control.wait(idle)
 
 
 class AggregationWorker:
@@ -863,9 +875,8 @@ class AggregationWorker:
         self.metrics = Metrics("leader")
         tasks = tasks_of_role(config, LeaderTask)
         self.store, self.privacy, self._close_store = open_storage(config)
-        self.leader = make_leader(config, tasks, self.store, self.privacy, self.metrics)
         self._stop = threading.Event()
-        self.leader.should_stop = self._stop.is_set
+        self.leader = make_leader(config, tasks, self.store, self.privacy, self.metrics, self._stop)
         # The compiled field kernels are loaded (or built) at start, not inside
         # the first aggregation job: about half a second of CPU (more on a
         # machine's first start) that the first job's reports paid, and that
@@ -892,7 +903,7 @@ class AggregationWorker:
         # The driver runs in its own thread so that a reload (main thread,
         # between signals) never runs inside one of its database steps.
         driver = threading.Thread(
-            target=lambda: drive(self.leader, self._stop, self.config.driver_interval),
+            target=lambda: drive(self.leader, self.config.driver_interval),
             name="driver",
         )
         driver.start()

@@ -1,0 +1,349 @@
+"""Collections (draft-ietf-ppm-dap section 4.6, leader side): the
+collector's requests, and the driver that completes each pending collection
+job with the helper's aggregate share and the leader's own.
+
+A collection waits until its batch holds no unaggregated report, so it never
+races an aggregation job over the same reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from veil.aggregator.core import (
+    AggregatorBase,
+    authorize,
+    batch_summary,
+    check_batch_size,
+    check_interval,
+    check_window_closed,
+)
+from veil.aggregator.errors import (
+    STATUS_CODES,
+    AggregatorError,
+    BatchCollected,
+    BatchTooLarge,
+    BatchTooSmall,
+    InvalidMessage,
+    JobConflict,
+    NotFound,
+    Unavailable,
+    WindowOpen,
+)
+from veil.aggregator.leader.control import Backoff, DriverControl
+from veil.aggregator.leader.meter import LeaderMeter
+from veil.aggregator.leader.peer import HelperPeer
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.store.records import CollectionRecord, StorageConflict
+from veil.hpke import ROLE_LEADER, HpkeConfig, agg_share_info, seal
+from veil.task import LeaderTask, b64e
+
+log = logging.getLogger(__name__)
+
+# Why a batch refused by its floor or ceiling under add_remove stays closed.
+_ONCE = (
+    " (add_remove: whether a batch reaches min_batch_size is told only once, so the batch"
+    " stays closed)"
+)
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    collector_hpke_config: HpkeConfig
+    reports: int
+    rejected: int
+    collections_finished: int
+    # Under add_remove the count is protected: reports and rejected are 0.
+    counts_withheld: bool = False
+
+
+class CollectionDriver:
+    """Answers the collector's requests for the tasks `base` serves, and
+    completes their pending collection jobs."""
+
+    def __init__(
+        self,
+        base: AggregatorBase[LeaderTask],
+        peer: HelperPeer,
+        privacy: PrivacyEngine,
+        meter: LeaderMeter,
+        control: DriverControl,
+        backoff: Backoff,
+    ) -> None:
+        self.base = base
+        self.store = base.store
+        self.peer = peer
+        self.privacy = privacy
+        self.meter = meter
+        self.control = control
+        self.backoff = backoff
+
+    # --- the collector's requests -------------------------------------------
+
+    def create_collection(
+        self, task_id: bytes, token: str | None, collection_id: bytes, start: int, duration: int
+    ) -> CollectionRecord:
+        task = self.base.task(task_id)
+        authorize(task, token, task.collector_token_hash, "collector")
+        if len(collection_id) != 16:
+            raise InvalidMessage("collection_job_id must be 16 bytes")
+        check_interval(task, start, duration)
+        check_window_closed(task, start, self.base.clock())
+        existing = self.store.get_collection(task_id, collection_id)
+        if existing is not None:
+            if (existing.start, existing.duration) != (start, duration):
+                raise JobConflict(f"collection job {collection_id.hex()} is for another batch")
+            return existing
+        end = start + duration
+        aggs = self.store.batch_aggregates(task_id, start, end)
+        for a in aggs:
+            if a.collected_by is not None:
+                raise BatchCollected(
+                    f"the batch [{start}, +{duration}) overlaps time bucket {a.bucket}, which"
+                    " was already collected; a batch is collected at most once"
+                )
+        # Under add_remove whether the batch reaches min_batch_size is told
+        # once, when the job finishes or fails (run_collection), and the
+        # batch stays closed either way: a refusal here, with the batch
+        # open, would let the collector poll until the floor is reached and
+        # so learn when the reports arrive.
+        if not task.dp.counts_protected:
+            count = sum(a.report_count for a in aggs) + self.store.unaggregated_count(
+                task_id, start, end
+            )
+            if count < task.min_batch_size:
+                # Never the count itself: polling would tell the collector, for free,
+                # when each report arrives (issue 13).
+                raise BatchTooSmall(
+                    f"the batch [{start}, +{duration}) holds fewer than min_batch_size"
+                    f" ({task.min_batch_size}) reports: wait for more reports or collect a"
+                    " longer interval"
+                )
+            check_batch_size(task, self.base.bounds[task_id], count)
+        self.privacy.check(task, start, duration)
+        try:
+            return self.store.put_collection(
+                CollectionRecord(task_id, collection_id, start, duration, "pending")
+            )
+        except StorageConflict as e:
+            raise JobConflict(str(e)) from None
+
+    def task_info(self, task_id: bytes, token: str | None) -> TaskInfo:
+        """What the collector may know before collecting (the GetTaskInfo call)."""
+        task = self.base.task(task_id)
+        authorize(task, token, task.collector_token_hash, "collector")
+        assert task.collector_hpke_config is not None
+        finished = sum(1 for c in self.store.collections(task_id) if c.state == "finished")
+        if task.dp.counts_protected:
+            # Not even read: the answer, and the time taken to give it, do not
+            # depend on how many reports there are.
+            return TaskInfo(task.collector_hpke_config, 0, 0, finished, counts_withheld=True)
+        reports = rejected = 0
+        for states in self.store.report_counts(task_id, task.time_precision).values():
+            for state, n in states.items():
+                if state == "rejected":
+                    rejected += n
+                else:
+                    reports += n
+        return TaskInfo(task.collector_hpke_config, reports, rejected, finished)
+
+    def get_collection(
+        self, task_id: bytes, token: str | None, collection_id: bytes
+    ) -> CollectionRecord:
+        task = self.base.task(task_id)
+        authorize(task, token, task.collector_token_hash, "collector")
+        record = self.store.get_collection(task_id, collection_id)
+        if record is None:
+            raise NotFound(f"no collection job {collection_id.hex()} in this task")
+        # Under add_remove the count is protected: the collector never sees it.
+        return replace(record, report_count=task.dp.released_count(record.report_count))
+
+    # --- the driver ---------------------------------------------------------
+
+    def run_pass(self, worker_id: str, lease_seconds: float) -> bool:
+        """Advance the pending collection jobs this driver can lease; True if
+        one made progress. Stops early when the helper cannot be reached."""
+        progress = False
+        for record in self.store.acquire_collections(worker_id, lease_seconds, 16):
+            if self.control.stopping:
+                return progress
+            try:
+                progress |= self.run_collection(record)
+            except StorageConflict:
+                # Another driver took this job over and got further; it finishes it.
+                log.info("collection job %s advanced by another worker", record.job_id.hex())
+            if self.control.helper_unreachable:
+                return progress
+        return progress
+
+    def _fail(self, record: CollectionRecord, error: AggregatorError, reopen: bool) -> bool:
+        """Mark the job failed. With `reopen` (no share has left the batch:
+        the helper released none and the leader drew none) its buckets are
+        reopened, so the batch can be collected again."""
+        log.warning(
+            "collection job %s failed%s: %s",
+            record.job_id.hex(),
+            "; its batch is collectable again" if reopen else "",
+            error,
+            extra={"task_id": b64e(record.task_id), "job_id": record.job_id.hex()},
+        )
+        self.meter.collection(record.task_id, "failed")
+        message = str(error)
+        if reopen:
+            message += " (nothing was released: the batch can be collected again)"
+        self.store.fail_collection(
+            CollectionRecord(
+                record.task_id,
+                record.job_id,
+                record.start,
+                record.duration,
+                "failed",
+                record.report_count,
+                record.checksum,
+                record.leader_ct,
+                None,
+                STATUS_CODES.get(error.status, 13),
+                message,
+            ),
+            reopen=reopen,
+        )
+        return True
+
+    def _retry(self, record: CollectionRecord, error: AggregatorError) -> bool:
+        """Leave the job pending, to be tried again after a backoff; it says
+        why while it waits (`veil status`)."""
+        delay = self.store.defer_collection(
+            record.task_id,
+            record.job_id,
+            STATUS_CODES.get(error.status, 13),
+            f"retrying: {error}",
+            self.backoff,
+        )
+        log.warning(
+            "collection job %s retried in %.1f s: %s",
+            record.job_id.hex(),
+            delay,
+            error,
+            extra={"task_id": b64e(record.task_id), "job_id": record.job_id.hex()},
+        )
+        if isinstance(error, Unavailable):
+            self.control.helper_away()
+        return False
+
+    def run_collection(self, record: CollectionRecord) -> bool:
+        """Advance one pending collection job; True if it made progress.
+
+        The helper is asked first, with the leader's count and checksum; the
+        leader spends its budget and draws its noise only once the helper's
+        share exists. So a refusal by the helper leaves nothing charged or
+        drawn at the leader and reopens the batch, and a retryable error
+        (the helper or its database down) keeps the job pending, retried
+        with backoff for as long as it takes. Every step is safe to repeat
+        after a crash: the helper serves its stored share again, the spend
+        is keyed by the collection job id, and a share drawn but not yet
+        stored never left this process."""
+        task = self.base.tasks.get(record.task_id)
+        if task is None:
+            return False
+        start, end = record.start, record.start + record.duration
+        vdaf = self.base.vdafs[task.task_id]
+        share: list[int] = []
+        if record.leader_ct is not None:
+            # Stored by an earlier veil, which drew the leader's share first.
+            count, checksum = record.report_count, record.checksum
+        else:
+            try:
+                self.store.close_batch(task.task_id, start, end, record.job_id, task.time_precision)
+            except StorageConflict:
+                return self._fail(
+                    record,
+                    BatchCollected("the batch was already collected by another job"),
+                    reopen=False,
+                )
+            if self.store.unaggregated_count(task.task_id, start, end):
+                return False  # the next pass aggregates them first
+            share, count, checksum = batch_summary(
+                vdaf, self.store.batch_aggregates(task.task_id, start, end)
+            )
+            # Under add_remove the batch stays closed after this refusal: whether
+            # it reached the floor (or passed the ceiling) is told once.
+            reopen = not task.dp.counts_protected
+            if count < task.min_batch_size:
+                return self._fail(
+                    record,
+                    BatchTooSmall(
+                        "fewer than min_batch_size"
+                        f" ({task.min_batch_size}) valid reports in the batch after verification"
+                        + ("" if reopen else _ONCE)
+                    ),
+                    reopen=reopen,
+                )
+            try:
+                check_batch_size(task, self.base.bounds[task.task_id], count)
+            except BatchTooLarge as e:
+                if not reopen:
+                    e = BatchTooLarge(str(e) + _ONCE)
+                return self._fail(record, e, reopen=reopen)
+        try:
+            helper_ct = self.peer.api.aggregate_share(
+                task, record.job_id, start, record.duration, count, checksum
+            )
+        except AggregatorError as e:
+            # WindowOpen: the window is closed by this leader's clock (it
+            # checked) but not yet by the helper's, which is behind: the
+            # helper's clock catches up, so the job waits for it.
+            if e.retryable or isinstance(e, WindowOpen):
+                return self._retry(record, e)
+            # Under add_remove a refusal by the helper's own floor or ceiling
+            # leaves the batch closed too: the answer is told once.
+            told_once = task.dp.counts_protected and isinstance(e, (BatchTooSmall, BatchTooLarge))
+            return self._fail(record, e, reopen=record.leader_ct is None and not told_once)
+        leader_ct = record.leader_ct
+        if leader_ct is None:
+            try:
+                noised, _eps = self.privacy.release(
+                    task, vdaf, record.job_id, start, record.duration, share
+                )
+            except AggregatorError as e:
+                if e.retryable:
+                    # No noise vector ready yet (nothing spent): retried later.
+                    return self._retry(record, e)
+                # The helper's share exists (sealed to the collector, never
+                # sent): the batch stays closed.
+                return self._fail(record, e, reopen=False)
+            self.meter.budget(self.privacy, task)
+            assert task.collector_hpke_config is not None
+            leader_ct = seal(
+                task.collector_hpke_config,
+                agg_share_info(
+                    ROLE_LEADER,
+                    task.task_id,
+                    start,
+                    record.duration,
+                    task.dp.released_count(count),
+                    dp_params=task.dp.binding(task.vdaf),
+                ),
+                vdaf.encode_agg_share(noised),
+            )
+        self.store.update_collection(
+            CollectionRecord(
+                record.task_id,
+                record.job_id,
+                start,
+                record.duration,
+                "finished",
+                count,
+                checksum,
+                leader_ct,
+                helper_ct,
+            )
+        )
+        self.meter.collection(task.task_id, "finished")
+        log.info(
+            "collection job %s finished: %d reports",
+            record.job_id.hex(),
+            count,
+            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
+        )
+        return True

@@ -1,0 +1,404 @@
+"""Aggregation jobs (draft-ietf-ppm-dap section 4.5, leader side): stored
+reports are grouped into jobs, and each leased job is completed with one
+round trip to the helper.
+
+Any number of drivers may share one store: each job is leased to one driver
+at a time (a crashed driver's lease expires and another takes the job over),
+the helper answers a repeated job id with its stored answer, and batch
+aggregates are merged under the store's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from veil.aggregator.core import (
+    REPORT_DROPPED,
+    REPORT_TOO_EARLY,
+    AggregationAnswer,
+    AggregatorBase,
+    ReportSizes,
+    VerifyInitItem,
+    job_deltas,
+    rejection_reason,
+    share_merge,
+)
+from veil.aggregator.errors import (
+    InvalidMessage,
+    JobConflict,
+    ReportRejection,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    UnknownTask,
+)
+from veil.aggregator.leader.control import Backoff, DriverControl
+from veil.aggregator.leader.meter import LeaderMeter
+from veil.aggregator.leader.peer import HelperPeer
+from veil.aggregator.leader.settings import LeaderSettings
+from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.records import (
+    BatchAggregate,
+    StorageConflict,
+    is_transient_storage_error,
+)
+from veil.hpke import ROLE_LEADER, input_share_info
+from veil.messages import Report, vdaf_ctx
+from veil.task import LeaderTask, b64e
+from veil.vdaf import VerifyError
+from veil.vdaf.batch.prio3 import VerifyInitBatch
+
+log = logging.getLogger(__name__)
+
+# Refusals of a job's content: the same job would be refused again.
+_REFUSES_THE_JOB = (TooLarge, InvalidMessage, JobConflict)
+# Refusals that say the deployment is misconfigured, not the job.
+_MISCONFIGURED = (Unauthenticated, UnknownTask)
+# Aggregation jobs a driver leases at once (see JobDriver._run_jobs).
+JOBS_PER_LEASE = 4
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """An aggregation job whose leader shares are opened and verified: what
+    goes to the helper, and what finishing the job with its answer needs."""
+
+    task: LeaderTask
+    job_id: bytes
+    began: float
+    report_count: int
+    opened: list[Report]
+    init: VerifyInitBatch
+    items: list[VerifyInitItem]
+    row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
+    outcomes: dict[bytes, ReportRejection | None]  # reports the leader already rejected
+
+
+class JobDriver:
+    """Creates, leases and completes the aggregation jobs of the tasks `base`
+    serves, as the driver `worker_id`."""
+
+    def __init__(
+        self,
+        base: AggregatorBase[LeaderTask],
+        peer: HelperPeer,
+        meter: LeaderMeter,
+        control: DriverControl,
+        settings: LeaderSettings,
+        worker_id: str,
+    ) -> None:
+        # Built before `base` has its tasks and store (it asks for each new
+        # task's job size as it adds it): nothing of `base` is read here.
+        self.base = base
+        self.peer = peer
+        self.meter = meter
+        self.control = control
+        self.settings = settings
+        self.worker_id = worker_id
+        self.backoff = Backoff(settings.retry_seconds, settings.max_retry_seconds)
+        # Reports per job, per task (filled by size_jobs): job_size, or fewer
+        # where that many reports would make a request larger than max_job_bytes.
+        self.job_sizes: dict[bytes, int] = {}
+        # The helper's round trip for one job runs here while the driver
+        # prepares the next.
+        self._helper_calls = ThreadPoolExecutor(1, thread_name_prefix="helper-call")
+
+    @property
+    def store(self) -> Datastore:
+        return self.base.store
+
+    def size_jobs(self, tasks: Mapping[bytes, LeaderTask]) -> None:
+        """Each new task's job size (before the task is visible to the driver)."""
+        s = self.settings
+        for tid, t in tasks.items():
+            if tid not in self.job_sizes:
+                sizes = ReportSizes.of(t.vdaf.instantiate(), t.token_size)
+                self.job_sizes[tid] = max(
+                    1, min(s.job_size, s.max_job_bytes // sizes.job_item_bytes())
+                )
+
+    def run_pass(self) -> bool:
+        """Group pending reports into jobs, then complete the jobs this driver
+        can lease; True if a job was created or finished. Stops early when
+        the helper cannot be reached (`control.helper_unreachable`)."""
+        progress = False
+        tasks = self.base.tasks
+        # Only our tasks, each asked directly: cheaper on a large shared table
+        # than looking for the tasks that have pending reports.
+        for task_id in tasks:
+            while not self.control.stopping and self.store.create_aggregation_job(
+                task_id, secrets.token_bytes(16), self.job_sizes[task_id]
+            ):
+                progress = True
+        while not self.control.stopping:
+            leased = self.store.acquire_aggregation_jobs(
+                self.worker_id, self.settings.lease_seconds, JOBS_PER_LEASE
+            )
+            if not leased:
+                break
+            ours = [(t, j) for t, j in leased if t in tasks]
+            for task_id, job_id in leased:
+                if task_id not in tasks:
+                    log.warning(
+                        "aggregation job %s is for a task not configured here", job_id.hex()
+                    )
+            finished = self._run_jobs(ours)
+            progress |= finished
+            if self.control.helper_unreachable:
+                break
+            if len(ours) < len(leased):
+                break  # we would lease the foreign jobs again first
+            if not finished:
+                break  # every job failed and waits for its retry: collections go on
+        return progress
+
+    def _job_failed(self, task_id: bytes, job_id: bytes, error: Exception) -> bool:
+        """Settle a job that failed for a reason other than the helper being
+        unreachable, on its own: a refusal of this job's content ends it at
+        once, anything else is retried with backoff and given up after
+        max_job_attempts failures. A given-up job's reports are rejected as
+        job_failed, and the job records why. True if the job was given up."""
+        why = f"{type(error).__name__}: {error}"
+        extra = {"task_id": b64e(task_id), "job_id": job_id.hex()}
+        if isinstance(error, _REFUSES_THE_JOB):
+            give_up = True
+        else:
+            failures = self.store.defer_aggregation_job(task_id, job_id, why, self.backoff)
+            # A wrong token or an unknown task is the deployment's mistake, not
+            # the job's: it waits for the operator and is never given up.
+            attempts = self.settings.max_job_attempts
+            give_up = not isinstance(error, _MISCONFIGURED) and failures >= attempts
+            if not give_up:
+                log.warning(
+                    "aggregation job %s failed (attempt %d of %d), retried later: %s",
+                    job_id.hex(),
+                    failures,
+                    attempts,
+                    why,
+                    extra=extra,
+                )
+                self.meter.job_retrying()
+                return False
+        rejected = self.store.abandon_aggregation_job(
+            task_id, job_id, ReportRejection.JOB_FAILED, why
+        )
+        log.error(
+            "aggregation job %s given up, %d reports rejected as job_failed: %s",
+            job_id.hex(),
+            rejected,
+            why,
+            extra=extra,
+        )
+        self.meter.job_given_up(task_id, rejected)
+        return True
+
+    def _run_jobs(self, jobs: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Run leased jobs as a pipeline: the leader opens and verifies job
+        i + 1 while the helper verifies job i (the two sides take about as
+        long per job, and the driver would otherwise wait for the helper half
+        of the time). True if a job was finished.
+
+        At the first job the helper cannot take, says so to `control` and
+        stops: the unfinished jobs stay leased to this driver, which takes
+        them up again on its next pass (the helper answers a job it has
+        already run with its stored answer)."""
+        progress = False
+        sent: tuple[PreparedJob, Future[AggregationAnswer]] | None = None
+        try:
+            for task_id, job_id in jobs:
+                if self.control.stopping:
+                    break
+                try:
+                    job = self.prepare_job(task_id, job_id)
+                except Exception as e:
+                    if is_transient_storage_error(e):
+                        raise  # our own database: the pass ends, the job stays
+                    progress |= self._job_failed(task_id, job_id, e)
+                    continue
+                if sent is not None:
+                    progress |= self._settle(*sent)
+                    sent = None
+                    if self.control.helper_unreachable:
+                        return progress
+                sent = (job, self._helper_calls.submit(self._ask_helper, job))
+            if sent is not None:
+                progress |= self._settle(*sent)
+                sent = None
+        finally:
+            if sent is not None:
+                # An error ends the pass: the job at the helper stays open, and
+                # no call of this driver outlives it.
+                wait([sent[1]])
+        return progress
+
+    def _settle(self, job: PreparedJob, answer: Future[AggregationAnswer]) -> bool:
+        """Finish a job with the helper's answer; True if it is finished."""
+        try:
+            self.finish_job(job, answer.result())
+            return True
+        except Unavailable as e:
+            log.warning(
+                "aggregation job %s waits for the helper: %s",
+                job.job_id.hex(),
+                e,
+                extra={"task_id": job.task.id_text, "job_id": job.job_id.hex()},
+            )
+            self.control.helper_away()
+            return False
+        except StorageConflict:
+            # Our lease had expired and another driver finished the job first.
+            log.info("aggregation job %s was finished by another worker", job.job_id.hex())
+            return True
+        except Exception as e:
+            # A refusal of this job by the helper, a local gRPC failure, a
+            # fault in this job alone: settled on its own, the pass goes on.
+            if is_transient_storage_error(e):
+                raise
+            return self._job_failed(job.task.task_id, job.job_id, e)
+
+    def open_leader_share(
+        self, task: LeaderTask, r: Report
+    ) -> tuple[ReportRejection | None, bytes]:
+        """HPKE-open the leader's input share: (rejection reason, plaintext)."""
+        info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
+        base = self.base
+        plaintext = base.open_share(base.keypair(r.leader_ct.config_id), r.leader_ct, info)
+        if isinstance(plaintext, ReportRejection):
+            return plaintext, b""
+        return None, plaintext
+
+    def prepare_job(self, task_id: bytes, job_id: bytes) -> PreparedJob:
+        """The leader's first step of a job: open and verify its shares.
+
+        The job's reports are verified together on the batched path: one
+        bad report is rejected alone and never spoils the others."""
+        task = self.base.tasks[task_id]
+        batch = self.base.batch_vdafs[task_id]
+        began = time.monotonic()
+        reports = self.store.job_reports(task_id, job_id)
+        self.base.know_keys({r.leader_ct.config_id for r in reports})
+        outcomes: dict[bytes, ReportRejection | None] = {}
+        opened: list[Report] = []
+        plaintexts: list[bytes] = []
+        for r in reports:
+            reason, plaintext = self.open_leader_share(task, r)
+            if reason is not None:
+                outcomes[r.report_id] = reason
+            else:
+                opened.append(r)
+                plaintexts.append(plaintext)
+        init = batch.verify_init_batch(
+            task.verify_key,
+            vdaf_ctx(task_id),
+            0,
+            [r.report_id for r in opened],
+            [r.public_share for r in opened],
+            plaintexts,
+        )
+        items: list[VerifyInitItem] = []
+        row_of: dict[bytes, int] = {}
+        for i, (r, error, verifier_share) in enumerate(
+            zip(opened, init.errors, init.verifier_shares, strict=True)
+        ):
+            if error is not None or verifier_share is None:
+                outcomes[r.report_id] = rejection_reason(error or VerifyError("rejected"))
+                continue
+            row_of[r.report_id] = i
+            items.append(
+                VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, verifier_share)
+            )
+        if items:
+            # Verification took a while: hold on to the job for the helper's round trip.
+            self.store.renew_aggregation_job(
+                task_id, job_id, self.worker_id, self.settings.lease_seconds
+            )
+        return PreparedJob(task, job_id, began, len(reports), opened, init, items, row_of, outcomes)
+
+    def _ask_helper(self, job: PreparedJob) -> AggregationAnswer:
+        """The helper's step of a job (nothing to ask if the leader rejected
+        every report)."""
+        if not job.items:
+            return AggregationAnswer([])
+        try:
+            return self.peer.aggregate(job.task, job.job_id, job.items)
+        except Unavailable:
+            self.meter.helper_unavailable()
+            raise
+
+    def finish_job(self, job: PreparedJob, answer: AggregationAnswer) -> None:
+        """The leader's last step of a job: check the helper's verifier messages,
+        then store the outcomes and add the accepted output shares. Reports
+        the helper found too early go back to pending, to be sent again once
+        its clock has caught up (HelperPeer.too_early_wait)."""
+        task = job.task
+        results = answer.results
+        vdaf = self.base.vdafs[task.task_id]
+        outcomes = dict(job.outcomes)
+        deferred: dict[bytes, float] = {}
+        now = self.base.clock()
+        accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
+        deltas: list[BatchAggregate] = []
+        if job.items:
+            if [x.report_id for x in results] != [x.report_id for x in job.items]:
+                raise Unavailable("the helper answered for other reports than it was sent")
+            messages: list[bytes | None] = [None] * len(job.opened)
+            for res in results:
+                if res.verifier_message is None:
+                    if res.reject == REPORT_TOO_EARLY:
+                        report = job.opened[job.row_of[res.report_id]]
+                        wait = self.peer.too_early_wait(task, report.time, now)
+                        if wait is not None:
+                            deferred[res.report_id] = wait
+                            continue
+                    outcomes[res.report_id] = res.reject or REPORT_DROPPED
+                else:
+                    messages[job.row_of[res.report_id]] = res.verifier_message
+            batch = self.base.batch_vdafs[task.task_id]
+            out = batch.verify_next_batch(vdaf_ctx(task.task_id), job.init.state, messages)
+            for res in results:
+                if res.verifier_message is None:
+                    continue
+                i = job.row_of[res.report_id]
+                error = out.errors[i]
+                if error is not None:
+                    outcomes[res.report_id] = rejection_reason(error)
+                    continue
+                outcomes[res.report_id] = None
+                accepted.append((task.bucket(job.opened[i].time), res.report_id, i))
+            # What this job adds; the store adds it to the buckets under its lock,
+            # since other workers may be finishing jobs over the same buckets.
+            deltas = job_deltas(batch, out, accepted)
+        self.store.finish_aggregation_job(
+            task.task_id, job.job_id, outcomes, deltas, share_merge(vdaf), deferred
+        )
+        rejected = sum(1 for v in outcomes.values() if v is not None)
+        self.meter.job_finished(
+            task,
+            time.monotonic() - job.began,
+            job.report_count,
+            len(accepted),
+            len(deferred),
+            outcomes,
+        )
+        log.info(
+            "aggregation job %s: %d aggregated, %d rejected",
+            job.job_id.hex(),
+            len(accepted),
+            rejected,
+            extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
+        )
+        if deferred:
+            log.info(
+                "aggregation job %s: %d reports the helper found too early are sent again in"
+                " %.0f s or more (the helper's clock is %s)",
+                job.job_id.hex(),
+                len(deferred),
+                min(deferred.values()),
+                self.peer.describe_clock(task),
+                extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
+            )

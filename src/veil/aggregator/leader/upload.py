@@ -1,0 +1,129 @@
+"""Uploads (draft-ietf-ppm-dap section 4.4, leader side): each report of an
+upload is checked, and the upload stored all or nothing, while the backlog
+of reports waiting for aggregation admits it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from veil.aggregator.admission import AdmissionLimits, Backlog
+from veil.aggregator.core import AggregatorBase, check_report_time, check_token
+from veil.aggregator.errors import (
+    AggregatorError,
+    BatchCollected,
+    InvalidMessage,
+    ReportIdConflict,
+    ReportTimeRejected,
+    TooLarge,
+    WrongLength,
+)
+from veil.aggregator.leader.meter import LeaderMeter
+from veil.aggregator.leader.peer import HelperPeer
+from veil.aggregator.store.records import BucketCollected, ReportIdTaken
+from veil.messages import REPORT_ID_SIZE, Report
+from veil.task import LeaderTask
+
+# What one upload request may hold: at most this many reports, each of the
+# exact size its task fixes (ReportSizes), and at most the server's
+# max_message_bytes in all (gRPC refuses a larger request before parsing it).
+MAX_UPLOAD_REPORTS = 10_000
+
+
+class ReportWriter:
+    """Checks and stores the reports of the tasks `base` serves."""
+
+    def __init__(
+        self,
+        base: AggregatorBase[LeaderTask],
+        peer: HelperPeer,
+        meter: LeaderMeter,
+        admission: AdmissionLimits,
+    ) -> None:
+        self.base = base
+        self.peer = peer
+        self.meter = meter
+        self.backlog = Backlog(admission, self.count_backlog)
+
+    def upload(self, task_id: bytes, reports: Sequence[Report]) -> tuple[int, int]:
+        """Validate and store reports, all or nothing, if the backlog admits
+        them (else Overloaded). Returns (stored, duplicates)."""
+        task = self.base.task(task_id)
+        stored = 0
+        try:
+            self.backlog.reserve(task_id, len(reports))
+            try:
+                stored, duplicates = self._upload(task, reports)
+            finally:
+                self.backlog.settle(task_id, len(reports), stored)
+        except AggregatorError as e:
+            self.meter.upload_refused(task, e)
+            raise
+        self.meter.uploaded(task, stored, duplicates)
+        return stored, duplicates
+
+    def _upload(self, task: LeaderTask, reports: Sequence[Report]) -> tuple[int, int]:
+        task_id = task.task_id
+        if not reports:
+            raise InvalidMessage("the upload holds no report")
+        if len(reports) > MAX_UPLOAD_REPORTS:
+            raise TooLarge(
+                f"{len(reports)} reports in one upload; send at most {MAX_UPLOAD_REPORTS}"
+            )
+        now = self.base.clock()
+        sizes = self.base.sizes[task_id]
+        seen: set[bytes] = set()
+        helper_horizon = self.peer.horizon(task, now)
+        for i, r in enumerate(reports):
+            where = f"report {i} ({r.report_id.hex()})"
+            if len(r.report_id) != REPORT_ID_SIZE:
+                raise InvalidMessage(f"report {i}: report_id must be {REPORT_ID_SIZE} bytes")
+            if r.report_id in seen:
+                raise InvalidMessage(f"{where} appears twice in one upload")
+            seen.add(r.report_id)
+            if task.issuer_public_key is not None:
+                check_token(task, r.token, r.report_id, where)
+            elif r.token:
+                raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
+            try:
+                sizes.check(r.public_share, r.leader_ct, r.helper_ct)
+            except WrongLength as e:
+                raise WrongLength(f"{where}: {e}") from None
+            if r.time % task.time_precision:
+                raise InvalidMessage(
+                    f"{where}: time {r.time} is not rounded down to the task's time_precision"
+                    f" ({task.time_precision} s)"
+                )
+            try:
+                check_report_time(task, r.time, now)
+            except AggregatorError as e:
+                raise type(e)(f"{where}: {e}") from None
+            if helper_horizon is not None and r.time < helper_horizon:
+                raise ReportTimeRejected(
+                    f"{where}: report time {r.time} is older than the task's report_expiry_age"
+                    f" of {task.report_expiry_age} s by the helper's clock, which is ahead of"
+                    " the leader's: the report has expired"
+                )
+            if self.base.keypair(r.leader_ct.config_id) is None:
+                raise InvalidMessage(
+                    f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
+                    " leader's HPKE config again"
+                )
+        try:
+            return self.base.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
+        except BucketCollected as e:
+            raise BatchCollected(
+                f"the batch holding time bucket {e.bucket} was already collected; reports for it"
+                " are no longer accepted"
+            ) from None
+        except ReportIdTaken as e:
+            raise ReportIdConflict(
+                f"report id {e.report_id.hex()} was already uploaded with other content; use a"
+                " fresh report id"
+            ) from None
+
+    def count_backlog(self) -> dict[bytes, int]:
+        """Each served task's reports waiting for aggregation, as stored now."""
+        store = self.base.store
+        counts = {tid: store.unaggregated_count(tid, 0, 2**63 - 1) for tid in self.base.tasks}
+        self.meter.backlog(counts)
+        return counts
