@@ -34,7 +34,8 @@ from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.leader import jobs as jobs_module
 from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
-from veil.aggregator.server import AggregationWorker, load_config
+from veil.aggregator.run.config import load_config
+from veil.aggregator.run.worker import AggregationWorker
 from veil.client import Client
 from veil.task import DpSpec
 

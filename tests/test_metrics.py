@@ -39,7 +39,8 @@ def test_metrics_listen_off_loopback_needs_public(tmp_path: Path) -> None:
     """Issue 13: the metrics listener (plain HTTP, no auth) bound any address.
     Off loopback it is now refused at start, naming the line, unless
     `public = true`; the worker's --metrics obeys the same rule."""
-    from veil.aggregator.server import AggregationWorker, ConfigError, load_config
+    from veil.aggregator.run.config import ConfigError, load_config
+    from veil.aggregator.run.worker import AggregationWorker
 
     def config(body: str) -> Path:
         path = tmp_path / "leader.toml"

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.backends import Backend
 from veil.aggregator.maintenance import ensure_active_key
-from veil.aggregator.server import ConfigError, load_config
+from veil.aggregator.run.config import ConfigError, load_config
 from veil.cli import main
 
 

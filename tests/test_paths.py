@@ -60,7 +60,7 @@ def test_a_task_file_by_str(tmp_path: Path) -> None:
 
 
 def test_a_server_config_by_str(tmp_path: Path) -> None:
-    from veil.aggregator.server import load_config
+    from veil.aggregator.run.config import load_config
 
     path = tmp_path / "helper.toml"
     path.write_text('listen = "127.0.0.1:1"\nstorage = "h.db"\n')

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.aggregator.server import ConfigError, load_config
+from veil.aggregator.run.config import ConfigError, load_config
 from veil.settings import SettingsError, parse_toml
 from veil.survey import SurveyError, parse_survey
 from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task, write_toml
@@ -177,7 +177,7 @@ def test_each_default_is_defined_once(tmp_path: Path) -> None:
     """Before: `veil task new --min-batch-size` defaulted to 10, task.py to 1."""
     import dataclasses
 
-    from veil.aggregator.server import ServerConfig
+    from veil.aggregator.run.config import ServerConfig
     from veil.cli import build_parser
     from veil.task import (
         DEFAULT_MAX_CLOCK_SKEW,

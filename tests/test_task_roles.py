@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.aggregator.server import ConfigError, load_config, tasks_of_role
+from veil.aggregator.run.config import ConfigError, load_config, tasks_of_role
 from veil.task import (
     ClientTask,
     CollectorTask,

@@ -26,7 +26,7 @@ from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.server import ConfigError, load_config
+from veil.aggregator.run.config import ConfigError, load_config
 from veil.aggregator.service import HelperService, LeaderService, add_service
 from veil.aggregator.transport import CallContext, ConnectionLimits, RpcServer, UnaryMethod
 from veil.client import AsyncClient, Client, RetryPolicy, UploadError, prepare_reports

@@ -32,7 +32,7 @@ from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.server import ServerConfig
+from veil.aggregator.run.config import ServerConfig
 from veil.aggregator.service import GrpcHelperClient, HelperService, add_service
 from veil.aggregator.status import gather, render_text
 from veil.aggregator.storage import SqliteDatastore

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.deployment import Server, free_port
 from veil.aggregator.privacy import ExactReleaseRefused, PrivacyEngine
-from veil.aggregator.server import load_config
+from veil.aggregator.run.config import load_config
 from veil.aggregator.status import gather, render_text
 from veil.aggregator.storage import SqliteDatastore
 from veil.aggregator.store.ledger import sqlite_ledger

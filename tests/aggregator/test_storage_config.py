@@ -12,7 +12,7 @@ import pytest
 import tomli_w
 
 from veil.aggregator.postgres import storage_label
-from veil.aggregator.server import ConfigError, load_config
+from veil.aggregator.run.config import ConfigError, load_config
 
 
 def _config(tmp_path: Path, storage: str) -> Path:

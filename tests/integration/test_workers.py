@@ -124,7 +124,8 @@ def test_a_worker_loads_the_field_kernels_at_start(dep: tuple[Deployment, str]) 
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from veil.aggregator.server import AggregationWorker, load_config\n"
+        "from veil.aggregator.run.config import load_config\n"
+        "from veil.aggregator.run.worker import AggregationWorker\n"
         "w = AggregationWorker(load_config(Path(sys.argv[1])))\n"
         "print('veil.vdaf.batch._kernels' in sys.modules)\n"
         "w._close_store()\n"

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tests.support.modes import LONG
 from tests.support.mutate import mutate, mutations
 from tests.support.reliability import record
-from veil.aggregator.server import ConfigError, load_config
+from veil.aggregator.run.config import ConfigError, load_config
 from veil.collector import CollectionError, Collector
 from veil.hpke import (
     ROLE_LEADER,

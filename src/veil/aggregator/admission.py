@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from veil.aggregator.errors import Overloaded
 
-# The defaults of the [admission] settings (veil.aggregator.server).
+# The defaults of the [admission] settings (veil.aggregator.run.config).
 DEFAULT_MAX_PENDING_REPORTS = 1_000_000
 DEFAULT_MAX_PENDING_PER_TASK = 500_000
 DEFAULT_RETRY_AFTER_SECONDS = 2.0

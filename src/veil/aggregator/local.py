@@ -29,7 +29,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from veil.aggregator.leader.settings import DEFAULT_JOB_SIZE, DEFAULT_LEASE_SECONDS
-from veil.aggregator.server import SERVICE_NAMES
+from veil.aggregator.run.server import SERVICE_NAMES
 from veil.files import replace_file
 from veil.grpc_util import open_channel
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml

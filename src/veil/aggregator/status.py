@@ -17,7 +17,7 @@ from typing import Any
 
 from veil.aggregator.maintenance import active_key
 from veil.aggregator.postgres import storage_label
-from veil.aggregator.server import ServerConfig
+from veil.aggregator.run.config import ServerConfig
 from veil.aggregator.store.base import Datastore
 from veil.dp import BudgetLedger, BudgetStatus, BudgetUnit, DPError
 from veil.dp.accounting import Guarantee

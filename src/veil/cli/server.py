@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 from veil.cli.common import tune_for_throughput
 
 if TYPE_CHECKING:  # imported where used, so `veil upload` does not load the servers
-    from veil.aggregator.server import ServerConfig, StorageBackend
+    from veil.aggregator.run.backend import StorageBackend
+    from veil.aggregator.run.config import ServerConfig
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from veil.aggregator.server import AggregatorServer, ConfigError, load_config
+    from veil.aggregator.run.config import ConfigError, load_config
+    from veil.aggregator.run.server import AggregatorServer
     from veil.logs import configure_logging
 
     tune_for_throughput()
@@ -32,7 +34,8 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from veil.aggregator.server import AggregationWorker, ConfigError, load_config
+    from veil.aggregator.run.config import ConfigError, load_config
+    from veil.aggregator.run.worker import AggregationWorker
     from veil.logs import configure_logging
 
     try:
@@ -51,7 +54,8 @@ def _open_database(
 ) -> tuple[ServerConfig, StorageBackend] | None:
     """(config, storage) of the aggregator whose config file is --config; None
     after saying why (`veil <command>: ...`) when it cannot be opened."""
-    from veil.aggregator.server import ConfigError, load_config, open_backend
+    from veil.aggregator.run.backend import open_backend
+    from veil.aggregator.run.config import ConfigError, load_config
 
     try:
         config = load_config(Path(args.config))

@@ -35,7 +35,7 @@ def _read_config(path: Path, role: str, listen: str) -> dict[str, Any]:
     read as strictly as the server will read it."""
     if not path.exists():
         return {"listen": listen, "storage": f"{role}.db", "tasks": []}
-    from veil.aggregator.server import CONFIG_KEYS
+    from veil.aggregator.run.config import CONFIG_KEYS
 
     return dict(read_toml(path, CONFIG_KEYS).data)
 

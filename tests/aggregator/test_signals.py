@@ -1,4 +1,4 @@
-"""veil.aggregator.server: how a running server takes its signals (the
+"""veil.aggregator.run.signals: how a running server takes its signals (the
 servers themselves, as processes: tests/integration)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.aggregator.server import Signals
+from veil.aggregator.run.signals import Signals
 from veil.task import AggregatorTask
 
 
