@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veil.aggregator.local import LocalDeployment
 from veil.client import AsyncClient
+from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec, VdafSpec
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veil.aggregator.local import LocalDeployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.collector import Collector
+from veil.local.launcher import LocalDeployment
 from veil.messages import Report
 from veil.task import DpSpec, VdafSpec
 

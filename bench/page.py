@@ -131,7 +131,7 @@ def _wait(port: int, proc: multiprocessing.process.BaseProcess) -> None:
 
 def measure(rounds: int = 5, keepalive: int = 1000, fresh: int = 500) -> list[Row]:
     """One row per kind (KINDS order): medians over `rounds` alternating rounds."""
-    from veil.aggregator.local import free_port
+    from veil.local.launcher import free_port
 
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.bench_workers import TP, VDAFS
 from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.leader import jobs as jobs_module
-from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.run.config import load_config
 from veil.aggregator.run.worker import AggregationWorker
 from veil.client import Client
+from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec
 
 COST: dict[str, float] = defaultdict(float)

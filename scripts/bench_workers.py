@@ -64,7 +64,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.core import job_deltas, share_merge
-from veil.aggregator.local import LocalDeployment
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client, seal_report
@@ -77,6 +76,7 @@ from veil.hpke import (
     open_,
     seal,
 )
+from veil.local.launcher import LocalDeployment
 from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch

@@ -18,8 +18,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from veil.aggregator.local import LocalDeployment
 from veil.local.demo import example_survey, run_on
+from veil.local.launcher import LocalDeployment
 from veil.survey.tasks import task_specs
 
 # Metric families worth showing (the rest are histogram buckets and help text).

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client, UploadError
 from veil.collector import CollectionError, Collector
 from veil.deploy import DeployError, deploy_survey
+from veil.local.launcher import ServerProcess, free_port
 from veil.survey import DESCRIPTION_FILE, SurveyError, load_description, parse_survey
 from veil.task import ClientTask, CollectorTask, HelperTask, LeaderTask, load_task
 from veil.times import format_time

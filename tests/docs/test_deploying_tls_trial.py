@@ -16,9 +16,9 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from tests.support.docs import section_blocks
-from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.local.launcher import ServerProcess, free_port
 from veil.task import load_task
 from veil.trust import TrustError, fingerprint
 

@@ -18,8 +18,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.support.docs import blocks as doc_blocks
-from veil.aggregator.local import ServerProcess, free_port
 from veil.deploy import deploy_survey
+from veil.local.launcher import ServerProcess, free_port
 from veil.survey import parse_survey
 from veil.times import format_time
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.docs import section_blocks
-from veil.aggregator.local import ServerProcess, free_port
+from veil.local.launcher import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from tests.integration.test_survey_journey import veil
-from veil.aggregator.local import ServerProcess, free_port
 from veil.cli import main
 from veil.client import SurveyClient
 from veil.collector import Collector
 from veil.collector.survey import load_collector_dir
+from veil.local.launcher import ServerProcess, free_port
 from veil.times import format_time
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ import pytest
 
 from tests.integration.test_invitation_tokens import aggregate, verify_init
 from tests.integration.test_survey_journey import veil
-from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client, UploadError, prepare_reports
+from veil.local.launcher import ServerProcess, free_port
 from veil.messages import REPORT_ID_SIZE
 from veil.protocol.v1 import helper_pb2
 from veil.task import ClientTask, LeaderTask, load_task

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from veil.aggregator.local import LocalDeployment
 from veil.client import Client
 from veil.collector import Collector
+from veil.local.launcher import LocalDeployment
 from veil.survey import parse_survey
 from veil.survey.tasks import task_specs
 

@@ -20,7 +20,7 @@ import pytest
 from tests.support.deployment import Deployment
 from tests.support.modes import LONG
 from tests.support.postgres import as_url, with_schema
-from veil.aggregator.local import LocalDeployment
+from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec, VdafSpec
 
 TP = 3600

@@ -32,8 +32,8 @@ import pytest
 
 from tests.support.cli import run_veil
 from tests.support.tls import write_ca, write_server_cert
-from veil.aggregator.local import ServerProcess, free_port
 from veil.hpke import generate_keypair
+from veil.local.launcher import ServerProcess, free_port
 from veil.task import load_task, write_toml
 from veil.times import format_time
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client, UploadError
+from veil.local.launcher import ServerProcess, free_port
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.support.deployment import Server, free_port
 from tests.support.tls import write_ca, write_server_cert
-from veil.aggregator.local import ServerProcess
 from veil.client import AsyncClient, Client, UploadError
 from veil.collector import Collector
 from veil.grpc_util import open_channel
 from veil.hpke import ROLE_HELPER
+from veil.local.launcher import ServerProcess
 from veil.protocol.v1 import helper_pb2_grpc, messages_pb2
 from veil.task import DpSpec, VdafSpec, new_task, write_toml
 from veil.trust import TrustError, fingerprint

@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.deployment import Deployment
 from tests.support.postgres import as_url, with_schema
-from veil.aggregator.local import LocalDeployment
+from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault, pytest.mark.postgres]

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from veil.aggregator.local import free_port
 from veil.client import SurveyClient
 from veil.deploy import deploy_survey
 from veil.invite import blindrsa
 from veil.invite.client import InvitationError, redeem
 from veil.invite.issuer import DB_FILE, USED_MESSAGE, Issuer, IssuerError, mint
+from veil.local.launcher import free_port
 from veil.survey import parse_survey
 from veil.task import ClientTask, load_task
 from veil.times import format_time

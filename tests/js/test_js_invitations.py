@@ -16,11 +16,11 @@ import pytest
 
 from tests.support.deployment import start_deployment
 from tests.support.node import JS_DIR, config_json, report_from_json, require_node_client, task_json
-from veil.aggregator.local import free_port
 from veil.aggregator.storage import SqliteDatastore
 from veil.invite import blindrsa
 from veil.invite.issuer import USED_MESSAGE, mint, write_keys
 from veil.invite.token import public_key_bytes
+from veil.local.launcher import free_port
 from veil.task import DpSpec, VdafSpec, b64e
 
 pytestmark = pytest.mark.slow

@@ -32,8 +32,8 @@ import pytest
 
 from tests.support.deployment import Deployment
 from tests.support.reliability import record
-from veil.aggregator.local import LocalDeployment
 from veil.client import UploadError
+from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]

@@ -25,10 +25,10 @@ from tests.support.deployment import start_deployment
 from tests.support.modes import LONG
 from tests.support.reliability import TP, bucket, query, record
 from tests.support.reports import forged_report
-from veil.aggregator.local import ServerProcess
 from veil.client import Client, Report, UploadError
 from veil.collector import CollectionError, Collector
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.local.launcher import ServerProcess
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]

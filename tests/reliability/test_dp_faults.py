@@ -27,10 +27,10 @@ from tests.support.modes import LONG
 from tests.support.postgres import as_url, with_schema
 from tests.support.reliability import TP, bucket, query, record
 from tests.support.wait import wait_until
-from veil.aggregator.local import LocalDeployment
 from veil.client import Report
 from veil.collector import CollectionError, CollectionResult, Collector
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]

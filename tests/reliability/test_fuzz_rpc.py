@@ -43,7 +43,7 @@ from tests.support.reliability import (
     record,
     state_digest,
 )
-from veil.aggregator.local import LocalDeployment
+from veil.local.launcher import LocalDeployment
 from veil.protocol.v1 import helper_pb2, leader_pb2, messages_pb2
 from veil.task import DpSpec, VdafSpec
 

@@ -37,10 +37,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.reliability.headers_only import HeldCalls
 from tests.support.postgres import as_url, with_schema
 from tests.support.reliability import TP, bucket, record
-from veil.aggregator.local import LocalDeployment, ServerProcess
 from veil.client import Client
 from veil.collector import Collector
 from veil.grpc_util import open_channel
+from veil.local.launcher import LocalDeployment, ServerProcess
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import DpSpec, VdafSpec
 

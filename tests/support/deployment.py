@@ -1,4 +1,4 @@
-"""Test access to a real leader and helper in separate processes (veil.aggregator.local).
+"""Test access to a real leader and helper in separate processes (veil.local.launcher).
 
 Fixtures always stop the servers in a `finally`; traffic only goes to loopback.
 """
@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veil.aggregator.local import LocalDeployment, ServerProcess, free_port
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.collector import Collector
+from veil.local.launcher import LocalDeployment, ServerProcess, free_port
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec
 
 Server = ServerProcess

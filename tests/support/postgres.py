@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from veil.aggregator.local import free_port
+from veil.local.launcher import free_port
 
 DSN_ENV = "VEIL_TEST_POSTGRES_DSN"
 

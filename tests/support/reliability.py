@@ -1,7 +1,7 @@
 """What the reliability suites share: time buckets, database probes, figures.
 
 Every suite talks to real leader and helper processes on loopback
-(veil.aggregator.local) and reads their SQLite files read-only to check what
+(veil.local.launcher) and reads their SQLite files read-only to check what
 was stored; nothing here stands in for a component.
 
 Figures: when VEIL_RELIABILITY_OUT names a file, each suite appends one JSON

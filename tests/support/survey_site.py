@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client
 from veil.deploy import Deployment, deploy_survey
+from veil.local.launcher import ServerProcess, free_port
 from veil.messages import Ciphertext
 from veil.survey import parse_survey
 from veil.task import ClientTask, b64e, load_task

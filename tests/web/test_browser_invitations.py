@@ -18,10 +18,10 @@ import pytest
 
 from tests.support.survey_site import SURVEY, post_json, start_serve, stop
 from tests.web.test_browser import answers, browser, respond, status_text, wait_for
-from veil.aggregator.local import ServerProcess, free_port
 from veil.client import Client, prepare_reports
 from veil.deploy import deploy_survey
 from veil.invite.issuer import mint
+from veil.local.launcher import ServerProcess, free_port
 from veil.messages import Ciphertext
 from veil.survey import parse_survey
 from veil.task import ClientTask, b64e, load_task

@@ -28,10 +28,10 @@ from tests.support.survey_site import (
     stop,
     survey_servers,
 )
-from veil.aggregator.local import free_port
 from veil.cli import main as veil_main
 from veil.deploy import deploy_survey
 from veil.hpke import HpkeConfig
+from veil.local.launcher import free_port
 from veil.messages import Report
 from veil.survey import parse_survey
 from veil.task import ClientTask, b64d, b64e, load_task

@@ -15,8 +15,8 @@ import pytest
 
 from tests.support.survey_site import http, start_serve, stop, write_survey
 from tests.web.test_serve import report_json
-from veil.aggregator.local import ServerProcess
 from veil.client import Client
+from veil.local.launcher import ServerProcess
 from veil.task import ClientTask, load_task
 
 pytestmark = pytest.mark.slow

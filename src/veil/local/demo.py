@@ -22,10 +22,10 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from veil.aggregator.local import LocalDeployment
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.collector import Collector
+from veil.local.launcher import LocalDeployment
 from veil.simulate import simulate_respondents, truth
 from veil.survey import Question, Survey, load_survey, parse_survey
 from veil.survey.results import Number, QuestionResult, question_result

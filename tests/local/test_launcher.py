@@ -1,4 +1,4 @@
-"""veil.aggregator.local: the ports it hands out and how it decides a server
+"""veil.local.launcher: the ports it hands out and how it decides a server
 is up (the servers themselves: tests/integration)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from veil.aggregator.local import LocalDeployment, ServerProcess, free_port
+from veil.local.launcher import LocalDeployment, ServerProcess, free_port
 from veil.task import DpSpec, VdafSpec
 
 
