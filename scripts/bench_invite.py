@@ -7,14 +7,21 @@ The example survey has 5 questions (one blind signature each per invitation).
 The issuer is driven by 1 and by 8 concurrent clients (threads calling it as
 the HTTP endpoint's thread pool does): one at a time, each redemption waits
 for its own fsync; concurrent ones share a commit and sign on every core.
+
+The logic lives in ``bench.invite``; this only parses flags and prints.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
-from veil.invite.bench import aggregator_costs, issuer_rate
+# The measurements (bench/) live beside scripts/, outside the veil package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.invite import aggregator_costs, issuer_rate
 
 
 def main() -> None:

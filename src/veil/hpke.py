@@ -21,16 +21,23 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
-# Ciphertext and ENC_SIZE are protocol messages and constants (veil.messages);
-# imported here for the many callers that seal and open.
-from veil.messages import AGG_SHARE_LABEL, ENC_SIZE, INPUT_SHARE_LABEL, Ciphertext
+# The suite's ids, HpkeConfig, Ciphertext and ENC_SIZE are protocol messages
+# and constants (veil.messages); imported here for the many callers that seal
+# and open.
+from veil.messages import (
+    AEAD_ID_AES_128_GCM,
+    AGG_SHARE_LABEL,
+    ENC_SIZE,
+    INPUT_SHARE_LABEL,
+    KDF_ID_HKDF_SHA256,
+    KEM_ID_X25519_HKDF_SHA256,
+    PUBLIC_KEY_SIZE,
+    SUITE_IDS,
+    Ciphertext,
+    HpkeConfig,
+)
 
-KEM_ID_X25519_HKDF_SHA256 = 0x0020
-KDF_ID_HKDF_SHA256 = 0x0001
-AEAD_ID_AES_128_GCM = 0x0001
-SUITE_IDS = (KEM_ID_X25519_HKDF_SHA256, KDF_ID_HKDF_SHA256, AEAD_ID_AES_128_GCM)
 AEAD_TAG_SIZE = 16  # AES-128-GCM: a ciphertext is its plaintext plus this tag
-PUBLIC_KEY_SIZE = 32
 
 ROLE_COLLECTOR = 0
 ROLE_CLIENT = 1
@@ -64,26 +71,6 @@ __all__ = [
 
 class HpkeError(Exception):
     """A ciphertext did not open: wrong key, wrong context or tampered bytes."""
-
-
-@dataclass(frozen=True)
-class HpkeConfig:
-    """A public HPKE key with its one-byte-range identifier (DAP "HpkeConfig")."""
-
-    config_id: int
-    public_key: bytes
-    kem_id: int = KEM_ID_X25519_HKDF_SHA256
-    kdf_id: int = KDF_ID_HKDF_SHA256
-    aead_id: int = AEAD_ID_AES_128_GCM
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.config_id <= 255:
-            raise ValueError(f"HPKE config id {self.config_id} is outside 0..255")
-        if len(self.public_key) != PUBLIC_KEY_SIZE:
-            raise ValueError(f"HPKE public key must be {PUBLIC_KEY_SIZE} bytes")
-
-    def is_supported(self) -> bool:
-        return (self.kem_id, self.kdf_id, self.aead_id) == SUITE_IDS
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,26 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from veil.invite import blindrsa
 from veil.invite.token import PendingToken
 from veil.messages import REPORT_ID_SIZE
-from veil.task import ClientTask
+
+
+class InvitedTask(Protocol):
+    """What redeeming needs of a task (a `veil.task.ClientTask` has it); said
+    here so that invitations, which `veil.task` reads issuer keys with, do
+    not import the tasks back."""
+
+    @property
+    def task_id(self) -> bytes: ...
+
+    @property
+    def id_text(self) -> str: ...
+
+    @property
+    def issuer_public_key(self) -> bytes | None: ...
 
 
 class InvitationError(Exception):
@@ -44,7 +59,7 @@ def _b64(data: bytes) -> str:
 def redeem(
     issuer_url: str,
     code: str,
-    tasks: Sequence[ClientTask],
+    tasks: Sequence[InvitedTask],
     timeout: float = 30.0,
     attempts: int = 3,
     backoff: float = 0.5,

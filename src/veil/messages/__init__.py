@@ -2,12 +2,14 @@
 
 Everything a party must agree on byte for byte to interoperate lives here:
 the VDAF application context, the sizes of task ids, report ids and HPKE
-encapsulated keys, the values that travel (an HPKE ciphertext, a client
-report) and the byte encoding of a ciphertext at rest. The Python client,
-both aggregators, the stores and the JavaScript client read these
-definitions; `veil.messages.wire` converts the values to and from the
-generated protobuf classes (protos/veil/protocol/v1), so this module imports
-no generated code and the aggregator's logic can use it freely.
+encapsulated keys, the HPKE suite, the values that travel (an HPKE config,
+an HPKE ciphertext, a client report) and the byte encoding of a ciphertext
+at rest. The Python client, both aggregators, the stores and the JavaScript
+client read these definitions; `veil.messages.wire` converts the values to
+and from the generated protobuf classes (protos/veil/protocol/v1), so this
+module imports no generated code and the aggregator's logic can use it
+freely. It imports nothing else of veil: `veil.hpke` seals and opens with
+these values.
 
 Names follow draft-ietf-ppm-dap (section 4, "Message Transport"; section
 4.4, "Uploading Reports") where veil has the same concept.
@@ -29,8 +31,16 @@ REPORT_ID_SIZE = 16
 #: appends the DAP associated data to them; see input_share_info there).
 INPUT_SHARE_LABEL = b"veil-v1 input share"
 AGG_SHARE_LABEL = b"veil-v1 aggregate share"
-#: The HPKE encapsulated key of DHKEM(X25519, HKDF-SHA256) (RFC 9180 section 7.1).
+#: The one HPKE suite, as in DAP: DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 /
+#: AES-128-GCM (RFC 9180 section 7), by its ids.
+KEM_ID_X25519_HKDF_SHA256 = 0x0020
+KDF_ID_HKDF_SHA256 = 0x0001
+AEAD_ID_AES_128_GCM = 0x0001
+SUITE_IDS = (KEM_ID_X25519_HKDF_SHA256, KDF_ID_HKDF_SHA256, AEAD_ID_AES_128_GCM)
+#: The HPKE encapsulated key of DHKEM(X25519, HKDF-SHA256) (RFC 9180 section 7.1),
+#: and its public key.
 ENC_SIZE = 32
+PUBLIC_KEY_SIZE = 32
 
 
 def vdaf_ctx(task_id: bytes) -> bytes:
@@ -46,6 +56,27 @@ def vdaf_ctx(task_id: bytes) -> bytes:
 
 class MessageError(ValueError):
     """Bytes that are not the encoding of the message they claim to be."""
+
+
+@dataclass(frozen=True)
+class HpkeConfig:
+    """A public HPKE key with its one-byte-range identifier (DAP "HpkeConfig")."""
+
+    config_id: int
+    public_key: bytes
+    kem_id: int = KEM_ID_X25519_HKDF_SHA256
+    kdf_id: int = KDF_ID_HKDF_SHA256
+    aead_id: int = AEAD_ID_AES_128_GCM
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.config_id <= 255:
+            raise ValueError(f"HPKE config id {self.config_id} is outside 0..255")
+        if len(self.public_key) != PUBLIC_KEY_SIZE:
+            raise ValueError(f"HPKE public key must be {PUBLIC_KEY_SIZE} bytes")
+
+    def is_supported(self) -> bool:
+        """Whether this config is veil's one suite (a client can seal to it)."""
+        return (self.kem_id, self.kdf_id, self.aead_id) == SUITE_IDS
 
 
 @dataclass(frozen=True)
@@ -89,13 +120,19 @@ class Report:
 
 
 __all__ = [
+    "AEAD_ID_AES_128_GCM",
     "AGG_SHARE_LABEL",
     "CTX_PREFIX",
     "ENC_SIZE",
     "INPUT_SHARE_LABEL",
+    "KDF_ID_HKDF_SHA256",
+    "KEM_ID_X25519_HKDF_SHA256",
+    "PUBLIC_KEY_SIZE",
     "REPORT_ID_SIZE",
+    "SUITE_IDS",
     "TASK_ID_SIZE",
     "Ciphertext",
+    "HpkeConfig",
     "MessageError",
     "Report",
     "vdaf_ctx",

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from veil.hpke import SUITE_IDS, HpkeConfig
-from veil.messages import Ciphertext, MessageError, Report
+from veil.messages import SUITE_IDS, Ciphertext, HpkeConfig, MessageError, Report
 from veil.protocol.v1 import leader_pb2, messages_pb2
 
 
