@@ -1,0 +1,386 @@
+"""What a task computes and how it is protected: the VDAF by name and
+parameters (`VdafSpec`) and the differential privacy settings (`DpSpec`),
+each read from and written to its table of a task file.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from veil.dp import (
+    DPConfig,
+    DPError,
+    LocalChannel,
+    Mechanism,
+    NoiseMode,
+    NoisePlan,
+    feasible_range,
+    local_channel,
+)
+from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
+from veil.dp.bounds import AggregateBounds, noise_bound
+from veil.settings import Table, from_mapping
+from veil.task.common import DEFAULT_DP_MODE, VDAF_TYPES, TaskError
+from veil.vdaf import Prio3, registry
+
+
+@dataclass(frozen=True)
+class VdafSpec:
+    """A Prio3 instance by name and parameters (draft-irtf-cfrg-vdaf section 7.4);
+    the names and the parameters each takes come from `veil.vdaf.registry`."""
+
+    type: str
+    max_measurement: int = 0
+    length: int = 0
+    chunk_length: int = 0
+    max_weight: int = 0
+
+    def __post_init__(self) -> None:
+        if self.type not in registry.KINDS:
+            raise TaskError(f"unknown VDAF type {self.type!r}; expected one of {VDAF_TYPES}")
+        foreign = [p for p in registry.PARAMS if p not in self.kind.params and getattr(self, p)]
+        if foreign:
+            raise TaskError(
+                f"a {self.type} VDAF takes {', '.join(self.kind.params) or 'no parameters'},"
+                f" not {', '.join(foreign)}"
+            )
+
+    @property
+    def kind(self) -> registry.VdafKind:
+        return registry.KINDS[self.type]
+
+    @property
+    def params(self) -> dict[str, int]:
+        """The parameters of this type, by their names in the draft."""
+        return {p: getattr(self, p) for p in self.kind.params}
+
+    @property
+    def dp_params(self) -> dict[str, int]:
+        """The parameters veil.dp derives sensitivities and bounds from (not
+        chunk_length, which changes the proof, not the aggregate)."""
+        return {k: v for k, v in self.params.items() if k != "chunk_length" and v}
+
+    def instantiate(self) -> Prio3[Any, Any]:
+        """The veil.vdaf object for two aggregators."""
+        return self.kind.make(self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **self.params}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> VdafSpec:
+        return VdafSpec.from_table(from_mapping(d, "<task>", VDAF_KEYS, ("vdaf",)))
+
+    @staticmethod
+    def from_table(t: Table) -> VdafSpec:
+        name = t.text("type")
+        if name not in registry.KINDS:
+            raise t.error("type", f"unknown VDAF type {name!r}; expected one of {VDAF_TYPES}")
+        # Only the parameters of this type, each required.
+        t = Table(t.data, t.source, ("type", *registry.KINDS[name].params), t.path)
+        return VdafSpec(name, **{p: t.integer(p, minimum=0) for p in registry.KINDS[name].params})
+
+
+VDAF_KEYS = ("type", *registry.PARAMS)
+
+
+DP_KEYS = (
+    "mechanism",
+    "epsilon",
+    "rho",
+    "mode",
+    "fixed_point_bits",
+    "budget",
+    "survey",
+    "survey_budget",
+    "local_epsilon",
+    "local_max_choices",
+    "delta",
+    "split_opt_in",
+    "neighbouring",
+    "survey_unit",
+)
+NEIGHBOURING = ("replace_one", "add_remove")
+
+
+@functools.lru_cache(maxsize=256)
+def _solved_rho(epsilon: Fraction, delta: Fraction) -> Fraction:
+    return zcdp_rho(epsilon, delta)
+
+
+BUDGET_UNITS = ("epsilon", "rho")
+
+
+@dataclass(frozen=True)
+class DpSpec:
+    """DP parameters of a task, interpreted by veil.dp (see `veil.dp.DPConfig`).
+
+    mechanism: geometric, laplace, gaussian or none (no noise, no budget:
+    exact sums, which each aggregator must allow in its own configuration).
+    survey and survey_budget put several tasks over the same respondents under
+    one total. local_epsilon (issue 19) makes every client randomize its measurement on its
+    own device before sharding (veil.dp.local), which protects it even from both
+    aggregators together; local_max_choices is how many options a respondent of a
+    multihot task may pick (the VDAF's max_weight is then its length, since
+    randomized vectors can have any weight).
+    epsilon (pure mechanisms) or rho (gaussian; a task file always names ρ itself,
+    `veil task new --epsilon E --delta D` solves it) is the noise calibration of
+    one collection; delta is the δ at which a ρ is stated as (ε, δ)-DP (default
+    10**-6). mode split needs split_opt_in = true: it gives a weaker ε against the
+    collector with one aggregator, and that weaker ε is what the ledgers charge,
+    so budget is the task's total in the charged unit (default: one collection's
+    charge). survey_unit is what the survey counts: epsilon, or rho for a survey
+    composed under zCDP, where a pure task's ε counts as ε²/2. neighbouring says
+    what one respondent's data is: replace_one (default; the report count is
+    published) or add_remove.
+    """
+
+    mechanism: str
+    epsilon: str | None = None
+    rho: str | None = None
+    mode: str = DEFAULT_DP_MODE
+    fixed_point_bits: int = 0
+    budget: str | None = None
+    survey: str | None = None
+    survey_budget: str | None = None
+    local_epsilon: str | None = None
+    local_max_choices: int = 0
+    delta: str | None = None
+    split_opt_in: bool = False
+    neighbouring: str = "replace_one"
+    survey_unit: str | None = None
+
+    def __post_init__(self) -> None:
+        # Without its own total a survey's ledger would silently take this
+        # task's budget, and a later task of the survey would fail confusingly.
+        if self.survey is not None and self.survey_budget is None:
+            raise TaskError(
+                f"bad [dp] table: the task names survey {self.survey!r} but no survey_budget"
+                " (the survey's total ε or ρ, the same in every task of the survey)"
+            )
+        if self.survey_budget is not None and self.survey is None:
+            raise TaskError("bad [dp] table: survey_budget needs survey (the survey's id)")
+
+    def config(self) -> DPConfig:
+        epsilon, rho = self.epsilon, self.rho
+        if self.mechanism == "gaussian" and epsilon is not None:
+            # A zCDP task stated as (ε, δ): the largest ρ that gives it (CKS20 Cor. 13).
+            if rho is not None or self.delta is None:
+                raise TaskError(
+                    "bad [dp] table: the gaussian mechanism takes rho, or epsilon and delta"
+                    " (solved for the largest ρ that gives (ε, δ)-DP), not "
+                    + ("both" if rho is not None else "epsilon alone")
+                )
+            try:
+                rho = str(_solved_rho(Fraction(epsilon), self.delta_value))
+            except (DPError, ValueError, ZeroDivisionError) as e:
+                raise TaskError(f"bad [dp] table: {e}") from e
+            epsilon = None
+        try:
+            config = DPConfig.parse(self.mechanism, epsilon, rho, self.mode, self.fixed_point_bits)
+        except DPError as e:
+            raise TaskError(f"bad [dp] table: {e}") from e
+        if config.mode is NoiseMode.SPLIT and not self.split_opt_in:
+            raise TaskError(
+                "bad [dp] table: split mode gives a weaker ε against the collector with one "
+                "aggregator (and that weaker ε is what is charged); opt in with "
+                "split_opt_in = true (--split-opt-in)"
+            )
+        if self.split_opt_in and config.mode is not NoiseMode.SPLIT:
+            raise TaskError('bad [dp] table: split_opt_in applies to mode = "split" only')
+        if self.neighbouring not in NEIGHBOURING:
+            raise TaskError(
+                f"bad [dp] table: neighbouring must be one of {NEIGHBOURING}, "
+                f"got {self.neighbouring!r}"
+            )
+        if self.delta is not None:
+            if config.mechanism is not Mechanism.GAUSSIAN:
+                raise TaskError("bad [dp] table: delta belongs to the gaussian mechanism (zCDP)")
+            delta = self.delta_value
+            if not 0 < delta < Fraction(1, 1000):
+                raise TaskError(f"bad [dp] table: delta must be in (0, 0.001), got {delta}")
+        if self.neighbouring == "add_remove" and self.local_epsilon is not None:
+            raise TaskError(
+                "bad [dp] table: neighbouring add_remove keeps the report count from the"
+                " collector, which the local layer's estimates need; use one or the other"
+            )
+        if self.neighbouring == "add_remove" and config.mechanism is Mechanism.NONE:
+            raise TaskError("bad [dp] table: neighbouring add_remove needs noise (a mechanism)")
+        if self.survey_unit is not None and self.survey_unit not in BUDGET_UNITS:
+            raise TaskError(f"bad [dp] table: survey_unit must be one of {BUDGET_UNITS}")
+        if self.survey_unit == "epsilon" and config.mechanism is Mechanism.GAUSSIAN:
+            raise TaskError("bad [dp] table: a gaussian task's survey must count rho")
+        return config
+
+    @property
+    def delta_value(self) -> Fraction:
+        """δ at which ρ is stated (gaussian), DEFAULT_DELTA unless the task names one."""
+        if self.delta is None:
+            return DEFAULT_DELTA
+        try:
+            return Fraction(self.delta)
+        except (ValueError, ZeroDivisionError) as e:
+            raise TaskError(f"bad [dp] table: delta must be a number, got {self.delta!r}") from e
+
+    def plan(self, vdaf: VdafSpec) -> NoisePlan:
+        params = vdaf.dp_params
+        try:
+            return NoisePlan.for_task(
+                self.config(), vdaf.kind.prio3, params, neighbouring=self.neighbouring
+            )
+        except DPError as e:
+            raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+
+    def bounds(self, vdaf: VdafSpec) -> AggregateBounds:
+        """Where this task's noised aggregates lie, and its largest batch (veil.dp.bounds)."""
+        params = vdaf.dp_params
+        try:
+            report_max = feasible_range(vdaf.kind.prio3, params, 1)[1]
+            noise = noise_bound(self.plan(vdaf))
+        except DPError as e:
+            raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+        return AggregateBounds(max(report_max, 1), noise, vdaf.instantiate().field.MODULUS)
+
+    def local(self, vdaf: VdafSpec) -> LocalChannel | None:
+        """The randomized response every client applies (None: no local layer)."""
+        if self.local_epsilon is None:
+            if self.local_max_choices:
+                raise TaskError("bad [dp] table: local_max_choices needs local_epsilon")
+            return None
+        if self.local_max_choices and vdaf.type != "multihot":
+            raise TaskError("bad [dp] table: local_max_choices applies to multihot tasks only")
+        params = vdaf.dp_params
+        try:
+            return local_channel(
+                vdaf.kind.prio3,
+                params,
+                self.local_epsilon,
+                self.local_max_choices or None,
+            )
+        except DPError as e:
+            raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+
+    def binding(self, vdaf: VdafSpec) -> bytes:
+        """The DP parameters that shape an aggregate share's noise and its reading, as
+        bytes bound into the HPKE context of the share (`veil.hpke.agg_share_info`).
+
+        Canonical: numbers are exact fractions in lowest terms, so "0.5" and "1/2"
+        agree. δ is left out (it only says how a ρ is stated, not what noise is
+        added); the local ε_L is in (the collector de-biases for it).
+        """
+        plan = self.plan(vdaf)
+        config = plan.config
+        fields = (
+            ("mechanism", config.mechanism.value),
+            ("mode", config.mode.value),
+            ("epsilon", "" if config.epsilon is None else str(config.epsilon)),
+            ("rho", "" if config.rho is None else str(config.rho)),
+            ("fixed_point_bits", str(config.fixed_point_bits)),
+            ("coordinates", str(plan.sensitivity.coordinates)),
+            ("per_coordinate", str(plan.sensitivity.per_coordinate)),
+            ("neighbouring", self.neighbouring),
+            (
+                "local_epsilon",
+                "" if self.local_epsilon is None else str(Fraction(self.local_epsilon)),
+            ),
+            ("local_max_choices", str(self.local_max_choices)),
+        )
+        return ("veil-dp-v1;" + ";".join(f"{k}={v}" for k, v in fields)).encode()
+
+    @property
+    def counts_protected(self) -> bool:
+        """Whether the number of reports is protected (add_remove): the collector
+        is told no count, and the batch floor is tested once per batch."""
+        return self.neighbouring == "add_remove"
+
+    def released_count(self, count: int) -> int:
+        """The report count the collector is told (and the aggregate shares are bound
+        to): the exact count, or 0 under add_remove, where the count itself is
+        protected and only noisy aggregates leave the aggregators."""
+        return 0 if self.neighbouring == "add_remove" else count
+
+    @property
+    def has_noise(self) -> bool:
+        """Whether collections are noised and charged (every mechanism but none)."""
+        return self.config().mechanism is not Mechanism.NONE
+
+    @property
+    def unit(self) -> str | None:
+        """What this task's ledger counts: epsilon, rho (gaussian), or None."""
+        mech = self.config().mechanism
+        if mech is Mechanism.NONE:
+            return None
+        return "rho" if mech is Mechanism.GAUSSIAN else "epsilon"
+
+    def charge(self, vdaf: VdafSpec) -> Fraction | None:
+        """What one collection charges on both ledgers (`NoisePlan.charge`); None
+        without noise. In split mode that is the weaker ε against the collector
+        with one aggregator, not the configured ε."""
+        return self.plan(vdaf).charge
+
+    def total(self, vdaf: VdafSpec) -> Fraction | None:
+        """The task's total budget (in `unit`): `budget`, or one collection's charge."""
+        charge = self.charge(vdaf)
+        if charge is None:
+            return None
+        return Fraction(self.budget) if self.budget is not None else charge
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"mechanism": self.mechanism}
+        for k in (
+            "epsilon",
+            "rho",
+            "delta",
+            "budget",
+            "survey",
+            "survey_budget",
+            "survey_unit",
+            "local_epsilon",
+        ):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        if self.local_max_choices:
+            d["local_max_choices"] = self.local_max_choices
+        if self.mode != DEFAULT_DP_MODE:
+            d["mode"] = self.mode
+        if self.split_opt_in:
+            d["split_opt_in"] = True
+        if self.fixed_point_bits:
+            d["fixed_point_bits"] = self.fixed_point_bits
+        if self.neighbouring != "replace_one":
+            d["neighbouring"] = self.neighbouring
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> DpSpec:
+        return DpSpec.from_table(from_mapping(d, "<task>", DP_KEYS, ("dp",)))
+
+    @staticmethod
+    def from_table(t: Table) -> DpSpec:
+        try:
+            spec = DpSpec(
+                mechanism=t.text("mechanism"),
+                epsilon=t.rational("epsilon"),
+                rho=t.rational("rho"),
+                mode=t.text("mode", DEFAULT_DP_MODE),
+                fixed_point_bits=t.integer("fixed_point_bits", 0, minimum=0),
+                budget=t.rational("budget"),
+                survey=t.optional_text("survey"),
+                survey_budget=t.rational("survey_budget"),
+                local_epsilon=t.rational("local_epsilon"),
+                local_max_choices=t.integer("local_max_choices", 0, minimum=0),
+                delta=t.rational("delta"),
+                split_opt_in=t.flag("split_opt_in", False),
+                neighbouring=t.text("neighbouring", "replace_one"),
+                survey_unit=t.optional_text("survey_unit"),
+            )
+        except TaskError as e:
+            raise t.error("survey", str(e)) from None
+        try:
+            spec.config()
+        except TaskError as e:
+            raise t.error("mechanism", str(e)) from None
+        return spec
