@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.docs import section_blocks
-from veil.aggregator import server
-from veil.aggregator.local import ServerProcess, free_port
-from veil.aggregator.server import load_config
+from veil.aggregator.run import config as server_config
+from veil.aggregator.run.config import load_config
+from veil.local.launcher import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -138,16 +138,16 @@ def check_configuration_reference(demo: Path) -> None:
     assert shown.metrics_listen == "127.0.0.1:9101"
     # Every setting the reader knows is shown, in every table.
     doc = tomllib.loads(block.code)
-    assert set(doc) == set(server.CONFIG_KEYS)
+    assert set(doc) == set(server_config.CONFIG_KEYS)
     tables = {
-        "tls": server.TLS_KEYS,
-        "helper_tls": server.HELPER_TLS_KEYS,
-        "driver": server.DRIVER_KEYS,
-        "admission": server.ADMISSION_KEYS,
-        "metrics": server.METRICS_KEYS,
-        "gc": server.GC_KEYS,
-        "keys": server.KEYS_KEYS,
-        "connections": server.CONNECTIONS_KEYS,
+        "tls": server_config.TLS_KEYS,
+        "helper_tls": server_config.HELPER_TLS_KEYS,
+        "driver": server_config.DRIVER_KEYS,
+        "admission": server_config.ADMISSION_KEYS,
+        "metrics": server_config.METRICS_KEYS,
+        "gc": server_config.GC_KEYS,
+        "keys": server_config.KEYS_KEYS,
+        "connections": server_config.CONNECTIONS_KEYS,
     }
     for table, keys in tables.items():
         assert set(doc[table]) == set(keys), table
