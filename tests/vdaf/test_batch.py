@@ -368,3 +368,36 @@ def test_extension_paths_match_ntt(wire_len: int, domain: int, kind: str) -> Non
     )
     want = [ntt(Field128, inv_ntt(Field128, row), domain) for row in rows]
     assert got == want
+
+
+@pytest.mark.parametrize(
+    "wire_len,domain,calls", [(4, 8, 3), (16, 32, 9), (32, 64, 31), (4, 16, 2)]
+)
+def test_extension_of_wires_matches_built_polys(wire_len: int, domain: int, calls: int) -> None:
+    """The prover's one-pass extension (seed, wire values, zeros: the
+    kernel extend128) gives the values of extending the polynomials built
+    as arrays, on every coset."""
+    import random
+
+    from veil.vdaf import Field128
+    from veil.vdaf.batch.field import VecField128
+    from veil.vdaf.batch.flp import _Extension
+
+    p = Field128.MODULUS
+    rng = random.Random(f"{wire_len}-{domain}-{calls}")
+    rows, arity = 3, 2
+
+    def value() -> int:
+        return rng.choice([0, 1, p - 1, 5, p - 300, rng.randrange(p), rng.randrange(p)])
+
+    seeds = [[rng.randrange(p) for _ in range(arity)] for _ in range(rows)]
+    wires = [[[value() for _ in range(calls)] for _ in range(arity)] for _ in range(rows)]
+    ext = _Extension(VecField128, wire_len, domain)
+    got = ext.of_wires(VecField128.from_ints(seeds), VecField128.from_ints(wires))
+    assert got is not None
+    polys = [
+        [[seeds[r][a], *wires[r][a]] + [0] * (wire_len - 1 - calls) for a in range(arity)]
+        for r in range(rows)
+    ]
+    want = VecField128.to_ints(ext(VecField128.from_ints(polys)))
+    assert VecField128.to_ints(got) == want

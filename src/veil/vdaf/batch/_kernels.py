@@ -30,6 +30,7 @@ _inline = nb.njit(inline="always")
 _A3 = "int64[:, :, :]"
 _A4 = "int64[:, :, :, :]"
 # C-contiguous: lets the compiler vectorise loops along the last axis.
+_C2 = "int64[:, ::1]"
 _C3 = "int64[:, :, ::1]"
 
 
@@ -293,6 +294,108 @@ def _store_columns(acc, out, r):
         out[3, r, y] = x3
 
 
+@_inline
+def _store_spread(acc, out, r, dest):
+    """`_store_columns`, column y going to ``out[:, r, dest[y]]``."""
+    for y in range(acc.shape[1]):
+        c0 = acc[0, y] - acc[4, y] - 28 * acc[6, y]
+        c1 = acc[1, y] - acc[5, y] - 28 * acc[7, y]
+        c2 = acc[2, y] + 28 * acc[4, y] + 783 * acc[6, y]
+        c3 = acc[3, y] + 28 * acc[5, y] + 783 * acc[7, y]
+        high = c3 >> 32
+        x0, x1, x2, x3, top = _propagate(c0 - high, c1, c2 + 28 * high, c3 & 0xFFFFFFFF)
+        x0, x1, x2, x3, top = _propagate(x0 - top, x1, x2 + 28 * top, x3)
+        col = dest[y]
+        out[0, r, col] = x0
+        out[1, r, col] = x1
+        out[2, r, col] = x2
+        out[3, r, col] = x3
+
+
+@_inline
+def _matvec_entry(v0, v1, v2, v3, e, k, acc):
+    """Add the products of one non-zero entry (limbs v0..v3) of a row with
+    row k of the matrix ``e`` (4, K, J) to the column sums ``acc`` (8, J)."""
+    j_len = e.shape[2]
+    e0 = e[0, k]
+    e1 = e[1, k]
+    e2 = e[2, k]
+    e3 = e[3, k]
+    u = -1
+    sign = 1
+    if (v1 | v2 | v3) == 0 and v0 < _SMALL:
+        u = v0
+    else:
+        # p - v with signed borrows; p's limbs are (1, 0, 2^32 - 28, 2^32 - 1).
+        d0 = 1 - v0
+        d1 = -v1 + (d0 >> 32)
+        d2 = 0xFFFFFFE4 - v2 + (d1 >> 32)
+        d3 = 0xFFFFFFFF - v3 + (d2 >> 32)
+        low = d0 & 0xFFFFFFFF
+        high_zero = d3 == 0 and (d2 & 0xFFFFFFFF) == 0 and (d1 & 0xFFFFFFFF) == 0
+        if high_zero and low < _SMALL:
+            u = low
+            sign = -1
+    if u >= 0:
+        # u * limb < 2^63: split at 32 bits into this column and the next.
+        for y in range(j_len):
+            t0 = u * e0[y]
+            t1 = u * e1[y]
+            t2 = u * e2[y]
+            t3 = u * e3[y]
+            acc[0, y] += sign * (t0 & 0xFFFFFFFF)
+            acc[1, y] += sign * ((t0 >> 32) + (t1 & 0xFFFFFFFF))
+            acc[2, y] += sign * ((t1 >> 32) + (t2 & 0xFFFFFFFF))
+            acc[3, y] += sign * ((t2 >> 32) + (t3 & 0xFFFFFFFF))
+            acc[4, y] += sign * (t3 >> 32)
+        return
+    a0 = _U64(v0)
+    a1 = _U64(v1)
+    a2 = _U64(v2)
+    a3 = _U64(v3)
+    for y in range(j_len):
+        # Sixteen limb products, each split at 32 bits into its two
+        # columns: no carry chain.
+        b0 = _U64(e0[y])
+        b1 = _U64(e1[y])
+        b2 = _U64(e2[y])
+        b3 = _U64(e3[y])
+        p00 = a0 * b0
+        p01 = a0 * b1
+        p10 = a1 * b0
+        p02 = a0 * b2
+        p11 = a1 * b1
+        p20 = a2 * b0
+        p03 = a0 * b3
+        p12 = a1 * b2
+        p21 = a2 * b1
+        p30 = a3 * b0
+        p13 = a1 * b3
+        p22 = a2 * b2
+        p31 = a3 * b1
+        p23 = a2 * b3
+        p32 = a3 * b2
+        p33 = a3 * b3
+        acc[0, y] += np.int64(p00 & _MASK)
+        acc[1, y] += np.int64((p00 >> _S32) + (p01 & _MASK) + (p10 & _MASK))
+        acc[2, y] += np.int64(
+            (p01 >> _S32) + (p10 >> _S32) + (p02 & _MASK) + (p11 & _MASK) + (p20 & _MASK)
+        )
+        acc[3, y] += np.int64(
+            (p02 >> _S32) + (p11 >> _S32) + (p20 >> _S32)
+            + (p03 & _MASK) + (p12 & _MASK) + (p21 & _MASK) + (p30 & _MASK)
+        )  # fmt: skip
+        acc[4, y] += np.int64(
+            (p03 >> _S32) + (p12 >> _S32) + (p21 >> _S32) + (p30 >> _S32)
+            + (p13 & _MASK) + (p22 & _MASK) + (p31 & _MASK)
+        )  # fmt: skip
+        acc[5, y] += np.int64(
+            (p13 >> _S32) + (p22 >> _S32) + (p31 >> _S32) + (p23 & _MASK) + (p32 & _MASK)
+        )
+        acc[6, y] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
+        acc[7, y] += np.int64(p33 >> _S32)
+
+
 @nb.njit(f"void({_C3}, {_C3}, {_C3})", cache=True)
 def matvec128(x, e, out):
     """``out[:, r] = x[:, r] @ E`` for rows ``x`` (4, R, K) and a matrix
@@ -302,96 +405,58 @@ def matvec128(x, e, out):
     ``u < 2^31``: the prover's bits and ``x - 1``) take four limb products
     instead of sixteen; zero entries nothing. Column sums stay below
     ``K 2^35`` in magnitude; callers keep K below ``2^12``."""
-    k_len = x.shape[2]
     j_len = e.shape[2]
     acc = np.empty((8, j_len), np.int64)
     for r in range(x.shape[1]):
         acc[:] = 0
-        for k in range(k_len):
+        for k in range(x.shape[2]):
             v0 = x[0, r, k]
             v1 = x[1, r, k]
             v2 = x[2, r, k]
             v3 = x[3, r, k]
-            if (v0 | v1 | v2 | v3) == 0:
-                continue
-            e0 = e[0, k]
-            e1 = e[1, k]
-            e2 = e[2, k]
-            e3 = e[3, k]
-            u = -1
-            sign = 1
-            if (v1 | v2 | v3) == 0 and v0 < _SMALL:
-                u = v0
-            else:
-                # p - v with signed borrows; p's limbs are (1, 0, 2^32 - 28, 2^32 - 1).
-                d0 = 1 - v0
-                d1 = -v1 + (d0 >> 32)
-                d2 = 0xFFFFFFE4 - v2 + (d1 >> 32)
-                d3 = 0xFFFFFFFF - v3 + (d2 >> 32)
-                low = d0 & 0xFFFFFFFF
-                high_zero = d3 == 0 and (d2 & 0xFFFFFFFF) == 0 and (d1 & 0xFFFFFFFF) == 0
-                if high_zero and low < _SMALL:
-                    u = low
-                    sign = -1
-            if u >= 0:
-                # u * limb < 2^63: split at 32 bits into this column and the next.
-                for y in range(j_len):
-                    t0 = u * e0[y]
-                    t1 = u * e1[y]
-                    t2 = u * e2[y]
-                    t3 = u * e3[y]
-                    acc[0, y] += sign * (t0 & 0xFFFFFFFF)
-                    acc[1, y] += sign * ((t0 >> 32) + (t1 & 0xFFFFFFFF))
-                    acc[2, y] += sign * ((t1 >> 32) + (t2 & 0xFFFFFFFF))
-                    acc[3, y] += sign * ((t2 >> 32) + (t3 & 0xFFFFFFFF))
-                    acc[4, y] += sign * (t3 >> 32)
-                continue
-            a0 = _U64(v0)
-            a1 = _U64(v1)
-            a2 = _U64(v2)
-            a3 = _U64(v3)
-            for y in range(j_len):
-                # Sixteen limb products, each split at 32 bits into its two
-                # columns: no carry chain.
-                b0 = _U64(e0[y])
-                b1 = _U64(e1[y])
-                b2 = _U64(e2[y])
-                b3 = _U64(e3[y])
-                p00 = a0 * b0
-                p01 = a0 * b1
-                p10 = a1 * b0
-                p02 = a0 * b2
-                p11 = a1 * b1
-                p20 = a2 * b0
-                p03 = a0 * b3
-                p12 = a1 * b2
-                p21 = a2 * b1
-                p30 = a3 * b0
-                p13 = a1 * b3
-                p22 = a2 * b2
-                p31 = a3 * b1
-                p23 = a2 * b3
-                p32 = a3 * b2
-                p33 = a3 * b3
-                acc[0, y] += np.int64(p00 & _MASK)
-                acc[1, y] += np.int64((p00 >> _S32) + (p01 & _MASK) + (p10 & _MASK))
-                acc[2, y] += np.int64(
-                    (p01 >> _S32) + (p10 >> _S32) + (p02 & _MASK) + (p11 & _MASK) + (p20 & _MASK)
-                )
-                acc[3, y] += np.int64(
-                    (p02 >> _S32) + (p11 >> _S32) + (p20 >> _S32)
-                    + (p03 & _MASK) + (p12 & _MASK) + (p21 & _MASK) + (p30 & _MASK)
-                )  # fmt: skip
-                acc[4, y] += np.int64(
-                    (p03 >> _S32) + (p12 >> _S32) + (p21 >> _S32) + (p30 >> _S32)
-                    + (p13 & _MASK) + (p22 & _MASK) + (p31 & _MASK)
-                )  # fmt: skip
-                acc[5, y] += np.int64(
-                    (p13 >> _S32) + (p22 >> _S32) + (p31 >> _S32) + (p23 & _MASK) + (p32 & _MASK)
-                )
-                acc[6, y] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
-                acc[7, y] += np.int64(p33 >> _S32)
+            if (v0 | v1 | v2 | v3) != 0:
+                _matvec_entry(v0, v1, v2, v3, e, k, acc)
         _store_columns(acc, out, r)
+
+
+@nb.njit(f"void({_C2}, {_C3}, {_C3}, int64[::1], {_C3})", cache=True)
+def extend128(seeds, wires, e, dest, out):
+    """A prover's wire polynomials on the whole domain, written in place.
+
+    Row r's polynomial has the values ``seeds[:, r]``, ``wires[:, r, 0..C)``
+    and then zeros on the first coset (the K = P points of E's rows); its
+    values on the other cosets are ``row @ E`` (as `matvec128`), whose
+    column y goes to ``out[:, r, dest[y]]``, and the first coset's values
+    to every s-th entry of ``out[:, r]`` (s = D / P). Saves building the
+    rows and interleaving the cosets as arrays."""
+    j_len = e.shape[2]
+    k_len = e.shape[1]
+    calls = wires.shape[2]
+    step = out.shape[2] // k_len
+    acc = np.empty((8, j_len), np.int64)
+    for r in range(seeds.shape[1]):
+        acc[:] = 0
+        for k in range(calls + 1):
+            if k == 0:
+                v0 = seeds[0, r]
+                v1 = seeds[1, r]
+                v2 = seeds[2, r]
+                v3 = seeds[3, r]
+            else:
+                v0 = wires[0, r, k - 1]
+                v1 = wires[1, r, k - 1]
+                v2 = wires[2, r, k - 1]
+                v3 = wires[3, r, k - 1]
+            out[0, r, k * step] = v0
+            out[1, r, k * step] = v1
+            out[2, r, k * step] = v2
+            out[3, r, k * step] = v3
+            if (v0 | v1 | v2 | v3) != 0:
+                _matvec_entry(v0, v1, v2, v3, e, k, acc)
+        for k in range(calls + 1, k_len):
+            for limb in range(4):
+                out[limb, r, k * step] = 0
+        _store_spread(acc, out, r, dest)
 
 
 @nb.guvectorize(

@@ -120,6 +120,10 @@ class _Extension:
                 on_domain = ntt(field, inv_ntt(field, unit), domain)
                 rows.append([on_domain[i * s + c] for c in range(1, s) for i in range(wire_len)])
             self.rows = np.ascontiguousarray(vf.from_ints(rows))  # (P, J)
+            # Where column (c - 1) P + i of E goes on the domain: i s + c.
+            self.dest = np.array(
+                [i * s + c for c in range(1, s) for i in range(wire_len)], dtype=np.int64
+            )
             obj = np.array(rows, dtype=object)
             self.row_limbs = np.stack(
                 [((obj >> (16 * b)) & 0xFFFF).astype(np.float64) for b in range(8)], axis=-1
@@ -136,6 +140,27 @@ class _Extension:
         cosets = [flat] + [out[..., c * p_len : (c + 1) * p_len] for c in range(len(self.twists))]
         stacked = vf.stack(cosets, axis=-1)  # (R, P, s)
         return vf.reshape(stacked, (*lead, self.domain))
+
+    def of_wires(self, seeds: Arr, wires: Arr) -> Arr | None:
+        """``self(polys)`` for the polys a prover builds from ``seeds``
+        ``(rows, ARITY)`` and ``wires`` ``(rows, ARITY, C)`` (a seed, then
+        one value per call, then zeros): in one pass of a compiled kernel
+        for the Field128 wires up to MATRIX_MAX long, None otherwise."""
+        vf = self.vf
+        if vf is not VecField128 or self.rows is None or self.wire_len > self.MATRIX_MAX:
+            return None
+        rows, arity, calls = vf.elem_shape(wires)
+        if calls >= self.wire_len:
+            return None
+        out = np.empty((4, rows * arity, self.domain), dtype=np.int64)
+        kernels().extend128(
+            np.ascontiguousarray(seeds).reshape(4, rows * arity),
+            np.ascontiguousarray(wires).reshape(4, rows * arity, calls),
+            self.rows,
+            self.dest,
+            out,
+        )
+        return out.reshape(4, rows, arity, self.domain)
 
     def _generic(self, flat: Arr) -> Arr:
         vf = self.vf
@@ -276,8 +301,9 @@ class BatchFlp:
             arity = lay.gadget.ARITY
             seeds = prove_rand[..., offset : offset + arity]
             offset += arity
-            polys = self._wire_polys(seeds, w, lay.wire_len)
-            on_domain = lay.extend(polys)  # (rows, ARITY, D)
+            on_domain = lay.extend.of_wires(seeds, w)  # (rows, ARITY, D)
+            if on_domain is None:
+                on_domain = lay.extend(self._wire_polys(seeds, w, lay.wire_len))
             g = gadget_eval(vf, lay.gadget, on_domain)
             parts += [seeds, g[..., : lay.poly_len]]
         return vf.concat(parts)

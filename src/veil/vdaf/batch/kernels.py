@@ -43,6 +43,10 @@ class Kernels:
     # zero entries skipped and small ones cheap (a compiled function, not a
     # ufunc: no broadcasting; all three C-contiguous).
     matvec128: Any
+    # Field128: a prover's wire polynomials on the whole domain (seeds
+    # (4, R), wires (4, R, C), the matrix (4, P, J), where each column
+    # goes, out (4, R, D)); see flp._Extension.of_wires.
+    extend128: Any
     # Field128: four limb arrays -> the reduced representative's limbs.
     canonical128: Any
     # Field128: the chunked range check's wire values at the query point
@@ -88,6 +92,7 @@ def kernels() -> Kernels:
                     k.sub128,
                     k.dot128,
                     k.matvec128,
+                    k.extend128,
                     k.canonical128,
                     k.chunk_wire_evals128,
                     k.mul64,
