@@ -5,6 +5,7 @@ resolves, and the README stays a first page."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shlex
@@ -249,3 +250,28 @@ def test_the_simulate_sweep_runs_as_written(tmp_path: Path) -> None:
     done = bash(sweep, tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def resolves(dotted: str) -> bool:
+    """`veil.a.b.C`: the longest importable module prefix, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", [d for d in documents() if not d.startswith("docs/reports/")])
+def test_every_veil_name_a_document_gives_exists(doc: str) -> None:
+    """Modules move (issue 31): a name the manual gives must still be there.
+    The reports are dated measurements and keep the names of their day."""
+    names = set(re.findall(r"`(veil(?:\.\w+)+)", read(doc)))
+    gone = sorted(n for n in names if not resolves(n))
+    assert not gone, f"{doc} names what veil no longer has: {gone}"
