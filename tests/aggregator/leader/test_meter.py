@@ -1,0 +1,61 @@
+"""veil.aggregator.leader.meter: the one seam between the leader and its
+metrics. Without metrics nothing is counted; with them each event reaches
+its Prometheus series."""
+
+from __future__ import annotations
+
+from veil.aggregator.errors import Overloaded, ReportRejection
+from veil.aggregator.leader.meter import LeaderMeter, PrometheusMeter
+from veil.metrics import Metrics
+from veil.task import DpSpec, LeaderTask, VdafSpec, new_task
+
+
+def _task() -> LeaderTask:
+    files = new_task(
+        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=1, dp=DpSpec("none")
+    )
+    return files.leader
+
+
+def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    value = metrics.registry.get_sample_value(name, labels)
+    return None if value is None else float(value)
+
+
+def test_without_metrics_the_meter_counts_nothing() -> None:
+    meter = LeaderMeter.of(None)
+    assert type(meter) is LeaderMeter
+    task = _task()
+    # Every event is accepted and goes nowhere.
+    meter.uploaded(task, 3, 1)
+    meter.upload_refused(task, Overloaded("full"))
+    meter.job_finished(task, 0.5, 4, 3, 0, {b"r": ReportRejection.VDAF_VERIFY_ERROR})
+    meter.job_given_up(task.task_id, 2)
+    meter.collection(task.task_id, "finished")
+
+
+def test_each_event_reaches_its_series() -> None:
+    metrics = Metrics("leader")
+    meter = LeaderMeter.of(metrics)
+    assert isinstance(meter, PrometheusMeter)
+    task = _task()
+    tid = task.id_text
+    meter.uploaded(task, 3, 1)
+    assert _value(metrics, "veil_reports_received_total", task=tid) == 3
+    assert _value(metrics, "veil_reports_duplicate_total", task=tid) == 1
+    meter.upload_refused(task, Overloaded("full"))
+    assert _value(metrics, "veil_uploads_refused_total", task=tid, reason="overloaded") == 1
+    meter.backlog({task.task_id: 7})
+    assert _value(metrics, "veil_reports_unaggregated", task=tid) == 7
+    rejected = {b"a": None, b"b": ReportRejection.VDAF_VERIFY_ERROR}
+    meter.job_finished(task, 0.5, 4, 3, 1, rejected)
+    assert _value(metrics, "veil_aggregation_jobs_total", outcome="finished") == 1
+    assert _value(metrics, "veil_reports_accepted_total", task=tid) == 3
+    assert _value(metrics, "veil_reports_deferred_total", task=tid) == 1
+    verify_error = ReportRejection.VDAF_VERIFY_ERROR.value
+    assert _value(metrics, "veil_reports_rejected_total", task=tid, reason=verify_error) == 1
+    meter.job_given_up(task.task_id, 2)
+    failed = ReportRejection.JOB_FAILED.value
+    assert _value(metrics, "veil_reports_rejected_total", task=tid, reason=failed) == 2
+    meter.collection(task.task_id, "failed")
+    assert _value(metrics, "veil_collections_total", task=tid, outcome="failed") == 1
