@@ -113,6 +113,10 @@ def test_every_runnable_block_is_claimed() -> None:
     )
     stale = sorted(claimed - found)
     assert not stale, f"claims of blocks that are gone (or moved): {stale}"
+    # The tests the reasons name are there.
+    for reason in NOT_RUN.values():
+        for test in re.findall(r"tests/[\w/]+\.py", reason):
+            assert (ROOT / test).is_file(), test
 
 
 @pytest.mark.parametrize(("doc", "heading", "lang"), sorted(RUN))
@@ -275,3 +279,20 @@ def test_every_veil_name_a_document_gives_exists(doc: str) -> None:
     names = set(re.findall(r"`(veil(?:\.\w+)+)", read(doc)))
     gone = sorted(n for n in names if not resolves(n))
     assert not gone, f"{doc} names what veil no longer has: {gone}"
+
+
+_REPO_PATH = re.compile(
+    r"(?<![\w/.-])((?:src/veil|tests|scripts|bench|tools|protos|deploy|js|examples|docs)"
+    r"/[\w./@-]*[\w/])"
+)
+
+
+@pytest.mark.parametrize("doc", [d for d in documents() if not d.startswith("docs/reports/")])
+def test_every_repository_path_a_document_gives_exists(doc: str) -> None:
+    """Files move (issue 31): a path the manual gives must still be there. The
+    reports keep the paths of their day."""
+    paths = set(_REPO_PATH.findall(read(doc)))
+    # What the reader's own commands create: not in the repository.
+    made = ("docs/api", "js/node_modules")
+    gone = sorted(p for p in paths if not (ROOT / p).exists() and not p.startswith(made))
+    assert not gone, f"{doc} gives paths that are not in the repository: {gone}"
