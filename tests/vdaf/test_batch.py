@@ -393,7 +393,10 @@ def test_extension_of_wires_matches_built_polys(wire_len: int, domain: int, call
     seeds = [[rng.randrange(p) for _ in range(arity)] for _ in range(rows)]
     wires = [[[value() for _ in range(calls)] for _ in range(arity)] for _ in range(rows)]
     ext = _Extension(VecField128, wire_len, domain)
-    got = ext.of_wires(VecField128.from_ints(seeds), VecField128.from_ints(wires))
+    # The circuit's wires come with the calls axis outermost (strided).
+    by_call = [[[wires[r][a][c] for a in range(arity)] for c in range(calls)] for r in range(rows)]
+    strided = VecField128.moveaxis(VecField128.from_ints(by_call), -1, -2)
+    got = ext.of_wires(VecField128.from_ints(seeds), strided)
     assert got is not None
     polys = [
         [[seeds[r][a], *wires[r][a]] + [0] * (wire_len - 1 - calls) for a in range(arity)]

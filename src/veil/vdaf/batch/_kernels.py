@@ -30,7 +30,6 @@ _inline = nb.njit(inline="always")
 _A3 = "int64[:, :, :]"
 _A4 = "int64[:, :, :, :]"
 # C-contiguous: lets the compiler vectorise loops along the last axis.
-_C2 = "int64[:, ::1]"
 _C3 = "int64[:, :, ::1]"
 
 
@@ -295,8 +294,9 @@ def _store_columns(acc, out, r):
 
 
 @_inline
-def _store_spread(acc, out, r, dest):
-    """`_store_columns`, column y going to ``out[:, r, dest[y]]``."""
+def _store_spread(acc, out, dest):
+    """`_store_columns` for one row ``out`` (4, D), column y going to
+    ``out[:, dest[y]]``."""
     for y in range(acc.shape[1]):
         c0 = acc[0, y] - acc[4, y] - 28 * acc[6, y]
         c1 = acc[1, y] - acc[5, y] - 28 * acc[7, y]
@@ -306,10 +306,10 @@ def _store_spread(acc, out, r, dest):
         x0, x1, x2, x3, top = _propagate(c0 - high, c1, c2 + 28 * high, c3 & 0xFFFFFFFF)
         x0, x1, x2, x3, top = _propagate(x0 - top, x1, x2 + 28 * top, x3)
         col = dest[y]
-        out[0, r, col] = x0
-        out[1, r, col] = x1
-        out[2, r, col] = x2
-        out[3, r, col] = x3
+        out[0, col] = x0
+        out[1, col] = x1
+        out[2, col] = x2
+        out[3, col] = x3
 
 
 @_inline
@@ -419,44 +419,47 @@ def matvec128(x, e, out):
         _store_columns(acc, out, r)
 
 
-@nb.njit(f"void({_C2}, {_C3}, {_C3}, int64[::1], {_C3})", cache=True)
+@nb.njit("void(int64[:, :, :], int64[:, :, :, :], int64[:, :, ::1], int64[::1], int64[:, :, :, ::1])", cache=True)  # noqa: E501
 def extend128(seeds, wires, e, dest, out):
     """A prover's wire polynomials on the whole domain, written in place.
 
-    Row r's polynomial has the values ``seeds[:, r]``, ``wires[:, r, 0..C)``
-    and then zeros on the first coset (the K = P points of E's rows); its
-    values on the other cosets are ``row @ E`` (as `matvec128`), whose
-    column y goes to ``out[:, r, dest[y]]``, and the first coset's values
-    to every s-th entry of ``out[:, r]`` (s = D / P). Saves building the
-    rows and interleaving the cosets as arrays."""
+    The polynomial of row r and wire a has the values ``seeds[:, r, a]``,
+    ``wires[:, r, a, 0..C)`` and then zeros on the first coset (the K = P
+    points of E's rows); its values on the other cosets are ``poly @ E``
+    (as `matvec128`), whose column y goes to ``out[:, r, a, dest[y]]``, and
+    the first coset's values to every s-th entry (s = D / P). Saves
+    building the polynomials and interleaving the cosets as arrays; the
+    inputs may have any strides (the circuit's wires come transposed)."""
     j_len = e.shape[2]
     k_len = e.shape[1]
-    calls = wires.shape[2]
-    step = out.shape[2] // k_len
+    calls = wires.shape[3]
+    step = out.shape[3] // k_len
     acc = np.empty((8, j_len), np.int64)
     for r in range(seeds.shape[1]):
-        acc[:] = 0
-        for k in range(calls + 1):
-            if k == 0:
-                v0 = seeds[0, r]
-                v1 = seeds[1, r]
-                v2 = seeds[2, r]
-                v3 = seeds[3, r]
-            else:
-                v0 = wires[0, r, k - 1]
-                v1 = wires[1, r, k - 1]
-                v2 = wires[2, r, k - 1]
-                v3 = wires[3, r, k - 1]
-            out[0, r, k * step] = v0
-            out[1, r, k * step] = v1
-            out[2, r, k * step] = v2
-            out[3, r, k * step] = v3
-            if (v0 | v1 | v2 | v3) != 0:
-                _matvec_entry(v0, v1, v2, v3, e, k, acc)
-        for k in range(calls + 1, k_len):
-            for limb in range(4):
-                out[limb, r, k * step] = 0
-        _store_spread(acc, out, r, dest)
+        for a in range(seeds.shape[2]):
+            o = out[:, r, a]
+            acc[:] = 0
+            for k in range(calls + 1):
+                if k == 0:
+                    v0 = seeds[0, r, a]
+                    v1 = seeds[1, r, a]
+                    v2 = seeds[2, r, a]
+                    v3 = seeds[3, r, a]
+                else:
+                    v0 = wires[0, r, a, k - 1]
+                    v1 = wires[1, r, a, k - 1]
+                    v2 = wires[2, r, a, k - 1]
+                    v3 = wires[3, r, a, k - 1]
+                o[0, k * step] = v0
+                o[1, k * step] = v1
+                o[2, k * step] = v2
+                o[3, k * step] = v3
+                if (v0 | v1 | v2 | v3) != 0:
+                    _matvec_entry(v0, v1, v2, v3, e, k, acc)
+            for k in range(calls + 1, k_len):
+                for limb in range(4):
+                    o[limb, k * step] = 0
+            _store_spread(acc, o, dest)
 
 
 @nb.guvectorize(

@@ -152,15 +152,9 @@ class _Extension:
         rows, arity, calls = vf.elem_shape(wires)
         if calls >= self.wire_len:
             return None
-        out = np.empty((4, rows * arity, self.domain), dtype=np.int64)
-        kernels().extend128(
-            np.ascontiguousarray(seeds).reshape(4, rows * arity),
-            np.ascontiguousarray(wires).reshape(4, rows * arity, calls),
-            self.rows,
-            self.dest,
-            out,
-        )
-        return out.reshape(4, rows, arity, self.domain)
+        out = np.empty((4, rows, arity, self.domain), dtype=np.int64)
+        kernels().extend128(seeds, wires, self.rows, self.dest, out)
+        return out
 
     def _generic(self, flat: Arr) -> Arr:
         vf = self.vf

@@ -44,8 +44,8 @@ class Kernels:
     # ufunc: no broadcasting; all three C-contiguous).
     matvec128: Any
     # Field128: a prover's wire polynomials on the whole domain (seeds
-    # (4, R), wires (4, R, C), the matrix (4, P, J), where each column
-    # goes, out (4, R, D)); see flp._Extension.of_wires.
+    # (4, R, A), wires (4, R, A, C), any strides; the matrix (4, P, J),
+    # where each column goes, out (4, R, A, D)); see _Extension.of_wires.
     extend128: Any
     # Field128: four limb arrays -> the reduced representative's limbs.
     canonical128: Any
