@@ -290,3 +290,46 @@ def compare_with_reference(
         statistics.median(t[0] for t in theirs),
         statistics.median(t[1] for t in theirs),
     )
+
+
+@dataclass(frozen=True)
+class LiftedRow:
+    """One circuit's hand-vectorised form against the generic lifted one
+    (its scalar circuit run on columns of the batch), CPU per report."""
+
+    name: str
+    batch: int
+    shard_us: float
+    lifted_shard_us: float
+    verify_us: float
+    lifted_verify_us: float
+
+
+def compare_lifted(case: Case, batch_size: int, runs: int = 5) -> LiftedRow:
+    """Median CPU per report of shard and verify (both aggregators), the
+    hand-vectorised circuit and the lifted one in alternating runs."""
+    vdaf = case.make()
+    inputs = make_inputs(vdaf, case, batch_size)
+    engines = {lifted: BatchPrio3(vdaf, lifted=lifted) for lifted in (False, True)}
+    shard: dict[bool, list[float]] = {False: [], True: []}
+    verify: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(runs):
+        for lifted, batch in engines.items():
+            start = time.process_time()
+            sharded = batch.shard_batch(CTX, inputs.measurements, inputs.nonces, inputs.rands)
+            middle = time.process_time()
+            outs = verify_all(batch, inputs.verify_key, inputs.nonces, sharded)
+            shard[lifted].append(middle - start)
+            verify[lifted].append(time.process_time() - middle)
+            if int(outs[0].ok.sum()) != batch_size:
+                raise RuntimeError(f"{case.name}: valid reports rejected (lifted={lifted})")
+    per_report = 1e6 / batch_size
+    return LiftedRow(
+        case.name,
+        batch_size,
+        *(
+            statistics.median(times[lifted]) * per_report
+            for times in (shard, verify)
+            for lifted in (False, True)
+        ),
+    )

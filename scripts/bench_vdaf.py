@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.vdaf import (
     cases,
+    compare_lifted,
     compare_with_reference,
     peak_rss_mib,
     run_case,
@@ -69,6 +70,11 @@ def main() -> None:
         help="skip veil.tuning (allocator thresholds, one BLAS thread)",
     )
     parser.add_argument(
+        "--lifted",
+        action="store_true",
+        help="each hand-vectorised circuit against the generic lifted one (CPU per report)",
+    )
+    parser.add_argument(
         "--reference",
         default="",
         metavar="DIR",
@@ -83,6 +89,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.reference:
         _compare(args)
+        return
+    if args.lifted:
+        _lifted(args)
         return
     runs = max(5, args.runs)
     tuned = not args.untuned and tune_allocator() and limit_blas_threads(1)
@@ -130,6 +139,28 @@ def main() -> None:
             f" {r.shard_cpu_us:>11.1f} {r.verify_cpu_us:>9.1f}"
         )
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
+
+
+def _lifted(args: argparse.Namespace) -> None:
+    """Whether each hand-vectorised circuit earns its code: the same work
+    through the lifted scalar circuit, alternating, in one process."""
+    runs = max(5, args.runs)
+    print(
+        f"{'VDAF':28} {'batch':>6} {'shard us':>9} {'lifted':>9} {'ratio':>6}"
+        f" {'verify us':>10} {'lifted':>9} {'ratio':>6}   CPU per report, median of {runs}"
+    )
+    for case in cases():
+        if args.only and args.only not in case.name:
+            continue
+        size = 200 if "10000" in case.name else 300 if "SumVec" in case.name else 2_000
+        if args.quick:
+            size //= 4
+        r = compare_lifted(case, size, runs)
+        print(
+            f"{r.name:28} {r.batch:>6} {r.shard_us:>9.1f} {r.lifted_shard_us:>9.1f}"
+            f" {r.lifted_shard_us / r.shard_us:>5.2f}x {r.verify_us:>10.1f}"
+            f" {r.lifted_verify_us:>9.1f} {r.lifted_verify_us / r.verify_us:>5.2f}x"
+        )
 
 
 def _compare(args: argparse.Namespace) -> None:
