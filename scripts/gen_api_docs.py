@@ -3,7 +3,7 @@
     python scripts/gen_api_docs.py            # then open docs/api/index.html
     python scripts/gen_api_docs.py --out /tmp/veil-api
 
-Exits 1 if pdoc warned (CI builds it the same way, in tests/test_api_docs.py).
+Exits 1 if pdoc warned (CI builds it the same way, in tests/tools/test_apidocs.py).
 The logic lives in ``tools.apidocs``.
 """
 

@@ -3,7 +3,7 @@ modules with pdoc (a test dependency: ``pip install -e '.[test]'``).
 
 ``scripts/gen_api_docs.py`` writes it into docs/api/ (not committed: it is
 built from the code, like the generated protocol code is checked against
-protos/); tests/test_api_docs.py builds it in CI and fails on any warning.
+protos/); tests/tools/test_apidocs.py builds it in CI and fails on any warning.
 """
 
 from __future__ import annotations

@@ -52,7 +52,11 @@ RUN = {
     ),
     ("docs/CLIENT.md", "Collecting from Python", "python"): "tests/docs/test_client_doc.py",
     ("docs/CLIENT.md", "The Prio3 core", "python"): "tests/docs/test_client_doc.py",
-    ("docs/CLIENT.md", "The wire format and the API reference", "sh"): "tests/test_api_docs.py",
+    (
+        "docs/CLIENT.md",
+        "The wire format and the API reference",
+        "sh",
+    ): "tests/tools/test_apidocs.py",
     ("docs/POSTGRESQL.md", "1. A role and a database", "sh"): (
         "tests/docs/test_postgresql_walkthrough.py"
     ),
@@ -124,7 +128,7 @@ def test_the_claiming_test_reads_its_document(doc: str, heading: str, lang: str)
     test = ROOT / RUN[doc, heading, lang]
     assert test.is_file(), test
     # A documentation test names the document it runs (the others, such as
-    # tests/test_api_docs.py, run what the block runs through its function).
+    # tests/tools/test_apidocs.py, run what the block runs through its function).
     if test.parent == ROOT / "tests" / "docs":
         assert doc in test.read_text(), f"{test} does not read {doc}"
 

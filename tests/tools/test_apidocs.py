@@ -25,7 +25,7 @@ def test_reference_builds_without_warnings(tmp_path: Path) -> None:
 
 def test_script_without_pdoc_says_what_to_install(tmp_path: Path) -> None:
     # With only `pip install -e .` (the quick start) it was a traceback.
-    script = Path(__file__).resolve().parents[1] / "scripts" / "gen_api_docs.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gen_api_docs.py"
     hide_pdoc = (
         "import runpy, sys; sys.modules['pdoc'] = None; "
         f"sys.argv = ['gen_api_docs.py', '--out', {str(tmp_path / 'api')!r}]; "
