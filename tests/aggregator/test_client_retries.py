@@ -166,7 +166,7 @@ def test_a_collection_waiting_for_the_helper_says_why(servers: Servers) -> None:
         assert client.upload_batch([1, 2, 3, 4, 5], report_time=t).accepted == 5
     task_id = servers.files.client.task_id
     deadline = time.monotonic() + 60
-    while servers.leader.store.unaggregated_count(task_id, t, t + TP):
+    while servers.leader.store.has_unaggregated(task_id, t, t + TP):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     job = secrets.token_bytes(16)

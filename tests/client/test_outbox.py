@@ -190,9 +190,10 @@ def test_resent_reports_are_acknowledged_once(dep: Deployment, tmp_path: Path) -
     with Client(dep.tasks["count"].client) as plain:
         sent = plain.build_reports([1, 1, 1], report_time=past_bucket(1))
         assert plain.upload_reports(sent[:2]).accepted == 2
+    # What the client had written to its outbox before it died.
+    with Outbox(tmp_path / "box") as box:
+        box.add(dep.tasks["count"].client.task_id, sent)
     with Client(dep.tasks["count"].client, outbox=str(tmp_path / "box")) as client:
-        assert client._base.outbox is not None
-        client._base.outbox.add(client.task.task_id, sent)
         result = client.flush()
     assert (result.accepted, result.duplicates, result.pending) == (1, 2, 0)
     assert dep.stored_reports("count") == before + 3
@@ -206,8 +207,8 @@ def test_a_refused_report_is_kept_apart_from_the_good_ones(dep: Deployment, tmp_
         result = client.upload_reports([good[0], bad, good[1]])
         assert (result.accepted, result.refused, result.pending) == (2, 1, 0)
         assert client.flush().refused == 0  # never resent
-        assert client._base.outbox is not None
-        (status,) = client._base.outbox.status()
+    with Outbox(tmp_path / "box") as box:
+        (status,) = box.status()
         assert (status.pending, status.refused) == (0, 1)
     assert dep.stored_reports("count") == before + 2
 
@@ -222,9 +223,9 @@ def test_a_refusal_not_about_the_reports_keeps_them_pending(
     with Client(task) as client:
         reports = client.build_reports([1, 1], report_time=past_bucket(1))
     unknown = replace(task, task_id=bytes(32))
+    with Outbox(box) as outbox:
+        outbox.add(unknown.task_id, reports)
     with Client(unknown, outbox=box) as client:
-        assert client._base.outbox is not None
-        client._base.outbox.add(unknown.task_id, reports)
         result = client.flush()
     assert (result.accepted, result.pending, result.refused) == (0, 2, 0)
     assert result.error is not None and "NOT_FOUND" in result.error
@@ -232,11 +233,12 @@ def test_a_refusal_not_about_the_reports_keeps_them_pending(
 
 def test_expired_reports_are_dropped_unsent(dep: Deployment, tmp_path: Path) -> None:
     task = dep.tasks["expiring"].client
-    with Client(task, outbox=str(tmp_path / "box")) as client:
+    with Client(task) as client:
         old = client.build_reports([1, 1], report_time=past_bucket(6))
         fresh = client.build_reports([1], report_time=past_bucket(1))
-        assert client._base.outbox is not None
-        client._base.outbox.add(task.task_id, old + fresh)
+    with Outbox(tmp_path / "box") as box:
+        box.add(task.task_id, old + fresh)
+    with Client(task, outbox=str(tmp_path / "box")) as client:
         result = client.flush()
     assert (result.accepted, result.expired, result.pending, result.refused) == (1, 2, 0, 0)
 
