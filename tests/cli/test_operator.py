@@ -1,14 +1,25 @@
-"""`veil collect` refuses, before any connection, what would close a batch
-respondents may still upload to or what it cannot parse: one line, exit 2."""
+"""The operator's commands (veil.cli.operator) on input they cannot use.
+
+`veil collect` refuses, before any connection, what would close a batch
+respondents may still upload to or what it cannot parse: one line, exit 2.
+
+`veil survey collect` and `veil survey status` on files they cannot use:
+one line, exit 2, nothing collected and no connection made (the aggregators
+here do not exist).
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from veil.cli import main
+from veil.collector.survey import STATE_FORMAT
+from veil.deploy import deploy_survey
+from veil.survey import parse_survey
 from veil.task import DpSpec, VdafSpec, new_task, write_toml
 from veil.times import format_time
 
@@ -57,3 +68,106 @@ def test_help_says_what_an_open_batch_costs(capsys: pytest.CaptureFixture[str]) 
     text = " ".join(capsys.readouterr().out.split())
     assert "--include-open" in text and "stops every later upload to it" in text
     assert "last complete interval" in text
+
+
+SURVEY = """\
+[survey]
+name = "t"
+epsilon = 1
+time_precision = 60
+opens = "{opens}"
+closes = "{closes}"
+
+[[question]]
+id = "remote"
+kind = "yes_no"
+"""
+
+
+def deployment(tmp_path: Path, closes_in: int) -> Path:
+    now = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(now - 600), closes=format_time(now + closes_in))
+    dep = deploy_survey(parse_survey(text), text, tmp_path / "dep", "127.0.0.1:9", "127.0.0.1:9")
+    return dep.collector_dir
+
+
+def collect(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    rc = main(["survey", "collect", *args])
+    return rc, capsys.readouterr().err.strip()
+
+
+def test_refused_before_the_window_closes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    collector = deployment(tmp_path, 3600)
+    rc, err = collect(capsys, "--survey-dir", str(collector), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "the survey closes at" in err and "nothing was collected" in err
+    assert not (tmp_path / "r" / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ("{", "cannot resume from it"),
+        ('{"format": "other"}', "cannot resume from it"),
+        (
+            json.dumps(
+                {"format": STATE_FORMAT, "survey": "t", "batch": {"start": 0, "duration": 60},
+                 "jobs": {}}
+            ),
+            "over another batch: give another --out directory",
+        ),
+        (
+            json.dumps(
+                {"format": STATE_FORMAT, "survey": "t", "batch": {"start": 0, "duration": 60},
+                 "jobs": {"remote": "xyz"}}
+            ),
+            "cannot resume from it",
+        ),
+    ],
+)  # fmt: skip
+def test_a_state_file_it_did_not_write_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], state: str, message: str
+) -> None:
+    collector = deployment(tmp_path, -60)
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "state.json").write_text(state)
+    rc, err = collect(capsys, "--survey-dir", str(collector), "--out", str(out))
+    assert rc == 2 and message in err, err
+    assert len(err.splitlines()) == 1
+    assert (out / "state.json").read_text() == state  # left as it was
+
+
+def test_not_a_collector_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    collector = deployment(tmp_path, -60)
+    rc, err = collect(capsys, "--survey-dir", str(tmp_path), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "give the collector/ directory" in err
+    client = collector.parent / "client"
+    rc, err = collect(capsys, "--survey-dir", str(client), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "give the collector/ directory" in err
+    (collector / "remote.toml").write_text("role = 'collector'\n")
+    rc, err = collect(capsys, "--survey-dir", str(collector), "--out", str(tmp_path / "r"))
+    assert rc == 2 and "question 'remote'" in err
+    assert main(["survey", "status", "--survey-dir", str(tmp_path)]) == 2
+
+
+def test_collect_names_an_unreachable_leader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing listens on 127.0.0.1:9: the error says which server, at which
+    address, instead of gRPC's "failed to connect to all addresses"."""
+    collector = deployment(tmp_path, -60)
+    rc = main(
+        [
+            "collect",
+            "--task",
+            str(collector / "remote.toml"),
+            "--wait",
+            "0.5",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    assert "the leader at 127.0.0.1:9 cannot be reached" in err
+    assert "\n" not in err

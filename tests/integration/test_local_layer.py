@@ -32,7 +32,7 @@ from veil.survey.statement import survey_statement, task_statement
 from veil.survey.tasks import task_specs
 from veil.task import DpSpec, Task, TaskError, VdafSpec, load_task, new_task
 
-EXAMPLE = str(Path(__file__).parent.parent / "examples" / "survey.toml")
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "survey.toml")
 
 SURVEY = """
 [survey]

@@ -11,7 +11,7 @@ import pytest
 from veil.dp.accounting import zcdp_rho
 from veil.survey import AnswerError, SurveyError, load_survey, parse_survey
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "survey.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "survey.toml"
 
 HEAD = """\
 [survey]
