@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from veil.simulate import simulate_respondents, truth
+from veil.local.simulate import simulate_respondents, truth
 from veil.survey import load_survey
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "survey.toml"

@@ -24,14 +24,13 @@ from tqdm import tqdm
 
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
+from veil.client.survey import UPLOAD_CHUNK
 from veil.collector import Collector
 from veil.local.launcher import LocalDeployment
-from veil.simulate import simulate_respondents, truth
+from veil.local.simulate import simulate_respondents, truth
 from veil.survey import Question, Survey, load_survey, parse_survey
 from veil.survey.results import Number, QuestionResult, question_result
 from veil.survey.tasks import task_specs
-
-UPLOAD_CHUNK = 500
 
 
 def example_survey() -> Survey:
