@@ -151,17 +151,20 @@ def agg_share_info(
     report_count: int,
     *,
     dp_params: bytes,
+    agg_param: bytes = b"",
 ) -> bytes:
     """Context of an aggregate share sealed by an aggregator to the collector.
 
     `dp_params` (`DpSpec.binding`) names the noise the aggregator added: if its
     DP configuration differs from the collector's (mechanism, mode, ε or ρ,
     sensitivity, ...), the share does not open, rather than yielding estimates
-    with wrong intervals.
+    with wrong intervals. `agg_param` (Poplar1: the level and prefixes the
+    share counts, as DAP binds it) is appended when not empty, so that a share
+    of one query cannot pass for another's.
     """
     if len(dp_params) >= 1 << 16:
         raise ValueError("DP parameters binding too long")
-    return (
+    info = (
         AGG_SHARE_LABEL
         + bytes([server_role, ROLE_COLLECTOR])
         + task_id
@@ -169,3 +172,6 @@ def agg_share_info(
         + struct.pack(">H", len(dp_params))
         + dp_params
     )
+    if agg_param:
+        info += struct.pack(">I", len(agg_param)) + agg_param
+    return info

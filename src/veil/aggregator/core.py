@@ -27,6 +27,7 @@ from veil.aggregator.errors import (
     WrongLength,
 )
 from veil.aggregator.maintenance import active_key, ensure_active_key
+from veil.aggregator.prefixes import PrefixVdaf
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BatchAggregate, ShareMerge
 from veil.dp import DPError
@@ -55,6 +56,7 @@ from veil.task import (
 from veil.times import format_duration, format_time
 from veil.vdaf import CodecError, Prio3, VdafError
 from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
+from veil.vdaf.spec.poplar1 import Poplar1
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,17 @@ class ReportSizes:
             verifier_share=vdaf.verifier_share_size(),
         )
 
+    @staticmethod
+    def of_poplar1(vdaf: Poplar1, token_size: int = 0) -> ReportSizes:
+        """The sizes for a Poplar1 task (its verifier shares: at most three
+        elements of the leaf's 32-byte field)."""
+        return ReportSizes(
+            public_share=vdaf.public_share_size(),
+            leader_payload=vdaf.input_share_size(0) + AEAD_TAG_SIZE,
+            helper_payload=vdaf.input_share_size(1) + token_size + AEAD_TAG_SIZE,
+            verifier_share=3 * vdaf.idpf.field_leaf.ENCODED_SIZE,
+        )
+
     def job_item_bytes(self) -> int:
         """An upper bound on one report's bytes in an aggregation job request:
         id, time, public share, sealed helper share, the leader's verifier
@@ -134,6 +147,8 @@ class VerifyInitItem:
     public_share: bytes
     encrypted_input_share: Ciphertext
     leader_verifier_share: bytes
+    # Poplar1, second round: the leader's round-2 sketch share.
+    leader_verifier_share_2: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,8 @@ class VerifyResult:
     report_id: bytes
     verifier_message: bytes | None = None
     reject: ReportRejection | None = None
+    # Poplar1, first round: the helper's round-2 sketch share.
+    helper_verifier_share: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -356,6 +373,8 @@ class AggregatorBase(Generic[AT]):
         self.batch_vdafs: dict[bytes, BatchPrio3[Any, Any]] = {}
         self.sizes: dict[bytes, ReportSizes] = {}
         self.bounds: dict[bytes, Any] = {}
+        # Poplar1 tasks (veil.aggregator.prefixes), apart from the Prio3 ones.
+        self.prefix_vdafs: dict[bytes, PrefixVdaf] = {}
         self.add_tasks(tasks)
         ensure_active_key(store, clock())
         self._keys_read_at = -float("inf")
@@ -378,7 +397,8 @@ class AggregatorBase(Generic[AT]):
                     )
                 continue
             new[tid] = t
-        vdafs = {tid: t.vdaf.instantiate() for tid, t in new.items()}
+        prefix = {tid: PrefixVdaf.of(t) for tid, t in new.items() if t.vdaf.is_prefix}
+        vdafs = {tid: t.vdaf.instantiate() for tid, t in new.items() if tid not in prefix}
         # Computed (and refused) here, before serving, rather than after a
         # collection has spent budget: the noise bound exercises the interval
         # arithmetic.
@@ -389,6 +409,10 @@ class AggregatorBase(Generic[AT]):
         self.vdafs.update(vdafs)
         self.batch_vdafs.update({tid: BatchPrio3(v) for tid, v in vdafs.items()})
         self.sizes.update({tid: ReportSizes.of(v, new[tid].token_size) for tid, v in vdafs.items()})
+        self.prefix_vdafs.update(prefix)
+        self.sizes.update(
+            {tid: ReportSizes.of_poplar1(p.vdaf, new[tid].token_size) for tid, p in prefix.items()}
+        )
         self.bounds.update(bounds)
         self.tasks = {**self.tasks, **new}
         return list(new.values())

@@ -61,6 +61,24 @@ class WrongLength(InvalidMessage):
     """A report part whose size is not the one its task's VDAF and HPKE suite fix."""
 
 
+class InvalidAggParam(InvalidMessage):
+    """A Poplar1 aggregation parameter that is malformed on its own: bad
+    encoding, prefixes of the wrong length or out of order, or a level that
+    is not one of the task's byte levels."""
+
+
+class TooManyPrefixes(InvalidAggParam):
+    """More candidate prefixes in one query than both aggregators allow."""
+
+
+class AggParamRefused(AggregatorError):
+    """A Poplar1 aggregation parameter that breaks the draft's validity rule
+    against the batch's earlier queries (levels increase, each prefix extends
+    one of the previous level's), or a batch overlapping another queried one."""
+
+    status = "FAILED_PRECONDITION"
+
+
 class InvalidToken(AggregatorError):
     """A report of a task with invitations without a valid token for it."""
 
@@ -79,6 +97,10 @@ class ReportIdConflict(AggregatorError):
 
 class BatchCollected(AggregatorError):
     status = "FAILED_PRECONDITION"
+
+
+class LevelCollected(BatchCollected):
+    """A Poplar1 batch queried twice at one level."""
 
 
 class WindowOpen(AggregatorError):

@@ -47,6 +47,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
+from veil.aggregator.prefix_helper import HelperPrefixes
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
@@ -142,6 +143,8 @@ class Helper(AggregatorBase[HelperTask]):
     ) -> None:
         super().__init__(tasks, store, clock or time.time, metrics)
         self.privacy = privacy
+        # Poplar1 tasks' jobs and releases (two rounds, per aggregation parameter).
+        self.prefixes = HelperPrefixes(self, privacy)
 
     # --- aggregation ------------------------------------------------------
 

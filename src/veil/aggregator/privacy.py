@@ -44,7 +44,7 @@ from veil.dp import (
 )
 from veil.dp.accounting import decimal_text
 from veil.metrics import Metrics
-from veil.task import Task, b64e
+from veil.task import MAX_QUERY_PREFIXES, Task, b64e
 from veil.vdaf import Prio3
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,13 @@ class PrivacyEngine:
                 assert task.dp.survey_budget is not None  # DpSpec requires it with survey
                 self.ledger.add_survey(task.dp.survey, task.dp.survey_budget, _survey_unit(task))
             self.ledger.add_task(task.id_text, total, unit, task.dp.survey)
-            length = len(task.vdaf.instantiate().agg_init(None))
+            if task.vdaf.is_prefix:
+                # One vector long enough for any query; a release uses its
+                # first value per prefix, so its time never depends on how
+                # many prefixes it names.
+                length = MAX_QUERY_PREFIXES
+            else:
+                length = len(task.vdaf.instantiate().agg_init(None))
             self.pool.add(task.task_id, task.dp.plan(task.vdaf), length)
 
     def report_budget(self, task: Task, metrics: Metrics) -> None:
@@ -287,6 +293,20 @@ class PrivacyEngine:
 
         The amount is `NoisePlan.charge`: in split mode the weaker ε against the
         collector with one aggregator, not the configured ε."""
+        return self.release_in(task, vdaf.field.MODULUS, collection_id, start, duration, agg_share)
+
+    def release_in(
+        self,
+        task: Task,
+        modulus: int,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        agg_share: list[int],
+    ) -> tuple[list[int], Fraction]:
+        """`release` for a share in the field of `modulus`; a Poplar1 level's
+        prefix counts take the first len(agg_share) values of a noise vector
+        drawn for MAX_QUERY_PREFIXES, each charged as one level's query."""
         amount = task.dp.charge(task.vdaf)
         if amount is None:
             return agg_share, Fraction(0)
@@ -305,4 +325,4 @@ class PrivacyEngine:
         except BaseException:
             self.pool.put_back(task.task_id, noise)
             raise
-        return apply_noise(agg_share, noise, vdaf.field.MODULUS), amount
+        return apply_noise(agg_share, noise[: len(agg_share)], modulus), amount

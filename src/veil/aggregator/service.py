@@ -233,6 +233,7 @@ class LeaderService(leader_pb2_grpc.LeaderServicer):
             request.collection_job_id,
             request.batch_interval.start,
             request.batch_interval.duration,
+            request.agg_param,
         )
         return collection_to_pb(record)
 
@@ -269,6 +270,7 @@ def collection_to_pb(r: CollectionRecord) -> leader_pb2.CollectionJob:
         state=state,
         collection_job_id=r.job_id,
         batch_interval=interval_pb(r.start, r.duration),
+        agg_param=r.agg_param,
     )
     if r.state == "finished":
         assert r.leader_ct is not None and r.helper_ct is not None
@@ -319,17 +321,36 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                     share.public_share,
                     Ciphertext(ct.config_id, ct.enc, ct.payload),
                     v.leader_verifier_share,
+                    v.leader_verifier_share_2,
                 )
             )
-        results = self.helper.aggregate(
-            request.task_id, bearer_token(context), request.aggregation_job_id, items
-        )
+        if request.agg_param or request.round or request.task_id in self.helper.prefix_vdafs:
+            # A Poplar1 job (two rounds; veil.aggregator.prefix_helper).
+            interval = request.batch_interval
+            results = self.helper.prefixes.aggregate(
+                request.task_id,
+                bearer_token(context),
+                request.aggregation_job_id,
+                request.agg_param,
+                interval.start,
+                interval.duration,
+                request.round,
+                items,
+            )
+        else:
+            results = self.helper.aggregate(
+                request.task_id, bearer_token(context), request.aggregation_job_id, items
+            )
         # The helper's own clock, read as it answers: the leader measures the
         # skew between the aggregators from it (veil.aggregator.skew).
         out = helper_pb2.AggregationJobResponse(helper_time_ms=int(self.helper.clock() * 1000))
         for res in results:
             if res.verifier_message is not None:
-                out.verify_resps.add(report_id=res.report_id, verifier_message=res.verifier_message)
+                out.verify_resps.add(
+                    report_id=res.report_id,
+                    verifier_message=res.verifier_message,
+                    helper_verifier_share=res.helper_verifier_share,
+                )
             else:
                 code = REJECTION_TO_PB[res.reject or ReportRejection.REPORT_DROPPED]
                 out.verify_resps.add(report_id=res.report_id, reject=code)
@@ -339,15 +360,27 @@ class HelperService(helper_pb2_grpc.HelperServicer):
     def GetAggregateShare(
         self, request: helper_pb2.AggregateShareRequest, context: grpc.ServicerContext
     ) -> helper_pb2.AggregateShareResponse:
-        ct = self.helper.aggregate_share(
-            request.task_id,
-            bearer_token(context),
-            request.collection_job_id,
-            request.batch_interval.start,
-            request.batch_interval.duration,
-            request.report_count,
-            request.checksum,
-        )
+        if request.agg_param or request.task_id in self.helper.prefix_vdafs:
+            ct = self.helper.prefixes.aggregate_share(
+                request.task_id,
+                bearer_token(context),
+                request.collection_job_id,
+                request.agg_param,
+                request.batch_interval.start,
+                request.batch_interval.duration,
+                request.report_count,
+                request.checksum,
+            )
+        else:
+            ct = self.helper.aggregate_share(
+                request.task_id,
+                bearer_token(context),
+                request.collection_job_id,
+                request.batch_interval.start,
+                request.batch_interval.duration,
+                request.report_count,
+                request.checksum,
+            )
         return helper_pb2.AggregateShareResponse(encrypted_agg_share=ciphertext_to_pb(ct))
 
 
@@ -385,11 +418,25 @@ class GrpcHelperClient:
             ) from None
 
     def aggregate(
-        self, task: LeaderTask, job_id: bytes, items: Sequence[VerifyInitItem]
+        self,
+        task: LeaderTask,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
     ) -> AggregationAnswer:
+        """One job (Prio3), or one round of a Poplar1 job: `prefix_round` is
+        (agg_param, batch start, batch duration, round)."""
         request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
+        if prefix_round is not None:
+            agg_param, start, duration, round_ = prefix_round
+            request.agg_param = agg_param
+            request.batch_interval.CopyFrom(interval_pb(start, duration))
+            request.round = round_
         for it in items:
-            v = request.verify_inits.add(leader_verifier_share=it.leader_verifier_share)
+            v = request.verify_inits.add(
+                leader_verifier_share=it.leader_verifier_share,
+                leader_verifier_share_2=it.leader_verifier_share_2,
+            )
             v.report_share.metadata.report_id = it.report_id
             v.report_share.metadata.time = it.time
             v.report_share.public_share = it.public_share
@@ -400,7 +447,13 @@ class GrpcHelperClient:
         results = []
         for r in response.verify_resps:
             if r.WhichOneof("result") == "verifier_message":
-                results.append(VerifyResult(r.report_id, verifier_message=r.verifier_message))
+                results.append(
+                    VerifyResult(
+                        r.report_id,
+                        verifier_message=r.verifier_message,
+                        helper_verifier_share=r.helper_verifier_share,
+                    )
+                )
             else:
                 # An unknown or unset reason counts as dropped (DAP's catch-all).
                 reason = REJECTION_FROM_PB.get(r.reject, ReportRejection.REPORT_DROPPED)
@@ -416,6 +469,7 @@ class GrpcHelperClient:
         duration: int,
         report_count: int,
         checksum: bytes,
+        agg_param: bytes = b"",
     ) -> Ciphertext:
         request = helper_pb2.AggregateShareRequest(
             task_id=task.task_id,
@@ -423,6 +477,7 @@ class GrpcHelperClient:
             batch_interval=interval_pb(start, duration),
             report_count=report_count,
             checksum=checksum,
+            agg_param=agg_param,
         )
         response = self._call(task, "GetAggregateShare", request)
         try:

@@ -28,7 +28,10 @@ from veil.messages.wire import hpke_configs_from_pb
 from veil.protocol.v1 import messages_pb2
 from veil.task import Task
 from veil.trust import check_roots
+from veil.vdaf.batch.poplar1 import BatchPoplar1
 from veil.vdaf.batch.prio3 import BatchPrio3
+from veil.vdaf.spec.poplar1 import Poplar1
+from veil.vdaf.spec.prio3 import Prio3
 
 log = logging.getLogger("veil.client")
 
@@ -142,8 +145,14 @@ class ClientBase:
             task.helper_ca_sha256,
         )
         self.task = task
-        self.vdaf = task.vdaf.instantiate()
-        self._batch = BatchPrio3(self.vdaf)
+        self.vdaf: Prio3[Any, Any] | Poplar1
+        self._batch: BatchPrio3[Any, Any] | BatchPoplar1
+        if task.vdaf.is_prefix:
+            self.vdaf = task.vdaf.instantiate_poplar1()
+            self._batch = BatchPoplar1(self.vdaf)
+        else:
+            self.vdaf = task.vdaf.instantiate()
+            self._batch = BatchPrio3(self.vdaf)
         self.timeout = timeout
         self.policy = RetryPolicy(retries, backoff, max_delay)
         self.batch_size = batch_size

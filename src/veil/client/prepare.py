@@ -21,6 +21,7 @@ from veil.dp import DPError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig, input_share_info, seal
 from veil.messages import REPORT_ID_SIZE, Report, vdaf_ctx
 from veil.task import Task
+from veil.vdaf.batch.poplar1 import BatchPoplar1
 from veil.vdaf.batch.prio3 import BatchPrio3
 
 
@@ -77,7 +78,7 @@ def prepare_reports(
     helper_config: HpkeConfig,
     report_time: int,
     *,
-    batch: BatchPrio3[Any, Any] | None = None,
+    batch: BatchPrio3[Any, Any] | BatchPoplar1 | None = None,
     report_ids: Sequence[bytes] | None = None,
     tokens: Sequence[bytes] | None = None,
 ) -> list[Report]:
@@ -92,12 +93,20 @@ def prepare_reports(
     `batch` (a `BatchPrio3` of the task's VDAF) to reuse one across calls;
     building it costs about as much as sharding a few reports.
 
+    A poplar1 task (a text question) takes each measurement as bytes of
+    exactly bits/8 bytes (`veil.survey.text` encodes a typed answer so) or
+    as bits/8·8 bools, and shards it with Poplar1.
+
     Example, with the configs an application fetched and kept earlier::
 
         reports = prepare_reports(task, [1, 0, 1], leader_cfg, helper_cfg, int(time.time()))
         client.upload_reports(reports)
     """
-    if batch is None:
+    if task.vdaf.is_prefix:
+        if not isinstance(batch, BatchPoplar1):
+            batch = BatchPoplar1(task.vdaf.instantiate_poplar1())
+        measurements = [_poplar1_measurement(batch, i, m) for i, m in enumerate(measurements)]
+    elif batch is None:
         batch = BatchPrio3(task.vdaf.instantiate())
     measurements = randomize_measurements(task, measurements)
     t = report_time - report_time % task.time_precision
@@ -128,6 +137,15 @@ def prepare_reports(
     ]
 
 
+def _poplar1_measurement(batch: BatchPoplar1, i: int, m: Any) -> Any:
+    if isinstance(m, bytes | bytearray):
+        try:
+            return batch.vdaf.measurement_from_bytes(bytes(m))
+        except ValueError as e:
+            raise ValueError(f"report {i}: {e} ({batch.vdaf.BITS // 8} bytes)") from None
+    return m
+
+
 def prepare_report(
     task: Task,
     measurement: Any,
@@ -135,7 +153,7 @@ def prepare_report(
     helper_config: HpkeConfig,
     report_time: int,
     *,
-    batch: BatchPrio3[Any, Any] | None = None,
+    batch: BatchPrio3[Any, Any] | BatchPoplar1 | None = None,
 ) -> Report:
     """One report; see `prepare_reports`."""
     return prepare_reports(

@@ -5,8 +5,11 @@ from veil.collector.collector import (
     CollectionJobFailed,
     CollectionResult,
     Collector,
+    PrefixCounts,
     UnusableTask,
     WrongCollectorKey,
+    prefix_to_bytes,
+    text_agg_param,
 )
 
 __all__ = [
@@ -14,6 +17,9 @@ __all__ = [
     "CollectionJobFailed",
     "CollectionResult",
     "Collector",
+    "PrefixCounts",
     "UnusableTask",
     "WrongCollectorKey",
+    "prefix_to_bytes",
+    "text_agg_param",
 ]

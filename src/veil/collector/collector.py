@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -22,12 +22,17 @@ import grpc
 from veil.collector.estimate import collection_guarantee, estimates, interval_kind
 from veil.dp import decode
 from veil.dp.accounting import Guarantee
+from veil.dp.estimates import Estimate
+from veil.dp.heavy_hitters import HeavyHittersPlan, count_estimates
 from veil.grpc_util import RpcRefused, is_retryable, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeError, agg_share_info, open_
 from veil.messages.wire import ciphertext_from_pb
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import CollectorTask, expect_role
 from veil.trust import check_roots
+from veil.vdaf.errors import AggParamError
+from veil.vdaf.spec.idpf import to_bits
+from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +96,57 @@ class CollectionResult:
         return self.against_collector.epsilon or Fraction(0)
 
 
+@dataclass(frozen=True)
+class PrefixCounts:
+    """One level of a poplar1 batch, collected.
+
+    `prefixes` are the aggregation parameter's, each `level + 1` bools (at a
+    byte level, `prefix_bytes` gives them as bytes); `noisy_counts[i]` is the
+    noised number of reports whose string begins with `prefixes[i]` (both
+    aggregators' noise, decoded to a signed integer); `estimates[i]` its
+    value and interval at `confidence` (each on its own). `report_count` is
+    the number of reports both aggregators accepted at this level (0 for a
+    task with add_remove neighbouring, where it is protected). `spent` is what
+    this level charged on each ledger, in `unit`.
+    """
+
+    start: int
+    duration: int
+    level: int
+    prefixes: tuple[tuple[bool, ...], ...]
+    noisy_counts: list[int]
+    estimates: list[Estimate]
+    confidence: float
+    report_count: int
+    spent: Fraction
+    unit: str | None
+    seconds: float
+
+    def prefix_bytes(self) -> list[bytes]:
+        """The prefixes as byte strings (at a byte level: 7, 15, ...)."""
+        return [prefix_to_bytes(p) for p in self.prefixes]
+
+
+def text_agg_param(candidates: Iterable[bytes]) -> Poplar1AggParam:
+    """The aggregation parameter asking for the counts of `candidates`, byte
+    strings all of one length k: level 8k - 1, prefixes sorted and distinct
+    (the draft's order)."""
+    unique = sorted(set(candidates))
+    if not unique:
+        raise ValueError("no candidate prefixes")
+    length = len(unique[0])
+    if length == 0 or any(len(c) != length for c in unique):
+        raise ValueError("candidate prefixes must be non-empty byte strings of one length")
+    return Poplar1AggParam(8 * length - 1, tuple(tuple(to_bits(c)) for c in unique))
+
+
+def prefix_to_bytes(prefix: Sequence[bool]) -> bytes:
+    """A prefix of whole bytes as bytes (ValueError otherwise)."""
+    if len(prefix) % 8:
+        raise ValueError(f"a prefix of {len(prefix)} bits is not whole bytes")
+    return Poplar1.prefix_to_bytes(prefix)
+
+
 def _reason(message: str) -> str:
     """The leader's reason for retrying a job, without its own "retrying: "."""
     return message.removeprefix("retrying: ")
@@ -146,13 +202,18 @@ class Collector:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.task: CollectorTask = expect_role(task, CollectorTask)
-        self.vdaf = task.vdaf.instantiate()
         # Everything the results need that can fail is computed now, before a
         # collection request makes both aggregators spend budget.
         try:
             self.bounds = task.dp.bounds(task.vdaf)
             self.bounds.check_batch_floor(task.min_batch_size)
-            estimates(task, [0] * len(self.vdaf.agg_init(None)), 0.95, task.min_batch_size)
+            if task.vdaf.is_prefix:
+                self.poplar1: Poplar1 | None = task.vdaf.instantiate_poplar1()
+                self.text_plan: HeavyHittersPlan | None = task.dp.text_plan(task.vdaf)
+            else:
+                self.poplar1, self.text_plan = None, None
+                self.vdaf = task.vdaf.instantiate()
+                estimates(task, [0] * len(self.vdaf.agg_init(None)), 0.95, task.min_batch_size)
         except ValueError as e:
             raise UnusableTask(
                 f"this task's results cannot be computed ({e}); nothing was collected or spent"
@@ -268,13 +329,37 @@ class Collector:
         retries, and when the next try is), at least every WAIT_REPORT seconds.
         Raises CollectionError.
         """
+        if self.poplar1 is not None:
+            raise UnusableTask(
+                "a poplar1 task is collected level by level: use collect_prefixes with an"
+                " aggregation parameter"
+            )
+        began = self.clock()
+        job = self._run(start, duration, b"", wait, poll_interval, collection_job_id, on_wait)
+        return self._finish(job, start, duration, confidence, simultaneous, self.clock() - began)
+
+    def _run(
+        self,
+        start: int,
+        duration: int,
+        agg_param: bytes,
+        wait: float,
+        poll_interval: float,
+        collection_job_id: bytes | None,
+        on_wait: Callable[[str], None] | None,
+    ) -> Any:
+        """Create the collection job (or resume it) and poll it until it
+        finishes: the finished CollectionJob; CollectionError otherwise."""
         began = self.clock()
         waiting = None if on_wait is None else _Waiting(on_wait, self.clock)
         deadline = began + wait
         job_id = collection_job_id or secrets.token_bytes(16)
         interval = messages_pb2.Interval(start=start, duration=duration)
         request = leader_pb2.CreateCollectionRequest(
-            task_id=self.task.task_id, collection_job_id=job_id, batch_interval=interval
+            task_id=self.task.task_id,
+            collection_job_id=job_id,
+            batch_interval=interval,
+            agg_param=agg_param,
         )
         # An unreachable leader fails fast here; later polls ride out restarts.
         job = self._call(
@@ -303,7 +388,93 @@ class Collector:
             job = self._call(self._leader.GetCollection, poll, deadline, waiting)
         if job.state != leader_pb2.CollectionJob.FINISHED:
             raise CollectionJobFailed(_code(job.error_code), job.error_message)
-        return self._finish(job, start, duration, confidence, simultaneous, self.clock() - began)
+        return job
+
+    def collect_prefixes(
+        self,
+        start: int,
+        duration: int,
+        agg_param: Poplar1AggParam,
+        *,
+        wait: float = 600.0,
+        poll_interval: float = 0.05,
+        confidence: float = 0.95,
+        collection_job_id: bytes | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> PrefixCounts:
+        """Collect one level of a poplar1 task's batch [start, start + duration):
+        the noisy count of reports under each prefix of `agg_param` (a level
+        and its candidate prefixes; see `text_agg_param`), with intervals.
+
+        Each level of a batch is collected once, levels increasing, each
+        prefix extending one of the previous level's (both aggregators refuse
+        otherwise), and each costs the task's per-level ε on both ledgers.
+        Raises CollectionError; a collection interrupted while pending is
+        resumed by calling again with the same `collection_job_id`.
+        """
+        if self.poplar1 is None or self.text_plan is None:
+            raise UnusableTask(f"task {self.task.id_text} is not a poplar1 task: use collect")
+        try:
+            encoded = self.poplar1.encode_agg_param(agg_param)
+        except AggParamError as e:
+            raise ValueError(f"aggregation parameter: {e}") from None
+        began = self.clock()
+        job = self._run(start, duration, encoded, wait, poll_interval, collection_job_id, on_wait)
+        count = job.report_count
+        shares = [
+            self._open_prefix(role, pb, start, duration, count, agg_param, encoded)
+            for role, pb in (
+                (ROLE_LEADER, job.leader_encrypted_agg_share),
+                (ROLE_HELPER, job.helper_encrypted_agg_share),
+            )
+        ]
+        p = self.poplar1.idpf.current_field(agg_param.level).MODULUS
+        noisy = decode(list(self.poplar1.merge(agg_param, shares)), p)
+        est = count_estimates(noisy, self.text_plan, 1 - confidence)
+        return PrefixCounts(
+            start=start,
+            duration=duration,
+            level=agg_param.level,
+            prefixes=tuple(agg_param.prefixes),
+            noisy_counts=noisy,
+            estimates=est,
+            confidence=confidence,
+            report_count=count,
+            spent=self.text_plan.level_charge or Fraction(0),
+            unit=self.task.dp.unit,
+            seconds=self.clock() - began,
+        )
+
+    def _open_prefix(
+        self,
+        role: int,
+        pb: Any,
+        start: int,
+        duration: int,
+        count: int,
+        agg_param: Poplar1AggParam,
+        encoded: bytes,
+    ) -> list[int]:
+        assert self.poplar1 is not None
+        info = agg_share_info(
+            role,
+            self.task.task_id,
+            start,
+            duration,
+            count,
+            dp_params=self.task.dp.binding(self.task.vdaf),
+            agg_param=encoded,
+        )
+        try:
+            ct = ciphertext_from_pb(pb, "aggregate share")
+            plaintext = open_(self.task.collector_hpke_keypair, ct, info)
+            return list(self.poplar1.decode_agg_share(agg_param, plaintext))
+        except (HpkeError, ValueError) as e:
+            raise CollectionError(
+                grpc.StatusCode.DATA_LOSS,
+                f"cannot open an aggregate share of prefix counts: {e} (it must be sealed for"
+                " this task's DP parameters and this very aggregation parameter)",
+            ) from None
 
     def _open(self, role: int, pb: Any, start: int, duration: int, count: int) -> list[int]:
         info = agg_share_info(

@@ -16,6 +16,15 @@ TASK_ID_SIZE = 32
 # not_after of a task without an end (DAP leaves task_expiration optional).
 OPEN_ENDED = 2**63 - 1
 VDAF_TYPES = registry.NAMES
+# A task file may also name a VDAF queried with an aggregation parameter
+# (Poplar1: a text question's heavy hitters, collected level by level).
+PREFIX_TYPES = tuple(registry.PREFIX_KINDS)
+ALL_VDAF_TYPES = (*VDAF_TYPES, *PREFIX_TYPES)
+# The most candidate prefixes one Poplar1 query may name: both aggregators
+# refuse more (an aggregation parameter costs each of them one IDPF node per
+# prefix per report, and draws one noise value per prefix ahead of time).
+# 16,384 is every one-byte extension of 64 candidates.
+MAX_QUERY_PREFIXES = 16384
 
 # Each default is written here once; the dataclasses, the file reader,
 # `new_task` and the `veil task new` options all take it from here.

@@ -22,40 +22,69 @@ from veil.dp import (
 )
 from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
 from veil.dp.bounds import AggregateBounds, noise_bound
+from veil.dp.heavy_hitters import MAX_TEXT_BYTES, HeavyHittersPlan
 from veil.settings import Table, from_mapping
-from veil.task.common import DEFAULT_DP_MODE, VDAF_TYPES, TaskError
+from veil.task.common import ALL_VDAF_TYPES, DEFAULT_DP_MODE, MAX_QUERY_PREFIXES, TaskError
 from veil.vdaf import Prio3, registry
+from veil.vdaf.spec.poplar1 import Poplar1
 
 
 @dataclass(frozen=True)
 class VdafSpec:
-    """A Prio3 instance by name and parameters (draft-irtf-cfrg-vdaf section 7.4);
-    the names and the parameters each takes come from `veil.vdaf.registry`."""
+    """A VDAF instance by name and parameters: a Prio3 type (draft-irtf-cfrg-vdaf
+    section 7.4) or Poplar1 (section 8, `type = "poplar1"` with `bits`); the names
+    and the parameters each takes come from `veil.vdaf.registry`."""
 
     type: str
     max_measurement: int = 0
     length: int = 0
     chunk_length: int = 0
     max_weight: int = 0
+    bits: int = 0
 
     def __post_init__(self) -> None:
-        if self.type not in registry.KINDS:
-            raise TaskError(f"unknown VDAF type {self.type!r}; expected one of {VDAF_TYPES}")
-        foreign = [p for p in registry.PARAMS if p not in self.kind.params and getattr(self, p)]
+        if self.type not in ALL_VDAF_TYPES:
+            raise TaskError(f"unknown VDAF type {self.type!r}; expected one of {ALL_VDAF_TYPES}")
+        own = self.param_names
+        foreign = [p for p in (*registry.PARAMS, "bits") if p not in own and getattr(self, p)]
         if foreign:
             raise TaskError(
-                f"a {self.type} VDAF takes {', '.join(self.kind.params) or 'no parameters'},"
+                f"a {self.type} VDAF takes {', '.join(own) or 'no parameters'},"
                 f" not {', '.join(foreign)}"
+            )
+        if self.is_prefix and not (0 < self.bits <= 8 * MAX_TEXT_BYTES and self.bits % 8 == 0):
+            raise TaskError(
+                "a poplar1 VDAF's bits must be a positive multiple of 8 (one byte per level)"
+                f" up to {8 * MAX_TEXT_BYTES}, got {self.bits}"
             )
 
     @property
+    def is_prefix(self) -> bool:
+        """Whether the VDAF is queried with an aggregation parameter (Poplar1)."""
+        return self.type in registry.PREFIX_KINDS
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        if self.is_prefix:
+            return registry.PREFIX_KINDS[self.type].params
+        return registry.KINDS[self.type].params
+
+    @property
     def kind(self) -> registry.VdafKind:
+        """The Prio3 type (TaskError for Poplar1, which is no Prio3 type)."""
+        if self.is_prefix:
+            raise TaskError(f"a {self.type} task is not a Prio3 task")
         return registry.KINDS[self.type]
 
     @property
     def params(self) -> dict[str, int]:
         """The parameters of this type, by their names in the draft."""
-        return {p: getattr(self, p) for p in self.kind.params}
+        return {p: getattr(self, p) for p in self.param_names}
+
+    @property
+    def max_bytes(self) -> int:
+        """A Poplar1 task's string length in bytes (its number of levels queried)."""
+        return self.bits // 8
 
     @property
     def dp_params(self) -> dict[str, int]:
@@ -64,8 +93,15 @@ class VdafSpec:
         return {k: v for k, v in self.params.items() if k != "chunk_length" and v}
 
     def instantiate(self) -> Prio3[Any, Any]:
-        """The veil.vdaf object for two aggregators."""
+        """The veil.vdaf object for two aggregators (a Prio3 type)."""
         return self.kind.make(self.params)
+
+    def instantiate_poplar1(self) -> Poplar1:
+        """The Poplar1 object of a poplar1 task, bounding each query's prefixes
+        by MAX_QUERY_PREFIXES."""
+        if not self.is_prefix:
+            raise TaskError(f"a {self.type} task is not a Poplar1 task")
+        return Poplar1(self.bits, max_prefixes=MAX_QUERY_PREFIXES)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **self.params}
@@ -77,14 +113,18 @@ class VdafSpec:
     @staticmethod
     def from_table(t: Table) -> VdafSpec:
         name = t.text("type")
-        if name not in registry.KINDS:
-            raise t.error("type", f"unknown VDAF type {name!r}; expected one of {VDAF_TYPES}")
+        if name in registry.PREFIX_KINDS:
+            params = registry.PREFIX_KINDS[name].params
+        elif name in registry.KINDS:
+            params = registry.KINDS[name].params
+        else:
+            raise t.error("type", f"unknown VDAF type {name!r}; expected one of {ALL_VDAF_TYPES}")
         # Only the parameters of this type, each required.
-        t = Table(t.data, t.source, ("type", *registry.KINDS[name].params), t.path)
-        return VdafSpec(name, **{p: t.integer(p, minimum=0) for p in registry.KINDS[name].params})
+        t = Table(t.data, t.source, ("type", *params), t.path)
+        return VdafSpec(name, **{p: t.integer(p, minimum=0) for p in params})
 
 
-VDAF_KEYS = ("type", *registry.PARAMS)
+VDAF_KEYS = ("type", *registry.PARAMS, "bits")
 
 
 DP_KEYS = (
@@ -225,7 +265,24 @@ class DpSpec:
         except (ValueError, ZeroDivisionError) as e:
             raise TaskError(f"bad [dp] table: delta must be a number, got {self.delta!r}") from e
 
+    def text_plan(self, vdaf: VdafSpec) -> HeavyHittersPlan:
+        """A Poplar1 task's budget over its levels (`veil.dp.heavy_hitters`): the
+        task's ε (or ρ) is the whole question's, spent evenly over its bits/8
+        levels, one collection each."""
+        try:
+            return HeavyHittersPlan(
+                self.config(),
+                max_bytes=vdaf.max_bytes,
+                neighbouring=self.neighbouring,  # type: ignore[arg-type]
+                max_prefixes=MAX_QUERY_PREFIXES,
+            )
+        except DPError as e:
+            raise TaskError(f"bad [dp] table for this VDAF: {e}") from e
+
     def plan(self, vdaf: VdafSpec) -> NoisePlan:
+        """The noise of one collection: for Poplar1, of one level's prefix counts."""
+        if vdaf.is_prefix:
+            return self.text_plan(vdaf).level_plan
         params = vdaf.dp_params
         try:
             return NoisePlan.for_task(
@@ -236,6 +293,11 @@ class DpSpec:
 
     def bounds(self, vdaf: VdafSpec) -> AggregateBounds:
         """Where this task's noised aggregates lie, and its largest batch (veil.dp.bounds)."""
+        if vdaf.is_prefix:
+            # A prefix count grows by at most 1 per report; the inner levels'
+            # Field64 is the smaller field.
+            inner = vdaf.instantiate_poplar1().idpf.field_inner.MODULUS
+            return AggregateBounds(1, noise_bound(self.plan(vdaf)), inner)
         params = vdaf.dp_params
         try:
             report_max = feasible_range(vdaf.kind.prio3, params, 1)[1]
@@ -246,6 +308,8 @@ class DpSpec:
 
     def local(self, vdaf: VdafSpec) -> LocalChannel | None:
         """The randomized response every client applies (None: no local layer)."""
+        if vdaf.is_prefix and self.local_epsilon is not None:
+            raise TaskError("bad [dp] table: a poplar1 task takes no local_epsilon")
         if self.local_epsilon is None:
             if self.local_max_choices:
                 raise TaskError("bad [dp] table: local_max_choices needs local_epsilon")
@@ -273,7 +337,7 @@ class DpSpec:
         """
         plan = self.plan(vdaf)
         config = plan.config
-        fields = (
+        fields: tuple[tuple[str, str], ...] = (
             ("mechanism", config.mechanism.value),
             ("mode", config.mode.value),
             ("epsilon", "" if config.epsilon is None else str(config.epsilon)),
@@ -288,6 +352,9 @@ class DpSpec:
             ),
             ("local_max_choices", str(self.local_max_choices)),
         )
+        if vdaf.is_prefix:
+            # One level's share: which part of the question's budget it is.
+            fields += (("levels", str(vdaf.max_bytes)),)
         return ("veil-dp-v1;" + ";".join(f"{k}={v}" for k, v in fields)).encode()
 
     @property
@@ -326,7 +393,10 @@ class DpSpec:
         charge = self.charge(vdaf)
         if charge is None:
             return None
-        return Fraction(self.budget) if self.budget is not None else charge
+        if self.budget is not None:
+            return Fraction(self.budget)
+        # A Poplar1 task's default total is every level once.
+        return charge * vdaf.max_bytes if vdaf.is_prefix else charge
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mechanism": self.mechanism}

@@ -70,6 +70,7 @@ class Leader(AggregatorBase[LeaderTask]):
             self.meter,
             self.control,
             Backoff(settings.retry_seconds, settings.max_retry_seconds),
+            self.jobs.job_sizes,
         )
 
     def add_tasks(self, tasks: Mapping[bytes, LeaderTask]) -> list[LeaderTask]:
@@ -96,9 +97,19 @@ class Leader(AggregatorBase[LeaderTask]):
         return self.writer.upload(task_id, reports)
 
     def create_collection(
-        self, task_id: bytes, token: str | None, collection_id: bytes, start: int, duration: int
+        self,
+        task_id: bytes,
+        token: str | None,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        agg_param: bytes = b"",
     ) -> CollectionRecord:
-        return self.collections.create_collection(task_id, token, collection_id, start, duration)
+        """A new collection job (or the known one); `agg_param` names a Poplar1
+        task's level and prefixes (empty for Prio3)."""
+        return self.collections.create_collection(
+            task_id, token, collection_id, start, duration, agg_param
+        )
 
     def task_info(self, task_id: bytes, token: str | None) -> TaskInfo:
         """What the collector may know before collecting (the GetTaskInfo call)."""

@@ -9,6 +9,7 @@ races an aggregation job over the same reports.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from veil.aggregator.core import (
@@ -25,6 +26,7 @@ from veil.aggregator.errors import (
     BatchCollected,
     BatchTooLarge,
     BatchTooSmall,
+    InvalidAggParam,
     InvalidMessage,
     JobConflict,
     NotFound,
@@ -34,6 +36,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.leader.control import Backoff, DriverControl
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
+from veil.aggregator.prefix_leader import JOB_SIZE, LeaderPrefixes
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord, StorageConflict
 from veil.hpke import ROLE_LEADER, HpkeConfig, agg_share_info, seal
@@ -70,24 +73,42 @@ class CollectionDriver:
         meter: LeaderMeter,
         control: DriverControl,
         backoff: Backoff,
+        job_sizes: Mapping[bytes, int] | None = None,
     ) -> None:
         self.base = base
+        # Reports per aggregation job by task (the job driver's): a Poplar1
+        # collection's jobs take at most this many, and at most JOB_SIZE.
+        self.job_sizes: Mapping[bytes, int] = job_sizes if job_sizes is not None else {}
         self.store = base.store
         self.peer = peer
         self.privacy = privacy
         self.meter = meter
         self.control = control
         self.backoff = backoff
+        # Poplar1 tasks' collections (one level each, with its parameter).
+        self.prefixes = LeaderPrefixes(base, privacy)
 
     # --- the collector's requests -------------------------------------------
 
     def create_collection(
-        self, task_id: bytes, token: str | None, collection_id: bytes, start: int, duration: int
+        self,
+        task_id: bytes,
+        token: str | None,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        agg_param: bytes = b"",
     ) -> CollectionRecord:
         task = self.base.task(task_id)
         authorize(task, token, task.collector_token_hash, "collector")
         if len(collection_id) != 16:
             raise InvalidMessage("collection_job_id must be 16 bytes")
+        if task_id in self.base.prefix_vdafs:
+            return self.prefixes.create_collection(task, collection_id, start, duration, agg_param)
+        if agg_param:
+            raise InvalidAggParam(
+                f"task {task.id_text} is a {task.vdaf.type} task: it takes no aggregation parameter"
+            )
         check_interval(task, start, duration)
         check_window_closed(task, start, self.base.clock())
         existing = self.store.get_collection(task_id, collection_id)
@@ -246,6 +267,8 @@ class CollectionDriver:
         task = self.base.tasks.get(record.task_id)
         if task is None:
             return False
+        if record.agg_param:
+            return self._run_prefixes(task, record)
         start, end = record.start, record.start + record.duration
         vdaf = self.base.vdafs[task.task_id]
         share: list[int] = []
@@ -347,3 +370,23 @@ class CollectionDriver:
             extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
         )
         return True
+
+    def _run_prefixes(self, task: LeaderTask, record: CollectionRecord) -> bool:
+        """A Poplar1 level's collection (veil.aggregator.prefix_leader). A
+        retryable error leaves it pending (every step repeats identically);
+        a refusal fails it for good: the (batch, level) is spent either way."""
+        job_size = min(JOB_SIZE, self.job_sizes.get(task.task_id, JOB_SIZE))
+        try:
+            released = self.prefixes.run(task, record, self.peer.api, job_size)
+        except AggregatorError as e:
+            if e.retryable or isinstance(e, WindowOpen):
+                return self._retry(record, e)
+            return self._fail(record, e, reopen=False)
+        self.meter.budget(self.privacy, task)
+        self.meter.collection(task.task_id, "finished")
+        log.info(
+            "collection job %s finished",
+            record.job_id.hex(),
+            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
+        )
+        return released is not None

@@ -117,7 +117,10 @@ class JobDriver:
         s = self.settings
         for tid, t in tasks.items():
             if tid not in self.job_sizes:
-                sizes = ReportSizes.of(t.vdaf.instantiate(), t.token_size)
+                if t.vdaf.is_prefix:
+                    sizes = ReportSizes.of_poplar1(t.vdaf.instantiate_poplar1(), t.token_size)
+                else:
+                    sizes = ReportSizes.of(t.vdaf.instantiate(), t.token_size)
                 self.job_sizes[tid] = max(
                     1, min(s.job_size, s.max_job_bytes // sizes.job_item_bytes())
                 )
@@ -131,6 +134,8 @@ class JobDriver:
         # Only our tasks, each asked directly: cheaper on a large shared table
         # than looking for the tasks that have pending reports.
         for task_id in tasks:
+            if task_id in self.base.prefix_vdafs:
+                continue  # Poplar1: aggregated by its collections (prefix_leader)
             while not self.control.stopping and self.store.create_aggregation_job(
                 task_id, secrets.token_bytes(16), self.job_sizes[task_id]
             ):

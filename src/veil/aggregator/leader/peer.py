@@ -27,7 +27,11 @@ class HelperApi(Protocol):
     """
 
     def aggregate(
-        self, task: LeaderTask, job_id: bytes, items: Sequence[VerifyInitItem]
+        self,
+        task: LeaderTask,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
     ) -> AggregationAnswer: ...
 
     def aggregate_share(
@@ -38,6 +42,7 @@ class HelperApi(Protocol):
         duration: int,
         report_count: int,
         checksum: bytes,
+        agg_param: bytes = b"",
     ) -> Ciphertext: ...
 
 

@@ -20,6 +20,7 @@ from veil.aggregator.store.records import (
     GcResult,
     HelperJob,
     HpkeKey,
+    PrefixQuery,
     ShareMerge,
 )
 from veil.aggregator.store.tx import Tx
@@ -206,6 +207,72 @@ class Datastore:
 
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
         return self._write_fresh(lambda tx: units.commit_helper_collection(tx, record, step))
+
+    # --- Poplar1 queries (both roles) --------------------------------------
+    #
+    # A Poplar1 batch is queried once per level (prefix_queries rows).
+    # prefix_queries: every query of the batches overlapping [start, end).
+    # record_prefix_query: in one transaction, close the batch's buckets
+    #   (units.PREFIX_BATCH_MARK) and record the query unless its (batch,
+    #   level) is stored; returns the stored query. `check` gets the batch's
+    #   earlier queries and raises on a parameter they do not allow;
+    #   QueryConflict if the batch overlaps another queried batch.
+    # create_prefix_collection (leader): the collection job and its query,
+    #   recorded as collected by the job, in one transaction; the stored job
+    #   for a known id; QueryCollected if the level has another collection.
+    # finish_prefix_collection (leader): the query's sum and the finished job.
+    # seen_prefix_reports / commit_prefix_job (helper): replay records per
+    #   (batch, level), and the second round's job record, replay records,
+    #   rejection counts and sum, as commit_helper_job for Prio3.
+    # collect_prefix_query (helper): mark the level released and store the
+    #   collection record; BatchChanged if its sum changed, QueryCollected if
+    #   another collection released it.
+    # batch_reports (leader): the stored reports of [start, end), by id.
+
+    def prefix_queries(self, task_id: bytes, start: int, end: int) -> list[PrefixQuery]:
+        return self._read(lambda tx: units.prefix_queries(tx, task_id, start, end))
+
+    def prefix_query(self, task_id: bytes, start: int, level: int) -> PrefixQuery | None:
+        return self._read(lambda tx: units.prefix_query(tx, task_id, start, level))
+
+    def record_prefix_query(
+        self, query: PrefixQuery, check: Callable[[list[PrefixQuery]], None], step: int
+    ) -> PrefixQuery:
+        return self._write_fresh(lambda tx: units.record_prefix_query(tx, query, check, step))
+
+    def create_prefix_collection(
+        self,
+        record: CollectionRecord,
+        query: PrefixQuery,
+        check: Callable[[list[PrefixQuery]], None],
+        step: int,
+    ) -> CollectionRecord:
+        return self._write_fresh(
+            lambda tx: units.create_prefix_collection(tx, record, query, check, step)
+        )
+
+    def finish_prefix_collection(
+        self, record: CollectionRecord, level: int, agg_share: bytes | None
+    ) -> None:
+        self._write(lambda tx: units.finish_prefix_collection(tx, record, level, agg_share))
+
+    def seen_prefix_reports(
+        self, task_id: bytes, start: int, level: int, report_ids: Sequence[bytes]
+    ) -> set[bytes]:
+        return self._read(
+            lambda tx: units.seen_prefix_reports(tx, task_id, start, level, report_ids)
+        )
+
+    def commit_prefix_job(
+        self, job: HelperJob, start: int, level: int, merge: ShareMerge
+    ) -> tuple[bytes, bytes] | None:
+        return self._write(lambda tx: units.commit_prefix_job(tx, job, start, level, merge))
+
+    def collect_prefix_query(self, record: CollectionRecord, level: int) -> CollectionRecord:
+        return self._write_fresh(lambda tx: units.collect_prefix_query(tx, record, level))
+
+    def batch_reports(self, task_id: bytes, start: int, end: int) -> list[Report]:
+        return self._read(lambda tx: units.batch_reports(tx, task_id, start, end))
 
     # --- operations: keys, garbage collection, status (both roles) -------
     #

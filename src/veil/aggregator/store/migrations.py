@@ -114,6 +114,20 @@ MIGRATIONS: tuple[str, ...] = (
         peer TEXT PRIMARY KEY, offset_seconds DOUBLE PRECISION NOT NULL,
         uncertainty DOUBLE PRECISION NOT NULL, measured DOUBLE PRECISION NOT NULL);
     """,
+    # Poplar1 (issue 27): each aggregation parameter a batch was queried with,
+    # one row per (batch, level), with this aggregator's sum for it; the
+    # helper's replay records per (batch, level); a collection's parameter.
+    """
+    CREATE TABLE prefix_queries (
+        task_id BYTEA NOT NULL, start BIGINT NOT NULL, duration BIGINT NOT NULL,
+        level INTEGER NOT NULL, agg_param BYTEA NOT NULL, agg_share BYTEA,
+        report_count BIGINT NOT NULL, checksum BYTEA NOT NULL, collected_by BYTEA,
+        PRIMARY KEY (task_id, start, level));
+    CREATE TABLE prefix_reports (
+        task_id BYTEA NOT NULL, start BIGINT NOT NULL, level INTEGER NOT NULL,
+        report_id BYTEA NOT NULL, PRIMARY KEY (task_id, start, level, report_id));
+    ALTER TABLE collections ADD COLUMN agg_param BYTEA;
+    """,
 )
 
 SCHEMA_TABLE = (

@@ -181,6 +181,42 @@ class CollectionRecord:
     helper_ct: Ciphertext | None = None
     error_code: int = 0
     error_message: str = ""
+    # Poplar1: the aggregation parameter (draft encoding) of this level's
+    # collection; empty for Prio3.
+    agg_param: bytes = b""
+
+
+@dataclass(frozen=True)
+class PrefixQuery:
+    """One aggregation parameter a Poplar1 batch was queried with, on one
+    aggregator: the batch, the level and the encoded parameter, and what this
+    aggregator summed for it so far (shares of the accepted reports' prefix
+    counts, how many reports, the XOR of their SHA-256(report_id)). A batch
+    is queried at most once per level; `collected_by` is the collection job
+    that released the level's counts."""
+
+    task_id: bytes
+    start: int
+    duration: int
+    level: int
+    agg_param: bytes
+    agg_share: bytes | None = None
+    report_count: int = 0
+    checksum: bytes = bytes(32)
+    collected_by: bytes | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.duration
+
+
+class QueryConflict(StorageConflict):
+    """A Poplar1 query contradicts the stored ones: its (batch, level) was
+    queried with another parameter, or its batch overlaps another batch."""
+
+
+class QueryCollected(StorageConflict):
+    """A write adds to a (batch, level) whose counts were already released."""
 
 
 @dataclass(frozen=True)
@@ -223,12 +259,14 @@ class GcResult:
 # both backends read and write them.
 COLLECTION_COLS = (
     "task_id, job_id, start, duration, state, report_count, checksum, leader_ct,"
-    " helper_ct, error_code, error_message"
+    " helper_ct, error_code, error_message, agg_param"
 )
+# One placeholder per column of COLLECTION_COLS, and the created time.
+COLLECTION_PLACEHOLDERS = ", ".join(["?"] * 13)
 
 
 def collection_from_row(row: Sequence[Any]) -> CollectionRecord:
-    t, j, s, d, st, n, c, lc, hc, ec, em = row
+    t, j, s, d, st, n, c, lc, hc, ec, em, ap = row
     return CollectionRecord(
         bytes(t),
         bytes(j),
@@ -241,6 +279,7 @@ def collection_from_row(row: Sequence[Any]) -> CollectionRecord:
         None if hc is None else Ciphertext.from_bytes(bytes(hc)),
         int(ec),
         str(em),
+        b"" if ap is None else bytes(ap),
     )
 
 
@@ -289,6 +328,7 @@ def collection_values(r: CollectionRecord) -> tuple[object, ...]:
         None if r.helper_ct is None else r.helper_ct.to_bytes(),
         r.error_code,
         r.error_message,
+        r.agg_param or None,
     )
 
 
@@ -297,4 +337,24 @@ def aggregate_from_row(row: Sequence[Any]) -> BatchAggregate:
     b, s, n, c, w = row
     return BatchAggregate(
         int(b), None if s is None else bytes(s), int(n), bytes(c), None if w is None else bytes(w)
+    )
+
+
+PREFIX_QUERY_COLS = (
+    "task_id, start, duration, level, agg_param, agg_share, report_count, checksum, collected_by"
+)
+
+
+def prefix_query_from_row(row: Sequence[Any]) -> PrefixQuery:
+    t, s, d, lv, ap, sh, n, c, w = row
+    return PrefixQuery(
+        bytes(t),
+        int(s),
+        int(d),
+        int(lv),
+        bytes(ap),
+        None if sh is None else bytes(sh),
+        int(n),
+        bytes(c),
+        None if w is None else bytes(w),
     )

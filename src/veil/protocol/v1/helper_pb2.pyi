@@ -46,32 +46,42 @@ class ReportShare(_message.Message):
     def __init__(self, metadata: _Optional[_Union[_messages_pb2.ReportMetadata, _Mapping]] = ..., public_share: _Optional[bytes] = ..., encrypted_input_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ...) -> None: ...
 
 class VerifyInit(_message.Message):
-    __slots__ = ("report_share", "leader_verifier_share")
+    __slots__ = ("report_share", "leader_verifier_share", "leader_verifier_share_2")
     REPORT_SHARE_FIELD_NUMBER: _ClassVar[int]
     LEADER_VERIFIER_SHARE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_VERIFIER_SHARE_2_FIELD_NUMBER: _ClassVar[int]
     report_share: ReportShare
     leader_verifier_share: bytes
-    def __init__(self, report_share: _Optional[_Union[ReportShare, _Mapping]] = ..., leader_verifier_share: _Optional[bytes] = ...) -> None: ...
+    leader_verifier_share_2: bytes
+    def __init__(self, report_share: _Optional[_Union[ReportShare, _Mapping]] = ..., leader_verifier_share: _Optional[bytes] = ..., leader_verifier_share_2: _Optional[bytes] = ...) -> None: ...
 
 class AggregationJobRequest(_message.Message):
-    __slots__ = ("task_id", "aggregation_job_id", "verify_inits")
+    __slots__ = ("task_id", "aggregation_job_id", "verify_inits", "agg_param", "batch_interval", "round")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AGGREGATION_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     VERIFY_INITS_FIELD_NUMBER: _ClassVar[int]
+    AGG_PARAM_FIELD_NUMBER: _ClassVar[int]
+    BATCH_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     aggregation_job_id: bytes
     verify_inits: _containers.RepeatedCompositeFieldContainer[VerifyInit]
-    def __init__(self, task_id: _Optional[bytes] = ..., aggregation_job_id: _Optional[bytes] = ..., verify_inits: _Optional[_Iterable[_Union[VerifyInit, _Mapping]]] = ...) -> None: ...
+    agg_param: bytes
+    batch_interval: _messages_pb2.Interval
+    round: int
+    def __init__(self, task_id: _Optional[bytes] = ..., aggregation_job_id: _Optional[bytes] = ..., verify_inits: _Optional[_Iterable[_Union[VerifyInit, _Mapping]]] = ..., agg_param: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., round: _Optional[int] = ...) -> None: ...
 
 class VerifyResp(_message.Message):
-    __slots__ = ("report_id", "verifier_message", "reject")
+    __slots__ = ("report_id", "verifier_message", "reject", "helper_verifier_share")
     REPORT_ID_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REJECT_FIELD_NUMBER: _ClassVar[int]
+    HELPER_VERIFIER_SHARE_FIELD_NUMBER: _ClassVar[int]
     report_id: bytes
     verifier_message: bytes
     reject: ReportError
-    def __init__(self, report_id: _Optional[bytes] = ..., verifier_message: _Optional[bytes] = ..., reject: _Optional[_Union[ReportError, str]] = ...) -> None: ...
+    helper_verifier_share: bytes
+    def __init__(self, report_id: _Optional[bytes] = ..., verifier_message: _Optional[bytes] = ..., reject: _Optional[_Union[ReportError, str]] = ..., helper_verifier_share: _Optional[bytes] = ...) -> None: ...
 
 class AggregationJobResponse(_message.Message):
     __slots__ = ("verify_resps", "helper_time_ms")
@@ -82,18 +92,20 @@ class AggregationJobResponse(_message.Message):
     def __init__(self, verify_resps: _Optional[_Iterable[_Union[VerifyResp, _Mapping]]] = ..., helper_time_ms: _Optional[int] = ...) -> None: ...
 
 class AggregateShareRequest(_message.Message):
-    __slots__ = ("task_id", "collection_job_id", "batch_interval", "report_count", "checksum")
+    __slots__ = ("task_id", "collection_job_id", "batch_interval", "report_count", "checksum", "agg_param")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     REPORT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    AGG_PARAM_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     collection_job_id: bytes
     batch_interval: _messages_pb2.Interval
     report_count: int
     checksum: bytes
-    def __init__(self, task_id: _Optional[bytes] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., report_count: _Optional[int] = ..., checksum: _Optional[bytes] = ...) -> None: ...
+    agg_param: bytes
+    def __init__(self, task_id: _Optional[bytes] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., report_count: _Optional[int] = ..., checksum: _Optional[bytes] = ..., agg_param: _Optional[bytes] = ...) -> None: ...
 
 class AggregateShareResponse(_message.Message):
     __slots__ = ("encrypted_agg_share",)

@@ -66,6 +66,9 @@ class HelperServicer:
         """One aggregation job, completed in one round trip (Prio3 has one round).
         Idempotent on aggregation_job_id: a retry with the same content gets the
         stored response; a different request under a used id is refused.
+        A Poplar1 job (agg_param set) takes two calls under the same id: round 1
+        (stores nothing but the batch's aggregation parameter) and round 2 (the
+        helper finishes, aggregates and stores the job like a Prio3 job).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

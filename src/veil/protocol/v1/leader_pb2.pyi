@@ -59,14 +59,16 @@ class UploadResponse(_message.Message):
     def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
 
 class CreateCollectionRequest(_message.Message):
-    __slots__ = ("task_id", "collection_job_id", "batch_interval")
+    __slots__ = ("task_id", "collection_job_id", "batch_interval", "agg_param")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    AGG_PARAM_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     collection_job_id: bytes
     batch_interval: _messages_pb2.Interval
-    def __init__(self, task_id: _Optional[bytes] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ...) -> None: ...
+    agg_param: bytes
+    def __init__(self, task_id: _Optional[bytes] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., agg_param: _Optional[bytes] = ...) -> None: ...
 
 class GetCollectionRequest(_message.Message):
     __slots__ = ("task_id", "collection_job_id")
@@ -77,7 +79,7 @@ class GetCollectionRequest(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ..., collection_job_id: _Optional[bytes] = ...) -> None: ...
 
 class CollectionJob(_message.Message):
-    __slots__ = ("state", "collection_job_id", "batch_interval", "report_count", "leader_encrypted_agg_share", "helper_encrypted_agg_share", "error_code", "error_message")
+    __slots__ = ("state", "collection_job_id", "batch_interval", "report_count", "leader_encrypted_agg_share", "helper_encrypted_agg_share", "error_code", "error_message", "agg_param")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[CollectionJob.State]
@@ -96,6 +98,7 @@ class CollectionJob(_message.Message):
     HELPER_ENCRYPTED_AGG_SHARE_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    AGG_PARAM_FIELD_NUMBER: _ClassVar[int]
     state: CollectionJob.State
     collection_job_id: bytes
     batch_interval: _messages_pb2.Interval
@@ -104,4 +107,5 @@ class CollectionJob(_message.Message):
     helper_encrypted_agg_share: _messages_pb2.HpkeCiphertext
     error_code: int
     error_message: str
-    def __init__(self, state: _Optional[_Union[CollectionJob.State, str]] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., report_count: _Optional[int] = ..., leader_encrypted_agg_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ..., helper_encrypted_agg_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+    agg_param: bytes
+    def __init__(self, state: _Optional[_Union[CollectionJob.State, str]] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., report_count: _Optional[int] = ..., leader_encrypted_agg_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ..., helper_encrypted_agg_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., agg_param: _Optional[bytes] = ...) -> None: ...

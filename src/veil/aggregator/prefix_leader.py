@@ -1,0 +1,359 @@
+"""The leader's side of a Poplar1 task (issue 27; see veil.aggregator.prefixes).
+
+The collector's CreateCollection names the aggregation parameter of one
+level. The leader checks it against its own record of the batch's queries
+and records it with the collection job, in one transaction. Driving the job
+then aggregates every stored report of the batch with that parameter, in
+aggregation jobs of `JOB_SIZE` reports, each in two rounds with the helper
+(prefix_helper), and releases the level: the helper's noised share first
+(with the leader's count and checksum, which it checks against its own),
+then the leader's.
+
+Nothing of a job is stored at the leader: job ids are derived from the
+collection job id and the job's index over the batch's reports in id order,
+and verification is deterministic, so a collection resumed after a crash
+or a retry sends the same requests again, and the helper answers the jobs it
+finished from its records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from veil.aggregator.core import (
+    AggregationAnswer,
+    AggregatorBase,
+    VerifyInitItem,
+    check_batch_size,
+    check_interval,
+    check_window_closed,
+)
+from veil.aggregator.errors import (
+    AggParamRefused,
+    BatchCollected,
+    BatchTooSmall,
+    InvalidMessage,
+    JobConflict,
+    LevelCollected,
+    ReportRejection,
+)
+from veil.aggregator.prefixes import PrefixVdaf, job_sum, prefix_job_id
+from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.store.records import (
+    BatchAggregate,
+    BucketCollected,
+    CollectionRecord,
+    PrefixQuery,
+    QueryCollected,
+    QueryConflict,
+    StorageConflict,
+    merge_aggregate,
+)
+from veil.hpke import ROLE_LEADER, Ciphertext, agg_share_info, input_share_info, seal
+from veil.messages import Report, vdaf_ctx
+from veil.task import LeaderTask
+from veil.vdaf.batch.poplar1 import Poplar1OutShareBatch, VerifyRoundBatch
+from veil.vdaf.errors import VerifyError
+from veil.vdaf.spec.poplar1 import Poplar1AggParam
+
+log = logging.getLogger(__name__)
+
+# Reports per aggregation job: each report's output share is one value per
+# prefix, so a job holds JOB_SIZE x prefixes values in memory.
+JOB_SIZE = 1000
+JOB_VALUES = 1 << 22
+
+
+class PrefixHelperApi(Protocol):
+    """The helper's calls a Poplar1 collection makes (GrpcHelperClient)."""
+
+    def aggregate(
+        self,
+        task: LeaderTask,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
+    ) -> AggregationAnswer: ...
+
+    def aggregate_share(
+        self,
+        task: LeaderTask,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        report_count: int,
+        checksum: bytes,
+        agg_param: bytes = b"",
+    ) -> Ciphertext: ...
+
+
+@dataclass(frozen=True)
+class Released:
+    """A finished level: what the leader stores and the collector gets."""
+
+    report_count: int
+    checksum: bytes
+    leader_ct: Ciphertext
+    helper_ct: Ciphertext
+
+
+class LeaderPrefixes:
+    """Poplar1 collections on the leader."""
+
+    def __init__(self, base: AggregatorBase[LeaderTask], privacy: PrivacyEngine) -> None:
+        self.base = base
+        self.privacy = privacy
+
+    # --- the collector's request --------------------------------------------
+
+    def create_collection(
+        self,
+        task: LeaderTask,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        agg_param: bytes,
+    ) -> CollectionRecord:
+        """Record a level's collection job (the collector's token is checked
+        by the caller)."""
+        base = self.base
+        prefix = base.prefix_vdafs[task.task_id]
+        parsed = prefix.parse(agg_param)
+        check_interval(task, start, duration)
+        check_window_closed(task, start, base.clock())
+        store = base.store
+        existing = store.get_collection(task.task_id, collection_id)
+        if existing is not None:
+            if (existing.start, existing.duration, existing.agg_param) != (
+                start,
+                duration,
+                agg_param,
+            ):
+                raise JobConflict(
+                    f"collection job {collection_id.hex()} is for another batch or parameter"
+                )
+            return existing
+        # Refused before anything is recorded: a level the ledger cannot pay
+        # for stays collectable once the budget allows (it never will, but
+        # the refusal is the budget's, not a spent level's).
+        self.privacy.check(task, start, duration)
+        sequence = prefix.sequence_check(parsed)
+
+        def check(previous: Sequence[PrefixQuery]) -> None:
+            # A level whose collection did not finish leaves the batch
+            # closed: its prefixes were never learned, and under add_remove
+            # whether the batch reached its floor is told once.
+            for q in previous:
+                job = store.get_collection(task.task_id, q.collected_by or b"")
+                if job is None or job.state != "finished":
+                    raise AggParamRefused(
+                        f"level {q.level} of this batch did not finish: no later level of the"
+                        " batch can be collected"
+                    )
+            sequence(previous)
+
+        record = CollectionRecord(
+            task.task_id, collection_id, start, duration, "pending", agg_param=agg_param
+        )
+        query = PrefixQuery(
+            task.task_id, start, duration, parsed.level, agg_param, collected_by=collection_id
+        )
+        try:
+            return store.create_prefix_collection(record, query, check, task.time_precision)
+        except QueryCollected as e:
+            raise LevelCollected(str(e)) from None
+        except QueryConflict as e:
+            raise AggParamRefused(str(e)) from None
+        except BucketCollected as e:
+            raise BatchCollected(
+                f"the batch overlaps time bucket {e.bucket}, collected by another collection"
+            ) from None
+        except StorageConflict as e:
+            raise JobConflict(str(e)) from None
+
+    # --- the driver ---------------------------------------------------------
+
+    def run(
+        self,
+        task: LeaderTask,
+        record: CollectionRecord,
+        api: PrefixHelperApi,
+        job_size: int = JOB_SIZE,
+    ) -> Released:
+        """Aggregate the batch with the record's parameter and release the
+        level. Raises AggregatorError (retryable ones leave nothing behind
+        that a retry would not redo identically)."""
+        base = self.base
+        prefix = base.prefix_vdafs[task.task_id]
+        agg_param = prefix.parse(record.agg_param)
+        start, duration = record.start, record.duration
+        reports = base.store.batch_reports(task.task_id, start, start + duration)
+        total = BatchAggregate(0, None, 0, bytes(32))
+        merge = prefix.merge(agg_param)
+        # A job's output shares are reports x prefixes values, in memory on
+        # both aggregators: at most JOB_VALUES of them.
+        job_size = max(1, min(job_size, JOB_VALUES // len(agg_param.prefixes)))
+        for index in range(0, len(reports), job_size):
+            job_id = prefix_job_id(record.job_id, index // job_size)
+            delta = self._job(
+                task, prefix, agg_param, record, job_id, reports[index : index + job_size], api
+            )
+            if delta.report_count:
+                total = merge_aggregate(total, delta, merge)
+        count, checksum = total.report_count, total.checksum
+        if count < task.min_batch_size:
+            raise BatchTooSmall(
+                f"fewer than min_batch_size ({task.min_batch_size}) reports of the batch passed"
+                " verification at this level"
+            )
+        check_batch_size(task, base.bounds[task.task_id], count)
+        helper_ct = api.aggregate_share(
+            task, record.job_id, start, duration, count, checksum, record.agg_param
+        )
+        share = prefix.decode_share(agg_param, total.agg_share)
+        noised, _ = self.privacy.release_in(
+            task, prefix.modulus(agg_param), record.job_id, start, duration, share
+        )
+        assert task.collector_hpke_config is not None
+        leader_ct = seal(
+            task.collector_hpke_config,
+            agg_share_info(
+                ROLE_LEADER,
+                task.task_id,
+                start,
+                duration,
+                task.dp.released_count(count),
+                dp_params=task.dp.binding(task.vdaf),
+                agg_param=record.agg_param,
+            ),
+            prefix.encode_counts(agg_param, noised),
+        )
+        base.store.finish_prefix_collection(
+            CollectionRecord(
+                task.task_id,
+                record.job_id,
+                start,
+                duration,
+                "finished",
+                count,
+                checksum,
+                leader_ct,
+                helper_ct,
+                agg_param=record.agg_param,
+            ),
+            agg_param.level,
+            total.agg_share,
+        )
+        log.info(
+            "poplar1 collection %s finished: level %d, %d prefixes",
+            record.job_id.hex(),
+            agg_param.level,
+            len(agg_param.prefixes),
+            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
+        )
+        return Released(count, checksum, leader_ct, helper_ct)
+
+    def _job(
+        self,
+        task: LeaderTask,
+        prefix: PrefixVdaf,
+        agg_param: Poplar1AggParam,
+        record: CollectionRecord,
+        job_id: bytes,
+        reports: Sequence[Report],
+        api: PrefixHelperApi,
+    ) -> BatchAggregate:
+        """One aggregation job in two rounds: what it adds to the level."""
+        base = self.base
+        ctx = vdaf_ctx(task.task_id)
+        base.know_keys({r.leader_ct.config_id for r in reports})
+        opened: list[Report] = []
+        plaintexts: list[bytes] = []
+        for r in reports:
+            info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
+            plaintext = base.open_share(base.keypair(r.leader_ct.config_id), r.leader_ct, info)
+            # A share the leader cannot open is dropped here: the helper never sees it.
+            if not isinstance(plaintext, ReportRejection):
+                opened.append(r)
+                plaintexts.append(plaintext)
+        batch = prefix.batch
+        empty = BatchAggregate(0, None, 0, bytes(32))
+        if not opened:
+            return empty
+        init = batch.verify_init_batch(
+            task.verify_key,
+            ctx,
+            0,
+            agg_param,
+            [r.report_id for r in opened],
+            [r.public_share for r in opened],
+            plaintexts,
+        )
+        # Reports whose shares do not decode are not sent.
+        rows = [i for i, s in enumerate(init.verifier_shares) if s is not None]
+        if not rows:
+            return empty
+        items = [
+            VerifyInitItem(
+                opened[i].report_id,
+                opened[i].time,
+                opened[i].public_share,
+                opened[i].helper_ct,
+                init.verifier_shares[i] or b"",
+            )
+            for i in rows
+        ]
+        batch_round = (record.agg_param, record.start, record.duration)
+        first = api.aggregate(task, job_id, items, (*batch_round, 1))
+        _check_answer(first, items)
+        messages: list[bytes | None] = [None] * len(opened)
+        helper2: list[bytes | None] = [None] * len(opened)
+        for i, res in zip(rows, first.results, strict=True):
+            if res.verifier_message is not None:
+                messages[i] = res.verifier_message
+                helper2[i] = res.helper_verifier_share
+        second = batch.verify_next_batch(ctx, init.state, messages)
+        assert isinstance(second, VerifyRoundBatch)
+        finals = batch.verifier_shares_to_message_batch(
+            ctx, agg_param, [list(second.verifier_shares), helper2]
+        )
+        out = batch.verify_next_batch(ctx, second.state, finals)
+        assert isinstance(out, Poplar1OutShareBatch)
+        # Round 2 carries every report the helper answered in round 1.
+        sent = [i for i in rows if messages[i] is not None]
+        items2 = [
+            VerifyInitItem(
+                opened[i].report_id,
+                opened[i].time,
+                opened[i].public_share,
+                opened[i].helper_ct,
+                init.verifier_shares[i] or b"",
+                second.verifier_shares[i] or b"",
+            )
+            for i in sent
+        ]
+        accepted_by_helper: set[int] = set()
+        if items2:
+            answer = api.aggregate(task, job_id, items2, (*batch_round, 2))
+            _check_answer(answer, items2)
+            accepted_by_helper = {
+                i
+                for i, res in zip(sent, answer.results, strict=True)
+                if res.verifier_message is not None
+            }
+        # Counted only where both aggregators accepted.
+        errors = list(out.errors)
+        for i in range(len(opened)):
+            if errors[i] is None and i not in accepted_by_helper:
+                errors[i] = VerifyError("rejected by the helper")
+        both = Poplar1OutShareBatch(out.level, out.out_shares, errors)
+        return job_sum(prefix, both, [r.report_id for r in opened])
+
+
+def _check_answer(answer: AggregationAnswer, items: Sequence[VerifyInitItem]) -> None:
+    got = [r.report_id for r in answer.results]
+    if got != [it.report_id for it in items]:
+        raise InvalidMessage("the helper's answer does not list the job's reports in order")

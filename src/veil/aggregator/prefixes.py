@@ -1,0 +1,160 @@
+"""Poplar1 tasks on both aggregators (issue 27): what the leader and the
+helper each check of an aggregation parameter, and the arithmetic of a job's
+two verification rounds and of a level's release.
+
+A Poplar1 task is collection-driven. Reports are stored as they arrive and
+aggregated only when the collector names an aggregation parameter (a level
+and its candidate prefixes, draft-irtf-cfrg-vdaf-20 section 8.2.3) for a
+batch. Each aggregator, on its own and against its own record of the batch's
+earlier parameters, refuses a parameter that
+
+- does not decode, names more than MAX_QUERY_PREFIXES prefixes, or a level
+  that is not one of the task's byte levels 7, 15, ..., 8B - 1
+  (`InvalidAggParam`, `TooManyPrefixes`);
+- breaks the draft's validity rule (levels increase, each prefix extends a
+  prefix of the previous level queried) or queries a batch overlapping
+  another queried batch (`AggParamRefused`);
+- queries a (batch, level) that was already queried (`LevelCollected`).
+
+Every level's release is charged to the aggregator's own ledger (the task's
+budget is the question's, spread over its levels by
+`veil.dp.heavy_hitters.HeavyHittersPlan`), so a leader cannot ask for more
+levels than the budget pays for, and each count released is noised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from veil.aggregator.errors import (
+    AggParamRefused,
+    InvalidAggParam,
+    LevelCollected,
+    TooManyPrefixes,
+)
+from veil.aggregator.store.records import BatchAggregate, PrefixQuery, ShareMerge
+from veil.dp.heavy_hitters import text_levels
+from veil.task import Task
+from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch
+from veil.vdaf.errors import AggParamError, AggParamSequenceError, CodecError
+from veil.vdaf.errors import TooManyPrefixes as VdafTooManyPrefixes
+from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
+
+CHECKSUM_SIZE = 32
+
+
+@dataclass(frozen=True)
+class PrefixVdaf:
+    """A Poplar1 task's VDAF, its batched path and the levels it may be queried at."""
+
+    vdaf: Poplar1
+    batch: BatchPoplar1
+    levels: frozenset[int]
+
+    @staticmethod
+    def of(task: Task) -> PrefixVdaf:
+        vdaf = task.vdaf.instantiate_poplar1()
+        return PrefixVdaf(vdaf, BatchPoplar1(vdaf), frozenset(text_levels(task.vdaf.max_bytes)))
+
+    def parse(self, encoded: bytes) -> Poplar1AggParam:
+        """The aggregation parameter, checked on its own (InvalidAggParam,
+        TooManyPrefixes)."""
+        if not encoded:
+            raise InvalidAggParam(
+                "a poplar1 task is collected with an aggregation parameter (agg_param: a level"
+                " and its candidate prefixes); none was given"
+            )
+        try:
+            agg_param = self.vdaf.decode_agg_param(encoded)
+        except VdafTooManyPrefixes as e:
+            raise TooManyPrefixes(f"aggregation parameter: {e}") from None
+        except (CodecError, AggParamError) as e:
+            raise InvalidAggParam(f"aggregation parameter: {e}") from None
+        if agg_param.level not in self.levels:
+            last = max(self.levels)
+            raise InvalidAggParam(
+                f"aggregation parameter: level {agg_param.level} is not a byte level of this"
+                f" text task (7, 15, ..., {last}): each query extends the candidates by one byte"
+            )
+        if not agg_param.prefixes:
+            raise InvalidAggParam("aggregation parameter: no candidate prefixes")
+        return agg_param
+
+    def sequence_check(self, agg_param: Poplar1AggParam) -> Callable[[Sequence[PrefixQuery]], None]:
+        """A check of `agg_param` against a batch's earlier queries (the
+        draft's is_valid), raising AggParamRefused or LevelCollected; the
+        store runs it in the transaction that records the query."""
+
+        def check(previous: Sequence[PrefixQuery]) -> None:
+            ordered = sorted(previous, key=lambda q: q.level)
+            if any(q.level == agg_param.level for q in ordered):
+                raise LevelCollected(
+                    f"the batch was already queried at level {agg_param.level}: a batch is"
+                    " collected once per level"
+                )
+            try:
+                self.vdaf.check_valid(
+                    agg_param, [self.vdaf.decode_agg_param(q.agg_param) for q in ordered]
+                )
+            except AggParamSequenceError as e:
+                raise AggParamRefused(
+                    f"aggregation parameter breaks the rule across this batch's queries: {e}"
+                ) from None
+
+        return check
+
+    def merge(self, agg_param: Poplar1AggParam) -> ShareMerge:
+        """Field addition of two encoded aggregate shares of `agg_param`."""
+
+        def merge(a: bytes, b: bytes) -> bytes:
+            vdaf = self.vdaf
+            return vdaf.encode_agg_share(
+                vdaf.merge(
+                    agg_param,
+                    [vdaf.decode_agg_share(agg_param, a), vdaf.decode_agg_share(agg_param, b)],
+                )
+            )
+
+        return merge
+
+    def decode_share(self, agg_param: Poplar1AggParam, encoded: bytes | None) -> list[int]:
+        if encoded is None:
+            return list(self.vdaf.agg_init(agg_param))
+        return list(self.vdaf.decode_agg_share(agg_param, encoded))
+
+    def modulus(self, agg_param: Poplar1AggParam) -> int:
+        return self.vdaf.idpf.current_field(agg_param.level).MODULUS
+
+    def encode_counts(self, agg_param: Poplar1AggParam, values: Sequence[int]) -> bytes:
+        field = self.vdaf.idpf.current_field(agg_param.level)
+        return field.encode_vec(list(values))
+
+
+def job_sum(
+    prefix: PrefixVdaf,
+    out: Poplar1OutShareBatch,
+    report_ids: Sequence[bytes],
+) -> BatchAggregate:
+    """What a job adds to its query: the accepted rows' aggregate share, their
+    number and the XOR of their SHA-256(report_id). Row r of `out` is
+    `report_ids[r]`."""
+    checksum = 0
+    count = 0
+    for r, ok in enumerate(out.ok):
+        if ok:
+            count += 1
+            checksum ^= int.from_bytes(hashlib.sha256(report_ids[r]).digest(), "big")
+    share = prefix.vdaf.encode_agg_share(prefix.batch.aggregate_batch(out)) if count else None
+    return BatchAggregate(0, share, count, checksum.to_bytes(CHECKSUM_SIZE, "big"))
+
+
+def prefix_job_id(collection_id: bytes, index: int) -> bytes:
+    """The id of the leader's `index`-th aggregation job of a Poplar1
+    collection: derived, so that a collection resumed after a crash sends
+    the same jobs, which the helper answers from its records."""
+    return hashlib.sha256(b"veil poplar1 job" + collection_id + struct.pack(">I", index)).digest()[
+        :16
+    ]

@@ -1,0 +1,204 @@
+"""Poplar1 tasks through the leader's and the helper's logic in one process
+(no gRPC), on each storage backend: levels collected in order, every rule on
+the aggregation parameter refused by each aggregator on its own, hostile
+reports dropped per report (veil.aggregator.prefixes, prefix_leader,
+prefix_helper)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from tests.support.backends import Backend
+from veil.aggregator.core import AggregationAnswer, AggregatorBase, VerifyInitItem
+from veil.aggregator.errors import (
+    AggParamRefused,
+    InvalidAggParam,
+    LevelCollected,
+    TooManyPrefixes,
+)
+from veil.aggregator.helper import Helper
+from veil.aggregator.prefix_leader import LeaderPrefixes, Released
+from veil.aggregator.privacy import PrivacyEngine
+from veil.client import prepare_reports
+from veil.collector import text_agg_param
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, agg_share_info, open_
+from veil.messages import Report
+from veil.task import DpSpec, LeaderTask, TaskFiles, VdafSpec, new_task
+from veil.vdaf.spec.poplar1 import Poplar1AggParam
+
+NOW = 1_800_000_000
+TP = 3600
+T = NOW - NOW % TP - TP
+
+
+class InProcessHelper:
+    """The helper's Poplar1 calls, made directly with the leader's token."""
+
+    def __init__(self, helper: Helper) -> None:
+        self.helper = helper
+
+    def aggregate(
+        self,
+        task: LeaderTask,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
+    ) -> AggregationAnswer:
+        assert prefix_round is not None
+        agg_param, start, duration, round_ = prefix_round
+        results = self.helper.prefixes.aggregate(
+            task.task_id, task.aggregator_token, job_id, agg_param, start, duration, round_, items
+        )
+        return AggregationAnswer(results)
+
+    def aggregate_share(
+        self,
+        task: LeaderTask,
+        collection_id: bytes,
+        start: int,
+        duration: int,
+        report_count: int,
+        checksum: bytes,
+        agg_param: bytes = b"",
+    ) -> Ciphertext:
+        return self.helper.prefixes.aggregate_share(
+            task.task_id,
+            task.aggregator_token,
+            collection_id,
+            agg_param,
+            start,
+            duration,
+            report_count,
+            checksum,
+        )
+
+
+class World:
+    def __init__(self, backend: Backend, files: TaskFiles) -> None:
+        self.files = files
+        tid = files.leader.task_id
+        self.helper = Helper(
+            {tid: files.helper},
+            backend.store("helper"),
+            PrivacyEngine(backend.ledger("helper"), [files.helper], allow_exact_release=True),
+            clock=lambda: NOW,
+        )
+        self.leader_base: AggregatorBase[LeaderTask] = AggregatorBase(
+            {tid: files.leader}, backend.store("leader"), lambda: NOW
+        )
+        self.privacy = PrivacyEngine(
+            backend.ledger("leader"), [files.leader], allow_exact_release=True
+        )
+        self.leader = LeaderPrefixes(self.leader_base, self.privacy)
+        self.api = InProcessHelper(self.helper)
+        for engine in (self.helper.privacy, self.privacy):
+            assert engine.pool.wait_ready(60)
+
+    def upload(self, answers: Sequence[bytes]) -> list[Report]:
+        reports = prepare_reports(
+            self.files.client,
+            list(answers),
+            self.leader_base.current_config,
+            self.helper.current_config,
+            T,
+        )
+        self.leader_base.store.put_reports(self.files.leader.task_id, [(T, r) for r in reports])
+        return reports
+
+    def collect(self, agg_param: Poplar1AggParam) -> tuple[Released, list[int]]:
+        task = self.files.leader
+        poplar1 = task.vdaf.instantiate_poplar1()
+        encoded = poplar1.encode_agg_param(agg_param)
+        job = secrets.token_bytes(16)
+        record = self.leader.create_collection(task, job, T, TP, encoded)
+        released = self.leader.run(task, record, self.api)
+        collector = self.files.collector
+        shares = []
+        for role, ct in ((ROLE_LEADER, released.leader_ct), (ROLE_HELPER, released.helper_ct)):
+            info = agg_share_info(
+                role,
+                task.task_id,
+                T,
+                TP,
+                released.report_count,
+                dp_params=collector.dp.binding(collector.vdaf),
+                agg_param=encoded,
+            )
+            shares.append(
+                poplar1.decode_agg_share(
+                    agg_param, open_(collector.collector_hpke_keypair, ct, info)
+                )
+            )
+        return released, list(poplar1.merge(agg_param, shares))
+
+
+@pytest.fixture
+def world(backend: Backend) -> World:
+    files = new_task(
+        VdafSpec("poplar1", bits=16),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("none"),
+    )
+    return World(backend, files)
+
+
+def test_levels_recover_the_counts(world: World) -> None:
+    world.upload([b"ab", b"ab", b"ac", b"zz", b"ab"])
+    released, counts = world.collect(text_agg_param([b"a", b"b", b"z"]))
+    assert (released.report_count, counts) == (5, [4, 0, 1])
+    released, counts = world.collect(text_agg_param([b"ab", b"ac", b"zz"]))
+    assert counts == [3, 1, 1]
+
+
+def test_each_aggregator_refuses_bad_parameters(world: World) -> None:
+    world.upload([b"ab", b"ab", b"ac"])
+    task = world.files.leader
+    poplar1 = task.vdaf.instantiate_poplar1()
+    job = secrets.token_bytes(16)
+    # Not a byte level; too many prefixes; malformed bytes.
+    odd = poplar1.encode_agg_param(Poplar1AggParam(3, ((False,) * 4,)))
+    with pytest.raises(InvalidAggParam, match="byte level"):
+        world.leader.create_collection(task, job, T, TP, odd)
+    many = (5).to_bytes(2, "big") + (10**6).to_bytes(4, "big")
+    with pytest.raises(TooManyPrefixes):
+        world.leader.create_collection(task, job, T, TP, many)
+    with pytest.raises(InvalidAggParam):
+        world.leader.create_collection(task, job, T, TP, b"\x00\x07")
+    world.collect(text_agg_param([b"a"]))
+    # The same level again; a prefix that extends none of level 7's.
+    with pytest.raises(LevelCollected):
+        world.collect(text_agg_param([b"b"]))
+    with pytest.raises(AggParamRefused, match="extend"):
+        world.collect(text_agg_param([b"ba"]))
+    # The helper on its own, asked by a leader that skips its own checks.
+    bad = poplar1.encode_agg_param(text_agg_param([b"ba"]))
+    with pytest.raises(AggParamRefused, match="extend"):
+        world.api.aggregate(task, secrets.token_bytes(16), [], (bad, T, TP, 1))
+    again = poplar1.encode_agg_param(text_agg_param([b"a"]))
+    with pytest.raises(LevelCollected):
+        world.api.aggregate(task, secrets.token_bytes(16), [], (again, T, TP, 1))
+    with pytest.raises(InvalidAggParam, match="byte level"):
+        world.api.aggregate(task, secrets.token_bytes(16), [], (odd, T, TP, 1))
+
+
+def test_hostile_reports_are_dropped_per_report(world: World) -> None:
+    good = world.upload([b"ab", b"ab", b"ab"])
+    # A public share cut short, and a report whose helper share is another's.
+    reports = world.upload([b"ab", b"ab"])
+    store = world.leader_base.store
+    tid = world.files.leader.task_id
+    bad = [
+        replace(
+            reports[0], report_id=secrets.token_bytes(16), public_share=reports[0].public_share[:-1]
+        ),
+        replace(reports[1], report_id=secrets.token_bytes(16), helper_ct=good[0].helper_ct),
+    ]
+    store.put_reports(tid, [(T, r) for r in bad])
+    released, counts = world.collect(text_agg_param([b"a"]))
+    assert (released.report_count, counts) == (5, [5])

@@ -1,0 +1,122 @@
+"""Text answers (Poplar1) through a real leader and helper: uploaded from the
+client library, collected level by level with the collector library, and the
+hostile collections each refused with its own error."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.times import past_bucket
+from veil.collector import CollectionError, text_agg_param
+from veil.protocol.v1 import leader_pb2, messages_pb2
+from veil.task import DpSpec, VdafSpec
+from veil.vdaf.spec.poplar1 import Poplar1AggParam
+
+pytestmark = pytest.mark.slow
+
+TP = 3600
+TEXT = VdafSpec("poplar1", bits=16)
+ANSWERS = [b"hi"] * 5 + [b"ho"] * 3 + [b"xy"]
+
+
+@pytest.fixture(scope="module")
+def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    settings = {"time_precision": TP, "min_batch_size": 2}
+    tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
+        "exact": (TEXT, DpSpec("none"), settings),
+        # ε = 20 over two levels: noise of scale 0.2 per count, for checks
+        # that do not depend on luck.
+        "noisy": (TEXT, DpSpec("geometric", epsilon="20"), settings),
+        "hostile": (TEXT, DpSpec("none"), settings),
+    }
+    d = start_deployment(Path(tmp_path_factory.mktemp("text")), tasks)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def test_levels_recover_the_answers(dep: Deployment) -> None:
+    t = past_bucket(2)
+    assert dep.client("exact").upload_batch(ANSWERS, report_time=t).accepted == len(ANSWERS)
+    with dep.collector("exact") as collector:
+        first = collector.collect_prefixes(t, TP, text_agg_param([b"h", b"x", b"z"]), wait=120)
+        assert (first.level, first.noisy_counts, first.report_count) == (7, [5 + 3, 1, 0], 9)
+        survivors = [
+            p for p, n in zip(first.prefix_bytes(), first.noisy_counts, strict=True) if n >= 2
+        ]
+        # The survivors extended by two byte values (a collector would try all 256).
+        candidates = [s + bytes([c]) for s in survivors for c in b"io"]
+        second = collector.collect_prefixes(t, TP, text_agg_param(candidates), wait=120)
+    assert dict(zip(second.prefix_bytes(), second.noisy_counts, strict=True)) == {
+        b"hi": 5,
+        b"ho": 3,
+    }
+
+
+def test_noisy_counts_and_budget(dep: Deployment) -> None:
+    t = past_bucket(3)
+    dep.client("noisy").upload_batch(ANSWERS, report_time=t)
+    with dep.collector("noisy") as collector:
+        first = collector.collect_prefixes(t, TP, text_agg_param([b"h", b"x"]), wait=120)
+        second = collector.collect_prefixes(t, TP, text_agg_param([b"hi", b"ho"]), wait=120)
+        assert first.spent == 10 and second.spent == 10
+        for result, truth in ((first, [8, 1]), (second, [5, 3])):
+            assert all(abs(n - c) <= 2 for n, c in zip(result.noisy_counts, truth, strict=True))
+            assert all(e.low <= e.value <= e.high for e in result.estimates)
+        # Both levels spent the question's budget: another batch's first level
+        # is paid from parallel composition, but this batch has no level left.
+        with pytest.raises(CollectionError):
+            collector.collect_prefixes(t, TP, text_agg_param([b"hi"]), wait=30)
+
+
+def _create(collector: Any, t: int, agg_param: bytes) -> Any:
+    """CreateCollection with raw parameter bytes, as a hostile collector sends them."""
+    request = leader_pb2.CreateCollectionRequest(
+        task_id=collector.task.task_id,
+        collection_job_id=secrets.token_bytes(16),
+        batch_interval=messages_pb2.Interval(start=t, duration=TP),
+        agg_param=agg_param,
+    )
+    return collector._leader.CreateCollection(request, metadata=collector._metadata, timeout=30)
+
+
+def test_hostile_collections_are_refused(dep: Deployment) -> None:
+    t = past_bucket(4)
+    dep.client("hostile").upload_batch(ANSWERS, report_time=t)
+    with dep.collector("hostile") as collector:
+        poplar1 = collector.poplar1
+        assert poplar1 is not None
+        cases = [
+            (b"", grpc.StatusCode.INVALID_ARGUMENT, "aggregation parameter"),
+            (b"\x00\x07\x00", grpc.StatusCode.INVALID_ARGUMENT, "6 bytes"),
+            (
+                poplar1.encode_agg_param(Poplar1AggParam(3, ((True,) * 4,))),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "byte level",
+            ),
+            (
+                (7).to_bytes(2, "big") + (20000).to_bytes(4, "big") + bytes(20000),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "at most 16384",
+            ),
+        ]
+        for agg_param, code, words in cases:
+            with pytest.raises(grpc.RpcError) as e:
+                _create(collector, t, agg_param)
+            assert e.value.code() == code and words in (e.value.details() or "")
+        collector.collect_prefixes(t, TP, text_agg_param([b"h"]), wait=120)
+        with pytest.raises(CollectionError, match="once per level"):
+            collector.collect_prefixes(t, TP, text_agg_param([b"x"]), wait=30)
+        with pytest.raises(CollectionError, match="extend"):
+            collector.collect_prefixes(t, TP, text_agg_param([b"xy"]), wait=30)
+        # The refused requests left nothing: level 15 still collects.
+        last = collector.collect_prefixes(t, TP, text_agg_param([b"hi", b"ho"]), wait=120)
+    assert last.noisy_counts == [5, 3]
