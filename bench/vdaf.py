@@ -1,4 +1,5 @@
-"""Throughput benchmarks of the batched Prio3 path (issue 5).
+"""Throughput benchmarks of the batched Prio3 path (issue 5) and of
+Poplar1 (issue 27).
 
 ``scripts/bench_vdaf.py`` is the command-line front end; the logic lives
 here so that simulations and tests can reuse it. Times are wall-clock
@@ -15,12 +16,20 @@ import resource
 import statistics
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from veil.vdaf import Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
+from veil.vdaf.batch.poplar1 import (
+    BatchPoplar1,
+    IdpfCache,
+    Poplar1OutShareBatch,
+    VerifyRoundBatch,
+)
 from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch, ShardBatch
+from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
 from veil.vdaf.spec.prio3 import Prio3
 
 CTX = b"veil benchmark"
@@ -332,4 +341,263 @@ def compare_lifted(case: Case, batch_size: int, runs: int = 5) -> LiftedRow:
             for times in (shard, verify)
             for lifted in (False, True)
         ),
+    )
+
+
+# -- Poplar1 (issue 27) --------------------------------------------------------
+#
+# Reports of 16-byte strings (bits=128) drawn from a few heavy strings and
+# some strings held once; the candidates at a level are the heavy strings'
+# prefixes and each one's sibling (the prefixes a heavy-hitters run keeps
+# plus the ones it rules out), about 16. "verify" is both aggregators'
+# two rounds (verify_init, two messages, verify_next twice), per report
+# and per level: "cold" starts each report's IDPF walk at the root (the
+# reference always does), "warm" starts from the previous level's cache, as
+# a collection going level by level does.
+
+POPLAR1_BITS = 128
+POPLAR1_HEAVY = 8
+POPLAR1_LEVELS = (0, 7, 63, 127)
+
+
+@dataclass(frozen=True)
+class Poplar1Inputs:
+    measurements: list[tuple[bool, ...]]
+    nonces: list[bytes]
+    rands: list[bytes]
+    verify_key: bytes
+    heavy: list[tuple[bool, ...]]
+
+
+def poplar1_inputs(count: int, seed: int = 1) -> Poplar1Inputs:
+    """``count`` reports: three in four hold one of ``POPLAR1_HEAVY`` strings."""
+    rng = random.Random(seed)
+    vdaf = Poplar1(POPLAR1_BITS)
+    heavy = [vdaf.measurement_from_bytes(rng.randbytes(16)) for _ in range(POPLAR1_HEAVY)]
+    measurements = [
+        rng.choice(heavy) if rng.random() < 0.75 else vdaf.measurement_from_bytes(rng.randbytes(16))
+        for _ in range(count)
+    ]
+    return Poplar1Inputs(
+        measurements,
+        [rng.randbytes(vdaf.NONCE_SIZE) for _ in range(count)],
+        [rng.randbytes(vdaf.RAND_SIZE) for _ in range(count)],
+        rng.randbytes(vdaf.VERIFY_KEY_SIZE),
+        heavy,
+    )
+
+
+def poplar1_candidates(heavy: Sequence[tuple[bool, ...]], level: int) -> Poplar1AggParam:
+    """The heavy strings' prefixes at ``level`` and their siblings."""
+    prefixes = {w[: level + 1] for w in heavy}
+    prefixes |= {(*w[:level], not w[level]) for w in heavy}
+    return Poplar1AggParam(level, tuple(sorted(prefixes)))
+
+
+def poplar1_verify(
+    batch: BatchPoplar1,
+    agg_param: Poplar1AggParam,
+    inputs: Poplar1Inputs,
+    sharded: ShardBatch,
+    caches: Sequence[IdpfCache | None],
+) -> tuple[list[Poplar1OutShareBatch], list[IdpfCache | None]]:
+    """Both aggregators' two rounds over a sharded batch, in one process."""
+    inits = [
+        batch.verify_init_batch(
+            inputs.verify_key,
+            CTX,
+            j,
+            agg_param,
+            inputs.nonces,
+            sharded.public_shares,
+            sharded.input_shares[j],
+            caches[j],
+        )
+        for j in (0, 1)
+    ]
+    msgs = batch.verifier_shares_to_message_batch(
+        CTX, agg_param, [i.verifier_shares for i in inits]
+    )
+    rounds = [batch.verify_next_batch(CTX, i.state, msgs) for i in inits]
+    shares = [r.verifier_shares for r in rounds if isinstance(r, VerifyRoundBatch)]
+    finals = batch.verifier_shares_to_message_batch(CTX, agg_param, shares)
+    outs = [
+        batch.verify_next_batch(CTX, r.state, finals)
+        for r in rounds
+        if isinstance(r, VerifyRoundBatch)
+    ]
+    return [o for o in outs if isinstance(o, Poplar1OutShareBatch)], [i.cache for i in inits]
+
+
+@dataclass(frozen=True)
+class Poplar1Row:
+    """CPU microseconds per report: the batched shard, the scalar (client)
+    shard, and at each level both aggregators' verification cold and warm;
+    the mean per level of a sweep of every level (warm)."""
+
+    batch: int
+    shard_us: float
+    client_shard_ms: float
+    cold_us: dict[int, float]
+    warm_us: dict[int, float]
+    sweep_us: float
+    runs: int
+
+
+def run_poplar1(
+    batch_size: int, runs: int = 5, levels: Sequence[int] = POPLAR1_LEVELS, sweep: bool = True
+) -> Poplar1Row:
+    """Medians over ``runs`` of the per-report CPU times of ``Poplar1Row``."""
+    vdaf = Poplar1(POPLAR1_BITS)
+    batch = BatchPoplar1(vdaf)
+    inputs = poplar1_inputs(batch_size)
+    shard, client, sweep_times = [], [], []
+    cold: dict[int, list[float]] = {level: [] for level in levels}
+    warm: dict[int, list[float]] = {level: [] for level in levels if level > 0}
+    clock = time.process_time
+    for _ in range(runs):
+        start = clock()
+        sharded = batch.shard_batch(CTX, inputs.measurements, inputs.nonces, inputs.rands)
+        shard.append((clock() - start) / batch_size)
+        # The client's shard of one answer, through the scalar path.
+        one = []
+        for i in range(min(batch_size, 20)):
+            start = clock()
+            vdaf.shard(CTX, inputs.measurements[i], inputs.nonces[i], inputs.rands[i])
+            one.append(clock() - start)
+        client.append(statistics.median(one))
+        no_cache: list[IdpfCache | None] = [None, None]
+        for level in levels:
+            agg_param = poplar1_candidates(inputs.heavy, level)
+            start = clock()
+            outs, _ = poplar1_verify(batch, agg_param, inputs, sharded, no_cache)
+            cold[level].append((clock() - start) / batch_size)
+            _check_counts(vdaf, batch, agg_param, inputs, outs)
+            if level > 0:
+                before = poplar1_candidates(inputs.heavy, level - 1)
+                _, caches = poplar1_verify(batch, before, inputs, sharded, no_cache)
+                start = clock()
+                outs, _ = poplar1_verify(batch, agg_param, inputs, sharded, caches)
+                warm[level].append((clock() - start) / batch_size)
+                _check_counts(vdaf, batch, agg_param, inputs, outs)
+        if sweep:
+            caches = no_cache
+            start = clock()
+            for level in range(POPLAR1_BITS):
+                agg_param = poplar1_candidates(inputs.heavy, level)
+                outs, caches = poplar1_verify(batch, agg_param, inputs, sharded, caches)
+            sweep_times.append((clock() - start) / batch_size / POPLAR1_BITS)
+            _check_counts(vdaf, batch, agg_param, inputs, outs)
+    us = 1e6
+    return Poplar1Row(
+        batch_size,
+        statistics.median(shard) * us,
+        statistics.median(client) * 1e3,
+        {level: statistics.median(t) * us for level, t in cold.items()},
+        {level: statistics.median(t) * us for level, t in warm.items()},
+        statistics.median(sweep_times) * us if sweep_times else 0.0,
+        runs,
+    )
+
+
+def _check_counts(
+    vdaf: Poplar1,
+    batch: BatchPoplar1,
+    agg_param: Poplar1AggParam,
+    inputs: Poplar1Inputs,
+    outs: Sequence[Poplar1OutShareBatch],
+) -> None:
+    counts = vdaf.unshard(agg_param, [batch.aggregate_batch(o) for o in outs], len(outs[0].errors))
+    level = agg_param.level
+    truth = Counter(m[: level + 1] for m in inputs.measurements)
+    if counts != [truth[p] for p in agg_param.prefixes]:
+        raise RuntimeError(f"Poplar1 level {level}: counts differ from the truth")
+
+
+# Run by the reference's interpreter: shard ``reports`` reports, then both
+# aggregators' two rounds at each level (each walk from the root, as the
+# reference does); CPU microseconds per report as JSON.
+_POPLAR1_REFERENCE_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from vdaf_poc.vdaf_poplar1 import Poplar1
+given = json.load(sys.stdin)
+vdaf = Poplar1(given["bits"])
+ctx = b"veil benchmark"
+key = bytes.fromhex(given["key"])
+inputs = [(tuple(m), bytes.fromhex(n), bytes.fromhex(r)) for m, n, r in given["reports"]]
+start = time.process_time()
+sharded = [vdaf.shard(ctx, m, n, r) for m, n, r in inputs]
+result = {"shard": (time.process_time() - start) * 1e6 / len(inputs)}
+for level, prefixes in given["levels"]:
+    agg_param = (level, tuple(tuple(p) for p in prefixes))
+    start = time.process_time()
+    for (public, shares), (_, nonce, _) in zip(sharded, inputs):
+        inits = [vdaf.verify_init(key, ctx, j, agg_param, nonce, public, shares[j]) for j in (0, 1)]
+        message = vdaf.verifier_shares_to_message(ctx, agg_param, [s for _, s in inits])
+        seconds = [vdaf.verify_next(ctx, state, message) for state, _ in inits]
+        final = vdaf.verifier_shares_to_message(ctx, agg_param, [s for _, s in seconds])
+        for state, _ in seconds:
+            vdaf.verify_next(ctx, state, final)
+    result[str(level)] = (time.process_time() - start) * 1e6 / len(inputs)
+print(json.dumps(result))
+"""
+
+
+def poplar1_reference_run(
+    python: str, path: str, reports: int, levels: Sequence[int] = POPLAR1_LEVELS
+) -> dict[str, float]:
+    """One run of the draft's reference Poplar1 (bits=128) on the same kind
+    of reports and candidates: CPU microseconds per report to shard
+    (``"shard"``) and to verify at each level (``"<level>"``)."""
+    inputs = poplar1_inputs(reports)
+    given = {
+        "bits": POPLAR1_BITS,
+        "key": inputs.verify_key.hex(),
+        "reports": [
+            [list(m), n.hex(), r.hex()]
+            for m, n, r in zip(inputs.measurements, inputs.nonces, inputs.rands, strict=True)
+        ],
+        "levels": [
+            [level, [list(p) for p in poplar1_candidates(inputs.heavy, level).prefixes]]
+            for level in levels
+        ],
+    }
+    done = subprocess.run(
+        [python, "-c", _POPLAR1_REFERENCE_CHILD, path],
+        input=json.dumps(given),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return {k: float(v) for k, v in json.loads(done.stdout).items()}
+
+
+@dataclass(frozen=True)
+class Poplar1Compared:
+    row: Poplar1Row
+    reference: dict[str, float]  # medians of poplar1_reference_run
+
+
+def compare_poplar1_with_reference(
+    batch_size: int, python: str, path: str, reference_reports: int = 4, runs: int = 5
+) -> Poplar1Compared:
+    """Runs of veil's paths and of the reference, interleaved; medians."""
+    ours: list[Poplar1Row] = []
+    theirs: list[dict[str, float]] = []
+    for _ in range(runs):
+        ours.append(run_poplar1(batch_size, runs=1, sweep=False))
+        theirs.append(poplar1_reference_run(python, path, reference_reports))
+    levels = ours[0].cold_us.keys()
+    return Poplar1Compared(
+        Poplar1Row(
+            batch_size,
+            statistics.median(r.shard_us for r in ours),
+            statistics.median(r.client_shard_ms for r in ours),
+            {lv: statistics.median(r.cold_us[lv] for r in ours) for lv in levels},
+            {lv: statistics.median(r.warm_us[lv] for r in ours) for lv in ours[0].warm_us},
+            0.0,
+            runs,
+        ),
+        {k: statistics.median(t[k] for t in theirs) for k in theirs[0]},
     )

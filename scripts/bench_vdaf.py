@@ -1,4 +1,4 @@
-"""Per-report cost of the batched Prio3 path (issue 5).
+"""Per-report cost of the batched Prio3 path (issue 5) and of Poplar1 (issue 27).
 
     python scripts/bench_vdaf.py            # table, full batches, 5 runs
     python scripts/bench_vdaf.py --json     # one JSON object, name -> numbers
@@ -6,6 +6,14 @@
     python scripts/bench_vdaf.py --memory   # 100,000 Histogram(100) reports, streamed
     python scripts/bench_vdaf.py --untuned  # without veil.tuning (allocator, BLAS threads)
     python scripts/bench_vdaf.py --reference DRAFT/poc   # and the draft's reference, interleaved
+
+Poplar1 (bits=128, 16-byte answers) follows the Prio3 cases (``--only
+Poplar1`` for it alone): the batched shard and the client's scalar shard
+of one answer, then both aggregators' two verification rounds per report
+at levels 0, 7, 63 and 127 with about 16 candidates, "cold" (each report's
+IDPF walked from the root, as the reference does) and "warm" (from the
+previous level's cache, as a collection going level by level does), and
+the mean per level of a sweep of all 128 levels.
 
 --reference takes the ``poc`` directory of a checkout of the draft's
 repository (draft-irtf-cfrg-vdaf, the tag of the draft veil implements) and
@@ -28,11 +36,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.vdaf import (
+    POPLAR1_BITS,
+    Poplar1Row,
     cases,
     compare_lifted,
+    compare_poplar1_with_reference,
     compare_with_reference,
     peak_rss_mib,
     run_case,
+    run_poplar1,
     stream_histogram,
 )
 from veil.tuning import limit_blas_threads, tune_allocator
@@ -113,20 +125,22 @@ def main() -> None:
         if args.quick:
             size = 20 if "10000" in case.name else 500
         rows.append(run_case(case, size, runs=runs))
+    poplar1 = None
+    if not args.only or args.only in "Poplar1":
+        poplar1 = run_poplar1(200 if args.quick else 2000, runs=runs)
 
     if args.json:
-        print(
-            json.dumps(
-                {
-                    r.name: {
-                        "shard_us": round(r.shard_us, 1),
-                        "verify_us": round(r.verify_us, 1),
-                        "batch": r.batch,
-                    }
-                    for r in rows
-                }
-            )
-        )
+        results: dict[str, object] = {
+            r.name: {
+                "shard_us": round(r.shard_us, 1),
+                "verify_us": round(r.verify_us, 1),
+                "batch": r.batch,
+            }
+            for r in rows
+        }
+        if poplar1 is not None:
+            results[f"Poplar1({POPLAR1_BITS})"] = _poplar1_json(poplar1)
+        print(json.dumps(results))
         return
     print(
         f"{'VDAF':28} {'batch':>7} {'shard us':>11} {'verify us':>11}"
@@ -138,6 +152,8 @@ def main() -> None:
             f"{r.name:28} {r.batch:>7} {r.shard_us:>11.1f} {r.verify_us:>11.1f}"
             f" {r.shard_cpu_us:>11.1f} {r.verify_cpu_us:>9.1f}"
         )
+    if poplar1 is not None:
+        _print_poplar1(poplar1)
     print(f"peak RSS {peak_rss_mib():.0f} MiB")
 
 
@@ -163,6 +179,38 @@ def _lifted(args: argparse.Namespace) -> None:
         )
 
 
+def _poplar1_json(r: Poplar1Row, reference: dict[str, float] | None = None) -> dict[str, object]:
+    out: dict[str, object] = {
+        "batch": r.batch,
+        "shard_cpu_us": round(r.shard_us, 1),
+        "client_shard_ms": round(r.client_shard_ms, 2),
+        "verify_cold_cpu_us": {str(k): round(v, 1) for k, v in r.cold_us.items()},
+        "verify_warm_cpu_us": {str(k): round(v, 1) for k, v in r.warm_us.items()},
+    }
+    if r.sweep_us:
+        out["sweep_cpu_us_per_level"] = round(r.sweep_us, 1)
+    if reference is not None:
+        out["reference_cpu_us"] = {k: round(v, 1) for k, v in reference.items()}
+    return out
+
+
+def _print_poplar1(r: Poplar1Row) -> None:
+    print(
+        f"\nPoplar1(bits={POPLAR1_BITS}), {r.batch} reports, ~16 candidates a level;"
+        f" CPU us per report, median of {r.runs}"
+    )
+    print(f"  {'shard, batched':34} {r.shard_us:>10.1f}")
+    print(f"  {'shard, client (scalar), ms':34} {r.client_shard_ms:>10.2f}")
+    for level, cold in r.cold_us.items():
+        warm = r.warm_us.get(level)
+        print(
+            f"  {f'verify level {level}, cold / warm':34} {cold:>10.1f}"
+            + (f" {warm:>10.1f}" if warm is not None else f" {'-':>10}")
+        )
+    if r.sweep_us:
+        print(f"  {f'verify, sweep of {POPLAR1_BITS} levels, per level':34} {r.sweep_us:>10.1f}")
+
+
 def _compare(args: argparse.Namespace) -> None:
     runs = max(5, args.runs)
     tune_allocator()
@@ -172,7 +220,7 @@ def _compare(args: argparse.Namespace) -> None:
             f"{'VDAF':28} {'batch':>6} {'cpu shard us':>13} {'ref':>9} {'x':>6}"
             f" {'cpu verify us':>14} {'ref':>9} {'x':>6}   median of {runs}, interleaved"
         )
-    results = {}
+    results: dict[str, object] = {}
     for case in cases():
         if not case.reference or (args.only and args.only not in case.name):
             continue
@@ -194,8 +242,43 @@ def _compare(args: argparse.Namespace) -> None:
                 f" {c.verify_ratio:>6.0f}",
                 flush=True,
             )
+    if not args.only or args.only in "Poplar1":
+        size = 200 if args.quick else 2000
+        pc = compare_poplar1_with_reference(size, args.reference_python, args.reference, runs=runs)
+        results[f"Poplar1({POPLAR1_BITS})"] = _poplar1_json(pc.row, pc.reference)
+        if not args.json:
+            _print_poplar1_compared(pc.row, pc.reference)
     if args.json:
         print(json.dumps(results))
+
+
+def _print_poplar1_compared(r: Poplar1Row, ref: dict[str, float]) -> None:
+    print(
+        f"\nPoplar1(bits={POPLAR1_BITS}), {r.batch} reports (reference: a few),"
+        f" ~16 candidates a level; CPU us per report, median of {r.runs}, interleaved"
+    )
+    print(f"  {'':30} {'veil':>10} {'ref':>10} {'x':>6}")
+    print(
+        f"  {'shard, batched':30} {r.shard_us:>10.1f} {ref['shard']:>10.0f}"
+        f" {ref['shard'] / r.shard_us:>6.0f}"
+    )
+    client = r.client_shard_ms * 1e3
+    print(
+        f"  {'shard, client (scalar)':30} {client:>10.1f} {ref['shard']:>10.0f}"
+        f" {ref['shard'] / client:>6.1f}"
+    )
+    for level, cold in r.cold_us.items():
+        theirs = ref[str(level)]
+        print(
+            f"  {f'verify level {level}, cold':30} {cold:>10.1f} {theirs:>10.0f}"
+            f" {theirs / cold:>6.0f}"
+        )
+        warm = r.warm_us.get(level)
+        if warm is not None:
+            print(
+                f"  {f'verify level {level}, warm':30} {warm:>10.1f} {theirs:>10.0f}"
+                f" {theirs / warm:>6.0f}"
+            )
 
 
 if __name__ == "__main__":

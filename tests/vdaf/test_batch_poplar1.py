@@ -120,12 +120,21 @@ def test_shard_batch_refuses_bad_inputs() -> None:
     assert batch.shard_batch(CTX, [], [], []).public_shares == []
 
 
-@pytest.mark.parametrize("bits", [3, 12, 128])
-def test_a_sweep_of_levels_equals_the_scalar_path_report_for_report(bits: int) -> None:
+@pytest.mark.parametrize(
+    ("bits", "chunk_nodes", "cache_nodes"),
+    [(3, 1 << 18, 1 << 12), (12, 1 << 18, 1 << 12), (128, 1 << 18, 1 << 12), (12, 7, 3)],
+    ids=["3", "12", "128", "12-small-chunks-and-cache"],
+)
+def test_a_sweep_of_levels_equals_the_scalar_path_report_for_report(
+    bits: int, chunk_nodes: int, cache_nodes: int
+) -> None:
     """Heavy hitters level by level, the batch keeping its IDPF cache from
-    one level to the next (and jumping levels), every message compared."""
+    one level to the next (and jumping levels), every message compared;
+    also with sub-batches of a few reports and a cache of a few nodes (kept
+    above the level when the level has more)."""
     vdaf = Poplar1(bits)
     batch = BatchPoplar1(vdaf)
+    batch.chunk_nodes, batch.cache_nodes = chunk_nodes, cache_nodes
     rng = random.Random(bits * 7)
     words = [tuple(rng.random() < 0.5 for _ in range(bits)) for _ in range(4)]
     measurements = [rng.choice(words) for _ in range(9)] + [
@@ -136,6 +145,7 @@ def test_a_sweep_of_levels_equals_the_scalar_path_report_for_report(bits: int) -
     levels = sorted({0, 1, bits // 2, bits - 2, bits - 1} & set(range(bits)))
     caches: list[IdpfCache | None] = [None, None]
     previous: list[Poplar1AggParam] = []
+    kept: list[bool] = []  # whether the cache kept nodes above the level
     for level in levels:
         wanted = {w[: level + 1] for w in words} | {(True,) * (level + 1)}
         if previous:
@@ -147,6 +157,7 @@ def test_a_sweep_of_levels_equals_the_scalar_path_report_for_report(bits: int) -
             batch, agg_param, nonces, sharded.public_shares, sharded.input_shares, caches
         )
         caches = [i.cache for i in inits]
+        kept.append(inits[0].cache.node_level < level if inits[0].cache else False)
         for i in range(len(measurements)):
             expected = _scalar_round_trip(
                 vdaf,
@@ -164,6 +175,7 @@ def test_a_sweep_of_levels_equals_the_scalar_path_report_for_report(bits: int) -
         truth = Counter(m[: level + 1] for m in measurements)
         assert counts == [truth[p] for p in agg_param.prefixes]
         previous.append(agg_param)
+    assert any(kept) == (cache_nodes < 4)
 
 
 def _row(vdaf: Poplar1, out: Poplar1OutShareBatch, i: int) -> FieldVec:

@@ -287,16 +287,25 @@ def _tree(level: int, prefixes: Sequence[Prefix], start: int, roots: Sequence[Pr
 
 @dataclass
 class IdpfCache:
-    """One aggregator's IDPF nodes of a batch at the last level it
-    evaluated: ``seeds`` ``(reports, prefixes, 2)`` and ``ctrl``
-    ``(reports, prefixes)``, in the order of ``prefixes``; with each
-    report's two fixed-key AES contexts (extend, convert). Held in memory
+    """One aggregator's IDPF nodes of a batch, kept from one level to the
+    next: the level last evaluated and its prefixes (``level``,
+    ``prefixes``: what the next level must extend), and the nodes of one
+    depth at or above it (``node_level``, ``node_prefixes``; ``seeds``
+    ``(reports, nodes, 2)``, ``ctrl`` ``(reports, nodes)``) with each
+    report's two fixed-key AES contexts (extend, convert). The nodes kept
+    are those of the deepest depth with at most ``BatchPoplar1.cache_nodes``
+    of them, so that a level of many candidates (every byte value after
+    each survivor) does not hold them all per report. Held in memory
     between the levels of one collection; only good for the same reports
-    in the same order (``nonces``) and the same aggregator."""
+    in the same order (``nonces``) and the same aggregator. It checks that
+    the next level extends ``prefixes``, but the draft's rule across the
+    parameters used is the caller's (``Poplar1.check_valid``)."""
 
     agg_id: int
     level: int
     prefixes: tuple[Prefix, ...]
+    node_level: int
+    node_prefixes: tuple[Prefix, ...]
     nonces: bytes
     seeds: Arr
     ctrl: Arr
@@ -319,6 +328,21 @@ class _Decoded:
     corr_inner: Arr  # (R, 2 * (BITS - 1)) uint64
     corr_leaf: Arr  # (R, 2) object
     errors: Errors
+
+    def part(self, rows: slice) -> _Decoded:
+        """The same reports' rows ``rows`` (errors stay with the whole)."""
+        return _Decoded(
+            self.nonces[rows],
+            self.ctrl_cw[rows],
+            self.seed_cw[rows],
+            self.w_inner[rows],
+            self.w_leaf[rows],
+            self.keys[rows],
+            self.corr_seeds[rows],
+            self.corr_inner[rows],
+            self.corr_leaf[rows],
+            self.errors,
+        )
 
 
 @dataclass
@@ -378,6 +402,13 @@ class Poplar1OutShareBatch:
 
 class BatchPoplar1:
     """The batched path of one ``Poplar1`` instance."""
+
+    # Nodes (reports x nodes of one depth) per sub-batch of the IDPF walk:
+    # about 40 bytes each across its arrays, so some tens of MiB however
+    # many reports and candidates are passed.
+    chunk_nodes = 1 << 18
+    # Nodes per report an IdpfCache keeps (16 bytes and a bit each).
+    cache_nodes = 1 << 12
 
     def __init__(self, vdaf: Poplar1) -> None:
         self.vdaf = vdaf
@@ -479,7 +510,9 @@ class BatchPoplar1:
         cache: IdpfCache | None,
     ) -> tuple[Arr, Arr, IdpfCache]:
         """Each report's share of the value at each prefix: data and auth,
-        ``(reports, prefixes)`` each, and the cache of this level."""
+        ``(reports, prefixes)`` each, and the cache for the next level. The
+        walk runs over sub-batches of reports so that the arrays of one
+        depth hold at most about ``chunk_nodes`` nodes."""
         rows = d.nonces.shape[0]
         nonce_bytes = d.nonces.tobytes()
         if cache is not None:
@@ -494,7 +527,7 @@ class BatchPoplar1:
                 raise AggParamSequenceError(
                     f"a candidate prefix does not extend any prefix of level {cache.level}"
                 )
-            start, roots = cache.level + 1, list(cache.prefixes)
+            start, roots = cache.node_level + 1, list(cache.node_prefixes)
             seeds, ctrl = cache.seeds, cache.ctrl
             extend, convert = cache.extend, cache.convert
         else:
@@ -504,18 +537,59 @@ class BatchPoplar1:
             extend = self._fixed_keys(DST_EXTEND + ctx, d.nonces)
             convert = self._fixed_keys(DST_CONVERT + ctx, d.nonces)
         steps = _tree(level, prefixes, start, roots)
-        y: Arr | None = None
-        for depth, (_, parent, bit) in zip(range(start, level + 1), steps, strict=True):
-            last = depth == level
-            seeds, ctrl, y = self._step(
-                depth, last, seeds, ctrl, parent, bit, d, ctx, extend, convert
-            )
-        assert y is not None
+        # The depth whose nodes the next level starts from: the deepest
+        # with few enough nodes (else the depth already cached).
+        keep = start - 1
+        for depth, (nodes, _, _) in zip(range(start, level + 1), steps, strict=True):
+            if len(nodes) <= self.cache_nodes:
+                keep = depth
+        widest = max([len(roots), *(len(nodes) for nodes, _, _ in steps)])
+        step_rows = max(1, self.chunk_nodes // widest)
         arith = self._arith(level)
-        if agg_id == 1:
-            y = arith.neg(y)
-        new_cache = IdpfCache(agg_id, level, prefixes, nonce_bytes, seeds, ctrl, extend, convert)
-        return y[..., 0], y[..., 1], new_cache
+        data = arith.zeros((rows, len(prefixes)))
+        auth = arith.zeros((rows, len(prefixes)))
+        kept_seeds, kept_ctrl = seeds, ctrl
+        if keep >= start:
+            kept_seeds = np.zeros((rows, len(steps[keep - start][0]), 2), dtype=np.uint64)
+            kept_ctrl = np.zeros((rows, len(steps[keep - start][0])), dtype=bool)
+        for first in range(0, rows, step_rows):
+            part = slice(first, min(rows, first + step_rows))
+            dp = d.part(part)
+            node_seeds, node_ctrl = seeds[part], ctrl[part]
+            y: Arr | None = None
+            for depth, (_, parent, bit) in zip(range(start, level + 1), steps, strict=True):
+                node_seeds, node_ctrl, y = self._step(
+                    depth,
+                    depth == level,
+                    node_seeds,
+                    node_ctrl,
+                    parent,
+                    bit,
+                    dp,
+                    ctx,
+                    extend[part],
+                    convert[part],
+                )
+                if depth == keep:
+                    kept_seeds[part], kept_ctrl[part] = node_seeds, node_ctrl
+            assert y is not None
+            if agg_id == 1:
+                y = arith.neg(y)
+            data[part], auth[part] = y[..., 0], y[..., 1]
+        node_prefixes = tuple(steps[keep - start][0]) if keep >= start else tuple(roots)
+        new_cache = IdpfCache(
+            agg_id,
+            level,
+            prefixes,
+            keep,
+            node_prefixes,
+            nonce_bytes,
+            kept_seeds,
+            kept_ctrl,
+            extend,
+            convert,
+        )
+        return data, auth, new_cache
 
     def _step(
         self,
