@@ -269,6 +269,7 @@ def test_too_many_prefixes_are_refused_everywhere() -> None:
         (Poplar1AggParam(8, _prefixes(["000000000"])), "level must be in"),
         (Poplar1AggParam(-1, ()), "level must be in"),
         (Poplar1AggParam(1, _prefixes(["0"])), "2 bools"),
+        (Poplar1AggParam(1, ((True, 2),)), "2 bools"),  # type: ignore[arg-type]
         (Poplar1AggParam(1, _prefixes(["01", "00"])), "increasing order"),
         (Poplar1AggParam(1, _prefixes(["01", "01"])), "increasing order"),
     ],

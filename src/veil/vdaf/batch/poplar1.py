@@ -55,7 +55,10 @@ One level, both aggregators in one process::
 
 from __future__ import annotations
 
+import importlib
 import operator
+import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +67,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from veil.vdaf.batch.field import Arr, VecField64
+from veil.vdaf.batch.kernels import _cache_lock
 from veil.vdaf.batch.prio3 import MessageBatch, ShardBatch
 from veil.vdaf.batch.xof import expand_rows, turboshake_rows, xof_rows
 from veil.vdaf.errors import AggParamSequenceError, CodecError, VdafError, VerifyError
@@ -83,12 +87,27 @@ from veil.vdaf.spec.poplar1 import (
 )
 
 Errors = list[VdafError | None]
-Encrypt = Callable[[Any], bytes]
+# A report's AES-128-ECB under its fixed key: ``update_into(data, out)``.
+Encrypt = Callable[[Any, Any], int]
+
+_compiled: Any = None
+
+
+def _walk_kernels() -> Any:
+    """``veil.vdaf.batch._idpf_kernels``, compiled (or loaded from numba's
+    cache) on first use, under the kernels' cache lock."""
+    global _compiled
+    if _compiled is None:
+        with _cache_lock():
+            _compiled = importlib.import_module("veil.vdaf.batch._idpf_kernels")
+    return _compiled
+
 
 _P64 = np.uint64(Field64.MODULUS)
 _P255 = Field255.MODULUS
 _MASK255 = (1 << 255) - 1
 _ONE = np.uint64(1)
+_LITTLE = sys.byteorder == "little"
 
 
 def _ok(errors: Errors) -> Arr:
@@ -245,15 +264,25 @@ _Arith = type[_Inner] | type[_Leaf]
 def _aes_rows(encrypts: Sequence[Encrypt], blocks: Arr) -> Arr:
     """AES-128 of each report's blocks under its own key: ``blocks`` is
     ``(reports, ..., 2)`` ``uint64`` (two words per 16-byte block); the
-    result has its shape. One call per report, on all of its blocks; the
-    loop over reports runs in C (``map``), the calls are OpenSSL's."""
+    result has its shape. One call per report, on all of its blocks, each
+    writing into its row of one buffer; the loop over reports runs in C
+    (``map``), the calls are OpenSSL's."""
     rows = blocks.shape[0]
-    raw = memoryview(_bytes_of(blocks))
-    width = len(raw) // rows if rows else 0
-    bounds = map(slice, range(0, rows * width, width), range(width, rows * width + 1, width))
-    pieces = map(raw.__getitem__, bounds)
-    out = b"".join(map(operator.call, encrypts, pieces))
-    return _u64(np.frombuffer(out, dtype=np.uint8)).reshape(blocks.shape)
+    if not _LITTLE:
+        blocks = blocks.astype("<u8")
+    blocks = np.ascontiguousarray(blocks)
+    width = blocks.nbytes // rows if rows else 0
+    # update_into wants room for a block beyond its input: the next row's
+    # (written after), and 16 spare bytes at the end.
+    out = np.empty(blocks.nbytes + 16, dtype=np.uint8)
+    source = blocks.data.cast("B")
+    target = out.data
+    starts = range(0, rows * width, width)
+    ins = map(source.__getitem__, map(slice, starts, range(width, rows * width + 1, width)))
+    outs = map(target.__getitem__, map(slice, starts, range(width + 16, rows * width + 17, width)))
+    deque(map(operator.call, encrypts, ins, outs), maxlen=0)
+    hashed = out[: blocks.nbytes].view("<u8").reshape(blocks.shape)
+    return hashed if _LITTLE else hashed.astype(np.uint64)
 
 
 def _hash_rows(encrypts: Sequence[Encrypt], seeds: Arr, count: int) -> Arr:
@@ -430,7 +459,8 @@ class BatchPoplar1:
         keys = turboshake_rows(messages, 16, domain=2)
         ecb = modes.ECB()
         return [
-            Cipher(algorithms.AES(keys[r].tobytes()), ecb).encryptor().update for r in range(rows)
+            Cipher(algorithms.AES(keys[r].tobytes()), ecb).encryptor().update_into
+            for r in range(rows)
         ]
 
     def _leaf_xof(self, dst: bytes, seeds: Arr, nonces: Arr, out_len: int) -> Arr:
@@ -607,14 +637,67 @@ class BatchPoplar1:
         """One depth of the tree: the children ``(parent, bit)`` of the
         nodes ``(seeds, ctrl)`` at ``depth - 1``; their seeds, control bits
         and, at the last depth, their value shares ``(R, N, 2)``."""
-        leaf = depth == self.BITS - 1
+        if depth == self.BITS - 1:
+            return self._leaf_step(last, seeds, ctrl, parent, bit, d, ctx)
+        k = _walk_kernels()
+        rows, nodes = seeds.shape[0], len(parent)
+        seeds = np.ascontiguousarray(seeds)
+        ctrl = np.ascontiguousarray(ctrl)
+        sigma = np.empty((rows, seeds.shape[1], 2, 2), dtype=np.uint64)
+        k.sigma_blocks(seeds, 2, sigma)
+        hashed = _aes_rows(extend, sigma)
+        count = 2 if last else 1
+        child_ctrl = np.empty((rows, nodes), dtype=bool)
+        conv_sigma = np.empty((rows, nodes, count, 2), dtype=np.uint64)
+        k.extend_children(
+            hashed,
+            sigma,
+            ctrl,
+            np.ascontiguousarray(d.seed_cw[:, depth]),
+            np.ascontiguousarray(d.ctrl_cw[:, depth]),
+            parent,
+            bit,
+            count,
+            child_ctrl,
+            conv_sigma,
+        )
+        hashed = _aes_rows(convert, conv_sigma)
+        next_seeds = np.empty((rows, nodes, 2), dtype=np.uint64)
+        values = np.zeros((rows, nodes, 2), dtype=np.uint64)
+        bad = np.zeros((rows, nodes), dtype=bool)
+        k.convert_nodes(
+            hashed,
+            conv_sigma,
+            child_ctrl,
+            np.ascontiguousarray(d.w_inner[:, depth]),
+            last,
+            next_seeds,
+            values,
+            bad,
+        )
+        if not last:
+            return next_seeds, child_ctrl, None
+        if bad.any():
+            self._redo(values, bad, depth, seeds, ctrl, parent, bit, d, ctx)
+        return next_seeds, child_ctrl, values
+
+    def _leaf_step(
+        self,
+        last: bool,
+        seeds: Arr,
+        ctrl: Arr,
+        parent: Arr,
+        bit: Arr,
+        d: _Decoded,
+        ctx: bytes,
+    ) -> tuple[Arr, Arr, Arr | None]:
+        """``_step`` at the leaf level, where both hashes are
+        XofTurboShake128 and the values Field255 (one level of many: NumPy
+        and Python ints)."""
+        depth = self.BITS - 1
         rows = seeds.shape[0]
-        # extend: both children of every node.
-        if leaf:
-            raw = self._leaf_xof(DST_EXTEND + ctx, seeds, d.nonces, 32)
-            s = _u64(raw).reshape(rows, seeds.shape[1], 2, 2)
-        else:
-            s = _hash_rows(extend, seeds, 2)
+        raw = self._leaf_xof(DST_EXTEND + ctx, seeds, d.nonces, 32)
+        s = _u64(raw).reshape(rows, seeds.shape[1], 2, 2)
         t = (s[..., 0] & _ONE).astype(bool)
         s[..., 0] &= ~_ONE
         # The correction of a node whose control bit is set.
@@ -623,29 +706,16 @@ class BatchPoplar1:
         t ^= ctrl[:, :, None] & d.ctrl_cw[:, None, depth, :]
         child_seeds = s[:, parent, bit]
         child_ctrl = t[:, parent, bit]
-        # convert: the seed passed on, and at the last depth the value.
-        y: Arr | None = None
-        if leaf:
-            raw = self._leaf_xof(DST_CONVERT + ctx, child_seeds, d.nonces, 16 + 64)
-            next_seeds = _u64(raw[..., :16])
-            if last:
-                values = _ints255(raw[..., 16:])
-                values = values & _MASK255
-                bad = np.asarray((values >= _P255).any(axis=-1))
-                values = np.where(values >= _P255, 0, values)
-                y = self._correct(_Leaf, values, child_ctrl, d.w_leaf[:, None, :])
-                if bad.any():
-                    self._redo(y, bad, depth, seeds, ctrl, parent, bit, d, ctx)
-        else:
-            out = _hash_rows(convert, child_seeds, 2 if last else 1)
-            next_seeds = np.ascontiguousarray(out[..., 0, :])
-            if last:
-                values = out[..., 1, :]
-                bad = np.asarray((values >= _P64).any(axis=-1))
-                values = np.where(values >= _P64, np.uint64(0), values)
-                y = self._correct(_Inner, values, child_ctrl, d.w_inner[:, None, depth, :])
-                if bad.any():
-                    self._redo(y, bad, depth, seeds, ctrl, parent, bit, d, ctx)
+        raw = self._leaf_xof(DST_CONVERT + ctx, child_seeds, d.nonces, 16 + 64)
+        next_seeds = _u64(raw[..., :16])
+        if not last:
+            return next_seeds, child_ctrl, None
+        values = _ints255(raw[..., 16:]) & _MASK255
+        bad = np.asarray((values >= _P255).any(axis=-1))
+        values = np.where(values >= _P255, 0, values)
+        y = self._correct(_Leaf, values, child_ctrl, d.w_leaf[:, None, :])
+        if bad.any():
+            self._redo(y, bad, depth, seeds, ctrl, parent, bit, d, ctx)
         return next_seeds, child_ctrl, y
 
     @staticmethod

@@ -240,7 +240,8 @@ class Poplar1:
                 f"{len(prefixes)} candidate prefixes; at most {self.max_prefixes} are allowed"
             )
         for prefix in prefixes:
-            if len(prefix) != level + 1 or any(not isinstance(b, bool) for b in prefix):
+            # (Counted in C: a level-127 parameter may hold 65,536 prefixes.)
+            if len(prefix) != level + 1 or prefix.count(True) + prefix.count(False) != level + 1:
                 raise AggParamError(f"a prefix at level {level} is {level + 1} bools")
         for i in range(1, len(prefixes)):
             if prefixes[i - 1] >= prefixes[i]:
