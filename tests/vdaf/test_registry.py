@@ -15,7 +15,7 @@ from veil.dp.mechanisms import sensitivity
 from veil.survey import KINDS as QUESTION_KINDS
 from veil.survey import Question
 from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task, write_toml
-from veil.vdaf import registry
+from veil.vdaf import Poplar1, registry
 
 EXAMPLES = {
     "count": ({}, "yes", 1),
@@ -93,9 +93,15 @@ def test_the_cli_and_survey_questions_use_the_registry() -> None:
         "choice": {"options": ("a", "b", "c")},
         "multi_choice": {"options": ("a", "b", "c"), "max_choices": 2},
         "vector": {"length": 3, "max": 4},
+        "text": {"max_bytes": 4},
     }
     for kind in QUESTION_KINDS:
         q = Question(id="q", text="q", kind=kind, epsilon=Fraction(1), **shapes[kind])
+        if q.vdaf_type in registry.PREFIX_KINDS:
+            # A text question: Poplar1 over its answers' bits.
+            poplar1 = q.vdaf()
+            assert isinstance(poplar1, Poplar1) and poplar1.BITS == 32
+            continue
         assert q.vdaf_type in registry.NAMES
         assert type(q.vdaf()) is type(VdafSpec(q.vdaf_type, **q.vdaf_params).instantiate())
 
