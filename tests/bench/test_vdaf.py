@@ -1,0 +1,29 @@
+"""bench.vdaf's Poplar1 rows (scripts/bench_vdaf.py): the workload is what
+the table says, and a run checks its counts against the truth."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench import vdaf as bench
+
+
+def test_candidates_are_the_heavy_prefixes_and_their_siblings() -> None:
+    inputs = bench.poplar1_inputs(40)
+    assert len(inputs.measurements) == 40 and len(inputs.heavy) == bench.POPLAR1_HEAVY
+    held = Counter(inputs.measurements)
+    assert sum(held[w] for w in inputs.heavy) >= 20  # most reports hold a heavy string
+    for level in (0, 7, 127):
+        agg_param = bench.poplar1_candidates(inputs.heavy, level)
+        assert list(agg_param.prefixes) == sorted(set(agg_param.prefixes))
+        assert {w[: level + 1] for w in inputs.heavy} <= set(agg_param.prefixes)
+        assert len(agg_param.prefixes) <= 2 * bench.POPLAR1_HEAVY
+
+
+def test_a_small_run_fills_every_field() -> None:
+    row = bench.run_poplar1(6, runs=1, levels=(0, 3), sweep=False)
+    assert row.batch == 6 and row.runs == 1
+    assert row.shard_us > 0 and row.client_shard_ms > 0
+    assert set(row.cold_us) == {0, 3} and set(row.warm_us) == {3}
+    assert all(v > 0 for v in (*row.cold_us.values(), *row.warm_us.values()))
+    assert row.sweep_us == 0.0
