@@ -416,24 +416,24 @@ def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:
     """The questions whose collection job, recorded by `veil survey collect` in
     its results directory, is still pending at the leader, and why."""
     from veil.collector import Collector
-    from veil.collector.survey import STATE_FILE, collected_into
+    from veil.collector.survey import STATE_FILE, State, SurveyCollectError, collected_into
 
     where = collected_into(args.survey_dir)
-    if where is None:
+    survey = files.survey
+    if where is None or survey.opens is None or survey.closes is None:
         return {}
     try:
-        jobs = json.loads((where / STATE_FILE).read_text(encoding="utf-8"))["jobs"]
-    except (OSError, ValueError, KeyError, TypeError):
+        recorded = State.load(
+            where / STATE_FILE, survey, survey.opens, survey.closes - survey.opens
+        )
+    except SurveyCollectError:
         return {}
     out = {}
-    for q in files.survey.questions:
-        job = jobs.get(q.id) if isinstance(jobs, dict) else None
-        if not isinstance(job, str) or len(job) != 32:
+    for q in survey.questions:
+        job = recorded.jobs.get(q.id)
+        if job is None:
             continue
-        try:
-            job_id = bytes.fromhex(job)
-        except ValueError:
-            continue
+        job_id = bytes.fromhex(job)  # State.load checked it
         with Collector(files.tasks[q.id], leader_root_certificates=read_pem(args.leader_ca)) as c:
             state, why = c.job_state(job_id, wait=args.wait)
         if state == "pending":
