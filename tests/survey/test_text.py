@@ -12,8 +12,9 @@ import pytest
 
 from veil.dp.heavy_hitters import detection_floor, release_probability
 from veil.observations import load_inventory, unclassified
+from veil.render.text import format_plan
 from veil.survey import AnswerError, SurveyError, parse_survey
-from veil.survey.plan import TEXT_FIELDS, format_plan, plan_json, plan_survey
+from veil.survey.plan import TEXT_FIELDS, plan_json, plan_survey
 from veil.survey.statement import survey_statement
 from veil.survey.tasks import task_specs
 from veil.survey.text import TextAnswerError, answer_from_bytes, encode_text_answer

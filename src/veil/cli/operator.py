@@ -161,8 +161,9 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
 
 def cmd_survey_plan(args: argparse.Namespace) -> int:
     """Expected accuracy per question at a number of respondents (veil.survey.plan)."""
+    from veil.render.text import format_plan
     from veil.survey import SurveyError, load_survey
-    from veil.survey.plan import format_plan, plan_json, plan_survey
+    from veil.survey.plan import plan_json, plan_survey
 
     name = "veil survey plan"
     try:
@@ -185,7 +186,8 @@ def cmd_survey_plan(args: argparse.Namespace) -> int:
 def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
     """`veil survey deploy`'s plan at the expected size: the table, and a
     warning naming the questions that miss their target. False: refuse (--strict)."""
-    from veil.survey.plan import format_plan, plan_survey
+    from veil.render.text import format_plan
+    from veil.survey.plan import plan_survey
 
     if survey.expected_respondents is None:
         print(

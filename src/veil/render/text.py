@@ -14,7 +14,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from veil.survey.plan import ExpectedError, LocalCost
+from veil.survey.model import Survey
+from veil.survey.plan import ExpectedError, LocalCost, QuestionPlan
 from veil.survey.results import BANNER, Number, QuestionResult
 
 # The kinds whose result is one number (the demo's JSON gives it unwrapped).
@@ -191,3 +192,86 @@ def format_local_costs(costs: Sequence[LocalCost], respondents: int) -> str:
         "(root mean square; with the local layer: worst case over the answers)"
     ]
     return "\n".join(lines + _rule_table(rows))
+
+
+def _amount(x: float) -> str:
+    """An error as people read it: ±3, ±0.42, ±1,200."""
+    if x == 0:
+        return "0"
+    if x >= 100:
+        return f"±{x:,.0f}"
+    return f"±{x:.2g}" if x < 1 else f"±{x:.3g}"
+
+
+def format_plan(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
+    """The plan as a plain-text table, one row per question, and what to do."""
+    if not plans:
+        return ""
+    n = plans[0].respondents
+    header = (
+        "question",
+        "unit",
+        "median error",
+        "90% of errors",
+        "95% interval",
+        "target",
+        "respondents needed",
+    )
+    rows: list[tuple[str, ...]] = [header]
+    for p in plans:
+        needed = "never" if p.needed is None else f"{p.needed:,}"
+        rows.append(
+            (
+                p.question,
+                p.unit,
+                _amount(p.median),
+                _amount(p.p90),
+                _amount(p.half_width),
+                f"{_amount(p.target)} ({p.target_error:.0%})",
+                needed,
+            )
+        )
+    lines = [
+        f"{survey.name}: expected accuracy at {n:,} respondents"
+        " (exact, from the noise; each row in the question's own units)",
+        *_rule_table(rows),
+    ]
+    lines += [
+        "errors: how far one estimate falls from the truth, half the time and 9 times in 10",
+        "95% interval: half its width, every row of a question at once (as the results show)",
+        "target: the half-width aimed at, a share of the range (0 to n for counts, the scale"
+        " for means)",
+    ]
+    if n < survey.min_batch_size:
+        lines.append(
+            f"at {n:,} respondents nothing is released: the survey's min_batch_size is"
+            f" {survey.min_batch_size:,} (each aggregator refuses a smaller batch)"
+        )
+    short = [p for p in plans if not p.reaches_target]
+    if short:
+        lines.append(
+            f"at {n:,} respondents these questions miss their target: "
+            + ", ".join(
+                f"{p.question} (needs {'more than 10^12' if p.needed is None else f'{p.needed:,}'})"
+                for p in short
+            )
+            + "; give them more of the budget, more respondents, or fewer questions"
+        )
+    for p in plans:
+        if p.detection_floor is None:
+            continue
+        assert p.detection_share is not None and p.release_probability is not None
+        lines.append(
+            f"{p.question} (text): an answer is found with 95% probability when at least"
+            f" {p.detection_floor:,} respondents ({p.detection_share:.2%}) give it (the"
+            f" detection floor; target {p.target_error:.2%}); an answer is released when its"
+            f" noisy count reaches {p.threshold:,}, and one given by a single respondent is"
+            f" released with probability at most {p.release_probability:.2g}"
+        )
+    noisy = [p.question for p in plans if p.indicative]
+    if noisy:
+        lines.append(
+            f"results at {n:,} respondents will be marked indicative only (the interval spans"
+            f" over half the range): {', '.join(noisy)}"
+        )
+    return "\n".join(lines)
