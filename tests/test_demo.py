@@ -65,11 +65,15 @@ def test_demo_command_json(tmp_path: Path) -> None:
     data = json.loads(out.stdout)
     # stderr is a pipe here: no progress bars drawn into it (only on a terminal).
     assert "report/s" not in out.stderr and "\r" not in out.stderr, out.stderr[-300:]
-    assert [d["question"] for d in data] == ["remote", "commute", "team", "tools", "ratings"]
+    assert [d["question"] for d in data] == [
+        "remote", "commute", "team", "tools", "ratings", "editor"
+    ]  # fmt: skip
     assert [d["labels"] for d in data][:2] == ["yes", "mean"]
     assert data[4]["labels"] == ["workload", "tooling", "pay"]
+    # The text question (its own zCDP survey) states ρ and δ too.
+    assert data[5]["kind"] == "text" and data[5]["rho"] == 0.1
     for d in data:
-        assert set(d) == {
+        assert set(d) - {"rho", "delta"} == {
             "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon",
             "labels", "raw_estimate", "raw_ci_low", "raw_ci_high", "indicative_only",
         }  # fmt: skip

@@ -30,6 +30,7 @@ RUN = {
         "tests/docs/test_doc_blocks.py"  # the sweep; the other line is test_demo's simulate
     ),
     ("docs/SURVEYS.md", "Run a survey", "sh"): "tests/docs/test_surveys_walkthrough.py",
+    ("docs/SURVEYS.md", "Text questions", "sh"): "tests/docs/test_doc_blocks.py",
     ("docs/DEPLOYING.md", "Deploying a survey across two organisations", "sh"): (
         "tests/docs/test_deploying_tls_trial.py"  # the trial; the other block is parsed
     ),

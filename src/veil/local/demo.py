@@ -5,6 +5,12 @@ a temporary directory; simulated respondents answer every question; their
 reports go through the client library over gRPC; the leader aggregates with
 the helper; the collector collects each question's batch and gets DP
 estimates with confidence intervals. Everything is removed afterwards.
+
+A text question is collected by simulation (`veil.local.text`): the collector's
+own descent over the simulated answers' exact prefix counts with each
+aggregator's noise drawn as the servers draw it, since the aggregators do not
+run Poplar1 collections yet. `veil demo` adds the example text question
+(`data/example_text_survey.toml`) to the example survey's run.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from veil.client.survey import UPLOAD_CHUNK
 from veil.collector import Collector
 from veil.local.launcher import LocalDeployment
 from veil.local.simulate import simulate_respondents, truth
+from veil.local.text import collect_simulated, text_summary
 from veil.survey import Question, Survey, load_survey, parse_survey
 from veil.survey.results import Number, QuestionResult, question_result
 from veil.survey.tasks import task_specs
@@ -37,6 +44,12 @@ def example_survey() -> Survey:
     """The example survey shipped with veil (examples/survey.toml)."""
     text = resources.files("veil").joinpath("data/example_survey.toml").read_text("utf-8")
     return parse_survey(text, "example_survey.toml")
+
+
+def example_text_survey() -> Survey:
+    """The example text question shipped with veil (examples/text_survey.toml)."""
+    text = resources.files("veil").joinpath("data/example_text_survey.toml").read_text("utf-8")
+    return parse_survey(text, "example_text_survey.toml")
 
 
 @dataclass
@@ -93,10 +106,14 @@ def run_survey(
             f"({survey.min_batch_size}): no batch could be released"
         )
     say = on_status or (lambda _msg: None)
+    served = replace(survey, questions=tuple(q for q in survey.questions if q.kind != "text"))
+    if not served.questions:
+        rng = random.Random(secrets.randbits(64) if seed is None else seed)
+        return _text_results(survey, simulate_respondents(survey, respondents, rng), say)
     with tempfile.TemporaryDirectory(prefix="veil-demo-") as tmp:
         root = workdir or Path(tmp)
         say(f"starting a leader and a helper on 127.0.0.1 (SQLite in {root})")
-        deployment = LocalDeployment.start(root, task_specs(survey))
+        deployment = LocalDeployment.start(root, task_specs(served))
         try:
             return run_on(
                 deployment,
@@ -122,11 +139,34 @@ def run_on(
     on_status: Callable[[str], None] | None = None,
 ) -> list[QuestionResult]:
     """Simulate `respondents` answering `survey` against a running deployment
-    of its tasks (`task_specs(survey)`), and collect every question."""
+    of its tasks (`task_specs(survey)` but text questions), and collect every
+    question (text questions by simulation)."""
     rng = random.Random(secrets.randbits(64) if seed is None else seed)
     answers = simulate_respondents(survey, respondents, rng)
     bars = _Progress(progress, stream)
-    return _run(survey, answers, deployment, bars, on_status or (lambda _msg: None))
+    say = on_status or (lambda _msg: None)
+    served = replace(survey, questions=tuple(q for q in survey.questions if q.kind != "text"))
+    results = _run(served, answers, deployment, bars, say)
+    text = iter(_text_results(survey, answers, say))
+    served_results = iter(results)
+    return [next(text) if q.kind == "text" else next(served_results) for q in survey.questions]
+
+
+def _text_results(
+    survey: Survey, answers: list[dict[str, Any]], say: Callable[[str], None]
+) -> list[QuestionResult]:
+    """Each text question collected by simulation (veil.local.text), with a line
+    saying what was found and what was not released."""
+    out = []
+    for q in survey.questions:
+        if q.kind == "text":
+            typed = [a[q.id] for a in answers]
+            say(f"{q.id}: text answers collected by simulation (the collector's descent over")
+            say("  exact prefix counts with both aggregators' noise; not through the servers)")
+            result = collect_simulated(survey, q, typed)
+            say(f"{q.id}: " + text_summary(result, typed))
+            out.append(result)
+    return out
 
 
 def _run(

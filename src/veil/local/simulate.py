@@ -16,6 +16,19 @@ from veil.survey import Question, Survey
 
 Answers = Mapping[str, Any]  # question id -> answer, for one respondent
 
+# What simulated respondents type to a text question, most common first: drawn
+# with Zipf weights 1/k, beside answers each given by one respondent only.
+TEXT_ANSWERS = (
+    "vs code", "vim", "intellij", "emacs", "pycharm", "neovim", "sublime text", "notepad++",
+    "xcode", "eclipse", "android studio", "nano", "helix", "zed", "visual studio", "jupyter",
+    "rstudio", "spyder", "atom", "kate", "gedit", "textmate", "bbedit", "clion", "goland",
+    "webstorm", "rider", "netbeans", "geany", "micro", "kakoune", "code::blocks", "brackets",
+    "cursor", "fleet", "lapce", "thonny", "idle", "vscodium", "acme", "joe", "mcedit",
+    "notepad", "wordpad", "ultraedit", "textpad", "komodo", "bluefish", "éditeur", "코드",
+)  # fmt: skip
+# The share of a text question's simulated respondents whose answer no one else gives.
+TEXT_SINGLETON_SHARE = 0.05
+
 
 def simulate_answer(question: Question, rng: random.Random) -> Any:
     if question.kind == "yes_no":
@@ -38,12 +51,45 @@ def simulate_answer(question: Question, rng: random.Random) -> Any:
 
 
 def simulate_respondents(survey: Survey, n: int, rng: random.Random) -> list[dict[str, Any]]:
-    return [{q.id: simulate_answer(q, rng) for q in survey.questions} for _ in range(n)]
+    out = [
+        {q.id: simulate_answer(q, rng) for q in survey.questions if q.kind != "text"}
+        for _ in range(n)
+    ]
+    for q in survey.questions:
+        if q.kind == "text":
+            for respondent, text in zip(out, simulate_text_answers(q, n, rng), strict=True):
+                respondent[q.id] = text
+    return out
+
+
+def simulate_text_answers(
+    question: Question, n: int, rng: random.Random, singletons: int | None = None
+) -> list[str]:
+    """n answers to a text question: `singletons` (default 5% of n) each given once,
+    the others drawn from `TEXT_ANSWERS` with Zipf weights 1/k (those that fit in
+    max_bytes), shuffled."""
+    vocabulary = [a for a in TEXT_ANSWERS if len(a.encode()) <= question.max_bytes]
+    once = round(n * TEXT_SINGLETON_SHARE) if singletons is None else singletons
+    length = min(8, question.max_bytes)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    if not vocabulary or once > n or once > len(letters) ** length // 2:
+        raise ValueError(f"cannot simulate {n} answers to text question {question.id!r}")
+    given_once: set[str] = set()
+    while len(given_once) < once:
+        word = "".join(rng.choice(letters) for _ in range(length))
+        if word not in vocabulary:
+            given_once.add(word)
+    weights = [1 / (k + 1) for k in range(len(vocabulary))]
+    answers = rng.choices(vocabulary, weights, k=n - once) + sorted(given_once)
+    rng.shuffle(answers)
+    return answers
 
 
 def truth(question: Question, answers: Sequence[Answers]) -> int | list[int]:
     """The exact aggregate the collector estimates, in Prio3's output terms:
     a count, a sum, per-option counts or per-coordinate sums."""
+    if question.kind == "text":
+        raise ValueError("a text question's truth is each answer's count (veil.local.text)")
     measurements = [question.to_measurement(a[question.id]) for a in answers]
     if question.kind in ("yes_no", "integer"):
         return sum(int(m) for m in measurements)

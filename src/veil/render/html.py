@@ -192,11 +192,24 @@ def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
             if r.indicative
             else ""
         )
+        figure = chart(r) if r.rows else ""
+        if r.threshold is not None:
+            # A text question: its rows are the answers found, and only those.
+            found = (
+                f"{len(r.rows)} answers found"
+                if r.rows
+                else "no answer was given often enough to be found"
+            )
+            banner += (
+                f'<p class="meta">{found}: an answer is shown only if its noisy count reached'
+                f" {r.threshold.value:,}; one given by a single respondent is shown with"
+                f" probability at most {r.threshold.release_probability:.2g}.</p>"
+            )
         sections.append(
             f"<section><h2>{escape(r.question.text)}</h2>"
             f'<p class="meta">question <code>{escape(r.question.id)}</code>'
             f" ({escape(r.question.kind.replace('_', ' '))}), n = {r.n} reports,"
-            f" {privacy}</p>{banner}{chart(r)}"
+            f" {privacy}</p>{banner}{figure}"
             f"<table><tr><th>answer</th><th>estimate</th>"
             f"<th>{r.confidence:.0%} interval</th></tr>{rows}</table></section>"
         )

@@ -26,6 +26,12 @@ half of a row's possible range: under replace_one that depends on public
 parameters only (the noise and n), never on the answers, so `veil survey plan`
 predicts it.
 
+A text question's rows are the answers found (`veil.collector.text`), most given
+first: each its last level's noisy count with the interval of that level's noise
+(all rows at once), projected into [0, n]; its result also states the release
+threshold and the probability that an answer given once is released
+(`text_result`).
+
 Every path from a collection to published rows (`veil survey collect`,
 `veil demo`, `veil simulate`) goes through `question_result`, once, and every
 presentation (results.json and results.csv here, the terminal, the plots and
@@ -44,7 +50,9 @@ from typing import Any, Protocol
 
 from veil.dp.accounting import Guarantee, decimal_text
 from veil.dp.estimates import Estimate, consistent_box, consistent_histogram
+from veil.dp.heavy_hitters import Threshold, count_estimates
 from veil.survey.model import Question
+from veil.survey.text import answer_from_bytes
 
 BANNER = "too few respondents for this privacy level: treat as indicative only"
 
@@ -162,6 +170,8 @@ class QuestionResult:
     intervals: str = "per-coordinate"
     # add_remove: the unbiased noisy sums the ratios come from, the count last.
     raw_sums: tuple[Row, ...] = ()
+    # A text question: the threshold its answers passed, and what it implies.
+    threshold: Threshold | None = None
 
     @property
     def shown(self) -> tuple[Row, ...]:
@@ -208,6 +218,9 @@ class QuestionResult:
         }
         if self.indicative:
             out["note"] = BANNER
+        if self.threshold is not None:
+            out["threshold"] = self.threshold.value
+            out["release_probability"] = self.threshold.release_probability
         out["rows"] = [r.to_json() for r in self.rows]
         if self.raw_sums:
             out["raw_sums"] = [r.to_json() for r in self.raw_sums]
@@ -268,6 +281,37 @@ def question_result(q: Question, r: Collected) -> QuestionResult:
         ]
         unit = "respondents"
     return QuestionResult(q, n, r.against_collector, tuple(rows), unit, r.confidence, r.intervals)
+
+
+def text_result(
+    q: Question,
+    found: Sequence[tuple[bytes, int]],
+    n: int,
+    threshold: Threshold,
+    guarantee: Guarantee,
+    confidence: float = 0.95,
+) -> QuestionResult:
+    """The answers found for a text question: `found` holds each answer's padded
+    bytes and its last level's noisy count; `n` the report count (public under
+    replace_one). Rows are the answers, most given first, each a count of
+    respondents with an interval holding for every row at once."""
+    if q.kind != "text":
+        raise ValueError(f"question {q.id!r} is not a text question")
+    ordered = sorted(found, key=lambda f: (-f[1], f[0]))
+    raw = count_estimates(
+        [c for _, c in ordered], q.heavy_hitters(), 1 - confidence, simultaneous=True
+    )
+    shown = consistent_box(raw, 0, n)
+    rows = tuple(
+        _row(answer_from_bytes(prefix), s, e, Fraction(1), Fraction(0), Fraction(n))
+        for (prefix, _), s, e in zip(ordered, shown, raw, strict=True)
+    )
+    noisy = q.heavy_hitters().level_plan.server_noise() is not None
+    # As veil.collector.estimate names them: the exact quantile of the rows' largest noise.
+    intervals = "simultaneous (exact max-of-k)" if len(rows) > 1 and noisy else "per-coordinate"
+    return QuestionResult(
+        q, n, guarantee, rows, "respondents", confidence, intervals, threshold=threshold
+    )
 
 
 def _ratio_results(q: Question, r: Collected) -> QuestionResult:

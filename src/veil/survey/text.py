@@ -56,12 +56,13 @@ WHITE_SPACE = (
 )
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
-# The most candidate prefixes one level's query asks about: 64 survivors of the
-# previous level, each extended by every byte. `veil survey collect` keeps the 64
+# The most candidate prefixes one level's query asks about (both aggregators refuse
+# more: veil.task.MAX_QUERY_PREFIXES): 16 survivors of the
+# previous level, each extended by every byte. `veil survey collect` extends the 16
 # highest noisy counts if more pass the threshold (post-processing), and the
 # threshold is set so that this many empty prefixes are rarely kept
 # (`veil.dp.heavy_hitters.release_threshold`, `candidates`).
-MAX_PREFIXES = 64 * 256
+MAX_PREFIXES = 16 * 256
 
 
 class TextAnswerError(ValueError):

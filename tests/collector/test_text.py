@@ -1,0 +1,131 @@
+"""The collector's descent for a text question (veil.collector.text): candidates,
+the threshold, the bound on prefixes per query, and resuming between levels."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+import pytest
+
+from veil.collector.text import TextProgress, candidates, descend, next_bytes, prefix_bits
+from veil.survey.text import encode_text_answer
+
+
+def exact_query(answers: Sequence[str], max_bytes: int, calls: list[tuple[int, bytes]]):  # type: ignore[no-untyped-def]
+    data = [encode_text_answer(a, max_bytes).data for a in answers]
+
+    def query(level: int, prefixes: Sequence[bytes], job: bytes) -> list[int]:
+        calls.append((level, job))
+        assert all(len(p) == level + 1 for p in prefixes)
+        assert list(prefixes) == sorted(set(prefixes))  # distinct, in order
+        counts = Counter(d[: level + 1] for d in data)
+        return [counts.get(p, 0) for p in prefixes]
+
+    return query
+
+
+def test_next_bytes_follow_utf8_and_the_padding() -> None:
+    assert len(next_bytes(b"a")) == 1 + 127 + 51  # zero, ASCII, lead bytes C2..F4
+    assert next_bytes(b"ab\x00") == (0,)
+    assert next_bytes("é".encode()[:1]) == tuple(range(0x80, 0xC0))
+    assert len(next_bytes("é".encode())) == 179
+    assert next_bytes("코".encode()[:2]) == tuple(range(0x80, 0xC0))
+    assert next_bytes("👍".encode()[:3]) == tuple(range(0x80, 0xC0))
+    assert prefix_bits(b"\x80\x01") == (True,) + (False,) * 14 + (True,)
+
+
+def test_first_level_and_the_bound_on_prefixes() -> None:
+    first, dropped = candidates([], 4096)
+    assert (len(first), dropped, b"\x00" in first) == (178, 0, False)
+    # Three open survivors need 3 * 179 candidates; 400 fit two, highest first.
+    names, dropped = candidates([(b"a", 10), (b"b", 30), (b"c", 20), (b"d\x00", 5)], 400)
+    assert dropped == 1
+    assert {p[:1] for p in names} == {b"b", b"c", b"d"}
+    assert b"d\x00\x00" in names and len(names) == 2 * 179 + 1
+
+
+def test_descent_finds_exactly_the_answers_at_the_threshold() -> None:
+    answers = ["vim"] * 5 + ["vs code"] * 3 + ["café"] * 2 + ["코드"] * 2 + ["once", "vi"]
+    calls: list[tuple[int, bytes]] = []
+    saved: list[dict[str, object]] = []
+    done = descend(
+        TextProgress(8),
+        2,
+        4096,
+        exact_query(answers, 8, calls),
+        save=lambda p: saved.append(p.to_json()),
+    )
+    found = {p.rstrip(b"\x00").decode(): c for p, c in done.survivors}
+    assert found == {"vim": 5, "vs code": 3, "café": 2, "코드": 2}
+    assert [level for level, _ in calls] == list(range(8))
+    assert len({job for _, job in calls}) == 8  # a job per level
+    assert done.finished and done.queried[0] == 178 and done.dropped == 0
+    # Saved before each job (with its id) and after each level.
+    assert len(saved) == 16 and saved[0]["job"] == calls[0][1].hex()
+
+
+def test_a_stopped_run_resumes_the_level_under_way_with_its_job() -> None:
+    answers = ["emacs"] * 4 + ["nano"] * 3
+    saved: list[str] = []
+    calls: list[tuple[int, bytes]] = []
+    query = exact_query(answers, 6, calls)
+
+    def failing(level: int, prefixes: Sequence[bytes], job: bytes) -> list[int]:
+        if level == 3:
+            raise ConnectionError("leader unreachable")
+        return query(level, prefixes, job)
+
+    with pytest.raises(ConnectionError):
+        descend(
+            TextProgress(6), 2, 4096, failing, save=lambda p: saved.append(json.dumps(p.to_json()))
+        )
+    progress = TextProgress.from_json(json.loads(saved[-1]))
+    assert (progress.done, progress.job is not None) == (3, True)
+    done = descend(progress, 2, 4096, query, save=lambda _: None)
+    assert calls[-3][1] == bytes.fromhex(progress.job or "")  # level 3 again, same job
+    assert sorted(p.rstrip(b"\x00") for p, _ in done.survivors) == [b"emacs", b"nano"]
+
+
+def test_no_survivors_ends_the_descent() -> None:
+    calls: list[tuple[int, bytes]] = []
+    done = descend(TextProgress(16), 2, 4096, exact_query(["a", "b"], 16, calls), lambda _: None)
+    assert done.finished and done.survivors == [] and len(calls) == 1
+
+
+def test_a_query_answering_the_wrong_number_of_counts_is_refused() -> None:
+    with pytest.raises(ValueError, match="counts for 178 candidates"):
+        descend(TextProgress(2), 2, 4096, lambda *_: [1, 2], lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {},
+        {
+            "levels": 2,
+            "done": 1,
+            "survivors": [["zz", 1]],
+            "job": None,
+            "dropped": 0,
+            "queried": [],
+        },
+        {
+            "levels": 2,
+            "done": 1,
+            "survivors": [["6162", 1]],
+            "job": None,
+            "dropped": 0,
+            "queried": [],
+        },
+        {"levels": 2, "done": 3, "survivors": [], "job": None, "dropped": 0, "queried": []},
+        {"levels": 2, "done": 0, "survivors": [], "job": "abcd", "dropped": 0, "queried": []},
+        {"levels": 2, "done": 0, "survivors": 5, "job": None, "dropped": 0, "queried": []},
+        [],
+        "progress",
+    ],
+)
+def test_a_malformed_progress_is_refused(doc: object) -> None:
+    with pytest.raises(ValueError, match=r"progress|job id"):
+        TextProgress.from_json(doc)
