@@ -261,6 +261,22 @@ def test_the_simulate_sweep_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_text_question_plan_runs_as_written(tmp_path: Path) -> None:
+    from veil.survey import load_survey
+
+    (block,) = section_blocks("docs/SURVEYS.md", "Text questions", "sh")
+    done = bash(block.code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "editor (text): an answer is found with 95% probability when at least 125" in (
+        done.stdout
+    )
+    assert "probability at most 1.6e-05" in done.stdout
+    # The prose says this is the example text question `veil demo` runs.
+    doc = load_survey(tmp_path / "editors.toml")
+    example = load_survey(ROOT / "examples" / "text_survey.toml")
+    assert (doc.rho, doc.questions) == (example.rho, example.questions)
+
+
 def resolves(dotted: str) -> bool:
     """`veil.a.b.C`: the longest importable module prefix, then attributes."""
     parts = dotted.split(".")
