@@ -174,10 +174,15 @@ def test_statement_says_what_a_text_question_spends_and_releases() -> None:
     assert f"at most {p:.2g}" in notes
 
 
-def test_text_questions_are_not_deployed_before_the_protocol_takes_them() -> None:
-    survey = parse_survey(HEAD + "\n" + TEXT, "s.toml")
-    with pytest.raises(SurveyError, match="cannot be deployed yet"):
-        task_specs(survey)
+def test_a_text_question_is_a_poplar1_task_with_the_questions_budget() -> None:
+    survey = parse_survey(HEAD + "\n" + TEXT + "max_bytes = 8\n", "s.toml")
+    vdaf, dp, settings = task_specs(survey)["tool"]
+    assert (vdaf.type, vdaf.bits) == ("poplar1", 64)
+    q = survey.question("tool")
+    # What the aggregators spend per level is what the statement and plan state.
+    assert dp.text_plan(vdaf).level_plan == q.heavy_hitters().level_plan
+    assert dp.text_plan(vdaf).charge == q.heavy_hitters().charge == q.epsilon
+    assert settings == {"min_batch_size": survey.min_batch_size}
 
 
 def test_the_plans_text_fields_are_in_the_observation_inventory() -> None:

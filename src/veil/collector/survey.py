@@ -10,6 +10,13 @@ finished job's sealed shares again) and never starts a second collection of a
 question. Before any batch is closed, every question's collector HPKE key is
 checked against the one the leader's task seals to.
 
+A text question is collected level by level (`veil.collector.text`): one
+collection of the same batch per byte of its answers, each asking for the
+survivors of the last extended by every byte. state.json keeps its progress
+(the levels done, the survivors and their noisy counts, the job of the level
+under way, written before that job exists), so a run stopped between or during
+levels resumes where it stopped.
+
 When every question is collected the run writes RESULTS/results.json,
 RESULTS/results.csv (veil.survey.results) and RESULTS/report.html
 (veil.render.html).
@@ -30,11 +37,22 @@ from veil.collector.collector import (
     CollectionError,
     CollectionJobFailed,
     Collector,
+    text_agg_param,
 )
+from veil.collector.text import TextProgress, descend
+from veil.dp.accounting import Guarantee
 from veil.files import replace_file
 from veil.render.html import report_html
 from veil.survey import Survey, SurveyError, load_survey
-from veil.survey.results import QuestionResult, question_result, results_csv, results_json
+from veil.survey.model import Question
+from veil.survey.results import (
+    QuestionResult,
+    question_result,
+    results_csv,
+    results_json,
+    text_result,
+)
+from veil.survey.text import MAX_PREFIXES
 from veil.task import CollectorTask, TaskError, load_task
 from veil.times import format_duration, format_time
 
@@ -67,6 +85,8 @@ class State:
     duration: int
     jobs: dict[str, str] = field(default_factory=dict)  # question id -> job id (hex)
     failed: dict[str, str] = field(default_factory=dict)  # question id -> last failure
+    # Text questions: question id -> {"progress": TextProgress, "report_count": n}.
+    text: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +95,10 @@ class State:
             "batch": {"start": self.start, "duration": self.duration},
             "jobs": self.jobs,
             "failed": self.failed,
+            "text": {
+                qid: {"progress": t["progress"].to_json(), "report_count": t["report_count"]}
+                for qid, t in self.text.items()
+            },
         }
 
     def save(self, path: Path) -> None:
@@ -101,6 +125,13 @@ class State:
                 int(doc["batch"]["duration"]),
                 {str(k): str(v) for k, v in doc["jobs"].items()},
                 {str(k): str(v) for k, v in doc.get("failed", {}).items()},
+                {
+                    str(k): {
+                        "progress": TextProgress.from_json(v["progress"]),
+                        "report_count": int(v["report_count"]),
+                    }
+                    for k, v in doc.get("text", {}).items()
+                },
             )
             for job in state.jobs.values():
                 if len(bytes.fromhex(job)) != 16:
@@ -257,7 +288,7 @@ def collect_survey(
         # Every key is checked before any batch is closed: one wrong file
         # must not cost the questions collected before it is found.
         for q in survey.questions:
-            if q.id not in state.jobs:
+            if q.id not in state.jobs and q.id not in state.text:
                 try:
                     collectors[q.id].check_collector_key()
                 except CollectionError as e:
@@ -266,6 +297,15 @@ def collect_survey(
         pending: dict[str, str] = {}
         elsewhere: dict[str, str] = {}
         for q in survey.questions:
+            if q.kind == "text":
+                outcome = _collect_text(
+                    survey, q, collectors[q.id], state, state_path, wait, confidence, say
+                )
+                if isinstance(outcome, str):
+                    pending[q.id] = outcome
+                else:
+                    results.append(outcome)
+                continue
             job_hex = state.jobs.get(q.id)
             if job_hex is None:
                 job_hex = secrets.token_bytes(16).hex()
@@ -318,6 +358,63 @@ def collect_survey(
     if not pending and not elsewhere:
         write_results(survey, results, out)
     return Outcome(results, pending, elsewhere, before if before != here else None)
+
+
+def _collect_text(
+    survey: Survey,
+    q: Question,
+    collector: Collector,
+    state: State,
+    state_path: Path,
+    wait: float,
+    confidence: float,
+    say: Callable[[str], None],
+) -> QuestionResult | str:
+    """A text question's levels, from where the state left them: its result, or
+    why it is not finished (to resume by running again)."""
+    assert survey.opens is not None and survey.closes is not None
+    start, duration = survey.opens, survey.closes - survey.opens
+    saved = state.text.get(q.id)
+    progress = saved["progress"] if saved else TextProgress(q.max_bytes)
+    report_count = saved["report_count"] if saved else 0
+    threshold = q.release_threshold(survey.expected_respondents)
+
+    def query(level: int, prefixes: Sequence[bytes], job: bytes) -> list[int]:
+        nonlocal report_count
+        got = collector.collect_prefixes(
+            start,
+            duration,
+            text_agg_param(prefixes),
+            wait=wait,
+            confidence=confidence,
+            collection_job_id=job,
+            on_wait=_prefixed(say, q.id),
+        )
+        report_count = got.report_count
+        counts = dict(zip(got.prefix_bytes(), got.noisy_counts, strict=True))
+        return [counts[p] for p in prefixes]
+
+    def save(p: TextProgress) -> None:
+        state.text[q.id] = {"progress": p, "report_count": report_count}
+        state.save(state_path)
+
+    try:
+        done = descend(progress, threshold.value, MAX_PREFIXES, query, save, _prefixed(say, q.id))
+    except CollectionJobFailed as e:
+        # The level's job is over: the aggregators take that level of this batch
+        # only once, so the question cannot be resumed; say so.
+        state.failed[q.id] = f"{e.code.name}: {e.message}"
+        state.save(state_path)
+        return f"the collection of a level failed: {e.code.name}: {e.message}"
+    except CollectionError as e:
+        job = state.text[q.id]["progress"].job if q.id in state.text else None
+        return f"{e.code.name}: {e.message} (run again to resume level job {job})"
+    state.failed.pop(q.id, None)
+    guarantee, _ = q.heavy_hitters().guarantees()
+    if guarantee.rho is not None and survey.delta is not None:
+        guarantee = Guarantee.zcdp(guarantee.rho, survey.delta)
+    say(f"{q.id}: {len(done.survivors)} answers found, {report_count} reports")
+    return text_result(q, done.survivors, report_count, threshold, guarantee, confidence)
 
 
 def _prefixed(say: Callable[[str], None], qid: str) -> Callable[[str], None]:

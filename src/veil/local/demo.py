@@ -8,8 +8,9 @@ estimates with confidence intervals. Everything is removed afterwards.
 
 A text question is collected by simulation (`veil.local.text`): the collector's
 own descent over the simulated answers' exact prefix counts with each
-aggregator's noise drawn as the servers draw it, since the aggregators do not
-run Poplar1 collections yet. `veil demo` adds the example text question
+aggregator's noise drawn as the servers draw it (through the servers a level
+costs each aggregator work in proportion to reports times prefixes: minutes
+at the demo's size). `veil demo` adds the example text question
 (`data/example_text_survey.toml`) to the example survey's run.
 """
 

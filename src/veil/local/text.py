@@ -8,7 +8,8 @@ answers, plus one draw of each aggregator's noise for that level
 exactly the prefix counts (its tests hold it to the draft's vectors), so the counts
 released have the distribution a collection through the servers gives; what this
 does not exercise is the protocol (sharding, the two verification rounds, the
-ledgers), which `veil survey collect` runs against real aggregators.
+ledgers), which `veil survey collect` runs against real aggregators, at a cost
+in proportion to reports times prefixes per level that the demo does not wait for.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from veil.dp.accounting import DEFAULT_DELTA
+from veil.dp.heavy_hitters import MAX_TEXT_BYTES
 from veil.dp.local import parse_local_epsilon
 from veil.survey.model import KINDS, MECHANISMS, Question, Survey, SurveyError
 from veil.task import ClientTask, TaskError, load_task
@@ -46,7 +47,8 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
     Times are RFC 3339 in UTC; ε values are exact fractions as strings (ρ for
     the gaussian mechanism). Per kind a question carries: choice `options`;
     multi_choice `options` and `max_choices`; integer `max`; vector `length`,
-    `max` and, when named, `labels`. `task_file` is the question's client task
+    `max` and, when named, `labels`; text `max_bytes` and `case_sensitive` (how
+    the device normalises an answer). `task_file` is the question's client task
     file in the same directory (VDAF, aggregators, HPKE config); `task_id` is
     its task id, so a reader can check that the two belong together. A report
     for a question is uploaded under that task with a time in [opens, closes).
@@ -82,6 +84,10 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
             d["length"] = q.length
             if q.labels:
                 d["labels"] = list(q.labels)
+        if q.kind == "text":
+            # What the device needs to normalise and encode an answer.
+            d["max_bytes"] = q.max_bytes
+            d["case_sensitive"] = q.case_sensitive
         questions.append(d)
     out: dict[str, Any] = {
         "format": DESCRIPTION_FORMAT,
@@ -206,6 +212,12 @@ def load_description(directory: str | Path) -> Description:
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
                 raise SurveyError(f"{at}: `labels` must be a list of names")
             fields["labels"] = tuple(labels)
+        if kind == "text":
+            max_bytes = _get(raw, "max_bytes", int, at)
+            if not 1 <= max_bytes <= MAX_TEXT_BYTES:
+                raise SurveyError(f"{at}: `max_bytes` must be from 1 to {MAX_TEXT_BYTES}")
+            fields["max_bytes"] = max_bytes
+            fields["case_sensitive"] = _get(raw, "case_sensitive", bool, at)
         try:
             q_eps, q_rho = (
                 Fraction(_get(raw, key, str, at)) if key in raw else None

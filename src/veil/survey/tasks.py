@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from veil.survey.model import Question, Survey, SurveyError
+from veil.survey.model import Question, Survey
 from veil.task import DpSpec, VdafSpec
 
 TaskSpec = tuple[VdafSpec, DpSpec, dict[str, Any]]
@@ -22,11 +22,8 @@ def task_specs(survey: Survey) -> dict[str, TaskSpec]:
 
 def question_task(survey: Survey, q: Question) -> TaskSpec:
     """The task of one question of `survey` (see `task_specs`)."""
-    if q.kind == "text":
-        raise SurveyError(
-            f"question {q.id!r}: text questions (Poplar1) cannot be deployed yet: the"
-            " aggregators do not take aggregation parameters; `veil survey plan` works"
-        )
+    # A text question's task is Poplar1 over 8·max_bytes bits; its [dp] table holds the
+    # question's whole budget, which the aggregators spend evenly over its byte levels.
     vdaf = VdafSpec(q.vdaf_type, **q.vdaf_params)
     local: dict[str, Any] = {}
     if q.local_epsilon is not None:

@@ -1,0 +1,112 @@
+"""A text question end to end through a real leader and helper: deployed by
+`veil survey deploy`'s function, answered by SurveyClient (what `veil survey
+respond` and the outbox use), collected by `veil survey collect`'s function
+level by level, stopped and resumed between levels, published."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from veil.client.survey import SurveyClient
+from veil.collector.survey import collect_survey
+from veil.deploy import deploy_survey
+from veil.local.launcher import ServerProcess, free_port
+from veil.survey import AnswerError, parse_survey
+from veil.times import format_time
+
+pytestmark = pytest.mark.slow
+
+TP = 5
+WINDOW = 20
+SURVEY = """\
+[survey]
+name = "Editors"
+mechanism = "none"
+min_batch_size = 2
+max_respondents = 1000
+time_precision = {tp}
+opens = "{opens}"
+closes = "{closes}"
+
+[[question]]
+id = "editor"
+text = "Which editor do you use most?"
+kind = "text"
+max_bytes = 5
+
+[[question]]
+id = "remote"
+text = "Do you work remotely?"
+kind = "yes_no"
+"""
+ANSWERS = ["Vim"] * 4 + [" nano"] * 3 + ["éd"] * 2 + ["once"]
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    now = int(time.time())
+    opens = now - now % TP
+    closes = opens + WINDOW
+    text = SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes))
+    leader_addr = f"127.0.0.1:{free_port()}"
+    helper_addr = f"127.0.0.1:{free_port()}"
+    dep = deploy_survey(
+        parse_survey(text), text, tmp_path / "out", leader_addr, helper_addr, tls=False
+    )
+    for config in (dep.leader_config, dep.helper_config):
+        config.write_text("allow_exact_release = true\n" + config.read_text())
+    helper = ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper_addr)
+    leader = ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader_addr)
+    try:
+        helper.start()
+        leader.start()
+        with SurveyClient(dep.client_dir) as client:
+            with pytest.raises(AnswerError, match="too long: 6 bytes"):
+                client.respond({"editor": "emacs!"})
+            client.respond_many({"editor": a, "remote": True} for a in ANSWERS)
+        description = json.loads((dep.client_dir / "survey.json").read_text())
+        (editor,) = [q for q in description["questions"] if q["id"] == "editor"]
+        assert (editor["max_bytes"], editor["case_sensitive"]) == (5, False)
+        time.sleep(max(0.0, closes - time.time() + 0.5))
+        yield dep.collector_dir, closes
+    finally:
+        leader.stop()
+        helper.stop()
+
+
+def test_a_text_question_collected_level_by_level_and_resumed(
+    servers: tuple[Path, int], tmp_path: Path
+) -> None:
+    collector_dir, _ = servers
+    out = tmp_path / "results"
+    said: list[str] = []
+
+    # Stop the run after the second level's job is saved: the state keeps it.
+    class Stop(Exception):
+        pass
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "byte 3 of 5" in line and not any("resumed" in s for s in said):
+            raise Stop
+
+    with pytest.raises(Stop):
+        collect_survey(collector_dir, out, wait=60, say=say)
+    state = json.loads((out / "state.json").read_text())
+    assert state["text"]["editor"]["progress"]["done"] == 2
+    said.append("resumed")
+    outcome = collect_survey(collector_dir, out, wait=60, say=said.append)
+    assert outcome.complete, outcome.pending
+    results = json.loads((out / "results.json").read_text())
+    (editor,) = [r for r in results if r["question"] == "editor"]
+    rows = {row["label"]: row["estimate"] for row in editor["rows"]}
+    # Mechanism none: the threshold is 2, so the answer given once is not released.
+    assert rows == {"vim": 4, "nano": 3, "éd": 2}
+    assert editor["threshold"] == 2 and editor["n"] == len(ANSWERS)
+    assert "vim" in (out / "report.html").read_text()
+    assert "editor,text,10,vim,4" in (out / "results.csv").read_text()
