@@ -24,11 +24,13 @@ from veil.aggregator.helper import Helper
 from veil.aggregator.prefix_leader import LeaderPrefixes, Released
 from veil.aggregator.privacy import PrivacyEngine
 from veil.client import prepare_reports
+from veil.client.prepare import seal_report
 from veil.collector import text_agg_param
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, agg_share_info, open_
-from veil.messages import Report
+from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, LeaderTask, TaskFiles, VdafSpec, new_task
-from veil.vdaf.spec.poplar1 import Poplar1AggParam
+from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
+from veil.vdaf.spec.xof import XofTurboShake128
 
 NOW = 1_800_000_000
 TP = 3600
@@ -202,3 +204,50 @@ def test_hostile_reports_are_dropped_per_report(world: World) -> None:
     store.put_reports(tid, [(T, r) for r in bad])
     released, counts = world.collect(text_agg_param([b"a"]))
     assert (released.report_count, counts) == (5, [5])
+
+
+class CountsTwice(Poplar1):
+    """A client that programs a count of 2 on its path: not one-hot's "1"."""
+
+    def programmed_values(self, xof: XofTurboShake128) -> tuple[list[list[int]], list[int]]:
+        inner, leaf = super().programmed_values(xof)
+        return [[2, k] for _, k in inner], [2, leaf[1]]
+
+
+def _sharded(world: World, vdaf: Poplar1, answer: bytes, tamper_key: bool = False) -> Report:
+    task = world.files.client
+    report_id = secrets.token_bytes(16)
+    public, shares = vdaf.shard(
+        vdaf_ctx(task.task_id),
+        vdaf.measurement_from_bytes(answer),
+        report_id,
+        secrets.token_bytes(vdaf.RAND_SIZE),
+    )
+    leader = vdaf.encode_input_share(shares[0])
+    if tamper_key:
+        leader = bytes([leader[0] ^ 1]) + leader[1:]
+    return seal_report(
+        task.task_id,
+        report_id,
+        T,
+        vdaf.encode_public_share(public),
+        leader,
+        vdaf.encode_input_share(shares[1]),
+        world.leader_base.current_config,
+        world.helper.current_config,
+    )
+
+
+def test_a_string_not_one_hot_and_a_bad_idpf_key_are_dropped(world: World) -> None:
+    world.upload([b"ab", b"ab", b"cd"])
+    honest = world.files.client.vdaf.instantiate_poplar1()
+    bad = [
+        _sharded(world, CountsTwice(16), b"ab"),
+        _sharded(world, honest, b"ab", tamper_key=True),
+    ]
+    world.leader_base.store.put_reports(world.files.leader.task_id, [(T, r) for r in bad])
+    released, counts = world.collect(text_agg_param([b"a", b"c"]))
+    assert (released.report_count, counts) == (3, [2, 1])
+    # The helper dropped them too, counted as verification failures.
+    rejected = world.helper.store.rejections(world.files.leader.task_id)
+    assert rejected == {"vdaf_verify_error": 2}

@@ -33,6 +33,9 @@ from veil.aggregator.store.records import (
     CollectionRecord,
     HelperJob,
     HpkeKey,
+    PrefixQuery,
+    QueryCollected,
+    QueryConflict,
     ReportsAggregated,
     StorageConflict,
     aggregate_shard,
@@ -795,3 +798,87 @@ def test_rows_from_before_shards_become_shard_0(
     assert (total.report_count, total.agg_share) == (3, share(10))
     with pytest.raises(BucketCollected):
         store.commit_helper_job(one_report_job(job_on_shard(6), 3, bucket=7200), MERGE)
+
+
+# --- Poplar1 queries (prefix_queries, prefix_reports) -------------------------
+
+
+def query(level: int, start: int = 0, duration: int = 3600, by: bytes | None = None) -> PrefixQuery:
+    return PrefixQuery(TASK, start, duration, level, bytes([level]), collected_by=by)
+
+
+def test_prefix_query_recorded_once_per_level_and_batch(store: Datastore) -> None:
+    seen: list[list[int]] = []
+
+    def check(previous: list[PrefixQuery]) -> None:
+        seen.append([q.level for q in previous])
+
+    assert store.record_prefix_query(query(7), check, 3600) == query(7)
+    # The same (batch, level) again: the stored query, the check not run.
+    assert store.record_prefix_query(replace(query(7), agg_param=b"x"), check, 3600) == query(7)
+    store.record_prefix_query(query(15), check, 3600)
+    assert seen == [[], [7]]
+    assert [q.level for q in store.prefix_queries(TASK, 0, 3600)] == [7, 15]
+    # An overlapping batch is refused; a refused check records nothing.
+    with pytest.raises(QueryConflict):
+        store.record_prefix_query(query(7, 0, 7200), check, 3600)
+
+    def refuse(previous: list[PrefixQuery]) -> None:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        store.record_prefix_query(query(23), refuse, 3600)
+    assert store.prefix_query(TASK, 0, 23) is None
+    # The batch's buckets are closed to Prio3 uploads and collections.
+    with pytest.raises(BucketCollected):
+        store.close_batch(TASK, 0, 3600, b"c" * 16, 3600)
+
+
+def test_prefix_job_commits_once_and_reports_once_per_level(store: Datastore) -> None:
+    store.record_prefix_query(query(7), lambda _: None, 3600)
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    job = HelperJob(TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 0)], [], [delta])
+    assert store.commit_prefix_job(job, 0, 7, MERGE) is None
+    assert store.commit_prefix_job(replace(job, response=b"x"), 0, 7, MERGE) == (
+        b"h" * 32,
+        b"resp",
+    )
+    with pytest.raises(ReportsAggregated):
+        store.commit_prefix_job(replace(job, job_id=b"k" * 16), 0, 7, MERGE)
+    assert store.seen_prefix_reports(TASK, 0, 7, [b"r" * 16, b"s" * 16]) == {b"r" * 16}
+    # Another level takes the same report.
+    store.record_prefix_query(query(15), lambda _: None, 3600)
+    assert store.seen_prefix_reports(TASK, 0, 15, [b"r" * 16]) == set()
+    stored = store.prefix_query(TASK, 0, 7)
+    assert stored is not None and (stored.agg_share, stored.report_count) == (share(3), 1)
+    # Released once: then no job adds to it, and no other collection takes it.
+    record = CollectionRecord(
+        TASK, b"c" * 16, 0, 3600, "finished", 1, b"c" * 32, None, CT, agg_param=bytes([7])
+    )
+    assert store.collect_prefix_query(record, 7) == record
+    assert store.get_collection(TASK, b"c" * 16) == record
+    with pytest.raises(QueryCollected):
+        store.commit_prefix_job(replace(job, job_id=b"m" * 16, reports=[]), 0, 7, MERGE)
+    with pytest.raises(QueryCollected):
+        store.collect_prefix_query(replace(record, job_id=b"d" * 16), 7)
+    with pytest.raises(BatchChanged):
+        store.collect_prefix_query(replace(record, job_id=b"e" * 16, report_count=2), 15)
+
+
+def test_leader_prefix_collection_claims_its_level(store: Datastore) -> None:
+    record = CollectionRecord(TASK, b"c" * 16, 0, 3600, "pending", agg_param=bytes([7]))
+    made = store.create_prefix_collection(record, query(7, by=b"c" * 16), lambda _: None, 3600)
+    assert made == record
+    assert store.create_prefix_collection(record, query(7, by=b"c" * 16), lambda _: None, 3600)
+    other = replace(record, job_id=b"d" * 16)
+    with pytest.raises(QueryCollected):
+        store.create_prefix_collection(other, query(7, by=b"d" * 16), lambda _: None, 3600)
+    with pytest.raises(StorageConflict):
+        store.create_prefix_collection(
+            replace(record, agg_param=b"x"), query(7, by=b"c" * 16), lambda _: None, 3600
+        )
+    done = replace(record, state="finished", report_count=4, leader_ct=CT, helper_ct=CT)
+    store.finish_prefix_collection(done, 7, share(4))
+    assert store.get_collection(TASK, b"c" * 16) == done
+    stored = store.prefix_query(TASK, 0, 7)
+    assert stored is not None and (stored.agg_share, stored.report_count) == (share(4), 4)
