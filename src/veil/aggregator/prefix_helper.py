@@ -56,7 +56,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
-from veil.aggregator.prefixes import PrefixVdaf, job_sum
+from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, job_sum
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import (
     BatchAggregate,
@@ -135,6 +135,8 @@ class HelperPrefixes:
     def __init__(self, helper: AggregatorBase[HelperTask], privacy: PrivacyEngine) -> None:
         self.helper = helper
         self.privacy = privacy
+        # IDPF nodes between levels, and each job's first round for its second.
+        self.caches = LevelCaches()
 
     def _task(self, task_id: bytes, token: str | None) -> tuple[HelperTask, PrefixVdaf]:
         h = self.helper
@@ -210,10 +212,14 @@ class HelperPrefixes:
                 return self._stored(job_id, stored, digest)
         parsed = self._query(task, prefix, agg_param, start, duration)
         if round_ == 1:
-            results, _, _ = self._verify(task, prefix, parsed, start, duration, items, 1)
+            results, _, _ = self._verify(
+                task, prefix, parsed, agg_param, job_id, start, duration, items, 1
+            )
             return results
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
-            results, job, _ = self._verify(task, prefix, parsed, start, duration, items, 2)
+            results, job, _ = self._verify(
+                task, prefix, parsed, agg_param, job_id, start, duration, items, 2
+            )
             assert job is not None
             try:
                 stored = store.commit_prefix_job(
@@ -259,6 +265,8 @@ class HelperPrefixes:
         task: HelperTask,
         prefix: PrefixVdaf,
         agg_param: Poplar1AggParam,
+        encoded: bytes,
+        job_id: bytes,
         start: int,
         duration: int,
         items: Sequence[VerifyInitItem],
@@ -292,15 +300,26 @@ class HelperPrefixes:
         if opened:
             batch = prefix.batch
             chosen = [items[i] for i in opened]
-            init = batch.verify_init_batch(
-                task.verify_key,
-                ctx,
-                1,
-                agg_param,
-                [it.report_id for it in chosen],
-                [it.public_share for it in chosen],
-                plaintexts,
-            )
+            ids = [it.report_id for it in chosen]
+            key = LevelCaches.key(task.task_id, start, 1, ids)
+            # The first round's evaluation, if this process still holds it
+            # (the same reports, parameter and job); else computed again.
+            round_key = (*key, job_id, encoded)
+            init = self.caches.round(round_key) if round_ == 2 else None
+            if init is None:
+                init = batch.verify_init_batch(
+                    task.verify_key,
+                    ctx,
+                    1,
+                    agg_param,
+                    ids,
+                    [it.public_share for it in chosen],
+                    plaintexts,
+                    self.caches.nodes(key, agg_param),
+                )
+                self.caches.keep_nodes(key, init.cache)
+            if round_ == 1:
+                self.caches.keep_round(round_key, init)
             leader1: list[bytes | None] = [it.leader_verifier_share for it in chosen]
             msgs = batch.verifier_shares_to_message_batch(
                 ctx, agg_param, [leader1, list(init.verifier_shares)]

@@ -40,7 +40,7 @@ from veil.aggregator.errors import (
     LevelCollected,
     ReportRejection,
 )
-from veil.aggregator.prefixes import PrefixVdaf, job_sum, prefix_job_id
+from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, job_sum, prefix_job_id
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import (
     BatchAggregate,
@@ -54,7 +54,7 @@ from veil.aggregator.store.records import (
 )
 from veil.hpke import ROLE_LEADER, Ciphertext, agg_share_info, input_share_info, seal
 from veil.messages import Report, vdaf_ctx
-from veil.task import LeaderTask
+from veil.task import MAX_QUERY_PREFIXES, LeaderTask
 from veil.vdaf.batch.poplar1 import Poplar1OutShareBatch, VerifyRoundBatch
 from veil.vdaf.errors import VerifyError
 from veil.vdaf.spec.poplar1 import Poplar1AggParam
@@ -106,6 +106,8 @@ class LeaderPrefixes:
     def __init__(self, base: AggregatorBase[LeaderTask], privacy: PrivacyEngine) -> None:
         self.base = base
         self.privacy = privacy
+        # The IDPF nodes of each job's reports, from one level to the next.
+        self.caches = LevelCaches()
 
     # --- the collector's request --------------------------------------------
 
@@ -194,8 +196,10 @@ class LeaderPrefixes:
         total = BatchAggregate(0, None, 0, bytes(32))
         merge = prefix.merge(agg_param)
         # A job's output shares are reports x prefixes values, in memory on
-        # both aggregators: at most JOB_VALUES of them.
-        job_size = max(1, min(job_size, JOB_VALUES // len(agg_param.prefixes)))
+        # both aggregators: at most JOB_VALUES of them for the largest query.
+        # The same for every level, so that a job's reports are the same from
+        # one level to the next (the IDPF nodes cached for them serve again).
+        job_size = max(1, min(job_size, JOB_VALUES // MAX_QUERY_PREFIXES))
         for index in range(0, len(reports), job_size):
             job_id = prefix_job_id(record.job_id, index // job_size)
             delta = self._job(
@@ -283,15 +287,19 @@ class LeaderPrefixes:
         empty = BatchAggregate(0, None, 0, bytes(32))
         if not opened:
             return empty
+        ids = [r.report_id for r in opened]
+        key = LevelCaches.key(task.task_id, record.start, 0, ids)
         init = batch.verify_init_batch(
             task.verify_key,
             ctx,
             0,
             agg_param,
-            [r.report_id for r in opened],
+            ids,
             [r.public_share for r in opened],
             plaintexts,
+            self.caches.nodes(key, agg_param),
         )
+        self.caches.keep_nodes(key, init.cache)
         # Reports whose shares do not decode are not sent.
         rows = [i for i, s in enumerate(init.verifier_shares) if s is not None]
         if not rows:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +40,12 @@ from veil.aggregator.errors import (
 from veil.aggregator.store.records import BatchAggregate, PrefixQuery, ShareMerge
 from veil.dp.heavy_hitters import text_levels
 from veil.task import Task
-from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch
+from veil.vdaf.batch.poplar1 import (
+    BatchPoplar1,
+    IdpfCache,
+    Poplar1OutShareBatch,
+    VerifyRoundBatch,
+)
 from veil.vdaf.errors import AggParamError, AggParamSequenceError, CodecError
 from veil.vdaf.errors import TooManyPrefixes as VdafTooManyPrefixes
 from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
@@ -158,3 +165,66 @@ def prefix_job_id(collection_id: bytes, index: int) -> bytes:
     return hashlib.sha256(b"veil poplar1 job" + collection_id + struct.pack(">I", index)).digest()[
         :16
     ]
+
+
+class LevelCaches:
+    """Each aggregator's IDPF nodes of a job's reports at the last level it
+    evaluated (`IdpfCache`), kept in memory between the levels of a batch so
+    that the next level costs one byte of the tree instead of a walk from the
+    root; and the helper's first-round evaluation of a job, kept for its
+    second round. Only a speed-up: a process that restarts, or an entry
+    pushed out by newer ones (at most `max_bytes` of node seeds in all),
+    computes the same values from the start. Keyed by task, batch and the
+    reports' ids in their order, which is what a cache is good for."""
+
+    def __init__(self, max_bytes: int = 1 << 29, max_rounds: int = 8) -> None:
+        self.max_bytes = max_bytes
+        self.max_rounds = max_rounds
+        self._nodes: OrderedDict[tuple[bytes, ...], IdpfCache] = OrderedDict()
+        self._rounds: OrderedDict[tuple[bytes, ...], VerifyRoundBatch] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(
+        task_id: bytes, start: int, agg_id: int, report_ids: Sequence[bytes]
+    ) -> tuple[bytes, ...]:
+        digest = hashlib.sha256(b"".join(report_ids)).digest()
+        return (task_id, struct.pack(">QB", start, agg_id), digest)
+
+    def nodes(self, key: tuple[bytes, ...], agg_param: Poplar1AggParam) -> IdpfCache | None:
+        """The cached nodes if `agg_param` can start from them (a later level
+        whose prefixes all extend the cached ones)."""
+        with self._lock:
+            cache = self._nodes.get(key)
+            if cache is None or cache.level >= agg_param.level:
+                return None
+            self._nodes.move_to_end(key)
+        known = set(cache.prefixes)
+        if any(p[: cache.level + 1] not in known for p in agg_param.prefixes):
+            return None
+        return cache
+
+    def keep_nodes(self, key: tuple[bytes, ...], cache: IdpfCache | None) -> None:
+        if cache is None:
+            return
+        with self._lock:
+            self._nodes[key] = cache
+            self._nodes.move_to_end(key)
+            total = sum(_size(c) for c in self._nodes.values())
+            while total > self.max_bytes and len(self._nodes) > 1:
+                _, dropped = self._nodes.popitem(last=False)
+                total -= _size(dropped)
+
+    def round(self, key: tuple[bytes, ...]) -> VerifyRoundBatch | None:
+        with self._lock:
+            return self._rounds.pop(key, None)
+
+    def keep_round(self, key: tuple[bytes, ...], init: VerifyRoundBatch) -> None:
+        with self._lock:
+            self._rounds[key] = init
+            while len(self._rounds) > self.max_rounds:
+                self._rounds.popitem(last=False)
+
+
+def _size(cache: IdpfCache) -> int:
+    return int(cache.seeds.nbytes + cache.ctrl.nbytes)
