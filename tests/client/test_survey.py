@@ -221,3 +221,25 @@ def test_the_terminal_asks_a_required_question_again() -> None:
     assert ask(survey, read, shown.append) == {"remote": "yes", "team": "design"}
     assert "  this question needs an answer" in shown
     assert "empty to skip" not in prompts[0] and "empty to skip" in prompts[2]
+
+
+def test_the_terminal_asks_a_text_question_until_it_fits() -> None:
+    from veil.cli.respondent import _show, ask
+
+    text = SURVEY.format(opens="2026-05-01T00:00:00Z", closes="2026-05-02T00:00:00Z")
+    survey = parse_survey(
+        text
+        + '\n[[question]]\nid = "editor"\ntext = "Which editor?"\nkind = "text"\nmax_bytes = 4\n'
+    )
+    replies = iter(["", "", "", "Emacs", "  Vim "])
+    prompts: list[str] = []
+    shown: list[str] = []
+
+    def read(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(replies)
+
+    assert ask(survey, read, shown.append) == {"editor": "Vim"}
+    assert "a short text, at most 4 bytes, counted in lower case" in prompts[-1]
+    assert any("too long: 5 bytes in UTF-8, at most 4" in line for line in shown)
+    assert _show(survey.question("editor"), "Vim") == "Vim (counted as 'vim')"

@@ -250,6 +250,11 @@ def read_answers(path: Path) -> tuple[list[tuple[str, Any]], bool]:
 
 
 def _show(q: Question, answer: Any) -> str:
+    if q.kind == "text":
+        from veil.survey.text import encode_text_answer
+
+        counted = encode_text_answer(answer, q.max_bytes, q.case_sensitive).text
+        return counted if counted == answer else f"{answer} (counted as {counted!r})"
     if isinstance(answer, list):
         return ", ".join(map(str, answer)) or "(none)"
     return str(answer)
@@ -271,6 +276,9 @@ def ask(survey: Survey, read: Callable[[str], str], write: Callable[[str], None]
         elif q.kind == "vector":
             names = ", ".join(q.element_labels())
             hint = f"{q.length} numbers from 0 to {q.max}, separated by commas ({names})"
+        elif q.kind == "text":
+            case = "" if q.case_sensitive else ", counted in lower case"
+            hint = f"a short text, at most {q.max_bytes} bytes{case}"
         else:
             for i, option in enumerate(q.options, 1):
                 write(f"  {i}) {option}")
@@ -409,7 +417,8 @@ def register(
         description=(
             "Answer a deployed survey. Answers are given by label: yes_no as yes/no/true/false,"
             " integer as a number, choice as an option name, multi_choice as a list of option"
-            " names, vector as a list of numbers. FILE is one respondent (.toml or .json: an"
+            " names, vector as a list of numbers, text as a string (trimmed and, unless the"
+            " question is case-sensitive, lower-cased). FILE is one respondent (.toml or .json: an"
             " object keyed by question id) or many (.jsonl: one object a line). A question left"
             " out is not answered. Every answer is checked before anything is sent."
         ),
