@@ -15,10 +15,11 @@ Two rounds per aggregation job, under one job id:
    per (batch, level, report) and its sum of the accepted reports' output
    shares. A retry gets the stored answer.
 
-Why no state between the rounds: nothing to keep consistent, expire or lose
-in a crash, and a job is idempotent by the same record as a Prio3 job. The
-price is a second IDPF evaluation per report in round 2 (see the benchmark
-in scripts/bench_text.py).
+Why nothing is stored between the rounds: nothing to keep consistent, expire
+or lose in a crash, and a job is idempotent by the same record as a Prio3 job.
+The second IDPF evaluation this would cost is avoided while the process holds
+the first round's in memory (`LevelCaches`, bounded); after a restart, or once
+the entry is pushed out, round 2 evaluates again and gets the same values.
 """
 
 from __future__ import annotations
