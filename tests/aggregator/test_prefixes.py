@@ -16,6 +16,7 @@ from tests.support.backends import Backend
 from veil.aggregator.core import AggregationAnswer, AggregatorBase, VerifyInitItem
 from veil.aggregator.errors import (
     AggParamRefused,
+    BudgetExhausted,
     InvalidAggParam,
     LevelCollected,
     TooManyPrefixes,
@@ -23,6 +24,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.helper import Helper
 from veil.aggregator.prefix_leader import LeaderPrefixes, Released
 from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.store.records import CollectionRecord, PrefixQuery
 from veil.client import prepare_reports
 from veil.client.prepare import seal_report
 from veil.collector import text_agg_param
@@ -251,3 +253,29 @@ def test_a_string_not_one_hot_and_a_bad_idpf_key_are_dropped(world: World) -> No
     # The helper dropped them too, counted as verification failures.
     rejected = world.helper.store.rejections(world.files.leader.task_id)
     assert rejected == {"vdaf_verify_error": 2}
+
+
+def test_each_ledger_refuses_a_level_past_the_budget(backend: Backend) -> None:
+    # Three levels, a budget for two: the leader refuses the third at once,
+    # and a leader that skips its own ledger is refused by the helper's.
+    files = new_task(
+        VdafSpec("poplar1", bits=24),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("geometric", epsilon="15", budget="10"),
+    )
+    world = World(backend, files)
+    world.upload([b"abc", b"abc", b"abd"])
+    world.collect(text_agg_param([b"a"]))
+    world.collect(text_agg_param([b"ab"]))
+    with pytest.raises(BudgetExhausted):
+        world.collect(text_agg_param([b"abc", b"abd"]))
+    task = files.leader
+    encoded = task.vdaf.instantiate_poplar1().encode_agg_param(text_agg_param([b"abc"]))
+    job = secrets.token_bytes(16)
+    record = CollectionRecord(task.task_id, job, T, TP, "pending", agg_param=encoded)
+    query = PrefixQuery(task.task_id, T, TP, 23, encoded, collected_by=job)
+    world.leader_base.store.create_prefix_collection(record, query, lambda _: None, TP)
+    with pytest.raises(BudgetExhausted):
+        world.leader.run(task, record, world.api)
