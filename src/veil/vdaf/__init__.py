@@ -12,7 +12,7 @@ from veil.vdaf.errors import (
     VerifyError,
 )
 from veil.vdaf.spec.field import Field, Field64, Field128, Field255
-from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
+from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam, Prefix
 from veil.vdaf.spec.prio3 import (
     HelperInputShare,
     LeaderInputShare,
@@ -40,6 +40,7 @@ __all__ = [
     "LeaderInputShare",
     "Poplar1",
     "Poplar1AggParam",
+    "Prefix",
     "Prio3",
     "Prio3Count",
     "Prio3Histogram",

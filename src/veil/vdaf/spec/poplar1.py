@@ -56,7 +56,9 @@ class Poplar1AggParam(NamedTuple):
     ``level + 1`` bits, distinct and in lexicographic order."""
 
     level: int
-    prefixes: tuple[Prefix, ...]
+    # Written out, not as ``Prefix``: the tuple's generated constructor
+    # resolves its annotations without this module's names.
+    prefixes: tuple[tuple[bool, ...], ...]
 
 
 class Poplar1InputShare(NamedTuple):
@@ -449,12 +451,16 @@ class Poplar1:
         )
 
     def encode_public_share(self, public_share: PublicShare) -> bytes:
+        """The IDPF's public share: its correction words, packed."""
         return self.idpf.encode_public_share(public_share)
 
     def decode_public_share(self, encoded: bytes) -> PublicShare:
+        """Inverse of ``encode_public_share``; CodecError on a bad encoding."""
         return self.idpf.decode_public_share(encoded)
 
     def encode_input_share(self, input_share: Poplar1InputShare) -> bytes:
+        """The IDPF key, the correlation seed, then the inner and leaf
+        correlation elements."""
         key, seed, inner, leaf = input_share
         idpf = self.idpf
         return key + seed + idpf.field_inner.encode_vec(inner) + idpf.field_leaf.encode_vec(leaf)
@@ -506,6 +512,7 @@ class Poplar1:
         return self._decode_elems(verify_state.level, 3, encoded, "verifier message")
 
     def encode_agg_share(self, agg_share: FieldVec) -> bytes:
+        """One element of the level's field per prefix."""
         return self._encode_elems(agg_share)
 
     def decode_agg_share(self, agg_param: Poplar1AggParam, encoded: bytes) -> FieldVec:
@@ -515,9 +522,11 @@ class Poplar1:
         )
 
     def encode_out_share(self, out_share: FieldVec) -> bytes:
+        """One element of the level's field per prefix."""
         return self._encode_elems(out_share)
 
     def decode_out_share(self, agg_param: Poplar1AggParam, encoded: bytes) -> FieldVec:
+        """Inverse of ``encode_out_share`` at ``agg_param``'s level."""
         return self._decode_elems(agg_param.level, len(agg_param.prefixes), encoded, "output share")
 
     def _encode_elems(self, vec: Sequence[int]) -> bytes:
