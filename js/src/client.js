@@ -1,4 +1,5 @@
-// The client (veil.client.client): shard a measurement with Prio3, seal each
+// The client (veil.client.client): shard a measurement with Prio3 (or Poplar1,
+// for a text question's answer: its bits from ./text.js), seal each
 // input share to its aggregator with HPKE, and encode the report for upload.
 //
 // Each report gets a fresh random 16-byte report id, which is also the VDAF
@@ -8,6 +9,7 @@
 
 import { HpkeError, ROLE_HELPER, ROLE_LEADER, inputShareInfo, isSupported, seal } from './hpke.js';
 import { localChannel } from './local.js';
+import { Poplar1 } from './poplar1.js';
 import { concat, prio3FromSpec } from './prio3.js';
 
 export const TASK_ID_SIZE = 32;
@@ -93,7 +95,7 @@ export class Client {
     if (!Number.isSafeInteger(task.time_precision) || task.time_precision < 1) {
       throw new RangeError('time_precision must be a positive integer');
     }
-    this.vdaf = prio3FromSpec(task.vdaf);
+    this.vdaf = vdafFromSpec(task.vdaf);
     this.ctx = concat(CONTEXT_PREFIX, this.taskId);
     this.configs = configs;
     this.now = options.now ?? (() => Date.now() / 1000);
@@ -121,7 +123,8 @@ export class Client {
     let t = reportTime ?? this.reportTime();
     t -= t % this.task.time_precision;
     // Validate first, so that a bad measurement costs nothing.
-    this.vdaf.flp.encode(measurement);
+    if (this.vdaf instanceof Poplar1) this.vdaf._checkMeasurement(measurement);
+    else this.vdaf.flp.encode(measurement);
     // The true answer goes no further than this line with a local layer.
     const sent = this.randomize === null ? measurement : this.randomize(measurement);
     const reportId = ticket?.reportId ?? this.randomBytes(REPORT_ID_SIZE);
@@ -151,6 +154,20 @@ export class Client {
       helper_encrypted_input_share: helperCt,
     };
   }
+}
+
+/**
+ * The VDAF of a task file's [vdaf] table: a Prio3 type, or Poplar1 (`bits`).
+ * @param {{type: string, [k: string]: any}} spec
+ */
+function vdafFromSpec(spec) {
+  if (spec.type === 'poplar1') {
+    if (!Number.isInteger(spec.bits) || spec.bits < 8 || spec.bits % 8) {
+      throw new RangeError(`a poplar1 task's bits must be a positive multiple of 8, got ${spec.bits}`);
+    }
+    return new Poplar1(spec.bits);
+  }
+  return prio3FromSpec(spec);
 }
 
 /** @param {Ciphertext} ct */

@@ -8,6 +8,7 @@
 import { MeasurementError } from './circuits.js';
 import { Client, hpkeConfigFromJson, reportToJson, usableConfig } from './client.js';
 import { InvitationError, finishInvitation, prepareInvitation } from './invite.js';
+import { TextAnswerError, encodeTextAnswer } from './text.js';
 
 /**
  * A question of the public survey description (veil.survey.public_description),
@@ -15,7 +16,8 @@ import { InvitationError, finishInvitation, prepareInvitation } from './invite.j
  * @typedef {{id: string, text: string, kind: string, task_id: string,
  *   vdaf: {type: string}, dp?: {local_epsilon?: string, local_max_choices?: number},
  *   options?: string[], max_choices?: number, max?: number,
- *   length?: number, labels?: string[], required?: boolean}} Question
+ *   length?: number, labels?: string[], required?: boolean,
+ *   max_bytes?: number, case_sensitive?: boolean}} Question
  */
 
 /** An answer the respondent must change; the message is shown by the question. */
@@ -72,7 +74,7 @@ export function readAnswer(form, q) {
   );
   const checked = [...controls].filter((c) => c.checked);
   const empty =
-    q.kind === 'integer' || q.kind === 'vector'
+    q.kind === 'integer' || q.kind === 'vector' || q.kind === 'text'
       ? [...controls].every((c) => c.value.trim() === '')
       : checked.length === 0;
   // A multiple choice with nothing chosen is the answer "none of these" when
@@ -99,8 +101,36 @@ export function readAnswer(form, q) {
       return wholeNumber(controls[0].value, q.max ?? 0);
     case 'vector':
       return [...controls].map((c) => wholeNumber(c.value, q.max ?? 0));
+    case 'text':
+      return textAnswer(controls[0].value, q);
     default:
       throw new AnswerError(`This page cannot answer a question of kind ${q.kind}.`);
+  }
+}
+
+/**
+ * A text answer normalised (NFC, trimmed, lower-cased unless case-sensitive) and
+ * encoded as its Poplar1 bits, exactly as `veil survey respond` does.
+ * @param {string} text @param {Question} q
+ */
+function textAnswer(text, q) {
+  try {
+    return encodeTextAnswer(text, {
+      maxBytes: q.max_bytes ?? 0,
+      caseSensitive: q.case_sensitive ?? false,
+      bits: /** @type {any} */ (q.vdaf).bits,
+    }).measurement;
+  } catch (e) {
+    if (!(e instanceof TextAnswerError)) throw e;
+    if (e.code === 'too_long') {
+      throw new AnswerError(
+        `This answer is too long: at most ${q.max_bytes} bytes (a letter outside A to Z` +
+          ' may take 2 to 4). Shorten it.',
+      );
+    }
+    throw new AnswerError(
+      e.code === 'empty' ? 'This question needs an answer.' : 'This answer cannot be sent as typed.',
+    );
   }
 }
 

@@ -94,3 +94,22 @@ test('an unsupported HPKE suite is refused', async () => {
   });
   await assert.rejects(client.buildReport(0), /unsupported suite/);
 });
+
+test('a text answer is sharded with Poplar1 and sealed like any report', async () => {
+  const { encodeTextAnswer } = await import('../src/text.js');
+  const task = { ...TASK, vdaf: { type: 'poplar1', bits: 32 } };
+  const [leader, helper] = [await recipient(1), await recipient(2)];
+  const client = new Client(task, { leader: leader.config, helper: helper.config });
+  const report = await client.buildReport(encodeTextAnswer('vim', { maxBytes: 4 }).measurement);
+  // IDPF key 16, correlation seed 32, 31 inner pairs of Field64, one Field255 pair;
+  // sealed with a 16-byte tag.
+  const share = 16 + 32 + 2 * 31 * 8 + 2 * 32;
+  assert.equal(report.leader_encrypted_input_share.payload.length, share + 16);
+  assert.equal(report.helper_encrypted_input_share.payload.length, share + 16);
+  assert.ok(report.public_share.length > 0);
+  await assert.rejects(client.buildReport([true, false]), MeasurementError);
+  assert.throws(
+    () => new Client({ ...task, vdaf: { type: 'poplar1', bits: 12 } }, {}),
+    /multiple of 8/,
+  );
+});

@@ -34,3 +34,25 @@ test('every status gets a plain message, none with server wording', () => {
   assert.match(statusMessage(503), /Try again in a moment/);
   assert.match(statusMessage(409), /closed/);
 });
+
+test('a text answer is read, normalised and refused with a plain message', async () => {
+  const { readAnswer } = await import('../src/page.js');
+  const { encodeTextAnswer } = await import('../src/text.js');
+  const q = /** @type {any} */ ({
+    id: 'editor',
+    kind: 'text',
+    max_bytes: 4,
+    case_sensitive: false,
+    vdaf: { type: 'poplar1', bits: 32 },
+  });
+  const textForm = (value) =>
+    /** @type {any} */ ({ querySelectorAll: () => [{ value, checked: false }] });
+  assert.deepEqual(
+    readAnswer(textForm('  Vim '), q),
+    encodeTextAnswer('vim', { maxBytes: 4 }).measurement,
+  );
+  assert.equal(readAnswer(textForm('   '), q), null); // left out
+  assert.throws(() => readAnswer(textForm('   '), { ...q, required: true }), /needs an answer/);
+  assert.throws(() => readAnswer(textForm('Emacs'), q), /too long: at most 4 bytes/);
+  assert.throws(() => readAnswer(textForm('a\u0000'), q), /cannot be sent as typed/);
+});

@@ -115,6 +115,13 @@ def test_text_settings_errors_name_file_and_line(setting: str, line: int, messag
     assert str(info.value).startswith(f"s.toml:{line}:"), str(info.value)
 
 
+def test_add_remove_is_refused_for_a_text_question() -> None:
+    head = HEAD.replace("epsilon = 4\n", 'epsilon = 4\nneighbouring = "add_remove"\n')
+    with pytest.raises(SurveyError, match="add_remove") as info:
+        parse_survey(head + "\n" + TEXT, "s.toml")
+    assert str(info.value).startswith("s.toml:9:"), info.value
+
+
 def test_min_share_needs_expected_respondents() -> None:
     head = '[survey]\nname = "t"\nepsilon = 4\n'
     with pytest.raises(SurveyError, match="expected_respondents") as info:

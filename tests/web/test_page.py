@@ -49,3 +49,14 @@ def test_page_gives_its_script_the_window_and_marks_required_questions() -> None
     assert '<fieldset class="question" id="q-b" data-kind="yes_no">' in page
     assert page.count("An answer is needed.") == 1
     assert "A question you leave unanswered is not sent" in " ".join(page.split())
+
+
+def test_a_text_question_gets_a_labelled_text_input_with_its_limit() -> None:
+    survey = parse_survey(
+        '[survey]\nname = "s"\nepsilon = 4\n[[question]]\nid = "editor"\n'
+        'text = "Which editor?"\nkind = "text"\nmax_bytes = 8\n'
+    )
+    page = render_page(survey, "sha384-x", "sha384-y")
+    assert '<label class="text" for="a-editor">Your answer <input type="text"' in page
+    assert 'aria-describedby="hint-editor err-editor"' in page
+    assert "at most 8 bytes" in page and "counted in lower case" in page

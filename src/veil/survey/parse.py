@@ -466,6 +466,13 @@ def _text_question(
     loc: _Locator, i: int, raw: Mapping[str, Any], common: dict[str, Any]
 ) -> Question:
     """A text question's own settings (the checks against the budget: `_check_text`)."""
+    if common["neighbouring"] == "add_remove":
+        raise loc.error(
+            i,
+            "kind",
+            'a text question cannot be asked under neighbouring = "add_remove" yet: its'
+            " answers' shares need a noisy count of respondents, which Poplar1 does not carry",
+        )
     if "local_epsilon" in raw:
         raise loc.error(
             i,

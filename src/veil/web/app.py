@@ -209,6 +209,15 @@ class _TaskShape:
 
 
 def _shape(task: Task) -> _TaskShape:
+    if task.vdaf.is_prefix:
+        # A text question: the IDPF's public share and each aggregator's key,
+        # correlation seed and correlated randomness (Poplar1's codecs).
+        poplar1 = task.vdaf.instantiate_poplar1()
+        return _TaskShape(
+            public_share=poplar1.public_share_size(),
+            leader_payload=poplar1.input_share_size(0) + AEAD_TAG_SIZE,
+            helper_payload=poplar1.input_share_size(1) + AEAD_TAG_SIZE,
+        )
     vdaf = task.vdaf.instantiate()
     seed = XofTurboShake128.SEED_SIZE
     joint = vdaf.flp.JOINT_RAND_LEN > 0

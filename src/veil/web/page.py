@@ -61,6 +61,18 @@ def _question(q: Question) -> str:
     elif q.kind == "integer":
         body = _number(q, f"a-{q.id}", "Your answer")
         hint = f"A whole number from 0 to {q.max}."
+    elif q.kind == "text":
+        cid = f"a-{q.id}"
+        body = (
+            f'<label class="text" for="{_attr(cid)}">Your answer <input type="text"'
+            f' autocomplete="off" spellcheck="false" id="{_attr(cid)}" name="{_attr(q.id)}"'
+            f' aria-describedby="hint-{_attr(q.id)} err-{_attr(q.id)}"></label>'
+        )
+        case = "" if q.case_sensitive else ", counted in lower case"
+        hint = (
+            f"A short answer: at most {q.max_bytes} bytes (a letter outside A to Z may take"
+            f" 2 to 4){case}. Only answers many people give are published."
+        )
     else:
         labels = q.labels or tuple(f"Number {i + 1}" for i in range(q.length))
         body = "".join(_number(q, f"a-{q.id}-{i}", label) for i, label in enumerate(labels))
