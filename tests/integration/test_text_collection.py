@@ -71,8 +71,8 @@ def test_noisy_counts_and_budget(dep: Deployment) -> None:
         for result, truth in ((first, [8, 1]), (second, [5, 3])):
             assert all(abs(n - c) <= 2 for n, c in zip(result.noisy_counts, truth, strict=True))
             assert all(e.low <= e.value <= e.high for e in result.estimates)
-        # Both levels of the batch are spent: no query of it is left.
-        with pytest.raises(CollectionError, match="once per level"):
+        # Both levels spent the question's whole budget: the ledger refuses more.
+        with pytest.raises(CollectionError, match="budget exhausted"):
             collector.collect_prefixes(t, TP, text_agg_param([b"hi"]), wait=30)
 
 

@@ -57,7 +57,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
-from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, job_sum
+from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, ShareCache, job_sum
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import (
     BatchAggregate,
@@ -138,6 +138,10 @@ class HelperPrefixes:
         self.privacy = privacy
         # IDPF nodes between levels, and each job's first round for its second.
         self.caches = LevelCaches()
+        self.shares = ShareCache()
+        # Queries recorded by this process (each job's rounds name the same
+        # one); forgotten when it releases the level.
+        self._recorded: set[tuple[bytes, int, int, bytes]] = set()
 
     def _task(self, task_id: bytes, token: str | None) -> tuple[HelperTask, PrefixVdaf]:
         h = self.helper
@@ -158,6 +162,9 @@ class HelperPrefixes:
         agg_param = prefix.parse(encoded)
         check_interval(task, start, duration)
         check_window_closed(task, start, self.helper.clock())
+        memo = (task.task_id, start, duration, encoded)
+        if memo in self._recorded:
+            return agg_param
         try:
             stored = self.helper.store.record_prefix_query(
                 PrefixQuery(task.task_id, start, duration, agg_param.level, encoded),
@@ -180,6 +187,9 @@ class HelperPrefixes:
                 f"level {agg_param.level} of the batch was already collected: a batch is"
                 " collected once per level"
             )
+        if len(self._recorded) >= 1024:
+            self._recorded.clear()
+        self._recorded.add(memo)
         return agg_param
 
     # --- aggregation ------------------------------------------------------
@@ -402,6 +412,14 @@ class HelperPrefixes:
             return TASK_EXPIRED, b""
         ct = it.encrypted_input_share
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
+        # What the share opened from, all of it: a different ciphertext under
+        # the same report id is opened on its own.
+        key = hashlib.sha256(
+            b"".join((info, struct.pack(">B", ct.config_id), ct.enc, ct.payload))
+        ).digest()
+        known = self.shares.get(key)
+        if known is not None:
+            return None, known
         plaintext = self.helper.open_share(self.helper.keypair(ct.config_id), ct, info)
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
@@ -409,7 +427,8 @@ class HelperPrefixes:
             share = split_helper_share(task, it.report_id, plaintext)
             if share is None:
                 return INVALID_TOKEN, b""
-            return None, share
+            plaintext = share
+        self.shares.put(key, plaintext)
         return None, plaintext
 
     # --- collection -------------------------------------------------------
@@ -538,6 +557,8 @@ class HelperPrefixes:
                 "the query changed while its share was computed: retry after pending"
                 " aggregation jobs finish"
             ) from None
+        finally:
+            self._recorded.discard((task.task_id, start, duration, encoded))
         log.info(
             "released helper prefix counts of level %d",
             agg_param.level,

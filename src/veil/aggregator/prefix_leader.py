@@ -40,7 +40,13 @@ from veil.aggregator.errors import (
     LevelCollected,
     ReportRejection,
 )
-from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, job_sum, prefix_job_id
+from veil.aggregator.prefixes import (
+    LevelCaches,
+    PrefixVdaf,
+    ShareCache,
+    job_sum,
+    prefix_job_id,
+)
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import (
     BatchAggregate,
@@ -106,8 +112,10 @@ class LeaderPrefixes:
     def __init__(self, base: AggregatorBase[LeaderTask], privacy: PrivacyEngine) -> None:
         self.base = base
         self.privacy = privacy
-        # The IDPF nodes of each job's reports, from one level to the next.
+        # The IDPF nodes of each job's reports, and their opened shares, from
+        # one level to the next.
         self.caches = LevelCaches()
+        self.shares = ShareCache()
 
     # --- the collector's request --------------------------------------------
 
@@ -277,8 +285,16 @@ class LeaderPrefixes:
         opened: list[Report] = []
         plaintexts: list[bytes] = []
         for r in reports:
-            info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
-            plaintext = base.open_share(base.keypair(r.leader_ct.config_id), r.leader_ct, info)
+            # The leader's own stored reports: a share is opened once per batch.
+            share_key = task.task_id + r.report_id
+            plaintext: bytes | ReportRejection | None = self.shares.get(share_key)
+            if plaintext is None:
+                info = input_share_info(
+                    ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share
+                )
+                plaintext = base.open_share(base.keypair(r.leader_ct.config_id), r.leader_ct, info)
+                if not isinstance(plaintext, ReportRejection):
+                    self.shares.put(share_key, plaintext)
             # A share the leader cannot open is dropped here: the helper never sees it.
             if not isinstance(plaintext, ReportRejection):
                 opened.append(r)

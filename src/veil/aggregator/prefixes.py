@@ -29,7 +29,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from veil.aggregator.errors import (
     AggParamRefused,
@@ -60,6 +60,8 @@ class PrefixVdaf:
     vdaf: Poplar1
     batch: BatchPoplar1
     levels: frozenset[int]
+    # Parameters already parsed (each job's two rounds send the same one).
+    parsed: dict[bytes, Poplar1AggParam] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def of(task: Task) -> PrefixVdaf:
@@ -69,6 +71,16 @@ class PrefixVdaf:
     def parse(self, encoded: bytes) -> Poplar1AggParam:
         """The aggregation parameter, checked on its own (InvalidAggParam,
         TooManyPrefixes)."""
+        known = self.parsed.get(encoded)
+        if known is not None:
+            return known
+        agg_param = self._parse(encoded)
+        if len(self.parsed) >= 64:
+            self.parsed.clear()
+        self.parsed[encoded] = agg_param
+        return agg_param
+
+    def _parse(self, encoded: bytes) -> Poplar1AggParam:
         if not encoded:
             raise InvalidAggParam(
                 "a poplar1 task is collected with an aggregation parameter (agg_param: a level"
@@ -228,3 +240,26 @@ class LevelCaches:
 
 def _size(cache: IdpfCache) -> int:
     return int(cache.seeds.nbytes + cache.ctrl.nbytes)
+
+
+class ShareCache:
+    """Opened input shares kept in memory from one level to the next (an
+    aggregator opens each report's share once per batch instead of once per
+    level and round). Keyed by what the share was opened from; at most
+    `max_entries`, the oldest dropped first. Only a speed-up: a miss opens
+    the share again."""
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = max_entries
+        self._shares: OrderedDict[bytes, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> bytes | None:
+        with self._lock:
+            return self._shares.get(key)
+
+    def put(self, key: bytes, share: bytes) -> None:
+        with self._lock:
+            self._shares[key] = share
+            while len(self._shares) > self.max_entries:
+                self._shares.popitem(last=False)
