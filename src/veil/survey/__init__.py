@@ -5,8 +5,10 @@ The package's modules, in the order a survey goes through them:
 (the survey file, strict TOML with file:line errors), `budget` (the total
 budget divided among the questions), `tasks` (one task per question),
 `statement` (the privacy statement), `plan` (the accuracy to expect before
-fielding it), `description` (``survey.json``, what respondents see).
-Answering a deployed survey is `veil.client.SurveyClient`.
+fielding it), `description` (``survey.json``, what respondents see),
+`results` (a collected question's published result, computed once); `text`
+holds what text questions add. Answering a deployed survey is
+`veil.client.SurveyClient`; showing results is `veil.render`.
 
 The names below are the ones an application needs; the others live in the
 module that says what they are.
