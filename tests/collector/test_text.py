@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,33 @@ def test_a_query_answering_the_wrong_number_of_counts_is_refused() -> None:
 def test_a_malformed_progress_is_refused(doc: object) -> None:
     with pytest.raises(ValueError, match=r"progress|job id"):
         TextProgress.from_json(doc)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        {"editor": {"progress": {"levels": 2}, "report_count": 3}},
+        {"editor": {"progress": TextProgress(2).to_json(), "report_count": "many"}},
+        {"editor": {"report_count": 3}},
+        {"editor": [1, 2]},
+    ],
+)
+def test_a_survey_state_with_a_malformed_text_progress_is_refused(
+    tmp_path: Path, text: object
+) -> None:
+    from veil.collector.survey import State, SurveyCollectError
+    from veil.survey import parse_survey
+
+    survey = parse_survey(
+        '[survey]\nname = "s"\nepsilon = 1\n[[question]]\nid = "editor"\nkind = "text"\n'
+    )
+    path = tmp_path / "state.json"
+    good = State(survey.id, 0, 3600)
+    doc = {**good.to_json(), "text": text}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SurveyCollectError, match="cannot resume from it"):
+        State.load(path, survey, 0, 3600)
+    good.text["editor"] = {"progress": TextProgress(2, 1, [(b"a", 5)]), "report_count": 9}
+    good.save(path)
+    again = State.load(path, survey, 0, 3600)
+    assert again.text["editor"]["progress"].survivors == [(b"a", 5)]
