@@ -11,6 +11,7 @@ threshold (`veil.dp.heavy_hitters.release_threshold`).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,10 @@ class TextRun:
     shard_seconds: float
     upload_seconds: float
     levels: list[Level] = field(default_factory=list)
+    # CPU seconds each server process used (user + system), from start to
+    # the last level: what the wall times above cost on an idle machine.
+    leader_cpu: float = 0.0
+    helper_cpu: float = 0.0
     recovered: dict[bytes, int] = field(default_factory=dict)
     truth: dict[bytes, int] = field(default_factory=dict)
 
@@ -116,11 +121,22 @@ def run_once(respondents: int, max_bytes: int = 16, epsilon: str = "2") -> TextR
                     run.recovered = kept
                     if not survivors:
                         break
+            assert dep.leader.proc is not None and dep.helper.proc is not None
+            run.leader_cpu = _cpu_seconds(dep.leader.proc.pid)
+            run.helper_cpu = _cpu_seconds(dep.helper.proc.pid)
         finally:
             dep.stop()
     for v in values:
         run.truth[v] = run.truth.get(v, 0) + 1
     return run
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def share_floor_found(run: TextRun, share: Fraction = Fraction(2, 100)) -> tuple[int, int]:

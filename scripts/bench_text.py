@@ -39,6 +39,9 @@ def main() -> None:
     print(f"{'level':>5} {'candidates':>10} {'survivors':>9} {'seconds':>8}")
     for level in run.levels:
         print(f"{level.level:>5} {level.candidates:>10} {level.survivors:>9} {level.seconds:>8.1f}")
+    print(
+        f"CPU: leader {run.leader_cpu:.1f} s, helper {run.helper_cpu:.1f} s (start to last level)"
+    )
     big, found = share_floor_found(run)
     print(
         f"shard {run.shard_seconds:.1f} s, upload {run.upload_seconds:.1f} s,"

@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 # Reports per aggregation job: each report's output share is one value per
 # prefix, so a job holds JOB_SIZE x prefixes values in memory.
 JOB_SIZE = 1000
-JOB_VALUES = 1 << 22
+JOB_VALUES = 1 << 24
 
 
 class PrefixHelperApi(Protocol):

@@ -189,7 +189,7 @@ class LevelCaches:
     computes the same values from the start. Keyed by task, batch and the
     reports' ids in their order, which is what a cache is good for."""
 
-    def __init__(self, max_bytes: int = 1 << 29, max_rounds: int = 8) -> None:
+    def __init__(self, max_bytes: int = 1 << 30, max_rounds: int = 4) -> None:
         self.max_bytes = max_bytes
         self.max_rounds = max_rounds
         self._nodes: OrderedDict[tuple[bytes, ...], IdpfCache] = OrderedDict()
