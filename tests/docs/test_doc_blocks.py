@@ -76,7 +76,7 @@ RUN = {
 NOT_RUN = {
     ("README.md", "Quick start", "sh"): (
         "a fresh virtual environment and pip install: .ci/run runs the test command"
-        " (tests/docs/test_development_commands.py), tests/test_demo.py runs `veil demo`"
+        " (tests/docs/test_development_commands.py), tests/local/test_demo.py runs `veil demo`"
     ),
     ("docs/DEVELOPMENT.md", "Tests", "sh"): (
         "the suite itself, the JavaScript tests and the README's command: run by .ci/run"
@@ -88,7 +88,7 @@ NOT_RUN = {
         "benchmarks take minutes and assert nothing; the scripts named exist (below)"
     ),
     ("docs/PRIVACY.md", "Privacy: three guarantees", "sh"): (
-        "`veil simulate` with servers, as tests/test_demo.py runs it; its options are parsed"
+        "`veil simulate` with servers, as tests/local/test_demo.py runs it; its options are parsed"
     ),
     ("docs/SURVEYS.md", "One answer per respondent: invitations", "sh"): (
         "the issuer is a long-running server: tests/integration/test_invitations_journey.py"
@@ -251,7 +251,7 @@ def test_the_readme_survey_in_ten_lines_runs_as_written(tmp_path: Path) -> None:
 
 def test_the_simulate_sweep_runs_as_written(tmp_path: Path) -> None:
     """The sweep runs no servers; the other line (servers, 10,000 respondents)
-    is tests/test_demo.py's simulate with fewer."""
+    is tests/local/test_demo.py's simulate with fewer."""
     (block,) = section_blocks("docs/SURVEYS.md", "Before deploying: `veil simulate`", "sh")
     (sweep,) = [line for line in block.code.splitlines() if "--sweep-epsilon" in line]
     (tmp_path / "examples").mkdir()

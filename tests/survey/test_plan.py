@@ -15,7 +15,7 @@ from veil.dp.accounting import Guarantee
 from veil.dp.estimates import estimate
 from veil.local.demo import example_survey
 from veil.survey import SurveyError, parse_survey
-from veil.survey.plan import plan_survey
+from veil.survey.plan import expected_errors, plan_survey
 from veil.survey.results import question_result
 from veil.survey.tasks import task_specs
 
@@ -203,3 +203,20 @@ def test_deploy_prints_the_plan_and_strict_refuses(
     assert main([*args, "--strict", "--out", str(tmp_path / "big")]) == 0
     said = capsys.readouterr()
     assert "expected accuracy at 4,000 respondents" in said.out and said.err == ""
+
+
+def test_expected_error_is_exact_relative_and_falls_with_epsilon() -> None:
+    survey = example_survey()
+    errors = expected_errors(survey, 1000, [Fraction(1, 2), Fraction(2)])
+    by = {(e.question, e.epsilon): e for e in errors}
+    for q in survey.questions:
+        low, high = by[(q.id, 0.5)], by[(q.id, 2.0)]
+        # Four times the ε, about a quarter of the error (the geometric noise's
+        # scale is 1/ε); the band lies above the median.
+        assert 0 < high.median < low.median and high.median <= low.median / 2
+        assert low.median <= low.p90
+    # The same inputs give the same figures: nothing random in them.
+    assert errors == expected_errors(survey, 1000, [Fraction(1, 2), Fraction(2)])
+    remote = by[("remote", 2.0)]
+    assert remote.unit == "share of respondents" and remote.median < 0.05
+    assert by[("commute", 2.0)].unit == "share of the range 0..180"

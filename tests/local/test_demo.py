@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_report import png_size
+from tests.support.images import png_size
 from veil.local.demo import example_survey, run_survey
 from veil.survey.budget import with_epsilon
 from veil.survey.results import QuestionResult
@@ -107,7 +107,7 @@ def test_simulate_command_plots(tmp_path: Path) -> None:
         text=True,
         timeout=300,
         check=True,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert png_size(plot) == (1200, 1200)
 
@@ -133,7 +133,7 @@ def test_simulate_and_demo_refuse_bad_arguments_before_running(
     # whole simulation.
     from veil.cli import main
 
-    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "survey.toml")
     for argv, says in (
         (["demo", "--respondents", "0"], "argument --respondents: must be at least 1, got 0"),
         (["simulate", "--survey", example, "--respondents", "-5"], "must be at least 1"),
@@ -158,7 +158,7 @@ def test_plot_without_matplotlib_says_what_to_install(
     # once, before a simulation runs, and nothing is written.
     from veil.cli import main
 
-    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "survey.toml")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     out = tmp_path / "results.png"
     for extra in ([], ["--sweep-epsilon", "1", "2"]):
@@ -175,7 +175,7 @@ def test_sweep_without_plot_prints_a_table_and_writes_nothing(
     # It wrote sweep.png into the current directory unasked.
     from veil.cli import main
 
-    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "survey.toml")
     monkeypatch.chdir(tmp_path)
     argv = ["simulate", "--survey", example, "--respondents", "500", "--sweep-epsilon", "1", "4"]
     assert main(argv) == 0
@@ -191,7 +191,7 @@ def test_a_non_number_epsilon_is_refused_in_one_line_of_our_words(
 ) -> None:
     from veil.cli import main
 
-    example = str(Path(__file__).resolve().parents[1] / "examples" / "survey.toml")
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "survey.toml")
     assert main(["simulate", "--survey", example, "--epsilon", "one"]) == 2
     err = capsys.readouterr().err
     assert err == "veil simulate: --epsilon: not a number: 'one'\n"
