@@ -21,6 +21,24 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+# Files that run real servers for long (these folders, these markers) are
+# collected first: the parallel workers (pytest-xdist, a file at a time each)
+# start them early, so that no long file is left to run alone at the end.
+_LONG_MARKERS = ("slow", "fault", "load", "browser")
+_LONG_FOLDERS = ("reliability", "integration", "docs", "web", "js")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    long_files = {
+        item.path
+        for item in items
+        if any(item.get_closest_marker(m) for m in _LONG_MARKERS)
+        or item.path.relative_to(tests).parts[0] in _LONG_FOLDERS
+    }
+    items.sort(key=lambda item: item.path not in long_files)  # stable: files stay whole
+
+
 @pytest.fixture(scope="session")
 def vdaf_vectors() -> Path:
     """The official vectors' directory. Where it is missing the tests that
