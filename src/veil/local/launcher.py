@@ -68,7 +68,10 @@ class ServerProcess:
 
     def start(
         self,
-        timeout: float = 20.0,
+        # A server starts in about a second on an idle machine; on a loaded
+        # one (the test suite's parallel workers beside other work) 20 s
+        # was seen to pass before it served.
+        timeout: float = 60.0,
         root_certificates: bytes | None = None,
         private_key: bytes | None = None,
         certificate_chain: bytes | None = None,
