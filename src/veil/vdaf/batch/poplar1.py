@@ -22,6 +22,10 @@ Where the time goes, and what is done about it:
   evaluated (and its two AES contexts): the draft's rule makes every new
   prefix extend a cached one, so the next level costs one step of the
   tree, not a walk from the root.
+- Between the two AES passes of a depth, the per-node work is compiled
+  loops (``veil.vdaf.batch._idpf_kernels``); the walk runs over
+  sub-batches of reports (``chunk_nodes``) so memory stays bounded with
+  thousands of candidates.
 - The sketch is Field64 arithmetic over ``(reports, prefixes)`` arrays
   (compiled kernels); the leaf level's Field255 uses Python ints in NumPy
   object arrays (one level of many).
@@ -46,10 +50,12 @@ One level, both aggregators in one process::
     caches = [init.cache for init in inits]  # for the next level
     msgs = batch.verifier_shares_to_message_batch(
         ctx, agg_param, [init.verifier_shares for init in inits])
-    seconds = [batch.verify_next_batch(ctx, init.state, msgs.messages) for init in inits]
+    # (In a deployment each aggregator passes the encoded messages it got,
+    # msgs.messages; in one process the MessageBatch keeps its errors too.)
+    seconds = [batch.verify_next_batch(ctx, init.state, msgs) for init in inits]
     finals = batch.verifier_shares_to_message_batch(
         ctx, agg_param, [s.verifier_shares for s in seconds])
-    outs = [batch.verify_next_batch(ctx, s.state, finals.messages) for s in seconds]
+    outs = [batch.verify_next_batch(ctx, s.state, finals) for s in seconds]
     counts = vdaf.unshard(agg_param, [batch.aggregate_batch(o) for o in outs], n)
 """
 
@@ -154,10 +160,9 @@ def _ints255(raw: Arr) -> Arr:
     """32-byte little-endian groups of the last axis as Python ints (an
     object array of one fewer byte axis, 32 times shorter)."""
     shape = (*raw.shape[:-1], raw.shape[-1] // 32)
-    flat = np.ascontiguousarray(raw).reshape(-1, 32)
-    values = np.empty(flat.shape[0], dtype=object)
-    for i, row in enumerate(flat):
-        values[i] = int.from_bytes(row.tobytes(), "little")
+    flat = np.ascontiguousarray(raw).tobytes()
+    values = np.empty(len(flat) // 32, dtype=object)
+    values[:] = [int.from_bytes(flat[i : i + 32], "little") for i in range(0, len(flat), 32)]
     return values.reshape(shape)
 
 
@@ -298,17 +303,21 @@ def _hash_rows(encrypts: Sequence[Encrypt], seeds: Arr, count: int) -> Arr:
 
 
 def _tree(level: int, prefixes: Sequence[Prefix], start: int, roots: Sequence[Prefix]) -> list[Any]:
-    """The prefix tree between depth ``start`` (nodes ``roots``, of length
-    ``start``) and ``level``: for each depth d in ``[start, level]``, the
-    sorted nodes of length ``d + 1`` and, for each, the index of its parent
-    among the previous depth's nodes and its last bit."""
+    """The prefix tree between depth ``start`` (below the nodes ``roots``,
+    of length ``start``) and ``level``: for each depth d in ``[start,
+    level]``, the sorted nodes of length ``d + 1`` and, for each, the index
+    of its parent among the previous depth's nodes and its last bit. Built
+    from the prefixes up, each depth from the one below (which is never
+    larger), so that a deep level of many prefixes costs little."""
+    layers = [sorted(set(prefixes))]
+    for _ in range(level - 1, start - 1, -1):
+        layers.append(sorted({p[:-1] for p in layers[-1]}))
+    layers.reverse()
     steps = []
-    above = list(roots)
-    index = {p: i for i, p in enumerate(above)}
-    for depth in range(start, level + 1):
-        nodes = sorted({p[: depth + 1] for p in prefixes})
-        parent = np.array([index[p[:depth]] for p in nodes], dtype=np.intp)
-        bit = np.array([int(p[depth]) for p in nodes], dtype=np.intp)
+    index = {p: i for i, p in enumerate(roots)}
+    for nodes in layers:
+        parent = np.array([index[p[:-1]] for p in nodes], dtype=np.intp)
+        bit = np.array([int(p[-1]) for p in nodes], dtype=np.intp)
         steps.append((nodes, parent, bit))
         index = {p: i for i, p in enumerate(nodes)}
     return steps
