@@ -10,6 +10,7 @@ medians over several runs, reported per report: "shard" is
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import resource
@@ -600,4 +601,79 @@ def compare_poplar1_with_reference(
             runs,
         ),
         {k: statistics.median(t[k] for t in theirs) for k in theirs[0]},
+    )
+
+
+# A text question's queries (veil.dp.heavy_hitters): one per byte, each
+# survivor of the previous byte extended by all 256 byte values. Measured
+# at the first byte (256 candidates), the second (survivors x 256; from
+# the root, "cold", and from the first byte's cache, "warm") and the last,
+# the leaf level (XofTurboShake128 per node and Field255).
+
+
+@dataclass(frozen=True)
+class TextRow:
+    batch: int
+    strings: int
+    survivors: int  # distinct first bytes: the second byte's survivors
+    first_us: float
+    second_cold_us: float
+    second_warm_us: float
+    last_us: float
+    candidates: tuple[int, int, int]
+
+
+def run_poplar1_text(batch_size: int, survivors: int = 50, runs: int = 3) -> TextRow:
+    """Medians over ``runs`` of one aggregator's ``verify_init_batch`` CPU
+    per report at the byte levels 7, 15 and 127 (bits=128), the reports
+    holding ``survivors`` distinct strings."""
+    vdaf = Poplar1(POPLAR1_BITS)
+    batch = BatchPoplar1(vdaf)
+    rng = random.Random(5)
+    words = [vdaf.measurement_from_bytes(rng.randbytes(16)) for _ in range(survivors)]
+    inputs = Poplar1Inputs(
+        [rng.choice(words) for _ in range(batch_size)],
+        [rng.randbytes(vdaf.NONCE_SIZE) for _ in range(batch_size)],
+        [rng.randbytes(vdaf.RAND_SIZE) for _ in range(batch_size)],
+        rng.randbytes(vdaf.VERIFY_KEY_SIZE),
+        words,
+    )
+    sharded = batch.shard_batch(CTX, inputs.measurements, inputs.nonces, inputs.rands)
+    byte_values = list(itertools.product((False, True), repeat=8))
+
+    def query(level: int) -> Poplar1AggParam:
+        kept = {w[: level - 7] for w in words}
+        return Poplar1AggParam(level, tuple(sorted(k + v for k in kept for v in byte_values)))
+
+    def timed(agg_param: Poplar1AggParam, cache: IdpfCache | None) -> tuple[float, Any]:
+        start = time.process_time()
+        init = batch.verify_init_batch(
+            inputs.verify_key,
+            CTX,
+            0,
+            agg_param,
+            inputs.nonces,
+            sharded.public_shares,
+            sharded.input_shares[0],
+            cache,
+        )
+        return (time.process_time() - start) / batch_size * 1e6, init.cache
+
+    levels = (query(7), query(15), query(127))
+    first, cold, warm, last = [], [], [], []
+    for _ in range(runs):
+        seconds, cache = timed(levels[0], None)
+        first.append(seconds)
+        cold.append(timed(levels[1], None)[0])
+        warm.append(timed(levels[1], cache)[0])
+        last.append(timed(levels[2], None)[0])
+    return TextRow(
+        batch_size,
+        survivors,
+        len({w[:8] for w in words}),
+        statistics.median(first),
+        statistics.median(cold),
+        statistics.median(warm),
+        statistics.median(last),
+        (len(levels[0].prefixes), len(levels[1].prefixes), len(levels[2].prefixes)),
     )

@@ -13,7 +13,10 @@ of one answer, then both aggregators' two verification rounds per report
 at levels 0, 7, 63 and 127 with about 16 candidates, "cold" (each report's
 IDPF walked from the root, as the reference does) and "warm" (from the
 previous level's cache, as a collection going level by level does), and
-the mean per level of a sweep of all 128 levels.
+the mean per level of a sweep of all 128 levels. ``--text`` measures the
+queries of a text question instead (one per byte, every survivor extended
+by all 256 byte values: the first byte, the second cold and warm, the
+last).
 
 --reference takes the ``poc`` directory of a checkout of the draft's
 repository (draft-irtf-cfrg-vdaf, the tag of the draft veil implements) and
@@ -45,6 +48,7 @@ from bench.vdaf import (
     peak_rss_mib,
     run_case,
     run_poplar1,
+    run_poplar1_text,
     stream_histogram,
 )
 from veil.tuning import limit_blas_threads, tune_allocator
@@ -98,7 +102,15 @@ def main() -> None:
         metavar="PYTHON",
         help="interpreter for --reference (default python3.12)",
     )
+    parser.add_argument(
+        "--text",
+        action="store_true",
+        help="Poplar1 as a text question queries it: one byte at a time",
+    )
     args = parser.parse_args()
+    if args.text:
+        _text(args)
+        return
     if args.reference:
         _compare(args)
         return
@@ -177,6 +189,21 @@ def _lifted(args: argparse.Namespace) -> None:
             f" {r.lifted_shard_us / r.shard_us:>5.2f}x {r.verify_us:>10.1f}"
             f" {r.lifted_verify_us:>9.1f} {r.lifted_verify_us / r.verify_us:>5.2f}x"
         )
+
+
+def _text(args: argparse.Namespace) -> None:
+    tune_allocator()
+    r = run_poplar1_text(50 if args.quick else 200, runs=max(3, min(args.runs, 5)))
+    first, second, last = r.candidates
+    print(
+        f"Poplar1(bits={POPLAR1_BITS}) queried a byte at a time, {r.batch} reports holding"
+        f" {r.strings} strings ({r.survivors} first bytes); one aggregator's verify_init,"
+        " CPU us per report"
+    )
+    print(f"  {f'byte 1 (level 7, {first} candidates)':44} {r.first_us:>10.1f}")
+    print(f"  {f'byte 2 (level 15, {second} candidates), cold':44} {r.second_cold_us:>10.1f}")
+    print(f"  {f'byte 2 (level 15, {second} candidates), warm':44} {r.second_warm_us:>10.1f}")
+    print(f"  {f'byte 16 (level 127, {last} candidates), cold':44} {r.last_us:>10.1f}")
 
 
 def _poplar1_json(r: Poplar1Row, reference: dict[str, float] | None = None) -> dict[str, object]:

@@ -27,3 +27,10 @@ def test_a_small_run_fills_every_field() -> None:
     assert set(row.cold_us) == {0, 3} and set(row.warm_us) == {3}
     assert all(v > 0 for v in (*row.cold_us.values(), *row.warm_us.values()))
     assert row.sweep_us == 0.0
+
+
+def test_a_small_text_run_queries_byte_levels() -> None:
+    row = bench.run_poplar1_text(3, survivors=2, runs=1)
+    assert row.batch == 3 and row.strings == 2 and 1 <= row.survivors <= 2
+    assert row.candidates == (256, 256 * row.survivors, 256 * 2)
+    assert min(row.first_us, row.second_cold_us, row.second_warm_us, row.last_us) > 0
