@@ -1,8 +1,8 @@
 """Poplar1 tasks through the leader's and the helper's logic in one process
 (no gRPC), on each storage backend: levels collected in order, every rule on
 the aggregation parameter refused by each aggregator on its own, hostile
-reports dropped per report (veil.aggregator.prefixes, prefix_leader,
-prefix_helper)."""
+reports dropped per report (veil.aggregator.prefixes, leader.prefixes,
+helper.prefixes)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from veil.aggregator.errors import (
     TooManyPrefixes,
 )
 from veil.aggregator.helper import Helper
-from veil.aggregator.prefix_leader import LeaderPrefixes, Released
+from veil.aggregator.leader.prefixes import LeaderPrefixes, Released
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord, PrefixQuery
 from veil.client import prepare_reports

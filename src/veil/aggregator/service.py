@@ -325,7 +325,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                 )
             )
         if request.agg_param or request.round or request.task_id in self.helper.prefix_vdafs:
-            # A Poplar1 job (two rounds; veil.aggregator.prefix_helper).
+            # A Poplar1 job (two rounds; veil.aggregator.helper.prefixes).
             interval = request.batch_interval
             results = self.helper.prefixes.aggregate(
                 request.task_id,

@@ -36,7 +36,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.leader.control import Backoff, DriverControl
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
-from veil.aggregator.prefix_leader import JOB_SIZE, LeaderPrefixes
+from veil.aggregator.leader.prefixes import JOB_SIZE, LeaderPrefixes
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord, StorageConflict
 from veil.hpke import ROLE_LEADER, HpkeConfig, agg_share_info, seal
@@ -372,7 +372,7 @@ class CollectionDriver:
         return True
 
     def _run_prefixes(self, task: LeaderTask, record: CollectionRecord) -> bool:
-        """A Poplar1 level's collection (veil.aggregator.prefix_leader). A
+        """A Poplar1 level's collection (veil.aggregator.leader.prefixes). A
         retryable error leaves it pending (every step repeats identically);
         a refusal fails it for good: the (batch, level) is spent either way."""
         job_size = min(JOB_SIZE, self.job_sizes.get(task.task_id, JOB_SIZE))

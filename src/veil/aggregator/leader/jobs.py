@@ -135,7 +135,7 @@ class JobDriver:
         # than looking for the tasks that have pending reports.
         for task_id in tasks:
             if task_id in self.base.prefix_vdafs:
-                continue  # Poplar1: aggregated by its collections (prefix_leader)
+                continue  # Poplar1: aggregated by its collections (leader/prefixes.py)
             while not self.control.stopping and self.store.create_aggregation_job(
                 task_id, secrets.token_bytes(16), self.job_sizes[task_id]
             ):

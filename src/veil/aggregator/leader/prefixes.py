@@ -5,7 +5,7 @@ level. The leader checks it against its own record of the batch's queries
 and records it with the collection job, in one transaction. Driving the job
 then aggregates every stored report of the batch with that parameter, in
 aggregation jobs of `JOB_SIZE` reports, each in two rounds with the helper
-(prefix_helper), and releases the level: the helper's noised share first
+(veil.aggregator.helper.prefixes), and releases the level: the helper's noised share first
 (with the leader's count and checksum, which it checks against its own),
 then the leader's.
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from veil.aggregator.core import (
     AggregationAnswer,
@@ -40,6 +39,7 @@ from veil.aggregator.errors import (
     LevelCollected,
     ReportRejection,
 )
+from veil.aggregator.leader.peer import HelperApi
 from veil.aggregator.prefixes import (
     LevelCaches,
     PrefixVdaf,
@@ -71,29 +71,6 @@ log = logging.getLogger(__name__)
 # prefix, so a job holds JOB_SIZE x prefixes values in memory.
 JOB_SIZE = 1000
 JOB_VALUES = 1 << 24
-
-
-class PrefixHelperApi(Protocol):
-    """The helper's calls a Poplar1 collection makes (GrpcHelperClient)."""
-
-    def aggregate(
-        self,
-        task: LeaderTask,
-        job_id: bytes,
-        items: Sequence[VerifyInitItem],
-        prefix_round: tuple[bytes, int, int, int] | None = None,
-    ) -> AggregationAnswer: ...
-
-    def aggregate_share(
-        self,
-        task: LeaderTask,
-        collection_id: bytes,
-        start: int,
-        duration: int,
-        report_count: int,
-        checksum: bytes,
-        agg_param: bytes = b"",
-    ) -> Ciphertext: ...
 
 
 @dataclass(frozen=True)
@@ -190,7 +167,7 @@ class LeaderPrefixes:
         self,
         task: LeaderTask,
         record: CollectionRecord,
-        api: PrefixHelperApi,
+        api: HelperApi,
         job_size: int = JOB_SIZE,
     ) -> Released:
         """Aggregate the batch with the record's parameter and release the
@@ -276,7 +253,7 @@ class LeaderPrefixes:
         record: CollectionRecord,
         job_id: bytes,
         reports: Sequence[Report],
-        api: PrefixHelperApi,
+        api: HelperApi,
     ) -> BatchAggregate:
         """One aggregation job in two rounds: what it adds to the level."""
         base = self.base

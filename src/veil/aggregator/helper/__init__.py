@@ -47,7 +47,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
-from veil.aggregator.prefix_helper import HelperPrefixes
+from veil.aggregator.helper.prefixes import HelperPrefixes
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
