@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from veil.vdaf import Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
+from veil.vdaf.batch.idpf import IdpfCache
 from veil.vdaf.batch.poplar1 import (
     BatchPoplar1,
-    IdpfCache,
     Poplar1OutShareBatch,
     VerifyRoundBatch,
 )

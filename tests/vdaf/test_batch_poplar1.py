@@ -18,13 +18,8 @@ import pytest
 
 from tests.vdaf.test_poplar1 import CheatingClient
 from veil.vdaf import CodecError, VerifyError
-from veil.vdaf.batch.poplar1 import (
-    BatchPoplar1,
-    IdpfCache,
-    Poplar1OutShareBatch,
-    VerifyRoundBatch,
-    _tree,
-)
+from veil.vdaf.batch.idpf import IdpfCache, _tree
+from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
 from veil.vdaf.errors import AggParamError, AggParamSequenceError
 from veil.vdaf.spec.poplar1 import FieldVec, Poplar1, Poplar1AggParam
 
@@ -134,7 +129,7 @@ def test_a_sweep_of_levels_equals_the_scalar_path_report_for_report(
     above the level when the level has more)."""
     vdaf = Poplar1(bits)
     batch = BatchPoplar1(vdaf)
-    batch.chunk_nodes, batch.cache_nodes = chunk_nodes, cache_nodes
+    batch.walk.chunk_nodes, batch.walk.cache_nodes = chunk_nodes, cache_nodes
     rng = random.Random(bits * 7)
     words = [tuple(rng.random() < 0.5 for _ in range(bits)) for _ in range(4)]
     measurements = [rng.choice(words) for _ in range(9)] + [
@@ -197,15 +192,17 @@ def test_the_fallback_for_rejected_candidates_agrees() -> None:
     for level in (3, 5):
         prefixes = tuple(sorted({m[: level + 1] for m in measurements}))
         parents = tuple(sorted({p[:level] for p in prefixes}))
-        above = batch._eval(1, level - 1, parents, CTX, d, None)[2]
-        data, auth, _ = batch._eval(1, level, prefixes, CTX, d, above)
+        above = batch.walk.eval(1, level - 1, parents, CTX, d.idpf, None)[2]
+        data, auth, _ = batch.walk.eval(1, level, prefixes, CTX, d.idpf, above)
         # The values before the aggregator's negation, redone for every node.
-        arith = batch._arith(level)
+        arith = batch.walk.arith(level)
         y = np.stack([arith.neg(data), arith.neg(auth)], axis=-1)
         redone = np.zeros_like(y)
         _, parent, bit = _tree(level, prefixes, level, parents)[0]
         everywhere = np.ones(data.shape, dtype=bool)
-        batch._redo(redone, everywhere, level, above.seeds, above.ctrl, parent, bit, d, CTX)
+        batch.walk.redo(
+            redone, everywhere, level, above.seeds, above.ctrl, parent, bit, d.idpf, CTX
+        )
         assert (redone == y).all()
 
 

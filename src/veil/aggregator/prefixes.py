@@ -40,12 +40,8 @@ from veil.aggregator.errors import (
 from veil.aggregator.store.records import BatchAggregate, PrefixQuery, ShareMerge
 from veil.dp.heavy_hitters import text_levels
 from veil.task import Task
-from veil.vdaf.batch.poplar1 import (
-    BatchPoplar1,
-    IdpfCache,
-    Poplar1OutShareBatch,
-    VerifyRoundBatch,
-)
+from veil.vdaf.batch.idpf import IdpfCache
+from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
 from veil.vdaf.errors import AggParamError, AggParamSequenceError, CodecError
 from veil.vdaf.errors import TooManyPrefixes as VdafTooManyPrefixes
 from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam

@@ -1,4 +1,4 @@
-"""Compiled loops of the batched IDPF walk (``veil.vdaf.batch.poplar1``).
+"""Compiled loops of the batched IDPF walk (``veil.vdaf.batch.idpf``).
 
 Between its two AES passes per tree depth (which OpenSSL does, one call
 per report), the walk does a little work per node: build the

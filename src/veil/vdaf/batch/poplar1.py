@@ -23,9 +23,10 @@ Where the time goes, and what is done about it:
   prefix extend a cached one, so the next level costs one step of the
   tree, not a walk from the root.
 - Between the two AES passes of a depth, the per-node work is compiled
-  loops (``veil.vdaf.batch._idpf_kernels``); the walk runs over
-  sub-batches of reports (``chunk_nodes``) so memory stays bounded with
-  thousands of candidates.
+  loops (``veil.vdaf.batch._idpf_kernels``); the walk
+  (``veil.vdaf.batch.idpf``) runs over sub-batches of reports
+  (``BatchIdpf.chunk_nodes``) so memory stays bounded with thousands of
+  candidates.
 - The sketch is Field64 arithmetic over ``(reports, prefixes)`` arrays
   (compiled kernels); the leaf level's Field255 uses Python ints in NumPy
   object arrays (one level of many).
@@ -61,24 +62,32 @@ One level, both aggregators in one process::
 
 from __future__ import annotations
 
-import importlib
-import operator
-import sys
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from veil.vdaf.batch.field import Arr, VecField64
-from veil.vdaf.batch.kernels import _cache_lock
+from veil.vdaf.batch.idpf import (
+    MASK255,
+    P64,
+    P255,
+    Arith,
+    BatchIdpf,
+    IdpfCache,
+    IdpfShares,
+    Inner,
+    Leaf,
+    bytes_of,
+    encode255,
+    ints255,
+    u64,
+)
 from veil.vdaf.batch.prio3 import MessageBatch, ShardBatch
-from veil.vdaf.batch.xof import expand_rows, turboshake_rows, xof_rows
-from veil.vdaf.errors import AggParamSequenceError, CodecError, VdafError, VerifyError
-from veil.vdaf.spec.field import Field, Field64, Field255
-from veil.vdaf.spec.idpf import DST_CONVERT, DST_EXTEND, CorrectionWord, FixedKeys
+from veil.vdaf.batch.xof import expand_rows, xof_rows
+from veil.vdaf.errors import CodecError, VdafError, VerifyError
+from veil.vdaf.spec.field import Field255
 from veil.vdaf.spec.poplar1 import (
     EVALUATE_SKETCH,
     REVEAL_SKETCH,
@@ -89,31 +98,9 @@ from veil.vdaf.spec.poplar1 import (
     FieldVec,
     Poplar1,
     Poplar1AggParam,
-    Prefix,
 )
 
 Errors = list[VdafError | None]
-# A report's AES-128-ECB under its fixed key: ``update_into(data, out)``.
-Encrypt = Callable[[Any, Any], int]
-
-_compiled: Any = None
-
-
-def _walk_kernels() -> Any:
-    """``veil.vdaf.batch._idpf_kernels``, compiled (or loaded from numba's
-    cache) on first use, under the kernels' cache lock."""
-    global _compiled
-    if _compiled is None:
-        with _cache_lock():
-            _compiled = importlib.import_module("veil.vdaf.batch._idpf_kernels")
-    return _compiled
-
-
-_P64 = np.uint64(Field64.MODULUS)
-_P255 = Field255.MODULUS
-_MASK255 = (1 << 255) - 1
-_ONE = np.uint64(1)
-_LITTLE = sys.byteorder == "little"
 
 
 def _ok(errors: Errors) -> Arr:
@@ -145,242 +132,16 @@ def _rows(values: Sequence[bytes | None], length: int, what: str, errors: Errors
     return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(values), length)
 
 
-def _u64(raw: Arr) -> Arr:
-    """Little-endian 8-byte groups of the last axis as native ``uint64``."""
-    raw = np.ascontiguousarray(raw)
-    return raw.view("<u8").astype(np.uint64)
-
-
-def _bytes_of(a: Arr) -> bytes:
-    """The little-endian bytes of a ``uint64`` array, in C order."""
-    return np.ascontiguousarray(a, dtype="<u8").tobytes()
-
-
-def _ints255(raw: Arr) -> Arr:
-    """32-byte little-endian groups of the last axis as Python ints (an
-    object array of one fewer byte axis, 32 times shorter)."""
-    shape = (*raw.shape[:-1], raw.shape[-1] // 32)
-    flat = np.ascontiguousarray(raw).tobytes()
-    values = np.empty(len(flat) // 32, dtype=object)
-    values[:] = [int.from_bytes(flat[i : i + 32], "little") for i in range(0, len(flat), 32)]
-    return values.reshape(shape)
-
-
-def _encode255(values: Arr) -> bytes:
-    return b"".join(int(v).to_bytes(32, "little") for v in values.reshape(-1))
-
-
-# -- the level's field, as arrays -------------------------------------------
-
-
-class _Inner:
-    """Field64 on ``uint64`` arrays (the compiled kernels)."""
-
-    field: type[Field] = Field64
-    SIZE = 8
-
-    @staticmethod
-    def decode(raw: Arr) -> tuple[Arr, Arr]:
-        values = _u64(raw)
-        return values, values < _P64
-
-    @staticmethod
-    def encode(values: Arr) -> bytes:
-        return _bytes_of(values)
-
-    @staticmethod
-    def zeros(shape: tuple[int, ...]) -> Arr:
-        return np.zeros(shape, dtype=np.uint64)
-
-    add = staticmethod(VecField64.add)
-    sub = staticmethod(VecField64.sub)
-    mul = staticmethod(VecField64.mul)
-    neg = staticmethod(VecField64.neg)
-
-    @staticmethod
-    def dot(a: Arr, b: Arr) -> Arr:
-        return VecField64.dot(a, b, axis=-1)
-
-    @staticmethod
-    def from_int(value: int) -> Any:
-        return np.uint64(value)
-
-    @staticmethod
-    def to_ints(values: Arr) -> list[int]:
-        return [int(v) for v in values]
-
-
-class _Leaf:
-    """Field255 on NumPy object arrays of Python ints."""
-
-    field: type[Field] = Field255
-    SIZE = 32
-
-    @staticmethod
-    def decode(raw: Arr) -> tuple[Arr, Arr]:
-        values = _ints255(raw)
-        return values, values < _P255
-
-    @staticmethod
-    def encode(values: Arr) -> bytes:
-        return _encode255(values)
-
-    @staticmethod
-    def zeros(shape: tuple[int, ...]) -> Arr:
-        out = np.empty(shape, dtype=object)
-        out.fill(0)
-        return out
-
-    @staticmethod
-    def add(a: Arr, b: Arr) -> Arr:
-        return (a + b) % _P255
-
-    @staticmethod
-    def sub(a: Arr, b: Arr) -> Arr:
-        return (a - b) % _P255
-
-    @staticmethod
-    def mul(a: Arr, b: Arr) -> Arr:
-        return (a * b) % _P255
-
-    @staticmethod
-    def neg(a: Arr) -> Arr:
-        return (-a) % _P255
-
-    @staticmethod
-    def dot(a: Arr, b: Arr) -> Arr:
-        return np.asarray((a * b).sum(axis=-1) % _P255)
-
-    @staticmethod
-    def from_int(value: int) -> Any:
-        return value
-
-    @staticmethod
-    def to_ints(values: Arr) -> list[int]:
-        return [int(v) for v in values]
-
-
-_Arith = type[_Inner] | type[_Leaf]
-
-
-# -- the IDPF over many reports ----------------------------------------------
-
-
-def _aes_rows(encrypts: Sequence[Encrypt], blocks: Arr) -> Arr:
-    """AES-128 of each report's blocks under its own key: ``blocks`` is
-    ``(reports, ..., 2)`` ``uint64`` (two words per 16-byte block); the
-    result has its shape. One call per report, on all of its blocks, each
-    writing into its row of one buffer; the loop over reports runs in C
-    (``map``), the calls are OpenSSL's."""
-    rows = blocks.shape[0]
-    if not _LITTLE:
-        blocks = blocks.astype("<u8")
-    blocks = np.ascontiguousarray(blocks)
-    width = blocks.nbytes // rows if rows else 0
-    # update_into wants room for a block beyond its input: the next row's
-    # (written after), and 16 spare bytes at the end.
-    out = np.empty(blocks.nbytes + 16, dtype=np.uint8)
-    source = blocks.data.cast("B")
-    target = out.data
-    starts = range(0, rows * width, width)
-    ins = map(source.__getitem__, map(slice, starts, range(width, rows * width + 1, width)))
-    outs = map(target.__getitem__, map(slice, starts, range(width + 16, rows * width + 17, width)))
-    deque(map(operator.call, encrypts, ins, outs), maxlen=0)
-    hashed = out[: blocks.nbytes].view("<u8").reshape(blocks.shape)
-    return hashed if _LITTLE else hashed.astype(np.uint64)
-
-
-def _hash_rows(encrypts: Sequence[Encrypt], seeds: Arr, count: int) -> Arr:
-    """Blocks 0 to ``count - 1`` of XofFixedKeyAes128's stream for each
-    seed (``(reports, nodes, 2)`` ``uint64``): ``AES(s) xor s`` with ``s =
-    sigma(seed xor le128(i))``; ``(reports, nodes, count, 2)``."""
-    lo, hi = seeds[..., 0], seeds[..., 1]
-    sigma = np.empty((*seeds.shape[:-1], count, 2), dtype=np.uint64)
-    for i in range(count):
-        sigma[..., i, 0] = hi
-        sigma[..., i, 1] = hi ^ lo ^ np.uint64(i)
-    return _aes_rows(encrypts, sigma) ^ sigma
-
-
-def _tree(level: int, prefixes: Sequence[Prefix], start: int, roots: Sequence[Prefix]) -> list[Any]:
-    """The prefix tree between depth ``start`` (below the nodes ``roots``,
-    of length ``start``) and ``level``: for each depth d in ``[start,
-    level]``, the sorted nodes of length ``d + 1`` and, for each, the index
-    of its parent among the previous depth's nodes and its last bit. Built
-    from the prefixes up, each depth from the one below (which is never
-    larger), so that a deep level of many prefixes costs little."""
-    layers = [sorted(set(prefixes))]
-    for _ in range(level - 1, start - 1, -1):
-        layers.append(sorted({p[:-1] for p in layers[-1]}))
-    layers.reverse()
-    steps = []
-    index = {p: i for i, p in enumerate(roots)}
-    for nodes in layers:
-        parent = np.array([index[p[:-1]] for p in nodes], dtype=np.intp)
-        bit = np.array([int(p[-1]) for p in nodes], dtype=np.intp)
-        steps.append((nodes, parent, bit))
-        index = {p: i for i, p in enumerate(nodes)}
-    return steps
-
-
-@dataclass
-class IdpfCache:
-    """One aggregator's IDPF nodes of a batch, kept from one level to the
-    next: the level last evaluated and its prefixes (``level``,
-    ``prefixes``: what the next level must extend), and the nodes of one
-    depth at or above it (``node_level``, ``node_prefixes``; ``seeds``
-    ``(reports, nodes, 2)``, ``ctrl`` ``(reports, nodes)``) with each
-    report's two fixed-key AES contexts (extend, convert). The nodes kept
-    are those of the deepest depth with at most ``BatchPoplar1.cache_nodes``
-    of them, so that a level of many candidates (every byte value after
-    each survivor) does not hold them all per report. Held in memory
-    between the levels of one collection; only good for the same reports
-    in the same order (``nonces``) and the same aggregator. It checks that
-    the next level extends ``prefixes``, but the draft's rule across the
-    parameters used is the caller's (``Poplar1.check_valid``)."""
-
-    agg_id: int
-    level: int
-    prefixes: tuple[Prefix, ...]
-    node_level: int
-    node_prefixes: tuple[Prefix, ...]
-    nonces: bytes
-    seeds: Arr
-    ctrl: Arr
-    extend: list[Encrypt]
-    convert: list[Encrypt]
-
-
 @dataclass
 class _Decoded:
-    """One aggregator's reports, decoded: the IDPF's correction words by
-    level and its key; the correlated randomness."""
+    """One aggregator's reports, decoded: the IDPF's inputs (``idpf``:
+    key, correction words by level, nonces); the correlated randomness."""
 
-    nonces: Arr  # (R, 16) uint8
-    ctrl_cw: Arr  # (R, BITS, 2) bool
-    seed_cw: Arr  # (R, BITS, 2) uint64
-    w_inner: Arr  # (R, BITS - 1, 2) uint64
-    w_leaf: Arr  # (R, 2) object
-    keys: Arr  # (R, 2) uint64
+    idpf: IdpfShares
     corr_seeds: Arr  # (R, 32) uint8
     corr_inner: Arr  # (R, 2 * (BITS - 1)) uint64
     corr_leaf: Arr  # (R, 2) object
     errors: Errors
-
-    def part(self, rows: slice) -> _Decoded:
-        """The same reports' rows ``rows`` (errors stay with the whole)."""
-        return _Decoded(
-            self.nonces[rows],
-            self.ctrl_cw[rows],
-            self.seed_cw[rows],
-            self.w_inner[rows],
-            self.w_leaf[rows],
-            self.keys[rows],
-            self.corr_seeds[rows],
-            self.corr_inner[rows],
-            self.corr_leaf[rows],
-            self.errors,
-        )
 
 
 @dataclass
@@ -439,55 +200,15 @@ class Poplar1OutShareBatch:
 
 
 class BatchPoplar1:
-    """The batched path of one ``Poplar1`` instance."""
-
-    # Nodes (reports x nodes of one depth) per sub-batch of the IDPF walk:
-    # about 40 bytes each across its arrays, so some tens of MiB however
-    # many reports and candidates are passed.
-    chunk_nodes = 1 << 18
-    # Nodes per report an IdpfCache keeps (16 bytes and a bit each).
-    cache_nodes = 1 << 12
+    """The batched path of one ``Poplar1`` instance; its IDPF is ``walk``
+    (``BatchIdpf``, whose ``chunk_nodes`` and ``cache_nodes`` bound the
+    walk's memory and the cache it keeps)."""
 
     def __init__(self, vdaf: Poplar1) -> None:
         self.vdaf = vdaf
-        self.idpf = vdaf.idpf
+        self.walk = BatchIdpf(vdaf.idpf)
         self.BITS = vdaf.BITS
         self.SHARES = vdaf.SHARES
-
-    def _arith(self, level: int) -> _Arith:
-        return _Inner if level < self.BITS - 1 else _Leaf
-
-    # -- fixed AES keys ----------------------------------------------------
-
-    def _fixed_keys(self, dst: bytes, nonces: Arr) -> list[Encrypt]:
-        """Each report's AES-128 encryption under its fixed key for ``dst``
-        (TurboSHAKE128, domain byte 2, of the tag and the nonce)."""
-        rows = nonces.shape[0]
-        prefix = np.frombuffer(len(dst).to_bytes(2, "little") + dst, dtype=np.uint8)
-        messages = np.concatenate([np.broadcast_to(prefix, (rows, len(prefix))), nonces], axis=1)
-        keys = turboshake_rows(messages, 16, domain=2)
-        ecb = modes.ECB()
-        return [
-            Cipher(algorithms.AES(keys[r].tobytes()), ecb).encryptor().update_into
-            for r in range(rows)
-        ]
-
-    def _leaf_xof(self, dst: bytes, seeds: Arr, nonces: Arr, out_len: int) -> Arr:
-        """XofTurboShake128 with 16-byte seeds (the IDPF's leaf level) for
-        each (report, node): ``seeds`` ``(R, N, 2)`` ``uint64``; bytes
-        ``(R, N, out_len)``."""
-        rows, nodes = seeds.shape[:2]
-        head = np.frombuffer(len(dst).to_bytes(2, "little") + dst + bytes([16]), dtype=np.uint8)
-        seed_bytes = np.frombuffer(_bytes_of(seeds), dtype=np.uint8).reshape(rows, nodes, 16)
-        messages = np.concatenate(
-            [
-                np.broadcast_to(head, (rows, nodes, len(head))),
-                seed_bytes,
-                np.broadcast_to(nonces[:, None, :], (rows, nodes, nonces.shape[1])),
-            ],
-            axis=2,
-        ).reshape(rows * nodes, -1)
-        return turboshake_rows(messages, out_len).reshape(rows, nodes, out_len)
 
     # -- decoding ----------------------------------------------------------
 
@@ -508,266 +229,29 @@ class BatchPoplar1:
         _flag(errors, ctrl[:, 2 * bits :].any(axis=1), CodecError("control bits: padding set"))
         ctrl_cw = ctrl[:, : 2 * bits].reshape(rows, bits, 2).astype(bool)
         offset = packed_len
-        seed_cw = _u64(public[:, offset : offset + 16 * bits]).reshape(rows, bits, 2)
+        seed_cw = u64(public[:, offset : offset + 16 * bits]).reshape(rows, bits, 2)
         offset += 16 * bits
-        w_inner, ok = _Inner.decode(public[:, offset : offset + 16 * (bits - 1)])
+        w_inner, ok = Inner.decode(public[:, offset : offset + 16 * (bits - 1)])
         _flag(errors, ~ok.all(axis=1), CodecError("public share: Field64 element not reduced"))
         w_inner = w_inner.reshape(rows, bits - 1, 2)
         offset += 16 * (bits - 1)
-        w_leaf, ok = _Leaf.decode(public[:, offset:])
+        w_leaf, ok = Leaf.decode(public[:, offset:])
         _flag(errors, ~ok.all(axis=1), CodecError("public share: Field255 element not reduced"))
 
         shares = _rows(input_shares, self.vdaf.input_share_size(agg_id), "input share", errors)
-        keys = _u64(shares[:, :16])
+        keys = u64(shares[:, :16])
         corr_seeds = shares[:, 16:48]
-        corr_inner, ok = _Inner.decode(shares[:, 48 : 48 + 16 * (bits - 1)])
+        corr_inner, ok = Inner.decode(shares[:, 48 : 48 + 16 * (bits - 1)])
         _flag(errors, ~ok.all(axis=1), CodecError("input share: Field64 element not reduced"))
-        corr_leaf, ok = _Leaf.decode(shares[:, 48 + 16 * (bits - 1) :])
+        corr_leaf, ok = Leaf.decode(shares[:, 48 + 16 * (bits - 1) :])
         _flag(errors, ~ok.all(axis=1), CodecError("input share: Field255 element not reduced"))
         return _Decoded(
-            nonce_rows,
-            ctrl_cw,
-            seed_cw,
-            w_inner,
-            w_leaf,
-            keys,
+            IdpfShares(nonce_rows, ctrl_cw, seed_cw, w_inner, w_leaf, keys),
             corr_seeds,
             corr_inner,
             corr_leaf,
             errors,
         )
-
-    # -- the IDPF walk -----------------------------------------------------
-
-    def _eval(
-        self,
-        agg_id: int,
-        level: int,
-        prefixes: tuple[Prefix, ...],
-        ctx: bytes,
-        d: _Decoded,
-        cache: IdpfCache | None,
-    ) -> tuple[Arr, Arr, IdpfCache]:
-        """Each report's share of the value at each prefix: data and auth,
-        ``(reports, prefixes)`` each, and the cache for the next level. The
-        walk runs over sub-batches of reports so that the arrays of one
-        depth hold at most about ``chunk_nodes`` nodes."""
-        rows = d.nonces.shape[0]
-        nonce_bytes = d.nonces.tobytes()
-        if cache is not None:
-            if cache.agg_id != agg_id or cache.nonces != nonce_bytes:
-                raise ValueError("the IDPF cache is of other reports or another aggregator")
-            if level <= cache.level:
-                raise AggParamSequenceError(
-                    f"level {level} does not follow level {cache.level}: levels must increase"
-                )
-            known = set(cache.prefixes)
-            if any(p[: cache.level + 1] not in known for p in prefixes):
-                raise AggParamSequenceError(
-                    f"a candidate prefix does not extend any prefix of level {cache.level}"
-                )
-            start, roots = cache.node_level + 1, list(cache.node_prefixes)
-            seeds, ctrl = cache.seeds, cache.ctrl
-            extend, convert = cache.extend, cache.convert
-        else:
-            start, roots = 0, [()]
-            seeds = d.keys.reshape(rows, 1, 2)
-            ctrl = np.full((rows, 1), bool(agg_id))
-            extend = self._fixed_keys(DST_EXTEND + ctx, d.nonces)
-            convert = self._fixed_keys(DST_CONVERT + ctx, d.nonces)
-        steps = _tree(level, prefixes, start, roots)
-        # The depth whose nodes the next level starts from: the deepest
-        # with few enough nodes (else the depth already cached).
-        keep = start - 1
-        for depth, (nodes, _, _) in zip(range(start, level + 1), steps, strict=True):
-            if len(nodes) <= self.cache_nodes:
-                keep = depth
-        widest = max([len(roots), *(len(nodes) for nodes, _, _ in steps)])
-        step_rows = max(1, self.chunk_nodes // widest)
-        arith = self._arith(level)
-        data = arith.zeros((rows, len(prefixes)))
-        auth = arith.zeros((rows, len(prefixes)))
-        kept_seeds, kept_ctrl = seeds, ctrl
-        if keep >= start:
-            kept_seeds = np.zeros((rows, len(steps[keep - start][0]), 2), dtype=np.uint64)
-            kept_ctrl = np.zeros((rows, len(steps[keep - start][0])), dtype=bool)
-        for first in range(0, rows, step_rows):
-            part = slice(first, min(rows, first + step_rows))
-            dp = d.part(part)
-            node_seeds, node_ctrl = seeds[part], ctrl[part]
-            y: Arr | None = None
-            for depth, (_, parent, bit) in zip(range(start, level + 1), steps, strict=True):
-                node_seeds, node_ctrl, y = self._step(
-                    depth,
-                    depth == level,
-                    node_seeds,
-                    node_ctrl,
-                    parent,
-                    bit,
-                    dp,
-                    ctx,
-                    extend[part],
-                    convert[part],
-                )
-                if depth == keep:
-                    kept_seeds[part], kept_ctrl[part] = node_seeds, node_ctrl
-            assert y is not None
-            if agg_id == 1:
-                y = arith.neg(y)
-            data[part], auth[part] = y[..., 0], y[..., 1]
-        node_prefixes = tuple(steps[keep - start][0]) if keep >= start else tuple(roots)
-        new_cache = IdpfCache(
-            agg_id,
-            level,
-            prefixes,
-            keep,
-            node_prefixes,
-            nonce_bytes,
-            kept_seeds,
-            kept_ctrl,
-            extend,
-            convert,
-        )
-        return data, auth, new_cache
-
-    def _step(
-        self,
-        depth: int,
-        last: bool,
-        seeds: Arr,
-        ctrl: Arr,
-        parent: Arr,
-        bit: Arr,
-        d: _Decoded,
-        ctx: bytes,
-        extend: list[Encrypt],
-        convert: list[Encrypt],
-    ) -> tuple[Arr, Arr, Arr | None]:
-        """One depth of the tree: the children ``(parent, bit)`` of the
-        nodes ``(seeds, ctrl)`` at ``depth - 1``; their seeds, control bits
-        and, at the last depth, their value shares ``(R, N, 2)``."""
-        if depth == self.BITS - 1:
-            return self._leaf_step(last, seeds, ctrl, parent, bit, d, ctx)
-        k = _walk_kernels()
-        rows, nodes = seeds.shape[0], len(parent)
-        seeds = np.ascontiguousarray(seeds)
-        ctrl = np.ascontiguousarray(ctrl)
-        sigma = np.empty((rows, seeds.shape[1], 2, 2), dtype=np.uint64)
-        k.sigma_blocks(seeds, 2, sigma)
-        hashed = _aes_rows(extend, sigma)
-        count = 2 if last else 1
-        child_ctrl = np.empty((rows, nodes), dtype=bool)
-        conv_sigma = np.empty((rows, nodes, count, 2), dtype=np.uint64)
-        k.extend_children(
-            hashed,
-            sigma,
-            ctrl,
-            np.ascontiguousarray(d.seed_cw[:, depth]),
-            np.ascontiguousarray(d.ctrl_cw[:, depth]),
-            parent,
-            bit,
-            count,
-            child_ctrl,
-            conv_sigma,
-        )
-        hashed = _aes_rows(convert, conv_sigma)
-        next_seeds = np.empty((rows, nodes, 2), dtype=np.uint64)
-        values = np.zeros((rows, nodes, 2), dtype=np.uint64)
-        bad = np.zeros((rows, nodes), dtype=bool)
-        k.convert_nodes(
-            hashed,
-            conv_sigma,
-            child_ctrl,
-            np.ascontiguousarray(d.w_inner[:, depth]),
-            last,
-            next_seeds,
-            values,
-            bad,
-        )
-        if not last:
-            return next_seeds, child_ctrl, None
-        if bad.any():
-            self._redo(values, bad, depth, seeds, ctrl, parent, bit, d, ctx)
-        return next_seeds, child_ctrl, values
-
-    def _leaf_step(
-        self,
-        last: bool,
-        seeds: Arr,
-        ctrl: Arr,
-        parent: Arr,
-        bit: Arr,
-        d: _Decoded,
-        ctx: bytes,
-    ) -> tuple[Arr, Arr, Arr | None]:
-        """``_step`` at the leaf level, where both hashes are
-        XofTurboShake128 and the values Field255 (one level of many: NumPy
-        and Python ints)."""
-        depth = self.BITS - 1
-        rows = seeds.shape[0]
-        raw = self._leaf_xof(DST_EXTEND + ctx, seeds, d.nonces, 32)
-        s = _u64(raw).reshape(rows, seeds.shape[1], 2, 2)
-        t = (s[..., 0] & _ONE).astype(bool)
-        s[..., 0] &= ~_ONE
-        # The correction of a node whose control bit is set.
-        on = ctrl[:, :, None, None]
-        s ^= np.where(on, d.seed_cw[:, None, None, depth, :], np.uint64(0))
-        t ^= ctrl[:, :, None] & d.ctrl_cw[:, None, depth, :]
-        child_seeds = s[:, parent, bit]
-        child_ctrl = t[:, parent, bit]
-        raw = self._leaf_xof(DST_CONVERT + ctx, child_seeds, d.nonces, 16 + 64)
-        next_seeds = _u64(raw[..., :16])
-        if not last:
-            return next_seeds, child_ctrl, None
-        values = _ints255(raw[..., 16:]) & _MASK255
-        bad = np.asarray((values >= _P255).any(axis=-1))
-        values = np.where(values >= _P255, 0, values)
-        y = self._correct(_Leaf, values, child_ctrl, d.w_leaf[:, None, :])
-        if bad.any():
-            self._redo(y, bad, depth, seeds, ctrl, parent, bit, d, ctx)
-        return next_seeds, child_ctrl, y
-
-    @staticmethod
-    def _correct(arith: _Arith, values: Arr, ctrl: Arr, w_cw: Arr) -> Arr:
-        """``values + w_cw`` where the control bit is set."""
-        corrected = arith.add(values, w_cw)
-        return np.where(ctrl[..., None], corrected, values)
-
-    def _redo(
-        self,
-        y: Arr,
-        bad: Arr,
-        depth: int,
-        seeds: Arr,
-        ctrl: Arr,
-        parent: Arr,
-        bit: Arr,
-        d: _Decoded,
-        ctx: bytes,
-    ) -> None:
-        """The nodes whose value stream hit a candidate >= p (rejection
-        sampling shifts the stream; about 2^-32 per Field64 element): their
-        values from their parents (``seeds``, ``ctrl`` at ``depth - 1``)
-        through the scalar ``eval_next``, exactly."""
-        for r, n in zip(*np.nonzero(bad), strict=True):
-            nonce = d.nonces[r].tobytes()
-            payload = d.w_leaf[r] if depth == self.BITS - 1 else d.w_inner[r, depth]
-            word = CorrectionWord(
-                _bytes_of(d.seed_cw[r, depth]),
-                (bool(d.ctrl_cw[r, depth, 0]), bool(d.ctrl_cw[r, depth, 1])),
-                [int(v) for v in payload],
-            )
-            _, _, values = self.idpf.eval_next(
-                FixedKeys(nonce),
-                _bytes_of(seeds[r, parent[n]]),
-                bool(ctrl[r, parent[n]]),
-                word,
-                depth,
-                bool(bit[n]),
-                ctx,
-                nonce,
-            )
-            y[r, n] = values
 
     # -- sharding ------------------------------------------------------------
 
@@ -797,7 +281,7 @@ class BatchPoplar1:
         alpha = np.array(measurements, dtype=bool).reshape(rows, bits)
         nonce_rows = np.frombuffer(b"".join(nonces), dtype=np.uint8).reshape(rows, -1)
         rand_rows = np.frombuffer(b"".join(rands), dtype=np.uint8).reshape(rows, -1)
-        keys = _u64(rand_rows[:, :32]).reshape(rows, 2, 2)
+        keys = u64(rand_rows[:, :32]).reshape(rows, 2, 2)
         corr_seeds = [rand_rows[:, 32:64], rand_rows[:, 64:96]]
         shard_seeds = rand_rows[:, 96:128]
         redo = np.zeros(rows, dtype=bool)  # rows a rejected candidate shifted
@@ -812,17 +296,17 @@ class BatchPoplar1:
             inner_len * 3 + leaf_len * 3,
             rows,
         )
-        k_inner = _u64(stream[:, :inner_len])
-        redo |= (k_inner >= _P64).any(axis=1)
-        k_leaf = _ints255(stream[:, inner_len : inner_len + 32])[:, 0] & _MASK255
-        redo |= k_leaf >= _P255
+        k_inner = u64(stream[:, :inner_len])
+        redo |= (k_inner >= P64).any(axis=1)
+        k_leaf = ints255(stream[:, inner_len : inner_len + 32])[:, 0] & MASK255
+        redo |= k_leaf >= P255
         offset = inner_len + 32
-        corr1_inner = _u64(stream[:, offset : offset + 2 * inner_len]).reshape(rows, bits - 1, 2)
-        redo |= (corr1_inner >= _P64).any(axis=(1, 2))
-        corr1_leaf = _ints255(stream[:, offset + 2 * inner_len :]) & _MASK255
-        redo |= (corr1_leaf >= _P255).any(axis=1)
+        corr1_inner = u64(stream[:, offset : offset + 2 * inner_len]).reshape(rows, bits - 1, 2)
+        redo |= (corr1_inner >= P64).any(axis=(1, 2))
+        corr1_leaf = ints255(stream[:, offset + 2 * inner_len :]) & MASK255
+        redo |= (corr1_leaf >= P255).any(axis=1)
 
-        public, redo_gen = self._gen(ctx, alpha, nonce_rows, keys, k_inner, k_leaf)
+        public, redo_gen = self.walk.gen(ctx, alpha, nonce_rows, keys, k_inner, k_leaf)
         redo |= redo_gen
 
         # The (a, b, c) offsets of both aggregators' seeds, and (A, B).
@@ -853,14 +337,14 @@ class BatchPoplar1:
             VecField64.sub(VecField64.add(VecField64.mul(a, a), b), VecField64.mul(a, k_inner)), c
         )
         corr0_inner = VecField64.sub(np.stack([big_a, big_b], axis=2), corr1_inner)
-        la, lb, lc = (_Leaf.add(leaf_offsets[0], leaf_offsets[1])[:, i] for i in range(3))
-        leaf_a = (k_leaf - 2 * la) % _P255
-        leaf_b = (la * la + lb - la * k_leaf + lc) % _P255
-        corr0_leaf = _Leaf.sub(np.stack([leaf_a, leaf_b], axis=1), corr1_leaf)
+        la, lb, lc = (Leaf.add(leaf_offsets[0], leaf_offsets[1])[:, i] for i in range(3))
+        leaf_a = (k_leaf - 2 * la) % P255
+        leaf_b = (la * la + lb - la * k_leaf + lc) % P255
+        corr0_leaf = Leaf.sub(np.stack([leaf_a, leaf_b], axis=1), corr1_leaf)
 
-        key_bytes = np.frombuffer(_bytes_of(keys), np.uint8).reshape(rows, 2, 16)
+        key_bytes = np.frombuffer(bytes_of(keys), np.uint8).reshape(rows, 2, 16)
         inner_bytes = [
-            np.frombuffer(_bytes_of(v), np.uint8).reshape(rows, -1)
+            np.frombuffer(bytes_of(v), np.uint8).reshape(rows, -1)
             for v in (corr0_inner, corr1_inner)
         ]
         input_shares: list[list[bytes]] = [[], []]
@@ -870,7 +354,7 @@ class BatchPoplar1:
                     key_bytes[r, j].tobytes()
                     + corr_seeds[j][r].tobytes()
                     + inner_bytes[j][r].tobytes()
-                    + _encode255(leaf[r])
+                    + encode255(leaf[r])
                 )
         for row in np.flatnonzero(redo).tolist():
             public_share, shares = vdaf.shard(ctx, measurements[row], nonces[row], rands[row])
@@ -878,75 +362,6 @@ class BatchPoplar1:
             for j in (0, 1):
                 input_shares[j][row] = vdaf.encode_input_share(shares[j])
         return ShardBatch(public, input_shares)
-
-    def _gen(
-        self,
-        ctx: bytes,
-        alpha: Arr,
-        nonces: Arr,
-        keys: Arr,
-        k_inner: Arr,
-        k_leaf: Arr,
-    ) -> tuple[list[bytes], Arr]:
-        """``IdpfBBCGGI21.gen`` for every report with the values (1, k) at
-        each level: the encoded public shares, and the rows whose value
-        stream hit a rejected candidate (to be redone exactly)."""
-        rows, bits = alpha.shape
-        extend = self._fixed_keys(DST_EXTEND + ctx, nonces)
-        convert = self._fixed_keys(DST_CONVERT + ctx, nonces)
-        seeds = keys.copy()  # (R, 2 keys, 2 words)
-        ctrl = np.zeros((rows, 2), dtype=bool)
-        ctrl[:, 1] = True
-        redo = np.zeros(rows, dtype=bool)
-        ctrl_cw = np.zeros((rows, bits, 2), dtype=bool)
-        seed_cw = np.zeros((rows, bits, 2), dtype=np.uint64)
-        w_inner = np.zeros((rows, bits - 1, 2), dtype=np.uint64)
-        w_leaf = _Leaf.zeros((rows, 2))
-        index = np.arange(rows)
-        for level in range(bits):
-            leaf = level == bits - 1
-            bit = alpha[:, level]
-            keep, lose = bit.astype(np.intp), (~bit).astype(np.intp)
-            if leaf:
-                s = _u64(self._leaf_xof(DST_EXTEND + ctx, seeds, nonces, 32)).reshape(rows, 2, 2, 2)
-            else:
-                s = _hash_rows(extend, seeds, 2)  # (R, key, child, word)
-            t = (s[..., 0] & _ONE).astype(bool)
-            s[..., 0] &= ~_ONE
-            cw = s[index, 0, lose] ^ s[index, 1, lose]
-            cc = np.stack([t[:, 0, 0] ^ t[:, 1, 0] ^ ~bit, t[:, 0, 1] ^ t[:, 1, 1] ^ bit], axis=1)
-            seed_cw[:, level] = cw
-            ctrl_cw[:, level] = cc
-            kept = s[index, :, keep]  # (R, key, word)
-            x = kept ^ np.where(ctrl[:, :, None], cw[:, None, :], np.uint64(0))
-            ctrl = t[index, :, keep] ^ (ctrl & cc[index, keep][:, None])
-            if leaf:
-                raw = self._leaf_xof(DST_CONVERT + ctx, x, nonces, 16 + 64)
-                seeds = _u64(raw[..., :16])
-                w = _ints255(raw[..., 16:]) & _MASK255  # (R, key, 2)
-                redo |= (w >= _P255).any(axis=(1, 2))
-                beta = np.stack([np.full(rows, 1, dtype=object), k_leaf], axis=1)
-                w_cw = _Leaf.add(_Leaf.sub(beta, w[:, 0]), w[:, 1])
-                w_leaf = np.where(ctrl[:, 1:2], _Leaf.neg(w_cw), w_cw)
-            else:
-                out = _hash_rows(convert, x, 2)
-                seeds = np.ascontiguousarray(out[:, :, 0, :])
-                w = out[:, :, 1, :]  # (R, key, 2)
-                redo |= (w >= _P64).any(axis=(1, 2))
-                beta = np.stack([np.ones(rows, np.uint64), k_inner[:, level]], axis=1)
-                w_cw = VecField64.add(VecField64.sub(beta, w[:, 0]), w[:, 1])
-                w_inner[:, level] = np.where(ctrl[:, 1:2], VecField64.neg(w_cw), w_cw)
-        packed = np.packbits(ctrl_cw.reshape(rows, 2 * bits), axis=1, bitorder="little")
-        seed_bytes = np.frombuffer(_bytes_of(seed_cw), np.uint8).reshape(rows, -1)
-        inner_bytes = np.frombuffer(_bytes_of(w_inner), np.uint8).reshape(rows, -1)
-        public = [
-            packed[r].tobytes()
-            + seed_bytes[r].tobytes()
-            + inner_bytes[r].tobytes()
-            + _encode255(w_leaf[r])
-            for r in range(rows)
-        ]
-        return public, redo
 
     # -- verification --------------------------------------------------------
 
@@ -977,11 +392,13 @@ class BatchPoplar1:
         level, prefixes = agg_param
         d = self._decode(agg_id, nonces, public_shares, input_shares)
         rows = len(nonces)
-        arith = self._arith(level)
-        data, auth, new_cache = self._eval(agg_id, level, prefixes, ctx, d, cache)
+        arith = self.walk.arith(level)
+        data, auth, new_cache = self.walk.eval(agg_id, level, prefixes, ctx, d.idpf, cache)
 
         # The level's (a, b, c) shares, and (A, B) from the input share.
-        binders = np.concatenate([np.full((rows, 1), agg_id, dtype=np.uint8), d.nonces], axis=1)
+        binders = np.concatenate(
+            [np.full((rows, 1), agg_id, dtype=np.uint8), d.idpf.nonces], axis=1
+        )
         if level < self.BITS - 1:
             dst = vdaf.domain_separation_tag(USAGE_CORR_INNER, ctx)
             abc = expand_rows(VecField64, d.corr_seeds, dst, binders, 3 * level + 3, rows)[:, -3:]
@@ -991,7 +408,7 @@ class BatchPoplar1:
             dst = vdaf.domain_separation_tag(USAGE_CORR_LEAF, ctx)
             abc = self._expand_leaf(d.corr_seeds, dst, binders, 3)
             big_a, big_b = d.corr_leaf[:, 0], d.corr_leaf[:, 1]
-        verify_rand = self._verify_rand(verify_key, ctx, d.nonces, level, len(prefixes))
+        verify_rand = self._verify_rand(verify_key, ctx, d.idpf.nonces, level, len(prefixes))
         s0 = arith.add(abc[:, 0], arith.dot(data, verify_rand))
         s1 = arith.add(abc[:, 1], arith.dot(data, arith.mul(verify_rand, verify_rand)))
         s2 = arith.add(abc[:, 2], arith.dot(auth, verify_rand))
@@ -1018,15 +435,15 @@ class BatchPoplar1:
         (about 2^-251 each) is redone by the scalar sampler."""
         rows = binders.shape[0]
         raw = xof_rows(seeds, dst, binders, 32 * count, rows)
-        values = _ints255(raw) & _MASK255
-        for r in np.flatnonzero((values >= _P255).any(axis=1)):
+        values = ints255(raw) & MASK255
+        for r in np.flatnonzero((values >= P255).any(axis=1)):
             seed = seeds if isinstance(seeds, bytes) else seeds[r].tobytes()
             values[r] = self.vdaf.xof.expand_into_vec(
                 Field255, seed, dst, binders[r].tobytes(), count
             )
         return values
 
-    def _encode_rows(self, arith: _Arith, values: Arr, errors: Errors) -> list[bytes | None]:
+    def _encode_rows(self, arith: Arith, values: Arr, errors: Errors) -> list[bytes | None]:
         rows, count = values.shape
         encoded = arith.encode(values)
         width = count * arith.SIZE
@@ -1037,7 +454,7 @@ class BatchPoplar1:
     def _decode_rows(
         self, level: int, count: int, encoded: Sequence[bytes | None], what: str, errors: Errors
     ) -> Arr:
-        arith = self._arith(level)
+        arith = self.walk.arith(level)
         raw = _rows(encoded, count * arith.SIZE, what, errors)
         values, ok = arith.decode(raw)
         _flag(errors, ~ok.all(axis=1), CodecError(f"{what}: element not reduced"))
@@ -1059,7 +476,7 @@ class BatchPoplar1:
         if len(first) != len(second):
             raise ValueError("the aggregators' verifier shares differ in number")
         level = agg_param.level
-        arith = self._arith(level)
+        arith = self.walk.arith(level)
         rows = len(first)
         errors: Errors = [
             None if a is not None and b is not None else VerifyError("a verifier share is missing")
@@ -1097,7 +514,7 @@ class BatchPoplar1:
         for r, m in enumerate(messages):
             if errors[r] is None and m is None:
                 errors[r] = VerifyError("the report was rejected: no verifier message")
-        arith = self._arith(state.level)
+        arith = self.walk.arith(state.level)
         if state.step == EVALUATE_SKETCH:
             sketch = self._decode_rows(state.level, 3, messages, "verifier message", errors)
             s0, s1, s2 = sketch[:, 0], sketch[:, 1], sketch[:, 2]
@@ -1123,10 +540,10 @@ class BatchPoplar1:
 
     def aggregate_batch(self, out: Poplar1OutShareBatch) -> FieldVec:
         """The aggregate share of the accepted reports' output shares."""
-        arith = self._arith(out.level)
+        arith = self.walk.arith(out.level)
         rows = out.out_shares[out.ok]
-        if arith is _Inner:
+        if arith is Inner:
             total = VecField64.sum(np.ascontiguousarray(rows.T), axis=-1)
         else:
-            total = rows.sum(axis=0) % _P255 if len(rows) else arith.zeros(out.out_shares.shape[1:])
+            total = rows.sum(axis=0) % P255 if len(rows) else arith.zeros(out.out_shares.shape[1:])
         return FieldVec(arith.field, arith.to_ints(np.asarray(total).reshape(-1)))
