@@ -181,8 +181,11 @@ def test_written_deployment_runs(tmp_path: Path) -> None:
 
 
 def test_ca_pins(tmp_path: Path) -> None:
-    from tests.test_trust import HELPER_CA, HELPER_PEM, LEADER_CA, LEADER_PEM
+    from tests.support.tls import new_ca, pem
     from veil.trust import fingerprint
+
+    (_, LEADER_CA), (_, HELPER_CA) = new_ca("leader CA"), new_ca("helper CA")
+    LEADER_PEM, HELPER_PEM = pem(LEADER_CA), pem(HELPER_CA)
 
     text = survey_text()
     survey = parse_survey(text)
