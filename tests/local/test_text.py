@@ -1,71 +1,84 @@
-"""A text question collected by simulation (veil.local.text), and its published
-result: the example text question's must-show at 10,000 respondents."""
+"""A text question in `veil demo`: its answers through a real leader and helper
+(Poplar1 reports uploaded, collected level by level, both ledgers charged), and
+its published result and summary line."""
 
 from __future__ import annotations
 
-import random
 from collections import Counter
+from dataclasses import replace
 
+import pytest
+
+from veil.collector.survey import text_guarantee
 from veil.dp.heavy_hitters import release_probability
-from veil.local.demo import example_text_survey, run_survey
-from veil.local.simulate import simulate_text_answers
-from veil.local.text import collect_simulated, text_summary
+from veil.local.demo import example_text_survey, run_survey, text_summary
 from veil.observations import json_paths, load_inventory, unclassified
 from veil.render.html import report_html
-from veil.survey.results import results_csv, results_json
+from veil.survey.results import QuestionResult, results_csv, results_json, text_result
 
 
-def test_example_text_question_at_10000_respondents() -> None:
-    """Zipf over 50 answers plus 500 given once: every answer given by 2% or more
-    is found, intervals cover, no answer given once is released."""
+def _found(q_max: int, counts: dict[str, int]) -> list[tuple[bytes, int]]:
+    return [(a.encode().ljust(q_max, b"\0"), c) for a, c in counts.items()]
+
+
+def _result(counts: dict[str, int], n: int) -> QuestionResult:
     survey = example_text_survey()
     (q,) = survey.questions
-    answers = simulate_text_answers(q, 10_000, random.Random(7), singletons=500)
-    counts = Counter(answers)
-    assert sum(1 for c in counts.values() if c == 1) == 500
-    result = collect_simulated(survey, q, answers, rng=random.Random(8))
-    found = {row.label: row for row in result.rows}
-    common = {a for a, c in counts.items() if c >= 200}
-    assert len(common) >= 8 and common <= set(found)
-    assert not [a for a in found if counts[a] == 1]
-    for row in found.values():
-        assert row.truth == counts[row.label]
+    threshold = q.release_threshold(survey.expected_respondents or n)
+    return text_result(q, _found(q.max_bytes, counts), n, threshold, text_guarantee(survey, q))
+
+
+@pytest.mark.slow
+def test_a_text_question_goes_through_the_servers() -> None:
+    """1,000 simulated respondents: the reports reach both aggregators (the
+    report count is theirs), the common answers are found with intervals
+    covering the truth, and no answer given once is released."""
+    lines: list[str] = []
+    (result,) = run_survey(
+        example_text_survey(), 1_000, progress=False, seed=5, on_status=lines.append
+    )
+    assert result.question.kind == "text" and result.n == 1_000
+    assert [row.label for row in result.rows][:1] == ["vs code"]
+    for row in result.rows:
+        assert row.truth is not None and row.truth > 1
         assert row.ci_low <= row.truth <= row.ci_high, row
+    # The levels ran through the collector's descent, one line each.
+    assert sum(1 for line in lines if line.startswith("editor: byte ")) == 16
+    (summary,) = [line for line in lines if "answers found" in line]
+    assert ", released: 0 (" in summary
+
+
+def test_the_summary_line_states_what_was_found_and_released() -> None:
+    (q,) = example_text_survey().questions
+    given = Counter({"vim": 400, "emacs": 300, "nano": 150} | {f"w{i}": 1 for i in range(150)})
+    result = _result({"vim": 410, "emacs": 290}, 1_000)
+    rows = tuple(replace(row, truth=given[row.label]) for row in result.rows)
+    result = replace(result, rows=rows)
+    line = text_summary(result, given)
     assert result.threshold is not None
     stated = release_probability(q.heavy_hitters(), result.threshold.value)
     assert result.threshold.release_probability == stated < 1e-4
-    line = text_summary(result, answers)
-    assert "all found" in line and "given once: 500, released: 0" in line
-    assert f"at most {stated:.2g} likely" in line
+    assert "2 answers found" in line and "given by at least 2%: 3, missed 'nano'" in line
+    assert f"given once: 150, released: 0 (each at most {stated:.2g} likely)" in line
+    assert "intervals covering the truth: 2 of 2" in line
 
 
 def test_results_files_and_report_carry_the_answers() -> None:
     survey = example_text_survey()
-    (q,) = survey.questions
-    answers = ["vim"] * 400 + ["emacs"] * 300 + [f"w{i}" for i in range(300)]
-    result = collect_simulated(survey, q, answers, rng=random.Random(3))
+    result = _result({"vim": 400, "emacs": 300}, 1_000)
     assert [row.label for row in result.rows] == ["vim", "emacs"]
     doc = results_json([result])
     assert '"threshold": ' in doc and '"release_probability": ' in doc and '"label": "vim"' in doc
     assert "editor,text,1000,vim," in results_csv([result])
     page = report_html(survey, [result])
     assert "2 answers found" in page and "<svg" in page and ">vim</text>" in page
-    nothing = collect_simulated(survey, q, [f"w{i}" for i in range(500)], rng=random.Random(4))
+    nothing = _result({}, 500)
     assert nothing.rows == ()
     assert "no answer was given often enough to be found" in report_html(survey, [nothing])
 
 
-def test_a_survey_of_text_questions_alone_runs_without_servers() -> None:
-    (result,) = run_survey(example_text_survey(), 2_000, progress=False, seed=5)
-    assert result.question.kind == "text" and result.n == 2_000
-    assert [row.label for row in result.rows][:1] == ["vs code"]
-
-
 def test_every_results_field_of_a_text_question_is_classified() -> None:
-    survey = example_text_survey()
-    (q,) = survey.questions
-    answers = ["vim"] * 400 + [f"w{i}" for i in range(300)]
-    result = collect_simulated(survey, q, answers, rng=random.Random(3))
+    result = _result({"vim": 400}, 700)
     # `truth` is the simulation's, never in a collection's results.json.
     observed = [
         w for w in json_paths([result.to_json()], "json:results") if not w.endswith(".truth")

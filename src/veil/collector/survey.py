@@ -39,7 +39,7 @@ from veil.collector.collector import (
     Collector,
     text_agg_param,
 )
-from veil.collector.text import TextProgress, descend
+from veil.collector.text import LevelQuery, TextProgress, descend
 from veil.dp.accounting import Guarantee
 from veil.files import replace_file
 from veil.render.html import report_html
@@ -60,7 +60,9 @@ __all__ = [
     "SurveyCollectError",
     "SurveyStillOpen",
     "collect_survey",
+    "level_query",
     "load_collector_dir",
+    "text_guarantee",
     "write_results",
 ]
 
@@ -379,20 +381,19 @@ def _collect_text(
     report_count = saved["report_count"] if saved else 0
     threshold = q.release_threshold(survey.expected_respondents)
 
-    def query(level: int, prefixes: Sequence[bytes], job: bytes) -> list[int]:
+    def counted(n: int) -> None:
         nonlocal report_count
-        got = collector.collect_prefixes(
-            start,
-            duration,
-            text_agg_param(prefixes),
-            wait=wait,
-            confidence=confidence,
-            collection_job_id=job,
-            on_wait=_prefixed(say, q.id),
-        )
-        report_count = got.report_count
-        counts = dict(zip(got.prefix_bytes(), got.noisy_counts, strict=True))
-        return [counts[p] for p in prefixes]
+        report_count = n
+
+    query = level_query(
+        collector,
+        start,
+        duration,
+        counted,
+        wait=wait,
+        confidence=confidence,
+        on_wait=_prefixed(say, q.id),
+    )
 
     def save(p: TextProgress) -> None:
         state.text[q.id] = {"progress": p, "report_count": report_count}
@@ -410,11 +411,49 @@ def _collect_text(
         job = state.text[q.id]["progress"].job if q.id in state.text else None
         return f"{e.code.name}: {e.message} (run again to resume level job {job})"
     state.failed.pop(q.id, None)
+    say(f"{q.id}: {len(done.survivors)} answers found, {report_count} reports")
+    return text_result(
+        q, done.survivors, report_count, threshold, text_guarantee(survey, q), confidence
+    )
+
+
+def level_query(
+    collector: Collector,
+    start: int,
+    duration: int,
+    counted: Callable[[int], None],
+    *,
+    wait: float,
+    confidence: float = 0.95,
+    on_wait: Callable[[str], None] | None = None,
+) -> LevelQuery:
+    """The descent's query of one level (`veil.collector.text.descend`) as a
+    collection through both aggregators of the batch [start, start + duration);
+    `counted` gets each level's report count."""
+
+    def query(level: int, prefixes: Sequence[bytes], job: bytes) -> list[int]:
+        got = collector.collect_prefixes(
+            start,
+            duration,
+            text_agg_param(prefixes),
+            wait=wait,
+            confidence=confidence,
+            collection_job_id=job,
+            on_wait=on_wait,
+        )
+        counted(got.report_count)
+        counts = dict(zip(got.prefix_bytes(), got.noisy_counts, strict=True))
+        return [counts[p] for p in prefixes]
+
+    return query
+
+
+def text_guarantee(survey: Survey, q: Question) -> Guarantee:
+    """What text question `q`'s levels cost together, as its result states it."""
     guarantee, _ = q.heavy_hitters().guarantees()
     if guarantee.rho is not None and survey.delta is not None:
         guarantee = Guarantee.zcdp(guarantee.rho, survey.delta)
-    say(f"{q.id}: {len(done.survivors)} answers found, {report_count} reports")
-    return text_result(q, done.survivors, report_count, threshold, guarantee, confidence)
+    return guarantee
 
 
 def _prefixed(say: Callable[[str], None], qid: str) -> Callable[[str], None]:

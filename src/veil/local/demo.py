@@ -6,11 +6,11 @@ reports go through the client library over gRPC; the leader aggregates with
 the helper; the collector collects each question's batch and gets DP
 estimates with confidence intervals. Everything is removed afterwards.
 
-A text question is collected by simulation (`veil.local.text`): the collector's
-own descent over the simulated answers' exact prefix counts with each
-aggregator's noise drawn as the servers draw it (through the servers a level
-costs each aggregator work in proportion to reports times prefixes: minutes
-at the demo's size). `veil demo` adds the example text question
+A text question goes the same way: its answers are normalised and sharded as
+Poplar1 reports, uploaded, and collected level by level through the collector's
+descent (`veil.collector.text`, as `veil survey collect` runs it): both
+aggregators verify each level in two rounds, noise every prefix count and charge
+their ledgers. `veil demo` adds the example text question
 (`data/example_text_survey.toml`) to the example survey's run.
 """
 
@@ -21,6 +21,7 @@ import secrets
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -33,12 +34,14 @@ from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client
 from veil.client.survey import UPLOAD_CHUNK
 from veil.collector import Collector
+from veil.collector.survey import level_query, text_guarantee
+from veil.collector.text import TextProgress, descend
 from veil.local.launcher import LocalDeployment
 from veil.local.simulate import simulate_respondents, truth
-from veil.local.text import collect_simulated, text_summary
 from veil.survey import Question, Survey, load_survey, parse_survey
-from veil.survey.results import Number, QuestionResult, question_result
+from veil.survey.results import Number, QuestionResult, question_result, text_result
 from veil.survey.tasks import task_specs
+from veil.survey.text import MAX_PREFIXES, encode_text_answer
 
 
 def example_survey() -> Survey:
@@ -107,14 +110,10 @@ def run_survey(
             f"({survey.min_batch_size}): no batch could be released"
         )
     say = on_status or (lambda _msg: None)
-    served = replace(survey, questions=tuple(q for q in survey.questions if q.kind != "text"))
-    if not served.questions:
-        rng = random.Random(secrets.randbits(64) if seed is None else seed)
-        return _text_results(survey, simulate_respondents(survey, respondents, rng), say)
     with tempfile.TemporaryDirectory(prefix="veil-demo-") as tmp:
         root = workdir or Path(tmp)
         say(f"starting a leader and a helper on 127.0.0.1 (SQLite in {root})")
-        deployment = LocalDeployment.start(root, task_specs(served))
+        deployment = LocalDeployment.start(root, task_specs(survey))
         try:
             return run_on(
                 deployment,
@@ -140,34 +139,12 @@ def run_on(
     on_status: Callable[[str], None] | None = None,
 ) -> list[QuestionResult]:
     """Simulate `respondents` answering `survey` against a running deployment
-    of its tasks (`task_specs(survey)` but text questions), and collect every
-    question (text questions by simulation)."""
+    of its tasks (`task_specs(survey)`), and collect every question."""
     rng = random.Random(secrets.randbits(64) if seed is None else seed)
     answers = simulate_respondents(survey, respondents, rng)
     bars = _Progress(progress, stream)
     say = on_status or (lambda _msg: None)
-    served = replace(survey, questions=tuple(q for q in survey.questions if q.kind != "text"))
-    results = _run(served, answers, deployment, bars, say)
-    text = iter(_text_results(survey, answers, say))
-    served_results = iter(results)
-    return [next(text) if q.kind == "text" else next(served_results) for q in survey.questions]
-
-
-def _text_results(
-    survey: Survey, answers: list[dict[str, Any]], say: Callable[[str], None]
-) -> list[QuestionResult]:
-    """Each text question collected by simulation (veil.local.text), with a line
-    saying what was found and what was not released."""
-    out = []
-    for q in survey.questions:
-        if q.kind == "text":
-            typed = [a[q.id] for a in answers]
-            say(f"{q.id}: text answers collected by simulation (the collector's descent over")
-            say("  exact prefix counts with both aggregators' noise; not through the servers)")
-            result = collect_simulated(survey, q, typed)
-            say(f"{q.id}: " + text_summary(result, typed))
-            out.append(result)
-    return out
+    return _run(survey, answers, deployment, bars, say)
 
 
 def _run(
@@ -194,6 +171,9 @@ def _run(
                     client.upload_batch(chunk, report_time)
                     bar.update(len(chunk))
 
+    # A text question's reports are aggregated when each level is collected.
+    counted = [q for q in survey.questions if q.kind != "text"]
+    total = len(answers) * len(counted)
     store = SqliteDatastore(deployment.root / "leader.db")
     try:
         with bars.bar(total, "aggregate") as bar:
@@ -203,7 +183,7 @@ def _run(
                     store.unaggregated_count(
                         deployment.tasks[q.id].client.task_id, start, start + precision
                     )
-                    for q in survey.questions
+                    for q in counted
                     for start, precision in [batch[q.id]]
                 )
                 bar.update(total - pending - done)
@@ -217,6 +197,10 @@ def _run(
     for q in survey.questions:
         start, precision = batch[q.id]
         with Collector(deployment.tasks[q.id].collector) as collector:
+            if q.kind == "text":
+                typed = [a[q.id] for a in answers]
+                results.append(_collect_text(survey, q, typed, collector, start, precision, say))
+                continue
             results.append(
                 _with_truth(
                     q,
@@ -226,6 +210,61 @@ def _run(
             )
     say("collected every question")
     return results
+
+
+def _collect_text(
+    survey: Survey,
+    q: Question,
+    answers: Sequence[str],
+    collector: Collector,
+    start: int,
+    duration: int,
+    say: Callable[[str], None],
+) -> QuestionResult:
+    """Text question `q`'s answers found through both aggregators, level by level
+    (as `veil survey collect` finds them), each row with its truth among `answers`
+    (as typed), and a line saying what was found and what was not released."""
+    n = len(answers)
+    threshold = q.release_threshold(survey.expected_respondents or n)
+    reports: list[int] = []  # each level's report count
+    found = descend(
+        TextProgress(q.max_bytes),
+        threshold.value,
+        MAX_PREFIXES,
+        level_query(collector, start, duration, reports.append, wait=3600),
+        save=lambda _: None,
+        say=lambda what: say(f"{q.id}: {what}"),
+    ).survivors
+    result = text_result(q, found, reports[-1], threshold, text_guarantee(survey, q))
+    given = Counter(encode_text_answer(a, q.max_bytes, q.case_sensitive).text for a in answers)
+    result = replace(
+        result, rows=tuple(replace(row, truth=given.get(row.label, 0)) for row in result.rows)
+    )
+    say(f"{q.id}: " + text_summary(result, given))
+    return result
+
+
+def text_summary(result: QuestionResult, truth: Counter[str], share: float = 0.02) -> str:
+    """One line on a simulated text question: the answers found, whether every
+    answer given by at least `share` of the respondents (`truth`: each normalised
+    answer's count) is among them, whether any answer given once was released (with
+    the stated probability), and how many intervals cover the truth."""
+    assert result.threshold is not None
+    n = sum(truth.values())
+    found = {row.label for row in result.rows}
+    common = [a for a, c in truth.items() if c >= share * n]
+    missed = [a for a in common if a not in found]
+    once = [a for a, c in truth.items() if c == 1]
+    released = [a for a in found if truth.get(a) == 1]
+    covered = sum(1 for row in result.rows if row.ci_low <= (row.truth or 0) <= row.ci_high)
+    return (
+        f"{len(result.rows)} answers found (noisy count at least {result.threshold.value});"
+        f" given by at least {share:.0%}: {len(common)}, "
+        + ("all found" if not missed else f"missed {', '.join(repr(a) for a in missed)}")
+        + f"; given once: {len(once)}, released: {len(released)} (each at most"
+        f" {result.threshold.release_probability:.2g} likely);"
+        f" intervals covering the truth: {covered} of {len(result.rows)}"
+    )
 
 
 def load(path: str | None) -> Survey:

@@ -89,7 +89,7 @@ def truth(question: Question, answers: Sequence[Answers]) -> int | list[int]:
     """The exact aggregate the collector estimates, in Prio3's output terms:
     a count, a sum, per-option counts or per-coordinate sums."""
     if question.kind == "text":
-        raise ValueError("a text question's truth is each answer's count (veil.local.text)")
+        raise ValueError("a text question's truth is each answer's count (veil.local.demo)")
     measurements = [question.to_measurement(a[question.id]) for a in answers]
     if question.kind in ("yes_no", "integer"):
         return sum(int(m) for m in measurements)
