@@ -39,7 +39,9 @@ from veil.hpke import (
     HpkeConfig,
     HpkeError,
     HpkeKeypair,
+    agg_share_info,
     open_,
+    seal,
 )
 from veil.invite.token import TokenError, Verifier
 from veil.messages import REPORT_ID_SIZE
@@ -319,6 +321,40 @@ def batch_summary(
     for a in aggregates:
         checksum = xor(checksum, a.checksum)
     return share, count, checksum
+
+
+def check_id(value: bytes, name: str) -> None:
+    """A job id of a request: 16 bytes (InvalidMessage names the field)."""
+    if len(value) != 16:
+        raise InvalidMessage(f"{name} must be 16 bytes")
+
+
+def seal_share(
+    task: Task,
+    role: int,
+    start: int,
+    duration: int,
+    count: int,
+    payload: bytes,
+    agg_param: bytes = b"",
+) -> Ciphertext:
+    """An aggregator's noised aggregate share of a batch, sealed to the
+    collector under the batch's context (its released count, the noise's
+    parameters, the aggregation parameter)."""
+    assert task.collector_hpke_config is not None
+    return seal(
+        task.collector_hpke_config,
+        agg_share_info(
+            role,
+            task.task_id,
+            start,
+            duration,
+            task.dp.released_count(count),
+            dp_params=task.dp.binding(task.vdaf),
+            agg_param=agg_param,
+        ),
+        payload,
+    )
 
 
 class TaskLimitError(ValueError):

@@ -39,7 +39,8 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.store.records import BatchAggregate, PrefixQuery, ShareMerge
 from veil.dp.heavy_hitters import text_levels
-from veil.task import Task
+from veil.messages import vdaf_ctx
+from veil.task import AggregatorTask, Task
 from veil.vdaf.batch.idpf import IdpfCache
 from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
 from veil.vdaf.errors import AggParamError, AggParamSequenceError, CodecError
@@ -222,6 +223,33 @@ class LevelCaches:
             while total > self.max_bytes and len(self._nodes) > 1:
                 _, dropped = self._nodes.popitem(last=False)
                 total -= _size(dropped)
+
+    def verify_init(
+        self,
+        prefix: PrefixVdaf,
+        task: AggregatorTask,
+        agg_id: int,
+        start: int,
+        agg_param: Poplar1AggParam,
+        ids: Sequence[bytes],
+        public_shares: Sequence[bytes],
+        plaintexts: Sequence[bytes],
+    ) -> VerifyRoundBatch:
+        """The first verification step of one job's reports (aggregator
+        `agg_id`), from the IDPF nodes cached for them, keeping the new ones."""
+        key = self.key(task.task_id, start, agg_id, ids)
+        init = prefix.batch.verify_init_batch(
+            task.verify_key,
+            vdaf_ctx(task.task_id),
+            agg_id,
+            agg_param,
+            ids,
+            public_shares,
+            plaintexts,
+            self.nodes(key, agg_param),
+        )
+        self.keep_nodes(key, init.cache)
+        return init
 
     def round(self, key: tuple[bytes, ...]) -> VerifyRoundBatch | None:
         with self._lock:

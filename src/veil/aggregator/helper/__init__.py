@@ -21,9 +21,7 @@ from veil.aggregator.core import (
     INVALID_MESSAGE,
     INVALID_TOKEN,
     REPORT_DROPPED,
-    REPORT_REPLAYED,
     REPORT_TOO_EARLY,
-    TASK_EXPIRED,
     VDAF_VERIFY_ERROR,
     AggregatorBase,
     VerifyInitItem,
@@ -31,22 +29,23 @@ from veil.aggregator.core import (
     authorize,
     batch_summary,
     check_batch_size,
+    check_id,
     check_interval,
     check_window_closed,
     job_deltas,
     rejection_reason,
+    seal_share,
     share_merge,
-    split_helper_share,
 )
 from veil.aggregator.errors import (
     BatchCollected,
     BatchMismatch,
     BatchTooSmall,
-    InvalidMessage,
     JobConflict,
     ReportRejection,
     TooLarge,
 )
+from veil.aggregator.helper.checks import check_report, open_report, same_request
 from veil.aggregator.helper.prefixes import HelperPrefixes
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.base import Datastore
@@ -61,9 +60,7 @@ from veil.aggregator.store.records import (
 from veil.hpke import (
     ROLE_HELPER,
     Ciphertext,
-    agg_share_info,
     input_share_info,
-    seal,
 )
 from veil.messages import REPORT_ID_SIZE, vdaf_ctx
 from veil.metrics import Metrics
@@ -153,8 +150,7 @@ class Helper(AggregatorBase[HelperTask]):
     ) -> list[VerifyResult]:
         task = self.task(task_id)
         authorize(task, token, task.aggregator_token_hash, "aggregator")
-        if len(job_id) != 16:
-            raise InvalidMessage("aggregation_job_id must be 16 bytes")
+        check_id(job_id, "aggregation_job_id")
         if len(items) > MAX_JOB_SIZE:
             raise TooLarge(f"aggregation job has {len(items)} reports; at most {MAX_JOB_SIZE}")
         digest = request_hash(task_id, job_id, items)
@@ -190,11 +186,7 @@ class Helper(AggregatorBase[HelperTask]):
             if stored is None:
                 break
         if stored is not None:
-            if stored[0] != digest:
-                raise JobConflict(
-                    f"aggregation job {job_id.hex()} was already run with other content;"
-                    " use a fresh job id"
-                )
+            same_request(job_id, stored[0], digest)
             return _decode_response(stored[1])
         rejected = [r.reject for r in results if r.reject is not None]
         aggregated = sum(d.report_count for d in deltas)
@@ -305,16 +297,9 @@ class Helper(AggregatorBase[HelperTask]):
         """The helper's own checks of one report, then HPKE: (reason,
         plaintext). `horizon` is `task.report_horizon(now)`; HPKE outcomes are
         added to `tally` (`open_share`)."""
-        # Times are stored as 64-bit signed integers: anything else is malformed,
-        # and a malformed report's id is not recorded as seen.
-        if len(it.report_id) != REPORT_ID_SIZE or not 0 <= it.time < 2**63:
-            return INVALID_MESSAGE, b""
-        if it.report_id in seen:
-            return REPORT_REPLAYED, b""
-        if it.time > now + task.max_clock_skew:
-            return REPORT_TOO_EARLY, b""
-        if not task.not_before <= it.time < task.not_after:
-            return TASK_EXPIRED, b""
+        reason = check_report(task, now, it, seen)
+        if reason is not None:
+            return reason, b""
         if horizon is not None and it.time < horizon:
             # Expired: its replay record may already be gone (DAP: report_dropped).
             return REPORT_DROPPED, b""
@@ -324,16 +309,10 @@ class Helper(AggregatorBase[HelperTask]):
             collected[bucket] = any(a.collected_by is not None for a in aggs)
         if collected[bucket]:
             return BATCH_COLLECTED, b""
-        ct = it.encrypted_input_share
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
-        plaintext = self.open_share(self.keypair(ct.config_id), ct, info, tally)
+        plaintext = open_report(self, task, it, info, tally)
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
-        if task.issuer_public_key is not None:
-            share = split_helper_share(task, it.report_id, plaintext)
-            if share is None:
-                return INVALID_TOKEN, b""
-            return None, share
         return None, plaintext
 
     # --- collection -------------------------------------------------------
@@ -350,8 +329,7 @@ class Helper(AggregatorBase[HelperTask]):
     ) -> Ciphertext:
         task = self.task(task_id)
         authorize(task, token, task.aggregator_token_hash, "aggregator")
-        if len(collection_id) != 16:
-            raise InvalidMessage("collection_job_id must be 16 bytes")
+        check_id(collection_id, "collection_job_id")
         check_interval(task, start, duration)
         check_window_closed(task, start, self.clock())
         stored = self.store.get_collection(task_id, collection_id)
@@ -397,19 +375,7 @@ class Helper(AggregatorBase[HelperTask]):
         check_batch_size(task, self.bounds[task_id], count)
         self.privacy.check(task, start, duration, collection_id)
         noised, _eps = self.privacy.release(task, vdaf, collection_id, start, duration, share)
-        assert task.collector_hpke_config is not None
-        ct = seal(
-            task.collector_hpke_config,
-            agg_share_info(
-                ROLE_HELPER,
-                task_id,
-                start,
-                duration,
-                task.dp.released_count(count),
-                dp_params=task.dp.binding(task.vdaf),
-            ),
-            vdaf.encode_agg_share(noised),
-        )
+        ct = seal_share(task, ROLE_HELPER, start, duration, count, vdaf.encode_agg_share(noised))
         try:
             stored = self.store.commit_helper_collection(
                 CollectionRecord(

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from veil.aggregator.core import (
     INVALID_MESSAGE,
     INVALID_TOKEN,
-    REPORT_REPLAYED,
     REPORT_TOO_EARLY,
     TASK_EXPIRED,
     VDAF_VERIFY_ERROR,
@@ -41,10 +40,11 @@ from veil.aggregator.core import (
     VerifyResult,
     authorize,
     check_batch_size,
+    check_id,
     check_interval,
     check_window_closed,
     rejection_reason,
-    split_helper_share,
+    seal_share,
 )
 from veil.aggregator.errors import (
     AggParamRefused,
@@ -57,6 +57,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
+from veil.aggregator.helper.checks import check_report, open_report, same_request
 from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, ShareCache, job_sum
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import (
@@ -70,7 +71,7 @@ from veil.aggregator.store.records import (
     QueryConflict,
     ReportsAggregated,
 )
-from veil.hpke import ROLE_HELPER, Ciphertext, agg_share_info, input_share_info, seal
+from veil.hpke import ROLE_HELPER, Ciphertext, input_share_info
 from veil.messages import REPORT_ID_SIZE, vdaf_ctx
 from veil.task import HelperTask
 from veil.vdaf.batch.poplar1 import Poplar1OutShareBatch, VerifyRoundBatch
@@ -206,8 +207,7 @@ class HelperPrefixes:
         items: Sequence[VerifyInitItem],
     ) -> list[VerifyResult]:
         task, prefix = self._task(task_id, token)
-        if len(job_id) != 16:
-            raise InvalidMessage("aggregation_job_id must be 16 bytes")
+        check_id(job_id, "aggregation_job_id")
         if round_ not in (1, 2):
             raise InvalidMessage(f"a Poplar1 job has rounds 1 and 2, not {round_}")
         if len(items) > MAX_JOB_SIZE:
@@ -264,11 +264,7 @@ class HelperPrefixes:
 
     @staticmethod
     def _stored(job_id: bytes, stored: tuple[bytes, bytes], digest: bytes) -> list[VerifyResult]:
-        if stored[0] != digest:
-            raise JobConflict(
-                f"aggregation job {job_id.hex()} was already run with other content;"
-                " use a fresh job id"
-            )
+        same_request(job_id, stored[0], digest)
         return _decode_response(stored[1])
 
     def _verify(
@@ -312,23 +308,21 @@ class HelperPrefixes:
             batch = prefix.batch
             chosen = [items[i] for i in opened]
             ids = [it.report_id for it in chosen]
-            key = LevelCaches.key(task.task_id, start, 1, ids)
             # The first round's evaluation, if this process still holds it
             # (the same reports, parameter and job); else computed again.
-            round_key = (*key, job_id, encoded)
+            round_key = (*LevelCaches.key(task.task_id, start, 1, ids), job_id, encoded)
             init = self.caches.round(round_key) if round_ == 2 else None
             if init is None:
-                init = batch.verify_init_batch(
-                    task.verify_key,
-                    ctx,
+                init = self.caches.verify_init(
+                    prefix,
+                    task,
                     1,
+                    start,
                     agg_param,
                     ids,
                     [it.public_share for it in chosen],
                     plaintexts,
-                    self.caches.nodes(key, agg_param),
                 )
-                self.caches.keep_nodes(key, init.cache)
             if round_ == 1:
                 self.caches.keep_round(round_key, init)
             leader1: list[bytes | None] = [it.leader_verifier_share for it in chosen]
@@ -400,15 +394,10 @@ class HelperPrefixes:
         it: VerifyInitItem,
         seen: set[bytes],
     ) -> tuple[ReportRejection | None, bytes]:
-        if len(it.report_id) != REPORT_ID_SIZE or not 0 <= it.time < 2**63:
-            return INVALID_MESSAGE, b""
-        if it.report_id in seen:
-            return REPORT_REPLAYED, b""
-        if it.time > now + task.max_clock_skew:
-            return REPORT_TOO_EARLY, b""
-        if not (
-            task.not_before <= it.time < task.not_after and start <= it.time < start + duration
-        ):
+        reason = check_report(task, now, it, seen)
+        if reason is not None:
+            return reason, b""
+        if not start <= it.time < start + duration:
             return TASK_EXPIRED, b""
         ct = it.encrypted_input_share
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
@@ -420,14 +409,9 @@ class HelperPrefixes:
         known = self.shares.get(key)
         if known is not None:
             return None, known
-        plaintext = self.helper.open_share(self.helper.keypair(ct.config_id), ct, info)
+        plaintext = open_report(self.helper, task, it, info)
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
-        if task.issuer_public_key is not None:
-            share = split_helper_share(task, it.report_id, plaintext)
-            if share is None:
-                return INVALID_TOKEN, b""
-            plaintext = share
         self.shares.put(key, plaintext)
         return None, plaintext
 
@@ -447,8 +431,7 @@ class HelperPrefixes:
         """The helper's noised prefix counts of one (batch, level), sealed to
         the collector; the same bytes on a retry."""
         task, prefix = self._task(task_id, token)
-        if len(collection_id) != 16:
-            raise InvalidMessage("collection_job_id must be 16 bytes")
+        check_id(collection_id, "collection_job_id")
         parsed = prefix.parse(agg_param)
         check_interval(task, start, duration)
         check_window_closed(task, start, self.helper.clock())
@@ -520,19 +503,14 @@ class HelperPrefixes:
         noised, _ = self.privacy.release_in(
             task, prefix.modulus(agg_param), collection_id, start, duration, share
         )
-        assert task.collector_hpke_config is not None
-        ct = seal(
-            task.collector_hpke_config,
-            agg_share_info(
-                ROLE_HELPER,
-                task.task_id,
-                start,
-                duration,
-                task.dp.released_count(count),
-                dp_params=task.dp.binding(task.vdaf),
-                agg_param=encoded,
-            ),
+        ct = seal_share(
+            task,
+            ROLE_HELPER,
+            start,
+            duration,
+            count,
             prefix.encode_counts(agg_param, noised),
+            encoded,
         )
         record = CollectionRecord(
             task.task_id,

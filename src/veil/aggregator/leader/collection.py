@@ -17,8 +17,10 @@ from veil.aggregator.core import (
     authorize,
     batch_summary,
     check_batch_size,
+    check_id,
     check_interval,
     check_window_closed,
+    seal_share,
 )
 from veil.aggregator.errors import (
     STATUS_CODES,
@@ -27,7 +29,6 @@ from veil.aggregator.errors import (
     BatchTooLarge,
     BatchTooSmall,
     InvalidAggParam,
-    InvalidMessage,
     JobConflict,
     NotFound,
     Unavailable,
@@ -39,7 +40,7 @@ from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.leader.prefixes import JOB_SIZE, LeaderPrefixes
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord, StorageConflict
-from veil.hpke import ROLE_LEADER, HpkeConfig, agg_share_info, seal
+from veil.hpke import ROLE_LEADER, HpkeConfig
 from veil.task import LeaderTask, b64e
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,7 @@ class CollectionDriver:
     ) -> CollectionRecord:
         task = self.base.task(task_id)
         authorize(task, token, task.collector_token_hash, "collector")
-        if len(collection_id) != 16:
-            raise InvalidMessage("collection_job_id must be 16 bytes")
+        check_id(collection_id, "collection_job_id")
         if task_id in self.base.prefix_vdafs:
             return self.prefixes.create_collection(task, collection_id, start, duration, agg_param)
         if agg_param:
@@ -336,18 +336,8 @@ class CollectionDriver:
                 # sent): the batch stays closed.
                 return self._fail(record, e, reopen=False)
             self.meter.budget(self.privacy, task)
-            assert task.collector_hpke_config is not None
-            leader_ct = seal(
-                task.collector_hpke_config,
-                agg_share_info(
-                    ROLE_LEADER,
-                    task.task_id,
-                    start,
-                    record.duration,
-                    task.dp.released_count(count),
-                    dp_params=task.dp.binding(task.vdaf),
-                ),
-                vdaf.encode_agg_share(noised),
+            leader_ct = seal_share(
+                task, ROLE_LEADER, start, record.duration, count, vdaf.encode_agg_share(noised)
             )
         self.store.update_collection(
             CollectionRecord(

@@ -29,6 +29,7 @@ from veil.aggregator.core import (
     check_batch_size,
     check_interval,
     check_window_closed,
+    seal_share,
 )
 from veil.aggregator.errors import (
     AggParamRefused,
@@ -58,7 +59,7 @@ from veil.aggregator.store.records import (
     StorageConflict,
     merge_aggregate,
 )
-from veil.hpke import ROLE_LEADER, Ciphertext, agg_share_info, input_share_info, seal
+from veil.hpke import ROLE_LEADER, Ciphertext, input_share_info
 from veil.messages import Report, vdaf_ctx
 from veil.task import MAX_QUERY_PREFIXES, LeaderTask
 from veil.vdaf.batch.poplar1 import Poplar1OutShareBatch, VerifyRoundBatch
@@ -206,19 +207,14 @@ class LeaderPrefixes:
         noised, _ = self.privacy.release_in(
             task, prefix.modulus(agg_param), record.job_id, start, duration, share
         )
-        assert task.collector_hpke_config is not None
-        leader_ct = seal(
-            task.collector_hpke_config,
-            agg_share_info(
-                ROLE_LEADER,
-                task.task_id,
-                start,
-                duration,
-                task.dp.released_count(count),
-                dp_params=task.dp.binding(task.vdaf),
-                agg_param=record.agg_param,
-            ),
+        leader_ct = seal_share(
+            task,
+            ROLE_LEADER,
+            start,
+            duration,
+            count,
             prefix.encode_counts(agg_param, noised),
+            record.agg_param,
         )
         base.store.finish_prefix_collection(
             CollectionRecord(
@@ -280,33 +276,21 @@ class LeaderPrefixes:
         empty = BatchAggregate(0, None, 0, bytes(32))
         if not opened:
             return empty
-        ids = [r.report_id for r in opened]
-        key = LevelCaches.key(task.task_id, record.start, 0, ids)
-        init = batch.verify_init_batch(
-            task.verify_key,
-            ctx,
+        init = self.caches.verify_init(
+            prefix,
+            task,
             0,
+            record.start,
             agg_param,
-            ids,
+            [r.report_id for r in opened],
             [r.public_share for r in opened],
             plaintexts,
-            self.caches.nodes(key, agg_param),
         )
-        self.caches.keep_nodes(key, init.cache)
         # Reports whose shares do not decode are not sent.
         rows = [i for i, s in enumerate(init.verifier_shares) if s is not None]
         if not rows:
             return empty
-        items = [
-            VerifyInitItem(
-                opened[i].report_id,
-                opened[i].time,
-                opened[i].public_share,
-                opened[i].helper_ct,
-                init.verifier_shares[i] or b"",
-            )
-            for i in rows
-        ]
+        items = _items(opened, rows, init.verifier_shares)
         batch_round = (record.agg_param, record.start, record.duration)
         first = api.aggregate(task, job_id, items, (*batch_round, 1))
         _check_answer(first, items)
@@ -325,17 +309,7 @@ class LeaderPrefixes:
         assert isinstance(out, Poplar1OutShareBatch)
         # Round 2 carries every report the helper answered in round 1.
         sent = [i for i in rows if messages[i] is not None]
-        items2 = [
-            VerifyInitItem(
-                opened[i].report_id,
-                opened[i].time,
-                opened[i].public_share,
-                opened[i].helper_ct,
-                init.verifier_shares[i] or b"",
-                second.verifier_shares[i] or b"",
-            )
-            for i in sent
-        ]
+        items2 = _items(opened, sent, init.verifier_shares, second.verifier_shares)
         accepted_by_helper: set[int] = set()
         if items2:
             answer = api.aggregate(task, job_id, items2, (*batch_round, 2))
@@ -352,6 +326,27 @@ class LeaderPrefixes:
                 errors[i] = VerifyError("rejected by the helper")
         both = Poplar1OutShareBatch(out.level, out.out_shares, errors)
         return job_sum(prefix, both, [r.report_id for r in opened])
+
+
+def _items(
+    reports: Sequence[Report],
+    rows: Sequence[int],
+    shares: Sequence[bytes | None],
+    shares_2: Sequence[bytes | None] | None = None,
+) -> list[VerifyInitItem]:
+    """The job's items for the helper: the reports at `rows`, with the
+    leader's verifier shares of round 1 (and of round 2, if given)."""
+    return [
+        VerifyInitItem(
+            reports[i].report_id,
+            reports[i].time,
+            reports[i].public_share,
+            reports[i].helper_ct,
+            shares[i] or b"",
+            (shares_2[i] or b"") if shares_2 is not None else b"",
+        )
+        for i in rows
+    ]
 
 
 def _check_answer(answer: AggregationAnswer, items: Sequence[VerifyInitItem]) -> None:

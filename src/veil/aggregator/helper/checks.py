@@ -1,0 +1,61 @@
+"""What the helper checks of every report and every job, for both kinds of
+task (the Prio3 `Helper` and the Poplar1 `HelperPrefixes`)."""
+
+from __future__ import annotations
+
+from veil.aggregator.core import (
+    INVALID_MESSAGE,
+    INVALID_TOKEN,
+    REPORT_REPLAYED,
+    REPORT_TOO_EARLY,
+    TASK_EXPIRED,
+    AggregatorBase,
+    VerifyInitItem,
+    split_helper_share,
+)
+from veil.aggregator.errors import JobConflict, ReportRejection
+from veil.messages import REPORT_ID_SIZE
+from veil.task import HelperTask
+
+
+def check_report(
+    task: HelperTask, now: float, it: VerifyInitItem, seen: set[bytes]
+) -> ReportRejection | None:
+    """The helper's own checks of one report before its share is opened:
+    well formed, not seen, not too early by this clock, in the task's window."""
+    # Times are stored as 64-bit signed integers: anything else is malformed,
+    # and a malformed report's id is not recorded as seen.
+    if len(it.report_id) != REPORT_ID_SIZE or not 0 <= it.time < 2**63:
+        return INVALID_MESSAGE
+    if it.report_id in seen:
+        return REPORT_REPLAYED
+    if it.time > now + task.max_clock_skew:
+        return REPORT_TOO_EARLY
+    if not task.not_before <= it.time < task.not_after:
+        return TASK_EXPIRED
+    return None
+
+
+def open_report(
+    helper: AggregatorBase[HelperTask],
+    task: HelperTask,
+    it: VerifyInitItem,
+    info: bytes,
+    tally: dict[str, int] | None = None,
+) -> ReportRejection | bytes:
+    """The helper's input share of one report (HPKE, then the invitation
+    token split off where the task takes one), or why it was refused."""
+    ct = it.encrypted_input_share
+    plaintext = helper.open_share(helper.keypair(ct.config_id), ct, info, tally)
+    if isinstance(plaintext, ReportRejection) or task.issuer_public_key is None:
+        return plaintext
+    share = split_helper_share(task, it.report_id, plaintext)
+    return INVALID_TOKEN if share is None else share
+
+
+def same_request(job_id: bytes, stored_digest: bytes, digest: bytes) -> None:
+    """A job id run again must carry the same request (JobConflict if not)."""
+    if stored_digest != digest:
+        raise JobConflict(
+            f"aggregation job {job_id.hex()} was already run with other content; use a fresh job id"
+        )
