@@ -29,7 +29,8 @@ from veil.vdaf.batch.poplar1 import (
     Poplar1OutShareBatch,
     VerifyRoundBatch,
 )
-from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch, ShardBatch
+from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
+from veil.vdaf.batch.prio3_shard import ShardBatch
 from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
 from veil.vdaf.spec.prio3 import Prio3
 

@@ -84,7 +84,8 @@ from veil.vdaf.batch.idpf import (
     ints255,
     u64,
 )
-from veil.vdaf.batch.prio3 import MessageBatch, ShardBatch
+from veil.vdaf.batch.prio3 import MessageBatch
+from veil.vdaf.batch.prio3_shard import ShardBatch
 from veil.vdaf.batch.xof import expand_rows, xof_rows
 from veil.vdaf.errors import CodecError, VdafError, VerifyError
 from veil.vdaf.spec.field import Field255

@@ -49,17 +49,12 @@ import numpy as np
 
 from veil.vdaf.batch.field import Arr, VecField
 from veil.vdaf.batch.flp import BatchFlp
-from veil.vdaf.batch.xof import SEED_SIZE, expand_rows, xof_rows
+from veil.vdaf.batch.prio3_shard import Prio3Sharder, ShardBatch
+from veil.vdaf.batch.prio3_xof import Prio3Randomness
+from veil.vdaf.batch.xof import SEED_SIZE
 from veil.vdaf.errors import CodecError, VdafError, VerifyError
 from veil.vdaf.spec.circuits import AggResult, Measurement
 from veil.vdaf.spec.prio3 import (
-    USAGE_JOINT_RAND_PART,
-    USAGE_JOINT_RAND_SEED,
-    USAGE_JOINT_RANDOMNESS,
-    USAGE_MEAS_SHARE,
-    USAGE_PROOF_SHARE,
-    USAGE_PROVE_RANDOMNESS,
-    USAGE_QUERY_RANDOMNESS,
     HelperInputShare,
     LeaderInputShare,
     Prio3,
@@ -74,15 +69,6 @@ Errors = list[VdafError | None]
 
 def _errors_mask(errors: Errors) -> Arr:
     return np.array([e is None for e in errors], dtype=bool)
-
-
-@dataclass
-class ShardBatch:
-    """Sharded reports: ``public_shares[i]`` and ``input_shares[j][i]`` are
-    report i's encoded public share and aggregator j's encoded input share."""
-
-    public_shares: list[bytes]
-    input_shares: list[list[bytes]]
 
 
 @dataclass
@@ -227,9 +213,8 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         self.SHARES = vdaf.SHARES
         self.PROOFS = vdaf.PROOFS
         self._joint = scalar.JOINT_RAND_LEN > 0
-
-    def _dst(self, usage: int, ctx: bytes) -> bytes:
-        return self.vdaf.domain_separation_tag(usage, ctx)
+        self.rand = Prio3Randomness(vdaf, self.vf)
+        self.sharder = Prio3Sharder(self)
 
     # -- sizes of the encodings ------------------------------------------------
 
@@ -245,7 +230,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
             SEED_SIZE if self._joint else 0
         )
 
-    # -- sharding ---------------------------------------------------------------
+    # -- sub-batches ------------------------------------------------------------
 
     def _chunks(self, rows: int, elements: int) -> list[slice]:
         """Sub-batches of about ``elements`` field elements of measurement
@@ -262,142 +247,8 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         nonces: Sequence[bytes],
         rands: Sequence[bytes],
     ) -> ShardBatch:
-        """``Prio3.shard`` for every report. Raises ``ValueError`` (naming
-        the report) on a bad measurement, nonce or ``rand`` size."""
-        rows = len(measurements)
-        if len(nonces) != rows or len(rands) != rows:
-            raise ValueError("measurements, nonces and rands must have the same length")
-        for i, (n, r) in enumerate(zip(nonces, rands, strict=True)):
-            if len(n) != self.vdaf.NONCE_SIZE:
-                raise ValueError(f"report {i}: nonce must be {self.vdaf.NONCE_SIZE} bytes")
-            if len(r) != self.vdaf.RAND_SIZE:
-                raise ValueError(f"report {i}: rand must be {self.vdaf.RAND_SIZE} bytes")
-        result = ShardBatch([], [[] for _ in range(self.SHARES)])
-        for s in self._chunks(rows, self.shard_chunk_elements):
-            part = self._shard_chunk(ctx, measurements[s], nonces[s], rands[s])
-            result.public_shares += part.public_shares
-            for mine, theirs in zip(result.input_shares, part.input_shares, strict=True):
-                mine += theirs
-        return result
-
-    def _shard_chunk(
-        self,
-        ctx: bytes,
-        measurements: Sequence[Measurement],
-        nonces: Sequence[bytes],
-        rands: Sequence[bytes],
-    ) -> ShardBatch:
-        rows = len(measurements)
-        vf = self.vf
-        meas = self.flp.circuit.encode(measurements)
-        nonce_rows = np.frombuffer(b"".join(nonces), dtype=np.uint8).reshape(rows, -1)
-        seeds = np.frombuffer(b"".join(rands), dtype=np.uint8).reshape(rows, -1, SEED_SIZE)
-        helpers = self.SHARES - 1
-        if self._joint:
-            helper_seeds = [seeds[:, 2 * j] for j in range(helpers)]
-            helper_blinds = [seeds[:, 2 * j + 1] for j in range(helpers)]
-            leader_blind = seeds[:, 2 * helpers]
-            prove_seed = seeds[:, 2 * helpers + 1]
-        else:
-            helper_seeds = [seeds[:, j] for j in range(helpers)]
-            prove_seed = seeds[:, helpers]
-
-        leader_meas = meas
-        parts = []
-        for j, seed in enumerate(helper_seeds, start=1):
-            share = self._helper_meas_share(ctx, j, seed, rows)
-            leader_meas = vf.sub(leader_meas, share)
-            if self._joint:
-                parts.append(self._joint_rand_part(ctx, j, helper_blinds[j - 1], share, nonce_rows))
-        joint_rands = None
-        if self._joint:
-            parts.insert(0, self._joint_rand_part(ctx, 0, leader_blind, leader_meas, nonce_rows))
-            public = np.concatenate(parts, axis=1)
-            joint_rands = self._joint_rands(ctx, self._joint_rand_seed(ctx, public))
-        prove_rands = expand_rows(
-            vf,
-            prove_seed,
-            self._dst(USAGE_PROVE_RANDOMNESS, ctx),
-            bytes([self.PROOFS]),
-            self.PROVE_RAND_LEN * self.PROOFS,
-            rows,
-        )
-        proofs = []
-        for i in range(self.PROOFS):
-            prove_rand = prove_rands[..., i * self.PROVE_RAND_LEN : (i + 1) * self.PROVE_RAND_LEN]
-            joint_rand = (
-                joint_rands[..., i * self.JOINT_RAND_LEN : (i + 1) * self.JOINT_RAND_LEN]
-                if joint_rands is not None
-                else vf.zeros((rows, 0))
-            )
-            proofs.append(self.flp.prove(meas, prove_rand, joint_rand))
-        leader_proofs = vf.concat(proofs)
-        for j, seed in enumerate(helper_seeds, start=1):
-            leader_proofs = vf.sub(leader_proofs, self._helper_proofs_share(ctx, j, seed, rows))
-
-        leader = [vf.encode(leader_meas), vf.encode(leader_proofs)]
-        if self._joint:
-            leader.append(leader_blind)
-        leader_bytes = np.concatenate(leader, axis=1).tobytes()
-        leader_size = self.input_share_size(0)
-        input_shares = [
-            [leader_bytes[i * leader_size : (i + 1) * leader_size] for i in range(rows)]
-        ]
-        for j in range(helpers):
-            cols = [helper_seeds[j]] + ([helper_blinds[j]] if self._joint else [])
-            helper_bytes = np.concatenate(cols, axis=1).tobytes()
-            size = self.input_share_size(j + 1)
-            input_shares.append([helper_bytes[i * size : (i + 1) * size] for i in range(rows)])
-        if self._joint:
-            public_bytes = public.tobytes()
-            size = SEED_SIZE * self.SHARES
-            public_shares = [public_bytes[i * size : (i + 1) * size] for i in range(rows)]
-        else:
-            public_shares = [b""] * rows
-        return ShardBatch(public_shares, input_shares)
-
-    # -- derivations, one row per report ----------------------------------------
-
-    def _helper_meas_share(self, ctx: bytes, agg_id: int, seeds: Arr, rows: int) -> Arr:
-        return expand_rows(
-            self.vf, seeds, self._dst(USAGE_MEAS_SHARE, ctx), bytes([agg_id]), self.MEAS_LEN, rows
-        )
-
-    def _helper_proofs_share(self, ctx: bytes, agg_id: int, seeds: Arr, rows: int) -> Arr:
-        return expand_rows(
-            self.vf,
-            seeds,
-            self._dst(USAGE_PROOF_SHARE, ctx),
-            bytes([self.PROOFS, agg_id]),
-            self.PROOF_LEN * self.PROOFS,
-            rows,
-        )
-
-    def _joint_rand_part(
-        self, ctx: bytes, agg_id: int, blinds: Arr, meas_share: Arr, nonces: Arr
-    ) -> Arr:
-        rows = nonces.shape[0]
-        binders = np.concatenate(
-            [np.full((rows, 1), agg_id, dtype=np.uint8), nonces, self.vf.encode(meas_share)],
-            axis=1,
-        )
-        return xof_rows(blinds, self._dst(USAGE_JOINT_RAND_PART, ctx), binders, SEED_SIZE, rows)
-
-    def _joint_rand_seed(self, ctx: bytes, parts: Arr) -> Arr:
-        rows = parts.shape[0]
-        return xof_rows(
-            bytes(SEED_SIZE), self._dst(USAGE_JOINT_RAND_SEED, ctx), parts, SEED_SIZE, rows
-        )
-
-    def _joint_rands(self, ctx: bytes, seeds: Arr) -> Arr:
-        return expand_rows(
-            self.vf,
-            seeds,
-            self._dst(USAGE_JOINT_RANDOMNESS, ctx),
-            bytes([self.PROOFS]),
-            self.JOINT_RAND_LEN * self.PROOFS,
-            seeds.shape[0],
-        )
+        """``Prio3.shard`` for every report (``Prio3Sharder.shard_batch``)."""
+        return self.sharder.shard_batch(ctx, measurements, nonces, rands)
 
     # -- verification -----------------------------------------------------------
 
@@ -472,8 +323,8 @@ class BatchPrio3(Generic[Measurement, AggResult]):
             blinds = raw[:, proofs_end:]
         else:
             seeds = raw[:, :SEED_SIZE]
-            meas = self._helper_meas_share(ctx, agg_id, seeds, rows)
-            proofs = self._helper_proofs_share(ctx, agg_id, seeds, rows)
+            meas = self.rand.meas_share(ctx, agg_id, seeds, rows)
+            proofs = self.rand.proofs_share(ctx, agg_id, seeds, rows)
             blinds = raw[:, SEED_SIZE:]
 
         joint_rands = vf.zeros((rows, 0))
@@ -486,24 +337,17 @@ class BatchPrio3(Generic[Measurement, AggResult]):
                 "public share",
                 errors,
             )
-            part = self._joint_rand_part(ctx, agg_id, blinds, meas, nonce_rows)
+            part = self.rand.joint_rand_part(ctx, agg_id, blinds, meas, nonce_rows)
             parts = public_raw.copy()
             parts[:, agg_id * SEED_SIZE : (agg_id + 1) * SEED_SIZE] = part
-            corrected = self._joint_rand_seed(ctx, parts)
-            joint_rands = self._joint_rands(ctx, corrected)
+            corrected = self.rand.joint_rand_seed(ctx, parts)
+            joint_rands = self.rand.joint_rands(ctx, corrected)
         else:
             for i, s in enumerate(public_shares):
                 if s not in (b"", None) and errors[i] is None:
                     errors[i] = CodecError("public share must be empty for this circuit")
 
-        query_rands = expand_rows(
-            vf,
-            verify_key,
-            self._dst(USAGE_QUERY_RANDOMNESS, ctx),
-            np.concatenate([np.full((rows, 1), self.PROOFS, dtype=np.uint8), nonce_rows], axis=1),
-            self.QUERY_RAND_LEN * self.PROOFS,
-            rows,
-        )
+        query_rands = self.rand.query_rands(verify_key, ctx, nonce_rows)
         verifiers = []
         redo = np.zeros(rows, dtype=bool)
         for i in range(self.PROOFS):
@@ -622,7 +466,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
             accept &= self.flp.decide(total[..., i * vlen : (i + 1) * vlen])
         _flag(errors, ~accept, VerifyError("proof verifier check failed"))
         if self._joint:
-            seeds = self._joint_rand_seed(ctx, np.concatenate(parts, axis=1)).tobytes()
+            seeds = self.rand.joint_rand_seed(ctx, np.concatenate(parts, axis=1)).tobytes()
             messages: list[bytes | None] = [
                 seeds[i * SEED_SIZE : (i + 1) * SEED_SIZE] for i in range(rows)
             ]
