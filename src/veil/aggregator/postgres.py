@@ -19,7 +19,7 @@ Where several processes meet:
 - An upload, and a helper job, holds its buckets' lock rows (shard 0) `FOR
   SHARE`, so it cannot interleave with the closing of a batch for collection,
   which takes them `FOR UPDATE`. The helper's close reads the shards at READ
-  COMMITTED, after its locks are granted (see units.commit_helper_collection).
+  COMMITTED, after its locks are granted (see collection_jobs.commit_helper_collection).
 - Ledger transactions run at READ COMMITTED and lock the task and survey rows
   a spend reads (FOR UPDATE), so spends on one task or survey run one after
   another, each seeing every spend committed before it

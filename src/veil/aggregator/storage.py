@@ -3,12 +3,12 @@
 Every method is one unit of work in one transaction, so a crash leaves either
 all of it or none of it. The units are written once, for both backends, in
 veil.aggregator.store (the `Datastore` class in base.py, its units in
-units.py over the transaction interface of tx.py); this module holds what is
-SQLite's own: connections, BEGIN IMMEDIATE, the
-first-key insertion, space reclaim, the one-process claim and the upgrade of
-files from before the numbered migrations. An upload the leader acknowledged has been committed
-with `synchronous=FULL`, so it survives `kill -9` and power loss of the
-process.
+reports.py, jobs.py, collection_jobs.py and prefix_queries.py over the
+transaction interface of tx.py); this module holds what is SQLite's own:
+connections, BEGIN IMMEDIATE, the first-key insertion, space reclaim, the
+one-process claim and the upgrade of files from before the numbered
+migrations. An upload the leader acknowledged has been committed with
+`synchronous=FULL`, so it survives `kill -9` and power loss of the process.
 
 Several processes may share one store (the PostgreSQL backend, veil.aggregator
 .postgres, exists for that): so the read-modify-write of a batch aggregate

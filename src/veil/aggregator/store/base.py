@@ -1,5 +1,6 @@
 """`Datastore`: what the leader and helper logic need from storage, its
-methods written once over the units of work (veil.aggregator.store.units).
+methods written once over the units of work (veil.aggregator.store.reports,
+jobs, collection_jobs, prefix_queries).
 
 A backend (SqliteDatastore in veil.aggregator.storage, PostgresDatastore in
 veil.aggregator.postgres) subclasses it and says how a unit runs (`_read`,
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from veil.aggregator.store import units, upkeep
+from veil.aggregator.store import collection_jobs, jobs, prefix_queries, upkeep
+from veil.aggregator.store import reports as report_units
 from veil.aggregator.store.records import (
     Backoff,
     BatchAggregate,
@@ -56,10 +58,10 @@ class Datastore:
     #   lock row says who collected it. Rows that hold nothing are left out.
 
     def batch_aggregates(self, task_id: bytes, start: int, end: int) -> list[BatchAggregate]:
-        return self._read(lambda tx: units.batch_aggregates(tx, task_id, start, end))
+        return self._read(lambda tx: report_units.batch_aggregates(tx, task_id, start, end))
 
     def rejections(self, task_id: bytes) -> dict[str, int]:
-        return self._read(lambda tx: units.rejections(tx, task_id))
+        return self._read(lambda tx: report_units.rejections(tx, task_id))
 
     # --- leader -----------------------------------------------------------
     #
@@ -72,30 +74,30 @@ class Datastore:
     #   as (peer, offset, uncertainty, measured), one row per helper address.
 
     def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
-        return self._write(lambda tx: units.put_reports(tx, task_id, reports))
+        return self._write(lambda tx: report_units.put_reports(tx, task_id, reports))
 
     def abandon_aggregation_job(
         self, task_id: bytes, job_id: bytes, reason: str, error: str
     ) -> int:
         return self._write(
-            lambda tx: units.abandon_aggregation_job(tx, task_id, job_id, reason, error)
+            lambda tx: jobs.abandon_aggregation_job(tx, task_id, job_id, reason, error)
         )
 
     def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int:
-        return self._write(lambda tx: units.create_aggregation_job(tx, task_id, job_id, limit))
+        return self._write(lambda tx: jobs.create_aggregation_job(tx, task_id, job_id, limit))
 
     def acquire_aggregation_jobs(
         self, owner: str, lease_seconds: float, limit: int
     ) -> list[tuple[bytes, bytes]]:
         return self._write(
-            lambda tx: units.acquire_aggregation_jobs(tx, owner, lease_seconds, limit)
+            lambda tx: jobs.acquire_aggregation_jobs(tx, owner, lease_seconds, limit)
         )
 
     def renew_aggregation_job(
         self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
     ) -> bool:
         return self._write(
-            lambda tx: units.renew_aggregation_job(tx, task_id, job_id, owner, lease_seconds)
+            lambda tx: jobs.renew_aggregation_job(tx, task_id, job_id, owner, lease_seconds)
         )
 
     def finish_aggregation_job(
@@ -108,7 +110,7 @@ class Datastore:
         deferred: Mapping[bytes, float] | None = None,
     ) -> None:
         self._write(
-            lambda tx: units.finish_aggregation_job(
+            lambda tx: jobs.finish_aggregation_job(
                 tx, task_id, job_id, outcomes, deltas, merge, deferred or {}
             )
         )
@@ -117,64 +119,68 @@ class Datastore:
         self, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
     ) -> int:
         return self._write(
-            lambda tx: units.defer_aggregation_job(tx, task_id, job_id, error, backoff)
+            lambda tx: jobs.defer_aggregation_job(tx, task_id, job_id, error, backoff)
         )
 
     def acquire_collections(
         self, owner: str, lease_seconds: float, limit: int
     ) -> list[CollectionRecord]:
-        return self._write(lambda tx: units.acquire_collections(tx, owner, lease_seconds, limit))
+        return self._write(
+            lambda tx: collection_jobs.acquire_collections(tx, owner, lease_seconds, limit)
+        )
 
     def defer_collection(
         self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
     ) -> float:
         return self._write(
-            lambda tx: units.defer_collection(tx, task_id, job_id, code, message, backoff)
+            lambda tx: collection_jobs.defer_collection(tx, task_id, job_id, code, message, backoff)
         )
 
     def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
-        return self._read(units.open_aggregation_jobs)
+        return self._read(jobs.open_aggregation_jobs)
 
     def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]:
-        return self._read(lambda tx: units.job_reports(tx, task_id, job_id))
+        return self._read(lambda tx: report_units.job_reports(tx, task_id, job_id))
 
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:
-        return self._read(lambda tx: units.unaggregated_count(tx, task_id, start, end))
+        return self._read(lambda tx: report_units.unaggregated_count(tx, task_id, start, end))
 
     def has_unaggregated(self, task_id: bytes, start: int, end: int) -> bool:
         """Whether unaggregated_count would be above 0, without counting (a
         poll waiting for aggregation to finish)."""
-        return self._read(lambda tx: units.has_unaggregated(tx, task_id, start, end))
+        return self._read(lambda tx: report_units.has_unaggregated(tx, task_id, start, end))
 
     def deferred_count(self, task_id: bytes) -> int:
-        return self._read(lambda tx: units.deferred_count(tx, task_id))
+        return self._read(lambda tx: report_units.deferred_count(tx, task_id))
 
     def record_peer_clock(
         self, peer: str, offset: float, uncertainty: float, measured: float
     ) -> None:
-        self._write(lambda tx: units.record_peer_clock(tx, peer, offset, uncertainty, measured))
+        self._write(
+            lambda tx: report_units.record_peer_clock(tx, peer, offset, uncertainty, measured)
+        )
 
     def peer_clocks(self) -> list[tuple[str, float, float, float]]:
-        return self._read(units.peer_clocks)
+        return self._read(report_units.peer_clocks)
 
     def aggregation_job_errors(self, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
-        return self._read(lambda tx: units.aggregation_job_errors(tx, task_id))
+        return self._read(lambda tx: jobs.aggregation_job_errors(tx, task_id))
 
     def put_collection(self, record: CollectionRecord) -> CollectionRecord:
-        return self._write(lambda tx: units.put_collection(tx, record))
+        return self._write(lambda tx: collection_jobs.put_collection(tx, record))
 
     def get_collection(self, task_id: bytes, job_id: bytes) -> CollectionRecord | None:
-        return self._read(lambda tx: units.get_collection(tx, task_id, job_id))
+        return self._read(lambda tx: collection_jobs.get_collection(tx, task_id, job_id))
 
     def update_collection(self, record: CollectionRecord) -> None:
-        self._write(lambda tx: units.update_collection(tx, record))
+        self._write(lambda tx: collection_jobs.update_collection(tx, record))
 
     def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
-        self._write(lambda tx: units.fail_collection(tx, record, reopen))
+        self._write(lambda tx: collection_jobs.fail_collection(tx, record, reopen))
 
     def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
-        self._write(lambda tx: units.close_batch(tx, task_id, start, end, job_id, step))
+        self._write(lambda tx: report_units.close_batch(tx, task_id, start, end, job_id, step))
 
     # --- helper -----------------------------------------------------------
     #
@@ -197,23 +203,25 @@ class Datastore:
     #   if the batch's count or checksum is no longer the record's.
 
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
-        return self._read(lambda tx: units.helper_job(tx, task_id, job_id))
+        return self._read(lambda tx: jobs.helper_job(tx, task_id, job_id))
 
     def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
-        return self._read(lambda tx: units.seen_reports(tx, task_id, report_ids))
+        return self._read(lambda tx: report_units.seen_reports(tx, task_id, report_ids))
 
     def commit_helper_job(self, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
-        return self._write(lambda tx: units.commit_helper_job(tx, job, merge))
+        return self._write(lambda tx: jobs.commit_helper_job(tx, job, merge))
 
     def commit_helper_collection(self, record: CollectionRecord, step: int) -> CollectionRecord:
-        return self._write_fresh(lambda tx: units.commit_helper_collection(tx, record, step))
+        return self._write_fresh(
+            lambda tx: collection_jobs.commit_helper_collection(tx, record, step)
+        )
 
     # --- Poplar1 queries (both roles) --------------------------------------
     #
     # A Poplar1 batch is queried once per level (prefix_queries rows).
     # prefix_queries: every query of the batches overlapping [start, end).
     # record_prefix_query: in one transaction, close the batch's buckets
-    #   (units.PREFIX_BATCH_MARK) and record the query unless its (batch,
+    #   (prefix_queries.PREFIX_BATCH_MARK) and record the query unless its (batch,
     #   level) is stored; returns the stored query. `check` gets the batch's
     #   earlier queries and raises on a parameter they do not allow;
     #   QueryConflict if the batch overlaps another queried batch.
@@ -230,15 +238,17 @@ class Datastore:
     # batch_reports (leader): the stored reports of [start, end), by id.
 
     def prefix_queries(self, task_id: bytes, start: int, end: int) -> list[PrefixQuery]:
-        return self._read(lambda tx: units.prefix_queries(tx, task_id, start, end))
+        return self._read(lambda tx: prefix_queries.prefix_queries(tx, task_id, start, end))
 
     def prefix_query(self, task_id: bytes, start: int, level: int) -> PrefixQuery | None:
-        return self._read(lambda tx: units.prefix_query(tx, task_id, start, level))
+        return self._read(lambda tx: prefix_queries.prefix_query(tx, task_id, start, level))
 
     def record_prefix_query(
         self, query: PrefixQuery, check: Callable[[list[PrefixQuery]], None], step: int
     ) -> PrefixQuery:
-        return self._write_fresh(lambda tx: units.record_prefix_query(tx, query, check, step))
+        return self._write_fresh(
+            lambda tx: prefix_queries.record_prefix_query(tx, query, check, step)
+        )
 
     def create_prefix_collection(
         self,
@@ -248,31 +258,35 @@ class Datastore:
         step: int,
     ) -> CollectionRecord:
         return self._write_fresh(
-            lambda tx: units.create_prefix_collection(tx, record, query, check, step)
+            lambda tx: prefix_queries.create_prefix_collection(tx, record, query, check, step)
         )
 
     def finish_prefix_collection(
         self, record: CollectionRecord, level: int, agg_share: bytes | None
     ) -> None:
-        self._write(lambda tx: units.finish_prefix_collection(tx, record, level, agg_share))
+        self._write(
+            lambda tx: prefix_queries.finish_prefix_collection(tx, record, level, agg_share)
+        )
 
     def seen_prefix_reports(
         self, task_id: bytes, start: int, level: int, report_ids: Sequence[bytes]
     ) -> set[bytes]:
         return self._read(
-            lambda tx: units.seen_prefix_reports(tx, task_id, start, level, report_ids)
+            lambda tx: prefix_queries.seen_prefix_reports(tx, task_id, start, level, report_ids)
         )
 
     def commit_prefix_job(
         self, job: HelperJob, start: int, level: int, merge: ShareMerge
     ) -> tuple[bytes, bytes] | None:
-        return self._write(lambda tx: units.commit_prefix_job(tx, job, start, level, merge))
+        return self._write(
+            lambda tx: prefix_queries.commit_prefix_job(tx, job, start, level, merge)
+        )
 
     def collect_prefix_query(self, record: CollectionRecord, level: int) -> CollectionRecord:
-        return self._write_fresh(lambda tx: units.collect_prefix_query(tx, record, level))
+        return self._write_fresh(lambda tx: prefix_queries.collect_prefix_query(tx, record, level))
 
     def batch_reports(self, task_id: bytes, start: int, end: int) -> list[Report]:
-        return self._read(lambda tx: units.batch_reports(tx, task_id, start, end))
+        return self._read(lambda tx: report_units.batch_reports(tx, task_id, start, end))
 
     # --- operations: keys, garbage collection, status (both roles) -------
     #
@@ -329,10 +343,10 @@ class Datastore:
         return self._write(lambda tx: upkeep.delete_expired_hpke_keys(tx, now))
 
     def report_counts(self, task_id: bytes, time_precision: int) -> dict[int, dict[str, int]]:
-        return self._read(lambda tx: units.report_counts(tx, task_id, time_precision))
+        return self._read(lambda tx: report_units.report_counts(tx, task_id, time_precision))
 
     def collections(self, task_id: bytes) -> list[CollectionRecord]:
-        return self._read(lambda tx: units.collections(tx, task_id))
+        return self._read(lambda tx: collection_jobs.collections(tx, task_id))
 
     # --- what each backend writes for its own database ---------------------
 

@@ -87,7 +87,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE collections ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
     ALTER TABLE collections ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     """,
-    # Batch aggregates in shard rows (veil.aggregator.store.units): shard 0 is
+    # Batch aggregates in shard rows (veil.aggregator.store.reports): shard 0 is
     # a bucket's lock row, which says whether it is collected; each job adds
     # to one of the shards 1..AGGREGATE_SHARDS. A new primary key means a new
     # table (SQLite cannot change one in place); the rows there were become

@@ -1,5 +1,6 @@
 """The rows storage deals in, and the conflicts it reports: shared by both
-backends and by the units of work (veil.aggregator.store.units)."""
+backends and by the units of work (veil.aggregator.store.reports, jobs,
+collection_jobs, prefix_queries)."""
 
 from __future__ import annotations
 

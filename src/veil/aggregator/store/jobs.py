@@ -1,0 +1,231 @@
+"""Units of work on aggregation jobs, written once for both backends over
+veil.aggregator.store.tx: the leader's (create, acquire, renew, finish,
+defer, abandon) and the helper's (a job's result stored with its merge, and
+served again on a retry). One transaction each, as in
+veil.aggregator.store.reports.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Mapping, Sequence
+
+from veil.aggregator.store.records import (
+    AGGREGATED,
+    IN_JOB,
+    PENDING,
+    REJECTED,
+    Backoff,
+    BatchAggregate,
+    HelperJob,
+    ReportsAggregated,
+    ShareMerge,
+    StorageConflict,
+)
+from veil.aggregator.store.reports import (
+    TOO_EARLY,
+    count_rejections,
+    merge_aggregates,
+    seen_reports,
+)
+from veil.aggregator.store.tx import Tx
+
+
+def helper_job(tx: Tx, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
+    row = tx.one(
+        "SELECT request_hash, response FROM helper_jobs WHERE task_id = ? AND job_id = ?",
+        (task_id, job_id),
+    )
+    return None if row is None else (bytes(row[0]), bytes(row[1]))
+
+
+def commit_helper_job(tx: Tx, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
+    """The helper's whole job in one transaction (see Datastore.commit_helper_job).
+
+    Two processes committing the same job id, or jobs sharing a report id,
+    meet on a primary key: on PostgreSQL, ON CONFLICT DO NOTHING at
+    REPEATABLE READ makes the later one fail to serialise, and its retry finds
+    the winner's rows in the checks below; on SQLite the write lock orders
+    them. No process-local lock is involved."""
+    task_id, job_id = job.task_id, job.job_id
+    stored = helper_job(tx, task_id, job_id)
+    if stored is not None:
+        return stored
+    taken = seen_reports(tx, task_id, [i for i, _ in job.reports])
+    if taken:
+        raise ReportsAggregated(sorted(taken))
+    tx.run(
+        "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (task_id, job_id, job.request_hash, job.response, _time.time()),
+    )
+    tx.insert_new(
+        "helper_reports",
+        (("task_id", "bytea"), ("report_id", "bytea"), ("time", "bigint"), ("job_id", "bytea")),
+        [(task_id, i, t, job_id) for i, t in job.reports],
+    )
+    count_rejections(tx, task_id, job.rejected)
+    merge_aggregates(tx, task_id, job_id, job.deltas, merge, refuse_collected=True)
+    return None
+
+
+def open_aggregation_jobs(tx: Tx) -> list[tuple[bytes, bytes]]:
+    rows = tx.rows(
+        "SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open' ORDER BY created"
+    )
+    return [(bytes(t), bytes(j)) for t, j in rows]
+
+
+def aggregation_job_errors(tx: Tx, task_id: bytes) -> dict[bytes, tuple[str, int, str]]:
+    """Jobs of a task that failed at least once: job id -> (state, failures, error)."""
+    rows = tx.rows(
+        "SELECT job_id, state, failures, error FROM aggregation_jobs WHERE task_id = ?"
+        " AND error IS NOT NULL",
+        (task_id,),
+    )
+    return {bytes(j): (str(st), int(n), str(e)) for j, st, n, e in rows}
+
+
+def create_aggregation_job(tx: Tx, task_id: bytes, job_id: bytes, limit: int) -> int:
+    """Put up to `limit` pending reports, oldest first, in a new open job;
+    returns how many (0: none pending, no job made)."""
+    # SKIP LOCKED: two workers making jobs at once take disjoint reports.
+    # Reports sent back by the helper as too early wait until their retry_at.
+    ids = [
+        bytes(r[0])
+        for r in tx.rows(
+            "SELECT report_id FROM reports WHERE task_id = ? AND state = ?"
+            f" AND retry_at <= {tx.now} ORDER BY time LIMIT ?" + tx.skip_locked,
+            (task_id, PENDING, limit),
+        )
+    ]
+    if not ids:
+        return 0
+    tx.run(
+        "INSERT INTO aggregation_jobs (task_id, job_id, state, created) VALUES (?, ?, 'open', ?)",
+        (task_id, job_id, _time.time()),
+    )
+    for where, args in tx.id_lists("report_id", ids):
+        tx.run(
+            f"UPDATE reports SET state = ?, job_id = ? WHERE task_id = ? AND {where}",
+            (IN_JOB, job_id, task_id, *args),
+        )
+    return len(ids)
+
+
+def acquire_aggregation_jobs(
+    tx: Tx, owner: str, lease_seconds: float, limit: int
+) -> list[tuple[bytes, bytes]]:
+    """Lease up to `limit` open jobs nobody else holds (or whose lease
+    expired) and that are not waiting to be retried, oldest first."""
+    rows = tx.rows(
+        f"UPDATE aggregation_jobs SET lease_owner = ?, lease_expiry = {tx.now} + ?,"
+        " attempts = attempts + 1 WHERE (task_id, job_id) IN ("
+        " SELECT task_id, job_id FROM aggregation_jobs WHERE state = 'open'"
+        f" AND (lease_expiry < {tx.now} OR lease_owner = ?) AND retry_at <= {tx.now}"
+        f" ORDER BY created LIMIT ?{tx.skip_locked}) RETURNING task_id, job_id, created",
+        (owner, lease_seconds, owner, limit),
+    )
+    return [(bytes(t), bytes(j)) for t, j, _ in sorted(rows, key=lambda r: (r[2], r[0], r[1]))]
+
+
+def renew_aggregation_job(
+    tx: Tx, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+) -> bool:
+    """Extend `owner`'s lease; False if the job is finished or leased to another."""
+    return (
+        tx.run(
+            f"UPDATE aggregation_jobs SET lease_expiry = {tx.now} + ? WHERE task_id = ?"
+            " AND job_id = ? AND state = 'open' AND lease_owner = ?",
+            (lease_seconds, task_id, job_id, owner),
+        )
+        == 1
+    )
+
+
+def finish_aggregation_job(
+    tx: Tx,
+    task_id: bytes,
+    job_id: bytes,
+    outcomes: Mapping[bytes, str | None],
+    deltas: Sequence[BatchAggregate],
+    merge: ShareMerge,
+    deferred: Mapping[bytes, float],
+) -> None:
+    """Record each report as aggregated (None) or rejected (reason), one
+    statement per outcome; put each `deferred` report back to pending, not to
+    be put in a job for the given seconds, with reason report_too_early; add
+    the job's deltas to the batch aggregates; close the job. StorageConflict
+    if the job is not open (another worker finished it)."""
+    row = tx.one(
+        "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None or row[0] != "open":
+        raise StorageConflict(f"aggregation job {job_id.hex()} is not open")
+    by_outcome: dict[str | None, list[bytes]] = {}
+    for report_id, reason in outcomes.items():
+        by_outcome.setdefault(reason, []).append(report_id)
+    for reason, ids in sorted(by_outcome.items(), key=lambda kv: kv[0] or ""):
+        for where, args in tx.id_lists("report_id", ids):
+            tx.run(
+                f"UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND {where}",
+                (AGGREGATED if reason is None else REJECTED, reason, task_id, *args),
+            )
+    tx.many(
+        f"UPDATE reports SET state = ?, job_id = NULL, reason = ?, retry_at = {tx.now} + ?"
+        " WHERE task_id = ? AND report_id = ?",
+        [(PENDING, TOO_EARLY, wait, task_id, i) for i, wait in sorted(deferred.items())],
+    )
+    count_rejections(tx, task_id, [r for r in outcomes.values() if r is not None])
+    merge_aggregates(tx, task_id, job_id, deltas, merge)
+    tx.run(
+        "UPDATE aggregation_jobs SET state = 'finished', lease_owner = NULL, lease_expiry = 0"
+        " WHERE task_id = ? AND job_id = ?",
+        (task_id, job_id),
+    )
+
+
+def defer_aggregation_job(
+    tx: Tx, task_id: bytes, job_id: bytes, error: str, backoff: Backoff
+) -> int:
+    """Record a failed attempt at an open aggregation job: why, and no new
+    lease for backoff(failures) seconds. Returns its failures so far (0 if
+    the job is no longer open)."""
+    row = tx.one(
+        "SELECT failures FROM aggregation_jobs WHERE task_id = ? AND job_id = ?"
+        " AND state = 'open'" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None:
+        return 0
+    failures = int(row[0]) + 1
+    tx.run(
+        f"UPDATE aggregation_jobs SET failures = ?, error = ?, retry_at = {tx.now} + ?,"
+        " lease_owner = NULL, lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
+        (failures, error, backoff(failures), task_id, job_id),
+    )
+    return failures
+
+
+def abandon_aggregation_job(tx: Tx, task_id: bytes, job_id: bytes, reason: str, error: str) -> int:
+    """Give up an open aggregation job: its reports are rejected with
+    `reason` (counted), the job is marked failed with `error`. Returns how
+    many reports were rejected (0 if the job is no longer open)."""
+    row = tx.one(
+        "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None or row[0] != "open":
+        return 0
+    n = tx.run(
+        "UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND job_id = ? AND state = ?",
+        (REJECTED, reason, task_id, job_id, IN_JOB),
+    )
+    count_rejections(tx, task_id, [reason] * n)
+    tx.run(
+        "UPDATE aggregation_jobs SET state = 'failed', error = ?, lease_owner = NULL,"
+        " lease_expiry = 0 WHERE task_id = ? AND job_id = ?",
+        (error, task_id, job_id),
+    )
+    return n
