@@ -18,7 +18,7 @@ from veil.aggregator import postgres as postgres_backend
 from veil.aggregator.core import share_merge
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import _LEGACY_SCHEMA, SqliteDatastore
-from veil.aggregator.store import migrations, units
+from veil.aggregator.store import jobs, migrations
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
 from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
@@ -685,7 +685,7 @@ class Holder:
         return self
 
     def commit_job(self, job: HelperJob) -> None:
-        assert units.commit_helper_job(PostgresTx(self.conn), job, MERGE) is None
+        assert jobs.commit_helper_job(PostgresTx(self.conn), job, MERGE) is None
 
     def __exit__(self, *exc: object) -> None:
         self.tx.__exit__(None, None, None)

@@ -32,12 +32,7 @@ class Prio3Randomness:
     def __init__(self, vdaf: Prio3[Any, Any], vf: type[VecField]) -> None:
         self.vdaf = vdaf
         self.vf = vf
-        flp = vdaf.flp
-        self.MEAS_LEN = flp.MEAS_LEN
-        self.PROOF_LEN = flp.PROOF_LEN
-        self.JOINT_RAND_LEN = flp.JOINT_RAND_LEN
-        self.PROVE_RAND_LEN = flp.PROVE_RAND_LEN
-        self.QUERY_RAND_LEN = flp.QUERY_RAND_LEN
+        self.flp = vdaf.flp
         self.PROOFS = vdaf.PROOFS
 
     def dst(self, usage: int, ctx: bytes) -> bytes:
@@ -45,7 +40,12 @@ class Prio3Randomness:
 
     def meas_share(self, ctx: bytes, agg_id: int, seeds: Arr, rows: int) -> Arr:
         return expand_rows(
-            self.vf, seeds, self.dst(USAGE_MEAS_SHARE, ctx), bytes([agg_id]), self.MEAS_LEN, rows
+            self.vf,
+            seeds,
+            self.dst(USAGE_MEAS_SHARE, ctx),
+            bytes([agg_id]),
+            self.flp.MEAS_LEN,
+            rows,
         )
 
     def proofs_share(self, ctx: bytes, agg_id: int, seeds: Arr, rows: int) -> Arr:
@@ -54,7 +54,7 @@ class Prio3Randomness:
             seeds,
             self.dst(USAGE_PROOF_SHARE, ctx),
             bytes([self.PROOFS, agg_id]),
-            self.PROOF_LEN * self.PROOFS,
+            self.flp.PROOF_LEN * self.PROOFS,
             rows,
         )
 
@@ -80,7 +80,7 @@ class Prio3Randomness:
             seeds,
             self.dst(USAGE_JOINT_RANDOMNESS, ctx),
             bytes([self.PROOFS]),
-            self.JOINT_RAND_LEN * self.PROOFS,
+            self.flp.JOINT_RAND_LEN * self.PROOFS,
             seeds.shape[0],
         )
 
@@ -90,7 +90,7 @@ class Prio3Randomness:
             seeds,
             self.dst(USAGE_PROVE_RANDOMNESS, ctx),
             bytes([self.PROOFS]),
-            self.PROVE_RAND_LEN * self.PROOFS,
+            self.flp.PROVE_RAND_LEN * self.PROOFS,
             rows,
         )
 
@@ -101,6 +101,6 @@ class Prio3Randomness:
             verify_key,
             self.dst(USAGE_QUERY_RANDOMNESS, ctx),
             np.concatenate([np.full((rows, 1), self.PROOFS, dtype=np.uint8), nonces], axis=1),
-            self.QUERY_RAND_LEN * self.PROOFS,
+            self.flp.QUERY_RAND_LEN * self.PROOFS,
             rows,
         )
