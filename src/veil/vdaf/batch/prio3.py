@@ -214,7 +214,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         self.PROOFS = vdaf.PROOFS
         self._joint = scalar.JOINT_RAND_LEN > 0
         self.rand = Prio3Randomness(vdaf, self.vf)
-        self.sharder = Prio3Sharder(self)
+        self.sharder: Prio3Sharder[Measurement, AggResult] = Prio3Sharder(self)
 
     # -- sizes of the encodings ------------------------------------------------
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic
+from typing import Any, Generic, Protocol
 
 import numpy as np
 
+from veil.vdaf.batch.field import VecField
+from veil.vdaf.batch.flp import BatchFlp
+from veil.vdaf.batch.prio3_xof import Prio3Randomness
 from veil.vdaf.batch.xof import SEED_SIZE
 from veil.vdaf.spec.circuits import AggResult, Measurement
-
-if TYPE_CHECKING:
-    from veil.vdaf.batch.prio3 import BatchPrio3
+from veil.vdaf.spec.prio3 import Prio3
 
 
 @dataclass
@@ -29,11 +30,31 @@ class ShardBatch:
     input_shares: list[list[bytes]]
 
 
+class _Engine(Protocol):
+    """What the sharder reads of its ``BatchPrio3`` (which imports this
+    module, so it is named by shape here, not imported)."""
+
+    vdaf: Prio3[Any, Any]
+    flp: BatchFlp
+    vf: type[VecField]
+    rand: Prio3Randomness
+    SHARES: int
+    PROOFS: int
+    PROVE_RAND_LEN: int
+    JOINT_RAND_LEN: int
+    _joint: bool
+    shard_chunk_elements: int
+
+    def _chunks(self, rows: int, elements: int) -> list[slice]: ...
+
+    def input_share_size(self, agg_id: int) -> int: ...
+
+
 class Prio3Sharder(Generic[Measurement, AggResult]):
     """``shard_batch`` of one ``BatchPrio3`` (its sizes, circuit and
     sub-batches), with the XOF derivations of ``engine.rand``."""
 
-    def __init__(self, engine: BatchPrio3[Measurement, AggResult]) -> None:
+    def __init__(self, engine: _Engine) -> None:
         self.engine = engine
         self.rand = engine.rand
 
