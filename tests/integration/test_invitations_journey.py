@@ -55,7 +55,7 @@ options = ["engineering", "design"]
 
 def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:
     opens = int(time.time()) // TP * TP
-    closes = opens + 40
+    closes = opens + 60
     survey = tmp_path / "survey.toml"
     survey.write_text(
         SURVEY.format(n=N, tp=TP, opens=format_time(opens), closes=format_time(closes))
