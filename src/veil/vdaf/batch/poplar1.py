@@ -64,7 +64,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -86,8 +85,9 @@ from veil.vdaf.batch.idpf import (
 )
 from veil.vdaf.batch.prio3 import MessageBatch
 from veil.vdaf.batch.prio3_shard import ShardBatch
+from veil.vdaf.batch.rows import Errors, byte_rows, flag, ok_mask
 from veil.vdaf.batch.xof import expand_rows, xof_rows
-from veil.vdaf.errors import CodecError, VdafError, VerifyError
+from veil.vdaf.errors import CodecError, VerifyError
 from veil.vdaf.spec.field import Field255
 from veil.vdaf.spec.poplar1 import (
     EVALUATE_SKETCH,
@@ -100,37 +100,6 @@ from veil.vdaf.spec.poplar1 import (
     Poplar1,
     Poplar1AggParam,
 )
-
-Errors = list[VdafError | None]
-
-
-def _ok(errors: Errors) -> Arr:
-    return np.array([e is None for e in errors], dtype=bool)
-
-
-def _flag(errors: Errors, mask: Any, error: VdafError) -> None:
-    for i in np.flatnonzero(mask):
-        if errors[i] is None:
-            errors[i] = error
-
-
-def _rows(values: Sequence[bytes | None], length: int, what: str, errors: Errors) -> Arr:
-    """A ``(len(values), length)`` byte array; a row of another length (or
-    None) is zero and recorded as a ``CodecError``."""
-    if all(v is not None and len(v) == length for v in values):
-        joined = b"".join(v for v in values if v is not None)
-        return np.frombuffer(joined, dtype=np.uint8).reshape(len(values), length)
-    blank = bytes(length)
-    parts = []
-    for i, v in enumerate(values):
-        if v is None or len(v) != length:
-            if errors[i] is None:
-                got = "nothing" if v is None else f"{len(v)} bytes"
-                errors[i] = CodecError(f"{what} must be {length} bytes, got {got}")
-            parts.append(blank)
-        else:
-            parts.append(v)
-    return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(values), length)
 
 
 @dataclass
@@ -161,7 +130,7 @@ class BatchVerifyState:
 
     @property
     def ok(self) -> Arr:
-        return _ok(self.errors)
+        return ok_mask(self.errors)
 
     def __len__(self) -> int:
         return len(self.errors)
@@ -197,7 +166,7 @@ class Poplar1OutShareBatch:
 
     @property
     def ok(self) -> Arr:
-        return _ok(self.errors)
+        return ok_mask(self.errors)
 
 
 class BatchPoplar1:
@@ -223,29 +192,29 @@ class BatchPoplar1:
         rows = len(nonces)
         bits = self.BITS
         errors: Errors = [None] * rows
-        nonce_rows = _rows(nonces, self.vdaf.NONCE_SIZE, "nonce", errors)
-        public = _rows(public_shares, self.vdaf.public_share_size(), "public share", errors)
+        nonce_rows = byte_rows(nonces, self.vdaf.NONCE_SIZE, "nonce", errors)
+        public = byte_rows(public_shares, self.vdaf.public_share_size(), "public share", errors)
         packed_len = (2 * bits + 7) // 8
         ctrl = np.unpackbits(public[:, :packed_len], axis=1, bitorder="little")
-        _flag(errors, ctrl[:, 2 * bits :].any(axis=1), CodecError("control bits: padding set"))
+        flag(errors, ctrl[:, 2 * bits :].any(axis=1), CodecError("control bits: padding set"))
         ctrl_cw = ctrl[:, : 2 * bits].reshape(rows, bits, 2).astype(bool)
         offset = packed_len
         seed_cw = u64(public[:, offset : offset + 16 * bits]).reshape(rows, bits, 2)
         offset += 16 * bits
         w_inner, ok = Inner.decode(public[:, offset : offset + 16 * (bits - 1)])
-        _flag(errors, ~ok.all(axis=1), CodecError("public share: Field64 element not reduced"))
+        flag(errors, ~ok.all(axis=1), CodecError("public share: Field64 element not reduced"))
         w_inner = w_inner.reshape(rows, bits - 1, 2)
         offset += 16 * (bits - 1)
         w_leaf, ok = Leaf.decode(public[:, offset:])
-        _flag(errors, ~ok.all(axis=1), CodecError("public share: Field255 element not reduced"))
+        flag(errors, ~ok.all(axis=1), CodecError("public share: Field255 element not reduced"))
 
-        shares = _rows(input_shares, self.vdaf.input_share_size(agg_id), "input share", errors)
+        shares = byte_rows(input_shares, self.vdaf.input_share_size(agg_id), "input share", errors)
         keys = u64(shares[:, :16])
         corr_seeds = shares[:, 16:48]
         corr_inner, ok = Inner.decode(shares[:, 48 : 48 + 16 * (bits - 1)])
-        _flag(errors, ~ok.all(axis=1), CodecError("input share: Field64 element not reduced"))
+        flag(errors, ~ok.all(axis=1), CodecError("input share: Field64 element not reduced"))
         corr_leaf, ok = Leaf.decode(shares[:, 48 + 16 * (bits - 1) :])
-        _flag(errors, ~ok.all(axis=1), CodecError("input share: Field255 element not reduced"))
+        flag(errors, ~ok.all(axis=1), CodecError("input share: Field255 element not reduced"))
         return _Decoded(
             IdpfShares(nonce_rows, ctrl_cw, seed_cw, w_inner, w_leaf, keys),
             corr_seeds,
@@ -456,9 +425,9 @@ class BatchPoplar1:
         self, level: int, count: int, encoded: Sequence[bytes | None], what: str, errors: Errors
     ) -> Arr:
         arith = self.walk.arith(level)
-        raw = _rows(encoded, count * arith.SIZE, what, errors)
+        raw = byte_rows(encoded, count * arith.SIZE, what, errors)
         values, ok = arith.decode(raw)
-        _flag(errors, ~ok.all(axis=1), CodecError(f"{what}: element not reduced"))
+        flag(errors, ~ok.all(axis=1), CodecError(f"{what}: element not reduced"))
         return np.where(ok, values, arith.from_int(0))
 
     def verifier_shares_to_message_batch(
@@ -491,7 +460,7 @@ class BatchPoplar1:
         if count == 3:
             return MessageBatch(self._encode_rows(arith, sketch, errors), errors)
         zero = sketch[:, 0] == arith.from_int(0)
-        _flag(errors, ~zero, VerifyError("sketch verification failed: the report is not one-hot"))
+        flag(errors, ~zero, VerifyError("sketch verification failed: the report is not one-hot"))
         return MessageBatch([b"" if errors[r] is None else None for r in range(rows)], errors)
 
     def verify_next_batch(

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import Generic
 
 import numpy as np
 
@@ -51,8 +51,9 @@ from veil.vdaf.batch.field import Arr, VecField
 from veil.vdaf.batch.flp import BatchFlp
 from veil.vdaf.batch.prio3_shard import Prio3Sharder, ShardBatch
 from veil.vdaf.batch.prio3_xof import Prio3Randomness
+from veil.vdaf.batch.rows import Errors, byte_rows, flag, ok_mask
 from veil.vdaf.batch.xof import SEED_SIZE
-from veil.vdaf.errors import CodecError, VdafError, VerifyError
+from veil.vdaf.errors import CodecError, VerifyError
 from veil.vdaf.spec.circuits import AggResult, Measurement
 from veil.vdaf.spec.prio3 import (
     HelperInputShare,
@@ -63,12 +64,6 @@ from veil.vdaf.spec.prio3 import (
     VerifyState,
 )
 from veil.vdaf.spec.xof import XofTurboShake128
-
-Errors = list[VdafError | None]
-
-
-def _errors_mask(errors: Errors) -> Arr:
-    return np.array([e is None for e in errors], dtype=bool)
 
 
 @dataclass
@@ -85,7 +80,7 @@ class BatchVerifyState:
 
     @property
     def ok(self) -> Arr:
-        return _errors_mask(self.errors)
+        return ok_mask(self.errors)
 
     def __len__(self) -> int:
         return len(self.errors)
@@ -126,7 +121,7 @@ class MessageBatch:
 
     @property
     def ok(self) -> Arr:
-        return _errors_mask(self.errors)
+        return ok_mask(self.errors)
 
 
 @dataclass
@@ -140,7 +135,7 @@ class OutShareBatch:
 
     @property
     def ok(self) -> Arr:
-        return _errors_mask(self.errors)
+        return ok_mask(self.errors)
 
     def out_share(self, i: int) -> list[int]:
         error = self.errors[i]
@@ -148,31 +143,6 @@ class OutShareBatch:
             raise error
         result: list[int] = self.vf.to_ints(self.out_shares[..., i, :])
         return result
-
-
-def _fixed_rows(values: Sequence[bytes], length: int, what: str, errors: Errors) -> Arr:
-    """A ``(len(values), length)`` byte array; rows of the wrong length are
-    zero and recorded as a ``CodecError``."""
-    if set(map(len, values)) <= {length}:
-        # The usual case, checked in C: no per-row Python work.
-        return np.frombuffer(b"".join(values), dtype=np.uint8).reshape(len(values), length)
-    blank = bytes(length)
-    joined = []
-    for i, v in enumerate(values):
-        if len(v) != length:
-            if errors[i] is None:
-                errors[i] = CodecError(f"{what} must be {length} bytes, got {len(v)}")
-            joined.append(blank)
-        else:
-            joined.append(v)
-    raw = np.frombuffer(b"".join(joined), dtype=np.uint8)
-    return raw.reshape(len(values), length)
-
-
-def _flag(errors: Errors, mask: Any, error: VdafError) -> None:
-    for i in np.flatnonzero(mask):
-        if errors[i] is None:
-            errors[i] = error
 
 
 class BatchPrio3(Generic[Measurement, AggResult]):
@@ -307,9 +277,9 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         vf = self.vf
         rows = len(nonces)
         errors: Errors = [None] * rows
-        nonce_rows = _fixed_rows(nonces, vdaf.NONCE_SIZE, "nonce", errors)
+        nonce_rows = byte_rows(nonces, vdaf.NONCE_SIZE, "nonce", errors)
         encoded = [s if isinstance(s, bytes) else vdaf.encode_input_share(s) for s in input_shares]
-        raw = _fixed_rows(encoded, self.input_share_size(agg_id), "input share", errors)
+        raw = byte_rows(encoded, self.input_share_size(agg_id), "input share", errors)
 
         size = vf.ENCODED_SIZE
         proofs_len = self.PROOF_LEN * self.PROOFS
@@ -319,7 +289,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
             meas, ok_meas = vf.decode(raw[:, :meas_end])
             proofs, ok_proofs = vf.decode(raw[:, meas_end:proofs_end])
             reduced = ok_meas.all(axis=1) & ok_proofs.all(axis=1)
-            _flag(errors, ~reduced, CodecError("input share has an unreduced field element"))
+            flag(errors, ~reduced, CodecError("input share has an unreduced field element"))
             blinds = raw[:, proofs_end:]
         else:
             seeds = raw[:, :SEED_SIZE]
@@ -331,7 +301,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         corrected = None
         part = None
         if self._joint:
-            public_raw = _fixed_rows(
+            public_raw = byte_rows(
                 [s if isinstance(s, bytes) else vdaf.encode_public_share(s) for s in public_shares],
                 SEED_SIZE * self.SHARES,
                 "public share",
@@ -358,7 +328,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
                 joint_rands[..., i * self.JOINT_RAND_LEN : (i + 1) * self.JOINT_RAND_LEN],
                 self.SHARES,
             )
-            _flag(
+            flag(
                 errors,
                 bad,
                 VerifyError("query point is a root of unity; report cannot be verified"),
@@ -383,7 +353,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         for i, e in enumerate(errors):
             if e is not None:
                 verifier_shares[i] = None
-        out_shares = self._zero_failed(out_shares, _errors_mask(errors))
+        out_shares = self._zero_failed(out_shares, ok_mask(errors))
         state = BatchVerifyState(vf, out_shares, corrected, errors)
         return VerifyInitBatch(state, verifier_shares)
 
@@ -454,9 +424,9 @@ class BatchPrio3(Generic[Measurement, AggResult]):
                     encoded.append(s)
                 else:
                     encoded.append(self.vdaf.encode_verifier_share(s))
-            raw = _fixed_rows(encoded, self.verifier_share_size(), "verifier share", errors)
+            raw = byte_rows(encoded, self.verifier_share_size(), "verifier share", errors)
             verifier, reduced = vf.decode(raw[:, :elems])
-            _flag(errors, ~reduced.all(axis=1), CodecError("verifier share is not reduced"))
+            flag(errors, ~reduced.all(axis=1), CodecError("verifier share is not reduced"))
             total = verifier if total is None else vf.add(total, verifier)
             parts.append(raw[:, elems:])
         assert total is not None
@@ -464,7 +434,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         vlen = self.VERIFIER_LEN
         for i in range(self.PROOFS):
             accept &= self.flp.decide(total[..., i * vlen : (i + 1) * vlen])
-        _flag(errors, ~accept, VerifyError("proof verifier check failed"))
+        flag(errors, ~accept, VerifyError("proof verifier check failed"))
         if self._joint:
             seeds = self.rand.joint_rand_seed(ctx, np.concatenate(parts, axis=1)).tobytes()
             messages: list[bytes | None] = [
@@ -506,7 +476,7 @@ class BatchPrio3(Generic[Measurement, AggResult]):
                     errors[i] = VerifyError("the report was rejected")
                 elif msg:
                     errors[i] = CodecError("verifier message must be empty for this circuit")
-        out = self._zero_failed(state.out_shares, _errors_mask(errors))
+        out = self._zero_failed(state.out_shares, ok_mask(errors))
         return OutShareBatch(self.vf, out, errors)
 
     def _zero_failed(self, out_shares: Arr, ok: Arr) -> Arr:
