@@ -422,7 +422,7 @@ class Collector:
         job = self._run(start, duration, encoded, wait, poll_interval, collection_job_id, on_wait)
         count = job.report_count
         shares = [
-            self._open_prefix(role, pb, start, duration, count, agg_param, encoded)
+            self._open(role, pb, start, duration, count, (agg_param, encoded))
             for role, pb in (
                 (ROLE_LEADER, job.leader_encrypted_agg_share),
                 (ROLE_HELPER, job.helper_encrypted_agg_share),
@@ -445,17 +445,17 @@ class Collector:
             seconds=self.clock() - began,
         )
 
-    def _open_prefix(
+    def _open(
         self,
         role: int,
         pb: Any,
         start: int,
         duration: int,
         count: int,
-        agg_param: Poplar1AggParam,
-        encoded: bytes,
+        prefixes: tuple[Poplar1AggParam, bytes] | None = None,
     ) -> list[int]:
-        assert self.poplar1 is not None
+        """One aggregator's share, opened and decoded: Prio3's, or with
+        ``prefixes`` (the parameter and its encoding) Poplar1's prefix counts."""
         info = agg_share_info(
             role,
             self.task.task_id,
@@ -463,38 +463,31 @@ class Collector:
             duration,
             count,
             dp_params=self.task.dp.binding(self.task.vdaf),
-            agg_param=encoded,
+            agg_param=b"" if prefixes is None else prefixes[1],
         )
         try:
             ct = ciphertext_from_pb(pb, "aggregate share")
             plaintext = open_(self.task.collector_hpke_keypair, ct, info)
-            return list(self.poplar1.decode_agg_share(agg_param, plaintext))
+            if prefixes is None:
+                return list(self.vdaf.decode_agg_share(None, plaintext))
+            assert self.poplar1 is not None
+            return list(self.poplar1.decode_agg_share(prefixes[0], plaintext))
         except (HpkeError, ValueError) as e:
+            if prefixes is not None:
+                why = (
+                    "it must be sealed for this task's DP parameters and this very"
+                    " aggregation parameter"
+                )
+                what = "an aggregate share of prefix counts"
+            else:
+                why = (
+                    "a share sealed under other DP parameters than this task file's does not"
+                    " open: check that the leader, the helper and the collector hold the same"
+                    " [dp] table"
+                )
+                what = "an aggregate share"
             raise CollectionError(
-                grpc.StatusCode.DATA_LOSS,
-                f"cannot open an aggregate share of prefix counts: {e} (it must be sealed for"
-                " this task's DP parameters and this very aggregation parameter)",
-            ) from None
-
-    def _open(self, role: int, pb: Any, start: int, duration: int, count: int) -> list[int]:
-        info = agg_share_info(
-            role,
-            self.task.task_id,
-            start,
-            duration,
-            count,
-            dp_params=self.task.dp.binding(self.task.vdaf),
-        )
-        try:
-            ct = ciphertext_from_pb(pb, "aggregate share")
-            plaintext = open_(self.task.collector_hpke_keypair, ct, info)
-            return list(self.vdaf.decode_agg_share(None, plaintext))
-        except (HpkeError, ValueError) as e:
-            raise CollectionError(
-                grpc.StatusCode.DATA_LOSS,
-                f"cannot open an aggregate share: {e} (a share sealed under other DP"
-                " parameters than this task file's does not open: check that the leader, the"
-                " helper and the collector hold the same [dp] table)",
+                grpc.StatusCode.DATA_LOSS, f"cannot open {what}: {e} ({why})"
             ) from None
 
     def _finish(

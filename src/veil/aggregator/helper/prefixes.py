@@ -131,6 +131,32 @@ def _decode_response(data: bytes) -> list[VerifyResult]:
     return results
 
 
+def _stored_answer(job_id: bytes, stored: tuple[bytes, bytes], digest: bytes) -> list[VerifyResult]:
+    """A job answered before: its stored answer, if the request is the same."""
+    same_request(job_id, stored[0], digest)
+    return _decode_response(stored[1])
+
+
+def _open_once(
+    shares: ShareCache, helper: AggregatorBase[HelperTask], task: HelperTask, it: VerifyInitItem
+) -> ReportRejection | bytes:
+    """The report's share, opened once per process: keyed by what it opened
+    from, all of it, so a different ciphertext under the same report id is
+    opened on its own."""
+    ct = it.encrypted_input_share
+    info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
+    key = hashlib.sha256(
+        b"".join((info, struct.pack(">B", ct.config_id), ct.enc, ct.payload))
+    ).digest()
+    known = shares.get(key)
+    if known is not None:
+        return known
+    plaintext = open_report(helper, task, it, info)
+    if not isinstance(plaintext, ReportRejection):
+        shares.put(key, plaintext)
+    return plaintext
+
+
 class HelperPrefixes:
     """Poplar1 aggregation jobs and releases on the helper."""
 
@@ -220,7 +246,7 @@ class HelperPrefixes:
             digest = prefix_request_hash(task_id, job_id, agg_param, start, items)
             stored = store.helper_job(task_id, job_id)
             if stored is not None:
-                return self._stored(job_id, stored, digest)
+                return _stored_answer(job_id, stored, digest)
         parsed = self._query(task, prefix, agg_param, start, duration)
         if round_ == 1:
             results, _, _ = self._verify(
@@ -249,7 +275,7 @@ class HelperPrefixes:
                     f"level {parsed.level} of the batch was collected while this job ran"
                 ) from None
             if stored is not None:
-                return self._stored(job_id, stored, digest)
+                return _stored_answer(job_id, stored, digest)
             accepted = sum(1 for r in results if r.reject is None)
             log.info(
                 "poplar1 job %s (level %d): %d aggregated, %d rejected",
@@ -261,11 +287,6 @@ class HelperPrefixes:
             )
             return results
         raise AssertionError("unreachable")
-
-    @staticmethod
-    def _stored(job_id: bytes, stored: tuple[bytes, bytes], digest: bytes) -> list[VerifyResult]:
-        same_request(job_id, stored[0], digest)
-        return _decode_response(stored[1])
 
     def _verify(
         self,
@@ -399,20 +420,9 @@ class HelperPrefixes:
             return reason, b""
         if not start <= it.time < start + duration:
             return TASK_EXPIRED, b""
-        ct = it.encrypted_input_share
-        info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
-        # What the share opened from, all of it: a different ciphertext under
-        # the same report id is opened on its own.
-        key = hashlib.sha256(
-            b"".join((info, struct.pack(">B", ct.config_id), ct.enc, ct.payload))
-        ).digest()
-        known = self.shares.get(key)
-        if known is not None:
-            return None, known
-        plaintext = open_report(self.helper, task, it, info)
+        plaintext = _open_once(self.shares, self.helper, task, it)
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
-        self.shares.put(key, plaintext)
         return None, plaintext
 
     # --- collection -------------------------------------------------------
