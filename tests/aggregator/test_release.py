@@ -75,6 +75,10 @@ class Deployment:
             # A restarted leader takes up its own leases.
             LeaderSettings(job_size=4, worker_id="the-leader"),
         )
+        # Each engine draws its noise in a thread: a collection driven before
+        # a vector is ready is only retried later, which drive() does not wait for.
+        for engine in (self.helper_privacy, self.leader_privacy):
+            assert engine.pool.wait_ready(60), "no noise drawn within 60 s"
 
     def drive(self) -> None:
         while self.leader.run_once():
