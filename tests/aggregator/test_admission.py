@@ -18,8 +18,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.aggregator.test_logic import NOW, InProcessHelper, T
 from tests.support.backends import Backend
+from tests.support.in_process import NOW, InProcessHelper, T
 from veil.aggregator.admission import AdmissionLimits, Backlog
 from veil.aggregator.errors import Overloaded
 from veil.aggregator.helper import Helper

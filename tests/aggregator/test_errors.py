@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.aggregator.test_logic import NOW, TP, T, World, _items
 from tests.support.backends import Backend
+from tests.support.in_process import NOW, TP, T, World, verify_init_items
 from veil.aggregator.errors import (
     BY_KIND,
     AggregatorError,
@@ -93,7 +93,7 @@ def _aggregate(h: HelperOverGrpc, world: World, n: int) -> tuple[int, bytes]:
     """Aggregate n reports at the helper; its (count, checksum) of the batch."""
     from veil.aggregator.core import batch_summary
 
-    h.link.aggregate(h.task, secrets.token_bytes(16), _items(world, n))
+    h.link.aggregate(h.task, secrets.token_bytes(16), verify_init_items(world, n))
     _, count, checksum = batch_summary(
         world.vdaf, h.store.batch_aggregates(h.task.task_id, T, T + TP)
     )
@@ -145,7 +145,7 @@ def test_a_message_too_large_for_grpc_is_not_a_refusal_by_the_helper(
         w = World(Backend(tmp_path / "w", None), h.files)
         w.helper = h.helper
         with pytest.raises(AggregatorError) as e:
-            h.link.aggregate(h.task, secrets.token_bytes(16), _items(w, 20))
+            h.link.aggregate(h.task, secrets.token_bytes(16), verify_init_items(w, 20))
         # gRPC refused to send it: the helper refused nothing, and it is not
         # about the privacy budget (it arrived as BudgetExhausted before).
         assert type(e.value) is TooLarge, repr(e.value)
@@ -155,7 +155,7 @@ def test_a_message_too_large_for_grpc_is_not_a_refusal_by_the_helper(
 
 
 def test_the_helpers_database_failing_is_unavailable(remote: HelperOverGrpc, world: World) -> None:
-    items = _items(world, 2)
+    items = verify_init_items(world, 2)
     other = sqlite3.connect(remote.db, timeout=5, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
     try:
@@ -265,7 +265,7 @@ def test_a_refusal_by_the_helper_leaves_the_batch_collectable(
     while leader.run_once():
         pass
     # The helper aggregated a report the leader does not know of.
-    remote.link.aggregate(task, secrets.token_bytes(16), _items(world, 1))
+    remote.link.aggregate(task, secrets.token_bytes(16), verify_init_items(world, 1))
     token = remote.files.collector.collector_token
     job = secrets.token_bytes(16)
     # Within the leader's budget of 1/2 nothing is spendable: check at the

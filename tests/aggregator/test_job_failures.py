@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import psycopg
 import pytest
 
-from tests.aggregator.test_logic import TP, InProcessHelper, T, World
 from tests.support.backends import Backend
+from tests.support.in_process import TP, InProcessHelper, T, World
 from veil.aggregator.core import AggregationAnswer, VerifyInitItem
 from veil.aggregator.errors import Internal, Unauthenticated
 from veil.aggregator.leader import Leader

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from tests.aggregator.test_logic import T, World
 from tests.support.backends import Backend
+from tests.support.in_process import T, World
 from veil.aggregator.maintenance import KeyPolicy, ensure_active_key, rotate
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import KEY_ACTIVE

@@ -12,6 +12,7 @@ from typing import TypeVar
 import pytest
 
 from tests.support.backends import Backend
+from tests.support.in_process import NOW, TP, InProcessHelper, T, World, verify_init_items
 from veil.aggregator.core import (
     AggregationAnswer,
     TaskLimitError,
@@ -39,88 +40,12 @@ from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.store.records import CollectionRecord
-from veil.client import prepare_report
 from veil.hpke import Ciphertext, HpkeConfig
-from veil.messages import Report, vdaf_ctx
+from veil.messages import Report
 from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
-NOW = 1_800_000_000
-TP = 3600
 T_ = TypeVar("T_")
-T = NOW - NOW % TP - TP
-
-
-class InProcessHelper:
-    """HelperApi calling the helper logic directly, with the leader's token."""
-
-    def __init__(self, helper: Helper) -> None:
-        self.helper = helper
-        self.calls = 0
-
-    def aggregate(
-        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> AggregationAnswer:
-        self.calls += 1
-        results = self.helper.aggregate(task.task_id, task.aggregator_token, job_id, items)
-        return AggregationAnswer(results, self.helper.clock())
-
-    def aggregate_share(
-        self,
-        task: Task,
-        collection_id: bytes,
-        start: int,
-        duration: int,
-        count: int,
-        checksum: bytes,
-    ) -> Ciphertext:
-        return self.helper.aggregate_share(
-            task.task_id, task.aggregator_token, collection_id, start, duration, count, checksum
-        )
-
-
-class World:
-    def __init__(self, backend: Backend, files: TaskFiles) -> None:
-        self.files = files
-        self.helper_store = backend.store("helper")
-        self.leader_store = backend.store("leader")
-        self.helper = Helper(
-            {files.helper.task_id: files.helper},
-            self.helper_store,
-            PrivacyEngine(backend.ledger("helper"), [files.helper], allow_exact_release=True),
-            clock=lambda: NOW,
-        )
-        self.link = InProcessHelper(self.helper)
-        self.leader = Leader(
-            {files.leader.task_id: files.leader},
-            LeaderParts(
-                self.leader_store,
-                self.link,
-                PrivacyEngine(backend.ledger("leader"), [files.leader], allow_exact_release=True),
-                clock=lambda: NOW,
-            ),
-            LeaderSettings(job_size=4),
-        )
-        self.vdaf = files.client.vdaf.instantiate()
-        # Collections are refused (retryable) until the noise is drawn ahead.
-        for side in (self.helper, self.leader):
-            assert side.privacy.pool.wait_ready(60)
-
-    def report(self, value: int, t: int = T) -> Report:
-        return prepare_report(
-            self.files.client, value, self.leader.current_config, self.helper.current_config, t
-        )
-
-    def collect(self) -> CollectionRecord:
-        """Ask for the batch [T, T + TP) and drive the leader until it is done."""
-        task_id = self.files.client.task_id
-        token = self.files.collector.collector_token
-        job = secrets.token_bytes(16)
-        self.leader.create_collection(task_id, token, job, T, TP)
-        while self.leader.run_once():
-            pass
-        return self.leader.get_collection(task_id, token, job)
 
 
 @pytest.fixture
@@ -242,32 +167,10 @@ def test_helper_unreachable_mid_pipeline(world: World) -> None:
     assert (record.state, record.report_count) == ("finished", 12)
 
 
-def _items(world: World, n: int) -> list[VerifyInitItem]:
-    """Verify-init items as the leader would send them."""
-    task = world.files.leader
-    out = []
-    for v in range(n):
-        r = world.report(v % 2)
-        reason, plaintext = world.leader.jobs.open_leader_share(task, r)
-        assert reason is None and task.verify_key is not None
-        _state, share = world.vdaf.verify_init(
-            task.verify_key,
-            vdaf_ctx(task.task_id),
-            0,
-            None,
-            r.report_id,
-            world.vdaf.decode_public_share(r.public_share),
-            world.vdaf.decode_input_share(0, plaintext),
-        )
-        vs = world.vdaf.encode_verifier_share(share)
-        out.append(VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, vs))
-    return out
-
-
 def test_helper_refuses_times_outside_64_bits(world: World) -> None:
     # Found by the RPC fuzzer: a uint64 time above 2**63 - 1 reached SQLite.
     task = world.files.leader
-    good, bad = _items(world, 2)
+    good, bad = verify_init_items(world, 2)
     bad = replace(bad, time=2**64 - 1)
     results = world.helper.aggregate(
         task.task_id, task.aggregator_token, secrets.token_bytes(16), [good, bad]
@@ -275,14 +178,17 @@ def test_helper_refuses_times_outside_64_bits(world: World) -> None:
     assert results[0].reject is None and results[1].reject == "invalid_message"
     # The malformed report's id was not consumed: sent again well formed, it counts.
     again = world.helper.aggregate(
-        task.task_id, task.aggregator_token, secrets.token_bytes(16), [_items(world, 1)[0]]
+        task.task_id,
+        task.aggregator_token,
+        secrets.token_bytes(16),
+        [verify_init_items(world, 1)[0]],
     )
     assert again[0].reject is None
 
 
 def test_helper_job_idempotent_and_replay_refused(world: World) -> None:
     task = world.files.leader
-    items = _items(world, 3)
+    items = verify_init_items(world, 3)
     job = secrets.token_bytes(16)
     first = world.helper.aggregate(task.task_id, task.aggregator_token, job, items)
     assert all(r.verifier_message is not None and r.reject is None for r in first)
@@ -334,7 +240,7 @@ def test_helper_processes_racing_on_one_store(backend: Backend, world: World) ->
         )
         for _ in range(2)
     ]
-    items = _items(world, 12)
+    items = verify_init_items(world, 12)
     token = task.aggregator_token
     # One job id sent to all three at once: one outcome, the same answer for each.
     job = secrets.token_bytes(16)
@@ -374,7 +280,7 @@ def test_helper_processes_racing_on_one_store(backend: Backend, world: World) ->
 def test_helper_checks_count_and_checksum(world: World) -> None:
     task = world.files.leader
     world.helper.aggregate(
-        task.task_id, task.aggregator_token, secrets.token_bytes(16), _items(world, 3)
+        task.task_id, task.aggregator_token, secrets.token_bytes(16), verify_init_items(world, 3)
     )
     with pytest.raises(BatchMismatch):
         world.helper.aggregate_share(
@@ -396,7 +302,7 @@ def test_helper_serves_the_same_noised_share(backend: Backend) -> None:
     )
     world = World(backend, files)
     task = files.leader
-    items = _items(world, 4)
+    items = verify_init_items(world, 4)
     world.helper.aggregate(task.task_id, task.aggregator_token, secrets.token_bytes(16), items)
     from veil.aggregator.core import batch_summary
 
@@ -569,7 +475,7 @@ def test_noise_beyond_64_bits() -> None:
 
 def test_helper_rejects_malformed_shares_without_counting(world: World) -> None:
     task = world.files.leader
-    items = _items(world, 5)
+    items = verify_init_items(world, 5)
     broken = [
         replace(items[0], public_share=items[0].public_share + b"\x00"),  # trailing byte
         replace(items[1], leader_verifier_share=items[1].leader_verifier_share[:-1]),  # truncated
@@ -767,7 +673,7 @@ def test_a_report_in_a_second_helper_job_is_replayed_then_batch_collected(world:
     from veil.aggregator.maintenance import collect_garbage
 
     task = world.files.leader
-    items = _items(world, 3)
+    items = verify_init_items(world, 3)
     first = world.helper.aggregate(task.task_id, task.aggregator_token, b"1" * 16, items)
     assert all(r.verifier_message is not None for r in first)
     again = world.helper.aggregate(task.task_id, task.aggregator_token, b"2" * 16, items)

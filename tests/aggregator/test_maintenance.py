@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.aggregator.test_logic import InProcessHelper
 from tests.support.backends import Backend
+from tests.support.in_process import InProcessHelper
 from veil.aggregator.errors import BatchCollected, InvalidMessage, ReportTimeRejected
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.aggregator.test_logic import NOW, TP, InProcessHelper, T, World
 from tests.support.backends import Backend
+from tests.support.in_process import NOW, TP, InProcessHelper, T, World
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings

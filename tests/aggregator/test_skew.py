@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.aggregator.test_logic import InProcessHelper
 from tests.support.backends import Backend
+from tests.support.in_process import InProcessHelper
 from veil.aggregator.errors import ReportTimeRejected
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
