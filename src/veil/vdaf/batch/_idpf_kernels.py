@@ -13,10 +13,18 @@ use (numba's on-disk cache keeps the machine code), like
 Seeds are two ``uint64`` words (the 16 bytes, little-endian); a block of
 XofFixedKeyAes128's stream of seed ``lo || hi`` is ``AES(s) xor s`` with
 ``s = hi || (hi xor lo xor i)`` for block ``i``.
+
+The AES itself is OpenSSL's (``veil.vdaf.batch.aes``): ``aes_rows`` calls
+libcrypto's EVP functions at addresses it is given, through the small
+intrinsics below (a call through a pointer passed as an integer, so the
+machine code holds no address and numba can cache it).
 """
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 # Compiled at import, under veil.vdaf.batch.kernels' cache lock: explicit
 # signatures over C-contiguous arrays.
@@ -28,6 +36,121 @@ _I1 = "intp[::1]"
 
 _P64 = np.uint64(2**64 - 2**32 + 1)
 _ONE = np.uint64(1)
+
+# -- calls into libcrypto (veil.vdaf.batch.aes) ------------------------------
+
+_PTR = ir.IntType(8).as_pointer()
+_INT = ir.IntType(32)
+
+
+def _function(builder, address, returns, params):
+    return builder.inttoptr(address, ir.FunctionType(returns, params).as_pointer())
+
+
+@intrinsic
+def _ctx_new(typingctx, fn):
+    """``EVP_CIPHER_CTX *EVP_CIPHER_CTX_new(void)`` at ``fn``."""
+
+    def codegen(context, builder, sig, args):
+        made = builder.call(_function(builder, args[0], _PTR, []), [])
+        return builder.ptrtoint(made, ir.IntType(64))
+
+    return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def _ctx_free(typingctx, fn, ctx):
+    """``void EVP_CIPHER_CTX_free(EVP_CIPHER_CTX *)`` at ``fn``."""
+
+    def codegen(context, builder, sig, args):
+        free = _function(builder, args[0], ir.VoidType(), [_PTR])
+        builder.call(free, [builder.inttoptr(args[1], _PTR)])
+        return context.get_dummy_value()
+
+    return types.void(types.uint64, types.uint64), codegen
+
+
+@intrinsic
+def _encrypt_init(typingctx, fn, ctx, cipher, key):
+    """``int EVP_EncryptInit_ex(ctx, cipher, NULL, key, NULL)`` at ``fn``
+    (``cipher`` or ``key`` 0 for NULL: keep the current one)."""
+
+    def codegen(context, builder, sig, args):
+        init = _function(builder, args[0], _INT, [_PTR] * 5)
+        null = ir.Constant(_PTR, None)
+        ctx, cipher, key = (builder.inttoptr(a, _PTR) for a in args[1:])
+        return builder.call(init, [ctx, cipher, null, key, null])
+
+    return types.int32(types.uint64, types.uint64, types.uint64, types.uint64), codegen
+
+
+@intrinsic
+def _set_padding(typingctx, fn, ctx, pad):
+    """``int EVP_CIPHER_CTX_set_padding(ctx, pad)`` at ``fn``."""
+
+    def codegen(context, builder, sig, args):
+        set_padding = _function(builder, args[0], _INT, [_PTR, _INT])
+        pad = builder.trunc(args[2], _INT)
+        return builder.call(set_padding, [builder.inttoptr(args[1], _PTR), pad])
+
+    return types.int32(types.uint64, types.uint64, types.int64), codegen
+
+
+@intrinsic
+def _encrypt_update(typingctx, fn, ctx, out, written, data, length):
+    """``int EVP_EncryptUpdate(ctx, out, &written, data, length)`` at ``fn``."""
+
+    def codegen(context, builder, sig, args):
+        update = _function(builder, args[0], _INT, [_PTR, _PTR, _INT.as_pointer(), _PTR, _INT])
+        ctx, out, data = (builder.inttoptr(args[i], _PTR) for i in (1, 2, 4))
+        written = builder.inttoptr(args[3], _INT.as_pointer())
+        return builder.call(update, [ctx, out, written, data, builder.trunc(args[5], _INT)])
+
+    u64 = types.uint64
+    return types.int32(u64, u64, u64, u64, u64, types.int64), codegen
+
+
+@nb.njit("int64(uint64[::1], uint8[:, ::1], uint8[:, ::1], uint8[:, ::1])", cache=True)
+def aes_rows(calls, keys, blocks, out):
+    """AES-128-ECB of each row of ``blocks`` under the same row of ``keys``
+    (16 bytes) into ``out``, through libcrypto: ``calls`` holds the
+    addresses of EVP_CIPHER_CTX_new, EVP_CIPHER_CTX_free,
+    EVP_EncryptInit_ex, EVP_CIPHER_CTX_set_padding, EVP_EncryptUpdate and
+    the AES-128-ECB cipher. One context, keyed again for each row (the key
+    schedule is cheaper than a context per key). The number of calls that
+    failed (or wrote other than a row's length): 0 when all is well."""
+    new, free, init, set_padding, update, cipher = (
+        calls[0],
+        calls[1],
+        calls[2],
+        calls[3],
+        calls[4],
+        calls[5],
+    )
+    rows, width = blocks.shape[0], blocks.shape[1]
+    ctx = _ctx_new(new)
+    if ctx == 0:
+        return rows + 1
+    failed = 0
+    if _encrypt_init(init, ctx, cipher, 0) != 1 or _set_padding(set_padding, ctx, 0) != 1:
+        failed += 1
+    written = np.zeros(1, dtype=np.int32)
+    key_at, in_at, out_at = keys.ctypes.data, blocks.ctypes.data, out.ctypes.data
+    # Addresses stay uint64 (uint64 mixed with int64 would be a float).
+    step, key_step = np.uint64(width), np.uint64(16)
+    for r in range(rows):
+        if failed:
+            break
+        at = np.uint64(r)
+        if _encrypt_init(init, ctx, 0, key_at + at * key_step) != 1:
+            failed += 1
+        done = _encrypt_update(
+            update, ctx, out_at + at * step, written.ctypes.data, in_at + at * step, width
+        )
+        if done != 1 or written[0] != width:
+            failed += 1
+    _ctx_free(free, ctx)
+    return failed
 
 
 @nb.njit(f"void({_U3}, int64, {_U4})", cache=True)

@@ -9,7 +9,7 @@ returns an ``IdpfCache`` from which the next level continues. ``Inner`` and
 ``Leaf`` are the two levels' fields (Field64, Field255) as NumPy arrays.
 
 Every report has its own AES key (derived from its nonce), so AES runs per
-report through ``cryptography`` (OpenSSL): one call hashes all of a
+report through OpenSSL (``veil.vdaf.batch.aes``): one call hashes all of a
 report's nodes at a depth; everything between the calls is NumPy or the
 compiled loops of ``veil.vdaf.batch._idpf_kernels``. Why the walk is shaped
 this way (the prefix tree, the cache, sub-batches) is told in
@@ -18,46 +18,25 @@ this way (the prefix tree, the cache, sub-batches) is told in
 
 from __future__ import annotations
 
-import importlib
-import operator
-import sys
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from veil.vdaf.batch.aes import RowAes
 from veil.vdaf.batch.field import Arr, VecField64
-from veil.vdaf.batch.kernels import _cache_lock
+from veil.vdaf.batch.kernels import idpf_kernels
 from veil.vdaf.batch.xof import turboshake_rows
 from veil.vdaf.errors import AggParamSequenceError
 from veil.vdaf.spec.field import Field, Field64, Field255
 from veil.vdaf.spec.idpf import DST_CONVERT, DST_EXTEND, CorrectionWord, FixedKeys, IdpfBBCGGI21
 from veil.vdaf.spec.poplar1 import Prefix
 
-# A report's AES-128-ECB under its fixed key: ``update_into(data, out)``.
-Encrypt = Callable[[Any, Any], int]
-
-_compiled: Any = None
-
-
-def _walk_kernels() -> Any:
-    """``veil.vdaf.batch._idpf_kernels``, compiled (or loaded from numba's
-    cache) on first use, under the kernels' cache lock."""
-    global _compiled
-    if _compiled is None:
-        with _cache_lock():
-            _compiled = importlib.import_module("veil.vdaf.batch._idpf_kernels")
-    return _compiled
-
-
 P64 = np.uint64(Field64.MODULUS)
 P255 = Field255.MODULUS
 MASK255 = (1 << 255) - 1
 _ONE = np.uint64(1)
-_LITTLE = sys.byteorder == "little"
 
 
 def u64(raw: Arr) -> Arr:
@@ -181,31 +160,7 @@ Arith = type[Inner] | type[Leaf]
 # -- the IDPF over many reports ----------------------------------------------
 
 
-def _aes_rows(encrypts: Sequence[Encrypt], blocks: Arr) -> Arr:
-    """AES-128 of each report's blocks under its own key: ``blocks`` is
-    ``(reports, ..., 2)`` ``uint64`` (two words per 16-byte block); the
-    result has its shape. One call per report, on all of its blocks, each
-    writing into its row of one buffer; the loop over reports runs in C
-    (``map``), the calls are OpenSSL's."""
-    rows = blocks.shape[0]
-    if not _LITTLE:
-        blocks = blocks.astype("<u8")
-    blocks = np.ascontiguousarray(blocks)
-    width = blocks.nbytes // rows if rows else 0
-    # update_into wants room for a block beyond its input: the next row's
-    # (written after), and 16 spare bytes at the end.
-    out = np.empty(blocks.nbytes + 16, dtype=np.uint8)
-    source = blocks.data.cast("B")
-    target = out.data
-    starts = range(0, rows * width, width)
-    ins = map(source.__getitem__, map(slice, starts, range(width, rows * width + 1, width)))
-    outs = map(target.__getitem__, map(slice, starts, range(width + 16, rows * width + 17, width)))
-    deque(map(operator.call, encrypts, ins, outs), maxlen=0)
-    hashed = out[: blocks.nbytes].view("<u8").reshape(blocks.shape)
-    return hashed if _LITTLE else hashed.astype(np.uint64)
-
-
-def _hash_rows(encrypts: Sequence[Encrypt], seeds: Arr, count: int) -> Arr:
+def _hash_rows(aes: RowAes, seeds: Arr, count: int) -> Arr:
     """Blocks 0 to ``count - 1`` of XofFixedKeyAes128's stream for each
     seed (``(reports, nodes, 2)`` ``uint64``): ``AES(s) xor s`` with ``s =
     sigma(seed xor le128(i))``; ``(reports, nodes, count, 2)``."""
@@ -214,7 +169,7 @@ def _hash_rows(encrypts: Sequence[Encrypt], seeds: Arr, count: int) -> Arr:
     for i in range(count):
         sigma[..., i, 0] = hi
         sigma[..., i, 1] = hi ^ lo ^ np.uint64(i)
-    return _aes_rows(encrypts, sigma) ^ sigma
+    return aes.encrypt(sigma) ^ sigma
 
 
 def _tree(level: int, prefixes: Sequence[Prefix], start: int, roots: Sequence[Prefix]) -> list[Any]:
@@ -245,7 +200,7 @@ class IdpfCache:
     ``prefixes``: what the next level must extend), and the nodes of one
     depth at or above it (``node_level``, ``node_prefixes``; ``seeds``
     ``(reports, nodes, 2)``, ``ctrl`` ``(reports, nodes)``) with each
-    report's two fixed-key AES contexts (extend, convert). The nodes kept
+    report's two fixed AES keys (extend, convert). The nodes kept
     are those of the deepest depth with at most ``BatchIdpf.cache_nodes``
     of them, so that a level of many candidates (every byte value after
     each survivor) does not hold them all per report. Held in memory
@@ -262,8 +217,8 @@ class IdpfCache:
     nonces: bytes
     seeds: Arr
     ctrl: Arr
-    extend: list[Encrypt]
-    convert: list[Encrypt]
+    extend: RowAes
+    convert: RowAes
 
 
 @dataclass
@@ -310,18 +265,13 @@ class BatchIdpf:
 
     # -- fixed AES keys ----------------------------------------------------
 
-    def fixed_keys(self, dst: bytes, nonces: Arr) -> list[Encrypt]:
+    def fixed_keys(self, dst: bytes, nonces: Arr) -> RowAes:
         """Each report's AES-128 encryption under its fixed key for ``dst``
         (TurboSHAKE128, domain byte 2, of the tag and the nonce)."""
         rows = nonces.shape[0]
         prefix = np.frombuffer(len(dst).to_bytes(2, "little") + dst, dtype=np.uint8)
         messages = np.concatenate([np.broadcast_to(prefix, (rows, len(prefix))), nonces], axis=1)
-        keys = turboshake_rows(messages, 16, domain=2)
-        ecb = modes.ECB()
-        return [
-            Cipher(algorithms.AES(keys[r].tobytes()), ecb).encryptor().update_into
-            for r in range(rows)
-        ]
+        return RowAes(turboshake_rows(messages, 16, domain=2))
 
     def _leaf_xof(self, dst: bytes, seeds: Arr, nonces: Arr, out_len: int) -> Arr:
         """XofTurboShake128 with 16-byte seeds (the IDPF's leaf level) for
@@ -409,8 +359,8 @@ class BatchIdpf:
                     bit,
                     dp,
                     ctx,
-                    extend[part],
-                    convert[part],
+                    extend.part(part),
+                    convert.part(part),
                 )
                 if depth == keep:
                     kept_seeds[part], kept_ctrl[part] = node_seeds, node_ctrl
@@ -443,21 +393,21 @@ class BatchIdpf:
         bit: Arr,
         d: IdpfShares,
         ctx: bytes,
-        extend: list[Encrypt],
-        convert: list[Encrypt],
+        extend: RowAes,
+        convert: RowAes,
     ) -> tuple[Arr, Arr, Arr | None]:
         """One depth of the tree: the children ``(parent, bit)`` of the
         nodes ``(seeds, ctrl)`` at ``depth - 1``; their seeds, control bits
         and, at the last depth, their value shares ``(R, N, 2)``."""
         if depth == self.BITS - 1:
             return self._leaf_step(last, seeds, ctrl, parent, bit, d, ctx)
-        k = _walk_kernels()
+        k = idpf_kernels()
         rows, nodes = seeds.shape[0], len(parent)
         seeds = np.ascontiguousarray(seeds)
         ctrl = np.ascontiguousarray(ctrl)
         sigma = np.empty((rows, seeds.shape[1], 2, 2), dtype=np.uint64)
         k.sigma_blocks(seeds, 2, sigma)
-        hashed = _aes_rows(extend, sigma)
+        hashed = extend.encrypt(sigma)
         count = 2 if last else 1
         child_ctrl = np.empty((rows, nodes), dtype=bool)
         conv_sigma = np.empty((rows, nodes, count, 2), dtype=np.uint64)
@@ -473,7 +423,7 @@ class BatchIdpf:
             child_ctrl,
             conv_sigma,
         )
-        hashed = _aes_rows(convert, conv_sigma)
+        hashed = convert.encrypt(conv_sigma)
         next_seeds = np.empty((rows, nodes, 2), dtype=np.uint64)
         values = np.zeros((rows, nodes, 2), dtype=np.uint64)
         bad = np.zeros((rows, nodes), dtype=bool)

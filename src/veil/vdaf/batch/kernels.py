@@ -108,6 +108,20 @@ def kernels() -> Kernels:
     return _kernels
 
 
+_idpf: Any = None
+
+
+def idpf_kernels() -> Any:
+    """``veil.vdaf.batch._idpf_kernels`` (the IDPF walk's loops and the
+    calls into libcrypto), compiled or loaded from numba's cache on first
+    use, under the cache lock."""
+    global _idpf
+    if _idpf is None:
+        with _lock, _cache_lock():
+            _idpf = importlib.import_module("veil.vdaf.batch._idpf_kernels")
+    return _idpf
+
+
 @contextlib.contextmanager
 def _cache_lock() -> Iterator[None]:
     """Hold an exclusive lock shared by every process of this installation.

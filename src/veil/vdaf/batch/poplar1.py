@@ -10,8 +10,8 @@ by report; messages cross the batch boundary as the scalar encodings.
 Where the time goes, and what is done about it:
 
 - The IDPF walks a tree of AES-hashed seeds. Every report has its own AES
-  key (derived from its nonce), so AES runs per report, through
-  ``cryptography`` (OpenSSL): one call hashes all of a report's nodes at a
+  key (derived from its nonce), so AES runs per report, through OpenSSL
+  (``veil.vdaf.batch.aes``): one call hashes all of a report's nodes at a
   depth, and everything between calls (the correlation-robust hash's
   sigma and xor, control bits, corrections, child selection) is one NumPy
   operation over every report and node.
@@ -19,7 +19,7 @@ Where the time goes, and what is done about it:
   are the same for every report: each node of their prefix tree is
   computed once per report, not once per prefix.
 - Across levels, ``IdpfCache`` keeps each report's nodes at the last level
-  evaluated (and its two AES contexts): the draft's rule makes every new
+  evaluated (and its two AES keys): the draft's rule makes every new
   prefix extend a cached one, so the next level costs one step of the
   tree, not a walk from the root.
 - Between the two AES passes of a depth, the per-node work is compiled
