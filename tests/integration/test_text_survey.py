@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.text_survey import REMOTE, editors_survey
 from veil.client import Client
 from veil.client.outbox import Outbox
 from veil.client.survey import SurveyClient
@@ -19,34 +20,12 @@ from veil.collector.survey import collect_survey
 from veil.deploy import deploy_survey
 from veil.local.launcher import ServerProcess, free_port
 from veil.survey import AnswerError, parse_survey
-from veil.times import format_time
 
 pytestmark = pytest.mark.slow
 
 TP = 5
 # Two process starts and eleven respondents inside the window, on a busy machine.
 WINDOW = 45
-SURVEY = """\
-[survey]
-name = "Editors"
-mechanism = "none"
-min_batch_size = 2
-max_respondents = 1000
-time_precision = {tp}
-opens = "{opens}"
-closes = "{closes}"
-
-[[question]]
-id = "editor"
-text = "Which editor do you use most?"
-kind = "text"
-max_bytes = 5
-
-[[question]]
-id = "remote"
-text = "Do you work remotely?"
-kind = "yes_no"
-"""
 ANSWERS = ["Vim"] * 4 + [" nano"] * 3 + ["éd"] * 2 + ["once"]
 
 
@@ -55,7 +34,7 @@ def servers(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     now = int(time.time())
     opens = now - now % TP
     closes = opens + WINDOW
-    text = SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes))
+    text = editors_survey(opens, closes, TP, max_bytes=5, more=REMOTE)
     leader_addr = f"127.0.0.1:{free_port()}"
     helper_addr = f"127.0.0.1:{free_port()}"
     dep = deploy_survey(

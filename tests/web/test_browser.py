@@ -10,21 +10,21 @@ Needs chromium and chromedriver (`.ci/run` installs Debian's `chromium` and
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.browser import answers, browser, respond, status_text, wait_for
+from tests.support.modes import unavailable
 from tests.support.survey_site import SurveyServers, start_serve, stop, survey_servers, write_survey
 from veil.collector import Collector
 from veil.task import CollectorTask, load_task
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+__all__ = ["browser"]  # the fixture, used by name
 
 RESPONDENTS = 30
 NOISY_RESPONDENTS = 10
@@ -34,18 +34,6 @@ TP = 5
 # close before either aggregator releases a batch: the test waits for the
 # rest of it.
 WINDOW = 95
-
-
-def answers(i: int) -> dict[str, Any]:
-    """Respondent i's known answers, in the page's terms."""
-    tools = [j for j in range(4) if (i >> j) & 1][:2]
-    return {
-        "remote": i % 2 == 0,
-        "commute": (i * 37) % 181,
-        "team": i % 3,
-        "tools": tools,
-        "ratings": [i % 11, (3 * i + 1) % 11],
-    }
 
 
 def expected(n: int) -> dict[str, Any]:
@@ -65,74 +53,6 @@ def expected(n: int) -> dict[str, Any]:
     }
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver_path = shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        _missing(
-            "chromium and chromedriver not found: install Debian's chromium and chromium-driver"
-        )
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        _missing("selenium not installed: pip install -e '.[test]'")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(arg)
-    # A phone-sized window: the page must work there.
-    options.add_argument("--window-size=390,844")
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-    driver.implicitly_wait(0)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(driver: Any, condition: Any, timeout: float = 30.0) -> Any:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
-
-
-def status_text(driver: Any) -> str:
-    from selenium.webdriver.common.by import By
-
-    return str(driver.find_element(By.ID, "status").text)
-
-
-def respond(driver: Any, url: str, a: dict[str, Any], keyboard: bool = False) -> None:
-    """Open the page, fill the form as a respondent would, submit, and wait
-    for the page to say the answers were received."""
-    from selenium.webdriver.common.by import By
-
-    driver.get(url)
-    wait_for(driver, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
-    find = driver.find_element
-    if keyboard:
-        keyboard_only(driver, a)
-    else:
-        find(By.ID, "a-remote-yes" if a["remote"] else "a-remote-no").click()
-        find(By.ID, "a-commute").send_keys(str(a["commute"]))
-        find(By.ID, f"a-team-{a['team']}").click()
-        for j in a["tools"]:
-            find(By.ID, f"a-tools-{j}").click()
-        for j, v in enumerate(a["ratings"]):
-            find(By.ID, f"a-ratings-{j}").send_keys(str(v))
-        find(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_for(driver, lambda d: "Thank you" in status_text(d) or "Not sent" in status_text(d))
-    assert "Thank you" in status_text(driver), status_text(driver)
-
-
 def skip_optional_questions(driver: Any, url: str) -> None:
     """Answer only the required questions: yes, and no tool (nothing checked
     is the answer "none" for a required multiple choice); the optional ones
@@ -146,30 +66,6 @@ def skip_optional_questions(driver: Any, url: str) -> None:
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait_for(driver, lambda d: "Thank you" in status_text(d) or "Not sent" in status_text(d))
     assert "Thank you" in status_text(driver), status_text(driver)
-
-
-def keyboard_only(driver: Any, a: dict[str, Any]) -> None:
-    """Answer with the keyboard alone: Tab between questions, arrows and Space
-    in radio groups, Space on checkboxes, Enter to submit."""
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.keys import Keys
-
-    def keys(*k: str) -> None:
-        ActionChains(driver).send_keys(*k).perform()
-
-    keys(Keys.TAB)  # the first control of the page: the first radio of "remote"
-    assert driver.switch_to.active_element.get_attribute("id") == "a-remote-yes"
-    keys(Keys.SPACE if a["remote"] else Keys.ARROW_DOWN)
-    keys(Keys.TAB)
-    keys(str(a["commute"]))
-    keys(Keys.TAB)
-    keys(*([Keys.SPACE] if a["team"] == 0 else [Keys.ARROW_DOWN] * a["team"]))
-    keys(Keys.TAB)
-    for j in range(4):
-        if j in a["tools"]:
-            keys(Keys.SPACE)
-        keys(Keys.TAB)
-    keys(str(a["ratings"][0]), Keys.TAB, str(a["ratings"][1]), Keys.ENTER)
 
 
 def check_refuses_bad_answer(driver: Any, url: str) -> None:
@@ -214,7 +110,7 @@ def axe_violations(driver: Any) -> list[Any]:
     """An automated WCAG 2.1 A/AA audit (axe-core, from npm) of the page the
     browser shows, with axe's best practices (landmarks, one main, headings)."""
     if not AXE.exists():
-        _missing("js/node_modules missing: run `npm ci` in js/ (axe-core)")
+        unavailable("js/node_modules missing: run `npm ci` in js/ (axe-core)")
     driver.execute_script(AXE.read_text())
     found: list[Any] = driver.execute_async_script(
         "const done = arguments[arguments.length - 1];"

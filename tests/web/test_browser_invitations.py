@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import answers, browser, respond, status_text, wait_for
 from tests.support.survey_site import SURVEY, post_json, start_serve, stop
-from tests.web.test_browser import answers, browser, respond, status_text, wait_for
 from veil.client import Client, prepare_reports
 from veil.deploy import deploy_survey
 from veil.invite.issuer import mint

@@ -1,5 +1,5 @@
 """A respondent's text answer typed in a real browser (Debian's headless
-Chromium, as tests/web/test_browser.py drives it): the page normalises it and
+Chromium, as tests/support/browser.py drives it): the page normalises it and
 shards it with the JavaScript Poplar1 client, a real leader and helper take
 it, and `veil survey collect`'s function finds it level by level."""
 
@@ -12,35 +12,20 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import browser, status_text, wait_for
 from tests.support.survey_site import start_serve, stop
-from tests.web.test_browser import browser, status_text, wait_for  # noqa: F401 - the fixture
+from tests.support.text_survey import editors_survey
 from veil.collector.survey import collect_survey
 from veil.deploy import deploy_survey
 from veil.local.launcher import ServerProcess, free_port
 from veil.survey import parse_survey
-from veil.times import format_time
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+__all__ = ["browser"]  # the fixture, used by name
 
 TP = 5
-# Four process starts and four respondents inside the window (see test_browser).
+# Four process starts and four respondents inside the window (see tests/web/test_browser.py).
 WINDOW = 60
-SURVEY = """\
-[survey]
-name = "Editors"
-mechanism = "none"
-min_batch_size = 2
-max_respondents = 1000
-time_precision = {tp}
-opens = "{opens}"
-closes = "{closes}"
-
-[[question]]
-id = "editor"
-text = "Which editor do you use most?"
-kind = "text"
-max_bytes = 6
-"""
 
 
 def type_answer(driver: Any, url: str, text: str) -> str:
@@ -60,13 +45,13 @@ def type_answer(driver: Any, url: str, text: str) -> str:
     return status_text(driver)
 
 
-def test_a_text_answer_typed_in_a_browser_is_counted(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+def test_a_text_answer_typed_in_a_browser_is_counted(tmp_path: Path, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
     now = int(time.time())
     opens = now - now % TP
     closes = opens + WINDOW
-    text = SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes))
+    text = editors_survey(opens, closes, TP, max_bytes=6)
     leader_addr, helper_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     dep = deploy_survey(
         parse_survey(text), text, tmp_path / "out", leader_addr, helper_addr, tls=False
