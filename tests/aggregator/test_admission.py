@@ -482,7 +482,7 @@ def test_calls_beyond_the_queue_are_refused_unserved() -> None:
             assert running.wait(30)
             second = call.future(b"second", timeout=30)
             deadline = time.monotonic() + 30
-            while server._received < 2:
+            while server.received < 2:
                 assert time.monotonic() < deadline, "the second call never arrived"
                 time.sleep(0.01)
             with pytest.raises(grpc.RpcError) as refused:

@@ -5,6 +5,8 @@ backend (SQLite, and a real PostgreSQL)."""
 from __future__ import annotations
 
 import secrets
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -158,21 +160,26 @@ def test_replays_after_gc_are_refused(world: World) -> None:
     assert world.leader_store.rejections(world.task_id)["report_dropped"] == 5
 
 
-def _rows(store: Datastore) -> int:
+def _read_only(store: Datastore) -> sqlite3.Connection:
+    """A connection of its own to the store's SQLite file, as another process
+    would open it: it sees what the store committed (the WAL included)."""
     assert isinstance(store, SqliteDatastore)
-    db = store._conn()
+    return sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)
+
+
+def _rows(store: Datastore) -> int:
     tables = ("reports", "aggregation_jobs", "batch_aggregates", "helper_reports", "helper_jobs")
-    return sum(int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in tables)
+    with closing(_read_only(store)) as db:
+        return sum(int(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) for t in tables)
 
 
 def _pages(store: Datastore) -> int:
     """The database's size in bytes as SQLite sees it (WAL included, whatever
     has or has not been checkpointed into the file yet)."""
-    assert isinstance(store, SqliteDatastore)
-    db = store._conn()
-    return int(db.execute("PRAGMA page_count").fetchone()[0]) * int(
-        db.execute("PRAGMA page_size").fetchone()[0]
-    )
+    with closing(_read_only(store)) as db:
+        return int(db.execute("PRAGMA page_count").fetchone()[0]) * int(
+            db.execute("PRAGMA page_size").fetchone()[0]
+        )
 
 
 def _steady_stream(world: World, rounds: int, per_round: int) -> list[tuple[int, int]]:

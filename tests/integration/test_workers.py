@@ -128,7 +128,7 @@ def test_a_worker_loads_the_field_kernels_at_start(dep: tuple[Deployment, str]) 
         "from veil.aggregator.run.worker import AggregationWorker\n"
         "w = AggregationWorker(load_config(Path(sys.argv[1])))\n"
         "print('veil.vdaf.batch._kernels' in sys.modules)\n"
-        "w._close_store()\n"
+        "w.close()\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, str(d.local.workers[0].config)],

@@ -31,7 +31,7 @@ def test_memory_stays_bounded_under_many_addresses() -> None:
     for i in range(1000):
         clock.now += 60.0  # each earlier bucket is full again by now
         assert limiter.allow(f"10.0.{i // 256}.{i % 256}")
-        assert len(limiter._buckets) <= 100
+        assert limiter.tracked <= 100
     # A limited address is remembered, not pruned while it is limited.
     limiter.allow("x")
     limiter.allow("x")

@@ -214,6 +214,11 @@ class RpcServer:
         """Calls now waiting for their requests."""
         return len(self._waiting)
 
+    @property
+    def received(self) -> int:
+        """Calls whose requests have arrived: running in a worker or queued for one."""
+        return self._received
+
     def add_insecure_port(self, address: str) -> int:
         return int(self._server.add_insecure_port(address))
 

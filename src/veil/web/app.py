@@ -171,6 +171,11 @@ class RateLimiter:
         self.clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
 
+    @property
+    def tracked(self) -> int:
+        """How many addresses it remembers now (pruned back at MAX_TRACKED)."""
+        return len(self._buckets)
+
     def allow(self, key: str) -> bool:
         now = self.clock()
         tokens, last = self._buckets.get(key, (self.capacity, now))

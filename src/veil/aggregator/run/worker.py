@@ -114,6 +114,10 @@ class AggregationWorker:
         # worker serves nothing meanwhile, so it need not load them aside.
         kernels()
 
+    def close(self) -> None:
+        """Close the store and the ledger (serve_forever does on its way out)."""
+        self._close_store()
+
     def reload_tasks(self, config_path: Path) -> list[AggregatorTask]:
         """Drive the task files added to the config since the worker started."""
         self.config, added = reload_tasks(
@@ -144,4 +148,4 @@ class AggregationWorker:
             driver.join()
             log.info("worker %s stopping", self.leader.worker_id)
             self.metrics.stop()
-            self._close_store()
+            self.close()
