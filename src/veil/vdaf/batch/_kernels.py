@@ -419,7 +419,10 @@ def matvec128(x, e, out):
         _store_columns(acc, out, r)
 
 
-@nb.njit("void(int64[:, :, :], int64[:, :, :, :], int64[:, :, ::1], int64[::1], int64[:, :, :, ::1])", cache=True)  # noqa: E501
+@nb.njit(
+    "void(int64[:, :, :], int64[:, :, :, :], int64[:, :, ::1], int64[::1], int64[:, :, :, ::1])",
+    cache=True,
+)
 def extend128(seeds, wires, e, dest, out):
     """A prover's wire polynomials on the whole domain, written in place.
 
