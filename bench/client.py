@@ -43,6 +43,21 @@ class ModeResult:
     client_cpu_us: float  # this process's CPU (all threads) per report
 
 
+@dataclass(frozen=True)
+class CallCost:
+    """What one call costs the client whatever it carries (CPU µs, medians):
+    a gRPC unary round trip to the leader on grpc.aio (GetHpkeConfig, the
+    smallest request and answer), and one hand-off of work to the client's
+    thread pool and back (where sharding and sealing run)."""
+
+    rpc_us: float
+    hand_off_us: float
+
+    @property
+    def per_call_us(self) -> float:
+        return self.rpc_us + self.hand_off_us
+
+
 DEFAULT_MODES = (Mode(1, 64), Mode(10, 32), Mode(100, 8))
 
 
@@ -75,18 +90,43 @@ async def _sustain(client: AsyncClient, mode: Mode, seconds: float) -> ModeResul
     )
 
 
+async def _call_cost(client: AsyncClient, calls: int = 300, runs: int = 5) -> CallCost:
+    from veil.grpc_util import open_aio_channel
+    from veil.protocol.v1 import leader_pb2_grpc, messages_pb2
+
+    request = messages_pb2.HpkeConfigRequest(task_id=client.task.task_id)
+    loop = asyncio.get_running_loop()
+    rpc: list[float] = []
+    hand_off: list[float] = []
+    async with open_aio_channel(client.task.leader_address) as channel:
+        stub = leader_pb2_grpc.LeaderStub(channel)  # type: ignore[no-untyped-call]
+        await stub.GetHpkeConfig(request)
+        for _ in range(runs):
+            cpu = time.process_time()
+            for _ in range(calls):
+                await stub.GetHpkeConfig(request)
+            rpc.append((time.process_time() - cpu) / calls * 1e6)
+            cpu = time.process_time()
+            for _ in range(calls):
+                await loop.run_in_executor(client._executor, int)
+            hand_off.append((time.process_time() - cpu) / calls * 1e6)
+    return CallCost(statistics.median(rpc), statistics.median(hand_off))
+
+
 def run(
     modes: tuple[Mode, ...] = DEFAULT_MODES, seconds: float = 10.0, workers: int | None = None
-) -> list[ModeResult]:
-    """Start a local leader and helper, then run each mode for `seconds`."""
+) -> tuple[list[ModeResult], CallCost]:
+    """Start a local leader and helper, run each mode for `seconds`, then
+    measure what one call costs the client whatever it carries."""
     with tempfile.TemporaryDirectory(prefix="veil-bench-client-") as tmp:
         tasks = {"count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1})}
         with LocalDeployment.start(Path(tmp), tasks) as dep:
 
-            async def main() -> list[ModeResult]:
+            async def main() -> tuple[list[ModeResult], CallCost]:
                 async with AsyncClient(dep.tasks["count"].client, workers=workers) as client:
                     await client.upload(1)  # fetch the HPKE configs, warm the kernels
-                    return [await _sustain(client, m, seconds) for m in modes]
+                    results = [await _sustain(client, m, seconds) for m in modes]
+                    return results, await _call_cost(client)
 
             return asyncio.run(main())
 

@@ -156,6 +156,47 @@ def test_gathered_single_uploads_keep_their_own_errors(dep: Deployment) -> None:
     assert dep.stored_reports("sum") == before + 58
 
 
+class SubmissionCounter(ThreadPoolExecutor):
+    """A thread pool that counts the work handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_small_batches_are_gathered_and_keep_their_own_errors(dep: Deployment) -> None:
+    """Concurrent `upload_batch` calls smaller than a request share requests
+    (fewer shardings than calls); an invalid measurement fails its own call,
+    named by its place in that call, and every other report is stored once."""
+    task = dep.tasks["sum"].client
+    before = dep.stored_reports("sum")
+    executor = SubmissionCounter()
+
+    async def run() -> list[Any]:
+        async with AsyncClient(task, batch_size=16, executor=executor) as client:
+            for role in (ROLE_LEADER, ROLE_HELPER):
+                await client.hpke_config(role)
+            executor.submitted = 0
+            calls = [[(3 * i + j) % 11 for j in range(3)] for i in range(20)]
+            calls[5][1] = 11  # above max_measurement
+            return await asyncio.gather(
+                *(client.upload_batch(c, past_bucket(6)) for c in calls), return_exceptions=True
+            )
+
+    results = asyncio.run(run())
+    executor.shutdown()
+    assert isinstance(results[5], ValueError) and "measurement 1:" in str(results[5])
+    assert all(r == UploadResult(3, 0) for i, r in enumerate(results) if i != 5)
+    assert dep.stored_reports("sum") == before + 57
+    # 60 measurements in requests of at most 16: four or five shardings, and
+    # the failed one's group again call by call; one per call would be 20.
+    assert executor.submitted < 15
+
+
 def test_inside_a_web_applications_event_loop(dep: Deployment) -> None:
     """A Starlette app under uvicorn opens one AsyncClient in its lifespan and
     awaits uploads in its handlers, many requests at once."""

@@ -5,7 +5,10 @@ with coroutines. Sharding and sealing (NumPy field arithmetic and HPKE, a
 few hundred microseconds of CPU per report) and the outbox's SQLite writes
 (an fsync each) never run on the event loop: they go to a thread pool, so
 a web handler awaiting an upload leaves the loop free for other requests.
-Concurrent single `upload` calls are gathered into shared requests.
+Concurrent `upload` calls, and `upload_batch` calls smaller than a request,
+are gathered into shared requests: each call's sharding and its request
+have a fixed cost (about a millisecond of CPU), which calls of one or ten
+measurements would otherwise pay each.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -34,6 +38,15 @@ from veil.task import Task
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Call:
+    """An `upload` or a small `upload_batch` call waiting to be gathered."""
+
+    values: list[Any]
+    report_time: int | None
+    future: asyncio.Future[UploadResult]
 
 
 class AsyncClient:
@@ -118,9 +131,10 @@ class AsyncClient:
         self._helper: Any = None
         self._config_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
-        # Single uploads waiting to be gathered into one request, and the
-        # requests under way (two: one prepares while the other is sent).
-        self._waiting: list[tuple[Any, int | None, asyncio.Future[UploadResult]]] = []
+        # Calls waiting to be gathered into one request (each with its own
+        # measurements), and the requests under way (two: one prepares while
+        # the other is sent).
+        self._waiting: list[_Call] = []
         self._gatherer: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(2)
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -229,16 +243,37 @@ class AsyncClient:
 
         Calls from concurrent tasks are gathered: those waiting when the
         client gets to them are sharded together and sent in one request
-        (at most `batch_size` each), so one client sustains thousands of
-        single uploads a second where one request per call would not. Each
-        call keeps its own report and its own errors: an invalid measurement
-        raises ValueError in its caller only, and a request refused or
-        failed raises UploadError in each call it carried. Without an
-        outbox a call's result is ``UploadResult(1, 0)``; with one, each
-        call gets the result of the flush that carried it.
+        (at most `batch_size` measurements each), so one client sustains
+        thousands of single uploads a second where one request per call
+        would not. Each call keeps its own report and its own errors: an
+        invalid measurement raises ValueError in its caller only, and a
+        request refused or failed raises UploadError in each call it
+        carried. Without an outbox a call's result is ``UploadResult(1, 0)``;
+        with one, each call gets the result of the flush that carried it.
         """
+        return await self._enqueue([measurement], report_time)
+
+    async def upload_batch(
+        self, measurements: Iterable[Any], report_time: int | None = None
+    ) -> UploadResult:
+        """Shard, seal and upload many measurements (one request per `batch_size`).
+
+        A call of fewer than `batch_size` measurements is gathered with
+        the concurrent ones as `upload` calls are: an invalid measurement
+        raises ValueError (naming it by its place in this call) in this call
+        only, and without an outbox the result counts this call's reports
+        (``UploadResult(len(measurements), 0)``) once the request carrying
+        them is accepted whole; with an outbox, the result of the flush that
+        carried them.
+        """
+        values = list(measurements)
+        if not values or len(values) >= self._base.batch_size:
+            return await self.upload_reports(await self.build_reports(values, report_time))
+        return await self._enqueue(values, report_time)
+
+    async def _enqueue(self, values: list[Any], report_time: int | None) -> UploadResult:
         future: asyncio.Future[UploadResult] = asyncio.get_running_loop().create_future()
-        self._waiting.append((measurement, report_time, future))
+        self._waiting.append(_Call(values, report_time, future))
         if self._gatherer is None:
             self._gatherer = asyncio.create_task(self._gather())
         return await future
@@ -248,8 +283,14 @@ class AsyncClient:
             while self._waiting:
                 await self._slots.acquire()
                 await asyncio.sleep(0)  # let the calls of tasks scheduled now join
-                calls = self._waiting[: self._base.batch_size]
-                del self._waiting[: len(calls)]
+                taken = size = 0
+                for call in self._waiting:
+                    if taken and size + len(call.values) > self._base.batch_size:
+                        break
+                    taken += 1
+                    size += len(call.values)
+                calls = self._waiting[:taken]
+                del self._waiting[:taken]
                 task = asyncio.create_task(self._upload_gathered(calls))
                 self._in_flight.add(task)
                 task.add_done_callback(self._done_in_flight)
@@ -260,9 +301,7 @@ class AsyncClient:
         self._in_flight.discard(task)
         self._slots.release()
 
-    async def _upload_gathered(
-        self, calls: list[tuple[Any, int | None, asyncio.Future[UploadResult]]]
-    ) -> None:
+    async def _upload_gathered(self, calls: list[_Call]) -> None:
         def fail(futures: Iterable[asyncio.Future[UploadResult]], error: BaseException) -> None:
             for f in futures:
                 if not f.done():
@@ -271,49 +310,44 @@ class AsyncClient:
         try:
             leader = await self.hpke_config(ROLE_LEADER)
             helper = await self.hpke_config(ROLE_HELPER)
-            groups: dict[int | None, list[int]] = {}
-            for i, (_, t, _) in enumerate(calls):
-                groups.setdefault(t, []).append(i)
-            prepared: list[tuple[asyncio.Future[UploadResult], Report]] = []
+            groups: dict[int | None, list[_Call]] = {}
+            for call in calls:
+                groups.setdefault(call.report_time, []).append(call)
+            prepared: list[tuple[_Call, list[Report]]] = []
             for t, members in groups.items():
-                measurements = [calls[i][0] for i in members]
-                built: list[Report | None]
+                measurements = [v for call in members for v in call.values]
                 try:
-                    built = list(
-                        await self._off_loop(self._base._prepare, measurements, leader, helper, t)
+                    built = await self._off_loop(
+                        self._base._prepare, measurements, leader, helper, t
                     )
                 except ValueError:
-                    # Some measurement is invalid: find it, and fail only its call.
-                    built = []
-                    for i in members:
+                    # Some measurement is invalid: find its call, and fail only that one.
+                    for call in members:
                         try:
-                            built += await self._off_loop(
-                                self._base._prepare, [calls[i][0]], leader, helper, t
+                            own = await self._off_loop(
+                                self._base._prepare, call.values, leader, helper, t
                             )
                         except ValueError as e:
-                            fail([calls[i][2]], e)
-                            built.append(None)
-                for i, report in zip(members, built, strict=True):
-                    if report is not None:
-                        prepared.append((calls[i][2], report))
+                            fail([call.future], e)
+                        else:
+                            prepared.append((call, own))
+                    continue
+                start = 0
+                for call in members:
+                    prepared.append((call, built[start : start + len(call.values)]))
+                    start += len(call.values)
             if not prepared:
                 return
-            result = await self.upload_reports([r for _, r in prepared])
-            if self._base.outbox is None and result.accepted == len(prepared):
-                result = UploadResult(1, 0)
-            for future, _ in prepared:
-                if not future.done():
-                    future.set_result(result)
+            reports = [r for _, own in prepared for r in own]
+            result = await self.upload_reports(reports)
+            whole = self._base.outbox is None and result.accepted == len(reports)
+            for call, own in prepared:
+                if not call.future.done():
+                    call.future.set_result(UploadResult(len(own), 0) if whole else result)
         except BaseException as e:
-            fail((f for _, _, f in calls), e)
+            fail((call.future for call in calls), e)
             if not isinstance(e, Exception):
                 raise
-
-    async def upload_batch(
-        self, measurements: Iterable[Any], report_time: int | None = None
-    ) -> UploadResult:
-        """Shard, seal and upload many measurements (one request per `batch_size`)."""
-        return await self.upload_reports(await self.build_reports(list(measurements), report_time))
 
     async def flush(self) -> UploadResult:
         """Send what the outbox holds for the task; as `Client.flush`."""
