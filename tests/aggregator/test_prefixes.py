@@ -16,6 +16,7 @@ from tests.support.backends import Backend
 from veil.aggregator.core import AggregationAnswer, AggregatorBase, VerifyInitItem
 from veil.aggregator.errors import (
     AggParamRefused,
+    BatchTooSmall,
     BudgetExhausted,
     InvalidAggParam,
     LevelCollected,
@@ -23,6 +24,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader.prefixes import LeaderPrefixes, Released
+from veil.aggregator.maintenance import collect_garbage
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord, PrefixQuery
 from veil.client import prepare_reports
@@ -85,14 +87,15 @@ class World:
     def __init__(self, backend: Backend, files: TaskFiles) -> None:
         self.files = files
         tid = files.leader.task_id
+        self.now = float(NOW)  # both aggregators' clock
         self.helper = Helper(
             {tid: files.helper},
             backend.store("helper"),
             PrivacyEngine(backend.ledger("helper"), [files.helper], allow_exact_release=True),
-            clock=lambda: NOW,
+            clock=lambda: self.now,
         )
         self.leader_base: AggregatorBase[LeaderTask] = AggregatorBase(
-            {tid: files.leader}, backend.store("leader"), lambda: NOW
+            {tid: files.leader}, backend.store("leader"), lambda: self.now
         )
         self.privacy = PrivacyEngine(
             backend.ledger("leader"), [files.leader], allow_exact_release=True
@@ -113,11 +116,13 @@ class World:
         self.leader_base.store.put_reports(self.files.leader.task_id, [(T, r) for r in reports])
         return reports
 
-    def collect(self, agg_param: Poplar1AggParam) -> tuple[Released, list[int]]:
+    def collect(
+        self, agg_param: Poplar1AggParam, job: bytes | None = None
+    ) -> tuple[Released, list[int]]:
         task = self.files.leader
         poplar1 = task.vdaf.instantiate_poplar1()
         encoded = poplar1.encode_agg_param(agg_param)
-        job = secrets.token_bytes(16)
+        job = job or secrets.token_bytes(16)
         record = self.leader.create_collection(task, job, T, TP, encoded)
         released = self.leader.run(task, record, self.api)
         collector = self.files.collector
@@ -279,3 +284,43 @@ def test_each_ledger_refuses_a_level_past_the_budget(backend: Backend) -> None:
     world.leader_base.store.create_prefix_collection(record, query, lambda _: None, TP)
     with pytest.raises(BudgetExhausted):
         world.leader.run(task, record, world.api)
+
+
+def test_a_level_released_before_gc_is_not_released_again_after(backend: Backend) -> None:
+    files = new_task(
+        VdafSpec("poplar1", bits=16),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("geometric", epsilon="1", budget="10"),
+        report_expiry_age=2 * TP,
+    )
+    world = World(backend, files)
+    task = files.leader
+    reports = world.upload([b"ab", b"ab", b"ac"])
+    job = secrets.token_bytes(16)
+    released, _ = world.collect(text_agg_param([b"a"]), job)
+    encoded = task.vdaf.instantiate_poplar1().encode_agg_param(text_agg_param([b"a"]))
+    again = (job, T, TP, released.report_count, released.checksum, encoded)
+    # Before the horizon a retried request gets the stored share, the same bytes.
+    assert world.api.aggregate_share(task, *again) == released.helper_ct
+
+    # Past the horizon each aggregator deletes the batch's records: its
+    # collections, its query records and (the leader) its reports, together.
+    world.now = float(T + TP + 2 * TP + task.max_clock_skew + TP)
+    stores = (world.leader_base.store, world.helper.store)
+    for store in stores:
+        collect_garbage(store, [task], world.now)
+    # A leader asking the helper for the released level's share again: no
+    # second, freshly noised share.
+    with pytest.raises(AggParamRefused):
+        world.api.aggregate_share(task, *again)
+    assert all(s.prefix_queries(task.task_id, T, T + TP) == [] for s in stores)
+    assert world.leader_base.store.batch_reports(task.task_id, T, T + TP) == []
+    # Nor a second release from the reports, if the leader kept them: the
+    # helper drops reports older than the horizon, so the level is too small.
+    world.leader_base.store.put_reports(task.task_id, [(T, r) for r in reports])
+    with pytest.raises(BatchTooSmall):
+        world.collect(text_agg_param([b"a"]))
+    recorded = world.helper.store.prefix_query(task.task_id, T, 7)
+    assert recorded is not None and recorded.report_count == 0

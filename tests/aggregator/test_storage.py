@@ -882,3 +882,114 @@ def test_leader_prefix_collection_claims_its_level(store: Datastore) -> None:
     assert store.get_collection(TASK, b"c" * 16) == done
     stored = store.prefix_query(TASK, 0, 7)
     assert stored is not None and (stored.agg_share, stored.report_count) == (share(4), 4)
+
+
+# --- garbage collection of Poplar1 state -------------------------------------
+
+LAST = 15  # the last level of a 16-bit Poplar1 task
+
+
+def _leader_level(store: Datastore, level: int, job: bytes, state: str = "finished") -> None:
+    record = CollectionRecord(TASK, job, 0, 3600, "pending", agg_param=bytes([level]))
+    store.create_prefix_collection(record, query(level, by=job), lambda _: None, 3600)
+    if state == "finished":
+        done = replace(record, state="finished", report_count=2, leader_ct=CT, helper_ct=CT)
+        store.finish_prefix_collection(done, level, share(2))
+    else:
+        store.fail_collection(replace(record, state="failed"), reopen=False)
+
+
+def _leader_batch(store: Datastore) -> None:
+    # Batch [0, 3600) holds two reports; a report of the next hour is outside it.
+    store.put_reports(TASK, [(0, report(1, 10)), (0, report(2, 20)), (3600, report(3, 3700))])
+
+
+def test_gc_keeps_a_poplar1_batch_while_a_level_may_follow(store: Datastore) -> None:
+    _leader_batch(store)
+    _leader_level(store, 7, b"c" * 16)
+    # No expiry, level 7 of 16 bits released: the next levels need the reports.
+    result = store.collect_garbage(TASK, TP, None, None, LAST)
+    assert result.total() == 0
+    assert store.report_counts(TASK, TP) == {0: {"pending": 2}, 3600: {"pending": 1}}
+    # A Prio3 pass (no last level) never deletes a pending report either.
+    assert store.collect_garbage(TASK, TP, None, None).total() == 0
+
+
+def test_gc_frees_a_done_poplar1_batch_and_keeps_its_query_records(store: Datastore) -> None:
+    _leader_batch(store)
+    _leader_level(store, 7, b"c" * 16)
+    _leader_level(store, LAST, b"d" * 16)
+    result = store.collect_garbage(TASK, TP, None, None, LAST)
+    # The batch's reports go; the other hour's stay; the records that refuse
+    # every level of the batch again stay, with their collections.
+    assert (result.reports, result.total()) == (2, 2)
+    assert store.report_counts(TASK, TP) == {3600: {"pending": 1}}
+    assert [q.level for q in store.prefix_queries(TASK, 0, 3600)] == [7, LAST]
+    assert {c.job_id for c in store.collections(TASK)} == {b"c" * 16, b"d" * 16}
+    with pytest.raises(QueryCollected):
+        _leader_level(store, 7, b"e" * 16)
+
+
+def test_gc_frees_a_poplar1_batch_whose_level_failed(store: Datastore) -> None:
+    _leader_batch(store)
+    _leader_level(store, 7, b"c" * 16, state="failed")
+    assert store.collect_garbage(TASK, TP, None, None, LAST).reports == 2
+    assert store.prefix_query(TASK, 0, 7) is not None
+
+
+def test_gc_deletes_poplar1_query_records_with_their_collections_and_reports(
+    store: Datastore,
+) -> None:
+    _leader_batch(store)
+    _leader_level(store, 7, b"c" * 16)
+    # Horizon 3600: the batch ends there. Its reports, query records and
+    # collections go in the one transaction; the next hour's report stays.
+    result = store.collect_garbage(TASK, TP, 3600, None, LAST)
+    assert (result.reports, result.prefix_queries, result.collections) == (2, 1, 1)
+    assert store.prefix_queries(TASK, 0, 3600) == []
+    assert store.get_collection(TASK, b"c" * 16) is None
+    assert store.report_counts(TASK, TP) == {3600: {"pending": 1}}
+
+
+def test_gc_never_leaves_a_released_level_without_its_query_record(store: Datastore) -> None:
+    # The helper's side: while the collection that released a level is kept
+    # (it answers a retried request with the same bytes), so is the query
+    # record saying the level was released; once the collection goes, the
+    # query record goes in the same transaction.
+    store.record_prefix_query(query(7), lambda _: None, 3600)
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    job = HelperJob(TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 10)], [], [delta])
+    assert store.commit_prefix_job(job, 0, 7, MERGE) is None
+    released = CollectionRecord(
+        TASK, b"c" * 16, 0, 3600, "finished", 1, b"c" * 32, None, CT, agg_param=bytes([7])
+    )
+    for horizon in (None, 1800, 3600):
+        store.collect_garbage(TASK, TP, horizon, None, LAST)
+        kept = store.prefix_query(TASK, 0, 7) is not None
+        assert kept == (store.get_collection(TASK, b"c" * 16) is not None or horizon is None)
+        if horizon is None:
+            store.collect_prefix_query(released, 7)
+    assert store.prefix_query(TASK, 0, 7) is None
+    assert store.get_collection(TASK, b"c" * 16) is None
+
+
+def test_gc_helper_prefix_replay_records_and_jobs(store: Datastore) -> None:
+    store.record_prefix_query(query(7), lambda _: None, 3600)
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    job = HelperJob(TASK, b"j" * 16, b"h" * 32, b"resp", [(b"r" * 16, 10)], [], [delta])
+    store.commit_prefix_job(job, 0, 7, MERGE)
+    # Level 7 not released yet: its replay records and the job's record stay
+    # (a retried job gets its stored answer, not "replayed" for each report).
+    assert store.collect_garbage(TASK, TP, None, None, LAST).total() == 0
+    assert store.helper_job(TASK, b"j" * 16) == (b"h" * 32, b"resp")
+    released = CollectionRecord(
+        TASK, b"c" * 16, 0, 3600, "finished", 1, b"c" * 32, None, CT, agg_param=bytes([7])
+    )
+    store.collect_prefix_query(released, 7)
+    # Released: no job is taken at level 7 any more, so its replay records
+    # and job records go; the query record stays and refuses the level.
+    result = store.collect_garbage(TASK, TP, None, None, LAST)
+    assert (result.prefix_reports, result.helper_jobs) == (1, 1)
+    assert store.seen_prefix_reports(TASK, 0, 7, [b"r" * 16]) == set()
+    with pytest.raises(QueryCollected):
+        store.commit_prefix_job(replace(job, job_id=b"k" * 16), 0, 7, MERGE)

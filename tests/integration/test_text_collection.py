@@ -5,6 +5,7 @@ hostile collections each refused with its own error."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,10 @@ import pytest
 
 from tests.support.deployment import Deployment, start_deployment
 from tests.support.times import past_bucket
+from veil.aggregator.errors import AggParamRefused
+from veil.aggregator.maintenance import collect_garbage
+from veil.aggregator.service import GrpcHelperClient
+from veil.aggregator.storage import SqliteDatastore
 from veil.collector import CollectionError, text_agg_param
 from veil.protocol.v1 import leader_pb2, messages_pb2
 from veil.task import DpSpec, VdafSpec
@@ -35,6 +40,12 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         # that do not depend on luck.
         "noisy": (TEXT, DpSpec("geometric", epsilon="20"), settings),
         "hostile": (TEXT, DpSpec("none"), settings),
+        # Reports expire after a day: garbage collection then deletes a batch.
+        "expiring": (
+            TEXT,
+            DpSpec("geometric", epsilon="10", budget="20"),
+            {**settings, "report_expiry_age": 24 * TP},
+        ),
     }
     d = start_deployment(Path(tmp_path_factory.mktemp("text")), tasks)
     try:
@@ -119,3 +130,41 @@ def test_hostile_collections_are_refused(dep: Deployment) -> None:
         # The refused requests left nothing: level 15 still collects.
         last = collector.collect_prefixes(t, TP, text_agg_param([b"hi", b"ho"]), wait=120)
     assert last.noisy_counts == [5, 3]
+
+
+def test_a_level_is_not_released_again_after_garbage_collection(dep: Deployment) -> None:
+    t = past_bucket(2)
+    dep.client("expiring").upload_batch(ANSWERS, report_time=t)
+    task = dep.tasks["expiring"].leader
+    stores = {role: SqliteDatastore(dep.local.root / f"{role}.db") for role in ("leader", "helper")}
+    try:
+        with dep.collector("expiring") as collector:
+            collector.collect_prefixes(t, TP, text_agg_param([b"h", b"x"]), wait=120)
+            (released,) = stores["leader"].collections(task.task_id)
+            # `veil gc` a day and a half later, on each server's database
+            # (the servers run meanwhile).
+            for store in stores.values():
+                collect_garbage(store, [task], time.time() + 36 * TP)
+            # The leader asking the helper for the released level's share
+            # again (as a leader that lost its own record would): refused, no
+            # second noised share of the same counts.
+            helper = GrpcHelperClient(grpc.insecure_channel, 30.0)
+            with pytest.raises(AggParamRefused):
+                helper.aggregate_share(
+                    task,
+                    released.job_id,
+                    t,
+                    TP,
+                    released.report_count,
+                    released.checksum,
+                    released.agg_param or b"",
+                )
+            # The batch's reports, collections and query records went together.
+            assert stores["leader"].batch_reports(task.task_id, t, t + TP) == []
+            assert all(s.prefix_queries(task.task_id, t, t + TP) == [] for s in stores.values())
+            # The collector querying the level again: refused (its reports are gone).
+            with pytest.raises(CollectionError, match="min_batch_size"):
+                collector.collect_prefixes(t, TP, text_agg_param([b"h", b"x"]), wait=60)
+    finally:
+        for store in stores.values():
+            store.close()

@@ -141,7 +141,11 @@ def gc_task(store: Datastore, task: Task, now: float) -> GcResult:
     if horizon is not None:
         horizon -= task.max_clock_skew
     job_horizon = None if horizon is None else float(horizon - task.max_clock_skew)
-    return store.collect_garbage(task.task_id, task.time_precision, horizon, job_horizon)
+    # A Poplar1 task's state is freed by its own rules (store.upkeep).
+    last_level = task.vdaf.bits - 1 if task.vdaf.is_prefix else None
+    return store.collect_garbage(
+        task.task_id, task.time_precision, horizon, job_horizon, last_level
+    )
 
 
 def collect_garbage(
@@ -164,6 +168,8 @@ def collect_garbage(
                     "replay_records": result.replay_records,
                     "helper_jobs": result.helper_jobs,
                     "collections": result.collections,
+                    "prefix_reports": result.prefix_reports,
+                    "prefix_queries": result.prefix_queries,
                 },
             )
     store.reclaim_space(full=full_vacuum)

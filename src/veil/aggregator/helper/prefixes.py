@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from veil.aggregator.core import (
     INVALID_MESSAGE,
     INVALID_TOKEN,
+    REPORT_DROPPED,
     REPORT_TOO_EARLY,
     TASK_EXPIRED,
     VDAF_VERIFY_ERROR,
@@ -420,6 +421,12 @@ class HelperPrefixes:
             return reason, b""
         if not start <= it.time < start + duration:
             return TASK_EXPIRED, b""
+        horizon = task.report_horizon(now)
+        if horizon is not None and it.time < horizon:
+            # Expired: garbage collection may have deleted the records of its
+            # batch's queries already (store.upkeep), so a report this old
+            # could be counted at a level released before.
+            return REPORT_DROPPED, b""
         plaintext = _open_once(self.shares, self.helper, task, it)
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""

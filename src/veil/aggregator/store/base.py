@@ -332,10 +332,11 @@ class Datastore:
         time_precision: int,
         report_horizon: int | None,
         job_horizon: float | None,
+        last_level: int | None = None,
     ) -> GcResult:
         return self._write(
             lambda tx: upkeep.collect_garbage(
-                tx, task_id, time_precision, report_horizon, job_horizon
+                tx, task_id, time_precision, report_horizon, job_horizon, last_level
             )
         )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 from veil.hpke import HpkeKeypair
@@ -244,16 +244,11 @@ class GcResult:
     replay_records: int = 0
     helper_jobs: int = 0
     collections: int = 0
+    prefix_reports: int = 0
+    prefix_queries: int = 0
 
     def total(self) -> int:
-        return (
-            self.reports
-            + self.aggregation_jobs
-            + self.batch_aggregates
-            + self.replay_records
-            + self.helper_jobs
-            + self.collections
-        )
+        return sum(astuple(self))
 
 
 # The collections table's columns, in CollectionRecord's field order, as

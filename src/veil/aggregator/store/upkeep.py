@@ -81,16 +81,35 @@ _FINISHED_BUCKET = (
 )
 
 
+# A Poplar1 batch (veil.aggregator.store.prefix_queries) is done once its
+# last level's collection finished or any level's collection failed: no
+# later level can be queried (the draft's rule across queries, and the
+# leader's refusal after a level that did not finish), and no level twice.
+_DONE_BATCH = (
+    "EXISTS (SELECT 1 FROM prefix_queries q JOIN collections c"
+    " ON c.task_id = q.task_id AND c.job_id = q.collected_by"
+    " WHERE q.task_id = reports.task_id AND reports.time >= q.start"
+    " AND reports.time < q.start + q.duration"
+    " AND (c.state = 'failed' OR (c.state = 'finished' AND q.level = ?)))"
+)
+
+
 def gc_statements(
-    task_id: bytes, time_precision: int, report_horizon: int | None, job_horizon: float | None
+    task_id: bytes,
+    time_precision: int,
+    report_horizon: int | None,
+    job_horizon: float | None,
+    last_level: int | None = None,
 ) -> list[tuple[str, str, tuple[Any, ...]]]:
     """One garbage-collection pass as (GcResult field, SQL with ``?``
     placeholders, arguments), in order; every backend runs these in one
-    transaction (see ``collect_garbage`` for the rules)."""
+    transaction (see ``collect_garbage`` for the rules). `last_level` is a
+    Poplar1 task's last level (bits - 1), None for a Prio3 task."""
     tp = time_precision
     horizon = report_horizon
     age = "time < ?" if horizon is not None else "FALSE"
     age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
+    ended = "q.start + q.duration <= ?" if horizon is not None else "FALSE"
     statements: list[tuple[str, str, tuple[Any, ...]]] = [
         (
             "reports",
@@ -98,6 +117,26 @@ def gc_statements(
             f" ({age} OR {_FINISHED_BUCKET.format(t='reports')})",
             (task_id, AGGREGATED, REJECTED, *age_args, tp),
         ),
+    ]
+    if last_level is not None:
+        # A Poplar1 task's reports stay pending: its collections aggregate
+        # them level by level, and its query records outlive them.
+        statements += [
+            (
+                "reports",
+                f"DELETE FROM reports WHERE task_id = ? AND ({age} OR {_DONE_BATCH})",
+                (task_id, *age_args, last_level),
+            ),
+            (
+                "prefix_reports",
+                "DELETE FROM prefix_reports WHERE task_id = ? AND EXISTS (SELECT 1 FROM"
+                " prefix_queries q WHERE q.task_id = prefix_reports.task_id"
+                " AND q.start = prefix_reports.start AND q.level = prefix_reports.level"
+                f" AND (q.collected_by IS NOT NULL OR {ended}))",
+                (task_id, *age_args),
+            ),
+        ]
+    statements += [
         (
             "aggregation_jobs",
             "DELETE FROM aggregation_jobs WHERE task_id = ? AND state IN ('finished', 'failed')"
@@ -120,6 +159,17 @@ def gc_statements(
                 "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket + ? <= ?",
                 (task_id, tp, horizon),
             ),
+            # A Poplar1 batch's query records go with its collections, in
+            # this transaction, and with its reports (above): a level
+            # released once is never released again from a record that
+            # survived its collection, nor queried again from reports that
+            # survived its record (the helper drops a report older than the
+            # horizon on its own).
+            (
+                "prefix_queries",
+                "DELETE FROM prefix_queries WHERE task_id = ? AND start + duration <= ?",
+                (task_id, horizon),
+            ),
             (
                 "collections",
                 "DELETE FROM collections WHERE task_id = ? AND state != 'pending'"
@@ -128,13 +178,18 @@ def gc_statements(
             ),
         ]
     # Records written before job ids were kept with the replay records
-    # (created IS NULL) are left to the horizon.
+    # (created IS NULL) are left to the horizon. A Poplar1 job has no replay
+    # record of that table (its are per level, in prefix_reports): its record
+    # is kept while a query of its task is not yet released, so that a retry
+    # of the job gets its answer again.
     statements.append(
         (
             "helper_jobs",
             "DELETE FROM helper_jobs WHERE task_id = ? AND (created < ? OR"
             " (created IS NOT NULL AND NOT EXISTS (SELECT 1 FROM helper_reports h"
-            " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)))",
+            " WHERE h.task_id = helper_jobs.task_id AND h.job_id = helper_jobs.job_id)"
+            " AND NOT EXISTS (SELECT 1 FROM prefix_queries q"
+            " WHERE q.task_id = helper_jobs.task_id AND q.collected_by IS NULL)))",
             (task_id, job_horizon if job_horizon is not None else float("-inf")),
         )
     )
@@ -147,6 +202,7 @@ def collect_garbage(
     time_precision: int,
     report_horizon: int | None,
     job_horizon: float | None,
+    last_level: int | None = None,
 ) -> GcResult:
     """Delete what no rule needs any more, for one task, in one transaction.
 
@@ -163,16 +219,34 @@ def collect_garbage(
       report of such a job is older than the report horizon), or whose
       reports have no replay record left (their batch was collected, so
       the leader finished the job before; or they were all refused
-      before: a retry gets the same answer). Either way a retry is
-      refused report by report and counts nothing twice.
+      before: a retry gets the same answer) and no Poplar1 query of the
+      task waits for its release. Either way a retry is refused report by
+      report and counts nothing twice.
     - Finished or failed collections whose interval ends at or before
       `report_horizon`.
+
+    A Poplar1 task (`last_level` is its last level) also:
+
+    - Leader reports older than `report_horizon` (the helper drops them),
+      or in a batch that is done: its last level's collection finished or
+      a level's collection failed, so no level of it can be queried again.
+    - The helper's per-level replay records (prefix_reports) of a level it
+      released (no job is taken at that level any more), or of a batch that
+      ends at or before `report_horizon`.
+    - The batch's query records (prefix_queries), which refuse every level
+      queried before and every level out of order, only at
+      `report_horizon`, with the batch's collections, after its reports:
+      while a report of the batch can be aggregated, the record that its
+      level was released stays.
 
     `report_horizon` None (the task has no report expiry) keeps everything
     that only age would release.
     """
-    statements = gc_statements(task_id, time_precision, report_horizon, job_horizon)
-    return GcResult(**{kind: tx.run(q, args) for kind, q, args in statements})
+    statements = gc_statements(task_id, time_precision, report_horizon, job_horizon, last_level)
+    counts: dict[str, int] = {}
+    for kind, q, args in statements:
+        counts[kind] = counts.get(kind, 0) + tx.run(q, args)
+    return GcResult(**counts)
 
 
 def add_hpke_key(tx: Tx, key: HpkeKey) -> None:
