@@ -18,9 +18,11 @@ import pytest
 
 from tests.vdaf.test_poplar1 import CheatingClient
 from veil.vdaf import CodecError, VerifyError
-from veil.vdaf.batch.idpf import IdpfCache, _tree
+from veil.vdaf.batch.idpf import IdpfCache, Leaf, _tree
 from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
-from veil.vdaf.errors import AggParamError, AggParamSequenceError
+from veil.vdaf.batch.rows import byte_rows
+from veil.vdaf.errors import AggParamError, AggParamSequenceError, VdafError
+from veil.vdaf.spec.field import Field255
 from veil.vdaf.spec.poplar1 import FieldVec, Poplar1, Poplar1AggParam
 
 CTX = b"veil batch poplar1"
@@ -332,3 +334,36 @@ def test_a_cache_is_only_good_for_its_reports_and_the_next_levels() -> None:
     with pytest.raises(AggParamError, match="increasing order"):
         again(Poplar1AggParam(2, ((True, False, True), (False, True, True))))
     again(Poplar1AggParam(4, ((False, True, True, False, False),)))
+
+
+def test_field255_reduced_from_words_agrees_with_python_ints() -> None:
+    """The decoder checks the leaf's Field255 elements from their 64-bit
+    words (no Python ints below the leaf): every boundary of p = 2^255 - 19."""
+    p = Field255.MODULUS
+    low = 2**64 - 1
+    values = [0, 1, p - 1, p, p + 1, 2**255 - 1, 2**256 - 1, p - 2**64, p + 2**64]
+    values += [(p >> 192) << 192, ((p >> 192) << 192) | low, (p >> 64) << 64, 2**255]
+    raw = np.frombuffer(b"".join(v.to_bytes(32, "little") for v in values), dtype=np.uint8)
+    assert Leaf.reduced(raw.reshape(1, -1)).tolist() == [[v < p for v in values]]
+    # Rows (each one element), and an unaligned slice of a longer buffer.
+    assert Leaf.reduced(raw.reshape(len(values), 32)).tolist() == [[v < p] for v in values]
+    shifted = np.frombuffer(b"\x00" + raw.tobytes(), dtype=np.uint8)[1:]
+    assert Leaf.reduced(shifted.reshape(1, -1)).tolist() == [[v < p for v in values]]
+
+
+def test_byte_rows_flags_each_bad_row() -> None:
+    # Lengths that add up to the right total are still caught row by row.
+    errors: list[VdafError | None] = [None] * 4
+    rows = byte_rows([b"abcd", b"abc", b"abcde", None], 4, "share", errors)
+    assert rows.shape == (4, 4)
+    assert rows[0].tobytes() == b"abcd" and not rows[1:].any()
+    assert errors[0] is None
+    assert [str(e) for e in errors[1:]] == [
+        "share must be 4 bytes, got 3 bytes",
+        "share must be 4 bytes, got 5 bytes",
+        "share must be 4 bytes, got nothing",
+    ]
+    clean: list[VdafError | None] = [None] * 2
+    assert byte_rows([b"ab", b"cd"], 2, "share", clean).tobytes() == b"abcd"
+    assert clean == [None, None]
+    assert byte_rows([], 3, "share", []).shape == (0, 3)

@@ -18,8 +18,10 @@ this way (the prefix tree, the cache, sub-batches) is told in
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -37,12 +39,33 @@ P64 = np.uint64(Field64.MODULUS)
 P255 = Field255.MODULUS
 MASK255 = (1 << 255) - 1
 _ONE = np.uint64(1)
+_LITTLE = sys.byteorder == "little"
+# p = 2^255 - 19 as little-endian 64-bit words: low, two full, top.
+_P255_LOW = np.uint64(P255 & (2**64 - 1))
+_FULL = np.uint64(2**64 - 1)
+_P255_TOP = np.uint64(P255 >> 192)
 
 
 def u64(raw: Arr) -> Arr:
-    """Little-endian 8-byte groups of the last axis as native ``uint64``."""
-    raw = np.ascontiguousarray(raw)
-    return raw.view("<u8").astype(np.uint64)
+    """Little-endian 8-byte groups of the last axis as native ``uint64``
+    (a new array: one copy, where a contiguous copy and a conversion were
+    two)."""
+    if not _LITTLE:
+        return np.ascontiguousarray(raw).view("<u8").astype(np.uint64)
+    out = np.empty((*raw.shape[:-1], raw.shape[-1] // 8), dtype=np.uint64)
+    out.view(np.uint8)[...] = raw
+    return out
+
+
+def words(raw: Arr) -> Arr:
+    """Like ``u64``, but a view of ``raw`` where the machine is
+    little-endian and the words fall aligned (its last axis must be
+    contiguous; read-only if ``raw`` is): for the long correction words a
+    decoder checks in full but a level reads one depth of."""
+    if not _LITTLE:
+        return u64(raw)
+    view = raw.view(np.uint64)
+    return view if view.flags.aligned else u64(raw)
 
 
 def bytes_of(a: Arr) -> bytes:
@@ -75,7 +98,9 @@ class Inner:
 
     @staticmethod
     def decode(raw: Arr) -> tuple[Arr, Arr]:
-        values = u64(raw)
+        """The elements (a view of ``raw`` where the machine allows it)
+        and whether each is reduced."""
+        values = words(raw)
         return values, values < P64
 
     @staticmethod
@@ -114,6 +139,18 @@ class Leaf:
     def decode(raw: Arr) -> tuple[Arr, Arr]:
         values = ints255(raw)
         return values, values < P255
+
+    @staticmethod
+    def reduced(raw: Arr) -> Arr:
+        """Whether each 32-byte little-endian group of the last axis is
+        below p, from its 64-bit words (no Python ints): ``decode``'s mask
+        for a level that does not need the values."""
+        words = u64(raw).reshape(*raw.shape[:-1], -1, 4)
+        low, mid, high, top = (words[..., i] for i in range(4))
+        at_least_p = (top > _P255_TOP) | (
+            (top == _P255_TOP) & (high == _FULL) & (mid == _FULL) & (low >= _P255_LOW)
+        )
+        return np.asarray(~at_least_p)
 
     @staticmethod
     def encode(values: Arr) -> bytes:
@@ -224,14 +261,22 @@ class IdpfCache:
 @dataclass
 class IdpfShares:
     """One aggregator's IDPF inputs for a batch, decoded: the reports'
-    nonces, the public shares' correction words by level, and the key."""
+    nonces, the public shares' correction words by level, and the key. The
+    leaf's payload corrections (Field255) stay bytes, checked reduced by
+    the decoder, until a walk reaches the leaf (``w_leaf``): as Python ints
+    they cost a level that never reads them about as much as its walk."""
 
     nonces: Arr  # (R, 16) uint8
     ctrl_cw: Arr  # (R, BITS, 2) bool
     seed_cw: Arr  # (R, BITS, 2) uint64
     w_inner: Arr  # (R, BITS - 1, 2) uint64
-    w_leaf: Arr  # (R, 2) object
+    w_leaf_bytes: Arr  # (R, 64) uint8
     keys: Arr  # (R, 2) uint64
+
+    @cached_property
+    def w_leaf(self) -> Arr:
+        """The leaf's payload corrections, ``(R, 2)`` Python ints."""
+        return ints255(self.w_leaf_bytes)
 
     def part(self, rows: slice) -> IdpfShares:
         """The same reports' rows ``rows``."""
@@ -240,7 +285,7 @@ class IdpfShares:
             self.ctrl_cw[rows],
             self.seed_cw[rows],
             self.w_inner[rows],
-            self.w_leaf[rows],
+            self.w_leaf_bytes[rows],
             self.keys[rows],
         )
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -82,6 +83,7 @@ from veil.vdaf.batch.idpf import (
     encode255,
     ints255,
     u64,
+    words,
 )
 from veil.vdaf.batch.prio3 import MessageBatch
 from veil.vdaf.batch.prio3_shard import ShardBatch
@@ -110,8 +112,14 @@ class _Decoded:
     idpf: IdpfShares
     corr_seeds: Arr  # (R, 32) uint8
     corr_inner: Arr  # (R, 2 * (BITS - 1)) uint64
-    corr_leaf: Arr  # (R, 2) object
+    corr_leaf_bytes: Arr  # (R, 64) uint8, checked reduced
     errors: Errors
+
+    @cached_property
+    def corr_leaf(self) -> Arr:
+        """The leaf's (A, B) shares, ``(R, 2)`` Python ints (only the leaf
+        level reads them)."""
+        return ints255(self.corr_leaf_bytes)
 
 
 @dataclass
@@ -199,13 +207,14 @@ class BatchPoplar1:
         flag(errors, ctrl[:, 2 * bits :].any(axis=1), CodecError("control bits: padding set"))
         ctrl_cw = ctrl[:, : 2 * bits].reshape(rows, bits, 2).astype(bool)
         offset = packed_len
-        seed_cw = u64(public[:, offset : offset + 16 * bits]).reshape(rows, bits, 2)
+        seed_cw = words(public[:, offset : offset + 16 * bits]).reshape(rows, bits, 2)
         offset += 16 * bits
         w_inner, ok = Inner.decode(public[:, offset : offset + 16 * (bits - 1)])
         flag(errors, ~ok.all(axis=1), CodecError("public share: Field64 element not reduced"))
         w_inner = w_inner.reshape(rows, bits - 1, 2)
         offset += 16 * (bits - 1)
-        w_leaf, ok = Leaf.decode(public[:, offset:])
+        w_leaf = public[:, offset:]
+        ok = Leaf.reduced(w_leaf)
         flag(errors, ~ok.all(axis=1), CodecError("public share: Field255 element not reduced"))
 
         shares = byte_rows(input_shares, self.vdaf.input_share_size(agg_id), "input share", errors)
@@ -213,7 +222,8 @@ class BatchPoplar1:
         corr_seeds = shares[:, 16:48]
         corr_inner, ok = Inner.decode(shares[:, 48 : 48 + 16 * (bits - 1)])
         flag(errors, ~ok.all(axis=1), CodecError("input share: Field64 element not reduced"))
-        corr_leaf, ok = Leaf.decode(shares[:, 48 + 16 * (bits - 1) :])
+        corr_leaf = shares[:, 48 + 16 * (bits - 1) :]
+        ok = Leaf.reduced(corr_leaf)
         flag(errors, ~ok.all(axis=1), CodecError("input share: Field255 element not reduced"))
         return _Decoded(
             IdpfShares(nonce_rows, ctrl_cw, seed_cw, w_inner, w_leaf, keys),

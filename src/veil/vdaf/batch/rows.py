@@ -8,7 +8,7 @@ stops there (its first error is the one kept) while the others go on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -33,9 +33,15 @@ def flag(errors: Errors, mask: Any, error: VdafError) -> None:
 def byte_rows(values: Sequence[bytes | None], length: int, what: str, errors: Errors) -> Arr:
     """A ``(len(values), length)`` byte array; a row of another length (or
     None) is zero and recorded as a ``CodecError``."""
-    if all(v is not None and len(v) == length for v in values):
-        # The usual case: no per-row Python work beyond the join.
-        joined = b"".join(v for v in values if v is not None)
+    # The usual case, with no per-row Python work: the join (which refuses
+    # a None) holds every row's bytes, and none is longer than ``length``.
+    try:
+        joined = b"".join(cast(Sequence[bytes], values))
+        fits = len(joined) == len(values) * length
+        fits = fits and max(map(len, cast(Sequence[bytes], values)), default=0) <= length
+    except TypeError:  # a None
+        fits = False
+    if fits:
         return np.frombuffer(joined, dtype=np.uint8).reshape(len(values), length)
     blank = bytes(length)
     parts = []
