@@ -31,6 +31,7 @@ from veil.vdaf.batch.poplar1 import (
 )
 from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
 from veil.vdaf.batch.prio3_shard import ShardBatch
+from veil.vdaf.spec.idpf import DST_CONVERT, DST_EXTEND
 from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
 from veil.vdaf.spec.prio3 import Prio3
 
@@ -514,6 +515,63 @@ def _check_counts(
     truth = Counter(m[: level + 1] for m in inputs.measurements)
     if counts != [truth[p] for p in agg_param.prefixes]:
         raise RuntimeError(f"Poplar1 level {level}: counts differ from the truth")
+
+
+# Where a cold level's time goes (``--parts``): both aggregators' decoding
+# of their shares, the fixed AES keys (TurboSHAKE128 of each nonce, two
+# usages), the IDPF walk (with those keys), the rest of verify_init (the
+# sketch's randomness and arithmetic), and the messages and second round.
+POPLAR1_PARTS = ("decode", "fixed AES keys", "IDPF walk", "sketch", "messages, round 2")
+
+
+def run_poplar1_parts(batch_size: int, level: int = 0, runs: int = 5) -> dict[str, float]:
+    """Medians over ``runs`` of the CPU microseconds per report of each of
+    ``POPLAR1_PARTS`` at a cold ``level`` (both aggregators), and of the
+    whole (``"total"``, timed apart). Each part is timed alone: "IDPF walk"
+    includes "fixed AES keys", and "sketch" is verify_init less decoding
+    and walk."""
+    vdaf = Poplar1(POPLAR1_BITS)
+    batch = BatchPoplar1(vdaf)
+    inputs = poplar1_inputs(batch_size)
+    sharded = batch.shard_batch(CTX, inputs.measurements, inputs.nonces, inputs.rands)
+    agg_param = poplar1_candidates(inputs.heavy, level)
+    clock = time.process_time
+    times: dict[str, list[float]] = {name: [] for name in (*POPLAR1_PARTS, "total")}
+    no_cache: list[IdpfCache | None] = [None, None]
+    for _ in range(runs):
+        spent = dict.fromkeys(times, 0.0)
+        for j in (0, 1):
+            start = clock()
+            d = batch._decode(j, inputs.nonces, sharded.public_shares, sharded.input_shares[j])
+            spent["decode"] += clock() - start
+            start = clock()
+            for dst in (DST_EXTEND, DST_CONVERT):
+                batch.walk.fixed_keys(dst + CTX, d.idpf.nonces)
+            spent["fixed AES keys"] += clock() - start
+            start = clock()
+            batch.walk.eval(j, level, agg_param.prefixes, CTX, d.idpf, None)
+            spent["IDPF walk"] += clock() - start
+            start = clock()
+            batch.verify_init_batch(
+                inputs.verify_key,
+                CTX,
+                j,
+                agg_param,
+                inputs.nonces,
+                sharded.public_shares,
+                sharded.input_shares[j],
+            )
+            spent["sketch"] += clock() - start
+        start = clock()
+        poplar1_verify(batch, agg_param, inputs, sharded, no_cache)
+        spent["total"] = clock() - start
+        # verify_init itself was timed whole: its sketch is what remains.
+        spent["sketch"] -= spent["decode"] + spent["IDPF walk"]
+        init = spent["decode"] + spent["IDPF walk"] + spent["sketch"]
+        spent["messages, round 2"] = spent["total"] - init
+        for name, seconds in spent.items():
+            times[name].append(seconds / batch_size * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 # Run by the reference's interpreter: shard ``reports`` reports, then both

@@ -16,7 +16,9 @@ previous level's cache, as a collection going level by level does), and
 the mean per level of a sweep of all 128 levels. ``--text`` measures the
 queries of a text question instead (one per byte, every survivor extended
 by all 256 byte values: the first byte, the second cold and warm, the
-last).
+last). ``--parts`` adds where a cold level 0's time goes (decoding, the
+fixed AES keys, the IDPF walk, the sketch, the messages), measured in the
+same invocation; alone, it prints only that.
 
 --reference takes the ``poc`` directory of a checkout of the draft's
 repository (draft-irtf-cfrg-vdaf, the tag of the draft veil implements) and
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.vdaf import (
     POPLAR1_BITS,
+    POPLAR1_PARTS,
     Poplar1Row,
     cases,
     compare_lifted,
@@ -48,10 +51,12 @@ from bench.vdaf import (
     peak_rss_mib,
     run_case,
     run_poplar1,
+    run_poplar1_parts,
     run_poplar1_text,
     stream_histogram,
 )
 from veil.tuning import limit_blas_threads, tune_allocator
+from veil.vdaf.batch.aes import backend as aes_backend
 
 
 def _memory_child(reports: int, chunk: int, tune: bool, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -103,6 +108,11 @@ def main() -> None:
         help="interpreter for --reference (default python3.12)",
     )
     parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="Poplar1: where a cold level 0's time goes",
+    )
+    parser.add_argument(
         "--text",
         action="store_true",
         help="Poplar1 as a text question queries it: one byte at a time",
@@ -113,6 +123,11 @@ def main() -> None:
         return
     if args.reference:
         _compare(args)
+        return
+    if args.parts:
+        tune_allocator()
+        limit_blas_threads(1)
+        _print_poplar1_parts(200 if args.quick else 2000, max(5, args.runs))
         return
     if args.lifted:
         _lifted(args)
@@ -224,7 +239,7 @@ def _poplar1_json(r: Poplar1Row, reference: dict[str, float] | None = None) -> d
 def _print_poplar1(r: Poplar1Row) -> None:
     print(
         f"\nPoplar1(bits={POPLAR1_BITS}), {r.batch} reports, ~16 candidates a level;"
-        f" CPU us per report, median of {r.runs}"
+        f" CPU us per report, median of {r.runs}; AES: {aes_backend()}"
     )
     print(f"  {'shard, batched':34} {r.shard_us:>10.1f}")
     print(f"  {'shard, client (scalar), ms':34} {r.client_shard_ms:>10.2f}")
@@ -275,14 +290,29 @@ def _compare(args: argparse.Namespace) -> None:
         results[f"Poplar1({POPLAR1_BITS})"] = _poplar1_json(pc.row, pc.reference)
         if not args.json:
             _print_poplar1_compared(pc.row, pc.reference)
+            if args.parts:
+                _print_poplar1_parts(size, runs)
     if args.json:
         print(json.dumps(results))
+
+
+def _print_poplar1_parts(size: int, runs: int) -> None:
+    parts = run_poplar1_parts(size, level=0, runs=runs)
+    print(
+        f"\nPoplar1(bits={POPLAR1_BITS}) verify level 0, cold, {size} reports, both aggregators;"
+        f" CPU us per report, median of {runs}; AES: {aes_backend()}"
+    )
+    for name in POPLAR1_PARTS:
+        of = " (of the walk)" if name == "fixed AES keys" else ""
+        print(f"  {name + of:34} {parts[name]:>10.2f}")
+    print(f"  {'total (timed apart)':34} {parts['total']:>10.2f}")
 
 
 def _print_poplar1_compared(r: Poplar1Row, ref: dict[str, float]) -> None:
     print(
         f"\nPoplar1(bits={POPLAR1_BITS}), {r.batch} reports (reference: a few),"
-        f" ~16 candidates a level; CPU us per report, median of {r.runs}, interleaved"
+        f" ~16 candidates a level; CPU us per report, median of {r.runs}, interleaved;"
+        f" AES: {aes_backend()}"
     )
     print(f"  {'':30} {'veil':>10} {'ref':>10} {'x':>6}")
     print(

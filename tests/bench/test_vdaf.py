@@ -34,3 +34,9 @@ def test_a_small_text_run_queries_byte_levels() -> None:
     assert row.batch == 3 and row.strings == 2 and 1 <= row.survivors <= 2
     assert row.candidates == (256, 256 * row.survivors, 256 * 2)
     assert min(row.first_us, row.second_cold_us, row.second_warm_us, row.last_us) > 0
+
+
+def test_a_small_parts_run_accounts_for_the_whole() -> None:
+    parts = bench.run_poplar1_parts(6, level=0, runs=1)
+    assert set(parts) == {*bench.POPLAR1_PARTS, "total"}
+    assert all(parts[name] > 0 for name in ("decode", "fixed AES keys", "IDPF walk", "total"))
