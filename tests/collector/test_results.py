@@ -7,86 +7,13 @@ import csv
 import io
 import json
 import re
-from fractions import Fraction
 from pathlib import Path
 
-from veil.collector import CollectionResult
+from tests.support.results import SEVEN_SURVEY, collected, seven
 from veil.collector.survey import State, write_results
-from veil.dp.accounting import Guarantee
 from veil.render.text import summary_lines
 from veil.survey import parse_survey
 from veil.survey.results import BANNER, question_result, results_csv
-
-SURVEY = """
-[survey]
-name = "Seven"
-epsilon = 1.25
-min_batch_size = 5
-opens = 2026-12-01T00:00:00Z
-closes = 2026-12-02T00:00:00Z
-
-[[question]]
-id = "remote"
-text = "Do you work remotely?"
-kind = "yes_no"
-
-[[question]]
-id = "commute"
-text = "Minutes of commute (0-120)?"
-kind = "integer"
-max = 120
-
-[[question]]
-id = "team"
-text = "Which team?"
-kind = "choice"
-options = ["engineering", "design", "sales"]
-
-[[question]]
-id = "tools"
-text = "Which tools?"
-kind = "multi_choice"
-options = ["email", "chat", "wiki"]
-max_choices = 2
-
-[[question]]
-id = "ratings"
-text = "Rate workload and pay (0-10)."
-kind = "vector"
-length = 2
-max = 10
-labels = ["workload", "pay"]
-"""
-
-
-def collected(values: list[int], half_width: int, n: int = 7) -> CollectionResult:
-    return CollectionResult(
-        start=0, duration=3600, report_count=n,
-        estimate=[Fraction(v) for v in values] if len(values) > 1 else Fraction(values[0]),
-        lower=[Fraction(v - half_width) for v in values] if len(values) > 1
-        else Fraction(values[0] - half_width),
-        upper=[Fraction(v + half_width) for v in values] if len(values) > 1
-        else Fraction(values[0] + half_width),
-        confidence=0.95, intervals="simultaneous (exact max-of-k)", spent=Fraction(1, 4),
-        unit="epsilon", against_collector=Guarantee.pure(Fraction(1, 4)),
-        mechanism="geometric", noisy_aggregate=values, seconds=0.0,
-    )  # fmt: skip
-
-
-# What the issue saw at 7 respondents and ε = 0.25 per question: "yes 25" of 7,
-# negative options, a mean commute of -115 minutes, a pay rating of -60.7.
-SEVEN = {
-    "remote": collected([25], 16),
-    "commute": collected([-805], 1930),
-    "team": collected([-9, 4, 19], 22),
-    "tools": collected([-12, 30, 3], 20),
-    "ratings": collected([41, -425], 160),
-}
-
-
-def seven() -> list:
-    survey = parse_survey(SURVEY)
-    return [question_result(q, SEVEN[q.id]) for q in survey.questions]
 
 
 def test_seven_respondents_every_shown_figure_is_possible() -> None:
@@ -113,7 +40,7 @@ def test_seven_respondents_every_shown_figure_is_possible() -> None:
 
 
 def test_results_json_keeps_the_raw_estimates_named(tmp_path: Path) -> None:
-    survey = parse_survey(SURVEY)
+    survey = parse_survey(SEVEN_SURVEY)
     write_results(survey, seven(), tmp_path)
     doc = json.loads((tmp_path / "results.json").read_text())
     for q in doc:
@@ -147,7 +74,7 @@ def test_results_json_keeps_the_raw_estimates_named(tmp_path: Path) -> None:
 
 
 def test_a_large_batch_is_not_indicative_and_unchanged() -> None:
-    survey = parse_survey(SURVEY)
+    survey = parse_survey(SEVEN_SURVEY)
     r = question_result(survey.question("team"), collected([400, 350, 250], 20, n=1000))
     assert not r.indicative
     assert [row.estimate for row in r.rows] == [400, 350, 250]
@@ -159,7 +86,7 @@ def test_a_large_batch_is_not_indicative_and_unchanged() -> None:
 
 def test_the_banner_depends_on_the_noise_not_the_answers() -> None:
     # The same n and noise, answers at either end: the same verdict.
-    survey = parse_survey(SURVEY)
+    survey = parse_survey(SEVEN_SURVEY)
     q = survey.question("remote")
     wide = [question_result(q, collected([v], 30, n=100)).indicative for v in (0, 50, 100)]
     narrow = [question_result(q, collected([v], 20, n=100)).indicative for v in (0, 50, 100)]
@@ -175,7 +102,9 @@ def test_terminal_summary_shows_intervals_and_banner() -> None:
     assert "raw unbiased estimates" in lines[-1]
 
 
-ADD_REMOVE = SURVEY.replace("min_batch_size = 5", 'min_batch_size = 5\nneighbouring = "add_remove"')
+ADD_REMOVE = SEVEN_SURVEY.replace(
+    "min_batch_size = 5", 'min_batch_size = 5\nneighbouring = "add_remove"'
+)
 
 
 def test_add_remove_keeps_the_noisy_sums_and_the_count() -> None:
@@ -201,7 +130,7 @@ def test_results_and_state_are_not_written_through_planted_links(tmp_path: Path)
     out.mkdir()
     for name in ("results.json", "report.html", "state.json"):
         (out / name).symlink_to(victim)
-    survey = parse_survey(SURVEY)
+    survey = parse_survey(SEVEN_SURVEY)
     write_results(survey, seven(), out)
     State(survey.id, 0, 3600).save(out / "state.json")
     assert victim.read_text() == "someone else's file\n"

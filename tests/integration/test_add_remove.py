@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 from scipy import stats
 
-from tests.dp.test_mechanisms import epsilon_lower_bound, run_noise_path
+from tests.support.dp_audit import epsilon_lower_bound, run_noise_path
 from tests.support.modes import LONG
 from veil.collector import CollectionResult
 from veil.dp import DPConfig, Estimate, NoisePlan, draw_noise, estimate, sensitivity

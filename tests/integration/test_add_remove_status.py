@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_survey_journey import veil
+from tests.support.cli import veil
 from veil.cli import main
 from veil.client import SurveyClient
 from veil.collector import Collector

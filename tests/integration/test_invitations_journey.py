@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.integration.test_invitation_tokens import aggregate, verify_init
-from tests.integration.test_survey_journey import veil
+from tests.support.cli import veil
+from tests.support.helper_rpc import aggregate, verify_init
 from veil.client import Client, UploadError, prepare_reports
 from veil.local.launcher import ServerProcess, free_port
 from veil.messages import REPORT_ID_SIZE

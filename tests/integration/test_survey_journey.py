@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cli import run_veil
+from tests.support.cli import veil
 from tests.support.tls import write_ca, write_server_cert
 from veil.hpke import generate_keypair
 from veil.local.launcher import ServerProcess, free_port
@@ -87,11 +87,6 @@ LABELS = {
 # up to 5e-7 (at 0.99999 they came to 5e-5). The intervals come from the exact
 # noise distribution.
 CONFIDENCE = "0.9999999"
-
-
-def veil(*args: str | Path, cwd: Path | None = None, timeout: float = 120) -> Any:
-    # The loopback plaintext warning is silenced as a user would silence it.
-    return run_veil(*args, cwd=cwd, timeout=timeout, env={"VEIL_LOG_LEVEL": "error"})
 
 
 def panel(n: int, seed: int) -> list[dict[str, Any]]:

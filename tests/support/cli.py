@@ -24,3 +24,11 @@ def run_veil(
         cwd=cwd,
         env=None if env is None else {**os.environ, **env},
     )
+
+
+def veil(
+    *args: str | Path, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`veil ARGS...` with only errors logged: the warning about plaintext on
+    loopback silenced as a user would silence it."""
+    return run_veil(*args, cwd=cwd, timeout=timeout, env={"VEIL_LOG_LEVEL": "error"})

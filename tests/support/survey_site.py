@@ -20,7 +20,7 @@ from typing import Any
 from veil.client import Client
 from veil.deploy import Deployment, deploy_survey
 from veil.local.launcher import ServerProcess, free_port
-from veil.messages import Ciphertext
+from veil.messages import Ciphertext, Report
 from veil.survey import parse_survey
 from veil.task import ClientTask, b64e, load_task
 from veil.times import format_time
@@ -83,24 +83,29 @@ class SurveyServers:
     serve: subprocess.Popen[bytes] | None = None
 
 
-def sealed_report(client_dir: Path, question: str, measurement: Any) -> dict[str, Any]:
-    """One report for `question`, built and sealed by the Python client, as the
-    page posts it (fresh report id each call)."""
-    task = load_task(client_dir / f"{question}.toml", ClientTask)
-    with Client(task) as client:
-        (r,) = client.build_reports([measurement], int(time.time()))
+def report_json(task_id: str, r: Report) -> dict[str, Any]:
+    """A report as the page posts it to /reports."""
 
     def ct(c: Ciphertext) -> dict[str, Any]:
         return {"config_id": c.config_id, "enc": b64e(c.enc), "payload": b64e(c.payload)}
 
     return {
-        "task_id": task.id_text,
+        "task_id": task_id,
         "report_id": b64e(r.report_id),
         "time": r.time,
         "public_share": b64e(r.public_share),
         "leader_encrypted_input_share": ct(r.leader_ct),
         "helper_encrypted_input_share": ct(r.helper_ct),
     }
+
+
+def sealed_report(client_dir: Path, question: str, measurement: Any) -> dict[str, Any]:
+    """One report for `question`, built and sealed by the Python client, as the
+    page posts it (fresh report id each call)."""
+    task = load_task(client_dir / f"{question}.toml", ClientTask)
+    with Client(task) as client:
+        (r,) = client.build_reports([measurement], int(time.time()))
+    return report_json(task.id_text, r)
 
 
 def write_survey(

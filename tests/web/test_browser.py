@@ -178,11 +178,11 @@ def test_respondents_in_a_browser(tmp_path: Path, browser: Any) -> None:
 
 def test_report_page_passes_an_accessibility_audit(tmp_path: Path, browser: Any) -> None:
     # report.html had no main landmark and content outside landmarks.
-    from tests.collector.test_results import SURVEY, seven
+    from tests.support.results import SEVEN_SURVEY, seven
     from veil.collector.survey import write_results
     from veil.survey import parse_survey
 
-    write_results(parse_survey(SURVEY), seven(), tmp_path)
+    write_results(parse_survey(SEVEN_SURVEY), seven(), tmp_path)
     browser.get((tmp_path / "report.html").as_uri())
     assert axe_violations(browser) == []
 

@@ -23,6 +23,7 @@ from tests.support.survey_site import (
     SurveyServers,
     http,
     post_json,
+    report_json,
     sealed_report,
     start_serve,
     stop,
@@ -78,20 +79,6 @@ def configs(s: SurveyServers) -> dict[str, Any]:
 
 def _config(d: dict[str, Any]) -> HpkeConfig:
     return HpkeConfig(d["config_id"], b64d(d["public_key"]), d["kem_id"], d["kdf_id"], d["aead_id"])
-
-
-def report_json(task_id: str, r: Report) -> dict[str, Any]:
-    def ct(c: Any) -> dict[str, Any]:
-        return {"config_id": c.config_id, "enc": b64e(c.enc), "payload": b64e(c.payload)}
-
-    return {
-        "task_id": task_id,
-        "report_id": b64e(r.report_id),
-        "time": r.time,
-        "public_share": b64e(r.public_share),
-        "leader_encrypted_input_share": ct(r.leader_ct),
-        "helper_encrypted_input_share": ct(r.helper_ct),
-    }
 
 
 def js_survey_reports(s: SurveyServers, answers: dict[str, Any]) -> list[dict[str, Any]]:

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.survey_site import http, start_serve, stop, write_survey
-from tests.web.test_serve import report_json
+from tests.support.survey_site import http, report_json, start_serve, stop, write_survey
 from veil.client import Client
 from veil.local.launcher import ServerProcess
 from veil.task import ClientTask, load_task
