@@ -5,7 +5,9 @@ connection is made: the aggregators here do not exist)."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -223,14 +225,16 @@ def test_the_terminal_asks_a_required_question_again() -> None:
     assert "empty to skip" not in prompts[0] and "empty to skip" in prompts[2]
 
 
-def test_the_terminal_asks_a_text_question_until_it_fits() -> None:
-    from veil.cli.respondent import _show, ask
+EDITOR = '\n[[question]]\nid = "editor"\ntext = "Which editor?"\nkind = "text"\nmax_bytes = 4\n'
+
+
+def test_the_terminal_asks_a_text_question_until_it_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veil.cli.respondent import ask
 
     text = SURVEY.format(opens="2026-05-01T00:00:00Z", closes="2026-05-02T00:00:00Z")
-    survey = parse_survey(
-        text
-        + '\n[[question]]\nid = "editor"\ntext = "Which editor?"\nkind = "text"\nmax_bytes = 4\n'
-    )
+    survey = parse_survey(text + EDITOR)
     replies = iter(["", "", "", "Emacs", "  Vim "])
     prompts: list[str] = []
     shown: list[str] = []
@@ -242,4 +246,21 @@ def test_the_terminal_asks_a_text_question_until_it_fits() -> None:
     assert ask(survey, read, shown.append) == {"editor": "Vim"}
     assert "a short text, at most 4 bytes, counted in lower case" in prompts[-1]
     assert any("too long: 5 bytes in UTF-8, at most 4" in line for line in shown)
-    assert _show(survey.question("editor"), "Vim") == "Vim (counted as 'vim')"
+
+    # `veil survey respond` on a terminal shows the answers before sending
+    # them, a text answer with what it counts as; declined, nothing is sent.
+    now = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(now - 60), closes=format_time(now + 3600)) + EDITOR
+    dep = deploy_survey(parse_survey(text), text, tmp_path / "dep", "127.0.0.1:9", "127.0.0.1:9")
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    typed = iter(["", "", "", "  Vim ", "n"])
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
+    assert main(["survey", "respond", "--survey-dir", str(dep.client_dir)]) == 1
+    out, err = capsys.readouterr()
+    assert "  Which editor?: Vim (counted as 'vim')" in out
+    assert "stopped: nothing was sent" in err

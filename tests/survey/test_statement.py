@@ -19,7 +19,7 @@ from veil.settings import SettingsError
 from veil.survey import parse_survey
 from veil.survey.statement import privacy_statement, survey_statement, task_statement
 from veil.survey.tasks import task_specs
-from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task
+from veil.task import DpSpec, HelperTask, TaskError, VdafSpec, load_task, new_task
 
 COUNT = VdafSpec("count")
 MICRO = Fraction(1, 10**6)
@@ -267,19 +267,34 @@ def test_task_new_neighbouring_add_remove(
 
 
 def test_status_shows_a_rho_budget_with_the_epsilon_it_implies(tmp_path: Path) -> None:
-    from veil.aggregator.status import _budget, _budget_text
+    # What `veil status` gathers and prints for a gaussian task (a ρ budget)
+    # and for a pure one (ε), on the helper's database and ledger.
+    from veil.aggregator.run.config import ServerConfig
+    from veil.aggregator.status import gather, render_text
+    from veil.aggregator.storage import SqliteDatastore
     from veil.dp import BudgetUnit
 
-    ledger = sqlite_ledger(tmp_path / "ledger.db")
-    ledger.add_task("g", "0.5", BudgetUnit.RHO)
-    ledger.spend("g", "0.25")
-    budget = _budget(ledger.task_status("g"), MICRO)
+    def helper_task(dp: DpSpec) -> HelperTask:
+        return new_task(COUNT, "127.0.0.1:1", "127.0.0.1:2", dp=dp, min_batch_size=1).helper
+
+    gaussian = helper_task(DpSpec("gaussian", rho="1/2"))
+    pure = helper_task(DpSpec("geometric", epsilon="1"))
+    db = tmp_path / "helper.db"
+    ledger = sqlite_ledger(db)
+    ledger.add_task(gaussian.id_text, "0.5", BudgetUnit.RHO)
+    ledger.spend(gaussian.id_text, "0.25")
+    ledger.add_task(pure.id_text, "1")
+    store = SqliteDatastore(db)
+    try:
+        status = gather("helper", ServerConfig("127.0.0.1:1", db, [gaussian, pure]), store, ledger)
+    finally:
+        store.close()
+    budget, plain = (task["budget"] for task in status["tasks"])
     assert budget["implies"]["total"]["rho"] == "0.5"
     assert float(budget["implies"]["total"]["epsilon"]) == pytest.approx(5.2215, abs=1e-3)
     assert budget["implies"]["spent"]["rho"] == "0.25"
-    assert "ρ 1/2 implies (ε = 5.22" in _budget_text(budget)
-    ledger.add_task("e", "1")
-    assert "implies" not in _budget(ledger.task_status("e"), MICRO)
+    assert "ρ 1/2 implies (ε = 5.22" in render_text(status)
+    assert "implies" not in plain
 
 
 def test_a_gaussian_task_file_may_state_epsilon_and_delta() -> None:
