@@ -20,8 +20,8 @@ from veil.aggregator.maintenance import collect_garbage
 from veil.aggregator.service import GrpcHelperClient
 from veil.aggregator.storage import SqliteDatastore
 from veil.collector import CollectionError, text_agg_param
-from veil.protocol.v1 import leader_pb2, messages_pb2
-from veil.task import DpSpec, VdafSpec
+from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
+from veil.task import CollectorTask, DpSpec, VdafSpec
 from veil.vdaf.spec.poplar1 import Poplar1AggParam
 
 pytestmark = pytest.mark.slow
@@ -87,15 +87,18 @@ def test_noisy_counts_and_budget(dep: Deployment) -> None:
             collector.collect_prefixes(t, TP, text_agg_param([b"hi"]), wait=30)
 
 
-def _create(collector: Any, t: int, agg_param: bytes) -> Any:
+def _create(dep: Deployment, task: CollectorTask, t: int, agg_param: bytes) -> Any:
     """CreateCollection with raw parameter bytes, as a hostile collector sends them."""
     request = leader_pb2.CreateCollectionRequest(
-        task_id=collector.task.task_id,
+        task_id=task.task_id,
         collection_job_id=secrets.token_bytes(16),
         batch_interval=messages_pb2.Interval(start=t, duration=TP),
         agg_param=agg_param,
     )
-    return collector._leader.CreateCollection(request, metadata=collector._metadata, timeout=30)
+    auth = (("authorization", f"Bearer {task.collector_token}"),)
+    with grpc.insecure_channel(dep.leader.address) as channel:
+        stub = leader_pb2_grpc.LeaderStub(channel)
+        return stub.CreateCollection(request, metadata=auth, timeout=30)
 
 
 def test_hostile_collections_are_refused(dep: Deployment) -> None:
@@ -120,7 +123,7 @@ def test_hostile_collections_are_refused(dep: Deployment) -> None:
         ]
         for agg_param, code, words in cases:
             with pytest.raises(grpc.RpcError) as e:
-                _create(collector, t, agg_param)
+                _create(dep, dep.tasks["hostile"].collector, t, agg_param)
             assert e.value.code() == code and words in (e.value.details() or "")
         collector.collect_prefixes(t, TP, text_agg_param([b"h"]), wait=120)
         with pytest.raises(CollectionError, match="once per level"):
