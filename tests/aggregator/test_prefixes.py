@@ -7,6 +7,7 @@ helper.prefixes)."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -23,9 +24,12 @@ from veil.aggregator.errors import (
     TooManyPrefixes,
 )
 from veil.aggregator.helper import Helper
+from veil.aggregator.leader import Leader
 from veil.aggregator.leader.prefixes import LeaderPrefixes, Released
+from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.maintenance import collect_garbage
 from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import CollectionRecord, PrefixQuery
 from veil.client import prepare_reports
 from veil.client.prepare import seal_report
@@ -324,3 +328,62 @@ def test_a_level_released_before_gc_is_not_released_again_after(backend: Backend
         world.collect(text_agg_param([b"a"]))
     recorded = world.helper.store.prefix_query(task.task_id, T, 7)
     assert recorded is not None and recorded.report_count == 0
+
+
+class SlowHelper(InProcessHelper):
+    """Each job's second round takes longer than a lease; before each job's
+    first round another driver tries to lease the collection."""
+
+    def __init__(self, helper: Helper, other: Datastore, lease: float) -> None:
+        super().__init__(helper)
+        self.other, self.lease = other, lease
+        self.taken: list[CollectionRecord] = []
+        self.jobs = 0
+
+    def aggregate(
+        self,
+        task: LeaderTask,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
+    ) -> AggregationAnswer:
+        assert prefix_round is not None
+        if prefix_round[3] == 1:
+            self.jobs += 1
+            self.taken += self.other.acquire_collections("other", self.lease, 16)
+        else:
+            time.sleep(self.lease * 1.2)
+        return super().aggregate(task, job_id, items, prefix_round)
+
+
+def test_a_level_longer_than_its_lease_is_not_taken_by_another_driver(
+    backend: Backend,
+) -> None:
+    files = new_task(
+        VdafSpec("poplar1", bits=16),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("none"),
+    )
+    world = World(backend, files)
+    world.upload([b"ab", b"ab", b"ac"])
+    # A job's preparation must fit in the lease, even on a busy machine.
+    lease = 1.0
+    api = SlowHelper(world.helper, backend.store("leader"), lease)
+    leader = Leader(
+        {files.leader.task_id: files.leader},
+        LeaderParts(backend.store("leader"), api, world.privacy, clock=lambda: world.now),
+        LeaderSettings(job_size=1, lease_seconds=lease, worker_id="driver"),
+    )
+    job = secrets.token_bytes(16)
+    encoded = files.leader.vdaf.instantiate_poplar1().encode_agg_param(text_agg_param([b"a"]))
+    leader.create_collection(
+        files.leader.task_id, files.collector.collector_token, job, T, TP, encoded
+    )
+    assert leader.run_once()
+    # Three jobs of one report, each longer than the lease: the driver kept
+    # renewing it, so the other driver never took the collection.
+    assert api.jobs == 3 and api.taken == []
+    done = leader.collections.store.get_collection(files.leader.task_id, job)
+    assert done is not None and (done.state, done.report_count) == ("finished", 3)

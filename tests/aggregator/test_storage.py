@@ -205,6 +205,19 @@ def test_collection_leases_and_single_leader_share(store: Datastore) -> None:
     assert store.acquire_collections("w2", -1, 5) == []
 
 
+def test_collection_lease_renewed_by_its_holder_only(store: Datastore) -> None:
+    record = CollectionRecord(TASK, b"a" * 16, 0, 3600, "pending")
+    store.put_collection(record)
+    # A lease already expired (negative length): another worker could take it...
+    assert store.acquire_collections("w1", -1, 5) == [record]
+    assert not store.renew_collection(TASK, b"a" * 16, "w2", 60)
+    # ...until its holder renews it.
+    assert store.renew_collection(TASK, b"a" * 16, "w1", 60)
+    assert store.acquire_collections("w2", 60, 5) == []
+    store.update_collection(replace(record, state="finished"))
+    assert not store.renew_collection(TASK, b"a" * 16, "w1", 60)
+
+
 def test_close_batch_once_and_reopen(store: Datastore) -> None:
     store.close_batch(TASK, 0, 7200, b"a" * 16, 3600)
     store.close_batch(TASK, 0, 7200, b"a" * 16, 3600)  # idempotent for the same job

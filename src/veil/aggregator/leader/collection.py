@@ -190,7 +190,7 @@ class CollectionDriver:
             if self.control.stopping:
                 return progress
             try:
-                progress |= self.run_collection(record)
+                progress |= self.run_collection(record, worker_id, lease_seconds)
             except StorageConflict:
                 # Another driver took this job over and got further; it finishes it.
                 log.info("collection job %s advanced by another worker", record.job_id.hex())
@@ -252,7 +252,12 @@ class CollectionDriver:
             self.control.helper_away()
         return False
 
-    def run_collection(self, record: CollectionRecord) -> bool:
+    def run_collection(
+        self,
+        record: CollectionRecord,
+        worker_id: str | None = None,
+        lease_seconds: float = 0.0,
+    ) -> bool:
         """Advance one pending collection job; True if it made progress.
 
         The helper is asked first, with the leader's count and checksum; the
@@ -268,7 +273,7 @@ class CollectionDriver:
         if task is None:
             return False
         if record.agg_param:
-            return self._run_prefixes(task, record)
+            return self._run_prefixes(task, record, worker_id, lease_seconds)
         start, end = record.start, record.start + record.duration
         vdaf = self.base.vdafs[task.task_id]
         share: list[int] = []
@@ -361,13 +366,31 @@ class CollectionDriver:
         )
         return True
 
-    def _run_prefixes(self, task: LeaderTask, record: CollectionRecord) -> bool:
+    def _run_prefixes(
+        self,
+        task: LeaderTask,
+        record: CollectionRecord,
+        worker_id: str | None,
+        lease_seconds: float,
+    ) -> bool:
         """A Poplar1 level's collection (veil.aggregator.leader.prefixes). A
         retryable error leaves it pending (every step repeats identically);
-        a refusal fails it for good: the (batch, level) is spent either way."""
+        a refusal fails it for good: the (batch, level) is spent either way.
+        A level is many aggregation jobs: the lease (`worker_id`'s, of
+        `lease_seconds`) is renewed after each, so that no other driver takes
+        the collection while this one computes it."""
         job_size = min(JOB_SIZE, self.job_sizes.get(task.task_id, JOB_SIZE))
+
+        def renew() -> bool:
+            assert worker_id is not None
+            return self.store.renew_collection(
+                task.task_id, record.job_id, worker_id, lease_seconds
+            )
+
         try:
-            released = self.prefixes.run(task, record, self.peer.api, job_size)
+            released = self.prefixes.run(
+                task, record, self.peer.api, job_size, renew if worker_id is not None else None
+            )
         except AggregatorError as e:
             if e.retryable or isinstance(e, WindowOpen):
                 return self._retry(record, e)

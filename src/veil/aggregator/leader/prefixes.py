@@ -19,7 +19,7 @@ finished from its records.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from veil.aggregator.core import (
@@ -72,6 +72,11 @@ log = logging.getLogger(__name__)
 # prefix, so a job holds JOB_SIZE x prefixes values in memory.
 JOB_SIZE = 1000
 JOB_VALUES = 1 << 24
+
+
+class LeaseLost(StorageConflict):
+    """Another driver took over the collection job (this one's lease had
+    expired): this one stops, the other finishes it."""
 
 
 @dataclass(frozen=True)
@@ -170,10 +175,14 @@ class LeaderPrefixes:
         record: CollectionRecord,
         api: HelperApi,
         job_size: int = JOB_SIZE,
+        renew: Callable[[], bool] | None = None,
     ) -> Released:
         """Aggregate the batch with the record's parameter and release the
         level. Raises AggregatorError (retryable ones leave nothing behind
-        that a retry would not redo identically)."""
+        that a retry would not redo identically). `renew` extends this
+        driver's lease of the collection job after each aggregation job (a
+        level may take longer than one lease); LeaseLost if it says another
+        driver holds it."""
         base = self.base
         prefix = base.prefix_vdafs[task.task_id]
         agg_param = prefix.parse(record.agg_param)
@@ -193,6 +202,11 @@ class LeaderPrefixes:
             )
             if delta.report_count:
                 total = merge_aggregate(total, delta, merge)
+            if renew is not None and not renew():
+                raise LeaseLost(
+                    f"collection job {record.job_id.hex()} was leased to another driver"
+                    " while this one computed its level"
+                )
         count, checksum = total.report_count, total.checksum
         if count < task.min_batch_size:
             raise BatchTooSmall(

@@ -129,6 +129,16 @@ class Datastore:
             lambda tx: collection_jobs.acquire_collections(tx, owner, lease_seconds, limit)
         )
 
+    def renew_collection(
+        self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+    ) -> bool:
+        """Extend `owner`'s lease of a pending collection job (a Poplar1
+        level's takes many aggregation jobs); False if it is no longer
+        pending or leased to another."""
+        return self._write(
+            lambda tx: collection_jobs.renew_collection(tx, task_id, job_id, owner, lease_seconds)
+        )
+
     def defer_collection(
         self, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
     ) -> float:

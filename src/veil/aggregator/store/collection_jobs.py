@@ -149,6 +149,21 @@ def acquire_collections(
     return [collection_from_row(r[:-1]) for r in ordered]
 
 
+def renew_collection(
+    tx: Tx, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
+) -> bool:
+    """Extend `owner`'s lease of a pending collection job; False if the job
+    is no longer pending or is leased to another (as renew_aggregation_job)."""
+    return (
+        tx.run(
+            f"UPDATE collections SET lease_expiry = {tx.now} + ? WHERE task_id = ?"
+            " AND job_id = ? AND state = 'pending' AND lease_owner = ?",
+            (lease_seconds, task_id, job_id, owner),
+        )
+        == 1
+    )
+
+
 def defer_collection(
     tx: Tx, task_id: bytes, job_id: bytes, code: int, message: str, backoff: Backoff
 ) -> float:
