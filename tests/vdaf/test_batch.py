@@ -404,3 +404,40 @@ def test_extension_of_wires_matches_built_polys(wire_len: int, domain: int, call
     ]
     want = VecField128.to_ints(ext(VecField128.from_ints(polys)))
     assert VecField128.to_ints(got) == want
+
+
+@pytest.mark.parametrize(
+    "wire_len,domain,calls,count", [(4, 8, 3, 1), (16, 32, 9, 10), (32, 64, 27, 30), (4, 16, 2, 2)]
+)
+def test_mul_sum_of_wires_matches_the_gadget_on_the_domain(
+    wire_len: int, domain: int, calls: int, count: int
+) -> None:
+    """The prover's fused ParallelSum(Mul) pass (the kernel
+    prove_mul_sum128) gives the gadget's polynomial evaluated point by point
+    on the extended wires, for dense, small, zero and -1 values."""
+    import random
+
+    from veil.vdaf import Field128
+    from veil.vdaf.batch.circuits import gadget_eval
+    from veil.vdaf.batch.field import VecField128
+    from veil.vdaf.batch.flp import _Extension
+    from veil.vdaf.spec.gadgets import Mul, ParallelSum
+
+    p = Field128.MODULUS
+    rng = random.Random(f"mul-sum-{wire_len}-{domain}-{calls}")
+    rows, arity = 3, 2 * count
+    poly_len = 2 * (wire_len - 1) + 1
+
+    def value() -> int:
+        return rng.choice([0, 0, 1, p - 1, 5, p - 300, rng.randrange(p), rng.randrange(p)])
+
+    seeds = VecField128.from_ints([[rng.randrange(p) for _ in range(arity)] for _ in range(rows)])
+    by_call = [[[value() for _ in range(arity)] for _ in range(calls)] for _ in range(rows)]
+    wires = VecField128.moveaxis(VecField128.from_ints(by_call), -1, -2)
+    ext = _Extension(VecField128, wire_len, domain)
+    got = ext.mul_sum_of_wires(seeds, wires, poly_len)
+    assert got is not None and got.shape == (4, rows, poly_len)
+    on_domain = ext.of_wires(seeds, wires)
+    assert on_domain is not None
+    want = gadget_eval(VecField128, ParallelSum(Mul(), count), on_domain)[..., :poly_len]
+    assert VecField128.to_ints(got) == VecField128.to_ints(want)

@@ -419,6 +419,37 @@ def matvec128(x, e, out):
         _store_columns(acc, out, r)
 
 
+@_inline
+def _extend_wire(seeds, wires, e, dest, r, a, o, acc):
+    """One wire polynomial of row r on the whole domain into ``o`` (4, D):
+    the body of `extend128`."""
+    k_len = e.shape[1]
+    calls = wires.shape[3]
+    step = o.shape[1] // k_len
+    acc[:] = 0
+    for k in range(calls + 1):
+        if k == 0:
+            v0 = seeds[0, r, a]
+            v1 = seeds[1, r, a]
+            v2 = seeds[2, r, a]
+            v3 = seeds[3, r, a]
+        else:
+            v0 = wires[0, r, a, k - 1]
+            v1 = wires[1, r, a, k - 1]
+            v2 = wires[2, r, a, k - 1]
+            v3 = wires[3, r, a, k - 1]
+        o[0, k * step] = v0
+        o[1, k * step] = v1
+        o[2, k * step] = v2
+        o[3, k * step] = v3
+        if (v0 | v1 | v2 | v3) != 0:
+            _matvec_entry(v0, v1, v2, v3, e, k, acc)
+    for k in range(calls + 1, k_len):
+        for limb in range(4):
+            o[limb, k * step] = 0
+    _store_spread(acc, o, dest)
+
+
 @nb.njit(
     "void(int64[:, :, :], int64[:, :, :, :], int64[:, :, ::1], int64[::1], int64[:, :, :, ::1])",
     cache=True,
@@ -433,36 +464,89 @@ def extend128(seeds, wires, e, dest, out):
     the first coset's values to every s-th entry (s = D / P). Saves
     building the polynomials and interleaving the cosets as arrays; the
     inputs may have any strides (the circuit's wires come transposed)."""
-    j_len = e.shape[2]
-    k_len = e.shape[1]
-    calls = wires.shape[3]
-    step = out.shape[3] // k_len
-    acc = np.empty((8, j_len), np.int64)
+    acc = np.empty((8, e.shape[2]), np.int64)
     for r in range(seeds.shape[1]):
         for a in range(seeds.shape[2]):
-            o = out[:, r, a]
-            acc[:] = 0
-            for k in range(calls + 1):
-                if k == 0:
-                    v0 = seeds[0, r, a]
-                    v1 = seeds[1, r, a]
-                    v2 = seeds[2, r, a]
-                    v3 = seeds[3, r, a]
-                else:
-                    v0 = wires[0, r, a, k - 1]
-                    v1 = wires[1, r, a, k - 1]
-                    v2 = wires[2, r, a, k - 1]
-                    v3 = wires[3, r, a, k - 1]
-                o[0, k * step] = v0
-                o[1, k * step] = v1
-                o[2, k * step] = v2
-                o[3, k * step] = v3
-                if (v0 | v1 | v2 | v3) != 0:
-                    _matvec_entry(v0, v1, v2, v3, e, k, acc)
-            for k in range(calls + 1, k_len):
-                for limb in range(4):
-                    o[limb, k * step] = 0
-            _store_spread(acc, o, dest)
+            _extend_wire(seeds, wires, e, dest, r, a, out[:, r, a], acc)
+
+
+@nb.njit(
+    "void(int64[:, :, :], int64[:, :, :, :], int64[:, :, ::1], int64[::1], int64[:, :, ::1])",
+    cache=True,
+)
+def prove_mul_sum128(seeds, wires, e, dest, g):
+    """A prover's gadget polynomial for ParallelSum(Mul): for each row r,
+    the wires on the whole domain (as `extend128`, in a buffer of one row)
+    and then ``g[:, r, y] = sum_i wire_2i(y) wire_2i+1(y)`` for the first
+    G points of the domain (``g`` (4, R, G), G = the polynomial's length).
+    Saves writing every wire's values on the domain for a whole batch and
+    reading them back with strides for the products; the column sums of
+    the products' 32-bit halves stay below ``A 2^32``."""
+    arity = seeds.shape[2]
+    dom = e.shape[1] + e.shape[2]
+    g_len = g.shape[2]
+    buf = np.empty((4, arity, dom), np.int64)
+    acc = np.empty((8, e.shape[2]), np.int64)
+    sums = np.empty((8, g_len), np.int64)
+    for r in range(seeds.shape[1]):
+        for a in range(arity):
+            _extend_wire(seeds, wires, e, dest, r, a, buf[:, a], acc)
+        sums[:] = 0
+        for i in range(arity // 2):
+            x0 = buf[0, 2 * i]
+            x1 = buf[1, 2 * i]
+            x2 = buf[2, 2 * i]
+            x3 = buf[3, 2 * i]
+            z0 = buf[0, 2 * i + 1]
+            z1 = buf[1, 2 * i + 1]
+            z2 = buf[2, 2 * i + 1]
+            z3 = buf[3, 2 * i + 1]
+            for y in range(g_len):
+                # Limbs masked to 32 bits (a no-op) so that the compiler
+                # multiplies them as 32 x 32 bits.
+                a0 = _U64(x0[y]) & _MASK
+                a1 = _U64(x1[y]) & _MASK
+                a2 = _U64(x2[y]) & _MASK
+                a3 = _U64(x3[y]) & _MASK
+                b0 = _U64(z0[y]) & _MASK
+                b1 = _U64(z1[y]) & _MASK
+                b2 = _U64(z2[y]) & _MASK
+                b3 = _U64(z3[y]) & _MASK
+                p00 = a0 * b0
+                p01 = a0 * b1
+                p10 = a1 * b0
+                p02 = a0 * b2
+                p11 = a1 * b1
+                p20 = a2 * b0
+                p03 = a0 * b3
+                p12 = a1 * b2
+                p21 = a2 * b1
+                p30 = a3 * b0
+                p13 = a1 * b3
+                p22 = a2 * b2
+                p31 = a3 * b1
+                p23 = a2 * b3
+                p32 = a3 * b2
+                p33 = a3 * b3
+                sums[0, y] += np.int64(p00 & _MASK)
+                sums[1, y] += np.int64((p00 >> _S32) + (p01 & _MASK) + (p10 & _MASK))
+                sums[2, y] += np.int64(
+                    (p01 >> _S32) + (p10 >> _S32) + (p02 & _MASK) + (p11 & _MASK) + (p20 & _MASK)
+                )
+                sums[3, y] += np.int64(
+                    (p02 >> _S32) + (p11 >> _S32) + (p20 >> _S32)
+                    + (p03 & _MASK) + (p12 & _MASK) + (p21 & _MASK) + (p30 & _MASK)
+                )  # fmt: skip
+                sums[4, y] += np.int64(
+                    (p03 >> _S32) + (p12 >> _S32) + (p21 >> _S32) + (p30 >> _S32)
+                    + (p13 & _MASK) + (p22 & _MASK) + (p31 & _MASK)
+                )  # fmt: skip
+                sums[5, y] += np.int64(
+                    (p13 >> _S32) + (p22 >> _S32) + (p31 >> _S32) + (p23 & _MASK) + (p32 & _MASK)
+                )
+                sums[6, y] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
+                sums[7, y] += np.int64(p33 >> _S32)
+        _store_columns(sums, g, r)
 
 
 @nb.guvectorize(
@@ -676,17 +760,20 @@ def _mul128_into(out, j, a0, a1, a2, a3, b0, b1, b2, b3):
     out[3, j] = np.int64(x3)
 
 
-@nb.njit(f"void({_A4}, {_A3}, int64[::1], boolean, int64[:, :, :, ::1])", cache=True)
+@nb.njit(f"void({_A3}, {_A3}, int64[::1], boolean, int64[:, :, :, ::1])", cache=True)
 def bit_check_wires128(x, r, c, bits, out):
     """The chunked range check's gadget inputs (``batch_circuits._Chunked``)
     in one pass: for each report i, call k and j in the chunk,
     ``out[:, i, k, 2j] = r_ik^(j+1) * x_ikj`` and
-    ``out[:, i, k, 2j+1] = x_ikj - c``. The powers come in the order
+    ``out[:, i, k, 2j+1] = x_ikj - c``, where ``x_ikj`` is entry ``k m + j``
+    of the measurement ``x[:, i]`` (zero past its end: the last chunk's
+    padding, never copied). The powers come in the order
     ``batch_circuits.powers`` multiplies them and each value is computed as
     ``mul128``/``sub128`` compute it, so the limbs are the same as the NumPy
     form's. ``bits``: every ``x`` is 0 or 1 (canonical), the product is a
     selection, as there."""
-    rows, calls, m = x.shape[1], x.shape[2], x.shape[3]
+    rows, length = x.shape[1], x.shape[2]
+    calls, m = out.shape[2], out.shape[3] // 2
     pw = np.empty((4, m), np.int64)
     for i in range(rows):
         for k in range(calls):
@@ -703,7 +790,11 @@ def bit_check_wires128(x, r, c, bits, out):
                     _mul128_into(pw, have + j, a0, a1, a2, a3, b0, b1, b2, b3)
                 have += take
             for j in range(m):
-                x0, x1, x2, x3 = x[0, i, k, j], x[1, i, k, j], x[2, i, k, j], x[3, i, k, j]
+                at = k * m + j
+                if at < length:
+                    x0, x1, x2, x3 = x[0, i, at], x[1, i, at], x[2, i, at], x[3, i, at]
+                else:
+                    x0 = x1 = x2 = x3 = 0
                 left = 2 * j
                 if bits:
                     if x0 == 1:

@@ -16,6 +16,7 @@ on columns of the batch: slower, but correct for any circuit.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
@@ -245,6 +246,23 @@ def _all_ints_in(values: Sequence[object], low: int, high: int) -> bool:
     return not ints or (low <= min(ints) and max(ints) <= high)
 
 
+def _int64_table(rows: list[Sequence[Any]], length: int, high: int) -> Arr | None:
+    """Fast path of a vector measurement's checks: the rows (each already
+    `length` long) as one ``(len(rows), length)`` int64 array if every entry
+    is an int (not a bool) in ``[0, high]``, checked on the whole batch at
+    once; None otherwise, and the caller's per-value checks name the
+    culprit."""
+    if high >= 1 << 62 or not set(map(type, itertools.chain.from_iterable(rows))) <= {int}:
+        return None
+    try:
+        vals = np.array(rows, dtype=np.int64).reshape(len(rows), length)
+    except OverflowError:  # an int beyond int64: out of range anyway
+        return None
+    if vals.size and (int(vals.min()) < 0 or int(vals.max()) > high):
+        return None
+    return vals
+
+
 def _range_checked_bits(values: Arr, max_measurement: int) -> Arr:
     """``encode_range_checked_int`` on a ``uint64``/object array of values:
     ``(..., bits)`` of 0/1."""
@@ -320,20 +338,21 @@ class _Chunked(BatchCircuit):
         vf = self.vf
         rows = vf.elem_shape(meas)[0]
         m = self.chunk_length
-        x = self._chunks(meas)
         calls = self.valid.GADGET_CALLS[0]
         if vf is VecField128:
             # One compiled pass, the same limbs as the NumPy form below
-            # (which spent a quarter of a SumVec shard on temporaries).
+            # (which spent a quarter of a SumVec shard on temporaries),
+            # reading the measurement in place (the padding is implicit).
             out = np.empty((4, rows, calls, 2 * m), dtype=np.int64)
             kernels().bit_check_wires128(
-                x,
+                meas,
                 np.ascontiguousarray(joint_rand),
                 np.ascontiguousarray(vf.constant(pow(num_shares, -1, vf.MODULUS))),
-                vf.bit_mask(x) is not None,
+                vf.bit_mask(meas) is not None,
                 out,
             )
             return vf.moveaxis(out, -1, -2)
+        x = self._chunks(meas)
         r_pows = powers(vf, joint_rand, m)  # (rows, calls, m)
         # On the prover's own encoding (all bits) select, don't multiply.
         ones = vf.bit_mask(x)
@@ -444,15 +463,18 @@ class SumVecBatch(_Chunked):
 
     def encode(self, measurements: Sequence[Any]) -> Arr:
         v = self.valid
-        rows = []
-        for i, m in enumerate(measurements):
-            circuits._require_sequence(f"measurement {i}: SumVec", m, v.length)
-            if not _all_ints_in(m, 0, v.max_measurement):
-                for j, x in enumerate(m):
-                    _check_int(f"measurement {i}: SumVec[{j}]", x, 0, v.max_measurement)
-            rows.append(m)
-        kind = np.int64 if v.max_measurement < 1 << 62 else object
-        vals = np.array(rows, dtype=kind).reshape(len(rows), v.length)
+        rows = list(measurements)
+        for i, m in enumerate(rows):
+            if type(m) is not list or len(m) != v.length:  # a list of the length passes
+                circuits._require_sequence(f"measurement {i}: SumVec", m, v.length)
+        vals = _int64_table(rows, v.length, v.max_measurement)
+        if vals is None:
+            for i, m in enumerate(rows):
+                if not _all_ints_in(m, 0, v.max_measurement):
+                    for j, x in enumerate(m):
+                        _check_int(f"measurement {i}: SumVec[{j}]", x, 0, v.max_measurement)
+            kind = np.int64 if v.max_measurement < 1 << 62 else object
+            vals = np.array(rows, dtype=kind).reshape(len(rows), v.length)
         bits = _range_checked_bits(vals, v.max_measurement).reshape(len(rows), -1)
         return _bits_to_field(self.vf, bits)
 

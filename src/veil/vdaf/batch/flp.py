@@ -22,7 +22,7 @@ from veil.vdaf.batch.circuits import BatchCircuit, batch_circuit, gadget_eval
 from veil.vdaf.batch.field import Arr, VecField, VecField128, vec_field
 from veil.vdaf.batch.kernels import kernels
 from veil.vdaf.spec.flp import FlpBBCGGI19
-from veil.vdaf.spec.gadgets import Gadget
+from veil.vdaf.spec.gadgets import Gadget, Mul, ParallelSum
 from veil.vdaf.spec.poly import PrefixExtension, inv_ntt, ntt
 
 
@@ -154,6 +154,20 @@ class _Extension:
             return None
         out = np.empty((4, rows, arity, self.domain), dtype=np.int64)
         kernels().extend128(seeds, wires, self.rows, self.dest, out)
+        return out
+
+    def mul_sum_of_wires(self, seeds: Arr, wires: Arr, poly_len: int) -> Arr | None:
+        """The ParallelSum(Mul) gadget polynomial ``(rows, poly_len)`` of the
+        wires `of_wires` extends, in one compiled pass that keeps each row's
+        extended wires in a buffer of its own; None where `of_wires` is."""
+        vf = self.vf
+        if vf is not VecField128 or self.rows is None or self.wire_len > self.MATRIX_MAX:
+            return None
+        rows, arity, calls = vf.elem_shape(wires)
+        if calls >= self.wire_len or arity % 2 or poly_len > self.domain:
+            return None
+        out = np.empty((4, rows, poly_len), dtype=np.int64)
+        kernels().prove_mul_sum128(seeds, wires, self.rows, self.dest, out)
         return out
 
     def _generic(self, flat: Arr) -> Arr:
@@ -295,11 +309,15 @@ class BatchFlp:
             arity = lay.gadget.ARITY
             seeds = prove_rand[..., offset : offset + arity]
             offset += arity
-            on_domain = lay.extend.of_wires(seeds, w)  # (rows, ARITY, D)
-            if on_domain is None:
-                on_domain = lay.extend(self._wire_polys(seeds, w, lay.wire_len))
-            g = gadget_eval(vf, lay.gadget, on_domain)
-            parts += [seeds, g[..., : lay.poly_len]]
+            g = None
+            if isinstance(lay.gadget, ParallelSum) and isinstance(lay.gadget.subcircuit, Mul):
+                g = lay.extend.mul_sum_of_wires(seeds, w, lay.poly_len)
+            if g is None:
+                on_domain = lay.extend.of_wires(seeds, w)  # (rows, ARITY, D)
+                if on_domain is None:
+                    on_domain = lay.extend(self._wire_polys(seeds, w, lay.wire_len))
+                g = gadget_eval(vf, lay.gadget, on_domain)[..., : lay.poly_len]
+            parts += [seeds, g]
         return vf.concat(parts)
 
     # -- query -------------------------------------------------------------

@@ -47,6 +47,9 @@ class Kernels:
     # (4, R, A), wires (4, R, A, C), any strides; the matrix (4, P, J),
     # where each column goes, out (4, R, A, D)); see _Extension.of_wires.
     extend128: Any
+    # Field128: the same wires' ParallelSum(Mul) gadget polynomial, without
+    # the wires on the domain (the last argument: out (4, R, G)).
+    prove_mul_sum128: Any
     # Field128: four limb arrays -> the reduced representative's limbs.
     canonical128: Any
     # Field128: the chunked range check's wire values at the query point
@@ -63,7 +66,8 @@ class Kernels:
     # Field64: inverse of each element of a 1-D uint64 array into another
     # (zero to zero; a compiled function, both C-contiguous).
     inv64_each: Any
-    # Field128: the chunked range check's gadget inputs (x (4, R, K, M),
+    # Field128: the chunked range check's gadget inputs (x (4, R, L), read
+    # as K chunks of M, zero padded,
     # joint rands (4, R, K), the constant's limbs, all-bits flag, out
     # (4, R, K, 2M); a compiled function).
     bit_check_wires128: Any
@@ -93,6 +97,7 @@ def kernels() -> Kernels:
                     k.dot128,
                     k.matvec128,
                     k.extend128,
+                    k.prove_mul_sum128,
                     k.canonical128,
                     k.chunk_wire_evals128,
                     k.mul64,
