@@ -39,6 +39,12 @@ left, right = np.empty((4, 1, 2), np.int64), np.empty((4, 1, 2), np.int64)
 kernels().chunk_wire_evals128(chunks, r, w, left, right)
 assert F128.to_ints(left) == [[(17 * 11 * 2 + 19 * 13 * 5) % p, (17 * 121 * 3 + 19 * 169 * 7) % p]]
 assert F128.to_ints(right) == [[17 * 2 + 19 * 5, 17 * 3 + 19 * 7]]
+# The IDPF's kernels, with their calls into libcrypto (FIPS-197's AES-128).
+from veil.vdaf.batch.aes import RowAes
+key = np.frombuffer(bytes(range(16)), np.uint8).reshape(1, 16)
+block = np.frombuffer(bytes.fromhex("00112233445566778899aabbccddeeff"), "<u8").reshape(1, 2)
+hashed = RowAes(key).encrypt(block.astype(np.uint64)).astype("<u8").tobytes()
+assert hashed.hex() == "69c4e0d86a7b0430d8cdb78070b4c55a"
 print("ok")
 """
 
