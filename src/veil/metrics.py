@@ -72,6 +72,49 @@ class Metrics:
             buckets=_PER_REPORT_BUCKETS,
             registry=r,
         )
+        # Poplar1 (text questions): its jobs run level by level inside a
+        # collection, two rounds each, and are counted apart from Prio3's.
+        # The level and the number of candidate prefixes are in the
+        # aggregation parameter both servers receive.
+        self.prefix_jobs = Counter(
+            "veil_prefix_jobs",
+            "Poplar1 aggregation jobs (one level's reports, two rounds), by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.prefix_job_seconds = Histogram(
+            "veil_prefix_job_seconds",
+            "Wall time of one Poplar1 aggregation job (the helper: its second round,"
+            " which repeats the first when not cached).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prefix_reports = Counter(
+            "veil_prefix_reports",
+            "Poplar1 reports verified at a level, by outcome (accepted or the rejection"
+            " reason); a report is counted once per level it is queried at.",
+            ["task", "level", "outcome"],
+            registry=r,
+        )
+        self.prefix_levels = Counter(
+            "veil_prefix_levels",
+            "Poplar1 levels released or refused, by outcome.",
+            ["task", "level", "outcome"],
+            registry=r,
+        )
+        self.prefix_level_seconds = Histogram(
+            "veil_prefix_level_seconds",
+            "Wall time of one Poplar1 level's collection at the leader (all its jobs and"
+            " the release).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prefix_candidates = Gauge(
+            "veil_prefix_candidates",
+            "Candidate prefixes of the latest query of a Poplar1 task's level.",
+            ["task", "level"],
+            registry=r,
+        )
         self.collections = Counter(
             "veil_collections", "Collections, by outcome.", ["task", "outcome"], registry=r
         )

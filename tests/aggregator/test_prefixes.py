@@ -25,6 +25,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.prefixes import LeaderPrefixes, Released
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.maintenance import collect_garbage
@@ -36,6 +37,7 @@ from veil.client.prepare import seal_report
 from veil.collector import text_agg_param
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, Ciphertext, agg_share_info, open_
 from veil.messages import Report, vdaf_ctx
+from veil.metrics import Metrics
 from veil.task import DpSpec, LeaderTask, TaskFiles, VdafSpec, new_task
 from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
 from veil.vdaf.spec.xof import XofTurboShake128
@@ -88,15 +90,17 @@ class InProcessHelper:
 
 
 class World:
-    def __init__(self, backend: Backend, files: TaskFiles) -> None:
+    def __init__(self, backend: Backend, files: TaskFiles, metrics: bool = False) -> None:
         self.files = files
         tid = files.leader.task_id
         self.now = float(NOW)  # both aggregators' clock
+        self.metrics = {role: Metrics(role) for role in ("leader", "helper")} if metrics else {}
         self.helper = Helper(
             {tid: files.helper},
             backend.store("helper"),
             PrivacyEngine(backend.ledger("helper"), [files.helper], allow_exact_release=True),
             clock=lambda: self.now,
+            metrics=self.metrics.get("helper"),
         )
         self.leader_base: AggregatorBase[LeaderTask] = AggregatorBase(
             {tid: files.leader}, backend.store("leader"), lambda: self.now
@@ -104,7 +108,9 @@ class World:
         self.privacy = PrivacyEngine(
             backend.ledger("leader"), [files.leader], allow_exact_release=True
         )
-        self.leader = LeaderPrefixes(self.leader_base, self.privacy)
+        self.leader = LeaderPrefixes(
+            self.leader_base, self.privacy, LeaderMeter.of(self.metrics.get("leader"))
+        )
         self.api = InProcessHelper(self.helper)
         for engine in (self.helper.privacy, self.privacy):
             assert engine.pool.wait_ready(60)
@@ -371,9 +377,12 @@ def test_a_level_longer_than_its_lease_is_not_taken_by_another_driver(
     # A job's preparation must fit in the lease, even on a busy machine.
     lease = 1.0
     api = SlowHelper(world.helper, backend.store("leader"), lease)
+    metrics = Metrics("leader")
     leader = Leader(
         {files.leader.task_id: files.leader},
-        LeaderParts(backend.store("leader"), api, world.privacy, clock=lambda: world.now),
+        LeaderParts(
+            backend.store("leader"), api, world.privacy, clock=lambda: world.now, metrics=metrics
+        ),
         LeaderSettings(job_size=1, lease_seconds=lease, worker_id="driver"),
     )
     job = secrets.token_bytes(16)
@@ -387,3 +396,49 @@ def test_a_level_longer_than_its_lease_is_not_taken_by_another_driver(
     assert api.jobs == 3 and api.taken == []
     done = leader.collections.store.get_collection(files.leader.task_id, job)
     assert done is not None and (done.state, done.report_count) == ("finished", 3)
+    # The level is counted with its time and its number of candidates.
+    labels = {"task": files.leader.id_text, "level": "7"}
+    get = metrics.registry.get_sample_value
+    assert get("veil_prefix_levels_total", {**labels, "outcome": "finished"}) == 1
+    assert get("veil_prefix_candidates", labels) == 1
+    assert get("veil_prefix_level_seconds_count", {}) == 1
+    assert get("veil_prefix_jobs_total", {"outcome": "finished"}) == 3
+
+
+def test_each_aggregator_counts_its_prefix_jobs(backend: Backend) -> None:
+    files = new_task(
+        VdafSpec("poplar1", bits=16),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("none"),
+    )
+    world = World(backend, files, metrics=True)
+    world.upload([b"ab", b"ab", b"cd"])
+    bad = _sharded(world, CountsTwice(16), b"ab")
+    world.leader_base.store.put_reports(files.leader.task_id, [(T, bad)])
+    world.collect(text_agg_param([b"a", b"c"]))
+    tid = files.leader.task_id
+    task = files.leader.id_text
+
+    def value(role: str, name: str, **labels: str) -> float | None:
+        return world.metrics[role].registry.get_sample_value(name, labels)
+
+    for role in ("leader", "helper"):
+        assert value(role, "veil_prefix_jobs_total", outcome="finished") == 1
+        assert value(role, "veil_prefix_job_seconds_count") == 1
+        assert (
+            value(role, "veil_prefix_reports_total", task=task, level="7", outcome="accepted") == 3
+        )
+        verify_error = "vdaf_verify_error"
+        assert (
+            value(role, "veil_prefix_reports_total", task=task, level="7", outcome=verify_error)
+            == 1
+        )
+    # The helper's release of the level (the leader's is counted by its
+    # collection driver, with the level's time).
+    assert (
+        value("helper", "veil_prefix_levels_total", task=task, level="7", outcome="finished") == 1
+    )
+    assert value("helper", "veil_prefix_candidates", task=task, level="7") == 2
+    assert world.helper.store.rejections(tid) == {"vdaf_verify_error": 1}

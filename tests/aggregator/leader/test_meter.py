@@ -32,6 +32,9 @@ def test_without_metrics_the_meter_counts_nothing() -> None:
     meter.job_finished(task, 0.5, 4, 3, 0, {b"r": ReportRejection.VDAF_VERIFY_ERROR})
     meter.job_given_up(task.task_id, 2)
     meter.collection(task.task_id, "finished")
+    meter.prefix_job(task, 7, 0.5, {b"r": None})
+    meter.prefix_job_failed()
+    meter.prefix_level(task, 7, 3, 1.5, "finished")
 
 
 def test_each_event_reaches_its_series() -> None:
@@ -59,3 +62,30 @@ def test_each_event_reaches_its_series() -> None:
     assert _value(metrics, "veil_reports_rejected_total", task=tid, reason=failed) == 2
     meter.collection(task.task_id, "failed")
     assert _value(metrics, "veil_collections_total", task=tid, outcome="failed") == 1
+
+
+def test_each_poplar1_event_reaches_its_series() -> None:
+    metrics = Metrics("leader")
+    meter = LeaderMeter.of(metrics)
+    task = _task()
+    tid = task.id_text
+    verify_error = ReportRejection.VDAF_VERIFY_ERROR
+    meter.prefix_job(task, 15, 0.5, {b"a": None, b"b": None, b"c": verify_error})
+    meter.prefix_job_failed()
+    assert _value(metrics, "veil_prefix_jobs_total", outcome="finished") == 1
+    assert _value(metrics, "veil_prefix_jobs_total", outcome="failed") == 1
+    assert _value(metrics, "veil_prefix_job_seconds_sum") == 0.5
+    accepted = {"task": tid, "level": "15", "outcome": "accepted"}
+    assert _value(metrics, "veil_prefix_reports_total", **accepted) == 2
+    rejected = {**accepted, "outcome": verify_error.value}
+    assert _value(metrics, "veil_prefix_reports_total", **rejected) == 1
+    meter.prefix_level(task, 15, 40, 2.0, "retrying")
+    meter.prefix_level(task, 15, 40, 3.0, "finished")
+    assert (
+        _value(metrics, "veil_prefix_levels_total", task=tid, level="15", outcome="retrying") == 1
+    )
+    assert (
+        _value(metrics, "veil_prefix_levels_total", task=tid, level="15", outcome="finished") == 1
+    )
+    assert _value(metrics, "veil_prefix_level_seconds_count") == 2
+    assert _value(metrics, "veil_prefix_candidates", task=tid, level="15") == 40

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
+import time
 from collections.abc import Sequence
 
 from veil.aggregator.core import (
@@ -243,6 +244,7 @@ class HelperPrefixes:
         if len(set(ids)) != len(ids):
             raise InvalidMessage("an aggregation job names a report twice")
         store = self.helper.store
+        began = time.monotonic()
         if round_ == 2:
             digest = prefix_request_hash(task_id, job_id, agg_param, start, items)
             stored = store.helper_job(task_id, job_id)
@@ -278,6 +280,7 @@ class HelperPrefixes:
             if stored is not None:
                 return _stored_answer(job_id, stored, digest)
             accepted = sum(1 for r in results if r.reject is None)
+            self._count_job(task, parsed.level, time.monotonic() - began, results)
             log.info(
                 "poplar1 job %s (level %d): %d aggregated, %d rejected",
                 job_id.hex(),
@@ -288,6 +291,22 @@ class HelperPrefixes:
             )
             return results
         raise AssertionError("unreachable")
+
+    def _count_job(
+        self, task: HelperTask, level: int, seconds: float, results: Sequence[VerifyResult]
+    ) -> None:
+        """A job's second round committed: the Poplar1 series of the metrics."""
+        m = self.helper.metrics
+        if m is None:
+            return
+        m.prefix_jobs.labels("finished").inc()
+        m.prefix_job_seconds.observe(seconds)
+        by_outcome: dict[str, int] = {}
+        for r in results:
+            label = "accepted" if r.reject is None else r.reject.value
+            by_outcome[label] = by_outcome.get(label, 0) + 1
+        for label, n in by_outcome.items():
+            m.prefix_reports.labels(task.id_text, str(level), label).inc(n)
 
     def _verify(
         self,
@@ -554,6 +573,13 @@ class HelperPrefixes:
             ) from None
         finally:
             self._recorded.discard((task.task_id, start, duration, encoded))
+        if h.metrics is not None:
+            h.metrics.prefix_levels.labels(task.id_text, str(agg_param.level), "finished").inc()
+            h.metrics.prefix_candidates.labels(task.id_text, str(agg_param.level)).set(
+                len(agg_param.prefixes)
+            )
+            h.metrics.collections.labels(task.id_text, "finished").inc()
+            self.privacy.report_budget(task, h.metrics)
         log.info(
             "released helper prefix counts of level %d",
             agg_param.level,

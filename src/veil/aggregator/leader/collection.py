@@ -9,6 +9,7 @@ races an aggregation job over the same reports.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -87,7 +88,7 @@ class CollectionDriver:
         self.control = control
         self.backoff = backoff
         # Poplar1 tasks' collections (one level each, with its parameter).
-        self.prefixes = LeaderPrefixes(base, privacy)
+        self.prefixes = LeaderPrefixes(base, privacy, meter)
 
     # --- the collector's requests -------------------------------------------
 
@@ -387,14 +388,29 @@ class CollectionDriver:
                 task.task_id, record.job_id, worker_id, lease_seconds
             )
 
+        agg_param = self.base.prefix_vdafs[task.task_id].parse(record.agg_param)
+
+        def level(outcome: str) -> None:
+            self.meter.prefix_level(
+                task,
+                agg_param.level,
+                len(agg_param.prefixes),
+                time.monotonic() - began,
+                outcome,
+            )
+
+        began = time.monotonic()
         try:
             released = self.prefixes.run(
                 task, record, self.peer.api, job_size, renew if worker_id is not None else None
             )
         except AggregatorError as e:
             if e.retryable or isinstance(e, WindowOpen):
+                level("retrying")
                 return self._retry(record, e)
+            level("failed")
             return self._fail(record, e, reopen=False)
+        level("finished")
         self.meter.budget(self.privacy, task)
         self.meter.collection(task.task_id, "finished")
         log.info(

@@ -48,6 +48,23 @@ class LeaderMeter:
     def collection(self, task_id: bytes, state: str) -> None:
         """A collection job finished or failed."""
 
+    def prefix_job(
+        self,
+        task: LeaderTask,
+        level: int,
+        seconds: float,
+        outcomes: Mapping[bytes, ReportRejection | None],
+    ) -> None:
+        """A Poplar1 aggregation job of one level finished: each report's outcome."""
+
+    def prefix_job_failed(self) -> None:
+        """A Poplar1 aggregation job ended in an error (its level retried or failed)."""
+
+    def prefix_level(
+        self, task: LeaderTask, level: int, candidates: int, seconds: float, outcome: str
+    ) -> None:
+        """A Poplar1 level's collection finished, failed or waits for a retry."""
+
     def budget(self, privacy: PrivacyEngine, task: LeaderTask) -> None:
         """A collection spent some of the task's budget."""
 
@@ -110,6 +127,34 @@ class PrometheusMeter(LeaderMeter):
 
     def budget(self, privacy: PrivacyEngine, task: LeaderTask) -> None:
         privacy.report_budget(task, self.m)
+
+    def prefix_job(
+        self,
+        task: LeaderTask,
+        level: int,
+        seconds: float,
+        outcomes: Mapping[bytes, ReportRejection | None],
+    ) -> None:
+        m = self.m
+        m.prefix_jobs.labels("finished").inc()
+        m.prefix_job_seconds.observe(seconds)
+        by_outcome: dict[str, int] = {}
+        for reason in outcomes.values():
+            label = "accepted" if reason is None else reason.value
+            by_outcome[label] = by_outcome.get(label, 0) + 1
+        for label, n in by_outcome.items():
+            m.prefix_reports.labels(task.id_text, str(level), label).inc(n)
+
+    def prefix_job_failed(self) -> None:
+        self.m.prefix_jobs.labels("failed").inc()
+
+    def prefix_level(
+        self, task: LeaderTask, level: int, candidates: int, seconds: float, outcome: str
+    ) -> None:
+        m = self.m
+        m.prefix_levels.labels(task.id_text, str(level), outcome).inc()
+        m.prefix_level_seconds.observe(seconds)
+        m.prefix_candidates.labels(task.id_text, str(level)).set(candidates)
 
 
 def _reason(error: AggregatorError) -> str:

@@ -19,16 +19,19 @@ finished from its records.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from veil.aggregator.core import (
+    VDAF_DECODE_ERROR,
     AggregationAnswer,
     AggregatorBase,
     VerifyInitItem,
     check_batch_size,
     check_interval,
     check_window_closed,
+    rejection_reason,
     seal_share,
 )
 from veil.aggregator.errors import (
@@ -40,6 +43,7 @@ from veil.aggregator.errors import (
     LevelCollected,
     ReportRejection,
 )
+from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperApi
 from veil.aggregator.prefixes import (
     LevelCaches,
@@ -92,9 +96,15 @@ class Released:
 class LeaderPrefixes:
     """Poplar1 collections on the leader."""
 
-    def __init__(self, base: AggregatorBase[LeaderTask], privacy: PrivacyEngine) -> None:
+    def __init__(
+        self,
+        base: AggregatorBase[LeaderTask],
+        privacy: PrivacyEngine,
+        meter: LeaderMeter | None = None,
+    ) -> None:
         self.base = base
         self.privacy = privacy
+        self.meter = meter if meter is not None else LeaderMeter()
         # The IDPF nodes of each job's reports, and their opened shares, from
         # one level to the next.
         self.caches = LevelCaches()
@@ -197,9 +207,15 @@ class LeaderPrefixes:
         job_size = max(1, min(job_size, JOB_VALUES // MAX_QUERY_PREFIXES))
         for index in range(0, len(reports), job_size):
             job_id = prefix_job_id(record.job_id, index // job_size)
-            delta = self._job(
-                task, prefix, agg_param, record, job_id, reports[index : index + job_size], api
-            )
+            began = time.monotonic()
+            try:
+                delta, outcomes = self._job(
+                    task, prefix, agg_param, record, job_id, reports[index : index + job_size], api
+                )
+            except Exception:
+                self.meter.prefix_job_failed()
+                raise
+            self.meter.prefix_job(task, agg_param.level, time.monotonic() - began, outcomes)
             if delta.report_count:
                 total = merge_aggregate(total, delta, merge)
             if renew is not None and not renew():
@@ -264,9 +280,11 @@ class LeaderPrefixes:
         job_id: bytes,
         reports: Sequence[Report],
         api: HelperApi,
-    ) -> BatchAggregate:
-        """One aggregation job in two rounds: what it adds to the level."""
+    ) -> tuple[BatchAggregate, dict[bytes, ReportRejection | None]]:
+        """One aggregation job in two rounds: what it adds to the level, and
+        each report's outcome (None: accepted by both aggregators)."""
         base = self.base
+        outcomes: dict[bytes, ReportRejection | None] = {}
         ctx = vdaf_ctx(task.task_id)
         base.know_keys({r.leader_ct.config_id for r in reports})
         opened: list[Report] = []
@@ -283,13 +301,15 @@ class LeaderPrefixes:
                 if not isinstance(plaintext, ReportRejection):
                     self.shares.put(share_key, plaintext)
             # A share the leader cannot open is dropped here: the helper never sees it.
-            if not isinstance(plaintext, ReportRejection):
+            if isinstance(plaintext, ReportRejection):
+                outcomes[r.report_id] = plaintext
+            else:
                 opened.append(r)
                 plaintexts.append(plaintext)
         batch = prefix.batch
         empty = BatchAggregate(0, None, 0, bytes(32))
         if not opened:
-            return empty
+            return empty, outcomes
         init = self.caches.verify_init(
             prefix,
             task,
@@ -303,17 +323,21 @@ class LeaderPrefixes:
         # Reports whose shares do not decode are not sent.
         rows = [i for i, s in enumerate(init.verifier_shares) if s is not None]
         if not rows:
-            return empty
+            outcomes.update((r.report_id, VDAF_DECODE_ERROR) for r in opened)
+            return empty, outcomes
         items = _items(opened, rows, init.verifier_shares)
         batch_round = (record.agg_param, record.start, record.duration)
         first = api.aggregate(task, job_id, items, (*batch_round, 1))
         _check_answer(first, items)
         messages: list[bytes | None] = [None] * len(opened)
         helper2: list[bytes | None] = [None] * len(opened)
+        helper_reasons: dict[int, ReportRejection] = {}
         for i, res in zip(rows, first.results, strict=True):
             if res.verifier_message is not None:
                 messages[i] = res.verifier_message
                 helper2[i] = res.helper_verifier_share
+            elif res.reject is not None:
+                helper_reasons[i] = res.reject
         second = batch.verify_next_batch(ctx, init.state, messages)
         assert isinstance(second, VerifyRoundBatch)
         finals = batch.verifier_shares_to_message_batch(
@@ -328,18 +352,28 @@ class LeaderPrefixes:
         if items2:
             answer = api.aggregate(task, job_id, items2, (*batch_round, 2))
             _check_answer(answer, items2)
-            accepted_by_helper = {
-                i
-                for i, res in zip(sent, answer.results, strict=True)
-                if res.verifier_message is not None
-            }
+            for i, res in zip(sent, answer.results, strict=True):
+                if res.verifier_message is not None:
+                    accepted_by_helper.add(i)
+                elif res.reject is not None:
+                    helper_reasons[i] = res.reject
         # Counted only where both aggregators accepted.
         errors = list(out.errors)
-        for i in range(len(opened)):
-            if errors[i] is None and i not in accepted_by_helper:
+        decoded = set(rows)
+        for i, r in enumerate(opened):
+            error = errors[i]
+            if error is None and i not in accepted_by_helper:
                 errors[i] = VerifyError("rejected by the helper")
+            if errors[i] is None:
+                outcomes[r.report_id] = None
+            elif i not in decoded:
+                outcomes[r.report_id] = VDAF_DECODE_ERROR
+            else:
+                outcomes[r.report_id] = helper_reasons.get(i) or rejection_reason(
+                    error or VerifyError("rejected by the helper")
+                )
         both = Poplar1OutShareBatch(out.level, out.out_shares, errors)
-        return job_sum(prefix, both, [r.report_id for r in opened])
+        return job_sum(prefix, both, [r.report_id for r in opened]), outcomes
 
 
 def _items(
