@@ -29,6 +29,7 @@ from veil.grpc_util import is_loopback, why_cannot_listen
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, leader_pb2
 from veil.task import AggregatorTask, HelperTask, LeaderTask
+from veil.tuning import freeze_startup_heap
 from veil.vdaf.batch.kernels import kernels
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,11 @@ _LEADER_SERVICE = leader_pb2.DESCRIPTOR.services_by_name["Leader"]
 _HELPER_SERVICE = helper_pb2.DESCRIPTOR.services_by_name["Helper"]
 # The health service name each role reports SERVING for (besides "").
 SERVICE_NAMES = {"leader": _LEADER_SERVICE.full_name, "helper": _HELPER_SERVICE.full_name}
+
+
+def _warm_up() -> None:
+    kernels()
+    freeze_startup_heap()
 
 
 class AggregatorServer:
@@ -115,8 +121,8 @@ class AggregatorServer:
     def start(self) -> None:
         # Load the compiled field kernels now, beside serving, rather than
         # in the first aggregation job (numba takes about a second, longer
-        # the first time on a machine).
-        threading.Thread(target=kernels, name="kernels", daemon=True).start()
+        # the first time on a machine); then start-up is over.
+        threading.Thread(target=_warm_up, name="warm-up", daemon=True).start()
         self.server.start()
         self.server.set_serving("", self.service_name)
         if self.config.metrics_listen is not None:

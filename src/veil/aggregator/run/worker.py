@@ -30,6 +30,7 @@ from veil.aggregator.service import GrpcHelperClient
 from veil.aggregator.store.base import Datastore
 from veil.metrics import Metrics
 from veil.task import AggregatorTask, LeaderTask
+from veil.tuning import freeze_startup_heap
 from veil.vdaf.batch.kernels import kernels
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class AggregationWorker:
         # showed as ~100 µs per report in a run of 6000 (docs/reports/SCALING.md). A
         # worker serves nothing meanwhile, so it need not load them aside.
         kernels()
+        freeze_startup_heap()
 
     def close(self) -> None:
         """Close the store and the ledger (serve_forever does on its way out)."""
