@@ -31,6 +31,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,19 +52,30 @@ _CALLS = (
     "EVP_CIPHER_CTX_set_padding",
     "EVP_EncryptUpdate",
 )
-# FIPS-197, Appendix C.1: AES-128.
-_KAT_KEY = bytes(range(16))
-_KAT_IN = bytes.fromhex("00112233445566778899aabbccddeeff")
-_KAT_OUT = bytes.fromhex("69c4e0d86a7b0430d8cdb78070b4c55a")
+# FIPS-197's two AES-128 examples (Appendix B, Appendix C.1) as two rows,
+# each block three times: (key, plaintext, ciphertext).
+_KNOWN = (
+    (
+        "2b7e151628aed2a6abf7158809cf4f3c",
+        "3243f6a8885a308d313198a2e0370734",
+        "3925841d02dc09fbdc118597196a0b32",
+    ),
+    (
+        "000102030405060708090a0b0c0d0e0f",
+        "00112233445566778899aabbccddeeff",
+        "69c4e0d86a7b0430d8cdb78070b4c55a",
+    ),
+)
 
 
+@dataclass(frozen=True)
 class _Libcrypto:
-    """The addresses ``aes_rows`` calls (``_CALLS``, then the fetched
-    AES-128-ECB cipher) and the library's version text."""
+    """The library, the addresses ``aes_rows`` calls (``_CALLS``, then the
+    fetched AES-128-ECB cipher) and the library's version text."""
 
-    def __init__(self, calls: Arr, version: str) -> None:
-        self.calls = calls
-        self.version = version
+    library: ctypes.CDLL | None
+    calls: Arr
+    version: str
 
 
 def _load() -> _Libcrypto | None:
@@ -91,18 +103,19 @@ def _load() -> _Libcrypto | None:
         return None
     if not all(addresses):
         return None
-    loaded = _Libcrypto(np.array([*addresses, cipher], dtype=np.uint64), version)
-    keys = np.frombuffer(_KAT_KEY * 2, dtype=np.uint8).reshape(2, 16).copy()
-    blocks = np.frombuffer(_KAT_IN * 6, dtype=np.uint8).reshape(2, 48).copy()
+    loaded = _Libcrypto(lib, np.array([*addresses, cipher], dtype=np.uint64), version)
+    keys = np.array([list(bytes.fromhex(k)) for k, _, _ in _KNOWN], dtype=np.uint8)
+    blocks = np.array([list(bytes.fromhex(p) * 3) for _, p, _ in _KNOWN], dtype=np.uint8)
     try:
         out = _encrypt_libcrypto(loaded, keys, blocks)
     except RuntimeError:
         return None
-    return loaded if out.tobytes() == _KAT_OUT * 6 else None
+    expected = b"".join(bytes.fromhex(c) * 3 for _, _, c in _KNOWN)
+    return loaded if out.tobytes() == expected else None
 
 
 _lock = threading.Lock()
-_UNSET = _Libcrypto(np.zeros(0, dtype=np.uint64), "")
+_UNSET = _Libcrypto(None, np.zeros(0, dtype=np.uint64), "")
 _loaded: _Libcrypto | None = _UNSET
 
 
