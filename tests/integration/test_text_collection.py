@@ -4,6 +4,7 @@ hostile collections each refused with its own error."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.support.cli import veil
 from tests.support.deployment import Deployment, start_deployment
 from tests.support.times import past_bucket
 from veil.aggregator.errors import AggParamRefused
@@ -20,6 +22,7 @@ from veil.aggregator.maintenance import collect_garbage
 from veil.aggregator.service import GrpcHelperClient
 from veil.aggregator.storage import SqliteDatastore
 from veil.collector import CollectionError, text_agg_param
+from veil.observations import json_paths, load_inventory, unclassified
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import CollectorTask, DpSpec, VdafSpec
 from veil.vdaf.spec.poplar1 import Poplar1AggParam
@@ -40,6 +43,7 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         # that do not depend on luck.
         "noisy": (TEXT, DpSpec("geometric", epsilon="20"), settings),
         "hostile": (TEXT, DpSpec("none"), settings),
+        "status": (TEXT, DpSpec("none"), settings),
         # Reports expire after a day: garbage collection then deletes a batch.
         "expiring": (
             TEXT,
@@ -171,3 +175,52 @@ def test_a_level_is_not_released_again_after_garbage_collection(dep: Deployment)
     finally:
         for store in stores.values():
             store.close()
+
+
+def test_status_shows_text_reports_held_for_prefix_queries(dep: Deployment) -> None:
+    t = past_bucket(5)
+    dep.client("status").upload_batch(ANSWERS, report_time=t)
+    name = "status"
+
+    def status(role: str) -> dict[str, Any]:
+        done = veil("status", "--json", "--config", dep.local.root / f"{role}.toml")
+        assert done.returncode == 0, done.stderr
+        out: dict[str, Any] = json.loads(done.stdout)
+        assert (
+            unclassified(load_inventory(), "leader_operator", json_paths(out, "json:veil-status"))
+            == []
+        )
+        return next(x for x in out["tasks"] if x["name"] == name)
+
+    # Before any query: held for the collections, never "pending" forever.
+    task = status("leader")
+    assert task["reports"] == {"held_for_prefix_queries": len(ANSWERS)}
+    (batch,) = [b for b in task["batches"] if b["start"] == t]
+    assert (batch["pending"], batch["held"], batch["levels"], batch["state"]) == (
+        0,
+        len(ANSWERS),
+        [],
+        "held",
+    )
+    text = veil("status", "--config", dep.local.root / "leader.toml").stdout
+    assert f"reports stored: held_for_prefix_queries {len(ANSWERS)}" in text
+    with dep.collector(name) as collector:
+        collector.collect_prefixes(t, TP, text_agg_param([b"h", b"x"]), wait=120)
+        task = status("leader")
+        (batch,) = [b for b in task["batches"] if b["start"] == t]
+        assert (batch["levels"], batch["state"]) == ([7], "queried")
+        queries = [(q["level"], q["candidates"], q["state"]) for q in task["prefix_queries"]]
+        assert queries == [(7, 2, "released")]
+        collector.collect_prefixes(t, TP, text_agg_param([b"hi", b"ho", b"xy"]), wait=120)
+    for role in ("leader", "helper"):
+        task = status(role)
+        assert [(q["level"], q["candidates"], q["state"]) for q in task["prefix_queries"]] == [
+            (7, 2, "released"),
+            (15, 3, "released"),
+        ]
+        (batch,) = [b for b in task["batches"] if b["start"] == t]
+        assert (batch["levels"], batch["state"]) == ([7, 15], "done")
+    # (The batch done, the server's garbage collection may have deleted its reports.)
+    text = veil("status", "--config", dep.local.root / "leader.toml").stdout
+    assert "done (levels 7, 15)" in text
+    assert "level 15: 3 candidates, released, 9 reports" in text

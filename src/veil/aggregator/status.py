@@ -19,6 +19,7 @@ from veil.aggregator.maintenance import active_key
 from veil.aggregator.postgres import storage_label
 from veil.aggregator.run.config import ServerConfig
 from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.records import CollectionRecord
 from veil.dp import BudgetLedger, BudgetStatus, BudgetUnit, DPError
 from veil.dp.accounting import Guarantee
 from veil.survey.statement import task_statement
@@ -57,6 +58,56 @@ def _task_name(task: Task, files: dict[bytes, Path]) -> str:
     return path.name.split(".")[0] if path is not None else task.id_text[:12]
 
 
+# A Poplar1 task's stored reports: not pending (no aggregation job takes
+# them), held until its collections query them level by level.
+HELD = "held_for_prefix_queries"
+
+
+def _prefix_queries(
+    task: Task, store: Datastore, collections: list[CollectionRecord]
+) -> list[dict[str, Any]]:
+    """A Poplar1 task's queries, by batch and level, with the state of each:
+    `released` (its collection finished; the helper: it released the level),
+    `failed`, `collecting` (the leader's collection is under way) or, at the
+    helper, `aggregating` (jobs taken, not yet released)."""
+    states = {c.job_id: c.state for c in collections}
+    poplar1 = task.vdaf.instantiate_poplar1()
+    out = []
+    for q in store.prefix_queries(task.task_id, 0, 2**63 - 1):
+        if q.collected_by is None:
+            state = "aggregating"
+        else:
+            state = {"finished": "released", "failed": "failed"}.get(
+                states.get(q.collected_by, ""), "collecting"
+            )
+        out.append(
+            {
+                "start": q.start,
+                "start_utc": _utc(q.start),
+                "duration": q.duration,
+                "level": q.level,
+                "candidates": len(poplar1.decode_agg_param(q.agg_param).prefixes),
+                "state": state,
+                "report_count": q.report_count,
+            }
+        )
+    return out
+
+
+def _prefix_batch_state(task: Task, levels: list[dict[str, Any]]) -> str:
+    """A Poplar1 bucket: `held` (not queried yet), `queried` (a level may
+    follow), or `done` (its last level released, or a level failed: no
+    level of it can be queried again)."""
+    if not levels:
+        return "held"
+    last = task.vdaf.bits - 1
+    if any(q["state"] == "failed" for q in levels) or any(
+        q["level"] == last and q["state"] == "released" for q in levels
+    ):
+        return "done"
+    return "queried"
+
+
 def gather(
     role: str, config: ServerConfig, store: Datastore, ledger: BudgetLedger
 ) -> dict[str, Any]:
@@ -77,6 +128,7 @@ def gather(
             closed[a.bucket] = closed.get(a.bucket) or a.collected_by
         collections = store.collections(task.task_id)
         finished_by = {c.job_id for c in collections if c.state == "finished"}
+        queries = _prefix_queries(task, store, collections) if task.vdaf.is_prefix else None
         batches = []
         for bucket in sorted(set(counts) | set(closed)):
             by_state = counts.get(bucket, {})
@@ -85,19 +137,33 @@ def gather(
                 state = "open"
             else:
                 state = "collected" if closed_by in finished_by else "collecting"
-            batches.append(
-                {
-                    "start": bucket,
-                    "start_utc": _utc(bucket),
-                    "aggregated": aggregated[bucket],
-                    "pending": by_state.get("pending", 0) + by_state.get("in_job", 0),
-                    "rejected": by_state.get("rejected", 0),
-                    "state": state,
-                }
-            )
+            waiting = by_state.get("pending", 0) + by_state.get("in_job", 0)
+            batch: dict[str, Any] = {
+                "start": bucket,
+                "start_utc": _utc(bucket),
+                "aggregated": aggregated[bucket],
+                "pending": waiting,
+                "rejected": by_state.get("rejected", 0),
+                "state": state,
+            }
+            if queries is not None:
+                # A text question's reports wait for its collections, which
+                # aggregate them level by level: held, not pending.
+                levels = [
+                    q for q in queries if q["start"] <= bucket < q["start"] + q["duration"]
+                ]
+                batch.update(
+                    pending=0,
+                    held=waiting,
+                    levels=[q["level"] for q in levels],
+                    state=_prefix_batch_state(task, levels),
+                )
+            batches.append(batch)
         totals: Counter[str] = Counter()
         for by_state in counts.values():
             totals.update(by_state)
+        if queries is not None and "pending" in totals:
+            totals[HELD] = totals.pop("pending")
         budget = None
         if task.dp.has_noise:
             try:
@@ -146,6 +212,7 @@ def gather(
                 ],
                 "budget": budget,
                 "privacy": task_statement(task.dp, task.vdaf).to_json(),
+                **({"prefix_queries": queries} if queries is not None else {}),
             }
         )
     return {
@@ -266,7 +333,13 @@ def render_text(status: dict[str, Any]) -> str:
                 f"  reports waiting for the helper's clock: {t['waiting_for_helper_clock']}"
                 " (it found them too early; they are sent again)"
             )
-        out.append(f"  pending aggregation jobs: {t['pending_aggregation_jobs']}")
+        if "prefix_queries" in t:
+            out.append(
+                "  text question (Poplar1): reports are held for its collections' prefix"
+                " queries, level by level, not aggregation jobs"
+            )
+        else:
+            out.append(f"  pending aggregation jobs: {t['pending_aggregation_jobs']}")
         for j in t["failed_aggregation_jobs"]:
             what = (
                 f"retrying after {j['failures']} failures" if j["state"] == "open" else "given up"
@@ -277,7 +350,19 @@ def render_text(status: dict[str, Any]) -> str:
             out.append(f"  budget: {_budget_text(t['budget'])}")
         batches = t["batches"]
         out.append(f"  batches: {len(batches)}")
-        if batches:
+        if batches and "prefix_queries" in t:
+            out.append("    start (UTC)                  held  rejected  state")
+            hidden = len(batches) - TEXT_BATCHES
+            if hidden > 0:
+                out.append(f"    ... {hidden} older")
+            for b in batches[-TEXT_BATCHES:]:
+                levels = ", ".join(str(v) for v in b["levels"])
+                queried = f" (levels {levels})" if levels else ""
+                out.append(
+                    f"    {b['start_utc']:<22} {b['held']:>10} {b['rejected']:>9}"
+                    f"  {b['state']}{queried}"
+                )
+        elif batches:
             out.append("    start (UTC)            aggregated  pending  rejected  state")
             hidden = len(batches) - TEXT_BATCHES
             if hidden > 0:
@@ -287,6 +372,14 @@ def render_text(status: dict[str, Any]) -> str:
                     f"    {b['start_utc']:<22} {b['aggregated']:>10} {b['pending']:>8}"
                     f" {b['rejected']:>9}  {b['state']}"
                 )
+        queries = t.get("prefix_queries", [])
+        if queries:
+            out.append("  prefix queries (batch, level, candidates):")
+        for q in queries[-TEXT_BATCHES:]:
+            out.append(
+                f"    [{q['start_utc']}, +{q['duration']} s)  level {q['level']}:"
+                f" {q['candidates']} candidates, {q['state']}, {q['report_count']} reports"
+            )
         out.append(f"  collections: {len(t['collections'])}")
         for c in t["collections"]:
             error = f": {c['error']}" if c["error"] else ""
