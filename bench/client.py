@@ -46,9 +46,10 @@ class ModeResult:
 @dataclass(frozen=True)
 class CallCost:
     """What one call costs the client whatever it carries (CPU µs, medians):
-    a gRPC unary round trip to the leader on grpc.aio (GetHpkeConfig, the
-    smallest request and answer), and one hand-off of work to the client's
-    thread pool and back (where sharding and sealing run)."""
+    an upload of one report built beforehand (`upload_reports`: the
+    request, its gRPC round trip on grpc.aio, the answer), and one hand-off
+    of work to the client's thread pool and back (where sharding and
+    sealing run)."""
 
     rpc_us: float
     hand_off_us: float
@@ -90,26 +91,20 @@ async def _sustain(client: AsyncClient, mode: Mode, seconds: float) -> ModeResul
     )
 
 
-async def _call_cost(client: AsyncClient, calls: int = 300, runs: int = 5) -> CallCost:
-    from veil.grpc_util import open_aio_channel
-    from veil.protocol.v1 import leader_pb2_grpc, messages_pb2
-
-    request = messages_pb2.HpkeConfigRequest(task_id=client.task.task_id)
+async def _call_cost(client: AsyncClient, calls: int = 200, runs: int = 5) -> CallCost:
     loop = asyncio.get_running_loop()
+    reports = iter(await client.build_reports([1] * (calls * runs)))
     rpc: list[float] = []
     hand_off: list[float] = []
-    async with open_aio_channel(client.task.leader_address) as channel:
-        stub = leader_pb2_grpc.LeaderStub(channel)  # type: ignore[no-untyped-call]
-        await stub.GetHpkeConfig(request)
-        for _ in range(runs):
-            cpu = time.process_time()
-            for _ in range(calls):
-                await stub.GetHpkeConfig(request)
-            rpc.append((time.process_time() - cpu) / calls * 1e6)
-            cpu = time.process_time()
-            for _ in range(calls):
-                await loop.run_in_executor(client._executor, int)
-            hand_off.append((time.process_time() - cpu) / calls * 1e6)
+    for _ in range(runs):
+        cpu = time.process_time()
+        for _ in range(calls):
+            await client.upload_reports([next(reports)])
+        rpc.append((time.process_time() - cpu) / calls * 1e6)
+        cpu = time.process_time()
+        for _ in range(calls):
+            await loop.run_in_executor(client._executor, int)
+        hand_off.append((time.process_time() - cpu) / calls * 1e6)
     return CallCost(statistics.median(rpc), statistics.median(hand_off))
 
 

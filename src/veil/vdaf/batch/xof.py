@@ -102,15 +102,29 @@ def xof_rows(seeds: Arr | bytes, dst: bytes, binders: Arr | bytes, out_len: int,
     """``XofTurboShake128(seed, dst, binder).next(out_len)`` for each row;
     ``seeds`` and ``binders`` are ``uint8`` arrays with one row per report,
     or bytes shared by every row."""
-    seed_rows = _as_rows(seeds, rows)
-    binder_rows = _as_rows(binders, rows)
-    if seed_rows.shape[1] != SEED_SIZE:
+    seed_part = _row_part(seeds, rows)
+    binder_part = _row_part(binders, rows)
+    if seed_part.shape[-1] != SEED_SIZE:
         raise ValueError(f"XofTurboShake128 seeds must be {SEED_SIZE} bytes")
     prefix = len(dst).to_bytes(2, "little") + dst + SEED_SIZE.to_bytes(1, "little")
-    messages = np.concatenate(
-        [_as_rows(prefix, rows), seed_rows, binder_rows], axis=1, dtype=np.uint8
-    )
+    # Each part assigned into place, a shared one broadcast by the
+    # assignment: the same rows as concatenating, without building a
+    # broadcast view of each shared part (a fixed cost that a batch of a few
+    # reports, as a client's, felt).
+    at = len(prefix) + SEED_SIZE
+    messages = np.empty((rows, at + binder_part.shape[-1]), dtype=np.uint8)
+    messages[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+    messages[:, len(prefix) : at] = seed_part
+    messages[:, at:] = binder_part
     return turboshake_rows(messages, out_len)
+
+
+def _row_part(value: Arr | bytes, rows: int) -> Arr:
+    """``value`` as a ``(rows, n)`` array, or as one row of n if it is bytes
+    shared by every row."""
+    if isinstance(value, bytes):
+        return np.frombuffer(value, dtype=np.uint8)
+    return np.asarray(value, dtype=np.uint8).reshape(rows, -1)
 
 
 def expand_rows(
@@ -127,8 +141,8 @@ def expand_rows(
     shifts) is redone with the scalar sampler, keeping the bytes exact."""
     raw = xof_rows(seeds, dst, binders, length * vf.ENCODED_SIZE, rows)
     vec, ok = vf.decode(raw)
-    bad = np.flatnonzero(~ok.all(axis=1)) if length else np.zeros(0, dtype=np.intp)
-    if bad.size:
+    if length and not ok.all():
+        bad = np.flatnonzero(~ok.all(axis=1))
         seed_rows = _as_rows(seeds, rows)
         binder_rows = _as_rows(binders, rows)
         redone = vf.from_ints(
