@@ -40,11 +40,6 @@ _HELPER_SERVICE = helper_pb2.DESCRIPTOR.services_by_name["Helper"]
 SERVICE_NAMES = {"leader": _LEADER_SERVICE.full_name, "helper": _HELPER_SERVICE.full_name}
 
 
-def _warm_up() -> None:
-    kernels()
-    freeze_startup_heap()
-
-
 class AggregatorServer:
     """A running leader or helper: gRPC server, health service and (leader) driver."""
 
@@ -121,8 +116,8 @@ class AggregatorServer:
     def start(self) -> None:
         # Load the compiled field kernels now, beside serving, rather than
         # in the first aggregation job (numba takes about a second, longer
-        # the first time on a machine); then start-up is over.
-        threading.Thread(target=_warm_up, name="warm-up", daemon=True).start()
+        # the first time on a machine).
+        threading.Thread(target=kernels, name="kernels", daemon=True).start()
         self.server.start()
         self.server.set_serving("", self.service_name)
         if self.config.metrics_listen is not None:
@@ -209,5 +204,9 @@ class AggregatorServer:
         With `config_path`, SIGHUP loads task files added to the config."""
         signals = Signals(config_path)
         self.start()
+        # Start-up is over once the kernels are loaded: what this process
+        # holds now lives as long as it does (freeze_startup_heap).
+        kernels()
+        freeze_startup_heap()
         signals.wait(self.reload_tasks)
         self.stop()

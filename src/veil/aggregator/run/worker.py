@@ -114,7 +114,6 @@ class AggregationWorker:
         # showed as ~100 µs per report in a run of 6000 (docs/reports/SCALING.md). A
         # worker serves nothing meanwhile, so it need not load them aside.
         kernels()
-        freeze_startup_heap()
 
     def close(self) -> None:
         """Close the store and the ledger (serve_forever does on its way out)."""
@@ -135,6 +134,9 @@ class AggregationWorker:
             host, _, port = self.metrics_listen.rpartition(":")
             bound = self.metrics.serve(host.strip("[]"), int(port))
             log.info("metrics on http://%s:%d/metrics", host, bound)
+        # Start-up is over: what this process holds now lives as long as it
+        # does (freeze_startup_heap).
+        freeze_startup_heap()
         log.info("worker %s started", self.leader.worker_id)
         # The driver runs in its own thread so that a reload (main thread,
         # between signals) never runs inside one of its database steps.
