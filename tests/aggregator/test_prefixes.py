@@ -22,6 +22,7 @@ from veil.aggregator.errors import (
     InvalidAggParam,
     LevelCollected,
     TooManyPrefixes,
+    Unavailable,
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
@@ -130,11 +131,16 @@ class World:
         self, agg_param: Poplar1AggParam, job: bytes | None = None
     ) -> tuple[Released, list[int]]:
         task = self.files.leader
-        poplar1 = task.vdaf.instantiate_poplar1()
-        encoded = poplar1.encode_agg_param(agg_param)
+        encoded = task.vdaf.instantiate_poplar1().encode_agg_param(agg_param)
         job = job or secrets.token_bytes(16)
         record = self.leader.create_collection(task, job, T, TP, encoded)
-        released = self.leader.run(task, record, self.api)
+        return self.opened(self.leader.run(task, record, self.api), agg_param)
+
+    def opened(self, released: Released, agg_param: Poplar1AggParam) -> tuple[Released, list[int]]:
+        """The released level as the collector reads it: the summed counts."""
+        task = self.files.leader
+        poplar1 = task.vdaf.instantiate_poplar1()
+        encoded = poplar1.encode_agg_param(agg_param)
         collector = self.files.collector
         shares = []
         for role, ct in ((ROLE_LEADER, released.leader_ct), (ROLE_HELPER, released.helper_ct)):
@@ -173,6 +179,47 @@ def test_levels_recover_the_counts(world: World) -> None:
     assert (released.report_count, counts) == (5, [4, 0, 1])
     released, counts = world.collect(text_agg_param([b"ab", b"ac", b"zz"]))
     assert counts == [3, 1, 1]
+
+
+class FailingHelper(InProcessHelper):
+    """The helper, but unreachable for one job's first round."""
+
+    def __init__(self, helper: Helper, fail: int) -> None:
+        super().__init__(helper)
+        self.fail = fail
+        self.jobs: list[bytes] = []
+
+    def aggregate(
+        self,
+        task: LeaderTask,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
+    ) -> AggregationAnswer:
+        if prefix_round is not None and prefix_round[3] == 1:
+            self.jobs.append(job_id)
+            if len(self.jobs) == self.fail:
+                raise Unavailable("the helper is restarting")
+        return super().aggregate(task, job_id, items, prefix_round)
+
+
+def test_a_level_in_many_jobs_survives_one_failing(world: World) -> None:
+    """A level's jobs run two at a time (leader.prefixes.PIPELINE); one that
+    fails stops the level, and running it again sends every job again (the
+    helper answers those it finished from its records): the counts are exact."""
+    world.upload([b"ab"] * 5 + [b"ac"] * 3 + [b"zz"] * 3)
+    task = world.files.leader
+    agg_param = text_agg_param([b"a", b"z"])
+    encoded = task.vdaf.instantiate_poplar1().encode_agg_param(agg_param)
+    record = world.leader.create_collection(task, secrets.token_bytes(16), T, TP, encoded)
+    failing = FailingHelper(world.helper, fail=3)
+    with pytest.raises(Unavailable):
+        world.leader.run(task, record, failing, job_size=2)
+    assert len(failing.jobs) >= 3  # the jobs before it ran
+    released, counts = world.opened(world.leader.run(task, record, world.api, 2), agg_param)
+    assert (released.report_count, counts) == (11, [8, 3])
+    released, counts = world.collect(text_agg_param([b"ab", b"ac", b"zz"]))
+    assert counts == [5, 3, 3]
 
 
 def test_each_aggregator_refuses_bad_parameters(world: World) -> None:

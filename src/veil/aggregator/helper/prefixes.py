@@ -13,7 +13,9 @@ Two rounds per aggregation job, under one job id:
    and verify key give the same values), checks that the round-2 shares
    cancel, and in one transaction stores the job's answer, a replay record
    per (batch, level, report) and its sum of the accepted reports' output
-   shares. A retry gets the stored answer.
+   shares. A retry gets the stored answer; a retry of round 1 (the level
+   run again after another job failed) is answered afresh, the reports the
+   stored answer accepted not counted as replays of themselves.
 
 Why nothing is stored between the rounds: nothing to keep consistent, expire
 or lose in a crash, and a job is idempotent by the same record as a Prio3 job.
@@ -252,8 +254,16 @@ class HelperPrefixes:
                 return _stored_answer(job_id, stored, digest)
         parsed = self._query(task, prefix, agg_param, start, duration)
         if round_ == 1:
+            # A job finished before, asked again (its level run again after
+            # another job failed): the reports it accepted are not replays.
+            done = store.helper_job(task_id, job_id)
+            own = (
+                frozenset(r.report_id for r in _decode_response(done[1]) if r.reject is None)
+                if done is not None
+                else frozenset()
+            )
             results, _, _ = self._verify(
-                task, prefix, parsed, agg_param, job_id, start, duration, items, 1
+                task, prefix, parsed, agg_param, job_id, start, duration, items, 1, own
             )
             return results
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
@@ -319,19 +329,21 @@ class HelperPrefixes:
         duration: int,
         items: Sequence[VerifyInitItem],
         round_: int,
+        own: frozenset[bytes] = frozenset(),
     ) -> tuple[
         list[VerifyResult],
         tuple[list[tuple[bytes, int]], list[str], list[BatchAggregate]] | None,
         int,
     ]:
         """Each report's answer for `round_`; in round 2 also what the job
-        stores (replay records, rejection reasons, its sum) and the count."""
+        stores (replay records, rejection reasons, its sum) and the count.
+        `own`: reports this job accepted before, not counted as replays."""
         h = self.helper
         ctx = vdaf_ctx(task.task_id)
         now = h.clock()
         level = agg_param.level
         valid_ids = [it.report_id for it in items if len(it.report_id) == REPORT_ID_SIZE]
-        seen = h.store.seen_prefix_reports(task.task_id, start, level, valid_ids)
+        seen = h.store.seen_prefix_reports(task.task_id, start, level, valid_ids) - own
         h.know_keys({it.encrypted_input_share.config_id for it in items})
         reasons: list[ReportRejection | None] = []
         opened: list[int] = []
