@@ -112,9 +112,9 @@ class PrefixVdaf:
                     " collected once per level"
                 )
             try:
-                self.vdaf.check_valid(
-                    agg_param, [self.vdaf.decode_agg_param(q.agg_param) for q in ordered]
-                )
+                # The rule compares with the last query only (the draft's
+                # is_valid), parsed when it was recorded and likely cached.
+                self.vdaf.check_valid(agg_param, [self.parse(q.agg_param) for q in ordered[-1:]])
             except AggParamSequenceError as e:
                 raise AggParamRefused(
                     f"aggregation parameter breaks the rule across this batch's queries: {e}"

@@ -154,6 +154,11 @@ def _reason(message: str) -> str:
 
 # How often, at least, a collection that waits says why (seconds).
 WAIT_REPORT = 5.0
+# The longest wait between two polls of a collection job. A text question's
+# levels run one after another, each a few seconds, so their polls stay
+# short: a level's result is not left waiting for the next poll.
+MAX_POLL = 2.0
+PREFIX_POLL = 0.25
 
 
 class _Waiting:
@@ -335,7 +340,9 @@ class Collector:
                 " aggregation parameter"
             )
         began = self.clock()
-        job = self._run(start, duration, b"", wait, poll_interval, collection_job_id, on_wait)
+        job = self._run(
+            start, duration, b"", wait, poll_interval, collection_job_id, on_wait, MAX_POLL
+        )
         return self._finish(job, start, duration, confidence, simultaneous, self.clock() - began)
 
     def _run(
@@ -347,9 +354,11 @@ class Collector:
         poll_interval: float,
         collection_job_id: bytes | None,
         on_wait: Callable[[str], None] | None,
+        max_poll: float,
     ) -> Any:
         """Create the collection job (or resume it) and poll it until it
-        finishes: the finished CollectionJob; CollectionError otherwise."""
+        finishes, the interval growing from `poll_interval` to `max_poll`:
+        the finished CollectionJob; CollectionError otherwise."""
         began = self.clock()
         waiting = None if on_wait is None else _Waiting(on_wait, self.clock)
         deadline = began + wait
@@ -384,7 +393,7 @@ class Collector:
                     poll_interval,
                 )
             time.sleep(poll_interval)
-            poll_interval = min(poll_interval * 1.5, 2.0)
+            poll_interval = min(poll_interval * 1.5, max_poll)
             job = self._call(self._leader.GetCollection, poll, deadline, waiting)
         if job.state != leader_pb2.CollectionJob.FINISHED:
             raise CollectionJobFailed(_code(job.error_code), job.error_message)
@@ -419,7 +428,9 @@ class Collector:
         except AggParamError as e:
             raise ValueError(f"aggregation parameter: {e}") from None
         began = self.clock()
-        job = self._run(start, duration, encoded, wait, poll_interval, collection_job_id, on_wait)
+        job = self._run(
+            start, duration, encoded, wait, poll_interval, collection_job_id, on_wait, PREFIX_POLL
+        )
         count = job.report_count
         shares = [
             self._open(role, pb, start, duration, count, (agg_param, encoded))

@@ -5,9 +5,10 @@ level. The leader checks it against its own record of the batch's queries
 and records it with the collection job, in one transaction. Driving the job
 then aggregates every stored report of the batch with that parameter, in
 aggregation jobs of `JOB_SIZE` reports, each in two rounds with the helper
-(veil.aggregator.helper.prefixes), and releases the level: the helper's noised share first
-(with the leader's count and checksum, which it checks against its own),
-then the leader's.
+(veil.aggregator.helper.prefixes), `PIPELINE` jobs at a time so that the two
+aggregators work at once rather than in turns, and releases the level: the
+helper's noised share first (with the leader's count and checksum, which it
+checks against its own), then the leader's.
 
 Nothing of a job is stored at the leader: job ids are derived from the
 collection job id and the job's index over the batch's reports in id order,
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from veil.aggregator.core import (
@@ -76,6 +79,8 @@ log = logging.getLogger(__name__)
 # prefix, so a job holds JOB_SIZE x prefixes values in memory.
 JOB_SIZE = 1000
 JOB_VALUES = 1 << 24
+# Aggregation jobs of one level in flight at once (two: one at each aggregator).
+PIPELINE = 2
 
 
 class LeaseLost(StorageConflict):
@@ -205,17 +210,24 @@ class LeaderPrefixes:
         # The same for every level, so that a job's reports are the same from
         # one level to the next (the IDPF nodes cached for them serve again).
         job_size = max(1, min(job_size, JOB_VALUES // MAX_QUERY_PREFIXES))
-        for index in range(0, len(reports), job_size):
-            job_id = prefix_job_id(record.job_id, index // job_size)
+        # PIPELINE jobs at once, so that the leader works on one while the
+        # helper works on another (each job alone has them take turns). The
+        # requests are the same whatever the order they are sent in.
+        running: deque[Future[BatchAggregate]] = deque()
+
+        def metered(job_id: bytes, part: Sequence[Report]) -> BatchAggregate:
             began = time.monotonic()
             try:
-                delta, outcomes = self._job(
-                    task, prefix, agg_param, record, job_id, reports[index : index + job_size], api
-                )
+                delta, outcomes = self._job(task, prefix, agg_param, record, job_id, part, api)
             except Exception:
                 self.meter.prefix_job_failed()
                 raise
             self.meter.prefix_job(task, agg_param.level, time.monotonic() - began, outcomes)
+            return delta
+
+        def done(total: BatchAggregate) -> BatchAggregate:
+            """The oldest job's sum added, the lease renewed after it."""
+            delta = running.popleft().result()
             if delta.report_count:
                 total = merge_aggregate(total, delta, merge)
             if renew is not None and not renew():
@@ -223,6 +235,24 @@ class LeaderPrefixes:
                     f"collection job {record.job_id.hex()} was leased to another driver"
                     " while this one computed its level"
                 )
+            return total
+
+        with ThreadPoolExecutor(PIPELINE, thread_name_prefix="poplar1-job") as pool:
+            try:
+                for index in range(0, len(reports), job_size):
+                    if len(running) >= PIPELINE:
+                        total = done(total)
+                    job_id = prefix_job_id(record.job_id, index // job_size)
+                    part = reports[index : index + job_size]
+                    running.append(pool.submit(metered, job_id, part))
+                while running:
+                    total = done(total)
+            finally:
+                # A job that failed stops the level; the others finish (or
+                # fail) before it is retried, which sends them all again.
+                for job in running:
+                    job.cancel()
+                wait(running)
         count, checksum = total.report_count, total.checksum
         if count < task.min_batch_size:
             raise BatchTooSmall(
