@@ -45,8 +45,11 @@ def test_a_text_question_goes_through_the_servers() -> None:
         # then (the demo's runs count how often); an estimate three interval
         # widths from the truth would be a fault, not chance.
         assert abs(row.estimate - row.truth) <= 3 * (row.ci_high - row.ci_low), row
-    # The levels ran through the collector's descent, one line each.
-    assert sum(1 for line in lines if line.startswith("editor: byte ")) == 16
+    # The levels ran through the collector's descent, one line each; once every
+    # survivor was a whole answer (the common ones are short) it went straight
+    # to the last byte.
+    levels = [line for line in lines if line.startswith("editor: byte ")]
+    assert 2 <= len(levels) < 16 and levels[-1].startswith("editor: byte 16 of 16:")
     (summary,) = [line for line in lines if "answers found" in line]
     assert ", released: 0 (" in summary
 

@@ -400,7 +400,15 @@ def _collect_text(
         state.save(state_path)
 
     try:
-        done = descend(progress, threshold.value, MAX_PREFIXES, query, save, _prefixed(say, q.id))
+        done = descend(
+            progress,
+            threshold.value,
+            MAX_PREFIXES,
+            query,
+            save,
+            _prefixed(say, q.id),
+            lower_case=not q.case_sensitive,
+        )
     except CollectionJobFailed as e:
         # The level's job is over: the aggregators take that level of this batch
         # only once, so the question cannot be resumed; say so.

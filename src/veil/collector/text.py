@@ -8,14 +8,26 @@ candidates of the next level are the survivors of this one (noisy count at least
 the threshold T) extended by every byte value; dropping the others is
 post-processing of released counts and costs nothing.
 
-What the encoding makes impossible is never asked about (all of it public): an
-answer is UTF-8 text that never starts with a zero byte (an empty answer is
-refused) and is followed by zero padding only, so a prefix ending in a zero byte
-has one child (another zero), a prefix ending inside a character has the 64
-continuation bytes as children, and any other has zero, ASCII and the 51 lead
-bytes of longer characters (179). A report whose string is not UTF-8 (only a
-client that skips the normalisation sends one) may then go unfound; that is all
-it can cause.
+What the encoding makes impossible is never asked about (all of it public:
+`veil.survey.text` says how an answer is normalised). An answer is UTF-8 text
+followed by zero padding only, so a prefix ending in a zero byte has one child
+(another zero); inside a character only continuation bytes follow (the first
+one in the narrower range UTF-8 allows after E0, ED, F0 and F4); after a whole
+character, zero, ASCII or a lead byte C2..F4. The answer is trimmed, so it does
+not start with a whitespace character (nor with zero: an empty answer is
+refused) and is not padded right after one. Unless the question is
+case-sensitive it is lower-cased, so A..Z never occur (`lower_case`). A prefix
+of ASCII letters then has 153 children instead of 256. A report whose string
+breaks these rules (only a client that skips the normalisation sends one) may
+then go unfound; that is all it can cause.
+
+When every survivor ends in padding, each is a whole answer with one possible
+continuation, so the next query goes straight to the last level with the
+survivors padded to full length (the draft's rule, which veil's aggregators
+enforce, asks only that levels increase and that prefixes extend the last
+query's): the levels in between are neither queried nor charged. The released
+answers are the same; each was tested against the threshold at fewer levels,
+so the stated detection floor (every level passed) still holds.
 
 A query names at most `max_prefixes` candidates (both aggregators refuse more):
 when the survivors would need more, the ones with the highest noisy counts are
@@ -34,7 +46,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["LevelQuery", "TextProgress", "candidates", "descend", "next_bytes", "prefix_bits"]
+from veil.survey.text import WHITE_SPACE
+
+__all__ = [
+    "LevelQuery",
+    "TextProgress",
+    "candidates",
+    "descend",
+    "finished",
+    "next_bytes",
+    "prefix_bits",
+]
 
 # The collector's query of one level: (byte level k, candidate prefixes of k + 1
 # bytes, the job id to use) -> one noisy count per candidate, in order.
@@ -47,20 +69,20 @@ def prefix_bits(prefix: bytes) -> tuple[bool, ...]:
 
 
 def candidates(
-    survivors: Sequence[tuple[bytes, int]], max_prefixes: int
+    survivors: Sequence[tuple[bytes, int]], max_prefixes: int, lower_case: bool = False
 ) -> tuple[list[bytes], int]:
     """(the next level's candidates in sorted order, how many survivors were dropped).
 
-    With no survivors yet (the first level) the candidates are every first byte but
-    zero. Survivors are extended by every byte, or by zero alone after a zero byte,
+    With no survivors yet (the first level) the candidates are the possible first
+    bytes. Survivors are extended by the bytes that may follow them (`next_bytes`),
     highest noisy count first, while the candidates fit in `max_prefixes`.
     """
     if not survivors:
-        return [bytes([b]) for b in _STARTS if b][:max_prefixes], 0
+        return [bytes([b]) for b in next_bytes(b"", lower_case)][:max_prefixes], 0
     out: list[bytes] = []
     dropped = 0
     for prefix, _ in sorted(survivors, key=lambda s: (-s[1], s[0])):
-        children = [prefix + bytes([b]) for b in next_bytes(prefix)]
+        children = [prefix + bytes([b]) for b in next_bytes(prefix, lower_case)]
         if len(out) + len(children) > max_prefixes:
             dropped += 1
             continue
@@ -68,23 +90,57 @@ def candidates(
     return sorted(out), dropped
 
 
+def finished(survivors: Sequence[tuple[bytes, int]]) -> bool:
+    """Whether every survivor is a whole answer (ends in padding): then only
+    padding follows and the descent may skip to the last level."""
+    return bool(survivors) and all(p.endswith(b"\x00") for p, _ in survivors)
+
+
 # After a whole character: the padding's zero, ASCII, or a lead byte (C2..F4).
 _STARTS = (*range(0x80), *range(0xC2, 0xF5))
-_CONTINUATIONS = tuple(range(0x80, 0xC0))
+_UPPER = frozenset(range(0x41, 0x5B))  # A..Z
+# The continuation bytes that may follow each lead byte (UTF-8 excludes
+# overlong forms, the surrogates and code points above U+10FFFF).
+_SECOND = {0xE0: range(0xA0, 0xC0), 0xED: range(0x80, 0xA0), 0xF0: range(0x90, 0xC0)}
+_SECOND[0xF4] = range(0x80, 0x90)
+_CONTINUATIONS = range(0x80, 0xC0)
 
 
-def next_bytes(prefix: bytes) -> tuple[int, ...]:
-    """The bytes that may follow `prefix` in a padded UTF-8 answer."""
+def next_bytes(prefix: bytes, lower_case: bool = False) -> tuple[int, ...]:
+    """The bytes that may follow `prefix` in an encoded answer (padded UTF-8,
+    trimmed; with `lower_case`, lower-cased)."""
     if prefix.endswith(b"\x00"):
         return (0,)
-    pending = 0  # continuation bytes the last character still needs
-    for byte in prefix:
+    start = 0  # where the last character begins
+    pending = 0  # continuation bytes it still needs
+    for i, byte in enumerate(prefix):
         if pending and 0x80 <= byte < 0xC0:
             pending -= 1
         else:
-            pending = 1 if byte >= 0xC0 else 0
-            pending += (byte >= 0xE0) + (byte >= 0xF0)
-    return _CONTINUATIONS if pending else _STARTS
+            start = i
+            pending = (byte >= 0xC0) + (byte >= 0xE0) + (byte >= 0xF0)
+    if pending:
+        lead = prefix[start]
+        follow = _SECOND.get(lead, _CONTINUATIONS) if start == len(prefix) - 1 else _CONTINUATIONS
+        if pending == 1 and start == 0:
+            # The byte completes the first character: not a whitespace one.
+            return tuple(b for b in follow if not _space(prefix + bytes([b])))
+        return tuple(follow)
+    last = prefix[start:]
+    return tuple(
+        b
+        for b in _STARTS
+        if not (lower_case and b in _UPPER)
+        # The first character is not whitespace nor the padding; the padding
+        # does not follow a whitespace character.
+        and not (not prefix and (b == 0 or _space(bytes([b]))))
+        and not (b == 0 and _space(last))
+    )
+
+
+def _space(char: bytes) -> bool:
+    """Whether the UTF-8 bytes are one whitespace character (trimmed away)."""
+    return char.decode("utf-8", errors="replace") in WHITE_SPACE
 
 
 @dataclass
@@ -143,16 +199,24 @@ def descend(
     query: LevelQuery,
     save: Callable[[TextProgress], None],
     say: Callable[[str], None] = lambda _: None,
+    lower_case: bool = False,
 ) -> TextProgress:
     """Query the remaining levels, saving `progress` before each job is created and
     after each level; returns the finished progress (its survivors: the answers).
+    `lower_case`: the question's answers are lower-cased (not case-sensitive).
 
     `query` may raise to stop the run: what is saved resumes it (the level under
     way with the same job id, so the aggregators answer it again, not twice).
     """
     while not progress.finished:
-        level = progress.done
-        names, dropped = candidates(progress.survivors, max_prefixes)
+        if finished(progress.survivors):
+            # Whole answers only: straight to the last level.
+            level = progress.levels - 1
+            names = sorted(p.ljust(progress.levels, b"\x00") for p, _ in progress.survivors)
+            dropped = 0
+        else:
+            level = progress.done
+            names, dropped = candidates(progress.survivors, max_prefixes, lower_case)
         if progress.job is None:
             progress = replace(progress, job=secrets.token_bytes(16).hex())
             save(progress)  # before the job exists: a kill now resumes it

@@ -234,6 +234,7 @@ def _collect_text(
         level_query(collector, start, duration, reports.append, wait=3600),
         save=lambda _: None,
         say=lambda what: say(f"{q.id}: {what}"),
+        lower_case=not q.case_sensitive,
     ).survivors
     result = text_result(q, found, reports[-1], threshold, text_guarantee(survey, q))
     given = Counter(encode_text_answer(a, q.max_bytes, q.case_sensitive).text for a in answers)
