@@ -1,12 +1,13 @@
 """Text answers end to end: respondents' answers sharded and uploaded to a local
 leader and helper (separate processes, loopback, SQLite), then the top answers
-recovered level by level through the collector library (issue 27's benchmark).
+recovered level by level as `veil survey collect` finds them (issue 27's benchmark).
 
 The answers are the issue's case (`bench.heavy_hitters.zipf_counts`): a Zipf(1)
-distribution over 50 answers plus 500 answers given once. Each level queries the
-survivors of the last one extended by every byte (a survivor that already ends in
-padding only by padding), and keeps the noisy counts at or above the question's
-threshold (`veil.dp.heavy_hitters.release_threshold`).
+distribution over 50 answers plus 500 answers given once. The descent is the
+collector's (`veil.collector.text.descend`): each level queries the survivors of
+the last one extended by the bytes an answer may hold next, and keeps the noisy
+counts at or above the question's threshold
+(`veil.dp.heavy_hitters.release_threshold`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,21 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 from bench.heavy_hitters import zipf_counts
+from bench.profiling import Profiler
 from veil.client import Client
-from veil.collector import Collector, text_agg_param
+from veil.collector import Collector
+from veil.collector.survey import level_query
+from veil.collector.text import TextProgress, descend
 from veil.dp.heavy_hitters import release_threshold
 from veil.local.launcher import LocalDeployment
-from veil.task import MAX_QUERY_PREFIXES, DpSpec, VdafSpec
+from veil.survey.text import MAX_PREFIXES
+from veil.task import DpSpec, VdafSpec
 
 UPLOAD_BATCH = 1000
 
@@ -58,7 +64,13 @@ class TextRun:
 
     @property
     def total_seconds(self) -> float:
+        """Sharding included: all respondents' shards made here, one after another."""
         return self.shard_seconds + self.upload_seconds + self.collect_seconds
+
+    @property
+    def served_seconds(self) -> float:
+        """Upload and collection: respondents shard on their own devices, at once."""
+        return self.upload_seconds + self.collect_seconds
 
 
 def answers(respondents: int, max_bytes: int) -> list[bytes]:
@@ -71,7 +83,10 @@ def answers(respondents: int, max_bytes: int) -> list[bytes]:
     return out[:respondents]
 
 
-def run_once(respondents: int, max_bytes: int = 16, epsilon: str = "2") -> TextRun:
+def run_once(
+    respondents: int, max_bytes: int = 16, epsilon: str = "2", profile: Path | None = None
+) -> TextRun:
+    """One run; with `profile`, py-spy samples both servers during the collection."""
     values = answers(respondents, max_bytes)
     spec = VdafSpec("poplar1", bits=8 * max_bytes)
     dp = DpSpec("geometric", epsilon=epsilon)
@@ -96,32 +111,35 @@ def run_once(respondents: int, max_bytes: int = 16, epsilon: str = "2") -> TextR
                     client.upload_reports(prepared[i : i + UPLOAD_BATCH])
                 upload = time.perf_counter() - began
             run = TextRun(respondents, max_bytes, epsilon, threshold, shard, upload)
-            with Collector(files.collector) as collector:
-                survivors = [b""]
-                for _ in range(max_bytes):
-                    candidates = sorted(
-                        {
-                            s + bytes([c])
-                            for s in survivors
-                            for c in ((0,) if s.endswith(b"\0") else range(256))
-                        }
-                    )[:MAX_QUERY_PREFIXES]
-                    began = time.perf_counter()
-                    result = collector.collect_prefixes(
-                        t, 3600, text_agg_param(candidates), wait=3600, poll_interval=0.05
-                    )
-                    seconds = time.perf_counter() - began
-                    kept = {
-                        p: n
-                        for p, n in zip(result.prefix_bytes(), result.noisy_counts, strict=True)
-                        if n >= threshold
-                    }
-                    run.levels.append(Level(result.level, len(candidates), len(kept), seconds))
-                    survivors = sorted(kept)
-                    run.recovered = kept
-                    if not survivors:
-                        break
             assert dep.leader.proc is not None and dep.helper.proc is not None
+            profiler = Profiler(
+                profile,
+                f"text-{respondents}-{max_bytes}",
+                {"leader": dep.leader.proc.pid, "helper": dep.helper.proc.pid},
+            )
+            with Collector(files.collector) as collector:
+                query = level_query(collector, t, 3600, lambda _: None, wait=3600)
+
+                def timed(level: int, names: Sequence[bytes], job: bytes) -> Sequence[int]:
+                    began = time.perf_counter()
+                    counts = query(level, names, job)
+                    seconds = time.perf_counter() - began
+                    kept = sum(1 for n in counts if n >= threshold)
+                    run.levels.append(Level(8 * level + 7, len(names), kept, seconds))
+                    return counts
+
+                # The answers are lower case, as a question that is not
+                # case-sensitive counts them.
+                done = descend(
+                    TextProgress(max_bytes),
+                    threshold,
+                    MAX_PREFIXES,
+                    timed,
+                    save=lambda _: None,
+                    lower_case=True,
+                )
+                run.recovered = dict(done.survivors)
+            profiler.stop()
             run.leader_cpu = _cpu_seconds(dep.leader.proc.pid)
             run.helper_cpu = _cpu_seconds(dep.helper.proc.pid)
         finally:

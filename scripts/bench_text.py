@@ -4,6 +4,7 @@ by level. Prints one row per level and the totals.
 
     python scripts/bench_text.py                      # 10,000 respondents, 16 bytes
     python scripts/bench_text.py --respondents 1000 --max-bytes 4
+    python scripts/bench_text.py --profile prof/   # py-spy flame graphs of both servers
 
 The logic lives in ``bench.text``.
 """
@@ -27,11 +28,16 @@ def main() -> None:
     parser.add_argument("--respondents", type=int, default=10_000)
     parser.add_argument("--max-bytes", type=int, default=16)
     parser.add_argument("--epsilon", default="2", help="the question's total ε")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="directory for py-spy's flame graphs of both servers during the collection",
+    )
     args = parser.parse_args()
     configure_logging("warning")
     limit_blas_threads()
     tune_allocator()
-    run = run_once(args.respondents, args.max_bytes, args.epsilon)
+    run = run_once(args.respondents, args.max_bytes, args.epsilon, args.profile)
     print(
         f"{run.respondents} respondents, {run.max_bytes}-byte answers, ε = {run.epsilon}"
         f" over {run.max_bytes} levels, threshold {run.threshold}"
@@ -45,7 +51,11 @@ def main() -> None:
     big, found = share_floor_found(run)
     print(
         f"shard {run.shard_seconds:.1f} s, upload {run.upload_seconds:.1f} s,"
-        f" collect {run.collect_seconds:.1f} s, end to end {run.total_seconds:.1f} s"
+        f" collect {run.collect_seconds:.1f} s"
+    )
+    print(
+        f"end to end: {run.served_seconds:.1f} s from upload (respondents shard on their own"
+        f" devices), {run.total_seconds:.1f} s with every shard made here in turn"
     )
     print(f"answers held by >= 2% of respondents: {big}, recovered: {found}")
     top = sorted(run.recovered.items(), key=lambda kv: -kv[1])[:10]

@@ -48,9 +48,7 @@ import argparse
 import json
 import os
 import secrets
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,6 +60,7 @@ from typing import Any
 # run from a checkout, the script finds it beside scripts/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.profiling import Profiler
 from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.core import job_deltas, share_merge
 from veil.aggregator.postgres import PostgresDatastore
@@ -129,50 +128,6 @@ def hpke_open_floor(opens: int = 1000, rounds: int = 5) -> float:
             open_(kp, ct, info)
         per_round.append((time.thread_time() - began) * 1e6 / opens)
     return statistics.median(per_round)
-
-
-class Profiler:
-    """py-spy sampling the given processes (their Python stacks) while it is
-    open, one flame graph (SVG) and one collapsed-stack file (text) per
-    process in `directory`; does nothing without `directory`."""
-
-    def __init__(self, directory: Path | None, label: str, procs: dict[str, int | None]) -> None:
-        self.running: list[subprocess.Popen[bytes]] = []
-        if directory is None:
-            return
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, pid in procs.items():
-            if pid is None:
-                continue
-            stem = directory / f"{label}-{name.split(' (')[0].replace(' ', '')}"
-            for fmt, suffix in (("flamegraph", ".svg"), ("raw", ".txt")):
-                self.running.append(
-                    subprocess.Popen(
-                        [
-                            "py-spy",
-                            "record",
-                            "--nonblocking",
-                            # Only the thread holding the GIL: CPU, not waits.
-                            "--gil",
-                            "--rate",
-                            "250",
-                            "--format",
-                            fmt,
-                            "--pid",
-                            str(pid),
-                            "--output",
-                            str(stem) + suffix,
-                        ],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
-
-    def stop(self) -> None:
-        for p in self.running:
-            p.send_signal(signal.SIGINT)
-        for p in self.running:
-            p.wait(timeout=60)
 
 
 def one_run(
