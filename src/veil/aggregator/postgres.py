@@ -65,10 +65,6 @@ MAX_ATTEMPTS = 30
 _MAX_PAUSE = 0.2
 
 
-def is_postgres_url(storage: str) -> bool:
-    return storage.startswith(("postgresql://", "postgres://"))
-
-
 def storage_label(storage: Path | str) -> str:
     """The storage as it may be shown or logged: a PostgreSQL URL loses its password."""
     if isinstance(storage, Path):

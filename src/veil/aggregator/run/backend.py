@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.run.config import ConfigError, ServerConfig
 from veil.aggregator.storage import SqliteDatastore
@@ -50,6 +49,9 @@ def open_backend(
         except (OSError, sqlite3.Error) as e:
             raise ConfigError(_unopenable(config.storage, e)) from None
         return StorageBackend(sqlite, str(config.storage), sqlite.close)
+    # Imported here: psycopg costs a server on SQLite a fifth of its start-up.
+    from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
+
     pg = PostgresDatastore(config.storage, pool_size or config.pool_size)
     return StorageBackend(pg, PostgresLedgerStore(config.storage, pg.pool), pg.close)
 

@@ -95,7 +95,6 @@ from veil.aggregator.leader.settings import (
     DEFAULT_MAX_JOB_ATTEMPTS,
 )
 from veil.aggregator.maintenance import DEFAULT_GRACE_SECONDS, DEFAULT_PENDING_SECONDS, KeyPolicy
-from veil.aggregator.postgres import is_postgres_url
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.transport import (
     DEFAULT_IDLE_SECONDS,
@@ -375,6 +374,10 @@ def _storage(raw: Table, base: Path) -> tuple[Path | str, int]:
     if "://" in value:
         raise raw.error("storage", f"storage URL {value!r}: only postgresql:// is supported")
     return base / value, pool_size
+
+
+def is_postgres_url(storage: str) -> bool:
+    return storage.startswith(("postgresql://", "postgres://"))
 
 
 AT = TypeVar("AT", bound=AggregatorTask)
