@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,7 @@ def kernels() -> Kernels:
     if _kernels is None:
         with _lock:
             if _kernels is None:
-                with _cache_lock():
-                    k = importlib.import_module("veil.vdaf.batch._kernels")
+                k = load_compiled("veil.vdaf.batch._kernels")
                 _kernels = Kernels(
                     k.mul128,
                     k.add128,
@@ -122,9 +122,18 @@ def idpf_kernels() -> Any:
     use, under the cache lock."""
     global _idpf
     if _idpf is None:
-        with _lock, _cache_lock():
-            _idpf = importlib.import_module("veil.vdaf.batch._idpf_kernels")
+        with _lock:
+            _idpf = load_compiled("veil.vdaf.batch._idpf_kernels")
     return _idpf
+
+
+def load_compiled(name: str) -> ModuleType:
+    """Import the module `name`, whose numba kernels (``cache=True``, explicit
+    signatures) compile or load from numba's on-disk cache when it is
+    imported, under the cache lock every process of this installation
+    shares (see ``_cache_lock``)."""
+    with _cache_lock():
+        return importlib.import_module(name)
 
 
 @contextlib.contextmanager
