@@ -197,6 +197,56 @@ def test_small_batches_are_gathered_and_keep_their_own_errors(dep: Deployment) -
     assert executor.submitted < 15
 
 
+def test_a_refused_call_does_not_fail_the_calls_it_was_gathered_with(dep: Deployment) -> None:
+    """The leader refuses a request whole for one report's time (days ahead):
+    only the call that brought it fails, the others are sent again alone
+    and stored once."""
+    task = dep.tasks["count"].client
+    before = dep.stored_reports("count")
+    ahead = past_bucket(-240)
+
+    async def run() -> list[Any]:
+        async with AsyncClient(task, batch_size=16) as client:
+            times = [past_bucket(7)] * 6
+            times[2] = ahead
+            return await asyncio.gather(
+                *(client.upload_batch([1, 0, 1], t) for t in times),
+                client.upload(1, ahead),
+                client.upload(1, past_bucket(7)),
+                return_exceptions=True,
+            )
+
+    results = asyncio.run(run())
+    assert [i for i, r in enumerate(results) if isinstance(r, BaseException)] == [2, 6]
+    for i in (2, 6):
+        error = results[i]
+        assert isinstance(error, UploadError) and error.code == grpc.StatusCode.OUT_OF_RANGE
+    assert [r for i, r in enumerate(results) if i not in (2, 6)] == [UploadResult(3, 0)] * 5 + [
+        UploadResult(1, 0)
+    ]
+    assert dep.stored_reports("count") == before + 16
+
+
+def test_a_call_cancelled_before_its_request_is_not_sent(dep: Deployment) -> None:
+    """A caller that gave up (cancelled while its call waited to be gathered)
+    has nothing stored: trying again would count it twice."""
+    task = dep.tasks["count"].client
+    before = dep.stored_reports("count")
+
+    async def run() -> UploadResult:
+        async with AsyncClient(task, batch_size=16) as client:
+            dropped = asyncio.create_task(client.upload_batch([1, 1, 1, 1], past_bucket(8)))
+            kept = asyncio.create_task(client.upload_batch([1, 0], past_bucket(8)))
+            await asyncio.sleep(0)  # both calls wait to be gathered
+            dropped.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await dropped
+            return await kept
+
+    assert asyncio.run(run()) == UploadResult(2, 0)
+    assert dep.stored_reports("count") == before + 2
+
+
 def test_inside_a_web_applications_event_loop(dep: Deployment) -> None:
     """A Starlette app under uvicorn opens one AsyncClient in its lifespan and
     awaits uploads in its handlers, many requests at once."""

@@ -246,10 +246,13 @@ class AsyncClient:
         (at most `batch_size` measurements each), so one client sustains
         thousands of single uploads a second where one request per call
         would not. Each call keeps its own report and its own errors: an
-        invalid measurement raises ValueError in its caller only, and a
-        request refused or failed raises UploadError in each call it
-        carried. Without an outbox a call's result is ``UploadResult(1, 0)``;
-        with one, each call gets the result of the flush that carried it.
+        invalid measurement raises ValueError in its caller only; a shared
+        request the leader refuses is sent again call by call, so that its
+        UploadError reaches the calls at fault only, and one that failed
+        (the leader unreachable) raises UploadError in each call it carried.
+        A call cancelled before its request leaves is not sent. Without an
+        outbox a call's result is ``UploadResult(1, 0)``; with one, each call
+        gets the result of the flush that carried it.
         """
         return await self._enqueue([measurement], report_time)
 
@@ -312,7 +315,8 @@ class AsyncClient:
             helper = await self.hpke_config(ROLE_HELPER)
             groups: dict[int | None, list[_Call]] = {}
             for call in calls:
-                groups.setdefault(call.report_time, []).append(call)
+                if not call.future.done():  # not cancelled while it waited
+                    groups.setdefault(call.report_time, []).append(call)
             prepared: list[tuple[_Call, list[Report]]] = []
             for t, members in groups.items():
                 measurements = [v for call in members for v in call.values]
@@ -336,18 +340,53 @@ class AsyncClient:
                 for call in members:
                     prepared.append((call, built[start : start + len(call.values)]))
                     start += len(call.values)
+            # A call cancelled while it waited or was prepared is not sent:
+            # its caller may try again, and would be counted twice.
+            prepared = [(call, own) for call, own in prepared if not call.future.done()]
             if not prepared:
                 return
             reports = [r for _, own in prepared for r in own]
-            result = await self.upload_reports(reports)
-            whole = self._base.outbox is None and result.accepted == len(reports)
-            for call, own in prepared:
-                if not call.future.done():
-                    call.future.set_result(UploadResult(len(own), 0) if whole else result)
+            try:
+                result = await self.upload_reports(reports)
+            except UploadError as e:
+                if e.retryable or len(prepared) == 1:
+                    raise
+                # Refused whole (the leader stores nothing of a request it
+                # refuses): the cause may be one call's reports (a time out
+                # of range, a batch collected), so each call is sent alone
+                # and gets its own answer; the same reports, the same ids.
+                await self._upload_each(prepared)
+                return
+            self._settle(prepared, result, len(reports))
         except BaseException as e:
             fail((call.future for call in calls), e)
             if not isinstance(e, Exception):
                 raise
+
+    async def _upload_each(self, prepared: list[tuple[_Call, list[Report]]]) -> None:
+        """Send each call's reports in a request of its own, in order."""
+        for call, own in prepared:
+            if call.future.done():
+                continue
+            try:
+                result = await self.upload_reports(own)
+            except UploadError as e:
+                if not call.future.done():
+                    call.future.set_exception(e)
+            else:
+                self._settle([(call, own)], result, len(own))
+
+    def _settle(
+        self, prepared: list[tuple[_Call, list[Report]]], result: UploadResult, sent: int
+    ) -> None:
+        """Each call's result from its request's: without an outbox and with
+        every report of the request stored, its own count; else the
+        request's (duplicates, or an outbox's flush, are not told apart by
+        call)."""
+        whole = self._base.outbox is None and result.accepted == sent
+        for call, own in prepared:
+            if not call.future.done():
+                call.future.set_result(UploadResult(len(own), 0) if whole else result)
 
     async def flush(self) -> UploadResult:
         """Send what the outbox holds for the task; as `Client.flush`."""
