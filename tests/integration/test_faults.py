@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +17,16 @@ from veil.task import DpSpec, VdafSpec
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
 TP = 3600
+# The tests share a deployment (below) and one clock reading for their
+# buckets: an hour turning during the module cannot give two tests one bucket.
+_NOW = int(time.time())
 
 
-@pytest.fixture
-def dep(tmp_path: Path) -> Iterator[Deployment]:
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """One leader and helper for the module: each test has time buckets of
+    its own (or its own collection job) and leaves both servers running."""
+    tmp_path = tmp_path_factory.mktemp("faults")
     tasks: dict[str, tuple[VdafSpec, DpSpec, dict[str, Any]]] = {
         "sum": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {"min_batch_size": 1}),
         "noisy": (
@@ -37,6 +42,17 @@ def dep(tmp_path: Path) -> Iterator[Deployment]:
         d.stop()
 
 
+@pytest.fixture
+def dep(deployment: Deployment) -> Deployment:
+    """The module's deployment with both servers up: a test that failed
+    half-way may have left one stopped."""
+    for server in (deployment.leader, deployment.helper):
+        if server.proc is None or server.proc.poll() is not None:
+            server.stop()
+            server.start()
+    return deployment
+
+
 def _values(n: int) -> list[int]:
     return [i % 101 for i in range(n)]
 
@@ -45,7 +61,7 @@ def test_helper_down_then_restarted(dep: Deployment) -> None:
     client = dep.client("sum")
     client.hpke_config(ROLE_HELPER)  # clients cache the helper's key
     dep.helper.stop(signal.SIGKILL)
-    t = past_bucket(2)
+    t = past_bucket(2, now=_NOW)
     values = _values(40)
     assert client.upload_batch(values, report_time=t).accepted == 40
     time.sleep(1.0)  # the leader's driver fails to reach the helper and keeps the jobs
@@ -56,7 +72,7 @@ def test_helper_down_then_restarted(dep: Deployment) -> None:
 
 
 def test_helper_killed_during_aggregation(dep: Deployment) -> None:
-    t = past_bucket(3)
+    t = past_bucket(3, now=_NOW)
     values = _values(300)
     client = dep.client("sum")
     reports = [client.build_report(v, t) for v in values]
@@ -74,7 +90,7 @@ def test_helper_killed_during_aggregation(dep: Deployment) -> None:
 
 
 def test_leader_killed_during_aggregation(dep: Deployment) -> None:
-    t = past_bucket(4)
+    t = past_bucket(4, now=_NOW)
     values = _values(1000)
     assert dep.client("sum").upload_batch(values, report_time=t).accepted == 1000
     time.sleep(0.1)  # the driver is now inside its first jobs
@@ -89,7 +105,7 @@ def test_acknowledged_upload_survives_kill_9(dep: Deployment) -> None:
     client = dep.client("sum")
     client.hpke_config(ROLE_HELPER)
     dep.helper.stop(signal.SIGKILL)  # nothing gets aggregated meanwhile
-    t = past_bucket(5)
+    t = past_bucket(5, now=_NOW)
     assert client.upload_batch([3, 4], report_time=t).accepted == 2
     dep.leader.stop(signal.SIGKILL)
     dep.leader.start()
@@ -102,7 +118,7 @@ def test_acknowledged_upload_survives_kill_9(dep: Deployment) -> None:
 def test_noised_share_served_again_after_leader_crash(dep: Deployment) -> None:
     # A collection retried after a leader crash gets the stored noised shares:
     # the same result, and the budget is charged once.
-    t = past_bucket(2)
+    t = past_bucket(2, now=_NOW)
     dep.client("noisy").upload_batch(_values(10), report_time=t)
     job_id = bytes(range(16))
     with dep.collector("noisy") as c:
@@ -116,7 +132,7 @@ def test_noised_share_served_again_after_leader_crash(dep: Deployment) -> None:
 
 
 def test_sigterm_is_graceful(dep: Deployment) -> None:
-    t = past_bucket(6)
+    t = past_bucket(6, now=_NOW)
     dep.client("sum").upload_batch([1, 2, 3], report_time=t)
     assert dep.leader.stop(signal.SIGTERM) == 0
     assert dep.helper.stop(signal.SIGTERM) == 0
@@ -129,7 +145,7 @@ def test_sigterm_is_graceful(dep: Deployment) -> None:
 
 def test_client_retries_until_the_leader_is_back(dep: Deployment) -> None:
     client = dep.client("sum", backoff=0.2, retries=8)
-    t = past_bucket(7)
+    t = past_bucket(7, now=_NOW)
     reports = [client.build_report(v, t) for v in (5, 6)]
     dep.leader.stop(signal.SIGKILL)
     import threading
@@ -151,7 +167,7 @@ def test_sigterm_during_uploads_loses_nothing(dep: Deployment) -> None:
     import threading
 
     client = dep.client("sum", backoff=0.2, retries=10)
-    t = past_bucket(8)
+    t = past_bucket(8, now=_NOW)
     batches = [
         [client.build_report(v % 101, t) for v in range(i * 10, i * 10 + 10)] for i in range(20)
     ]
