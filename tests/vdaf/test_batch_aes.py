@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from tests.vdaf import test_batch_poplar1
 from veil.vdaf.batch import aes
 from veil.vdaf.batch.aes import RowAes
+from veil.vdaf.batch.kernels import idpf_kernels
 
 
 def _system_openssl3() -> bool:
@@ -83,6 +85,41 @@ def test_bad_shapes_are_refused() -> None:
         RowAes(np.zeros(16, dtype=np.uint8))
     with pytest.raises(ValueError, match="one row of blocks per key"):
         RowAes(np.zeros((3, 16), dtype=np.uint8)).encrypt(np.zeros((2, 1, 2), dtype=np.uint64))
+
+
+def test_the_compiled_loop_refuses_arrays_that_do_not_match() -> None:
+    """aes_rows reads a key and writes an output row for each row of blocks:
+    fewer keys or output rows, a key not of 16 bytes or a row not of whole
+    blocks is refused before any call (views into larger arrays, so that a
+    loop that went on would read and write inside them and succeed)."""
+    lib = aes._libcrypto()
+    if lib is None:
+        pytest.skip("this machine has no OpenSSL 3 libcrypto")
+    run = idpf_kernels().aes_rows
+
+    def view(rows: int, width: int) -> np.ndarray:
+        # C-ordered rows at the start of a buffer with room to spare.
+        return np.zeros(4 * 64, dtype=np.uint8)[: rows * width].reshape(rows, width)
+
+    assert run(lib.calls, view(4, 16), view(4, 48), view(4, 48)) == 0
+    assert run(lib.calls, view(2, 16), view(4, 48), view(4, 48)) != 0
+    assert run(lib.calls, view(4, 16), view(4, 48), view(2, 48)) != 0
+    assert run(lib.calls, view(4, 12), view(4, 48), view(4, 48)) != 0
+    assert run(lib.calls, view(4, 16), view(4, 40), view(4, 40)) != 0
+    assert run(lib.calls, view(4, 16), view(4, 48), view(4, 32)) != 0
+
+
+def test_rows_encrypted_from_threads_at_once() -> None:
+    """The servers' thread pools call at once: each call has its own context."""
+    rng = np.random.default_rng(3)
+    work = [
+        (rng.integers(0, 256, (64, 16), dtype=np.uint8), rng.integers(0, 2**63, (64, 9, 2)))
+        for _ in range(8)
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda kb: RowAes(kb[0]).encrypt(kb[1].astype(np.uint64)), work * 4))
+    for (keys, blocks), hashed in zip(work * 4, got, strict=True):
+        assert (hashed == _expected(keys, blocks.astype(np.uint64))).all()
 
 
 def test_libcrypto_is_used_where_the_machine_has_openssl_3() -> None:

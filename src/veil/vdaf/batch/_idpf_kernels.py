@@ -128,6 +128,17 @@ def aes_rows(calls, keys, blocks, out):
         calls[5],
     )
     rows, width = blocks.shape[0], blocks.shape[1]
+    # Every row one key, one output row of its length, whole blocks, and a
+    # length EVP_EncryptUpdate's int holds: else nothing is called.
+    if (
+        keys.shape[0] != rows
+        or keys.shape[1] != 16
+        or out.shape[0] != rows
+        or out.shape[1] != width
+        or width % 16 != 0
+        or width > 2**31 - 16
+    ):
+        return rows + 1
     ctx = _ctx_new(new)
     if ctx == 0:
         return rows + 1
@@ -143,7 +154,9 @@ def aes_rows(calls, keys, blocks, out):
             break
         at = np.uint64(r)
         if _encrypt_init(init, ctx, 0, key_at + at * key_step) != 1:
+            # Not keyed: the row would be encrypted under the previous key.
             failed += 1
+            break
         done = _encrypt_update(
             update, ctx, out_at + at * step, written.ctypes.data, in_at + at * step, width
         )
