@@ -253,6 +253,21 @@ def test_each_aggregator_refuses_bad_parameters(world: World) -> None:
         world.api.aggregate(task, secrets.token_bytes(16), [], (odd, T, TP, 1))
 
 
+def test_the_helper_refuses_a_level_after_one_it_did_not_release(world: World) -> None:
+    """A leader that skips its own checks aggregates level 7 at the helper,
+    never has it released (as when the floor refuses it), and goes on to
+    level 15: the helper refuses, so a level refused ends the batch there too."""
+    world.upload([b"ab", b"ab", b"ac"])
+    task = world.files.leader
+    poplar1 = task.vdaf.instantiate_poplar1()
+    first = poplar1.encode_agg_param(text_agg_param([b"a"]))
+    world.api.aggregate(task, secrets.token_bytes(16), [], (first, T, TP, 1))
+    later = poplar1.encode_agg_param(text_agg_param([b"ab", b"ac"]))
+    with pytest.raises(AggParamRefused, match="level 7 of this batch was not released"):
+        world.api.aggregate(task, secrets.token_bytes(16), [], (later, T, TP, 1))
+    assert [q.level for q in world.helper.store.prefix_queries(task.task_id, T, T + TP)] == [7]
+
+
 def test_hostile_reports_are_dropped_per_report(world: World) -> None:
     good = world.upload([b"ab", b"ab", b"ab"])
     # A public share cut short, and a report whose helper share is another's.

@@ -196,10 +196,24 @@ class HelperPrefixes:
         memo = (task.task_id, start, duration, encoded)
         if memo in self._recorded:
             return agg_param
+        sequence = prefix.sequence_check(agg_param)
+
+        def check(previous: Sequence[PrefixQuery]) -> None:
+            # No level after one this helper did not release (the leader
+            # refuses it too): a level refused by the floor ends the batch,
+            # so that whether it reached the floor is told once.
+            for q in previous:
+                if q.collected_by is None:
+                    raise AggParamRefused(
+                        f"level {q.level} of this batch was not released: no later level of"
+                        " the batch can be aggregated"
+                    )
+            sequence(previous)
+
         try:
             stored = self.helper.store.record_prefix_query(
                 PrefixQuery(task.task_id, start, duration, agg_param.level, encoded),
-                prefix.sequence_check(agg_param),
+                check,
                 task.time_precision,
             )
         except QueryConflict as e:
