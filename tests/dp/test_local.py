@@ -20,7 +20,7 @@ import pytest
 from scipy import stats
 
 from tests.dp.conftest import GOF_ALPHA
-from tests.vdaf.test_prio3 import run
+from tests.support.vdaf import prio3_round_trip as run
 from veil.dp import DPConfig, InvalidParameter, NoisePlan
 from veil.dp.local import (
     BoundedResponse,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from tests.vdaf import test_batch_poplar1
+from tests.support.vdaf import poplar1_vectors_through_the_batch
 from veil.vdaf.batch import aes
 from veil.vdaf.batch.aes import RowAes
 from veil.vdaf.batch.kernels import idpf_kernels
@@ -132,7 +132,7 @@ def test_the_vectors_pass_through_the_fallback(
     monkeypatch: pytest.MonkeyPatch, vdaf_vectors: Path
 ) -> None:
     monkeypatch.setattr(aes, "_loaded", None)
-    test_batch_poplar1.test_official_vectors_through_the_batch(vdaf_vectors)
+    poplar1_vectors_through_the_batch(vdaf_vectors)
     assert aes.backend() == "cryptography"
 
 

@@ -6,7 +6,6 @@ malformed or cheating reports inside an otherwise good batch."""
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.vdaf.test_poplar1 import CheatingClient
+from tests.support.vdaf import CheatingClient, poplar1_vectors_through_the_batch
 from veil.vdaf import CodecError, VerifyError
 from veil.vdaf.batch.idpf import IdpfCache, Leaf, _tree
 from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
@@ -209,50 +208,7 @@ def test_the_fallback_for_rejected_candidates_agrees() -> None:
 
 
 def test_official_vectors_through_the_batch(vdaf_vectors: Path) -> None:
-    for path in sorted(vdaf_vectors.glob("Poplar1*.json")):
-        tv = json.loads(path.read_text())
-        vdaf = Poplar1(tv["bits"])
-        batch = BatchPoplar1(vdaf)
-        agg_param = vdaf.decode_agg_param(bytes.fromhex(tv["agg_param"]))
-        report = tv["reports"][0]
-        nonces = [bytes.fromhex(report["nonce"])]
-        if report["measurement"] is not None:
-            sharded = batch.shard_batch(
-                bytes.fromhex(tv["ctx"]),
-                [tuple(report["measurement"])],
-                nonces,
-                [bytes.fromhex(report["rand"])],
-            )
-            assert sharded.public_shares[0].hex() == report["public_share"]
-            assert [s[0].hex() for s in sharded.input_shares] == report["input_shares"]
-        key, ctx = bytes.fromhex(tv["verify_key"]), bytes.fromhex(tv["ctx"])
-        publics = [bytes.fromhex(report["public_share"])]
-        inits = [
-            batch.verify_init_batch(
-                key, ctx, j, agg_param, nonces, publics, [bytes.fromhex(report["input_shares"][j])]
-            )
-            for j in (0, 1)
-        ]
-        assert [i.verifier_shares[0].hex() for i in inits] == report["verifier_shares"][0]
-        msgs = batch.verifier_shares_to_message_batch(
-            ctx, agg_param, [i.verifier_shares for i in inits]
-        )
-        assert msgs.messages[0].hex() == report["verifier_messages"][0]
-        rounds = [batch.verify_next_batch(ctx, i.state, msgs.messages) for i in inits]
-        shares = [r.verifier_shares for r in rounds if isinstance(r, VerifyRoundBatch)]
-        assert [s[0].hex() for s in shares] == report["verifier_shares"][1]
-        finals = batch.verifier_shares_to_message_batch(ctx, agg_param, shares)
-        if "_bad_" in path.name:
-            assert isinstance(finals.errors[0], VerifyError), path.name
-            continue
-        assert finals.ok.all()
-        outs = [
-            batch.verify_next_batch(ctx, r.state, finals.messages)
-            for r in rounds
-            if isinstance(r, VerifyRoundBatch)
-        ]
-        aggs = [batch.aggregate_batch(o) for o in outs if isinstance(o, Poplar1OutShareBatch)]
-        assert [vdaf.encode_agg_share(a).hex() for a in aggs] == tv["agg_shares"]
+    poplar1_vectors_through_the_batch(vdaf_vectors)
 
 
 def test_bad_reports_fail_alone() -> None:

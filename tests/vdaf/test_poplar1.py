@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.vdaf import CheatingClient
 from veil.vdaf import CodecError, VerifyError
 from veil.vdaf.errors import AggParamError, AggParamSequenceError, TooManyPrefixes
 from veil.vdaf.spec.idpf import CorrectionWord, PublicShare
@@ -23,7 +24,6 @@ from veil.vdaf.spec.poplar1 import (
     Poplar1AggParam,
     Poplar1InputShare,
 )
-from veil.vdaf.spec.xof import XofTurboShake128
 
 CTX = b"veil poplar1 test"
 KEY = bytes(range(32))
@@ -87,22 +87,6 @@ def test_heavy_hitters_level_by_level() -> None:
 
 
 # -- clients that cheat ------------------------------------------------------
-
-
-class CheatingClient(Poplar1):
-    """Programs ``count`` instead of 1 along its path at one level (the
-    authenticator and the correlated randomness stay honest): a string
-    whose counts at that level are not one-hot."""
-
-    def __init__(self, bits: int, level: int, count: int) -> None:
-        super().__init__(bits)
-        self.level, self.count = level, count
-
-    def programmed_values(self, xof: XofTurboShake128) -> tuple[list[list[int]], list[int]]:
-        beta_inner, beta_leaf = super().programmed_values(xof)
-        values = beta_inner[self.level] if self.level < self.BITS - 1 else beta_leaf
-        values[0] = self.count % self.idpf.current_field(self.level).MODULUS
-        return beta_inner, beta_leaf
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.vdaf import prio3_round_trip as run
 from veil.vdaf import (
     CodecError,
     Field64,
@@ -25,30 +26,6 @@ from veil.vdaf import (
 )
 
 CTX = b"veil tests"
-
-
-def run(vdaf: Prio3[Any, Any], measurements: list[Any]) -> Any:
-    """Shard, verify and aggregate in memory, through the byte encodings."""
-    verify_key = secrets.token_bytes(vdaf.VERIFY_KEY_SIZE)
-    agg_shares = [vdaf.agg_init(None) for _ in range(vdaf.SHARES)]
-    for m in measurements:
-        nonce = secrets.token_bytes(vdaf.NONCE_SIZE)
-        public_share, input_shares = vdaf.shard(CTX, m, nonce, secrets.token_bytes(vdaf.RAND_SIZE))
-        public_share = vdaf.decode_public_share(vdaf.encode_public_share(public_share))
-        states, shares = [], []
-        for j, s in enumerate(input_shares):
-            s = vdaf.decode_input_share(j, vdaf.encode_input_share(s))
-            state, share = vdaf.verify_init(verify_key, CTX, j, None, nonce, public_share, s)
-            states.append(state)
-            shares.append(vdaf.decode_verifier_share(state, vdaf.encode_verifier_share(share)))
-        message = vdaf.verifier_shares_to_message(CTX, None, shares)
-        for j, state in enumerate(states):
-            msg = vdaf.decode_verifier_message(state, vdaf.encode_verifier_message(message))
-            out = vdaf.verify_next(CTX, state, msg)
-            out = vdaf.decode_out_share(None, vdaf.encode_out_share(out))
-            agg_shares[j] = vdaf.agg_update(None, agg_shares[j], out)
-    decoded = [vdaf.decode_agg_share(None, vdaf.encode_agg_share(a)) for a in agg_shares]
-    return vdaf.unshard(None, decoded, len(measurements))
 
 
 def test_constants_and_api() -> None:
