@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from tests.support.backends import Backend
+from tests.support.vdaf import CheatingClient
 from veil.aggregator.core import AggregationAnswer, AggregatorBase, VerifyInitItem
 from veil.aggregator.errors import (
     AggParamRefused,
@@ -330,6 +331,62 @@ def test_a_string_not_one_hot_and_a_bad_idpf_key_are_dropped(world: World) -> No
     # The helper dropped them too, counted as verification failures.
     rejected = world.helper.store.rejections(world.files.leader.task_id)
     assert rejected == {"vdaf_verify_error": 2}
+
+
+def test_the_floor_does_not_depend_on_the_level_a_report_fails(backend: Backend) -> None:
+    """Floor 4: three honest reports and two that fail only at level 15. The
+    floor counts the reports each level verified (5 at both levels), so level
+    15 is released like level 7, and the two forged reports tell nothing of
+    how far the honest count stands from the floor."""
+    files = new_task(
+        VdafSpec("poplar1", bits=16),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=4,
+        dp=DpSpec("none"),
+    )
+    world = World(backend, files)
+    world.upload([b"ab", b"ab", b"cd"])
+    # One-hot at level 7, a count of 2 at level 15: passes the first, fails the second.
+    forged = [_sharded(world, CheatingClient(16, 15, 2), b"ab") for _ in range(2)]
+    world.leader_base.store.put_reports(files.leader.task_id, [(T, r) for r in forged])
+    released, counts = world.collect(text_agg_param([b"a", b"c"]))
+    assert (released.report_count, counts) == (5, [4, 1])
+    released, counts = world.collect(text_agg_param([b"ab", b"cd"]))
+    assert (released.report_count, counts) == (3, [2, 1])
+    # Both aggregators dropped the forged reports at level 15 only.
+    rejected = world.helper.store.rejections(files.leader.task_id)
+    assert rejected == {"vdaf_verify_error": 2}
+
+
+def test_a_batch_with_fewer_reports_than_the_floor_is_refused(backend: Backend) -> None:
+    files = new_task(
+        VdafSpec("poplar1", bits=16),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=4,
+        dp=DpSpec("none"),
+    )
+    world = World(backend, files)
+    world.upload([b"ab", b"ab", b"cd"])
+    with pytest.raises(BatchTooSmall, match="verified at this level"):
+        world.collect(text_agg_param([b"a", b"c"]))
+    # The helper too, on its own count: a leader that skips its own floor
+    # and asks for the level's share is refused.
+    task = files.leader
+    (query,) = world.leader_base.store.prefix_queries(task.task_id, T, T + TP)
+    helper_query = world.helper.store.prefix_query(task.task_id, T, 7)
+    assert helper_query is not None and helper_query.report_count == 3
+    with pytest.raises(BatchTooSmall, match="verified at this level"):
+        world.api.aggregate_share(
+            task,
+            query.collected_by or b"",
+            T,
+            TP,
+            helper_query.report_count,
+            helper_query.checksum,
+            query.agg_param,
+        )
 
 
 def test_each_ledger_refuses_a_level_past_the_budget(backend: Backend) -> None:

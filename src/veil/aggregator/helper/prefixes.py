@@ -552,12 +552,16 @@ class HelperPrefixes:
                 "the helper's report count or checksum of this query differs from the"
                 " leader's: retry after pending aggregation jobs finish"
             )
-        # The floor on this level's own count of accepted reports: a report
-        # rejected at this level is not in it.
-        if count < task.min_batch_size:
+        # The floor on the reports this level verified, accepted or rejected
+        # (its replay records), not on the accepted: a client cannot choose
+        # the level at which it is rejected, so that an honest leader's batch
+        # reaches the floor at every level or at none (told once).
+        if h.store.asked_prefix_reports(task.task_id, start, agg_param.level) < (
+            task.min_batch_size
+        ):
             raise BatchTooSmall(
                 f"the batch holds fewer than min_batch_size ({task.min_batch_size}) reports"
-                " accepted at this level"
+                " verified at this level"
             )
         check_batch_size(task, h.bounds[task.task_id], count)
         self.privacy.check(task, start, duration, collection_id)

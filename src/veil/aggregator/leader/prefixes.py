@@ -213,21 +213,28 @@ class LeaderPrefixes:
         # PIPELINE jobs at once, so that the leader works on one while the
         # helper works on another (each job alone has them take turns). The
         # requests are the same whatever the order they are sent in.
-        running: deque[Future[BatchAggregate]] = deque()
+        running: deque[Future[tuple[BatchAggregate, int]]] = deque()
 
-        def metered(job_id: bytes, part: Sequence[Report]) -> BatchAggregate:
+        # Reports verified at this level, accepted or rejected: the floor's count.
+        verified = 0
+
+        def metered(job_id: bytes, part: Sequence[Report]) -> tuple[BatchAggregate, int]:
             began = time.monotonic()
             try:
-                delta, outcomes = self._job(task, prefix, agg_param, record, job_id, part, api)
+                delta, outcomes, sent = self._job(
+                    task, prefix, agg_param, record, job_id, part, api
+                )
             except Exception:
                 self.meter.prefix_job_failed()
                 raise
             self.meter.prefix_job(task, agg_param.level, time.monotonic() - began, outcomes)
-            return delta
+            return delta, sent
 
         def done(total: BatchAggregate) -> BatchAggregate:
             """The oldest job's sum added, the lease renewed after it."""
-            delta = running.popleft().result()
+            nonlocal verified
+            delta, sent = running.popleft().result()
+            verified += sent
             if delta.report_count:
                 total = merge_aggregate(total, delta, merge)
             if renew is not None and not renew():
@@ -254,10 +261,16 @@ class LeaderPrefixes:
                     job.cancel()
                 wait(running)
         count, checksum = total.report_count, total.checksum
-        if count < task.min_batch_size:
+        # The floor on the reports verified at this level, not on those that
+        # passed: a client may build its report to fail at a level of its
+        # choosing, and a floor on the accepted count would then end the
+        # batch at the level where the honest count falls below it, telling
+        # that count. The reports verified are the same at every level (the
+        # batch is closed), so the batch reaches the floor at all or none.
+        if verified < task.min_batch_size:
             raise BatchTooSmall(
-                f"fewer than min_batch_size ({task.min_batch_size}) reports of the batch passed"
-                " verification at this level"
+                f"fewer than min_batch_size ({task.min_batch_size}) reports of the batch were"
+                " verified at this level"
             )
         check_batch_size(task, base.bounds[task.task_id], count)
         helper_ct = api.aggregate_share(
@@ -310,9 +323,11 @@ class LeaderPrefixes:
         job_id: bytes,
         reports: Sequence[Report],
         api: HelperApi,
-    ) -> tuple[BatchAggregate, dict[bytes, ReportRejection | None]]:
-        """One aggregation job in two rounds: what it adds to the level, and
-        each report's outcome (None: accepted by both aggregators)."""
+    ) -> tuple[BatchAggregate, dict[bytes, ReportRejection | None], int]:
+        """One aggregation job in two rounds: what it adds to the level, each
+        report's outcome (None: accepted by both aggregators), and how many
+        reports reached the second round (verified, accepted or rejected: what
+        the helper records, and the floor's count)."""
         base = self.base
         outcomes: dict[bytes, ReportRejection | None] = {}
         ctx = vdaf_ctx(task.task_id)
@@ -339,7 +354,7 @@ class LeaderPrefixes:
         batch = prefix.batch
         empty = BatchAggregate(0, None, 0, bytes(32))
         if not opened:
-            return empty, outcomes
+            return empty, outcomes, 0
         init = self.caches.verify_init(
             prefix,
             task,
@@ -354,7 +369,7 @@ class LeaderPrefixes:
         rows = [i for i, s in enumerate(init.verifier_shares) if s is not None]
         if not rows:
             outcomes.update((r.report_id, VDAF_DECODE_ERROR) for r in opened)
-            return empty, outcomes
+            return empty, outcomes, 0
         items = _items(opened, rows, init.verifier_shares)
         batch_round = (record.agg_param, record.start, record.duration)
         first = api.aggregate(task, job_id, items, (*batch_round, 1))
@@ -403,7 +418,7 @@ class LeaderPrefixes:
                     error or VerifyError("rejected by the helper")
                 )
         both = Poplar1OutShareBatch(out.level, out.out_shares, errors)
-        return job_sum(prefix, both, [r.report_id for r in opened]), outcomes
+        return job_sum(prefix, both, [r.report_id for r in opened]), outcomes, len(items2)
 
 
 def _items(

@@ -242,6 +242,8 @@ class Datastore:
     # seen_prefix_reports / commit_prefix_job (helper): replay records per
     #   (batch, level), and the second round's job record, replay records,
     #   rejection counts and sum, as commit_helper_job for Prio3.
+    # asked_prefix_reports (helper): how many replay records a (batch, level)
+    #   holds: the reports it verified, accepted or rejected (the floor's count).
     # collect_prefix_query (helper): mark the level released and store the
     #   collection record; BatchChanged if its sum changed, QueryCollected if
     #   another collection released it.
@@ -283,6 +285,11 @@ class Datastore:
     ) -> set[bytes]:
         return self._read(
             lambda tx: prefix_queries.seen_prefix_reports(tx, task_id, start, level, report_ids)
+        )
+
+    def asked_prefix_reports(self, task_id: bytes, start: int, level: int) -> int:
+        return self._read(
+            lambda tx: prefix_queries.asked_prefix_reports(tx, task_id, start, level)
         )
 
     def commit_prefix_job(

@@ -173,6 +173,16 @@ def seen_prefix_reports(
     return seen
 
 
+def asked_prefix_reports(tx: Tx, task_id: bytes, start: int, level: int) -> int:
+    """How many reports this (batch, level) verified, accepted or rejected:
+    its replay records (the helper's floor counts these, not the accepted)."""
+    row = tx.one(
+        "SELECT COUNT(*) FROM prefix_reports WHERE task_id = ? AND start = ? AND level = ?",
+        (task_id, start, level),
+    )
+    return 0 if row is None else int(row[0])
+
+
 def commit_prefix_job(
     tx: Tx, job: HelperJob, start: int, level: int, merge: ShareMerge
 ) -> tuple[bytes, bytes] | None:
