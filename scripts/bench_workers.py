@@ -109,6 +109,26 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_until_quiet(
+    procs: dict[str, int | None], window: float = 0.5, quiet_cpu: float = 0.02, timeout: float = 120
+) -> None:
+    """Return once every process has spent at most `quiet_cpu` CPU seconds in
+    each of two consecutive `window`s (its start-up over: an idle server
+    spends none, an idle worker's or SQLite leader's polling at most a few
+    ms a second); RuntimeError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    quiet_windows = 0
+    before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+    while quiet_windows < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the servers were still busy {timeout:g} s after starting")
+        time.sleep(window)
+        after = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        busy = any(after[name] - before[name] > quiet_cpu for name in procs)
+        quiet_windows = 0 if busy else quiet_windows + 1
+        before = after
+
+
 def hpke_open_floor(opens: int = 1000, rounds: int = 5) -> float:
     """CPU µs of one X25519 HPKE open (the aggregator's floor per report),
     through `cryptography`'s single-shot API as `veil.hpke.open_` calls it, of
@@ -178,13 +198,12 @@ def one_run(
         built = [client.build_report(value(i), t) for i in range(reports)]
         for w in dep.workers:
             w.start_worker()
-        # Wait until every worker has started and is idling.
+        # Wait until every worker has started.
         deadline = time.monotonic() + 60
         while not all(w.log.exists() and "started" in w.log.read_text() for w in dep.workers):
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not start")
             time.sleep(0.05)
-        time.sleep(0.5)
         helper_procs = getattr(dep, "helpers", [dep.helper])
         procs = {f"helper {i + 1}": h.pid for i, h in enumerate(helper_procs)}
         if dsn is None:
@@ -193,6 +212,10 @@ def one_run(
             procs |= {"front end": dep.leader.pid} | {
                 f"worker {i + 1}": w.pid for i, w in enumerate(dep.workers)
             }
+        # Only steady-state work is measured: a server reports ready before it
+        # loads the field kernels and freezes its start-up heap (serve_forever),
+        # which may take a second of CPU on a busy machine.
+        wait_until_quiet(procs)
         storage_name = "sqlite" if dsn is None else "pg"
         profiler = Profiler(profile, f"{vdaf}-{storage_name}-w{workers}-h{helpers}", procs)
         began = time.perf_counter()
