@@ -149,9 +149,7 @@ def gather(
             if queries is not None:
                 # A text question's reports wait for its collections, which
                 # aggregate them level by level: held, not pending.
-                levels = [
-                    q for q in queries if q["start"] <= bucket < q["start"] + q["duration"]
-                ]
+                levels = [q for q in queries if q["start"] <= bucket < q["start"] + q["duration"]]
                 batch.update(
                     pending=0,
                     held=waiting,

@@ -288,9 +288,7 @@ class Datastore:
         )
 
     def asked_prefix_reports(self, task_id: bytes, start: int, level: int) -> int:
-        return self._read(
-            lambda tx: prefix_queries.asked_prefix_reports(tx, task_id, start, level)
-        )
+        return self._read(lambda tx: prefix_queries.asked_prefix_reports(tx, task_id, start, level))
 
     def commit_prefix_job(
         self, job: HelperJob, start: int, level: int, merge: ShareMerge
