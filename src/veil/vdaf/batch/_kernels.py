@@ -313,6 +313,48 @@ def _store_spread(acc, out, dest):
 
 
 @_inline
+def _add_split_products(acc, j, a0, a1, a2, a3, b0, b1, b2, b3):
+    """Add the product of ``a`` and ``b`` (32-bit limbs in uint64) to the
+    column sums ``acc[:, j]`` (8 columns) as its sixteen limb products, each
+    split at 32 bits into its two columns: no carry chain, so a loop over j
+    calling it vectorises."""
+    p00 = a0 * b0
+    p01 = a0 * b1
+    p10 = a1 * b0
+    p02 = a0 * b2
+    p11 = a1 * b1
+    p20 = a2 * b0
+    p03 = a0 * b3
+    p12 = a1 * b2
+    p21 = a2 * b1
+    p30 = a3 * b0
+    p13 = a1 * b3
+    p22 = a2 * b2
+    p31 = a3 * b1
+    p23 = a2 * b3
+    p32 = a3 * b2
+    p33 = a3 * b3
+    acc[0, j] += np.int64(p00 & _MASK)
+    acc[1, j] += np.int64((p00 >> _S32) + (p01 & _MASK) + (p10 & _MASK))
+    acc[2, j] += np.int64(
+        (p01 >> _S32) + (p10 >> _S32) + (p02 & _MASK) + (p11 & _MASK) + (p20 & _MASK)
+    )
+    acc[3, j] += np.int64(
+        (p02 >> _S32) + (p11 >> _S32) + (p20 >> _S32)
+        + (p03 & _MASK) + (p12 & _MASK) + (p21 & _MASK) + (p30 & _MASK)
+    )  # fmt: skip
+    acc[4, j] += np.int64(
+        (p03 >> _S32) + (p12 >> _S32) + (p21 >> _S32) + (p30 >> _S32)
+        + (p13 & _MASK) + (p22 & _MASK) + (p31 & _MASK)
+    )  # fmt: skip
+    acc[5, j] += np.int64(
+        (p13 >> _S32) + (p22 >> _S32) + (p31 >> _S32) + (p23 & _MASK) + (p32 & _MASK)
+    )
+    acc[6, j] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
+    acc[7, j] += np.int64(p33 >> _S32)
+
+
+@_inline
 def _matvec_entry(v0, v1, v2, v3, e, k, acc):
     """Add the products of one non-zero entry (limbs v0..v3) of a row with
     row k of the matrix ``e`` (4, K, J) to the column sums ``acc`` (8, J)."""
@@ -360,40 +402,7 @@ def _matvec_entry(v0, v1, v2, v3, e, k, acc):
         b1 = _U64(e1[y])
         b2 = _U64(e2[y])
         b3 = _U64(e3[y])
-        p00 = a0 * b0
-        p01 = a0 * b1
-        p10 = a1 * b0
-        p02 = a0 * b2
-        p11 = a1 * b1
-        p20 = a2 * b0
-        p03 = a0 * b3
-        p12 = a1 * b2
-        p21 = a2 * b1
-        p30 = a3 * b0
-        p13 = a1 * b3
-        p22 = a2 * b2
-        p31 = a3 * b1
-        p23 = a2 * b3
-        p32 = a3 * b2
-        p33 = a3 * b3
-        acc[0, y] += np.int64(p00 & _MASK)
-        acc[1, y] += np.int64((p00 >> _S32) + (p01 & _MASK) + (p10 & _MASK))
-        acc[2, y] += np.int64(
-            (p01 >> _S32) + (p10 >> _S32) + (p02 & _MASK) + (p11 & _MASK) + (p20 & _MASK)
-        )
-        acc[3, y] += np.int64(
-            (p02 >> _S32) + (p11 >> _S32) + (p20 >> _S32)
-            + (p03 & _MASK) + (p12 & _MASK) + (p21 & _MASK) + (p30 & _MASK)
-        )  # fmt: skip
-        acc[4, y] += np.int64(
-            (p03 >> _S32) + (p12 >> _S32) + (p21 >> _S32) + (p30 >> _S32)
-            + (p13 & _MASK) + (p22 & _MASK) + (p31 & _MASK)
-        )  # fmt: skip
-        acc[5, y] += np.int64(
-            (p13 >> _S32) + (p22 >> _S32) + (p31 >> _S32) + (p23 & _MASK) + (p32 & _MASK)
-        )
-        acc[6, y] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
-        acc[7, y] += np.int64(p33 >> _S32)
+        _add_split_products(acc, y, a0, a1, a2, a3, b0, b1, b2, b3)
 
 
 @nb.njit(f"void({_C3}, {_C3}, {_C3})", cache=True)
@@ -512,40 +521,7 @@ def prove_mul_sum128(seeds, wires, e, dest, g):
                 b1 = _U64(z1[y]) & _MASK
                 b2 = _U64(z2[y]) & _MASK
                 b3 = _U64(z3[y]) & _MASK
-                p00 = a0 * b0
-                p01 = a0 * b1
-                p10 = a1 * b0
-                p02 = a0 * b2
-                p11 = a1 * b1
-                p20 = a2 * b0
-                p03 = a0 * b3
-                p12 = a1 * b2
-                p21 = a2 * b1
-                p30 = a3 * b0
-                p13 = a1 * b3
-                p22 = a2 * b2
-                p31 = a3 * b1
-                p23 = a2 * b3
-                p32 = a3 * b2
-                p33 = a3 * b3
-                sums[0, y] += np.int64(p00 & _MASK)
-                sums[1, y] += np.int64((p00 >> _S32) + (p01 & _MASK) + (p10 & _MASK))
-                sums[2, y] += np.int64(
-                    (p01 >> _S32) + (p10 >> _S32) + (p02 & _MASK) + (p11 & _MASK) + (p20 & _MASK)
-                )
-                sums[3, y] += np.int64(
-                    (p02 >> _S32) + (p11 >> _S32) + (p20 >> _S32)
-                    + (p03 & _MASK) + (p12 & _MASK) + (p21 & _MASK) + (p30 & _MASK)
-                )  # fmt: skip
-                sums[4, y] += np.int64(
-                    (p03 >> _S32) + (p12 >> _S32) + (p21 >> _S32) + (p30 >> _S32)
-                    + (p13 & _MASK) + (p22 & _MASK) + (p31 & _MASK)
-                )  # fmt: skip
-                sums[5, y] += np.int64(
-                    (p13 >> _S32) + (p22 >> _S32) + (p31 >> _S32) + (p23 & _MASK) + (p32 & _MASK)
-                )
-                sums[6, y] += np.int64((p23 >> _S32) + (p32 >> _S32) + (p33 & _MASK))
-                sums[7, y] += np.int64(p33 >> _S32)
+                _add_split_products(sums, y, a0, a1, a2, a3, b0, b1, b2, b3)
         _store_columns(sums, g, r)
 
 
