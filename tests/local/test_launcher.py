@@ -16,6 +16,20 @@ def test_free_port_never_hands_out_a_port_twice() -> None:
     assert len(set(ports)) == len(ports)
 
 
+def test_free_ports_lie_below_the_range_outgoing_connections_use() -> None:
+    # Where the kernel says which ports client sockets are given, a port
+    # handed out for a server is not one of them (a connect elsewhere could
+    # take it before the server binds).
+    path = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    if not path.exists():
+        pytest.skip("this kernel does not say which ports outgoing connections use")
+    start = int(path.read_text().split()[0])
+    if start < 11000:
+        pytest.skip(f"outgoing connections use ports from {start}: no room below")
+    ports = [free_port() for _ in range(200)]
+    assert all(10000 <= port < start for port in ports)
+
+
 def test_a_server_of_the_other_role_on_the_address_is_not_taken_for_it(
     tmp_path: Path,
 ) -> None:

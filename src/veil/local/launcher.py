@@ -15,6 +15,7 @@ processes the leader's.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -39,13 +40,37 @@ from veil.task import DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 # share it (one of them failing to bind while the other answers for both).
 _handed_out: set[int] = set()
 
+# Listening ports are drawn below the kernel's range for outgoing
+# connections (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768 and up by
+# default). A port from inside it, free when chosen, could be taken by any
+# client socket's connect before the server binds it: with many servers and
+# connections starting at once (the test suite's parallel workers) that was
+# seen to happen. Below the range only another listener can take it.
+_LOW_PORT = 10000
+_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _outgoing_range_start() -> int | None:
+    try:
+        return int(_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago and that this
-    process has not handed out before."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, that this
+    process has not handed out before and, where the kernel says which
+    ports outgoing connections use, outside them."""
+    start = _outgoing_range_start()
     while True:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            if start is not None and start - _LOW_PORT >= 1000:
+                try:
+                    s.bind(("127.0.0.1", _LOW_PORT + secrets.randbelow(start - _LOW_PORT)))
+                except OSError:
+                    continue
+            else:
+                s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
         if port not in _handed_out:
             _handed_out.add(port)
