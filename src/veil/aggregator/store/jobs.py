@@ -39,6 +39,16 @@ def helper_job(tx: Tx, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | N
     return None if row is None else (bytes(row[0]), bytes(row[1]))
 
 
+def insert_helper_job(tx: Tx, job: HelperJob) -> None:
+    """The helper's record of a job (its request's hash and its answer, kept
+    to answer a retry identically), for Prio3's jobs and Poplar1's."""
+    tx.run(
+        "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (job.task_id, job.job_id, job.request_hash, job.response, _time.time()),
+    )
+
+
 def commit_helper_job(tx: Tx, job: HelperJob, merge: ShareMerge) -> tuple[bytes, bytes] | None:
     """The helper's whole job in one transaction (see Datastore.commit_helper_job).
 
@@ -54,11 +64,7 @@ def commit_helper_job(tx: Tx, job: HelperJob, merge: ShareMerge) -> tuple[bytes,
     taken = seen_reports(tx, task_id, [i for i, _ in job.reports])
     if taken:
         raise ReportsAggregated(sorted(taken))
-    tx.run(
-        "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (task_id, job_id, job.request_hash, job.response, _time.time()),
-    )
+    insert_helper_job(tx, job)
     tx.insert_new(
         "helper_reports",
         (("task_id", "bytea"), ("report_id", "bytea"), ("time", "bigint"), ("job_id", "bytea")),

@@ -11,7 +11,7 @@ import time as _time
 from collections.abc import Callable, Sequence
 
 from veil.aggregator.store.collection_jobs import get_collection, update_collection
-from veil.aggregator.store.jobs import helper_job
+from veil.aggregator.store.jobs import helper_job, insert_helper_job
 from veil.aggregator.store.records import (
     COLLECTION_COLS,
     COLLECTION_PLACEHOLDERS,
@@ -209,11 +209,7 @@ def commit_prefix_job(
     taken = seen_prefix_reports(tx, task_id, start, level, [i for i, _ in job.reports])
     if taken:
         raise ReportsAggregated(sorted(taken))
-    tx.run(
-        "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (task_id, job_id, job.request_hash, job.response, _time.time()),
-    )
+    insert_helper_job(tx, job)
     tx.many(
         "INSERT INTO prefix_reports (task_id, start, level, report_id) VALUES (?, ?, ?, ?)",
         [(task_id, start, level, i) for i, _ in job.reports],
