@@ -36,6 +36,7 @@ from veil.aggregator.store.records import (
     PrefixQuery,
     QueryCollected,
     QueryConflict,
+    ReportIdTaken,
     ReportsAggregated,
     StorageConflict,
     aggregate_shard,
@@ -393,6 +394,7 @@ def test_gc_leader_keeps_what_replay_protection_needs(store: Datastore) -> None:
     result = store.collect_garbage(TASK, TP, 7200, None)
     assert result.reports == 2
     assert store.report_counts(TASK, TP) == {10800: {"aggregated": 1, "pending": 1}}
+    assert rows_of(store, "report_shares") == 2  # a report's shares go with it
     assert store.open_aggregation_jobs() == []
     assert store.unaggregated_count(TASK, 0, 14400) == 1
     # The job still holds report 4, so it is kept until that report goes.
@@ -589,30 +591,40 @@ def test_no_upload_lands_in_a_bucket_after_it_is_closed(opener: Opener) -> None:
 
 def test_sqlite_job_path_looks_reports_up_by_index(tmp_path: Path) -> None:
     """Every statement on the aggregation path finds its rows of `reports`
-    through an index on more than the task id. Without statistics, SQLite
-    once walked all of a task's reports to read one job, which made each job
-    slower as the task grew."""
+    and of `report_shares` through an index on more than the task id.
+    Without statistics, SQLite once walked all of a task's reports to read
+    one job, which made each job slower as the task grew."""
     store = SqliteDatastore(tmp_path / "plan.db")
     db = store._conn()
     statements: list[str] = []
     db.set_trace_callback(statements.append)
     store.put_reports(TASK, [(3600, report(i)) for i in range(20)])
+    upload_end = len(
+        [q for q in statements if q.lstrip().startswith(("INSERT", "UPDATE", "DELETE"))]
+    )
     store.create_aggregation_job(TASK, b"j" * 16, 10)
     ids = [r.report_id for r in store.job_reports(TASK, b"j" * 16)]
     assert ids == sorted(ids) and len(ids) == 10
     store.finish_aggregation_job(TASK, b"j" * 16, dict.fromkeys(ids), [], MERGE)
     db.set_trace_callback(None)
-    checked = 0
+    # A report's shares are written once, on upload: the job path changes
+    # only its narrow state row.
+    writes = [q for q in statements if q.lstrip().startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert any(q.startswith("INSERT INTO report_shares") for q in writes[:upload_end])
+    assert [q for q in writes[upload_end:] if "report_shares" in q] == []
+    checked: dict[str, int] = {"reports": 0, "report_shares": 0}
     for sql in statements:
-        if " reports" not in sql or not sql.lstrip().startswith(("SELECT", "UPDATE")):
+        if " report" not in sql or not sql.lstrip().startswith(("SELECT", "UPDATE")):
             continue
         for row in db.execute("EXPLAIN QUERY PLAN " + sql).fetchall():
             detail = row[3]
-            if " reports " in f"{detail} ":
-                checked += 1
-                assert not detail.startswith("SCAN"), (sql, detail)
-                assert "(task_id=?)" not in detail, (sql, detail)
-    assert checked >= 3
+            for table in checked:
+                if f" {table} " in f"{detail} ":
+                    checked[table] += 1
+                    assert not detail.startswith("SCAN"), (sql, detail)
+                    assert "(task_id=?)" not in detail, (sql, detail)
+    # The shares are read once, with the job's reports.
+    assert checked["reports"] >= 3 and checked["report_shares"] >= 1, checked
     store.close()
 
 
@@ -813,6 +825,76 @@ def test_rows_from_before_shards_become_shard_0(
         store.commit_helper_job(one_report_job(job_on_shard(6), 3, bucket=7200), MERGE)
 
 
+def rows_of(store: Datastore, table: str) -> int:
+    """How many rows `table` holds (a constant name)."""
+    row = store._read(lambda tx: tx.one(f"SELECT count(*) FROM {table}"))
+    assert row is not None
+    return int(row[0])
+
+
+def test_reports_from_before_report_shares_migrate_in_every_state(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at the schema before report_shares (version 7), holding a
+    report in every state (pending, deferred as too early, in an open job,
+    aggregated, rejected), migrates: each keeps its state, job, reason,
+    retry time and content, and the leader's work goes on from there."""
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:7])
+    monkeypatch.setattr(postgres_backend, "MIGRATIONS", MIGRATIONS[:7])
+    backend.store("m")
+    job, done = b"j" * 16, b"d" * 16
+    ct = CT.to_bytes()
+    old_rows = [
+        (TASK, report(1).report_id, 3600, b"ps", ct, ct, 0, None, None, 0.0),
+        (TASK, report(2).report_id, 3600, b"ps", ct, ct, 0, None, "report_too_early", 4e9),
+        (TASK, report(3).report_id, 3600, b"ps", ct, ct, 1, job, None, 0.0),
+        (TASK, report(4).report_id, 3600, b"ps", ct, ct, 1, job, None, 0.0),
+        (TASK, report(5).report_id, 3600, b"ps", ct, ct, 2, done, None, 0.0),
+        (TASK, report(6).report_id, 3600, b"ps", ct, ct, 3, done, "invalid_proof", 0.0),
+    ]
+    insert = "INSERT INTO reports VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    jobs_insert = (
+        "INSERT INTO aggregation_jobs (task_id, job_id, state, created) VALUES (?, ?, ?, 0)"
+    )
+    job_rows = [(TASK, job, "open"), (TASK, done, "finished")]
+    conninfo = backend.conninfo("m")
+    if conninfo is None:
+        with sqlite3.connect(backend.path("m")) as db:
+            db.executemany(insert, old_rows)
+            db.executemany(jobs_insert, job_rows)
+    else:
+        with psycopg.connect(conninfo) as conn:
+            conn.cursor().executemany(insert.replace("?", "%s"), old_rows)
+            conn.cursor().executemany(jobs_insert.replace("?", "%s"), job_rows)
+    monkeypatch.undo()
+    store = backend.store("m")
+    assert (rows_of(store, "reports"), rows_of(store, "report_shares")) == (6, 6)
+    assert store.report_counts(TASK, TP) == {
+        3600: {"pending": 2, "in_job": 2, "aggregated": 1, "rejected": 1}
+    }
+    assert store.deferred_count(TASK) == 1
+    assert store.unaggregated_count(TASK, 3600, 7200) == 4
+    assert store.batch_reports(TASK, 0, 7200) == [report(i) for i in range(1, 7)]
+    # The open job reads its reports whole, and finishes.
+    assert store.job_reports(TASK, job) == [report(3), report(4)]
+    store.finish_aggregation_job(
+        TASK, job, {report(3).report_id: None, report(4).report_id: "x"}, [], MERGE
+    )
+    # An upload again is a duplicate; another report under a taken id is refused.
+    assert store.put_reports(TASK, [(3600, report(5))]) == (0, 1)
+    with pytest.raises(ReportIdTaken):
+        store.put_reports(TASK, [(3600, replace(report(5), public_share=b"other"))])
+    # The pending report goes into a job; the deferred one waits.
+    assert store.create_aggregation_job(TASK, b"k" * 16, 10) == 1
+    assert store.job_reports(TASK, b"k" * 16) == [report(1)]
+    assert store.report_counts(TASK, TP) == {
+        3600: {"pending": 1, "in_job": 1, "aggregated": 2, "rejected": 2}
+    }
+    # Garbage collection takes both rows of each done report.
+    assert store.collect_garbage(TASK, TP, 7200, None).reports == 4
+    assert (rows_of(store, "reports"), rows_of(store, "report_shares")) == (2, 2)
+
+
 # --- Poplar1 queries (prefix_queries, prefix_reports) -------------------------
 
 
@@ -937,6 +1019,8 @@ def test_gc_frees_a_done_poplar1_batch_and_keeps_its_query_records(store: Datast
     # every level of the batch again stay, with their collections.
     assert (result.reports, result.total()) == (2, 2)
     assert store.report_counts(TASK, TP) == {3600: {"pending": 1}}
+    assert store.batch_reports(TASK, 0, 7200) == [report(3, 3700)]
+    assert rows_of(store, "report_shares") == 1
     assert [q.level for q in store.prefix_queries(TASK, 0, 3600)] == [7, LAST]
     assert {c.job_id for c in store.collections(TASK)} == {b"c" * 16, b"d" * 16}
     with pytest.raises(QueryCollected):

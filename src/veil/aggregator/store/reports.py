@@ -4,6 +4,12 @@ the replay check, reading a job's reports, the counts that status and the
 leader's scheduler read, the sharded batch aggregates every job merges into,
 rejection counts, and the peer clock readings.
 
+A leader's report is two rows: its shares in `report_shares`, written once
+on upload, and its state (state, job, reason, retry time, with its time for
+the indexes) in `reports`, which every later step rewrites; a statement
+that needs both joins them on (task_id, report_id) (migration 8 of
+veil.aggregator.store.migrations).
+
 Each function runs inside one transaction the backend opened (and, on
 PostgreSQL, runs again from the start after a serialization failure), so a
 unit either commits whole or not at all. The contract each one keeps is the
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from veil.aggregator.store.records import (
     IN_JOB,
@@ -35,6 +42,11 @@ TOO_EARLY = "report_too_early"
 
 
 _AGGREGATE_COLS = "bucket, agg_share, report_count, checksum, collected_by"
+
+# A stored report whole: its state row joined to its shares. Statements
+# that only read or change the state stay on `reports`.
+_REPORT_COLS = "report_id, time, public_share, leader_ct, helper_ct"
+_REPORTS_WITH_SHARES = "reports JOIN report_shares USING (task_id, report_id)"
 
 
 def seen_reports(tx: Tx, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
@@ -183,20 +195,21 @@ def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[Report]:
     # walk the primary key (every report of the task) to avoid a sort
     # instead of looking the job up in reports_job.
     rows = tx.rows(
-        "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
-        " WHERE task_id = ? AND job_id = ?",
+        f"SELECT {_REPORT_COLS} FROM {_REPORTS_WITH_SHARES} WHERE task_id = ? AND job_id = ?",
         (task_id, job_id),
     )
-    return [
-        Report(
-            bytes(i),
-            int(t),
-            bytes(p),
-            Ciphertext.from_bytes(bytes(lc)),
-            Ciphertext.from_bytes(bytes(hc)),
-        )
-        for i, t, p, lc, hc in sorted(rows, key=lambda r: bytes(r[0]))
-    ]
+    return [report_from_row(r) for r in sorted(rows, key=lambda r: bytes(r[0]))]
+
+
+def report_from_row(row: Sequence[Any]) -> Report:
+    i, t, p, lc, hc = row
+    return Report(
+        bytes(i),
+        int(t),
+        bytes(p),
+        Ciphertext.from_bytes(bytes(lc)),
+        Ciphertext.from_bytes(bytes(hc)),
+    )
 
 
 def deferred_count(tx: Tx, task_id: bytes) -> int:
@@ -263,8 +276,7 @@ def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -
     seen: set[bytes] = set()
     for where, args in tx.id_lists("report_id", list(rows)):
         for report_id, *content in tx.rows(
-            "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
-            f" WHERE task_id = ? AND {where}",
+            f"SELECT {_REPORT_COLS} FROM {_REPORTS_WITH_SHARES} WHERE task_id = ? AND {where}",
             (task_id, *args),
         ):
             if tuple(content) != rows[bytes(report_id)]:
@@ -272,18 +284,24 @@ def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -
             seen.add(bytes(report_id))
     # ON CONFLICT: on PostgreSQL the same report stored meanwhile through
     # another front end makes this fail to serialise and run again (then
-    # finding it above), rather than fail on a duplicate key.
+    # finding it above), rather than fail on a duplicate key. Both rows of a
+    # report are written in this one transaction, so neither exists alone.
+    new = [(i, *row) for i, row in rows.items() if i not in seen]
     tx.insert_new(
-        "reports",
+        "report_shares",
         (
             ("task_id", "bytea"),
             ("report_id", "bytea"),
-            ("time", "bigint"),
             ("public_share", "bytea"),
             ("leader_ct", "bytea"),
             ("helper_ct", "bytea"),
         ),
-        [(task_id, i, *row) for i, row in rows.items() if i not in seen],
+        [(task_id, i, p, lc, hc) for i, _, p, lc, hc in new],
+    )
+    tx.insert_new(
+        "reports",
+        (("task_id", "bytea"), ("report_id", "bytea"), ("time", "bigint")),
+        [(task_id, i, t) for i, t, *_ in new],
     )
     return len(rows) - len(seen), len(seen)
 
@@ -291,17 +309,8 @@ def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -
 def batch_reports(tx: Tx, task_id: bytes, start: int, end: int) -> list[Report]:
     """The leader's stored reports with a time in [start, end), by report id."""
     rows = tx.rows(
-        "SELECT report_id, time, public_share, leader_ct, helper_ct FROM reports"
+        f"SELECT {_REPORT_COLS} FROM {_REPORTS_WITH_SHARES}"
         " WHERE task_id = ? AND time >= ? AND time < ? ORDER BY report_id",
         (task_id, start, end),
     )
-    return [
-        Report(
-            bytes(i),
-            int(t),
-            bytes(p),
-            Ciphertext.from_bytes(bytes(lc)),
-            Ciphertext.from_bytes(bytes(hc)),
-        )
-        for i, t, p, lc, hc in rows
-    ]
+    return [report_from_row(r) for r in rows]

@@ -94,39 +94,51 @@ _DONE_BATCH = (
 )
 
 
+def _report_deletes(
+    task_id: bytes, where: str, args: tuple[Any, ...]
+) -> list[tuple[str | None, str, tuple[Any, ...]]]:
+    """Delete the leader's reports of the task that `where` picks (a
+    condition on `reports`): their shares first, found through their state
+    rows, then the state rows, counted as the reports deleted."""
+    return [
+        (
+            None,
+            "DELETE FROM report_shares WHERE task_id = ? AND report_id IN"
+            f" (SELECT report_id FROM reports WHERE task_id = ? AND {where})",
+            (task_id, task_id, *args),
+        ),
+        ("reports", f"DELETE FROM reports WHERE task_id = ? AND {where}", (task_id, *args)),
+    ]
+
+
 def gc_statements(
     task_id: bytes,
     time_precision: int,
     report_horizon: int | None,
     job_horizon: float | None,
     last_level: int | None = None,
-) -> list[tuple[str, str, tuple[Any, ...]]]:
+) -> list[tuple[str | None, str, tuple[Any, ...]]]:
     """One garbage-collection pass as (GcResult field, SQL with ``?``
-    placeholders, arguments), in order; every backend runs these in one
-    transaction (see ``collect_garbage`` for the rules). `last_level` is a
-    Poplar1 task's last level (bits - 1), None for a Prio3 task."""
+    placeholders, arguments), in order (field None: rows not counted, the
+    shares of the reports that the next statement deletes); every backend
+    runs these in one transaction (see ``collect_garbage`` for the rules).
+    `last_level` is a Poplar1 task's last level (bits - 1), None for a Prio3
+    task."""
     tp = time_precision
     horizon = report_horizon
     age = "time < ?" if horizon is not None else "FALSE"
     age_args: tuple[int, ...] = (horizon,) if horizon is not None else ()
     ended = "q.start + q.duration <= ?" if horizon is not None else "FALSE"
-    statements: list[tuple[str, str, tuple[Any, ...]]] = [
-        (
-            "reports",
-            "DELETE FROM reports WHERE task_id = ? AND state IN (?, ?) AND"
-            f" ({age} OR {_FINISHED_BUCKET.format(t='reports')})",
-            (task_id, AGGREGATED, REJECTED, *age_args, tp),
-        ),
-    ]
+    statements = _report_deletes(
+        task_id,
+        f"state IN (?, ?) AND ({age} OR {_FINISHED_BUCKET.format(t='reports')})",
+        (AGGREGATED, REJECTED, *age_args, tp),
+    )
     if last_level is not None:
         # A Poplar1 task's reports stay pending: its collections aggregate
         # them level by level, and its query records outlive them.
+        statements += _report_deletes(task_id, f"({age} OR {_DONE_BATCH})", (*age_args, last_level))
         statements += [
-            (
-                "reports",
-                f"DELETE FROM reports WHERE task_id = ? AND ({age} OR {_DONE_BATCH})",
-                (task_id, *age_args, last_level),
-            ),
             (
                 "prefix_reports",
                 "DELETE FROM prefix_reports WHERE task_id = ? AND EXISTS (SELECT 1 FROM"
@@ -245,7 +257,9 @@ def collect_garbage(
     statements = gc_statements(task_id, time_precision, report_horizon, job_horizon, last_level)
     counts: dict[str, int] = {}
     for kind, q, args in statements:
-        counts[kind] = counts.get(kind, 0) + tx.run(q, args)
+        n = tx.run(q, args)
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + n
     return GcResult(**counts)
 
 
