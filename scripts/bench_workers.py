@@ -29,6 +29,9 @@ Every run is preceded by a measurement of the floor: the CPU time of one
 X25519 HPKE open (what each aggregator must do per report at least), so
 each CPU figure can be read as a ratio to a floor measured at the same
 moment on the same machine (`hpke_open_us`, `x_hpke_open` in the JSON).
+`io_bytes_per_report` gives each process's bytes written and read by its
+system calls over the same span (wchar and rchar of /proc/PID/io: on SQLite
+the leader's database and WAL traffic) and, on PostgreSQL, the server's WAL.
 
 Issue 28's table: Count and Histogram(100,10), on PostgreSQL (one worker,
 one helper process) and on SQLite, one run of each per round, rounds
@@ -55,6 +58,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 # The throwaway PostgreSQL is test support (tests/support), not part of veil:
 # run from a checkout, the script finds it beside scripts/.
@@ -109,6 +114,26 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def io_bytes(pid: int | None) -> tuple[int, int]:
+    """(bytes written, bytes read) by a process's write and read calls so far
+    (wchar and rchar of Linux /proc/PID/io: its database and WAL files, its
+    sockets, whether or not the page cache absorbed them)."""
+    if pid is None:
+        return 0, 0
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["wchar"]), int(fields["rchar"])
+
+
+def wal_position(dsn: str | None) -> int:
+    """The PostgreSQL server's WAL insert position in bytes (0 without one)."""
+    if dsn is None:
+        return 0
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def wait_until_quiet(
     procs: dict[str, int | None], window: float = 0.5, quiet_cpu: float = 0.02, timeout: float = 120
 ) -> None:
@@ -159,12 +184,16 @@ def one_run(
     vdaf: str = "sum",
     exact: list[bool] | None = None,
     profile: Path | None = None,
+    io: dict[str, tuple[float, float]] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Reports aggregated per second with `workers` workers and `helpers` helper
     processes, on a fresh deployment, and the CPU µs per report each process
     spent meanwhile (robust to a busy machine). With `exact` given, the batch is
     then collected and whether it equals the true aggregate appended to it.
-    With `profile`, py-spy samples each server process meanwhile (Profiler)."""
+    With `profile`, py-spy samples each server process meanwhile (Profiler).
+    With `io` given, each process's bytes written and read per report over the
+    same span are put in it ("wal" on PostgreSQL: the server's WAL bytes per
+    report, both aggregators' databases together)."""
     suffix = secrets.token_hex(4)
     storage = None
     if dsn is not None:
@@ -220,6 +249,8 @@ def one_run(
         profiler = Profiler(profile, f"{vdaf}-{storage_name}-w{workers}-h{helpers}", procs)
         began = time.perf_counter()
         cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        io_before = {name: io_bytes(pid) for name, pid in procs.items()}
+        wal_before = wal_position(dsn)
         assert client.upload_reports(built).accepted == reports
         while store.has_unaggregated(files.client.task_id, 0, 1 << 62):
             time.sleep(0.02)
@@ -229,6 +260,15 @@ def one_run(
             name: (cpu_seconds(pid) - cpu_before[name]) * 1e6 / reports
             for name, pid in procs.items()
         }
+        if io is not None:
+            for name, pid in procs.items():
+                written, read = io_bytes(pid)
+                io[name] = (
+                    (written - io_before[name][0]) / reports,
+                    (read - io_before[name][1]) / reports,
+                )
+            if dsn is not None:
+                io["wal"] = ((wal_position(dsn) - wal_before) / reports, 0.0)
         rejected = store.rejections(files.client.task_id)
         if rejected:
             raise RuntimeError(f"reports rejected during the benchmark: {rejected}")
@@ -342,9 +382,11 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     exact: list[bool] = []
     floors: list[float] = []
     results = []
+    ios: list[dict[str, tuple[float, float]]] = []
     for _ in range(args.runs):
         # The floor measured before each run: same machine, same moment.
         floors.append(hpke_open_floor())
+        ios.append({})
         results.append(
             one_run(
                 dsn,
@@ -355,6 +397,7 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
                 args.vdaf,
                 exact,
                 args.profile,
+                ios[-1],
             )
         )
     cpu = {name: statistics.median(c[name] for _, c in results) for name in results[0][1]}
@@ -370,6 +413,15 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
         },
         "cpu_us_per_process": {k: round(v, 1) for k, v in cpu.items()},
         "hpke_open_us": round(statistics.median(floors), 1),
+        # Bytes written and read per report by each process's system calls
+        # ("wal": PostgreSQL's WAL, both aggregators), medians over the runs.
+        "io_bytes_per_report": {
+            name: {
+                "written": round(statistics.median(r[name][0] for r in ios)),
+                "read": round(statistics.median(r[name][1] for r in ios)),
+            }
+            for name in ios[0]
+        },
         # Each run's CPU per report over the floor measured just before it.
         "x_hpke_open": {
             k: None
