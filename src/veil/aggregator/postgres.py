@@ -122,7 +122,12 @@ class PostgresDatastore(Datastore):
         self.pool.close()
 
     def _read(self, work: Callable[[Tx], T]) -> T:
-        return self._run(lambda db: work(PostgresTx(db)))
+        # Autocommit, as SQLite's reads: each statement reads the latest
+        # committed state on its own. A transaction block would add a BEGIN
+        # and a COMMIT round trip to every read, and the helper makes three
+        # for each aggregation job.
+        with self.pool.connection() as conn:
+            return work(PostgresTx(conn))
 
     def _write(self, work: Callable[[Tx], T]) -> T:
         return self._run(lambda db: work(PostgresTx(db)))
