@@ -1,7 +1,17 @@
 """HPKE sealing of input and aggregate shares (RFC 9180, base mode).
 
 One suite throughout, as in DAP: DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 /
-AES-128-GCM. The primitives come from `cryptography.hazmat.primitives.hpke`.
+AES-128-GCM. Clients and the collector's counterparts seal with
+`cryptography.hazmat.primitives.hpke`. The aggregators open every report, so
+`open_` is written out here for this one suite (RFC 9180 sections 4.1, 5.1,
+5.2 and 7.1.3), for one reason: its X25519 runs in libsodium (PyNaCl), whose
+call releases the GIL, so a process opening a job's shares on several
+threads uses several cores; `cryptography`'s exchange holds the GIL. The key
+schedule is HMAC-SHA256 (`hmac.digest`, and for the extracts whose key is
+the empty salt, SHA-256 states with that key's pads already absorbed), the
+AEAD `cryptography`'s AES-128-GCM. It opens exactly what `cryptography`'s
+Suite seals (tests/test_hpke.py checks random contexts and every flipped
+byte against it).
 
 Its single-shot API takes `info` but no AEAD associated data, so the DAP
 associated data (task id, report metadata, public share; or the batch of an
@@ -13,13 +23,18 @@ kind, so label || context is an unambiguous encoding.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
+from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
+from nacl.exceptions import RuntimeError as SodiumError
 
 # The suite's ids, HpkeConfig, Ciphertext and ENC_SIZE are protocol messages
 # and constants (veil.messages); imported here for the many callers that seal
@@ -45,6 +60,60 @@ ROLE_LEADER = 2
 ROLE_HELPER = 3
 
 _SUITE = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.AES_128_GCM)
+
+# --- The constants of the open (RFC 9180), each computed once ---------------
+# Every labelled HKDF call starts its input with this version tag and the id
+# of the layer calling it: the KEM alone (section 4.1, "KEM" || kem_id) or
+# the whole suite (section 5.1, "HPKE" || kem_id || kdf_id || aead_id).
+_VERSION_TAG = b"HPKE-v1"
+_KEM_LAYER_ID = b"KEM" + struct.pack(">H", KEM_ID_X25519_HKDF_SHA256)
+_SUITE_LAYER_ID = b"HPKE" + struct.pack(">HHH", *SUITE_IDS)
+_BASE_MODE = b"\x00"  # no PSK, no sender authentication
+_KEY_SIZE = 16  # AES-128-GCM's key (Nk)
+_NONCE_SIZE = 12  # and nonce (Nn)
+_SECRET_SIZE = 32  # the KEM's shared secret (Nsecret), one SHA-256 output
+# HKDF-Expand to at most one hash output is HMAC(prk, info || 0x01).
+_FIRST_BLOCK = b"\x01"
+_ALL_ZERO = bytes(32)  # the DH output of a low-order public key
+
+
+def _empty_salt_hmac(message: bytes) -> bytes:
+    """HMAC-SHA256 under the empty key, whose padded forms are constants:
+    the SHA-256 states after the inner and outer pads are absorbed once."""
+    inner = _EMPTY_INNER.copy()
+    inner.update(message)
+    outer = _EMPTY_OUTER.copy()
+    outer.update(inner.digest())
+    return outer.digest()
+
+
+# HMAC pads a key to SHA-256's 64-byte block and XORs it with 0x36 (inner)
+# or 0x5c (outer); the empty key pads to zeros, leaving the bare constants.
+_EMPTY_INNER = hashlib.sha256(b"\x36" * 64)
+_EMPTY_OUTER = hashlib.sha256(b"\x5c" * 64)
+
+# LabeledExtract(salt, label, ikm) = HMAC(salt, tag || layer || label || ikm)
+# LabeledExpand(prk, label, info, L)
+#   = HMAC(prk, I2OSP(L, 2) || tag || layer || label || info || 0x01)[:L]
+# What comes before the variable part of each call:
+_EAE_PRK_PREFIX = _VERSION_TAG + _KEM_LAYER_ID + b"eae_prk"
+_SHARED_SECRET_PREFIX = (
+    struct.pack(">H", _SECRET_SIZE) + _VERSION_TAG + _KEM_LAYER_ID + b"shared_secret"
+)
+_INFO_HASH_PREFIX = _VERSION_TAG + _SUITE_LAYER_ID + b"info_hash"
+# The extract of the key schedule's secret from the shared secret, whose ikm
+# (the PSK) is empty in base mode: the whole message is constant.
+_SECRET_MESSAGE = _VERSION_TAG + _SUITE_LAYER_ID + b"secret"
+# psk_id_hash: the extract of the empty PSK id, the same for every open.
+_PSK_ID_HASH = _empty_salt_hmac(_VERSION_TAG + _SUITE_LAYER_ID + b"psk_id_hash")
+# key_schedule_context = mode || psk_id_hash || info_hash; the expands of the
+# key and the base nonce carry it as their info, so all but info_hash is fixed.
+_KEY_PREFIX = (
+    struct.pack(">H", _KEY_SIZE) + _VERSION_TAG + _SUITE_LAYER_ID + b"key" + _BASE_MODE
+) + _PSK_ID_HASH
+_NONCE_PREFIX = (
+    struct.pack(">H", _NONCE_SIZE) + _VERSION_TAG + _SUITE_LAYER_ID + b"base_nonce" + _BASE_MODE
+) + _PSK_ID_HASH
 
 __all__ = [
     "AEAD_ID_AES_128_GCM",
@@ -82,10 +151,12 @@ class HpkeKeypair:
         return f"HpkeKeypair(config_id={self.config.config_id})"
 
     @cached_property
-    def private_key_object(self) -> X25519PrivateKey:
-        # Loading a raw X25519 key derives its public half, about 20 µs: a
-        # third of an open, so an aggregator loads each key once.
-        return X25519PrivateKey.from_private_bytes(self.private_key)
+    def recipient_public_key(self) -> bytes:
+        """pkRm, the public half derived from the private key (as the open's
+        KEM context takes it), once per key: about 20 µs, half an open."""
+        if len(self.private_key) != PUBLIC_KEY_SIZE:
+            raise HpkeError("an HPKE private key is 32 bytes")
+        return crypto_scalarmult_base(self.private_key)
 
 
 def generate_keypair(config_id: int) -> HpkeKeypair:
@@ -110,15 +181,42 @@ def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
 
 
 def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
-    """Open `ciphertext`; raises HpkeError on any failure."""
+    """Open `ciphertext` (base mode, empty AEAD associated data, first
+    sequence number); raises HpkeError on any failure.
+
+    Safe to call from several threads at once: the X25519 step releases the
+    GIL and nothing is shared but constants and the keypair's cached public
+    key."""
     if ciphertext.config_id != keypair.config.config_id:
         raise HpkeError(f"unknown HPKE config id {ciphertext.config_id}")
-    if len(ciphertext.enc) != ENC_SIZE:
+    # libsodium reads 32 bytes from the pointer it is given whatever the
+    # object's length (PyNaCl checks none): the length is checked here, and
+    # an immutable copy is what crosses into C while the GIL is released.
+    enc = bytes(ciphertext.enc)
+    if len(enc) != ENC_SIZE:
         raise HpkeError("malformed HPKE encapsulated key")
+    pk_r = keypair.recipient_public_key
+    # Decap (section 4.1): dh = DH(skR, pkE); libsodium refuses a low-order
+    # pkE (its output would be all zero), and the output is checked again.
     try:
-        return _SUITE.decrypt(
-            ciphertext.enc + ciphertext.payload, keypair.private_key_object, info=info
-        )
+        dh = crypto_scalarmult(keypair.private_key, enc)
+    except SodiumError:
+        raise HpkeError("HPKE decryption failed: low-order encapsulated key") from None
+    if hmac.compare_digest(dh, _ALL_ZERO):
+        raise HpkeError("HPKE decryption failed: low-order encapsulated key")
+    # ExtractAndExpand(dh, kem_context = enc || pkRm).
+    eae_prk = _empty_salt_hmac(_EAE_PRK_PREFIX + dh)
+    shared_secret = hmac.digest(
+        eae_prk, _SHARED_SECRET_PREFIX + enc + pk_r + _FIRST_BLOCK, "sha256"
+    )
+    # KeySchedule (section 5.1), base mode: psk and psk_id empty.
+    info_hash = _empty_salt_hmac(_INFO_HASH_PREFIX + info)
+    secret = hmac.digest(shared_secret, _SECRET_MESSAGE, "sha256")
+    key = hmac.digest(secret, _KEY_PREFIX + info_hash + _FIRST_BLOCK, "sha256")[:_KEY_SIZE]
+    nonce = hmac.digest(secret, _NONCE_PREFIX + info_hash + _FIRST_BLOCK, "sha256")
+    # The first message of the context: its nonce is the base nonce itself.
+    try:
+        return AESGCM(key).decrypt(nonce[:_NONCE_SIZE], ciphertext.payload, None)
     except (InvalidTag, ValueError) as e:
         raise HpkeError("HPKE decryption failed") from e
 
