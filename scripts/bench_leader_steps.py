@@ -65,7 +65,8 @@ def instrument(worker: AggregationWorker) -> None:
         ("acquire_collections", "DB: look for collections"),
     ):
         setattr(store, name, timed(step, getattr(store, name)))
-    leader.open_share = timed("HPKE open", leader.open_share)  # type: ignore[method-assign]
+    # With open_threads above 1 this counts the calling thread's part of the opens only.
+    leader.open_shares = timed("HPKE open", leader.open_shares)  # type: ignore[method-assign]
     for batch in leader.batch_vdafs.values():
         batch.verify_init_batch = timed("verify_init (batched)", batch.verify_init_batch)
         batch.verify_next_batch = timed("verify_next (batched)", batch.verify_next_batch)

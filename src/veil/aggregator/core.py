@@ -27,6 +27,7 @@ from veil.aggregator.errors import (
     WrongLength,
 )
 from veil.aggregator.maintenance import active_key, ensure_active_key
+from veil.aggregator.opener import OpenPool, threads_for
 from veil.aggregator.prefixes import PrefixVdaf
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BatchAggregate, ShareMerge
@@ -384,6 +385,26 @@ def check_batch_size(task: Task, bounds: AggregateBounds, count: int) -> None:
 AT = TypeVar("AT", bound=AggregatorTask)
 
 
+def open_outcome(share: tuple[HpkeKeypair | None, Ciphertext, bytes]) -> ReportRejection | bytes:
+    """One input share opened with its key (None: no key has its config id)
+    and its context: the plaintext, or why it does not open."""
+    keypair, ct, info = share
+    if keypair is None:
+        return HPKE_UNKNOWN_CONFIG_ID
+    try:
+        return open_(keypair, ct, info)
+    except HpkeError:
+        return HPKE_DECRYPT_ERROR
+
+
+def tally_open(outcome: ReportRejection | bytes, tally: dict[str, int]) -> dict[str, int]:
+    """Add an open's outcome to `tally` (counts by the metric's label:
+    "ok" or the rejection reason); returns `tally`."""
+    label = outcome.value if isinstance(outcome, ReportRejection) else "ok"
+    tally[label] = tally.get(label, 0) + 1
+    return tally
+
+
 class AggregatorBase(Generic[AT]):
     """Tasks, HPKE keys and clock common to both aggregators."""
 
@@ -397,8 +418,12 @@ class AggregatorBase(Generic[AT]):
         store: Datastore,
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
+        open_threads: int = 0,
     ) -> None:
         self.metrics = metrics
+        # A job's input shares are opened over these threads (veil.aggregator.
+        # opener; the setting is a server's `open_threads`, 0: one per core).
+        self.opener = OpenPool(threads_for(open_threads))
         # The HPKE outcome counters by label: looking a labelled child up
         # costs more than counting, once per report.
         self._open_counters: dict[str, Any] = {}
@@ -500,19 +525,24 @@ class AggregatorBase(Generic[AT]):
         """Open an input share: the plaintext, or the rejection reason. Counted
         in the metrics, or with `tally` added to it by outcome, for
         `count_opens` to count once per job rather than once per share."""
-        if keypair is None:
-            outcome: ReportRejection | bytes = HPKE_UNKNOWN_CONFIG_ID
-        else:
-            try:
-                outcome = open_(keypair, ct, info)
-            except HpkeError:
-                outcome = HPKE_DECRYPT_ERROR
-        label = outcome.value if isinstance(outcome, ReportRejection) else "ok"
+        outcome = open_outcome((keypair, ct, info))
         if tally is not None:
-            tally[label] = tally.get(label, 0) + 1
+            tally_open(outcome, tally)
         else:
-            self.count_opens({label: 1})
+            self.count_opens(tally_open(outcome, {}))
         return outcome
+
+    def open_shares(
+        self, shares: Sequence[tuple[Ciphertext, bytes]]
+    ) -> list[ReportRejection | bytes]:
+        """Each (ciphertext, info) of a job opened, in order, over the
+        opener's threads: the plaintext or the rejection reason. Not counted:
+        the caller adds each outcome it uses with `tally_open`, and counts
+        the tally with `count_opens`."""
+        keypair = self.keypair
+        return self.opener.map(
+            open_outcome, [(keypair(ct.config_id), ct, info) for ct, info in shares]
+        )
 
     def count_opens(self, tally: dict[str, int]) -> None:
         """Count the outcomes `open_share` added to `tally` in the metrics."""

@@ -21,6 +21,7 @@ from veil.aggregator.core import (
     INVALID_MESSAGE,
     INVALID_TOKEN,
     REPORT_DROPPED,
+    REPORT_REPLAYED,
     REPORT_TOO_EARLY,
     VDAF_VERIFY_ERROR,
     AggregatorBase,
@@ -36,6 +37,7 @@ from veil.aggregator.core import (
     rejection_reason,
     seal_share,
     share_merge,
+    tally_open,
 )
 from veil.aggregator.errors import (
     BatchCollected,
@@ -45,7 +47,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
-from veil.aggregator.helper.checks import check_report, open_report, same_request
+from veil.aggregator.helper.checks import check_report, input_share_of, same_request
 from veil.aggregator.helper.prefixes import HelperPrefixes
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.base import Datastore
@@ -137,8 +139,9 @@ class Helper(AggregatorBase[HelperTask]):
         privacy: PrivacyEngine,
         clock: Callable[[], float] | None = None,
         metrics: Metrics | None = None,
+        open_threads: int = 0,
     ) -> None:
-        super().__init__(tasks, store, clock or time.time, metrics)
+        super().__init__(tasks, store, clock or time.time, metrics, open_threads)
         self.privacy = privacy
         # Poplar1 tasks' jobs and releases (two rounds, per aggregation parameter).
         self.prefixes = HelperPrefixes(self, privacy)
@@ -234,9 +237,33 @@ class Helper(AggregatorBase[HelperTask]):
         opened: list[int] = []
         plaintexts: list[bytes] = []
         horizon = task.report_horizon(now)
+        # The checks that do not depend on the job's other reports first,
+        # then every share that passed them opened at once (over the opener's
+        # threads), then each report's outcome in order, as if one at a time:
+        # only a report id seen earlier in this job can change a check's
+        # answer, and then to replayed, whatever the share (its open unused).
+        checked = [self._check(task, now, horizon, it, seen, collected) for it in items]
+        to_open = [i for i, reason in enumerate(checked) if reason is None]
+        shares = dict(
+            zip(
+                to_open,
+                self.open_shares([self._share_and_info(task, items[i]) for i in to_open]),
+                strict=True,
+            )
+        )
         tally: dict[str, int] = {}  # HPKE outcomes, counted once for the job
         for i, it in enumerate(items):
-            reason, plaintext = self._check_and_open(task, now, horizon, it, seen, collected, tally)
+            reason = checked[i]
+            plaintext = b""
+            if reason != INVALID_MESSAGE and it.report_id in seen:
+                reason = REPORT_REPLAYED  # as check_report finds it
+            elif reason is None:
+                tally_open(shares[i], tally)
+                share = input_share_of(task, it.report_id, shares[i])
+                if isinstance(share, ReportRejection):
+                    reason = share
+                else:
+                    plaintext = share
             # Neither a malformed report's id nor that of a report too early
             # by this helper's clock is recorded: nothing of it was counted,
             # and the leader sends a too-early report again later (in a new
@@ -284,7 +311,7 @@ class Helper(AggregatorBase[HelperTask]):
                 results.append(VerifyResult(it.report_id, reject=reasons[i] or VDAF_VERIFY_ERROR))
         return results, deltas, new_ids
 
-    def _check_and_open(
+    def _check(
         self,
         task: HelperTask,
         now: float,
@@ -292,28 +319,29 @@ class Helper(AggregatorBase[HelperTask]):
         it: VerifyInitItem,
         seen: set[bytes],
         collected: dict[int, bool],
-        tally: dict[str, int],
-    ) -> tuple[ReportRejection | None, bytes]:
-        """The helper's own checks of one report, then HPKE: (reason,
-        plaintext). `horizon` is `task.report_horizon(now)`; HPKE outcomes are
-        added to `tally` (`open_share`)."""
+    ) -> ReportRejection | None:
+        """The helper's own checks of one report before its share is opened
+        (None: open it). `horizon` is `task.report_horizon(now)`; `collected`
+        caches whether each time bucket was collected."""
         reason = check_report(task, now, it, seen)
         if reason is not None:
-            return reason, b""
+            return reason
         if horizon is not None and it.time < horizon:
             # Expired: its replay record may already be gone (DAP: report_dropped).
-            return REPORT_DROPPED, b""
+            return REPORT_DROPPED
         bucket = task.bucket(it.time)
         if bucket not in collected:
             aggs = self.store.batch_aggregates(task.task_id, bucket, bucket + 1)
             collected[bucket] = any(a.collected_by is not None for a in aggs)
         if collected[bucket]:
-            return BATCH_COLLECTED, b""
+            return BATCH_COLLECTED
+        return None
+
+    @staticmethod
+    def _share_and_info(task: HelperTask, it: VerifyInitItem) -> tuple[Ciphertext, bytes]:
+        """A report's sealed share to the helper and the context it opens with."""
         info = input_share_info(ROLE_HELPER, task.task_id, it.report_id, it.time, it.public_share)
-        plaintext = open_report(self, task, it, info, tally)
-        if isinstance(plaintext, ReportRejection):
-            return plaintext, b""
-        return None, plaintext
+        return it.encrypted_input_share, info
 
     # --- collection -------------------------------------------------------
 

@@ -46,10 +46,19 @@ def open_report(
     """The helper's input share of one report (HPKE, then the invitation
     token split off where the task takes one), or why it was refused."""
     ct = it.encrypted_input_share
-    plaintext = helper.open_share(helper.keypair(ct.config_id), ct, info, tally)
-    if isinstance(plaintext, ReportRejection) or task.issuer_public_key is None:
-        return plaintext
-    share = split_helper_share(task, it.report_id, plaintext)
+    opened = helper.open_share(helper.keypair(ct.config_id), ct, info, tally)
+    return input_share_of(task, it.report_id, opened)
+
+
+def input_share_of(
+    task: HelperTask, report_id: bytes, opened: ReportRejection | bytes
+) -> ReportRejection | bytes:
+    """The helper's input share in an opened plaintext (the invitation token
+    split off and checked where the task takes one), or why it was refused;
+    a share that did not open stays refused as it was."""
+    if isinstance(opened, ReportRejection) or task.issuer_public_key is None:
+        return opened
+    share = split_helper_share(task, report_id, opened)
     return INVALID_TOKEN if share is None else share
 
 

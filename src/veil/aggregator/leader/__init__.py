@@ -61,7 +61,7 @@ class Leader(AggregatorBase[LeaderTask]):
         )
         # Before the tasks are added: each new task's job size is set as it is.
         self.jobs = JobDriver(self, self.peer, self.meter, self.control, settings, self.worker_id)
-        super().__init__(tasks, parts.store, parts.clock, parts.metrics)
+        super().__init__(tasks, parts.store, parts.clock, parts.metrics, settings.open_threads)
         self.writer = ReportWriter(self, self.peer, self.meter, settings.admission)
         self.collections = CollectionDriver(
             self,

@@ -27,6 +27,7 @@ from veil.aggregator.core import (
     job_deltas,
     rejection_reason,
     share_merge,
+    tally_open,
 )
 from veil.aggregator.errors import (
     InvalidMessage,
@@ -61,6 +62,11 @@ _REFUSES_THE_JOB = (TooLarge, InvalidMessage, JobConflict)
 _MISCONFIGURED = (Unauthenticated, UnknownTask)
 # Aggregation jobs a driver leases at once (see JobDriver._run_jobs).
 JOBS_PER_LEASE = 4
+
+
+def leader_share_info(task: LeaderTask, r: Report) -> bytes:
+    """The context the leader's input share of a stored report opens with."""
+    return input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
 
 
 @dataclass(frozen=True)
@@ -270,9 +276,9 @@ class JobDriver:
         self, task: LeaderTask, r: Report
     ) -> tuple[ReportRejection | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
-        info = input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
         base = self.base
-        plaintext = base.open_share(base.keypair(r.leader_ct.config_id), r.leader_ct, info)
+        keypair = base.keypair(r.leader_ct.config_id)
+        plaintext = base.open_share(keypair, r.leader_ct, leader_share_info(task, r))
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
         return None, plaintext
@@ -286,17 +292,22 @@ class JobDriver:
         batch = self.base.batch_vdafs[task_id]
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
-        self.base.know_keys({r.leader_ct.config_id for r in reports})
+        base = self.base
+        base.know_keys({r.leader_ct.config_id for r in reports})
         outcomes: dict[bytes, ReportRejection | None] = {}
         opened: list[Report] = []
         plaintexts: list[bytes] = []
-        for r in reports:
-            reason, plaintext = self.open_leader_share(task, r)
-            if reason is not None:
-                outcomes[r.report_id] = reason
+        # The job's shares opened at once, over the opener's threads.
+        shares = base.open_shares([(r.leader_ct, leader_share_info(task, r)) for r in reports])
+        tally: dict[str, int] = {}  # HPKE outcomes, counted once for the job
+        for r, share in zip(reports, shares, strict=True):
+            tally_open(share, tally)
+            if isinstance(share, ReportRejection):
+                outcomes[r.report_id] = share
             else:
                 opened.append(r)
-                plaintexts.append(plaintext)
+                plaintexts.append(share)
+        base.count_opens(tally)
         init = batch.verify_init_batch(
             task.verify_key,
             vdaf_ctx(task_id),

@@ -45,7 +45,9 @@ class LeaderSettings:
     before they are leased again, so they never hold up the others.
     `worker_id` names who holds a leased job (unique per driver, so two
     processes never mistake each other's leases for their own); None draws
-    one from the host name, the process id and a random suffix."""
+    one from the host name, the process id and a random suffix.
+    `open_threads` is the server's setting of that name: the threads a job's
+    shares are opened over (0: one per core, at most four)."""
 
     job_size: int = DEFAULT_JOB_SIZE
     max_job_bytes: int = MAX_JOB_BYTES
@@ -58,6 +60,7 @@ class LeaderSettings:
     # within these limits (veil.aggregator.admission).
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     worker_id: str | None = None
+    open_threads: int = 0
 
 
 @dataclass(frozen=True)

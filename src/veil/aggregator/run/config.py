@@ -14,6 +14,9 @@ Configuration is one TOML file (paths in it are relative to the file):
                                        # (exact, un-noised shares); refused otherwise
     log_level = "info"                 # VEIL_LOG_LEVEL overrides
     log_format = "text"                # or "json" (JSON lines)
+    open_threads = 0                   # threads opening a job's input shares (HPKE) in
+                                       # the helper, the leader's driver and `veil worker`:
+                                       # 0: one per core, at most 4; 1: no extra thread
     [tls]                              # optional; required off loopback
     cert = "server.pem"
     key = "server.key"
@@ -95,6 +98,7 @@ from veil.aggregator.leader.settings import (
     DEFAULT_MAX_JOB_ATTEMPTS,
 )
 from veil.aggregator.maintenance import DEFAULT_GRACE_SECONDS, DEFAULT_PENDING_SECONDS, KeyPolicy
+from veil.aggregator.opener import MAX_OPEN_THREADS
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.transport import (
     DEFAULT_IDLE_SECONDS,
@@ -130,6 +134,7 @@ DEFAULT_GRACE_SECONDS_STOP = 30.0
 DEFAULT_LOG_FORMAT = "text"
 DEFAULT_POOL_SIZE = 8
 DEFAULT_GC_INTERVAL = 60.0
+DEFAULT_OPEN_THREADS = 0  # one per core, at most veil.aggregator.opener.AUTO_OPEN_THREADS
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,7 @@ class ServerConfig:
     max_helper_clock_lag: float = DEFAULT_MAX_HELPER_CLOCK_LAG
     pool_size: int = DEFAULT_POOL_SIZE
     gc_interval: float = DEFAULT_GC_INTERVAL
+    open_threads: int = DEFAULT_OPEN_THREADS
     task_paths: tuple[Path, ...] = ()
     keys: KeyPolicy = field(default_factory=KeyPolicy)
     # This operator's own opt-in to tasks with mechanism = "none" (DP fails
@@ -177,6 +183,7 @@ CONFIG_KEYS = (
     "grace_seconds",
     "log_level",
     "log_format",
+    "open_threads",
     "metrics",
     "gc",
     "keys",
@@ -289,6 +296,12 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
             check_metrics_listen(metrics_listen, metrics_public)
         except ConfigError as e:
             raise metrics.error("listen", str(e)) from None
+    open_threads = raw.integer("open_threads", DEFAULT_OPEN_THREADS, minimum=0)
+    if open_threads > MAX_OPEN_THREADS:
+        raise raw.error(
+            "open_threads",
+            f"at most {MAX_OPEN_THREADS} (0: one thread per core, at most 4), not {open_threads}",
+        )
     conn = raw.table("connections", CONNECTIONS_KEYS)
     connections = ConnectionLimits(
         receive_seconds=conn.number("receive_seconds", DEFAULT_RECEIVE_SECONDS, minimum=0.001),
@@ -326,6 +339,7 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         ),
         pool_size=pool_size,
         gc_interval=gc_interval,
+        open_threads=open_threads,
         task_paths=tuple(base / p for p in task_files),
         keys=policy,
         allow_exact_release=raw.flag("allow_exact_release", False),

@@ -74,7 +74,13 @@ class AggregatorServer:
             add_service(self.server, LeaderService(self.leader), _LEADER_SERVICE, self.metrics)
             self.service_name = _LEADER_SERVICE.full_name
         else:
-            helper_logic = Helper(helper_tasks, self.store, self.privacy, metrics=self.metrics)
+            helper_logic = Helper(
+                helper_tasks,
+                self.store,
+                self.privacy,
+                metrics=self.metrics,
+                open_threads=config.open_threads,
+            )
             self.logic = helper_logic
             add_service(self.server, HelperService(helper_logic), _HELPER_SERVICE, self.metrics)
             self.service_name = _HELPER_SERVICE.full_name
@@ -189,6 +195,7 @@ class AggregatorServer:
             self._driver.join(self.config.grace_seconds)
         if self._maintenance is not None:
             self._maintenance.join(self.config.grace_seconds)
+        self.logic.opener.close()
         self.metrics.stop()
         self._close_store()
 

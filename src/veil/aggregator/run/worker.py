@@ -63,6 +63,7 @@ def make_leader(
             max_job_attempts=config.max_job_attempts,
             max_helper_clock_lag=config.max_helper_clock_lag,
             admission=config.admission,
+            open_threads=config.open_threads,
         ),
     )
 
@@ -116,7 +117,9 @@ class AggregationWorker:
         kernels()
 
     def close(self) -> None:
-        """Close the store and the ledger (serve_forever does on its way out)."""
+        """Stop the threads opening shares, close the store and the ledger
+        (serve_forever does on its way out)."""
+        self.leader.opener.close()
         self._close_store()
 
     def reload_tasks(self, config_path: Path) -> list[AggregatorTask]:
