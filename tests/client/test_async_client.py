@@ -18,7 +18,9 @@ import pytest
 from tests.support.deployment import Deployment, free_port, start_deployment
 from tests.support.times import past_bucket
 from veil.client import AsyncClient, Client, UploadError, UploadResult
-from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair
+from veil.messages.wire import hpke_configs_to_pb
+from veil.protocol.v1.leader_pb2 import UploadRequest, UploadResponse
 from veil.task import DpSpec, VdafSpec
 
 TP = 3600
@@ -159,8 +161,8 @@ def test_gathered_single_uploads_keep_their_own_errors(dep: Deployment) -> None:
 class SubmissionCounter(ThreadPoolExecutor):
     """A thread pool that counts the work handed to it."""
 
-    def __init__(self) -> None:
-        super().__init__(max_workers=2)
+    def __init__(self, workers: int = 2) -> None:
+        super().__init__(max_workers=workers)
         self.submitted = 0
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
@@ -299,3 +301,189 @@ def test_inside_a_web_applications_event_loop(dep: Deployment) -> None:
         thread.join(30)
     assert all(b == b'{"accepted":1}' for b in bodies)
     assert dep.stored_reports("count") == before + 48
+
+
+# --- a lone caller: built and sent in one worker thread ---------------------------
+
+
+class HostileLeader:
+    """A leader (and helper) on loopback that serves HPKE configs and answers
+    uploads as `mode` says: "store" (accepts them), "silent" (never answers
+    while the test runs), "garbage" (bytes that are no UploadResponse),
+    "flaky" (UNAVAILABLE once, then accepts)."""
+
+    def __init__(self) -> None:
+        self.mode = "store"
+        self.uploads: list[int] = []  # reports per UploadReports call received
+        self.release = threading.Event()
+        configs = hpke_configs_to_pb([generate_keypair(1).config]).SerializeToString()
+
+        def config(request: bytes, context: grpc.ServicerContext) -> bytes:
+            return configs
+
+        def upload(request: bytes, context: grpc.ServicerContext) -> bytes:
+            n = len(UploadRequest.FromString(request).reports)
+            self.uploads.append(n)
+            if self.mode == "silent":
+                self.release.wait(30)
+                context.abort(grpc.StatusCode.UNAVAILABLE, "gone")
+            if self.mode == "garbage":
+                return b"\x07\xff\xff"
+            if self.mode == "flaky" and len(self.uploads) == 1:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+            return UploadResponse(accepted=n).SerializeToString()
+
+        def handler(service: str, methods: dict[str, Any]) -> grpc.GenericRpcHandler:
+            return grpc.method_handlers_generic_handler(
+                service, {k: grpc.unary_unary_rpc_method_handler(v) for k, v in methods.items()}
+            )
+
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        leader = {"GetHpkeConfig": config, "UploadReports": upload}
+        self.server.add_generic_rpc_handlers(
+            (
+                handler("veil.protocol.v1.Leader", leader),
+                handler("veil.protocol.v1.Helper", {"GetHpkeConfig": config}),
+            )
+        )
+        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.stop(None)
+
+
+@pytest.fixture
+def hostile(dep: Deployment) -> Iterator[tuple[HostileLeader, Any]]:
+    leader = HostileLeader()
+    task = replace(dep.tasks["count"].client, leader_address=leader.address)
+    task = replace(task, helper_address=leader.address)
+    try:
+        yield leader, task
+    finally:
+        leader.stop()
+
+
+def test_a_lone_caller_waits_off_the_loop(hostile: tuple[HostileLeader, Any]) -> None:
+    """A lone call's request waits for a leader that never answers in a
+    worker thread: the loop keeps running, and the deadline ends the call
+    with DEADLINE_EXCEEDED."""
+    leader, task = hostile
+    leader.mode = "silent"
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    async def run() -> tuple[UploadError, float]:
+        async with AsyncClient(task, timeout=1.0, retries=0) as client:
+            await client.hpke_config(ROLE_LEADER)
+            await client.hpke_config(ROLE_HELPER)
+            ticking = asyncio.create_task(ticker())
+            began = time.monotonic()
+            with pytest.raises(UploadError) as failed:
+                await client.upload_batch([1] * 10)
+            took = time.monotonic() - began
+            ticking.cancel()
+            return failed.value, took
+
+    error, took = asyncio.run(run())
+    assert error.code == grpc.StatusCode.DEADLINE_EXCEEDED and error.retryable
+    assert leader.uploads == [10]
+    assert 0.9 <= took < 20
+    assert ticks >= 10  # about a hundred on an idle machine: the loop never stalled
+
+
+def test_a_lone_caller_refuses_a_garbage_answer(hostile: tuple[HostileLeader, Any]) -> None:
+    """An answer that is no UploadResponse fails the call at once (not
+    retried), whether the lone call's worker thread or grpc.aio read it."""
+    leader, task = hostile
+    leader.mode = "garbage"
+
+    async def run() -> list[UploadError]:
+        errors = []
+        async with AsyncClient(task, timeout=10, retries=3, backoff=0.01) as client:
+            with pytest.raises(UploadError) as lone:
+                await client.upload_batch([1, 0, 1])
+            errors.append(lone.value)
+            reports = await client.build_reports([1, 1])
+            with pytest.raises(UploadError) as on_aio:
+                await client.upload_reports(reports)
+            errors.append(on_aio.value)
+        return errors
+
+    errors = asyncio.run(run())
+    assert all(e.code == grpc.StatusCode.INTERNAL and not e.retryable for e in errors)
+    assert leader.uploads == [3, 2]
+
+
+def test_a_lone_callers_retry_goes_out_unchanged(hostile: tuple[HostileLeader, Any]) -> None:
+    """The first attempt fails in the worker thread; the retry (on grpc.aio)
+    sends the same request and the caller gets its count."""
+    leader, task = hostile
+    leader.mode = "flaky"
+
+    async def run() -> list[UploadResult]:
+        async with AsyncClient(task, retries=2, backoff=0.01) as client:
+            return [await client.upload_batch([1] * 4), await client.upload_batch([0] * 2)]
+
+    assert asyncio.run(run()) == [UploadResult(4, 0), UploadResult(2, 0)]
+    assert leader.uploads == [4, 4, 2]
+
+
+def test_a_lone_call_cancelled_while_built_is_not_sent(
+    hostile: tuple[HostileLeader, Any],
+) -> None:
+    """A lone caller that gives up while its reports are being built has
+    nothing sent, though building and sending happen in one worker thread."""
+    leader, task = hostile
+    executor = SubmissionCounter(workers=1)
+    gate = threading.Event()
+
+    async def run() -> UploadResult:
+        async with AsyncClient(task, executor=executor) as client:
+            await client.hpke_config(ROLE_LEADER)
+            await client.hpke_config(ROLE_HELPER)
+            executor.submit(gate.wait, 30)  # the one worker is busy: the build waits
+            dropped = asyncio.create_task(client.upload_batch([1, 1, 1]))
+            while executor.submitted < 2:  # until the call is handed off
+                await asyncio.sleep(0.001)
+            dropped.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await dropped
+            gate.set()
+            await asyncio.get_running_loop().run_in_executor(executor, int)  # the build is done
+            return await client.upload_batch([0, 1])
+
+    assert asyncio.run(run()) == UploadResult(2, 0)
+    executor.shutdown()
+    assert leader.uploads == [2]
+
+
+def test_closing_the_client_ends_a_call_that_waits(hostile: tuple[HostileLeader, Any]) -> None:
+    """A call waiting for a leader that does not answer fails with CANCELLED
+    when the client is closed, rather than waiting out its deadline and
+    retries on channels opened again."""
+    leader, task = hostile
+    leader.mode = "silent"
+
+    async def run() -> tuple[BaseException | UploadResult, float]:
+        client = AsyncClient(task, timeout=60, retries=3, backoff=0.01)
+        waiting = asyncio.create_task(client.upload_batch([1, 0]))
+        deadline = time.monotonic() + 30
+        while not leader.uploads:  # the request reached the leader
+            assert time.monotonic() < deadline, "the upload never arrived"
+            await asyncio.sleep(0.01)
+        began = time.monotonic()
+        await client.close()
+        outcome = (await asyncio.wait_for(asyncio.gather(waiting, return_exceptions=True), 20))[0]
+        return outcome, time.monotonic() - began
+
+    outcome, took = asyncio.run(run())
+    assert isinstance(outcome, UploadError) and outcome.code == grpc.StatusCode.CANCELLED
+    assert "closed" in str(outcome) and took < 10
+    assert leader.uploads == [2]

@@ -8,7 +8,10 @@ a web handler awaiting an upload leaves the loop free for other requests.
 Concurrent `upload` calls, and `upload_batch` calls smaller than a request,
 are gathered into shared requests: each call's sharding and its request
 have a fixed cost (about a millisecond of CPU), which calls of one or ten
-measurements would otherwise pay each.
+measurements would otherwise pay each. A request with nothing to gather
+(a lone caller awaiting each answer) is built and sent by one worker
+thread on a blocking channel, so that the loop is woken once a call
+(`AsyncClient._build_and_send`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import grpc
 from veil.client.base import CONFIG_LIFETIME, ClientBase, Sent, UploadResult, advance
 from veil.client.outbox import DEFAULT_MAX_REPORTS
 from veil.client.retry import UploadError
-from veil.grpc_util import open_aio_channel
+from veil.grpc_util import open_aio_channel, open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
 from veil.messages import Report
 from veil.messages.wire import upload_request
@@ -40,6 +43,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+_UNREADABLE = "the server's answer is not the message its method returns"
+
+
 @dataclass(frozen=True)
 class _Call:
     """An `upload` or a small `upload_batch` call waiting to be gathered."""
@@ -47,6 +53,26 @@ class _Call:
     values: list[Any]
     report_time: int | None
     future: asyncio.Future[UploadResult]
+
+
+@dataclass(frozen=True)
+class _Lone:
+    """A lone request built in a worker thread, and what came of its first
+    attempt there: the answer, the failure, or None (not sent)."""
+
+    prepared: list[tuple[_Call, list[Report]]]
+    request: Any  # the UploadRequest, None when not sent
+    outcome: UploadResult | Exception | None
+
+
+def _split(members: list[_Call], built: list[Report]) -> list[tuple[_Call, list[Report]]]:
+    """Each call with its reports, from the reports of all, in call order."""
+    prepared = []
+    start = 0
+    for call in members:
+        prepared.append((call, built[start : start + len(call.values)]))
+        start += len(call.values)
+    return prepared
 
 
 class AsyncClient:
@@ -129,6 +155,11 @@ class AsyncClient:
         self._channels: tuple[grpc.aio.Channel, grpc.aio.Channel] | None = None
         self._leader: Any = None
         self._helper: Any = None
+        # A blocking channel to the leader for a lone request (see
+        # _build_and_send), opened on the first one.
+        self._blocking_channel: grpc.Channel | None = None
+        self._blocking_leader: Any = None
+        self._closed = False
         self._config_lock = asyncio.Lock()
         self._flush_lock = asyncio.Lock()
         # Calls waiting to be gathered into one request (each with its own
@@ -140,6 +171,8 @@ class AsyncClient:
         self._in_flight: set[asyncio.Task[None]] = set()
 
     def _stubs(self) -> None:
+        if self._closed:
+            raise UploadError(grpc.StatusCode.CANCELLED, "the client was closed")
         if self._channels is None:
             leader = open_aio_channel(self.task.leader_address, self._tls[0], *self._client_cert)
             helper = open_aio_channel(self.task.helper_address, self._tls[1], *self._client_cert)
@@ -147,12 +180,25 @@ class AsyncClient:
             self._leader = leader_pb2_grpc.LeaderStub(leader)  # type: ignore[no-untyped-call]
             self._helper = helper_pb2_grpc.HelperStub(helper)  # type: ignore[no-untyped-call]
 
+    def _blocking_stub(self) -> Any:
+        if self._blocking_channel is None:
+            self._blocking_channel = open_channel(
+                self.task.leader_address, self._tls[0], *self._client_cert
+            )
+            self._blocking_leader = leader_pb2_grpc.LeaderStub(self._blocking_channel)  # type: ignore[no-untyped-call]
+        return self._blocking_leader
+
     async def close(self) -> None:
-        """Close the channels, the outbox and the client's own thread pool."""
+        """Close the channels, the outbox and the client's own thread pool.
+        A call still waiting for the leader fails (UploadError, CANCELLED)."""
+        self._closed = True
         if self._channels is not None:
             for channel in self._channels:
                 await channel.close()
             self._channels = None
+        if self._blocking_channel is not None:
+            self._blocking_channel.close()
+            self._blocking_channel = None
         await self._off_loop(self._base._close_outbox)
         if self._own_executor:
             self._executor.shutdown(wait=False)
@@ -167,22 +213,33 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
 
-    async def _call_stub(self, stub: Any, method: str, request: Any) -> Any:
+    async def _call_stub(
+        self, stub: Any, method: str, request: Any, failed: grpc.RpcError | None = None
+    ) -> Any:
+        """The call's answer, retried by the client's policy; `failed`: the
+        first attempt, made elsewhere (a worker thread), failed so."""
         policy = self._base.policy
         attempt = 0
         while True:
-            try:
-                return await getattr(stub, method)(request, timeout=self._base.timeout)
-            except grpc.RpcError as e:
-                error = UploadError.from_rpc(e)
-                if not policy.should_retry(error, attempt):
-                    raise self._base.unreachable(error, stub is self._leader, attempt + 1) from None
-                wait = policy.delay(attempt, error.retry_after)
-                log.info(
-                    "retrying in %.1f s after %s (attempt %d)", wait, error.code.name, attempt + 1
-                )
-                await asyncio.sleep(wait)
-                attempt += 1
+            if failed is None:
+                try:
+                    reply = await getattr(stub, method)(request, timeout=self._base.timeout)
+                except grpc.RpcError as e:
+                    failed = e
+                else:
+                    if reply is None:
+                        # grpc.aio answers None where the blocking stub raises
+                        # INTERNAL: the server's answer did not parse.
+                        raise UploadError(grpc.StatusCode.INTERNAL, _UNREADABLE)
+                    return reply
+            error = UploadError.from_rpc(failed)
+            failed = None
+            if self._closed or not policy.should_retry(error, attempt):
+                raise self._base.unreachable(error, stub is self._leader, attempt + 1) from None
+            wait = policy.delay(attempt, error.retry_after)
+            log.info("retrying in %.1f s after %s (attempt %d)", wait, error.code.name, attempt + 1)
+            await asyncio.sleep(wait)
+            attempt += 1
 
     async def hpke_config(self, role: int) -> HpkeConfig:
         """The aggregator's HPKE config (`role`: veil.hpke.ROLE_LEADER or
@@ -317,29 +374,23 @@ class AsyncClient:
             for call in calls:
                 if not call.future.done():  # not cancelled while it waited
                     groups.setdefault(call.report_time, []).append(call)
-            prepared: list[tuple[_Call, list[Report]]] = []
-            for t, members in groups.items():
-                measurements = [v for call in members for v in call.values]
+            if len(groups) == 1 and self._alone():
+                ((t, members),) = groups.items()
                 try:
-                    built = await self._off_loop(
-                        self._base._prepare, measurements, leader, helper, t
+                    lone = await self._off_loop(
+                        self._build_and_send, self._blocking_stub(), members, leader, helper, t
                     )
                 except ValueError:
-                    # Some measurement is invalid: find its call, and fail only that one.
-                    for call in members:
-                        try:
-                            own = await self._off_loop(
-                                self._base._prepare, call.values, leader, helper, t
-                            )
-                        except ValueError as e:
-                            fail([call.future], e)
-                        else:
-                            prepared.append((call, own))
-                    continue
-                start = 0
-                for call in members:
-                    prepared.append((call, built[start : start + len(call.values)]))
-                    start += len(call.values)
+                    prepared = await self._prepare_each(members, leader, helper, t, fail)
+                else:
+                    if lone.outcome is not None:
+                        await self._finish_sent(lone)
+                        return
+                    prepared = lone.prepared
+            else:
+                prepared = []
+                for t, members in groups.items():
+                    prepared += await self._prepare_group(members, leader, helper, t, fail)
             # A call cancelled while it waited or was prepared is not sent:
             # its caller may try again, and would be counted twice.
             prepared = [(call, own) for call, own in prepared if not call.future.done()]
@@ -349,19 +400,115 @@ class AsyncClient:
             try:
                 result = await self.upload_reports(reports)
             except UploadError as e:
-                if e.retryable or len(prepared) == 1:
-                    raise
-                # Refused whole (the leader stores nothing of a request it
-                # refuses): the cause may be one call's reports (a time out
-                # of range, a batch collected), so each call is sent alone
-                # and gets its own answer; the same reports, the same ids.
-                await self._upload_each(prepared)
+                await self._refused_whole(prepared, e)
                 return
             self._settle(prepared, result, len(reports))
         except BaseException as e:
             fail((call.future for call in calls), e)
             if not isinstance(e, Exception):
                 raise
+
+    async def _prepare_group(
+        self,
+        members: list[_Call],
+        leader: HpkeConfig,
+        helper: HpkeConfig,
+        t: int | None,
+        fail: Callable[[Iterable[asyncio.Future[UploadResult]], BaseException], None],
+    ) -> list[tuple[_Call, list[Report]]]:
+        """The reports of calls of one report time, built in one hand-off."""
+        measurements = [v for call in members for v in call.values]
+        try:
+            built = await self._off_loop(self._base._prepare, measurements, leader, helper, t)
+        except ValueError:
+            return await self._prepare_each(members, leader, helper, t, fail)
+        return _split(members, built)
+
+    async def _prepare_each(
+        self,
+        members: list[_Call],
+        leader: HpkeConfig,
+        helper: HpkeConfig,
+        t: int | None,
+        fail: Callable[[Iterable[asyncio.Future[UploadResult]], BaseException], None],
+    ) -> list[tuple[_Call, list[Report]]]:
+        """Some measurement is invalid: find its call, and fail only that one."""
+        prepared = []
+        for call in members:
+            try:
+                own = await self._off_loop(self._base._prepare, call.values, leader, helper, t)
+            except ValueError as e:
+                fail([call.future], e)
+            else:
+                prepared.append((call, own))
+        return prepared
+
+    def _alone(self) -> bool:
+        """Whether the request about to be built is the only one: no other
+        under way, no call waiting for the next, no outbox."""
+        return len(self._in_flight) <= 1 and not self._waiting and self._base.outbox is None
+
+    def _build_and_send(
+        self,
+        stub: Any,
+        members: list[_Call],
+        leader: HpkeConfig,
+        helper: HpkeConfig,
+        t: int | None,
+    ) -> _Lone:
+        """Build a lone request and make its first attempt, both in this
+        worker thread, on the blocking channel.
+
+        A caller that sends one small batch and waits for its answer has
+        nothing to be gathered with, and pays per call for each time a
+        thread waits and is woken: building in a worker, the event loop
+        starting the call, grpc.aio's poller thread, the loop woken again.
+        Here the worker that built the request sends it and waits for the
+        answer, and the loop is woken once, when the call is done.
+        Raises ValueError (nothing sent) on an invalid measurement.
+        """
+        built = self._base._prepare([v for call in members for v in call.values], leader, helper, t)
+        # Read from this thread, a call's future is at worst a moment late
+        # to show that its caller gave up: as if it gave up once this
+        # request left, which it now does.
+        prepared = [(c, own) for c, own in _split(members, built) if not c.future.done()]
+        reports = [r for _, own in prepared for r in own]
+        if not reports or len(list(self._base._chunks(reports))) > 1:
+            return _Lone(prepared, None, None)
+        request = upload_request(self.task.task_id, reports)
+        try:
+            reply = stub.UploadReports(request, timeout=self._base.timeout)
+        except Exception as e:  # any failure of the call is raised on the loop
+            return _Lone(prepared, request, e)
+        return _Lone(prepared, request, UploadResult(reply.accepted, reply.duplicates))
+
+    async def _finish_sent(self, lone: _Lone) -> None:
+        """A lone request's answer: its first attempt's (retried from here
+        on grpc.aio when it failed and the policy says so)."""
+        result = lone.outcome
+        if isinstance(result, Exception) and not isinstance(result, grpc.RpcError):
+            raise result  # not an answer (the client was closed under the call)
+        if isinstance(result, grpc.RpcError):
+            self._stubs()
+            try:
+                reply = await self._call_stub(self._leader, "UploadReports", lone.request, result)
+            except UploadError as e:
+                await self._refused_whole(lone.prepared, e)
+                return
+            result = UploadResult(reply.accepted, reply.duplicates)
+        assert result is not None
+        self._settle(lone.prepared, result, len(lone.request.reports))
+
+    async def _refused_whole(
+        self, prepared: list[tuple[_Call, list[Report]]], error: UploadError
+    ) -> None:
+        if error.retryable or len(prepared) == 1:
+            raise error
+        # Refused whole (the leader stores nothing of a request it
+        # refuses): the cause may be one call's reports (a time out
+        # of range, a batch collected), so each call is sent alone
+        # and gets its own answer; the same reports, the same ids.
+        await self._upload_each(prepared)
 
     async def _upload_each(self, prepared: list[tuple[_Call, list[Report]]]) -> None:
         """Send each call's reports in a request of its own, in order."""
