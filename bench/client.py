@@ -126,6 +126,170 @@ def run(
             return asyncio.run(main())
 
 
+# -- a lone caller's call taken apart (issue 28) ---------------------------------
+
+
+@dataclass(frozen=True)
+class LoneCosts:
+    """A lone caller's call of `batch` measurements and its pieces, each as
+    CPU µs per call (the whole process: every thread) and wall ms per call,
+    medians of `rounds` rounds in which every row runs `calls` calls in
+    turn; `parts_us`, the parts of `batch` reports per report (a batched
+    shard of that batch and two seals each), and `parts_1000_us`, of a batch
+    of 1,000 (the parts the other modes divide by), measured between the
+    rounds."""
+
+    batch: int
+    calls: int
+    rounds: int
+    cpu_us: dict[str, float]
+    wall_ms: dict[str, float]
+    parts_us: float
+    parts_1000_us: float
+
+
+# The rows, in the order they run and print: first whole calls of `batch`
+# measurements (built and uploaded), then an upload of `batch` reports built
+# beforehand on each way of making a gRPC call from asyncio, then what an
+# asyncio caller pays around a call whatever the call is.
+LONE_ROWS = (
+    "AsyncClient.upload_batch",
+    "AsyncClient, build then grpc.aio",
+    "Client.upload_batch (one thread)",
+    "prepare_reports in a worker",
+    "grpc.aio",
+    "blocking stub in a worker",
+    "blocking stub's future API",
+    "blocking stub on the loop (blocks it)",
+    "a hand-off to a worker",
+    "asyncio.sleep, as long as grpc.aio",
+)
+
+
+_Samples = tuple[dict[str, list[float]], dict[str, list[float]], list[float], list[float]]
+
+
+async def _lone_rows(
+    client: AsyncClient, blocking: Any, task: Any, batch: int, calls: int, rounds: int
+) -> _Samples:
+    from veil.client.prepare import prepare_reports
+    from veil.grpc_util import open_channel
+    from veil.hpke import ROLE_HELPER, ROLE_LEADER
+    from veil.messages.wire import upload_request
+    from veil.protocol.v1 import leader_pb2_grpc
+
+    loop = asyncio.get_running_loop()
+    executor = client._executor
+    await client.upload_batch([1] * batch)  # configs fetched, channels open
+    blocking.upload_batch([1] * batch)
+    leader = await client.hpke_config(ROLE_LEADER)
+    helper = await client.hpke_config(ROLE_HELPER)
+    t = client.report_time()
+    values = [1] * batch
+    built = iter(await client.build_reports([1] * (batch * calls * rounds * 6)))
+    aio_stub = client._leader
+    channel = open_channel(task.leader_address)
+    stub = leader_pb2_grpc.LeaderStub(channel)  # type: ignore[no-untyped-call]
+    timeout = 30.0
+
+    def request() -> Any:
+        return upload_request(task.task_id, [next(built) for _ in range(batch)])
+
+    def in_worker(fn: Callable[[], Any]) -> Any:
+        return loop.run_in_executor(executor, fn)
+
+    async def by_future() -> None:
+        answer = stub.UploadReports.future(request(), timeout=timeout)
+        done = loop.create_future()
+        answer.add_done_callback(lambda _: loop.call_soon_threadsafe(done.set_result, None))
+        await done
+        answer.result()
+
+    async def blocking_in_worker() -> None:
+        r = request()
+        await in_worker(lambda: stub.UploadReports(r, timeout=timeout))
+
+    async def build_then_aio() -> None:
+        await client.upload_reports(await client.build_reports(values, t))
+
+    async def prepare_only() -> None:
+        await in_worker(
+            lambda: prepare_reports(task, values, leader, helper, t, batch=client._base._batch)
+        )
+
+    async def blocking_client() -> None:
+        blocking.upload_batch(values, t)
+
+    async def blocking_on_loop() -> None:
+        stub.UploadReports(request(), timeout=timeout)
+
+    aio_wall = [0.001]
+    rows: dict[str, Callable[[], Any]] = {
+        "AsyncClient.upload_batch": lambda: client.upload_batch(values, t),
+        "AsyncClient, build then grpc.aio": build_then_aio,
+        "Client.upload_batch (one thread)": blocking_client,
+        "prepare_reports in a worker": prepare_only,
+        "grpc.aio": lambda: aio_stub.UploadReports(request(), timeout=timeout),
+        "blocking stub in a worker": blocking_in_worker,
+        "blocking stub's future API": by_future,
+        "blocking stub on the loop (blocks it)": blocking_on_loop,
+        "a hand-off to a worker": lambda: in_worker(int),
+        "asyncio.sleep, as long as grpc.aio": lambda: asyncio.sleep(aio_wall[0]),
+    }
+    cpu: dict[str, list[float]] = {k: [] for k in LONE_ROWS}
+    wall: dict[str, list[float]] = {k: [] for k in LONE_ROWS}
+    parts_samples: list[float] = []
+    parts_1000: list[float] = []
+    parts, parts_of_1000 = _parts("count", batch), _parts("count", 1000)
+    try:
+        for _ in range(rounds):
+            for name in LONE_ROWS:
+                start_cpu, start = time.process_time(), time.perf_counter()
+                for _ in range(calls):
+                    await rows[name]()
+                cpu[name].append((time.process_time() - start_cpu) / calls * 1e6)
+                wall[name].append((time.perf_counter() - start) / calls * 1e3)
+                if name == "grpc.aio":
+                    aio_wall[0] = statistics.median(wall[name]) / 1e3
+            start_cpu = time.process_time()
+            for _ in range(calls):
+                parts()
+            parts_samples.append((time.process_time() - start_cpu) / calls / batch * 1e6)
+            start_cpu = time.process_time()
+            parts_of_1000()
+            parts_1000.append((time.process_time() - start_cpu) / 1000 * 1e6)
+    finally:
+        channel.close()
+    return cpu, wall, parts_samples, parts_1000
+
+
+def lone_costs(batch: int = 10, calls: int = 100, rounds: int = 5) -> LoneCosts:
+    """Start a local leader and helper and take a lone caller's call of
+    `batch` measurements apart (LONE_ROWS), all rows interleaved."""
+    from veil.client import Client
+
+    with tempfile.TemporaryDirectory(prefix="veil-bench-lone-") as tmp:
+        tasks = {"count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1})}
+        with LocalDeployment.start(Path(tmp), tasks) as dep:
+            task = dep.tasks["count"].client
+
+            async def main() -> _Samples:
+                async with AsyncClient(task) as client:
+                    with Client(task) as blocking:
+                        return await _lone_rows(client, blocking, task, batch, calls, rounds)
+
+            cpu, wall, parts, parts_1000 = asyncio.run(main())
+    return LoneCosts(
+        batch,
+        calls,
+        rounds,
+        {k: statistics.median(v) for k, v in cpu.items()},
+        {k: statistics.median(v) for k, v in wall.items()},
+        statistics.median(parts),
+        statistics.median(parts_1000),
+    )
+
+
 # -- what building a report costs against its parts (issue 28) ----------------
 
 
@@ -149,6 +313,38 @@ BUILD_VDAFS: dict[str, tuple[VdafSpec, Callable[[int], int]]] = {
 }
 
 
+def _parts(vdaf: str, reports: int) -> Callable[[], None]:
+    """The parts of `reports` reports (a batched shard and two HPKE seals
+    each, keys loaded once), as a function to time."""
+    import secrets
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
+    from veil.hpke import _SUITE, generate_keypair
+    from veil.messages import REPORT_ID_SIZE, vdaf_ctx
+    from veil.vdaf.batch.prio3 import BatchPrio3
+
+    spec, value = BUILD_VDAFS[vdaf]
+    batch = BatchPrio3(spec.instantiate())
+    measurements = [value(i) for i in range(reports)]
+    ctx = vdaf_ctx(secrets.token_bytes(32))
+    leader_pk, helper_pk = (
+        X25519PublicKey.from_public_bytes(generate_keypair(i).config.public_key) for i in (1, 2)
+    )
+    info = bytes(64)  # the size of a Count report's context
+
+    def parts() -> None:
+        ids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(reports)]
+        rands = [secrets.token_bytes(batch.vdaf.RAND_SIZE) for _ in range(reports)]
+        sharded = batch.shard_batch(ctx, measurements, ids, rands)
+        for a, b in zip(*sharded.input_shares, strict=True):
+            _SUITE.encrypt(a, leader_pk, info=info)
+            _SUITE.encrypt(b, helper_pk, info=info)
+
+    parts()  # compile and warm
+    return parts
+
+
 def build_costs(vdaf: str = "count", reports: int = 1000, runs: int = 5) -> BuildCosts:
     """Report building against its floor, each run measuring every step in turn."""
     import os
@@ -159,7 +355,6 @@ def build_costs(vdaf: str = "count", reports: int = 1000, runs: int = 5) -> Buil
     from veil.client.outbox import Outbox
     from veil.client.prepare import prepare_reports
     from veil.hpke import _SUITE, generate_keypair
-    from veil.messages import REPORT_ID_SIZE, vdaf_ctx
     from veil.messages.wire import upload_request
     from veil.task import Task
     from veil.vdaf.batch.prio3 import BatchPrio3
@@ -177,19 +372,11 @@ def build_costs(vdaf: str = "count", reports: int = 1000, runs: int = 5) -> Buil
     )
     batch = BatchPrio3(spec.instantiate())
     measurements = [value(i) for i in range(reports)]
-    ctx = vdaf_ctx(task.task_id)
     leader_pk = X25519PublicKey.from_public_bytes(leader.config.public_key)
-    helper_pk = X25519PublicKey.from_public_bytes(helper.config.public_key)
     info = bytes(64)  # the size of a Count report's context
     prepare_reports(task, measurements[:10], leader.config, helper.config, 0, batch=batch)
 
-    def parts() -> None:
-        ids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(reports)]
-        rands = [secrets.token_bytes(batch.vdaf.RAND_SIZE) for _ in range(reports)]
-        sharded = batch.shard_batch(ctx, measurements, ids, rands)
-        for a, b in zip(*sharded.input_shares, strict=True):
-            _SUITE.encrypt(a, leader_pk, info=info)
-            _SUITE.encrypt(b, helper_pk, info=info)
+    parts = _parts(vdaf, reports)
 
     def seals() -> None:
         for _ in range(reports):

@@ -20,6 +20,14 @@ cost once per request, a single task (e.g. 10x1) once per call.
 --build measures only the building, with no network: prepare_reports,
 then with the upload request's bytes, then with Outbox.add, each as a
 ratio to the parts, all runs interleaved.
+
+--lone B takes apart a lone caller's call of B measurements (one task,
+awaiting each answer): the whole call as AsyncClient makes it, as it made
+it before (built, then sent on grpc.aio) and as the blocking Client makes
+it in one thread; then an upload of B reports built beforehand on each way
+of calling gRPC from asyncio, a bare hand-off to a worker thread, and an
+asyncio.sleep as long as the grpc.aio call (what waiting alone costs). CPU
+of the whole process per call, medians of --runs interleaved rounds.
 """
 
 from __future__ import annotations
@@ -33,7 +41,15 @@ from pathlib import Path
 # The measurements (bench/) live beside scripts/, outside the veil package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.client import BUILD_VDAFS, DEFAULT_MODES, Mode, build_costs, run
+from bench.client import (
+    BUILD_VDAFS,
+    DEFAULT_MODES,
+    LONE_ROWS,
+    Mode,
+    build_costs,
+    lone_costs,
+    run,
+)
 from veil.logs import configure_logging
 from veil.tuning import limit_blas_threads, tune_allocator
 
@@ -61,13 +77,27 @@ def main() -> None:
         choices=sorted(BUILD_VDAFS),
         help="measure report building only (no network) for this VDAF",
     )
-    parser.add_argument("--runs", type=int, default=7, help="runs for --build (median)")
+    parser.add_argument("--runs", type=int, default=7, help="runs for --build, rounds for --lone")
+    parser.add_argument(
+        "--lone",
+        type=int,
+        metavar="B",
+        help="take a lone caller's call of B measurements apart (each row against the others)",
+    )
+    parser.add_argument("--calls", type=int, default=100, help="calls a row a round for --lone")
     args = parser.parse_args()
+    if args.lone is not None and not 1 <= args.lone <= 1000:
+        parser.error("--lone takes a batch of 1 to 1000 measurements")
+    if args.calls < 1 or args.runs < 1:
+        parser.error("--calls and --runs must be at least 1")
     configure_logging("error")  # the servers log to their own files
     tune_allocator()
     limit_blas_threads(1)
     if args.build:
         _build(args.build, max(5, args.runs), args.json)
+        return
+    if args.lone is not None:
+        _lone(args.lone, args.calls, args.runs, args.json)
         return
     results, call = run(tuple(args.mode), args.seconds, args.workers)
     parts = build_costs("count", runs=5).floor_us
@@ -114,6 +144,36 @@ def _build(vdaf: str, runs: int, as_json: bool) -> None:
     ]
     for name, us in rows:
         print(f"{name:<44} {us:>8.1f} {us / c.floor_us:>8.2f} {us / c.seal_us:>7.2f}")
+
+
+def _lone(batch: int, calls: int, rounds: int, as_json: bool) -> None:
+    c = lone_costs(batch, calls, rounds)
+    if as_json:
+        print(json.dumps(asdict(c), indent=2))
+        return
+    whole = LONE_ROWS[:4]
+    print(
+        f"a lone caller, {batch} measurements a call: CPU of the process per call, medians"
+        f" of {rounds} rounds of {calls} calls a row"
+    )
+    print(
+        f"{'':<40} {'us/call':>8} {'us/report':>10} {'x parts(B)':>11} {'x parts(1000)':>14}"
+        f" {'wall ms':>8}"
+    )
+    for name in LONE_ROWS:
+        if name == LONE_ROWS[4]:
+            print(f"an upload of {batch} reports built beforehand, or a piece of a call:")
+        us = c.cpu_us[name]
+        ratios = (
+            f" {us / batch / c.parts_us:>11.2f} {us / batch / c.parts_1000_us:>14.2f}"
+            if name in whole
+            else f" {'':>11} {'':>14}"
+        )
+        print(f"{name:<40} {us:>8.0f} {us / batch:>10.1f}{ratios} {c.wall_ms[name]:>8.2f}")
+    print(
+        f"parts per report (batched shard + two HPKE seals): {c.parts_us:.0f} us in batches"
+        f" of {batch}, {c.parts_1000_us:.0f} us in batches of 1,000"
+    )
 
 
 if __name__ == "__main__":
