@@ -35,9 +35,11 @@ the leader's database and WAL traffic) and, on PostgreSQL, the server's WAL.
 
 Issue 28's table: Count and Histogram(100,10), on PostgreSQL (one worker,
 one helper process) and on SQLite, one run of each per round, rounds
-interleaved, CPU per report as a ratio to the open:
+interleaved, CPU per report as a ratio to the open, in jobs of the default
+size ([driver] job_size) and, for comparison with the tables before it
+changed, of 500 (`--job-size N`: that size alone):
 
-    python scripts/bench_workers.py --ratios --runs 5 --job-size 500
+    python scripts/bench_workers.py --ratios --runs 5
 
 How the work spreads over processes: k workers and k helper processes for
 each k, interleaved (`--processes 1 2 3`). `--profile DIR` has py-spy (if
@@ -68,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.profiling import Profiler
 from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.core import job_deltas, share_merge
+from veil.aggregator.leader.settings import DEFAULT_JOB_SIZE
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.storage import SqliteDatastore
 from veil.client import Client, seal_report
@@ -453,32 +456,52 @@ RATIO_CONFIGS = (
 )
 
 
-def ratio_table(dsn: str, runs: int, job_size: int, scale: float, profile: Path | None) -> None:
-    """Each configuration once per round, rounds interleaved, the HPKE open
-    floor measured before every run; per configuration the median CPU µs per
-    report of each role and the median of the runs' ratios to their floor."""
-    per: dict[str, list[tuple[float, dict[str, float | None], float]]] = {
-        label: [] for label, *_ in RATIO_CONFIGS
+# Jobs of 500: the default before issue 28's jobs grew, printed beside the
+# default for comparison with the tables measured then.
+EARLIER_JOB_SIZE = 500
+
+
+def ratio_table(
+    dsn: str, runs: int, job_sizes: list[int], scale: float, profile: Path | None
+) -> None:
+    """Each configuration once per round and job size, rounds interleaved,
+    the HPKE open floor measured before every run; per job size and
+    configuration the median CPU µs per report of each role and the median
+    of the runs' ratios to their floor."""
+    per: dict[tuple[int, str], list[tuple[float, dict[str, float | None], float]]] = {
+        (size, label): [] for size in job_sizes for label, *_ in RATIO_CONFIGS
     }
     for i in range(runs):
-        for label, vdaf, pg, reports in RATIO_CONFIGS:
-            floor = hpke_open_floor()
-            exact: list[bool] = []
-            n = max(500, int(reports * scale))
-            rate, cpu = one_run(
-                dsn if pg else None, 1, n, job_size, 1, vdaf, exact, profile if i == 0 else None
-            )
-            if not all(exact):
-                raise RuntimeError(f"{label}: the collected aggregate was not exact")
-            roles = by_role(cpu)
-            per[label].append((rate, roles, floor))
-            print(
-                f"  round {i + 1} {label}: open {floor:.1f} µs, {roles}, {rate:.0f} reports/s",
-                flush=True,
-            )
+        for size in job_sizes:
+            for label, vdaf, pg, reports in RATIO_CONFIGS:
+                floor = hpke_open_floor()
+                exact: list[bool] = []
+                n = max(500, int(reports * scale))
+                first = i == 0 and size == job_sizes[0]
+                rate, cpu = one_run(
+                    dsn if pg else None, 1, n, size, 1, vdaf, exact, profile if first else None
+                )
+                if not all(exact):
+                    raise RuntimeError(f"{label}: the collected aggregate was not exact")
+                roles = by_role(cpu)
+                per[size, label].append((rate, roles, floor))
+                print(
+                    f"  round {i + 1}, jobs of {size}, {label}: open {floor:.1f} µs, {roles},"
+                    f" {rate:.0f} reports/s, load average {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+    for size in job_sizes:
+        print_ratios(size, runs, {label: per[size, label] for label, *_ in RATIO_CONFIGS})
+
+
+def print_ratios(
+    job_size: int, runs: int, per: dict[str, list[tuple[float, dict[str, float | None], float]]]
+) -> None:
+    """One table of --ratios: its runs in jobs of `job_size`."""
+    default = " (the default)" if job_size == DEFAULT_JOB_SIZE else ""
     print(
         f"\nCPU µs per report (x one HPKE open measured before each run; medians of {runs}"
-        f" rounds), jobs of {job_size}, {os.cpu_count()} CPUs, load average"
+        f" rounds), jobs of {job_size}{default}, {os.cpu_count()} CPUs, load average"
         f" {os.getloadavg()[0]:.1f}"
     )
     print(
@@ -545,7 +568,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--job-size", type=int, default=100)
+    parser.add_argument(
+        "--job-size",
+        type=int,
+        help="reports per aggregation job (default 100; with --ratios, the default job size"
+        f" {DEFAULT_JOB_SIZE} and {EARLIER_JOB_SIZE})",
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dsn", help="an existing PostgreSQL (default: a throwaway one)")
     parser.add_argument(
@@ -580,11 +608,17 @@ def main() -> None:
         " stacks; with --ratios, the first round)",
     )
     args = parser.parse_args()
+    if args.ratios:
+        ratio_sizes = [args.job_size] if args.job_size else [DEFAULT_JOB_SIZE, EARLIER_JOB_SIZE]
+    if args.job_size is None:
+        args.job_size = 100
     if args.ratios or args.processes:
         with ExitStack() as stack:
             dsn = args.dsn or stack.enter_context(postgres_dsn())
             if args.ratios:
-                ratio_table(dsn, args.runs, args.job_size, args.scale, args.profile)
+                ratio_table(
+                    dsn, args.runs, sorted(set(ratio_sizes), reverse=True), args.scale, args.profile
+                )
             if args.processes:
                 scale_table(dsn, args.processes, args.runs, args.reports, args.job_size)
         return

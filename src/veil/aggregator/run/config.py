@@ -30,7 +30,7 @@ Configuration is one TOML file (paths in it are relative to the file):
     public = false                     # true: serve off loopback (no TLS, no auth)
     [driver]                           # leader only
     interval = 0.5                     # seconds between idle passes
-    job_size = 500                     # reports per aggregation job (fewer where a job
+    job_size = 2000                    # reports per aggregation job (fewer where a job
                                        # would exceed max_message_bytes / 4)
     enabled = true                     # false: an upload front end only; `veil
                                        # worker` processes aggregate and collect
