@@ -29,6 +29,10 @@ Every run is preceded by a measurement of the floor: the CPU time of one
 X25519 HPKE open (what each aggregator must do per report at least), so
 each CPU figure can be read as a ratio to a floor measured at the same
 moment on the same machine (`hpke_open_us`, `x_hpke_open` in the JSON).
+The floor is `cryptography`'s single-shot open, as it always was; veil's
+own open (`veil.hpke.open_`, which the aggregators run) is measured beside
+it in the same rounds, and the ratios are printed to both (`veil_open_us`,
+`x_veil_open`).
 `io_bytes_per_report` gives each process's bytes written and read by its
 system calls over the same span (wchar and rchar of /proc/PID/io: on SQLite
 the leader's database and WAL traffic) and, on PostgreSQL, the server's WAL.
@@ -42,7 +46,11 @@ changed, of 500 (`--job-size N`: that size alone):
     python scripts/bench_workers.py --ratios --runs 5
 
 How the work spreads over processes: k workers and k helper processes for
-each k, interleaved (`--processes 1 2 3`). `--profile DIR` has py-spy (if
+each k, interleaved (`--processes 1 2 3`). How it spreads over the threads
+of one process: `--threads 1 2` runs Count on PostgreSQL, one worker and
+one helper process, with each `open_threads` given, interleaved, and prints
+each process's CPU over the wall time (one `--threads` value with --json or
+--ratios sets it for every run; without it, the servers' default). `--profile DIR` has py-spy (if
 installed) sample every server process during the measured span and write a
 flame graph (SVG) and collapsed stacks (text) per process.
 """
@@ -66,6 +74,9 @@ import psycopg
 # The throwaway PostgreSQL is test support (tests/support), not part of veil:
 # run from a checkout, the script finds it beside scripts/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
 from bench.profiling import Profiler
 from tests.support.postgres import as_url, postgres_dsn, with_schema
@@ -157,25 +168,35 @@ def wait_until_quiet(
         before = after
 
 
-def hpke_open_floor(opens: int = 1000, rounds: int = 5) -> float:
-    """CPU µs of one X25519 HPKE open (the aggregator's floor per report),
-    through `cryptography`'s single-shot API as `veil.hpke.open_` calls it, of
-    an input share of a Count report's size and context: the median of
-    `rounds` rounds, each timed by this thread's CPU clock."""
+def hpke_open_floors(opens: int = 1000, rounds: int = 5) -> tuple[float, float]:
+    """CPU µs of one X25519 HPKE open (the aggregator's floor per report) of
+    an input share of a Count report's size and context, two ways in
+    alternation: `cryptography`'s single-shot open (the floor, as veil's
+    aggregators opened until they had their own) and `veil.hpke.open_`. Each
+    the median of `rounds` rounds, timed by this thread's CPU clock."""
     kp = generate_keypair(1)
     task_id, shares = secrets.token_bytes(32), secrets.token_bytes(64)
     sealed = []
     for _ in range(opens):
         info = input_share_info(ROLE_HELPER, task_id, secrets.token_bytes(16), 0, b"")
-        sealed.append((seal(kp.config, info, shares), info))
-    open_(kp, *sealed[0])  # the key loaded once, as an aggregator does
-    per_round = []
+        ct = seal(kp.config, info, shares)
+        sealed.append((ct, ct.enc + ct.payload, info))
+    # Each key loaded once, as an aggregator does.
+    suite = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.AES_128_GCM)
+    private_key = X25519PrivateKey.from_private_bytes(kp.private_key)
+    suite.decrypt(sealed[0][1], private_key, info=sealed[0][2])
+    open_(kp, sealed[0][0], sealed[0][2])
+    theirs, ours = [], []
     for _ in range(rounds):
         began = time.thread_time()
-        for ct, info in sealed:
+        for _ct, raw, info in sealed:
+            suite.decrypt(raw, private_key, info=info)
+        theirs.append((time.thread_time() - began) * 1e6 / opens)
+        began = time.thread_time()
+        for ct, _raw, info in sealed:
             open_(kp, ct, info)
-        per_round.append((time.thread_time() - began) * 1e6 / opens)
-    return statistics.median(per_round)
+        ours.append((time.thread_time() - began) * 1e6 / opens)
+    return statistics.median(theirs), statistics.median(ours)
 
 
 def one_run(
@@ -188,6 +209,7 @@ def one_run(
     exact: list[bool] | None = None,
     profile: Path | None = None,
     io: dict[str, tuple[float, float]] | None = None,
+    threads: int | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Reports aggregated per second with `workers` workers and `helpers` helper
     processes, on a fresh deployment, and the CPU µs per report each process
@@ -196,7 +218,8 @@ def one_run(
     With `profile`, py-spy samples each server process meanwhile (Profiler).
     With `io` given, each process's bytes written and read per report over the
     same span are put in it ("wal" on PostgreSQL: the server's WAL bytes per
-    report, both aggregators' databases together)."""
+    report, both aggregators' databases together). `threads` is the servers'
+    `open_threads` (None: not written, their default)."""
     suffix = secrets.token_hex(4)
     storage = None
     if dsn is not None:
@@ -217,6 +240,7 @@ def one_run(
             workers=0 if dsn is None else workers,
             start_workers=False,
             helpers=helpers,
+            extra_config=None if threads is None else {"open_threads": threads},
         )
         stack.callback(dep.stop)
         store: SqliteDatastore | PostgresDatastore = (
@@ -384,11 +408,14 @@ def by_role(cpu: dict[str, float]) -> dict[str, float | None]:
 def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     exact: list[bool] = []
     floors: list[float] = []
+    veil_floors: list[float] = []
     results = []
     ios: list[dict[str, tuple[float, float]]] = []
     for _ in range(args.runs):
         # The floor measured before each run: same machine, same moment.
-        floors.append(hpke_open_floor())
+        floor, veil_floor = hpke_open_floors()
+        floors.append(floor)
+        veil_floors.append(veil_floor)
         ios.append({})
         results.append(
             one_run(
@@ -401,6 +428,7 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
                 exact,
                 args.profile,
                 ios[-1],
+                threads=args.threads[0] if args.threads else None,
             )
         )
     cpu = {name: statistics.median(c[name] for _, c in results) for name in results[0][1]}
@@ -416,6 +444,7 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
         },
         "cpu_us_per_process": {k: round(v, 1) for k, v in cpu.items()},
         "hpke_open_us": round(statistics.median(floors), 1),
+        "veil_open_us": round(statistics.median(veil_floors), 1),
         # Bytes written and read per report by each process's system calls
         # ("wal": PostgreSQL's WAL, both aggregators), medians over the runs.
         "io_bytes_per_report": {
@@ -426,14 +455,8 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
             for name in ios[0]
         },
         # Each run's CPU per report over the floor measured just before it.
-        "x_hpke_open": {
-            k: None
-            if roles[0][k] is None
-            else round(
-                statistics.median((r[k] or 0.0) / f for r, f in zip(roles, floors, strict=True)), 2
-            )
-            for k in roles[0]
-        },
+        "x_hpke_open": _ratios(roles, floors),
+        "x_veil_open": _ratios(roles, veil_floors),
         "exact": all(exact),
         "workers": args.workers[0],
         "helpers": args.helpers,
@@ -442,7 +465,20 @@ def json_run(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
         "reports": args.reports,
         "runs": args.runs,
         "storage": "sqlite" if dsn is None else "postgresql",
+        "open_threads": args.threads[0] if args.threads else None,
         "cpus": os.cpu_count(),
+    }
+
+
+def _ratios(roles: list[dict[str, float | None]], floors: list[float]) -> dict[str, float | None]:
+    """Each role's median over the runs of its CPU per report over the run's floor."""
+    return {
+        k: None
+        if roles[0][k] is None
+        else round(
+            statistics.median((r[k] or 0.0) / f for r, f in zip(roles, floors, strict=True)), 2
+        )
+        for k in roles[0]
     }
 
 
@@ -460,71 +496,140 @@ RATIO_CONFIGS = (
 # default for comparison with the tables measured then.
 EARLIER_JOB_SIZE = 500
 
+# One run of --ratios: reports/s, CPU µs per report by role, and the two
+# floors measured before it (cryptography's single-shot open, veil's own).
+RatioRow = tuple[float, dict[str, float | None], float, float]
+
 
 def ratio_table(
-    dsn: str, runs: int, job_sizes: list[int], scale: float, profile: Path | None
+    dsn: str,
+    runs: int,
+    job_sizes: list[int],
+    scale: float,
+    profile: Path | None,
+    threads: int | None = None,
 ) -> None:
     """Each configuration once per round and job size, rounds interleaved,
-    the HPKE open floor measured before every run; per job size and
-    configuration the median CPU µs per report of each role and the median
-    of the runs' ratios to their floor."""
-    per: dict[tuple[int, str], list[tuple[float, dict[str, float | None], float]]] = {
+    the HPKE open floors measured before every run; per job size and
+    configuration the median CPU µs per report of each role and the medians
+    of the runs' ratios to their floors (`cryptography`'s single-shot open,
+    then veil's own)."""
+    per: dict[tuple[int, str], list[RatioRow]] = {
         (size, label): [] for size in job_sizes for label, *_ in RATIO_CONFIGS
     }
     for i in range(runs):
         for size in job_sizes:
             for label, vdaf, pg, reports in RATIO_CONFIGS:
-                floor = hpke_open_floor()
+                floor, veil_floor = hpke_open_floors()
                 exact: list[bool] = []
                 n = max(500, int(reports * scale))
                 first = i == 0 and size == job_sizes[0]
                 rate, cpu = one_run(
-                    dsn if pg else None, 1, n, size, 1, vdaf, exact, profile if first else None
+                    dsn if pg else None,
+                    1,
+                    n,
+                    size,
+                    1,
+                    vdaf,
+                    exact,
+                    profile if first else None,
+                    threads=threads,
                 )
                 if not all(exact):
                     raise RuntimeError(f"{label}: the collected aggregate was not exact")
                 roles = by_role(cpu)
-                per[size, label].append((rate, roles, floor))
+                per[size, label].append((rate, roles, floor, veil_floor))
                 print(
-                    f"  round {i + 1}, jobs of {size}, {label}: open {floor:.1f} µs, {roles},"
-                    f" {rate:.0f} reports/s, load average {os.getloadavg()[0]:.1f}",
+                    f"  round {i + 1}, jobs of {size}, {label}: open {floor:.1f} µs (veil's"
+                    f" {veil_floor:.1f}), {roles}, {rate:.0f} reports/s, load average"
+                    f" {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
     for size in job_sizes:
-        print_ratios(size, runs, {label: per[size, label] for label, *_ in RATIO_CONFIGS})
+        print_ratios(size, runs, {label: per[size, label] for label, *_ in RATIO_CONFIGS}, threads)
 
 
 def print_ratios(
-    job_size: int, runs: int, per: dict[str, list[tuple[float, dict[str, float | None], float]]]
+    job_size: int, runs: int, per: dict[str, list[RatioRow]], threads: int | None = None
 ) -> None:
     """One table of --ratios: its runs in jobs of `job_size`."""
     default = " (the default)" if job_size == DEFAULT_JOB_SIZE else ""
     print(
-        f"\nCPU µs per report (x one HPKE open measured before each run; medians of {runs}"
-        f" rounds), jobs of {job_size}{default}, {os.cpu_count()} CPUs, load average"
-        f" {os.getloadavg()[0]:.1f}"
+        f"\nCPU µs per report (x one HPKE open measured before each run: cryptography's"
+        f" single shot / veil.hpke.open_; medians of {runs} rounds), jobs of"
+        f" {job_size}{default}, open_threads {'default' if threads is None else threads},"
+        f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     print(
-        "| configuration | HPKE open µs | helper | leader worker | upload front end"
-        " | SQLite leader process | reports/s |"
+        "| configuration | HPKE open µs (cryptography / veil) | helper | leader worker"
+        " | upload front end | SQLite leader process | reports/s |"
     )
     print("|---|---|---|---|---|---|---|")
     for label, *_ in RATIO_CONFIGS:
         rows = per[label]
         pg = "PostgreSQL" in label
 
-        def cell(role: str, rows: list[tuple[float, dict[str, float | None], float]] = rows) -> str:
+        def cell(role: str, rows: list[RatioRow] = rows) -> str:
             if rows[0][1][role] is None:
                 return ""
-            us = statistics.median(r[role] or 0.0 for _, r, _ in rows)
-            x = statistics.median((r[role] or 0.0) / f for _, r, f in rows)
-            return f"{us:.1f} ({x:.2f}x)"
+            us = statistics.median(r[role] or 0.0 for _, r, _, _ in rows)
+            x = statistics.median((r[role] or 0.0) / f for _, r, f, _ in rows)
+            xv = statistics.median((r[role] or 0.0) / v for _, r, _, v in rows)
+            return f"{us:.1f} ({x:.2f}x / {xv:.2f}x)"
 
-        floor = statistics.median(f for *_, f in rows)
-        rate = statistics.median(r for r, *_ in rows)
+        floor = statistics.median(r[2] for r in rows)
+        veil_floor = statistics.median(r[3] for r in rows)
+        rate = statistics.median(r[0] for r in rows)
         print(
-            f"| {label} | {floor:.1f} | {cell('helper')} | {cell('worker') if pg else ''}"
-            f" | {cell('upload') if pg else ''} | {'' if pg else cell('worker')} | {rate:.0f} |"
+            f"| {label} | {floor:.1f} / {veil_floor:.1f} | {cell('helper')}"
+            f" | {cell('worker') if pg else ''} | {cell('upload') if pg else ''}"
+            f" | {'' if pg else cell('worker')} | {rate:.0f} |"
+        )
+
+
+def threads_table(dsn: str, counts: list[int], runs: int, reports: int, job_size: int) -> None:
+    """Count on PostgreSQL, one worker and one helper process, with each
+    `open_threads` in `counts`, rounds interleaved: the rate, each role's
+    CPU per report (over veil's open, measured before each run) and each
+    process's CPU over the wall time (above 1: more than one core)."""
+    per: dict[int, list[tuple[float, dict[str, float], float]]] = {k: [] for k in counts}
+    for i in range(runs):
+        for k in counts:
+            _floor, veil_floor = hpke_open_floors()
+            exact: list[bool] = []
+            rate, cpu = one_run(dsn, 1, reports, job_size, 1, "count", exact, threads=k)
+            if not all(exact):
+                raise RuntimeError(f"open_threads {k}: the collected aggregate was not exact")
+            per[k].append((rate, cpu, veil_floor))
+            print(
+                f"  round {i + 1}, open_threads {k}: {rate:.0f} reports/s,"
+                f" helper CPU/wall {cpu['helper 1'] * rate / 1e6:.2f},"
+                f" worker CPU/wall {cpu['worker 1'] * rate / 1e6:.2f}",
+                flush=True,
+            )
+    print(
+        f"\nCount, jobs of {job_size}, {reports} reports a run, PostgreSQL, one worker and one"
+        f" helper, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; medians of {runs}"
+    )
+    print(
+        "| open_threads | reports/s | wall s a run | helper µs (x veil's open) | worker µs"
+        " | helper CPU/wall | worker CPU/wall |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for k in counts:
+        rows = per[k]
+        rate = statistics.median(r for r, _, _ in rows)
+
+        def us(name: str, rows: list[tuple[float, dict[str, float], float]] = rows) -> str:
+            x = statistics.median(c[name] / v for _, c, v in rows)
+            return f"{statistics.median(c[name] for _, c, _ in rows):.1f} ({x:.2f}x)"
+
+        def busy(name: str, rows: list[tuple[float, dict[str, float], float]] = rows) -> float:
+            return statistics.median(r * c[name] / 1e6 for r, c, _ in rows)
+
+        print(
+            f"| {k} | {rate:.0f} | {reports / rate:.1f} | {us('helper 1')} | {us('worker 1')}"
+            f" | {busy('helper 1'):.2f} | {busy('worker 1'):.2f} |"
         )
 
 
@@ -596,6 +701,13 @@ def main() -> None:
     )
     parser.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
     parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        help="the servers' open_threads: several values compare them (Count, PostgreSQL, one"
+        " worker and one helper, interleaved); one value sets it for --json and --ratios",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         nargs="+",
@@ -612,15 +724,26 @@ def main() -> None:
         ratio_sizes = [args.job_size] if args.job_size else [DEFAULT_JOB_SIZE, EARLIER_JOB_SIZE]
     if args.job_size is None:
         args.job_size = 100
-    if args.ratios or args.processes:
+    compare_threads = args.threads is not None and len(args.threads) > 1
+    if (args.json or args.ratios) and compare_threads:
+        parser.error("--json and --ratios take one --threads value")
+    if args.ratios or args.processes or compare_threads:
         with ExitStack() as stack:
             dsn = args.dsn or stack.enter_context(postgres_dsn())
+            threads = args.threads[0] if args.threads else None
             if args.ratios:
                 ratio_table(
-                    dsn, args.runs, sorted(set(ratio_sizes), reverse=True), args.scale, args.profile
+                    dsn,
+                    args.runs,
+                    sorted(set(ratio_sizes), reverse=True),
+                    args.scale,
+                    args.profile,
+                    threads,
                 )
             if args.processes:
                 scale_table(dsn, args.processes, args.runs, args.reports, args.job_size)
+            if compare_threads:
+                threads_table(dsn, args.threads, args.runs, args.reports, args.job_size)
         return
     if args.sqlite:
         if not args.json or args.helpers != 1 or args.dsn:
