@@ -1,24 +1,27 @@
-"""HPKE sealing of input and aggregate shares (RFC 9180, base mode).
+"""HPKE sealing and opening of input and aggregate shares (RFC 9180, base mode).
 
 One suite throughout, as in DAP: DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 /
-AES-128-GCM. Clients and the collector's counterparts seal with
-`cryptography.hazmat.primitives.hpke`. The aggregators open every report, so
-`open_` is written out here for this one suite (RFC 9180 sections 4.1, 5.1,
-5.2 and 7.1.3), for one reason: its X25519 runs in libsodium (PyNaCl), whose
-call releases the GIL, so a process opening a job's shares on several
-threads uses several cores; `cryptography`'s exchange holds the GIL. The key
-schedule is HMAC-SHA256 (`hmac.digest`, and for the extracts whose key is
-the empty salt, SHA-256 states with that key's pads already absorbed), the
-AEAD `cryptography`'s AES-128-GCM. It opens exactly what `cryptography`'s
-Suite seals (tests/test_hpke.py checks random contexts and every flipped
-byte against it).
+AES-128-GCM.
 
-Its single-shot API takes `info` but no AEAD associated data, so the DAP
-associated data (task id, report metadata, public share; or the batch of an
-aggregate share) is appended to the application label and carried in `info`.
-`info` enters the HPKE key schedule, so a ciphertext opened with any other
-context fails exactly as with a wrong `aad`. The label is fixed per message
-kind, so label || context is an unambiguous encoding.
+`seal` is `cryptography`'s single-shot HPKE
+(`cryptography.hazmat.primitives.hpke`). That API takes `info` but no AEAD
+associated data, so the DAP associated data (task id, report metadata,
+public share; or the batch of an aggregate share) is appended to the
+application label and carried in `info`. `info` enters the HPKE key
+schedule, so a ciphertext opened with any other context fails exactly as
+with a wrong `aad`. The label is fixed per message kind, so label || context
+is an unambiguous encoding.
+
+`open_` is written out here for this one suite (RFC 9180 sections 4.1, 5.1,
+5.2 and 7.1.3) and opens exactly what that seal produces (empty associated
+data, the context's first message; tests/test_hpke.py checks random
+contexts and every changed byte against `cryptography`). It exists for one
+reason: its X25519 runs in libsodium (PyNaCl), whose call releases the GIL,
+so an aggregator opening a job's shares on several threads uses several
+cores (veil.aggregator.opener); `cryptography`'s exchange holds the GIL.
+The key schedule is HMAC-SHA256 (OpenSSL's, through `hmac`; for the
+extracts whose key is the empty salt, SHA-256 states with that key's pads
+already absorbed), the AEAD `cryptography`'s AES-128-GCM.
 """
 
 from __future__ import annotations
@@ -204,19 +207,27 @@ def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
         raise HpkeError("HPKE decryption failed: low-order encapsulated key") from None
     if hmac.compare_digest(dh, _ALL_ZERO):
         raise HpkeError("HPKE decryption failed: low-order encapsulated key")
+    # The HMACs under secret keys are OpenSSL's HMAC objects (`hmac.new`),
+    # which keep the GIL; the one-shot `hmac.digest` releases it on every
+    # call, and between threads opening at once each release can hand the
+    # GIL over (1 to 3 µs of CPU an open here). Only X25519 lets go of it.
     # ExtractAndExpand(dh, kem_context = enc || pkRm).
     eae_prk = _empty_salt_hmac(_EAE_PRK_PREFIX + dh)
-    shared_secret = hmac.digest(
+    shared_secret = hmac.new(
         eae_prk, _SHARED_SECRET_PREFIX + enc + pk_r + _FIRST_BLOCK, "sha256"
-    )
+    ).digest()
     # KeySchedule (section 5.1), base mode: psk and psk_id empty.
     info_hash = _empty_salt_hmac(_INFO_HASH_PREFIX + info)
-    secret = hmac.digest(shared_secret, _SECRET_MESSAGE, "sha256")
-    key = hmac.digest(secret, _KEY_PREFIX + info_hash + _FIRST_BLOCK, "sha256")[:_KEY_SIZE]
-    nonce = hmac.digest(secret, _NONCE_PREFIX + info_hash + _FIRST_BLOCK, "sha256")
+    secret = hmac.new(shared_secret, _SECRET_MESSAGE, "sha256").digest()
+    # The key and the base nonce: two expands under `secret`, keyed once.
+    key_mac = hmac.new(secret, None, "sha256")
+    nonce_mac = key_mac.copy()
+    key_mac.update(_KEY_PREFIX + info_hash + _FIRST_BLOCK)
+    nonce_mac.update(_NONCE_PREFIX + info_hash + _FIRST_BLOCK)
+    key = key_mac.digest()[:_KEY_SIZE]
     # The first message of the context: its nonce is the base nonce itself.
     try:
-        return AESGCM(key).decrypt(nonce[:_NONCE_SIZE], ciphertext.payload, None)
+        return AESGCM(key).decrypt(nonce_mac.digest()[:_NONCE_SIZE], ciphertext.payload, None)
     except (InvalidTag, ValueError) as e:
         raise HpkeError("HPKE decryption failed") from e
 
