@@ -517,6 +517,9 @@ def ratio_table(
     per: dict[tuple[int, str], list[RatioRow]] = {
         (size, label): [] for size in job_sizes for label, *_ in RATIO_CONFIGS
     }
+    ios: dict[tuple[int, str], list[dict[str, tuple[float, float]]]] = {
+        (size, label): [] for size in job_sizes for label, *_ in RATIO_CONFIGS
+    }
     for i in range(runs):
         for size in job_sizes:
             for label, vdaf, pg, reports in RATIO_CONFIGS:
@@ -524,6 +527,7 @@ def ratio_table(
                 exact: list[bool] = []
                 n = max(500, int(reports * scale))
                 first = i == 0 and size == job_sizes[0]
+                ios[size, label].append({})
                 rate, cpu = one_run(
                     dsn if pg else None,
                     1,
@@ -533,6 +537,7 @@ def ratio_table(
                     vdaf,
                     exact,
                     profile if first else None,
+                    ios[size, label][-1],
                     threads=threads,
                 )
                 if not all(exact):
@@ -546,11 +551,21 @@ def ratio_table(
                     flush=True,
                 )
     for size in job_sizes:
-        print_ratios(size, runs, {label: per[size, label] for label, *_ in RATIO_CONFIGS}, threads)
+        print_ratios(
+            size,
+            runs,
+            {label: per[size, label] for label, *_ in RATIO_CONFIGS},
+            threads,
+            {label: ios[size, label] for label, *_ in RATIO_CONFIGS},
+        )
 
 
 def print_ratios(
-    job_size: int, runs: int, per: dict[str, list[RatioRow]], threads: int | None = None
+    job_size: int,
+    runs: int,
+    per: dict[str, list[RatioRow]],
+    threads: int | None = None,
+    ios: dict[str, list[dict[str, tuple[float, float]]]] | None = None,
 ) -> None:
     """One table of --ratios: its runs in jobs of `job_size`."""
     default = " (the default)" if job_size == DEFAULT_JOB_SIZE else ""
@@ -585,6 +600,22 @@ def print_ratios(
             f" | {cell('worker') if pg else ''} | {cell('upload') if pg else ''}"
             f" | {'' if pg else cell('worker')} | {rate:.0f} |"
         )
+    if ios is None:
+        return
+    print(
+        "\nBytes per report (medians): written / read by the leader's process (on PostgreSQL"
+        " the worker's), by its system calls; on PostgreSQL also the server's WAL (both"
+        " aggregators)"
+    )
+    print("| configuration | leader process written / read | PostgreSQL WAL |")
+    print("|---|---|---|")
+    for label, *_ in RATIO_CONFIGS:
+        runs_io = ios[label]
+        leader = next(name for name in runs_io[0] if name.startswith("worker"))
+        written = statistics.median(r[leader][0] for r in runs_io)
+        read = statistics.median(r[leader][1] for r in runs_io)
+        wal = statistics.median(r["wal"][0] for r in runs_io) if "wal" in runs_io[0] else None
+        print(f"| {label} | {written:.0f} / {read:.0f} | {'' if wal is None else f'{wal:.0f}'} |")
 
 
 def threads_table(dsn: str, counts: list[int], runs: int, reports: int, job_size: int) -> None:
