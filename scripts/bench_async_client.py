@@ -22,9 +22,10 @@ then with the upload request's bytes, then with Outbox.add, each as a
 ratio to the parts, all runs interleaved.
 
 --lone B takes apart a lone caller's call of B measurements (one task,
-awaiting each answer): the whole call as AsyncClient makes it, as it made
-it before (built, then sent on grpc.aio) and as the blocking Client makes
-it in one thread; then an upload of B reports built beforehand on each way
+awaiting each answer): the whole call as AsyncClient makes it (built and
+sent in one worker thread), as it made it before (built in a worker, then
+sent from the loop on grpc.aio) and as the blocking Client makes it in one
+thread; then an upload of B reports built beforehand on each way
 of calling gRPC from asyncio, a bare hand-off to a worker thread, and an
 asyncio.sleep as long as the grpc.aio call (what waiting alone costs). CPU
 of the whole process per call, medians of --runs interleaved rounds.
