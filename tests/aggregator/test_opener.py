@@ -280,3 +280,23 @@ def _opens(metrics: Metrics) -> dict[str, float]:
         for s in family.samples
         if s.name.endswith("_total")
     }
+
+
+def test_the_servers_open_with_the_configured_threads(tmp_path: Path) -> None:
+    from veil.aggregator.run.server import AggregatorServer
+    from veil.aggregator.run.worker import AggregationWorker
+
+    path = tmp_path / "helper.toml"
+    path.write_text('listen = "127.0.0.1:0"\nstorage = "h.db"\nopen_threads = 3\n')
+    server = AggregatorServer("helper", load_config(path))
+    try:
+        assert server.logic.opener.threads == 3
+    finally:
+        server.stop()
+    path = tmp_path / "leader.toml"
+    path.write_text('listen = "127.0.0.1:0"\nstorage = "l.db"\nopen_threads = 5\n')
+    worker = AggregationWorker(load_config(path))
+    try:
+        assert worker.leader.opener.threads == 5
+    finally:
+        worker.close()
