@@ -148,14 +148,18 @@ class LoneCosts:
     parts_1000_us: float
 
 
-# The rows, in the order they run and print: first whole calls of `batch`
-# measurements (built and uploaded), then an upload of `batch` reports built
-# beforehand on each way of making a gRPC call from asyncio, then what an
-# asyncio caller pays around a call whatever the call is.
+# The rows, in the order they run and print: first (LONE_WHOLE_ROWS of them)
+# whole calls of `batch` measurements, built and uploaded, and the building
+# alone; then an upload of `batch` reports built beforehand on each way of
+# making a gRPC call from asyncio; then what an asyncio caller pays around a
+# call whatever the call is.
 LONE_ROWS = (
     "AsyncClient.upload_batch",
     "AsyncClient, built then sent on grpc.aio",
     "Client.upload_batch (one thread)",
+    "AsyncClient.upload_batch, outbox",
+    "AsyncClient, outbox, built then sent",
+    "Client.upload_batch, outbox",
     "prepare_reports in a worker",
     "grpc.aio",
     "blocking stub in a worker",
@@ -164,6 +168,7 @@ LONE_ROWS = (
     "a hand-off to a worker",
     "asyncio.sleep, as long as grpc.aio",
 )
+LONE_WHOLE_ROWS = 7
 
 
 _Samples = tuple[dict[str, list[float]], dict[str, list[float]], list[float], list[float]]
@@ -171,21 +176,24 @@ _Samples = tuple[dict[str, list[float]], dict[str, list[float]], list[float], li
 
 class _BuildThenSend(AsyncClient):
     """AsyncClient as it was before a lone request was built and sent in one
-    worker thread: built there, then sent from the loop on grpc.aio."""
+    worker thread: built there, then sent from the loop on grpc.aio (with
+    an outbox: built, stored, then each step of the flush handed off)."""
 
     def _alone(self) -> bool:
         return False
 
 
-async def _lone_rows(
-    client: AsyncClient,
-    two_hand_offs: AsyncClient,
-    blocking: Any,
-    task: Any,
-    batch: int,
-    calls: int,
-    rounds: int,
-) -> _Samples:
+@dataclass(frozen=True)
+class _LoneClients:
+    client: AsyncClient
+    two_hand_offs: AsyncClient  # as before: built in a worker, sent from the loop
+    blocking: Any  # veil.client.Client
+    boxed: AsyncClient  # each with an outbox
+    boxed_two_hand_offs: AsyncClient
+    boxed_blocking: Any
+
+
+async def _lone_rows(c: _LoneClients, task: Any, batch: int, calls: int, rounds: int) -> _Samples:
     from veil.client.prepare import prepare_reports
     from veil.grpc_util import open_channel
     from veil.hpke import ROLE_HELPER, ROLE_LEADER
@@ -193,10 +201,12 @@ async def _lone_rows(
     from veil.protocol.v1 import leader_pb2_grpc
 
     loop = asyncio.get_running_loop()
+    client, blocking = c.client, c.blocking
     executor = client._executor
-    await client.upload_batch([1] * batch)  # configs fetched, channels open
-    await two_hand_offs.upload_batch([1] * batch)
+    for each in (client, c.two_hand_offs, c.boxed, c.boxed_two_hand_offs):
+        await each.upload_batch([1] * batch)  # configs fetched, channels open
     blocking.upload_batch([1] * batch)
+    c.boxed_blocking.upload_batch([1] * batch)
     leader = await client.hpke_config(ROLE_LEADER)
     helper = await client.hpke_config(ROLE_HELPER)
     t = client.report_time()
@@ -225,7 +235,10 @@ async def _lone_rows(
         await in_worker(lambda: stub.UploadReports(r, timeout=timeout))
 
     async def build_then_aio() -> None:
-        await two_hand_offs.upload_batch(values, t)
+        await c.two_hand_offs.upload_batch(values, t)
+
+    async def boxed_blocking() -> None:
+        c.boxed_blocking.upload_batch(values, t)
 
     async def prepare_only() -> None:
         await in_worker(
@@ -243,6 +256,11 @@ async def _lone_rows(
         "AsyncClient.upload_batch": lambda: client.upload_batch(values, t),
         "AsyncClient, built then sent on grpc.aio": build_then_aio,
         "Client.upload_batch (one thread)": blocking_client,
+        "AsyncClient.upload_batch, outbox": lambda: c.boxed.upload_batch(values, t),
+        "AsyncClient, outbox, built then sent": lambda: c.boxed_two_hand_offs.upload_batch(
+            values, t
+        ),
+        "Client.upload_batch, outbox": boxed_blocking,
         "prepare_reports in a worker": prepare_only,
         "grpc.aio": lambda: aio_stub.UploadReports(request(), timeout=timeout),
         "blocking stub in a worker": blocking_in_worker,
@@ -288,12 +306,19 @@ def lone_costs(batch: int = 10, calls: int = 100, rounds: int = 5) -> LoneCosts:
         with LocalDeployment.start(Path(tmp), tasks) as dep:
             task = dep.tasks["count"].client
 
+            def box(name: str) -> str:
+                return str(Path(tmp) / f"{name}.outbox")
+
             async def main() -> _Samples:
-                async with AsyncClient(task) as client, _BuildThenSend(task) as before:
-                    with Client(task) as blocking:
-                        return await _lone_rows(
-                            client, before, blocking, task, batch, calls, rounds
-                        )
+                async with (
+                    AsyncClient(task) as client,
+                    _BuildThenSend(task) as before,
+                    AsyncClient(task, outbox=box("after")) as boxed,
+                    _BuildThenSend(task, outbox=box("before")) as boxed_before,
+                ):
+                    with Client(task) as blocking, Client(task, outbox=box("one")) as one:
+                        clients = _LoneClients(client, before, blocking, boxed, boxed_before, one)
+                        return await _lone_rows(clients, task, batch, calls, rounds)
 
             cpu, wall, parts, parts_1000 = asyncio.run(main())
     return LoneCosts(

@@ -25,10 +25,11 @@ ratio to the parts, all runs interleaved.
 awaiting each answer): the whole call as AsyncClient makes it (built and
 sent in one worker thread), as it made it before (built in a worker, then
 sent from the loop on grpc.aio) and as the blocking Client makes it in one
-thread; then an upload of B reports built beforehand on each way
-of calling gRPC from asyncio, a bare hand-off to a worker thread, and an
-asyncio.sleep as long as the grpc.aio call (what waiting alone costs). CPU
-of the whole process per call, medians of --runs interleaved rounds.
+thread, each without and with an outbox; the building alone; then an
+upload of B reports built beforehand on each way of calling gRPC from
+asyncio, a bare hand-off to a worker thread, and an asyncio.sleep as long
+as the grpc.aio call (what waiting alone costs). CPU of the whole process
+per call, medians of --runs interleaved rounds.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from bench.client import (
     BUILD_VDAFS,
     DEFAULT_MODES,
     LONE_ROWS,
+    LONE_WHOLE_ROWS,
     Mode,
     build_costs,
     lone_costs,
@@ -152,7 +154,7 @@ def _lone(batch: int, calls: int, rounds: int, as_json: bool) -> None:
     if as_json:
         print(json.dumps(asdict(c), indent=2))
         return
-    whole = LONE_ROWS[:4]
+    whole = LONE_ROWS[:LONE_WHOLE_ROWS]
     print(
         f"a lone caller, {batch} measurements a call: CPU of the process per call, medians"
         f" of {rounds} rounds of {calls} calls a row"
@@ -162,7 +164,7 @@ def _lone(batch: int, calls: int, rounds: int, as_json: bool) -> None:
         f" {'wall ms':>8}"
     )
     for name in LONE_ROWS:
-        if name == LONE_ROWS[4]:
+        if name == LONE_ROWS[LONE_WHOLE_ROWS]:
             print(f"an upload of {batch} reports built beforehand, or a piece of a call:")
         us = c.cpu_us[name]
         ratios = (

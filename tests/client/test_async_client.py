@@ -487,3 +487,33 @@ def test_closing_the_client_ends_a_call_that_waits(hostile: tuple[HostileLeader,
     assert isinstance(outcome, UploadError) and outcome.code == grpc.StatusCode.CANCELLED
     assert "closed" in str(outcome) and took < 10
     assert leader.uploads == [2]
+
+
+def test_a_lone_caller_with_an_outbox(hostile: tuple[HostileLeader, Any], tmp_path: Any) -> None:
+    """With an outbox, a lone call is built, stored and flushed in one worker
+    thread: a first attempt that fails there is retried on grpc.aio and the
+    flush goes on; a leader that does not answer leaves the reports pending
+    in the outbox, and a later flush delivers them."""
+    leader, task = hostile
+    box = tmp_path / "lone.outbox"
+
+    async def run() -> list[UploadResult]:
+        results = []
+        async with AsyncClient(task, outbox=box, retries=2, backoff=0.01) as client:
+            results.append(await client.upload_batch([1, 1]))
+            leader.mode = "flaky"
+            leader.uploads.clear()
+            results.append(await client.upload_batch([1] * 4))
+        leader.mode = "silent"
+        async with AsyncClient(task, outbox=box, timeout=0.5, retries=0) as client:
+            results.append(await client.upload_batch([0] * 3))
+            leader.mode = "store"
+            results.append(await client.flush())
+        return results
+
+    stored, flaky, silent, later = asyncio.run(run())
+    assert (stored.accepted, stored.pending, stored.error) == (2, 0, None)
+    assert (flaky.accepted, flaky.pending, flaky.error) == (4, 0, None)
+    assert (silent.accepted, silent.pending) == (0, 3) and "DEADLINE_EXCEEDED" in str(silent.error)
+    assert (later.accepted, later.pending) == (3, 0)
+    assert leader.uploads == [4, 4, 3, 3]

@@ -10,8 +10,8 @@ are gathered into shared requests: each call's sharding and its request
 have a fixed cost (about a millisecond of CPU), which calls of one or ten
 measurements would otherwise pay each. A request with nothing to gather
 (a lone caller awaiting each answer) is built and sent by one worker
-thread on a blocking channel, so that the loop is woken once a call
-(`AsyncClient._build_and_send`).
+thread on a blocking channel (with an outbox: built, stored and flushed),
+so that the loop is woken once a call (`AsyncClient._build_and_send`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -63,6 +63,19 @@ class _Lone:
     prepared: list[tuple[_Call, list[Report]]]
     request: Any  # the UploadRequest, None when not sent
     outcome: UploadResult | Exception | None
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A lone request built, stored in the outbox and flushed in a worker
+    thread: the flush's result, or where it stopped (a first attempt that
+    failed there: the plan, the request and the failure)."""
+
+    prepared: list[tuple[_Call, list[Report]]]
+    result: UploadResult | None
+    plan: Generator[list[Report], Sent, UploadResult] | None = None
+    request: Any = None
+    failure: Exception | None = None
 
 
 def _split(members: list[_Call], built: list[Report]) -> list[tuple[_Call, list[Report]]]:
@@ -374,7 +387,30 @@ class AsyncClient:
             for call in calls:
                 if not call.future.done():  # not cancelled while it waited
                     groups.setdefault(call.report_time, []).append(call)
-            if len(groups) == 1 and self._alone():
+            if len(groups) == 1 and self._alone() and self._base.outbox is not None:
+                ((t, members),) = groups.items()
+                stored = None
+                async with self._flush_lock:
+                    try:
+                        stored = await self._off_loop(
+                            self._build_store_and_flush,
+                            self._blocking_stub(),
+                            members,
+                            leader,
+                            helper,
+                            t,
+                        )
+                    except ValueError:
+                        pass  # nothing stored: each call built alone below
+                    else:
+                        flushed = await self._finish_flush(stored)
+                if stored is None:
+                    prepared = await self._prepare_each(members, leader, helper, t, fail)
+                else:
+                    if flushed is not None:
+                        self._settle(stored.prepared, flushed, 0)
+                    return
+            elif len(groups) == 1 and self._alone():
                 ((t, members),) = groups.items()
                 try:
                     lone = await self._off_loop(
@@ -445,8 +481,8 @@ class AsyncClient:
 
     def _alone(self) -> bool:
         """Whether the request about to be built is the only one: no other
-        under way, no call waiting for the next, no outbox."""
-        return len(self._in_flight) <= 1 and not self._waiting and self._base.outbox is None
+        under way, no call waiting for the next, no flush of the outbox."""
+        return len(self._in_flight) <= 1 and not self._waiting and not self._flush_lock.locked()
 
     def _build_and_send(
         self,
@@ -481,6 +517,61 @@ class AsyncClient:
         except Exception as e:  # any failure of the call is raised on the loop
             return _Lone(prepared, request, e)
         return _Lone(prepared, request, UploadResult(reply.accepted, reply.duplicates))
+
+    def _build_store_and_flush(
+        self,
+        stub: Any,
+        members: list[_Call],
+        leader: HpkeConfig,
+        helper: HpkeConfig,
+        t: int | None,
+    ) -> _Stored:
+        """`_build_and_send` with an outbox (the caller holds the flush
+        lock): build, store, and flush as `flush` does, each batch's first
+        attempt made here; the first that fails is left to the loop.
+        Raises ValueError (nothing stored) on an invalid measurement."""
+        assert self._base.outbox is not None
+        built = self._base._prepare([v for call in members for v in call.values], leader, helper, t)
+        prepared = [(c, own) for c, own in _split(members, built) if not c.future.done()]
+        if not prepared:
+            return _Stored(prepared, None)
+        self._base.outbox.add(self.task.task_id, [r for _, own in prepared for r in own])
+        plan = self._base._delivery_plan()
+        step = advance(plan, None)
+        while isinstance(step, list):
+            request = upload_request(self.task.task_id, step)
+            try:
+                reply = stub.UploadReports(request, timeout=self._base.timeout)
+            except Exception as e:  # any failure of the call is handled on the loop
+                return _Stored(prepared, None, plan, request, e)
+            step = advance(plan, UploadResult(reply.accepted, reply.duplicates))
+        return _Stored(prepared, step)
+
+    async def _finish_flush(self, stored: _Stored) -> UploadResult | None:
+        """The flush's result: the worker's, or the flush carried on from
+        where its first attempt failed (retried on grpc.aio, as `flush`)."""
+        if stored.failure is None:
+            return stored.result
+        if not isinstance(stored.failure, grpc.RpcError):
+            raise stored.failure  # not an answer (the client was closed under the call)
+        assert stored.plan is not None
+        sent: Sent
+        try:
+            self._stubs()
+            reply = await self._call_stub(
+                self._leader, "UploadReports", stored.request, stored.failure
+            )
+            sent = UploadResult(reply.accepted, reply.duplicates)
+        except UploadError as e:
+            sent = e
+        step = await self._off_loop(advance, stored.plan, sent)
+        while isinstance(step, list):
+            try:
+                sent = await self._send(step)
+            except UploadError as e:
+                sent = e
+            step = await self._off_loop(advance, stored.plan, sent)
+        return step
 
     async def _finish_sent(self, lone: _Lone) -> None:
         """A lone request's answer: its first attempt's (retried from here
