@@ -45,6 +45,12 @@ changed, of 500 (`--job-size N`: that size alone):
 
     python scripts/bench_workers.py --ratios --runs 5
 
+What a job costs whatever its size: on both backends, one deployment per
+job size given, CPU per job fitted as a + b x reports for each process
+(docs/reports/SCALING.md, "The fixed cost of a job"):
+
+    python scripts/bench_workers.py --fit 100 500 2000 --vdaf count --reports 8000 --runs 2
+
 How the work spreads over processes: k workers and k helper processes for
 each k, interleaved (`--processes 1 2 3`). How it spreads over the threads
 of one process: `--threads 1 2` runs Count on PostgreSQL, one worker and
@@ -664,6 +670,67 @@ def threads_table(dsn: str, counts: list[int], runs: int, reports: int, job_size
         )
 
 
+def fit_per_job(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(a, b) of CPU per job = a + b * n, from (n, CPU µs per report) points:
+    least squares of the CPU per report, b + a / n, against 1 / n."""
+    xs = [1 / n for n, _ in points]
+    ys = [c for _, c in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mx) ** 2 for x in xs)
+    if spread == 0:
+        raise ValueError("a fit needs at least two job sizes")
+    a = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread
+    return a, my - a * mx
+
+
+def fit_table(
+    dsn: str, sizes: list[int], runs: int, reports: int, vdaf: str, threads: int | None
+) -> None:
+    """What a job costs whatever its size: one deployment per backend and
+    job size in each round, rounds interleaved, the open measured before
+    each run; per backend and role the fit of CPU per job = a + b * n over
+    every run (a in ms, b in µs and as a ratio to the median open)."""
+    points: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    floors: list[float] = []
+    for i in range(runs):
+        for backend, backend_dsn in (("PostgreSQL", dsn), ("SQLite", None)):
+            for size in sizes:
+                floor, _ = hpke_open_floors()
+                floors.append(floor)
+                exact: list[bool] = []
+                _, cpu = one_run(backend_dsn, 1, reports, size, 1, vdaf, exact, threads=threads)
+                if not all(exact):
+                    raise RuntimeError(f"{backend}, jobs of {size}: the aggregate was not exact")
+                roles = by_role(cpu)
+                for role, us in roles.items():
+                    if us is not None:
+                        points.setdefault((backend, role), []).append((size, us))
+                print(
+                    f"  round {i + 1}, {backend}, jobs of {size}: open {floor:.1f} µs, {roles},"
+                    f" load average {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+    floor = statistics.median(floors)
+    names = {"helper": "helper", "worker": "worker", "upload": "upload front end"}
+    print(
+        f"\nCPU per job = a + b x reports, {vdaf}, jobs of {', '.join(map(str, sizes))},"
+        f" {reports} reports a run, {runs} rounds; HPKE open {floor:.1f} µs (median),"
+        f" load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "| backend | process | a: ms a job | b: µs a report | b / open | µs a report at jobs of"
+        f" 500 | at {DEFAULT_JOB_SIZE} (the default) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for (backend, role), pts in points.items():
+        a, b = fit_per_job(pts)
+        process = "leader process" if backend == "SQLite" and role == "worker" else names[role]
+        print(
+            f"| {backend} | {process} | {a / 1000:.2f} | {b:.1f} | {b / floor:.2f} |"
+            f" {b + a / 500:.1f} | {b + a / DEFAULT_JOB_SIZE:.1f} |"
+        )
+
+
 def scale_table(dsn: str, counts: list[int], runs: int, reports: int, job_size: int) -> None:
     """k workers and k helper processes for each k, rounds interleaved: the
     aggregation rate, the CPU per report of each role (what adding processes
@@ -739,6 +806,14 @@ def main() -> None:
         " worker and one helper, interleaved); one value sets it for --json and --ratios",
     )
     parser.add_argument(
+        "--fit",
+        type=int,
+        nargs="+",
+        metavar="SIZE",
+        help="job sizes: on both backends, CPU per job fitted as a + b x reports for each"
+        " process (--vdaf, --reports, --runs rounds)",
+    )
+    parser.add_argument(
         "--processes",
         type=int,
         nargs="+",
@@ -758,6 +833,14 @@ def main() -> None:
     compare_threads = args.threads is not None and len(args.threads) > 1
     if (args.json or args.ratios) and compare_threads:
         parser.error("--json and --ratios take one --threads value")
+    if args.fit:
+        if len(set(args.fit)) < 2 or min(args.fit) < 1:
+            parser.error("--fit takes at least two different job sizes, each at least 1")
+        with ExitStack() as stack:
+            dsn = args.dsn or stack.enter_context(postgres_dsn())
+            threads = args.threads[0] if args.threads else None
+            fit_table(dsn, sorted(set(args.fit)), args.runs, args.reports, args.vdaf, threads)
+        return
     if args.ratios or args.processes or compare_threads:
         with ExitStack() as stack:
             dsn = args.dsn or stack.enter_context(postgres_dsn())
