@@ -387,42 +387,24 @@ class AsyncClient:
             for call in calls:
                 if not call.future.done():  # not cancelled while it waited
                     groups.setdefault(call.report_time, []).append(call)
-            if len(groups) == 1 and self._alone() and self._base.outbox is not None:
+            if len(groups) == 1 and self._alone():
                 ((t, members),) = groups.items()
-                stored = None
-                async with self._flush_lock:
+                if self._base.outbox is not None:
+                    if await self._store_alone(members, leader, helper, t):
+                        return
+                    prepared = await self._prepare_each(members, leader, helper, t, fail)
+                else:
                     try:
-                        stored = await self._off_loop(
-                            self._build_store_and_flush,
-                            self._blocking_stub(),
-                            members,
-                            leader,
-                            helper,
-                            t,
+                        lone = await self._off_loop(
+                            self._build_and_send, self._blocking_stub(), members, leader, helper, t
                         )
                     except ValueError:
-                        pass  # nothing stored: each call built alone below
+                        prepared = await self._prepare_each(members, leader, helper, t, fail)
                     else:
-                        flushed = await self._finish_flush(stored)
-                if stored is None:
-                    prepared = await self._prepare_each(members, leader, helper, t, fail)
-                else:
-                    if flushed is not None:
-                        self._settle(stored.prepared, flushed, 0)
-                    return
-            elif len(groups) == 1 and self._alone():
-                ((t, members),) = groups.items()
-                try:
-                    lone = await self._off_loop(
-                        self._build_and_send, self._blocking_stub(), members, leader, helper, t
-                    )
-                except ValueError:
-                    prepared = await self._prepare_each(members, leader, helper, t, fail)
-                else:
-                    if lone.outcome is not None:
-                        await self._finish_sent(lone)
-                        return
-                    prepared = lone.prepared
+                        if lone.outcome is not None:
+                            await self._finish_sent(lone)
+                            return
+                        prepared = lone.prepared
             else:
                 prepared = []
                 for t, members in groups.items():
@@ -546,6 +528,25 @@ class AsyncClient:
                 return _Stored(prepared, None, plan, request, e)
             step = advance(plan, UploadResult(reply.accepted, reply.duplicates))
         return _Stored(prepared, step)
+
+    async def _store_alone(
+        self, members: list[_Call], leader: HpkeConfig, helper: HpkeConfig, t: int | None
+    ) -> bool:
+        """A lone request with an outbox, built, stored and flushed (in one
+        worker thread as far as its first attempts go), each call settled
+        with the flush's result. False, with nothing stored, when a
+        measurement is invalid."""
+        async with self._flush_lock:
+            try:
+                stored = await self._off_loop(
+                    self._build_store_and_flush, self._blocking_stub(), members, leader, helper, t
+                )
+            except ValueError:
+                return False
+            flushed = await self._finish_flush(stored)
+        if flushed is not None:
+            self._settle(stored.prepared, flushed, 0)
+        return True
 
     async def _finish_flush(self, stored: _Stored) -> UploadResult | None:
         """The flush's result: the worker's, or the flush carried on from
