@@ -15,9 +15,11 @@ from veil.hpke import (
     Ciphertext,
     HpkeConfig,
     HpkeError,
+    decapsulate,
     generate_keypair,
     input_share_info,
     open_,
+    open_decapsulated,
     seal,
 )
 
@@ -172,3 +174,15 @@ def test_opens_from_several_threads_at_once() -> None:
         opened = list(pool.map(open_all, range(4)))
     for part in range(4):
         assert opened[part] == [info[-20:] for info in infos[part::4]]
+
+
+def test_an_open_in_two_steps() -> None:
+    ct = _sealed(b"info", b"share")
+    dh = decapsulate(_KEYPAIR, ct)
+    assert open_decapsulated(_KEYPAIR, ct, b"info", dh) == b"share"
+    with pytest.raises(HpkeError, match="HPKE decryption failed"):
+        open_decapsulated(_KEYPAIR, ct, b"info", bytes([dh[0] ^ 1]) + dh[1:])
+    with pytest.raises(HpkeError, match="unknown HPKE config id"):
+        decapsulate(generate_keypair(9), ct)
+    with pytest.raises(HpkeError, match="low-order"):
+        decapsulate(_KEYPAIR, Ciphertext(ct.config_id, bytes(32), ct.payload))

@@ -134,9 +134,11 @@ __all__ = [
     "HpkeError",
     "HpkeKeypair",
     "agg_share_info",
+    "decapsulate",
     "generate_keypair",
     "input_share_info",
     "open_",
+    "open_decapsulated",
     "seal",
 ]
 
@@ -185,11 +187,18 @@ def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
 
 def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
     """Open `ciphertext` (base mode, empty AEAD associated data, first
-    sequence number); raises HpkeError on any failure.
+    sequence number); raises HpkeError on any failure. `decapsulate`, then
+    `open_decapsulated`."""
+    return open_decapsulated(keypair, ciphertext, info, decapsulate(keypair, ciphertext))
 
-    Safe to call from several threads at once: the X25519 step releases the
-    GIL and nothing is shared but constants and the keypair's cached public
-    key."""
+
+def decapsulate(keypair: HpkeKeypair, ciphertext: Ciphertext) -> bytes:
+    """The first step of an open: the Diffie-Hellman output of the private
+    key and the ciphertext's encapsulated key (section 4.1, Decap's DH), the
+    one step that runs without the GIL. Raises HpkeError for another config
+    id, a malformed or a low-order encapsulated key. Safe to call from
+    several threads at once (nothing shared but the keypair's cached public
+    key)."""
     if ciphertext.config_id != keypair.config.config_id:
         raise HpkeError(f"unknown HPKE config id {ciphertext.config_id}")
     # libsodium reads 32 bytes from the pointer it is given whatever the
@@ -198,15 +207,24 @@ def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
     enc = bytes(ciphertext.enc)
     if len(enc) != ENC_SIZE:
         raise HpkeError("malformed HPKE encapsulated key")
-    pk_r = keypair.recipient_public_key
-    # Decap (section 4.1): dh = DH(skR, pkE); libsodium refuses a low-order
-    # pkE (its output would be all zero), and the output is checked again.
+    # libsodium refuses a low-order pkE (its output would be all zero), and
+    # the output is checked again.
     try:
         dh = crypto_scalarmult(keypair.private_key, enc)
     except SodiumError:
         raise HpkeError("HPKE decryption failed: low-order encapsulated key") from None
     if hmac.compare_digest(dh, _ALL_ZERO):
         raise HpkeError("HPKE decryption failed: low-order encapsulated key")
+    return dh
+
+
+def open_decapsulated(
+    keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes, dh: bytes
+) -> bytes:
+    """The rest of an open, from `decapsulate`'s output: the KEM's shared
+    secret, the key schedule and AES-128-GCM (all under the GIL). Raises
+    HpkeError if the ciphertext does not open with this context."""
+    enc = bytes(ciphertext.enc)
     # The HMACs under secret keys are OpenSSL's HMAC objects (`hmac.new`),
     # which keep the GIL; the one-shot `hmac.digest` releases it on every
     # call, and between threads opening at once each release can hand the
@@ -214,7 +232,9 @@ def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
     # ExtractAndExpand(dh, kem_context = enc || pkRm).
     eae_prk = _empty_salt_hmac(_EAE_PRK_PREFIX + dh)
     shared_secret = hmac.new(
-        eae_prk, _SHARED_SECRET_PREFIX + enc + pk_r + _FIRST_BLOCK, "sha256"
+        eae_prk,
+        _SHARED_SECRET_PREFIX + enc + keypair.recipient_public_key + _FIRST_BLOCK,
+        "sha256",
     ).digest()
     # KeySchedule (section 5.1), base mode: psk and psk_id empty.
     info_hash = _empty_salt_hmac(_INFO_HASH_PREFIX + info)

@@ -41,7 +41,9 @@ from veil.hpke import (
     HpkeError,
     HpkeKeypair,
     agg_share_info,
+    decapsulate,
     open_,
+    open_decapsulated,
     seal,
 )
 from veil.invite.token import TokenError, Verifier
@@ -397,6 +399,30 @@ def open_outcome(share: tuple[HpkeKeypair | None, Ciphertext, bytes]) -> ReportR
         return HPKE_DECRYPT_ERROR
 
 
+def _decapsulated(share: tuple[HpkeKeypair | None, Ciphertext, bytes]) -> ReportRejection | bytes:
+    """The first step of `open_outcome`: the share's DH output
+    (veil.hpke.decapsulate), or why it does not open."""
+    keypair, ct, _info = share
+    if keypair is None:
+        return HPKE_UNKNOWN_CONFIG_ID
+    try:
+        return decapsulate(keypair, ct)
+    except HpkeError:
+        return HPKE_DECRYPT_ERROR
+
+
+def _open_decapsulated(
+    share: tuple[HpkeKeypair | None, Ciphertext, bytes], dh: bytes
+) -> ReportRejection | bytes:
+    """The rest of `open_outcome` from `_decapsulated`'s DH output."""
+    keypair, ct, info = share
+    assert keypair is not None
+    try:
+        return open_decapsulated(keypair, ct, info, dh)
+    except HpkeError:
+        return HPKE_DECRYPT_ERROR
+
+
 def tally_open(outcome: ReportRejection | bytes, tally: dict[str, int]) -> dict[str, int]:
     """Add an open's outcome to `tally` (counts by the metric's label:
     "ok" or the rejection reason); returns `tally`."""
@@ -535,14 +561,22 @@ class AggregatorBase(Generic[AT]):
     def open_shares(
         self, shares: Sequence[tuple[Ciphertext, bytes]]
     ) -> list[ReportRejection | bytes]:
-        """Each (ciphertext, info) of a job opened, in order, over the
-        opener's threads: the plaintext or the rejection reason. Not counted:
-        the caller adds each outcome it uses with `tally_open`, and counts
-        the tally with `count_opens`."""
+        """Each (ciphertext, info) of a job opened, in order: the plaintext
+        or the rejection reason. Not counted: the caller adds each outcome
+        it uses with `tally_open`, and counts the tally with `count_opens`.
+
+        The X25519 of every open, which runs without the GIL, is spread over
+        the opener's threads; the rest of each open (the key schedule and
+        AES-GCM, which hold the GIL) follows in this thread. Threads that
+        each ran whole opens would wait for the GIL at every open, and each
+        wait hands it from core to core: CPU one thread never pays."""
         keypair = self.keypair
-        return self.opener.map(
-            open_outcome, [(keypair(ct.config_id), ct, info) for ct, info in shares]
-        )
+        keyed = [(keypair(ct.config_id), ct, info) for ct, info in shares]
+        dhs = self.opener.map(_decapsulated, keyed)
+        return [
+            dh if isinstance(dh, ReportRejection) else _open_decapsulated(share, dh)
+            for share, dh in zip(keyed, dhs, strict=True)
+        ]
 
     def count_opens(self, tally: dict[str, int]) -> None:
         """Count the outcomes `open_share` added to `tally` in the metrics."""
