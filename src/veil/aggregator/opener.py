@@ -1,14 +1,16 @@
 """A job's HPKE opens spread over threads, so that one aggregator process
 uses more than one core (issue 28).
 
-An open is the largest cost of a report at either aggregator, and two thirds
-of it is X25519, which `veil.hpke.open_` runs in libsodium with the GIL
-released: while one thread is inside it, another can run the rest of its own
-open. A job's shares are cut into as many contiguous chunks as there are
-threads; the calling thread opens the first chunk itself and the pool's
+An open is the largest cost of a report at either aggregator, and about
+70 % of it is X25519, which `veil.hpke.decapsulate` runs in libsodium with
+the GIL released: several threads can be inside it at once.
+`AggregatorBase.open_shares` runs that step of a job's opens through
+`OpenPool.map`, and the rest of each open (under the GIL) in the calling
+thread. `map` cuts the items into as many contiguous chunks as there are
+threads; the calling thread runs the first chunk itself and the pool's
 threads the others, so a job costs one hand-over per extra thread, not one
 per report. With one thread (or a job too small to be worth cutting) the
-calling thread opens everything, as before there was a pool.
+calling thread runs everything, as before there was a pool.
 
 The pool belongs to the process (one per aggregator object) and is shared
 by the jobs that run at once (the helper's concurrent calls): their chunks
