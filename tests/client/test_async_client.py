@@ -517,3 +517,31 @@ def test_a_lone_caller_with_an_outbox(hostile: tuple[HostileLeader, Any], tmp_pa
     assert (silent.accepted, silent.pending) == (0, 3) and "DEADLINE_EXCEEDED" in str(silent.error)
     assert (later.accepted, later.pending) == (3, 0)
     assert leader.uploads == [4, 4, 3, 3]
+
+
+def test_a_one_thread_pool_sends_on_the_loop(hostile: tuple[HostileLeader, Any]) -> None:
+    """With a pool of its own of one thread, the client does not hold that
+    thread for a lone call's wait: while the leader does not answer a first
+    call, a second call is still built (its request reaches the leader)."""
+    leader, task = hostile
+    leader.mode = "silent"
+
+    async def run() -> list[int]:
+        async with AsyncClient(task, workers=1, timeout=20, retries=0) as client:
+            await client.hpke_config(ROLE_LEADER)
+            await client.hpke_config(ROLE_HELPER)
+            first = asyncio.create_task(client.upload_batch([1, 1]))
+            deadline = time.monotonic() + 15
+            while not leader.uploads:
+                assert time.monotonic() < deadline, "the first upload never arrived"
+                await asyncio.sleep(0.01)
+            second = asyncio.create_task(client.upload_batch([0, 0, 0]))
+            while len(leader.uploads) < 2:
+                assert time.monotonic() < deadline, "the second call was not built"
+                await asyncio.sleep(0.01)
+            seen = list(leader.uploads)
+            leader.release.set()  # the silent leader now fails both calls
+            await asyncio.gather(first, second, return_exceptions=True)
+            return seen
+
+    assert asyncio.run(run()) == [2, 3]

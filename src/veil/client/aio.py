@@ -159,10 +159,16 @@ class AsyncClient:
         self._tls = (leader_root_certificates, helper_root_certificates)
         self._client_cert = (private_key, certificate_chain)
         self._own_executor = executor is None
+        pool_size = workers or min(4, os.cpu_count() or 1)
         self._executor = executor or ThreadPoolExecutor(
-            max_workers=workers or min(4, os.cpu_count() or 1),
-            thread_name_prefix="veil-client",
+            max_workers=pool_size, thread_name_prefix="veil-client"
         )
+        # A lone request holds a pool thread while it waits for the leader
+        # (_build_and_send): the client's own pool does that only with a
+        # second thread left to build the next request meanwhile, so a slow
+        # leader does not hold up the building of the calls behind it. An
+        # executor passed in is the caller's to size (docs/CLIENT.md).
+        self._lone_path = not self._own_executor or pool_size >= 2
         # Channels are opened on first use, inside the running loop (grpc.aio
         # binds a channel to the loop it is created in).
         self._channels: tuple[grpc.aio.Channel, grpc.aio.Channel] | None = None
@@ -463,8 +469,14 @@ class AsyncClient:
 
     def _alone(self) -> bool:
         """Whether the request about to be built is the only one: no other
-        under way, no call waiting for the next, no flush of the outbox."""
-        return len(self._in_flight) <= 1 and not self._waiting and not self._flush_lock.locked()
+        under way, no call waiting for the next, no flush of the outbox (and
+        the client's own pool has a thread to spare for it)."""
+        return (
+            self._lone_path
+            and len(self._in_flight) <= 1
+            and not self._waiting
+            and not self._flush_lock.locked()
+        )
 
     def _build_and_send(
         self,
