@@ -895,6 +895,85 @@ def test_reports_from_before_report_shares_migrate_in_every_state(
     assert (rows_of(store, "reports"), rows_of(store, "report_shares")) == (2, 2)
 
 
+def job_index(store: Datastore) -> str:
+    """How reports_job is defined, in the database's own words."""
+    sql = (
+        "SELECT sql FROM sqlite_master WHERE name = 'reports_job'"
+        if isinstance(store, SqliteDatastore)
+        else "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+        " AND indexname = 'reports_job'"
+    )
+    row = store._read(lambda tx: tx.one(sql))
+    assert row is not None
+    return str(row[0])
+
+
+def test_reports_job_holds_only_reports_with_a_job_after_migrating(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at the schema before the partial reports_job (version 8),
+    holding reports pending, deferred, in an open job and aggregated,
+    migrates: the index now leaves out the reports without a job, and every
+    look-up by job (a job's reports, finishing it, a new job, garbage
+    collection of finished jobs) finds what it found before."""
+    monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:8])
+    monkeypatch.setattr(postgres_backend, "MIGRATIONS", MIGRATIONS[:8])
+    old = backend.store("m")
+    assert "WHERE" not in job_index(old)
+    old.put_reports(TASK, [(3600, report(i)) for i in range(1, 6)])
+    old.create_aggregation_job(TASK, b"d" * 16, 1)
+    old.finish_aggregation_job(TASK, b"d" * 16, {report(1).report_id: None}, [], MERGE)
+    old.create_aggregation_job(TASK, b"j" * 16, 2)
+    old.create_aggregation_job(TASK, b"e" * 16, 1)
+    old.finish_aggregation_job(TASK, b"e" * 16, {}, [], MERGE, {report(4).report_id: 1e9})
+    old.close()
+    monkeypatch.undo()
+    store = backend.store("m")
+    assert "job_id IS NOT NULL" in job_index(store)
+    assert store.report_counts(TASK, TP) == {3600: {"pending": 2, "in_job": 2, "aggregated": 1}}
+    assert store.job_reports(TASK, b"j" * 16) == [report(2), report(3)]
+    assert store.job_reports(TASK, b"e" * 16) == []  # its report was sent back, deferred
+    store.finish_aggregation_job(
+        TASK, b"j" * 16, {report(2).report_id: None, report(3).report_id: "x"}, [], MERGE
+    )
+    # The one pending report that is not deferred goes into a new job.
+    assert store.create_aggregation_job(TASK, b"k" * 16, 10) == 1
+    assert store.job_reports(TASK, b"k" * 16) == [report(5)]
+    # Finished jobs without reports left are collected; jobs with reports stay.
+    assert store.collect_garbage(TASK, TP, 7200, None).reports == 3
+    left = {job for _, job in store.open_aggregation_jobs()}
+    assert left == {b"k" * 16}
+    assert rows_of(store, "aggregation_jobs") == 1
+
+
+def test_sqlite_finds_a_job_through_the_partial_index(tmp_path: Path) -> None:
+    """Every statement that looks reports up by job id (a job's reports,
+    garbage collection's test for a finished job's last report) uses
+    reports_job, which holds only reports with a job: the test `job_id = ?`
+    is what lets SQLite use a partial index, so a reworded statement that
+    lost it would read every report of the task instead."""
+    store = SqliteDatastore(tmp_path / "plan.db")
+    db = store._conn()
+    store.put_reports(TASK, [(3600, report(i)) for i in range(4)])
+    store.create_aggregation_job(TASK, b"j" * 16, 2)
+    statements: list[str] = []
+    db.set_trace_callback(statements.append)
+    store.job_reports(TASK, b"j" * 16)
+    store.collect_garbage(TASK, TP, 7200, None)
+    db.set_trace_callback(None)
+    by_job = [
+        q
+        for q in statements
+        if "r.job_id = aggregation_jobs.job_id" in q
+        or (q.lstrip().startswith("SELECT") and "report_shares" in q and "job_id = " in q)
+    ]
+    assert len(by_job) == 2, statements
+    for sql in by_job:
+        plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
+        assert any("INDEX reports_job (task_id=? AND job_id=?)" in s for s in plan), (sql, plan)
+    store.close()
+
+
 # --- Poplar1 queries (prefix_queries, prefix_reports) -------------------------
 
 

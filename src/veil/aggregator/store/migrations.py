@@ -154,6 +154,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX reports_state ON reports (task_id, state, time);
     CREATE INDEX reports_job ON reports (task_id, job_id);
     """,
+    # A job's reports are looked up by job id only (a job's reports, and
+    # garbage collection's test for a job without reports), never by a
+    # missing one: a pending report need not be in reports_job. Partial, the
+    # index is written when a report is put in a job rather than on upload
+    # too, and holds only the reports that have a job (issue 28: the SQLite
+    # leader's store work 34.9 -> 32.9 us a Count report in process).
+    """
+    DROP INDEX reports_job;
+    CREATE INDEX reports_job ON reports (task_id, job_id) WHERE job_id IS NOT NULL;
+    """,
 )
 
 SCHEMA_TABLE = (
