@@ -774,8 +774,8 @@ def main() -> None:
     parser.add_argument(
         "--job-size",
         type=int,
-        help="reports per aggregation job (default 100; with --ratios, the default job size"
-        f" {DEFAULT_JOB_SIZE} and {EARLIER_JOB_SIZE})",
+        help=f"reports per aggregation job (default: the servers' default, {DEFAULT_JOB_SIZE};"
+        f" with --ratios, both {DEFAULT_JOB_SIZE} and {EARLIER_JOB_SIZE})",
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dsn", help="an existing PostgreSQL (default: a throwaway one)")
@@ -829,7 +829,7 @@ def main() -> None:
     if args.ratios:
         ratio_sizes = [args.job_size] if args.job_size else [DEFAULT_JOB_SIZE, EARLIER_JOB_SIZE]
     if args.job_size is None:
-        args.job_size = 100
+        args.job_size = DEFAULT_JOB_SIZE
     compare_threads = args.threads is not None and len(args.threads) > 1
     if (args.json or args.ratios) and compare_threads:
         parser.error("--json and --ratios take one --threads value")
