@@ -33,6 +33,7 @@ from veil.aggregator.store.records import (
     CollectionRecord,
     HelperJob,
     HpkeKey,
+    JobReport,
     PrefixQuery,
     QueryCollected,
     QueryConflict,
@@ -55,6 +56,12 @@ MERGE = share_merge(VDAF)
 
 def report(i: int, time: int = 3600) -> Report:
     return Report(i.to_bytes(16, "big"), time, b"ps", CT, CT)
+
+
+def job_report(i: int, time: int = 3600) -> JobReport:
+    """`report(i)` as a job reads it back."""
+    r = report(i, time)
+    return JobReport(r.report_id, r.time, r.public_share, r.leader_ct, r.helper_ct)
 
 
 def share(*values: int) -> bytes:
@@ -134,6 +141,27 @@ def test_insert_new_skips_existing_keys_and_keeps_values(store: Datastore) -> No
         (bytes(16), 0, job),
         (b"\x00\xff" * 8, 2**63 - 1, job),
         (b"\x01" * 16, 7, job),
+    ]
+
+
+def test_job_reports_read_each_field_back(store: Datastore) -> None:
+    """A job reads its reports field for field as uploaded, by report id:
+    the two ciphertexts cut back where they were joined, not swapped."""
+    reports = [
+        Report(
+            bytes([9 - i]) * 16,
+            3600 + i,
+            bytes([i]) * (i + 1),
+            Ciphertext(i, bytes([i + 1]) * 32, b"leader" * i),
+            Ciphertext(255 - i, bytes([i + 2]) * 32, b"helper" * (i + 2)),
+        )
+        for i in range(3)
+    ]
+    store.put_reports(TASK, [(3600, r) for r in reports])
+    assert store.create_aggregation_job(TASK, b"j" * 16, 3) == 3
+    assert store.job_reports(TASK, b"j" * 16) == [
+        JobReport(r.report_id, r.time, r.public_share, r.leader_ct, r.helper_ct)
+        for r in reversed(reports)
     ]
 
 
@@ -876,7 +904,7 @@ def test_reports_from_before_report_shares_migrate_in_every_state(
     assert store.unaggregated_count(TASK, 3600, 7200) == 4
     assert store.batch_reports(TASK, 0, 7200) == [report(i) for i in range(1, 7)]
     # The open job reads its reports whole, and finishes.
-    assert store.job_reports(TASK, job) == [report(3), report(4)]
+    assert store.job_reports(TASK, job) == [job_report(3), job_report(4)]
     store.finish_aggregation_job(
         TASK, job, {report(3).report_id: None, report(4).report_id: "x"}, [], MERGE
     )
@@ -886,7 +914,7 @@ def test_reports_from_before_report_shares_migrate_in_every_state(
         store.put_reports(TASK, [(3600, replace(report(5), public_share=b"other"))])
     # The pending report goes into a job; the deferred one waits.
     assert store.create_aggregation_job(TASK, b"k" * 16, 10) == 1
-    assert store.job_reports(TASK, b"k" * 16) == [report(1)]
+    assert store.job_reports(TASK, b"k" * 16) == [job_report(1)]
     assert store.report_counts(TASK, TP) == {
         3600: {"pending": 1, "in_job": 1, "aggregated": 2, "rejected": 2}
     }

@@ -45,6 +45,7 @@ from veil.aggregator.leader.settings import LeaderSettings
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
     BatchAggregate,
+    JobReport,
     StorageConflict,
     is_transient_storage_error,
 )
@@ -64,7 +65,7 @@ _MISCONFIGURED = (Unauthenticated, UnknownTask)
 JOBS_PER_LEASE = 4
 
 
-def leader_share_info(task: LeaderTask, r: Report) -> bytes:
+def leader_share_info(task: LeaderTask, r: Report | JobReport) -> bytes:
     """The context the leader's input share of a stored report opens with."""
     return input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
 
@@ -78,7 +79,7 @@ class PreparedJob:
     job_id: bytes
     began: float
     report_count: int
-    opened: list[Report]
+    opened: list[JobReport]
     init: VerifyInitBatch
     items: list[VerifyInitItem]
     row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
@@ -273,7 +274,7 @@ class JobDriver:
             return self._job_failed(job.task.task_id, job.job_id, e)
 
     def open_leader_share(
-        self, task: LeaderTask, r: Report
+        self, task: LeaderTask, r: Report | JobReport
     ) -> tuple[ReportRejection | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         base = self.base
@@ -295,7 +296,7 @@ class JobDriver:
         base = self.base
         base.know_keys({r.leader_ct.config_id for r in reports})
         outcomes: dict[bytes, ReportRejection | None] = {}
-        opened: list[Report] = []
+        opened: list[JobReport] = []
         plaintexts: list[bytes] = []
         # The job's shares opened at once, over the opener's threads.
         shares = base.open_shares([(r.leader_ct, leader_share_info(task, r)) for r in reports])

@@ -22,6 +22,7 @@ from veil.aggregator.store.records import (
     GcResult,
     HelperJob,
     HpkeKey,
+    JobReport,
     PrefixQuery,
     ShareMerge,
 )
@@ -149,7 +150,7 @@ class Datastore:
     def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
         return self._read(jobs.open_aggregation_jobs)
 
-    def job_reports(self, task_id: bytes, job_id: bytes) -> list[Report]:
+    def job_reports(self, task_id: bytes, job_id: bytes) -> list[JobReport]:
         return self._read(lambda tx: report_units.job_reports(tx, task_id, job_id))
 
     def unaggregated_count(self, task_id: bytes, start: int, end: int) -> int:

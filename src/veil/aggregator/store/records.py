@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from veil.hpke import HpkeKeypair
 from veil.messages import Ciphertext
@@ -87,6 +87,20 @@ def is_transient_storage_error(error: BaseException) -> bool:
     return isinstance(
         error, (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)
     )
+
+
+class JobReport(NamedTuple):
+    """A stored report as the leader's aggregation job reads it: a plain
+    tuple with a `Report`'s fields (not its invitation token, never stored).
+    A job reads thousands; a tuple of what the row holds costs about half
+    what the `Report` and its checks cost (SCALING.md, "The leader's reading
+    of a job")."""
+
+    report_id: bytes
+    time: int
+    public_share: bytes
+    leader_ct: Ciphertext
+    helper_ct: Ciphertext
 
 
 @dataclass(frozen=True)

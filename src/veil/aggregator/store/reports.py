@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from veil.aggregator.store.records import (
@@ -28,6 +29,7 @@ from veil.aggregator.store.records import (
     REPORT_STATE_NAMES,
     BatchAggregate,
     BucketCollected,
+    JobReport,
     ReportIdTaken,
     ShareMerge,
     aggregate_from_row,
@@ -35,7 +37,7 @@ from veil.aggregator.store.records import (
     merge_aggregate,
 )
 from veil.aggregator.store.tx import Tx
-from veil.messages import Ciphertext, Report
+from veil.messages import ENC_SIZE, Ciphertext, Report
 
 # The reason a pending report carries while it waits for the helper's clock.
 TOO_EARLY = "report_too_early"
@@ -190,7 +192,7 @@ def has_unaggregated(tx: Tx, task_id: bytes, start: int, end: int) -> bool:
     return row is not None
 
 
-def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[Report]:
+def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[JobReport]:
     # Sorted here, not by ORDER BY: without table statistics SQLite would
     # walk the primary key (every report of the task) to avoid a sort
     # instead of looking the job up in reports_job.
@@ -198,7 +200,16 @@ def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[Report]:
         f"SELECT {_REPORT_COLS} FROM {_REPORTS_WITH_SHARES} WHERE task_id = ? AND job_id = ?",
         (task_id, job_id),
     )
-    return [report_from_row(r) for r in sorted(rows, key=lambda r: bytes(r[0]))]
+    # Both backends hand BLOB/bytea as bytes and integers as int, so the
+    # rows' values are taken as they come; each ciphertext is cut where
+    # Ciphertext.to_bytes joined it (a short one, which upload never
+    # stores, would fail to open and be rejected as undecryptable).
+    e = 1 + ENC_SIZE
+    rows.sort(key=itemgetter(0))
+    return [
+        JobReport(i, t, p, Ciphertext(lc[0], lc[1:e], lc[e:]), Ciphertext(hc[0], hc[1:e], hc[e:]))
+        for i, t, p, lc, hc in rows
+    ]
 
 
 def report_from_row(row: Sequence[Any]) -> Report:
