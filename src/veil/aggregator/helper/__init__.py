@@ -80,27 +80,58 @@ _NOT_RECORDED = (INVALID_MESSAGE, REPORT_TOO_EARLY, INVALID_TOKEN)
 _COMMIT_ATTEMPTS = 5
 
 
-_LENGTH = struct.Struct(">I").pack
-_TIME_AND_CONFIG = struct.Struct(">QB").pack
+# One struct per item shape (the lengths of its variable fields): a task's
+# items share a few shapes, so the cache stays small; past its bound (items
+# of many lengths, which only a hostile leader sends) each pack compiles its
+# format again rather than growing the cache.
+_ITEM_PACKERS: dict[tuple[int, int, int, int, int], Callable[..., bytes]] = {}
+_ITEM_PACKERS_MAX = 64
+
+
+def _item_packer(shape: tuple[int, int, int, int, int]) -> Callable[..., bytes]:
+    pack = _ITEM_PACKERS.get(shape)
+    if pack is None:
+        i, p, e, c, v = shape
+        pack = struct.Struct(f">I{i}sIQBI{p}sI{e}sI{c}sI{v}s").pack
+        if len(_ITEM_PACKERS) < _ITEM_PACKERS_MAX:
+            _ITEM_PACKERS[shape] = pack
+    return pack
 
 
 def request_hash(task_id: bytes, job_id: bytes, items: Sequence[VerifyInitItem]) -> bytes:
-    """SHA-256 over the task, the job id and each item's fields, each field
-    prefixed by its length (the bytes joined first and hashed at once)."""
+    """SHA-256 over the task id, the job id and each item's fields, each of
+    an item's fields prefixed by its 4-byte length (time and config id as one
+    9-byte field); each item packed at once, the bytes joined and hashed at
+    once."""
     parts = [task_id, job_id]
     append = parts.append
     for it in items:
         ct = it.encrypted_input_share
-        for part in (
+        rid, ps, enc, payload, lvs = (
             it.report_id,
-            _TIME_AND_CONFIG(it.time, ct.config_id),
             it.public_share,
             ct.enc,
             ct.payload,
             it.leader_verifier_share,
-        ):
-            append(_LENGTH(len(part)))
-            append(part)
+        )
+        shape = (len(rid), len(ps), len(enc), len(payload), len(lvs))
+        append(
+            _item_packer(shape)(
+                shape[0],
+                rid,
+                9,
+                it.time,
+                ct.config_id,
+                shape[1],
+                ps,
+                shape[2],
+                enc,
+                shape[3],
+                payload,
+                shape[4],
+                lvs,
+            )
+        )
     return hashlib.sha256(b"".join(parts)).digest()
 
 
