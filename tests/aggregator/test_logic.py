@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -40,8 +41,8 @@ from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.store.records import JobReport
 from veil.hpke import Ciphertext, HpkeConfig
-from veil.messages import Report
 from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
@@ -137,7 +138,7 @@ def test_driver_prepares_the_next_job_while_the_helper_verifies(
     reads = 0
     job_reports = world.leader_store.job_reports
 
-    def counted(task_id: bytes, job_id: bytes) -> list[Report]:
+    def counted(task_id: bytes, job_id: bytes) -> list[JobReport]:
         nonlocal reads
         reads += 1
         if reads == 2:
@@ -150,6 +151,37 @@ def test_driver_prepares_the_next_job_while_the_helper_verifies(
         pass
     assert link.calls == 3
     assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 0
+
+
+def test_a_lease_just_taken_is_not_renewed_before_the_helper(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task_id = world.files.client.task_id
+    store, jobs = world.leader_store, world.leader.jobs
+    renewed: list[bytes] = []
+    renew = store.renew_aggregation_job
+
+    def counted(task_id: bytes, job_id: bytes, owner: str, lease_seconds: float) -> bool:
+        renewed.append(job_id)
+        return renew(task_id, job_id, owner, lease_seconds)
+
+    monkeypatch.setattr(store, "renew_aggregation_job", counted)
+    world.leader.upload(task_id, [world.report(v % 2) for v in range(12)])  # 3 jobs of 4
+    while world.leader.run_once():
+        pass
+    # Each job went to the helper within moments of its lease: none renewed.
+    assert renewed == []
+    assert store.unaggregated_count(task_id, 0, 2**62) == 0
+    # A lease taken a tenth of it ago or more is renewed before the round
+    # trip (and so is one whose taking the caller does not say).
+    world.leader.upload(task_id, [world.report(1) for _ in range(8)])
+    lease = jobs.settings.lease_seconds
+    for job_id in (b"a" * 16, b"b" * 16):
+        assert store.create_aggregation_job(task_id, job_id, 4) == 4
+    assert len(store.acquire_aggregation_jobs(jobs.worker_id, lease, 2)) == 2
+    jobs.prepare_job(task_id, b"a" * 16, time.monotonic() - 0.1 * lease)
+    jobs.prepare_job(task_id, b"b" * 16)
+    assert renewed == [b"a" * 16, b"b" * 16]
 
 
 def test_helper_unreachable_mid_pipeline(world: World) -> None:
