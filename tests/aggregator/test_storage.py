@@ -191,6 +191,26 @@ def test_jobs_and_aggregates(store: Datastore) -> None:
     assert store.open_aggregation_jobs() == []
 
 
+def test_job_reports_read_back_exactly(store: Datastore) -> None:
+    # PostgreSQL sends the job's reports in binary form: every field must
+    # come back as stored, with its type, including a Histogram-sized
+    # ciphertext with every byte value and an empty payload.
+    wide = Ciphertext(255, secrets.token_bytes(32), bytes(range(256)) * 10)
+    empty = Ciphertext(0, b"\0" * 32, b"")
+    stored = [
+        Report((1).to_bytes(16, "big"), 2**40 + 7, b"", wide, empty),
+        Report((2).to_bytes(16, "big"), 3600, secrets.token_bytes(64), empty, wide),
+    ]
+    assert store.put_reports(TASK, [(3600, r) for r in stored]) == (2, 0)
+    assert store.create_aggregation_job(TASK, b"j" * 16, 10) == 2
+    read = store.job_reports(TASK, b"j" * 16)
+    assert read == stored
+    for r in read:
+        assert type(r.time) is int
+        assert all(type(b) is bytes for b in (r.report_id, r.public_share, r.leader_ct.enc))
+        assert type(r.leader_ct.payload) is bytes and type(r.helper_ct.payload) is bytes
+
+
 def test_job_leases(store: Datastore) -> None:
     store.put_reports(TASK, [(3600, report(i)) for i in range(4)])
     store.create_aggregation_job(TASK, b"j" * 16, 2)

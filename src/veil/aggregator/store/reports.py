@@ -195,10 +195,14 @@ def has_unaggregated(tx: Tx, task_id: bytes, start: int, end: int) -> bool:
 def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[JobReport]:
     # Sorted here, not by ORDER BY: without table statistics SQLite would
     # walk the primary key (every report of the task) to avoid a sort
-    # instead of looking the job up in reports_job.
+    # instead of looking the job up in reports_job. In binary form: a
+    # Histogram(100,10) report's leader ciphertext is 2.5 KB, and its hex
+    # text cost the PostgreSQL worker about 11 us a report to receive and
+    # decode (docs/reports/SCALING.md, issue 28).
     rows = tx.rows(
         f"SELECT {_REPORT_COLS} FROM {_REPORTS_WITH_SHARES} WHERE task_id = ? AND job_id = ?",
         (task_id, job_id),
+        binary=True,
     )
     # Both backends hand BLOB/bytea as bytes and integers as int, so the
     # rows' values are taken as they come; each ciphertext is cut where

@@ -50,7 +50,13 @@ class Tx(Protocol):
     skip_locked: str  # " FOR UPDATE SKIP LOCKED" where rows are locked, else ""
     now: str  # an SQL expression: the database's clock, epoch seconds
 
-    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]: ...
+    def rows(self, sql: str, args: Sequence[Any] = (), binary: bool = False) -> list[Row]:
+        """The statement's rows. `binary`: PostgreSQL sends the result in
+        binary form, for wide byte columns (a report's ciphertexts): in text
+        form each bytea arrives hex-encoded, twice its size, and psycopg
+        decodes it. SQLite's results are never text-encoded."""
+        ...
+
     def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None: ...
     def run(self, sql: str, args: Sequence[Any] = ()) -> int: ...
     def many(self, sql: str, args: Iterable[Sequence[Any]]) -> None: ...
@@ -82,7 +88,7 @@ class SqliteTx:
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
 
-    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+    def rows(self, sql: str, args: Sequence[Any] = (), binary: bool = False) -> list[Row]:
         return self.db.execute(sql, args).fetchall()
 
     def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
@@ -129,8 +135,8 @@ class PostgresTx:
         # psycopg's placeholders are %s, and a literal % is written %%.
         return sql.replace("%", "%%").replace("?", "%s").encode()
 
-    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        return list(self.db.execute(self._sql(sql), args).fetchall())
+    def rows(self, sql: str, args: Sequence[Any] = (), binary: bool = False) -> list[Row]:
+        return list(self.db.execute(self._sql(sql), args, binary=binary).fetchall())
 
     def one(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
         row: Row | None = self.db.execute(self._sql(sql), args).fetchone()
