@@ -979,14 +979,14 @@ def test_reports_job_holds_only_reports_with_a_job_after_migrating(
     store = backend.store("m")
     assert "job_id IS NOT NULL" in job_index(store)
     assert store.report_counts(TASK, TP) == {3600: {"pending": 2, "in_job": 2, "aggregated": 1}}
-    assert store.job_reports(TASK, b"j" * 16) == [report(2), report(3)]
+    assert store.job_reports(TASK, b"j" * 16) == [job_report(2), job_report(3)]
     assert store.job_reports(TASK, b"e" * 16) == []  # its report was sent back, deferred
     store.finish_aggregation_job(
         TASK, b"j" * 16, {report(2).report_id: None, report(3).report_id: "x"}, [], MERGE
     )
     # The one pending report that is not deferred goes into a new job.
     assert store.create_aggregation_job(TASK, b"k" * 16, 10) == 1
-    assert store.job_reports(TASK, b"k" * 16) == [report(5)]
+    assert store.job_reports(TASK, b"k" * 16) == [job_report(5)]
     # Finished jobs without reports left are collected; jobs with reports stay.
     assert store.collect_garbage(TASK, TP, 7200, None).reports == 3
     left = {job for _, job in store.open_aggregation_jobs()}
