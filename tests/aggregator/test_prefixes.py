@@ -333,11 +333,9 @@ def test_a_string_not_one_hot_and_a_bad_idpf_key_are_dropped(world: World) -> No
     assert rejected == {"vdaf_verify_error": 2}
 
 
-def test_the_floor_does_not_depend_on_the_level_a_report_fails(backend: Backend) -> None:
-    """Floor 4: three honest reports and two that fail only at level 15. The
-    floor counts the reports each level verified (5 at both levels), so level
-    15 is released like level 7, and the two forged reports tell nothing of
-    how far the honest count stands from the floor."""
+def _three_reports_floor_four(backend: Backend) -> tuple[World, TaskFiles]:
+    """A 16-bit text task whose floor is 4, with three honest reports
+    uploaded ("ab" twice, "cd")."""
     files = new_task(
         VdafSpec("poplar1", bits=16),
         "127.0.0.1:1",
@@ -347,6 +345,15 @@ def test_the_floor_does_not_depend_on_the_level_a_report_fails(backend: Backend)
     )
     world = World(backend, files)
     world.upload([b"ab", b"ab", b"cd"])
+    return world, files
+
+
+def test_the_floor_does_not_depend_on_the_level_a_report_fails(backend: Backend) -> None:
+    """Floor 4: three honest reports and two that fail only at level 15. The
+    floor counts the reports each level verified (5 at both levels), so level
+    15 is released like level 7, and the two forged reports tell nothing of
+    how far the honest count stands from the floor."""
+    world, files = _three_reports_floor_four(backend)
     # One-hot at level 7, a count of 2 at level 15: passes the first, fails the second.
     forged = [_sharded(world, CheatingClient(16, 15, 2), b"ab") for _ in range(2)]
     world.leader_base.store.put_reports(files.leader.task_id, [(T, r) for r in forged])
@@ -360,15 +367,7 @@ def test_the_floor_does_not_depend_on_the_level_a_report_fails(backend: Backend)
 
 
 def test_a_batch_with_fewer_reports_than_the_floor_is_refused(backend: Backend) -> None:
-    files = new_task(
-        VdafSpec("poplar1", bits=16),
-        "127.0.0.1:1",
-        "127.0.0.1:2",
-        min_batch_size=4,
-        dp=DpSpec("none"),
-    )
-    world = World(backend, files)
-    world.upload([b"ab", b"ab", b"cd"])
+    world, files = _three_reports_floor_four(backend)
     with pytest.raises(BatchTooSmall, match="verified at this level"):
         world.collect(text_agg_param([b"a", b"c"]))
     # The helper too, on its own count: a leader that skips its own floor
