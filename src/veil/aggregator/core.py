@@ -42,7 +42,6 @@ from veil.hpke import (
     HpkeKeypair,
     agg_share_info,
     decapsulate,
-    open_,
     open_decapsulated,
     seal,
 )
@@ -387,20 +386,9 @@ def check_batch_size(task: Task, bounds: AggregateBounds, count: int) -> None:
 AT = TypeVar("AT", bound=AggregatorTask)
 
 
-def open_outcome(share: tuple[HpkeKeypair | None, Ciphertext, bytes]) -> ReportRejection | bytes:
-    """One input share opened with its key (None: no key has its config id)
-    and its context: the plaintext, or why it does not open."""
-    keypair, ct, info = share
-    if keypair is None:
-        return HPKE_UNKNOWN_CONFIG_ID
-    try:
-        return open_(keypair, ct, info)
-    except HpkeError:
-        return HPKE_DECRYPT_ERROR
-
-
 def _decapsulated(share: tuple[HpkeKeypair | None, Ciphertext, bytes]) -> ReportRejection | bytes:
-    """The first step of `open_outcome`: the share's DH output
+    """The first step of opening one input share with its key (None: no key
+    has its config id) and its context: the DH output
     (veil.hpke.decapsulate), or why it does not open."""
     keypair, ct, _info = share
     if keypair is None:
@@ -412,9 +400,12 @@ def _decapsulated(share: tuple[HpkeKeypair | None, Ciphertext, bytes]) -> Report
 
 
 def _open_decapsulated(
-    share: tuple[HpkeKeypair | None, Ciphertext, bytes], dh: bytes
+    share: tuple[HpkeKeypair | None, Ciphertext, bytes], dh: ReportRejection | bytes
 ) -> ReportRejection | bytes:
-    """The rest of `open_outcome` from `_decapsulated`'s DH output."""
+    """The rest of the open from `_decapsulated`'s outcome: the plaintext,
+    or why it does not open (a rejection already found is passed on)."""
+    if isinstance(dh, ReportRejection):
+        return dh
     keypair, ct, info = share
     assert keypair is not None
     try:
@@ -551,7 +542,8 @@ class AggregatorBase(Generic[AT]):
         """Open an input share: the plaintext, or the rejection reason. Counted
         in the metrics, or with `tally` added to it by outcome, for
         `count_opens` to count once per job rather than once per share."""
-        outcome = open_outcome((keypair, ct, info))
+        share = (keypair, ct, info)
+        outcome = _open_decapsulated(share, _decapsulated(share))
         if tally is not None:
             tally_open(outcome, tally)
         else:
@@ -573,10 +565,7 @@ class AggregatorBase(Generic[AT]):
         keypair = self.keypair
         keyed = [(keypair(ct.config_id), ct, info) for ct, info in shares]
         dhs = self.opener.map(_decapsulated, keyed)
-        return [
-            dh if isinstance(dh, ReportRejection) else _open_decapsulated(share, dh)
-            for share, dh in zip(keyed, dhs, strict=True)
-        ]
+        return [_open_decapsulated(share, dh) for share, dh in zip(keyed, dhs, strict=True)]
 
     def count_opens(self, tally: dict[str, int]) -> None:
         """Count the outcomes `open_share` added to `tally` in the metrics."""
