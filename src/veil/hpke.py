@@ -19,18 +19,17 @@ contexts and every changed byte against `cryptography`). It exists for one
 reason: its X25519 runs in libsodium (PyNaCl), whose call releases the GIL,
 so an aggregator opening a job's shares on several threads uses several
 cores (veil.aggregator.opener); `cryptography`'s exchange holds the GIL.
-The key schedule is HMAC-SHA256 (OpenSSL's, through `hmac`; for the
-extracts whose key is the empty salt, SHA-256 states with that key's pads
-already absorbed), the AEAD `cryptography`'s AES-128-GCM.
+The key schedule is HMAC-SHA256 written out over OpenSSL's SHA-256
+(through `hashlib`), the AEAD `cryptography`'s AES-128-GCM.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from hashlib import sha256
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -80,20 +79,34 @@ _FIRST_BLOCK = b"\x01"
 _ALL_ZERO = bytes(32)  # the DH output of a low-order public key
 
 
+# The key schedule's HMAC-SHA256 (RFC 2104) written out over hashlib's
+# SHA-256 (OpenSSL's): H(key ^ opad || H(key ^ ipad || message)), each key
+# padded with zeros to SHA-256's 64-byte block. Every key here is a 32-byte
+# hash output or empty, so the padded keys are made with one `translate`
+# each, and a call costs two hashlib one-shots. `hmac.new` built an HMAC
+# object a call (about 1 µs more), and `hmac.digest` releases the GIL at
+# each call, which between threads opening at once hands it over (1 to 3 µs
+# of CPU an open); hashlib keeps the GIL for inputs this short.
+_BLOCK_PAD = bytes(64 - 32)
+_IPAD = bytes(b ^ 0x36 for b in range(256))
+_OPAD = bytes(b ^ 0x5C for b in range(256))
+# The empty key (the empty salt of the extracts) pads to zeros, leaving the
+# bare pads.
+_EMPTY_KEY_INNER = bytes(64).translate(_IPAD)
+_EMPTY_KEY_OUTER = bytes(64).translate(_OPAD)
+
+
 def _empty_salt_hmac(message: bytes) -> bytes:
-    """HMAC-SHA256 under the empty key, whose padded forms are constants:
-    the SHA-256 states after the inner and outer pads are absorbed once."""
-    inner = _EMPTY_INNER.copy()
-    inner.update(message)
-    outer = _EMPTY_OUTER.copy()
-    outer.update(inner.digest())
-    return outer.digest()
+    """HMAC-SHA256 under the empty key."""
+    return sha256(_EMPTY_KEY_OUTER + sha256(_EMPTY_KEY_INNER + message).digest()).digest()
 
 
-# HMAC pads a key to SHA-256's 64-byte block and XORs it with 0x36 (inner)
-# or 0x5c (outer); the empty key pads to zeros, leaving the bare constants.
-_EMPTY_INNER = hashlib.sha256(b"\x36" * 64)
-_EMPTY_OUTER = hashlib.sha256(b"\x5c" * 64)
+def _hmac(key: bytes, message: bytes) -> bytes:
+    """HMAC-SHA256 under a 32-byte key."""
+    padded = key + _BLOCK_PAD
+    inner = sha256(padded.translate(_IPAD) + message).digest()
+    return sha256(padded.translate(_OPAD) + inner).digest()
+
 
 # LabeledExtract(salt, label, ikm) = HMAC(salt, tag || layer || label || ikm)
 # LabeledExpand(prk, label, info, L)
@@ -135,10 +148,12 @@ __all__ = [
     "HpkeKeypair",
     "agg_share_info",
     "decapsulate",
+    "decapsulate_enc",
     "generate_keypair",
     "input_share_info",
     "open_",
     "open_decapsulated",
+    "open_payload",
     "seal",
 ]
 
@@ -201,10 +216,16 @@ def decapsulate(keypair: HpkeKeypair, ciphertext: Ciphertext) -> bytes:
     key)."""
     if ciphertext.config_id != keypair.config.config_id:
         raise HpkeError(f"unknown HPKE config id {ciphertext.config_id}")
+    return decapsulate_enc(keypair, ciphertext.enc)
+
+
+def decapsulate_enc(keypair: HpkeKeypair, enc: bytes) -> bytes:
+    """`decapsulate` of an encapsulated key alone, for a caller that chose
+    `keypair` by the ciphertext's config id itself."""
     # libsodium reads 32 bytes from the pointer it is given whatever the
     # object's length (PyNaCl checks none): the length is checked here, and
     # an immutable copy is what crosses into C while the GIL is released.
-    enc = bytes(ciphertext.enc)
+    enc = bytes(enc)
     if len(enc) != ENC_SIZE:
         raise HpkeError("malformed HPKE encapsulated key")
     # libsodium refuses a low-order pkE (its output would be all zero), and
@@ -224,30 +245,30 @@ def open_decapsulated(
     """The rest of an open, from `decapsulate`'s output: the KEM's shared
     secret, the key schedule and AES-128-GCM (all under the GIL). Raises
     HpkeError if the ciphertext does not open with this context."""
-    enc = bytes(ciphertext.enc)
-    # The HMACs under secret keys are OpenSSL's HMAC objects (`hmac.new`),
-    # which keep the GIL; the one-shot `hmac.digest` releases it on every
-    # call, and between threads opening at once each release can hand the
-    # GIL over (1 to 3 µs of CPU an open here). Only X25519 lets go of it.
+    return open_payload(keypair, ciphertext.enc, ciphertext.payload, info, dh)
+
+
+def open_payload(
+    keypair: HpkeKeypair, enc: bytes, payload: bytes | memoryview, info: bytes, dh: bytes
+) -> bytes:
+    """`open_decapsulated` of a ciphertext's parts: `dh` is `decapsulate_enc`'s
+    output for `enc`. `payload` may be a view into a larger buffer (a stored
+    ciphertext), which is not copied."""
+    enc = bytes(enc)
     # ExtractAndExpand(dh, kem_context = enc || pkRm).
     eae_prk = _empty_salt_hmac(_EAE_PRK_PREFIX + dh)
-    shared_secret = hmac.new(
-        eae_prk,
-        _SHARED_SECRET_PREFIX + enc + keypair.recipient_public_key + _FIRST_BLOCK,
-        "sha256",
-    ).digest()
+    shared_secret = _hmac(
+        eae_prk, _SHARED_SECRET_PREFIX + enc + keypair.recipient_public_key + _FIRST_BLOCK
+    )
     # KeySchedule (section 5.1), base mode: psk and psk_id empty.
     info_hash = _empty_salt_hmac(_INFO_HASH_PREFIX + info)
-    secret = hmac.new(shared_secret, _SECRET_MESSAGE, "sha256").digest()
-    # The key and the base nonce: two expands under `secret`, keyed once.
-    key_mac = hmac.new(secret, None, "sha256")
-    nonce_mac = key_mac.copy()
-    key_mac.update(_KEY_PREFIX + info_hash + _FIRST_BLOCK)
-    nonce_mac.update(_NONCE_PREFIX + info_hash + _FIRST_BLOCK)
-    key = key_mac.digest()[:_KEY_SIZE]
+    secret = _hmac(shared_secret, _SECRET_MESSAGE)
+    # The key and the base nonce: two expands under `secret`.
+    key = _hmac(secret, _KEY_PREFIX + info_hash + _FIRST_BLOCK)[:_KEY_SIZE]
     # The first message of the context: its nonce is the base nonce itself.
+    nonce = _hmac(secret, _NONCE_PREFIX + info_hash + _FIRST_BLOCK)[:_NONCE_SIZE]
     try:
-        return AESGCM(key).decrypt(nonce_mac.digest()[:_NONCE_SIZE], ciphertext.payload, None)
+        return AESGCM(key).decrypt(nonce, payload, None)
     except (InvalidTag, ValueError) as e:
         raise HpkeError("HPKE decryption failed") from e
 

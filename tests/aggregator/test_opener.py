@@ -29,6 +29,7 @@ from veil.aggregator.opener import (
 )
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.run.config import ConfigError, load_config
+from veil.hpke import seal
 from veil.metrics import Metrics
 from veil.task import DpSpec, VdafSpec, new_task
 
@@ -270,6 +271,46 @@ def test_a_leader_job_over_threads_opens_as_one_report_at_a_time(
     assert sum(a.report_count for a in aggs) == 38
     assert _opens(metrics) == {"ok": 38, "hpke_decrypt_error": 2}
     pool.close()
+
+
+def test_stored_ciphertexts_open_as_their_ciphertexts(world: World) -> None:
+    # The leader's job opens its shares from their stored form
+    # (Ciphertext.to_bytes) in place: each outcome must be what the
+    # Ciphertext itself gives, refusals included.
+    leader = world.leader
+    config = leader.current_config
+    info = b"the context"
+    good = seal(config, info, b"share")
+    cases = [
+        (good, info),
+        (good, b"another context"),
+        (replace(good, payload=bytes([good.payload[0] ^ 1]) + good.payload[1:]), info),
+        (replace(good, config_id=(config.config_id + 1) % 256), info),
+        (replace(good, enc=good.enc[:-1]), info),  # an encapsulated key one byte short
+        (replace(good, enc=bytes(32)), info),  # a low-order key
+        (replace(good, payload=b""), info),
+    ]
+    expected = [
+        b"share",
+        "hpke_decrypt_error",
+        "hpke_decrypt_error",
+        "hpke_unknown_config_id",
+        "hpke_decrypt_error",
+        "hpke_decrypt_error",
+        "hpke_decrypt_error",
+    ]
+
+    def outcomes(opened: Sequence[object]) -> list[object]:
+        return [getattr(o, "value", o) for o in opened]
+
+    assert outcomes(leader.open_shares(cases)) == expected
+    stored = [(ct.to_bytes(), i) for ct, i in cases]
+    assert outcomes(leader.open_stored_shares(stored)) == expected
+    # Shorter than a config id and a key, or empty (upload stores neither).
+    assert outcomes(leader.open_stored_shares([(good.to_bytes()[:20], info), (b"", info)])) == [
+        "hpke_decrypt_error",
+        "hpke_unknown_config_id",
+    ]
 
 
 def _opens(metrics: Metrics) -> dict[str, float]:

@@ -41,8 +41,8 @@ from veil.hpke import (
     HpkeError,
     HpkeKeypair,
     agg_share_info,
-    decapsulate,
-    open_decapsulated,
+    decapsulate_enc,
+    open_payload,
     seal,
 )
 from veil.invite.token import TokenError, Verifier
@@ -386,30 +386,32 @@ def check_batch_size(task: Task, bounds: AggregateBounds, count: int) -> None:
 AT = TypeVar("AT", bound=AggregatorTask)
 
 
-def _decapsulated(share: tuple[HpkeKeypair | None, Ciphertext, bytes]) -> ReportRejection | bytes:
-    """The first step of opening one input share with its key (None: no key
-    has its config id) and its context: the DH output
-    (veil.hpke.decapsulate), or why it does not open."""
-    keypair, ct, _info = share
+# An input share to open: its key (None: no key has its config id), the
+# ciphertext's encapsulated key and payload, and the context.
+_Sealed = tuple[HpkeKeypair | None, bytes, bytes | memoryview, bytes]
+
+
+def _decapsulated(share: _Sealed) -> ReportRejection | bytes:
+    """The first step of opening one input share: the DH output
+    (veil.hpke.decapsulate_enc), or why it does not open."""
+    keypair, enc, _payload, _info = share
     if keypair is None:
         return HPKE_UNKNOWN_CONFIG_ID
     try:
-        return decapsulate(keypair, ct)
+        return decapsulate_enc(keypair, enc)
     except HpkeError:
         return HPKE_DECRYPT_ERROR
 
 
-def _open_decapsulated(
-    share: tuple[HpkeKeypair | None, Ciphertext, bytes], dh: ReportRejection | bytes
-) -> ReportRejection | bytes:
+def _open_decapsulated(share: _Sealed, dh: ReportRejection | bytes) -> ReportRejection | bytes:
     """The rest of the open from `_decapsulated`'s outcome: the plaintext,
     or why it does not open (a rejection already found is passed on)."""
     if isinstance(dh, ReportRejection):
         return dh
-    keypair, ct, info = share
+    keypair, enc, payload, info = share
     assert keypair is not None
     try:
-        return open_decapsulated(keypair, ct, info, dh)
+        return open_payload(keypair, enc, payload, info, dh)
     except HpkeError:
         return HPKE_DECRYPT_ERROR
 
@@ -542,8 +544,12 @@ class AggregatorBase(Generic[AT]):
         """Open an input share: the plaintext, or the rejection reason. Counted
         in the metrics, or with `tally` added to it by outcome, for
         `count_opens` to count once per job rather than once per share."""
-        share = (keypair, ct, info)
-        outcome = _open_decapsulated(share, _decapsulated(share))
+        share = (keypair, ct.enc, ct.payload, info)
+        outcome: ReportRejection | bytes
+        if keypair is not None and keypair.config.config_id != ct.config_id:
+            outcome = HPKE_DECRYPT_ERROR  # as veil.hpke.decapsulate refuses it
+        else:
+            outcome = _open_decapsulated(share, _decapsulated(share))
         if tally is not None:
             tally_open(outcome, tally)
         else:
@@ -563,7 +569,29 @@ class AggregatorBase(Generic[AT]):
         each ran whole opens would wait for the GIL at every open, and each
         wait hands it from core to core: CPU one thread never pays."""
         keypair = self.keypair
-        keyed = [(keypair(ct.config_id), ct, info) for ct, info in shares]
+        return self._open_all(
+            [(keypair(ct.config_id), ct.enc, ct.payload, info) for ct, info in shares]
+        )
+
+    def open_stored_shares(
+        self, shares: Sequence[tuple[bytes, bytes]]
+    ) -> list[ReportRejection | bytes]:
+        """`open_shares` of ciphertexts in their stored form (`Ciphertext.
+        to_bytes`: config id, encapsulated key, payload), opened in place:
+        a leader's job reads thousands, and a `Ciphertext` of each, with its
+        payload copied out, cost about 2 µs a report."""
+        keypair = self.keypair
+        e = 1 + ENC_SIZE
+        return self._open_all(
+            # (An empty one, which upload never stores, has no config id:
+            # rejected as of an unknown config.)
+            [
+                (keypair(ct[0]) if ct else None, ct[1:e], memoryview(ct)[e:], info)
+                for ct, info in shares
+            ]
+        )
+
+    def _open_all(self, keyed: list[_Sealed]) -> list[ReportRejection | bytes]:
         dhs = self.opener.map(_decapsulated, keyed)
         return [_open_decapsulated(share, dh) for share, dh in zip(keyed, dhs, strict=True)]
 

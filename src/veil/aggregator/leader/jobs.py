@@ -283,7 +283,7 @@ class JobDriver:
             return self._job_failed(job.task.task_id, job.job_id, e)
 
     def open_leader_share(
-        self, task: LeaderTask, r: Report | JobReport
+        self, task: LeaderTask, r: Report
     ) -> tuple[ReportRejection | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
         base = self.base
@@ -308,12 +308,14 @@ class JobDriver:
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
         base = self.base
-        base.know_keys({r.leader_ct.config_id for r in reports})
+        base.know_keys({r.leader_ct_bytes[0] for r in reports if r.leader_ct_bytes})
         outcomes: dict[bytes, ReportRejection | None] = {}
         opened: list[JobReport] = []
         plaintexts: list[bytes] = []
         # The job's shares opened at once, over the opener's threads.
-        shares = base.open_shares([(r.leader_ct, leader_share_info(task, r)) for r in reports])
+        shares = base.open_stored_shares(
+            [(r.leader_ct_bytes, leader_share_info(task, r)) for r in reports]
+        )
         tally: dict[str, int] = {}  # HPKE outcomes, counted once for the job
         for r, share in zip(reports, shares, strict=True):
             tally_open(share, tally)

@@ -10,7 +10,7 @@ from dataclasses import astuple, dataclass, replace
 from typing import Any, NamedTuple
 
 from veil.hpke import HpkeKeypair
-from veil.messages import Ciphertext
+from veil.messages import ENC_SIZE, Ciphertext
 
 # Report states on the leader.
 PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
@@ -91,16 +91,27 @@ def is_transient_storage_error(error: BaseException) -> bool:
 
 class JobReport(NamedTuple):
     """A stored report as the leader's aggregation job reads it: a plain
-    tuple with a `Report`'s fields (not its invitation token, never stored).
-    A job reads thousands; a tuple of what the row holds costs about half
-    what the `Report` and its checks cost (SCALING.md, "The leader's reading
-    of a job")."""
+    tuple of what the row holds, with a `Report`'s fields (not its
+    invitation token, never stored) and its two ciphertexts left in their
+    stored form (`Ciphertext.to_bytes`: config id, encapsulated key,
+    payload). A job reads thousands: `Report`s and their checks cost about
+    twice as much, and a `Ciphertext` of each share with its payload copied
+    out about 2 µs a report more (SCALING.md, issue 28's "The leader's
+    reading of a job"); the driver opens the leader's share in place and
+    cuts the helper's only for a report it sends."""
 
     report_id: bytes
     time: int
     public_share: bytes
-    leader_ct: Ciphertext
-    helper_ct: Ciphertext
+    leader_ct_bytes: bytes
+    helper_ct_bytes: bytes
+
+    @property
+    def helper_ct(self) -> Ciphertext:
+        """The helper's ciphertext, cut where `Ciphertext.to_bytes` joined it
+        (upload stores none too short to hold a config id and a key)."""
+        b, e = self.helper_ct_bytes, 1 + ENC_SIZE
+        return Ciphertext(b[0], b[1:e], b[e:])
 
 
 @dataclass(frozen=True)

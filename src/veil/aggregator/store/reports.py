@@ -37,7 +37,7 @@ from veil.aggregator.store.records import (
     merge_aggregate,
 )
 from veil.aggregator.store.tx import Tx
-from veil.messages import ENC_SIZE, Ciphertext, Report
+from veil.messages import Ciphertext, Report
 
 # The reason a pending report carries while it waits for the helper's clock.
 TOO_EARLY = "report_too_early"
@@ -205,15 +205,9 @@ def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[JobReport]:
         binary=True,
     )
     # Both backends hand BLOB/bytea as bytes and integers as int, so the
-    # rows' values are taken as they come; each ciphertext is cut where
-    # Ciphertext.to_bytes joined it (a short one, which upload never
-    # stores, would fail to open and be rejected as undecryptable).
-    e = 1 + ENC_SIZE
+    # rows' values are taken as they come, the ciphertexts as stored.
     rows.sort(key=itemgetter(0))
-    return [
-        JobReport(i, t, p, Ciphertext(lc[0], lc[1:e], lc[e:]), Ciphertext(hc[0], hc[1:e], hc[e:]))
-        for i, t, p, lc, hc in rows
-    ]
+    return [JobReport(i, t, p, lc, hc) for i, t, p, lc, hc in rows]
 
 
 def report_from_row(row: Sequence[Any]) -> Report:
