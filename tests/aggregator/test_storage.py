@@ -130,12 +130,14 @@ def test_insert_new_skips_existing_keys_and_keeps_values(store: Datastore) -> No
         (TASK, b"\x01" * 16, 7, job),
         (TASK, b"\x01" * 16, 9, job),  # twice in one call: the first is kept
     ]
+    inserted = []
     for rows in (first, [], again):
 
-        def insert(tx: Tx, rows: list[tuple[bytes, bytes, int, bytes]] = rows) -> None:
-            tx.insert_new("helper_reports", columns, rows)
+        def insert(tx: Tx, rows: list[tuple[bytes, bytes, int, bytes]] = rows) -> int:
+            return tx.insert_new("helper_reports", columns, rows)
 
-        store._write(insert)
+        inserted.append(store._write(insert))
+    assert inserted == [2, 0, 1]  # what it returns: the rows inserted, none skipped
     stored = store._read(
         lambda tx: tx.rows("SELECT report_id, time, job_id FROM helper_reports ORDER BY report_id")
     )
@@ -513,6 +515,33 @@ def test_helper_report_aggregated_at_most_once(store: Datastore) -> None:
     assert e.value.report_ids == [b"r" * 16]
     assert store.helper_job(TASK, b"k" * 16) is None
     assert store.seen_reports(TASK, [b"s" * 16]) == set()
+    assert sum(a.report_count for a in fold(store.batch_aggregates(TASK, 0, 3600))) == 1
+
+
+def test_helper_job_refused_by_a_record_without_job_id(store: Datastore) -> None:
+    # A replay record kept from before job ids were (job_id NULL) refuses a
+    # job holding its report like any other's; a job naming one report twice
+    # records it once and commits.
+    delta = BatchAggregate(0, share(3), 1, b"c" * 32)
+    store._write(
+        lambda tx: tx.run(
+            "INSERT INTO helper_reports (task_id, report_id) VALUES (?, ?)", (TASK, b"r" * 16)
+        )
+    )
+    with pytest.raises(ReportsAggregated) as e:
+        store.commit_helper_job(
+            HelperJob(
+                TASK, b"k" * 16, b"h" * 32, b"r", [(b"s" * 16, 0), (b"r" * 16, 0)], [], [delta]
+            ),
+            MERGE,
+        )
+    assert e.value.report_ids == [b"r" * 16]
+    assert store.helper_job(TASK, b"k" * 16) is None
+    assert store.seen_reports(TASK, [b"s" * 16]) == set()
+    twice = [(b"t" * 16, 0), (b"t" * 16, 0)]
+    job = HelperJob(TASK, b"l" * 16, b"h" * 32, b"r", twice, [], [delta])
+    assert store.commit_helper_job(job, MERGE) is None
+    assert store.seen_reports(TASK, [b"t" * 16]) == {b"t" * 16}
     assert sum(a.report_count for a in fold(store.batch_aggregates(TASK, 0, 3600))) == 1
 
 

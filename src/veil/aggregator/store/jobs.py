@@ -26,7 +26,6 @@ from veil.aggregator.store.reports import (
     TOO_EARLY,
     count_rejections,
     merge_aggregates,
-    seen_reports,
 )
 from veil.aggregator.store.tx import Tx
 
@@ -61,18 +60,42 @@ def commit_helper_job(tx: Tx, job: HelperJob, merge: ShareMerge) -> tuple[bytes,
     stored = helper_job(tx, task_id, job_id)
     if stored is not None:
         return stored
-    taken = seen_reports(tx, task_id, [i for i, _ in job.reports])
-    if taken:
-        raise ReportsAggregated(sorted(taken))
     insert_helper_job(tx, job)
-    tx.insert_new(
-        "helper_reports",
-        (("task_id", "bytea"), ("report_id", "bytea"), ("time", "bigint"), ("job_id", "bytea")),
-        [(task_id, i, t, job_id) for i, t in job.reports],
-    )
+    # The replay records' primary key is the check: a record already there
+    # is skipped, and then the job raises (its transaction rolls back). Only
+    # a job that lost a race looks its ids up again; a look-up before every
+    # insert cost about 1.2 µs a report for what the caller had just read.
+    records = [(task_id, i, t, job_id) for i, t in job.reports]
+    if tx.insert_new("helper_reports", _REPLAY_COLUMNS, records) < len(records):
+        taken = _recorded_by_others(tx, task_id, job_id, [i for i, _ in job.reports])
+        if taken:
+            raise ReportsAggregated(sorted(taken))
     count_rejections(tx, task_id, job.rejected)
     merge_aggregates(tx, task_id, job_id, job.deltas, merge, refuse_collected=True)
     return None
+
+
+_REPLAY_COLUMNS = (
+    ("task_id", "bytea"),
+    ("report_id", "bytea"),
+    ("time", "bigint"),
+    ("job_id", "bytea"),
+)
+
+
+def _recorded_by_others(
+    tx: Tx, task_id: bytes, job_id: bytes, report_ids: Sequence[bytes]
+) -> set[bytes]:
+    """Which of the ids have a replay record of another job (or of none: a
+    record from before job ids were kept)."""
+    taken: set[bytes] = set()
+    for where, args in tx.id_lists("report_id", report_ids):
+        rows = tx.rows(
+            f"SELECT report_id, job_id FROM helper_reports WHERE task_id = ? AND {where}",
+            (task_id, *args),
+        )
+        taken.update(bytes(i) for i, j in rows if j is None or bytes(j) != job_id)
+    return taken
 
 
 def open_aggregation_jobs(tx: Tx) -> list[tuple[bytes, bytes]]:
