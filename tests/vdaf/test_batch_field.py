@@ -255,3 +255,49 @@ def test_chunked_wires_compiled_match_numpy(
     compiled = circuit._bit_check_wires(meas, r, 2)  # type: ignore[attr-defined]
     monkeypatch.setattr(bc, "VecField128", None)
     assert (compiled == circuit._bit_check_wires(meas, r, 2)).all()  # type: ignore[attr-defined]
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_inverse_differences_compiled_match_numpy(data: st.DataObject) -> None:
+    """The compiled descent of the query's inverse differences gives the
+    NumPy form's limbs, which are 1 / (t - w^i), or all zero for a point t
+    on the roots (t^D = 1)."""
+    import veil.vdaf.batch.flp as bflp
+
+    p = VecField128.MODULUS
+    domain = data.draw(st.sampled_from([2, 4, 32]))
+    w = Field128.root_of_unity(domain)
+    nodes = [pow(w, i, p) for i in range(domain)]
+    points = data.draw(st.lists(st.one_of(_elements(p), st.sampled_from(nodes)), min_size=1))
+    root_levels = [
+        VecField128.from_ints(nodes[:: 1 << lvl][: domain >> lvl])
+        for lvl in range(domain.bit_length() - 1)
+    ]
+    t = VecField128.from_ints(points)
+    compiled, pows = bflp._inverse_differences(VecField128, t, root_levels)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bflp, "VecField128", None)
+        numpy_form, _ = bflp._inverse_differences(VecField128, t, root_levels)
+    assert compiled.shape == numpy_form.shape == (4, len(points), domain)
+    assert (compiled == numpy_form).all()
+    assert VecField128.to_ints(pows[-1]) == [pow(x, domain, p) for x in points]
+    assert VecField128.to_ints(compiled) == [
+        [0] * domain if pow(x, domain, p) == 1 else [pow(x - u, -1, p) for u in nodes]
+        for x in points
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(_elements(VecField128.MODULUS), max_size=30))
+def test_field128_inverse_of_each(values: list[int]) -> None:
+    """The compiled Montgomery's trick: each element's inverse, zero to
+    zero, also for zero held as p (a weakly reduced product's form), in a
+    2-D array of any layout."""
+    p = VecField128.MODULUS
+    a = VecField128.from_ints([values, values[::-1]])
+    want = [[pow(x, -1, p) if x else 0 for x in row] for row in ([values, values[::-1]])]
+    assert VecField128.to_ints(VecField128.inv_each(a)) == want
+    assert VecField128.to_ints(VecField128.inv_each(a[:, :, ::-1])) == [r[::-1] for r in want]
+    held_as_p = np.array([[1], [0], [0xFFFFFFE4], [0xFFFFFFFF]], dtype=np.int64)
+    assert VecField128.to_ints(VecField128.inv_each(held_as_p)) == [0]

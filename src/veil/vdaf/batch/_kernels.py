@@ -841,3 +841,99 @@ def encode128(a, words):
             words[i, 4 * n + 1] = np.uint32(a1)
             words[i, 4 * n + 2] = np.uint32(a2)
             words[i, 4 * n + 3] = np.uint32(a3)
+
+
+@nb.njit(f"void({_A3}, int64[:, :], int64[:, :], {_A3})", cache=True)
+def inverse_differences128(t_pows, inv_root, nodes, out):
+    """The descent of ``veil.vdaf.batch.flp._inverse_differences`` for each
+    row r: ``out[:, r, i] = 1 / (t - w^i)`` for the D roots of unity
+    ``nodes`` (4, D), from ``t^(2^l)`` (``t_pows`` (4, R, L), D = 2^L) and
+    the inverse of the product tree's root, ``1 / (t^D - 1)`` (``inv_root``
+    (4, R)). Level l's nodes are ``t^(2^l) - w^(i 2^l)``; each node's
+    inverse times its sibling is a child's. The same subtractions and
+    products, in the same order, as the NumPy form: the limbs are equal."""
+    levels = t_pows.shape[2]
+    for r in range(out.shape[1]):
+        row = out[:, r]
+        row[0, 0] = inv_root[0, r]
+        row[1, 0] = inv_root[1, r]
+        row[2, 0] = inv_root[2, r]
+        row[3, 0] = inv_root[3, r]
+        n = 1
+        for lvl in range(levels - 1, -1, -1):
+            a0 = t_pows[0, r, lvl]
+            a1 = t_pows[1, r, lvl]
+            a2 = t_pows[2, r, lvl]
+            a3 = t_pows[3, r, lvl]
+            for i in range(n):
+                c0 = row[0, i]
+                c1 = row[1, i]
+                c2 = row[2, i]
+                c3 = row[3, i]
+                lo = i << lvl
+                hi = (i + n) << lvl
+                d = _sub128(a0, a1, a2, a3, nodes[0, lo], nodes[1, lo], nodes[2, lo], nodes[3, lo])
+                _mul128_into(row, n + i, c0, c1, c2, c3, d[0], d[1], d[2], d[3])
+                d = _sub128(a0, a1, a2, a3, nodes[0, hi], nodes[1, hi], nodes[2, hi], nodes[3, hi])
+                _mul128_into(row, i, c0, c1, c2, c3, d[0], d[1], d[2], d[3])
+            n *= 2
+
+
+# p - 2, the exponent of a Field128 inverse (Fermat), as 32-bit limbs.
+_P128_MINUS_2 = np.array([0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFE3, 0xFFFFFFFF], dtype=np.int64)
+
+
+@nb.njit("void(int64[:, ::1], int64[:, ::1])", cache=True)
+def inv128_each(a, out):
+    """Field128 inverse of each element of ``a`` (4, N) into ``out`` (4, N),
+    zero (held as 0 or as p) to zero: Montgomery's trick, one
+    exponentiation ``x^(p-2)`` for the whole array. The outputs are weakly
+    reduced (below 2^128), as products are."""
+    n = a.shape[1]
+    one = (_U64(1), _U64(0), _U64(0), _U64(0))
+    acc = one
+    zero = np.zeros(n, np.bool_)
+    for i in range(n):
+        # Product of the non-zero elements before i.
+        out[0, i] = np.int64(acc[0])
+        out[1, i] = np.int64(acc[1])
+        out[2, i] = np.int64(acc[2])
+        out[3, i] = np.int64(acc[3])
+        x0, x1, x2, x3 = _U64(a[0, i]), _U64(a[1, i]), _U64(a[2, i]), _U64(a[3, i])
+        is_p = x0 == 1 and x1 == 0 and x2 == 0xFFFFFFE4 and x3 == 0xFFFFFFFF
+        if (x0 | x1 | x2 | x3) == 0 or is_p:
+            zero[i] = True
+            continue
+        q = _product(acc[0], acc[1], acc[2], acc[3], x0, x1, x2, x3)
+        acc = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+    # acc^(p - 2), square and multiply from the top bit down.
+    inv = one
+    for limb in range(3, -1, -1):
+        e = _U64(_P128_MINUS_2[limb])
+        for bit in range(31, -1, -1):
+            q = _product(inv[0], inv[1], inv[2], inv[3], inv[0], inv[1], inv[2], inv[3])
+            inv = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+            if (e >> _U64(bit)) & _U64(1):
+                q = _product(inv[0], inv[1], inv[2], inv[3], acc[0], acc[1], acc[2], acc[3])
+                inv = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+    for i in range(n - 1, -1, -1):
+        if zero[i]:
+            out[0, i] = 0
+            out[1, i] = 0
+            out[2, i] = 0
+            out[3, i] = 0
+            continue
+        q = _product(
+            inv[0], inv[1], inv[2], inv[3],
+            _U64(out[0, i]), _U64(out[1, i]), _U64(out[2, i]), _U64(out[3, i]),
+        )  # fmt: skip
+        y = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+        out[0, i] = np.int64(y[0])
+        out[1, i] = np.int64(y[1])
+        out[2, i] = np.int64(y[2])
+        out[3, i] = np.int64(y[3])
+        q = _product(
+            inv[0], inv[1], inv[2], inv[3],
+            _U64(a[0, i]), _U64(a[1, i]), _U64(a[2, i]), _U64(a[3, i]),
+        )  # fmt: skip
+        inv = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])

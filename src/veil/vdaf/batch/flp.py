@@ -246,8 +246,18 @@ def _inverse_differences(
     t_pows = [t]
     for _ in root_levels:
         t_pows.append(vf.mul(t_pows[-1], t_pows[-1]))
+    inv = vf.inv_each(vf.sub(t_pows[-1], vf.constant(1)))
+    if vf is VecField128 and root_levels and vf.elem_shape(t) == vf.elem_shape(inv) == t.shape[1:2]:
+        # Compiled: one pass per row instead of two NumPy products and a
+        # subtraction per level over the whole batch (Histogram(100,10)'s
+        # 32 roots: 5.2 -> 1.6 us a report with the inversion; the same
+        # limbs).
+        nodes = np.ascontiguousarray(root_levels[0])
+        out = np.empty((4, t.shape[1], nodes.shape[1]), dtype=np.int64)
+        kernels().inverse_differences128(vf.stack(t_pows[:-1]), inv, nodes, out)
+        return out, t_pows
+    inv = inv[..., None]
     levels = [vf.sub(t_pows[lvl][..., None], roots) for lvl, roots in enumerate(root_levels)]
-    inv = vf.inv_each(vf.sub(t_pows[-1], vf.constant(1)))[..., None]
     for level in reversed(levels):
         half = vf.elem_shape(level)[-1] // 2
         inv = vf.concat([vf.mul(inv, level[..., half:]), vf.mul(inv, level[..., :half])])

@@ -56,6 +56,11 @@ class Kernels:
     # Field128: the chunked range check's wire values at the query point
     # (a compiled function writing into its last two arguments).
     chunk_wire_evals128: Any
+    # Field128: the inverses 1 / (t - w^i) of a query point's differences
+    # with the roots of unity, from t's powers and the root's inverse (a
+    # compiled function writing into its last argument; see
+    # flp._inverse_differences).
+    inverse_differences128: Any
     # Field64: uint64 arrays.
     mul64: Any
     add64: Any
@@ -67,6 +72,8 @@ class Kernels:
     # Field64: inverse of each element of a 1-D uint64 array into another
     # (zero to zero; a compiled function, both C-contiguous).
     inv64_each: Any
+    # Field128: the same for limbs (4, N) into (4, N), both C-contiguous.
+    inv128_each: Any
     # Field128: the chunked range check's gadget inputs (x (4, R, L), read
     # as K chunks of M, zero padded,
     # joint rands (4, R, K), the constant's limbs, all-bits flag, out
@@ -100,12 +107,14 @@ def kernels() -> Kernels:
                     k.prove_mul_sum128,
                     k.canonical128,
                     k.chunk_wire_evals128,
+                    k.inverse_differences128,
                     k.mul64,
                     k.add64,
                     k.sub64,
                     k.dot64,
                     k.turboshake128_rows,
                     k.inv64_each,
+                    k.inv128_each,
                     k.bit_check_wires128,
                     k.decode128,
                     k.encode128,
