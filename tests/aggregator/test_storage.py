@@ -43,7 +43,7 @@ from veil.aggregator.store.records import (
     aggregate_shard,
     fold_shards,
 )
-from veil.aggregator.store.tx import PostgresTx, Tx
+from veil.aggregator.store.tx import PostgresTx, Tx, _packed_rows
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
 from veil.vdaf import Prio3Sum
@@ -145,6 +145,59 @@ def test_insert_new_skips_existing_keys_and_keeps_values(store: Datastore) -> No
         (bytes(16), 0, job),
         (b"\x00\xff" * 8, 2**63 - 1, job),
         (b"\x01" * 16, 7, job),
+    ]
+
+
+def test_insert_new_rows_of_every_shape(store: Datastore) -> None:
+    # SQLite takes rows of one shape (columns the same in every row, byte
+    # strings of one length, one column of 64-bit integers) in one statement
+    # and the others one by one; either way each row is stored as given.
+    columns = (
+        ("task_id", "bytea"),
+        ("report_id", "bytea"),
+        ("time", "bigint"),
+        ("job_id", "bytea"),
+    )
+    ids = [bytes([i]) * 16 for i in range(8)]
+    shapes = [
+        # the replay records' shape: one statement on SQLite
+        [(TASK, ids[0], -(2**63), b"j" * 16), (TASK, ids[1], 2**63 - 1, b"j" * 16)],
+        # job ids of two lengths, a time missing
+        [(TASK, ids[2], 1, b"a"), (TASK, ids[3], None, b"bb")],
+        # no job id, and an id twice in one statement: the first is kept
+        [(TASK, ids[4], 5, None), (TASK, ids[5], 6, None), (TASK, ids[4], 7, None)],
+        # one row
+        [(TASK, ids[6], 8, b"")],
+    ]
+    assert [_packed_rows(columns, rows) is not None for rows in shapes] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    ints = (("a", "bigint"), ("b", "bigint"))
+    assert _packed_rows(ints, [(1, 2), (3, 4)]) is None  # two integer columns vary
+    assert _packed_rows(ints, [(1, 2), (2**63, 2)]) is None  # beyond 64 bits
+    assert _packed_rows(ints, [(True, 2), (0, 2)]) is None  # not an int
+    counts = []
+    for rows in shapes:
+
+        def insert(tx: Tx, rows: list[tuple[bytes, bytes, int | None, bytes | None]] = rows) -> int:
+            return tx.insert_new("helper_reports", columns, rows)
+
+        counts.append(store._write(insert))
+    assert counts == [2, 2, 2, 1]
+    stored = store._read(
+        lambda tx: tx.rows("SELECT report_id, time, job_id FROM helper_reports ORDER BY report_id")
+    )
+    assert [(bytes(i), t, None if j is None else bytes(j)) for i, t, j in stored] == [
+        (ids[0], -(2**63), b"j" * 16),
+        (ids[1], 2**63 - 1, b"j" * 16),
+        (ids[2], 1, b"a"),
+        (ids[3], None, b"bb"),
+        (ids[4], 5, None),
+        (ids[5], 6, None),
+        (ids[6], 8, b""),
     ]
 
 

@@ -11,8 +11,8 @@ said here and nowhere else:
 - Lists of ids: `= ANY(?)` with one array parameter on PostgreSQL, an
   `IN (?, ...)` list on SQLite (in chunks below its parameter limit).
 - Many rows at once (`insert_new`): one INSERT over `unnest` of one array
-  per column on PostgreSQL; SQLite's executemany runs in-process and is
-  cheap already.
+  per column on PostgreSQL; on SQLite one INSERT over `json_each` where
+  the rows' shape allows it (see `_packed_rows`), executemany otherwise.
 - Taking work from a queue: `FOR UPDATE SKIP LOCKED` on PostgreSQL, so two
   workers take disjoint rows without waiting on each other.
 - The clock of leases and retries: the database's own (`now`), so that it
@@ -24,6 +24,7 @@ said here and nowhere else:
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
@@ -77,6 +78,49 @@ class Tx(Protocol):
         ...
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def _packed_rows(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+) -> tuple[str, list[Any]] | None:
+    """The SELECT of an SQLite INSERT that takes `rows` in a few parameters
+    rather than one statement per row (executemany binds and steps each row
+    from Python: about 1.5 µs a row of the helper's replay records, a third
+    of their insert). Each column is a value the same in every row (one
+    parameter), byte strings of one length (joined, cut by substr), or the
+    integers of the one column that varies (a JSON array that json_each
+    walks in order, one row per element). None for rows of another shape:
+    the caller inserts them one by one."""
+    n = len(rows)
+    if n < 2:
+        return None
+    exprs: list[str] = []
+    args: list[Any] = []
+    driver: list[int] | None = None
+    for c, (_, kind) in enumerate(columns):
+        values = [row[c] for row in rows]
+        first = values[0]
+        if all(v is first for v in values):
+            args.append(first)
+            exprs.append(f"?{len(args)}")
+        elif kind == "bytea" and all(type(v) is bytes for v in values):
+            size = len(first)
+            if size == 0 or any(len(v) != size for v in values):
+                return None
+            args.append(b"".join(values))
+            exprs.append(f"substr(?{len(args)}, key * {size} + 1, {size})")
+        elif kind == "bigint" and driver is None and all(type(v) is int for v in values):
+            if not all(v in _INT64 for v in values):
+                return None
+            driver = values
+            exprs.append("value")
+        else:
+            return None
+    args.append(json.dumps(driver if driver is not None else [0] * n))
+    return f"SELECT {', '.join(exprs)} FROM json_each(?{len(args)})", args
+
+
 class SqliteTx:
     """A unit's view of an SQLite transaction (BEGIN IMMEDIATE already held)."""
 
@@ -106,6 +150,12 @@ class SqliteTx:
         self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
     ) -> int:
         names = ", ".join(name for name, _ in columns)
+        packed = _packed_rows(columns, rows)
+        if packed is not None:
+            select, args = packed
+            return self.db.execute(
+                f"INSERT INTO {table} ({names}) {select} WHERE true ON CONFLICT DO NOTHING", args
+            ).rowcount
         marks = ", ".join("?" * len(columns))
         # executemany's rowcount is the sum of each row's changes: 0 for a skipped one.
         return self.db.executemany(
