@@ -203,7 +203,7 @@ def test_helper_refuses_times_outside_64_bits(world: World) -> None:
     # Found by the RPC fuzzer: a uint64 time above 2**63 - 1 reached SQLite.
     task = world.files.leader
     good, bad = verify_init_items(world, 2)
-    bad = replace(bad, time=2**64 - 1)
+    bad = bad._replace(time=2**64 - 1)
     results = world.helper.aggregate(
         task.task_id, task.aggregator_token, secrets.token_bytes(16), [good, bad]
     )
@@ -509,14 +509,13 @@ def test_helper_rejects_malformed_shares_without_counting(world: World) -> None:
     task = world.files.leader
     items = verify_init_items(world, 5)
     broken = [
-        replace(items[0], public_share=items[0].public_share + b"\x00"),  # trailing byte
-        replace(items[1], leader_verifier_share=items[1].leader_verifier_share[:-1]),  # truncated
-        replace(items[2], leader_verifier_share=items[2].leader_verifier_share + b"\x00"),
-        replace(
-            items[3],
+        items[0]._replace(public_share=items[0].public_share + b"\x00"),  # trailing byte
+        items[1]._replace(leader_verifier_share=items[1].leader_verifier_share[:-1]),  # truncated
+        items[2]._replace(leader_verifier_share=items[2].leader_verifier_share + b"\x00"),
+        items[3]._replace(
             encrypted_input_share=replace(items[3].encrypted_input_share, payload=b"\x00" * 20),
         ),
-        replace(items[4], time=items[4].time + TP),  # metadata no longer matches the seal
+        items[4]._replace(time=items[4].time + TP),  # metadata no longer matches the seal
     ]
     results = world.helper.aggregate(
         task.task_id, task.aggregator_token, secrets.token_bytes(16), broken

@@ -180,8 +180,7 @@ def _hostile_job(world: World) -> tuple[list[VerifyInitItem], list[str | None]]:
     depends on the order of the job's reports, and each report's answer."""
     items = verify_init_items(world, 52)
     helper_config = items[0].encrypted_input_share.config_id
-    tampered = replace(
-        items[5],
+    tampered = items[5]._replace(
         encrypted_input_share=replace(items[5].encrypted_input_share, payload=b"\x00" * 20),
     )
     job = [
@@ -189,11 +188,10 @@ def _hostile_job(world: World) -> tuple[list[VerifyInitItem], list[str | None]]:
         tampered,  # does not open: its id is recorded all the same
         *items[6:20],
         items[3],  # its id was accepted earlier in this job
-        replace(items[5], report_id=b"short"),  # malformed, even though a replay
+        items[5]._replace(report_id=b"short"),  # malformed, even though a replay
         tampered,  # again: replayed, not opened a second time
         *items[20:52],
-        replace(  # a config id the helper does not have
-            items[0],
+        items[0]._replace(  # a config id the helper does not have
             report_id=secrets.token_bytes(16),
             encrypted_input_share=replace(
                 items[0].encrypted_input_share, config_id=(helper_config + 1) % 256
@@ -202,7 +200,7 @@ def _hostile_job(world: World) -> tuple[list[VerifyInitItem], list[str | None]]:
         items[51],  # the last one repeated: in another chunk than the first
         items[7],
         items[30],
-        replace(items[30], time=items[30].time + 10**9),  # a replay too early: replayed first
+        items[30]._replace(time=items[30].time + 10**9),  # a replay too early: replayed first
     ]
     expected: list[str | None] = [None] * 5 + ["hpke_decrypt_error"] + [None] * 14
     expected += ["report_replayed", "invalid_message", "report_replayed"] + [None] * 32

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from veil.aggregator.errors import (
     BatchTooLarge,
@@ -142,9 +142,10 @@ class ReportSizes:
                 raise WrongLength(f"{name} is {got} bytes; this task's is exactly {want} bytes")
 
 
-@dataclass(frozen=True)
-class VerifyInitItem:
-    """One report of an aggregation job as the helper receives it."""
+class VerifyInitItem(NamedTuple):
+    """One report of an aggregation job as the helper receives it. A plain
+    tuple, as VerifyResult: each side builds one of each a report, which as
+    frozen dataclasses cost 1.4 and 0.8 µs, as tuples 0.3 and 0.35."""
 
     report_id: bytes
     time: int
@@ -155,8 +156,7 @@ class VerifyInitItem:
     leader_verifier_share_2: bytes = b""
 
 
-@dataclass(frozen=True)
-class VerifyResult:
+class VerifyResult(NamedTuple):
     report_id: bytes
     verifier_message: bytes | None = None
     reject: ReportRejection | None = None

@@ -312,14 +312,15 @@ class HelperService(helper_pb2_grpc.HelperServicer):
             share = v.report_share
             metadata = share.metadata
             ct = share.encrypted_input_share
-            if ct.config_id > 255:
+            config_id = ct.config_id
+            if config_id > 255:
                 ciphertext_from_pb(ct, f"report {i}")  # refused, naming the report
             items.append(
                 VerifyInitItem(
                     metadata.report_id,
                     metadata.time,
                     share.public_share,
-                    Ciphertext(ct.config_id, ct.enc, ct.payload),
+                    Ciphertext(config_id, ct.enc, ct.payload),
                     v.leader_verifier_share,
                     v.leader_verifier_share_2,
                 )
@@ -344,16 +345,17 @@ class HelperService(helper_pb2_grpc.HelperServicer):
         # The helper's own clock, read as it answers: the leader measures the
         # skew between the aggregators from it (veil.aggregator.skew).
         out = helper_pb2.AggregationJobResponse(helper_time_ms=int(self.helper.clock() * 1000))
-        for res in results:
-            if res.verifier_message is not None:
-                out.verify_resps.add(
-                    report_id=res.report_id,
-                    verifier_message=res.verifier_message,
-                    helper_verifier_share=res.helper_verifier_share,
-                )
+        add = out.verify_resps.add
+        for report_id, message, reject, share_2 in results:
+            if message is None:
+                code = REJECTION_TO_PB[reject or ReportRejection.REPORT_DROPPED]
+                add(report_id=report_id, reject=code)
+            elif share_2:
+                add(report_id=report_id, verifier_message=message, helper_verifier_share=share_2)
             else:
-                code = REJECTION_TO_PB[res.reject or ReportRejection.REPORT_DROPPED]
-                out.verify_resps.add(report_id=res.report_id, reject=code)
+                # An empty field is not sent either way; not naming it saves
+                # a third of the call.
+                add(report_id=report_id, verifier_message=message)
         return out
 
     @handler

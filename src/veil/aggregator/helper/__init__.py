@@ -335,11 +335,13 @@ class Helper(AggregatorBase[HelperTask]):
                 messages[i] = message
                 accepted.append((task.bucket(items[i].time), items[i].report_id, row))
             deltas = job_deltas(batch, out, accepted)
+        get = messages.get
         for i, it in enumerate(items):
-            if i in messages:
-                results.append(VerifyResult(it.report_id, verifier_message=messages[i]))
+            message = get(i)
+            if message is not None:
+                results.append(VerifyResult(it.report_id, message))
             else:
-                results.append(VerifyResult(it.report_id, reject=reasons[i] or VDAF_VERIFY_ERROR))
+                results.append(VerifyResult(it.report_id, None, reasons[i] or VDAF_VERIFY_ERROR))
         return results, deltas, new_ids
 
     def _check(
