@@ -386,67 +386,6 @@ class HelperService(helper_pb2_grpc.HelperServicer):
         return helper_pb2.AggregateShareResponse(encrypted_agg_share=ciphertext_to_pb(ct))
 
 
-# The Prio3 aggregation job request (helper.proto's AggregationJobRequest)
-# encoded here rather than built as protobuf messages: a job of 2,000
-# reports made about 12,000 message objects (a VerifyInit and the report
-# share, metadata and ciphertext inside it, each reached through a new
-# wrapper) only to serialise them. The bytes are the protobuf encoder's,
-# field by field in number order, empty and zero scalars left out as proto3
-# leaves them (tests/aggregator/test_service.py holds them to
-# SerializeToString's).
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# Varints of the lengths a job's fields have, made once.
-_SHORT_VARINTS = [_varint(n) for n in range(1 << 14)]
-
-
-def _field(tag: bytes, value: bytes) -> bytes:
-    """A length-delimited field (bytes or a sub-message), written even if empty."""
-    n = len(value)
-    return tag + (_SHORT_VARINTS[n] if n < 1 << 14 else _varint(n)) + value
-
-
-def _verify_init_bytes(it: VerifyInitItem) -> bytes:
-    """One VerifyInit as the request's repeated field 3 holds it."""
-    ct = it.encrypted_input_share
-    metadata = _field(b"\x0a", it.report_id) if it.report_id else b""
-    if it.time:
-        metadata += b"\x10" + _varint(it.time)
-    ciphertext = (b"\x08" + _varint(ct.config_id)) if ct.config_id else b""
-    if ct.enc:
-        ciphertext += _field(b"\x12", ct.enc)
-    if ct.payload:
-        ciphertext += _field(b"\x1a", ct.payload)
-    share = _field(b"\x0a", metadata)
-    if it.public_share:
-        share += _field(b"\x12", it.public_share)
-    share += _field(b"\x1a", ciphertext)
-    body = _field(b"\x0a", share)
-    if it.leader_verifier_share:
-        body += _field(b"\x12", it.leader_verifier_share)
-    if it.leader_verifier_share_2:
-        body += _field(b"\x1a", it.leader_verifier_share_2)
-    return _field(b"\x1a", body)
-
-
-def aggregation_job_request_bytes(
-    task_id: bytes, job_id: bytes, items: Sequence[VerifyInitItem]
-) -> bytes:
-    """The serialised AggregationJobRequest of a Prio3 job (no aggregation
-    parameter, batch interval or round), as protobuf would write it."""
-    head = (_field(b"\x0a", task_id) if task_id else b"") + (
-        _field(b"\x12", job_id) if job_id else b""
-    )
-    return head + b"".join([_verify_init_bytes(it) for it in items])
-
-
 class GrpcHelperClient:
     """The leader's `HelperApi` over gRPC."""
 
@@ -456,31 +395,21 @@ class GrpcHelperClient:
         timeout: float = 60.0,
     ) -> None:
         self._factory = channel_factory
-        self._stubs: dict[str, tuple[helper_pb2_grpc.HelperStub, Any]] = {}
+        self._stubs: dict[str, helper_pb2_grpc.HelperStub] = {}
         self.timeout = timeout
 
-    def _stub(self, address: str) -> tuple[helper_pb2_grpc.HelperStub, Any]:
-        """The helper's stub, and its Aggregate method taking the request
-        already serialised (`aggregation_job_request_bytes`)."""
+    def _stub(self, address: str) -> helper_pb2_grpc.HelperStub:
         if address not in self._stubs:
-            channel = self._factory(address)
-            stub = helper_pb2_grpc.HelperStub(channel)  # type: ignore[no-untyped-call]
-            serialised = channel.unary_unary(
-                "/veil.protocol.v1.Helper/Aggregate",
-                request_serializer=None,
-                response_deserializer=helper_pb2.AggregationJobResponse.FromString,
-            )
-            self._stubs[address] = (stub, serialised)
+            stub = helper_pb2_grpc.HelperStub(self._factory(address))  # type: ignore[no-untyped-call]
+            self._stubs[address] = stub
         return self._stubs[address]
 
     def _call(self, task: LeaderTask, method: str, request: Any) -> Any:
-        """Call `method` of the helper's stub with `request` (a message), or
-        with a request already serialised for Aggregate (bytes)."""
         metadata = (("authorization", f"Bearer {task.aggregator_token}"),)
-        stub, serialised = self._stub(task.helper_address)
-        call = serialised if isinstance(request, bytes) else getattr(stub, method)
         try:
-            return call(request, metadata=metadata, timeout=self.timeout)
+            return getattr(self._stub(task.helper_address), method)(
+                request, metadata=metadata, timeout=self.timeout
+            )
         except grpc.RpcError as e:
             code = e.code()
             raise from_peer(
@@ -499,27 +428,24 @@ class GrpcHelperClient:
     ) -> AggregationAnswer:
         """One job (Prio3), or one round of a Poplar1 job: `prefix_round` is
         (agg_param, batch start, batch duration, round)."""
-        request: bytes | helper_pb2.AggregationJobRequest
-        if prefix_round is None:
-            request = aggregation_job_request_bytes(task.task_id, job_id, items)
-        else:
-            request = helper_pb2.AggregationJobRequest(
-                task_id=task.task_id, aggregation_job_id=job_id
-            )
+        request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
+        if prefix_round is not None:
             agg_param, start, duration, round_ = prefix_round
             request.agg_param = agg_param
             request.batch_interval.CopyFrom(interval_pb(start, duration))
             request.round = round_
-            for it in items:
-                v = request.verify_inits.add(
-                    leader_verifier_share=it.leader_verifier_share,
-                    leader_verifier_share_2=it.leader_verifier_share_2,
-                )
-                v.report_share.metadata.report_id = it.report_id
-                v.report_share.metadata.time = it.time
-                v.report_share.public_share = it.public_share
-                ct, pb = it.encrypted_input_share, v.report_share.encrypted_input_share
-                pb.config_id, pb.enc, pb.payload = ct.config_id, ct.enc, ct.payload
+        for it in items:
+            v = request.verify_inits.add(
+                leader_verifier_share=it.leader_verifier_share,
+                leader_verifier_share_2=it.leader_verifier_share_2,
+            )
+            v.report_share.metadata.report_id = it.report_id
+            v.report_share.metadata.time = it.time
+            v.report_share.public_share = it.public_share
+            # Set in place: a message built apart and copied in costs about
+            # 0.5 µs a report more, for the same bytes.
+            ct, pb = it.encrypted_input_share, v.report_share.encrypted_input_share
+            pb.config_id, pb.enc, pb.payload = ct.config_id, ct.enc, ct.payload
         response = self._call(task, "Aggregate", request)
         results = []
         for r in response.verify_resps:
