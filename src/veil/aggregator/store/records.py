@@ -96,9 +96,9 @@ class JobReport(NamedTuple):
     stored form (`Ciphertext.to_bytes`: config id, encapsulated key,
     payload). A job reads thousands: `Report`s and their checks cost about
     twice as much, and a `Ciphertext` of each share with its payload copied
-    out about 2 µs a report more (SCALING.md, issue 28's "The leader's
-    reading of a job"); the driver opens the leader's share in place and
-    cuts the helper's only for a report it sends."""
+    out about 2 µs a report more (SCALING.md, issue 28's "The leader's job
+    driver on Histogram(100,10)"); the driver opens the leader's share in
+    place and cuts the helper's only for a report it sends."""
 
     report_id: bytes
     time: int
