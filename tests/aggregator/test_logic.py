@@ -87,6 +87,40 @@ def test_upload_is_all_or_nothing(world: World) -> None:
     assert world.leader.upload(task_id, [good]) == (0, 1)
 
 
+def test_an_upload_at_fault_names_its_first_report_at_fault(world: World) -> None:
+    # Checked by columns first, then report by report to say which: the
+    # error is the first bad report's, whatever the later ones hold.
+    task_id = world.files.client.task_id
+    good = [world.report(v) for v in range(3)]
+    short = replace(world.report(1), report_id=b"short")
+    late = world.report(1, t=NOW + 2 * TP)
+    other_key = replace(
+        world.report(1),
+        leader_ct=replace(good[0].leader_ct, config_id=(good[0].leader_ct.config_id + 1) % 256),
+    )
+    padded = replace(world.report(1), public_share=good[0].public_share + b"\0")
+    tokened = replace(world.report(1), token=b"t")
+    cases = [
+        ([*good, late, short], ReportTimeRejected, "report 3 .*future"),
+        ([*good, short, late], InvalidMessage, "report 3: report_id must be 16 bytes"),
+        ([*good, other_key, padded], InvalidMessage, "report 3 .*HPKE config id"),
+        ([*good, padded, other_key], WrongLength, "report 3 .*public_share"),
+        ([*good, tokened], InvalidMessage, "report 3 .*takes no token"),
+        ([*good, good[1]], InvalidMessage, "report 3 .*appears twice"),
+        (
+            [good[0], replace(good[1], time=T + 1), late],
+            InvalidMessage,
+            "report 1 .*time_precision",
+        ),
+    ]
+    for reports, error, words in cases:
+        with pytest.raises(error, match=words):
+            world.leader.upload(task_id, reports)
+    assert world.leader_store.unaggregated_count(task_id, 0, 2**62) == 0
+    assert world.leader.upload(task_id, good) == (3, 0)
+    assert world.leader.upload(task_id, [*good, world.report(4)]) == (1, 3)
+
+
 def test_aggregation_and_collection_in_process(world: World) -> None:
     task_id = world.files.client.task_id
     world.leader.upload(task_id, [world.report(v) for v in range(10)])

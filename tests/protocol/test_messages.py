@@ -21,12 +21,14 @@ from veil.messages import (
     Ciphertext,
     MessageError,
     Report,
+    ReportBatch,
     vdaf_ctx,
 )
 from veil.messages.wire import (
     ciphertext_from_pb,
     hpke_configs_from_pb,
     hpke_configs_to_pb,
+    report_batch_from_upload,
     report_from_pb,
     report_to_pb,
     reports_from_upload,
@@ -66,6 +68,37 @@ def test_report_protobuf_round_trip() -> None:
     parsed = leader_pb2.UploadRequest.FromString(request.SerializeToString())
     assert parsed.task_id == TASK.task_id
     assert reports_from_upload(parsed) == [report, report]
+
+
+def test_an_upload_by_columns_holds_its_reports_in_order() -> None:
+    reports = [prepare_report(TASK, v, LEADER.config, HELPER.config, 7200) for v in (1, 2, 3)]
+    request = upload_request(TASK.task_id, reports)
+    batch = report_batch_from_upload(
+        leader_pb2.UploadRequest.FromString(request.SerializeToString())
+    )
+    assert len(batch) == 3
+    assert [batch.report(i) for i in range(3)] == reports
+    assert batch == ReportBatch.of(reports)
+    assert batch.leader_cts() == [r.leader_ct.to_bytes() for r in reports]
+    assert batch.helper_cts() == [r.helper_ct.to_bytes() for r in reports]
+    assert len(report_batch_from_upload(leader_pb2.UploadRequest())) == 0
+
+
+def test_an_upload_by_columns_refuses_a_config_id_beyond_one_byte_as_report_by_report() -> None:
+    report = prepare_report(TASK, 1, LEADER.config, HELPER.config, 7200)
+    for side in ("leader_encrypted_input_share", "helper_encrypted_input_share"):
+        request = upload_request(TASK.task_id, [report, report, report])
+        getattr(request.reports[1], side).config_id = 300
+        getattr(request.reports[2], side).config_id = 256
+        with pytest.raises(MessageError) as by_report:
+            reports_from_upload(request)
+        with pytest.raises(MessageError) as by_column:
+            report_batch_from_upload(request)
+        assert (
+            str(by_column.value)
+            == str(by_report.value)
+            == ("report 1: HPKE config id 300 is out of range")
+        )
 
 
 def test_ciphertext_config_id_beyond_one_byte_is_refused() -> None:

@@ -42,7 +42,7 @@ from veil.messages.wire import (
     ciphertext_to_pb,
     hpke_config_to_pb,
     hpke_configs_to_pb,
-    reports_from_upload,
+    report_batch_from_upload,
 )
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
@@ -219,8 +219,8 @@ class LeaderService(leader_pb2_grpc.LeaderServicer):
     def UploadReports(
         self, request: leader_pb2.UploadRequest, context: grpc.ServicerContext
     ) -> leader_pb2.UploadResponse:
-        reports = reports_from_upload(request)
-        accepted, duplicates = self.leader.upload(request.task_id, reports)
+        batch = report_batch_from_upload(request)
+        accepted, duplicates = self.leader.upload(request.task_id, batch)
         return leader_pb2.UploadResponse(accepted=accepted, duplicates=duplicates)
 
     @handler

@@ -17,6 +17,7 @@ Names follow draft-ietf-ppm-dap (section 4, "Message Transport"; section
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Prefix of the VDAF application context string; the task id follows it.
@@ -119,6 +120,77 @@ class Report:
     token: bytes = b""
 
 
+# A stored ciphertext's first byte, for each config id (to_bytes, by columns).
+_CONFIG_ID_BYTE = tuple(bytes([i]) for i in range(256))
+
+
+def stored_ciphertexts(
+    config_ids: Sequence[int], encs: Sequence[bytes], payloads: Sequence[bytes]
+) -> list[bytes]:
+    """`Ciphertext.to_bytes` of each (config id, enc, payload), by columns.
+    Raises IndexError on a config id outside 0..255."""
+    byte = _CONFIG_ID_BYTE
+    return [byte[c] + e + p for c, e, p in zip(config_ids, encs, payloads, strict=True)]
+
+
+@dataclass(frozen=True)
+class ReportBatch:
+    """The reports of one upload, by columns: the i-th report is the i-th
+    entry of every list (`report(i)`). What the leader checks and stores an
+    upload as: a column is checked in one pass and written as it came, with
+    no object per report (a Histogram(100,10) upload of 10,000 reports made
+    30,000 of them to be read once)."""
+
+    report_ids: Sequence[bytes]
+    times: Sequence[int]
+    public_shares: Sequence[bytes]
+    leader_config_ids: Sequence[int]
+    leader_encs: Sequence[bytes]
+    leader_payloads: Sequence[bytes]
+    helper_config_ids: Sequence[int]
+    helper_encs: Sequence[bytes]
+    helper_payloads: Sequence[bytes]
+    tokens: Sequence[bytes]
+
+    def __len__(self) -> int:
+        return len(self.report_ids)
+
+    def report(self, i: int) -> Report:
+        """The i-th report as a value."""
+        return Report(
+            self.report_ids[i],
+            self.times[i],
+            self.public_shares[i],
+            Ciphertext(self.leader_config_ids[i], self.leader_encs[i], self.leader_payloads[i]),
+            Ciphertext(self.helper_config_ids[i], self.helper_encs[i], self.helper_payloads[i]),
+            self.tokens[i],
+        )
+
+    @classmethod
+    def of(cls, reports: Sequence[Report]) -> ReportBatch:
+        """The batch of `reports`, in their order."""
+        return cls(
+            [r.report_id for r in reports],
+            [r.time for r in reports],
+            [r.public_share for r in reports],
+            [r.leader_ct.config_id for r in reports],
+            [r.leader_ct.enc for r in reports],
+            [r.leader_ct.payload for r in reports],
+            [r.helper_ct.config_id for r in reports],
+            [r.helper_ct.enc for r in reports],
+            [r.helper_ct.payload for r in reports],
+            [r.token for r in reports],
+        )
+
+    def leader_cts(self) -> list[bytes]:
+        """Each leader ciphertext as stored (`Ciphertext.to_bytes`)."""
+        return stored_ciphertexts(self.leader_config_ids, self.leader_encs, self.leader_payloads)
+
+    def helper_cts(self) -> list[bytes]:
+        """Each helper ciphertext as stored (`Ciphertext.to_bytes`)."""
+        return stored_ciphertexts(self.helper_config_ids, self.helper_encs, self.helper_payloads)
+
+
 __all__ = [
     "AEAD_ID_AES_128_GCM",
     "AGG_SHARE_LABEL",
@@ -135,5 +207,7 @@ __all__ = [
     "HpkeConfig",
     "MessageError",
     "Report",
+    "ReportBatch",
+    "stored_ciphertexts",
     "vdaf_ctx",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from veil.messages import SUITE_IDS, Ciphertext, HpkeConfig, MessageError, Report
+from veil.messages import SUITE_IDS, Ciphertext, HpkeConfig, MessageError, Report, ReportBatch
 from veil.protocol.v1 import leader_pb2, messages_pb2
 
 
@@ -58,6 +58,53 @@ def upload_request(task_id: bytes, reports: Iterable[Report]) -> leader_pb2.Uplo
 def reports_from_upload(request: leader_pb2.UploadRequest) -> list[Report]:
     """The reports of an UploadReports request, each named by its index in errors."""
     return [report_from_pb(r, f"report {i}") for i, r in enumerate(request.reports)]
+
+
+def report_batch_from_upload(request: leader_pb2.UploadRequest) -> ReportBatch:
+    """The reports of an UploadReports request by columns, with the same
+    check and the same error, naming the report by its index, as
+    `reports_from_upload`."""
+    report_ids: list[bytes] = []
+    times: list[int] = []
+    public_shares: list[bytes] = []
+    leader_ids: list[int] = []
+    leader_encs: list[bytes] = []
+    leader_payloads: list[bytes] = []
+    helper_ids: list[int] = []
+    helper_encs: list[bytes] = []
+    helper_payloads: list[bytes] = []
+    tokens: list[bytes] = []
+    # One pass, each submessage read once: a protobuf submessage is a new
+    # Python object at every access (here 2.2 us a report against 5.2 for
+    # the Report values).
+    for r in request.reports:
+        meta = r.metadata
+        leader = r.leader_encrypted_input_share
+        helper = r.helper_encrypted_input_share
+        report_ids.append(meta.report_id)
+        times.append(meta.time)
+        public_shares.append(r.public_share)
+        leader_ids.append(leader.config_id)
+        leader_encs.append(leader.enc)
+        leader_payloads.append(leader.payload)
+        helper_ids.append(helper.config_id)
+        helper_encs.append(helper.enc)
+        helper_payloads.append(helper.payload)
+        tokens.append(r.token)
+    if max(leader_ids, default=0) > 255 or max(helper_ids, default=0) > 255:
+        reports_from_upload(request)  # raises, naming the first report at fault
+    return ReportBatch(
+        report_ids,
+        times,
+        public_shares,
+        leader_ids,
+        leader_encs,
+        leader_payloads,
+        helper_ids,
+        helper_encs,
+        helper_payloads,
+        tokens,
+    )
 
 
 def hpke_config_to_pb(config: HpkeConfig) -> messages_pb2.HpkeConfig:

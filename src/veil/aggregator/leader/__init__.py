@@ -28,7 +28,7 @@ from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.leader.upload import ReportWriter
 from veil.aggregator.skew import ClockWatch
 from veil.aggregator.store.records import CollectionRecord
-from veil.messages import Report
+from veil.messages import Report, ReportBatch
 from veil.task import LeaderTask
 
 
@@ -91,7 +91,7 @@ class Leader(AggregatorBase[LeaderTask]):
 
     # --- the client's and the collector's calls -------------------------------
 
-    def upload(self, task_id: bytes, reports: Sequence[Report]) -> tuple[int, int]:
+    def upload(self, task_id: bytes, reports: Sequence[Report] | ReportBatch) -> tuple[int, int]:
         """Validate and store reports, all or nothing, if the backlog admits
         them (else Overloaded). Returns (stored, duplicates)."""
         return self.writer.upload(task_id, reports)

@@ -20,7 +20,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.store.records import BucketCollected, ReportIdTaken
-from veil.messages import REPORT_ID_SIZE, Report
+from veil.messages import REPORT_ID_SIZE, Report, ReportBatch
 from veil.task import LeaderTask
 
 # What one upload request may hold: at most this many reports, each of the
@@ -44,72 +44,42 @@ class ReportWriter:
         self.meter = meter
         self.backlog = Backlog(admission, self.count_backlog)
 
-    def upload(self, task_id: bytes, reports: Sequence[Report]) -> tuple[int, int]:
+    def upload(self, task_id: bytes, reports: Sequence[Report] | ReportBatch) -> tuple[int, int]:
         """Validate and store reports, all or nothing, if the backlog admits
         them (else Overloaded). Returns (stored, duplicates)."""
+        batch = reports if isinstance(reports, ReportBatch) else ReportBatch.of(reports)
         task = self.base.task(task_id)
         stored = 0
         try:
-            self.backlog.reserve(task_id, len(reports))
+            self.backlog.reserve(task_id, len(batch))
             try:
-                stored, duplicates = self._upload(task, reports)
+                stored, duplicates = self._upload(task, batch)
             finally:
-                self.backlog.settle(task_id, len(reports), stored)
+                self.backlog.settle(task_id, len(batch), stored)
         except AggregatorError as e:
             self.meter.upload_refused(task, e)
             raise
         self.meter.uploaded(task, stored, duplicates)
         return stored, duplicates
 
-    def _upload(self, task: LeaderTask, reports: Sequence[Report]) -> tuple[int, int]:
+    def _upload(self, task: LeaderTask, batch: ReportBatch) -> tuple[int, int]:
         task_id = task.task_id
-        if not reports:
+        if not len(batch):
             raise InvalidMessage("the upload holds no report")
-        if len(reports) > MAX_UPLOAD_REPORTS:
-            raise TooLarge(
-                f"{len(reports)} reports in one upload; send at most {MAX_UPLOAD_REPORTS}"
-            )
+        if len(batch) > MAX_UPLOAD_REPORTS:
+            raise TooLarge(f"{len(batch)} reports in one upload; send at most {MAX_UPLOAD_REPORTS}")
         now = self.base.clock()
-        sizes = self.base.sizes[task_id]
-        seen: set[bytes] = set()
         helper_horizon = self.peer.horizon(task, now)
-        for i, r in enumerate(reports):
-            where = f"report {i} ({r.report_id.hex()})"
-            if len(r.report_id) != REPORT_ID_SIZE:
-                raise InvalidMessage(f"report {i}: report_id must be {REPORT_ID_SIZE} bytes")
-            if r.report_id in seen:
-                raise InvalidMessage(f"{where} appears twice in one upload")
-            seen.add(r.report_id)
-            if task.issuer_public_key is not None:
-                check_token(task, r.token, r.report_id, where)
-            elif r.token:
-                raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
-            try:
-                sizes.check(r.public_share, r.leader_ct, r.helper_ct)
-            except WrongLength as e:
-                raise WrongLength(f"{where}: {e}") from None
-            if r.time % task.time_precision:
-                raise InvalidMessage(
-                    f"{where}: time {r.time} is not rounded down to the task's time_precision"
-                    f" ({task.time_precision} s)"
-                )
-            try:
-                check_report_time(task, r.time, now)
-            except AggregatorError as e:
-                raise type(e)(f"{where}: {e}") from None
-            if helper_horizon is not None and r.time < helper_horizon:
-                raise ReportTimeRejected(
-                    f"{where}: report time {r.time} is older than the task's report_expiry_age"
-                    f" of {task.report_expiry_age} s by the helper's clock, which is ahead of"
-                    " the leader's: the report has expired"
-                )
-            if self.base.keypair(r.leader_ct.config_id) is None:
-                raise InvalidMessage(
-                    f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
-                    " leader's HPKE config again"
-                )
+        # Each column checked in one pass; only an upload that fails one (or
+        # carries tokens, checked one by one) is checked report by report,
+        # which finds the first report at fault and says what is wrong.
+        if task.issuer_public_key is not None or not self._passes(task, batch, now, helper_horizon):
+            seen: set[bytes] = set()
+            for i in range(len(batch)):
+                self._check(task, batch.report(i), i, now, helper_horizon, seen)
+        buckets = {task.bucket(t) for t in set(batch.times)}
         try:
-            return self.base.store.put_reports(task_id, [(task.bucket(r.time), r) for r in reports])
+            return self.base.store.put_report_batch(task_id, buckets, batch)
         except BucketCollected as e:
             raise BatchCollected(
                 f"the batch holding time bucket {e.bucket} was already collected; reports for it"
@@ -120,6 +90,82 @@ class ReportWriter:
                 f"report id {e.report_id.hex()} was already uploaded with other content; use a"
                 " fresh report id"
             ) from None
+
+    def _passes(
+        self, task: LeaderTask, batch: ReportBatch, now: float, helper_horizon: int | None
+    ) -> bool:
+        """Whether every report of a batch without tokens passes `_check`
+        (never True where one would not)."""
+        sizes = self.base.sizes[task.task_id]
+        n = len(batch)
+        if set(map(len, batch.report_ids)) != {REPORT_ID_SIZE} or len(set(batch.report_ids)) != n:
+            return False
+        if any(batch.tokens):
+            return False
+        for column, size in (
+            (batch.public_shares, sizes.public_share),
+            (batch.leader_encs, sizes.enc),
+            (batch.leader_payloads, sizes.leader_payload),
+            (batch.helper_encs, sizes.enc),
+            (batch.helper_payloads, sizes.helper_payload),
+        ):
+            if set(map(len, column)) != {size}:
+                return False
+        for t in set(batch.times):
+            if t % task.time_precision or (helper_horizon is not None and t < helper_horizon):
+                return False
+            try:
+                check_report_time(task, t, now)
+            except AggregatorError:
+                return False
+        return all(self.base.keypair(c) is not None for c in set(batch.leader_config_ids))
+
+    def _check(
+        self,
+        task: LeaderTask,
+        r: Report,
+        i: int,
+        now: float,
+        helper_horizon: int | None,
+        seen: set[bytes],
+    ) -> None:
+        """Raise the specific error for report `i` of an upload, if it has one
+        (`seen`: the report ids ahead of it in the upload, to which it adds
+        its own)."""
+        where = f"report {i} ({r.report_id.hex()})"
+        if len(r.report_id) != REPORT_ID_SIZE:
+            raise InvalidMessage(f"report {i}: report_id must be {REPORT_ID_SIZE} bytes")
+        if r.report_id in seen:
+            raise InvalidMessage(f"{where} appears twice in one upload")
+        seen.add(r.report_id)
+        if task.issuer_public_key is not None:
+            check_token(task, r.token, r.report_id, where)
+        elif r.token:
+            raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
+        try:
+            self.base.sizes[task.task_id].check(r.public_share, r.leader_ct, r.helper_ct)
+        except WrongLength as e:
+            raise WrongLength(f"{where}: {e}") from None
+        if r.time % task.time_precision:
+            raise InvalidMessage(
+                f"{where}: time {r.time} is not rounded down to the task's time_precision"
+                f" ({task.time_precision} s)"
+            )
+        try:
+            check_report_time(task, r.time, now)
+        except AggregatorError as e:
+            raise type(e)(f"{where}: {e}") from None
+        if helper_horizon is not None and r.time < helper_horizon:
+            raise ReportTimeRejected(
+                f"{where}: report time {r.time} is older than the task's report_expiry_age"
+                f" of {task.report_expiry_age} s by the helper's clock, which is ahead of"
+                " the leader's: the report has expired"
+            )
+        if self.base.keypair(r.leader_ct.config_id) is None:
+            raise InvalidMessage(
+                f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
+                " leader's HPKE config again"
+            )
 
     def count_backlog(self) -> dict[bytes, int]:
         """Each served task's reports waiting for aggregation, as stored now."""

@@ -10,7 +10,7 @@ transaction, so a crash leaves either all of it or none of it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 from veil.aggregator.store import collection_jobs, jobs, prefix_queries, upkeep
@@ -27,7 +27,7 @@ from veil.aggregator.store.records import (
     ShareMerge,
 )
 from veil.aggregator.store.tx import Tx
-from veil.messages import Report
+from veil.messages import Report, ReportBatch
 
 T = TypeVar("T")
 
@@ -75,7 +75,16 @@ class Datastore:
     #   as (peer, offset, uncertainty, measured), one row per helper address.
 
     def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
-        return self._write(lambda tx: report_units.put_reports(tx, task_id, reports))
+        """Store (bucket, report) pairs (of a report id given twice, the last)."""
+        last = {r.report_id: r for _, r in reports}
+        batch = ReportBatch.of(list(last.values()))
+        return self.put_report_batch(task_id, {b for b, _ in reports}, batch)
+
+    def put_report_batch(
+        self, task_id: bytes, buckets: Collection[int], batch: ReportBatch
+    ) -> tuple[int, int]:
+        """Store a batch of reports with distinct ids, each in one of `buckets`."""
+        return self._write(lambda tx: report_units.put_reports(tx, task_id, buckets, batch))
 
     def abandon_aggregation_job(
         self, task_id: bytes, job_id: bytes, reason: str, error: str

@@ -19,7 +19,7 @@ unit either commits whole or not at all. The contract each one keeps is the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -37,7 +37,7 @@ from veil.aggregator.store.records import (
     merge_aggregate,
 )
 from veil.aggregator.store.tx import Tx
-from veil.messages import Ciphertext, Report
+from veil.messages import Ciphertext, Report, ReportBatch
 
 # The reason a pending report carries while it waits for the helper's clock.
 TOO_EARLY = "report_too_early"
@@ -262,19 +262,21 @@ def report_counts(tx: Tx, task_id: bytes, time_precision: int) -> dict[int, dict
     return out
 
 
-def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:
-    """Store (bucket, report) pairs; all or nothing. Returns (stored, duplicates).
+def put_reports(
+    tx: Tx, task_id: bytes, buckets: Collection[int], batch: ReportBatch
+) -> tuple[int, int]:
+    """Store a batch of reports with distinct ids, whose times fall in
+    `buckets`; all or nothing. Returns (stored, duplicates).
 
     BucketCollected if a bucket was already collected, ReportIdTaken if a
     report id is taken by a report with other content."""
-    buckets = sorted({b for b, _ in reports})
-    rows = {
-        r.report_id: (r.time, r.public_share, r.leader_ct.to_bytes(), r.helper_ct.to_bytes())
-        for _, r in reports
-    }
+    ordered = sorted(buckets)
+    ids = batch.report_ids
+    leader_cts = batch.leader_cts()
+    helper_cts = batch.helper_cts()
     # Hold the buckets' lock rows (made if missing) against a concurrent close_batch.
-    make_aggregate_rows(tx, task_id, [(b, 0) for b in buckets])
-    for where, args in tx.id_lists("bucket", buckets):
+    make_aggregate_rows(tx, task_id, [(b, 0) for b in ordered])
+    for where, args in tx.id_lists("bucket", ordered):
         for bucket, collected_by in tx.rows(
             "SELECT bucket, collected_by FROM batch_aggregates WHERE task_id = ?"
             f" AND {where} AND shard = 0 ORDER BY bucket" + tx.for_share,
@@ -282,21 +284,39 @@ def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -
         ):
             if collected_by is not None:
                 raise BucketCollected(int(bucket))
+    at = {report_id: i for i, report_id in enumerate(ids)}
     seen: set[bytes] = set()
-    for where, args in tx.id_lists("report_id", list(rows)):
+    for where, args in tx.id_lists("report_id", ids):
         for report_id, *content in tx.rows(
             f"SELECT {_REPORT_COLS} FROM {_REPORTS_WITH_SHARES} WHERE task_id = ? AND {where}",
             (task_id, *args),
         ):
-            if tuple(content) != rows[bytes(report_id)]:
+            i = at[bytes(report_id)]
+            if tuple(content) != (
+                batch.times[i],
+                batch.public_shares[i],
+                leader_cts[i],
+                helper_cts[i],
+            ):
                 raise ReportIdTaken(bytes(report_id))
             seen.add(bytes(report_id))
+    columns: Sequence[Sequence[Any]] = (
+        ids,
+        batch.public_shares,
+        leader_cts,
+        helper_cts,
+        batch.times,
+    )
+    if seen:
+        keep = [i for i, report_id in enumerate(ids) if report_id not in seen]
+        columns = [[column[i] for i in keep] for column in columns]
+    new_ids, public_shares, stored_leader, stored_helper, times = columns
+    tasks = [task_id] * len(new_ids)
     # ON CONFLICT: on PostgreSQL the same report stored meanwhile through
     # another front end makes this fail to serialise and run again (then
     # finding it above), rather than fail on a duplicate key. Both rows of a
     # report are written in this one transaction, so neither exists alone.
-    new = [(i, *row) for i, row in rows.items() if i not in seen]
-    tx.insert_new(
+    tx.insert_columns(
         "report_shares",
         (
             ("task_id", "bytea"),
@@ -305,14 +325,14 @@ def put_reports(tx: Tx, task_id: bytes, reports: Sequence[tuple[int, Report]]) -
             ("leader_ct", "bytea"),
             ("helper_ct", "bytea"),
         ),
-        [(task_id, i, p, lc, hc) for i, _, p, lc, hc in new],
+        (tasks, new_ids, public_shares, stored_leader, stored_helper),
     )
-    tx.insert_new(
+    tx.insert_columns(
         "reports",
         (("task_id", "bytea"), ("report_id", "bytea"), ("time", "bigint")),
-        [(task_id, i, t) for i, t, *_ in new],
+        (tasks, new_ids, times),
     )
-    return len(rows) - len(seen), len(seen)
+    return len(ids) - len(seen), len(seen)
 
 
 def batch_reports(tx: Tx, task_id: bytes, start: int, end: int) -> list[Report]:

@@ -10,9 +10,10 @@ said here and nowhere else:
   write lock for the whole transaction, so the clauses are empty there.
 - Lists of ids: `= ANY(?)` with one array parameter on PostgreSQL, an
   `IN (?, ...)` list on SQLite (in chunks below its parameter limit).
-- Many rows at once (`insert_new`): one INSERT over `unnest` of one array
-  per column on PostgreSQL; on SQLite one INSERT over `json_each` where
-  the rows' shape allows it (see `_packed_rows`), executemany otherwise.
+- Many rows at once (`insert_new`, or `insert_columns` for rows held by
+  columns): one INSERT over `unnest` of one array per column on
+  PostgreSQL; on SQLite one INSERT over `json_each` where the rows' shape
+  allows it (see `_packed_columns`), executemany otherwise.
 - Taking work from a queue: `FOR UPDATE SKIP LOCKED` on PostgreSQL, so two
   workers take disjoint rows without waiting on each other.
 - The clock of leases and retries: the database's own (`now`), so that it
@@ -71,6 +72,17 @@ class Tx(Protocol):
         text: pass constants only."""
         ...
 
+    def insert_columns(
+        self,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        values: Sequence[Sequence[Any]],
+    ) -> int:
+        """`insert_new` of rows given by columns: `values` holds one sequence
+        per column of `columns`, all of one length (no tuple per row to make
+        where the caller holds columns already)."""
+        ...
+
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]: ...
     def lock_table(self, table: str) -> None:
         """Keep other writers of `table` out until the transaction ends (a
@@ -81,44 +93,56 @@ class Tx(Protocol):
 _INT64 = range(-(2**63), 2**63)
 
 
-def _packed_rows(
-    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+def _packed_columns(
+    columns: Sequence[tuple[str, str]], values: Sequence[Sequence[Any]]
 ) -> tuple[str, list[Any]] | None:
-    """The SELECT of an SQLite INSERT that takes `rows` in a few parameters
+    """The SELECT of an SQLite INSERT that takes rows in a few parameters
     rather than one statement per row (executemany binds and steps each row
     from Python: about 1.5 µs a row of the helper's replay records, a third
     of their insert). Each column is a value the same in every row (one
     parameter), byte strings of one length (joined, cut by substr), or the
     integers of the one column that varies (a JSON array that json_each
     walks in order, one row per element). None for rows of another shape:
-    the caller inserts them one by one."""
-    n = len(rows)
+    the caller inserts them one by one. `values`: the rows by columns."""
+    n = len(values[0]) if values else 0
     if n < 2:
         return None
     exprs: list[str] = []
     args: list[Any] = []
     driver: list[int] | None = None
-    for c, (_, kind) in enumerate(columns):
-        values = [row[c] for row in rows]
-        first = values[0]
-        if all(v is first for v in values):
+    for (_, kind), column in zip(columns, values, strict=True):
+        first = column[0]
+        if all(v is first for v in column):
             args.append(first)
             exprs.append(f"?{len(args)}")
-        elif kind == "bytea" and all(type(v) is bytes for v in values):
+        elif kind == "bytea" and all(type(v) is bytes for v in column):
             size = len(first)
-            if size == 0 or any(len(v) != size for v in values):
+            if size == 0 or any(len(v) != size for v in column):
                 return None
-            args.append(b"".join(values))
+            args.append(b"".join(column))
             exprs.append(f"substr(?{len(args)}, key * {size} + 1, {size})")
-        elif kind == "bigint" and driver is None and all(type(v) is int for v in values):
-            if not all(v in _INT64 for v in values):
+        elif kind == "bigint" and driver is None and all(type(v) is int for v in column):
+            if not all(v in _INT64 for v in column):
                 return None
-            driver = values
+            driver = list(column)
             exprs.append("value")
         else:
             return None
     args.append(json.dumps(driver if driver is not None else [0] * n))
     return f"SELECT {', '.join(exprs)} FROM json_each(?{len(args)})", args
+
+
+def _by_column(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+) -> list[list[Any]]:
+    return [[row[c] for row in rows] for c in range(len(columns))]
+
+
+def _packed_rows(
+    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+) -> tuple[str, list[Any]] | None:
+    """`_packed_columns` of rows given row by row."""
+    return _packed_columns(columns, _by_column(columns, rows))
 
 
 class SqliteTx:
@@ -149,8 +173,25 @@ class SqliteTx:
     def insert_new(
         self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
     ) -> int:
+        return self._insert(table, columns, _by_column(columns, rows), rows)
+
+    def insert_columns(
+        self,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        values: Sequence[Sequence[Any]],
+    ) -> int:
+        return self._insert(table, columns, values, zip(*values, strict=True))
+
+    def _insert(
+        self,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        values: Sequence[Sequence[Any]],
+        rows: Iterable[Sequence[Any]],
+    ) -> int:
         names = ", ".join(name for name, _ in columns)
-        packed = _packed_rows(columns, rows)
+        packed = _packed_columns(columns, values)
         if packed is not None:
             select, args = packed
             return self.db.execute(
@@ -216,15 +257,24 @@ class PostgresTx:
         # 9 µs a row of the helper's replay records, this about 1.5.
         if not rows:
             return 0
+        return self.insert_columns(table, columns, list(zip(*rows, strict=True)))
+
+    def insert_columns(
+        self,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        values: Sequence[Sequence[Any]],
+    ) -> int:
+        if not values or not values[0]:
+            return 0
         names = ", ".join(name for name, _ in columns)
         arrays = ", ".join(f"?::{kind}[]" for _, kind in columns)
-        values = [
-            IdArray(column) if kind == "bytea" else list(column)
-            for (_, kind), column in zip(columns, zip(*rows, strict=True), strict=True)
-        ]
         return self.run(
             f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}) ON CONFLICT DO NOTHING",
-            values,
+            [
+                IdArray(column) if kind == "bytea" else list(column)
+                for (_, kind), column in zip(columns, values, strict=True)
+            ],
         )
 
     def lock_table(self, table: str) -> None:
