@@ -17,7 +17,7 @@ from tests.support.backends import Backend
 from veil.aggregator import postgres as postgres_backend
 from veil.aggregator.core import share_merge
 from veil.aggregator.postgres import PostgresDatastore
-from veil.aggregator.storage import _LEGACY_SCHEMA, SqliteDatastore
+from veil.aggregator.storage import _LEGACY_SCHEMA, PAGE_SIZE, SqliteDatastore
 from veil.aggregator.store import jobs, migrations
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
@@ -822,6 +822,28 @@ def test_an_sqlite_file_from_before_the_numbered_migrations_is_adopted(tmp_path:
     with sqlite3.connect(old) as db:
         versions = [r[0] for r in db.execute("SELECT version FROM veil_schema ORDER BY version")]
     assert versions == list(range(LEGACY_VERSION, len(MIGRATIONS) + 1))
+
+
+def test_a_new_sqlite_file_takes_the_page_size_and_an_old_one_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    def page_size(path: Path) -> int:
+        with sqlite3.connect(path) as db:
+            return int(db.execute("PRAGMA page_size").fetchone()[0])
+
+    SqliteDatastore(tmp_path / "new.db").close()
+    assert page_size(tmp_path / "new.db") == PAGE_SIZE != 4096
+    # A file made with SQLite's default pages (as before PAGE_SIZE) is
+    # served as it is: its reports are read and written on 4 KB pages.
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as db:
+        db.execute("PRAGMA page_size=4096")
+        db.execute("PRAGMA journal_mode=WAL")
+    store = SqliteDatastore(old)
+    assert store.put_reports(TASK, [(3600, report(i)) for i in range(50)]) == (50, 0)
+    assert store.unaggregated_count(TASK, 0, 7200) == 50
+    store.close()
+    assert page_size(old) == 4096
 
 
 # --- shard rows: no hot row per bucket ---------------------------------------
