@@ -286,12 +286,14 @@ class BatchPrio3(Generic[Measurement, AggResult]):
         if agg_id == 0:
             meas_end = self.MEAS_LEN * size
             proofs_end = meas_end + proofs_len * size
-            meas, ok_meas = vf.decode(raw[:, :meas_end])
+            meas_bytes = raw[:, :meas_end]
+            meas, ok_meas = vf.decode(meas_bytes)
             proofs, ok_proofs = vf.decode(raw[:, meas_end:proofs_end])
             reduced = ok_meas.all(axis=1) & ok_proofs.all(axis=1)
             flag(errors, ~reduced, CodecError("input share has an unreduced field element"))
             blinds = raw[:, proofs_end:]
         else:
+            meas_bytes = None
             seeds = raw[:, :SEED_SIZE]
             meas = self.rand.meas_share(ctx, agg_id, seeds, rows)
             proofs = self.rand.proofs_share(ctx, agg_id, seeds, rows)
@@ -307,7 +309,9 @@ class BatchPrio3(Generic[Measurement, AggResult]):
                 "public share",
                 errors,
             )
-            part = self.rand.joint_rand_part(ctx, agg_id, blinds, meas, nonce_rows)
+            # The leader's measurement share hashed as it came (the rows
+            # that decoded to reduced elements encode back to those bytes).
+            part = self.rand.joint_rand_part(ctx, agg_id, blinds, meas, nonce_rows, meas_bytes)
             parts = public_raw.copy()
             parts[:, agg_id * SEED_SIZE : (agg_id + 1) * SEED_SIZE] = part
             corrected = self.rand.joint_rand_seed(ctx, parts)

@@ -59,12 +59,23 @@ class Prio3Randomness:
         )
 
     def joint_rand_part(
-        self, ctx: bytes, agg_id: int, blinds: Arr, meas_share: Arr, nonces: Arr
+        self,
+        ctx: bytes,
+        agg_id: int,
+        blinds: Arr,
+        meas_share: Arr,
+        nonces: Arr,
+        encoded: Arr | None = None,
     ) -> Arr:
+        """Each row's joint randomness part. `encoded`, if given, is the
+        measurement share's encoding as received (the leader's, which it
+        decoded): not encoded again. Rows whose elements were not reduced
+        differ from it, and are rejected whatever their part."""
         rows = nonces.shape[0]
-        binders = np.concatenate(
-            [np.full((rows, 1), agg_id, dtype=np.uint8), nonces, self.vf.encode(meas_share)],
-            axis=1,
+        binders = (
+            bytes([agg_id]),
+            nonces,
+            self.vf.encode(meas_share) if encoded is None else encoded,
         )
         return xof_rows(blinds, self.dst(USAGE_JOINT_RAND_PART, ctx), binders, SEED_SIZE, rows)
 

@@ -98,12 +98,22 @@ def _as_rows(value: Arr | bytes, rows: int) -> Arr:
     return np.asarray(value, dtype=np.uint8).reshape(rows, -1)
 
 
-def xof_rows(seeds: Arr | bytes, dst: bytes, binders: Arr | bytes, out_len: int, rows: int) -> Arr:
+def xof_rows(
+    seeds: Arr | bytes,
+    dst: bytes,
+    binders: Arr | bytes | tuple[Arr | bytes, ...],
+    out_len: int,
+    rows: int,
+) -> Arr:
     """``XofTurboShake128(seed, dst, binder).next(out_len)`` for each row;
     ``seeds`` and ``binders`` are ``uint8`` arrays with one row per report,
-    or bytes shared by every row."""
+    or bytes shared by every row; a binder may also be a tuple of such
+    parts, joined in order (each written into place, not concatenated
+    first)."""
     seed_part = _row_part(seeds, rows)
-    binder_part = _row_part(binders, rows)
+    binder_parts = [
+        _row_part(b, rows) for b in (binders if isinstance(binders, tuple) else (binders,))
+    ]
     if seed_part.shape[-1] != SEED_SIZE:
         raise ValueError(f"XofTurboShake128 seeds must be {SEED_SIZE} bytes")
     prefix = len(dst).to_bytes(2, "little") + dst + SEED_SIZE.to_bytes(1, "little")
@@ -112,10 +122,13 @@ def xof_rows(seeds: Arr | bytes, dst: bytes, binders: Arr | bytes, out_len: int,
     # broadcast view of each shared part (a fixed cost that a batch of a few
     # reports, as a client's, felt).
     at = len(prefix) + SEED_SIZE
-    messages = np.empty((rows, at + binder_part.shape[-1]), dtype=np.uint8)
+    width = at + sum(part.shape[-1] for part in binder_parts)
+    messages = np.empty((rows, width), dtype=np.uint8)
     messages[:, : len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
     messages[:, len(prefix) : at] = seed_part
-    messages[:, at:] = binder_part
+    for part in binder_parts:
+        messages[:, at : at + part.shape[-1]] = part
+        at += part.shape[-1]
     return turboshake_rows(messages, out_len)
 
 
