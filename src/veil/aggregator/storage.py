@@ -44,10 +44,11 @@ WAL_SIZE_LIMIT = 16 << 20
 # it unused, and each page goes to the WAL and back into the file as write
 # calls and a checksum of its own; a 16 KB page holds five such rows. In
 # process (scripts/bench_upload.py, uploads of 10,000) the store's work for
-# a Histogram upload fell from about 30 to 19 us a report (22 at 8 KB); an
-# upload of one report costs the same within the spread (its commit's sync
-# dominates). A file keeps the page size it was made with (changing it
-# takes a VACUUM).
+# a Histogram upload fell from about 30 to 19 us a report (22 at 8 KB). An
+# upload of one report writes its pages whole, but its commit's sync
+# dominates: within the spread through the upload call (SCALING.md, "The
+# SQLite leader process's uploads"). A file keeps the page size it was
+# made with (changing it takes a VACUUM).
 PAGE_SIZE = 16384
 
 
