@@ -273,6 +273,30 @@ def test_helper_job_idempotent_and_replay_refused(world: World) -> None:
         world.helper.aggregate(task.task_id, "not-it", secrets.token_bytes(16), items)
 
 
+def test_helper_replays_refused_whatever_else_they_fail(world: World) -> None:
+    # A report replayed in a new job is refused as replayed, also when it is
+    # too early by the helper's clock (a check that records nothing), and
+    # nothing is counted twice; an id answered too early and then recorded
+    # in the same job is not a replay of itself.
+    task = world.files.leader
+    items = verify_init_items(world, 4)
+
+    def run(job: list[VerifyInitItem]) -> list[str | None]:
+        answers = world.helper.aggregate(
+            task.task_id, task.aggregator_token, secrets.token_bytes(16), job
+        )
+        return [r.reject for r in answers]
+
+    assert run(items[:2]) == [None, None]
+    early = items[1]._replace(time=items[1].time + 10**9)
+    assert run([items[0], early, items[2]]) == ["report_replayed", "report_replayed", None]
+    late = items[3]._replace(time=items[3].time + 10**9)
+    assert run([late, items[3]]) == ["report_too_early", None]
+    assert run([late]) == ["report_replayed"]
+    aggs = world.helper_store.batch_aggregates(task.task_id, T, T + TP)
+    assert sum(a.report_count for a in aggs) == 4
+
+
 def _race(calls: Sequence[Callable[[], T_]]) -> list[T_ | BaseException]:
     """Run the calls at once, each on its own thread; their results or errors."""
     start = threading.Barrier(len(calls))
