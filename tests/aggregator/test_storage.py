@@ -250,6 +250,36 @@ def test_jobs_and_aggregates(store: Datastore) -> None:
     assert store.open_aggregation_jobs() == []
 
 
+def test_finishing_a_job_accounts_for_each_of_its_reports(store: Datastore) -> None:
+    # The aggregated reports are set by the job id, as the reports left in
+    # the job once the rejected and deferred ones are set by id: outcomes
+    # that leave a report of the job out (or name one of another job) are
+    # refused and change nothing.
+    store.put_reports(TASK, [(3600, report(i)) for i in range(6)])
+    assert store.create_aggregation_job(TASK, b"j" * 16, 3) == 3
+    assert store.create_aggregation_job(TASK, b"k" * 16, 3) == 3
+    ids = [r.report_id for r in store.job_reports(TASK, b"j" * 16)]
+    other = store.job_reports(TASK, b"k" * 16)[0].report_id
+    delta = BatchAggregate(3600, share(1), 1, b"c" * 32)
+    for outcomes in (
+        {ids[0]: None, ids[1]: "x"},
+        {ids[0]: None, ids[1]: None, ids[2]: None, other: None},
+    ):
+        with pytest.raises(StorageConflict):
+            store.finish_aggregation_job(TASK, b"j" * 16, outcomes, [delta], MERGE)
+        assert fold(store.batch_aggregates(TASK, 0, 7200)) == []
+        assert store.rejections(TASK) == {}
+        assert [r.report_id for r in store.job_reports(TASK, b"j" * 16)] == ids
+    # One aggregated, one rejected, one deferred: each as said.
+    store.finish_aggregation_job(
+        TASK, b"j" * 16, {ids[0]: None, ids[1]: "x"}, [delta], MERGE, {ids[2]: 3600.0}
+    )
+    assert fold(store.batch_aggregates(TASK, 0, 7200)) == [delta]
+    assert store.rejections(TASK) == {"x": 1}
+    assert store.deferred_count(TASK) == 1
+    assert store.unaggregated_count(TASK, 0, 7200) == 4  # the deferred one and job k's
+
+
 def test_job_reports_read_back_exactly(store: Datastore) -> None:
     # PostgreSQL sends the job's reports in binary form: every field must
     # come back as stored, with its type, including a Histogram-sized
@@ -929,6 +959,25 @@ def test_jobs_on_other_shards_of_a_bucket_do_not_wait(postgres: str) -> None:
 
 
 @pytest.mark.postgres
+def test_jobs_made_at_once_take_disjoint_reports(postgres: str) -> None:
+    """A job being made (its transaction open on another connection, as
+    another worker's) holds its reports: a job made meanwhile takes the
+    others without waiting for it, and none of the same."""
+    store = PostgresDatastore(postgres, pool_size=4)
+    store.put_reports(TASK, [(3600, report(i)) for i in range(4)])
+    with Holder(postgres) as holder:
+        assert jobs.create_aggregation_job(PostgresTx(holder.conn), TASK, b"j" * 16, 2) == 2
+        other, out = in_thread(lambda: store.create_aggregation_job(TASK, b"k" * 16, 5))
+        other.join(10)
+        assert not other.is_alive() and out == [2]
+    assert store.create_aggregation_job(TASK, b"l" * 16, 5) == 0
+    held = {r.report_id for r in store.job_reports(TASK, b"j" * 16)}
+    taken = {r.report_id for r in store.job_reports(TASK, b"k" * 16)}
+    assert len(held) == len(taken) == 2 and held | taken == {report(i).report_id for i in range(4)}
+    store.close()
+
+
+@pytest.mark.postgres
 def test_helper_close_reads_the_jobs_it_waited_for(postgres: str) -> None:
     """The helper's collection closes the bucket while a job is committing
     into another shard of it: the close waits for the job's lock on the
@@ -1114,7 +1163,8 @@ def test_reports_job_holds_only_reports_with_a_job_after_migrating(
 
 def test_sqlite_finds_a_job_through_the_partial_index(tmp_path: Path) -> None:
     """Every statement that looks reports up by job id (a job's reports,
-    garbage collection's test for a finished job's last report) uses
+    its aggregated reports when it finishes, garbage collection's test for a
+    finished job's last report) uses
     reports_job, which holds only reports with a job: the test `job_id = ?`
     is what lets SQLite use a partial index, so a reworded statement that
     lost it would read every report of the task instead."""
@@ -1124,7 +1174,8 @@ def test_sqlite_finds_a_job_through_the_partial_index(tmp_path: Path) -> None:
     store.create_aggregation_job(TASK, b"j" * 16, 2)
     statements: list[str] = []
     db.set_trace_callback(statements.append)
-    store.job_reports(TASK, b"j" * 16)
+    ids = [r.report_id for r in store.job_reports(TASK, b"j" * 16)]
+    store.finish_aggregation_job(TASK, b"j" * 16, dict.fromkeys(ids), [], MERGE)
     store.collect_garbage(TASK, TP, 7200, None)
     db.set_trace_callback(None)
     by_job = [
@@ -1132,8 +1183,9 @@ def test_sqlite_finds_a_job_through_the_partial_index(tmp_path: Path) -> None:
         for q in statements
         if "r.job_id = aggregation_jobs.job_id" in q
         or (q.lstrip().startswith("SELECT") and "report_shares" in q and "job_id = " in q)
+        or (q.lstrip().startswith("UPDATE reports") and " AND job_id = " in q)
     ]
-    assert len(by_job) == 2, statements
+    assert len(by_job) == 3, statements
     for sql in by_job:
         plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
         assert any("INDEX reports_job (task_id=? AND job_id=?)" in s for s in plan), (sql, plan)

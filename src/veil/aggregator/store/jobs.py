@@ -118,28 +118,26 @@ def aggregation_job_errors(tx: Tx, task_id: bytes) -> dict[bytes, tuple[str, int
 def create_aggregation_job(tx: Tx, task_id: bytes, job_id: bytes, limit: int) -> int:
     """Put up to `limit` pending reports, oldest first, in a new open job;
     returns how many (0: none pending, no job made)."""
+    # One statement picks and updates the reports: the subquery reads them
+    # from reports_state in time order and the update reaches each by its
+    # place (no probe of the random report-id B-tree a report).
     # SKIP LOCKED: two workers making jobs at once take disjoint reports.
     # Reports sent back by the helper as too early wait until their retry_at.
-    ids = [
-        bytes(r[0])
-        for r in tx.rows(
-            "SELECT report_id FROM reports WHERE task_id = ? AND state = ?"
-            f" AND retry_at <= {tx.now} ORDER BY time LIMIT ?" + tx.skip_locked,
-            (task_id, PENDING, limit),
-        )
-    ]
-    if not ids:
-        return 0
-    tx.run(
-        "INSERT INTO aggregation_jobs (task_id, job_id, state, created) VALUES (?, ?, 'open', ?)",
-        (task_id, job_id, _time.time()),
+    n = tx.run(
+        "UPDATE reports SET state = ?, job_id = ? WHERE "
+        + tx.rows_chosen(
+            f"SELECT {tx.row_key} FROM reports WHERE task_id = ? AND state = ?"
+            f" AND retry_at <= {tx.now} ORDER BY time LIMIT ?{tx.skip_locked}"
+        ),
+        (IN_JOB, job_id, task_id, PENDING, limit),
     )
-    for where, args in tx.id_lists("report_id", ids):
+    if n:
         tx.run(
-            f"UPDATE reports SET state = ?, job_id = ? WHERE task_id = ? AND {where}",
-            (IN_JOB, job_id, task_id, *args),
+            "INSERT INTO aggregation_jobs (task_id, job_id, state, created)"
+            " VALUES (?, ?, 'open', ?)",
+            (task_id, job_id, _time.time()),
         )
-    return len(ids)
+    return n
 
 
 def acquire_aggregation_jobs(
@@ -181,31 +179,51 @@ def finish_aggregation_job(
     merge: ShareMerge,
     deferred: Mapping[bytes, float],
 ) -> None:
-    """Record each report as aggregated (None) or rejected (reason), one
-    statement per outcome; put each `deferred` report back to pending, not to
-    be put in a job for the given seconds, with reason report_too_early; add
-    the job's deltas to the batch aggregates; close the job. StorageConflict
-    if the job is not open (another worker finished it)."""
+    """Record each report as aggregated (None) or rejected (reason); put
+    each `deferred` report back to pending, not to be put in a job for the
+    given seconds, with reason report_too_early; add the job's deltas to the
+    batch aggregates; close the job. The outcomes and `deferred` account for
+    each report of the job, once. StorageConflict if the job is not open
+    (another worker finished it) or the reports left in the job are not as
+    many as the outcomes say were aggregated."""
     row = tx.one(
         "SELECT state FROM aggregation_jobs WHERE task_id = ? AND job_id = ?" + tx.for_update,
         (task_id, job_id),
     )
     if row is None or row[0] != "open":
         raise StorageConflict(f"aggregation job {job_id.hex()} is not open")
-    by_outcome: dict[str | None, list[bytes]] = {}
+    by_reason: dict[str, list[bytes]] = {}
+    aggregated = 0
     for report_id, reason in outcomes.items():
-        by_outcome.setdefault(reason, []).append(report_id)
-    for reason, ids in sorted(by_outcome.items(), key=lambda kv: kv[0] or ""):
+        if reason is None:
+            aggregated += 1
+        else:
+            by_reason.setdefault(reason, []).append(report_id)
+    for reason, ids in sorted(by_reason.items()):
         for where, args in tx.id_lists("report_id", ids):
             tx.run(
                 f"UPDATE reports SET state = ?, reason = ? WHERE task_id = ? AND {where}",
-                (AGGREGATED if reason is None else REJECTED, reason, task_id, *args),
+                (REJECTED, reason, task_id, *args),
             )
     tx.many(
         f"UPDATE reports SET state = ?, job_id = NULL, reason = ?, retry_at = {tx.now} + ?"
         " WHERE task_id = ? AND report_id = ?",
         [(PENDING, TOO_EARLY, wait, task_id, i) for i, wait in sorted(deferred.items())],
     )
+    # The aggregated reports, most of a job, are the ones left in it: found
+    # through reports_job rather than by id (a probe of the random report-id
+    # B-tree each). The outcomes must account for every report of the job.
+    if aggregated:
+        left = tx.run(
+            "UPDATE reports SET state = ?, reason = NULL WHERE task_id = ? AND job_id = ?"
+            " AND state = ?",
+            (AGGREGATED, task_id, job_id, IN_JOB),
+        )
+        if left != aggregated:
+            raise StorageConflict(
+                f"aggregation job {job_id.hex()}: {aggregated} reports aggregated,"
+                f" {left} left in the job"
+            )
     count_rejections(tx, task_id, [r for r in outcomes.values() if r is not None])
     merge_aggregates(tx, task_id, job_id, deltas, merge)
     tx.run(

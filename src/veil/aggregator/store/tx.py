@@ -16,6 +16,10 @@ said here and nowhere else:
   allows it (see `_packed_columns`), executemany otherwise.
 - Taking work from a queue: `FOR UPDATE SKIP LOCKED` on PostgreSQL, so two
   workers take disjoint rows without waiting on each other.
+- Updating the rows a subquery chose (`row_key`, `rows_chosen`): by their
+  place, SQLite's rowid or PostgreSQL's ctid, rather than by a probe of the
+  primary key's index a row (random report ids make it a B-tree of random
+  keys).
 - The clock of leases and retries: the database's own (`now`), so that it
   means the same on every machine sharing a PostgreSQL database.
 - Locking a whole table (`lock_table`): PostgreSQL's LOCK TABLE, the first
@@ -51,6 +55,7 @@ class Tx(Protocol):
     for_share: str
     skip_locked: str  # " FOR UPDATE SKIP LOCKED" where rows are locked, else ""
     now: str  # an SQL expression: the database's clock, epoch seconds
+    row_key: str  # a column naming one row of a table to find it again (rows_chosen)
 
     def rows(self, sql: str, args: Sequence[Any] = (), binary: bool = False) -> list[Row]:
         """The statement's rows. `binary`: PostgreSQL sends the result in
@@ -84,6 +89,11 @@ class Tx(Protocol):
         ...
 
     def id_lists(self, column: str, ids: Sequence[Any]) -> Iterable[tuple[str, Sequence[Any]]]: ...
+    def rows_chosen(self, subquery: str) -> str:
+        """A condition true of the rows `subquery` chose, for the statement
+        that chose them to update them. The subquery selects `row_key`."""
+        ...
+
     def lock_table(self, table: str) -> None:
         """Keep other writers of `table` out until the transaction ends (a
         constant name only: it goes into the statement's text)."""
@@ -151,6 +161,7 @@ class SqliteTx:
     for_update = ""
     for_share = ""
     skip_locked = ""
+    row_key = "rowid"
     # SQLite's clock has millisecond resolution; unixepoch('subsec') needs 3.42.
     now = "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -203,6 +214,9 @@ class SqliteTx:
             f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING", rows
         ).rowcount
 
+    def rows_chosen(self, subquery: str) -> str:
+        return f"rowid IN ({subquery})"
+
     def lock_table(self, table: str) -> None:
         pass  # BEGIN IMMEDIATE holds the database's one write lock already
 
@@ -218,6 +232,7 @@ class PostgresTx:
     for_update = " FOR UPDATE"
     for_share = " FOR SHARE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    row_key = "ctid"
     now = "extract(epoch from clock_timestamp())"
 
     def __init__(self, db: Any) -> None:
@@ -276,6 +291,12 @@ class PostgresTx:
                 for (_, kind), column in zip(columns, values, strict=True)
             ],
         )
+
+    def rows_chosen(self, subquery: str) -> str:
+        # An array of ctids: a TID scan reaches each row at its place (an IN
+        # over a subquery of ctids would scan the table). A row's ctid stays
+        # while the subquery's FOR UPDATE holds it.
+        return f"ctid = ANY(ARRAY({subquery}))"
 
     def lock_table(self, table: str) -> None:
         self.run(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
