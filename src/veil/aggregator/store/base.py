@@ -69,6 +69,9 @@ class Datastore:
     # finish_aggregation_job: `deferred` maps the reports the helper found
     #   too early to the seconds they wait, as pending, before a new job
     #   takes them (create_aggregation_job leaves them out until then).
+    #   The outcomes and `deferred` together name each report of the job
+    #   once: the aggregated ones are set by the job id, as the reports
+    #   left in the job (StorageConflict if they are not as many).
     # deferred_count: pending reports waiting because the helper found them
     #   too early. record_peer_clock / peer_clocks: the latest measured
     #   offset of a helper's clock from the leader's (veil.aggregator.skew),
