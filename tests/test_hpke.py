@@ -19,7 +19,7 @@ from veil.hpke import (
     generate_keypair,
     input_share_info,
     open_,
-    open_decapsulated,
+    open_payload,
     seal,
 )
 
@@ -179,9 +179,9 @@ def test_opens_from_several_threads_at_once() -> None:
 def test_an_open_in_two_steps() -> None:
     ct = _sealed(b"info", b"share")
     dh = decapsulate(_KEYPAIR, ct)
-    assert open_decapsulated(_KEYPAIR, ct, b"info", dh) == b"share"
+    assert open_payload(_KEYPAIR, ct.enc, ct.payload, b"info", dh) == b"share"
     with pytest.raises(HpkeError, match="HPKE decryption failed"):
-        open_decapsulated(_KEYPAIR, ct, b"info", bytes([dh[0] ^ 1]) + dh[1:])
+        open_payload(_KEYPAIR, ct.enc, ct.payload, b"info", bytes([dh[0] ^ 1]) + dh[1:])
     with pytest.raises(HpkeError, match="unknown HPKE config id"):
         decapsulate(generate_keypair(9), ct)
     with pytest.raises(HpkeError, match="low-order"):

@@ -152,7 +152,6 @@ __all__ = [
     "generate_keypair",
     "input_share_info",
     "open_",
-    "open_decapsulated",
     "open_payload",
     "seal",
 ]
@@ -203,8 +202,9 @@ def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
 def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
     """Open `ciphertext` (base mode, empty AEAD associated data, first
     sequence number); raises HpkeError on any failure. `decapsulate`, then
-    `open_decapsulated`."""
-    return open_decapsulated(keypair, ciphertext, info, decapsulate(keypair, ciphertext))
+    `open_payload`."""
+    dh = decapsulate(keypair, ciphertext)
+    return open_payload(keypair, ciphertext.enc, ciphertext.payload, info, dh)
 
 
 def decapsulate(keypair: HpkeKeypair, ciphertext: Ciphertext) -> bytes:
@@ -239,21 +239,14 @@ def decapsulate_enc(keypair: HpkeKeypair, enc: bytes) -> bytes:
     return dh
 
 
-def open_decapsulated(
-    keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes, dh: bytes
-) -> bytes:
-    """The rest of an open, from `decapsulate`'s output: the KEM's shared
-    secret, the key schedule and AES-128-GCM (all under the GIL). Raises
-    HpkeError if the ciphertext does not open with this context."""
-    return open_payload(keypair, ciphertext.enc, ciphertext.payload, info, dh)
-
-
 def open_payload(
     keypair: HpkeKeypair, enc: bytes, payload: bytes | memoryview, info: bytes, dh: bytes
 ) -> bytes:
-    """`open_decapsulated` of a ciphertext's parts: `dh` is `decapsulate_enc`'s
-    output for `enc`. `payload` may be a view into a larger buffer (a stored
-    ciphertext), which is not copied."""
+    """The rest of an open, from the ciphertext's parts and `dh`, the output
+    of `decapsulate_enc` for `enc`: the KEM's shared secret, the key
+    schedule and AES-128-GCM (all under the GIL). `payload` may be a view
+    into a larger buffer (a stored ciphertext), which is not copied. Raises
+    HpkeError if the ciphertext does not open with this context."""
     enc = bytes(enc)
     # ExtractAndExpand(dh, kem_context = enc || pkRm).
     eae_prk = _empty_salt_hmac(_EAE_PRK_PREFIX + dh)

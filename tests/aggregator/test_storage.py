@@ -43,7 +43,7 @@ from veil.aggregator.store.records import (
     aggregate_shard,
     fold_shards,
 )
-from veil.aggregator.store.tx import PostgresTx, Tx, _packed_rows
+from veil.aggregator.store.tx import PostgresTx, Tx, _by_column, _packed_columns
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
 from veil.vdaf import Prio3Sum
@@ -169,16 +169,18 @@ def test_insert_new_rows_of_every_shape(store: Datastore) -> None:
         # one row
         [(TASK, ids[6], 8, b"")],
     ]
-    assert [_packed_rows(columns, rows) is not None for rows in shapes] == [
+    assert [_packed_columns(columns, _by_column(columns, rows)) is not None for rows in shapes] == [
         True,
         False,
         True,
         False,
     ]
     ints = (("a", "bigint"), ("b", "bigint"))
-    assert _packed_rows(ints, [(1, 2), (3, 4)]) is None  # two integer columns vary
-    assert _packed_rows(ints, [(1, 2), (2**63, 2)]) is None  # beyond 64 bits
-    assert _packed_rows(ints, [(True, 2), (0, 2)]) is None  # not an int
+    assert (
+        _packed_columns(ints, _by_column(ints, [(1, 2), (3, 4)])) is None
+    )  # two integer columns vary
+    assert _packed_columns(ints, _by_column(ints, [(1, 2), (2**63, 2)])) is None  # beyond 64 bits
+    assert _packed_columns(ints, _by_column(ints, [(True, 2), (0, 2)])) is None  # not an int
     counts = []
     for rows in shapes:
 

@@ -148,13 +148,6 @@ def _by_column(
     return [[row[c] for row in rows] for c in range(len(columns))]
 
 
-def _packed_rows(
-    columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
-) -> tuple[str, list[Any]] | None:
-    """`_packed_columns` of rows given row by row."""
-    return _packed_columns(columns, _by_column(columns, rows))
-
-
 class SqliteTx:
     """A unit's view of an SQLite transaction (BEGIN IMMEDIATE already held)."""
 
