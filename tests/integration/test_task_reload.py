@@ -141,10 +141,11 @@ def test_sighup_reaches_aggregation_workers(tmp_path: Path, postgres_server: str
             assert p.proc is not None
             p.proc.send_signal(signal.SIGHUP)
         added = files["added"].client
-        # Each process takes the reload in its main thread once start-up is
-        # over (serve_forever loads the field kernels first: on a loaded
-        # machine with numba's cache cold, tens of seconds), then the worker
-        # aggregates: an honest margin for both.
+        # Each process takes the reload in its main thread at once (the
+        # field kernels load in another), then the worker aggregates, which
+        # waits for its kernels: on a loaded machine with numba's cache cold,
+        # behind every other process's turn at the cache lock. An honest
+        # margin for both.
         deadline = time.monotonic() + 120
         while True:
             try:

@@ -212,8 +212,17 @@ class AggregatorServer:
         signals = Signals(config_path)
         self.start()
         # Start-up is over once the kernels are loaded: what this process
-        # holds now lives as long as it does (freeze_startup_heap).
-        kernels()
-        freeze_startup_heap()
+        # holds now lives as long as it does (freeze_startup_heap). A thread
+        # waits for them, not this one, which takes the signals meanwhile:
+        # loading takes turns with every process of the installation under
+        # numba's cache lock (veil.vdaf.batch.kernels), which on a fresh
+        # machine may be held for minutes of compiling, and a SIGHUP's new
+        # tasks need no kernel to be served.
+        threading.Thread(target=_finish_startup, name="startup", daemon=True).start()
         signals.wait(self.reload_tasks)
         self.stop()
+
+
+def _finish_startup() -> None:
+    kernels()
+    freeze_startup_heap()
