@@ -7,6 +7,7 @@ loopback; before, the leader answered INTERNAL and both gave up at once."""
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import sqlite3
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+import veil.aggregator.leader.collection as collection
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
@@ -179,6 +181,46 @@ def test_a_collection_waiting_for_the_helper_says_why(servers: Servers) -> None:
     assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
     assert "retrying: the helper" in e.value.message
     assert "database is unavailable" in e.value.message
+    with Collector(servers.files.collector) as collector:
+        r = collector.collect(t, TP, wait=60, collection_job_id=job)
+    assert r.report_count == 5
+
+
+def test_an_unexpected_error_in_a_collection_waits_its_backoff(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of the leader's own (here an exception injected into the
+    batch's summing) neither ends the driver nor has it retry on every pass:
+    the collection waits a growing backoff, the collector's status says only
+    that the leader hit an unexpected error (never the exception's text),
+    and once the fault is gone the same job finishes."""
+    now = int(time.time())
+    t = now - now % TP - 3 * TP
+    with Client(servers.files.client) as client:
+        assert client.upload_batch([1, 2, 3, 4, 5], report_time=t).accepted == 5
+    task_id = servers.files.client.task_id
+    deadline = time.monotonic() + 60
+    while servers.leader.store.has_unaggregated(task_id, t, t + TP):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    calls: list[float] = []
+
+    def faulty(*args: object, **kwargs: object) -> None:
+        calls.append(time.monotonic())
+        raise TypeError("a secret-looking 0xdeadbeef in an exception's text")
+
+    monkeypatch.setattr(collection, "batch_summary", faulty)
+    job = secrets.token_bytes(16)
+    with Collector(servers.files.collector) as collector, pytest.raises(CollectionError) as e:
+        collector.collect(t, TP, wait=2.0, collection_job_id=job)
+    assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "retrying: an unexpected error in the leader (see its log)" in e.value.message
+    assert "deadbeef" not in e.value.message
+    # 0.05 s doubling: at most a handful of attempts in the two seconds,
+    # where retrying on every pass of a 0.05 s loop would make dozens.
+    assert 2 <= len(calls) <= 8, calls
+    assert all(b - a >= 0.04 for a, b in itertools.pairwise(calls))
+    monkeypatch.undo()
     with Collector(servers.files.collector) as collector:
         r = collector.collect(t, TP, wait=60, collection_job_id=job)
     assert r.report_count == 5

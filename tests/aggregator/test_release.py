@@ -26,8 +26,9 @@ from veil.aggregator.store.records import CollectionRecord
 from veil.task import DpSpec, VdafSpec, new_task
 
 
-class Crash(Exception):
-    """The process dies here."""
+class Crash(BaseException):
+    """The process dies here: not an Exception, which the leader's driver
+    would take for a fault of one collection and retry after its backoff."""
 
 
 def crash_after(obj: Any, name: str) -> None:

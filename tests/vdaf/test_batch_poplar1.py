@@ -323,3 +323,49 @@ def test_byte_rows_flags_each_bad_row() -> None:
     assert byte_rows([b"ab", b"cd"], 2, "share", clean).tobytes() == b"abcd"
     assert clean == [None, None]
     assert byte_rows([], 3, "share", []).shape == (0, 3)
+
+
+@pytest.mark.parametrize("bits", [32, 64, 128])
+def test_a_batch_of_one_report_walks_every_kind_of_level(bits: int) -> None:
+    """A job of one report: its correction words, read from the public
+    share's bytes, are a read-only view that is already contiguous (the
+    8-byte words fall aligned where ``bits`` is a multiple of 32), which the
+    compiled walk refused with a TypeError until it was copied like a wider
+    batch's; first, inner and leaf levels, from the root and from a cache."""
+    vdaf = Poplar1(bits)
+    batch = BatchPoplar1(vdaf)
+    rng = random.Random(bits)
+    measurement = tuple(rng.random() < 0.5 for _ in range(bits))
+    nonces, rands = _inputs(vdaf, [measurement], bits)
+    sharded = batch.shard_batch(CTX, [measurement], nonces, rands)
+    caches: list[IdpfCache | None] = [None, None]
+    previous: list[Poplar1AggParam] = []
+    for level in (0, 1, bits // 2, bits - 1):
+        prefixes = tuple(sorted({measurement[: level + 1], (True,) * (level + 1)}))
+        if previous:
+            known = set(previous[-1].prefixes)
+            prefixes = tuple(p for p in prefixes if p[: previous[-1].level + 1] in known)
+        agg_param = Poplar1AggParam(level, prefixes)
+        for from_cache in (False, True):
+            inits, rounds, outs = _batch_round_trip(
+                batch,
+                agg_param,
+                nonces,
+                sharded.public_shares,
+                sharded.input_shares,
+                caches if from_cache else (None, None),
+            )
+            expected = _scalar_round_trip(
+                vdaf,
+                agg_param,
+                nonces[0],
+                sharded.public_shares[0],
+                [s[0] for s in sharded.input_shares],
+            )
+            assert expected == (
+                [i.verifier_shares[0] for i in inits],
+                [r.verifier_shares[0] for r in rounds],
+                [vdaf.encode_out_share(_row(vdaf, o, 0)) for o in outs],
+            )
+        caches = [i.cache for i in inits]
+        previous.append(agg_param)

@@ -29,6 +29,7 @@ from veil.aggregator.errors import (
     BatchCollected,
     BatchTooLarge,
     BatchTooSmall,
+    Internal,
     InvalidAggParam,
     JobConflict,
     NotFound,
@@ -40,7 +41,11 @@ from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.leader.prefixes import JOB_SIZE, LeaderPrefixes
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.store.records import CollectionRecord, StorageConflict
+from veil.aggregator.store.records import (
+    CollectionRecord,
+    StorageConflict,
+    is_transient_storage_error,
+)
 from veil.hpke import ROLE_LEADER, HpkeConfig
 from veil.task import LeaderTask, b64e
 
@@ -195,6 +200,20 @@ class CollectionDriver:
             except StorageConflict:
                 # Another driver took this job over and got further; it finishes it.
                 log.info("collection job %s advanced by another worker", record.job_id.hex())
+            except Exception as e:
+                if is_transient_storage_error(e):
+                    raise  # our own database: the pass ends, the job stays leased
+                # A fault of ours (not a refusal, which run_collection
+                # settles): logged with its traceback and retried after the
+                # job's backoff, which grows with its failures, never at
+                # once on the next pass. The collector's status says no more
+                # than that (an exception's text can quote anything).
+                log.exception(
+                    "collection job %s hit an unexpected error",
+                    record.job_id.hex(),
+                    extra={"task_id": b64e(record.task_id), "job_id": record.job_id.hex()},
+                )
+                self._retry(record, Internal("an unexpected error in the leader (see its log)"))
             if self.control.helper_unreachable:
                 return progress
         return progress

@@ -68,6 +68,15 @@ def words(raw: Arr) -> Arr:
     return view if view.flags.aligned else u64(raw)
 
 
+def _kernel_input(a: Arr) -> Arr:
+    """``a`` as the compiled kernels' signatures take it: C-contiguous and
+    writable. A depth's correction words are a view of the decoded public
+    shares (``words``), which are read-only where they were read from bytes
+    and contiguous where the batch has one report: such a view is copied
+    too, as every wider batch's is."""
+    return np.require(a, requirements=["C", "W"])
+
+
 def bytes_of(a: Arr) -> bytes:
     """The little-endian bytes of a ``uint64`` array, in C order."""
     return np.ascontiguousarray(a, dtype="<u8").tobytes()
@@ -448,8 +457,8 @@ class BatchIdpf:
             return self._leaf_step(last, seeds, ctrl, parent, bit, d, ctx)
         k = idpf_kernels()
         rows, nodes = seeds.shape[0], len(parent)
-        seeds = np.ascontiguousarray(seeds)
-        ctrl = np.ascontiguousarray(ctrl)
+        seeds = _kernel_input(seeds)
+        ctrl = _kernel_input(ctrl)
         sigma = np.empty((rows, seeds.shape[1], 2, 2), dtype=np.uint64)
         k.sigma_blocks(seeds, 2, sigma)
         hashed = extend.encrypt(sigma)
@@ -460,8 +469,8 @@ class BatchIdpf:
             hashed,
             sigma,
             ctrl,
-            np.ascontiguousarray(d.seed_cw[:, depth]),
-            np.ascontiguousarray(d.ctrl_cw[:, depth]),
+            _kernel_input(d.seed_cw[:, depth]),
+            _kernel_input(d.ctrl_cw[:, depth]),
             parent,
             bit,
             count,
@@ -476,7 +485,7 @@ class BatchIdpf:
             hashed,
             conv_sigma,
             child_ctrl,
-            np.ascontiguousarray(d.w_inner[:, depth]),
+            _kernel_input(d.w_inner[:, depth]),
             last,
             next_seeds,
             values,
