@@ -159,11 +159,11 @@ def test_upload_and_collection_survive_a_locked_leader_database(servers: Servers
         conn.close()
 
 
-def test_a_collection_waiting_for_the_helper_says_why(servers: Servers) -> None:
-    """The collector polling a collection that the leader retries sees why it
-    waits, and resumes it with the same job id once the helper is back."""
+def _aggregated(servers: Servers, intervals_ago: int) -> int:
+    """Five reports uploaded in the interval `intervals_ago` before this one
+    and aggregated by the leader's driver; that interval's start."""
     now = int(time.time())
-    t = now - now % TP - 2 * TP
+    t = now - now % TP - intervals_ago * TP
     with Client(servers.files.client) as client:
         assert client.upload_batch([1, 2, 3, 4, 5], report_time=t).accepted == 5
     task_id = servers.files.client.task_id
@@ -171,6 +171,13 @@ def test_a_collection_waiting_for_the_helper_says_why(servers: Servers) -> None:
     while servers.leader.store.has_unaggregated(task_id, t, t + TP):
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    return t
+
+
+def test_a_collection_waiting_for_the_helper_says_why(servers: Servers) -> None:
+    """The collector polling a collection that the leader retries sees why it
+    waits, and resumes it with the same job id once the helper is back."""
+    t = _aggregated(servers, intervals_ago=2)
     job = secrets.token_bytes(16)
     holder = _locked_for(servers.helper_db, 4.0)
     try:
@@ -194,15 +201,7 @@ def test_an_unexpected_error_in_a_collection_waits_its_backoff(
     the collection waits a growing backoff, the collector's status says only
     that the leader hit an unexpected error (never the exception's text),
     and once the fault is gone the same job finishes."""
-    now = int(time.time())
-    t = now - now % TP - 3 * TP
-    with Client(servers.files.client) as client:
-        assert client.upload_batch([1, 2, 3, 4, 5], report_time=t).accepted == 5
-    task_id = servers.files.client.task_id
-    deadline = time.monotonic() + 60
-    while servers.leader.store.has_unaggregated(task_id, t, t + TP):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    t = _aggregated(servers, intervals_ago=3)
     calls: list[float] = []
 
     def faulty(*args: object, **kwargs: object) -> None:
