@@ -726,10 +726,19 @@ def inv64_each(a, out):
 
 
 @_inline
+def _times(a0, a1, a2, a3, b0, b1, b2, b3):
+    """``a * b`` of ``uint64`` limbs as a tuple of four, as ``mul128``
+    computes it (weakly reduced)."""
+    q = _product(a0, a1, a2, a3, b0, b1, b2, b3)
+    return _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+
+
+@_inline
 def _mul128_into(out, j, a0, a1, a2, a3, b0, b1, b2, b3):
     """``out[:, j] = a * b``, as ``mul128`` computes it."""
-    r = _product(_U64(a0), _U64(a1), _U64(a2), _U64(a3), _U64(b0), _U64(b1), _U64(b2), _U64(b3))
-    x0, x1, x2, x3 = _fold(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+    x0, x1, x2, x3 = _times(
+        _U64(a0), _U64(a1), _U64(a2), _U64(a3), _U64(b0), _U64(b1), _U64(b2), _U64(b3)
+    )
     out[0, j] = np.int64(x0)
     out[1, j] = np.int64(x1)
     out[2, j] = np.int64(x2)
@@ -904,18 +913,15 @@ def inv128_each(a, out):
         if (x0 | x1 | x2 | x3) == 0 or is_p:
             zero[i] = True
             continue
-        q = _product(acc[0], acc[1], acc[2], acc[3], x0, x1, x2, x3)
-        acc = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+        acc = _times(acc[0], acc[1], acc[2], acc[3], x0, x1, x2, x3)
     # acc^(p - 2), square and multiply from the top bit down.
     inv = one
     for limb in range(3, -1, -1):
         e = _U64(_P128_MINUS_2[limb])
         for bit in range(31, -1, -1):
-            q = _product(inv[0], inv[1], inv[2], inv[3], inv[0], inv[1], inv[2], inv[3])
-            inv = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+            inv = _times(inv[0], inv[1], inv[2], inv[3], inv[0], inv[1], inv[2], inv[3])
             if (e >> _U64(bit)) & _U64(1):
-                q = _product(inv[0], inv[1], inv[2], inv[3], acc[0], acc[1], acc[2], acc[3])
-                inv = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
+                inv = _times(inv[0], inv[1], inv[2], inv[3], acc[0], acc[1], acc[2], acc[3])
     for i in range(n - 1, -1, -1):
         if zero[i]:
             out[0, i] = 0
@@ -923,17 +929,10 @@ def inv128_each(a, out):
             out[2, i] = 0
             out[3, i] = 0
             continue
-        q = _product(
-            inv[0], inv[1], inv[2], inv[3],
-            _U64(out[0, i]), _U64(out[1, i]), _U64(out[2, i]), _U64(out[3, i]),
-        )  # fmt: skip
-        y = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
-        out[0, i] = np.int64(y[0])
-        out[1, i] = np.int64(y[1])
-        out[2, i] = np.int64(y[2])
-        out[3, i] = np.int64(y[3])
-        q = _product(
+        _mul128_into(
+            out, i, inv[0], inv[1], inv[2], inv[3], out[0, i], out[1, i], out[2, i], out[3, i]
+        )
+        inv = _times(
             inv[0], inv[1], inv[2], inv[3],
             _U64(a[0, i]), _U64(a[1, i]), _U64(a[2, i]), _U64(a[3, i]),
         )  # fmt: skip
-        inv = _fold(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7])
