@@ -1,13 +1,17 @@
 """The math core stays pure: importing every module of veil.vdaf and veil.dp
 in a fresh interpreter loads no database or gRPC library and no other
-part of veil (dependencies point one way: vdaf <- dp <- the rest). And no
-two packages or modules of veil import each other, directly or around a
-cycle."""
+part of veil (dependencies point one way: vdaf <- dp <- the rest). No two
+packages or modules of veil import each other, directly or around a cycle;
+each package imports only the layers below it, as docs/ARCHITECTURE.md draws
+them (one table here, checked against the doc's picture); and only the
+message conversion, the services and the clients import the generated
+protocol code."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +137,127 @@ def test_the_cycle_check_sees_a_cycle() -> None:
         ["c", "a", "b", "c"],
     )
     assert _cycle({"a": {"b"}, "b": {"c"}}) == []
+
+
+# The layers of veil, bottom first, as docs/ARCHITECTURE.md draws them ("The
+# rule: dependencies point one way"): a package or top-level module imports
+# only what is in a layer below its own, never its own layer's others.
+PLUMBING = (
+    "settings",
+    "files",
+    "trust",
+    "grpc_util",
+    "times",
+    "logs",
+    "metrics",
+    "tuning",
+    "observations",
+)
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("vdaf", "protocol", *PLUMBING),
+    ("dp", "messages"),
+    ("hpke", "invite"),
+    ("task",),
+    ("survey",),
+    ("render",),
+    ("client", "aggregator", "collector", "deploy"),
+    ("web", "local"),
+    ("cli",),
+)
+LAYER = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+
+# The modules that import the generated protocol code (veil.protocol.v1): the
+# one conversion between message values and protobuf, the gRPC services and
+# the server that registers them, and the clients (the client library, the
+# collector).
+PROTOCOL_USERS = (
+    "veil.messages.wire",
+    "veil.aggregator.service",
+    "veil.aggregator.run.server",
+    "veil.client.*",
+    "veil.collector.collector",
+)
+
+
+def _unit(module: str) -> str:
+    return module.split(".")[1]
+
+
+def _layer_violations(graph: dict[str, set[str]], layer: dict[str, int]) -> list[str]:
+    """Each import of `graph` (module to modules) that does not point to a
+    layer below the importer's, as 'importer -> imported (layer a -> b)'."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            a, b = _unit(name), _unit(target)
+            if a != b and not layer[b] < layer[a]:
+                found.append(f"{name} -> {target} (layer {layer[a]} -> {layer[b]})")
+    return found
+
+
+def test_each_package_imports_only_the_layers_below_it() -> None:
+    graph = _import_graph(99)
+    units = {_unit(m) for m in graph} | {_unit(m) for t in graph.values() for m in t}
+    top = {
+        p.stem if p.suffix == ".py" else p.name
+        for p in (SRC / "veil").iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
+    }
+    assert {"vdaf", "aggregator", "cli"} <= units <= top  # the walk works
+    assert sorted(top - LAYER.keys()) == [], "place these in LAYERS (and the doc's picture)"
+    violations = _layer_violations(graph, LAYER)
+    assert violations == [], "imports against the layers:\n" + "\n".join(violations)
+
+
+def test_the_layer_check_sees_an_upward_or_sideways_import() -> None:
+    # Control: an import up a layer or across one is found, one down is not.
+    layer = {"low": 0, "mid": 1, "side": 1, "top": 2}
+    graph = {"veil.mid.a": {"veil.low.b", "veil.top.c", "veil.side.d", "veil.mid.e"}}
+    assert _layer_violations(graph, layer) == [
+        "veil.mid.a -> veil.side.d (layer 1 -> 1)",
+        "veil.mid.a -> veil.top.c (layer 1 -> 2)",
+    ]
+
+
+def _doc_chains() -> list[list[list[str]]]:
+    """The picture of docs/ARCHITECTURE.md's rule: each line a chain of
+    groups (a name, or names in braces), lowest first."""
+    doc = (SRC.parent / "docs" / "ARCHITECTURE.md").read_text()
+    block = re.search(r"## The rule[^\n]*\n+```\n(.*?)```", doc, re.S)
+    assert block is not None, "docs/ARCHITECTURE.md has no picture under 'The rule'"
+    return [
+        [[n.strip() for n in group.strip(" {}").split(",")] for group in line.split("<-")]
+        for line in block.group(1).splitlines()
+    ]
+
+
+def test_the_layers_are_the_ones_the_architecture_doc_draws() -> None:
+    chains = _doc_chains()
+    drawn = {name for chain in chains for group in chain for name in group}
+    assert sorted(drawn - LAYER.keys()) == [], "the doc draws a package the table lacks"
+    assert sorted(LAYER.keys() - drawn - set(PLUMBING)) == [], "the doc does not draw these"
+    for chain in chains:
+        layers = [sorted({LAYER[name] for name in group}) for group in chain]
+        assert all(len(ls) == 1 for ls in layers), f"a group of {chain} spans layers: {layers}"
+        assert [ls[0] for ls in layers] == sorted({ls[0] for ls in layers}), (
+            f"the doc's {chain} climbs otherwise than LAYERS: {layers}"
+        )
+
+
+def _protocol_users(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        name
+        for name, targets in graph.items()
+        if _unit(name) != "protocol" and any(_unit(t) == "protocol" for t in targets)
+    )
+
+
+def test_only_the_services_and_clients_import_the_generated_protocol_code() -> None:
+    users = _protocol_users(_import_graph(99))
+    assert "veil.aggregator.service" in users  # the walk works
+    allowed = [
+        name
+        for name in users
+        if name in PROTOCOL_USERS or f"{name.rpartition('.')[0]}.*" in PROTOCOL_USERS
+    ]
+    assert users == allowed, f"import veil.protocol: {sorted(set(users) - set(allowed))}"
