@@ -369,3 +369,65 @@ def test_a_batch_of_one_report_walks_every_kind_of_level(bits: int) -> None:
             )
         caches = [i.cache for i in inits]
         previous.append(agg_param)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 6])
+def test_an_empty_candidate_set_is_accepted_as_the_scalar_path_accepts_it(bits: int) -> None:
+    """A parameter with no candidate prefix is valid (the draft's rule asks
+    nothing of an empty set): at the leaf the batch raised a reshape
+    ValueError for the whole batch where the scalar path (and the draft's
+    reference) accepts it. At the first level, an inner level and the leaf,
+    from the root and from the cache of a previous level (with candidates,
+    or itself empty), every message is the scalar path's and the aggregate
+    is empty."""
+    vdaf = Poplar1(bits)
+    batch = BatchPoplar1(vdaf)
+    rng = random.Random(41 + bits)
+    measurements = [tuple(rng.random() < 0.5 for _ in range(bits)) for _ in range(3)]
+    nonces, rands = _inputs(vdaf, measurements, 41 + bits)
+    sharded = batch.shard_batch(CTX, measurements, nonces, rands)
+    empty = [Poplar1AggParam(level, ()) for level in sorted({0, bits // 2, bits - 1})]
+    some = [Poplar1AggParam(level, (measurements[0][: level + 1],)) for level in range(bits - 1)]
+    sequences = [[p] for p in empty] + [empty] + [[p, empty[-1]] for p in some]
+    for sequence in sequences:
+        caches: list[IdpfCache | None] = [None, None]
+        for i, agg_param in enumerate(sequence):
+            assert vdaf.is_valid(agg_param, sequence[:i])
+            inits, rounds, outs = _batch_round_trip(
+                batch, agg_param, nonces, sharded.public_shares, sharded.input_shares, caches
+            )
+            caches = [init.cache for init in inits]
+            for r in range(len(measurements)):
+                expected = _scalar_round_trip(
+                    vdaf,
+                    agg_param,
+                    nonces[r],
+                    sharded.public_shares[r],
+                    [s[r] for s in sharded.input_shares],
+                )
+                assert expected == (
+                    [init.verifier_shares[r] for init in inits],
+                    [round_.verifier_shares[r] for round_ in rounds],
+                    [vdaf.encode_out_share(_row(vdaf, o, r)) for o in outs],
+                )
+            aggregates = [batch.aggregate_batch(o) for o in outs]
+            expected_counts = [
+                Counter(m[: agg_param.level + 1] for m in measurements)[p]
+                for p in agg_param.prefixes
+            ]
+            assert vdaf.unshard(agg_param, aggregates, len(measurements)) == expected_counts
+
+
+@pytest.mark.parametrize("bits", [1, 3])
+def test_a_batch_of_no_report(bits: int) -> None:
+    """No report at the first, an inner and the leaf level, with candidates
+    and without: nothing to verify, an aggregate share of zeros (the leaf
+    and the decoders' checks had failed to reshape arrays of no row)."""
+    vdaf = Poplar1(bits)
+    batch = BatchPoplar1(vdaf)
+    for level in range(bits):
+        for prefixes in ((), ((True,) * (level + 1),)):
+            agg_param = Poplar1AggParam(level, prefixes)
+            inits, rounds, outs = _batch_round_trip(batch, agg_param, [], [], [[], []])
+            assert [i.verifier_shares for i in inits + rounds] == [[]] * 4
+            assert [batch.aggregate_batch(o) for o in outs] == [vdaf.agg_init(agg_param)] * 2

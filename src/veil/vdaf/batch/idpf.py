@@ -154,7 +154,7 @@ class Leaf:
         """Whether each 32-byte little-endian group of the last axis is
         below p, from its 64-bit words (no Python ints): ``decode``'s mask
         for a level that does not need the values."""
-        words = u64(raw).reshape(*raw.shape[:-1], -1, 4)
+        words = u64(raw).reshape(*raw.shape[:-1], raw.shape[-1] // 32, 4)  # (also of no row)
         low, mid, high, top = (words[..., i] for i in range(4))
         at_least_p = (top > _P255_TOP) | (
             (top == _P255_TOP) & (high == _FULL) & (mid == _FULL) & (low >= _P255_LOW)
@@ -341,7 +341,8 @@ class BatchIdpf:
                 np.broadcast_to(nonces[:, None, :], (rows, nodes, nonces.shape[1])),
             ],
             axis=2,
-        ).reshape(rows * nodes, -1)
+            # The width written out: NumPy cannot infer it where there is no node.
+        ).reshape(rows * nodes, len(head) + 16 + nonces.shape[1])
         return turboshake_rows(messages, out_len).reshape(rows, nodes, out_len)
 
     # -- evaluation --------------------------------------------------------
@@ -389,7 +390,8 @@ class BatchIdpf:
         for depth, (nodes, _, _) in zip(range(start, level + 1), steps, strict=True):
             if len(nodes) <= self.cache_nodes:
                 keep = depth
-        widest = max([len(roots), *(len(nodes) for nodes, _, _ in steps)])
+        # (No node at all where the candidate set, or the cached one, is empty.)
+        widest = max([1, len(roots), *(len(nodes) for nodes, _, _ in steps)])
         step_rows = max(1, self.chunk_nodes // widest)
         arith = self.arith(level)
         data = arith.zeros((rows, len(prefixes)))

@@ -95,7 +95,14 @@ def turboshake_rows(messages: Arr, out_len: int, domain: int = _DOMAIN) -> Arr:
 def _as_rows(value: Arr | bytes, rows: int) -> Arr:
     if isinstance(value, bytes):
         return np.broadcast_to(np.frombuffer(value, dtype=np.uint8), (rows, len(value)))
-    return np.asarray(value, dtype=np.uint8).reshape(rows, -1)
+    return _reshaped(value, rows)
+
+
+def _reshaped(value: Arr, rows: int) -> Arr:
+    """``value`` as ``rows`` rows (also of a batch of no report, whose
+    width NumPy cannot infer)."""
+    array = np.asarray(value, dtype=np.uint8)
+    return array.reshape(rows, array.size // rows if rows else array.shape[-1])
 
 
 def xof_rows(
@@ -137,7 +144,7 @@ def _row_part(value: Arr | bytes, rows: int) -> Arr:
     shared by every row."""
     if isinstance(value, bytes):
         return np.frombuffer(value, dtype=np.uint8)
-    return np.asarray(value, dtype=np.uint8).reshape(rows, -1)
+    return _reshaped(value, rows)
 
 
 def expand_rows(
