@@ -21,8 +21,11 @@ from tests.support.in_process import NOW, TP, InProcessHelper, T, World
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
+from veil.aggregator.maintenance import collect_garbage
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord
+from veil.client import prepare_reports
+from veil.collector import text_agg_param
 from veil.task import DpSpec, VdafSpec, new_task
 
 
@@ -46,18 +49,24 @@ def crash_after(obj: Any, name: str) -> None:
 class Deployment:
     """Leader and helper on one backend, started again after each crash."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, vdaf: VdafSpec | None = None) -> None:
         self.backend = backend
         # One ε = 1 collection is the whole budget: a second charge is refused.
         self.files = new_task(
-            VdafSpec("sum", max_measurement=10),
+            vdaf or VdafSpec("sum", max_measurement=10),
             "127.0.0.1:1",
             "127.0.0.1:2",
             dp=DpSpec("geometric", epsilon="1"),
             min_batch_size=2,
         )
-        self.world = World(backend, self.files)
+        # A Prio3 task's reports and VDAF (World's); a Poplar1 task needs neither.
+        self._world = None if self.files.client.vdaf.is_prefix else World(backend, self.files)
         self.start()
+
+    @property
+    def world(self) -> World:
+        assert self._world is not None
+        return self._world
 
     def start(self) -> None:
         files, b = self.files, self.backend
@@ -166,3 +175,69 @@ def test_a_retry_after_the_helper_spent_is_not_refused_for_its_own_spend(
     assert ct == d.helper.store.get_collection(task.task_id, job).helper_ct  # type: ignore[union-attr]
     status = d.helper_privacy.ledger.task_status(task.id_text)
     assert (status.spent, status.collections) == (1, 1)
+
+
+# The same points for a Poplar1 level: the helper's store of its release is
+# collect_prefix_query, the leader's finish_prefix_collection.
+PREFIX_LEADER_POINTS = {
+    **LEADER_POINTS,
+    "leader stored": lambda d: crash_after(d.leader.store, "finish_prefix_collection"),
+}
+PREFIX_HELPER_POINTS = {
+    **HELPER_POINTS,
+    "helper stored": lambda d: crash_after(d.helper.store, "collect_prefix_query"),
+}
+
+
+@pytest.mark.parametrize("point", [*PREFIX_HELPER_POINTS, *PREFIX_LEADER_POINTS])
+def test_a_crash_in_a_text_levels_release_is_finished_from_the_first_release(
+    backend: Backend, point: str
+) -> None:
+    """A Poplar1 level: the leader dies at each point of the release, the
+    helper's among them (after it released, before the leader stored its
+    own). The restarted leader finishes the level with the helper's stored
+    share (never a fresh draw), each ledger charged once, and no report of
+    the batch deleted meanwhile by garbage collection."""
+    d = Deployment(backend, VdafSpec("poplar1", bits=16))
+    files = d.files
+    task = files.leader
+    task_id = task.task_id
+    reports = prepare_reports(
+        files.client,
+        [b"ab", b"ab", b"ac", b"ab", b"cd"],
+        d.leader.current_config,
+        d.helper.current_config,
+        T,
+    )
+    d.leader.upload(task_id, reports)
+    job = secrets.token_bytes(16)
+    encoded = task.vdaf.instantiate_poplar1().encode_agg_param(text_agg_param([b"a", b"c"]))
+    d.leader.create_collection(task_id, files.collector.collector_token, job, T, TP, encoded)
+    {**PREFIX_HELPER_POINTS, **PREFIX_LEADER_POINTS}[point](d)
+    with pytest.raises(Crash):
+        d.drive()
+    stored_helper = d.helper.store.get_collection(task_id, job)
+    stored_leader = d.leader.store.get_collection(task_id, job)
+    # Upkeep runs while the leader is down: the batch's reports stay.
+    for store in (d.leader.store, d.helper.store):
+        collect_garbage(store, [task], NOW)
+    assert len(d.leader.store.batch_reports(task_id, T, T + TP)) == 5
+    d.start()
+    d.drive()
+    done = d.collection(job)
+    assert (done.state, done.report_count) == ("finished", 5), done.error_message
+    if stored_helper is not None:
+        assert done.helper_ct == stored_helper.helper_ct
+    if stored_leader is not None and stored_leader.leader_ct is not None:
+        assert done.leader_ct == stored_leader.leader_ct
+    charge = task.dp.charge(task.vdaf)
+    for privacy in (d.helper_privacy, d.leader_privacy):
+        status = privacy.ledger.task_status(files.client.id_text)
+        assert (status.spent, status.collections) == (charge, 1)
+    # The next level follows as if nothing had happened.
+    assert len(d.leader.store.batch_reports(task_id, T, T + TP)) == 5
+    job2 = secrets.token_bytes(16)
+    encoded2 = task.vdaf.instantiate_poplar1().encode_agg_param(text_agg_param([b"ab"]))
+    d.leader.create_collection(task_id, files.collector.collector_token, job2, T, TP, encoded2)
+    d.drive()
+    assert d.collection(job2).state == "finished", d.collection(job2).error_message

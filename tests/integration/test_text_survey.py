@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import veil
 from tests.support.text_survey import REMOTE, editors_survey
 from veil.client import Client
 from veil.client.outbox import Outbox
@@ -99,3 +100,40 @@ def test_a_text_question_collected_level_by_level_and_resumed(
     assert editor["threshold"] == 2 and editor["n"] == len(ANSWERS) + 1
     assert "vim" in (out / "report.html").read_text()
     assert "editor,text,11,vim,5" in (out / "results.csv").read_text()
+
+
+def test_a_text_question_whose_level_failed_is_said_to_be_over(tmp_path: Path) -> None:
+    """One respondent under a floor of two: the first level's collection
+    fails at the leader, for good (each aggregator takes a level of a batch
+    once). `veil survey collect` says the question cannot be collected and
+    does not advise running again, which would only fail the same way."""
+    now = int(time.time())
+    opens = now - now % TP
+    closes = opens + WINDOW
+    text = editors_survey(opens, closes, TP, max_bytes=3)
+    leader_addr = f"127.0.0.1:{free_port()}"
+    helper_addr = f"127.0.0.1:{free_port()}"
+    dep = deploy_survey(
+        parse_survey(text), text, tmp_path / "out", leader_addr, helper_addr, tls=False
+    )
+    for config in (dep.leader_config, dep.helper_config):
+        config.write_text("allow_exact_release = true\n" + config.read_text())
+    helper = ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper_addr)
+    leader = ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader_addr)
+    try:
+        helper.start()
+        leader.start()
+        with SurveyClient(dep.client_dir) as client:
+            client.respond({"editor": "vim"})
+        time.sleep(max(0.0, closes - time.time() + 0.5))
+        out = tmp_path / "results"
+        for _ in range(2):  # running again says the same
+            done = veil("survey", "collect", "--survey-dir", dep.collector_dir, "--out", out)
+            assert done.returncode == 1, done.stderr
+            assert "editor cannot be collected: the collection of a level failed" in done.stderr
+            assert "running again cannot collect this question" in done.stderr
+            assert "run the same command again" not in done.stderr
+        assert not (out / "results.json").exists()
+    finally:
+        leader.stop()
+        helper.stop()

@@ -32,10 +32,21 @@ class InProcessHelper:
         self.calls = 0
 
     def aggregate(
-        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+        self,
+        task: Task,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
     ) -> AggregationAnswer:
         self.calls += 1
-        results = self.helper.aggregate(task.task_id, task.aggregator_token, job_id, items)
+        token = task.aggregator_token
+        if prefix_round is not None:
+            agg_param, start, duration, round_ = prefix_round
+            results = self.helper.prefixes.aggregate(
+                task.task_id, token, job_id, agg_param, start, duration, round_, items
+            )
+        else:
+            results = self.helper.aggregate(task.task_id, token, job_id, items)
         return AggregationAnswer(results, self.helper.clock())
 
     def aggregate_share(
@@ -46,9 +57,15 @@ class InProcessHelper:
         duration: int,
         count: int,
         checksum: bytes,
+        agg_param: bytes = b"",
     ) -> Ciphertext:
+        token = task.aggregator_token
+        if agg_param:
+            return self.helper.prefixes.aggregate_share(
+                task.task_id, token, collection_id, agg_param, start, duration, count, checksum
+            )
         return self.helper.aggregate_share(
-            task.task_id, task.aggregator_token, collection_id, start, duration, count, checksum
+            task.task_id, token, collection_id, start, duration, count, checksum
         )
 
 

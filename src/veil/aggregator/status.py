@@ -88,7 +88,10 @@ def _prefix_queries(
                 "level": q.level,
                 "candidates": len(poplar1.decode_agg_param(q.agg_param).prefixes),
                 "state": state,
-                "report_count": q.report_count,
+                # The leader stores a level's count before the release (to
+                # resume it after a crash) but shows it once released, as
+                # before it stored it then.
+                "report_count": q.report_count if state in ("released", "aggregating") else 0,
             }
         )
     return out

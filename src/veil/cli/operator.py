@@ -367,13 +367,20 @@ def cmd_survey_collect(args: argparse.Namespace) -> int:
         )
         return 1
     if not outcome.complete:
+        for qid, why in outcome.ended.items():
+            print(
+                f"{name}: {qid} cannot be collected: {why} (each aggregator takes a level of"
+                " a batch once: running again cannot collect this question)",
+                file=sys.stderr,
+            )
         for qid, why in outcome.pending.items():
             print(f"{name}: {qid} not collected yet: {why}", file=sys.stderr)
-        print(
-            f"{name}: run the same command again to resume ({out / 'state.json'} keeps the"
-            " collection jobs)",
-            file=sys.stderr,
-        )
+        if outcome.pending:
+            print(
+                f"{name}: run the same command again to resume ({out / 'state.json'} keeps the"
+                " collection jobs)",
+                file=sys.stderr,
+            )
         return 1
     print(f"wrote {out / 'results.json'}, {out / 'results.csv'} and {out / 'report.html'}")
     return 0

@@ -194,10 +194,20 @@ class Outcome:
     pending: dict[str, str]
     elsewhere: dict[str, str] = field(default_factory=dict)
     collected_into: Path | None = None
+    # Text questions a level of which failed: each aggregator takes a level
+    # of a batch once, so running again cannot collect them.
+    ended: dict[str, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
-        return not self.pending and not self.elsewhere
+        return not self.pending and not self.elsewhere and not self.ended
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """A text question whose level failed: why (it cannot be resumed)."""
+
+    why: str
 
 
 class CollectedElsewhere(SurveyCollectError):
@@ -298,12 +308,15 @@ def collect_survey(
         results: list[QuestionResult] = []
         pending: dict[str, str] = {}
         elsewhere: dict[str, str] = {}
+        ended: dict[str, str] = {}
         for q in survey.questions:
             if q.kind == "text":
                 outcome = _collect_text(
                     survey, q, collectors[q.id], state, state_path, wait, confidence, say
                 )
-                if isinstance(outcome, str):
+                if isinstance(outcome, _Ended):
+                    ended[q.id] = outcome.why
+                elif isinstance(outcome, str):
                     pending[q.id] = outcome
                 else:
                     results.append(outcome)
@@ -357,9 +370,9 @@ def collect_survey(
     finally:
         for c in collectors.values():
             c.close()
-    if not pending and not elsewhere:
+    if not pending and not elsewhere and not ended:
         write_results(survey, results, out)
-    return Outcome(results, pending, elsewhere, before if before != here else None)
+    return Outcome(results, pending, elsewhere, before if before != here else None, ended)
 
 
 def _collect_text(
@@ -371,9 +384,10 @@ def _collect_text(
     wait: float,
     confidence: float,
     say: Callable[[str], None],
-) -> QuestionResult | str:
-    """A text question's levels, from where the state left them: its result, or
-    why it is not finished (to resume by running again)."""
+) -> QuestionResult | str | _Ended:
+    """A text question's levels, from where the state left them: its result,
+    why it is not finished (to resume by running again), or why it cannot be
+    (a level failed)."""
     assert survey.opens is not None and survey.closes is not None
     start, duration = survey.opens, survey.closes - survey.opens
     saved = state.text.get(q.id)
@@ -414,7 +428,7 @@ def _collect_text(
         # only once, so the question cannot be resumed; say so.
         state.failed[q.id] = f"{e.code.name}: {e.message}"
         state.save(state_path)
-        return f"the collection of a level failed: {e.code.name}: {e.message}"
+        return _Ended(f"the collection of a level failed: {e.code.name}: {e.message}")
     except CollectionError as e:
         job = state.text[q.id]["progress"].job if q.id in state.text else None
         return f"{e.code.name}: {e.message} (run again to resume level job {job})"

@@ -14,7 +14,11 @@ Nothing of a job is stored at the leader: job ids are derived from the
 collection job id and the job's index over the batch's reports in id order,
 and verification is deterministic, so a collection resumed after a crash
 or a retry sends the same requests again, and the helper answers the jobs it
-finished from its records.
+finished from its records. The level's sum is stored (in its query's row)
+before the helper is asked to release the level: a collection resumed after
+that point goes on from the stored sum to the release, whose every step the
+helper and the ledgers answer again as before, and never runs the jobs of a
+level the helper may have released (which it refuses).
 """
 
 from __future__ import annotations
@@ -202,6 +206,75 @@ class LeaderPrefixes:
         prefix = base.prefix_vdafs[task.task_id]
         agg_param = prefix.parse(record.agg_param)
         start, duration = record.start, record.duration
+        stored = base.store.prefix_query(task.task_id, start, agg_param.level)
+        if (
+            stored is not None
+            and stored.collected_by == record.job_id
+            and stored.agg_share is not None
+        ):
+            # Totalled before the helper was asked (which may have released
+            # the level): the release goes on from the stored sum, never from
+            # jobs run again, which the helper refuses once it has released.
+            total = BatchAggregate(0, stored.agg_share, stored.report_count, stored.checksum)
+        else:
+            total = self._total(task, prefix, agg_param, record, api, job_size, renew)
+        count, checksum = total.report_count, total.checksum
+        helper_ct = api.aggregate_share(
+            task, record.job_id, start, duration, count, checksum, record.agg_param
+        )
+        share = prefix.decode_share(agg_param, total.agg_share)
+        noised, _ = self.privacy.release_in(
+            task, prefix.modulus(agg_param), record.job_id, start, duration, share
+        )
+        leader_ct = seal_share(
+            task,
+            ROLE_LEADER,
+            start,
+            duration,
+            count,
+            prefix.encode_counts(agg_param, noised),
+            record.agg_param,
+        )
+        base.store.finish_prefix_collection(
+            CollectionRecord(
+                task.task_id,
+                record.job_id,
+                start,
+                duration,
+                "finished",
+                count,
+                checksum,
+                leader_ct,
+                helper_ct,
+                agg_param=record.agg_param,
+            ),
+            agg_param.level,
+            total.agg_share,
+        )
+        log.info(
+            "poplar1 collection %s finished: level %d, %d prefixes",
+            record.job_id.hex(),
+            agg_param.level,
+            len(agg_param.prefixes),
+            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
+        )
+        return Released(count, checksum, leader_ct, helper_ct)
+
+    def _total(
+        self,
+        task: LeaderTask,
+        prefix: PrefixVdaf,
+        agg_param: Poplar1AggParam,
+        record: CollectionRecord,
+        api: HelperApi,
+        job_size: int,
+        renew: Callable[[], bool] | None,
+    ) -> BatchAggregate:
+        """The level's sum over the batch's aggregation jobs, checked against
+        the floor and the ceiling and stored in the query's row before any
+        share is released."""
+        base = self.base
+        start, duration = record.start, record.duration
         reports = base.store.batch_reports(task.task_id, start, start + duration)
         total = BatchAggregate(0, None, 0, bytes(32))
         merge = prefix.merge(agg_param)
@@ -260,7 +333,6 @@ class LeaderPrefixes:
                 for job in running:
                     job.cancel()
                 wait(running)
-        count, checksum = total.report_count, total.checksum
         # The floor on the reports verified at this level, not on those that
         # passed: a client may build its report to fail at a level of its
         # choosing, and a floor on the accepted count would then end the
@@ -272,47 +344,31 @@ class LeaderPrefixes:
                 f"fewer than min_batch_size ({task.min_batch_size}) reports of the batch were"
                 " verified at this level"
             )
-        check_batch_size(task, base.bounds[task.task_id], count)
-        helper_ct = api.aggregate_share(
-            task, record.job_id, start, duration, count, checksum, record.agg_param
-        )
-        share = prefix.decode_share(agg_param, total.agg_share)
-        noised, _ = self.privacy.release_in(
-            task, prefix.modulus(agg_param), record.job_id, start, duration, share
-        )
-        leader_ct = seal_share(
-            task,
-            ROLE_LEADER,
-            start,
-            duration,
-            count,
-            prefix.encode_counts(agg_param, noised),
-            record.agg_param,
-        )
-        base.store.finish_prefix_collection(
+        check_batch_size(task, base.bounds[task.task_id], total.report_count)
+        if total.agg_share is None:
+            # No report accepted: the sum is zero, stored as such (a NULL
+            # share is a level not totalled yet).
+            total = BatchAggregate(
+                0,
+                prefix.vdaf.encode_agg_share(prefix.vdaf.agg_init(agg_param)),
+                0,
+                total.checksum,
+            )
+        base.store.total_prefix_query(
             CollectionRecord(
                 task.task_id,
                 record.job_id,
                 start,
                 duration,
-                "finished",
-                count,
-                checksum,
-                leader_ct,
-                helper_ct,
+                "pending",
+                total.report_count,
+                total.checksum,
                 agg_param=record.agg_param,
             ),
             agg_param.level,
             total.agg_share,
         )
-        log.info(
-            "poplar1 collection %s finished: level %d, %d prefixes",
-            record.job_id.hex(),
-            agg_param.level,
-            len(agg_param.prefixes),
-            extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
-        )
-        return Released(count, checksum, leader_ct, helper_ct)
+        return total
 
     def _job(
         self,

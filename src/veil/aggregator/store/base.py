@@ -251,6 +251,9 @@ class Datastore:
     # create_prefix_collection (leader): the collection job and its query,
     #   recorded as collected by the job, in one transaction; the stored job
     #   for a known id; QueryCollected if the level has another collection.
+    # total_prefix_query (leader): the level's sum in its query's row, stored
+    #   before the helper is asked to release it (a restarted driver resumes
+    #   from it: the helper's release is never asked of jobs run again).
     # finish_prefix_collection (leader): the query's sum and the finished job.
     # seen_prefix_reports / commit_prefix_job (helper): replay records per
     #   (batch, level), and the second round's job record, replay records,
@@ -285,6 +288,11 @@ class Datastore:
         return self._write_fresh(
             lambda tx: prefix_queries.create_prefix_collection(tx, record, query, check, step)
         )
+
+    def total_prefix_query(
+        self, record: CollectionRecord, level: int, agg_share: bytes | None
+    ) -> None:
+        self._write(lambda tx: prefix_queries.total_prefix_query(tx, record, level, agg_share))
 
     def finish_prefix_collection(
         self, record: CollectionRecord, level: int, agg_share: bytes | None

@@ -126,11 +126,11 @@ def create_prefix_collection(
     return record
 
 
-def finish_prefix_collection(
+def total_prefix_query(
     tx: Tx, record: CollectionRecord, level: int, agg_share: bytes | None
 ) -> None:
-    """The leader's finished Poplar1 collection: its sum in the query's row and
-    the job's record (update_collection's checks), in one transaction."""
+    """The leader's sum of a Poplar1 level (the record's count and checksum)
+    in the row of the query its collection job holds."""
     tx.run(
         "UPDATE prefix_queries SET agg_share = ?, report_count = ?, checksum = ?"
         " WHERE task_id = ? AND start = ? AND level = ? AND collected_by = ?",
@@ -144,6 +144,14 @@ def finish_prefix_collection(
             record.job_id,
         ),
     )
+
+
+def finish_prefix_collection(
+    tx: Tx, record: CollectionRecord, level: int, agg_share: bytes | None
+) -> None:
+    """The leader's finished Poplar1 collection: its sum in the query's row and
+    the job's record (update_collection's checks), in one transaction."""
+    total_prefix_query(tx, record, level, agg_share)
     update_collection(tx, record)
 
 
