@@ -127,7 +127,8 @@ def test_a_worker_loads_the_field_kernels_at_start(dep: tuple[Deployment, str]) 
         "from veil.aggregator.run.config import load_config\n"
         "from veil.aggregator.run.worker import AggregationWorker\n"
         "w = AggregationWorker(load_config(Path(sys.argv[1])))\n"
-        "print('veil.vdaf.batch._kernels' in sys.modules)\n"
+        "kinds = ('field128', 'field64', 'xof')\n"
+        "print(all(f'veil.vdaf.batch._{k}_kernels' in sys.modules for k in kinds))\n"
         "w.close()\n"
     )
     done = subprocess.run(

@@ -1,4 +1,4 @@
-"""A few numba kernels of each kind veil.vdaf.batch._kernels has (ufunc,
+"""A few numba kernels of each kind veil.vdaf.batch's field kernels have (ufunc,
 generalised ufunc, compiled function; cache=True, explicit signatures,
 inlined helpers), small enough to compile in a second: tests/vdaf/test_kernels.py
 compiles them in processes started together on an empty cache, through

@@ -10,6 +10,7 @@ must still work when loaded from the cache in a fresh process."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -75,3 +76,21 @@ def test_processes_started_together_on_a_cold_cache(tmp_path: Path) -> None:
         for code, output in _run_together(3, env) + _run_together(2, env):
             assert code == 0 and output.strip().endswith("ok"), output[-2000:]
         assert any(cache.rglob("*.nbc")), "numba cached nothing under NUMBA_CACHE_DIR"
+
+
+def test_each_kernel_module_stands_alone() -> None:
+    # numba's cache is keyed on the file that defines a kernel: an inlined
+    # helper or a constant imported from another module could change without
+    # the cached machine code being rebuilt. So a kernel module imports
+    # nothing but numba, NumPy and llvmlite.
+    batch = _ROOT / "src" / "veil" / "vdaf" / "batch"
+    modules = sorted(batch.glob("_*kernels.py"))
+    assert len(modules) >= 4
+    for path in modules:
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add("." if node.level else (node.module or "").split(".")[0])
+        assert imported <= {"numba", "numpy", "llvmlite"}, (path.name, imported)

@@ -8,7 +8,7 @@ the last depth read and correct the node's values. As NumPy operations
 that is some twenty whole-array passes with their temporaries; here it is
 one loop per pass, each node's words kept in registers. Imported on first
 use (numba's on-disk cache keeps the machine code), like
-``veil.vdaf.batch._kernels``.
+the field kernels (``veil.vdaf.batch.kernels``).
 
 Seeds are two ``uint64`` words (the 16 bytes, little-endian); a block of
 XofFixedKeyAes128's stream of seed ``lo || hi`` is ``AES(s) xor s`` with

@@ -3,8 +3,10 @@
 NumPy evaluates a Field128 product as about forty whole-array passes (limb
 products, carries, folds), each writing a temporary; a compiled loop keeps
 one element in registers from its inputs to its result, several times
-faster. The kernels are in ``veil.vdaf.batch._kernels``, compiled by numba; that
-module is imported on first use, so importing veil stays fast and only
+faster. The kernels are in three modules by concept, compiled by numba:
+``veil.vdaf.batch._field128_kernels`` (Field128's arithmetic and the FLP's
+loops over it), ``_field64_kernels`` and ``_xof_kernels`` (TurboSHAKE128).
+They are imported on first use, so importing veil stays fast and only
 processes that run the batched path pay for numba. numba keeps the machine
 code in its on-disk cache (``cache=True``), so each machine compiles once.
 
@@ -96,28 +98,30 @@ def kernels() -> Kernels:
     if _kernels is None:
         with _lock:
             if _kernels is None:
-                k = load_compiled("veil.vdaf.batch._kernels")
+                f128 = load_compiled("veil.vdaf.batch._field128_kernels")
+                f64 = load_compiled("veil.vdaf.batch._field64_kernels")
+                xof = load_compiled("veil.vdaf.batch._xof_kernels")
                 _kernels = Kernels(
-                    k.mul128,
-                    k.add128,
-                    k.sub128,
-                    k.dot128,
-                    k.matvec128,
-                    k.extend128,
-                    k.prove_mul_sum128,
-                    k.canonical128,
-                    k.chunk_wire_evals128,
-                    k.inverse_differences128,
-                    k.mul64,
-                    k.add64,
-                    k.sub64,
-                    k.dot64,
-                    k.turboshake128_rows,
-                    k.inv64_each,
-                    k.inv128_each,
-                    k.bit_check_wires128,
-                    k.decode128,
-                    k.encode128,
+                    f128.mul128,
+                    f128.add128,
+                    f128.sub128,
+                    f128.dot128,
+                    f128.matvec128,
+                    f128.extend128,
+                    f128.prove_mul_sum128,
+                    f128.canonical128,
+                    f128.chunk_wire_evals128,
+                    f128.inverse_differences128,
+                    f64.mul64,
+                    f64.add64,
+                    f64.sub64,
+                    f64.dot64,
+                    xof.turboshake128_rows,
+                    f64.inv64_each,
+                    f128.inv128_each,
+                    f128.bit_check_wires128,
+                    f128.decode128,
+                    f128.encode128,
                 )
     return _kernels
 

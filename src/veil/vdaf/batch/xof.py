@@ -4,7 +4,7 @@ Prio3 calls its XOF several times per report on short inputs, so the
 per-call overhead of the Python hash object (about 5 us: object creation,
 three ``update`` calls, ``read``) dominates small circuits. Here the input
 of every call is laid out in one NumPy byte array and hashed row by row in
-one compiled loop (``veil.vdaf.batch._kernels.turboshake128_rows``, about 0.4 us a
+one compiled loop (``veil.vdaf.batch._xof_kernels.turboshake128_rows``, about 0.4 us a
 short row, where even pycryptodome's one-shot C entry point costs twice that
 through cffi, a call per row, and made up two thirds of a batched Count
 shard). Long rows (SumVec's shares, hundreds of bytes in or out) go to the
@@ -56,7 +56,7 @@ def _load_oneshot() -> tuple[Any, Any] | None:
 
 
 _ONESHOT = _load_oneshot()
-# The compiled sponge (veil.vdaf.batch._kernels) reads and writes lanes as the
+# The compiled sponge (veil.vdaf.batch._xof_kernels) reads and writes lanes as the
 # machine's words: little-endian machines only.
 _COMPILED = sys.byteorder == "little"
 

@@ -1,13 +1,20 @@
-"""numba kernels behind ``veil.vdaf.batch.kernels``: import that module, not this
-one (importing this compiles, or loads from numba's cache, every kernel,
-and must not run in two processes at once on a cold cache).
+"""numba kernels of Field128 behind ``veil.vdaf.batch.kernels``: its
+arithmetic, codec and inverses, and the FLP's loops over it (the prover's
+wire polynomials, the range check's gadget inputs and wire values, the
+query's inverse differences), which share its inlined products. Import that
+module, not this one (importing this compiles, or loads from numba's cache,
+every kernel, and must not run in two processes at once on a cold cache).
 
 Field128 ``p = 2^128 - 28 * 2^64 + 1``: ``2^128 = M = 27 * 2^64 + 2^64 - 1``
 (mod p), whose 32-bit limbs are ``(2^32 - 1, 2^32 - 1, 27)``. Products are
 schoolbook on 32-bit limbs in uint64, where every step ``x * y + r + c``
 with 32-bit operands stays below ``2^64``; the high half is folded back
-with M until it vanishes. Field64 (Goldilocks) uses ``2^64 = 2^32 - 1`` and
-``2^96 = -1``.
+with M until it vanishes.
+
+Each kernel module imports nothing but numba and NumPy: numba's cache
+notices a change to the file that defines a kernel, not to a file it
+imports from, so an inlined helper stays in the module of its callers
+(tests/vdaf/test_kernels.py checks it).
 """
 
 import numba as nb
@@ -19,8 +26,6 @@ _S32 = _U64(32)
 _M0 = _U64(0xFFFFFFFF)
 _M1 = _U64(0xFFFFFFFF)
 _M2 = _U64(27)
-_P64 = _U64(0xFFFFFFFF00000001)
-_EPS64 = _U64(0xFFFFFFFF)  # 2^64 mod the Field64 prime
 
 # Helpers inlined into the kernels (compiled only as part of them).
 _inline = nb.njit(inline="always")
@@ -196,68 +201,6 @@ def dot128(a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, c4, c5, c6, c7):
     c5[0] = np.int64(s5)
     c6[0] = np.int64(s6)
     c7[0] = np.int64(s7)
-
-
-@_inline
-def _mul64(a, b):
-    a0 = a & _MASK
-    a1 = a >> _S32
-    b0 = b & _MASK
-    b1 = b >> _S32
-    ll = a0 * b0
-    lh = a0 * b1
-    hl = a1 * b0
-    mid = (ll >> _S32) + (lh & _MASK) + (hl & _MASK)
-    lo = (ll & _MASK) | (mid << _S32)
-    hi = a1 * b1 + (lh >> _S32) + (hl >> _S32) + (mid >> _S32)
-    # lo + 2^64 hi = lo - hi_hi + eps * hi_lo
-    hi_hi = hi >> _S32
-    t = lo - hi_hi
-    if lo < hi_hi:
-        t -= _EPS64
-    u = (hi & _MASK) * _EPS64
-    r = t + u
-    if r < u:
-        r += _EPS64
-    if r >= _P64:
-        r -= _P64
-    return r
-
-
-@_inline
-def _add64(a, b):
-    s = a + b
-    if s < a:  # wrapped past 2^64 = eps
-        s += _EPS64
-    if s >= _P64:
-        s -= _P64
-    return s
-
-
-@nb.vectorize(["uint64(uint64, uint64)"], cache=True)
-def mul64(a, b):
-    return _mul64(a, b)
-
-
-@nb.vectorize(["uint64(uint64, uint64)"], cache=True)
-def add64(a, b):
-    return _add64(a, b)
-
-
-@nb.vectorize(["uint64(uint64, uint64)"], cache=True)
-def sub64(a, b):
-    d = a - b
-    if a < b:
-        d += _P64
-    return d
-
-
-@nb.guvectorize(["void(uint64[:], uint64[:], uint64[:])"], "(n),(n)->()", cache=True)
-def dot64(a, b, out):
-    acc = _U64(0)
-    for i in range(a.shape[0]):
-        acc = _add64(acc, _mul64(a[i], b[i]))
-    out[0] = acc
 
 
 @_inline
@@ -598,131 +541,6 @@ def chunk_wire_evals128(x, r, w, left, right):
 
 # Byte arrays often come straight from ``bytes`` (read-only buffers).
 _RO_U32 = nb.types.Array(nb.types.uint32, 2, "C", readonly=True)
-_RO_U8 = nb.types.Array(nb.types.uint8, 2, "C", readonly=True)
-
-# Keccak-p[1600, 12] (FIPS 202's permutation with the last 12 of its 24
-# rounds) and the TurboSHAKE128 sponge over it: rate 168 bytes, capacity 32.
-# Lanes are read and written little-endian, as the standard orders them.
-_KECCAK_RC = np.array(
-    [
-        0x0000000000000001, 0x0000000000008082, 0x800000000000808A, 0x8000000080008000,
-        0x000000000000808B, 0x0000000080000001, 0x8000000080008081, 0x8000000000008009,
-        0x000000000000008A, 0x0000000000000088, 0x0000000080008009, 0x000000008000000A,
-        0x000000008000808B, 0x800000000000008B, 0x8000000000008089, 0x8000000000008003,
-        0x8000000000008002, 0x8000000000000080, 0x000000000000800A, 0x800000008000000A,
-        0x8000000080008081, 0x8000000000008080, 0x0000000080000001, 0x8000000080008008,
-    ],
-    dtype=np.uint64,
-)  # fmt: skip
-# The rho-pi walk: lane visited at step i and the rotation it gets there.
-_KECCAK_PI = np.array(
-    [10, 7, 11, 17, 18, 3, 5, 16, 8, 21, 24, 4, 15, 23, 19, 13, 12, 2, 20, 14, 22, 9, 6, 1],
-    dtype=np.int64,
-)
-_KECCAK_ROT = np.array(
-    [1, 3, 6, 10, 15, 21, 28, 36, 45, 55, 2, 14, 27, 41, 56, 8, 25, 43, 62, 18, 39, 61, 20, 44],
-    dtype=np.uint64,
-)
-_RATE = 168  # bytes
-_RATE_LANES = 21
-
-
-@_inline
-def _keccak_p12(s, c):
-    """Keccak-p[1600, 12] on the 25 lanes ``s`` in place (``c``: 5 scratch lanes)."""
-    sixty_four = _U64(64)
-    for rnd in range(12, 24):
-        for x in range(5):
-            c[x] = s[x] ^ s[x + 5] ^ s[x + 10] ^ s[x + 15] ^ s[x + 20]
-        for x in range(5):
-            left = c[(x + 1) % 5]
-            d = c[(x + 4) % 5] ^ ((left << _U64(1)) | (left >> _U64(63)))
-            for y in range(0, 25, 5):
-                s[y + x] ^= d
-        t = s[1]
-        for i in range(24):
-            j = _KECCAK_PI[i]
-            nxt = s[j]
-            r = _KECCAK_ROT[i]
-            s[j] = (t << r) | (t >> (sixty_four - r))
-            t = nxt
-        for y in range(0, 25, 5):
-            for x in range(5):
-                c[x] = s[y + x]
-            for x in range(5):
-                s[y + x] = c[x] ^ (~c[(x + 1) % 5] & c[(x + 2) % 5])
-        s[0] ^= _KECCAK_RC[rnd]
-
-
-@nb.njit(
-    [
-        "void(uint8[:, ::1], uint8, uint8[:, ::1])",
-        nb.void(_RO_U8, nb.uint8, nb.uint8[:, ::1]),
-    ],
-    cache=True,
-)
-def turboshake128_rows(messages, domain, out):
-    """TurboSHAKE128 with domain byte ``domain`` of each row of ``messages``
-    into the same row of ``out`` (as many bytes as ``out`` has columns)."""
-    rows, msg_len = messages.shape
-    out_len = out.shape[1]
-    state = np.zeros(25, np.uint64)
-    scratch = np.zeros(5, np.uint64)
-    block = np.zeros(_RATE, np.uint8)
-    lanes = block.view(np.uint64)
-    state_bytes = state.view(np.uint8)
-    for row in range(rows):
-        state[:] = 0
-        pos = 0
-        while msg_len - pos >= _RATE:
-            block[:] = messages[row, pos : pos + _RATE]
-            for i in range(_RATE_LANES):
-                state[i] ^= lanes[i]
-            _keccak_p12(state, scratch)
-            pos += _RATE
-        rest = msg_len - pos
-        block[:] = 0
-        block[:rest] = messages[row, pos:msg_len]
-        block[rest] ^= domain
-        block[_RATE - 1] ^= np.uint8(0x80)
-        for i in range(_RATE_LANES):
-            state[i] ^= lanes[i]
-        _keccak_p12(state, scratch)
-        done = 0
-        while True:
-            take = min(_RATE, out_len - done)
-            out[row, done : done + take] = state_bytes[:take]
-            done += take
-            if done >= out_len:
-                break
-            _keccak_p12(state, scratch)
-
-
-@nb.njit("void(uint64[::1], uint64[::1])", cache=True)
-def inv64_each(a, out):
-    """Field64 inverse of each element of ``a`` into ``out`` (zero to zero):
-    Montgomery's trick, one exponentiation ``x^(p-2)`` for the whole array."""
-    n = a.shape[0]
-    one = _U64(1)
-    acc = one
-    for i in range(n):
-        out[i] = acc  # product of the non-zero elements before i
-        if a[i] != 0:
-            acc = _mul64(acc, a[i])
-    # acc^(p - 2), square and multiply from the top bit down.
-    e = _P64 - _U64(2)
-    inv = one
-    for bit in range(63, -1, -1):
-        inv = _mul64(inv, inv)
-        if (e >> _U64(bit)) & one:
-            inv = _mul64(inv, acc)
-    for i in range(n - 1, -1, -1):
-        x = a[i]
-        if x == 0:
-            out[i] = 0
-        else:
-            out[i] = _mul64(inv, out[i])
-            inv = _mul64(inv, x)
 
 
 @_inline
