@@ -20,7 +20,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from veil.vdaf import Poplar1, Poplar1AggParam, Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
-from veil.vdaf.engine import Engine, OutShares, Poplar1Engine, Prio3Engine, SpecEngine, engine_for
+from veil.vdaf.engine import (
+    Engine,
+    OutShares,
+    Poplar1Engine,
+    Prio3Engine,
+    Round,
+    SpecEngine,
+    engine_for,
+    helper_steps,
+    leader_steps,
+)
 
 CTX = b"veil engine test"
 
@@ -207,3 +217,53 @@ def test_a_prio3_batch_aggregated_once_and_poplar1_parameters_decoded() -> None:
     poplar = engine_for(Poplar1(BITS))
     with pytest.raises(Exception):  # noqa: B017 (the codec's own error type)
         poplar.decode_agg_param(b"\x00")
+
+
+def _ping_pong(
+    engine: Engine,
+    verify_key: bytes,
+    agg_param: Any,
+    nonces: list[bytes],
+    public: list[bytes],
+    inputs: list[list[bytes]],
+) -> tuple[list[int], list[int]]:
+    """The rounds as the two aggregators run them over veil's wire: the rows
+    each accepted and the merged aggregate of the rows both accepted."""
+    lead = engine.verify_init(verify_key, CTX, 0, agg_param, nonces, public, inputs[0])
+    help_ = engine.verify_init(verify_key, CTX, 1, agg_param, nonces, public, inputs[1])
+    first = [lead.verifier_shares]
+    step, messages = helper_steps(engine, CTX, agg_param, help_, first)
+    helper_next = step.verifier_shares if isinstance(step, Round) else None
+    out_leader, sent = leader_steps(engine, CTX, agg_param, lead, messages.messages, helper_next)
+    if isinstance(step, Round):
+        step, _ = helper_steps(engine, CTX, agg_param, help_, first + sent)
+    assert isinstance(step, OutShares)
+    assert out_leader.accepted == step.accepted
+    rows = out_leader.accepted
+    shares = [engine.aggregate(agg_param, o, rows) for o in (out_leader, step)]
+    return rows, engine.merge(agg_param, shares)
+
+
+@pytest.mark.parametrize("kind", [*sorted(PRIO3), "poplar1"])
+def test_the_rounds_between_two_aggregators_give_the_spec_result(kind: str) -> None:
+    vdaf: Any = Poplar1(BITS) if kind == "poplar1" else PRIO3[kind]()
+    spec, batched = SpecEngine(vdaf), engine_for(vdaf)
+    if kind == "poplar1":
+        measurements: list[Any] = [_bits(v, BITS) for v in (3, 3, 200, 7, 9)]
+        agg_param: Any = Poplar1AggParam(2, (_bits(0, 3), _bits(6, 3), _bits(7, 3)))
+    else:
+        measurements = {
+            "count": [1, 0, 1, 1, 0],
+            "sum": [7, 13, 0, 2, 5],
+            "histogram": [3, 0, 4, 3, 1],
+            "sumvec": [[1, 2, 3], [7, 0, 0], [0, 0, 0], [2, 2, 2], [5, 6, 7]],
+        }[kind]
+        agg_param = None
+    nonces, sharded = _shard(spec, measurements)
+    public, inputs = list(sharded.public_shares), [list(s) for s in sharded.input_shares]
+    inputs[0][1] = b"\x00" * len(inputs[0][1])  # undecodable or failing, at the leader
+    verify_key = secrets.token_bytes(vdaf.VERIFY_KEY_SIZE)
+    got = _ping_pong(batched, verify_key, agg_param, nonces, public, inputs)
+    assert got == _ping_pong(spec, verify_key, agg_param, nonces, public, inputs)
+    assert 1 not in got[0] and got[0] == [0, 2, 3, 4]
+    assert got[1] == _trace(spec, verify_key, agg_param, nonces, public, inputs)[-1]

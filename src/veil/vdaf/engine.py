@@ -54,6 +54,8 @@ __all__ = [
     "Round",
     "SpecEngine",
     "engine_for",
+    "helper_steps",
+    "leader_steps",
 ]
 
 # What the round functions exchange: each report's encoded message (None
@@ -141,9 +143,12 @@ class Engine(Protocol):
     ) -> Messages: ...
 
     def verify_next(
-        self, ctx: bytes, agg_param: Any, state: Round, messages: Sequence[bytes | None]
+        self, ctx: bytes, agg_param: Any, state: Round, messages: Messages | Sequence[bytes | None]
     ) -> Round | OutShares:
-        """A Round while rounds remain, the OutShares after the last."""
+        """A Round while rounds remain, the OutShares after the last. Each
+        report's error is the first of the state's, the message's (given
+        the Messages themselves, in the process that computed them) and
+        this step's own."""
         ...
 
     def aggregate(self, agg_param: Any, out: OutShares, rows: Sequence[int]) -> list[int]:
@@ -218,10 +223,15 @@ class Prio3Engine:
         return self.batch.verifier_shares_to_message_batch(ctx, verifier_shares)
 
     def verify_next(
-        self, ctx: bytes, agg_param: None, state: Round, messages: Sequence[bytes | None]
+        self, ctx: bytes, agg_param: None, state: Round, messages: Messages | Sequence[bytes | None]
     ) -> OutShares:
-        out = self.batch.verify_next_batch(ctx, state.state, messages)
-        return OutShares(out.errors, out)
+        if isinstance(messages, MessageBatch):
+            out = self.batch.verify_next_batch(ctx, state.state, messages.messages)
+            errors = _first_errors(state.errors, messages.errors, out.errors)
+        else:
+            out = self.batch.verify_next_batch(ctx, state.state, messages)
+            errors = out.errors
+        return OutShares(errors, out)
 
     def aggregate(self, agg_param: None, out: OutShares, rows: Sequence[int]) -> list[int]:
         shares: OutShareBatch = out.shares
@@ -293,8 +303,9 @@ class Poplar1Engine:
         return self.batch.verifier_shares_to_message_batch(ctx, agg_param, verifier_shares)
 
     def verify_next(
-        self, ctx: bytes, agg_param: Any, state: Round, messages: Sequence[bytes | None]
+        self, ctx: bytes, agg_param: Any, state: Round, messages: Messages | Sequence[bytes | None]
     ) -> Round | OutShares:
+        # (The batched Poplar1 takes the Messages themselves, errors and all.)
         step = self.batch.verify_next_batch(ctx, state.state, messages)
         if isinstance(step, VerifyRoundBatch):
             return Round(step.state, step.verifier_shares, step.errors)
@@ -439,7 +450,7 @@ class SpecEngine:
         return vdaf.decode_verifier_share(state, encoded)
 
     def verify_next(
-        self, ctx: bytes, agg_param: Any, state: Round, messages: Sequence[bytes | None]
+        self, ctx: bytes, agg_param: Any, state: Round, messages: Messages | Sequence[bytes | None]
     ) -> Round | OutShares:
         vdaf = self.vdaf
         done, states = state.state
@@ -447,6 +458,9 @@ class SpecEngine:
         kept: list[Any] = []
         shares: list[bytes | None] = []
         errors: Errors = list(state.errors)
+        if isinstance(messages, MessageBatch):
+            errors = _first_errors(errors, messages.errors)
+            messages = messages.messages
         for i, (s, m) in enumerate(zip(states, messages, strict=True)):
             step: Any = None
             if errors[i] is None:
@@ -497,6 +511,72 @@ class SpecEngine:
         if isinstance(self.vdaf, Prio3):
             return int(self.vdaf.field.MODULUS)
         return int(self.vdaf.idpf.current_field(agg_param.level).MODULUS)
+
+
+# -- the rounds between two aggregators (draft section 5.7's ping-pong) ------
+#
+# The leader sends its first verifier shares; the helper combines them with
+# its own into the round's messages and takes its next step, answering with
+# the messages and, while rounds remain, its next verifier shares; the
+# leader takes its next step from the messages and, while rounds remain,
+# combines its next shares with the helper's into the next messages. veil's
+# wire has the leader finish a two-round VDAF by sending its second shares,
+# from which the helper computes the same last messages itself.
+
+
+def helper_steps(
+    engine: Engine,
+    ctx: bytes,
+    agg_param: Any,
+    init: Round,
+    leader_shares: Sequence[Sequence[bytes | None]],
+) -> tuple[Round | OutShares, Messages]:
+    """The helper's rounds 1 to len(leader_shares) from its first step
+    `init`, given the leader's verifier shares of each of those rounds: the
+    last step (a Round with the helper's next shares, or the output shares
+    after the VDAF's last round) and the last round's messages."""
+    if not 0 < len(leader_shares) <= engine.ROUNDS:
+        raise ValueError(f"between 1 and {engine.ROUNDS} rounds of the leader's shares")
+    step: Round | OutShares = init
+    messages = MessageBatch([], [])
+    for shares in leader_shares:
+        if not isinstance(step, Round):
+            raise ValueError("more rounds of the leader's shares than the VDAF has")
+        messages = engine.verifier_shares_to_message(ctx, agg_param, [shares, step.verifier_shares])
+        step = engine.verify_next(ctx, agg_param, step, messages)
+    return step, messages
+
+
+def leader_steps(
+    engine: Engine,
+    ctx: bytes,
+    agg_param: Any,
+    init: Round,
+    messages: Sequence[bytes | None],
+    helper_shares: Sequence[bytes | None] | None = None,
+) -> tuple[OutShares, list[list[bytes | None]]]:
+    """The leader's steps once the helper answered the first round with its
+    `messages` (None: the helper rejected the report) and, for a VDAF of two
+    rounds, its second verifier shares: the leader's output shares, and its
+    verifier shares of the rounds after the first (what the helper finishes
+    with)."""
+    step = engine.verify_next(ctx, agg_param, init, messages)
+    sent: list[list[bytes | None]] = []
+    while isinstance(step, Round):
+        if helper_shares is None:
+            raise ValueError("the helper's next verifier shares are needed for this VDAF")
+        sent.append(list(step.verifier_shares))
+        last = engine.verifier_shares_to_message(
+            ctx, agg_param, [step.verifier_shares, helper_shares]
+        )
+        step = engine.verify_next(ctx, agg_param, step, last)
+        helper_shares = None
+    return step, sent
+
+
+def _first_errors(*columns: Errors) -> Errors:
+    """Each report's first error among the columns (state, message, step)."""
+    return [next((e for e in row if e is not None), None) for row in zip(*columns, strict=True)]
 
 
 def engine_for(vdaf: Prio3[Any, Any] | Poplar1) -> Engine:
