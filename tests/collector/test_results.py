@@ -137,3 +137,52 @@ def test_results_and_state_are_not_written_through_planted_links(tmp_path: Path)
     for name in ("results.json", "report.html", "state.json"):
         assert not (out / name).is_symlink()
     assert json.loads((out / "state.json").read_text())["survey"] == survey.id
+
+
+def test_a_text_question_that_could_find_nothing_says_so_everywhere(tmp_path: Path) -> None:
+    # 35 respondents, the text question one of four at ε = 1: its detection floor
+    # (public parameters and n only) is in the thousands.
+    from veil.collector.survey import text_guarantee
+    from veil.render.html import report_html
+    from veil.survey.results import results_json, text_result
+
+    survey = parse_survey(
+        """\
+[survey]
+name = "mixed"
+epsilon = 1
+min_batch_size = 10
+expected_respondents = 35
+opens = 2026-05-01T00:00:00Z
+closes = 2026-05-08T00:00:00Z
+
+[[question]]
+id = "remote"
+kind = "yes_no"
+
+[[question]]
+id = "editor"
+kind = "text"
+""",
+        "mixed.toml",
+    )
+    q = survey.question("editor")
+    threshold = q.release_threshold(survey.expected_respondents)
+    nothing = text_result(q, [], 35, threshold, text_guarantee(survey, q))
+    assert nothing.finds_nothing and nothing.indicative
+    floor = nothing.detection_floor
+    assert floor is not None and floor > 35
+    needs = f"this question needs about {floor:,} respondents at this ε"
+    (doc,) = json.loads(results_json([nothing]))
+    assert doc["indicative_only"] is True and doc["detection_floor"] == floor
+    assert doc["note"].startswith(BANNER) and needs in doc["note"]
+    (line,) = list(csv.DictReader(io.StringIO(results_csv([nothing]))))
+    assert (line["question"], line["n"], line["label"]) == ("editor", "35", "")
+    assert needs in line["note"]
+    page = report_html(survey, [nothing])
+    assert 'class="banner"' in page and needs in page
+    summary = summary_lines([nothing])
+    assert summary[0] == "  editor: n = 35; no answer found" and needs in summary[1]
+    # Enough respondents for an answer everyone gives: no such note.
+    enough = text_result(q, [], floor, threshold, text_guarantee(survey, q))
+    assert not enough.finds_nothing and needs not in results_json([enough])

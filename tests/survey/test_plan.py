@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -220,3 +221,64 @@ def test_expected_error_is_exact_relative_and_falls_with_epsilon() -> None:
     remote = by[("remote", 2.0)]
     assert remote.unit == "share of respondents" and remote.median < 0.05
     assert by[("commute", 2.0)].unit == "share of the range 0..180"
+
+
+MIXED = """\
+[survey]
+name = "mixed"
+epsilon = 1
+min_batch_size = 10
+expected_respondents = 35
+opens = 2026-05-01T00:00:00Z
+closes = 2026-05-08T00:00:00Z
+
+[[question]]
+id = "remote"
+kind = "yes_no"
+
+[[question]]
+id = "team"
+kind = "choice"
+options = ["eng", "design", "sales"]
+
+[[question]]
+id = "hours"
+kind = "integer"
+max = 60
+
+[[question]]
+id = "editor"
+kind = "text"
+"""
+
+
+def test_a_text_question_that_finds_nothing_is_named_in_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Four questions at ε = 1: the text question's 16 levels of ε/64 each need
+    # thousands of respondents giving one answer, far above the 35 expected.
+    survey = parse_survey(MIXED, "mixed.toml")
+    editor = {p.question: p for p in plan_survey(survey, 35)}["editor"]
+    assert editor.impossible and editor.detection_floor is not None
+    assert editor.possible_from == editor.detection_floor > 35
+    # At possible_from an answer every respondent gives is found, one fewer not.
+    bigger = {p.question: p for p in plan_survey(survey, editor.possible_from)}["editor"]
+    assert not bigger.impossible
+    assert {p.question: p for p in plan_survey(survey, bigger.respondents - 1)}["editor"].impossible
+    path = tmp_path / "mixed.toml"
+    path.write_text(MIXED)
+    assert main(["survey", "plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    needs = f"this question needs about {editor.possible_from:,} respondents at this ε"
+    assert "no answer can be found, not even one that every respondent gives" in out
+    assert needs in out
+    # Never a share of the respondents above 100%.
+    assert not [s for s in re.findall(r"([\d.,]+)%", out) if float(s.replace(",", "")) > 100]
+    assert main(["survey", "plan", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (text,) = [q for q in doc["questions"] if q["kind"] == "text"]
+    assert text["finds_nothing"] is True and text["possible_from"] == editor.possible_from
+    args = ["survey", "deploy", "--survey", str(path), "--leader", "127.0.0.1:1"]
+    args += ["--helper", "127.0.0.1:2", "--no-tls", "--out", str(tmp_path / "dep")]
+    assert main(args) == 0
+    assert "warning: editor: at 35 respondents no answer can be found" in capsys.readouterr().err

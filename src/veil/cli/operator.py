@@ -192,7 +192,7 @@ def cmd_survey_plan(args: argparse.Namespace) -> int:
 def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
     """`veil survey deploy`'s plan at the expected size: the table, and a
     warning naming the questions that miss their target. False: refuse (--strict)."""
-    from veil.render.text import format_plan
+    from veil.render.text import format_plan, needs_words
     from veil.survey.plan import plan_survey
 
     if survey.expected_respondents is None:
@@ -203,6 +203,12 @@ def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
         return not strict
     plans = plan_survey(survey, survey.expected_respondents)
     print(format_plan(survey, plans))
+    for p in plans:
+        if p.impossible:
+            print(
+                f"veil survey deploy: warning: {p.question}: {needs_words(survey, p)}",
+                file=sys.stderr,
+            )
     short = [p.question for p in plans if not p.reaches_target]
     if short:
         what = "refused (--strict)" if strict else "warning"

@@ -17,7 +17,7 @@ from fractions import Fraction
 from html import escape
 
 from veil.survey.model import Survey
-from veil.survey.results import BANNER, QuestionResult
+from veil.survey.results import QuestionResult
 from veil.survey.statement import privacy_statement
 from veil.times import format_time
 
@@ -188,7 +188,7 @@ def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
             for row in r.rows
         )
         banner = (
-            f'<p class="banner" role="note">{escape(BANNER.capitalize())}.</p>'
+            f'<p class="banner" role="note">{escape(r.note[0].upper() + r.note[1:])}.</p>'
             if r.indicative
             else ""
         )

@@ -152,9 +152,11 @@ def summary_lines(results: Sequence[QuestionResult]) -> list[str]:
             for row in shown[:6]
         )
         more = ", ..." if len(shown) > 6 else ""
+        if not shown:
+            text = "no answer found" if r.question.kind == "text" else "no row"
         lines.append(f"  {r.question.id}: n = {r.n}; {text}{more}")
         if r.indicative:
-            lines.append(f"    ({BANNER})")
+            lines.append(f"    ({r.note})")
     if results:
         lines.append(
             f"  estimates kept within the possible range, {results[0].confidence:.0%} intervals"
@@ -201,6 +203,51 @@ def _amount(x: float) -> str:
     if x >= 100:
         return f"±{x:,.0f}"
     return f"±{x:.2g}" if x < 1 else f"±{x:.3g}"
+
+
+def _budget_symbol(survey: Survey, question: str) -> str:
+    """The unit a question's budget is in: ρ for a gaussian question, else ε."""
+    q = next(q for q in survey.questions if q.id == question)
+    return "ρ" if q.mechanism == "gaussian" else "ε"
+
+
+def needs_words(survey: Survey, p: QuestionPlan) -> str:
+    """A text question that finds nothing at its size, in words."""
+    symbol = _budget_symbol(survey, p.question)
+    about = (
+        "more than 10^12 respondents"
+        if p.possible_from is None
+        else f"about {p.possible_from:,} respondents"
+    )
+    return (
+        f"at {p.respondents:,} respondents no answer can be found, not even one that every"
+        f" respondent gives: this question needs {about} at this {symbol}"
+    )
+
+
+def text_plan_line(survey: Survey, p: QuestionPlan) -> str:
+    """What a text question can find at the plan's size, in words."""
+    assert p.detection_floor is not None and p.release_probability is not None
+    assert p.detection_share is not None and p.threshold is not None
+    released = (
+        f"an answer is released when its noisy count reaches {p.threshold:,}, and one given by"
+        f" a single respondent is released with probability at most {p.release_probability:.2g}"
+    )
+    if p.impossible:
+        floor = (
+            ""
+            if p.detection_floor == p.possible_from
+            else f" (at {p.respondents:,}, an answer needs {p.detection_floor:,} giving it)"
+        )
+        return (
+            f"{p.question} (text): {needs_words(survey, p)}{floor}; {released}; give it more"
+            " of the budget (or mechanism gaussian), or expect more respondents"
+        )
+    return (
+        f"{p.question} (text): an answer is found with 95% probability when at least"
+        f" {p.detection_floor:,} respondents ({p.detection_share:.2%}) give it (the"
+        f" detection floor; target {p.target_error:.2%}); {released}"
+    )
 
 
 def format_plan(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
@@ -260,14 +307,7 @@ def format_plan(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
     for p in plans:
         if p.detection_floor is None:
             continue
-        assert p.detection_share is not None and p.release_probability is not None
-        lines.append(
-            f"{p.question} (text): an answer is found with 95% probability when at least"
-            f" {p.detection_floor:,} respondents ({p.detection_share:.2%}) give it (the"
-            f" detection floor; target {p.target_error:.2%}); an answer is released when its"
-            f" noisy count reaches {p.threshold:,}, and one given by a single respondent is"
-            f" released with probability at most {p.release_probability:.2g}"
-        )
+        lines.append(text_plan_line(survey, p))
     noisy = [p.question for p in plans if p.indicative]
     if noisy:
         lines.append(

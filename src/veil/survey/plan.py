@@ -21,7 +21,10 @@ respondent is released, and the detection floor at n (the least number of
 respondents, and their share, who must give an answer for it to be found with
 95% probability; `veil.dp.heavy_hitters`). Its target is that floor's share:
 `min_share` if the question has one, else `target_error`; "respondents needed" is
-the smallest n at which the floor falls to it.
+the smallest n at which the floor falls to it. Where the floor at n is above n,
+the question can release nothing at n, not even an answer every respondent
+gives: `possible_from` is the least n at which such an answer is found, and the
+plan says so in words.
 
 `expected_errors` gives the same figures over a range of total budgets
 (`veil simulate --sweep-epsilon`), and `local_costs` what a question's local
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
@@ -95,10 +98,19 @@ class QuestionPlan:
     release_probability: float | None = None
     detection_floor: int | None = None
     detection_share: float | None = None
+    # The least respondents at which an answer every one of them gives is found
+    # (None: not within 10^12); above `respondents`, nothing can be released.
+    possible_from: int | None = None
 
     @property
     def reaches_target(self) -> bool:
         return self.needed is not None and self.needed <= self.respondents
+
+    @property
+    def impossible(self) -> bool:
+        """A text question that can release nothing at `respondents`: even an answer
+        every respondent gives is below its detection floor."""
+        return self.detection_floor is not None and self.detection_floor > self.respondents
 
 
 def _unit(q: Question) -> tuple[str, Fraction]:
@@ -266,19 +278,10 @@ def _text_plan(survey: Survey, q: Question, n: int, target_error: Fraction | Non
     def reaches(m: int) -> bool:
         return floor_at(m)[0] <= target * m
 
-    needed: int | None = survey.min_batch_size
-    if not reaches(survey.min_batch_size):
-        hi = survey.min_batch_size
-        while not reaches(hi) and hi <= MAX_SEARCH:
-            hi *= 2
-        if hi > MAX_SEARCH:
-            needed = None
-        else:
-            lo = hi // 2
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
-            needed = hi
+    def found_at_all(m: int) -> bool:
+        return floor_at(m)[0] <= m
+
+    needed = _least(reaches, survey.min_batch_size)
     return QuestionPlan(
         question=q.id,
         text=q.text,
@@ -297,7 +300,24 @@ def _text_plan(survey: Survey, q: Question, n: int, target_error: Fraction | Non
         release_probability=release,
         detection_floor=count,
         detection_share=round(count / n, 6),
+        possible_from=_least(found_at_all, 1),
     )
+
+
+def _least(holds: Callable[[int], bool], floor: int) -> int | None:
+    """The least n >= floor for which `holds` (true from some n on), None past 10^12."""
+    if holds(floor):
+        return floor
+    hi = floor
+    while not holds(hi):
+        if hi > MAX_SEARCH:
+            return None
+        hi *= 2
+    lo = max(hi // 2, floor)  # does not hold
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    return hi
 
 
 def plan_json(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
@@ -309,14 +329,27 @@ def plan_json(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
             "respondents": plans[0].respondents if plans else 0,
             "min_batch_size": survey.min_batch_size,
             "confidence": CONFIDENCE,
-            "questions": [{**_plan_fields(p), "reaches_target": p.reaches_target} for p in plans],
+            "questions": [
+                {
+                    **_plan_fields(p),
+                    "reaches_target": p.reaches_target,
+                    **({"finds_nothing": p.impossible} if p.kind == "text" else {}),
+                }
+                for p in plans
+            ],
         },
         indent=2,
         ensure_ascii=False,
     )
 
 
-TEXT_FIELDS = ("threshold", "release_probability", "detection_floor", "detection_share")
+TEXT_FIELDS = (
+    "threshold",
+    "release_probability",
+    "detection_floor",
+    "detection_share",
+    "possible_from",
+)
 
 
 def _plan_fields(p: QuestionPlan) -> dict[str, object]:

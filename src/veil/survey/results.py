@@ -29,8 +29,12 @@ predicts it.
 A text question's rows are the answers found (`veil.collector.text`), most given
 first: each its last level's noisy count with the interval of that level's noise
 (all rows at once), projected into [0, n]; its result also states the release
-threshold and the probability that an answer given once is released
-(`text_result`).
+threshold, the probability that an answer given once is released and the
+detection floor at n (`text_result`). Where that floor is above n not even an
+answer every respondent gave could be found (`finds_nothing`): the result is
+marked indicative, and its note says so and how many respondents the question
+needs, everywhere (results.json's `note`, a line of results.csv, report.html,
+the terminal).
 
 Every path from a collection to published rows (`veil survey collect`,
 `veil demo`, `veil simulate`) goes through `question_result`, once, and every
@@ -50,11 +54,24 @@ from typing import Any, Protocol
 
 from veil.dp.accounting import Guarantee, decimal_text
 from veil.dp.estimates import Estimate, consistent_box, consistent_histogram
-from veil.dp.heavy_hitters import Threshold, count_estimates
+from veil.dp.heavy_hitters import Threshold, count_estimates, detection_floor
 from veil.survey.model import Question
 from veil.survey.text import answer_from_bytes
 
 BANNER = "too few respondents for this privacy level: treat as indicative only"
+
+
+def finds_nothing_words(q: Question, floor: int, n: int, found: int = 0) -> str:
+    """Why a text question of n reports, whose detection floor is above n, found
+    nothing (or `found` answers only by chance), and what it needs, in words."""
+    symbol = "ρ" if q.mechanism == "gaussian" else "ε"
+    what = "no answer could be found" if not found else "even an answer all gave is likely missed"
+    return (
+        f"{what}: an answer is found (with 95% probability) only when at least {floor:,}"
+        f" respondents give it, and {n:,} answered; this question needs about {floor:,}"
+        f" respondents at this {symbol}"
+    )
+
 
 Number = float | int
 
@@ -170,8 +187,10 @@ class QuestionResult:
     intervals: str = "per-coordinate"
     # add_remove: the unbiased noisy sums the ratios come from, the count last.
     raw_sums: tuple[Row, ...] = ()
-    # A text question: the threshold its answers passed, and what it implies.
+    # A text question: the threshold its answers passed, and what it implies; the
+    # least number of respondents an answer needs to be found (95%) at that threshold.
     threshold: Threshold | None = None
+    detection_floor: int | None = None
 
     @property
     def shown(self) -> tuple[Row, ...]:
@@ -199,10 +218,31 @@ class QuestionResult:
         return out
 
     @property
+    def finds_nothing(self) -> bool:
+        """A text question whose detection floor is above its report count: not even
+        an answer every respondent gave could be found (public parameters and n only)."""
+        return self.detection_floor is not None and self.detection_floor > self.n
+
+    @property
     def indicative(self) -> bool:
         """Whether noise dominates some row, or under add_remove some noisy sum
-        against its range at the noisy count (`BANNER`)."""
-        return any(row.noise_dominated for row in (*self.rows, *self.raw_sums))
+        against its range at the noisy count (`BANNER`), or a text question could
+        find nothing (`finds_nothing`)."""
+        return self.finds_nothing or any(
+            row.noise_dominated for row in (*self.rows, *self.raw_sums)
+        )
+
+    @property
+    def note(self) -> str:
+        """What a reader is told beside the rows: the banner, and for a text question
+        that could find nothing, why and how many respondents it needs ("" if none)."""
+        if not self.indicative:
+            return ""
+        if self.finds_nothing:
+            assert self.detection_floor is not None
+            why = finds_nothing_words(self.question, self.detection_floor, self.n, len(self.rows))
+            return f"{BANNER}: {why}"
+        return BANNER
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -217,10 +257,12 @@ class QuestionResult:
             "indicative_only": self.indicative,
         }
         if self.indicative:
-            out["note"] = BANNER
+            out["note"] = self.note
         if self.threshold is not None:
             out["threshold"] = self.threshold.value
             out["release_probability"] = self.threshold.release_probability
+        if self.detection_floor is not None:
+            out["detection_floor"] = self.detection_floor
         out["rows"] = [r.to_json() for r in self.rows]
         if self.raw_sums:
             out["raw_sums"] = [r.to_json() for r in self.raw_sums]
@@ -309,8 +351,17 @@ def text_result(
     noisy = q.heavy_hitters().level_plan.server_noise() is not None
     # As veil.collector.estimate names them: the exact quantile of the rows' largest noise.
     intervals = "simultaneous (exact max-of-k)" if len(rows) > 1 and noisy else "per-coordinate"
+    floor = detection_floor(q.heavy_hitters(), threshold.value, max(n, 1)).count
     return QuestionResult(
-        q, n, guarantee, rows, "respondents", confidence, intervals, threshold=threshold
+        q,
+        n,
+        guarantee,
+        rows,
+        "respondents",
+        confidence,
+        intervals,
+        threshold=threshold,
+        detection_floor=floor,
     )
 
 
@@ -355,12 +406,16 @@ def results_json(results: Sequence[QuestionResult]) -> str:
 
 
 def results_csv(results: Sequence[QuestionResult]) -> str:
-    """RESULTS/results.csv: one line per row, the question's n and note on each."""
+    """RESULTS/results.csv: one line per row, the question's n and note on each; a
+    question without a row (a text question that found nothing) has one line with
+    its note and no label."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["question", "kind", "n", "label", "estimate", "ci_low", "ci_high", "note"])
     for r in results:
-        note = BANNER if r.indicative else ""
+        note = r.note
+        if not r.rows:
+            w.writerow([r.question.id, r.question.kind, r.n, "", "", "", "", note])
         for row in r.rows:
             w.writerow(
                 [
