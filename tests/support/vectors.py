@@ -15,6 +15,7 @@ from veil.vdaf import (
     Field64,
     Prio3Count,
     Prio3Histogram,
+    Prio3L1BoundSum,
     Prio3MultihotCountVec,
     Prio3Sum,
     Prio3SumVec,
@@ -82,6 +83,8 @@ def make_vdaf(name: str, tv: dict[str, Any]) -> Prio3[Any, Any]:
         return Prio3Histogram(shares, tv["length"], tv["chunk_length"])
     if kind == "Prio3MultihotCountVec":
         return Prio3MultihotCountVec(shares, tv["length"], tv["max_weight"], tv["chunk_length"])
+    if kind == "Prio3L1BoundSum":
+        return Prio3L1BoundSum(shares, tv["length"], tv["max_value"], tv["chunk_length"])
     if kind == "Prio3SumVecWithMultiproof":
         # Field and proof count are fixed by the draft's generator, not the JSON.
         return Prio3SumVecWithMultiproof(

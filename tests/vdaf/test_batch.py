@@ -18,6 +18,7 @@ from veil.vdaf import (
     Field64,
     Prio3Count,
     Prio3Histogram,
+    Prio3L1BoundSum,
     Prio3MultihotCountVec,
     Prio3Sum,
     Prio3SumVec,
@@ -154,6 +155,10 @@ _VDAFS: dict[str, tuple[Prio3[Any, Any], Any]] = {
         st.lists(st.integers(0, 2), min_size=3, max_size=3),
     ),
     "count3": (Prio3Count(3), st.integers(0, 1)),
+    "l1boundsum": (
+        Prio3L1BoundSum(2, 5, 6, 4),
+        st.lists(st.integers(0, 6), min_size=5, max_size=5).filter(lambda v: sum(v) <= 6),
+    ),
 }
 
 # How a report is spoiled before verification.
@@ -315,6 +320,8 @@ def _scalar_deltas(
         ("histogram", 6, 7),
         ("histogram", 0, 1.0),
         ("multihot", [True] * 3 + [False] * 3, [True] * 4 + [False] * 2),
+        ("l1boundsum", [0, 1, 2, 3, 0], [0, 1, 2, 3, 1]),
+        ("l1boundsum", [0, 1, 2, 3, 0], [0, 1, 2]),
     ],
 )
 def test_bad_measurement_names_the_report(which: str, good: Any, bad: Any) -> None:

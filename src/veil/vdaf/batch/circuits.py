@@ -317,10 +317,10 @@ def scaled_powers(vf: type[VecField], r: Arr, scale: Arr, count: int) -> Arr:
 
 
 class _Chunked(BatchCircuit):
-    """The range check shared by SumVec, Histogram and MultihotCountVec
-    (``circuits.chunked_bit_check``), vectorised over reports and chunks:
-    call k multiplies ``r_k^(j+1) x_kj`` by ``x_kj - 1/S`` for each j in
-    its chunk."""
+    """The range check shared by SumVec, Histogram, MultihotCountVec and
+    L1BoundSum (``circuits.chunked_bit_check``), vectorised over reports and
+    chunks: call k multiplies ``r_k^(j+1) x_kj`` by ``x_kj - 1/S`` for each
+    j in its chunk."""
 
     chunk_length: int
 
@@ -532,6 +532,64 @@ class MultihotCountVecBatch(_Chunked):
         return meas[..., : self.valid.length]
 
 
+class L1BoundSumBatch(_Chunked):
+    """``circuits.L1BoundSum``: SumVec's bits with the claimed sum's after
+    them, and the check that the entries add up to it."""
+
+    valid: circuits.L1BoundSum
+
+    def __init__(self, valid: circuits.L1BoundSum) -> None:
+        super().__init__(valid)
+        self.chunk_length = valid.chunk_length
+
+    def encode(self, measurements: Sequence[Any]) -> Arr:
+        v = self.valid
+        rows = list(measurements)
+        for i, m in enumerate(rows):
+            if type(m) is not list or len(m) != v.length:  # a list of the length passes
+                circuits._require_sequence(f"measurement {i}: L1BoundSum", m, v.length)
+        vals = _int64_table(rows, v.length, v.max_value)
+        if vals is None:
+            for i, m in enumerate(rows):
+                if not _all_ints_in(m, 0, v.max_value):
+                    for j, x in enumerate(m):
+                        _check_int(f"measurement {i}: L1BoundSum[{j}]", x, 0, v.max_value)
+            kind = np.int64 if v.max_value < 1 << 62 else object
+            vals = np.array(rows, dtype=kind).reshape(len(rows), v.length)
+        # Entries of at most 2^62 each, so int64 sums can overflow: sum as
+        # Python ints where they could.
+        wide = v.max_value >= (1 << 62) // v.length
+        totals = vals.astype(object).sum(axis=1) if wide else vals.sum(axis=1)
+        over = np.flatnonzero(totals > v.max_value)
+        if over.size:
+            i = int(over[0])
+            raise ValueError(
+                f"measurement {i}: L1BoundSum measurement sums to {totals[i]}; "
+                f"at most max_value={v.max_value}"
+            )
+        with_total = np.concatenate([vals, totals.astype(vals.dtype)[:, None]], axis=1)
+        bits = _range_checked_bits(with_total, v.max_value).reshape(len(rows), -1)
+        return _bits_to_field(self.vf, bits)
+
+    def _output(self, meas: Arr, gadget_outputs: Sequence[Arr], num_shares: int) -> Arr:
+        # The entries' sum minus the claimed one, bit column by bit column
+        # (every value has the same bit weights), then weighted.
+        vf = self.vf
+        v = self.valid
+        rows = vf.elem_shape(meas)[0]
+        split = v.length * v.bits
+        entries = vf.reshape(meas[..., :split], (rows, v.length, v.bits))
+        diff = vf.sub(vf.sum(entries, axis=-2), meas[..., split:])
+        weight_check = vf.dot_consts(diff, _range_weights(v.max_value))
+        return vf.stack([self._range_check(gadget_outputs), weight_check], axis=-1)
+
+    def truncate(self, meas: Arr) -> Arr:
+        v = self.valid
+        rows = self.vf.elem_shape(meas)[0]
+        shaped = self.vf.reshape(meas[..., : v.length * v.bits], (rows, v.length, v.bits))
+        return self.vf.dot_consts(shaped, _range_weights(v.max_value))
+
+
 def batch_circuit(valid: circuits.Valid[Any, Any], lifted: bool = False) -> BatchCircuit:
     """The vectorised form of ``valid`` (``lifted=True`` forces the generic one)."""
     if not lifted:
@@ -546,4 +604,6 @@ def batch_circuit(valid: circuits.Valid[Any, Any], lifted: bool = False) -> Batc
             return HistogramBatch(valid)
         if isinstance(valid, circuits.MultihotCountVec) and kind is circuits.MultihotCountVec:
             return MultihotCountVecBatch(valid)
+        if isinstance(valid, circuits.L1BoundSum) and kind is circuits.L1BoundSum:
+            return L1BoundSumBatch(valid)
     return LiftedCircuit(valid)

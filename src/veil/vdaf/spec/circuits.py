@@ -120,9 +120,10 @@ def chunked_bit_check(
     chunk_length: int,
     gadget: GadgetCall,
 ) -> int:
-    """The range check shared by SumVec, Histogram and MultihotCountVec: a
-    random linear combination (powers of ``joint_rand[i]`` within chunk i) of
-    ``x * (x - 1)`` over every entry, with each chunk one ParallelSum call."""
+    """The range check shared by SumVec, Histogram, MultihotCountVec and
+    L1BoundSum: a random linear combination (powers of ``joint_rand[i]``
+    within chunk i) of ``x * (x - 1)`` over every entry, with each chunk one
+    ParallelSum call."""
     p = field.MODULUS
     shares_inv = pow(num_shares, -1, p)
     total = 0
@@ -384,6 +385,79 @@ class MultihotCountVec(ChunkedBitCircuit[Sequence[bool], list[int]]):
 
     def truncate(self, meas: Sequence[int]) -> list[int]:
         return list(meas[: self.length])
+
+    def decode(self, output: Sequence[int], num_measurements: int) -> list[int]:
+        return list(output)
+
+
+class L1BoundSum(ChunkedBitCircuit[Sequence[int], list[int]]):
+    """A vector of ``length`` non-negative integers whose sum (its L1 norm)
+    is at most ``max_value`` (draft-ietf-ppm-l1-bound-sum-02, Section 3).
+
+    Each entry and then the claimed sum are encoded like SumVec's entries,
+    ``bits = max_value.bit_length()`` range-checked bits each; the circuit
+    checks every bit in chunks as SumVec does and that the entries decode
+    to the claimed sum. Only the entries are aggregated.
+    """
+
+    EVAL_OUTPUT_LEN = 2
+
+    def __init__(self, field: type[Field], length: int, max_value: int, chunk_length: int) -> None:
+        _require_int("length", length, 1)
+        _require_int("max_value", max_value, 1)
+        _require_int("chunk_length", chunk_length, 1)
+        self.field = field
+        self.length = length
+        self.max_value = max_value
+        self.chunk_length = chunk_length
+        self.bits = max_value.bit_length()
+        # Entries and sum each decode into [0, max_value]: the weight check,
+        # made modulo p, equates integers only if the entries' greatest sum
+        # stays below p.
+        if length * max_value >= field.MODULUS:
+            raise ValueError("length * max_value is too large for the field")
+        self.GADGETS = [ParallelSum(Mul(), chunk_length)]
+        self.MEAS_LEN = (length + 1) * self.bits
+        self.GADGET_CALLS = [-(-self.MEAS_LEN // chunk_length)]
+        self.OUTPUT_LEN = length
+        self.JOINT_RAND_LEN = self.GADGET_CALLS[0]
+
+    def encode(self, measurement: Sequence[int]) -> list[int]:
+        _require_sequence("L1BoundSum measurement", measurement, self.length)
+        encoded: list[int] = []
+        for i, value in enumerate(measurement):
+            _require_int(f"L1BoundSum measurement[{i}]", value, 0, self.max_value)
+            encoded += encode_range_checked_int(self.field, value, self.max_value)
+        total = sum(measurement)
+        if total > self.max_value:
+            raise ValueError(
+                f"L1BoundSum measurement sums to {total}; at most max_value={self.max_value}"
+            )
+        return encoded + encode_range_checked_int(self.field, total, self.max_value)
+
+    def eval(
+        self,
+        meas: Sequence[int],
+        joint_rand: Sequence[int],
+        num_shares: int,
+        gadgets: Sequence[GadgetCall],
+    ) -> list[int]:
+        p = self.field.MODULUS
+        range_check = self.bit_check(meas, joint_rand, num_shares, gadgets)
+        b = self.bits
+        observed = sum(
+            decode_range_checked_int(self.field, meas[i * b : (i + 1) * b], self.max_value)
+            for i in range(self.length)
+        )
+        claimed = decode_range_checked_int(self.field, meas[self.length * b :], self.max_value)
+        return [range_check, (observed - claimed) % p]
+
+    def truncate(self, meas: Sequence[int]) -> list[int]:
+        b = self.bits
+        return [
+            decode_range_checked_int(self.field, meas[i * b : (i + 1) * b], self.max_value)
+            for i in range(self.length)
+        ]
 
     def decode(self, output: Sequence[int], num_measurements: int) -> list[int]:
         return list(output)

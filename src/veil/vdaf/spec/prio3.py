@@ -594,6 +594,16 @@ class Prio3MultihotCountVec(Prio3[Sequence[bool], list[int]]):
         )
 
 
+class Prio3L1BoundSum(Prio3[Sequence[int], list[int]]):
+    """Element-wise sums of `length` non-negative integers whose sum is at
+    most `max_value` (draft-ietf-ppm-l1-bound-sum-02, Section 3)."""
+
+    ID = 0x00000007
+
+    def __init__(self, shares: int, length: int, max_value: int, chunk_length: int) -> None:
+        super().__init__(shares, circuits.L1BoundSum(Field128, length, max_value, chunk_length), 1)
+
+
 class Prio3SumVecWithMultiproof(Prio3[Sequence[int], list[int]]):
     """Prio3SumVec with several proofs over a smaller field (Section 7.4.5);
     ``ID`` is the draft's test-only codepoint."""
