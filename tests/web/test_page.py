@@ -31,8 +31,8 @@ def test_page_states_the_conditions_of_its_promise() -> None:
     page = " ".join(render_page(parse_survey(SURVEY), "sha384-x", "sha384-y").split())
     assert "nor this web server can read" not in page
     assert "as long as it serves the genuine survey script" in page
-    assert "the two organisations do not pool their shares" in page
-    assert "they do see that answers arrive, and when" in page
+    assert "which could read them only by pooling their shares" in page
+    assert "each organisation sees when answers arrive, and from where" in page
 
 
 def test_page_gives_its_script_the_window_and_marks_required_questions() -> None:

@@ -18,7 +18,7 @@ from html import escape
 
 from veil.survey.model import Survey
 from veil.survey.results import QuestionResult
-from veil.survey.statement import privacy_statement
+from veil.survey.statement import privacy_statement, public_sentences
 from veil.times import format_time
 
 WIDTH = 720
@@ -38,6 +38,8 @@ table { border-collapse: collapse; margin-top: 0.5rem; font-variant-numeric: tab
 td, th { padding: 0.15rem 0.8rem 0.15rem 0; text-align: right; }
 td:first-child, th:first-child { text-align: left; }
 .privacy { background: #f2f6f9; border-left: 4px solid #3b6e99; padding: 0.6rem 1rem; }
+.privacy details { margin: 0.5rem 0; color: #33404d; }
+.privacy summary { cursor: pointer; font-weight: 600; }
 .banner { background: #fff4e0; border-left: 4px solid #a05a00; padding: 0.5rem 1rem;
           font-weight: 600; }
 svg text { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }
@@ -170,6 +172,18 @@ def privacy_lines(survey: Survey) -> list[str]:
     return lines
 
 
+def privacy_box(survey: Survey) -> str:
+    """The privacy box: the statement in plain sentences first, the exact one (for
+    auditors) in a details section under it."""
+    return (
+        '<div class="privacy" role="note" aria-label="Privacy">'
+        + "".join(f"<p>{escape(line)}</p>" for line in public_sentences(survey))
+        + "<details><summary>The exact privacy statement, for auditors</summary>"
+        + "".join(f"<p>{escape(line)}</p>" for line in privacy_lines(survey))
+        + "</details></div>"
+    )
+
+
 def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
     """The whole page: the survey's window, budget and privacy statement, then
     each question's chart and table."""
@@ -220,9 +234,7 @@ def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
         f"<h1>{escape(survey.name)}</h1>"
         f'<p class="meta">Window {format_time(survey.opens)} to {format_time(survey.closes)}'
         f" (UTC); {len(results)} questions; {escape(_spent(survey, results))}.</p>"
-        '<div class="privacy">'
-        + "".join(f"<p>{escape(line)}</p>" for line in privacy_lines(survey))
-        + "</div>"
+        + privacy_box(survey)
         + "".join(sections)
         + "</main></body></html>\n"
     )

@@ -27,6 +27,7 @@ How the numbers follow from what the ledgers enforce:
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from fractions import Fraction
 
@@ -40,7 +41,13 @@ from veil.dp.accounting import (
 from veil.survey.model import Question, Survey
 from veil.task import DpSpec, Task, VdafSpec
 
-__all__ = ["privacy_statement", "survey_statement", "task_statement"]
+__all__ = [
+    "guess_rate",
+    "privacy_statement",
+    "public_sentences",
+    "survey_statement",
+    "task_statement",
+]
 
 TASK_UNIT = "one report"
 SURVEY_UNIT = "one report per question (no invitations: one person may send many)"
@@ -233,3 +240,94 @@ def privacy_statement(subject: Task | Survey) -> PrivacyStatement:
     if isinstance(subject, Survey):
         return survey_statement(subject)
     return task_statement(subject.dp, subject.vdaf)
+
+
+# --------------------------------------------------------------------------- for the public
+
+
+def guess_rate(g: Guarantee) -> float:
+    """The most often anyone who sees what `g` covers tells which of two answers a
+    person gave, when both are equally likely beforehand: (e^ε + δ) / (1 + e^ε).
+
+    Under (ε, δ)-DP a test that says "the first" on a set A of outcomes is right with
+    probability ½(P₁(A) + 1 - P₂(A)), and P₁(A) <= e^ε P₂(A) + δ and
+    1 - P₂(A) <= e^ε (1 - P₁(A)) + δ bound it by this; it is 1 without DP.
+    """
+    if g.epsilon is None:
+        return 1.0
+    if g.epsilon > 700:  # e^ε overflows a float: the guess is right every time
+        return 1.0
+    odds = math.exp(float(g.epsilon))
+    return min(1.0, (odds + float(g.delta or 0)) / (1 + odds))
+
+
+def _percent(rate: float) -> str:
+    """A share rounded up (an upper bound stays one), to a tenth of a percent or as many
+    more digits as keep it below 100%: 73.2%, 99.996%."""
+    for digits in range(1, 7):
+        value = math.ceil(rate * 100 * 10**digits) / 10**digits
+        if value < 100:
+            return f"{value:.{digits}f}".rstrip("0").rstrip(".") + "%"
+    return "100%"
+
+
+def public_sentences(survey: Survey) -> tuple[str, ...]:
+    """The survey's privacy statement in two or three sentences a respondent
+    understands: what one person's answers can change in what is published, who
+    could see what, and what the unit is. Computed from `survey_statement`'s
+    guarantees (the exact statement, for auditors, is its `lines()`)."""
+    statement = survey_statement(survey)
+    g = statement.against_collector
+    yours = "your answers" if survey.invitations else "the answers you send"
+    out: list[str] = []
+    if g.is_none:
+        out.append(
+            "No noise is added to this survey's results: the published totals are exact, so"
+            f" a total over few people can show {yours}."
+        )
+    else:
+        out.append(
+            "Only totals with noise added are published. Whatever you answer, they come out"
+            " so nearly the same that someone who sees every result and knows everyone"
+            " else's answers, trying to tell which of two answers you gave, is right at"
+            f" most {_percent(guess_rate(g))} of the time (a blind guess: 50%)."
+        )
+    everyone = statement.against_everyone
+    local = [q for q in survey.questions if q.local_epsilon is not None]
+    if everyone is not None and not everyone.is_none:
+        pooled = (
+            "which could not be sure of them even by pooling their shares (each answer is"
+            " randomized on your device first: they would be right at most"
+            f" {_percent(guess_rate(everyone))} of the time)"
+        )
+    elif local:
+        pooled = (
+            "which could read them only by pooling their shares (and even then not your"
+            " answers to "
+            + ", ".join(repr(q.text) for q in local)
+            + ", randomized on your device first)"
+        )
+    else:
+        pooled = "which could read them only by pooling their shares"
+    out.append(
+        "Your answers leave your device split into two encrypted shares, one for each of two"
+        f" separate organisations, {pooled}; each organisation sees when answers arrive, and"
+        " from where, and the survey's organiser sees only the totals."
+    )
+    unit = (
+        "Each invitation answers once, so this holds for you as a person."
+        if survey.invitations
+        else "Nothing limits a person to one set of answers: someone who sends several is"
+        " protected less, as that many people together would be."
+    )
+    texts = [q for q in survey.questions if q.kind == "text"]
+    if texts and not g.is_none:
+        most = max(
+            q.release_threshold(survey.expected_respondents).release_probability for q in texts
+        )
+        unit += (
+            " A typed answer is published only when many people give the same one: one that"
+            f" only you give is published with a chance of at most {most:.2g}."
+        )
+    out.append(unit)
+    return tuple(out)

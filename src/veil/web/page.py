@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from html import escape
 
 from veil.survey import Question, Survey
+from veil.survey.statement import privacy_statement, public_sentences
 
 
 def _attr(text: str) -> str:
@@ -108,7 +109,8 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
             closes = f" Open from {when(survey.opens)} until {when(survey.closes)}."
         else:
             closes = f" Open until {when(survey.closes)}."
-    noise = "" if survey.mechanism == "none" else ", with added statistical noise,"
+    what, who, unit = public_sentences(survey)
+    exact = "".join(f"<p>{escape(line)}</p>" for line in privacy_statement(survey).lines())
     # The window in milliseconds for the script: before it opens and after it
     # closes the form is disabled and says when, in the respondent's own time.
     window = "".join(
@@ -129,12 +131,14 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
 <body>
 <main>
 <h1>{escape(survey.name)}</h1>
-<p class="about">Your answers are split into two encrypted shares on this device, one
-for each of two independent organisations. Neither organisation can read an answer on
-its own, and nor can this web server, as long as it serves the genuine survey script
-and the two organisations do not pool their shares; they do see that answers arrive,
-and when. Only totals over all respondents{noise} are published.{escape(closes)}
-A question you leave unanswered is not sent, unless it says an answer is needed.</p>
+<div class="about">
+<p>{escape(what)}</p>
+<p>{escape(who)} This web server cannot read them either, as long as it serves the
+genuine survey script.</p>
+<p>{escape(unit)}{escape(closes)} A question you leave unanswered is not sent, unless it
+says an answer is needed.</p>
+<details><summary>The exact privacy statement, for auditors</summary>{exact}</details>
+</div>
 <noscript><p class="error">This survey needs JavaScript: your answers are encrypted
 on your device before they leave it.</p></noscript>
 <form id="survey" novalidate{window}>
