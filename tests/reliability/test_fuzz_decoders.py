@@ -1,4 +1,4 @@
-"""Fuzzing the decoders outside veil.vdaf (tests/vdaf/test_fuzz.py covers
+"""Fuzzing the decoders outside veil.vdaf (tests/vdaf/spec/test_fuzz.py covers
 those): HPKE opening of input and aggregate shares, the collector's opening
 of aggregate shares, the protocol messages, task files and server configs.
 Each may raise only its documented error. With atheris installed (the

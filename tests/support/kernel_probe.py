@@ -1,6 +1,6 @@
 """A few numba kernels of each kind veil.vdaf.batch's field kernels have (ufunc,
 generalised ufunc, compiled function; cache=True, explicit signatures,
-inlined helpers), small enough to compile in a second: tests/vdaf/test_kernels.py
+inlined helpers), small enough to compile in a second: tests/vdaf/batch/test_kernels.py
 compiles them in processes started together on an empty cache, through
 veil.vdaf.batch.kernels.load_compiled as veil's own kernels are. Without the
 lock there, those processes crash (a kernel loaded from another process's

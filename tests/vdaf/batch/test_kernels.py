@@ -4,7 +4,7 @@ leader, the helper and a client of ``veil demo``). The processes compile a
 few probe kernels (tests/support/kernel_probe.py) through the loader veil's
 kernels go through, rather than all of the field kernels (about 20 s of
 compiling): the lock under test is the same, and each field kernel is
-checked against Python ints or NumPy in tests/vdaf/test_batch_field.py.
+checked against Python ints or NumPy in tests/vdaf/batch/test_field.py.
 They also compile and load the IDPF's kernels, whose calls into libcrypto
 must still work when loaded from the cache in a fresh process."""
 
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[3]
 
 # The probe kernels, loaded as veil loads its own, against Python ints;
 # exits non-zero (or crashes) otherwise.
