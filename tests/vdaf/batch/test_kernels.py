@@ -4,9 +4,10 @@ leader, the helper and a client of ``veil demo``). The processes compile a
 few probe kernels (tests/support/kernel_probe.py) through the loader veil's
 kernels go through, rather than all of the field kernels (about 20 s of
 compiling): the lock under test is the same, and each field kernel is
-checked against Python ints or NumPy in tests/vdaf/batch/test_field.py.
-They also compile and load the IDPF's kernels, whose calls into libcrypto
-must still work when loaded from the cache in a fresh process."""
+checked against Python ints or NumPy in tests/vdaf/batch/test_field.py
+and test_xof.py. They also compile and load the IDPF's kernels, whose
+calls into libcrypto must still work when loaded from the cache in a fresh
+process."""
 
 from __future__ import annotations
 

@@ -12,16 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from tests.support.vdaf import CheatingClient, poplar1_vectors_through_the_batch
 from veil.vdaf import CodecError, VerifyError
-from veil.vdaf.batch.idpf import IdpfCache, Leaf, _tree
+from veil.vdaf.batch.idpf import IdpfCache
 from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
-from veil.vdaf.batch.rows import byte_rows
-from veil.vdaf.errors import AggParamError, AggParamSequenceError, VdafError
-from veil.vdaf.spec.field import Field255
+from veil.vdaf.errors import AggParamError, AggParamSequenceError
 from veil.vdaf.spec.poplar1 import FieldVec, Poplar1, Poplar1AggParam
 
 CTX = b"veil batch poplar1"
@@ -179,34 +176,6 @@ def _row(vdaf: Poplar1, out: Poplar1OutShareBatch, i: int) -> FieldVec:
     return FieldVec(field, [int(v) for v in out.out_shares[i]])
 
 
-def test_the_fallback_for_rejected_candidates_agrees() -> None:
-    """A node whose value stream would hold a candidate >= p (about 2^-32
-    per element, so never met by chance in a test) is recomputed through
-    the scalar XOF; redone on nodes without one, it gives the same values."""
-    vdaf = Poplar1(6)
-    batch = BatchPoplar1(vdaf)
-    rng = random.Random(11)
-    measurements = [tuple(rng.random() < 0.5 for _ in range(6)) for _ in range(5)]
-    nonces, rands = _inputs(vdaf, measurements, 11)
-    sharded = batch.shard_batch(CTX, measurements, nonces, rands)
-    d = batch._decode(1, nonces, sharded.public_shares, sharded.input_shares[1])
-    for level in (3, 5):
-        prefixes = tuple(sorted({m[: level + 1] for m in measurements}))
-        parents = tuple(sorted({p[:level] for p in prefixes}))
-        above = batch.walk.eval(1, level - 1, parents, CTX, d.idpf, None)[2]
-        data, auth, _ = batch.walk.eval(1, level, prefixes, CTX, d.idpf, above)
-        # The values before the aggregator's negation, redone for every node.
-        arith = batch.walk.arith(level)
-        y = np.stack([arith.neg(data), arith.neg(auth)], axis=-1)
-        redone = np.zeros_like(y)
-        _, parent, bit = _tree(level, prefixes, level, parents)[0]
-        everywhere = np.ones(data.shape, dtype=bool)
-        batch.walk.redo(
-            redone, everywhere, level, above.seeds, above.ctrl, parent, bit, d.idpf, CTX
-        )
-        assert (redone == y).all()
-
-
 def test_official_vectors_through_the_batch(vdaf_vectors: Path) -> None:
     poplar1_vectors_through_the_batch(vdaf_vectors)
 
@@ -290,39 +259,6 @@ def test_a_cache_is_only_good_for_its_reports_and_the_next_levels() -> None:
     with pytest.raises(AggParamError, match="increasing order"):
         again(Poplar1AggParam(2, ((True, False, True), (False, True, True))))
     again(Poplar1AggParam(4, ((False, True, True, False, False),)))
-
-
-def test_field255_reduced_from_words_agrees_with_python_ints() -> None:
-    """The decoder checks the leaf's Field255 elements from their 64-bit
-    words (no Python ints below the leaf): every boundary of p = 2^255 - 19."""
-    p = Field255.MODULUS
-    low = 2**64 - 1
-    values = [0, 1, p - 1, p, p + 1, 2**255 - 1, 2**256 - 1, p - 2**64, p + 2**64]
-    values += [(p >> 192) << 192, ((p >> 192) << 192) | low, (p >> 64) << 64, 2**255]
-    raw = np.frombuffer(b"".join(v.to_bytes(32, "little") for v in values), dtype=np.uint8)
-    assert Leaf.reduced(raw.reshape(1, -1)).tolist() == [[v < p for v in values]]
-    # Rows (each one element), and an unaligned slice of a longer buffer.
-    assert Leaf.reduced(raw.reshape(len(values), 32)).tolist() == [[v < p] for v in values]
-    shifted = np.frombuffer(b"\x00" + raw.tobytes(), dtype=np.uint8)[1:]
-    assert Leaf.reduced(shifted.reshape(1, -1)).tolist() == [[v < p for v in values]]
-
-
-def test_byte_rows_flags_each_bad_row() -> None:
-    # Lengths that add up to the right total are still caught row by row.
-    errors: list[VdafError | None] = [None] * 4
-    rows = byte_rows([b"abcd", b"abc", b"abcde", None], 4, "share", errors)
-    assert rows.shape == (4, 4)
-    assert rows[0].tobytes() == b"abcd" and not rows[1:].any()
-    assert errors[0] is None
-    assert [str(e) for e in errors[1:]] == [
-        "share must be 4 bytes, got 3 bytes",
-        "share must be 4 bytes, got 5 bytes",
-        "share must be 4 bytes, got nothing",
-    ]
-    clean: list[VdafError | None] = [None] * 2
-    assert byte_rows([b"ab", b"cd"], 2, "share", clean).tobytes() == b"abcd"
-    assert clean == [None, None]
-    assert byte_rows([], 3, "share", []).shape == (0, 3)
 
 
 @pytest.mark.parametrize("bits", [32, 64, 128])
