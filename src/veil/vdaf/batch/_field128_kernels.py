@@ -14,7 +14,7 @@ with M until it vanishes.
 Each kernel module imports nothing but numba and NumPy: numba's cache
 notices a change to the file that defines a kernel, not to a file it
 imports from, so an inlined helper stays in the module of its callers
-(tests/vdaf/test_kernels.py checks it).
+(tests/vdaf/batch/test_kernels.py checks it).
 """
 
 import numba as nb
