@@ -1,8 +1,11 @@
 """The batched Poplar1 path (veil.vdaf.batch.poplar1) against the scalar
 path, report for report and byte for byte: sharding, both rounds of
 verification at every kind of level (first, inner, leaf; from the root and
-from the previous level's cache), aggregation, the official vectors, and
-malformed or cheating reports inside an otherwise good batch."""
+from the previous level's cache), aggregation, the official vectors,
+malformed or cheating reports inside an otherwise good batch, empty
+candidate sets and batches; and a property test: random reports and
+random sequences of aggregation parameters, the draft's rule deciding which
+run, message for message against the spec class."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from tests.support.vdaf import CheatingClient, poplar1_vectors_through_the_batch
 from veil.vdaf import CodecError, VerifyError
@@ -367,3 +372,182 @@ def test_a_batch_of_no_report(bits: int) -> None:
             inits, rounds, outs = _batch_round_trip(batch, agg_param, [], [], [[], []])
             assert [i.verifier_shares for i in inits + rounds] == [[]] * 4
             assert [batch.aggregate_batch(o) for o in outs] == [vdaf.agg_init(agg_param)] * 2
+
+
+# -- the batch against the spec class, on random parameters and reports -------
+
+
+def _every_prefix(level: int) -> list[Prefix]:
+    return [tuple(bool(v >> (level - i) & 1) for i in range(level + 1)) for v in range(2 << level)]
+
+
+@st.composite
+def _agg_param(
+    draw: st.DrawFn, bits: int, measurements: Sequence[Prefix], last: Poplar1AggParam | None
+) -> Poplar1AggParam:
+    """A parameter to try after ``last`` (the last one run), valid or not:
+    its level most often above the last's; its prefixes none, every one,
+    some of the reports', some extending the last level's, or any (prefixes
+    that no report has); now and then out of order or repeated."""
+    low = 0 if last is None or last.level + 1 >= bits else last.level + 1
+    level = draw(st.one_of(st.integers(low, bits - 1), st.integers(0, bits - 1)), label="level")
+    every = _every_prefix(level)
+    held = sorted({m[: level + 1] for m in measurements})
+    extending = [p for p in every if last is None or p[: last.level + 1] in last.prefixes]
+    kind = draw(st.sampled_from(["held", "extending", "any", "every", "none"]), label="prefixes")
+    pool = {"none": [], "every": every, "held": held, "extending": extending, "any": every}[kind]
+    if kind in ("held", "extending", "any") and pool:
+        prefixes = sorted(draw(st.sets(st.sampled_from(pool), min_size=1, max_size=len(pool))))
+    else:
+        prefixes = list(pool)
+    if len(prefixes) > 1 and draw(st.integers(0, 9), label="malformed") == 0:
+        prefixes = prefixes[::-1] if draw(st.booleans()) else [*prefixes, prefixes[-1]]
+    return Poplar1AggParam(level, tuple(prefixes))
+
+
+def _refusal(call: Any, *args: Any) -> tuple[type[Exception], str] | None:
+    """The class and text of the ``AggParamError`` that ``call(*args)``
+    raises, or None."""
+    try:
+        call(*args)
+    except AggParamError as e:
+        return type(e), str(e)
+    return None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), bits=st.integers(1, 5))
+def test_the_batch_gives_the_spec_classes_messages_on_random_parameters(
+    data: st.DataObject, bits: int
+) -> None:
+    """BatchPoplar1 and Poplar1 on the same reports (random measurements
+    and randomness, now and then a client that cheats at one level) and
+    the same sequence of aggregation parameters (valid and not: the
+    draft's ``check_valid`` decides which are run, and the batch, given the
+    last level's cache, refuses the others with the same error): every
+    verifier share and message of both rounds, every refusal, every output
+    share and both aggregate shares are the spec class's, report for
+    report; the counts are the measurements'. Sub-batches and the cache
+    are drawn small at times, and the walk starts from the root or from
+    the cache."""
+    vdaf = Poplar1(bits)
+    batch = BatchPoplar1(vdaf)
+    batch.walk.chunk_nodes = data.draw(st.sampled_from([1 << 18, 3]), label="chunk_nodes")
+    batch.walk.cache_nodes = data.draw(st.sampled_from([1 << 12, 1, 2]), label="cache_nodes")
+    ctx = data.draw(st.binary(max_size=8), label="ctx")
+    key = data.draw(st.binary(min_size=32, max_size=32), label="verify key")
+    count = data.draw(st.one_of(st.integers(1, 5), st.just(0)), label="reports")
+    measurements = [
+        data.draw(st.tuples(*[st.booleans()] * bits), label="measurement") for _ in range(count)
+    ]
+    nonces = [data.draw(st.binary(min_size=16, max_size=16), label="nonce") for _ in measurements]
+    rands = [
+        data.draw(st.binary(min_size=vdaf.RAND_SIZE, max_size=vdaf.RAND_SIZE), label="rand")
+        for _ in measurements
+    ]
+    sharded = batch.shard_batch(ctx, measurements, nonces, rands)
+    publics, shares = list(sharded.public_shares), [list(s) for s in sharded.input_shares]
+    cheats: dict[int, int] = {}  # report -> the level it cheats at
+    for r in range(count):
+        client = vdaf
+        if data.draw(st.integers(0, 4), label="cheats") == 0:
+            cheats[r] = data.draw(st.integers(0, bits - 1), label="cheat level")
+            client = CheatingClient(
+                bits, cheats[r], data.draw(st.sampled_from([0, 2]), label="count")
+            )
+        public, input_shares = client.shard(ctx, measurements[r], nonces[r], rands[r])
+        assert publics[r] == vdaf.encode_public_share(public) or r in cheats
+        publics[r] = vdaf.encode_public_share(public)
+        for j in (0, 1):
+            assert shares[j][r] == vdaf.encode_input_share(input_shares[j]) or r in cheats
+            shares[j][r] = vdaf.encode_input_share(input_shares[j])
+
+    used: list[Poplar1AggParam] = []
+    caches: list[IdpfCache | None] = [None, None]
+    for _ in range(data.draw(st.integers(1, 4), label="parameters")):
+        agg_param = data.draw(_agg_param(bits, measurements, used[-1] if used else None))
+        expected = _refusal(vdaf.check_valid, agg_param, used)
+        assert (expected is None) == vdaf.is_valid(agg_param, used)
+        if expected is not None:
+            event("refused: " + expected[0].__name__)
+            # (Without a previous level, the batch has no cache and the rule
+            # no previous parameter: only a malformed one is refused.)
+            for j in (0, 1):
+                args = (key, ctx, j, agg_param, nonces, publics, shares[j], caches[j])
+                assert _refusal(batch.verify_init_batch, *args) == expected
+            continue
+        where = "leaf" if agg_param.level == bits - 1 else "inner"
+        many = {0: "no prefix", 1: "one prefix"}.get(len(agg_param.prefixes), "prefixes")
+        event(f"run: {where} level, {many}")
+        if not data.draw(st.booleans(), label="from the cache"):
+            caches = [None, None]
+        inits = [
+            batch.verify_init_batch(key, ctx, j, agg_param, nonces, publics, shares[j], caches[j])
+            for j in (0, 1)
+        ]
+        caches = [init.cache for init in inits]
+        first = batch.verifier_shares_to_message_batch(
+            ctx, agg_param, [init.verifier_shares for init in inits]
+        )
+        rounds = [batch.verify_next_batch(ctx, init.state, first) for init in inits]
+        assert all(isinstance(r, VerifyRoundBatch) for r in rounds)
+        seconds = [r for r in rounds if isinstance(r, VerifyRoundBatch)]
+        second = batch.verifier_shares_to_message_batch(
+            ctx, agg_param, [s.verifier_shares for s in seconds]
+        )
+        finals = [batch.verify_next_batch(ctx, s.state, second) for s in seconds]
+        outs = [o for o in finals if isinstance(o, Poplar1OutShareBatch)]
+        assert len(outs) == 2
+
+        agg_shares = [vdaf.agg_init(agg_param), vdaf.agg_init(agg_param)]
+        for r in range(count):
+            public = vdaf.decode_public_share(publics[r])
+            states, vshares = [], []
+            for j in (0, 1):
+                input_share = vdaf.decode_input_share(j, shares[j][r])
+                state, vshare = vdaf.verify_init(
+                    key, ctx, j, agg_param, nonces[r], public, input_share
+                )
+                states.append(state)
+                vshares.append(vshare)
+            assert [i.verifier_shares[r] for i in inits] == [
+                vdaf.encode_verifier_share(v) for v in vshares
+            ]
+            message = vdaf.verifier_shares_to_message(ctx, agg_param, vshares)
+            assert first.messages[r] == vdaf.encode_verifier_message(message)
+            assert first.errors[r] is None
+            nexts = [vdaf.verify_next(ctx, s, message) for s in states]
+            pairs = [n for n in nexts if isinstance(n, tuple)]
+            assert [s.verifier_shares[r] for s in seconds] == [
+                vdaf.encode_verifier_share(v) for _, v in pairs
+            ]
+            try:
+                final = vdaf.verifier_shares_to_message(ctx, agg_param, [v for _, v in pairs])
+            except VerifyError as e:
+                assert cheats.get(r) == agg_param.level and agg_param.prefixes
+                assert second.messages[r] is None
+                assert [type(second.errors[r]), str(second.errors[r])] == [VerifyError, str(e)]
+                assert [o.errors[r] for o in outs] == [second.errors[r]] * 2
+                continue
+            assert second.messages[r] == vdaf.encode_verifier_message(final) == b""
+            assert [o.errors[r] for o in outs] == [None, None]
+            for j, (state, _) in enumerate(pairs):
+                out_share = vdaf.verify_next(ctx, state, final)
+                assert isinstance(out_share, FieldVec)
+                assert vdaf.encode_out_share(_row(vdaf, outs[j], r)) == vdaf.encode_out_share(
+                    out_share
+                )
+                agg_shares[j] = vdaf.agg_update(agg_param, agg_shares[j], out_share)
+        aggregates = [batch.aggregate_batch(o) for o in outs]
+        assert [vdaf.encode_agg_share(a) for a in aggregates] == [
+            vdaf.encode_agg_share(a) for a in agg_shares
+        ]
+        counted = Counter(
+            m[: agg_param.level + 1]
+            for r, m in enumerate(measurements)
+            if cheats.get(r) != agg_param.level or not agg_param.prefixes
+        )
+        assert vdaf.unshard(agg_param, aggregates, count) == [
+            counted[p] for p in agg_param.prefixes
+        ]
+        used.append(agg_param)
