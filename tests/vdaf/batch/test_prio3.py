@@ -193,8 +193,9 @@ def _tamper(
 
 def _scalar_outcome(
     vdaf: Prio3[Any, Any], key: bytes, nonce: bytes, public: bytes, shares: list[bytes]
-) -> tuple[type[Exception] | None, list[bytes | None], list[int] | None]:
-    """(error class or None, encoded verifier shares, leader output share)."""
+) -> tuple[type[Exception] | None, list[bytes | None], bytes | None, list[list[int]] | None]:
+    """(error class or None, encoded verifier shares, encoded verifier
+    message, every aggregator's output share)."""
     states, vshares = [], []
     try:
         pub = vdaf.decode_public_share(public)
@@ -205,14 +206,14 @@ def _scalar_outcome(
             states.append(state)
             vshares.append(share)
     except VdafError as e:
-        return type(e), [], None
+        return type(e), [], None, None
     encoded: list[bytes | None] = [vdaf.encode_verifier_share(s) for s in vshares]
     try:
         msg = vdaf.verifier_shares_to_message(CTX, None, vshares)
         outs = [vdaf.verify_next(CTX, s, msg) for s in states]
     except VdafError as e:
-        return type(e), encoded, None
-    return None, encoded, outs[0]
+        return type(e), encoded, None, None
+    return None, encoded, vdaf.encode_verifier_message(msg), outs
 
 
 @settings(
@@ -252,13 +253,16 @@ def test_mixed_batch_matches_scalar(data: st.DataObject, which: str) -> None:
     outs = [batch.verify_next_batch(CTX, init.state, msgs.messages) for init in inits]
     accepted = []
     for i in range(size):
-        error, vshares, leader_out = _scalar_outcome(vdaf, key, nonces[i], publics[i], inputs[i])
+        error, vshares, message, out_shares = _scalar_outcome(
+            vdaf, key, nonces[i], publics[i], inputs[i]
+        )
         batch_errors = [init.errors[i] for init in inits] + [msgs.errors[i], outs[0].errors[i]]
         first = next((e for e in batch_errors if e is not None), None)
         if error is None:
             assert first is None
             assert [init.verifier_shares[i] for init in inits] == vshares
-            assert outs[0].out_share(i) == leader_out
+            assert msgs.messages[i] == message
+            assert [out.out_share(i) for out in outs] == out_shares
             accepted.append(i)
         else:
             assert first is not None
