@@ -267,7 +267,7 @@ def test_the_simulate_sweep_runs_as_written(tmp_path: Path) -> None:
 def test_the_text_question_plan_runs_as_written(tmp_path: Path) -> None:
     from veil.survey import load_survey
 
-    (block,) = section_blocks("docs/SURVEYS.md", "Text questions", "sh")
+    block, _ = section_blocks("docs/SURVEYS.md", "Text questions", "sh")
     done = bash(block.code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "editor (text): an answer is found with 95% probability when at least 125" in (
@@ -278,6 +278,38 @@ def test_the_text_question_plan_runs_as_written(tmp_path: Path) -> None:
     doc = load_survey(tmp_path / "editors.toml")
     example = load_survey(ROOT / "examples" / "text_survey.toml")
     assert (doc.rho, doc.questions) == (example.rho, example.questions)
+
+
+def test_the_mechanism_trade_off_is_the_plans(tmp_path: Path) -> None:
+    """The prose's figures for a text question's mechanism (issue 41, item 4) are
+    the plan's, and `veil survey plan` shows both choices side by side."""
+    from veil.survey import load_survey
+    from veil.survey.plan import plan_survey, variant_plans
+
+    _, block = section_blocks("docs/SURVEYS.md", "Text questions", "sh")
+    done = bash(block.code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    survey = load_survey(tmp_path / "mixed.toml")
+    n = survey.expected_respondents
+    assert n is not None
+    now = {p.question: p for p in plan_survey(survey, n)}
+    variant = variant_plans(survey, n)
+    assert variant is not None
+    then = {p.question: p for p in variant[1]}
+    a, b = now["remote"].half_width, then["remote"].half_width
+    floors = now["editor"].detection_floor, then["editor"].detection_floor
+    assert None not in floors
+    prose = " ".join(read("docs/SURVEYS.md").split())
+    assert (
+        f"at {n} respondents the yes/no question's 95% interval goes from ±{a:.0f} to"
+        f" ±{b:.0f} ({b / a:.2g} times wider) when the text question is gaussian" in prose
+    )
+    assert f"falls from {floors[0]:,} to {floors[1]:,}" in prose
+    row = re.search(r"^remote +±(\d+) +±(\d+) \(([\d.]+)x wider\)$", done.stdout, re.M)
+    assert row is not None and row.groups() == (f"{a:.0f}", f"{b:.0f}", f"{b / a:.2g}")
+    assert re.search(
+        rf"^editor +found from {floors[0]:,} +found from {floors[1]:,}$", done.stdout, re.M
+    )
 
 
 def resolves(dotted: str) -> bool:

@@ -282,3 +282,42 @@ def test_a_text_question_that_finds_nothing_is_named_in_words(
     args += ["--helper", "127.0.0.1:2", "--no-tls", "--out", str(tmp_path / "dep")]
     assert main(args) == 0
     assert "warning: editor: at 35 respondents no answer can be found" in capsys.readouterr().err
+
+
+def test_the_text_mechanism_variant_states_the_same_epsilon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from veil.dp.accounting import zcdp_epsilon
+    from veil.survey.budget import text_mechanism_variant
+    from veil.survey.plan import variant_plans
+
+    survey = parse_survey(MIXED, "mixed.toml")
+    variant = text_mechanism_variant(survey)
+    assert variant is not None and variant.rho is not None and variant.delta is not None
+    # Gaussian text at the same ε (now with δ): ρ solved down, so the ε it implies
+    # is at most the survey's, and within rounding of it.
+    assert Fraction(999, 1000) < zcdp_epsilon(variant.rho, variant.delta) <= 1
+    assert [q.mechanism for q in variant.questions] == ["geometric"] * 3 + ["gaussian"]
+    # The total shared in the same proportions.
+    assert len({q.share / variant.rho for q in variant.questions}) == 1
+    back = text_mechanism_variant(variant)
+    assert back is not None and back.rho is None and back.epsilon is not None
+    assert [q.mechanism for q in back.questions] == ["geometric"] * 4
+    # Both ways in the plan: the other questions' intervals widen, the floor falls.
+    now = plan_survey(survey, 35)
+    _, then = variant_plans(survey, 35) or (None, [])
+    for a, b in zip(now[:3], then[:3], strict=True):
+        assert b.half_width > 2 * a.half_width
+    assert then[3].detection_floor is not None and now[3].detection_floor is not None
+    assert then[3].detection_floor < now[3].detection_floor / 4
+    path = tmp_path / "mixed.toml"
+    path.write_text(MIXED)
+    assert main(["survey", "plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "text geometric (as written)" in out and "text gaussian" in out
+    # Nothing to compare without a text question, or with text questions only.
+    assert text_mechanism_variant(parse_survey(SURVEY.format(extra=""), "s.toml")) is None
+    only_text = (
+        MIXED[: MIXED.index("[[question]]")] + MIXED[MIXED.index('[[question]]\nid = "editor"') :]
+    )
+    assert text_mechanism_variant(parse_survey(only_text, "t.toml")) is None

@@ -169,7 +169,7 @@ def cmd_survey_plan(args: argparse.Namespace) -> int:
     """Expected accuracy per question at a number of respondents (veil.survey.plan)."""
     from veil.render.text import format_plan
     from veil.survey import SurveyError, load_survey
-    from veil.survey.plan import plan_json, plan_survey
+    from veil.survey.plan import plan_json, plan_survey, variant_plans
 
     name = "veil survey plan"
     try:
@@ -185,7 +185,10 @@ def cmd_survey_plan(args: argparse.Namespace) -> int:
         )
         return 2
     plans = plan_survey(survey, respondents, args.target_error)
-    print(plan_json(survey, plans) if args.json else format_plan(survey, plans))
+    if args.json:
+        print(plan_json(survey, plans))
+    else:
+        print(format_plan(survey, plans, variant_plans(survey, respondents, args.target_error)))
     return 0
 
 
@@ -193,7 +196,7 @@ def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
     """`veil survey deploy`'s plan at the expected size: the table, and a
     warning naming the questions that miss their target. False: refuse (--strict)."""
     from veil.render.text import format_plan, needs_words
-    from veil.survey.plan import plan_survey
+    from veil.survey.plan import plan_survey, variant_plans
 
     if survey.expected_respondents is None:
         print(
@@ -202,7 +205,7 @@ def _plan_at_deploy(survey: Survey, strict: bool) -> bool:
         )
         return not strict
     plans = plan_survey(survey, survey.expected_respondents)
-    print(format_plan(survey, plans))
+    print(format_plan(survey, plans, variant_plans(survey, survey.expected_respondents)))
     for p in plans:
         if p.impossible:
             print(

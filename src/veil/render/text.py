@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from veil.dp.accounting import zcdp_epsilon
 from veil.survey.model import Survey
 from veil.survey.plan import ExpectedError, LocalCost, QuestionPlan
 from veil.survey.results import BANNER, Number, QuestionResult
@@ -250,8 +251,68 @@ def text_plan_line(survey: Survey, p: QuestionPlan) -> str:
     )
 
 
-def format_plan(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
-    """The plan as a plain-text table, one row per question, and what to do."""
+def _mechanisms(survey: Survey) -> str:
+    """What a survey's text questions use: "gaussian", "geometric", or both."""
+    return "/".join(sorted({q.mechanism for q in survey.questions if q.kind == "text"}))
+
+
+def _stated_epsilon(survey: Survey) -> str:
+    """The survey's total as an ε: "ε = 1", or "ε = 1 at δ = 1e-06" under zCDP."""
+    if survey.rho is None:
+        return f"ε = {float(survey.epsilon or 0):.4g}"
+    assert survey.delta is not None
+    epsilon = float(zcdp_epsilon(survey.rho, survey.delta))
+    return f"ε = {epsilon:.4g} at δ = {float(survey.delta):.2g}"
+
+
+def format_variant(
+    survey: Survey,
+    plans: Sequence[QuestionPlan],
+    variant: Survey,
+    other: Sequence[QuestionPlan],
+) -> list[str]:
+    """Both choices of mechanism for the text questions side by side: the other
+    questions' 95% intervals and each text question's detection floor."""
+    now, then = _mechanisms(survey), _mechanisms(variant)
+    header = ("question", f"text {now} (as written)", f"text {then}")
+    rows: list[tuple[str, ...]] = [header]
+    for a, b in zip(plans, other, strict=True):
+        if a.detection_floor is not None:
+            assert b.detection_floor is not None
+            rows.append(
+                (
+                    a.question,
+                    f"found from {a.detection_floor:,}",
+                    f"found from {b.detection_floor:,}",
+                )
+            )
+            continue
+        change = ""
+        if a.half_width and b.half_width and a.half_width != b.half_width:
+            wider = b.half_width > a.half_width
+            ratio = b.half_width / a.half_width if wider else a.half_width / b.half_width
+            change = f" ({ratio:.2g}x {'wider' if wider else 'narrower'})"
+        rows.append((a.question, _amount(a.half_width), _amount(b.half_width) + change))
+    return [
+        f"the text questions' mechanism, both ways at {plans[0].respondents:,} respondents"
+        f" ({_stated_epsilon(survey)} as written, {_stated_epsilon(variant)} with text {then};"
+        " the budget shared in the same proportions): the other questions' 95% interval, and"
+        " how many respondents must give a text answer for it to be found (95%)",
+        *_rule_table(rows),
+        "gaussian composes over a text question's byte levels far better, and makes the survey"
+        " zCDP: a pure question then costs ε²/2 of its ρ, so the other questions get less"
+        " (`mechanism` on a text question chooses)",
+    ]
+
+
+def format_plan(
+    survey: Survey,
+    plans: Sequence[QuestionPlan],
+    variant: tuple[Survey, Sequence[QuestionPlan]] | None = None,
+) -> str:
+    """The plan as a plain-text table, one row per question, and what to do; with
+    `variant` (the survey with its text questions on the other mechanism, and its
+    plans) both choices side by side."""
     if not plans:
         return ""
     n = plans[0].respondents
@@ -314,4 +375,6 @@ def format_plan(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
             f"results at {n:,} respondents will be marked indicative only (the interval spans"
             f" over half the range): {', '.join(noisy)}"
         )
+    if variant is not None:
+        lines += format_variant(survey, plans, *variant)
     return "\n".join(lines)

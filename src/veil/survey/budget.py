@@ -22,7 +22,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Protocol
 
-from veil.dp.accounting import DEFAULT_DELTA, zcdp_rho
+from veil.dp.accounting import DEFAULT_DELTA, zcdp_epsilon, zcdp_rho
 from veil.dp.errors import DPError
 from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
@@ -202,3 +202,46 @@ def with_local_epsilon(survey: Survey, local_epsilon: Fraction) -> Survey:
     eps = parse_local_epsilon(local_epsilon)
     questions = tuple(replace(q, local_epsilon=eps) for q in survey.questions)
     return replace(survey, questions=questions)
+
+
+def text_mechanism_variant(survey: Survey) -> Survey | None:
+    """The same survey with its text questions on the other mechanism (gaussian if they
+    are pure, geometric if they are gaussian), for `veil survey plan` to show what the
+    choice costs the other questions. None unless the survey mixes text and other
+    questions under DP.
+
+    The variant states the same ε (at the survey's δ, 10⁻⁶ unless it names one; a pure
+    survey becomes zCDP at that (ε, δ), a zCDP one pure at the ε its ρ implies) and
+    shares its total among the questions in the same proportions."""
+    texts = [q for q in survey.questions if q.kind == "text"]
+    if not texts or len(texts) == len(survey.questions) or survey.total is None:
+        return None
+    to = "geometric" if any(q.mechanism == "gaussian" for q in texts) else "gaussian"
+    mechanisms = [to if q.kind == "text" else q.mechanism for q in survey.questions]
+    zcdp = "gaussian" in mechanisms
+    delta = survey.delta or DEFAULT_DELTA
+    if survey.zcdp == zcdp:
+        total = survey.total
+    elif zcdp:
+        total = zcdp_rho(survey.total, delta)
+    else:
+        assert survey.rho is not None
+        total = zcdp_epsilon(survey.rho, delta)
+    factor = total / survey.total
+    questions = []
+    for q, mechanism in zip(survey.questions, mechanisms, strict=True):
+        share = q.share * factor
+        if mechanism == "gaussian":
+            eps, rho = None, share
+        elif zcdp:
+            eps, rho = sqrt_down(2 * share), None
+        else:
+            eps, rho = share, None
+        questions.append(replace(q, mechanism=mechanism, epsilon=eps, rho=rho, share=share))
+    return replace(
+        survey,
+        epsilon=None if zcdp else total,
+        rho=total if zcdp else None,
+        delta=delta if zcdp else None,
+        questions=tuple(questions),
+    )

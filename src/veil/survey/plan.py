@@ -45,7 +45,7 @@ from veil.dp.estimates import Estimate, noise_half_width, ratio, simultaneous_al
 from veil.dp.heavy_hitters import detection_floor
 from veil.dp.local import local_error, local_estimate
 from veil.dp.mechanisms import Mechanism, NoisePlan
-from veil.survey.budget import with_epsilon
+from veil.survey.budget import text_mechanism_variant, with_epsilon
 from veil.survey.model import DEFAULT_TARGET_ERROR, Question, Survey
 from veil.survey.tasks import question_task
 from veil.task import DpSpec, VdafSpec
@@ -58,6 +58,7 @@ __all__ = [
     "local_costs",
     "plan_json",
     "plan_survey",
+    "variant_plans",
 ]
 
 CONFIDENCE = 0.95
@@ -318,6 +319,18 @@ def _least(holds: Callable[[int], bool], floor: int) -> int | None:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
     return hi
+
+
+def variant_plans(
+    survey: Survey, respondents: int, target_error: Fraction | None = None
+) -> tuple[Survey, list[QuestionPlan]] | None:
+    """The survey with its text questions on the other mechanism
+    (`veil.survey.budget.text_mechanism_variant`) and its plans at `respondents`;
+    None unless the survey mixes text and other questions."""
+    variant = text_mechanism_variant(survey)
+    if variant is None:
+        return None
+    return variant, plan_survey(variant, respondents, target_error)
 
 
 def plan_json(survey: Survey, plans: Sequence[QuestionPlan]) -> str:
