@@ -1,17 +1,20 @@
 """VDAF helpers more than one test module uses: a Prio3 round trip in memory,
-a Poplar1 client that cheats at one level, and the official Poplar1 vectors
+a Poplar1 client that cheats at one level, the official Poplar1 vectors
 through the batched path (run by the vector tests and again with the AES
-fallback forced)."""
+fallback forced), and the encodings a dishonest Prio3L1BoundSum client
+could send (refused by the spec circuit and by both paths' aggregators)."""
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from veil.vdaf import Prio3, VerifyError
+from veil.vdaf import Field128, Prio3, VerifyError
 from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
+from veil.vdaf.spec.circuits import encode_range_checked_int
 from veil.vdaf.spec.poplar1 import Poplar1
 from veil.vdaf.spec.xof import XofTurboShake128
 
@@ -106,3 +109,22 @@ def poplar1_vectors_through_the_batch(vdaf_vectors: Path) -> None:
         ]
         aggs = [batch.aggregate_batch(o) for o in outs if isinstance(o, Poplar1OutShareBatch)]
         assert [vdaf.encode_agg_share(a).hex() for a in aggs] == tv["agg_shares"]
+
+
+def _bits(values: Sequence[int], max_value: int) -> list[int]:
+    return [b for v in values for b in encode_range_checked_int(Field128, v, max_value)]
+
+
+_P = Field128.MODULUS
+# What a dishonest client could send for length 3 and max_value 6 (3 bits a
+# value, weights 1, 2, 3): the entries' bits then the claimed sum's.
+L1_BOUND_SUM_LIES = {
+    "sum over the bound, claimed within it": _bits([6, 6, 0], 6) + _bits([6], 6),
+    "claimed sum below the entries'": _bits([1, 2, 0], 6) + _bits([2], 6),
+    "claimed sum above the entries'": _bits([1, 2, 0], 6) + _bits([4], 6),
+    "a negative entry (a bit p - 1) offsetting another": (
+        [_P - 1, 0, 0, *_bits([6, 0], 6), *_bits([5], 6)]
+    ),
+    "an entry's bit 2 (the entry 2, sum as claimed)": [2, 0, 0, *_bits([0, 0], 6), *_bits([2], 6)],
+    "claimed sum with a bit 2": [*_bits([2, 0, 0], 6), 2, 0, 0],
+}
