@@ -103,7 +103,7 @@ async def _call_cost(client: AsyncClient, calls: int = 200, runs: int = 5) -> Ca
         rpc.append((time.process_time() - cpu) / calls * 1e6)
         cpu = time.process_time()
         for _ in range(calls):
-            await loop.run_in_executor(client._executor, int)
+            await loop.run_in_executor(client._transport.executor, int)
         hand_off.append((time.process_time() - cpu) / calls * 1e6)
     return CallCost(statistics.median(rpc), statistics.median(hand_off))
 
@@ -179,8 +179,9 @@ class _BuildThenSend(AsyncClient):
     worker thread: built there, then sent from the loop on grpc.aio (with
     an outbox: built, stored, then each step of the flush handed off)."""
 
-    def _alone(self) -> bool:
-        return False
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gatherer.lone_path = False
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ async def _lone_rows(c: _LoneClients, task: Any, batch: int, calls: int, rounds:
 
     loop = asyncio.get_running_loop()
     client, blocking = c.client, c.blocking
-    executor = client._executor
+    executor = client._transport.executor
     for each in (client, c.two_hand_offs, c.boxed, c.boxed_two_hand_offs):
         await each.upload_batch([1] * batch)  # configs fetched, channels open
     blocking.upload_batch([1] * batch)
@@ -212,7 +213,7 @@ async def _lone_rows(c: _LoneClients, task: Any, batch: int, calls: int, rounds:
     t = client.report_time()
     values = [1] * batch
     built = iter(await client.build_reports([1] * (batch * calls * rounds * 6)))
-    aio_stub = client._leader
+    aio_stub = client._transport.leader
     channel = open_channel(task.leader_address)
     stub = leader_pb2_grpc.LeaderStub(channel)  # type: ignore[no-untyped-call]
     timeout = 30.0

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.deployment import Deployment, free_port, start_deployment
 from tests.support.times import past_bucket
-from veil.client import AsyncClient, Client, UploadError, UploadResult
+from veil.client import AsyncClient, Client, ClientOptions, UploadError, UploadResult
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, generate_keypair
 from veil.messages.wire import hpke_configs_to_pb
 from veil.protocol.v1.leader_pb2 import UploadRequest, UploadResponse
@@ -123,6 +123,34 @@ def test_errors_are_the_blocking_clients(dep: Deployment) -> None:
     with Client(unknown) as blocking, pytest.raises(UploadError) as refused_too:
         blocking.upload(1)
     assert refused_too.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_options_as_one_value_or_as_keywords(dep: Deployment) -> None:
+    files = dep.tasks["count"]
+    closed = f"127.0.0.1:{free_port()}"
+    unreachable = replace(files.client, leader_address=closed, helper_address=closed)
+    options = ClientOptions(retries=2, backoff=0.01)
+    assert ClientOptions.given(None, {"retries": 2, "backoff": 0.01}) == options
+    assert ClientOptions.given(options, {"retries": 0}) == replace(options, retries=0)
+    # Both clients make the attempts the options say, given as a value or as
+    # keywords over one.
+    with Client(unreachable, options) as client, pytest.raises(UploadError) as three:
+        client.upload(1)
+    assert "(3 attempts)" in str(three.value)
+
+    async def run() -> UploadError:
+        async with AsyncClient(unreachable, options, retries=0) as client:
+            with pytest.raises(UploadError) as one:
+                await client.upload(1)
+        return one.value
+
+    assert "(1 attempts)" in str(asyncio.run(run()))
+    # A setting that is not one, and one out of range, are refused by both.
+    for make in (Client, AsyncClient):
+        with pytest.raises(TypeError, match="retrys"):
+            make(files.client, retrys=1)
+        with pytest.raises(ValueError, match="batch_size"):
+            make(files.client, ClientOptions(batch_size=0))
 
 
 def test_blocking_client_shared_by_threads(dep: Deployment) -> None:

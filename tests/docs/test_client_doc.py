@@ -35,7 +35,7 @@ def run_python(code: str) -> dict[str, Any]:
 
 def test_uploading_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = section_blocks(DOC, "Uploading")
-    assert [b.lang for b in blocks].count("python") >= 4
+    assert [b.lang for b in blocks].count("python") >= 5
     tasks = {"ages": (VdafSpec("sum", max_measurement=100), DpSpec("none"), {"min_batch_size": 1})}
     dep = start_deployment(tmp_path / "servers", tasks)
     try:
@@ -57,8 +57,8 @@ def test_uploading_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                     text=True,
                 )
                 assert done.returncode == 0, done.stderr
-        # Blocking 1 + 3, asyncio 1 + 3, outbox 1, shell 2, prepared 1: each once.
-        assert dep.stored_reports("ages") == 12
+        # Blocking 1 + 3, asyncio 1 + 3, settings 3, outbox 1, shell 2, prepared 1: each once.
+        assert dep.stored_reports("ages") == 15
         with Outbox(work / "ages.outbox") as box:
             (status,) = box.status()
         assert (status.pending, status.delivered) == (0, 3)

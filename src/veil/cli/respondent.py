@@ -27,12 +27,11 @@ def parse_measurement(spec: VdafSpec, text: str) -> Any:
 
 def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str | None) -> Any:
     """A Client from the trust and mTLS arguments; None (after saying why) on a user mistake."""
-    from veil.client import Client, OutboxError
+    from veil.client import Client, ClientOptions, OutboxError
     from veil.trust import TrustError
 
     try:
-        return Client(
-            task,
+        options = ClientOptions(
             leader_root_certificates=read_pem(args.leader_ca),
             helper_root_certificates=read_pem(args.helper_ca),
             private_key=read_pem(args.client_key),
@@ -41,6 +40,7 @@ def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str 
             outbox_max_reports=getattr(args, "outbox_max", None) or DEFAULT_MAX_REPORTS,
             retries=args.retries,
         )
+        return Client(task, options)
     except (OSError, TrustError, OutboxError, ValueError) as e:
         print(f"veil {command}: {e}", file=sys.stderr)
         return None

@@ -1,13 +1,14 @@
 """veil.client: shard, seal and upload measurements (draft-ietf-ppm-dap section 4.4).
 
-`Client` blocks; `AsyncClient` is the same for asyncio. Both can keep every
+`Client` blocks; `AsyncClient` is the same for asyncio; both take their
+settings (trust, retries, outbox) as one `ClientOptions`. Both can keep every
 report in a durable `Outbox` until the leader acknowledged it.
 `prepare_report` builds a report from known HPKE configs without the network.
 `SurveyClient` answers a deployed survey (veil.survey) by label.
 """
 
 from veil.client.aio import AsyncClient
-from veil.client.base import CONFIG_LIFETIME, UploadResult
+from veil.client.base import CONFIG_LIFETIME, ClientOptions, UploadResult
 from veil.client.client import Client
 from veil.client.outbox import Outbox, OutboxError, OutboxFull, TaskStatus
 from veil.client.prepare import prepare_report, prepare_reports, seal_report
@@ -19,6 +20,7 @@ __all__ = [
     "CONFIG_LIFETIME",
     "AsyncClient",
     "Client",
+    "ClientOptions",
     "Outbox",
     "OutboxError",
     "OutboxFull",

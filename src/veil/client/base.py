@@ -9,6 +9,7 @@ runs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -19,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from veil.client.outbox import Outbox
+from veil.client.outbox import DEFAULT_MAX_REPORTS, Outbox
 from veil.client.prepare import prepare_reports
 from veil.client.retry import RetryPolicy, UploadError
 from veil.hpke import HpkeConfig
@@ -39,6 +40,58 @@ log = logging.getLogger("veil.client")
 # aggregator that rotates its key keeps opening reports sealed to the old
 # one for its grace period ([keys] grace_seconds), which must be longer.
 CONFIG_LIFETIME = 3600.0
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How a `Client` or `AsyncClient` reaches the aggregators, retries and
+    keeps its reports: every setting but the task, said once.
+
+    Trust (veil.trust): `leader_root_certificates` and
+    `helper_root_certificates` (PEM) are the private CAs of the leader and of
+    the helper (None: the system roots); one certificate in both is refused,
+    since either aggregator could then pose as the other and open both input
+    shares, and a CA the task pins must be the one given. TLS is used unless
+    an aggregator is on loopback with no certificates given.
+    `private_key`/`certificate_chain` (PEM): the client's certificate, where
+    an aggregator requires one (mTLS).
+
+    A call that fails on the way (leader unreachable, restarting) is retried
+    `retries` times with exponential backoff from `backoff` seconds, waiting
+    at most `max_delay` (veil.client.retry.RetryPolicy), each attempt given
+    `timeout` seconds; a leader whose backlog is full advises a wait, which
+    is honoured (an advice longer than `max_delay` ends the retries).
+    Uploads go in requests of at most `batch_size` reports. `clock` gives
+    the reports' time; a fetched HPKE config is used for `config_lifetime`
+    seconds.
+
+    With `outbox` (a file path), every report is sealed and committed to
+    that SQLite file before it is sent, and leaves it only once the leader
+    acknowledged it (veil.client.outbox), at most `outbox_max_reports` of
+    them (OutboxFull beyond).
+    """
+
+    leader_root_certificates: bytes | None = None
+    helper_root_certificates: bytes | None = None
+    private_key: bytes | None = None
+    certificate_chain: bytes | None = None
+    timeout: float = 30.0
+    retries: int = 5
+    backoff: float = 0.5
+    max_delay: float = 30.0
+    batch_size: int = 1000
+    clock: Callable[[], float] = time.time
+    config_lifetime: float = CONFIG_LIFETIME
+    outbox: str | os.PathLike[str] | None = None
+    outbox_max_reports: int = DEFAULT_MAX_REPORTS
+
+    @classmethod
+    def given(cls, options: ClientOptions | None, changes: dict[str, Any]) -> ClientOptions:
+        """`options` (by default all the defaults) with `changes`, a
+        client's keyword shorthand: ``Client(task, retries=0)`` is
+        ``Client(task, ClientOptions(retries=0))``. Raises TypeError on a
+        name that is not an option."""
+        return dataclasses.replace(options or cls(), **changes)
 
 
 @dataclass(frozen=True)
@@ -120,31 +173,17 @@ Step = list[Report] | UploadResult
 class ClientBase:
     """The parts of a client that do not wait on the network."""
 
-    def __init__(
-        self,
-        task: Task,
-        *,
-        leader_root_certificates: bytes | None,
-        helper_root_certificates: bytes | None,
-        timeout: float,
-        retries: int,
-        backoff: float,
-        max_delay: float,
-        batch_size: int,
-        clock: Callable[[], float],
-        config_lifetime: float,
-        outbox: str | os.PathLike[str] | None,
-        outbox_max_reports: int,
-    ) -> None:
-        if batch_size < 1:
+    def __init__(self, task: Task, options: ClientOptions) -> None:
+        if options.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         check_roots(
-            leader_root_certificates,
-            helper_root_certificates,
+            options.leader_root_certificates,
+            options.helper_root_certificates,
             task.leader_ca_sha256,
             task.helper_ca_sha256,
         )
         self.task = task
+        self.options = options
         self.vdaf: Prio3[Any, Any] | Poplar1
         self._batch: BatchPrio3[Any, Any] | BatchPoplar1
         if task.vdaf.is_prefix:
@@ -153,14 +192,16 @@ class ClientBase:
         else:
             self.vdaf = task.vdaf.instantiate()
             self._batch = BatchPrio3(self.vdaf)
-        self.timeout = timeout
-        self.policy = RetryPolicy(retries, backoff, max_delay)
-        self.batch_size = batch_size
-        self.clock = clock
-        self.config_lifetime = config_lifetime
+        self.timeout = options.timeout
+        self.policy = RetryPolicy(options.retries, options.backoff, options.max_delay)
+        self.batch_size = options.batch_size
+        self.clock = options.clock
+        self.config_lifetime = options.config_lifetime
         self._configs: dict[int, tuple[HpkeConfig, float]] = {}
         self._configs_lock = threading.Lock()
-        self.outbox = None if outbox is None else Outbox(outbox, outbox_max_reports)
+        self.outbox = (
+            None if options.outbox is None else Outbox(options.outbox, options.outbox_max_reports)
+        )
 
     def unreachable(self, error: UploadError, is_leader: bool, attempts: int) -> UploadError:
         """`error` naming the aggregator that could not be reached, if that is

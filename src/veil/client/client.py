@@ -10,7 +10,6 @@ stores a report id once, so a retry never counts twice.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -18,8 +17,7 @@ from typing import Any
 
 import grpc
 
-from veil.client.base import CONFIG_LIFETIME, ClientBase, UploadResult, advance
-from veil.client.outbox import DEFAULT_MAX_REPORTS
+from veil.client.base import CONFIG_LIFETIME, ClientBase, ClientOptions, UploadResult, advance
 from veil.client.retry import UploadError
 from veil.grpc_util import open_channel
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
@@ -30,34 +28,21 @@ from veil.task import Task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONFIG_LIFETIME", "Client", "UploadError", "UploadResult"]
+__all__ = ["CONFIG_LIFETIME", "Client", "ClientOptions", "UploadError", "UploadResult"]
 
 
 class Client:
     """Uploads measurements for one task, blocking until the leader answers.
 
-    `task` is the client's task file (`veil task new` writes it). TLS is used
-    unless an aggregator is on loopback with no certificates given. Each
-    aggregator is trusted separately (veil.trust): `leader_root_certificates`
-    and `helper_root_certificates` (PEM) are the private CAs of the leader
-    and of the helper (None: the system roots); one certificate in both is
-    refused, since either aggregator could then pose as the other and open
-    both input shares. A CA the task pins must be the one given. Pass
-    `private_key`/`certificate_chain` (PEM) where an aggregator requires
-    client certificates (mTLS).
+    `task` is the client's task file (`veil task new` writes it); `options`
+    (`ClientOptions`: trust, mTLS, timeout, retries, batch size, clock,
+    outbox) how it reaches the aggregators, each setting also accepted as a
+    keyword (``Client(task, retries=0)``). Each aggregator is trusted
+    separately (veil.trust). A retried call resends the same report ids.
 
-    A call that fails on the way (leader unreachable, restarting) is retried
-    `retries` times with exponential backoff from `backoff` seconds, waiting
-    at most `max_delay` (veil.client.retry.RetryPolicy), resending the same
-    report ids; a leader whose backlog is full advises a wait, which is
-    honoured (an advice longer than `max_delay` ends the retries).
-
-    With `outbox` (a file path), every report is sealed and committed to
-    that SQLite file before it is sent, and leaves it only once the leader
-    acknowledged it (veil.client.outbox): an upload while the leader is
-    unreachable returns with the reports pending (`UploadResult.pending`),
-    and `flush()` delivers them later, also from another process after a
-    restart. At most `outbox_max_reports` wait there (OutboxFull beyond).
+    With an outbox, an upload while the leader is unreachable returns with
+    the reports pending (`UploadResult.pending`), and `flush()` delivers them
+    later, also from another process after a restart.
 
     A `Client` is thread-safe: threads may share one (the gRPC channels, the
     config cache and the outbox are safe to use concurrently, and each call
@@ -77,46 +62,17 @@ class Client:
             client.upload_batch([0, 1, 1])
     """
 
-    def __init__(
-        self,
-        task: Task,
-        *,
-        leader_root_certificates: bytes | None = None,
-        helper_root_certificates: bytes | None = None,
-        private_key: bytes | None = None,
-        certificate_chain: bytes | None = None,
-        timeout: float = 30.0,
-        retries: int = 5,
-        backoff: float = 0.5,
-        max_delay: float = 30.0,
-        batch_size: int = 1000,
-        clock: Callable[[], float] = time.time,
-        config_lifetime: float = CONFIG_LIFETIME,
-        outbox: str | os.PathLike[str] | None = None,
-        outbox_max_reports: int = DEFAULT_MAX_REPORTS,
-    ) -> None:
-        self._base = ClientBase(
-            task,
-            leader_root_certificates=leader_root_certificates,
-            helper_root_certificates=helper_root_certificates,
-            timeout=timeout,
-            retries=retries,
-            backoff=backoff,
-            max_delay=max_delay,
-            batch_size=batch_size,
-            clock=clock,
-            config_lifetime=config_lifetime,
-            outbox=outbox,
-            outbox_max_reports=outbox_max_reports,
-        )
+    def __init__(self, task: Task, options: ClientOptions | None = None, **changes: Any) -> None:
+        options = ClientOptions.given(options, changes)
+        self._base = ClientBase(task, options)
         self.task = task
         self.vdaf = self._base.vdaf
-        client_cert = (private_key, certificate_chain)
+        client_cert = (options.private_key, options.certificate_chain)
         self._leader_channel = open_channel(
-            task.leader_address, leader_root_certificates, *client_cert
+            task.leader_address, options.leader_root_certificates, *client_cert
         )
         self._helper_channel = open_channel(
-            task.helper_address, helper_root_certificates, *client_cert
+            task.helper_address, options.helper_root_certificates, *client_cert
         )
         self._leader = leader_pb2_grpc.LeaderStub(self._leader_channel)  # type: ignore[no-untyped-call]
         self._helper = helper_pb2_grpc.HelperStub(self._helper_channel)  # type: ignore[no-untyped-call]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from veil.client.base import ClientOptions
 from veil.client.client import Client
 from veil.client.prepare import prepare_reports
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
@@ -86,15 +87,15 @@ class SurveyClient:
         # Channels connect on first use; creating them here checks the
         # certificates (veil.trust.TrustError) before any answer is taken.
         self._clients: dict[str, Client] = {}
+        options = ClientOptions(
+            leader_root_certificates=leader_root_certificates,
+            helper_root_certificates=helper_root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+        )
         try:
             for qid, task in self.tasks.items():
-                self._clients[qid] = Client(
-                    task,
-                    leader_root_certificates=leader_root_certificates,
-                    helper_root_certificates=helper_root_certificates,
-                    private_key=private_key,
-                    certificate_chain=certificate_chain,
-                )
+                self._clients[qid] = Client(task, options)
         except BaseException:
             self.close()
             raise

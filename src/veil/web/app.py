@@ -46,7 +46,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from veil.client import Client, UploadError
+from veil.client import Client, ClientOptions, UploadError
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
 from veil.invite.http import PATH as INVITATION_PATH
 from veil.invite.http import endpoint as invitation_endpoint
@@ -362,20 +362,17 @@ class SurveySite:
         # retries by hand, so the server's own retries are few, and an
         # overloaded leader's advice to wait is passed on (Retry-After)
         # rather than waited out here.
-        self.clients = {
-            tid: Client(
-                task,
-                leader_root_certificates=leader_root_certificates,
-                helper_root_certificates=helper_root_certificates,
-                private_key=private_key,
-                certificate_chain=certificate_chain,
-                timeout=timeout,
-                retries=1,
-                backoff=0.2,
-                max_delay=0.5,
-            )
-            for tid, task in self.tasks.items()
-        }
+        options = ClientOptions(
+            leader_root_certificates=leader_root_certificates,
+            helper_root_certificates=helper_root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            timeout=timeout,
+            retries=1,
+            backoff=0.2,
+            max_delay=0.5,
+        )
+        self.clients = {tid: Client(task, options) for tid, task in self.tasks.items()}
         self.script = _static("veil-survey.js")
         self.style = _static("survey.css")
 
