@@ -40,8 +40,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.postgres import postgres_dsn, with_schema
 from scripts.bench_workers import VDAFS, hpke_open_floors
-from tests.support.postgres import postgres_dsn, with_schema
 from veil.aggregator.helper import Helper
 from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.privacy import PrivacyEngine

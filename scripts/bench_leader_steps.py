@@ -29,8 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.postgres import as_url, postgres_dsn, with_schema
 from scripts.bench_workers import TP, VDAFS
-from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.leader import jobs as jobs_module
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.run.config import load_config

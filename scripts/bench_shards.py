@@ -28,11 +28,11 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-# The throwaway PostgreSQL is test support (tests/support), not part of veil:
+# The throwaway PostgreSQL is the benchmarks' (bench/), not part of veil:
 # run from a checkout, the script finds it beside scripts/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.postgres import postgres_dsn, with_schema
+from bench.postgres import postgres_dsn, with_schema
 from veil.aggregator.core import share_merge
 from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.store import records

@@ -34,9 +34,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.leader import NOW, TP, upload_leader
 from scripts.bench_workers import VDAFS, hpke_open_floors
-from tests.support.backends import Backend
-from tests.support.in_process import NOW, TP, World
 from veil.aggregator.leader import upload as upload_module
 from veil.aggregator.service import LeaderService, add_service
 from veil.client import prepare_reports
@@ -74,57 +73,50 @@ def one_round(vdaf: str, batch: int, uploads: int, stored: int) -> dict[str, flo
     spec, value = VDAFS[vdaf]
     files = new_task(spec, "127.0.0.1:1", "127.0.0.1:2", min_batch_size=1, dp=DpSpec("none"))
     t = NOW - NOW % TP - TP
-    with tempfile.TemporaryDirectory() as tmp:
-        backend = Backend(Path(tmp), None)
-        world = World(backend, files)
+    with tempfile.TemporaryDirectory() as tmp, upload_leader(files, Path(tmp)) as (leader, helper):
+        prio3 = BatchPrio3(files.client.vdaf.instantiate())
+
+        def build(n: int) -> bytes:
+            reports = prepare_reports(
+                files.client,
+                [value(i) for i in range(n)],
+                leader.current_config,
+                helper,
+                t,
+                batch=prio3,
+            )
+            return upload_request(files.client.task_id, reports).SerializeToString()
+
+        task_id = files.client.task_id
+        for at in range(0, stored, 10_000):
+            n = min(10_000, stored - at)
+            leader.upload(task_id, list(world_reports(build(n))))
+        calls = [build(batch) for _ in range(2 * uploads)]
+        cost: dict[str, float] = defaultdict(float)
+        # The steps, timed inside the path (the timers' own cost included).
+        store = leader.store
+        originals = instrument(cost, store)
         try:
-            leader = world.leader
-            prio3 = BatchPrio3(files.client.vdaf.instantiate())
-
-            def build(n: int) -> bytes:
-                reports = prepare_reports(
-                    files.client,
-                    [value(i) for i in range(n)],
-                    leader.current_config,
-                    world.helper.current_config,
-                    t,
-                    batch=prio3,
-                )
-                return upload_request(files.client.task_id, reports).SerializeToString()
-
-            task_id = files.client.task_id
-            for at in range(0, stored, 10_000):
-                n = min(10_000, stored - at)
-                leader.upload(task_id, list(world_reports(build(n))))
-            calls = [build(batch) for _ in range(2 * uploads)]
-            cost: dict[str, float] = defaultdict(float)
-            # The steps, timed inside the path (the timers' own cost included).
-            store = leader.store
-            originals = instrument(cost, store)
-            try:
-                call = upload_method(leader)
-                for raw in calls[:uploads]:
-                    t0 = time.process_time()
-                    leader_pb2.UploadRequest.FromString(raw)
-                    cost["parse"] += time.process_time() - t0
-                    call(raw, None)
-            finally:
-                restore(store, originals)
             call = upload_method(leader)
-            whole = 0.0
-            for raw in calls[uploads:]:
+            for raw in calls[:uploads]:
                 t0 = time.process_time()
+                leader_pb2.UploadRequest.FromString(raw)
+                cost["parse"] += time.process_time() - t0
                 call(raw, None)
-                whole += time.process_time() - t0
-            n = uploads * batch
-            out = {k: cost[k] * 1e6 / n for k in STEPS}
-            out["check"] -= out["store"]
-            out["decode"] -= out["check"] + out["store"]
-            out["whole call"] = whole * 1e6 / n
-            return out
         finally:
-            for s in backend.opened:
-                s.close()
+            restore(store, originals)
+        call = upload_method(leader)
+        whole = 0.0
+        for raw in calls[uploads:]:
+            t0 = time.process_time()
+            call(raw, None)
+            whole += time.process_time() - t0
+        n = uploads * batch
+        out = {k: cost[k] * 1e6 / n for k in STEPS}
+        out["check"] -= out["store"]
+        out["decode"] -= out["check"] + out["store"]
+        out["whole call"] = whole * 1e6 / n
+        return out
 
 
 def upload_method(leader: Any) -> Callable[[bytes, Any], bytes]:

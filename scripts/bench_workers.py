@@ -77,15 +77,15 @@ from typing import Any
 
 import psycopg
 
-# The throwaway PostgreSQL is test support (tests/support), not part of veil:
+# The throwaway PostgreSQL is the benchmarks' (bench/), not part of veil:
 # run from a checkout, the script finds it beside scripts/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
+from bench.postgres import as_url, postgres_dsn, with_schema
 from bench.profiling import Profiler
-from tests.support.postgres import as_url, postgres_dsn, with_schema
 from veil.aggregator.core import job_deltas, share_merge
 from veil.aggregator.leader.settings import DEFAULT_JOB_SIZE
 from veil.aggregator.postgres import PostgresDatastore

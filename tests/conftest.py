@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from bench.postgres import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
 from tests.support.backends import KINDS, Backend
-from tests.support.postgres import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
 from tests.support.vectors import vectors_dir
 
 # CI replays the same examples every run, so a landing is never decided by a

@@ -261,3 +261,28 @@ def test_only_the_services_and_clients_import_the_generated_protocol_code() -> N
         if name in PROTOCOL_USERS or f"{name.rpartition('.')[0]}.*" in PROTOCOL_USERS
     ]
     assert users == allowed, f"import veil.protocol: {sorted(set(users) - set(allowed))}"
+
+
+def _imports_of(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module or "")
+    return names
+
+
+def test_the_benchmarks_import_nothing_from_the_tests() -> None:
+    # What a benchmark needs (a throwaway PostgreSQL, a leader in this
+    # process) lives in bench/, which the tests may import, not the reverse.
+    root = SRC.parent
+    paths = sorted([*root.glob("scripts/*.py"), *root.glob("bench/*.py")])
+    assert len(paths) > 20
+    found = {
+        p.relative_to(root).as_posix(): sorted(
+            n for n in _imports_of(p) if n == "tests" or n.startswith("tests.")
+        )
+        for p in paths
+    }
+    assert {p: names for p, names in found.items() if names} == {}

@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from bench.postgres import as_url, with_schema
 from tests.support.deployment import Deployment
 from tests.support.modes import LONG
-from tests.support.postgres import as_url, with_schema
 from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec, VdafSpec
 

@@ -104,7 +104,7 @@ def test_sighup_reaches_aggregation_workers(tmp_path: Path, postgres_server: str
     """A leader front end without a driver, one `veil worker` (both on
     PostgreSQL) and the helper: after SIGHUP to all three, a task added to the
     configs is aggregated."""
-    from tests.support.postgres import as_url, with_schema
+    from bench.postgres import as_url, with_schema
     from veil.aggregator.postgres import PostgresDatastore
 
     leader_db = with_schema(postgres_server, f"leader_{secrets.token_hex(4)}")

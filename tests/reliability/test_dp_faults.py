@@ -22,10 +22,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from bench.postgres import as_url, with_schema
 from tests.reliability.test_crashes import PHASES, Chaos, _pause, _upload_until_acknowledged
 from tests.support.deployment import Deployment
 from tests.support.modes import LONG
-from tests.support.postgres import as_url, with_schema
 from tests.support.reliability import TP, bucket, query, record
 from tests.support.wait import wait_until
 from veil.client import Report

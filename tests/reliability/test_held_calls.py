@@ -34,8 +34,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.postgres import as_url, with_schema
 from tests.reliability.headers_only import HeldCalls
-from tests.support.postgres import as_url, with_schema
 from tests.support.reliability import TP, bucket, record
 from veil.client import Client
 from veil.collector import Collector

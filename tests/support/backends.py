@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from tests.support.postgres import as_url, with_schema
+from bench.postgres import as_url, with_schema
 from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.storage import SqliteDatastore
 from veil.aggregator.store.base import Datastore

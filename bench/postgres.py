@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL server, for the test suite and the benchmarks.
+"""A throwaway PostgreSQL server, for the benchmarks and the test suite (which
+imports it from here: a benchmark imports nothing from tests/).
 
 Uses ``VEIL_TEST_POSTGRES_DSN`` when set. Otherwise it runs ``initdb`` and
 ``pg_ctl`` from the system's PostgreSQL in a temporary directory, listening
