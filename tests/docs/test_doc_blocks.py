@@ -296,7 +296,7 @@ def test_the_mechanism_trade_off_is_the_plans(tmp_path: Path) -> None:
     variant = variant_plans(survey, n)
     assert variant is not None
     then = {p.question: p for p in variant[1]}
-    a, b = now["remote"].half_width, then["remote"].half_width
+    a, b = now["remote"].raw_half_width, then["remote"].raw_half_width
     floors = now["editor"].detection_floor, then["editor"].detection_floor
     assert None not in floors
     prose = " ".join(read("docs/SURVEYS.md").split())

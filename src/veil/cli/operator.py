@@ -428,12 +428,37 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
     except (CollectionError, TrustError, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 1
-    status = survey_status(survey, files.tasks, infos, now, collecting)
+    status = survey_status(survey, files.tasks, infos, now, collecting, _collected(args))
     if args.json:
         print(json.dumps(status, indent=2))
     else:
         print(render_text(status, now, survey.opens, survey.closes))
     return 0
+
+
+def _collected(args: argparse.Namespace) -> dict[str, int]:
+    """Each question's report count in the results `veil survey collect` wrote for
+    this collector/ directory (results.json; a text question's also from state.json
+    while its levels run); empty if there are none or they cannot be read."""
+    from veil.collector.survey import STATE_FILE, collected_into
+
+    where = collected_into(args.survey_dir)
+    if where is None:
+        return {}
+    out: dict[str, int] = {}
+    try:
+        state = json.loads((where / STATE_FILE).read_text(encoding="utf-8"))
+        for qid, text in state.get("text", {}).items():
+            out[str(qid)] = int(text["report_count"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
+    try:
+        for result in json.loads((where / "results.json").read_text(encoding="utf-8")):
+            if isinstance(result.get("n"), int) and not isinstance(result.get("n"), bool):
+                out[str(result["question"])] = result["n"]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return out
 
 
 def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from veil.survey import Survey
 from veil.survey.statement import survey_statement
+from veil.survey.tasks import charged
 from veil.task import CollectorTask
 from veil.times import format_duration, format_time
 
@@ -37,48 +38,47 @@ def fraction_text(x: Fraction) -> str:
     return str(x) if x.denominator <= 12 else f"{float(x):.3g}"
 
 
-def _spent(task: CollectorTask, collections: int, zcdp_survey: bool) -> tuple[Fraction, Fraction]:
-    """(in the task's own unit, in the survey's unit) after `collections` collections.
-
-    A survey composed under zCDP counts a pure question's collection of ε as
-    ρ = ε²/2 (as its ledgers do, veil.dp.budget), not as ε."""
-    charge = task.dp.charge(task.vdaf) or Fraction(0)
-    own = charge * collections
-    if zcdp_survey and task.dp.unit == "epsilon":
-        return own, charge * charge / 2 * collections
-    return own, own
-
-
 def survey_status(
     survey: Survey,
     tasks: Mapping[str, CollectorTask],
     infos: Mapping[str, QuestionInfo],
     now: float,
     collecting: Mapping[str, str] | None = None,
+    collected: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The status as JSON-ready values (`veil survey status --json`).
 
     `collecting`: the questions whose collection job is pending at the leader,
-    each with what it waits for ("retrying: <the leader's reason>")."""
+    each with what it waits for ("retrying: <the leader's reason>"). `collected`:
+    the report count each collected question's results give (`veil survey
+    collect`'s results.json), shown for a collected question instead of the
+    leader's count of the reports it still holds (it deletes them once collected:
+    "reports 0"); a collected question without either shows None ("collected")."""
     collecting = collecting or {}
+    collected = collected or {}
     assert survey.opens is not None and survey.closes is not None
     questions: list[dict[str, Any]] = []
     spent_total = Fraction(0)
     for q in survey.questions:
         task, info = tasks[q.id], infos[q.id]
-        own, counted = _spent(task, info.collections_finished, survey.zcdp)
+        own, counted = charged(task.dp, task.vdaf, info.collections_finished, survey.zcdp)
         spent_total += counted
         withheld = info.counts_withheld or task.dp.counts_protected
+        reports: int | None = info.reports
+        if info.collections_finished and (q.id in collected or not info.reports):
+            reports = collected.get(q.id)
         questions.append(
             {
                 "id": q.id,
                 "counts_withheld": withheld,
-                "reports": None if withheld else info.reports,
+                "reports": None if withheld else reports,
                 "rejected": None if withheld else info.rejected,
                 "collections": info.collections_finished,
+                # `spent` is in the survey's unit; `spent_in_own_unit` in `own_unit`.
                 "spent": str(counted),
-                "spent_unit": task.dp.unit,
+                "spent_unit": "rho" if survey.zcdp else "epsilon",
                 "spent_in_own_unit": str(own),
+                "own_unit": task.dp.unit,
                 "collecting": collecting.get(q.id) if info.collections_finished == 0 else None,
             }
         )
@@ -136,10 +136,13 @@ def render_text(status: Mapping[str, Any], now: float, opens: int, closes: int) 
     ]
     converted = False
     for q in status["questions"]:
-        reports = "withheld" if q["counts_withheld"] else str(q["reports"])
+        if q["counts_withheld"]:
+            reports = "withheld"
+        else:
+            reports = "collected" if q["reports"] is None else str(q["reports"])
         rejected = "withheld" if q["counts_withheld"] else str(q["rejected"])
         spent = f"{symbol} {fraction_text(Fraction(q['spent']))}"
-        if status["unit"] == "rho" and q["spent_unit"] == "epsilon":
+        if status["unit"] == "rho" and q["own_unit"] == "epsilon":
             converted = True
             spent += f" (ε {fraction_text(Fraction(q['spent_in_own_unit']))})"
         out.append(f"  {q['id']:<20} {reports:>8} {rejected:>9} {q['collections']:>12} {spent:>14}")

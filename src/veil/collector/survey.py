@@ -435,7 +435,13 @@ def _collect_text(
     state.failed.pop(q.id, None)
     say(f"{q.id}: {len(done.survivors)} answers found, {report_count} reports")
     return text_result(
-        q, done.survivors, report_count, threshold, text_guarantee(survey, q), confidence
+        q,
+        done.survivors,
+        report_count,
+        threshold,
+        text_guarantee(survey, q),
+        confidence,
+        levels=len(done.queried),
     )
 
 

@@ -236,7 +236,9 @@ def _collect_text(
         say=lambda what: say(f"{q.id}: {what}"),
         lower_case=not q.case_sensitive,
     ).survivors
-    result = text_result(q, found, reports[-1], threshold, text_guarantee(survey, q))
+    result = text_result(
+        q, found, reports[-1], threshold, text_guarantee(survey, q), levels=len(reports)
+    )
     given = Counter(encode_text_answer(a, q.max_bytes, q.case_sensitive).text for a in answers)
     result = replace(
         result, rows=tuple(replace(row, truth=given.get(row.label, 0)) for row in result.rows)

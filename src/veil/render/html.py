@@ -19,6 +19,7 @@ from html import escape
 from veil.survey.model import Survey
 from veil.survey.results import QuestionResult
 from veil.survey.statement import privacy_statement, public_sentences
+from veil.survey.tasks import question_charged
 from veil.times import format_time
 
 WIDTH = 720
@@ -134,17 +135,14 @@ def chart(r: QuestionResult) -> str:
 
 
 def _spent(survey: Survey, results: Sequence[QuestionResult]) -> str:
-    """The budget these collections spent, against the survey's total."""
+    """The budget these collections charged the ledgers (a text question: the levels
+    it queried), against the survey's total, as `veil survey status` counts it."""
     if survey.mechanism == "none" or survey.total is None:
         return "no noise, no privacy budget"
-    unit = "rho" if survey.zcdp else "epsilon"
     symbol = "ρ" if survey.zcdp else "ε"
-    spent = Fraction(0)
-    for r in results:
-        if unit in r.privacy:
-            spent += Fraction(r.privacy[unit])
-        elif "epsilon" in r.privacy:  # a pure question under zCDP costs ε²/2
-            spent += Fraction(r.privacy["epsilon"]) ** 2 / 2
+    spent = sum(
+        (question_charged(survey, r.question, r.collections)[1] for r in results), Fraction(0)
+    )
     return f"budget spent {symbol} = {float(spent):.4g} of the survey's {float(survey.total):.4g}"
 
 

@@ -288,16 +288,18 @@ def format_variant(
             )
             continue
         change = ""
-        if a.half_width and b.half_width and a.half_width != b.half_width:
-            wider = b.half_width > a.half_width
-            ratio = b.half_width / a.half_width if wider else a.half_width / b.half_width
+        x, y = a.raw_half_width, b.raw_half_width
+        if x and y and x != y:
+            wider = y > x
+            ratio = y / x if wider else x / y
             change = f" ({ratio:.2g}x {'wider' if wider else 'narrower'})"
-        rows.append((a.question, _amount(a.half_width), _amount(b.half_width) + change))
+        rows.append((a.question, _amount(a.raw_half_width), _amount(b.raw_half_width) + change))
     return [
         f"the text questions' mechanism, both ways at {plans[0].respondents:,} respondents"
         f" ({_stated_epsilon(survey)} as written, {_stated_epsilon(variant)} with text {then};"
-        " the budget shared in the same proportions): the other questions' 95% interval, and"
-        " how many respondents must give a text answer for it to be found (95%)",
+        " the budget shared in the same proportions): the other questions' 95% interval (the"
+        " noise's, before it is cut to the possible range), and how many respondents must"
+        " give a text answer for it to be found (95%)",
         *_rule_table(rows),
         "gaussian composes over a text question's byte levels far better, and makes the survey"
         " zCDP: a pure question then costs ε²/2 of its ρ, so the other questions get less"
@@ -345,11 +347,20 @@ def format_plan(
         *_rule_table(rows),
     ]
     lines += [
-        "errors: how far one estimate falls from the truth, half the time and 9 times in 10",
-        "95% interval: half its width, every row of a question at once (as the results show)",
+        "errors: how far one estimate falls from the truth, half the time and 9 times in 10"
+        " (at most the range: a published estimate is kept within it)",
+        "95% interval: half its width as published, every row of a question at once; it is"
+        " cut to the possible range, so never more than half of it",
         "target: the half-width aimed at, a share of the range (0 to n for counts, the scale"
         " for means)",
     ]
+    cut = [p for p in plans if p.raw_half_width > p.half_width]
+    if cut:
+        lines.append(
+            f"at {n:,} respondents the noise alone spans more than the possible range of: "
+            + ", ".join(f"{p.question} ({_amount(p.raw_half_width)})" for p in cut)
+            + "; their published intervals are cut to it, and say little"
+        )
     if n < survey.min_batch_size:
         lines.append(
             f"at {n:,} respondents nothing is released: the survey's min_batch_size is"

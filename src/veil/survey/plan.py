@@ -3,12 +3,23 @@
 For each question, at a given number of respondents n: the expected error of
 its estimates (the median and the 90th percentile of the noise, in the
 question's own units: respondents for counts, the answer's scale for means),
-the half-width of the 95% interval `veil survey collect` will show (all rows
-of the question at once, as there), and the smallest n at which that interval
-is narrower than the question's target (`target_error` of its range, default
-±10%). Everything comes from the exact noise distribution and the public
-parameters (veil.dp.estimates), never from a random run, so under
-replace_one it is exactly what the collection will show; with a local layer
+the half-width of the 95% interval `veil survey collect` will publish (all
+rows of the question at once, as there), and the smallest n at which that
+interval is narrower than the question's target (`target_error` of its range,
+default ±10%). Everything comes from the exact noise distribution and the
+public parameters (veil.dp.estimates), never from a random run.
+
+What is published is kept within the possible range (veil.survey.results): an
+interval is cut to it, so its half-width is never more than half the range,
+and an estimate is moved into it, which only brings it nearer the truth. So
+the plan gives `half_width` as published, the noise's half-width or half the
+range if that is less (`raw_half_width` keeps the noise's own), and the errors
+at most the range. Under replace_one the noise's interval is exactly the
+collection's, at any answers, and a published one is never wider than
+`half_width` (equal to it whenever the noise's interval lies within the range,
+as at large n; narrower near an edge of the range at small n), but for a single
+choice whose intervals miss (at most 5% of the time), which is widened to hold
+its estimate (veil.dp.estimates.consistent_histogram). With a local layer
 (randomized response, whose spread grows with n) and under add_remove (ratios
 to a noisy count) it is computed at answers in the middle of the range.
 
@@ -71,8 +82,9 @@ class QuestionPlan:
     """One question's expected accuracy at `respondents`, in `unit`.
 
     `median` and `p90` are the error of one row's estimate (exceeded half the
-    time, one time in ten); `half_width` the 95% interval's (every row at
-    once); `target` the half-width aimed at: `target_error` of the range
+    time, one time in ten; at most the range); `half_width` the published 95%
+    interval's (every row at once; at most half the range, to which it is cut),
+    `raw_half_width` the noise's own; `target` the half-width aimed at: `target_error` of the range
     [0, `range_high`] (n for counts, max for means, 1 for shares); `needed`
     the smallest number of respondents whose interval is narrower than
     `target` (never below the survey's min_batch_size; None: not within
@@ -93,6 +105,7 @@ class QuestionPlan:
     target: float
     needed: int | None
     indicative: bool
+    raw_half_width: float = 0.0
     # Text questions only (None otherwise): the release threshold (a noisy count),
     # the probability an answer given once is released, and the detection floor.
     threshold: int | None = None
@@ -243,9 +256,10 @@ def plan_survey(
                 unit=model.unit_name,
                 respondents=respondents,
                 range_high=float(width),
-                median=round(median, 6),
-                p90=round(p90, 6),
-                half_width=round(float(half), 6),
+                median=round(min(median, float(width)), 6),
+                p90=round(min(p90, float(width)), 6),
+                half_width=round(float(min(half, width / 2)), 6),
+                raw_half_width=round(float(half), 6),
                 target_error=float(target),
                 target=round(float(target * width), 6),
                 needed=model.needed(target, survey.min_batch_size),
@@ -290,9 +304,10 @@ def _text_plan(survey: Survey, q: Question, n: int, target_error: Fraction | Non
         unit="respondents per answer",
         respondents=n,
         range_high=float(n),
-        median=round(median, 6),
-        p90=round(p90, 6),
-        half_width=round(half, 6),
+        median=round(min(median, n), 6),
+        p90=round(min(p90, n), 6),
+        half_width=round(min(half, n / 2), 6),
+        raw_half_width=round(half, 6),
         target_error=float(target),
         target=round(float(target * n), 6),
         needed=needed,

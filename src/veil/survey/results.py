@@ -191,6 +191,9 @@ class QuestionResult:
     # least number of respondents an answer needs to be found (95%) at that threshold.
     threshold: Threshold | None = None
     detection_floor: int | None = None
+    # The collections its ledgers were charged for: 1, or a text question's levels
+    # queried (fewer than max_bytes when the descent skips or stops).
+    collections: int = 1
 
     @property
     def shown(self) -> tuple[Row, ...]:
@@ -332,11 +335,13 @@ def text_result(
     threshold: Threshold,
     guarantee: Guarantee,
     confidence: float = 0.95,
+    levels: int | None = None,
 ) -> QuestionResult:
     """The answers found for a text question: `found` holds each answer's padded
     bytes and its last level's noisy count; `n` the report count (public under
-    replace_one). Rows are the answers, most given first, each a count of
-    respondents with an interval holding for every row at once."""
+    replace_one); `levels` the levels queried (default: all max_bytes). Rows are
+    the answers, most given first, each a count of respondents with an interval
+    holding for every row at once."""
     if q.kind != "text":
         raise ValueError(f"question {q.id!r} is not a text question")
     ordered = sorted(found, key=lambda f: (-f[1], f[0]))
@@ -362,6 +367,7 @@ def text_result(
         intervals,
         threshold=threshold,
         detection_floor=floor,
+        collections=q.max_bytes if levels is None else levels,
     )
 
 

@@ -3,6 +3,7 @@ survey's total budget (`veil survey deploy`, `veil demo`, `veil survey plan`).""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from veil.survey.model import Question, Survey
@@ -49,3 +50,23 @@ def question_task(survey: Survey, q: Question) -> TaskSpec:
             **local,
         )
     return (vdaf, dp, {"min_batch_size": survey.min_batch_size})
+
+
+def charged(
+    dp: DpSpec, vdaf: VdafSpec, collections: int, zcdp_survey: bool
+) -> tuple[Fraction, Fraction]:
+    """What `collections` collections of a question's task (a text question: levels)
+    charge its ledgers: (in the task's own unit, in the survey's unit). A survey
+    composed under zCDP counts a pure question's collection of ε as ρ = ε²/2 (as its
+    ledgers do, veil.dp.budget), not as ε."""
+    charge = dp.charge(vdaf) or Fraction(0)
+    own = charge * collections
+    if zcdp_survey and dp.unit == "epsilon":
+        return own, charge * charge / 2 * collections
+    return own, own
+
+
+def question_charged(survey: Survey, q: Question, collections: int) -> tuple[Fraction, Fraction]:
+    """`charged` for question `q` of `survey`."""
+    vdaf, dp, _ = question_task(survey, q)
+    return charged(dp, vdaf, collections, survey.zcdp)
