@@ -220,6 +220,15 @@ async function main() {
   const storeKey = `veil-sealed:${location.pathname}`;
   /** @type {unknown[] | null} reports already built, sent again as they are on a retry */
   let sealed = JSON.parse(sessionStorage.getItem(storeKey) ?? 'null');
+  // Another link opened in this tab (a second invitation, say) changes only the
+  // fragment: start again from it rather than keep the last one's "Thank you".
+  window.addEventListener('hashchange', () => location.reload());
+  // By invitation and no code in the link: say so now, not once the form is filled in.
+  if (form.dataset.invitations !== undefined && !invitation && sealed === null) {
+    closeForm(form, 'This survey is by invitation: open the link you were given.');
+    form.dataset.ready = 'true';
+    return;
+  }
 
   form.addEventListener('input', (event) => {
     const box = /** @type {HTMLElement} */ (event.target).closest('.question');

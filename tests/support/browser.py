@@ -102,7 +102,9 @@ def keyboard_only(driver: Any, a: dict[str, Any]) -> None:
     def keys(*k: str) -> None:
         ActionChains(driver).send_keys(*k).perform()
 
-    keys(Keys.TAB)  # the first control of the page: the first radio of "remote"
+    keys(Keys.TAB)  # the first control: the exact privacy statement's summary
+    assert driver.switch_to.active_element.tag_name == "summary"
+    keys(Keys.TAB)  # then the first radio of "remote"
     assert driver.switch_to.active_element.get_attribute("id") == "a-remote-yes"
     keys(Keys.SPACE if a["remote"] else Keys.ARROW_DOWN)
     keys(Keys.TAB)

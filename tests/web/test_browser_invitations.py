@@ -104,17 +104,32 @@ def submit(driver: Any, url: str) -> str:
 
 
 def test_invited_respondents_answer_in_a_browser(invited: tuple[Path, str], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
     out, url = invited
     codes = mint(out / "issuer", 2)
-    for i, code in enumerate(codes):
-        browser.get("about:blank")  # a new fragment alone would not load the page again
-        respond(browser, f"{url}#invitation={code}", answers(i))
+    browser.get("about:blank")
+    respond(browser, f"{url}#invitation={codes[0]}", answers(0))
+    # A second link opened in the same tab changes only the fragment: the page
+    # starts again from it (issue 41: it kept the first one's "Thank you").
+    browser.execute_script("window.earlier = true")
+    browser.execute_script(f"location.hash = 'invitation={codes[1]}'")
+    wait_for(browser, lambda d: d.execute_script("return window.earlier === undefined"))
+    wait_for(browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    assert "Thank you" not in status_text(browser)
+    respond(browser, f"{url}#invitation={codes[1]}", answers(1))
     assert stored(out) == 2 * 5
     browser.get("about:blank")
     again = submit(browser, f"{url}#invitation={codes[0]}")
     assert "This invitation has already been used." in again
+    # Without a code the page says so as it loads, the form disabled (issue 41:
+    # only once the whole form was filled in).
     browser.get("about:blank")
-    assert "by invitation" in submit(browser, url)
+    browser.get(url)
+    wait_for(browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    assert "This survey is by invitation: open the link you were given." in status_text(browser)
+    controls = browser.find_elements(By.CSS_SELECTOR, "#survey input, #survey button")
+    assert controls and all(not c.is_enabled() for c in controls)
     # The page's own check: a report without its token is malformed here.
     status, answer = post_json(url + "reports", {"reports": [untokened(out / "client")]})
     assert status == 400 and "missing 'token'" in answer["error"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from veil.survey import parse_survey
 from veil.web.page import render_page
 
@@ -60,3 +62,12 @@ def test_a_text_question_gets_a_labelled_text_input_with_its_limit() -> None:
     assert '<label class="text" for="a-editor">Your answer <input type="text"' in page
     assert 'aria-describedby="hint-editor err-editor"' in page
     assert "at most 8 bytes" in page and "counted in lower case" in page
+
+
+def test_a_survey_by_invitation_tells_its_script_so() -> None:
+    """Issue 41: the script disables the form on load when the link has no code."""
+    plain = render_page(parse_survey(SURVEY), "sha384-x", "sha384-y")
+    assert "data-invitations" not in plain
+    invited = SURVEY.replace("[survey]\n", "[survey]\ninvitations = true\n", 1)
+    page = render_page(parse_survey(invited), "sha384-x", "sha384-y")
+    assert re.search(r'<form id="survey" novalidate[^>]* data-invitations>', page)

@@ -120,6 +120,12 @@ def test_page_is_accessible_and_pinned(site: SurveyServers) -> None:
         status, _, served = http(site.url + path)
         assert status == 200
         assert base64.b64decode(m.group(1)) == hashlib.sha384(served).digest()
+    # The icon the page names, and the one a browser asks for anyway: no 404.
+    assert '<link rel="icon" href="static/favicon.svg"' in page
+    for path in ("static/favicon.svg", "favicon.ico"):
+        status, headers, served = http(site.url + path)
+        assert (status, headers["content-type"]) == (200, "image/svg+xml"), path
+        assert served.startswith(b"<svg")
 
 
 def test_public_description_and_configs(site: SurveyServers) -> None:

@@ -375,6 +375,7 @@ class SurveySite:
         self.clients = {tid: Client(task, options) for tid, task in self.tasks.items()}
         self.script = _static("veil-survey.js")
         self.style = _static("survey.css")
+        self.icon = _static("favicon.svg")
 
     def close(self) -> None:
         for client in self.clients.values():
@@ -515,6 +516,11 @@ def build_app(site: SurveySite) -> Starlette:
     async def style(request: Request) -> Response:
         return Response(site.style, media_type="text/css; charset=utf-8")
 
+    async def icon(request: Request) -> Response:
+        # The page names it; a browser asks for an icon anyway, and a 404 in its
+        # console reads as a fault.
+        return Response(site.icon, media_type="image/svg+xml")
+
     async def survey_json(request: Request) -> Response:
         return Response(public, media_type="application/json")
 
@@ -570,6 +576,8 @@ def build_app(site: SurveySite) -> Starlette:
             Route("/", index),
             Route("/static/veil-survey.js", script),
             Route("/static/survey.css", style),
+            Route("/static/favicon.svg", icon),
+            Route("/favicon.ico", icon),
             Route("/survey.json", survey_json),
             Route("/hpke-configs.json", hpke_configs),
             Route("/reports", reports, methods=["POST"]),

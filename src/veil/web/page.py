@@ -118,6 +118,9 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
         for name, t in (("opens", survey.opens), ("closes", survey.closes))
         if t is not None
     )
+    # By invitation: the script disables the form at once when the link has no code.
+    if survey.invitations:
+        window += " data-invitations"
     questions = "".join(_question(q) for q in survey.questions)
     return f"""<!doctype html>
 <html lang="en">
@@ -125,6 +128,7 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(survey.name)}</title>
+<link rel="icon" href="static/favicon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="static/survey.css" integrity="{style_integrity}">
 <script src="static/veil-survey.js" integrity="{script_integrity}" defer></script>
 </head>
