@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
 from veil.collector import Collector
 from veil.local.launcher import LocalDeployment

@@ -13,7 +13,7 @@ from veil.aggregator.core import AggregationAnswer, VerifyInitItem
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.hpke import Ciphertext, HpkeConfig, generate_keypair
 from veil.task import LeaderTask, TaskFiles
 

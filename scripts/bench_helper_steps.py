@@ -43,10 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.postgres import postgres_dsn, with_schema
 from scripts.bench_workers import VDAFS, hpke_open_floors
 from veil.aggregator.helper import Helper
-from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.service import HelperService
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.run.service import HelperService
+from veil.aggregator.store.postgres import PostgresDatastore, PostgresLedgerStore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import prepare_reports
 from veil.hpke import ROLE_LEADER, generate_keypair, input_share_info, open_
 from veil.messages import vdaf_ctx

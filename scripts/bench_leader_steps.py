@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.postgres import as_url, postgres_dsn, with_schema
 from scripts.bench_workers import TP, VDAFS
 from veil.aggregator.leader import jobs as jobs_module
-from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.run.config import load_config
 from veil.aggregator.run.worker import AggregationWorker
+from veil.aggregator.store.postgres import PostgresDatastore
 from veil.client import Client
 from veil.local.launcher import LocalDeployment
 from veil.task import DpSpec

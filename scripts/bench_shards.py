@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.postgres import postgres_dsn, with_schema
 from veil.aggregator.core import share_merge
-from veil.aggregator.postgres import PostgresDatastore
 from veil.aggregator.store import records
+from veil.aggregator.store.postgres import PostgresDatastore
 from veil.aggregator.store.records import BatchAggregate, HelperJob
 from veil.vdaf import Prio3Count
 
@@ -76,7 +76,7 @@ def one_run(
     store.commit_helper_job(job(job_size), MERGE)  # the bucket's lock row, made once
     work = [[job(job_size) for _ in range(jobs // threads)] for _ in range(threads)]
     retries = Retries()
-    log = logging.getLogger("veil.aggregator.postgres")
+    log = logging.getLogger("veil.aggregator.store.postgres")
     log.addHandler(retries)
     log.setLevel(logging.DEBUG)
     saved, records.AGGREGATE_SHARDS = records.AGGREGATE_SHARDS, shards

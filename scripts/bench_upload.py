@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.leader import NOW, TP, upload_leader
 from scripts.bench_workers import VDAFS, hpke_open_floors
 from veil.aggregator.leader import upload as upload_module
-from veil.aggregator.service import LeaderService, add_service
+from veil.aggregator.run.service import LeaderService, add_service
 from veil.client import prepare_reports
 from veil.messages.wire import upload_request
 from veil.protocol.v1 import leader_pb2

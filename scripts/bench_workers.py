@@ -88,8 +88,8 @@ from bench.postgres import as_url, postgres_dsn, with_schema
 from bench.profiling import Profiler
 from veil.aggregator.core import job_deltas, share_merge
 from veil.aggregator.leader.settings import DEFAULT_JOB_SIZE
-from veil.aggregator.postgres import PostgresDatastore
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.postgres import PostgresDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client, seal_report
 from veil.collector import Collector
 from veil.hpke import (

@@ -167,14 +167,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 LAYER = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 
 # The modules that import the generated protocol code (veil.protocol.v1): the
-# one conversion between message values and protobuf, the gRPC services and
-# the server that registers them, and the clients (the client library, the
-# collector).
+# one conversion between message values and protobuf (and the aggregators'
+# own rejection codes and interval), the gRPC services and the server that
+# registers them, and the clients (the client library, the leader's client of
+# the helper, the collector).
 PROTOCOL_USERS = (
     "veil.messages.wire",
-    "veil.aggregator.service",
+    "veil.aggregator.wire",
+    "veil.aggregator.run.service",
     "veil.aggregator.run.server",
     "veil.client.*",
+    "veil.aggregator.leader.helper_client",
     "veil.collector.collector",
 )
 
@@ -254,7 +257,7 @@ def _protocol_users(graph: dict[str, set[str]]) -> list[str]:
 
 def test_only_the_services_and_clients_import_the_generated_protocol_code() -> None:
     users = _protocol_users(_import_graph(99))
-    assert "veil.aggregator.service" in users  # the walk works
+    assert "veil.aggregator.run.service" in users  # the walk works
     allowed = [
         name
         for name in users

@@ -189,7 +189,7 @@ class Metrics:
             "veil_calls_unread",
             "Calls ended before their request was read (receive_timeout,"
             " too_many_waiting, unauthenticated) or read and dropped unserved"
-            " (busy) (veil.aggregator.transport).",
+            " (busy) (veil.aggregator.run.transport).",
             ["reason"],
             registry=r,
         )

@@ -22,12 +22,13 @@ import pytest
 import veil.aggregator.leader.collection as collection
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.helper_client import GrpcHelperClient
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.service import GrpcHelperClient, HelperService, LeaderService, add_service
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.run.service import HelperService, LeaderService, add_service
+from veil.aggregator.run.transport import ConnectionLimits, RpcServer
 from veil.aggregator.store.ledger import SqliteLedgerStore
-from veil.aggregator.transport import ConnectionLimits, RpcServer
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
 from veil.collector import CollectionError, Collector
 from veil.protocol.v1 import helper_pb2, leader_pb2

@@ -30,13 +30,14 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.helper_client import GrpcHelperClient
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.run.config import ServerConfig
-from veil.aggregator.service import GrpcHelperClient, HelperService, add_service
+from veil.aggregator.run.service import HelperService, add_service
+from veil.aggregator.run.transport import ConnectionLimits, RpcServer
 from veil.aggregator.status import gather, render_text
-from veil.aggregator.storage import SqliteDatastore
-from veil.aggregator.transport import ConnectionLimits, RpcServer
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
 

@@ -15,8 +15,8 @@ from tests.support.deployment import Server, free_port
 from veil.aggregator.privacy import ExactReleaseRefused, PrivacyEngine
 from veil.aggregator.run.config import load_config
 from veil.aggregator.status import gather, render_text
-from veil.aggregator.storage import SqliteDatastore
 from veil.aggregator.store.ledger import sqlite_ledger
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.dp.mechanisms import MAX_EPSILON, MAX_RHO, MIN_EPSILON, MIN_RHO
 from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task, write_toml
 

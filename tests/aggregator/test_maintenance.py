@@ -24,9 +24,9 @@ from veil.aggregator.maintenance import (
     rotate,
 )
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.storage import SqliteDatastore
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import KEY_ACTIVE, KEY_EXPIRED, KEY_PENDING
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import prepare_report
 from veil.hpke import HpkeConfig
 from veil.messages import Report

@@ -1,7 +1,7 @@
 """The privacy budget ledger's rules (veil.dp.budget), on each of its stores
 (SQLite and PostgreSQL, through the suite's backend fixture) and in memory.
 What only the stores promise (durability, concurrent spends) is tested in
-tests/aggregator/test_ledger_store.py."""
+tests/aggregator/store/test_ledger_store.py."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.deployment import Deployment, start_deployment
 from tests.support.helper_rpc import aggregate, verify_init
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import UploadError, prepare_reports
 from veil.invite import blindrsa
 from veil.invite.token import TOKEN_SIZE, PendingToken, public_key_bytes

@@ -105,7 +105,7 @@ def test_sighup_reaches_aggregation_workers(tmp_path: Path, postgres_server: str
     PostgreSQL) and the helper: after SIGHUP to all three, a task added to the
     configs is aggregated."""
     from bench.postgres import as_url, with_schema
-    from veil.aggregator.postgres import PostgresDatastore
+    from veil.aggregator.store.postgres import PostgresDatastore
 
     leader_db = with_schema(postgres_server, f"leader_{secrets.token_hex(4)}")
 

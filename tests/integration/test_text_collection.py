@@ -18,9 +18,9 @@ from tests.support.cli import veil
 from tests.support.deployment import Deployment, start_deployment
 from tests.support.times import past_bucket
 from veil.aggregator.errors import AggParamRefused
+from veil.aggregator.leader.helper_client import GrpcHelperClient
 from veil.aggregator.maintenance import collect_garbage
-from veil.aggregator.service import GrpcHelperClient
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.collector import CollectionError, text_agg_param
 from veil.observations import json_paths, load_inventory, unclassified
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.deployment import start_deployment
 from tests.support.node import JS_DIR, config_json, report_from_json, require_node_client, task_json
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.invite import blindrsa
 from veil.invite.issuer import USED_MESSAGE, mint, write_keys
 from veil.invite.token import public_key_bytes

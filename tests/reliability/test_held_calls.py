@@ -7,7 +7,7 @@ headers, and the thread waited for the request as long as the client liked.
 and collections ended in DEADLINE_EXCEEDED for as long as they were held), 8
 to the helper's Aggregate stalled the helper.
 
-Now (veil.aggregator.transport) a waiting call costs no thread, a call that
+Now (veil.aggregator.run.transport) a waiting call costs no thread, a call that
 needs a token is refused from its metadata before its request is read, and
 the request must come within `receive_seconds`. Against real processes on
 loopback: 200 headers-only calls held on each server's open methods and 50

@@ -6,10 +6,10 @@ import secrets
 from pathlib import Path
 
 from bench.postgres import as_url, with_schema
-from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
-from veil.aggregator.storage import SqliteDatastore
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
+from veil.aggregator.store.postgres import PostgresDatastore, PostgresLedgerStore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.dp import BudgetLedger, LedgerStore
 
 KINDS = ("sqlite", "postgres")

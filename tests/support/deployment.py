@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
 from veil.collector import Collector
 from veil.local.launcher import LocalDeployment, ServerProcess, free_port

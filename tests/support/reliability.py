@@ -24,7 +24,7 @@ import grpc
 
 from tests.support.deployment import Deployment
 from tests.support.times import past_bucket
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.hpke import ROLE_HELPER, input_share_info, seal
 from veil.messages import vdaf_ctx
 from veil.messages.wire import ciphertext_to_pb

@@ -271,7 +271,7 @@ def test_status_shows_a_rho_budget_with_the_epsilon_it_implies(tmp_path: Path) -
     # and for a pure one (ε), on the helper's database and ledger.
     from veil.aggregator.run.config import ServerConfig
     from veil.aggregator.status import gather, render_text
-    from veil.aggregator.storage import SqliteDatastore
+    from veil.aggregator.store.sqlite import SqliteDatastore
     from veil.dp import BudgetUnit
 
     def helper_task(dp: DpSpec) -> HelperTask:

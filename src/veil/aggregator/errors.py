@@ -159,7 +159,7 @@ class Overloaded(Unavailable):
 
 class RequestTimeout(AggregatorError):
     """A call whose request had not arrived `receive_seconds` after its
-    headers (veil.aggregator.transport): the client is idle or too slow."""
+    headers (veil.aggregator.run.transport): the client is idle or too slow."""
 
     status = "DEADLINE_EXCEEDED"
     retryable = True
@@ -172,7 +172,7 @@ class TooManyWaiting(Unavailable):
 
 class Busy(Unavailable):
     """More calls had their requests in and waited for a worker thread than
-    the server queues (`max_queued_calls`, veil.aggregator.transport): this
+    the server queues (`max_queued_calls`, veil.aggregator.run.transport): this
     one was refused unserved, its request dropped."""
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from veil.aggregator.maintenance import active_key
-from veil.aggregator.postgres import storage_label
 from veil.aggregator.run.config import ServerConfig
 from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.postgres import storage_label
 from veil.aggregator.store.records import CollectionRecord
 from veil.dp import BudgetLedger, BudgetStatus, BudgetUnit, DPError
 from veil.dp.accounting import Guarantee
@@ -231,7 +231,7 @@ def gather(
             }
             for k in keys
         ],
-        # The leader's latest reading of each helper's clock (veil.aggregator.skew).
+        # The leader's latest reading of each helper's clock (veil.aggregator.leader.skew).
         "helper_clocks": [
             {
                 "helper": peer,

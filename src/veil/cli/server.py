@@ -104,7 +104,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     import dataclasses
 
     from veil.aggregator.maintenance import collect_garbage
-    from veil.aggregator.postgres import storage_label
+    from veil.aggregator.store.postgres import storage_label
     from veil.logs import configure_logging
 
     configure_logging("warning")

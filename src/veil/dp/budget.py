@@ -25,7 +25,7 @@ both pass when only one fits. A collection id that was already charged is not
 charged again: a retried request gets the same answer.
 
 This module is the ledger's rules only, with no I/O: the stores (SQLite and
-PostgreSQL) are veil.aggregator.store.ledger's and veil.aggregator.postgres's.
+PostgreSQL) are veil.aggregator.store.ledger's and veil.aggregator.store.postgres's.
 """
 
 from __future__ import annotations

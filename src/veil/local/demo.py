@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
 from veil.client.survey import UPLOAD_CHUNK
 from veil.collector import Collector

@@ -17,16 +17,16 @@ import secrets
 import socket
 from collections.abc import Mapping, Sequence
 
-from veil.aggregator.admission import Backlog
 from veil.aggregator.core import AggregatorBase
+from veil.aggregator.leader.admission import Backlog
 from veil.aggregator.leader.collection import CollectionDriver, TaskInfo
 from veil.aggregator.leader.control import Backoff
 from veil.aggregator.leader.jobs import JobDriver
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
+from veil.aggregator.leader.skew import ClockWatch
 from veil.aggregator.leader.upload import ReportWriter
-from veil.aggregator.skew import ClockWatch
 from veil.aggregator.store.records import CollectionRecord
 from veil.messages import Report, ReportBatch
 from veil.task import LeaderTask

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from veil.aggregator.core import AggregationAnswer, VerifyInitItem
-from veil.aggregator.skew import ClockOffset, ClockWatch
+from veil.aggregator.leader.skew import ClockOffset, ClockWatch
 from veil.hpke import Ciphertext
 from veil.task import LeaderTask
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from veil.aggregator.admission import AdmissionLimits
+from veil.aggregator.leader.admission import AdmissionLimits
 from veil.aggregator.leader.control import DriverControl
 from veil.aggregator.leader.peer import HelperApi
 from veil.aggregator.privacy import PrivacyEngine
@@ -61,7 +61,7 @@ class LeaderSettings:
     max_retry_seconds: float = 300.0
     max_helper_clock_lag: float = DEFAULT_MAX_HELPER_CLOCK_LAG
     # Uploads are admitted while the reports waiting for aggregation are
-    # within these limits (veil.aggregator.admission).
+    # within these limits (veil.aggregator.leader.admission).
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     worker_id: str | None = None
     open_threads: int = 0

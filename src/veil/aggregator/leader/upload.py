@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from veil.aggregator.admission import AdmissionLimits, Backlog
 from veil.aggregator.core import AggregatorBase, check_report_time, check_token
 from veil.aggregator.errors import (
     AggregatorError,
@@ -17,6 +16,7 @@ from veil.aggregator.errors import (
     TooLarge,
     WrongLength,
 )
+from veil.aggregator.leader.admission import AdmissionLimits, Backlog
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.store.records import BucketCollected, ReportIdTaken

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from veil.aggregator.privacy import PrivacyEngine, refuse_exact_release
 from veil.aggregator.run.config import ConfigError, ServerConfig
-from veil.aggregator.storage import SqliteDatastore
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
 from veil.aggregator.store.records import StoreInUse
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.dp import BudgetLedger, LedgerStore
 
 
@@ -50,7 +50,7 @@ def open_backend(
             raise ConfigError(_unopenable(config.storage, e)) from None
         return StorageBackend(sqlite, str(config.storage), sqlite.close)
     # Imported here: psycopg costs a server on SQLite a fifth of its start-up.
-    from veil.aggregator.postgres import PostgresDatastore, PostgresLedgerStore
+    from veil.aggregator.store.postgres import PostgresDatastore, PostgresLedgerStore
 
     pg = PostgresDatastore(config.storage, pool_size or config.pool_size)
     return StorageBackend(pg, PostgresLedgerStore(config.storage, pg.pool), pg.close)

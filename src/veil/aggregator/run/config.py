@@ -56,7 +56,7 @@ Configuration is one TOML file (paths in it are relative to the file):
     [storage]                          # instead of `storage = ...`, to size the pool:
     url = "postgresql://veil@db/leader"
     pool_size = 8
-    [connections]                      # what idle or slow clients can hold (transport.py)
+    [connections]                      # what idle or slow clients can hold (run/transport.py)
     receive_seconds = 30               # a call's request must arrive this soon after its
                                        # headers (else DEADLINE_EXCEEDED, retryable)
     max_waiting_calls = 1000           # calls waiting for their requests; one more ends
@@ -83,14 +83,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from veil.aggregator.admission import (
+from veil.aggregator.core import AggregatorBase
+from veil.aggregator.leader.admission import (
     DEFAULT_MAX_PENDING_PER_TASK,
     DEFAULT_MAX_PENDING_REPORTS,
     DEFAULT_RECOUNT_SECONDS,
     DEFAULT_RETRY_AFTER_SECONDS,
     AdmissionLimits,
 )
-from veil.aggregator.core import AggregatorBase
 from veil.aggregator.leader.settings import (
     DEFAULT_JOB_SIZE,
     DEFAULT_LEASE_SECONDS,
@@ -100,7 +100,7 @@ from veil.aggregator.leader.settings import (
 from veil.aggregator.maintenance import DEFAULT_GRACE_SECONDS, DEFAULT_PENDING_SECONDS, KeyPolicy
 from veil.aggregator.opener import MAX_OPEN_THREADS
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.transport import (
+from veil.aggregator.run.transport import (
     DEFAULT_IDLE_SECONDS,
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_MAX_AGE_SECONDS,

@@ -20,11 +20,11 @@ from veil.aggregator.maintenance import advance_keys, collect_garbage
 from veil.aggregator.run.backend import open_storage
 from veil.aggregator.run.channels import read_pem, server_options
 from veil.aggregator.run.config import ConfigError, ServerConfig, reload_tasks, tasks_of_role
+from veil.aggregator.run.service import HelperService, LeaderService, add_service
 from veil.aggregator.run.signals import Signals
+from veil.aggregator.run.transport import RpcServer
 from veil.aggregator.run.worker import drive, make_leader
-from veil.aggregator.service import HelperService, LeaderService, add_service
 from veil.aggregator.store.records import KEY_STATES
-from veil.aggregator.transport import RpcServer
 from veil.grpc_util import is_loopback, why_cannot_listen
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, leader_pb2

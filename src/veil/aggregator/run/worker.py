@@ -15,6 +15,7 @@ from pathlib import Path
 
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.control import DriverControl
+from veil.aggregator.leader.helper_client import GrpcHelperClient
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.run.backend import open_storage
@@ -26,7 +27,6 @@ from veil.aggregator.run.config import (
     tasks_of_role,
 )
 from veil.aggregator.run.signals import Signals
-from veil.aggregator.service import GrpcHelperClient
 from veil.aggregator.store.base import Datastore
 from veil.metrics import Metrics
 from veil.task import AggregatorTask, LeaderTask

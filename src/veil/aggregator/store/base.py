@@ -2,8 +2,8 @@
 methods written once over the units of work (veil.aggregator.store.reports,
 jobs, collection_jobs, prefix_queries).
 
-A backend (SqliteDatastore in veil.aggregator.storage, PostgresDatastore in
-veil.aggregator.postgres) subclasses it and says how a unit runs (`_read`,
+A backend (SqliteDatastore in veil.aggregator.store.sqlite, PostgresDatastore in
+veil.aggregator.store.postgres) subclasses it and says how a unit runs (`_read`,
 `_write`), plus the few operations that are its database's own (first key,
 space reclaim, size, close). Every method is one unit of work in one
 transaction, so a crash leaves either all of it or none of it."""
@@ -74,7 +74,7 @@ class Datastore:
     #   left in the job (StorageConflict if they are not as many).
     # deferred_count: pending reports waiting because the helper found them
     #   too early. record_peer_clock / peer_clocks: the latest measured
-    #   offset of a helper's clock from the leader's (veil.aggregator.skew),
+    #   offset of a helper's clock from the leader's (veil.aggregator.leader.skew),
     #   as (peer, offset, uncertainty, measured), one row per helper address.
 
     def put_reports(self, task_id: bytes, reports: Sequence[tuple[int, Report]]) -> tuple[int, int]:

@@ -4,7 +4,7 @@ schema-version table (`veil_schema`) recording how many a database holds.
 The statements are written in PostgreSQL's dialect; SQLite runs them with its
 type names (`sqlite_statements`). An SQLite file from before this list (no
 `veil_schema`) is brought up to LEGACY_VERSION by the old column-by-column
-upgrade (veil.aggregator.storage) and recorded as that version, then migrated
+upgrade (veil.aggregator.store.sqlite) and recorded as that version, then migrated
 like any other.
 """
 
@@ -107,7 +107,7 @@ MIGRATIONS: tuple[str, ...] = (
     # A report the helper found too early (its clock behind the leader's)
     # waits as pending until retry_at (the database's clock), its reason
     # saying why; the leader's latest reading of each helper's clock offset
-    # (veil.aggregator.skew), for veil status and the upload front ends.
+    # (veil.aggregator.leader.skew), for veil status and the upload front ends.
     """
     ALTER TABLE reports ADD COLUMN retry_at DOUBLE PRECISION NOT NULL DEFAULT 0;
     CREATE TABLE peer_clocks (

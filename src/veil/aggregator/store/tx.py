@@ -43,7 +43,7 @@ ID_CHUNK = 10_000
 class IdArray(list[Any]):
     """A list of byte strings (ids, ciphertexts) bound as one array
     parameter. PostgreSQL gets it in binary form (the dumper is registered on
-    each connection, see veil.aggregator.postgres): psycopg's text form
+    each connection, see veil.aggregator.store.postgres): psycopg's text form
     escapes a bytea array at about 10 µs an id, a tenth of the helper's
     whole cost per report."""
 

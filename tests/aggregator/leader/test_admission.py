@@ -20,15 +20,15 @@ import pytest
 
 from tests.support.backends import Backend
 from tests.support.in_process import NOW, InProcessHelper, T
-from veil.aggregator.admission import AdmissionLimits, Backlog
 from veil.aggregator.errors import Overloaded
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.admission import AdmissionLimits, Backlog
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.run.config import ConfigError, load_config
-from veil.aggregator.service import HelperService, LeaderService, add_service
-from veil.aggregator.transport import CallContext, ConnectionLimits, RpcServer, UnaryMethod
+from veil.aggregator.run.service import HelperService, LeaderService, add_service
+from veil.aggregator.run.transport import CallContext, ConnectionLimits, RpcServer, UnaryMethod
 from veil.client import AsyncClient, Client, RetryPolicy, UploadError, prepare_reports
 from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY, RpcRefused
 from veil.messages import Report

@@ -14,14 +14,13 @@ import psycopg
 import pytest
 
 from tests.support.backends import Backend
-from veil.aggregator import postgres as postgres_backend
 from veil.aggregator.core import share_merge
-from veil.aggregator.postgres import PostgresDatastore
-from veil.aggregator.storage import _LEGACY_SCHEMA, PAGE_SIZE, SqliteDatastore
 from veil.aggregator.store import jobs, migrations
+from veil.aggregator.store import postgres as postgres_backend
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
 from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
+from veil.aggregator.store.postgres import PostgresDatastore
 from veil.aggregator.store.records import (
     AGGREGATE_SHARDS,
     KEY_ACTIVE,
@@ -43,6 +42,7 @@ from veil.aggregator.store.records import (
     aggregate_shard,
     fold_shards,
 )
+from veil.aggregator.store.sqlite import _LEGACY_SCHEMA, PAGE_SIZE, SqliteDatastore
 from veil.aggregator.store.tx import PostgresTx, Tx, _by_column, _packed_columns
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from veil.aggregator.postgres import PostgresDatastore
+from veil.aggregator.store.postgres import PostgresDatastore
 from veil.aggregator.store.tx import PostgresTx
 
 pytestmark = pytest.mark.postgres

@@ -3,7 +3,7 @@
 Each handler decodes the request into the logic's values, calls the logic,
 encodes the answer and maps AggregatorError to its gRPC status. Nothing here
 decides anything. The handlers are synchronous; `add_service` serves them on
-veil.aggregator.transport's server, which runs them once their request has
+veil.aggregator.run.transport's server, which runs them once their request has
 arrived, and checks a call's token from its metadata before reading it.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import grpc
@@ -20,7 +20,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
-from veil.aggregator.core import AggregationAnswer, VerifyInitItem, VerifyResult
+from veil.aggregator.core import VerifyInitItem
 from veil.aggregator.errors import (
     AggregatorError,
     Internal,
@@ -28,13 +28,12 @@ from veil.aggregator.errors import (
     ReportRejection,
     Unauthenticated,
     Unavailable,
-    from_peer,
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.run.transport import Metadata, RpcServer, UnaryMethod, refusal
 from veil.aggregator.store.records import CollectionRecord, is_transient_storage_error
-from veil.aggregator.transport import Metadata, RpcServer, UnaryMethod, refusal
-from veil.grpc_util import error_kind
+from veil.aggregator.wire import REJECTION_TO_PB, interval_pb
 from veil.hpke import Ciphertext
 from veil.messages import MessageError
 from veil.messages.wire import (
@@ -46,7 +45,7 @@ from veil.messages.wire import (
 )
 from veil.metrics import Metrics
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc, messages_pb2
-from veil.task import LeaderTask, hash_token
+from veil.task import hash_token
 
 log = logging.getLogger(__name__)
 
@@ -176,27 +175,6 @@ def _parsing(
         return behaviour(request, context)
 
     return parse_then_call
-
-
-def interval_pb(start: int, duration: int) -> messages_pb2.Interval:
-    return messages_pb2.Interval(start=start, duration=duration)
-
-
-# Rejection reasons on the wire (helper.proto's ReportError), one by one.
-REJECTION_TO_PB: dict[ReportRejection, int] = {
-    ReportRejection.BATCH_COLLECTED: helper_pb2.BATCH_COLLECTED,
-    ReportRejection.REPORT_REPLAYED: helper_pb2.REPORT_REPLAYED,
-    ReportRejection.REPORT_DROPPED: helper_pb2.REPORT_DROPPED,
-    ReportRejection.HPKE_UNKNOWN_CONFIG_ID: helper_pb2.HPKE_UNKNOWN_CONFIG_ID,
-    ReportRejection.HPKE_DECRYPT_ERROR: helper_pb2.HPKE_DECRYPT_ERROR,
-    ReportRejection.VDAF_DECODE_ERROR: helper_pb2.VDAF_DECODE_ERROR,
-    ReportRejection.VDAF_VERIFY_ERROR: helper_pb2.VDAF_VERIFY_ERROR,
-    ReportRejection.REPORT_TOO_EARLY: helper_pb2.REPORT_TOO_EARLY,
-    ReportRejection.TASK_EXPIRED: helper_pb2.TASK_EXPIRED,
-    ReportRejection.INVALID_MESSAGE: helper_pb2.INVALID_MESSAGE,
-    ReportRejection.INVALID_TOKEN: helper_pb2.INVALID_TOKEN,
-}
-REJECTION_FROM_PB: dict[int, ReportRejection] = {v: k for k, v in REJECTION_TO_PB.items()}
 
 
 class LeaderService(leader_pb2_grpc.LeaderServicer):
@@ -343,7 +321,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                 request.task_id, bearer_token(context), request.aggregation_job_id, items
             )
         # The helper's own clock, read as it answers: the leader measures the
-        # skew between the aggregators from it (veil.aggregator.skew).
+        # skew between the aggregators from it (veil.aggregator.leader.skew).
         out = helper_pb2.AggregationJobResponse(helper_time_ms=int(self.helper.clock() * 1000))
         add = out.verify_resps.add
         for report_id, message, reject, share_2 in results:
@@ -384,106 +362,3 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                 request.checksum,
             )
         return helper_pb2.AggregateShareResponse(encrypted_agg_share=ciphertext_to_pb(ct))
-
-
-class GrpcHelperClient:
-    """The leader's `HelperApi` over gRPC."""
-
-    def __init__(
-        self,
-        channel_factory: Callable[[str], grpc.Channel],
-        timeout: float = 60.0,
-    ) -> None:
-        self._factory = channel_factory
-        self._stubs: dict[str, helper_pb2_grpc.HelperStub] = {}
-        self.timeout = timeout
-
-    def _stub(self, address: str) -> helper_pb2_grpc.HelperStub:
-        if address not in self._stubs:
-            stub = helper_pb2_grpc.HelperStub(self._factory(address))  # type: ignore[no-untyped-call]
-            self._stubs[address] = stub
-        return self._stubs[address]
-
-    def _call(self, task: LeaderTask, method: str, request: Any) -> Any:
-        metadata = (("authorization", f"Bearer {task.aggregator_token}"),)
-        try:
-            return getattr(self._stub(task.helper_address), method)(
-                request, metadata=metadata, timeout=self.timeout
-            )
-        except grpc.RpcError as e:
-            code = e.code()
-            raise from_peer(
-                code.name if code is not None else "UNKNOWN",
-                e.details() or "",
-                error_kind(e),
-                f"the helper at {task.helper_address}",
-            ) from None
-
-    def aggregate(
-        self,
-        task: LeaderTask,
-        job_id: bytes,
-        items: Sequence[VerifyInitItem],
-        prefix_round: tuple[bytes, int, int, int] | None = None,
-    ) -> AggregationAnswer:
-        """One job (Prio3), or one round of a Poplar1 job: `prefix_round` is
-        (agg_param, batch start, batch duration, round)."""
-        request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
-        if prefix_round is not None:
-            agg_param, start, duration, round_ = prefix_round
-            request.agg_param = agg_param
-            request.batch_interval.CopyFrom(interval_pb(start, duration))
-            request.round = round_
-        for it in items:
-            v = request.verify_inits.add(
-                leader_verifier_share=it.leader_verifier_share,
-                leader_verifier_share_2=it.leader_verifier_share_2,
-            )
-            v.report_share.metadata.report_id = it.report_id
-            v.report_share.metadata.time = it.time
-            v.report_share.public_share = it.public_share
-            # Set in place: a message built apart and copied in costs about
-            # 0.5 µs a report more, for the same bytes.
-            ct, pb = it.encrypted_input_share, v.report_share.encrypted_input_share
-            pb.config_id, pb.enc, pb.payload = ct.config_id, ct.enc, ct.payload
-        response = self._call(task, "Aggregate", request)
-        results = []
-        for r in response.verify_resps:
-            if r.WhichOneof("result") == "verifier_message":
-                results.append(
-                    VerifyResult(
-                        r.report_id,
-                        verifier_message=r.verifier_message,
-                        helper_verifier_share=r.helper_verifier_share,
-                    )
-                )
-            else:
-                # An unknown or unset reason counts as dropped (DAP's catch-all).
-                reason = REJECTION_FROM_PB.get(r.reject, ReportRejection.REPORT_DROPPED)
-                results.append(VerifyResult(r.report_id, reject=reason))
-        ms = response.helper_time_ms
-        return AggregationAnswer(results, ms / 1000 if ms else None)
-
-    def aggregate_share(
-        self,
-        task: LeaderTask,
-        collection_id: bytes,
-        start: int,
-        duration: int,
-        report_count: int,
-        checksum: bytes,
-        agg_param: bytes = b"",
-    ) -> Ciphertext:
-        request = helper_pb2.AggregateShareRequest(
-            task_id=task.task_id,
-            collection_job_id=collection_id,
-            batch_interval=interval_pb(start, duration),
-            report_count=report_count,
-            checksum=checksum,
-            agg_param=agg_param,
-        )
-        response = self._call(task, "GetAggregateShare", request)
-        try:
-            return ciphertext_from_pb(response.encrypted_agg_share, "helper aggregate share")
-        except MessageError as e:
-            raise InvalidMessage(str(e)) from None

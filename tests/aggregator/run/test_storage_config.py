@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from veil.aggregator.postgres import storage_label
 from veil.aggregator.run.config import ConfigError, load_config
+from veil.aggregator.store.postgres import storage_label
 
 
 def _config(tmp_path: Path, storage: str) -> Path:

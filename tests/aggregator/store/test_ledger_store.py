@@ -1,5 +1,5 @@
 """The budget ledger's storage (veil.aggregator.store.ledger, and its
-PostgreSQL store in veil.aggregator.postgres): durable, exact, and two
+PostgreSQL store in veil.aggregator.store.postgres): durable, exact, and two
 concurrent charges never both pass when only one fits, on both backends."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from tests.support.backends import Backend
-from veil.aggregator.postgres import PostgresLedgerStore
 from veil.aggregator.store.ledger import LedgerTx, SqliteLedgerStore, sqlite_ledger
+from veil.aggregator.store.postgres import PostgresLedgerStore
 from veil.aggregator.store.tx import PostgresTx, SqliteTx
 from veil.dp import (
     BudgetExceeded,

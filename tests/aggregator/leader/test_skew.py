@@ -2,7 +2,7 @@
 a report the helper finds too early waits at the leader and goes again once
 the helper's clock has caught up, or is rejected after max_helper_clock_lag;
 a collection the helper finds inside the window (its clock behind) is
-retried; the offset readings (veil.aggregator.skew)."""
+retried; the offset readings (veil.aggregator.leader.skew)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from veil.aggregator.errors import ReportTimeRejected
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
+from veil.aggregator.leader.skew import WARN_EVERY_SECONDS, ClockOffset, ClockWatch
 from veil.aggregator.privacy import PrivacyEngine
-from veil.aggregator.skew import WARN_EVERY_SECONDS, ClockOffset, ClockWatch
-from veil.aggregator.storage import SqliteDatastore
+from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import prepare_report
 from veil.metrics import Metrics
 from veil.task import DpSpec, TaskFiles, VdafSpec, new_task
@@ -192,7 +192,7 @@ def test_clock_watch_warns_once_in_a_while_and_persists(
     store = SqliteDatastore(":memory:")
     ticks = [0.0]
     watch = ClockWatch(store, Metrics("leader"), monotonic=lambda: ticks[0])
-    caplog.set_level(logging.INFO, logger="veil.aggregator.skew")
+    caplog.set_level(logging.INFO, logger="veil.aggregator.leader.skew")
     watch.record(ClockOffset("h:1", 0.2, 0.01, 1000.0), tolerance=30)
     assert "0.2 s ahead" in caplog.text and "WARNING" not in caplog.text
     for i in range(5):

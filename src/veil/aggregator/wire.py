@@ -1,0 +1,31 @@
+"""The aggregators' own values as protobuf, beyond veil.messages.wire: a
+report's rejection reason (veil.aggregator.errors.ReportRejection) and a
+batch interval. The services (veil.aggregator.run.service) write them and
+the leader's client of the helper (veil.aggregator.leader.helper_client)
+reads them."""
+
+from __future__ import annotations
+
+from veil.aggregator.errors import ReportRejection
+from veil.protocol.v1 import helper_pb2, messages_pb2
+
+
+def interval_pb(start: int, duration: int) -> messages_pb2.Interval:
+    return messages_pb2.Interval(start=start, duration=duration)
+
+
+# Rejection reasons on the wire (helper.proto's ReportError), one by one.
+REJECTION_TO_PB: dict[ReportRejection, int] = {
+    ReportRejection.BATCH_COLLECTED: helper_pb2.BATCH_COLLECTED,
+    ReportRejection.REPORT_REPLAYED: helper_pb2.REPORT_REPLAYED,
+    ReportRejection.REPORT_DROPPED: helper_pb2.REPORT_DROPPED,
+    ReportRejection.HPKE_UNKNOWN_CONFIG_ID: helper_pb2.HPKE_UNKNOWN_CONFIG_ID,
+    ReportRejection.HPKE_DECRYPT_ERROR: helper_pb2.HPKE_DECRYPT_ERROR,
+    ReportRejection.VDAF_DECODE_ERROR: helper_pb2.VDAF_DECODE_ERROR,
+    ReportRejection.VDAF_VERIFY_ERROR: helper_pb2.VDAF_VERIFY_ERROR,
+    ReportRejection.REPORT_TOO_EARLY: helper_pb2.REPORT_TOO_EARLY,
+    ReportRejection.TASK_EXPIRED: helper_pb2.TASK_EXPIRED,
+    ReportRejection.INVALID_MESSAGE: helper_pb2.INVALID_MESSAGE,
+    ReportRejection.INVALID_TOKEN: helper_pb2.INVALID_TOKEN,
+}
+REJECTION_FROM_PB: dict[int, ReportRejection] = {v: k for k, v in REJECTION_TO_PB.items()}
