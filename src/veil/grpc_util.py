@@ -178,11 +178,13 @@ def why_cannot_listen(address: str) -> str:
 
 def warn_plaintext(address: str) -> None:
     """Say once per process that gRPC goes in plaintext: a survey opens a channel
-    per question and aggregator, and a warning each time buried everything else."""
+    per question and aggregator, and a warning each time buried everything else.
+    At INFO: plaintext is only ever allowed on loopback, where it is the documented
+    way to try veil, so a command line at its default level (warning) says nothing."""
     global _warned_plaintext
     if not _warned_plaintext:
         _warned_plaintext = True
-        log.warning(
+        log.info(
             "plaintext gRPC to %s (loopback only; said once, for every loopback channel of"
             " this process)",
             address,

@@ -5,6 +5,11 @@ record, for log shippers). Records carry context such as ``task_id`` and
 ``job_id`` via ``extra=``. Never log a secret, a share or a measurement: the
 ``SecretFilter`` drops any ``extra`` field whose name says it is one, as a
 second line of defence behind code review and the log-scanning tests.
+
+gRPC's C core logs on its own, to stderr, at INFO ("Got goaway" when a peer
+closes a connection, as every restart does): `quiet_grpc_core` sets
+``GRPC_VERBOSITY=ERROR`` unless it is set already (set it to INFO or DEBUG to
+see the core's lines), before the core starts; `veil` does so for every command.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import time
 from typing import Any, TextIO
 
 LEVEL_ENV = "VEIL_LOG_LEVEL"
+GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
 # Standard LogRecord attributes: everything else on a record came from extra=.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 _SECRET_WORDS = ("token", "secret", "key", "share", "shares", "measurement", "password", "seed")
@@ -94,3 +100,9 @@ def configure_logging(
     logger.addHandler(handler)
     logger.setLevel(resolve_level(level))
     logger.propagate = False
+
+
+def quiet_grpc_core() -> None:
+    """Only errors from gRPC's C core, unless GRPC_VERBOSITY says otherwise. The core
+    reads it when it starts (the first channel or server), so call this before."""
+    os.environ.setdefault(GRPC_VERBOSITY_ENV, "ERROR")

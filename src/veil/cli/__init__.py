@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from veil.cli import invite, operator, respondent, server, setup, web
+from veil.logs import quiet_grpc_core
 
 
 def _version() -> str:
@@ -32,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"veil {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    survey = commands.add_parser("survey", help="surveys: deploy, and more").add_subparsers(
-        dest="survey_command", required=True
-    )
+    survey = commands.add_parser(
+        "survey", help="surveys: plan, deploy, respond, serve, invite, issuer, status, collect"
+    ).add_subparsers(dest="survey_command", required=True)
     operator.register(commands, survey)
     respondent.register(commands, survey)
     web.register(survey)
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_grpc_core()  # before any channel or server starts gRPC's core
     args = build_parser().parse_args(argv)
     refused = getattr(args, "refused", None)
     if refused is not None:  # an option that only says what replaced it

@@ -75,6 +75,15 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level)
     task = load_task_file(args.task, Task, "upload")
+    if task.issuer_public_key is not None:
+        # Not an invalid measurement: this command carries no invitation token.
+        print(
+            "veil upload: this task takes reports from invited respondents only, each with"
+            " a token from the survey's issuer, which veil upload does not fetch: answer with"
+            " veil survey respond --survey-dir DIR --invitation CODE --issuer URL",
+            file=sys.stderr,
+        )
+        return 2
     # Each value with where it came from, so that an error names the file
     # and line (or the argument) rather than an index into the batch.
     texts: list[tuple[str, str]] = []

@@ -77,7 +77,8 @@ class SurveyClient:
         if self.survey.invitations and (invitation is None or issuer is None):
             raise SurveyError(
                 "this survey takes answers from invited respondents only: give the invitation"
-                " code and the issuer's address"
+                " code and the issuer's address (veil survey respond --invitation CODE"
+                " --issuer URL; in Python SurveyClient(..., invitation=CODE, issuer=URL))"
             )
         if not self.survey.invitations and invitation is not None:
             raise SurveyError("this survey does not use invitations")
