@@ -132,6 +132,8 @@ def test_config_is_frozen() -> None:
         ("Prio3Histogram", {"length": 1, "chunk_length": 1}, 1, 1),
         ("Prio3MultihotCountVec", {"length": 10, "max_weight": 3, "chunk_length": 2}, 6, 6),
         ("Prio3MultihotCountVec", {"length": 4, "max_weight": 3, "chunk_length": 2}, 4, 4),
+        ("Prio3L1BoundSum", {"length": 10, "max_value": 240, "chunk_length": 9}, 480, 2 * 240**2),
+        ("Prio3L1BoundSum", {"length": 1, "max_value": 7}, 7, 49),
     ],
 )
 def test_sensitivity_per_type(vdaf, params, l1, l2_squared) -> None:
@@ -186,6 +188,53 @@ def test_split_mode_reports_a_weaker_server_epsilon() -> None:
     assert split.server_epsilon is not None
     # Between ε and the rigorous bound ε + Δ·ln 2 for the Pólya(1/2) difference.
     assert 1 < split.server_epsilon <= 1 + 2 * math.log(2) + 1e-6
+
+
+def _within(length: int, bound: int) -> list[tuple[int, ...]]:
+    """Every vector of `length` non-negative ints summing to at most `bound`."""
+    if length == 0:
+        return [()]
+    return [(v, *rest) for v in range(bound + 1) for rest in _within(length - 1, bound - v)]
+
+
+@pytest.mark.parametrize(("length", "bound"), [(1, 3), (2, 2), (3, 2), (4, 3), (5, 2)])
+@pytest.mark.parametrize("scale", ["1/2", 3])
+def test_l1_bound_sum_sensitivity_is_the_worst_pair(length: int, bound: int, scale) -> None:
+    """Prio3L1BoundSum's Δ₁, Δ₂² and split-mode loss against one aggregator are
+    the largest over every pair of valid answers (replaced) and over every answer
+    against none (added or removed), found by brute force."""
+    answers = _within(length, bound)
+    noise = PolyaDifference(Fraction(scale), 2)
+    loss = {m: _shift_loss(noise, m) for m in range(2 * bound + 1)}
+    for neighbouring, pairs in (
+        ("replace_one", [(x, y) for x in answers for y in answers]),
+        ("add_remove", [(x, (0,) * length) for x in answers]),
+    ):
+        deltas = [[abs(a - b) for a, b in zip(x, y, strict=True)] for x, y in pairs]
+        derived = sensitivity(
+            "Prio3L1BoundSum", {"length": length, "max_value": bound}, neighbouring
+        )
+        assert derived.l1 == max(sum(d) for d in deltas)
+        assert derived.l2_squared == max(sum(m * m for m in d) for d in deltas)
+        worst = max(sum(loss[m] for m in d) for d in deltas)
+        # The plan's ε against one aggregator in split mode at the scale Δ₁/ε.
+        epsilon = Fraction(derived.l1) / Fraction(scale)
+        plan = NoisePlan(DPConfig.geometric(epsilon, NoiseMode.SPLIT), derived)
+        assert plan.scale == Fraction(scale)
+        assert plan.server_epsilon is not None
+        assert worst <= float(plan.server_epsilon) <= worst + 2e-6, neighbouring
+
+
+def test_l1_bound_sum_declared_sensitivity() -> None:
+    params = {"length": 6, "max_value": 10}
+    config = DPConfig.geometric(1)
+    with pytest.raises(InvalidSensitivity, match="move the aggregate by 20 in L1"):
+        NoisePlan.for_task(config, "Prio3L1BoundSum", params, declared_l1=19)
+    wider = NoisePlan.for_task(config, "Prio3L1BoundSum", params, declared_l1=25)
+    assert wider.scale == 25 and wider.sensitivity.l1 == 25
+    assert (
+        wider.sensitivity.l2_squared == 25**2 >= sensitivity("Prio3L1BoundSum", params).l2_squared
+    )
 
 
 # --------------------------------------------------------------------------- field

@@ -12,11 +12,12 @@ import grpc
 import pytest
 
 from tests.support.deployment import Deployment, start_deployment
-from tests.support.reports import forged_report
+from tests.support.reports import encoded_report, forged_report
 from tests.support.times import past_bucket
 from veil.client import UploadError
 from veil.collector import CollectionError
 from veil.task import DpSpec, VdafSpec
+from veil.vdaf.spec.circuits import encode_range_checked_int
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +37,11 @@ CASES: dict[str, tuple[VdafSpec, list[Any], Any]] = {
         VdafSpec("multihot", length=4, max_weight=2, chunk_length=2),
         [[True, False, True, False], [False, False, False, True], [False] * 4],
         [1, 0, 1, 1],
+    ),
+    "l1boundsum": (
+        VdafSpec("l1boundsum", length=3, max_value=10, chunk_length=2),
+        [[1, 2, 7], [10, 0, 0], [0, 0, 0], [0, 3, 3]],
+        [11, 5, 10],
     ),
 }
 
@@ -138,6 +144,23 @@ def test_tampered_reports_rejected_and_not_counted(dep: Deployment) -> None:
             text = resp.read().decode()
         for reason in reasons:
             assert f'veil_reports_rejected_total{{reason="{reason}",task="{label}"}} 1.0' in text
+
+
+def test_l1_bound_sum_over_the_bound_refused_by_both(dep: Deployment) -> None:
+    """A client that proves entries of 10, 10 and 0 with a claimed sum of 10
+    (every value's bits in range, the sum a lie) is refused by both
+    aggregators' verification and not counted; an honest report beside it is."""
+    client = dep.client("l1boundsum")
+    field = client.vdaf.field
+    bits = [b for v in (10, 10, 0, 10) for b in encode_range_checked_int(field, v, 10)]
+    t = past_bucket(7)
+    lie = encoded_report(client, bits, t)
+    assert client.upload_reports([client.build_report([2, 0, 8], t), lie]).accepted == 2
+    with dep.collector("l1boundsum") as collector:
+        r = collector.collect(t, TP, wait=60)
+    assert (r.report_count, r.estimate) == (1, [2, 0, 8])
+    assert dep.rejections("leader", "l1boundsum") == {"vdaf_verify_error": 1}
+    assert dep.rejections("helper", "l1boundsum") == {"vdaf_verify_error": 1}
 
 
 def test_replayed_report_counts_once(dep: Deployment) -> None:

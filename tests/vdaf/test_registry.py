@@ -10,8 +10,8 @@ import pytest
 from veil.cli import build_parser
 from veil.cli.respondent import parse_measurement
 from veil.dp.estimates import feasible_range
-from veil.dp.mechanisms import VDAF_TYPES as DP_NAMES
-from veil.dp.mechanisms import sensitivity
+from veil.dp.sensitivities import VDAF_TYPES as DP_NAMES
+from veil.dp.sensitivities import sensitivity
 from veil.survey import KINDS as QUESTION_KINDS
 from veil.survey import Question
 from veil.task import DpSpec, TaskError, VdafSpec, load_task, new_task, write_toml
@@ -26,6 +26,11 @@ EXAMPLES = {
         {"length": 3, "max_weight": 2, "chunk_length": 2},
         "1,0,1",
         [True, False, True],
+    ),
+    "l1boundsum": (
+        {"length": 3, "max_value": 10, "chunk_length": 2},
+        "1,0,9",
+        [1, 0, 9],
     ),
 }
 

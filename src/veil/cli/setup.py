@@ -71,6 +71,7 @@ def cmd_task_new(args: argparse.Namespace) -> int:
             length=args.length,
             chunk_length=args.chunk_length,
             max_weight=args.length if local_multihot else args.max_weight,
+            max_value=args.max_value,
         )
         vdaf.instantiate()
     except (ValueError, TypeError) as e:
@@ -240,6 +241,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--length", type=int, default=0)
     p.add_argument("--chunk-length", type=int, default=0)
     p.add_argument("--max-weight", type=int, default=0)
+    p.add_argument("--max-value", type=int, default=0)
     p.add_argument("--leader", required=True, help="leader host:port")
     p.add_argument("--helper", required=True, help="helper host:port")
     p.add_argument(

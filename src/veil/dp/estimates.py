@@ -146,6 +146,10 @@ def feasible_range(vdaf: str, params: Mapping[str, int], report_count: int) -> t
         else:
             raise InvalidParameter(f"{vdaf} needs max_measurement for its feasible range")
         return 0, report_count * top
+    if vdaf == "Prio3L1BoundSum":
+        if "max_value" not in params:
+            raise InvalidParameter(f"{vdaf} needs max_value for its feasible range")
+        return 0, report_count * params["max_value"]
     raise InvalidParameter(f"no feasible range known for VDAF type {vdaf!r}")
 
 

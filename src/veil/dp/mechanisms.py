@@ -33,7 +33,7 @@ from veil.dp.distributions import (
     exact_rational,
 )
 from veil.dp.errors import InvalidParameter, InvalidSensitivity
-from veil.vdaf import registry
+from veil.dp.sensitivities import Sensitivity, sensitivity
 
 __all__ = [
     "AGGREGATORS",
@@ -296,113 +296,6 @@ def _check_bits(bits: int) -> None:
         )
 
 
-# --------------------------------------------------------------------------- sensitivity
-
-
-@dataclass(frozen=True)
-class Sensitivity:
-    """How far one report can move the aggregate, under replacement of one report.
-
-    At most `coordinates` coordinates change, each by at most `per_coordinate`; so
-    the L1 sensitivity is their product and the squared L2 sensitivity is
-    coordinates · per_coordinate². Keeping the shape (not just L1) lets the split
-    mode compute the per-server ε exactly for each type.
-    """
-
-    coordinates: int
-    per_coordinate: int
-
-    @property
-    def l1(self) -> int:
-        """Δ₁, which sets the discrete Laplace scale Δ₁/ε."""
-        return self.coordinates * self.per_coordinate
-
-    @property
-    def l2_squared(self) -> int:
-        """Δ₂², which sets the discrete Gaussian σ² = Δ₂²/(2ρ)."""
-        return self.coordinates * self.per_coordinate**2
-
-
-_SUMVEC_NAMES = ("Prio3SumVec", "Prio3SumVecField64MultiproofHmacSha256Aes128")
-# The draft's names of the types veil runs (veil.vdaf.registry), and the
-# multiproof SumVec variant, which has the same sensitivity.
-VDAF_TYPES = tuple(dict.fromkeys((*(k.prio3 for k in registry.KINDS.values()), *_SUMVEC_NAMES)))
-
-
-def _param(vdaf: str, params: Mapping[str, int], name: str) -> int:
-    if name not in params:
-        raise InvalidSensitivity(f"{vdaf} needs the parameter {name!r} to derive its sensitivity")
-    value = params[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidSensitivity(f"{vdaf} parameter {name} must be an int >= 1, got {value!r}")
-    return value
-
-
-def sensitivity(
-    vdaf: str, params: Mapping[str, int], neighbouring: str = "replace_one"
-) -> Sensitivity:
-    """The sensitivity of a Prio3 type's aggregate when one report changes.
-
-    `neighbouring` "replace_one" (default): one valid report replaced by another, as
-    below. "add_remove": one valid report added or removed, so every bound is what a
-    single valid report can contribute: Count 1, Sum max_measurement, SumVec length ·
-    max_measurement, Histogram 1 (one bucket), MultihotCountVec min(max_weight,
-    length) coordinates by 1.
-
-    Under replacement:
-
-    - Prio3Count: a 0 becomes a 1: one coordinate by 1 (Δ₁ = 1).
-    - Prio3Sum(max_measurement): 0 becomes max_measurement (Δ₁ = max_measurement).
-    - Prio3SumVec(length, max_measurement): every coordinate can go from 0 to
-      max_measurement (Δ₁ = length · max_measurement). Drafts that give `bits`
-      instead mean max_measurement = 2**bits - 1. Also the multiproof variant.
-    - Prio3Histogram(length): a 1 moves from one bucket to another: two coordinates
-      by 1 (Δ₁ = 2; 1 when length is 1).
-    - Prio3MultihotCountVec(length, max_weight): up to max_weight ones turn off and
-      as many others turn on: Δ₁ = min(2 · max_weight, length), each by 1.
-
-    `chunk_length` and other parameters do not affect the sensitivity.
-    """
-    if neighbouring not in ("replace_one", "add_remove"):
-        raise InvalidParameter(
-            f"neighbouring must be replace_one or add_remove, got {neighbouring!r}"
-        )
-    if neighbouring == "add_remove":
-        if vdaf == "Prio3Histogram":
-            _param(vdaf, params, "length")
-            return Sensitivity(1, 1)
-        if vdaf == "Prio3MultihotCountVec":
-            replaced = sensitivity(vdaf, params)
-            weight = _param(vdaf, params, "max_weight")
-            return Sensitivity(min(weight, replaced.coordinates), 1)
-        # Count, Sum, SumVec: one report already moves each coordinate from 0 at most.
-        return sensitivity(vdaf, params)
-    if vdaf == "Prio3Count":
-        return Sensitivity(1, 1)
-    if vdaf == "Prio3Sum":
-        return Sensitivity(1, _param(vdaf, params, "max_measurement"))
-    if vdaf in _SUMVEC_NAMES:
-        length = _param(vdaf, params, "length")
-        if "max_measurement" not in params and "bits" in params:
-            top = (1 << _param(vdaf, params, "bits")) - 1
-        else:
-            top = _param(vdaf, params, "max_measurement")
-        return Sensitivity(length, top)
-    if vdaf == "Prio3Histogram":
-        return Sensitivity(min(2, _param(vdaf, params, "length")), 1)
-    if vdaf == "Prio3MultihotCountVec":
-        length = _param(vdaf, params, "length")
-        weight = _param(vdaf, params, "max_weight")
-        if weight > length:
-            raise InvalidSensitivity(
-                f"Prio3MultihotCountVec max_weight ({weight}) cannot exceed length ({length})"
-            )
-        return Sensitivity(min(2 * weight, length), 1)
-    raise InvalidSensitivity(
-        f"unknown VDAF type {vdaf!r}; sensitivity is defined for {', '.join(VDAF_TYPES)}"
-    )
-
-
 # --------------------------------------------------------------------------- total noise
 
 
@@ -587,6 +480,11 @@ class NoisePlan:
                 f"declared sensitivity {declared_l1} does not fit {vdaf} with {dict(params)}: "
                 f"one report can move the aggregate by {derived.l1} in L1"
             )
+        if derived.total is not None:
+            # An L1 ball of the declared radius holds the type's.
+            return cls(
+                config, Sensitivity(derived.coordinates, declared_l1, declared_l1)
+            )._checked()
         if declared_l1 % derived.coordinates:
             raise InvalidSensitivity(
                 f"declared sensitivity {declared_l1} does not fit {vdaf}: it must be a "
@@ -666,18 +564,18 @@ class NoisePlan:
         L(m) = max_d |ln P(X=d) - ln P(X=d+m)| = ln P(X=0) - ln P(X=m) (see
         `_shift_loss`). The noise is independent per coordinate, so losses add; at most
         `coordinates` coordinates move, each by at most `per_coordinate`, and L is
-        increasing, so the worst case is coordinates · L(per_coordinate). L is
-        evaluated in double precision and rounded up to a multiple of 10**-6.
+        increasing, so the worst case is coordinates · L(per_coordinate). Under a
+        `total` (an L1 ball), L being concave (ln P is convex, see `_shift_loss`), the
+        worst case spreads the total evenly (`Sensitivity.shifts`). L is evaluated in
+        double precision and rounded up to a multiple of 10**-6.
         """
         if self.config.epsilon is None:
             return None
         if self.config.mode is NoiseMode.INDEPENDENT:
             return self.config.epsilon
         assert self.scale is not None
-        loss = _shift_loss(
-            PolyaDifference(self.scale, AGGREGATORS), self.sensitivity.per_coordinate
-        )
-        total = self.sensitivity.coordinates * loss
+        noise = PolyaDifference(self.scale, AGGREGATORS)
+        total = sum(n * _shift_loss(noise, m) for m, n in self.sensitivity.shifts().items())
         return Fraction(math.ceil(total * 1e6 * (1 + 1e-9)), 10**6)
 
     @property

@@ -41,6 +41,7 @@ class VdafSpec:
     chunk_length: int = 0
     max_weight: int = 0
     bits: int = 0
+    max_value: int = 0
 
     def __post_init__(self) -> None:
         if self.type not in ALL_VDAF_TYPES:
@@ -352,6 +353,9 @@ class DpSpec:
             ),
             ("local_max_choices", str(self.local_max_choices)),
         )
+        if plan.sensitivity.total is not None:
+            # The bound on the coordinates' changes together (an L1 ball).
+            fields += (("total", str(plan.sensitivity.total)),)
         if vdaf.is_prefix:
             # One level's share: which part of the question's budget it is.
             fields += (("levels", str(vdaf.max_bytes)),)

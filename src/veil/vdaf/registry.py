@@ -30,6 +30,7 @@ from veil.vdaf.spec.prio3 import (
     Prio3,
     Prio3Count,
     Prio3Histogram,
+    Prio3L1BoundSum,
     Prio3MultihotCountVec,
     Prio3Sum,
     Prio3SumVec,
@@ -113,6 +114,15 @@ KINDS: dict[str, VdafKind] = {
             Prio3MultihotCountVec,
             lambda text: [bool(v) for v in _ints(text)],
             "comma-separated 0/1, at most max_weight ones",
+        ),
+        VdafKind(
+            "l1boundsum",
+            "Prio3L1BoundSum",
+            ("length", "max_value", "chunk_length"),
+            True,
+            Prio3L1BoundSum,
+            _ints,
+            "comma-separated ints >= 0 summing to at most max_value",
         ),
     )
 }
