@@ -97,8 +97,8 @@ export function encodeRangeCheckedInt(value, maxMeasurement) {
 }
 
 /**
- * The range check shared by SumVec, Histogram and MultihotCountVec: a random
- * linear combination (powers of jointRand[i] within chunk i) of x * (x - 1)
+ * The range check shared by SumVec, Histogram, MultihotCountVec and
+ * L1BoundSum: a random linear combination (powers of jointRand[i] within chunk i) of x * (x - 1)
  * over every entry, each chunk one ParallelSum call.
  * @param {Field} field @param {bigint[]} meas @param {bigint[]} jointRand
  * @param {number} numShares @param {number} calls @param {number} chunkLength
@@ -317,5 +317,72 @@ export class MultihotCountVec extends ChunkedBitCircuit {
     for (let i = 0; i < this.bitsForWeight - 1; i++) reported += bits[i] << BigInt(i);
     reported += lastWeight * bits[this.bitsForWeight - 1];
     return [rangeCheck, f.reduce(weight - reported)];
+  }
+}
+
+/**
+ * Inverse of encodeRangeCheckedInt on (a share of) its bits; linear.
+ * @param {Field} field @param {bigint[]} bits @param {bigint} maxMeasurement
+ */
+function decodeRangeCheckedInt(field, bits, maxMeasurement) {
+  const n = bitLength(maxMeasurement);
+  const lastWeight = maxMeasurement - ((1n << BigInt(n - 1)) - 1n);
+  let total = 0n;
+  for (let i = 0; i < n - 1; i++) total += bits[i] << BigInt(i);
+  return field.reduce(total + lastWeight * bits[n - 1]);
+}
+
+/** A vector of `length` non-negative integers summing to at most max_value
+ * (draft-ietf-ppm-l1-bound-sum-02): each entry and then the claimed sum
+ * encoded as SumVec encodes its entries; the circuit checks every bit and
+ * that the entries add up to the claimed sum. */
+export class L1BoundSum extends ChunkedBitCircuit {
+  EVAL_OUTPUT_LEN = 2;
+
+  /** @param {Field} field @param {number} length @param {number|bigint} maxValue @param {number} chunkLength */
+  constructor(field, length, maxValue, chunkLength) {
+    const len = Number(requireInt('length', length, 1n));
+    const max = requireInt('max_value', maxValue, 1n);
+    requireInt('chunk_length', chunkLength, 1n);
+    if (BigInt(len) * max >= field.MODULUS) {
+      throw new MeasurementError('length * max_value is too large for the field');
+    }
+    const bits = bitLength(max);
+    super(field, chunkLength, (len + 1) * bits);
+    this.length = len;
+    this.maxValue = max;
+    this.bits = bits;
+    this.OUTPUT_LEN = len;
+  }
+
+  /** @param {unknown} measurement */
+  encode(measurement) {
+    const values = requireSequence('L1BoundSum measurement', measurement, this.length);
+    const encoded = [];
+    let total = 0n;
+    values.forEach((value, i) => {
+      const v = requireInt(`L1BoundSum measurement[${i}]`, value, 0n, this.maxValue);
+      encoded.push(...encodeRangeCheckedInt(v, this.maxValue));
+      total += v;
+    });
+    if (total > this.maxValue) {
+      throw new MeasurementError(
+        `L1BoundSum measurement sums to ${total}; at most max_value=${this.maxValue}`,
+      );
+    }
+    return encoded.concat(encodeRangeCheckedInt(total, this.maxValue));
+  }
+
+  /** @param {bigint[]} meas @param {bigint[]} jointRand @param {number} numShares @param {GadgetCall[]} gadgets */
+  eval(meas, jointRand, numShares, gadgets) {
+    const f = this.field;
+    const b = this.bits;
+    const rangeCheck = this.bitCheck(meas, jointRand, numShares, gadgets);
+    let observed = 0n;
+    for (let i = 0; i < this.length; i++) {
+      observed += decodeRangeCheckedInt(f, meas.slice(i * b, (i + 1) * b), this.maxValue);
+    }
+    const claimed = decodeRangeCheckedInt(f, meas.slice(this.length * b), this.maxValue);
+    return [rangeCheck, f.reduce(observed - claimed)];
   }
 }

@@ -12,6 +12,7 @@ export {
   Prio3,
   Prio3Count,
   Prio3Histogram,
+  Prio3L1BoundSum,
   Prio3MultihotCountVec,
   Prio3Sum,
   Prio3SumVec,

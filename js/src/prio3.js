@@ -279,6 +279,15 @@ export class Prio3MultihotCountVec extends Prio3 {
   }
 }
 
+/** Element-wise sums of `length` non-negative integers whose sum is at most
+ * maxValue (draft-ietf-ppm-l1-bound-sum-02). */
+export class Prio3L1BoundSum extends Prio3 {
+  /** @param {number} shares @param {number} length @param {number|bigint} maxValue @param {number} chunkLength */
+  constructor(shares, length, maxValue, chunkLength) {
+    super(0x00000007, shares, new circuits.L1BoundSum(Field128, length, maxValue, chunkLength), 1);
+  }
+}
+
 /** Prio3SumVec with several proofs over a smaller field (Section 7.4.5);
  * 0xFFFFFFFF is the draft's test-only codepoint. */
 export class Prio3SumVecWithMultiproof extends Prio3 {
@@ -293,7 +302,7 @@ export class Prio3SumVecWithMultiproof extends Prio3 {
 /**
  * The Prio3 instance of a task's [vdaf] table for two aggregators, as
  * veil.task.VdafSpec.instantiate builds it.
- * @param {{type: string, max_measurement?: number, length?: number, chunk_length?: number, max_weight?: number}} spec
+ * @param {{type: string, max_measurement?: number, length?: number, chunk_length?: number, max_weight?: number, max_value?: number}} spec
  * @returns {Prio3}
  */
 export function prio3FromSpec(spec) {
@@ -308,6 +317,8 @@ export function prio3FromSpec(spec) {
       return new Prio3Histogram(2, spec.length ?? 0, spec.chunk_length ?? 0);
     case 'multihot':
       return new Prio3MultihotCountVec(2, spec.length ?? 0, spec.max_weight ?? 0, spec.chunk_length ?? 0);
+    case 'l1boundsum':
+      return new Prio3L1BoundSum(2, spec.length ?? 0, spec.max_value ?? 0, spec.chunk_length ?? 0);
     default:
       throw new RangeError(`unknown VDAF type ${JSON.stringify(spec.type)}`);
   }

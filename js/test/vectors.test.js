@@ -19,6 +19,7 @@ import {
   Prio3,
   Prio3Count,
   Prio3Histogram,
+  Prio3L1BoundSum,
   Prio3MultihotCountVec,
   Prio3Sum,
   Prio3SumVec,
@@ -68,6 +69,8 @@ function makeVdaf(name, tv) {
       return new Prio3Histogram(shares, tv.length, tv.chunk_length);
     case 'Prio3MultihotCountVec':
       return new Prio3MultihotCountVec(shares, tv.length, tv.max_weight, tv.chunk_length);
+    case 'Prio3L1BoundSum':
+      return new Prio3L1BoundSum(shares, tv.length, tv.max_value, tv.chunk_length);
     case 'Prio3SumVecWithMultiproof':
       // Field and proof count are fixed by the draft's generator, not the JSON.
       return new Prio3SumVecWithMultiproof(
@@ -90,7 +93,14 @@ const REQUIRED_POPLAR = [
   'XofFixedKeyAes128.json',
 ];
 const missingPoplar = dir ? REQUIRED_POPLAR.filter((f) => !existsSync(join(dir, f))) : REQUIRED_POPLAR;
-const REQUIRED = ['Prio3Count', 'Prio3Sum', 'Prio3SumVec', 'Prio3Histogram', 'Prio3MultihotCountVec'];
+const REQUIRED = [
+  'Prio3Count',
+  'Prio3Sum',
+  'Prio3SumVec',
+  'Prio3Histogram',
+  'Prio3MultihotCountVec',
+  'Prio3L1BoundSum',
+];
 
 test('the official vectors are present', { skip: dir ? false : skipReason() }, () => {
   for (const family of REQUIRED) {

@@ -43,6 +43,11 @@ CASES: dict[str, tuple[VdafSpec, list[Any], Any]] = {
         [[True, False, True, False], [False, False, False, True], [False] * 4],
         [1, 0, 1, 1],
     ),
+    "l1boundsum": (
+        VdafSpec("l1boundsum", length=3, max_value=10, chunk_length=2),
+        [[1, 2, 7], [10, 0, 0], [0, 0, 0]],
+        [11, 2, 7],
+    ),
 }
 
 # Measurements each type must refuse (JSON values, as a page would send them).
@@ -52,6 +57,7 @@ MALFORMED: dict[str, list[Any]] = {
     "sumvec": [[1, 2], [1, 2, 8], [1, 2, -1], "abc", 3, [1, 2, "3"]],
     "histogram": [5, -1, "0", 1.5, True, [0]],
     "multihot": [[True, True, True, False], [True, False], [2, 0, 0, 0], ["x", 0, 0, 0], 1],
+    "l1boundsum": [[5, 5, 1], [11, 0, 0], [0, -1, 0], [1, True, 0], [1, 2], "abc", [1, 2, "3"]],
 }
 
 
