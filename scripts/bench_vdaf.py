@@ -6,6 +6,7 @@
     python scripts/bench_vdaf.py --memory   # 100,000 Histogram(100) reports, streamed
     python scripts/bench_vdaf.py --untuned  # without veil.tuning (allocator, BLAS threads)
     python scripts/bench_vdaf.py --reference DRAFT/poc   # and the draft's reference, interleaved
+    python scripts/bench_vdaf.py --l1       # L1BoundSum over SumVec of the same length, interleaved
 
 Poplar1 (bits=128, 16-byte answers) follows the Prio3 cases (``--only
 Poplar1`` for it alone): the batched shard and the client's scalar shard
@@ -48,6 +49,7 @@ from bench.vdaf import (
     compare_lifted,
     compare_poplar1_with_reference,
     compare_with_reference,
+    l1_against_sumvec,
     peak_rss_mib,
     run_case,
     run_poplar1,
@@ -96,6 +98,11 @@ def main() -> None:
         help="each hand-vectorised circuit against the generic lifted one (CPU per report)",
     )
     parser.add_argument(
+        "--l1",
+        action="store_true",
+        help="Prio3L1BoundSum(100,255,30) over Prio3SumVec(100,255,30), interleaved (CPU)",
+    )
+    parser.add_argument(
         "--reference",
         default="",
         metavar="DIR",
@@ -131,6 +138,9 @@ def main() -> None:
         return
     if args.lifted:
         _lifted(args)
+        return
+    if args.l1:
+        _l1(args)
         return
     runs = max(5, args.runs)
     tuned = not args.untuned and tune_allocator() and limit_blas_threads(1)
@@ -204,6 +214,43 @@ def _lifted(args: argparse.Namespace) -> None:
             f" {r.lifted_shard_us / r.shard_us:>5.2f}x {r.verify_us:>10.1f}"
             f" {r.lifted_verify_us:>9.1f} {r.lifted_verify_us / r.verify_us:>5.2f}x"
         )
+
+
+def _l1(args: argparse.Namespace) -> None:
+    """Issue 42's bound: L1BoundSum's shard and verify within 1.5x those of
+    SumVec of the same length, measured in the same run."""
+    runs = max(5, args.runs)
+    tune_allocator()
+    limit_blas_threads(1)
+    l1, sumvec = l1_against_sumvec(500 if args.quick else 5_000, runs)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    r.name: {
+                        "shard_cpu_us": round(r.shard_cpu_us, 1),
+                        "verify_cpu_us": round(r.verify_cpu_us, 1),
+                        "batch": r.batch,
+                    }
+                    for r in (l1, sumvec)
+                }
+                | {
+                    "shard_ratio": round(l1.shard_cpu_us / sumvec.shard_cpu_us, 3),
+                    "verify_ratio": round(l1.verify_cpu_us / sumvec.verify_cpu_us, 3),
+                }
+            )
+        )
+        return
+    print(
+        f"{'VDAF':28} {'batch':>6} {'shard us':>9} {'verify us':>10}"
+        f"   CPU per report, median of {runs}, interleaved, the same answers"
+    )
+    for r in (l1, sumvec):
+        print(f"{r.name:28} {r.batch:>6} {r.shard_cpu_us:>9.1f} {r.verify_cpu_us:>10.1f}")
+    print(
+        f"{'ratio':28} {'':>6} {l1.shard_cpu_us / sumvec.shard_cpu_us:>8.2f}x"
+        f" {l1.verify_cpu_us / sumvec.verify_cpu_us:>9.2f}x"
+    )
 
 
 def _text(args: argparse.Namespace) -> None:

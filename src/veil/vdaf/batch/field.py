@@ -149,7 +149,7 @@ class VecField(ABC):
 
     @classmethod
     def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
-        """``sum_i a[..., i] * weights[i]`` for fixed non-negative ints."""
+        """``sum_i a[..., i] * weights[i]`` for fixed ints."""
         return cls.dot(a, cls.from_ints([w % cls.MODULUS for w in weights]))
 
     @classmethod
@@ -500,9 +500,10 @@ class VecField128(VecField):
 
     @classmethod
     def dot_consts(cls, a: Arr, weights: Sequence[int]) -> Arr:
-        # Small weights (range-check bit weights): limb by limb, no
-        # multi-limb products; the signed normalisation absorbs the carries.
-        if all(0 <= w < 1 << 20 for w in weights) and len(weights) < 1 << 6:
+        # Small weights (range-check bit weights, signed): limb by limb, no
+        # multi-limb products; with limbs below 2^32 each limb's sum stays
+        # below 2^60 in size, which the signed normalisation absorbs.
+        if sum(abs(w) for w in weights) < 1 << 28:
             w = np.array(weights, dtype=np.int64)
             c = [a[limb] @ w for limb in range(4)]
             return cls._normalize(c[0], c[1], c[2], c[3])
