@@ -244,7 +244,7 @@ class QuestionResult:
         if self.finds_nothing:
             assert self.detection_floor is not None
             why = finds_nothing_words(self.question, self.detection_floor, self.n, len(self.rows))
-            return f"{BANNER}: {why}"
+            return f"{BANNER}; {why}"
         return BANNER
 
     def to_json(self) -> dict[str, Any]:
