@@ -22,6 +22,7 @@ with atheris.instrument_imports():
         CodecError,
         Prio3Count,
         Prio3Histogram,
+        Prio3L1BoundSum,
         Prio3MultihotCountVec,
         Prio3Sum,
         Prio3SumVec,
@@ -33,6 +34,7 @@ VDAFS = [
     Prio3SumVec(2, 3, 7, 2),
     Prio3Histogram(2, 5, 2),
     Prio3MultihotCountVec(2, 4, 2, 2),
+    Prio3L1BoundSum(2, 3, 8, 2),
 ]
 KEYPAIR = generate_keypair(1)
 MESSAGES = [

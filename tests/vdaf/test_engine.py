@@ -19,7 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from veil.vdaf import Poplar1, Poplar1AggParam, Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
+from veil.vdaf import (
+    Poplar1,
+    Poplar1AggParam,
+    Prio3Count,
+    Prio3Histogram,
+    Prio3L1BoundSum,
+    Prio3Sum,
+    Prio3SumVec,
+)
 from veil.vdaf.engine import (
     Engine,
     OutShares,
@@ -39,6 +47,7 @@ PRIO3 = {
     "sum": lambda: Prio3Sum(2, 13),
     "histogram": lambda: Prio3Histogram(2, 5, 2),
     "sumvec": lambda: Prio3SumVec(2, 3, 7, 2),
+    "l1boundsum": lambda: Prio3L1BoundSum(2, 3, 7, 2),
 }
 
 
@@ -49,6 +58,10 @@ def _measurement(kind: str, draw: Any) -> Any:
         return draw(st.integers(0, 13))
     if kind == "histogram":
         return draw(st.integers(0, 4))
+    if kind == "l1boundsum":  # three entries summing to at most 7
+        first = draw(st.integers(0, 7))
+        second = draw(st.integers(0, 7 - first))
+        return [first, second, draw(st.integers(0, 7 - first - second))]
     return draw(st.lists(st.integers(0, 7), min_size=3, max_size=3))
 
 
@@ -257,6 +270,7 @@ def test_the_rounds_between_two_aggregators_give_the_spec_result(kind: str) -> N
             "sum": [7, 13, 0, 2, 5],
             "histogram": [3, 0, 4, 3, 1],
             "sumvec": [[1, 2, 3], [7, 0, 0], [0, 0, 0], [2, 2, 2], [5, 6, 7]],
+            "l1boundsum": [[1, 2, 3], [7, 0, 0], [0, 0, 0], [2, 2, 2], [0, 6, 1]],
         }[kind]
         agg_param = None
     nonces, sharded = _shard(spec, measurements)

@@ -21,6 +21,7 @@ from veil.vdaf import (
     Prio3,
     Prio3Count,
     Prio3Histogram,
+    Prio3L1BoundSum,
     Prio3MultihotCountVec,
     Prio3Sum,
     Prio3SumVec,
@@ -37,6 +38,7 @@ VDAFS: list[tuple[Prio3[Any, Any], Any]] = [
     (Prio3SumVec(2, 3, 7, 2), [1, 2, 3]),
     (Prio3Histogram(2, 5, 2), 4),
     (Prio3MultihotCountVec(2, 4, 2, 2), [True, False, True, False]),
+    (Prio3L1BoundSum(2, 3, 8, 2), [1, 2, 3]),
 ]
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]

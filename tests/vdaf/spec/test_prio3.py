@@ -18,6 +18,7 @@ from veil.vdaf import (
     Prio3,
     Prio3Count,
     Prio3Histogram,
+    Prio3L1BoundSum,
     Prio3MultihotCountVec,
     Prio3Sum,
     Prio3SumVec,
@@ -197,7 +198,7 @@ def _decoders(vdaf: Prio3[Any, Any]) -> list[tuple[str, bytes, Callable[[bytes],
 def _sample_measurement(vdaf: Prio3[Any, Any]) -> Any:
     if isinstance(vdaf, Prio3MultihotCountVec):
         return [True, False, False, True]
-    if isinstance(vdaf, Prio3SumVec):
+    if isinstance(vdaf, (Prio3SumVec, Prio3L1BoundSum)):
         return [1, 2, 3]
     return 1
 
@@ -210,6 +211,7 @@ def _sample_measurement(vdaf: Prio3[Any, Any]) -> Any:
         Prio3SumVec(2, 3, 7, 2),
         Prio3Histogram(2, 4, 2),
         Prio3MultihotCountVec(2, 4, 2, 2),
+        Prio3L1BoundSum(2, 3, 8, 2),
     ],
     ids=lambda v: type(v).__name__,
 )
@@ -245,6 +247,7 @@ def test_unreduced_field_element_rejected() -> None:
         Prio3SumVecWithMultiproof(2, Field64, 3, 3, 7, 2),
         Prio3Histogram(2, 4, 2),
         Prio3MultihotCountVec(2, 4, 2, 2),
+        Prio3L1BoundSum(2, 3, 8, 2),
     ],
     ids=lambda v: type(v).__name__,
 )
