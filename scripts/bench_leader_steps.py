@@ -66,10 +66,12 @@ def instrument(worker: AggregationWorker) -> None:
     ):
         setattr(store, name, timed(step, getattr(store, name)))
     # With open_threads above 1 this counts the calling thread's part of the opens only.
-    leader.open_shares = timed("HPKE open", leader.open_shares)  # type: ignore[method-assign]
-    for batch in leader.batch_vdafs.values():
-        batch.verify_init_batch = timed("verify_init (batched)", batch.verify_init_batch)
-        batch.verify_next_batch = timed("verify_next (batched)", batch.verify_next_batch)
+    keys = leader.keys
+    keys.open_stored_shares = timed("HPKE open", keys.open_stored_shares)  # type: ignore[method-assign]
+    for ctx in leader.table.contexts.values():
+        engine: Any = ctx.engine
+        engine.verify_init = timed("verify_init (batched)", engine.verify_init)
+        engine.verify_next = timed("verify_next (batched)", engine.verify_next)
     jobs_module.job_deltas = timed("sum the deltas (job_deltas)", jobs_module.job_deltas)
     helper = leader.peer.api
     # The whole RPC in the calling thread, and within it gRPC's own part

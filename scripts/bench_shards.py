@@ -38,11 +38,12 @@ from veil.aggregator.store import records
 from veil.aggregator.store.postgres import PostgresDatastore
 from veil.aggregator.store.records import BatchAggregate, HelperJob
 from veil.vdaf import Prio3Count
+from veil.vdaf.engine import engine_for
 
 TASK = b"b" * 32
 BUCKET = 3600
 VDAF = Prio3Count(2)
-MERGE = share_merge(VDAF)
+MERGE = share_merge(engine_for(VDAF))
 
 
 class Retries(logging.Handler):

@@ -104,6 +104,7 @@ from veil.local.launcher import LocalDeployment
 from veil.messages import Report, vdaf_ctx
 from veil.task import DpSpec, VdafSpec
 from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
+from veil.vdaf.engine import OutShares, Prio3Engine
 
 TP = 3600
 SPEC = VdafSpec("sum", max_measurement=1000)
@@ -375,14 +376,16 @@ def step_costs(dsn: str, n: int, job_size: int) -> dict[str, float]:
         for i in range(0, n, 1000):
             store.put_reports(task_id, stored[i : i + 1000])
         t5 = time.perf_counter()
-        merge = share_merge(vdaf)
+        engine = Prio3Engine(batch)
+        merge = share_merge(engine)
         jobs = 0
         while True:
             job_id = secrets.token_bytes(16)
             if not store.create_aggregation_job(task_id, job_id, job_size):
                 break
             ids = [r.report_id for r in store.job_reports(task_id, job_id)]
-            deltas = job_deltas(batch, first_out, [(0, rid, 0) for rid in ids])
+            out = OutShares(first_out.errors, first_out)
+            deltas = job_deltas(engine, out, [(0, rid, 0) for rid in ids])
             store.finish_aggregation_job(task_id, job_id, dict.fromkeys(ids), deltas, merge)
             jobs += 1
         t6 = time.perf_counter()

@@ -69,7 +69,7 @@ def test_a_worker_reads_a_key_added_after_it_started(backend: Backend) -> None:
     front_end = World(backend, files)  # started after the rotation: seals to the new key
     assert front_end.leader.current_config != worker.current_config
     reports = [front_end.report(1) for _ in range(3)]
-    assert reports[0].leader_ct.config_id not in worker.keypairs
+    assert reports[0].leader_ct.config_id not in worker.keys.keypairs
     front_end.leader.upload(files.client.task_id, reports)
     while worker.run_once():
         pass

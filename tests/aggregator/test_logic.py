@@ -14,9 +14,9 @@ import pytest
 
 from tests.support.backends import Backend
 from tests.support.in_process import NOW, TP, InProcessHelper, T, World, verify_init_items
+from veil.aggregator.context import TaskLimitError
 from veil.aggregator.core import (
     AggregationAnswer,
-    TaskLimitError,
     VerifyInitItem,
     batch_summary,
 )
@@ -615,7 +615,7 @@ class RecordingHelper(InProcessHelper):
 def test_aggregation_jobs_capped_by_bytes(backend: Backend, world: World) -> None:
     """Issue 13: a job is at most max_job_bytes as sent, whatever job_size says."""
     task_id = world.files.client.task_id
-    item = world.leader.sizes[task_id].job_item_bytes()
+    item = world.leader.context(task_id).sizes.job_item_bytes()
     link = RecordingHelper(world.helper)
     leader = Leader(
         {task_id: world.files.leader},
@@ -641,7 +641,7 @@ def test_upload_refuses_parts_of_the_wrong_length(world: World) -> None:
     """Issue 13: every part has the exact size the VDAF and HPKE suite fix;
     anything else is refused naming the part and the size, and nothing stored."""
     task_id = world.files.client.task_id
-    sizes = world.leader.sizes[task_id]
+    sizes = world.leader.context(task_id).sizes
     good = world.report(1)
     pad = b"\x00" * 8
     cases = {
@@ -687,7 +687,7 @@ def test_batches_that_would_wrap_around_the_field_are_refused(backend: Backend) 
     )
     world = World(backend, files)
     task_id = files.leader.task_id
-    assert world.leader.bounds[task_id].max_batch_size == 3
+    assert world.leader.context(task_id).bounds.max_batch_size == 3
     world.leader.upload(task_id, [world.report(2**61) for _ in range(4)])
     token = files.collector.collector_token
     with pytest.raises(BatchTooLarge, match="at most 3"):

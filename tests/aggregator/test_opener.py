@@ -215,8 +215,8 @@ def test_a_helper_job_over_threads_answers_as_one_report_at_a_time(
 ) -> None:
     task = world.files.leader  # its aggregator token is the one the helper checks
     helper = world.helper
-    helper.opener = pool = ThreadsSeen(threads)
-    helper.metrics = metrics = Metrics("helper")
+    helper.keys.opener = pool = ThreadsSeen(threads)
+    helper.metrics = helper.keys.metrics = metrics = Metrics("helper")
     job, expected = _hostile_job(world)
     results = helper.aggregate(task.task_id, task.aggregator_token, secrets.token_bytes(16), job)
     assert [r.reject for r in results] == expected
@@ -254,7 +254,7 @@ def test_a_leader_job_over_threads_opens_as_one_report_at_a_time(
         LeaderSettings(job_size=64, open_threads=threads),
     )
     assert leader.opener.threads == threads
-    leader.opener = pool = ThreadsSeen(threads)
+    leader.keys.opener = pool = ThreadsSeen(threads)
     reports = [world.report(v % 2) for v in range(40)]
     for i in (3, 33):  # the leader's share of these does not open
         ct = reports[i].leader_ct
@@ -301,11 +301,13 @@ def test_stored_ciphertexts_open_as_their_ciphertexts(world: World) -> None:
     def outcomes(opened: Sequence[object]) -> list[object]:
         return [getattr(o, "value", o) for o in opened]
 
-    assert outcomes(leader.open_shares(cases)) == expected
+    assert outcomes(leader.keys.open_shares(cases)) == expected
     stored = [(ct.to_bytes(), i) for ct, i in cases]
-    assert outcomes(leader.open_stored_shares(stored)) == expected
+    assert outcomes(leader.keys.open_stored_shares(stored)) == expected
     # Shorter than a config id and a key, or empty (upload stores neither).
-    assert outcomes(leader.open_stored_shares([(good.to_bytes()[:20], info), (b"", info)])) == [
+    assert outcomes(
+        leader.keys.open_stored_shares([(good.to_bytes()[:20], info), (b"", info)])
+    ) == [
         "hpke_decrypt_error",
         "hpke_unknown_config_id",
     ]

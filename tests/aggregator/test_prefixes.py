@@ -110,8 +110,14 @@ class World:
         self.privacy = PrivacyEngine(
             backend.ledger("leader"), [files.leader], allow_exact_release=True
         )
+        base = self.leader_base
         self.leader = LeaderPrefixes(
-            self.leader_base, self.privacy, LeaderMeter.of(self.metrics.get("leader"))
+            base.table,
+            base.keys,
+            base.store,
+            base.clock,
+            self.privacy,
+            LeaderMeter.of(self.metrics.get("leader")),
         )
         self.api = InProcessHelper(self.helper)
         for engine in (self.helper.privacy, self.privacy):

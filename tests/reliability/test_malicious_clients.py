@@ -21,7 +21,7 @@ import pytest
 from tests.support.deployment import Deployment, start_deployment
 from tests.support.reliability import TP, bucket, record, rejections
 from tests.support.reports import forged_report
-from veil.aggregator.core import ReportSizes
+from veil.aggregator.context import ReportSizes
 from veil.client import Client, Report, UploadError, seal_report
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.messages import vdaf_ctx

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from veil.aggregator.context import TaskContext, TaskTable
 from veil.aggregator.errors import (
     BatchTooLarge,
     InvalidMessage,
@@ -22,60 +22,40 @@ from veil.aggregator.errors import (
     ReportRejection,
     ReportTimeRejected,
     Unauthenticated,
-    UnknownTask,
     WindowOpen,
-    WrongLength,
 )
-from veil.aggregator.maintenance import active_key, ensure_active_key
-from veil.aggregator.opener import OpenPool, threads_for
-from veil.aggregator.prefixes import PrefixVdaf
+from veil.aggregator.keys import KeyRing
+from veil.aggregator.opener import OpenPool
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BatchAggregate, ShareMerge
-from veil.dp import DPError
 from veil.dp.bounds import AggregateBounds
 from veil.hpke import (
-    AEAD_TAG_SIZE,
-    ENC_SIZE,
     Ciphertext,
     HpkeConfig,
-    HpkeError,
-    HpkeKeypair,
     agg_share_info,
-    decapsulate_enc,
-    open_payload,
     seal,
 )
 from veil.invite.token import TokenError, Verifier
-from veil.messages import REPORT_ID_SIZE
 from veil.metrics import Metrics
 from veil.task import (
     OPEN_ENDED,
     AggregatorTask,
     Task,
-    TaskError,
-    b64e,
-    expect_role,
     token_matches,
 )
 from veil.times import format_duration, format_time
-from veil.vdaf import CodecError, Prio3, VdafError
-from veil.vdaf.batch.prio3 import BatchPrio3, OutShareBatch
-from veil.vdaf.spec.poplar1 import Poplar1
+from veil.vdaf import CodecError, VdafError
+from veil.vdaf.engine import Engine, OutShares
 
 log = logging.getLogger(__name__)
 
 CHECKSUM_SIZE = 32
 # Upper bound on the number of time buckets in one collected interval.
 MAX_BATCH_BUCKETS = 100_000
-# How stale the in-memory copy of the HPKE keys may get before a config
-# request or an unknown config id makes the server read them again.
-KEY_REFRESH_SECONDS = 1.0
 
 # Reasons a report is rejected during aggregation, by their short names.
 BATCH_COLLECTED = ReportRejection.BATCH_COLLECTED
 REPORT_REPLAYED = ReportRejection.REPORT_REPLAYED
-HPKE_UNKNOWN_CONFIG_ID = ReportRejection.HPKE_UNKNOWN_CONFIG_ID
-HPKE_DECRYPT_ERROR = ReportRejection.HPKE_DECRYPT_ERROR
 VDAF_DECODE_ERROR = ReportRejection.VDAF_DECODE_ERROR
 VDAF_VERIFY_ERROR = ReportRejection.VDAF_VERIFY_ERROR
 REPORT_TOO_EARLY = ReportRejection.REPORT_TOO_EARLY
@@ -83,63 +63,6 @@ TASK_EXPIRED = ReportRejection.TASK_EXPIRED
 INVALID_MESSAGE = ReportRejection.INVALID_MESSAGE
 INVALID_TOKEN = ReportRejection.INVALID_TOKEN
 REPORT_DROPPED = ReportRejection.REPORT_DROPPED
-
-
-@dataclass(frozen=True)
-class ReportSizes:
-    """The exact sizes of a report's parts for one task: its VDAF fixes the
-    public share and input shares, the HPKE suite (X25519, AES-128-GCM) the
-    encapsulated key and the tag added to each sealed share. An upload of any
-    other size is refused before anything is stored: a report padded beyond
-    them would only cost storage and make aggregation jobs too large to send
-    (issue 13)."""
-
-    public_share: int
-    leader_payload: int
-    helper_payload: int
-    verifier_share: int
-    enc: int = ENC_SIZE
-
-    @staticmethod
-    def of(vdaf: Prio3[Any, Any], token_size: int = 0) -> ReportSizes:
-        """The sizes for `vdaf`; a task with invitations seals a token of
-        `token_size` bytes after the helper's input share."""
-        return ReportSizes(
-            public_share=vdaf.public_share_size(),
-            leader_payload=vdaf.input_share_size(0) + AEAD_TAG_SIZE,
-            helper_payload=vdaf.input_share_size(1) + token_size + AEAD_TAG_SIZE,
-            verifier_share=vdaf.verifier_share_size(),
-        )
-
-    @staticmethod
-    def of_poplar1(vdaf: Poplar1, token_size: int = 0) -> ReportSizes:
-        """The sizes for a Poplar1 task (its verifier shares: at most three
-        elements of the leaf's 32-byte field)."""
-        return ReportSizes(
-            public_share=vdaf.public_share_size(),
-            leader_payload=vdaf.input_share_size(0) + AEAD_TAG_SIZE,
-            helper_payload=vdaf.input_share_size(1) + token_size + AEAD_TAG_SIZE,
-            verifier_share=3 * vdaf.idpf.field_leaf.ENCODED_SIZE,
-        )
-
-    def job_item_bytes(self) -> int:
-        """An upper bound on one report's bytes in an aggregation job request:
-        id, time, public share, sealed helper share, the leader's verifier
-        share, and protobuf framing (generously: a tag and a length per field)."""
-        payload = REPORT_ID_SIZE + 8 + self.public_share + self.enc + self.helper_payload
-        return payload + self.verifier_share + 64
-
-    def check(self, public_share: bytes, leader: Ciphertext, helper: Ciphertext) -> None:
-        """Raises WrongLength naming the first part whose size is not exact."""
-        for name, got, want in (
-            ("public_share", len(public_share), self.public_share),
-            ("leader_encrypted_input_share.enc", len(leader.enc), self.enc),
-            ("leader_encrypted_input_share.payload", len(leader.payload), self.leader_payload),
-            ("helper_encrypted_input_share.enc", len(helper.enc), self.enc),
-            ("helper_encrypted_input_share.payload", len(helper.payload), self.helper_payload),
-        ):
-            if got != want:
-                raise WrongLength(f"{name} is {got} bytes; this task's is exactly {want} bytes")
 
 
 class VerifyInitItem(NamedTuple):
@@ -276,9 +199,10 @@ def split_helper_share(task: Task, report_id: bytes, plaintext: bytes) -> bytes 
 
 
 def job_deltas(
-    batch: BatchPrio3[Any, Any],
-    out_shares: OutShareBatch,
+    engine: Engine,
+    out: OutShares,
     accepted: Iterable[tuple[int, bytes, int]],
+    agg_param: Any = None,
 ) -> list[BatchAggregate]:
     """What a job adds to each time bucket, from (bucket, report_id, row)
     triples of reports that passed, with each bucket's output shares added
@@ -292,7 +216,7 @@ def job_deltas(
     return [
         BatchAggregate(
             bucket,
-            batch.vdaf.encode_agg_share(batch.aggregate_rows(out_shares, picked)),
+            engine.encode_agg_share(agg_param, engine.aggregate(agg_param, out, picked)),
             len(picked),
             sums[bucket].to_bytes(CHECKSUM_SIZE),
         )
@@ -300,23 +224,25 @@ def job_deltas(
     ]
 
 
-def share_merge(vdaf: Prio3[Any, Any]) -> ShareMerge:
+def share_merge(engine: Engine, agg_param: Any = None) -> ShareMerge:
     """Field addition of two encoded aggregate shares, for the store to apply under its lock."""
 
     def merge(a: bytes, b: bytes) -> bytes:
-        return vdaf.encode_agg_share(
-            vdaf.merge(None, [vdaf.decode_agg_share(None, a), vdaf.decode_agg_share(None, b)])
+        decode = engine.decode_agg_share
+        return engine.encode_agg_share(
+            agg_param, engine.merge(agg_param, [decode(agg_param, a), decode(agg_param, b)])
         )
 
     return merge
 
 
 def batch_summary(
-    vdaf: Prio3[Any, Any], aggregates: Sequence[BatchAggregate]
+    engine: Engine, aggregates: Sequence[BatchAggregate], agg_param: Any = None
 ) -> tuple[list[int], int, bytes]:
     """(aggregate share, report count, checksum) of a batch's buckets."""
-    share = vdaf.merge(
-        None, [vdaf.decode_agg_share(None, a.agg_share) for a in aggregates if a.agg_share]
+    share = engine.merge(
+        agg_param,
+        [engine.decode_agg_share(agg_param, a.agg_share) for a in aggregates if a.agg_share],
     )
     count = sum(a.report_count for a in aggregates)
     checksum = bytes(CHECKSUM_SIZE)
@@ -359,21 +285,6 @@ def seal_share(
     )
 
 
-class TaskLimitError(ValueError):
-    """A task whose noise or field cannot hold a batch of min_batch_size reports."""
-
-
-def task_bounds(task: Task) -> AggregateBounds:
-    """The task's aggregate bounds (veil.dp.bounds); TaskLimitError if even a batch
-    of min_batch_size reports could wrap around the field."""
-    try:
-        bounds = task.dp.bounds(task.vdaf)
-        bounds.check_batch_floor(task.min_batch_size)
-    except (TaskError, DPError) as e:
-        raise TaskLimitError(f"task {task.id_text}: {e}") from None
-    return bounds
-
-
 def check_batch_size(task: Task, bounds: AggregateBounds, count: int) -> None:
     """Raises BatchTooLarge for a batch whose sum could wrap around the field."""
     if count > bounds.max_batch_size:
@@ -386,46 +297,11 @@ def check_batch_size(task: Task, bounds: AggregateBounds, count: int) -> None:
 AT = TypeVar("AT", bound=AggregatorTask)
 
 
-# An input share to open: its key (None: no key has its config id), the
-# ciphertext's encapsulated key and payload, and the context.
-_Sealed = tuple[HpkeKeypair | None, bytes, bytes | memoryview, bytes]
-
-
-def _decapsulated(share: _Sealed) -> ReportRejection | bytes:
-    """The first step of opening one input share: the DH output
-    (veil.hpke.decapsulate_enc), or why it does not open."""
-    keypair, enc, _payload, _info = share
-    if keypair is None:
-        return HPKE_UNKNOWN_CONFIG_ID
-    try:
-        return decapsulate_enc(keypair, enc)
-    except HpkeError:
-        return HPKE_DECRYPT_ERROR
-
-
-def _open_decapsulated(share: _Sealed, dh: ReportRejection | bytes) -> ReportRejection | bytes:
-    """The rest of the open from `_decapsulated`'s outcome: the plaintext,
-    or why it does not open (a rejection already found is passed on)."""
-    if isinstance(dh, ReportRejection):
-        return dh
-    keypair, enc, payload, info = share
-    assert keypair is not None
-    try:
-        return open_payload(keypair, enc, payload, info, dh)
-    except HpkeError:
-        return HPKE_DECRYPT_ERROR
-
-
-def tally_open(outcome: ReportRejection | bytes, tally: dict[str, int]) -> dict[str, int]:
-    """Add an open's outcome to `tally` (counts by the metric's label:
-    "ok" or the rejection reason); returns `tally`."""
-    label = outcome.value if isinstance(outcome, ReportRejection) else "ok"
-    tally[label] = tally.get(label, 0) + 1
-    return tally
-
-
 class AggregatorBase(Generic[AT]):
-    """Tasks, HPKE keys and clock common to both aggregators."""
+    """One aggregator as its callers see it: the tasks it serves (`table`,
+    each with its context), its HPKE keys (`keys`), its store and clock.
+    The leader's and the helper's parts are built from these pieces, never
+    from this object."""
 
     role_name = "aggregator"
     # The task type this aggregator serves (LeaderTask or HelperTask).
@@ -440,183 +316,49 @@ class AggregatorBase(Generic[AT]):
         open_threads: int = 0,
     ) -> None:
         self.metrics = metrics
-        # A job's input shares are opened over these threads (veil.aggregator.
-        # opener; the setting is a server's `open_threads`, 0: one per core).
-        self.opener = OpenPool(threads_for(open_threads))
-        # The HPKE outcome counters by label: looking a labelled child up
-        # costs more than counting, once per report.
-        self._open_counters: dict[str, Any] = {}
         self.store = store
         self.clock = clock
-        self.tasks: dict[bytes, AT] = {}
-        self.vdafs: dict[bytes, Prio3[Any, Any]] = {}
-        self.batch_vdafs: dict[bytes, BatchPrio3[Any, Any]] = {}
-        self.sizes: dict[bytes, ReportSizes] = {}
-        self.bounds: dict[bytes, Any] = {}
-        # Poplar1 tasks (veil.aggregator.prefixes), apart from the Prio3 ones.
-        self.prefix_vdafs: dict[bytes, PrefixVdaf] = {}
+        self.table: TaskTable[AT] = TaskTable(self.role_name, self.task_type)
         self.add_tasks(tasks)
-        ensure_active_key(store, clock())
-        self._keys_read_at = -float("inf")
-        self._keys_lock = threading.Lock()
-        self.refresh_keys()
+        self.keys = KeyRing(store, clock, metrics, open_threads)
 
     def add_tasks(self, tasks: Mapping[bytes, AT]) -> list[AT]:
         """Serve these tasks too (at start, and on SIGHUP for task files added
         to the config since); returns the ones that were new. A task already
         served must come back unchanged: task parameters are immutable."""
-        new = {}
-        for tid, t in tasks.items():
-            expect_role(t, self.task_type, f"task {t.id_text}")
-            known = self.tasks.get(tid)
-            if known is not None:
-                if known != t:
-                    raise TaskError(
-                        f"task {t.id_text} changed in its file; task parameters are"
-                        " immutable (restart with a new task instead)"
-                    )
-                continue
-            new[tid] = t
-        prefix = {tid: PrefixVdaf.of(t) for tid, t in new.items() if t.vdaf.is_prefix}
-        vdafs = {tid: t.vdaf.instantiate() for tid, t in new.items() if tid not in prefix}
-        # Computed (and refused) here, before serving, rather than after a
-        # collection has spent budget: the noise bound exercises the interval
-        # arithmetic.
-        bounds = {tid: task_bounds(t) for tid, t in new.items()}
-        # The batched (NumPy) path verifies a whole job at once; it agrees
-        # with the scalar path report by report. Everything a request needs
-        # is in place before the task becomes visible in `tasks`.
-        self.vdafs.update(vdafs)
-        self.batch_vdafs.update({tid: BatchPrio3(v) for tid, v in vdafs.items()})
-        self.sizes.update({tid: ReportSizes.of(v, new[tid].token_size) for tid, v in vdafs.items()})
-        self.prefix_vdafs.update(prefix)
-        self.sizes.update(
-            {tid: ReportSizes.of_poplar1(p.vdaf, new[tid].token_size) for tid, p in prefix.items()}
-        )
-        self.bounds.update(bounds)
-        self.tasks = {**self.tasks, **new}
-        return list(new.values())
+        return [c.task for c in self.table.add(tasks)]
 
-    def refresh_keys(self) -> None:
-        """Re-read the key set from storage, where `veil keys` changes it."""
-        keys = self.store.hpke_keys()
-        current = active_key(keys) or max(keys, key=lambda k: k.created)
-        # Two assignments of whole values: readers see the old or the new set.
-        self.keypairs: dict[int, HpkeKeypair] = {k.config_id: k.keypair for k in keys}
-        self.current_config: HpkeConfig = current.keypair.config
-        self._keys_read_at = time.monotonic()
-
-    def _maybe_refresh_keys(self) -> None:
-        # At most once per KEY_REFRESH_SECONDS, whatever the traffic: a flood
-        # of unknown config ids costs one small query a second, no more.
-        if time.monotonic() - self._keys_read_at < KEY_REFRESH_SECONDS:
-            return
-        if self._keys_lock.acquire(blocking=False):
-            try:
-                self.refresh_keys()
-            finally:
-                self._keys_lock.release()
-
-    def know_keys(self, config_ids: Iterable[int]) -> None:
-        """Re-read the keys now if any of `config_ids` is unknown here: before
-        an aggregation job rejects a report as hpke_unknown_config_id, since
-        another process may have added the key since we last looked (once per
-        job, whatever the rate limit of `keypair`)."""
-        if any(i not in self.keypairs for i in config_ids):
-            with self._keys_lock:
-                self.refresh_keys()
-
-    def keypair(self, config_id: int) -> HpkeKeypair | None:
-        """The stored key with this config id (re-reading storage if unknown)."""
-        keypair = self.keypairs.get(config_id)
-        if keypair is None:
-            self._maybe_refresh_keys()
-            keypair = self.keypairs.get(config_id)
-        return keypair
-
-    def open_share(
-        self,
-        keypair: HpkeKeypair | None,
-        ct: Ciphertext,
-        info: bytes,
-        tally: dict[str, int] | None = None,
-    ) -> ReportRejection | bytes:
-        """Open an input share: the plaintext, or the rejection reason. Counted
-        in the metrics, or with `tally` added to it by outcome, for
-        `count_opens` to count once per job rather than once per share."""
-        share = (keypair, ct.enc, ct.payload, info)
-        outcome: ReportRejection | bytes
-        if keypair is not None and keypair.config.config_id != ct.config_id:
-            outcome = HPKE_DECRYPT_ERROR  # as veil.hpke.decapsulate refuses it
-        else:
-            outcome = _open_decapsulated(share, _decapsulated(share))
-        if tally is not None:
-            tally_open(outcome, tally)
-        else:
-            self.count_opens(tally_open(outcome, {}))
-        return outcome
-
-    def open_shares(
-        self, shares: Sequence[tuple[Ciphertext, bytes]]
-    ) -> list[ReportRejection | bytes]:
-        """Each (ciphertext, info) of a job opened, in order: the plaintext
-        or the rejection reason. Not counted: the caller adds each outcome
-        it uses with `tally_open`, and counts the tally with `count_opens`.
-
-        The X25519 of every open, which runs without the GIL, is spread over
-        the opener's threads; the rest of each open (the key schedule and
-        AES-GCM, which hold the GIL) follows in this thread. Threads that
-        each ran whole opens would wait for the GIL at every open, and each
-        wait hands it from core to core: CPU one thread never pays."""
-        keypair = self.keypair
-        return self._open_all(
-            [(keypair(ct.config_id), ct.enc, ct.payload, info) for ct, info in shares]
-        )
-
-    def open_stored_shares(
-        self, shares: Sequence[tuple[bytes, bytes]]
-    ) -> list[ReportRejection | bytes]:
-        """`open_shares` of ciphertexts in their stored form (`Ciphertext.
-        to_bytes`: config id, encapsulated key, payload), opened in place:
-        a leader's job reads thousands, and a `Ciphertext` of each, with its
-        payload copied out, cost about 2 µs a report."""
-        keypair = self.keypair
-        e = 1 + ENC_SIZE
-        return self._open_all(
-            # (An empty one, which upload never stores, has no config id:
-            # rejected as of an unknown config.)
-            [
-                (keypair(ct[0]) if ct else None, ct[1:e], memoryview(ct)[e:], info)
-                for ct, info in shares
-            ]
-        )
-
-    def _open_all(self, keyed: list[_Sealed]) -> list[ReportRejection | bytes]:
-        dhs = self.opener.map(_decapsulated, keyed)
-        return [_open_decapsulated(share, dh) for share, dh in zip(keyed, dhs, strict=True)]
-
-    def count_opens(self, tally: dict[str, int]) -> None:
-        """Count the outcomes `open_share` added to `tally` in the metrics."""
-        if self.metrics is None:
-            return
-        for label, n in tally.items():
-            counter = self._open_counters.get(label)
-            if counter is None:
-                counter = self._open_counters[label] = self.metrics.hpke_opens.labels(label)
-            counter.inc(n)
+    @property
+    def tasks(self) -> dict[bytes, AT]:
+        return self.table.tasks
 
     def task(self, task_id: bytes) -> AT:
-        task = self.tasks.get(task_id)
-        if task is None:
-            raise UnknownTask(
-                f"unknown task id {b64e(task_id)} (base64url, as in task files): the"
-                f" {self.role_name} has no such task; a task file added to its config after it"
-                " started is loaded on SIGHUP (kill -HUP <pid>) or at restart"
-            )
-        return task
+        return self.table.task(task_id)
+
+    def context(self, task_id: bytes) -> TaskContext[AT]:
+        return self.table.context(task_id)
+
+    def by_query(self, task_id: bytes) -> bool:
+        """Whether a served task's jobs come from its collections' queries
+        (False for a task not served here: its calls are refused as such)."""
+        ctx = self.table.contexts.get(task_id)
+        return ctx is not None and ctx.by_query
+
+    # The keys, for the service and the operator's commands.
+
+    @property
+    def current_config(self) -> HpkeConfig:
+        return self.keys.current_config
+
+    @property
+    def opener(self) -> OpenPool:
+        return self.keys.opener
+
+    def refresh_keys(self) -> None:
+        self.keys.refresh_keys()
 
     def hpke_configs(self, task_id: bytes) -> list[HpkeConfig]:
         if task_id:
             self.task(task_id)
-        self._maybe_refresh_keys()
-        return [self.current_config]
+        self.keys.maybe_refresh_keys()
+        return [self.keys.current_config]

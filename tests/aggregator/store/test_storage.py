@@ -47,11 +47,12 @@ from veil.aggregator.store.tx import PostgresTx, Tx, _by_column, _packed_columns
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext, Report
 from veil.vdaf import Prio3Sum
+from veil.vdaf.engine import engine_for
 
 TASK = b"t" * 32
 CT = Ciphertext(1, b"e" * 32, b"payload")
 VDAF = Prio3Sum(2, 1000)
-MERGE = share_merge(VDAF)
+MERGE = share_merge(engine_for(VDAF))
 
 
 def report(i: int, time: int = 3600) -> Report:

@@ -27,6 +27,7 @@ from veil.vdaf import (
     VerifyError,
 )
 from veil.vdaf.batch.prio3 import BatchPrio3
+from veil.vdaf.engine import OutShares, Prio3Engine
 from veil.vdaf.spec.prio3 import Prio3
 
 CTX = b"some application"
@@ -289,7 +290,8 @@ def test_mixed_batch_matches_scalar(data: st.DataObject, which: str) -> None:
         buckets = [3600 * data.draw(st.integers(0, 2), label="bucket") for _ in accepted]
         triples = list(zip(buckets, [nonces[i] for i in accepted], accepted, strict=True))
         scalar = [(b, rid, out.out_share(i)) for b, rid, i in triples]
-        assert job_deltas(batch, out, triples) == _scalar_deltas(vdaf, scalar)
+        engine, shares = Prio3Engine(batch), OutShares(out.errors, out)
+        assert job_deltas(engine, shares, triples) == _scalar_deltas(vdaf, scalar)
         assert out.ok.tolist() == [i in accepted for i in range(size)], j
     failed = [i for i in range(size) if i not in accepted]
     if failed:

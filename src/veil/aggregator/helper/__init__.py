@@ -37,7 +37,6 @@ from veil.aggregator.core import (
     rejection_reason,
     seal_share,
     share_merge,
-    tally_open,
 )
 from veil.aggregator.errors import (
     BatchCollected,
@@ -49,6 +48,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper.checks import check_report, input_share_of, same_request
 from veil.aggregator.helper.prefixes import HelperPrefixes
+from veil.aggregator.keys import tally_open
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
@@ -67,6 +67,7 @@ from veil.hpke import (
 from veil.messages import REPORT_ID_SIZE, vdaf_ctx
 from veil.metrics import Metrics
 from veil.task import HelperTask
+from veil.vdaf.engine import OutShares
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class Helper(AggregatorBase[HelperTask]):
         while stored is None:
             attempt += 1
             results, deltas, new_ids = self._verify(task, items)
-            vdaf = self.vdafs[task_id]
+            engine = self.context(task_id).engine
             times = {it.report_id: it.time for it in items}
             try:
                 job = HelperJob(
@@ -211,7 +212,7 @@ class Helper(AggregatorBase[HelperTask]):
                     [r.reject for r in results if r.reject not in (None, REPORT_TOO_EARLY)],
                     deltas,
                 )
-                stored = self.store.commit_helper_job(job, share_merge(vdaf))
+                stored = self.store.commit_helper_job(job, share_merge(engine))
             except (ReportsAggregated, BucketCollected) as e:
                 if attempt >= _COMMIT_ATTEMPTS:
                     raise
@@ -257,7 +258,7 @@ class Helper(AggregatorBase[HelperTask]):
         ctx = vdaf_ctx(task.task_id)
         now = self.clock()
         ids = [it.report_id for it in items]
-        self.know_keys({it.encrypted_input_share.config_id for it in items})
+        self.keys.know_keys({it.encrypted_input_share.config_id for it in items})
         seen = self.store.seen_reports(task.task_id, [i for i in ids if len(i) == REPORT_ID_SIZE])
         results: list[VerifyResult] = []
         deltas: list[BatchAggregate] = []
@@ -278,7 +279,7 @@ class Helper(AggregatorBase[HelperTask]):
         shares = dict(
             zip(
                 to_open,
-                self.open_shares([self._share_and_info(task, items[i]) for i in to_open]),
+                self.keys.open_shares([self._share_and_info(task, items[i]) for i in to_open]),
                 strict=True,
             )
         )
@@ -306,25 +307,27 @@ class Helper(AggregatorBase[HelperTask]):
             if reason is None:
                 opened.append(i)
                 plaintexts.append(plaintext)
-        self.count_opens(tally)
+        self.keys.count_opens(tally)
         messages: dict[int, bytes] = {}
         if opened:
             accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
-            batch = self.batch_vdafs[task.task_id]
+            engine = self.context(task.task_id).engine
             chosen = [items[i] for i in opened]
-            init = batch.verify_init_batch(
+            init = engine.verify_init(
                 task.verify_key,
                 ctx,
                 1,
+                None,
                 [it.report_id for it in chosen],
                 [it.public_share for it in chosen],
                 plaintexts,
             )
             leader_shares: list[bytes | None] = [it.leader_verifier_share for it in chosen]
-            msgs = batch.verifier_shares_to_message_batch(
-                ctx, [leader_shares, list(init.verifier_shares)]
+            msgs = engine.verifier_shares_to_message(
+                ctx, None, [leader_shares, list(init.verifier_shares)]
             )
-            out = batch.verify_next_batch(ctx, init.state, msgs.messages)
+            out = engine.verify_next(ctx, None, init, msgs.messages)
+            assert isinstance(out, OutShares)  # one round
             for row, i in enumerate(opened):
                 error = init.errors[row] or msgs.errors[row] or out.errors[row]
                 if error is not None:
@@ -334,7 +337,7 @@ class Helper(AggregatorBase[HelperTask]):
                 assert message is not None
                 messages[i] = message
                 accepted.append((task.bucket(items[i].time), items[i].report_id, row))
-            deltas = job_deltas(batch, out, accepted)
+            deltas = job_deltas(engine, out, accepted)
         get = messages.get
         for i, it in enumerate(items):
             message = get(i)
@@ -420,8 +423,8 @@ class Helper(AggregatorBase[HelperTask]):
                     f"the batch overlapping [{start}, +{duration}) was already collected"
                     f" (time bucket {a.bucket}); a batch is collected at most once"
                 )
-        vdaf = self.vdafs[task_id]
-        share, count, mine = batch_summary(vdaf, aggs)
+        ctx = self.context(task_id)
+        share, count, mine = batch_summary(ctx.engine, aggs)
         if count != report_count or mine != checksum:
             # No counts: this message reaches the collector, and the
             # helper's count may be below min_batch_size (issue 13).
@@ -433,10 +436,14 @@ class Helper(AggregatorBase[HelperTask]):
             raise BatchTooSmall(
                 f"the batch holds fewer than min_batch_size ({task.min_batch_size}) reports"
             )
-        check_batch_size(task, self.bounds[task_id], count)
+        check_batch_size(task, ctx.bounds, count)
         self.privacy.check(task, start, duration, collection_id)
-        noised, _eps = self.privacy.release(task, vdaf, collection_id, start, duration, share)
-        ct = seal_share(task, ROLE_HELPER, start, duration, count, vdaf.encode_agg_share(noised))
+        noised, _eps = self.privacy.release_in(
+            task, ctx.engine.noise_modulus(None), collection_id, start, duration, share
+        )
+        ct = seal_share(
+            task, ROLE_HELPER, start, duration, count, ctx.engine.encode_agg_share(None, noised)
+        )
         try:
             stored = self.store.commit_helper_collection(
                 CollectionRecord(

@@ -46,7 +46,8 @@ def open_report(
     """The helper's input share of one report (HPKE, then the invitation
     token split off where the task takes one), or why it was refused."""
     ct = it.encrypted_input_share
-    opened = helper.open_share(helper.keypair(ct.config_id), ct, info, tally)
+    keys = helper.keys
+    opened = keys.open_share(keys.keypair(ct.config_id), ct, info, tally)
     return input_share_of(task, it.report_id, opened)
 
 

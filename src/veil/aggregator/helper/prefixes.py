@@ -178,7 +178,7 @@ class HelperPrefixes:
         h = self.helper
         task = h.task(task_id)
         authorize(task, token, task.aggregator_token_hash, "aggregator")
-        prefix = h.prefix_vdafs.get(task_id)
+        prefix = h.context(task_id).queries
         if prefix is None:
             raise InvalidMessage(
                 f"task {task.id_text} is a {task.vdaf.type} task: it takes no aggregation parameter"
@@ -358,7 +358,7 @@ class HelperPrefixes:
         level = agg_param.level
         valid_ids = [it.report_id for it in items if len(it.report_id) == REPORT_ID_SIZE]
         seen = h.store.seen_prefix_reports(task.task_id, start, level, valid_ids) - own
-        h.know_keys({it.encrypted_input_share.config_id for it in items})
+        h.keys.know_keys({it.encrypted_input_share.config_id for it in items})
         reasons: list[ReportRejection | None] = []
         opened: list[int] = []
         plaintexts: list[bytes] = []
@@ -563,7 +563,7 @@ class HelperPrefixes:
                 f"the batch holds fewer than min_batch_size ({task.min_batch_size}) reports"
                 " verified at this level"
             )
-        check_batch_size(task, h.bounds[task.task_id], count)
+        check_batch_size(task, h.context(task.task_id).bounds, count)
         self.privacy.check(task, start, duration, collection_id)
         share = prefix.decode_share(agg_param, query.agg_share)
         noised, _ = self.privacy.release_in(

@@ -59,29 +59,32 @@ class Leader(AggregatorBase[LeaderTask]):
         self.peer = HelperPeer(
             parts.helper, self.clocks, parts.clock, settings.max_helper_clock_lag
         )
-        # Before the tasks are added: each new task's job size is set as it is.
-        self.jobs = JobDriver(self, self.peer, self.meter, self.control, settings, self.worker_id)
         super().__init__(tasks, parts.store, parts.clock, parts.metrics, settings.open_threads)
-        self.writer = ReportWriter(self, self.peer, self.meter, settings.admission)
+        table, keys, store, clock = self.table, self.keys, parts.store, parts.clock
+        self.jobs = JobDriver(
+            table, keys, store, clock, self.peer, self.meter, self.control, settings, self.worker_id
+        )
+        self.writer = ReportWriter(
+            table, keys, store, clock, self.peer, self.meter, settings.admission
+        )
         self.collections = CollectionDriver(
-            self,
+            table,
+            keys,
+            store,
+            clock,
             self.peer,
             parts.privacy,
             self.meter,
             self.control,
             Backoff(settings.retry_seconds, settings.max_retry_seconds),
-            self.jobs.job_sizes,
+            self.jobs.job_size,
         )
-
-    def add_tasks(self, tasks: Mapping[bytes, LeaderTask]) -> list[LeaderTask]:
-        """AggregatorBase.add_tasks, and each new task's job size."""
-        # Sized before the tasks become visible to the driver.
-        self.jobs.size_jobs(tasks)
-        return super().add_tasks(tasks)
 
     @property
     def job_sizes(self) -> dict[bytes, int]:
-        """Reports per aggregation job, per task."""
+        """Reports per aggregation job, per task (each served task's set)."""
+        for task_id in self.tasks:
+            self.jobs.job_size(task_id)
         return self.jobs.job_sizes
 
     @property

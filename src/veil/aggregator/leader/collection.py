@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from veil.aggregator.context import TaskTable
 from veil.aggregator.core import (
-    AggregatorBase,
     authorize,
     batch_summary,
     check_batch_size,
@@ -36,11 +36,13 @@ from veil.aggregator.errors import (
     Unavailable,
     WindowOpen,
 )
+from veil.aggregator.keys import KeyRing
 from veil.aggregator.leader.control import Backoff, DriverControl
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.leader.prefixes import JOB_SIZE, LeaderPrefixes
 from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
     CollectionRecord,
     StorageConflict,
@@ -69,31 +71,35 @@ class TaskInfo:
 
 
 class CollectionDriver:
-    """Answers the collector's requests for the tasks `base` serves, and
+    """Answers the collector's requests for the tasks in `tasks`, and
     completes their pending collection jobs."""
 
     def __init__(
         self,
-        base: AggregatorBase[LeaderTask],
+        tasks: TaskTable[LeaderTask],
+        keys: KeyRing,
+        store: Datastore,
+        clock: Callable[[], float],
         peer: HelperPeer,
         privacy: PrivacyEngine,
         meter: LeaderMeter,
         control: DriverControl,
         backoff: Backoff,
-        job_sizes: Mapping[bytes, int] | None = None,
+        job_size: Callable[[bytes], int] | None = None,
     ) -> None:
-        self.base = base
-        # Reports per aggregation job by task (the job driver's): a Poplar1
-        # collection's jobs take at most this many, and at most JOB_SIZE.
-        self.job_sizes: Mapping[bytes, int] = job_sizes if job_sizes is not None else {}
-        self.store = base.store
+        self.tasks = tasks
+        self.clock = clock
+        # Reports per aggregation job of a task (the job driver's): a query's
+        # jobs take at most this many, and at most JOB_SIZE.
+        self.job_size = job_size or (lambda _: JOB_SIZE)
+        self.store = store
         self.peer = peer
         self.privacy = privacy
         self.meter = meter
         self.control = control
         self.backoff = backoff
         # Poplar1 tasks' collections (one level each, with its parameter).
-        self.prefixes = LeaderPrefixes(base, privacy, meter)
+        self.prefixes = LeaderPrefixes(tasks, keys, store, clock, privacy, meter)
 
     # --- the collector's requests -------------------------------------------
 
@@ -106,17 +112,18 @@ class CollectionDriver:
         duration: int,
         agg_param: bytes = b"",
     ) -> CollectionRecord:
-        task = self.base.task(task_id)
+        ctx = self.tasks.context(task_id)
+        task = ctx.task
         authorize(task, token, task.collector_token_hash, "collector")
         check_id(collection_id, "collection_job_id")
-        if task_id in self.base.prefix_vdafs:
+        if ctx.by_query:
             return self.prefixes.create_collection(task, collection_id, start, duration, agg_param)
         if agg_param:
             raise InvalidAggParam(
                 f"task {task.id_text} is a {task.vdaf.type} task: it takes no aggregation parameter"
             )
         check_interval(task, start, duration)
-        check_window_closed(task, start, self.base.clock())
+        check_window_closed(task, start, self.clock())
         existing = self.store.get_collection(task_id, collection_id)
         if existing is not None:
             if (existing.start, existing.duration) != (start, duration):
@@ -147,7 +154,7 @@ class CollectionDriver:
                     f" ({task.min_batch_size}) reports: wait for more reports or collect a"
                     " longer interval"
                 )
-            check_batch_size(task, self.base.bounds[task_id], count)
+            check_batch_size(task, ctx.bounds, count)
         self.privacy.check(task, start, duration)
         try:
             return self.store.put_collection(
@@ -158,7 +165,7 @@ class CollectionDriver:
 
     def task_info(self, task_id: bytes, token: str | None) -> TaskInfo:
         """What the collector may know before collecting (the GetTaskInfo call)."""
-        task = self.base.task(task_id)
+        task = self.tasks.task(task_id)
         authorize(task, token, task.collector_token_hash, "collector")
         assert task.collector_hpke_config is not None
         finished = sum(1 for c in self.store.collections(task_id) if c.state == "finished")
@@ -178,7 +185,7 @@ class CollectionDriver:
     def get_collection(
         self, task_id: bytes, token: str | None, collection_id: bytes
     ) -> CollectionRecord:
-        task = self.base.task(task_id)
+        task = self.tasks.task(task_id)
         authorize(task, token, task.collector_token_hash, "collector")
         record = self.store.get_collection(task_id, collection_id)
         if record is None:
@@ -289,13 +296,14 @@ class CollectionDriver:
         after a crash: the helper serves its stored share again, the spend
         is keyed by the collection job id, and a share drawn but not yet
         stored never left this process."""
-        task = self.base.tasks.get(record.task_id)
-        if task is None:
+        ctx = self.tasks.contexts.get(record.task_id)
+        if ctx is None:
             return False
-        if record.agg_param:
+        task = ctx.task
+        if ctx.by_query:
             return self._run_prefixes(task, record, worker_id, lease_seconds)
         start, end = record.start, record.start + record.duration
-        vdaf = self.base.vdafs[task.task_id]
+        engine = ctx.engine
         share: list[int] = []
         if record.leader_ct is not None:
             # Stored by an earlier veil, which drew the leader's share first.
@@ -312,7 +320,7 @@ class CollectionDriver:
             if self.store.unaggregated_count(task.task_id, start, end):
                 return False  # the next pass aggregates them first
             share, count, checksum = batch_summary(
-                vdaf, self.store.batch_aggregates(task.task_id, start, end)
+                engine, self.store.batch_aggregates(task.task_id, start, end)
             )
             # Under add_remove the batch stays closed after this refusal: whether
             # it reached the floor (or passed the ceiling) is told once.
@@ -328,7 +336,7 @@ class CollectionDriver:
                     reopen=reopen,
                 )
             try:
-                check_batch_size(task, self.base.bounds[task.task_id], count)
+                check_batch_size(task, ctx.bounds, count)
             except BatchTooLarge as e:
                 if not reopen:
                     e = BatchTooLarge(str(e) + _ONCE)
@@ -350,8 +358,8 @@ class CollectionDriver:
         leader_ct = record.leader_ct
         if leader_ct is None:
             try:
-                noised, _eps = self.privacy.release(
-                    task, vdaf, record.job_id, start, record.duration, share
+                noised, _eps = self.privacy.release_in(
+                    task, engine.noise_modulus(None), record.job_id, start, record.duration, share
                 )
             except AggregatorError as e:
                 if e.retryable:
@@ -362,7 +370,12 @@ class CollectionDriver:
                 return self._fail(record, e, reopen=False)
             self.meter.budget(self.privacy, task)
             leader_ct = seal_share(
-                task, ROLE_LEADER, start, record.duration, count, vdaf.encode_agg_share(noised)
+                task,
+                ROLE_LEADER,
+                start,
+                record.duration,
+                count,
+                engine.encode_agg_share(None, noised),
             )
         self.store.update_collection(
             CollectionRecord(
@@ -399,7 +412,7 @@ class CollectionDriver:
         A level is many aggregation jobs: the lease (`worker_id`'s, of
         `lease_seconds`) is renewed after each, so that no other driver takes
         the collection while this one computes it."""
-        job_size = min(JOB_SIZE, self.job_sizes.get(task.task_id, JOB_SIZE))
+        job_size = min(JOB_SIZE, self.job_size(task.task_id))
 
         def renew() -> bool:
             assert worker_id is not None
@@ -407,7 +420,9 @@ class CollectionDriver:
                 task.task_id, record.job_id, worker_id, lease_seconds
             )
 
-        agg_param = self.base.prefix_vdafs[task.task_id].parse(record.agg_param)
+        queries = self.tasks.context(task.task_id).queries
+        assert queries is not None
+        agg_param = queries.parse(record.agg_param)
 
         def level(outcome: str) -> None:
             self.meter.prefix_level(

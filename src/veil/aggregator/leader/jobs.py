@@ -13,21 +13,19 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from veil.aggregator.context import TaskTable
 from veil.aggregator.core import (
     REPORT_DROPPED,
     REPORT_TOO_EARLY,
     AggregationAnswer,
-    AggregatorBase,
-    ReportSizes,
     VerifyInitItem,
     job_deltas,
     rejection_reason,
     share_merge,
-    tally_open,
 )
 from veil.aggregator.errors import (
     InvalidMessage,
@@ -38,6 +36,7 @@ from veil.aggregator.errors import (
     Unavailable,
     UnknownTask,
 )
+from veil.aggregator.keys import KeyRing, tally_open
 from veil.aggregator.leader.control import Backoff, DriverControl
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
@@ -53,7 +52,7 @@ from veil.hpke import ROLE_LEADER, input_share_info
 from veil.messages import Report, vdaf_ctx
 from veil.task import LeaderTask, b64e
 from veil.vdaf import VerifyError
-from veil.vdaf.batch.prio3 import VerifyInitBatch
+from veil.vdaf.engine import OutShares, Round
 
 log = logging.getLogger(__name__)
 
@@ -85,71 +84,67 @@ class PreparedJob:
     began: float
     report_count: int
     opened: list[JobReport]
-    init: VerifyInitBatch
+    init: Round
     items: list[VerifyInitItem]
     row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
     outcomes: dict[bytes, ReportRejection | None]  # reports the leader already rejected
 
 
 class JobDriver:
-    """Creates, leases and completes the aggregation jobs of the tasks `base`
-    serves, as the driver `worker_id`."""
+    """Creates, leases and completes the aggregation jobs of the tasks in
+    `tasks` whose jobs come from stored uploads, as the driver `worker_id`."""
 
     def __init__(
         self,
-        base: AggregatorBase[LeaderTask],
+        tasks: TaskTable[LeaderTask],
+        keys: KeyRing,
+        store: Datastore,
+        clock: Callable[[], float],
         peer: HelperPeer,
         meter: LeaderMeter,
         control: DriverControl,
         settings: LeaderSettings,
         worker_id: str,
     ) -> None:
-        # Built before `base` has its tasks and store (it asks for each new
-        # task's job size as it adds it): nothing of `base` is read here.
-        self.base = base
+        self.tasks = tasks
+        self.keys = keys
+        self.store = store
+        self.clock = clock
         self.peer = peer
         self.meter = meter
         self.control = control
         self.settings = settings
         self.worker_id = worker_id
         self.backoff = Backoff(settings.retry_seconds, settings.max_retry_seconds)
-        # Reports per job, per task (filled by size_jobs): job_size, or fewer
-        # where that many reports would make a request larger than max_job_bytes.
+        # Reports per job, per task (see job_size), once asked.
         self.job_sizes: dict[bytes, int] = {}
         # The helper's round trip for one job runs here while the driver
         # prepares the next.
         self._helper_calls = ThreadPoolExecutor(1, thread_name_prefix="helper-call")
 
-    @property
-    def store(self) -> Datastore:
-        return self.base.store
-
-    def size_jobs(self, tasks: Mapping[bytes, LeaderTask]) -> None:
-        """Each new task's job size (before the task is visible to the driver)."""
-        s = self.settings
-        for tid, t in tasks.items():
-            if tid not in self.job_sizes:
-                if t.vdaf.is_prefix:
-                    sizes = ReportSizes.of_poplar1(t.vdaf.instantiate_poplar1(), t.token_size)
-                else:
-                    sizes = ReportSizes.of(t.vdaf.instantiate(), t.token_size)
-                self.job_sizes[tid] = max(
-                    1, min(s.job_size, s.max_job_bytes // sizes.job_item_bytes())
-                )
+    def job_size(self, task_id: bytes) -> int:
+        """Reports per job of the task: job_size, or fewer where that many
+        reports would make a request larger than max_job_bytes."""
+        size = self.job_sizes.get(task_id)
+        if size is None:
+            s = self.settings
+            item = self.tasks.context(task_id).sizes.job_item_bytes()
+            size = self.job_sizes[task_id] = max(1, min(s.job_size, s.max_job_bytes // item))
+        return size
 
     def run_pass(self) -> bool:
         """Group pending reports into jobs, then complete the jobs this driver
         can lease; True if a job was created or finished. Stops early when
         the helper cannot be reached (`control.helper_unreachable`)."""
         progress = False
-        tasks = self.base.tasks
+        tasks = self.tasks.tasks
         # Only our tasks, each asked directly: cheaper on a large shared table
         # than looking for the tasks that have pending reports.
-        for task_id in tasks:
-            if task_id in self.base.prefix_vdafs:
-                continue  # Poplar1: aggregated by its collections (leader/prefixes.py)
+        for task_id, ctx in self.tasks.contexts.items():
+            if ctx.by_query:
+                continue  # aggregated by its collections' queries (leader/prefixes.py)
             while not self.control.stopping and self.store.create_aggregation_job(
-                task_id, secrets.token_bytes(16), self.job_sizes[task_id]
+                task_id, secrets.token_bytes(16), self.job_size(task_id)
             ):
                 progress = True
         while not self.control.stopping:
@@ -286,9 +281,9 @@ class JobDriver:
         self, task: LeaderTask, r: Report
     ) -> tuple[ReportRejection | None, bytes]:
         """HPKE-open the leader's input share: (rejection reason, plaintext)."""
-        base = self.base
-        keypair = base.keypair(r.leader_ct.config_id)
-        plaintext = base.open_share(keypair, r.leader_ct, leader_share_info(task, r))
+        keys = self.keys
+        keypair = keys.keypair(r.leader_ct.config_id)
+        plaintext = keys.open_share(keypair, r.leader_ct, leader_share_info(task, r))
         if isinstance(plaintext, ReportRejection):
             return plaintext, b""
         return None, plaintext
@@ -303,17 +298,17 @@ class JobDriver:
         helper's round trip the job's lease is renewed, unless it was taken
         at `leased_at` (time.monotonic()) less than RENEW_AFTER of the lease
         ago: then at least nine tenths of it are left (None: renewed)."""
-        task = self.base.tasks[task_id]
-        batch = self.base.batch_vdafs[task_id]
+        ctx = self.tasks.context(task_id)
+        task = ctx.task
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
-        base = self.base
-        base.know_keys({r.leader_ct_bytes[0] for r in reports if r.leader_ct_bytes})
+        keys = self.keys
+        keys.know_keys({r.leader_ct_bytes[0] for r in reports if r.leader_ct_bytes})
         outcomes: dict[bytes, ReportRejection | None] = {}
         opened: list[JobReport] = []
         plaintexts: list[bytes] = []
         # The job's shares opened at once, over the opener's threads.
-        shares = base.open_stored_shares(
+        shares = keys.open_stored_shares(
             [(r.leader_ct_bytes, leader_share_info(task, r)) for r in reports]
         )
         tally: dict[str, int] = {}  # HPKE outcomes, counted once for the job
@@ -324,11 +319,12 @@ class JobDriver:
             else:
                 opened.append(r)
                 plaintexts.append(share)
-        base.count_opens(tally)
-        init = batch.verify_init_batch(
+        keys.count_opens(tally)
+        init = ctx.engine.verify_init(
             task.verify_key,
             vdaf_ctx(task_id),
             0,
+            None,
             [r.report_id for r in opened],
             [r.public_share for r in opened],
             plaintexts,
@@ -370,10 +366,10 @@ class JobDriver:
         its clock has caught up (HelperPeer.too_early_wait)."""
         task = job.task
         results = answer.results
-        vdaf = self.base.vdafs[task.task_id]
+        engine = self.tasks.context(task.task_id).engine
         outcomes = dict(job.outcomes)
         deferred: dict[bytes, float] = {}
-        now = self.base.clock()
+        now = self.clock()
         accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
         deltas: list[BatchAggregate] = []
         if job.items:
@@ -391,8 +387,8 @@ class JobDriver:
                     outcomes[res.report_id] = res.reject or REPORT_DROPPED
                 else:
                     messages[job.row_of[res.report_id]] = res.verifier_message
-            batch = self.base.batch_vdafs[task.task_id]
-            out = batch.verify_next_batch(vdaf_ctx(task.task_id), job.init.state, messages)
+            out = engine.verify_next(vdaf_ctx(task.task_id), None, job.init, messages)
+            assert isinstance(out, OutShares)  # one round
             for res in results:
                 if res.verifier_message is None:
                     continue
@@ -405,9 +401,9 @@ class JobDriver:
                 accepted.append((task.bucket(job.opened[i].time), res.report_id, i))
             # What this job adds; the store adds it to the buckets under its lock,
             # since other workers may be finishing jobs over the same buckets.
-            deltas = job_deltas(batch, out, accepted)
+            deltas = job_deltas(engine, out, accepted)
         self.store.finish_aggregation_job(
-            task.task_id, job.job_id, outcomes, deltas, share_merge(vdaf), deferred
+            task.task_id, job.job_id, outcomes, deltas, share_merge(engine), deferred
         )
         rejected = sum(1 for v in outcomes.values() if v is not None)
         self.meter.job_finished(

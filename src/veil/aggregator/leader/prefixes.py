@@ -30,10 +30,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from veil.aggregator.context import TaskTable
 from veil.aggregator.core import (
     VDAF_DECODE_ERROR,
     AggregationAnswer,
-    AggregatorBase,
     VerifyInitItem,
     check_batch_size,
     check_interval,
@@ -50,6 +50,7 @@ from veil.aggregator.errors import (
     LevelCollected,
     ReportRejection,
 )
+from veil.aggregator.keys import KeyRing
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperApi
 from veil.aggregator.prefixes import (
@@ -60,6 +61,7 @@ from veil.aggregator.prefixes import (
     prefix_job_id,
 )
 from veil.aggregator.privacy import PrivacyEngine
+from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
     BatchAggregate,
     BucketCollected,
@@ -107,17 +109,29 @@ class LeaderPrefixes:
 
     def __init__(
         self,
-        base: AggregatorBase[LeaderTask],
+        tasks: TaskTable[LeaderTask],
+        keys: KeyRing,
+        store: Datastore,
+        clock: Callable[[], float],
         privacy: PrivacyEngine,
         meter: LeaderMeter | None = None,
     ) -> None:
-        self.base = base
+        self.tasks = tasks
+        self.keys = keys
+        self.store = store
+        self.clock = clock
         self.privacy = privacy
         self.meter = meter if meter is not None else LeaderMeter()
         # The IDPF nodes of each job's reports, and their opened shares, from
         # one level to the next.
         self.caches = LevelCaches()
         self.shares = ShareCache()
+
+    def _queries(self, task: LeaderTask) -> PrefixVdaf:
+        """The rules on the task's queries (a task queried with a parameter)."""
+        queries = self.tasks.context(task.task_id).queries
+        assert queries is not None
+        return queries
 
     # --- the collector's request --------------------------------------------
 
@@ -131,12 +145,11 @@ class LeaderPrefixes:
     ) -> CollectionRecord:
         """Record a level's collection job (the collector's token is checked
         by the caller)."""
-        base = self.base
-        prefix = base.prefix_vdafs[task.task_id]
+        prefix = self._queries(task)
         parsed = prefix.parse(agg_param)
         check_interval(task, start, duration)
-        check_window_closed(task, start, base.clock())
-        store = base.store
+        check_window_closed(task, start, self.clock())
+        store = self.store
         existing = store.get_collection(task.task_id, collection_id)
         if existing is not None:
             if (existing.start, existing.duration, existing.agg_param) != (
@@ -202,11 +215,10 @@ class LeaderPrefixes:
         driver's lease of the collection job after each aggregation job (a
         level may take longer than one lease); LeaseLost if it says another
         driver holds it."""
-        base = self.base
-        prefix = base.prefix_vdafs[task.task_id]
+        prefix = self._queries(task)
         agg_param = prefix.parse(record.agg_param)
         start, duration = record.start, record.duration
-        stored = base.store.prefix_query(task.task_id, start, agg_param.level)
+        stored = self.store.prefix_query(task.task_id, start, agg_param.level)
         if (
             stored is not None
             and stored.collected_by == record.job_id
@@ -235,7 +247,7 @@ class LeaderPrefixes:
             prefix.encode_counts(agg_param, noised),
             record.agg_param,
         )
-        base.store.finish_prefix_collection(
+        self.store.finish_prefix_collection(
             CollectionRecord(
                 task.task_id,
                 record.job_id,
@@ -273,9 +285,8 @@ class LeaderPrefixes:
         """The level's sum over the batch's aggregation jobs, checked against
         the floor and the ceiling and stored in the query's row before any
         share is released."""
-        base = self.base
         start, duration = record.start, record.duration
-        reports = base.store.batch_reports(task.task_id, start, start + duration)
+        reports = self.store.batch_reports(task.task_id, start, start + duration)
         total = BatchAggregate(0, None, 0, bytes(32))
         merge = prefix.merge(agg_param)
         # A job's output shares are reports x prefixes values, in memory on
@@ -344,7 +355,7 @@ class LeaderPrefixes:
                 f"fewer than min_batch_size ({task.min_batch_size}) reports of the batch were"
                 " verified at this level"
             )
-        check_batch_size(task, base.bounds[task.task_id], total.report_count)
+        check_batch_size(task, self.tasks.context(task.task_id).bounds, total.report_count)
         if total.agg_share is None:
             # No report accepted: the sum is zero, stored as such (a NULL
             # share is a level not totalled yet).
@@ -354,7 +365,7 @@ class LeaderPrefixes:
                 0,
                 total.checksum,
             )
-        base.store.total_prefix_query(
+        self.store.total_prefix_query(
             CollectionRecord(
                 task.task_id,
                 record.job_id,
@@ -384,10 +395,10 @@ class LeaderPrefixes:
         report's outcome (None: accepted by both aggregators), and how many
         reports reached the second round (verified, accepted or rejected: what
         the helper records, and the floor's count)."""
-        base = self.base
+        keys = self.keys
         outcomes: dict[bytes, ReportRejection | None] = {}
         ctx = vdaf_ctx(task.task_id)
-        base.know_keys({r.leader_ct.config_id for r in reports})
+        keys.know_keys({r.leader_ct.config_id for r in reports})
         opened: list[Report] = []
         plaintexts: list[bytes] = []
         for r in reports:
@@ -398,7 +409,7 @@ class LeaderPrefixes:
                 info = input_share_info(
                     ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share
                 )
-                plaintext = base.open_share(base.keypair(r.leader_ct.config_id), r.leader_ct, info)
+                plaintext = keys.open_share(keys.keypair(r.leader_ct.config_id), r.leader_ct, info)
                 if not isinstance(plaintext, ReportRejection):
                     self.shares.put(share_key, plaintext)
             # A share the leader cannot open is dropped here: the helper never sees it.

@@ -4,9 +4,10 @@ of reports waiting for aggregation admits it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from veil.aggregator.core import AggregatorBase, check_report_time, check_token
+from veil.aggregator.context import TaskTable
+from veil.aggregator.core import check_report_time, check_token
 from veil.aggregator.errors import (
     AggregatorError,
     BatchCollected,
@@ -16,9 +17,11 @@ from veil.aggregator.errors import (
     TooLarge,
     WrongLength,
 )
+from veil.aggregator.keys import KeyRing
 from veil.aggregator.leader.admission import AdmissionLimits, Backlog
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
+from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BucketCollected, ReportIdTaken
 from veil.messages import REPORT_ID_SIZE, Report, ReportBatch
 from veil.task import LeaderTask
@@ -30,16 +33,22 @@ MAX_UPLOAD_REPORTS = 10_000
 
 
 class ReportWriter:
-    """Checks and stores the reports of the tasks `base` serves."""
+    """Checks and stores the reports of the tasks in `tasks`."""
 
     def __init__(
         self,
-        base: AggregatorBase[LeaderTask],
+        tasks: TaskTable[LeaderTask],
+        keys: KeyRing,
+        store: Datastore,
+        clock: Callable[[], float],
         peer: HelperPeer,
         meter: LeaderMeter,
         admission: AdmissionLimits,
     ) -> None:
-        self.base = base
+        self.tasks = tasks
+        self.keys = keys
+        self.store = store
+        self.clock = clock
         self.peer = peer
         self.meter = meter
         self.backlog = Backlog(admission, self.count_backlog)
@@ -48,7 +57,7 @@ class ReportWriter:
         """Validate and store reports, all or nothing, if the backlog admits
         them (else Overloaded). Returns (stored, duplicates)."""
         batch = reports if isinstance(reports, ReportBatch) else ReportBatch.of(reports)
-        task = self.base.task(task_id)
+        task = self.tasks.task(task_id)
         stored = 0
         try:
             self.backlog.reserve(task_id, len(batch))
@@ -68,7 +77,7 @@ class ReportWriter:
             raise InvalidMessage("the upload holds no report")
         if len(batch) > MAX_UPLOAD_REPORTS:
             raise TooLarge(f"{len(batch)} reports in one upload; send at most {MAX_UPLOAD_REPORTS}")
-        now = self.base.clock()
+        now = self.clock()
         helper_horizon = self.peer.horizon(task, now)
         # Each column checked in one pass; only an upload that fails one (or
         # carries tokens, checked one by one) is checked report by report,
@@ -79,7 +88,7 @@ class ReportWriter:
                 self._check(task, batch.report(i), i, now, helper_horizon, seen)
         buckets = {task.bucket(t) for t in set(batch.times)}
         try:
-            return self.base.store.put_report_batch(task_id, buckets, batch)
+            return self.store.put_report_batch(task_id, buckets, batch)
         except BucketCollected as e:
             raise BatchCollected(
                 f"the batch holding time bucket {e.bucket} was already collected; reports for it"
@@ -96,7 +105,7 @@ class ReportWriter:
     ) -> bool:
         """Whether every report of a batch without tokens passes `_check`
         (never True where one would not)."""
-        sizes = self.base.sizes[task.task_id]
+        sizes = self.tasks.context(task.task_id).sizes
         n = len(batch)
         if set(map(len, batch.report_ids)) != {REPORT_ID_SIZE} or len(set(batch.report_ids)) != n:
             return False
@@ -118,7 +127,7 @@ class ReportWriter:
                 check_report_time(task, t, now)
             except AggregatorError:
                 return False
-        return all(self.base.keypair(c) is not None for c in set(batch.leader_config_ids))
+        return all(self.keys.keypair(c) is not None for c in set(batch.leader_config_ids))
 
     def _check(
         self,
@@ -143,7 +152,7 @@ class ReportWriter:
         elif r.token:
             raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
         try:
-            self.base.sizes[task.task_id].check(r.public_share, r.leader_ct, r.helper_ct)
+            self.tasks.context(task.task_id).sizes.check(r.public_share, r.leader_ct, r.helper_ct)
         except WrongLength as e:
             raise WrongLength(f"{where}: {e}") from None
         if r.time % task.time_precision:
@@ -161,7 +170,7 @@ class ReportWriter:
                 f" of {task.report_expiry_age} s by the helper's clock, which is ahead of"
                 " the leader's: the report has expired"
             )
-        if self.base.keypair(r.leader_ct.config_id) is None:
+        if self.keys.keypair(r.leader_ct.config_id) is None:
             raise InvalidMessage(
                 f"{where}: unknown leader HPKE config id {r.leader_ct.config_id}; fetch the"
                 " leader's HPKE config again"
@@ -169,7 +178,7 @@ class ReportWriter:
 
     def count_backlog(self) -> dict[bytes, int]:
         """Each served task's reports waiting for aggregation, as stored now."""
-        store = self.base.store
-        counts = {tid: store.unaggregated_count(tid, 0, 2**63 - 1) for tid in self.base.tasks}
+        store = self.store
+        counts = {tid: store.unaggregated_count(tid, 0, 2**63 - 1) for tid in self.tasks.tasks}
         self.meter.backlog(counts)
         return counts

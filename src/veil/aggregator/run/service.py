@@ -303,7 +303,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                     v.leader_verifier_share_2,
                 )
             )
-        if request.agg_param or request.round or request.task_id in self.helper.prefix_vdafs:
+        if request.agg_param or request.round or self.helper.by_query(request.task_id):
             # A Poplar1 job (two rounds; veil.aggregator.helper.prefixes).
             interval = request.batch_interval
             results = self.helper.prefixes.aggregate(
@@ -340,7 +340,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
     def GetAggregateShare(
         self, request: helper_pb2.AggregateShareRequest, context: grpc.ServicerContext
     ) -> helper_pb2.AggregateShareResponse:
-        if request.agg_param or request.task_id in self.helper.prefix_vdafs:
+        if request.agg_param or self.helper.by_query(request.task_id):
             ct = self.helper.prefixes.aggregate_share(
                 request.task_id,
                 bearer_token(context),
