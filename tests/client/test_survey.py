@@ -160,7 +160,9 @@ def test_report_page_is_self_contained_and_says_what_was_spent() -> None:
     rows = (Row("engineering", 5.0, -2.0, 12.0), Row("design", 1.0, -6.0, 8.0))
     results = [QuestionResult(team, 6, Guarantee.pure(Fraction(1, 4)), rows, "respondents", 0.95)]
     page = report_html(survey, results)
-    assert "budget spent ε = 0.25 of the survey&#x27;s 1" in page
+    # What the ledgers charge for the team question's one collection (its ε, 1/3
+    # of the survey's), as `veil survey status` counts it.
+    assert "budget spent ε = 0.3333 of the survey&#x27;s 1" in page
     assert page.count("<svg") == 1 and "<script" not in page and "<link" not in page
     assert "engineering" in page and "respondents" in page
     # results.json keeps the exact decimal; the page shows what a reader takes in.
