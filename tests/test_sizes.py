@@ -25,9 +25,7 @@ SPEC_CLASSES = {
 # Temporary: shrinks with the engine refactor, issue 39. Each ceiling is the
 # class's size when the rule arrived; the test fails if one grows, and an
 # entry goes when its class is under the limit.
-TEMPORARY_CLASS_CEILINGS = {
-    "aggregator/helper/prefixes.py:HelperPrefixes": 455,
-}
+TEMPORARY_CLASS_CEILINGS: dict[str, int] = {}
 TEMPORARY_MODULE_CEILINGS: dict[str, int] = {}
 
 

@@ -828,7 +828,10 @@ def test_add_remove_a_helper_floor_refusal_also_leaves_the_batch_closed(backend:
     world = World(backend, files)
     task_id = files.client.task_id
     # The helper's own floor is higher than the leader's: it refuses on its own.
-    world.helper.tasks[task_id] = replace(files.helper, min_batch_size=3)
+    table = world.helper.table
+    stricter = replace(files.helper, min_batch_size=3)
+    table.contexts[task_id] = replace(table.contexts[task_id], task=stricter)
+    table.tasks[task_id] = stricter
     world.leader.upload(task_id, [world.report(1), world.report(0)])
     failed = world.collect()
     assert failed.state == "failed" and "min_batch_size (3)" in failed.error_message

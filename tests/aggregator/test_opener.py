@@ -216,7 +216,7 @@ def test_a_helper_job_over_threads_answers_as_one_report_at_a_time(
     task = world.files.leader  # its aggregator token is the one the helper checks
     helper = world.helper
     helper.keys.opener = pool = ThreadsSeen(threads)
-    helper.metrics = helper.keys.metrics = metrics = Metrics("helper")
+    helper.metrics = helper.keys.metrics = helper.jobs.metrics = metrics = Metrics("helper")
     job, expected = _hostile_job(world)
     results = helper.aggregate(task.task_id, task.aggregator_token, secrets.token_bytes(16), job)
     assert [r.reject for r in results] == expected

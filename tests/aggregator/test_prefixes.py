@@ -2,7 +2,7 @@
 (no gRPC), on each storage backend: levels collected in order, every rule on
 the aggregation parameter refused by each aggregator on its own, hostile
 reports dropped per report (veil.aggregator.prefixes, leader.prefixes,
-helper.prefixes)."""
+helper.queries)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ class InProcessHelper:
     ) -> AggregationAnswer:
         assert prefix_round is not None
         agg_param, start, duration, round_ = prefix_round
-        results = self.helper.prefixes.aggregate(
-            task.task_id, task.aggregator_token, job_id, agg_param, start, duration, round_, items
+        results = self.helper.aggregate(
+            task.task_id, task.aggregator_token, job_id, items, agg_param, start, duration, round_
         )
         return AggregationAnswer(results)
 
@@ -79,15 +79,15 @@ class InProcessHelper:
         checksum: bytes,
         agg_param: bytes = b"",
     ) -> Ciphertext:
-        return self.helper.prefixes.aggregate_share(
+        return self.helper.aggregate_share(
             task.task_id,
             task.aggregator_token,
             collection_id,
-            agg_param,
             start,
             duration,
             report_count,
             checksum,
+            agg_param,
         )
 
 

@@ -42,8 +42,8 @@ class InProcessHelper:
         token = task.aggregator_token
         if prefix_round is not None:
             agg_param, start, duration, round_ = prefix_round
-            results = self.helper.prefixes.aggregate(
-                task.task_id, token, job_id, agg_param, start, duration, round_, items
+            results = self.helper.aggregate(
+                task.task_id, token, job_id, items, agg_param, start, duration, round_
             )
         else:
             results = self.helper.aggregate(task.task_id, token, job_id, items)
@@ -59,13 +59,15 @@ class InProcessHelper:
         checksum: bytes,
         agg_param: bytes = b"",
     ) -> Ciphertext:
-        token = task.aggregator_token
-        if agg_param:
-            return self.helper.prefixes.aggregate_share(
-                task.task_id, token, collection_id, agg_param, start, duration, count, checksum
-            )
         return self.helper.aggregate_share(
-            task.task_id, token, collection_id, start, duration, count, checksum
+            task.task_id,
+            task.aggregator_token,
+            collection_id,
+            start,
+            duration,
+            count,
+            checksum,
+            agg_param,
         )
 
 

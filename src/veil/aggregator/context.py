@@ -189,5 +189,4 @@ class TaskTable(Generic[AT]):
         return ctx
 
     def task(self, task_id: bytes) -> AT:
-        self.context(task_id)  # UnknownTask if not served
-        return self.tasks[task_id]
+        return self.context(task_id).task

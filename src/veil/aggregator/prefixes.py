@@ -37,12 +37,13 @@ from veil.aggregator.errors import (
     LevelCollected,
     TooManyPrefixes,
 )
-from veil.aggregator.store.records import BatchAggregate, PrefixQuery, ShareMerge
+from veil.aggregator.store.records import PrefixQuery
 from veil.dp.heavy_hitters import text_levels
 from veil.messages import vdaf_ctx
 from veil.task import AggregatorTask, Task
 from veil.vdaf.batch.idpf import IdpfCache
-from veil.vdaf.batch.poplar1 import BatchPoplar1, Poplar1OutShareBatch, VerifyRoundBatch
+from veil.vdaf.batch.poplar1 import BatchPoplar1
+from veil.vdaf.engine import Engine, Round
 from veil.vdaf.errors import AggParamError, AggParamSequenceError, CodecError
 from veil.vdaf.errors import TooManyPrefixes as VdafTooManyPrefixes
 from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
@@ -122,50 +123,6 @@ class PrefixVdaf:
 
         return check
 
-    def merge(self, agg_param: Poplar1AggParam) -> ShareMerge:
-        """Field addition of two encoded aggregate shares of `agg_param`."""
-
-        def merge(a: bytes, b: bytes) -> bytes:
-            vdaf = self.vdaf
-            return vdaf.encode_agg_share(
-                vdaf.merge(
-                    agg_param,
-                    [vdaf.decode_agg_share(agg_param, a), vdaf.decode_agg_share(agg_param, b)],
-                )
-            )
-
-        return merge
-
-    def decode_share(self, agg_param: Poplar1AggParam, encoded: bytes | None) -> list[int]:
-        if encoded is None:
-            return list(self.vdaf.agg_init(agg_param))
-        return list(self.vdaf.decode_agg_share(agg_param, encoded))
-
-    def modulus(self, agg_param: Poplar1AggParam) -> int:
-        return self.vdaf.idpf.current_field(agg_param.level).MODULUS
-
-    def encode_counts(self, agg_param: Poplar1AggParam, values: Sequence[int]) -> bytes:
-        field = self.vdaf.idpf.current_field(agg_param.level)
-        return field.encode_vec(list(values))
-
-
-def job_sum(
-    prefix: PrefixVdaf,
-    out: Poplar1OutShareBatch,
-    report_ids: Sequence[bytes],
-) -> BatchAggregate:
-    """What a job adds to its query: the accepted rows' aggregate share, their
-    number and the XOR of their SHA-256(report_id). Row r of `out` is
-    `report_ids[r]`."""
-    checksum = 0
-    count = 0
-    for r, ok in enumerate(out.ok):
-        if ok:
-            count += 1
-            checksum ^= int.from_bytes(hashlib.sha256(report_ids[r]).digest(), "big")
-    share = prefix.vdaf.encode_agg_share(prefix.batch.aggregate_batch(out)) if count else None
-    return BatchAggregate(0, share, count, checksum.to_bytes(CHECKSUM_SIZE, "big"))
-
 
 def prefix_job_id(collection_id: bytes, index: int) -> bytes:
     """The id of the leader's `index`-th aggregation job of a Poplar1
@@ -190,7 +147,7 @@ class LevelCaches:
         self.max_bytes = max_bytes
         self.max_rounds = max_rounds
         self._nodes: OrderedDict[tuple[bytes, ...], IdpfCache] = OrderedDict()
-        self._rounds: OrderedDict[tuple[bytes, ...], VerifyRoundBatch] = OrderedDict()
+        self._rounds: OrderedDict[tuple[bytes, ...], Round] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
@@ -226,7 +183,7 @@ class LevelCaches:
 
     def verify_init(
         self,
-        prefix: PrefixVdaf,
+        engine: Engine,
         task: AggregatorTask,
         agg_id: int,
         start: int,
@@ -234,11 +191,11 @@ class LevelCaches:
         ids: Sequence[bytes],
         public_shares: Sequence[bytes],
         plaintexts: Sequence[bytes],
-    ) -> VerifyRoundBatch:
+    ) -> Round:
         """The first verification step of one job's reports (aggregator
         `agg_id`), from the IDPF nodes cached for them, keeping the new ones."""
         key = self.key(task.task_id, start, agg_id, ids)
-        init = prefix.batch.verify_init_batch(
+        init = engine.verify_init(
             task.verify_key,
             vdaf_ctx(task.task_id),
             agg_id,
@@ -251,11 +208,11 @@ class LevelCaches:
         self.keep_nodes(key, init.cache)
         return init
 
-    def round(self, key: tuple[bytes, ...]) -> VerifyRoundBatch | None:
+    def round(self, key: tuple[bytes, ...]) -> Round | None:
         with self._lock:
             return self._rounds.pop(key, None)
 
-    def keep_round(self, key: tuple[bytes, ...], init: VerifyRoundBatch) -> None:
+    def keep_round(self, key: tuple[bytes, ...], init: Round) -> None:
         with self._lock:
             self._rounds[key] = init
             while len(self._rounds) > self.max_rounds:

@@ -1,4 +1,4 @@
-"""The helper's request hash (veil.aggregator.helper.request_hash): what a
+"""The helper's request hash (veil.aggregator.helper.jobs.request_hash): what a
 retried job must match. Its digest is stored with each job, so a new way of
 computing it must give the same digest as before."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 
-from veil.aggregator import helper as helper_module
 from veil.aggregator.core import VerifyInitItem
-from veil.aggregator.helper import request_hash
+from veil.aggregator.helper import jobs as helper_module
+from veil.aggregator.helper.jobs import request_hash
 from veil.messages import Ciphertext
 
 

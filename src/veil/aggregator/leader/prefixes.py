@@ -38,8 +38,10 @@ from veil.aggregator.core import (
     check_batch_size,
     check_interval,
     check_window_closed,
+    job_deltas,
     rejection_reason,
     seal_share,
+    share_merge,
 )
 from veil.aggregator.errors import (
     AggParamRefused,
@@ -57,7 +59,6 @@ from veil.aggregator.prefixes import (
     LevelCaches,
     PrefixVdaf,
     ShareCache,
-    job_sum,
     prefix_job_id,
 )
 from veil.aggregator.privacy import PrivacyEngine
@@ -75,7 +76,7 @@ from veil.aggregator.store.records import (
 from veil.hpke import ROLE_LEADER, Ciphertext, input_share_info
 from veil.messages import Report, vdaf_ctx
 from veil.task import MAX_QUERY_PREFIXES, LeaderTask
-from veil.vdaf.batch.poplar1 import Poplar1OutShareBatch, VerifyRoundBatch
+from veil.vdaf.engine import leader_steps
 from veil.vdaf.errors import VerifyError
 from veil.vdaf.spec.poplar1 import Poplar1AggParam
 
@@ -234,9 +235,14 @@ class LeaderPrefixes:
         helper_ct = api.aggregate_share(
             task, record.job_id, start, duration, count, checksum, record.agg_param
         )
-        share = prefix.decode_share(agg_param, total.agg_share)
+        engine = self.tasks.context(task.task_id).engine
+        share = (
+            engine.agg_init(agg_param)
+            if total.agg_share is None
+            else engine.decode_agg_share(agg_param, total.agg_share)
+        )
         noised, _ = self.privacy.release_in(
-            task, prefix.modulus(agg_param), record.job_id, start, duration, share
+            task, engine.noise_modulus(agg_param), record.job_id, start, duration, share
         )
         leader_ct = seal_share(
             task,
@@ -244,7 +250,7 @@ class LeaderPrefixes:
             start,
             duration,
             count,
-            prefix.encode_counts(agg_param, noised),
+            engine.encode_agg_share(agg_param, noised),
             record.agg_param,
         )
         self.store.finish_prefix_collection(
@@ -288,7 +294,8 @@ class LeaderPrefixes:
         start, duration = record.start, record.duration
         reports = self.store.batch_reports(task.task_id, start, start + duration)
         total = BatchAggregate(0, None, 0, bytes(32))
-        merge = prefix.merge(agg_param)
+        engine = self.tasks.context(task.task_id).engine
+        merge = share_merge(engine, agg_param)
         # A job's output shares are reports x prefixes values, in memory on
         # both aggregators: at most JOB_VALUES of them for the largest query.
         # The same for every level, so that a job's reports are the same from
@@ -360,10 +367,7 @@ class LeaderPrefixes:
             # No report accepted: the sum is zero, stored as such (a NULL
             # share is a level not totalled yet).
             total = BatchAggregate(
-                0,
-                prefix.vdaf.encode_agg_share(prefix.vdaf.agg_init(agg_param)),
-                0,
-                total.checksum,
+                0, engine.encode_agg_share(agg_param, engine.agg_init(agg_param)), 0, total.checksum
             )
         self.store.total_prefix_query(
             CollectionRecord(
@@ -418,12 +422,12 @@ class LeaderPrefixes:
             else:
                 opened.append(r)
                 plaintexts.append(plaintext)
-        batch = prefix.batch
+        engine = self.tasks.context(task.task_id).engine
         empty = BatchAggregate(0, None, 0, bytes(32))
         if not opened:
             return empty, outcomes, 0
         init = self.caches.verify_init(
-            prefix,
+            engine,
             task,
             0,
             record.start,
@@ -450,16 +454,10 @@ class LeaderPrefixes:
                 helper2[i] = res.helper_verifier_share
             elif res.reject is not None:
                 helper_reasons[i] = res.reject
-        second = batch.verify_next_batch(ctx, init.state, messages)
-        assert isinstance(second, VerifyRoundBatch)
-        finals = batch.verifier_shares_to_message_batch(
-            ctx, agg_param, [list(second.verifier_shares), helper2]
-        )
-        out = batch.verify_next_batch(ctx, second.state, finals)
-        assert isinstance(out, Poplar1OutShareBatch)
+        out, (shares_2,) = leader_steps(engine, ctx, agg_param, init, messages, helper2)
         # Round 2 carries every report the helper answered in round 1.
         sent = [i for i in rows if messages[i] is not None]
-        items2 = _items(opened, sent, init.verifier_shares, second.verifier_shares)
+        items2 = _items(opened, sent, init.verifier_shares, shares_2)
         accepted_by_helper: set[int] = set()
         if items2:
             answer = api.aggregate(task, job_id, items2, (*batch_round, 2))
@@ -484,8 +482,9 @@ class LeaderPrefixes:
                 outcomes[r.report_id] = helper_reasons.get(i) or rejection_reason(
                     error or VerifyError("rejected by the helper")
                 )
-        both = Poplar1OutShareBatch(out.level, out.out_shares, errors)
-        return job_sum(prefix, both, [r.report_id for r in opened]), outcomes, len(items2)
+        accepted = [(0, r.report_id, i) for i, r in enumerate(opened) if errors[i] is None]
+        deltas = job_deltas(engine, out, accepted, agg_param)
+        return (deltas[0] if deltas else empty), outcomes, len(items2)
 
 
 def _items(

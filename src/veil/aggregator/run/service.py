@@ -303,23 +303,19 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                     v.leader_verifier_share_2,
                 )
             )
-        if request.agg_param or request.round or self.helper.by_query(request.task_id):
-            # A Poplar1 job (two rounds; veil.aggregator.helper.prefixes).
-            interval = request.batch_interval
-            results = self.helper.prefixes.aggregate(
-                request.task_id,
-                bearer_token(context),
-                request.aggregation_job_id,
-                request.agg_param,
-                interval.start,
-                interval.duration,
-                request.round,
-                items,
-            )
-        else:
-            results = self.helper.aggregate(
-                request.task_id, bearer_token(context), request.aggregation_job_id, items
-            )
+        # A task queried with an aggregation parameter names it, its batch
+        # and the round of the job (veil.aggregator.helper.queries).
+        interval = request.batch_interval
+        results = self.helper.aggregate(
+            request.task_id,
+            bearer_token(context),
+            request.aggregation_job_id,
+            items,
+            request.agg_param,
+            interval.start,
+            interval.duration,
+            request.round,
+        )
         # The helper's own clock, read as it answers: the leader measures the
         # skew between the aggregators from it (veil.aggregator.leader.skew).
         out = helper_pb2.AggregationJobResponse(helper_time_ms=int(self.helper.clock() * 1000))
@@ -340,25 +336,14 @@ class HelperService(helper_pb2_grpc.HelperServicer):
     def GetAggregateShare(
         self, request: helper_pb2.AggregateShareRequest, context: grpc.ServicerContext
     ) -> helper_pb2.AggregateShareResponse:
-        if request.agg_param or self.helper.by_query(request.task_id):
-            ct = self.helper.prefixes.aggregate_share(
-                request.task_id,
-                bearer_token(context),
-                request.collection_job_id,
-                request.agg_param,
-                request.batch_interval.start,
-                request.batch_interval.duration,
-                request.report_count,
-                request.checksum,
-            )
-        else:
-            ct = self.helper.aggregate_share(
-                request.task_id,
-                bearer_token(context),
-                request.collection_job_id,
-                request.batch_interval.start,
-                request.batch_interval.duration,
-                request.report_count,
-                request.checksum,
-            )
+        ct = self.helper.aggregate_share(
+            request.task_id,
+            bearer_token(context),
+            request.collection_job_id,
+            request.batch_interval.start,
+            request.batch_interval.duration,
+            request.report_count,
+            request.checksum,
+            request.agg_param,
+        )
         return helper_pb2.AggregateShareResponse(encrypted_agg_share=ciphertext_to_pb(ct))
