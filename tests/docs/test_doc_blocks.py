@@ -46,6 +46,7 @@ RUN = {
     ),
     ("docs/CLIENT.md", "Blocking", "python"): "tests/docs/test_client_doc.py",
     ("docs/CLIENT.md", "asyncio", "python"): "tests/docs/test_client_doc.py",
+    ("docs/CLIENT.md", "Settings", "python"): "tests/docs/test_client_doc.py",
     ("docs/CLIENT.md", "Durable outbox", "python"): "tests/docs/test_client_doc.py",
     ("docs/CLIENT.md", "Durable outbox", "sh"): "tests/docs/test_client_doc.py",
     ("docs/CLIENT.md", "Building reports without the network", "python"): (
