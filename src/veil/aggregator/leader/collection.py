@@ -21,7 +21,6 @@ from veil.aggregator.core import (
     check_id,
     check_interval,
     check_window_closed,
-    seal_share,
 )
 from veil.aggregator.errors import (
     STATUS_CODES,
@@ -41,6 +40,7 @@ from veil.aggregator.leader.control import Backoff, DriverControl
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.leader.prefixes import JOB_SIZE, LeaderPrefixes
+from veil.aggregator.leader.release import HelperRefused, release
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
@@ -48,7 +48,7 @@ from veil.aggregator.store.records import (
     StorageConflict,
     is_transient_storage_error,
 )
-from veil.hpke import ROLE_LEADER, HpkeConfig
+from veil.hpke import HpkeConfig
 from veil.task import LeaderTask, b64e
 
 log = logging.getLogger(__name__)
@@ -342,54 +342,41 @@ class CollectionDriver:
                     e = BatchTooLarge(str(e) + _ONCE)
                 return self._fail(record, e, reopen=reopen)
         try:
-            helper_ct = self.peer.api.aggregate_share(
-                task, record.job_id, start, record.duration, count, checksum
+            release(
+                ctx,
+                self.privacy,
+                self.peer.api,
+                record,
+                None,
+                count,
+                checksum,
+                share,
+                self.store.update_collection,
+                record.leader_ct,
             )
-        except AggregatorError as e:
+        except HelperRefused as refused:
+            by_helper = refused.error
             # WindowOpen: the window is closed by this leader's clock (it
             # checked) but not yet by the helper's, which is behind: the
             # helper's clock catches up, so the job waits for it.
-            if e.retryable or isinstance(e, WindowOpen):
-                return self._retry(record, e)
+            if by_helper.retryable or isinstance(by_helper, WindowOpen):
+                return self._retry(record, by_helper)
             # Under add_remove a refusal by the helper's own floor or ceiling
             # leaves the batch closed too: the answer is told once.
-            told_once = task.dp.counts_protected and isinstance(e, (BatchTooSmall, BatchTooLarge))
-            return self._fail(record, e, reopen=record.leader_ct is None and not told_once)
-        leader_ct = record.leader_ct
-        if leader_ct is None:
-            try:
-                noised, _eps = self.privacy.release_in(
-                    task, engine.noise_modulus(None), record.job_id, start, record.duration, share
-                )
-            except AggregatorError as e:
-                if e.retryable:
-                    # No noise vector ready yet (nothing spent): retried later.
-                    return self._retry(record, e)
-                # The helper's share exists (sealed to the collector, never
-                # sent): the batch stays closed.
-                return self._fail(record, e, reopen=False)
+            told_once = task.dp.counts_protected and isinstance(
+                by_helper, (BatchTooSmall, BatchTooLarge)
+            )
+            reopen = record.leader_ct is None and not told_once
+            return self._fail(record, by_helper, reopen=reopen)
+        except AggregatorError as e:
+            if e.retryable:
+                # No noise vector ready yet (nothing spent): retried later.
+                return self._retry(record, e)
+            # The helper's share exists (sealed to the collector, never
+            # sent): the batch stays closed.
+            return self._fail(record, e, reopen=False)
+        if record.leader_ct is None:
             self.meter.budget(self.privacy, task)
-            leader_ct = seal_share(
-                task,
-                ROLE_LEADER,
-                start,
-                record.duration,
-                count,
-                engine.encode_agg_share(None, noised),
-            )
-        self.store.update_collection(
-            CollectionRecord(
-                record.task_id,
-                record.job_id,
-                start,
-                record.duration,
-                "finished",
-                count,
-                checksum,
-                leader_ct,
-                helper_ct,
-            )
-        )
         self.meter.collection(task.task_id, "finished")
         log.info(
             "collection job %s finished: %d reports",

@@ -40,7 +40,6 @@ from veil.aggregator.core import (
     check_window_closed,
     job_deltas,
     rejection_reason,
-    seal_share,
     share_merge,
 )
 from veil.aggregator.errors import (
@@ -55,6 +54,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.keys import KeyRing
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperApi
+from veil.aggregator.leader.release import HelperRefused, release
 from veil.aggregator.prefixes import (
     LevelCaches,
     PrefixVdaf,
@@ -218,7 +218,7 @@ class LeaderPrefixes:
         driver holds it."""
         prefix = self._queries(task)
         agg_param = prefix.parse(record.agg_param)
-        start, duration = record.start, record.duration
+        start = record.start
         stored = self.store.prefix_query(task.task_id, start, agg_param.level)
         if (
             stored is not None
@@ -232,43 +232,23 @@ class LeaderPrefixes:
         else:
             total = self._total(task, prefix, agg_param, record, api, job_size, renew)
         count, checksum = total.report_count, total.checksum
-        helper_ct = api.aggregate_share(
-            task, record.job_id, start, duration, count, checksum, record.agg_param
-        )
-        engine = self.tasks.context(task.task_id).engine
+        ctx = self.tasks.context(task.task_id)
         share = (
-            engine.agg_init(agg_param)
+            ctx.engine.agg_init(agg_param)
             if total.agg_share is None
-            else engine.decode_agg_share(agg_param, total.agg_share)
+            else ctx.engine.decode_agg_share(agg_param, total.agg_share)
         )
-        noised, _ = self.privacy.release_in(
-            task, engine.noise_modulus(agg_param), record.job_id, start, duration, share
-        )
-        leader_ct = seal_share(
-            task,
-            ROLE_LEADER,
-            start,
-            duration,
-            count,
-            engine.encode_agg_share(agg_param, noised),
-            record.agg_param,
-        )
-        self.store.finish_prefix_collection(
-            CollectionRecord(
-                task.task_id,
-                record.job_id,
-                start,
-                duration,
-                "finished",
-                count,
-                checksum,
-                leader_ct,
-                helper_ct,
-                agg_param=record.agg_param,
-            ),
-            agg_param.level,
-            total.agg_share,
-        )
+
+        def commit(finished: CollectionRecord) -> None:
+            # The level's sum stays in its query's row, with the finished job.
+            self.store.finish_prefix_collection(finished, agg_param.level, total.agg_share)
+
+        try:
+            finished = release(
+                ctx, self.privacy, api, record, agg_param, count, checksum, share, commit
+            )
+        except HelperRefused as refused:
+            raise refused.error from None
         log.info(
             "poplar1 collection %s finished: level %d, %d prefixes",
             record.job_id.hex(),
@@ -276,7 +256,8 @@ class LeaderPrefixes:
             len(agg_param.prefixes),
             extra={"task_id": task.id_text, "job_id": record.job_id.hex()},
         )
-        return Released(count, checksum, leader_ct, helper_ct)
+        assert finished.leader_ct is not None and finished.helper_ct is not None
+        return Released(count, checksum, finished.leader_ct, finished.helper_ct)
 
     def _total(
         self,
