@@ -16,6 +16,14 @@ const TOKEN_TYPE = new Uint8Array([0x00, 0x02]);
 const LABEL = new TextEncoder().encode('veil-invitation-token-v1');
 const NONCE_SIZE = 32;
 
+/**
+ * The RFC 9474 variant of every token: the only one veil implements
+ * (js/test/rfc9474.test.js holds it to the RFC's vector).
+ */
+export function tokenSuite() {
+  return RSABSSA.SHA384.PSS.Randomized();
+}
+
 /** The issuer refused the invitation; `message` is the issuer's. */
 export class InvitationError extends Error {
   constructor(message) {
@@ -35,7 +43,7 @@ export class InvitationError extends Error {
 export async function prepareInvitation(tasks, options = {}) {
   const randomBytes =
     options.randomBytes ?? ((n) => globalThis.crypto.getRandomValues(new Uint8Array(n)));
-  const suite = RSABSSA.SHA384.PSS.Randomized();
+  const suite = tokenSuite();
   const pending = [];
   for (const task of tasks) {
     const spki = b64d(task.issuer_public_key);
@@ -75,7 +83,7 @@ function importKey(spki) {
  */
 export async function finishInvitation(url, code, pending, options = {}) {
   const doFetch = options.fetch ?? globalThis.fetch;
-  const suite = RSABSSA.SHA384.PSS.Randomized();
+  const suite = tokenSuite();
   const response = await doFetch(url, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },

@@ -1,9 +1,9 @@
 """RFC 9474 blind RSA (veil.invite.blindrsa) and the token format (veil.invite.token).
 
-RFC 9474's test vectors are not shipped by any package this project installs
-(not even @cloudflare/blindrsa-ts), and nothing fetched may be committed, so
-the math is checked by its properties here and against the JavaScript
-library in tests/js/test_js_blindrsa.py.
+The math is checked by its properties here, against the JavaScript library
+in tests/js/test_js_blindrsa.py, and against RFC 9474's own vectors (which
+are not ours to commit: ../shared beside the checkout) in
+test_rfc9474_vectors.py.
 """
 
 from __future__ import annotations

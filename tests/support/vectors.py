@@ -93,3 +93,15 @@ def make_vdaf(name: str, tv: dict[str, Any]) -> Prio3[Any, Any]:
     if kind == "Prio3HigherDegree":
         return prio3_with_circuit(0xFFFFFFFF, shares, HigherDegree())
     raise AssertionError(f"unknown vector family {kind}")
+
+
+_DEFAULT_RFC9474 = Path(__file__).resolve().parents[2].parent / "shared" / "rfc9474-test-vectors"
+
+
+def rfc9474_vectors_file() -> Path | None:
+    """RFC 9474's Appendix A as JSON (rfc9474.json: the four variants, one
+    RSA-4096 key), from $VEIL_RFC9474_VECTORS (the directory) or
+    ../shared/rfc9474-test-vectors beside the checkout."""
+    configured = os.environ.get("VEIL_RFC9474_VECTORS")
+    path = (Path(configured) if configured else _DEFAULT_RFC9474) / "rfc9474.json"
+    return path if path.is_file() else None

@@ -1,5 +1,13 @@
 """RSA blind signatures, RFC 9474: RSABSSA-SHA384-PSS-Randomized.
 
+veil implements that one of the RFC's four variants (section 5): the
+deterministic ones (no message prefix) and the PSSZERO ones (no salt) are
+refused by name (`variant`), and `prepare` and `blind` refuse the empty
+prefix and salt that would make them. The modulus is the key's: any size
+from MIN_MODULUS_BITS up (the RFC's own test vectors use RSA-4096), and every
+length follows it; veil's deployments generate RSA-2048 keys (MODULUS_BITS,
+the size a token's authenticator has, veil.invite.token).
+
 The RFC's operations, named as in its section 4: `prepare` (4.1, the
 randomized variant: a 32-byte random prefix), `blind` (4.2), `blind_sign`
 (4.3), `finalize` (4.4), and `verify` (RSASSA-PSS verification with SHA-384,
@@ -34,18 +42,42 @@ HASH = hashlib.sha384
 H_LEN = 48
 S_LEN = 48  # PSS salt length: the hash's length (RSABSSA-SHA384-PSS)
 PREFIX_LEN = 32  # the randomized variant's message prefix (section 4.1)
-MODULUS_BITS = 2048
+MODULUS_BITS = 2048  # the keys veil generates, and a token's authenticator
 K_LEN = MODULUS_BITS // 8
+MIN_MODULUS_BITS = 2048  # nothing smaller is taken, from anyone
 PUBLIC_EXPONENT = 65537
+VARIANT = "RSABSSA-SHA384-PSS-Randomized"
+_REFUSED_VARIANTS = (
+    "RSABSSA-SHA384-PSSZERO-Randomized",
+    "RSABSSA-SHA384-PSS-Deterministic",
+    "RSABSSA-SHA384-PSSZERO-Deterministic",
+)
 
 
 class BlindRSAError(ValueError):
     """A blinding, signing or finalising step failed (RFC 9474's errors)."""
 
 
-def generate_key() -> rsa.RSAPrivateKey:
-    """A fresh RSA-2048 key (e = 65537) for signing tokens."""
-    return rsa.generate_private_key(public_exponent=PUBLIC_EXPONENT, key_size=MODULUS_BITS)
+def variant(name: str) -> str:
+    """`name` if it is the variant veil implements; BlindRSAError otherwise,
+    saying which one it is."""
+    if name == VARIANT:
+        return name
+    known = "one of RFC 9474's variants" if name in _REFUSED_VARIANTS else "not an RFC 9474 variant"
+    raise BlindRSAError(f"{name} is {known} that veil does not implement: only {VARIANT}")
+
+
+def generate_key(bits: int = MODULUS_BITS) -> rsa.RSAPrivateKey:
+    """A fresh RSA key (e = 65537) for signing tokens, RSA-2048 unless asked."""
+    if bits < MIN_MODULUS_BITS:
+        raise BlindRSAError(f"the modulus must be at least {MIN_MODULUS_BITS} bits, not {bits}")
+    return rsa.generate_private_key(public_exponent=PUBLIC_EXPONENT, key_size=bits)
+
+
+def modulus_len(pk: rsa.RSAPublicKey) -> int:
+    """The key's modulus length in bytes (the RFC's modulus_len): the length of
+    a blinded message, a blind signature, an inverse and a signature."""
+    return (_numbers(pk)[0].bit_length() + 7) // 8
 
 
 def _i2osp(x: int, length: int) -> bytes:
@@ -82,6 +114,10 @@ def prepare(msg: bytes, prefix: bytes | None = None) -> bytes:
     """Section 4.1, randomized: a 32-byte prefix (random unless given) || msg."""
     if prefix is None:
         prefix = secrets.token_bytes(PREFIX_LEN)
+    if not prefix:
+        raise BlindRSAError(
+            f"an empty prefix is a deterministic variant; veil implements {VARIANT}"
+        )
     if len(prefix) != PREFIX_LEN:
         raise BlindRSAError(f"the prefix must be {PREFIX_LEN} bytes")
     return prefix + msg
@@ -97,8 +133,8 @@ class Blinded:
 
 def _numbers(pk: rsa.RSAPublicKey) -> tuple[int, int]:
     n = pk.public_numbers()
-    if n.n.bit_length() != MODULUS_BITS:
-        raise BlindRSAError(f"the key must be RSA-{MODULUS_BITS}")
+    if n.n.bit_length() < MIN_MODULUS_BITS:
+        raise BlindRSAError(f"the key must be RSA-{MIN_MODULUS_BITS} or larger")
     return n.n, n.e
 
 
@@ -108,9 +144,15 @@ def blind(
     """Section 4.2. `msg` is the prepared message; `salt` and `r` are drawn
     from `secrets` unless given (tests give them to reproduce a run)."""
     n, e = _numbers(pk)
+    k_len = (n.bit_length() + 7) // 8
     if salt is None:
         salt = secrets.token_bytes(S_LEN)
-    encoded = emsa_pss_encode(msg, MODULUS_BITS - 1, salt)
+    if len(salt) != S_LEN:
+        raise BlindRSAError(
+            f"the salt must be {S_LEN} bytes (PSSZERO variants are refused: veil implements "
+            f"{VARIANT})"
+        )
+    encoded = emsa_pss_encode(msg, n.bit_length() - 1, salt)
     m = _os2ip(encoded)
     if _gcd(m, n) != 1:
         raise BlindRSAError("invalid input: the message shares a factor with the modulus")
@@ -118,10 +160,12 @@ def blind(
         candidate = secrets.randbelow(n - 1) + 1
         if _gcd(candidate, n) == 1:
             r = candidate
+    if not 1 <= r < n or _gcd(r, n) != 1:
+        raise BlindRSAError("blinding error: r is not invertible modulo n")
     inv = pow(r, -1, n)
     x = pow(r, e, n)
     z = (m * x) % n
-    return Blinded(_i2osp(z, K_LEN), _i2osp(inv, K_LEN))
+    return Blinded(_i2osp(z, k_len), _i2osp(inv, k_len))
 
 
 def _gcd(a: int, b: int) -> int:
@@ -151,6 +195,7 @@ class Signer:
     def __init__(self, sk: rsa.RSAPrivateKey, *, use_openssl: bool = True) -> None:
         self.public_key = sk.public_key()
         self._n, self._e = _numbers(self.public_key)
+        self.modulus_len = (self._n.bit_length() + 7) // 8
         der = _private_der(sk)
         self._openssl = (
             _openssl.RawPrivateKey(der) if use_openssl and _openssl.available() else None
@@ -159,21 +204,21 @@ class Signer:
 
     def _private_op(self, m: int) -> int:
         if self._openssl is not None:
-            return _os2ip(self._openssl.private_op(_i2osp(m, K_LEN)))
+            return _os2ip(self._openssl.private_op(_i2osp(m, self.modulus_len)))
         assert self._key is not None
         return _os2ip(self._key._decrypt_to_bytes(m))  # type: ignore[no-untyped-call]
 
     def blind_sign(self, blinded_msg: bytes) -> bytes:
-        """Section 4.3: the blind signature of `blinded_msg` (K_LEN bytes)."""
-        if len(blinded_msg) != K_LEN:
-            raise BlindRSAError(f"a blinded message is exactly {K_LEN} bytes")
+        """Section 4.3: the blind signature of `blinded_msg` (modulus_len bytes)."""
+        if len(blinded_msg) != self.modulus_len:
+            raise BlindRSAError(f"a blinded message is exactly {self.modulus_len} bytes")
         m = _os2ip(blinded_msg)
         if m >= self._n:
             raise BlindRSAError("the blinded message is not below the modulus")
         s = self._private_op(m)
         if pow(s, self._e, self._n) != m:
             raise BlindRSAError("signing failed: the signature does not verify")
-        return _i2osp(s, K_LEN)
+        return _i2osp(s, self.modulus_len)
 
 
 def blind_sign(sk: rsa.RSAPrivateKey, blinded_msg: bytes) -> bytes:
@@ -186,7 +231,7 @@ _PSS = padding.PSS(mgf=padding.MGF1(hashes.SHA384()), salt_length=S_LEN)
 
 def verify(pk: rsa.RSAPublicKey, msg: bytes, sig: bytes) -> bool:
     """RSASSA-PSS-VERIFY of the prepared `msg` (section 4.5)."""
-    if len(sig) != K_LEN:
+    if len(sig) != modulus_len(pk):
         return False
     try:
         pk.verify(sig, msg, _PSS, hashes.SHA384())
@@ -198,12 +243,15 @@ def verify(pk: rsa.RSAPublicKey, msg: bytes, sig: bytes) -> bool:
 def finalize(pk: rsa.RSAPublicKey, msg: bytes, blind_sig: bytes, inv: bytes) -> bytes:
     """Section 4.4: unblind and check; the signature of the prepared `msg`."""
     n, _ = _numbers(pk)
-    if len(blind_sig) != K_LEN:
-        raise BlindRSAError(f"a blind signature is exactly {K_LEN} bytes")
+    k_len = (n.bit_length() + 7) // 8
+    if len(blind_sig) != k_len:
+        raise BlindRSAError(f"a blind signature is exactly {k_len} bytes")
+    if len(inv) != k_len:
+        raise BlindRSAError(f"an inverse is exactly {k_len} bytes")
     z = _os2ip(blind_sig)
     if z >= n:
         raise BlindRSAError("the blind signature is not below the modulus")
-    sig = _i2osp((z * _os2ip(inv)) % n, K_LEN)
+    sig = _i2osp((z * _os2ip(inv)) % n, k_len)
     if not verify(pk, msg, sig):
         raise BlindRSAError("the issuer's signature does not verify")
     return sig

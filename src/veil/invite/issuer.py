@@ -100,6 +100,11 @@ def read_keys(directory: Path) -> list[rsa.RSAPrivateKey]:
         key = serialization.load_pem_private_key(block + marker, password=None)
         if not isinstance(key, rsa.RSAPrivateKey):
             raise IssuerError(f"{path}: not an RSA key")
+        if key.key_size != blindrsa.MODULUS_BITS:
+            raise IssuerError(
+                f"{path}: an RSA-{key.key_size} key; tokens are signed with"
+                f" RSA-{blindrsa.MODULUS_BITS} keys"
+            )
         keys.append(key)
     if not keys:
         raise IssuerError(f"{path}: holds no key")
