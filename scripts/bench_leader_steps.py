@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.postgres import as_url, postgres_dsn, with_schema
 from scripts.bench_workers import TP, VDAFS
-from veil.aggregator.leader import jobs as jobs_module
+from veil.aggregator.leader import job as job_module
 from veil.aggregator.run.config import load_config
 from veil.aggregator.run.worker import AggregationWorker
 from veil.aggregator.store.postgres import PostgresDatastore
@@ -72,7 +72,7 @@ def instrument(worker: AggregationWorker) -> None:
         engine: Any = ctx.engine
         engine.verify_init = timed("verify_init (batched)", engine.verify_init)
         engine.verify_next = timed("verify_next (batched)", engine.verify_next)
-    jobs_module.job_deltas = timed("sum the deltas (job_deltas)", jobs_module.job_deltas)
+    job_module.job_deltas = timed("sum the deltas (job_deltas)", job_module.job_deltas)
     helper = leader.peer.api
     # The whole RPC in the calling thread, and within it gRPC's own part
     # (serialising the request, parsing the response): the rest is our

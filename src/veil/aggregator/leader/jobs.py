@@ -15,16 +15,13 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 
 from veil.aggregator.context import TaskTable
 from veil.aggregator.core import (
-    REPORT_DROPPED,
     REPORT_TOO_EARLY,
     AggregationAnswer,
     VerifyInitItem,
-    job_deltas,
-    rejection_reason,
+    VerifyResult,
     share_merge,
 )
 from veil.aggregator.errors import (
@@ -38,12 +35,12 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.keys import KeyRing, tally_open
 from veil.aggregator.leader.control import Backoff, DriverControl
+from veil.aggregator.leader.job import AnyReport, PreparedJob, finish_job, prepare_job
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.leader.settings import LeaderSettings
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
-    BatchAggregate,
     JobReport,
     StorageConflict,
     is_transient_storage_error,
@@ -51,8 +48,7 @@ from veil.aggregator.store.records import (
 from veil.hpke import ROLE_LEADER, input_share_info
 from veil.messages import Report, vdaf_ctx
 from veil.task import LeaderTask, b64e
-from veil.vdaf import VerifyError
-from veil.vdaf.engine import OutShares, Round
+from veil.vdaf.engine import Round
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +70,27 @@ def leader_share_info(task: LeaderTask, r: Report | JobReport) -> bytes:
     return input_share_info(ROLE_LEADER, task.task_id, r.report_id, r.time, r.public_share)
 
 
-@dataclass(frozen=True)
-class PreparedJob:
-    """An aggregation job whose leader shares are opened and verified: what
-    goes to the helper, and what finishing the job with its answer needs."""
+class UploadJobs:
+    """A job over a task's stored uploads (`JobSource`): an answer for other
+    reports than were sent is the helper's fault of the moment (retried),
+    a report the helper finds too early goes back to pending until its clock
+    has caught up, and each accepted report adds to its time bucket."""
 
-    task: LeaderTask
-    job_id: bytes
-    began: float
-    report_count: int
-    opened: list[JobReport]
-    init: Round
-    items: list[VerifyInitItem]
-    row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
-    outcomes: dict[bytes, ReportRejection | None]  # reports the leader already rejected
+    def __init__(self, peer: HelperPeer, now: float) -> None:
+        self.peer = peer
+        self.now = now
+
+    def check_answer(self, answer: AggregationAnswer, items: Sequence[VerifyInitItem]) -> None:
+        if [x.report_id for x in answer.results] != [x.report_id for x in items]:
+            raise Unavailable("the helper answered for other reports than it was sent")
+
+    def deferral(self, task: LeaderTask, result: VerifyResult, report: AnyReport) -> float | None:
+        if result.reject != REPORT_TOO_EARLY:
+            return None
+        return self.peer.too_early_wait(task, report.time, self.now)
+
+    def bucket(self, task: LeaderTask, report: AnyReport) -> int:
+        return task.bucket(report.time)
 
 
 class JobDriver:
@@ -291,62 +294,40 @@ class JobDriver:
     def prepare_job(
         self, task_id: bytes, job_id: bytes, leased_at: float | None = None
     ) -> PreparedJob:
-        """The leader's first step of a job: open and verify its shares.
+        """The leader's first step of a job: open and verify its shares
+        (veil.aggregator.leader.job.prepare_job).
 
-        The job's reports are verified together on the batched path: one
-        bad report is rejected alone and never spoils the others. Before the
-        helper's round trip the job's lease is renewed, unless it was taken
-        at `leased_at` (time.monotonic()) less than RENEW_AFTER of the lease
-        ago: then at least nine tenths of it are left (None: renewed)."""
+        Before the helper's round trip the job's lease is renewed, unless it
+        was taken at `leased_at` (time.monotonic()) less than RENEW_AFTER of
+        the lease ago: then at least nine tenths of it are left (None:
+        renewed)."""
         ctx = self.tasks.context(task_id)
         task = ctx.task
         began = time.monotonic()
         reports = self.store.job_reports(task_id, job_id)
         keys = self.keys
         keys.know_keys({r.leader_ct_bytes[0] for r in reports if r.leader_ct_bytes})
-        outcomes: dict[bytes, ReportRejection | None] = {}
-        opened: list[JobReport] = []
-        plaintexts: list[bytes] = []
         # The job's shares opened at once, over the opener's threads.
         shares = keys.open_stored_shares(
             [(r.leader_ct_bytes, leader_share_info(task, r)) for r in reports]
         )
         tally: dict[str, int] = {}  # HPKE outcomes, counted once for the job
-        for r, share in zip(reports, shares, strict=True):
+        for share in shares:
             tally_open(share, tally)
-            if isinstance(share, ReportRejection):
-                outcomes[r.report_id] = share
-            else:
-                opened.append(r)
-                plaintexts.append(share)
         keys.count_opens(tally)
-        init = ctx.engine.verify_init(
-            task.verify_key,
-            vdaf_ctx(task_id),
-            0,
-            None,
-            [r.report_id for r in opened],
-            [r.public_share for r in opened],
-            plaintexts,
-        )
-        items: list[VerifyInitItem] = []
-        row_of: dict[bytes, int] = {}
-        for i, (r, error, verifier_share) in enumerate(
-            zip(opened, init.errors, init.verifier_shares, strict=True)
-        ):
-            if error is not None or verifier_share is None:
-                outcomes[r.report_id] = rejection_reason(error or VerifyError("rejected"))
-                continue
-            row_of[r.report_id] = i
-            items.append(
-                VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, verifier_share)
+
+        def init(ids: list[bytes], public: list[bytes], plaintexts: list[bytes]) -> Round:
+            return ctx.engine.verify_init(
+                task.verify_key, vdaf_ctx(task_id), 0, None, ids, public, plaintexts
             )
+
+        job = prepare_job(ctx, job_id, None, reports, shares, init, began)
         lease = self.settings.lease_seconds
-        if items and (leased_at is None or time.monotonic() - leased_at >= RENEW_AFTER * lease):
+        if job.items and (leased_at is None or time.monotonic() - leased_at >= RENEW_AFTER * lease):
             # Verification, or the jobs before it in the lease, took a while:
             # hold on to the job for the helper's round trip.
             self.store.renew_aggregation_job(task_id, job_id, self.worker_id, lease)
-        return PreparedJob(task, job_id, began, len(reports), opened, init, items, row_of, outcomes)
+        return job
 
     def _ask_helper(self, job: PreparedJob) -> AggregationAnswer:
         """The helper's step of a job (nothing to ask if the leader rejected
@@ -365,59 +346,30 @@ class JobDriver:
         the helper found too early go back to pending, to be sent again once
         its clock has caught up (HelperPeer.too_early_wait)."""
         task = job.task
-        results = answer.results
-        engine = self.tasks.context(task.task_id).engine
-        outcomes = dict(job.outcomes)
-        deferred: dict[bytes, float] = {}
-        now = self.clock()
-        accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row in `out`
-        deltas: list[BatchAggregate] = []
-        if job.items:
-            if [x.report_id for x in results] != [x.report_id for x in job.items]:
-                raise Unavailable("the helper answered for other reports than it was sent")
-            messages: list[bytes | None] = [None] * len(job.opened)
-            for res in results:
-                if res.verifier_message is None:
-                    if res.reject == REPORT_TOO_EARLY:
-                        report = job.opened[job.row_of[res.report_id]]
-                        wait = self.peer.too_early_wait(task, report.time, now)
-                        if wait is not None:
-                            deferred[res.report_id] = wait
-                            continue
-                    outcomes[res.report_id] = res.reject or REPORT_DROPPED
-                else:
-                    messages[job.row_of[res.report_id]] = res.verifier_message
-            out = engine.verify_next(vdaf_ctx(task.task_id), None, job.init, messages)
-            assert isinstance(out, OutShares)  # one round
-            for res in results:
-                if res.verifier_message is None:
-                    continue
-                i = job.row_of[res.report_id]
-                error = out.errors[i]
-                if error is not None:
-                    outcomes[res.report_id] = rejection_reason(error)
-                    continue
-                outcomes[res.report_id] = None
-                accepted.append((task.bucket(job.opened[i].time), res.report_id, i))
-            # What this job adds; the store adds it to the buckets under its lock,
-            # since other workers may be finishing jobs over the same buckets.
-            deltas = job_deltas(engine, out, accepted)
+        ctx = self.tasks.context(task.task_id)
+        done = finish_job(ctx, UploadJobs(self.peer, self.clock()), job, answer)
+        outcomes, deferred = done.outcomes, done.deferred
         self.store.finish_aggregation_job(
-            task.task_id, job.job_id, outcomes, deltas, share_merge(engine), deferred
+            task.task_id,
+            job.job_id,
+            outcomes,
+            done.deltas,
+            share_merge(ctx.engine),
+            deferred,
         )
         rejected = sum(1 for v in outcomes.values() if v is not None)
         self.meter.job_finished(
             task,
             time.monotonic() - job.began,
             job.report_count,
-            len(accepted),
+            done.accepted,
             len(deferred),
             outcomes,
         )
         log.info(
             "aggregation job %s: %d aggregated, %d rejected",
             job.job_id.hex(),
-            len(accepted),
+            done.accepted,
             rejected,
             extra={"task_id": task.id_text, "job_id": job.job_id.hex()},
         )

@@ -32,14 +32,12 @@ from dataclasses import dataclass
 
 from veil.aggregator.context import TaskTable
 from veil.aggregator.core import (
-    VDAF_DECODE_ERROR,
     AggregationAnswer,
     VerifyInitItem,
+    VerifyResult,
     check_batch_size,
     check_interval,
     check_window_closed,
-    job_deltas,
-    rejection_reason,
     share_merge,
 )
 from veil.aggregator.errors import (
@@ -52,6 +50,7 @@ from veil.aggregator.errors import (
     ReportRejection,
 )
 from veil.aggregator.keys import KeyRing
+from veil.aggregator.leader.job import AnyReport, finish_job, prepare_job
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperApi
 from veil.aggregator.leader.release import HelperRefused, release
@@ -74,10 +73,9 @@ from veil.aggregator.store.records import (
     merge_aggregate,
 )
 from veil.hpke import ROLE_LEADER, Ciphertext, input_share_info
-from veil.messages import Report, vdaf_ctx
+from veil.messages import Report
 from veil.task import MAX_QUERY_PREFIXES, LeaderTask
-from veil.vdaf.engine import leader_steps
-from veil.vdaf.errors import VerifyError
+from veil.vdaf.engine import Round
 from veil.vdaf.spec.poplar1 import Poplar1AggParam
 
 log = logging.getLogger(__name__)
@@ -381,11 +379,8 @@ class LeaderPrefixes:
         reports reached the second round (verified, accepted or rejected: what
         the helper records, and the floor's count)."""
         keys = self.keys
-        outcomes: dict[bytes, ReportRejection | None] = {}
-        ctx = vdaf_ctx(task.task_id)
         keys.know_keys({r.leader_ct.config_id for r in reports})
-        opened: list[Report] = []
-        plaintexts: list[bytes] = []
+        shares: list[ReportRejection | bytes] = []
         for r in reports:
             # The leader's own stored reports: a share is opened once per batch.
             share_key = task.task_id + r.report_id
@@ -397,99 +392,46 @@ class LeaderPrefixes:
                 plaintext = keys.open_share(keys.keypair(r.leader_ct.config_id), r.leader_ct, info)
                 if not isinstance(plaintext, ReportRejection):
                     self.shares.put(share_key, plaintext)
-            # A share the leader cannot open is dropped here: the helper never sees it.
-            if isinstance(plaintext, ReportRejection):
-                outcomes[r.report_id] = plaintext
-            else:
-                opened.append(r)
-                plaintexts.append(plaintext)
-        engine = self.tasks.context(task.task_id).engine
+            shares.append(plaintext)
+        ctx = self.tasks.context(task.task_id)
+
+        def init(ids: list[bytes], public: list[bytes], plaintexts: list[bytes]) -> Round:
+            return self.caches.verify_init(
+                ctx.engine, task, 0, record.start, agg_param, ids, public, plaintexts
+            )
+
+        job = prepare_job(ctx, job_id, agg_param, reports, shares, init)
         empty = BatchAggregate(0, None, 0, bytes(32))
-        if not opened:
-            return empty, outcomes, 0
-        init = self.caches.verify_init(
-            engine,
-            task,
-            0,
-            record.start,
-            agg_param,
-            [r.report_id for r in opened],
-            [r.public_share for r in opened],
-            plaintexts,
-        )
-        # Reports whose shares do not decode are not sent.
-        rows = [i for i, s in enumerate(init.verifier_shares) if s is not None]
-        if not rows:
-            outcomes.update((r.report_id, VDAF_DECODE_ERROR) for r in opened)
-            return empty, outcomes, 0
-        items = _items(opened, rows, init.verifier_shares)
+        if not job.items:
+            return empty, job.outcomes, 0
         batch_round = (record.agg_param, record.start, record.duration)
-        first = api.aggregate(task, job_id, items, (*batch_round, 1))
-        _check_answer(first, items)
-        messages: list[bytes | None] = [None] * len(opened)
-        helper2: list[bytes | None] = [None] * len(opened)
-        helper_reasons: dict[int, ReportRejection] = {}
-        for i, res in zip(rows, first.results, strict=True):
-            if res.verifier_message is not None:
-                messages[i] = res.verifier_message
-                helper2[i] = res.helper_verifier_share
-            elif res.reject is not None:
-                helper_reasons[i] = res.reject
-        out, (shares_2,) = leader_steps(engine, ctx, agg_param, init, messages, helper2)
-        # Round 2 carries every report the helper answered in round 1.
-        sent = [i for i in rows if messages[i] is not None]
-        items2 = _items(opened, sent, init.verifier_shares, shares_2)
-        accepted_by_helper: set[int] = set()
-        if items2:
-            answer = api.aggregate(task, job_id, items2, (*batch_round, 2))
-            _check_answer(answer, items2)
-            for i, res in zip(sent, answer.results, strict=True):
-                if res.verifier_message is not None:
-                    accepted_by_helper.add(i)
-                elif res.reject is not None:
-                    helper_reasons[i] = res.reject
-        # Counted only where both aggregators accepted.
-        errors = list(out.errors)
-        decoded = set(rows)
-        for i, r in enumerate(opened):
-            error = errors[i]
-            if error is None and i not in accepted_by_helper:
-                errors[i] = VerifyError("rejected by the helper")
-            if errors[i] is None:
-                outcomes[r.report_id] = None
-            elif i not in decoded:
-                outcomes[r.report_id] = VDAF_DECODE_ERROR
-            else:
-                outcomes[r.report_id] = helper_reasons.get(i) or rejection_reason(
-                    error or VerifyError("rejected by the helper")
-                )
-        accepted = [(0, r.report_id, i) for i, r in enumerate(opened) if errors[i] is None]
-        deltas = job_deltas(engine, out, accepted, agg_param)
-        return (deltas[0] if deltas else empty), outcomes, len(items2)
-
-
-def _items(
-    reports: Sequence[Report],
-    rows: Sequence[int],
-    shares: Sequence[bytes | None],
-    shares_2: Sequence[bytes | None] | None = None,
-) -> list[VerifyInitItem]:
-    """The job's items for the helper: the reports at `rows`, with the
-    leader's verifier shares of round 1 (and of round 2, if given)."""
-    return [
-        VerifyInitItem(
-            reports[i].report_id,
-            reports[i].time,
-            reports[i].public_share,
-            reports[i].helper_ct,
-            shares[i] or b"",
-            (shares_2[i] or b"") if shares_2 is not None else b"",
+        first = api.aggregate(task, job_id, job.items, (*batch_round, 1))
+        done = finish_job(
+            ctx,
+            QUERY_JOBS,
+            job,
+            first,
+            lambda items: api.aggregate(task, job_id, items, (*batch_round, 2)),
         )
-        for i in rows
-    ]
+        return (done.deltas[0] if done.deltas else empty), done.outcomes, done.verified
 
 
-def _check_answer(answer: AggregationAnswer, items: Sequence[VerifyInitItem]) -> None:
-    got = [r.report_id for r in answer.results]
-    if got != [it.report_id for it in items]:
-        raise InvalidMessage("the helper's answer does not list the job's reports in order")
+class QueryJobs:
+    """A job over the reports of a queried batch (`JobSource`): an answer
+    for other reports than were sent is refused, a report the helper
+    refuses has that refusal as its outcome (a level's batch is closed: no
+    later job takes it), and every accepted report adds to the level's sum."""
+
+    def check_answer(self, answer: AggregationAnswer, items: Sequence[VerifyInitItem]) -> None:
+        got = [r.report_id for r in answer.results]
+        if got != [it.report_id for it in items]:
+            raise InvalidMessage("the helper's answer does not list the job's reports in order")
+
+    def deferral(self, task: LeaderTask, result: VerifyResult, report: AnyReport) -> float | None:
+        return None
+
+    def bucket(self, task: LeaderTask, report: AnyReport) -> int:
+        return 0
+
+
+QUERY_JOBS = QueryJobs()
