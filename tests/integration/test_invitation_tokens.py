@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 
 import grpc
 import pytest
@@ -23,6 +24,7 @@ from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import UploadError, prepare_reports
 from veil.invite import blindrsa
 from veil.invite.token import TOKEN_SIZE, PendingToken, public_key_bytes
+from veil.local.launcher import LocalDeployment
 from veil.messages import REPORT_ID_SIZE, Report
 from veil.protocol.v1 import helper_pb2
 from veil.task import ClientTask, DpSpec, VdafSpec
@@ -114,6 +116,9 @@ def test_the_leader_refuses_reports_without_a_valid_token(dep: Deployment) -> No
     with pytest.raises(UploadError) as e:
         client.upload_reports([build(dep, q1, token, rid)])
     assert e.value.code == grpc.StatusCode.ALREADY_EXISTS
+    # The refusal names the token, not a report id to change.
+    assert "invitation token was already spent on a report with other content" in (e.value.message)
+    assert "fresh report id" not in e.value.message
     assert dep.stored_reports("q1") == 1
 
 
@@ -185,3 +190,53 @@ def test_reports_with_valid_tokens_are_aggregated(dep: Deployment) -> None:
         time.sleep(0.2)
     assert dep.rejections("helper", "q2") == {}
     assert dep.rejections("leader", "q2") == {}
+
+
+def test_refused_tokens_take_no_admission_capacity(tmp_path: Path) -> None:
+    """The leader checks tokens before it reserves anything against
+    [admission]: with the task's backlog at its limit (no aggregation runs:
+    the leader's driver is off and no worker started), a report with a valid
+    token is refused as overloaded, and one without a valid token is refused
+    for its token (PERMISSION_DENIED), never as overloaded; on main the
+    reservation came first, so a flood of token-less uploads held capacity
+    that invited respondents were then refused for."""
+    kw = {"time_precision": TP, "min_batch_size": 1, "issuer_public_key": der(0)}
+    admission = {"max_pending_per_task": 2, "max_pending_reports": 0, "recount_seconds": 0}
+    dep = Deployment(
+        LocalDeployment.start(
+            tmp_path,
+            {
+                "q1": (VdafSpec("count"), DpSpec("none"), kw),
+                "q2": (VdafSpec("count"), DpSpec("none"), {**kw, "issuer_public_key": der(1)}),
+            },
+            workers=1,
+            start_workers=False,
+            extra_config={"admission": admission},
+        )
+    )
+    try:
+        q1 = dep.tasks["q1"].client
+        client = dep.client("q1")
+
+        def invited() -> Report:
+            rid = secrets.token_bytes(REPORT_ID_SIZE)
+            return build(dep, q1, issue(keys()[0], q1.task_id, rid), rid)
+
+        assert client.upload_reports([invited(), invited()]).accepted == 2
+        with pytest.raises(UploadError) as e:
+            client.upload_reports([invited()])
+        assert e.value.code == grpc.StatusCode.UNAVAILABLE  # the limit holds
+        cases, rid = bad_tokens(dep)  # type: ignore[misc]
+        for name, (token, why) in cases.items():
+            with pytest.raises(UploadError) as e:
+                client.upload_reports([build(dep, q1, token, rid)])
+            assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, (name, e.value.message)
+            assert why in e.value.message, (name, e.value.message)
+        # A valid token ahead of a bad one in one upload: refused for the bad one.
+        with pytest.raises(UploadError) as e:
+            client.upload_reports([invited(), build(dep, q1, b"", rid)])
+        assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert "report 1 " in e.value.message
+        assert dep.stored_reports("q1") == 2
+    finally:
+        dep.stop()

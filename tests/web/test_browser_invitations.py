@@ -20,10 +20,11 @@ from tests.support.browser import answers, browser, respond, status_text, wait_f
 from tests.support.survey_site import SURVEY, post_json, start_serve, stop
 from veil.client import Client, prepare_reports
 from veil.deploy import deploy_survey
+from veil.invite.client import redeem
 from veil.invite.issuer import mint
 from veil.local.launcher import ServerProcess, free_port
 from veil.messages import Ciphertext
-from veil.survey import parse_survey
+from veil.survey import load_description, parse_survey
 from veil.task import ClientTask, b64e, load_task
 from veil.times import format_time
 
@@ -60,13 +61,18 @@ def invited(tmp_path: Path) -> Iterator[tuple[Path, str]]:
             s.stop()
 
 
-def untokened(client_dir: Path, token: bytes = b"") -> dict[str, Any]:
+def untokened(
+    client_dir: Path, token: bytes = b"", report_id: bytes | None = None, answer: int = 1
+) -> dict[str, Any]:
     """A report of question `remote` sealed with `token` (none by default), as
     the page posts it."""
     task = load_task(client_dir / "remote.toml", ClientTask)
     with Client(task) as client:
         configs = client.hpke_config(2), client.hpke_config(3)
-    (r,) = prepare_reports(task, [1], *configs, int(time.time()), tokens=[token])
+    ids = None if report_id is None else [report_id]
+    (r,) = prepare_reports(
+        task, [answer], *configs, int(time.time()), report_ids=ids, tokens=[token]
+    )
 
     def ct(c: Ciphertext) -> dict[str, Any]:
         return {"config_id": c.config_id, "enc": b64e(c.enc), "payload": b64e(c.payload)}
@@ -140,3 +146,22 @@ def test_invited_respondents_answer_in_a_browser(invited: tuple[Path, str], brow
     assert stored(out) == 2 * 5
     for path in (out / "leader").glob("leader.db*"):
         assert not any(c.encode() in path.read_bytes() for c in codes)
+
+
+def test_a_spent_token_with_other_content_is_refused_as_spent(invited: tuple[Path, str]) -> None:
+    """A token already spent on one report, sent again with other content
+    under its report id: the page says the invitation was used, where it
+    said to reload the page and answer again (issue 40, item 7)."""
+    out, url = invited
+    (code,) = mint(out / "issuer", 1)
+    tasks = load_description(out / "client").load_tasks()
+    tickets = redeem(url + "invitation", code, list(tasks.values()))
+    ticket = dict(zip(tasks, tickets, strict=True))["remote"]
+    first = untokened(out / "client", ticket.token, ticket.report_id, 1)
+    assert post_json(url + "reports", {"reports": [first]})[0] == 200
+    other = untokened(out / "client", ticket.token, ticket.report_id, 0)
+    status, answer = post_json(url + "reports", {"reports": [other]})
+    assert status == 409, answer
+    assert answer["error"] == (
+        "this invitation was already used to answer with other content; an invitation answers once"
+    )

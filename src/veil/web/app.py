@@ -562,6 +562,12 @@ def build_app(site: SurveySite) -> Starlette:
                 return response
             if status == 503:
                 return _error(503, "the leader is unreachable; try again in a moment")
+            if e.code == grpc.StatusCode.ALREADY_EXISTS and site.issuer is not None:
+                return _error(
+                    409,
+                    "this invitation was already used to answer with other content;"
+                    " an invitation answers once",
+                )
             if e.code == grpc.StatusCode.ALREADY_EXISTS:
                 return _error(
                     409,

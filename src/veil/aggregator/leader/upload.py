@@ -60,6 +60,10 @@ class ReportWriter:
         task = self.tasks.task(task_id)
         stored = 0
         try:
+            # What needs neither store nor backlog first: an upload refused
+            # for its tokens never holds a reservation that could turn an
+            # invited respondent away as overloaded.
+            self._check_shape(task, batch)
             self.backlog.reserve(task_id, len(batch))
             try:
                 stored, duplicates = self._upload(task, batch)
@@ -71,21 +75,36 @@ class ReportWriter:
         self.meter.uploaded(task, stored, duplicates)
         return stored, duplicates
 
-    def _upload(self, task: LeaderTask, batch: ReportBatch) -> tuple[int, int]:
-        task_id = task.task_id
+    def _check_shape(self, task: LeaderTask, batch: ReportBatch) -> None:
+        """The checks an upload's reports pass before it is admitted: how
+        many, and for a task with invitations each report's id and token
+        (one RSA verification each, the reports in order)."""
         if not len(batch):
             raise InvalidMessage("the upload holds no report")
         if len(batch) > MAX_UPLOAD_REPORTS:
             raise TooLarge(f"{len(batch)} reports in one upload; send at most {MAX_UPLOAD_REPORTS}")
+        if task.issuer_public_key is not None:
+            seen: set[bytes] = set()
+            for i in range(len(batch)):
+                self._check_identity(task, batch.report(i), i, seen)
+
+    def _upload(self, task: LeaderTask, batch: ReportBatch) -> tuple[int, int]:
+        task_id = task.task_id
         now = self.clock()
         helper_horizon = self.peer.horizon(task, now)
         # Each column checked in one pass; only an upload that fails one (or
-        # carries tokens, checked one by one) is checked report by report,
-        # which finds the first report at fault and says what is wrong.
-        if task.issuer_public_key is not None or not self._passes(task, batch, now, helper_horizon):
+        # carries tokens, whose reports were checked one by one) is checked
+        # report by report, which finds the first report at fault and says
+        # what is wrong.
+        if task.issuer_public_key is not None:
+            for i in range(len(batch)):
+                self._check_content(task, batch.report(i), i, now, helper_horizon)
+        elif not self._passes(task, batch, now, helper_horizon):
             seen: set[bytes] = set()
             for i in range(len(batch)):
-                self._check(task, batch.report(i), i, now, helper_horizon, seen)
+                r = batch.report(i)
+                self._check_identity(task, r, i, seen)
+                self._check_content(task, r, i, now, helper_horizon)
         buckets = {task.bucket(t) for t in set(batch.times)}
         try:
             return self.store.put_report_batch(task_id, buckets, batch)
@@ -95,6 +114,12 @@ class ReportWriter:
                 " are no longer accepted"
             ) from None
         except ReportIdTaken as e:
+            if task.issuer_public_key is not None:
+                # The id is the token's: this is a spent token come back.
+                raise ReportIdConflict(
+                    f"report {e.report_id.hex()}: its invitation token was already spent on a"
+                    " report with other content; an invitation answers each question once"
+                ) from None
             raise ReportIdConflict(
                 f"report id {e.report_id.hex()} was already uploaded with other content; use a"
                 " fresh report id"
@@ -103,8 +128,9 @@ class ReportWriter:
     def _passes(
         self, task: LeaderTask, batch: ReportBatch, now: float, helper_horizon: int | None
     ) -> bool:
-        """Whether every report of a batch without tokens passes `_check`
-        (never True where one would not)."""
+        """Whether every report of a batch without tokens passes
+        `_check_identity` and `_check_content` (never True where one would
+        not)."""
         sizes = self.tasks.context(task.task_id).sizes
         n = len(batch)
         if set(map(len, batch.report_ids)) != {REPORT_ID_SIZE} or len(set(batch.report_ids)) != n:
@@ -129,18 +155,10 @@ class ReportWriter:
                 return False
         return all(self.keys.keypair(c) is not None for c in set(batch.leader_config_ids))
 
-    def _check(
-        self,
-        task: LeaderTask,
-        r: Report,
-        i: int,
-        now: float,
-        helper_horizon: int | None,
-        seen: set[bytes],
-    ) -> None:
-        """Raise the specific error for report `i` of an upload, if it has one
-        (`seen`: the report ids ahead of it in the upload, to which it adds
-        its own)."""
+    def _check_identity(self, task: LeaderTask, r: Report, i: int, seen: set[bytes]) -> None:
+        """Raise the specific error for report `i`'s id or token, if it has
+        one (`seen`: the report ids ahead of it in the upload, to which it
+        adds its own)."""
         where = f"report {i} ({r.report_id.hex()})"
         if len(r.report_id) != REPORT_ID_SIZE:
             raise InvalidMessage(f"report {i}: report_id must be {REPORT_ID_SIZE} bytes")
@@ -151,6 +169,13 @@ class ReportWriter:
             check_token(task, r.token, r.report_id, where)
         elif r.token:
             raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
+
+    def _check_content(
+        self, task: LeaderTask, r: Report, i: int, now: float, helper_horizon: int | None
+    ) -> None:
+        """Raise the specific error for report `i`'s shares, time or key, if
+        it has one."""
+        where = f"report {i} ({r.report_id.hex()})"
         try:
             self.tasks.context(task.task_id).sizes.check(r.public_share, r.leader_ct, r.helper_ct)
         except WrongLength as e:
