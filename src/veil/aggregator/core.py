@@ -338,12 +338,6 @@ class AggregatorBase(Generic[AT]):
     def context(self, task_id: bytes) -> TaskContext[AT]:
         return self.table.context(task_id)
 
-    def by_query(self, task_id: bytes) -> bool:
-        """Whether a served task's jobs come from its collections' queries
-        (False for a task not served here: its calls are refused as such)."""
-        ctx = self.table.contexts.get(task_id)
-        return ctx is not None and ctx.by_query
-
     # The keys, for the service and the operator's commands.
 
     @property

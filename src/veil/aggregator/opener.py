@@ -4,7 +4,7 @@ uses more than one core (issue 28).
 An open is the largest cost of a report at either aggregator, and about
 70 % of it is X25519, which `veil.hpke.decapsulate` runs in libsodium with
 the GIL released: several threads can be inside it at once.
-`AggregatorBase.open_shares` runs that step of a job's opens through
+`KeyRing.open_shares` (veil.aggregator.keys) runs that step of a job's opens through
 `OpenPool.map`, and the rest of each open (under the GIL) in the calling
 thread. `map` cuts the items into as many contiguous chunks as there are
 threads; the calling thread runs the first chunk itself and the pool's

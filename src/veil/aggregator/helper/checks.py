@@ -1,5 +1,5 @@
 """What the helper checks of every report and every job, for both kinds of
-task (the Prio3 `Helper` and the Poplar1 `HelperPrefixes`)."""
+task (every job's scope, veil.aggregator.helper.jobs)."""
 
 from __future__ import annotations
 

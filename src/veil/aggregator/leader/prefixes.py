@@ -5,7 +5,7 @@ level. The leader checks it against its own record of the batch's queries
 and records it with the collection job, in one transaction. Driving the job
 then aggregates every stored report of the batch with that parameter, in
 aggregation jobs of `JOB_SIZE` reports, each in two rounds with the helper
-(veil.aggregator.helper.prefixes), `PIPELINE` jobs at a time so that the two
+(veil.aggregator.helper.queries), `PIPELINE` jobs at a time so that the two
 aggregators work at once rather than in turns, and releases the level: the
 helper's noised share first (with the leader's count and checksum, which it
 checks against its own), then the leader's.
