@@ -52,6 +52,24 @@ class Ticket:
     token: bytes
 
 
+# The issuer's answers that say "not now" rather than "no": the invitation
+# was not used (a 5xx decides nothing; a used invitation answers its own
+# blinded messages again), so the same request may be sent again.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 30.0
+
+
+def _retry_after(value: str | None) -> float | None:
+    """The seconds of a Retry-After header given as a number, else None."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    if seconds is None or not 0 <= seconds < float("inf"):
+        return None
+    return min(seconds, MAX_RETRY_AFTER)
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
@@ -66,9 +84,11 @@ def redeem(
 ) -> list[Ticket]:
     """One ticket per task (in order) for invitation `code`; raises InvitationError.
 
-    A request that fails on the way is sent again as it was (`attempts` in
-    all), so an answer lost after the issuer burnt the invitation is not a
-    lost invitation."""
+    A request that fails on the way, or that the issuer answers with a
+    transient error (TRANSIENT_STATUSES), is sent again as it was
+    (`attempts` in all, after the issuer's Retry-After where it gives one),
+    so an answer lost after the issuer burnt the invitation is not a lost
+    invitation."""
     pending = []
     for task in tasks:
         if task.issuer_public_key is None:
@@ -93,9 +113,12 @@ def redeem(
         except urllib.error.HTTPError as e:
             try:
                 message = json.loads(e.read(4096))["error"]
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, OSError):
                 message = f"the issuer answered HTTP {e.code}"
-            raise InvitationError(str(message)) from None
+            if e.code not in TRANSIENT_STATUSES or attempt + 1 == attempts:
+                raise InvitationError(str(message)) from None
+            wait = _retry_after(e.headers.get("Retry-After") if e.headers else None)
+            time.sleep(backoff * 2**attempt if wait is None else wait)
         except (urllib.error.URLError, OSError, ValueError) as e:
             if attempt + 1 == attempts:
                 raise InvitationError(f"cannot reach the issuer at {issuer_url}: {e}") from None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import secrets
 import sqlite3
 import threading
@@ -37,6 +38,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from veil.files import create_file
 from veil.invite import blindrsa
+
+_log = logging.getLogger(__name__)
 
 KEYS_FILE = "keys.pem"
 DB_FILE = "issuer.db"
@@ -57,6 +60,18 @@ class UnknownInvitation(IssuerError):
 
 class InvitationUsed(IssuerError):
     status = 403
+
+
+class IssuerUnavailable(IssuerError):
+    """The issuer could not record a burn (its database refused the write):
+    nothing was used, and the same request may be sent again."""
+
+    status = 503
+
+
+UNAVAILABLE_MESSAGE = (
+    "the issuer could not record the invitation; it was not used: try again in a moment"
+)
 
 
 def new_code() -> str:
@@ -133,6 +148,28 @@ def _ensure_db(directory: Path) -> Path:
     return path
 
 
+def _check_writable(path: Path) -> None:
+    """Raises IssuerError unless the issuer can write its database: it burns
+    every invitation it redeems there, so one that can only read would
+    answer every redemption with an error. The probe rewrites the header's
+    user_version with its own value (nothing stored changes)."""
+    db = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        db.execute(f"PRAGMA user_version = {int(version)}")
+        db.execute("COMMIT")
+    except sqlite3.Error as e:
+        raise IssuerError(
+            f"{path}: cannot write the invitations ({e}); the issuer records there each"
+            " invitation it redeems: give it write access to the file and its directory"
+        ) from None
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        db.close()
+
+
 def mint(directory: Path, count: int) -> list[str]:
     """`count` new invitation codes, stored hashed in one transaction."""
     if count < 1:
@@ -194,7 +231,13 @@ class Issuer:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
         self.signers = [blindrsa.Signer(k) for k in read_keys(self.directory)]
-        self.db_path = _ensure_db(self.directory)
+        try:
+            self.db_path = _ensure_db(self.directory)
+        except sqlite3.Error as e:
+            raise IssuerError(
+                f"{self.directory / DB_FILE}: cannot open the invitations ({e})"
+            ) from None
+        _check_writable(self.db_path)
         self._local = threading.local()
         self._pending: list[_Burn] = []
         self._pending_lock = threading.Lock()
@@ -228,7 +271,11 @@ class Issuer:
         key = code_hash(code)
         request = hashlib.sha256(b"".join(blinded)).digest()
         select = "SELECT used, request_hash, signatures FROM invitations WHERE code_hash = ?"
-        row = self._db().execute(select, (key,)).fetchone()
+        try:
+            row = self._db().execute(select, (key,)).fetchone()
+        except sqlite3.Error as e:
+            _log.error("the issuer could not read its invitations: %s", e)
+            raise IssuerUnavailable(UNAVAILABLE_MESSAGE) from None
         if row is None:
             raise UnknownInvitation(UNKNOWN_MESSAGE)
         if row[0] is not None:
@@ -284,8 +331,12 @@ class Issuer:
         except BaseException as e:
             if db.in_transaction:
                 db.execute("ROLLBACK")
+            failure: BaseException = e
+            if isinstance(e, sqlite3.Error):
+                _log.error("the issuer could not record %d redemption(s): %s", len(batch), e)
+                failure = IssuerUnavailable(UNAVAILABLE_MESSAGE)
             for burn in batch:
-                burn.error, burn.done = e, True
+                burn.error, burn.done = failure, True
             return
         for burn, (answer, error) in zip(batch, answers, strict=True):
             burn.answer, burn.error, burn.done = answer, error, True

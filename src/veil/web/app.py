@@ -588,7 +588,15 @@ def build_app(site: SurveySite) -> Starlette:
             Route("/hpke-configs.json", hpke_configs),
             Route("/reports", reports, methods=["POST"]),
             *(
-                [Route(INVITATION_PATH, invitation_endpoint(site.issuer), methods=["POST"])]
+                [
+                    Route(
+                        INVITATION_PATH,
+                        invitation_endpoint(
+                            site.issuer, lambda request: client_address(request, site.limits)
+                        ),
+                        methods=["POST"],
+                    )
+                ]
                 if site.issuer is not None
                 else []
             ),
