@@ -2,13 +2,13 @@
 
 The helper's logic (`Helper`, on SQLite or a throwaway PostgreSQL) behind
 the servicer the server registers (`HelperService`), fed the request bytes
-a leader sends (built as `GrpcHelperClient` builds them, with the leader's
-verifier shares computed here): each job is parsed, aggregated, answered
-and serialised as in the server's worker thread, and timed by this
-process's CPU clock (the threads opening shares included) and the wall
-clock. What the server adds on top (gRPC's transport, the event loop, the
-hand-over to the worker thread) is not in these figures; `bench_workers.py`
-measures the whole process.
+a leader sends (the leader's own `aggregation_job_request`, over items
+built as the leader builds them: bench.helper_jobs): each job is parsed,
+aggregated, answered and serialised as in the server's worker thread, and
+timed by this process's CPU clock (the threads opening shares included)
+and the wall clock. What the server adds on top (gRPC's transport, the
+event loop, the hand-over to the worker thread) is not in these figures;
+`bench_workers.py` measures the whole process.
 
 Rounds alternate between measuring one HPKE open (the floor:
 `cryptography`'s single-shot open, and veil's own beside it) and running the
@@ -40,20 +40,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.helper_jobs import honest_items
 from bench.postgres import postgres_dsn, with_schema
 from scripts.bench_workers import VDAFS, hpke_open_floors
 from veil.aggregator.helper import Helper
+from veil.aggregator.leader.helper_client import aggregation_job_request
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.run.service import HelperService
 from veil.aggregator.store.postgres import PostgresDatastore, PostgresLedgerStore
 from veil.aggregator.store.sqlite import SqliteDatastore
-from veil.client import prepare_reports
-from veil.hpke import ROLE_LEADER, generate_keypair, input_share_info, open_
-from veil.messages import vdaf_ctx
-from veil.messages.wire import ciphertext_to_pb
 from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, new_task
-from veil.vdaf.batch.prio3 import BatchPrio3
 
 TP = 3600
 
@@ -73,48 +70,16 @@ class Context:
 
 def requests(vdaf: str, reports: int, job_size: int, helper: Helper, files: Any) -> list[bytes]:
     """The serialised AggregationJobRequest of each job, as a leader sends it."""
-    spec, value = VDAFS[vdaf]
-    leader_kp = generate_keypair(7)
+    _, value = VDAFS[vdaf]
     now = int(time.time())
     t = now - now % TP - TP
-    built = prepare_reports(
-        files.client,
-        [value(i) for i in range(reports)],
-        leader_kp.config,
-        helper.current_config,
-        t,
-    )
-    batch = BatchPrio3(spec.instantiate())
-    task_id = files.client.task_id
+    measurements = [value(i) for i in range(reports)]
     out = []
     for start in range(0, reports, job_size):
-        chunk = built[start : start + job_size]
-        plaintexts = [
-            open_(
-                leader_kp,
-                r.leader_ct,
-                input_share_info(ROLE_LEADER, task_id, r.report_id, r.time, r.public_share),
-            )
-            for r in chunk
-        ]
-        init = batch.verify_init_batch(
-            files.leader.verify_key,
-            vdaf_ctx(task_id),
-            0,
-            [r.report_id for r in chunk],
-            [r.public_share for r in chunk],
-            plaintexts,
+        items = honest_items(
+            files.leader, measurements[start : start + job_size], helper.current_config, t
         )
-        request = helper_pb2.AggregationJobRequest(
-            task_id=task_id, aggregation_job_id=secrets.token_bytes(16)
-        )
-        for r, share in zip(chunk, init.verifier_shares, strict=True):
-            assert share is not None
-            v = request.verify_inits.add(leader_verifier_share=share)
-            v.report_share.metadata.report_id = r.report_id
-            v.report_share.metadata.time = r.time
-            v.report_share.public_share = r.public_share
-            v.report_share.encrypted_input_share.CopyFrom(ciphertext_to_pb(r.helper_ct))
+        request = aggregation_job_request(files.leader.task_id, secrets.token_bytes(16), items)
         out.append(request.SerializeToString())
     return out
 

@@ -39,11 +39,11 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
+from veil.aggregator.leader.helper_client import aggregation_job_request
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import JobReport
 from veil.hpke import Ciphertext, HpkeConfig
-from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
 T_ = TypeVar("T_")
@@ -598,16 +598,7 @@ class RecordingHelper(InProcessHelper):
     def aggregate(
         self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
     ) -> AggregationAnswer:
-        request = helper_pb2.AggregationJobRequest(task_id=task.task_id, aggregation_job_id=job_id)
-        for it in items:
-            v = request.verify_inits.add(leader_verifier_share=it.leader_verifier_share)
-            v.report_share.metadata.report_id = it.report_id
-            v.report_share.metadata.time = it.time
-            v.report_share.public_share = it.public_share
-            ct = it.encrypted_input_share
-            v.report_share.encrypted_input_share.config_id = ct.config_id
-            v.report_share.encrypted_input_share.enc = ct.enc
-            v.report_share.encrypted_input_share.payload = ct.payload
+        request = aggregation_job_request(task.task_id, job_id, items)
         self.request_bytes.append((len(items), request.ByteSize()))
         return super().aggregate(task, job_id, items)
 

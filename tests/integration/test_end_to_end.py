@@ -186,13 +186,12 @@ def test_wrong_token_refused(dep: Deployment) -> None:
         collector.collect(past_bucket(5), TP, wait=10)
     assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
     # The helper refuses a caller without the aggregator token.
-    from veil.protocol.v1 import helper_pb2, helper_pb2_grpc
+    from veil.aggregator.leader.helper_client import aggregation_job_request
+    from veil.protocol.v1 import helper_pb2_grpc
 
     with grpc.insecure_channel(dep.helper.address) as channel:
         stub = helper_pb2_grpc.HelperStub(channel)
-        request = helper_pb2.AggregationJobRequest(
-            task_id=dep.tasks["plain"].client.task_id, aggregation_job_id=bytes(16)
-        )
+        request = aggregation_job_request(dep.tasks["plain"].client.task_id, bytes(16), [])
         for metadata in ((), (("authorization", "Bearer wrong"),)):
             with pytest.raises(grpc.RpcError) as rpc:
                 stub.Aggregate(request, metadata=metadata, timeout=10)

@@ -19,7 +19,8 @@ import grpc
 import pytest
 
 from tests.support.deployment import Deployment, start_deployment
-from tests.support.helper_rpc import aggregate, verify_init
+from tests.support.helper_rpc import aggregate, honest_items
+from veil.aggregator.core import VerifyInitItem
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import UploadError, prepare_reports
 from veil.invite import blindrsa
@@ -132,10 +133,17 @@ def test_a_task_without_invitations_refuses_a_token(dep: Deployment) -> None:
     assert client.upload_reports([report]).accepted == 1
 
 
-def _verify_init(dep: Deployment, helper_token: bytes, rid: bytes) -> helper_pb2.VerifyInit:
-    client = dep.client("q1")
-    configs = (client.hpke_config(2), client.hpke_config(3))
-    return verify_init(dep.tasks["q1"].leader, configs, helper_token, rid)
+def _verify_init(dep: Deployment, helper_token: bytes, rid: bytes) -> VerifyInitItem:
+    helper_config = dep.client("q1").hpke_config(3)
+    (item,) = honest_items(
+        dep.tasks["q1"].leader,
+        [1],
+        helper_config,
+        int(time.time()),
+        report_ids=[rid],
+        tokens=[helper_token],
+    )
+    return item
 
 
 def test_the_helper_checks_tokens_with_the_leader_bypassed(dep: Deployment) -> None:
@@ -145,7 +153,7 @@ def test_the_helper_checks_tokens_with_the_leader_bypassed(dep: Deployment) -> N
     good_rid = secrets.token_bytes(REPORT_ID_SIZE)
     good = _verify_init(dep, issue(keys()[0], files.leader.task_id, good_rid), good_rid)
 
-    def job(items: list[helper_pb2.VerifyInit]) -> list[helper_pb2.VerifyResp]:
+    def job(items: list[VerifyInitItem]) -> list[helper_pb2.VerifyResp]:
         return aggregate(dep.helper.address, files.leader, items)
 
     for name, resp in zip(cases, job(inits), strict=True):

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from tests.support.cli import veil
-from tests.support.helper_rpc import aggregate, verify_init
+from tests.support.helper_rpc import aggregate, honest_items
 from veil.client import Client, UploadError, prepare_reports
 from veil.local.launcher import ServerProcess, free_port
 from veil.messages import REPORT_ID_SIZE
@@ -140,7 +140,10 @@ def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:
         # ...and by the helper, with the leader bypassed.
         leader_task = load_task(dep / "leader" / "tasks" / "remote.toml", LeaderTask)
         rid = secrets.token_bytes(REPORT_ID_SIZE)
-        (resp,) = aggregate(helper, leader_task, [verify_init(leader_task, configs, b"", rid)])
+        items = honest_items(
+            leader_task, [1], configs[1], int(time.time()), report_ids=[rid], tokens=[b""]
+        )
+        (resp,) = aggregate(helper, leader_task, items)
         assert resp.reject == helper_pb2.INVALID_TOKEN
 
         time.sleep(max(0.0, closes - time.time() + 0.5))

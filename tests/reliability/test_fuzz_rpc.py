@@ -43,6 +43,9 @@ from tests.support.reliability import (
     record,
     state_digest,
 )
+from veil.aggregator.core import VerifyInitItem
+from veil.aggregator.leader.helper_client import aggregation_job_request
+from veil.hpke import Ciphertext
 from veil.local.launcher import LocalDeployment
 from veil.protocol.v1 import helper_pb2, leader_pb2, messages_pb2
 from veil.task import DpSpec, VdafSpec
@@ -183,10 +186,8 @@ class Env:
         self.report = report
         # Aggregation jobs the helper ran, with its answer.
         self.answered_jobs: dict[tuple[bytes, bytes], helper_pb2.AggregationJobResponse] = {}
-        job = helper_pb2.AggregationJobRequest(
-            task_id=self.task_id, aggregation_job_id=secrets.token_bytes(16)
-        )
-        job.verify_inits.append(leader_verify_init_item(dep, "fuzz", self.t, 2))
+        self.item = leader_verify_init_item(dep, "fuzz", self.t, 2)
+        job = aggregation_job_request(self.task_id, secrets.token_bytes(16), [self.item])
         interval = messages_pb2.Interval(start=self.t, duration=TP)
         self.valid: dict[tuple[str, str], bytes] = {
             ("leader", "GetHpkeConfig"): messages_pb2.HpkeConfigRequest(
@@ -369,26 +370,27 @@ def test_structured_collections(
 @FUZZ
 @given(data=st.data(), authorized=st.booleans())
 def test_structured_aggregation_jobs(env: Env, data: st.DataObject, authorized: bool) -> None:
-    valid = helper_pb2.AggregationJobRequest.FromString(env.valid[("helper", "Aggregate")])
-    item = valid.verify_inits[0]
-    request = helper_pb2.AggregationJobRequest(
-        task_id=data.draw(_bytes(env.task_id)),
-        aggregation_job_id=data.draw(_bytes(secrets.token_bytes(16))),
+    # Each field of each report drawn from the honest item's value, edge
+    # values and random ones, then put on the wire as the leader puts it.
+    item = env.item
+    ct = item.encrypted_input_share
+    items = [
+        VerifyInitItem(
+            data.draw(st.one_of(st.just(secrets.token_bytes(16)), _bytes(item.report_id))),
+            data.draw(_ints(item.time)),
+            data.draw(_bytes(item.public_share)),
+            Ciphertext(
+                data.draw(_ints(ct.config_id, 32)),
+                data.draw(_bytes(ct.enc)),
+                data.draw(_bytes(ct.payload)),
+            ),
+            data.draw(_bytes(item.leader_verifier_share)),
+        )
+        for _ in range(data.draw(st.integers(0, 3)))
+    ]
+    request = aggregation_job_request(
+        data.draw(_bytes(env.task_id)), data.draw(_bytes(secrets.token_bytes(16))), items
     )
-    rs = item.report_share
-    for _ in range(data.draw(st.integers(0, 3))):
-        v = request.verify_inits.add(
-            leader_verifier_share=data.draw(_bytes(item.leader_verifier_share))
-        )
-        v.report_share.metadata.report_id = data.draw(
-            st.one_of(st.just(secrets.token_bytes(16)), _bytes(rs.metadata.report_id))
-        )
-        v.report_share.metadata.time = data.draw(_ints(rs.metadata.time))
-        v.report_share.public_share = data.draw(_bytes(rs.public_share))
-        ct = rs.encrypted_input_share
-        v.report_share.encrypted_input_share.config_id = data.draw(_ints(ct.config_id, 32))
-        v.report_share.encrypted_input_share.enc = data.draw(_bytes(ct.enc))
-        v.report_share.encrypted_input_share.payload = data.draw(_bytes(ct.payload))
     env.send("helper", "Aggregate", request.SerializeToString(), authorized, raw=False)
 
 

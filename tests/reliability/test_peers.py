@@ -27,6 +27,8 @@ from tests.support.reliability import (
     record,
     state_digest,
 )
+from veil.aggregator.core import VerifyInitItem
+from veil.aggregator.leader.helper_client import aggregation_job_request
 from veil.collector import CollectionError
 from veil.dp import decode
 from veil.hpke import (
@@ -39,7 +41,6 @@ from veil.hpke import (
     seal,
 )
 from veil.messages import vdaf_ctx
-from veil.messages.wire import ciphertext_to_pb
 from veil.protocol.v1 import helper_pb2, helper_pb2_grpc, leader_pb2, leader_pb2_grpc
 from veil.task import DpSpec, VdafSpec
 
@@ -140,9 +141,7 @@ def test_helper_refuses_unauthenticated_leader(dep: Deployment) -> None:
     channel, stub = _helper_stub(dep)
     ids = [r.report_id for r in reports]
     share = _share_request(dep, "plain", t, 3, _checksum(ids), secrets.token_bytes(16))
-    job = helper_pb2.AggregationJobRequest(
-        task_id=dep.tasks["plain"].client.task_id, aggregation_job_id=secrets.token_bytes(16)
-    )
+    job = aggregation_job_request(dep.tasks["plain"].client.task_id, secrets.token_bytes(16), [])
     wrong = [
         (),
         (("authorization", "Bearer " + secrets.token_urlsafe(32)),),
@@ -208,10 +207,8 @@ def test_helper_refuses_replays_from_the_leader(dep: Deployment) -> None:
     items = [leader_verify_init_item(dep, name, t, v) for v in (3, 4)]
     auth = _token(dep, name)
 
-    def job(job_id: bytes, its: list[Any]) -> helper_pb2.AggregationJobRequest:
-        return helper_pb2.AggregationJobRequest(
-            task_id=task_id, aggregation_job_id=job_id, verify_inits=its
-        )
+    def job(job_id: bytes, its: list[VerifyInitItem]) -> helper_pb2.AggregationJobRequest:
+        return aggregation_job_request(task_id, job_id, its)
 
     j1 = secrets.token_bytes(16)
     channel, stub = _helper_stub(dep)
@@ -471,7 +468,7 @@ def test_tampered_leader_shares_reject_every_value_alike(dep: Deployment) -> Non
     ctx = vdaf_ctx(leader_task.task_id)
     t = bucket(48)
 
-    def shifted_input_share(value: int) -> Any:
+    def shifted_input_share(value: int) -> VerifyInitItem:
         # The leader's measurement share shifted by one in its first coordinate,
         # then its verifier share computed honestly from the shifted share.
         rid = secrets.token_bytes(16)
@@ -486,19 +483,13 @@ def test_tampered_leader_shares_reject_every_value_alike(dep: Deployment) -> Non
             input_share_info(ROLE_HELPER, leader_task.task_id, rid, t, ps),
             vdaf.encode_input_share(shares[1]),
         )
-        item = helper_pb2.VerifyInit(leader_verifier_share=vdaf.encode_verifier_share(vs))
-        item.report_share.metadata.report_id = rid
-        item.report_share.metadata.time = t
-        item.report_share.public_share = ps
-        item.report_share.encrypted_input_share.CopyFrom(ciphertext_to_pb(ct))
-        return item
+        return VerifyInitItem(rid, t, ps, ct, vdaf.encode_verifier_share(vs))
 
-    def flipped_verifier_share(value: int) -> Any:
+    def flipped_verifier_share(value: int) -> VerifyInitItem:
         item = leader_verify_init_item(dep, name, t, value)
         share = bytearray(item.leader_verifier_share)
         share[0] ^= 1
-        item.leader_verifier_share = bytes(share)
-        return item
+        return item._replace(leader_verifier_share=bytes(share))
 
     accepted: dict[str, int] = {}
     auth = _token(dep, name)
@@ -509,10 +500,10 @@ def test_tampered_leader_shares_reject_every_value_alike(dep: Deployment) -> Non
             ("input share", shifted_input_share),
         ):
             for value in (0, 1, 9, 10):
-                request = helper_pb2.AggregationJobRequest(
-                    task_id=leader_task.task_id,
-                    aggregation_job_id=secrets.token_bytes(16),
-                    verify_inits=[build(value) for _ in range(6)],
+                request = aggregation_job_request(
+                    leader_task.task_id,
+                    secrets.token_bytes(16),
+                    [build(value) for _ in range(6)],
                 )
                 answer = stub.Aggregate(request, metadata=auth, timeout=30)
                 accepted[f"{how}, value {value}"] = sum(

@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Sequence
 
 from tests.support.backends import Backend
+from tests.support.helper_rpc import honest_items
 from veil.aggregator.core import AggregationAnswer, VerifyInitItem
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
@@ -16,7 +17,7 @@ from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord
 from veil.client import prepare_report
 from veil.hpke import Ciphertext
-from veil.messages import Report, vdaf_ctx
+from veil.messages import Report
 from veil.task import Task, TaskFiles
 
 NOW = 1_800_000_000
@@ -115,22 +116,8 @@ class World:
 
 
 def verify_init_items(world: World, n: int) -> list[VerifyInitItem]:
-    """Verify-init items as the leader would send them."""
-    task = world.files.leader
-    out = []
-    for v in range(n):
-        r = world.report(v % 2)
-        reason, plaintext = world.leader.jobs.open_leader_share(task, r)
-        assert reason is None and task.verify_key is not None
-        _state, share = world.vdaf.verify_init(
-            task.verify_key,
-            vdaf_ctx(task.task_id),
-            0,
-            None,
-            r.report_id,
-            world.vdaf.decode_public_share(r.public_share),
-            world.vdaf.decode_input_share(0, plaintext),
-        )
-        vs = world.vdaf.encode_verifier_share(share)
-        out.append(VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, vs))
-    return out
+    """Verify-init items of the values 0, 1, 0, ... at T as the leader would
+    send them (tests.support.helper_rpc.honest_items)."""
+    return honest_items(
+        world.files.leader, [v % 2 for v in range(n)], world.helper.current_config, T
+    )

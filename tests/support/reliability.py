@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import sqlite3
 import time
 from pathlib import Path
@@ -23,12 +22,11 @@ from typing import Any
 import grpc
 
 from tests.support.deployment import Deployment
+from tests.support.helper_rpc import honest_items
 from tests.support.times import past_bucket
+from veil.aggregator.core import VerifyInitItem
 from veil.aggregator.store.sqlite import SqliteDatastore
-from veil.hpke import ROLE_HELPER, input_share_info, seal
-from veil.messages import vdaf_ctx
-from veil.messages.wire import ciphertext_to_pb
-from veil.protocol.v1 import helper_pb2
+from veil.hpke import ROLE_HELPER
 
 TP = 3600
 
@@ -114,27 +112,10 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def leader_verify_init_item(dep: Deployment, name: str, t: int, value: int) -> Any:
-    """An aggregation job item for `value` as an honest leader would send it:
-    fresh client shares, the leader's verifier share computed from its own
-    input share, and the helper's input share sealed to the helper."""
-    client = dep.client(name)
-    leader_task = dep.tasks[name].leader
-    vdaf = client.vdaf
-    rid = secrets.token_bytes(16)
-    ctx = vdaf_ctx(leader_task.task_id)
-    public, shares = vdaf.shard(ctx, value, rid, secrets.token_bytes(vdaf.RAND_SIZE))
-    ps = vdaf.encode_public_share(public)
-    assert leader_task.verify_key is not None
-    _, leader_vs = vdaf.verify_init(leader_task.verify_key, ctx, 0, None, rid, public, shares[0])
-    ct = seal(
-        client.hpke_config(ROLE_HELPER),
-        input_share_info(ROLE_HELPER, leader_task.task_id, rid, t, ps),
-        vdaf.encode_input_share(shares[1]),
+def leader_verify_init_item(dep: Deployment, name: str, t: int, value: int) -> VerifyInitItem:
+    """An aggregation job item for `value` at `t` as an honest leader would
+    send it to the deployment's helper (tests.support.helper_rpc.honest_items)."""
+    (item,) = honest_items(
+        dep.tasks[name].leader, [value], dep.client(name).hpke_config(ROLE_HELPER), t
     )
-    item = helper_pb2.VerifyInit(leader_verifier_share=vdaf.encode_verifier_share(leader_vs))
-    item.report_share.metadata.report_id = rid
-    item.report_share.metadata.time = t
-    item.report_share.public_share = ps
-    item.report_share.encrypted_input_share.CopyFrom(ciphertext_to_pb(ct))
     return item
