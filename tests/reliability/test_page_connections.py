@@ -38,7 +38,7 @@ from tests.support.survey_site import (
 pytestmark = [pytest.mark.slow, pytest.mark.adversarial]
 
 TP = 3600
-MAX_CONNECTIONS = 1000  # the page's default
+MAX_CONNECTIONS = 1000  # the page's fixed cap before issue 40 (now sized from memory)
 # Past two read timeouts (10 s); the long mode holds past the 75 s of the report.
 HOLD = 80.0 if os.environ.get("VEIL_TEST_LONG") == "1" else 25.0
 HONEST = "127.0.0.2"

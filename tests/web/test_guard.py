@@ -18,7 +18,7 @@ from tests.support.survey_site import http as get
 from veil.deploy import deploy_survey
 from veil.survey import parse_survey
 from veil.web.app import ServeLimits, address_key
-from veil.web.guard import ConnectionGuard, raw_response
+from veil.web.guard import ConnectionGuard, connection_cap, raw_response
 
 pytestmark = pytest.mark.slow
 
@@ -182,3 +182,79 @@ def test_guard_counts_per_address_and_in_all() -> None:
     # Without --proxy-header no address is trusted.
     plain = ConnectionGuard(ServeLimits(max_per_address=1))
     assert plain.admit("127.0.0.1") == "127.0.0.1" and plain.admit("127.0.0.1") is None
+
+
+def test_a_newcomer_ends_the_connection_waiting_longest(client_dir: Path, tmp_path: Path) -> None:
+    """At the total cap a newcomer takes the slot of the connection whose
+    request has waited longest (503 if it had begun), where it was refused."""
+    serve, url = start_serve(
+        client_dir, tmp_path / "serve.log", "--max-connections", "3", "--max-per-address", "3"
+    )
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    held = []
+    try:
+        for i in range(3):
+            sock = connect(port)
+            if i == 0:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: page\r\n")  # begun, never finished
+            held.append(sock)
+            time.sleep(0.1)  # in order: the first has waited longest
+        with connect(port, "127.0.0.2") as newcomer:
+            newcomer.sendall(b"GET / HTTP/1.1\r\nHost: page\r\nConnection: close\r\n\r\n")
+            assert read_all(newcomer).startswith(b"HTTP/1.1 200 ")
+        oldest = read_all(held[0])
+        assert oldest.startswith(b"HTTP/1.1 503 "), oldest[:80]
+        assert b"retry-after: 5" in oldest
+        # The next newcomer ends the next oldest, which had sent nothing: closed unanswered.
+        with connect(port, "127.0.0.2") as again:
+            again.sendall(b"GET / HTTP/1.1\r\nHost: page\r\nConnection: close\r\n\r\n")
+            assert read_all(again).startswith(b"HTTP/1.1 200 ")
+        assert read_all(held[1]) == b""
+    finally:
+        for sock in held:
+            sock.close()
+        stop(serve)
+    assert "ended 1 that had waited longest for newcomers" in (tmp_path / "serve.log").read_text()
+
+
+def test_headers_have_a_shorter_deadline_than_the_body(client_dir: Path, tmp_path: Path) -> None:
+    serve, url = start_serve(
+        client_dir, tmp_path / "serve.log", "--header-timeout", "1", "--read-timeout", "4"
+    )
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    try:
+        with connect(port) as slow_headers:
+            began = time.monotonic()
+            slow_headers.sendall(b"GET / HTTP/1.1\r\nHost: page\r\n")
+            reply = read_all(slow_headers)
+            took = time.monotonic() - began
+        assert reply.startswith(b"HTTP/1.1 408 "), reply[:80]
+        assert b"headers did not arrive within 1 s" in reply
+        assert 0.5 < took < 3.5, took
+        # Whole headers in time: the body has the whole request's deadline.
+        with connect(port) as slow_body:
+            began = time.monotonic()
+            slow_body.sendall(
+                b"POST /reports HTTP/1.1\r\nHost: page\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n{"
+            )
+            reply = read_all(slow_body)
+            took = time.monotonic() - began
+        assert reply.startswith(b"HTTP/1.1 408 "), reply[:80]
+        assert b"the request did not arrive within 4 s" in reply
+        assert 3.5 < took < 8, took
+    finally:
+        stop(serve)
+
+
+def test_connection_cap_is_sized_from_memory_and_file_descriptors() -> None:
+    gib = 1 << 30
+    # An eighth of 8 GiB at 64 KiB + 64 KiB a connection.
+    assert connection_cap(64 * 1024, memory=8 * gib, fds=1 << 20) == 8192
+    assert connection_cap(64 * 1024, memory=16 * gib, fds=1 << 20) == 16384
+    # The open-file limit, less what the rest of the server needs.
+    assert connection_cap(64 * 1024, memory=64 * gib, fds=4096) == 4096 - 256
+    # Never below the floor, however little is free.
+    assert connection_cap(64 * 1024, memory=0, fds=0) == 64
+    assert ConnectionGuard(ServeLimits(max_connections=7)).max_connections == 7
+    assert ConnectionGuard(ServeLimits()).max_connections == connection_cap(64 * 1024)

@@ -41,6 +41,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return _fail(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 < args.read_timeout <= 3600:
         return _fail("--read-timeout must be more than 0 and at most 3600 seconds")
+    if not 0 < args.header_timeout <= 3600:
+        return _fail("--header-timeout must be more than 0 and at most 3600 seconds")
     if args.proxy_header is not None and not _TOKEN.fullmatch(args.proxy_header):
         return _fail(f"--proxy-header {args.proxy_header!r} is not a header name")
     if args.trusted_proxy and args.proxy_header is None:
@@ -55,6 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         rate=args.rate,
         per=60.0,
         read_timeout=args.read_timeout,
+        header_timeout=args.header_timeout,
         max_connections=args.max_connections,
         max_per_address=args.max_per_address,
         proxy_header=args.proxy_header,
@@ -147,10 +150,18 @@ def register(survey: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " request, headers and body (default 10)",
     )
     p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=3.0,
+        help="seconds from a connection's start, TLS handshake included, or its previous"
+        " response, to a request's whole headers (default 3; at most --read-timeout)",
+    )
+    p.add_argument(
         "--max-connections",
         type=int,
-        default=1000,
-        help="connections open at once (default 1000)",
+        help="connections open at once; a newcomer beyond them ends the connection that has"
+        " waited longest for its request (default: an eighth of the memory available at start"
+        " at --max-body + 64 KiB a connection, within the open-file limit)",
     )
     p.add_argument(
         "--max-per-address",

@@ -106,13 +106,15 @@ class ServeLimits:
 
     `max_body` bytes per request; `max_reports` per request (None: one per
     question); `rate` uploads per `per` seconds from one client address, with
-    bursts up to `rate`. `read_timeout` seconds from a connection's start (or
-    its previous response) to a whole request, headers and body;
-    `max_connections` open at once, `max_per_address` of them from one
-    address (an IPv6 /64 counts as one). `proxy_header` names the header in
-    which a reverse proxy at one of `trusted_proxies` passes the client's
-    address (the last address in it is taken: the one the proxy added);
-    None: addresses are the TCP peers'.
+    bursts up to `rate`. `header_timeout` seconds from a connection's start
+    (or its previous response) to a request's whole headers, `read_timeout`
+    to the whole request, headers and body; `max_connections` open at once
+    (None: sized from memory, veil.web.guard.connection_cap),
+    `max_per_address` of them from one address (an IPv6 /64 counts as
+    one). `proxy_header` names the header in which a reverse proxy at one
+    of `trusted_proxies` passes the client's address (the last address in
+    it is taken: the one the proxy added); None: addresses are the TCP
+    peers'.
     """
 
     max_body: int = 64 * 1024
@@ -120,10 +122,16 @@ class ServeLimits:
     rate: int = 20
     per: float = 60.0
     read_timeout: float = 10.0
-    max_connections: int = 1000
+    header_timeout: float = 3.0
+    max_connections: int | None = None
     max_per_address: int = 32
     proxy_header: str | None = None
     trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+
+    @property
+    def header_seconds(self) -> float:
+        """The headers' deadline: never later than the whole request's."""
+        return min(self.header_timeout, self.read_timeout)
 
     def trusts(self, peer: str) -> bool:
         """Whether `peer` is a proxy whose `proxy_header` names the client."""
