@@ -18,6 +18,14 @@ def issuer_dir(path: str) -> Path:
     return p / "issuer" if (p / "issuer").is_dir() else p
 
 
+def issuer_keys_fingerprint(directory: Path) -> str:
+    """The fingerprint of the issuer's keys (keys.pem, question order)."""
+    from veil.invite.issuer import read_keys
+    from veil.invite.token import keys_fingerprint, public_key_bytes
+
+    return keys_fingerprint([public_key_bytes(k.public_key()) for k in read_keys(directory)])
+
+
 def cmd_invite(args: argparse.Namespace) -> int:
     from veil.files import create_file
     from veil.invite.issuer import KEYS_FILE, IssuerError, mint
@@ -47,10 +55,15 @@ def cmd_invite(args: argparse.Namespace) -> int:
     except (IssuerError, OSError) as e:
         print(f"{name}: {e}", file=sys.stderr)
         return 2
-    lines = [f"{link}#invitation={c}" if link else c for c in codes]
+    fingerprint = issuer_keys_fingerprint(directory)
+    lines = [f"{link}#invitation={c}&keys={fingerprint}" if link else c for c in codes]
     # The codes exist in clear only in this file (the issuer keeps hashes).
     create_file(out, ("\n".join(lines) + "\n").encode(), 0o600)
     print(f"minted {len(codes)} invitations into {out} (one per respondent, each usable once)")
+    print(
+        f"issuer keys fingerprint: {fingerprint} (publish it with the survey; the links carry"
+        " it, and veil survey respond --issuer-keys checks it)"
+    )
     return 0
 
 

@@ -77,6 +77,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_survey_deploy(args: argparse.Namespace) -> int:
+    from veil.cli.invite import issuer_keys_fingerprint
     from veil.deploy import DeployError, deploy_survey
     from veil.survey import SurveyError, load_survey
     from veil.survey.statement import survey_statement
@@ -132,6 +133,10 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
             f" invite {dep.out} --count N --out invitations.txt, then veil survey issuer"
             f" --issuer-dir {issuer} --listen HOST:PORT (or veil survey serve --issuer-dir"
             f" {issuer})"
+        )
+        print(
+            f"  issuer keys fingerprint: {issuer_keys_fingerprint(issuer)}  (publish it with"
+            " the survey: respondents' clients check the keys they are given against it)"
         )
     else:
         print(

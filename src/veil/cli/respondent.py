@@ -339,6 +339,7 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
             args.survey_dir,
             invitation=args.invitation,
             issuer=args.issuer,
+            issuer_keys=args.issuer_keys,
             leader_root_certificates=read_pem(args.leader_ca),
             helper_root_certificates=read_pem(args.helper_ca),
             private_key=read_pem(args.client_key),
@@ -443,6 +444,12 @@ def register(
         "--issuer",
         metavar="URL",
         help="the issuer's address, e.g. https://survey.example/invitation (with --invitation)",
+    )
+    p.add_argument(
+        "--issuer-keys",
+        metavar="FINGERPRINT",
+        help="the fingerprint of the survey's issuer keys as the survey published it: the"
+        " client files' keys are checked against it before the invitation is redeemed",
     )
     _trust_arguments(p)
     add_retired_ca(p)

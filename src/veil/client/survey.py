@@ -9,7 +9,7 @@ answered question with `veil.client.Client`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from veil.client.client import Client
 from veil.client.prepare import prepare_reports
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.survey.description import load_description
-from veil.survey.model import AnswerError, SurveyError
+from veil.survey.model import AnswerError, Question, SurveyError
 from veil.task import ClientTask
 from veil.times import format_duration, format_time
 
@@ -56,7 +56,11 @@ class SurveyClient:
     of the issuer's POST /invitation endpoint). `respond` then redeems the
     invitation for one token per question (veil.invite.client) before it
     sends anything; a used invitation raises InvitationError ("This
-    invitation has already been used.").
+    invitation has already been used."). With `issuer_keys`, the survey's
+    published fingerprint of its issuer keys (veil.invite.token.keys_fingerprint,
+    printed by `veil survey deploy` and `veil survey invite`), the keys in
+    the client files are checked against it first: a SurveyError names both
+    fingerprints when they differ, and nothing is redeemed or sent.
     """
 
     def __init__(
@@ -65,6 +69,7 @@ class SurveyClient:
         *,
         invitation: str | None = None,
         issuer: str | None = None,
+        issuer_keys: str | None = None,
         leader_root_certificates: bytes | None = None,
         helper_root_certificates: bytes | None = None,
         private_key: bytes | None = None,
@@ -85,6 +90,11 @@ class SurveyClient:
         self.invitation = invitation
         self.issuer = issuer
         self.tasks: dict[str, ClientTask] = self.description.load_tasks()
+        self.issuer_keys: str | None = None
+        if self.survey.invitations:
+            self.issuer_keys = _issuer_keys(self.survey.questions, self.tasks, issuer_keys)
+        elif issuer_keys is not None:
+            raise SurveyError("this survey does not use invitations: it has no issuer keys")
         # Channels connect on first use; creating them here checks the
         # certificates (veil.trust.TrustError) before any answer is taken.
         self._clients: dict[str, Client] = {}
@@ -232,3 +242,32 @@ class SurveyClient:
             if on_progress is not None:
                 on_progress(1)
         return Responses(count, sent)
+
+
+def _issuer_keys(
+    questions: Sequence[Question], tasks: Mapping[str, ClientTask], published: str | None
+) -> str:
+    """The fingerprint of the issuer keys in `tasks` (question order);
+    SurveyError unless it is `published` (where given)."""
+    from veil.invite.token import TokenError, keys_fingerprint, normalise_keys_fingerprint
+
+    ders = []
+    for q in questions:
+        key = tasks[q.id].issuer_public_key
+        if key is None:
+            raise SurveyError(f"question {q.id!r}: its task file has no issuer key")
+        ders.append(key)
+    got = keys_fingerprint(ders)
+    if published is None:
+        return got
+    try:
+        want = normalise_keys_fingerprint(published)
+    except TokenError as e:
+        raise SurveyError(str(e)) from None
+    if got != want:
+        raise SurveyError(
+            f"the issuer keys in these client files have the fingerprint {got}, not the"
+            f" survey's published {want}: keys given to you alone could mark your answers."
+            " Nothing was sent and the invitation is unused; tell the survey's operator"
+        )
+    return got

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import secrets
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -39,6 +40,7 @@ CONTEXT_SIZE = 32
 KEY_ID_SIZE = 32
 TOKEN_SIZE = 2 + NONCE_SIZE + CONTEXT_SIZE + KEY_ID_SIZE + blindrsa.K_LEN
 CONTEXT_LABEL = b"veil-invitation-token-v1"
+KEYS_LABEL = b"veil-issuer-keys-v1"
 
 
 class TokenError(ValueError):
@@ -74,6 +76,27 @@ def load_public_key(public_key_der: bytes) -> rsa.RSAPublicKey:
     if pk.public_numbers().e != blindrsa.PUBLIC_EXPONENT:
         raise TokenError(f"the issuer public key's exponent must be {blindrsa.PUBLIC_EXPONENT}")
     return pk
+
+
+def keys_fingerprint(public_keys_der: Sequence[bytes]) -> str:
+    """A survey's issuer keys, in question order, as one fingerprint to
+    publish with the survey: SHA-256 of KEYS_LABEL and each key's id, as 64
+    hex digits. A respondent's client checks the keys it is given against
+    it before redeeming, so an issuer cannot hand one respondent keys of its
+    own (which would mark that respondent's tokens) unnoticed."""
+    h = hashlib.sha256(KEYS_LABEL)
+    for der in public_keys_der:
+        h.update(key_id(der))
+    return h.hexdigest()
+
+
+def normalise_keys_fingerprint(text: str) -> str:
+    """A fingerprint as 64 lowercase hex digits, from any spelling with
+    colons, spaces or dashes; TokenError otherwise."""
+    digits = "".join(c for c in text if c not in ": -").lower()
+    if len(digits) != 64 or any(c not in "0123456789abcdef" for c in digits):
+        raise TokenError(f"not an issuer keys fingerprint (64 hex digits): {text[:80]!r}")
+    return digits
 
 
 def token_input(ctx: bytes, kid: bytes) -> bytes:
