@@ -15,6 +15,42 @@ import { concat } from './prio3.js';
 const TOKEN_TYPE = new Uint8Array([0x00, 0x02]);
 const LABEL = new TextEncoder().encode('veil-invitation-token-v1');
 const NONCE_SIZE = 32;
+const KEYS_LABEL = new TextEncoder().encode('veil-issuer-keys-v1');
+
+const hex = (/** @type {Uint8Array} */ bytes) =>
+  Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+
+/**
+ * The fingerprint of a survey's issuer keys, as veil.invite.token.keys_fingerprint:
+ * SHA-256 of "veil-issuer-keys-v1" and each key's id (SHA-256 of its SPKI),
+ * in question order, as 64 hex digits.
+ * @param {Uint8Array[]} spkis
+ */
+export function keysFingerprint(spkis) {
+  return hex(sha256(concat(KEYS_LABEL, ...spkis.map((s) => sha256(s)))));
+}
+
+/**
+ * The fingerprint of the issuer keys `questions` carry; InvitationError if
+ * `published` (the survey's, e.g. from the link) is given and differs, so
+ * that keys given to this respondent alone are never used.
+ * @param {{issuer_public_key: string}[]} questions
+ * @param {string | null | undefined} published
+ */
+export function checkIssuerKeys(questions, published) {
+  const fingerprint = keysFingerprint(questions.map((q) => b64d(q.issuer_public_key)));
+  if (published !== null && published !== undefined) {
+    const want = published.replace(/[: -]/g, '').toLowerCase();
+    if (want !== fingerprint) {
+      throw new InvitationError(
+        `This page's issuer keys (fingerprint ${fingerprint}) are not the ones your link` +
+          ` names (${want}): keys given to you alone could mark your answers. Nothing was` +
+          " sent and your invitation is unused; tell the survey's operator.",
+      );
+    }
+  }
+  return fingerprint;
+}
 
 /**
  * The RFC 9474 variant of every token: the only one veil implements

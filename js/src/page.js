@@ -7,7 +7,12 @@
 
 import { MeasurementError } from './circuits.js';
 import { Client, hpkeConfigFromJson, reportToJson, usableConfig } from './client.js';
-import { InvitationError, finishInvitation, prepareInvitation } from './invite.js';
+import {
+  InvitationError,
+  checkIssuerKeys,
+  finishInvitation,
+  prepareInvitation,
+} from './invite.js';
 import { TextAnswerError, encodeTextAnswer } from './text.js';
 
 /**
@@ -213,7 +218,10 @@ async function main() {
   let survey = null;
   // A survey with invitations: the code comes in the link's #fragment, which
   // the browser never sends to a server.
-  const invitation = new URLSearchParams(location.hash.slice(1)).get('invitation');
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const invitation = fragment.get('invitation');
+  // The fingerprint of the survey's issuer keys as published (links carry it).
+  const publishedKeys = fragment.get('keys');
   // The sealed reports (with their tokens) stay in this tab's sessionStorage
   // until the server acknowledged them all: a retry, or a reload, sends the
   // very same reports, which the leader acknowledges as duplicates.
@@ -228,6 +236,31 @@ async function main() {
     closeForm(form, 'This survey is by invitation: open the link you were given.');
     form.dataset.ready = 'true';
     return;
+  }
+  // By invitation: the issuer keys this page serves, checked against the
+  // link's fingerprint and shown, before anything is filled in.
+  if (form.dataset.invitations !== undefined && sealed === null) {
+    try {
+      survey = await getJson('survey.json');
+      const fingerprint = checkIssuerKeys(
+        /** @type {any} */ (survey).questions,
+        publishedKeys,
+      );
+      const shown = document.getElementById('issuer-keys');
+      if (shown !== null) {
+        shown.textContent = `Issuer keys fingerprint: ${fingerprint}`;
+        shown.hidden = false;
+      }
+    } catch (e) {
+      if (e instanceof InvitationError) {
+        closeForm(form, e.message);
+        form.dataset.ready = 'true';
+        return;
+      }
+      // Unreachable for now: checked again when the answers are sent.
+      console.error(e);
+      survey = null;
+    }
   }
 
   form.addEventListener('input', (event) => {
@@ -286,6 +319,7 @@ async function main() {
           // The blinded tokens are kept until the issuer answered: a retry
           // after a lost answer sends the same ones and gets the same signatures.
 
+          checkIssuerKeys(/** @type {any} */ (questions), publishedKeys);
           let pending = JSON.parse(sessionStorage.getItem(pendingKey) ?? 'null');
           if (pending === null) {
             pending = await prepareInvitation(

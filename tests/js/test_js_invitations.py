@@ -118,3 +118,54 @@ def test_js_client_redeems_and_its_reports_pass_both_aggregators(tmp_path: Path)
 def report_id(lines: list[dict[str, object]], name: str, specs: dict[str, object]) -> bytes:
     index = list(specs).index(name)
     return report_from_json(lines[index]["report"]).report_id  # type: ignore[arg-type]
+
+
+def test_js_and_python_agree_on_the_issuer_keys_fingerprint() -> None:
+    """The page's fingerprint (js/src/invite.js) is the one veil survey
+    deploy and veil survey invite print (veil.invite.token.keys_fingerprint),
+    and its check refuses any other, in any spelling."""
+    node = require_node_client()
+    from veil.invite.token import keys_fingerprint
+
+    spkis = [public_key_bytes(blindrsa.generate_key().public_key()) for _ in range(3)]
+    published = keys_fingerprint(spkis)
+    script = r"""
+    import { checkIssuerKeys, keysFingerprint } from './src/invite.js';
+    const input = JSON.parse(process.argv[1]);
+    const questions = input.keys.map((k) => ({ issuer_public_key: k }));
+    const spkis = input.keys.map((k) => Buffer.from(k, 'base64url'));
+    const out = { fingerprint: keysFingerprint(spkis) };
+    out.spelled = checkIssuerKeys(questions, input.spelled);
+    out.unchecked = checkIssuerKeys(questions, null);
+    try { checkIssuerKeys(questions, input.other); } catch (e) { out.refused = e.message; }
+    try {
+      checkIssuerKeys(questions.slice(1), input.published);
+    } catch (e) {
+      out.fewer = e.message;
+    }
+    console.log(JSON.stringify(out));
+    """
+    spelled = ":".join(published[i : i + 2] for i in range(0, 64, 2)).upper()
+    arg = json.dumps(
+        {
+            "keys": [b64e(k) for k in spkis],
+            "published": published,
+            "spelled": spelled,
+            "other": "0" * 64,
+        }
+    )
+    done = subprocess.run(
+        [node, "--input-type=module", "-e", script, arg],
+        capture_output=True,
+        text=True,
+        cwd=JS_DIR,
+        timeout=60,
+        check=True,
+    )
+    out = json.loads(done.stdout)
+    assert out["fingerprint"] == out["spelled"] == out["unchecked"] == published
+    assert (
+        f"(fingerprint {published}) are not the ones your link names ({'0' * 64})"
+        in (out["refused"])
+    )
+    assert "are not the ones your link names" in out["fewer"]

@@ -165,3 +165,36 @@ def test_a_spent_token_with_other_content_is_refused_as_spent(invited: tuple[Pat
     assert answer["error"] == (
         "this invitation was already used to answer with other content; an invitation answers once"
     )
+
+
+def test_the_page_checks_the_issuer_keys_against_the_link(
+    invited: tuple[Path, str], browser: Any
+) -> None:
+    """Key consistency (issue 40, item 4): a link's fingerprint that is not
+    the one of the keys the page serves closes the form before anything is
+    redeemed; the right one opens it, and the page shows the fingerprint."""
+    from selenium.webdriver.common.by import By
+
+    from veil.cli.invite import issuer_keys_fingerprint
+
+    out, url = invited
+    (code,) = mint(out / "issuer", 1)
+    published = issuer_keys_fingerprint(out / "issuer")
+    other = "ab" * 32
+    browser.get("about:blank")
+    browser.get(f"{url}#invitation={code}&keys={other}")
+    wait_for(browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    said = status_text(browser)
+    assert f"This page's issuer keys (fingerprint {published}) are not the ones your link" in said
+    assert f"names ({other})" in said and "your invitation is unused" in said
+    controls = browser.find_elements(By.CSS_SELECTOR, "#survey input, #survey button")
+    assert controls and all(not c.is_enabled() for c in controls)
+    with sqlite3.connect(out / "issuer" / "issuer.db") as db:
+        assert db.execute("SELECT COUNT(used) FROM invitations").fetchone()[0] == 0
+    browser.get("about:blank")
+    spelled = ":".join(published[i : i + 2] for i in range(0, 64, 2)).upper()
+    browser.get(f"{url}#invitation={code}&keys={spelled}")
+    wait_for(browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+    shown = browser.find_element(By.ID, "issuer-keys")
+    assert shown.is_displayed() and shown.text == f"Issuer keys fingerprint: {published}"
+    assert all(c.is_enabled() for c in browser.find_elements(By.CSS_SELECTOR, "#survey input"))

@@ -122,6 +122,9 @@ def render_page(survey: Survey, script_integrity: str, style_integrity: str) -> 
     if survey.invitations:
         window += " data-invitations"
     questions = "".join(_question(q) for q in survey.questions)
+    # By invitation: the script shows the issuer keys' fingerprint here, to hold
+    # against the one the survey published.
+    keys = '<p id="issuer-keys" class="keys" hidden></p>\n' if survey.invitations else ""
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -149,7 +152,7 @@ on your device before they leave it.</p></noscript>
 {questions}
 <button type="submit">Send my answers</button>
 <p id="status" role="status" aria-live="polite"></p>
-</form>
+{keys}</form>
 </main>
 </body>
 </html>
