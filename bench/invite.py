@@ -5,6 +5,9 @@
   one RSA-2048 PSS verification), plus the helper's HPKE open of a share
   longer by the token, against one bare RSA-2048 verification measured in
   the same run; all as CPU time (time.process_time), medians of rounds.
+- One blind signature (`Signer.blind_sign`: the private operation and its
+  check) as CPU time, against `openssl speed rsa2048`'s sign rate on one
+  core measured in the same run (the bare private operation in C).
 - At the issuer: invitations redeemed per second for a survey of Q questions
   (one blind signature per question, the group commit of the burns) with C
   concurrent clients, against the same blind signatures alone in the same
@@ -13,8 +16,11 @@
 
 from __future__ import annotations
 
+import re
 import secrets
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -73,6 +79,30 @@ def aggregator_costs(n: int = 2000, rounds: int = 7) -> dict[str, float]:
         "helper HPKE open, no token": _cpu_us(lambda: open_(kp, plain_ct, info), n, rounds),
         "helper HPKE open, with token": _cpu_us(lambda: open_(kp, token_ct, info), n, rounds),
     }
+
+
+def signing_per_core(n: int = 500, rounds: int = 5) -> dict[str, float]:
+    """Blind signatures a second on one core (CPU time, median of rounds),
+    and `openssl speed rsa2048`'s RSA-2048 signs a second (absent where no
+    openssl command is found)."""
+    signer = blindrsa.Signer(blindrsa.generate_key())
+    n_mod = signer.public_key.public_numbers().n
+    messages = [(secrets.randbelow(n_mod)).to_bytes(blindrsa.K_LEN, "big") for _ in range(n)]
+    it = iter(messages * rounds)
+    out = {"veil blind_sign": 1e6 / _cpu_us(lambda: signer.blind_sign(next(it)), n, rounds)}
+    openssl = shutil.which("openssl")
+    if openssl is not None:
+        done = subprocess.run(
+            [openssl, "speed", "-seconds", "3", "rsa2048"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        match = re.search(r"^rsa 2048 bits\s+\S+s\s+\S+s\s+([\d.]+)", done.stdout, re.M)
+        if match:
+            out["openssl speed rsa2048 sign"] = float(match.group(1))
+    return out
 
 
 def issuer_rate(

@@ -21,7 +21,7 @@ from pathlib import Path
 # The measurements (bench/) live beside scripts/, outside the veil package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.invite import aggregator_costs, issuer_rate
+from bench.invite import aggregator_costs, issuer_rate, signing_per_core
 
 
 def main() -> None:
@@ -42,6 +42,12 @@ def main() -> None:
     helper = costs["helper token check"] + added
     print(f"{'added at the leader':<44} {leader:8.1f} {leader / verify:9.2f}")
     print(f"{'added at the helper (check + longer open)':<44} {helper:8.1f} {helper / verify:9.2f}")
+    print()
+    per_core = signing_per_core()
+    ours = per_core["veil blind_sign"]
+    theirs = per_core.get("openssl speed rsa2048 sign")
+    against = f", {ours / theirs:.2f} of openssl speed rsa2048's {theirs:,.0f}/s" if theirs else ""
+    print(f"blind signatures a second on one core (CPU time): {ours:,.0f}{against}")
     print()
     for clients in args.clients:
         rounds = issuer_rate(args.questions, args.invitations, args.rounds, clients)

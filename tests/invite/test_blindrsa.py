@@ -141,3 +141,29 @@ def test_a_forged_signature_with_the_right_fields_is_refused() -> None:
     forged = Token(genuine.nonce, genuine.context, genuine.key_id, secrets.token_bytes(256))
     with pytest.raises(TokenError, match="signature does not verify"):
         Verifier(der).check(forged.encode(), task_id, report_id)
+
+
+@pytest.mark.skipif(not _openssl.available(), reason="no OpenSSL 3 libcrypto")
+def test_openssl_public_operation_is_the_public_exponent_and_checks_signing() -> None:
+    sk = key()
+    n = sk.public_key().public_numbers().n
+    raw = _openssl.RawPrivateKey(blindrsa._private_der(sk))
+    for seed in (1, 2, 0x1234567, n - 1):
+        data = seed.to_bytes(blindrsa.K_LEN, "big")
+        assert int.from_bytes(raw.public_op(data), "big") == pow(seed, 65537, n)
+    # A faulty private operation never leaves the signer: the check catches it.
+    faulty = blindrsa.Signer(sk)
+    assert faulty._openssl is not None
+    genuine = faulty._openssl
+
+    class Faulty:
+        def private_op(self, data: bytes) -> bytes:
+            s = genuine.private_op(data)
+            return s[:-1] + bytes([s[-1] ^ 1])
+
+        def public_op(self, data: bytes) -> bytes:
+            return genuine.public_op(data)
+
+    faulty._openssl = Faulty()  # type: ignore[assignment]
+    with pytest.raises(blindrsa.BlindRSAError, match="signing failed"):
+        faulty.blind_sign((12345).to_bytes(blindrsa.K_LEN, "big"))

@@ -43,6 +43,8 @@ def _load() -> Any:
         ctypes.c_char_p,
         ctypes.c_size_t,
     ]
+    lib.EVP_PKEY_encrypt_init.argtypes = [vp]
+    lib.EVP_PKEY_encrypt.argtypes = lib.EVP_PKEY_decrypt.argtypes
     return lib
 
 
@@ -70,19 +72,35 @@ class RawPrivateKey:
 
     def private_op(self, data: bytes) -> bytes:
         """data^d mod n as len(data) bytes; raises OSError if OpenSSL refuses."""
+        return self._op(data, private=True)
+
+    def public_op(self, data: bytes) -> bytes:
+        """data^e mod n as len(data) bytes (the check of a signature, with
+        the GIL released, where Python's pow holds it for about 140 µs at
+        RSA-2048); raises OSError if OpenSSL refuses."""
+        return self._op(data, private=False)
+
+    def _op(self, data: bytes, *, private: bool) -> bytes:
         assert _LIB is not None
         ctx = _LIB.EVP_PKEY_CTX_new(self._pkey, None)
         if not ctx:
             raise OSError("EVP_PKEY_CTX_new failed")
+        init, run = (
+            (_LIB.EVP_PKEY_decrypt_init, _LIB.EVP_PKEY_decrypt)
+            if private
+            else (_LIB.EVP_PKEY_encrypt_init, _LIB.EVP_PKEY_encrypt)
+        )
         try:
-            if _LIB.EVP_PKEY_decrypt_init(ctx) <= 0:
-                raise OSError("EVP_PKEY_decrypt_init failed")
+            if init(ctx) <= 0:
+                raise OSError(
+                    "EVP_PKEY_decrypt_init failed" if private else "EVP_PKEY_encrypt_init failed"
+                )
             if _LIB.EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_NO_PADDING) <= 0:
                 raise OSError("EVP_PKEY_CTX_set_rsa_padding failed")
             out = ctypes.create_string_buffer(len(data))
             outlen = ctypes.c_size_t(len(data))
-            if _LIB.EVP_PKEY_decrypt(ctx, out, ctypes.byref(outlen), data, len(data)) <= 0:
-                raise OSError("the RSA private operation failed")
+            if run(ctx, out, ctypes.byref(outlen), data, len(data)) <= 0:
+                raise OSError(f"the RSA {'private' if private else 'public'} operation failed")
             return out.raw[: outlen.value].rjust(len(data), b"\x00")
         finally:
             _LIB.EVP_PKEY_CTX_free(ctx)

@@ -216,9 +216,14 @@ class Signer:
         if m >= self._n:
             raise BlindRSAError("the blinded message is not below the modulus")
         s = self._private_op(m)
-        if pow(s, self._e, self._n) != m:
+        if self._public_op(s) != m:
             raise BlindRSAError("signing failed: the signature does not verify")
         return _i2osp(s, self.modulus_len)
+
+    def _public_op(self, s: int) -> int:
+        if self._openssl is not None:
+            return _os2ip(self._openssl.public_op(_i2osp(s, self.modulus_len)))
+        return pow(s, self._e, self._n)
 
 
 def blind_sign(sk: rsa.RSAPrivateKey, blinded_msg: bytes) -> bytes:
