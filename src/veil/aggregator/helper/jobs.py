@@ -88,7 +88,8 @@ class JobScope(Protocol):
         ...
 
     def stored(self, job_id: bytes, digest: bytes) -> list[VerifyResult] | None:
-        """The job's stored answer, if it is answered from its record."""
+        """The job's stored answer, if it is answered from its record
+        (`digest`: the request's, in the VDAF's last round; empty before)."""
         ...
 
     def encode(self, results: Sequence[VerifyResult]) -> bytes:
@@ -205,13 +206,16 @@ class HelperJobs:
         batch or level collected meanwhile, make the job be checked again,
         and those reports are then refused as replayed or collected."""
         task = ctx.task
-        digest = scope.digest(job_id, items)
+        # What identifies the request is needed only where a job is stored:
+        # its last round (a first round of two is answered afresh).
+        last = scope.rounds == ctx.engine.ROUNDS
+        digest = scope.digest(job_id, items) if last else b""
         answer = scope.stored(job_id, digest)
         if answer is not None:
             return answer
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             verified = self.verify(ctx, scope, job_id, items)
-            if scope.rounds < ctx.engine.ROUNDS:
+            if not last:
                 return verified.results  # a round before the last stores nothing
             job = verified.job(task.task_id, job_id, digest, scope.encode(verified.results))
             try:
