@@ -17,6 +17,7 @@ from tests.support.survey_site import SURVEY, start_serve, stop
 from tests.support.survey_site import http as get
 from veil.deploy import deploy_survey
 from veil.survey import parse_survey
+from veil.web import guard as guard_module
 from veil.web.app import ServeLimits, address_key
 from veil.web.guard import ConnectionGuard, connection_cap, raw_response
 
@@ -247,7 +248,9 @@ def test_headers_have_a_shorter_deadline_than_the_body(client_dir: Path, tmp_pat
         stop(serve)
 
 
-def test_connection_cap_is_sized_from_memory_and_file_descriptors() -> None:
+def test_connection_cap_is_sized_from_memory_and_file_descriptors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     gib = 1 << 30
     # An eighth of 8 GiB at 64 KiB + 64 KiB a connection.
     assert connection_cap(64 * 1024, memory=8 * gib, fds=1 << 20) == 8192
@@ -257,4 +260,8 @@ def test_connection_cap_is_sized_from_memory_and_file_descriptors() -> None:
     # Never below the floor, however little is free.
     assert connection_cap(64 * 1024, memory=0, fds=0) == 64
     assert ConnectionGuard(ServeLimits(max_connections=7)).max_connections == 7
+    # By default, from what this machine has free (read once here: it moves
+    # between two reads).
+    monkeypatch.setattr(guard_module, "available_memory", lambda: 8 * gib)
     assert ConnectionGuard(ServeLimits()).max_connections == connection_cap(64 * 1024)
+    assert connection_cap(64 * 1024) == connection_cap(64 * 1024, memory=8 * gib)
