@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,19 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # start them early, so that no long file is left to run alone at the end.
 _LONG_MARKERS = ("slow", "fault", "load", "browser")
 _LONG_FOLDERS = ("reliability", "integration", "docs", "web", "js")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the parallel workers start, compile veil's field kernels (or
+    load them from numba's cache) once, in a process of its own. On a fresh
+    installation the first process to need them compiles them for a minute
+    and more on a busy machine, holding the cache lock every other process
+    waits on; left to the tests, that was a respondent inside some survey's
+    window, which closed before it had sent anything."""
+    if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
+        return
+    warm = "from veil.vdaf.batch import kernels as k; k.kernels(); k.idpf_kernels()"
+    subprocess.run([sys.executable, "-c", warm], check=True)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

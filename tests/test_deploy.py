@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.window import survey_window
 from veil.client import Client, UploadError
 from veil.collector import CollectionError, Collector
 from veil.deploy import DeployError, deploy_survey
@@ -138,12 +139,15 @@ def test_refuses_existing_directory_and_bad_addresses(tmp_path: Path) -> None:
 
 
 def test_written_deployment_runs(tmp_path: Path) -> None:
-    # A window of 10 s from now (time precision 2 s): uploads inside it are
-    # taken; collecting is refused until it closes, then the batch is released.
-    # The window holds both servers' start-up; the early collection is only
-    # tried with a second to spare, since the leader reads its own clock.
+    # A window of 10 s from now (time precision 2 s) at the suite's own load,
+    # stretched by the slowdown measured now (tests/support/window.py): uploads
+    # inside it are taken; collecting is refused until it closes, then the
+    # batch is released. The window holds both servers' start-up; the early
+    # collection is only tried with a second to spare, since the leader reads
+    # its own clock.
+    window = survey_window(10, 2)
     opens = int(time.time()) // 2 * 2
-    closes = opens + 10
+    closes = opens + window
     text = survey_text(
         f'time_precision = 2\nopens = "{format_time(opens)}"\ncloses = "{format_time(closes)}"\n'
     )

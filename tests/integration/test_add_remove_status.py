@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import veil
+from tests.support.window import survey_window
 from veil.cli import main
 from veil.client import SurveyClient
 from veil.collector import Collector
@@ -32,6 +33,8 @@ from veil.times import format_time
 pytestmark = pytest.mark.slow
 
 TP = 2
+# The window at the suite's own load, stretched by the slowdown measured when
+# the test deploys (tests/support/window.py).
 WINDOW = 30
 SURVEY = """
 [survey]
@@ -55,9 +58,10 @@ options = ["a", "b"]
 
 
 @pytest.fixture
-def deployed(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+def deployed(tmp_path: Path) -> Iterator[tuple[Path, int, int]]:
+    window = survey_window(WINDOW, TP)
     opens = int(time.time()) // TP * TP
-    closes = opens + WINDOW
+    closes = opens + window
     survey = tmp_path / "survey.toml"
     survey.write_text(SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes)))
     leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -74,7 +78,7 @@ def deployed(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     try:
         for server in servers:
             server.start()
-        yield dep, closes
+        yield dep, opens, closes
     finally:
         for server in servers:
             server.stop()
@@ -117,9 +121,9 @@ def collector_view(collector_dir: Path, capsys: pytest.CaptureFixture[str]) -> A
 
 
 def test_polling_between_single_uploads_shows_nothing_that_depends_on_the_count(
-    deployed: tuple[Path, int], capsys: pytest.CaptureFixture[str]
+    deployed: tuple[Path, int, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dep, closes = deployed
+    dep, opens, closes = deployed
     collector_dir = dep / "collector"
     first = collector_view(collector_dir, capsys)
     _, text, status = first
@@ -138,7 +142,7 @@ def test_polling_between_single_uploads_shows_nothing_that_depends_on_the_count(
     # One collection per question (`veil collect`, whose JSON withholds the count).
     for qid in ("remote", "team"):
         assert main(["collect", "--task", str(collector_dir / f"{qid}.toml"), "--start",
-                     str(closes - WINDOW), "--duration", str(WINDOW)]) == 0  # fmt: skip
+                     str(opens), "--duration", str(closes - opens)]) == 0  # fmt: skip
         collected = json.loads(capsys.readouterr().out)
         assert collected["report_count"] is None, collected
     _, text, status = collector_view(collector_dir, capsys)

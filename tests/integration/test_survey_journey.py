@@ -4,9 +4,11 @@ servers, respondents answering by label (a JSON Lines panel, a TOML file,
 one person at a terminal), the window closing, `veil survey collect`, and the
 report opened in a real browser.
 
-The window is under a minute (time precision 2 s): long enough for a loaded
-machine to start both servers and answer before it closes (15 to 20 s was not
-while the parallel workers ran the overload tests beside it).
+Each test's window (time precision 2 s) is under a minute at the suite's own
+load, stretched by the slowdown measured as it deploys
+(tests/support/window.py): long enough to start both servers and answer before
+it closes (15 to 20 s was not while the parallel workers ran the overload tests
+beside it; 40 to 60 s was not at load 6 to 14).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pytest
 
 from tests.support.cli import veil
 from tests.support.tls import write_ca, write_server_cert
+from tests.support.window import survey_window
 from veil.hpke import generate_keypair
 from veil.local.launcher import ServerProcess, free_port
 from veil.task import load_task, write_toml
@@ -165,9 +168,12 @@ class Deployed:
 def deploy(tmp_path: Path) -> Iterator[Any]:
     started: list[ServerProcess] = []
 
-    def run(tls: bool, window: int, epsilon: str = "2", min_batch_size: int = 50) -> Deployed:
+    def run(tls: bool, window: float, epsilon: str = "2", min_batch_size: int = 50) -> Deployed:
+        # The window is measured before the clock is read, so that it starts
+        # with the deployment.
+        stretched = survey_window(window, TP)
         opens = int(time.time()) // TP * TP
-        closes = opens + window
+        closes = opens + stretched
         survey = tmp_path / "survey.toml"
         survey.write_text(
             f'[survey]\nname = "Journey"\nepsilon = {epsilon}\nmin_batch_size = {min_batch_size}\n'
@@ -296,9 +302,17 @@ def test_collect_frictions(deploy: Any) -> None:
     d.wait_for_close()
     d.helper.stop()
     results = d.root / "results"
+    # Ctrl-C as at a terminal: the child takes SIGINT as Python's
+    # KeyboardInterrupt whatever it inherits. A child inherits an ignored
+    # signal, and pytest run in the background (`pytest &`) starts with
+    # SIGINT ignored, so `python -m veil.cli` would never see it.
+    interruptible = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+        " from veil.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     args = [
-        sys.executable, "-m", "veil.cli", "survey", "collect", "--survey-dir", str(d.collector),
-        "--out", str(results),
+        sys.executable, "-c", interruptible, "survey", "collect",
+        "--survey-dir", str(d.collector), "--out", str(results),
     ]  # fmt: skip
     env = dict(os.environ, VEIL_LOG_LEVEL="error")
     collect = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env)

@@ -15,6 +15,7 @@ import pytest
 from tests.support.browser import browser, status_text, wait_for
 from tests.support.survey_site import start_serve, stop
 from tests.support.text_survey import editors_survey
+from tests.support.window import survey_window
 from veil.collector.survey import collect_survey
 from veil.deploy import deploy_survey
 from veil.local.launcher import ServerProcess, free_port
@@ -24,7 +25,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 __all__ = ["browser"]  # the fixture, used by name
 
 TP = 5
-# Four process starts and four respondents inside the window (see tests/web/test_browser.py).
+# Four process starts and four respondents inside the window at the suite's
+# own load, stretched as tests/web/test_browser.py's.
 WINDOW = 60
 
 
@@ -48,9 +50,10 @@ def type_answer(driver: Any, url: str, text: str) -> str:
 def test_a_text_answer_typed_in_a_browser_is_counted(tmp_path: Path, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
+    window = survey_window(WINDOW, TP)
     now = int(time.time())
     opens = now - now % TP
-    closes = opens + WINDOW
+    closes = opens + window
     text = editors_survey(opens, closes, TP, max_bytes=6)
     leader_addr, helper_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     dep = deploy_survey(
