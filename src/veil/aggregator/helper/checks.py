@@ -3,6 +3,8 @@ task (every job's scope, veil.aggregator.helper.jobs)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from veil.aggregator.core import (
     INVALID_MESSAGE,
     INVALID_TOKEN,
@@ -11,6 +13,7 @@ from veil.aggregator.core import (
     TASK_EXPIRED,
     AggregatorBase,
     VerifyInitItem,
+    VerifyResult,
     split_helper_share,
 )
 from veil.aggregator.errors import JobConflict, ReportRejection
@@ -69,3 +72,18 @@ def same_request(job_id: bytes, stored_digest: bytes, digest: bytes) -> None:
         raise JobConflict(
             f"aggregation job {job_id.hex()} was already run with other content; use a fresh job id"
         )
+
+
+def stored_answer(
+    job_id: bytes,
+    stored: tuple[bytes, bytes] | None,
+    digest: bytes,
+    decode: Callable[[bytes], list[VerifyResult]],
+) -> list[VerifyResult] | None:
+    """A job's stored answer, (request digest, encoded answer) as its record
+    keeps them, decoded; None if there is none. A request that differs from
+    the stored one is a JobConflict."""
+    if stored is None:
+        return None
+    same_request(job_id, stored[0], digest)
+    return decode(stored[1])

@@ -48,7 +48,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
-from veil.aggregator.helper.checks import check_report, input_share_of, same_request
+from veil.aggregator.helper.checks import check_report, input_share_of, stored_answer
 from veil.aggregator.keys import KeyRing, tally_open
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
@@ -132,6 +132,16 @@ class JobScope(Protocol):
     ) -> list[VerifyResult] | None:
         """Store the job; the answer another process stored first, if any
         (ReportsAggregated, BucketCollected: check the job again)."""
+        ...
+
+    def deltas(
+        self,
+        ctx: TaskContext[HelperTask],
+        out: OutShares,
+        accepted: Sequence[tuple[int, bytes, int]],
+    ) -> list[BatchAggregate]:
+        """What the accepted reports (time bucket, report id, row of `out`)
+        add to the sums the scope keeps."""
         ...
 
     def finished(
@@ -314,7 +324,7 @@ class HelperJobs:
                 messages[i] = (message, share_next)
                 accepted.append((ctx.task.bucket(items[i].time), items[i].report_id, row))
             if isinstance(step, OutShares):
-                deltas = scope_deltas(ctx, scope, step, accepted)
+                deltas = scope.deltas(ctx, step, accepted)
         results: list[VerifyResult] = []
         for i, it in enumerate(items):
             answer = messages.get(i)
@@ -339,19 +349,6 @@ def _check(
     if reason is not None:
         return reason
     return scope.check(ctx, horizon, it)
-
-
-def scope_deltas(
-    ctx: TaskContext[HelperTask],
-    scope: JobScope,
-    out: OutShares,
-    accepted: Sequence[tuple[int, bytes, int]],
-) -> list[BatchAggregate]:
-    """What the accepted reports add: per time bucket for a task's uploads,
-    one sum (bucket 0) for a query's level."""
-    if isinstance(scope, UploadScope):
-        return job_deltas(ctx.engine, out, accepted)
-    return job_deltas(ctx.engine, out, [(0, rid, row) for _, rid, row in accepted], scope.agg_param)
 
 
 # --- a task's stored uploads (Prio3) --------------------------------------
@@ -457,10 +454,7 @@ class UploadScope:
 
     def stored(self, job_id: bytes, digest: bytes) -> list[VerifyResult] | None:
         stored = self.store.helper_job(self.task_id, job_id)
-        if stored is None:
-            return None
-        same_request(job_id, stored[0], digest)
-        return decode_response(stored[1])
+        return stored_answer(job_id, stored, digest, decode_response)
 
     def seen(self, ids: Sequence[bytes]) -> set[bytes]:
         self._collected = {}  # read again on each attempt of the job
@@ -514,10 +508,16 @@ class UploadScope:
         results: Sequence[VerifyResult],
     ) -> list[VerifyResult] | None:
         stored = self.store.commit_helper_job(job, share_merge(ctx.engine))
-        if stored is None:
-            return None
-        same_request(job.job_id, stored[0], job.request_hash)
-        return decode_response(stored[1])
+        return stored_answer(job.job_id, stored, job.request_hash, decode_response)
+
+    def deltas(
+        self,
+        ctx: TaskContext[HelperTask],
+        out: OutShares,
+        accepted: Sequence[tuple[int, bytes, int]],
+    ) -> list[BatchAggregate]:
+        """Summed per time bucket."""
+        return job_deltas(ctx.engine, out, accepted)
 
     def finished(
         self,

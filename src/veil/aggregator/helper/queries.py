@@ -41,6 +41,7 @@ from veil.aggregator.core import (
     VerifyResult,
     check_interval,
     check_window_closed,
+    job_deltas,
     share_merge,
 )
 from veil.aggregator.errors import (
@@ -50,7 +51,7 @@ from veil.aggregator.errors import (
     LevelCollected,
     ReportRejection,
 )
-from veil.aggregator.helper.checks import input_share_of, same_request
+from veil.aggregator.helper.checks import input_share_of, stored_answer
 from veil.aggregator.helper.jobs import HelperJobs, Opened
 from veil.aggregator.keys import KeyRing
 from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, ShareCache
@@ -66,7 +67,7 @@ from veil.aggregator.store.records import (
 from veil.hpke import ROLE_HELPER, input_share_info
 from veil.messages import REPORT_ID_SIZE
 from veil.task import HelperTask
-from veil.vdaf.engine import Round
+from veil.vdaf.engine import OutShares, Round
 from veil.vdaf.spec.poplar1 import Poplar1AggParam
 
 log = logging.getLogger(__name__)
@@ -249,10 +250,11 @@ class QueryScope:
         finished before, the reports it accepted are not replays."""
         store = self.store
         if self.rounds == 2:
-            stored = store.helper_job(self.task_id, job_id)
-            if stored is not None:
-                same_request(job_id, stored[0], digest)
-                return decode_response(stored[1])
+            answer = stored_answer(
+                job_id, store.helper_job(self.task_id, job_id), digest, decode_response
+            )
+            if answer is not None:
+                return answer
         self.agg_param = self.queries.record(
             self.ctx, self.encoded, self.start, self.duration, self.jobs.clock()
         )
@@ -363,10 +365,18 @@ class QueryScope:
             raise LevelCollected(
                 f"level {self.level} of the batch was collected while this job ran"
             ) from None
-        if stored is None:
-            return None
-        same_request(job.job_id, stored[0], job.request_hash)
-        return decode_response(stored[1])
+        return stored_answer(job.job_id, stored, job.request_hash, decode_response)
+
+    def deltas(
+        self,
+        ctx: TaskContext[HelperTask],
+        out: OutShares,
+        accepted: Sequence[tuple[int, bytes, int]],
+    ) -> list[BatchAggregate]:
+        """One sum (bucket 0) for the query's level."""
+        return job_deltas(
+            ctx.engine, out, [(0, rid, row) for _, rid, row in accepted], self.agg_param
+        )
 
     def finished(
         self,
