@@ -18,9 +18,13 @@ fresh connections) are answered 200 within 2 s, on SQLite, with the client
 as the TCP peer and behind `--proxy-header` (the honest client through the
 trusted proxy's address, the attackers not). The short mode holds the
 attack 12 s, past several header deadlines, and allows an honest request 2 s
-or three times the slowest it took before the attack, whichever is longer
-(the suite may share the machine with other tests); VEIL_TEST_LONG=1 holds
-it 40 s to the 2 s.
+or three times the slowest it took before the attack, whichever is longer,
+stretched by how much slower than the suite alone a process starts just
+before the attack (tests/support/window.py: the suite may share the machine
+with other work: at load about 20 the unstretched bound failed);
+VEIL_TEST_LONG=1 holds it 40 s to the 2 s. Before the change the attack's
+harm was refusals (503), not delay, which no stretch of the bound lets
+through.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from tests.support.survey_site import (
     stop,
     survey_servers,
 )
+from tests.support.window import SUITE_SLOWDOWN, startup_slowdown
 
 pytestmark = [pytest.mark.slow, pytest.mark.adversarial]
 
@@ -192,7 +197,8 @@ def test_slow_headers_from_many_addresses_cannot_hold_the_page(
         for _ in range(3)
         for method, path, data in (("GET", "/", None), ("POST", "/reports", body.encode()))
     ]
-    within = WITHIN if LONG else max(WITHIN, 3 * max(baseline))
+    stretch = max(1.0, startup_slowdown() / SUITE_SLOWDOWN)
+    within = WITHIN if LONG else max(WITHIN, 3 * max(baseline)) * stretch
     try:
         attack.start()
         assert attack.filled.wait(timeout=120), "the attack never opened its connections"
