@@ -21,7 +21,7 @@ import { TextAnswerError, encodeTextAnswer } from './text.js';
  * @typedef {{id: string, text: string, kind: string, task_id: string,
  *   vdaf: {type: string}, dp?: {local_epsilon?: string, local_max_choices?: number},
  *   options?: string[], max_choices?: number, max?: number,
- *   length?: number, labels?: string[], required?: boolean,
+ *   length?: number, labels?: string[], required?: boolean, total?: number,
  *   max_bytes?: number, case_sensitive?: boolean}} Question
  */
 
@@ -79,7 +79,7 @@ export function readAnswer(form, q) {
   );
   const checked = [...controls].filter((c) => c.checked);
   const empty =
-    q.kind === 'integer' || q.kind === 'vector' || q.kind === 'text'
+    q.kind === 'integer' || q.kind === 'vector' || q.kind === 'text' || q.kind === 'points'
       ? [...controls].every((c) => c.value.trim() === '')
       : checked.length === 0;
   // A multiple choice with nothing chosen is the answer "none of these" when
@@ -108,6 +108,8 @@ export function readAnswer(form, q) {
       return [...controls].map((c) => wholeNumber(c.value, q.max ?? 0));
     case 'text':
       return textAnswer(controls[0].value, q);
+    case 'points':
+      return pointsAnswer([...controls].map((c) => c.value), q.total ?? 0);
     default:
       throw new AnswerError(`This page cannot answer a question of kind ${q.kind}.`);
   }
@@ -137,6 +139,70 @@ function textAnswer(text, q) {
       e.code === 'empty' ? 'This question needs an answer.' : 'This answer cannot be sent as typed.',
     );
   }
+}
+
+/**
+ * The points typed for each option (an empty box is 0) and their sum, or null
+ * when some box does not hold a whole number.
+ * @param {string[]} texts
+ */
+export function pointsGiven(texts) {
+  const points = [];
+  for (const text of texts) {
+    const t = text.trim();
+    if (t === '') points.push(0);
+    else if (/^\d{1,15}$/.test(t)) points.push(Number(t));
+    else return null;
+  }
+  return { points, sum: points.reduce((a, b) => a + b, 0) };
+}
+
+/**
+ * A points answer: one whole number per option (an empty box is 0), adding up
+ * to at most `total`, as `veil survey respond` checks it.
+ * @param {string[]} texts @param {number} total
+ */
+export function pointsAnswer(texts, total) {
+  const given = pointsGiven(texts);
+  if (given === null) {
+    throw new AnswerError(`Give each option a whole number of points (0 to ${total}).`);
+  }
+  if (given.sum > total) {
+    throw new AnswerError(
+      `These add up to ${given.sum} points, over the ${total} you have: take ${given.sum - total} off.`,
+    );
+  }
+  return given.points;
+}
+
+/**
+ * What a points question's running total says, and whether it is over.
+ * @param {string[]} texts @param {number} total
+ */
+export function pointsTotalMessage(texts, total) {
+  const given = pointsGiven(texts);
+  if (given === null) return { text: `Points are whole numbers, 0 to ${total}.`, over: false };
+  if (given.sum > total) {
+    return {
+      text: `${given.sum} of ${total} points given: ${given.sum - total} too many.`,
+      over: true,
+    };
+  }
+  return { text: `${given.sum} of ${total} points given.`, over: false };
+}
+
+/** @param {HTMLElement} box a points question's fieldset */
+function showPointsTotal(box) {
+  const line = /** @type {HTMLElement | null} */ (box.querySelector('.points-total'));
+  if (line === null) return;
+  const inputs = /** @type {NodeListOf<HTMLInputElement>} */ (box.querySelectorAll('input'));
+  const { text, over } = pointsTotalMessage(
+    [...inputs].map((c) => c.value),
+    Number(line.dataset.total),
+  );
+  // Only a change is written, so that the live region speaks once per change.
+  if (line.textContent !== text) line.textContent = text;
+  line.classList.toggle('over', over);
 }
 
 /** @param {string} text @param {number} max */
@@ -266,6 +332,9 @@ async function main() {
   form.addEventListener('input', (event) => {
     const box = /** @type {HTMLElement} */ (event.target).closest('.question');
     if (box) showError(/** @type {HTMLElement} */ (box), '');
+    if (box && /** @type {HTMLElement} */ (box).dataset.kind === 'points') {
+      showPointsTotal(/** @type {HTMLElement} */ (box));
+    }
   });
 
   form.addEventListener('submit', async (event) => {

@@ -56,3 +56,32 @@ test('a text answer is read, normalised and refused with a plain message', async
   assert.throws(() => readAnswer(textForm('Emacs'), q), /too long: at most 4 bytes/);
   assert.throws(() => readAnswer(textForm('a\u0000'), q), /cannot be sent as typed/);
 });
+
+test('a points answer is one whole number per option, at most the total in all', async () => {
+  const { readAnswer, pointsAnswer, pointsTotalMessage } = await import('../src/page.js');
+  const q = /** @type {any} */ ({ id: 'budget', kind: 'points', total: 100 });
+  const pointsForm = (...values) =>
+    /** @type {any} */ ({ querySelectorAll: () => values.map((value) => ({ value, checked: false })) });
+  assert.deepEqual(readAnswer(pointsForm('40', ' 60 ', ''), q), [40, 60, 0]);
+  assert.deepEqual(readAnswer(pointsForm('', '', '0'), q), [0, 0, 0]);
+  assert.equal(readAnswer(pointsForm('', ' ', ''), q), null); // left out
+  assert.throws(() => readAnswer(pointsForm('', '', ''), { ...q, required: true }), /needs an answer/);
+  assert.throws(
+    () => readAnswer(pointsForm('70', '40', ''), q),
+    /add up to 110 points, over the 100 you have: take 10 off/,
+  );
+  for (const bad of ['-1', '1.5', 'ten', '1e3', '0x10', '9999999999999999']) {
+    assert.throws(() => pointsAnswer([bad, '0'], 100), /whole number of points/, bad);
+  }
+  assert.deepEqual(pointsAnswer(['100', ''], 100), [100, 0]);
+  assert.deepEqual(pointsTotalMessage(['40', '', '10'], 100), {
+    text: '50 of 100 points given.',
+    over: false,
+  });
+  assert.deepEqual(pointsTotalMessage(['90', '30'], 100), {
+    text: '120 of 100 points given: 20 too many.',
+    over: true,
+  });
+  assert.equal(pointsTotalMessage(['x'], 100).over, false);
+  assert.match(pointsTotalMessage(['x'], 100).text, /whole numbers/);
+});

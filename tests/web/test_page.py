@@ -71,3 +71,23 @@ def test_a_survey_by_invitation_tells_its_script_so() -> None:
     invited = SURVEY.replace("[survey]\n", "[survey]\ninvitations = true\n", 1)
     page = render_page(parse_survey(invited), "sha384-x", "sha384-y")
     assert re.search(r'<form id="survey" novalidate[^>]* data-invitations>', page)
+
+
+def test_a_points_question_gets_a_labelled_number_per_option_and_a_running_total() -> None:
+    survey = parse_survey(
+        SURVEY + '[[question]]\nid = "budget"\ntext = "Split 100 points"\nkind = "points"\n'
+        'options = ["training", "<tools>"]\ntotal = 100\n'
+    )
+    page = render_page(survey, "sha384-x", "sha384-y")
+    assert '<fieldset class="question" id="q-budget" data-kind="points">' in page
+    for i, option in enumerate(["training", "&lt;tools&gt;"]):
+        assert f'<label class="number" for="a-budget-{i}">{option} <input' in page
+        assert f'id="a-budget-{i}" name="budget" data-index="{i}"' in page
+    # Each box is described by the hint, the running total and the error.
+    assert page.count('aria-describedby="hint-budget total-budget err-budget"') == 2
+    assert (
+        '<p class="points-total" id="total-budget" aria-live="polite" data-total="100">'
+        "0 of 100 points given.</p>" in page
+    )
+    assert "Split up to 100 points across the options" in page
+    assert '<p class="error" id="err-budget" role="alert" hidden></p>' in page

@@ -269,6 +269,55 @@ def _show(q: Question, answer: Any) -> str:
     return str(answer)
 
 
+def answer_from_text(q: Question, text: str) -> Any:
+    """An answer as typed on the terminal or given by --answer, in the terms
+    `Question.to_measurement` takes: an option by its name or its number, a list
+    of them or of numbers separated by commas, a points split as option:points
+    pairs (`veil.survey.model.parse_points`), anything else as typed."""
+    text = text.strip()
+    if q.kind in ("choice", "multi_choice"):
+        picks = [t.strip() for t in text.split(",")] if q.kind == "multi_choice" else [text]
+        picks = [
+            q.options[int(t) - 1] if t.isdigit() and 1 <= int(t) <= len(q.options) else t
+            for t in picks
+            if t
+        ]
+        return picks if q.kind == "multi_choice" else picks[0]
+    if q.kind == "vector":
+        return [t.strip() for t in text.split(",")]
+    return text
+
+
+def answers_from_options(survey: Survey, given: list[str]) -> dict[str, Any]:
+    """One respondent's answers from --answer ID=TEXT options (each TEXT as the
+    terminal takes it); ValueError names a malformed option, an unknown or repeated
+    question, or an answer that does not fit."""
+    from veil.survey import AnswerError
+
+    answers: dict[str, Any] = {}
+    for option in given:
+        qid, sep, text = option.partition("=")
+        qid = qid.strip()
+        if not sep:
+            raise ValueError(f"--answer {option!r}: give ID=ANSWER, e.g. --answer remote=yes")
+        try:
+            q = survey.question(qid)
+        except KeyError:
+            known = ", ".join(q.id for q in survey.questions)
+            raise ValueError(
+                f"--answer {option!r}: no question {qid!r} (questions: {known})"
+            ) from None
+        if qid in answers:
+            raise ValueError(f"--answer: question {qid!r} is answered twice")
+        answer = answer_from_text(q, text)
+        try:
+            q.to_measurement(answer)
+        except AnswerError as e:
+            raise ValueError(f"--answer {option!r}: {e}") from None
+        answers[qid] = answer
+    return answers
+
+
 def ask(survey: Survey, read: Callable[[str], str], write: Callable[[str], None]) -> dict[str, Any]:
     """Ask each question on the terminal until the answer fits; an empty answer
     leaves the question out. Raises EOFError when the respondent quits."""
@@ -288,6 +337,13 @@ def ask(survey: Survey, read: Callable[[str], str], write: Callable[[str], None]
         elif q.kind == "text":
             case = "" if q.case_sensitive else ", counted in lower case"
             hint = f"a short text, at most {q.max_bytes} bytes{case}"
+        elif q.kind == "points":
+            for i, option in enumerate(q.options, 1):
+                write(f"  {i}) {option}")
+            hint = (
+                f"up to {q.total} points in all, as option:points separated by commas"
+                f" (e.g. 1:{q.total // 2}); an option left out gets 0"
+            )
         else:
             for i, option in enumerate(q.options, 1):
                 write(f"  {i}) {option}")
@@ -303,17 +359,7 @@ def ask(survey: Survey, read: Callable[[str], str], write: Callable[[str], None]
                 continue
             if not text:
                 break
-            answer: Any = text
-            if q.kind in ("choice", "multi_choice"):
-                picks = [t.strip() for t in text.split(",")] if q.kind == "multi_choice" else [text]
-                picks = [
-                    q.options[int(t) - 1] if t.isdigit() and 1 <= int(t) <= len(q.options) else t
-                    for t in picks
-                    if t
-                ]
-                answer = picks if q.kind == "multi_choice" else picks[0]
-            elif q.kind == "vector":
-                answer = [t.strip() for t in text.split(",")]
+            answer = answer_from_text(q, text)
             try:
                 q.to_measurement(answer)
             except AnswerError as e:
@@ -351,7 +397,11 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
     with client:
         survey = client.survey
         try:
-            if args.answers:
+            if args.answer:
+                if args.answers:
+                    raise ValueError("give --answers FILE or --answer ID=ANSWER, not both")
+                respondents, many = [("--answer", answers_from_options(survey, args.answer))], False
+            elif args.answers:
                 respondents, many = read_answers(Path(args.answers))
                 for where, answers in respondents:
                     try:
@@ -427,16 +477,27 @@ def register(
         description=(
             "Answer a deployed survey. Answers are given by label: yes_no as yes/no/true/false,"
             " integer as a number, choice as an option name, multi_choice as a list of option"
-            " names, vector as a list of numbers, text as a string (trimmed and, unless the"
-            " question is case-sensitive, lower-cased). FILE is one respondent (.toml or .json: an"
-            " object keyed by question id) or many (.jsonl: one object a line). A question left"
-            " out is not answered. Every answer is checked before anything is sent."
+            " names, vector as a list of numbers, points as a table of option names to points"
+            " (at most the question's total in all; an option left out gets 0), text as a"
+            " string (trimmed and, unless the question is case-sensitive, lower-cased). FILE is"
+            " one respondent (.toml or .json: an object keyed by question id) or many (.jsonl:"
+            " one object a line). --answer ID=ANSWER gives one question's answer as the"
+            " terminal takes it (remote=yes, tools=chat,wiki, ratings=3,7,5,"
+            " budget=training:40,tools:60), one --answer per question. A question left out is"
+            " not answered. Every answer is checked before anything is sent."
         ),
     )
     p.add_argument(
         "--survey-dir", required=True, help="the client/ directory of the survey's deployment"
     )
     p.add_argument("--answers", metavar="FILE", help="answers file (default: ask on the terminal)")
+    p.add_argument(
+        "--answer",
+        action="append",
+        metavar="ID=ANSWER",
+        help="one question's answer as the terminal takes it, e.g. --answer remote=yes or"
+        " --answer budget=training:40,tools:60 (points: option:points pairs); repeat per question",
+    )
     p.add_argument(
         "--invitation", metavar="CODE", help="your invitation code (a survey with invitations)"
     )

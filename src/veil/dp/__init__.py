@@ -46,6 +46,7 @@ from veil.dp.errors import (
 from veil.dp.estimates import (
     Estimate,
     clamp,
+    consistent_bounded_sum,
     consistent_box,
     consistent_histogram,
     estimate,
@@ -105,6 +106,7 @@ __all__ = [
     "apply_noise",
     "centred_lift",
     "clamp",
+    "consistent_bounded_sum",
     "consistent_box",
     "consistent_histogram",
     "decode",

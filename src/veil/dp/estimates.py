@@ -231,6 +231,25 @@ def consistent_histogram(estimates: Sequence[Estimate], total: int) -> list[Esti
     ]
 
 
+def consistent_bounded_sum(estimates: Sequence[Estimate], total: int) -> list[Estimate]:
+    """Non-negative values whose sum is at most the public `total` (each respondent's
+    points add up to at most theirs, so every option's sum and all of them together
+    are at most n times it), the closest such point in L2: the values clamped at 0
+    when those add up to at most `total`, else the projection onto the simplex of
+    `total` (`project_histogram`). Each interval is intersected with [0, total].
+
+    When all the raw intervals hold at once, the projection's shift θ is at most
+    their common half-width c (the truth's entries are at least v_i - c and add up
+    to at most `total`), so each value stays in its interval; otherwise it is
+    widened to hold the value, as in `consistent_histogram`.
+    """
+    clamped = [max(Fraction(e.value), Fraction(0)) for e in estimates]
+    values = clamped if sum(clamped) <= total else project_histogram(clamped, total)
+    return [
+        _into(e, v, Fraction(0), Fraction(total)) for e, v in zip(estimates, values, strict=True)
+    ]
+
+
 def mean(sum_estimate: Estimate, report_count: int) -> Estimate:
     """Mean (sum / n) with its interval; the report count n is public and exact."""
     if report_count < 1:

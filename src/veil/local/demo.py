@@ -83,8 +83,9 @@ def _with_truth(
     n = len(answers)
     exact = truth(replace(q, neighbouring="replace_one"), answers)
     sums = [exact] if isinstance(exact, int) else exact
-    # Counts, except where the rows are means (integer, vector) or shares (add_remove).
-    per_respondent = q.add_remove or q.kind in ("integer", "vector")
+    # Counts, except where the rows are means (integer, vector, points) or shares
+    # (add_remove).
+    per_respondent = q.add_remove or q.mean_top is not None
     values: list[Number] = [v / n if per_respondent else v for v in sums]
     truths = iter(values)
     shown = r.shown

@@ -42,6 +42,13 @@ def simulate_answer(question: Question, rng: random.Random) -> Any:
     if question.kind == "multi_choice":
         chosen = [o for i, o in enumerate(question.options) if rng.random() < 0.6 / (1 + i / 2)]
         return chosen[: question.max_choices]
+    if question.kind == "points":
+        # Split by weights that favour the first options; one respondent in five keeps
+        # some points back. Rounded down, so the split never exceeds the total.
+        weights = [rng.expovariate(1) / (1 + i / 2) for i in range(len(question.options))]
+        spent = question.total if rng.random() < 0.8 else rng.randint(0, question.total)
+        whole = sum(weights) or 1.0
+        return {o: int(spent * w / whole) for o, w in zip(question.options, weights, strict=True)}
     return [
         min(
             question.max, max(0, round(rng.gauss(question.max * (0.3 + 0.2 * i), question.max / 5)))

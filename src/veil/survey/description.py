@@ -47,10 +47,11 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
     Times are RFC 3339 in UTC; ε values are exact fractions as strings (ρ for
     the gaussian mechanism). Per kind a question carries: choice `options`;
     multi_choice `options` and `max_choices`; integer `max`; vector `length`,
-    `max` and, when named, `labels`; text `max_bytes` and `case_sensitive` (how
-    the device normalises an answer). `task_file` is the question's client task
-    file in the same directory (VDAF, aggregators, HPKE config); `task_id` is
-    its task id, so a reader can check that the two belong together. A report
+    `max` and, when named, `labels`; points `options` and `total`; text
+    `max_bytes` and `case_sensitive` (how the device normalises an answer).
+    `task_file` is the question's client task file in the same directory
+    (VDAF, aggregators, HPKE config); `task_id` is its task id, so a reader
+    can check that the two belong together. A report
     for a question is uploaded under that task with a time in [opens, closes).
     Nothing in it is secret.
     """
@@ -80,6 +81,8 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
             d["max_choices"] = q.max_choices
         if q.kind in ("integer", "vector"):
             d["max"] = q.max
+        if q.kind == "points":
+            d["total"] = q.total
         if q.kind == "vector":
             d["length"] = q.length
             if q.labels:
@@ -197,15 +200,22 @@ def load_description(directory: str | Path) -> Description:
         files[qid] = path.parent / task_file
         ids[qid] = _get(raw, "task_id", str, at)
         fields: dict[str, Any] = {}
-        if kind in ("choice", "multi_choice"):
+        if kind in ("choice", "multi_choice", "points"):
             options = _get(raw, "options", list, at)
             if len(options) < 2 or not all(isinstance(o, str) and o for o in options):
                 raise SurveyError(f"{at}: `options` must be a list of at least two names")
+            if kind == "points" and len(set(options)) != len(options):
+                # Points are given by option name: a repeated one could not be told apart.
+                raise SurveyError(f"{at}: `options` must not repeat a name")
             fields["options"] = tuple(options)
         if kind == "multi_choice":
             fields["max_choices"] = _get(raw, "max_choices", int, at)
         if kind in ("integer", "vector"):
             fields["max"] = _get(raw, "max", int, at)
+        if kind == "points":
+            fields["total"] = _get(raw, "total", int, at)
+            if fields["total"] < 1:
+                raise SurveyError(f"{at}: `total` must be at least 1")
         if kind == "vector":
             fields["length"] = _get(raw, "length", int, at)
             labels = raw.get("labels", [])

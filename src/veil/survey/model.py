@@ -11,8 +11,14 @@ integer        int in [0, max]            Prio3Sum(max); the mean uses the count
 choice         one of ``options``         Prio3Histogram(len(options))
 multi_choice   up to ``max_choices``      Prio3MultihotCountVec
 vector         ``length`` ints in [0,max] Prio3SumVec
+points         ints per option, sum ≤     Prio3L1BoundSum(len(options), total)
+               ``total``
 text           a string of ``max_bytes``  Poplar1(8 · max_bytes): heavy hitters
 =============  =========================  ======================================
+
+A points answer splits at most ``total`` points across the options ("allocate 100
+points"); the proof bounds the sum, not each entry, so one respondent moves the
+options' totals by at most twice the total in all (`veil.dp.sensitivities`).
 
 A text answer is normalised on the respondent's device (`veil.survey.text`) and
 its most frequent strings are found byte by byte (`veil.dp.heavy_hitters`).
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -40,7 +46,7 @@ from veil.vdaf import Poplar1, Prio3, registry
 # The interval a survey aims at by default: ±10% of each question's range
 # (`target_error`; `veil survey plan`).
 DEFAULT_TARGET_ERROR = Fraction(1, 10)
-KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector", "text")
+KINDS = ("yes_no", "integer", "choice", "multi_choice", "vector", "points", "text")
 MECHANISMS = ("geometric", "laplace", "gaussian", "none")
 
 
@@ -89,6 +95,8 @@ class Question:
     case_sensitive: bool = False
     threshold: int | None = None
     min_share: Fraction | None = None
+    # A points question: the points a respondent splits across the options (at most).
+    total: int = 0
 
     @property
     def add_remove(self) -> bool:
@@ -96,10 +104,22 @@ class Question:
         return self.neighbouring == "add_remove"
 
     @property
+    def mean_top(self) -> int | None:
+        """The top of a result row that is a mean per respondent, 0 to it (an integer's
+        or a vector's max, a points question's total); None where rows are counts."""
+        if self.kind in ("integer", "vector"):
+            return self.max
+        if self.kind == "points":
+            return self.total
+        return None
+
+    @property
     def vdaf_type(self) -> str:
         """The VDAF kind (veil.vdaf.registry) this question's answers are encoded with."""
         if self.kind == "text":
             return "poplar1"
+        if self.kind == "points":
+            return "l1boundsum"
         if self.add_remove:
             # Every type carries the count: a histogram's buckets add up to it; the
             # others get a last coordinate that is always 1.
@@ -123,6 +143,14 @@ class Question:
         """Parameters of the VDAF, named as in the draft."""
         if self.kind == "text":
             return {"bits": 8 * self.max_bytes}
+        if self.kind == "points":
+            # Each entry and the claimed sum are range-checked bits of the total's width.
+            n = len(self.options)
+            return {
+                "length": n,
+                "max_value": self.total,
+                "chunk_length": optimal_chunk_length((n + 1) * self.total.bit_length()),
+            }
         if self.add_remove:
             return self._add_remove_params()
         if self.kind == "yes_no":
@@ -224,6 +252,13 @@ class Question:
             return f"a list of at most {self.max_choices} of " + ", ".join(
                 repr(o) for o in self.options
             )
+        if self.kind == "points":
+            return (
+                f"whole numbers of points for the options, {self.total} at most in all, as"
+                f" option:points pairs (e.g. {self.options[0]}:{self.total // 2}) or one number"
+                " per option in order; an option left out gets 0. Options: "
+                + ", ".join(repr(o) for o in self.options)
+            )
         return f"a list of {self.length} whole numbers from 0 to {self.max}"
 
     def element_labels(self) -> tuple[str, ...]:
@@ -243,10 +278,15 @@ class Question:
         """A respondent's answer in the question's terms (yes/no, a number, an
         option name, a list of option names, a list of numbers) as the Prio3
         measurement. Raises AnswerError naming the question, the answer and
-        what is allowed. A text answer is normalised and becomes its 8·max_bytes
-        bits (`veil.survey.text`). Under add_remove a yes/no answer is the index of a
-        two-bucket histogram (no, yes), and a number, a list of options or a
-        vector gets a last element 1 that counts the report."""
+        what is allowed. A points answer (a mapping of option names to points, a
+        list in option order, or "a:40, b:60") becomes one entry per option, refused
+        when they add up to more than the total. A text answer is normalised and
+        becomes its 8·max_bytes bits (`veil.survey.text`). Under add_remove a
+        yes/no answer is the index of a two-bucket histogram (no, yes), and a
+        number, a list of options or a vector gets a last element 1 that counts
+        the report."""
+        if self.kind == "points":
+            return self._points(answer)
         if self.kind == "text":
             try:
                 return encode_text_answer(answer, self.max_bytes, self.case_sensitive).measurement
@@ -293,12 +333,66 @@ class Question:
             raise self._refuse(answer, f" ({len(answer)} numbers)")
         return [self._number(v, answer) for v in answer]
 
-    def _number(self, value: Any, answer: Any) -> int:
+    def _number(self, value: Any, answer: Any, top: int | None = None) -> int:
         if isinstance(value, str) and re.fullmatch(r"\s*\d{1,30}\s*", value):
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.max:
+        top = self.max if top is None else top
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
             raise self._refuse(answer)
         return value
+
+    def _points(self, answer: Any) -> list[int]:
+        """A points answer as its measurement, one entry per option: from a mapping of
+        option names to points (an option left out gets 0), a list of one number per
+        option in order, or the text form `parse_points` reads."""
+        if isinstance(answer, str):
+            try:
+                answer = parse_points(answer, self.options)
+            except ValueError as e:
+                raise self._refuse(answer, f" ({e})") from None
+        if isinstance(answer, Mapping):
+            unknown = [k for k in answer if not isinstance(k, str) or k not in self.options]
+            if unknown:
+                raise self._refuse(answer, f" ({unknown[0]!r} is not one of the options)")
+            values = [answer.get(option, 0) for option in self.options]
+        elif isinstance(answer, (list, tuple)):
+            if len(answer) != len(self.options):
+                why = f" ({len(answer)} numbers for {len(self.options)} options)"
+                raise self._refuse(answer, why)
+            values = list(answer)
+        else:
+            raise self._refuse(answer, " (not a mapping of options to points)")
+        points = [self._number(v, answer, self.total) for v in values]
+        if sum(points) > self.total:
+            raise AnswerError(
+                f"question {self.id!r}: the points add up to {sum(points)}, over the total of"
+                f" {self.total}; take {sum(points) - self.total} off"
+            )
+        return points
+
+
+def parse_points(text: str, options: Sequence[str]) -> dict[str, int] | list[str]:
+    """A points answer as typed: comma-separated option:points pairs ("a:40, b:60"; an
+    option's name may hold ':', the points follow the last one), or one number per
+    option in order ("40, 60, 0"). Raises ValueError on a repeated option; the names
+    and numbers are checked by `Question.to_measurement`."""
+    parts = [p.strip() for p in text.split(",")]
+    if all(":" not in p for p in parts):
+        return parts
+    pairs: dict[str, int] = {}
+    for part in parts:
+        if not part:
+            continue
+        name, sep, value = part.rpartition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not re.fullmatch(r"\d{1,30}", value):
+            raise ValueError(f"{part!r} is not option:points")
+        if name.isdigit() and name not in options and 1 <= int(name) <= len(options):
+            name = options[int(name) - 1]  # an option by its number, as the terminal lists them
+        if name in pairs:
+            raise ValueError(f"{name!r} is given twice")
+        pairs[name] = int(value)
+    return pairs
 
 
 YES_NO = {"yes": 1, "no": 0, "true": 1, "false": 0, "y": 1, "n": 0}

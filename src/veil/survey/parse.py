@@ -21,6 +21,10 @@ randomizes the answer before it is shared (veil.dp.local), so the answer stays
 ε_L-private even if both aggregators collude. The central budget is unchanged
 (randomization is pre-processing); the estimates are de-biased for it.
 
+A points question (``kind = "points"``) takes ``options`` (at least two) and
+``total`` (1 to 1,000,000: the points a respondent splits across them, at most in
+all); it takes no ``local_epsilon`` and is not asked under add_remove yet.
+
 A text question (``kind = "text"``) takes ``max_bytes`` (1 to 64, default 16: the
 longest answer in UTF-8 bytes, after normalisation), ``case_sensitive`` (default
 false: answers are lower-cased), and at most one of ``threshold`` (the noisy count
@@ -49,6 +53,10 @@ from veil.survey.model import KINDS, MECHANISMS, Question, Survey, SurveyError
 from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
 from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import Field, Field64, Field128
+
+# The most points a points question may split: its page keeps the running total in
+# a browser's numbers, and its proof's size grows with the total's bits.
+MAX_POINTS = 1_000_000
 
 SURVEY_KEYS = (
     "name",
@@ -86,6 +94,7 @@ QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
     "choice": ("options",),
     "multi_choice": ("options", "max_choices"),
     "vector": ("length", "max", "labels"),
+    "points": ("options", "total"),
     "text": ("max_bytes", "case_sensitive", "threshold", "min_share"),
 }
 
@@ -420,6 +429,8 @@ def _question(
             ) from None
     if kind == "yes_no":
         return Question(**common)
+    if kind == "points":
+        _points_allowed(loc, i, raw, neighbouring)
     if kind == "text":
         return _text_question(loc, i, raw, common)
     if kind == "integer":
@@ -458,8 +469,35 @@ def _question(
         raise loc.error(i, "options", "at most 100000 options are supported")
     if kind == "choice":
         return Question(**common, options=tuple(options))
+    if kind == "points":
+        top = min(MAX_POINTS, _max_fitting(Field128, respondents))
+        return Question(
+            **common, options=tuple(options), total=_positive_int(loc, i, raw, "total", top)
+        )
     max_choices = _positive_int(loc, i, raw, "max_choices", len(options))
     return Question(**common, options=tuple(options), max_choices=max_choices)
+
+
+def _points_allowed(loc: _Locator, i: int, raw: Mapping[str, Any], neighbouring: str) -> None:
+    """What a points question cannot be asked with (yet), refused at its line."""
+    if "total" not in raw:
+        raise loc.error(
+            i, "kind", "a points question needs `total`: the points a respondent splits (e.g. 100)"
+        )
+    if neighbouring == "add_remove":
+        raise loc.error(
+            i,
+            "kind",
+            'a points question cannot be asked under neighbouring = "add_remove" yet: its'
+            " means need a count of respondents, which its proof does not carry",
+        )
+    if "local_epsilon" in raw:
+        raise loc.error(
+            i,
+            "local_epsilon",
+            "a points question takes no `local_epsilon`: randomized response over a split of"
+            " points is not supported; its answers are protected by the servers' noise",
+        )
 
 
 def _text_question(

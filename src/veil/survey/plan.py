@@ -129,6 +129,8 @@ class QuestionPlan:
 
 def _unit(q: Question) -> tuple[str, Fraction]:
     """What a question's results count, and the top of their range per respondent."""
+    if q.kind == "points":
+        return f"mean points (0 to {q.total})", Fraction(q.total)
     if q.kind in ("integer", "vector"):
         return f"mean answer (0 to {q.max})", Fraction(q.max)
     if q.add_remove:
@@ -160,7 +162,7 @@ class _Question:
 
     def per_row(self, n: int) -> Fraction:
         """What turns an aggregate's units into a row's: 1/n for means and shares."""
-        means = self.q.kind in ("integer", "vector") or self.q.add_remove
+        means = self.q.mean_top is not None or self.q.add_remove
         return Fraction(1, n) if means else Fraction(1)
 
     def errors(self, n: int) -> tuple[float, float]:
@@ -199,7 +201,7 @@ class _Question:
 
     def range_at(self, n: int) -> Fraction:
         """The width of a row's possible range at n."""
-        if self.q.kind in ("integer", "vector") or self.q.add_remove:
+        if self.q.mean_top is not None or self.q.add_remove:
             return self.top
         return Fraction(n)
 
@@ -411,8 +413,8 @@ def local_costs(survey: Survey, respondents: int) -> list[LocalCost]:
     for q in survey.questions:
         if q.kind == "text":
             continue  # no local layer for text answers
-        # Integer and vector results are shown as means (per element for a vector).
-        scale = 1 / respondents if q.kind in ("integer", "vector") else 1.0
+        # Integer, vector and points results are shown as means (per element, option).
+        scale = 1 / respondents if q.mean_top is not None else 1.0
         plain = question_task(survey, replace(q, local_epsilon=None))
         without, _ = local_error(None, plain[1].plan(plain[0]), respondents)
         with_local = None
@@ -430,7 +432,7 @@ class ExpectedError:
 
     Relative to the question's scale: a share of the respondents for counts
     (yes_no, choice, multi_choice), a share of the answer range 0..max for the
-    means of integer and vector questions. `median` is the error exceeded half
+    means of integer, vector and points questions. `median` is the error exceeded half
     the time, `p90` one in ten times (the band), `rms` the root mean square.
     The servers' noise only (without any local layer).
     """
@@ -468,9 +470,9 @@ def expected_errors(
                 median = noise_half_width(plan, 0.5)[0] / unit
                 p90 = noise_half_width(plan, 0.1)[0] / unit
                 rms = local_error(None, plan, respondents)[0]
-            means = q.kind in ("integer", "vector")
-            scale = respondents * (q.max if means else 1)
-            what = f"share of the range 0..{q.max}" if means else "share of respondents"
+            top = q.mean_top
+            scale = respondents * (top or 1)
+            what = f"share of the range 0..{top}" if top else "share of respondents"
             out.append(
                 ExpectedError(
                     q.id, q.text, what, float(eps), median / scale, p90 / scale, rms / scale

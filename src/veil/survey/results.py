@@ -14,6 +14,8 @@ integer         the sum in [0, n·max]; the mean (sum / n) in [0, max]
 choice          counts non-negative and summing to n (L2 projection)
 multi_choice    each option's count in [0, n]
 vector          each element's sum in [0, n·max], its mean in [0, max]
+points          each option's sum non-negative, all of them summing to at
+                most n·total (L2 projection); each mean in [0, total]
 ==============  =====================================================
 
 Each interval is intersected with the same range, so it still covers at its
@@ -53,7 +55,12 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from veil.dp.accounting import Guarantee, decimal_text
-from veil.dp.estimates import Estimate, consistent_box, consistent_histogram
+from veil.dp.estimates import (
+    Estimate,
+    consistent_bounded_sum,
+    consistent_box,
+    consistent_histogram,
+)
 from veil.dp.heavy_hitters import Threshold, count_estimates, detection_floor
 from veil.survey.model import Question
 from veil.survey.text import answer_from_bytes
@@ -285,7 +292,8 @@ def _coordinates(r: Collected) -> list[Estimate]:
 def question_result(q: Question, r: Collected) -> QuestionResult:
     """Labelled rows of one collected question: option names for choices;
     "yes" for yes_no; "mean" (the sum over the report count) and "sum" for an
-    integer; each element's mean for a vector (its labels, or [i]).
+    integer; each element's mean for a vector (its labels, or [i]); each option's
+    mean points per respondent for a points question.
 
     Under add_remove the collector is not told the report count: `n` is the noisy
     count, and every row is a ratio of noisy sums (the share of yes, of each
@@ -298,10 +306,13 @@ def question_result(q: Question, r: Collected) -> QuestionResult:
     per = Fraction(1, n) if n else Fraction(0)
     one = Fraction(1)
     zero = Fraction(0)
-    top = Fraction(q.max) if q.kind in ("integer", "vector") else one
-    # One answer per report: a single choice's counts add up to n.
-    single = q.kind == "choice"
-    shown = consistent_histogram(raw, n) if single else consistent_box(raw, 0, n * top)
+    top = Fraction(q.mean_top) if q.mean_top is not None else one
+    if q.kind == "choice":  # one answer per report: the counts add up to n
+        shown = consistent_histogram(raw, n)
+    elif q.kind == "points":  # at most the total per report, over all options
+        shown = consistent_bounded_sum(raw, n * q.total)
+    else:
+        shown = consistent_box(raw, 0, n * top)
     pairs = list(zip(shown, raw, strict=True))
     rows: list[Row]
     if q.kind == "yes_no":
@@ -319,6 +330,12 @@ def question_result(q: Question, r: Collected) -> QuestionResult:
             for label, (s, e) in zip(q.element_labels(), pairs, strict=True)
         ]
         unit = f"mean answer (0 to {q.max})"
+    elif q.kind == "points":
+        rows = [
+            _row(label, s, e, per, zero, top)
+            for label, (s, e) in zip(q.options, pairs, strict=True)
+        ]
+        unit = f"mean points (0 to {q.total})"
     else:
         rows = [
             _row(label, s, e, one, zero, Fraction(n))

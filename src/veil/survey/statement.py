@@ -39,6 +39,7 @@ from veil.dp.accounting import (
     decimal_text,
 )
 from veil.survey.model import Question, Survey
+from veil.survey.tasks import question_task
 from veil.task import DpSpec, Task, VdafSpec
 
 __all__ = [
@@ -208,6 +209,7 @@ def _survey_statement(survey: Survey) -> PrivacyStatement:
     notes.append(_FLOOR_NOTE)
     notes.extend(local_notes)
     notes.extend(text_note(survey, q) for q in survey.questions if q.kind == "text")
+    notes.extend(points_note(survey, q) for q in survey.questions if q.kind == "points")
     return PrivacyStatement(
         SURVEY_UNIT, neighbouring, guarantee, guarantee, everyone, notes=tuple(notes)
     )
@@ -232,6 +234,20 @@ def text_note(survey: Survey, q: Question) -> str:
         f"answer is released only if its noisy count reaches {threshold.value} ({how}), so an "
         "answer given by one respondent is released with probability at most "
         f"{threshold.release_probability:.2g}."
+    )
+
+
+def points_note(survey: Survey, q: Question) -> str:
+    """How far one respondent moves a points question's totals, in words: the proof
+    bounds the sum of a split, not each option, so the noise is scaled to the L1 ball
+    of the total (`veil.dp.sensitivities`), not to every option at the total."""
+    vdaf, dp, _ = question_task(survey, q)
+    sensitivity = dp.plan(vdaf).sensitivity
+    return (
+        f"Points question {q.id!r}: each respondent splits at most {q.total} points, which both"
+        f" aggregators check in zero knowledge, so under {survey.neighbouring} neighbouring one"
+        f" respondent moves its options' totals by L1 = {sensitivity.l1} in all (L2² ="
+        f" {sensitivity.l2_squared}), whatever the number of options."
     )
 
 

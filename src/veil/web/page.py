@@ -2,7 +2,9 @@
 
 Every question is a fieldset whose legend is the question's text, with one
 labelled control per option or number, so screen readers announce the
-question with each control and the page works from the keyboard alone. Error
+question with each control and the page works from the keyboard alone. A
+points question adds its running total, which the script keeps in a polite
+live region. Error
 messages sit in each question's `role=alert` paragraph, filled by the script.
 The page loads one stylesheet and one script, both from this server and both
 pinned by Subresource Integrity; nothing else is fetched.
@@ -46,6 +48,22 @@ def _number(q: Question, cid: str, label: str) -> str:
     )
 
 
+def _points(q: Question) -> str:
+    """One number per option, and the running total, which the script keeps (a polite
+    live region: a screen reader hears it change without losing its place)."""
+    inputs = "".join(
+        f'<label class="number" for="a-{_attr(q.id)}-{i}">{escape(option)}'
+        f' <input type="text" inputmode="numeric" pattern="[0-9]*" autocomplete="off"'
+        f' id="a-{_attr(q.id)}-{i}" name="{_attr(q.id)}" data-index="{i}"'
+        f' aria-describedby="hint-{_attr(q.id)} total-{_attr(q.id)} err-{_attr(q.id)}"></label>'
+        for i, option in enumerate(q.options)
+    )
+    return (
+        f'{inputs}<p class="points-total" id="total-{_attr(q.id)}" aria-live="polite"'
+        f' data-total="{q.total}">0 of {q.total} points given.</p>'
+    )
+
+
 def _question(q: Question) -> str:
     if q.kind == "yes_no":
         body = "".join(
@@ -62,6 +80,12 @@ def _question(q: Question) -> str:
     elif q.kind == "integer":
         body = _number(q, f"a-{q.id}", "Your answer")
         hint = f"A whole number from 0 to {q.max}."
+    elif q.kind == "points":
+        body = _points(q)
+        hint = (
+            f"Split up to {q.total} points across the options, in whole numbers; an option"
+            " left empty gets none."
+        )
     elif q.kind == "text":
         cid = f"a-{q.id}"
         body = (
