@@ -21,6 +21,7 @@ from veil.hpke import (
     open_,
     open_payload,
     seal,
+    seal_with_aad,
 )
 
 
@@ -186,3 +187,66 @@ def test_an_open_in_two_steps() -> None:
         decapsulate(generate_keypair(9), ct)
     with pytest.raises(HpkeError, match="low-order"):
         decapsulate(_KEYPAIR, Ciphertext(ct.config_id, bytes(32), ct.payload))
+
+
+# --- DAP's SealBase with associated data, against pycryptodome's HPKE ------
+
+
+def _pycryptodome_private(private_key: bytes) -> object:
+    from Crypto.PublicKey import ECC
+
+    return ECC.construct(curve="Curve25519", seed=private_key)
+
+
+def _pycryptodome_public(public_key: bytes) -> object:
+    from Crypto.PublicKey import ECC
+
+    return ECC.construct(curve="Curve25519", point_x=int.from_bytes(public_key, "little"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(info=st.binary(max_size=64), aad=st.binary(max_size=200), plaintext=st.binary(max_size=300))
+def test_seal_with_aad_opens_in_pycryptodome_and_back(
+    info: bytes, aad: bytes, plaintext: bytes
+) -> None:
+    from Crypto.Protocol import HPKE
+
+    kp = generate_keypair(9)
+    ct = seal_with_aad(kp.config, info, aad, plaintext)
+    assert ct.config_id == 9 and len(ct.enc) == ENC_SIZE
+    receiver = HPKE.new(
+        receiver_key=_pycryptodome_private(kp.private_key),
+        aead_id=HPKE.AEAD.AES128_GCM,
+        enc=ct.enc,
+        info=info,
+    )
+    assert receiver.unseal(ct.payload, aad) == plaintext
+    sender = HPKE.new(
+        receiver_key=_pycryptodome_public(kp.config.public_key),
+        aead_id=HPKE.AEAD.AES128_GCM,
+        info=info,
+    )
+    theirs = Ciphertext(9, sender.enc, sender.seal(plaintext, aad))
+    assert open_(kp, theirs, info, aad) == plaintext
+
+
+def test_associated_data_is_bound() -> None:
+    kp = generate_keypair(1)
+    ct = seal_with_aad(kp.config, b"info", b"task and report", b"share")
+    assert open_(kp, ct, b"info", b"task and report") == b"share"
+    for info, aad in [(b"info", b"task and repora"), (b"info", b""), (b"infp", b"task and report")]:
+        with pytest.raises(HpkeError):
+            open_(kp, ct, info, aad)
+    # veil's own protocol (associated data in `info`, none in the AEAD) is
+    # unchanged: its ciphertexts do not open with a non-empty aad.
+    plain = seal(kp.config, b"info", b"share")
+    assert open_(kp, plain, b"info") == b"share"
+    with pytest.raises(HpkeError):
+        open_(kp, plain, b"info", b"x")
+
+
+def test_seal_with_aad_refuses_another_suite() -> None:
+    kp = generate_keypair(2)
+    other = HpkeConfig(2, kp.config.public_key, kem_id=0x0010)
+    with pytest.raises(HpkeError, match="unsupported suite"):
+        seal_with_aad(other, b"", b"", b"x")

@@ -157,6 +157,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vdaf", "protocol", *PLUMBING),
     ("dp", "messages"),
     ("hpke", "invite"),
+    ("dap",),
     ("task",),
     ("survey",),
     ("render",),

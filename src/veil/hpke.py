@@ -5,12 +5,20 @@ AES-128-GCM.
 
 `seal` is `cryptography`'s single-shot HPKE
 (`cryptography.hazmat.primitives.hpke`). That API takes `info` but no AEAD
-associated data, so the DAP associated data (task id, report metadata,
-public share; or the batch of an aggregate share) is appended to the
-application label and carried in `info`. `info` enters the HPKE key
+associated data, so veil's gRPC protocol appends its associated data (task
+id, report metadata, public share; or the batch of an aggregate share) to
+the application label and carries it in `info`. `info` enters the HPKE key
 schedule, so a ciphertext opened with any other context fails exactly as
 with a wrong `aad`. The label is fixed per message kind, so label || context
 is an unambiguous encoding.
+
+DAP (veil.dap) puts its context in the AEAD's associated data instead, as
+draft-ietf-ppm-dap's SealBase(pk, info, aad, pt) does: `seal_with_aad` is
+that seal written out over the same key schedule as the open (an
+ephemeral X25519 key from `cryptography`), and `open_` and `open_payload`
+take the associated data as `aad` (empty by default, which is veil's own
+protocol). tests/test_hpke.py checks both directions against
+pycryptodome's independent HPKE.
 
 `open_` is written out here for this one suite (RFC 9180 sections 4.1, 5.1,
 5.2 and 7.1.3) and opens exactly what that seal produces (empty associated
@@ -154,6 +162,7 @@ __all__ = [
     "open_",
     "open_payload",
     "seal",
+    "seal_with_aad",
 ]
 
 
@@ -199,12 +208,30 @@ def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
     return Ciphertext(config.config_id, out[:ENC_SIZE], out[ENC_SIZE:])
 
 
-def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes) -> bytes:
-    """Open `ciphertext` (base mode, empty AEAD associated data, first
+def seal_with_aad(config: HpkeConfig, info: bytes, aad: bytes, plaintext: bytes) -> Ciphertext:
+    """SealBase(pkR, info, aad, pt) of RFC 9180 section 6.1 for veil's one
+    suite: a fresh ephemeral key (its Encap, section 4.1), the key schedule
+    of `open_payload` and AES-128-GCM over `plaintext` with `aad` as its
+    associated data. Raises HpkeError for another suite or a public key that
+    gives an all-zero shared secret."""
+    if not config.is_supported():
+        raise HpkeError(f"HPKE config {config.config_id} uses an unsupported suite")
+    ephemeral = X25519PrivateKey.generate()
+    enc = ephemeral.public_key().public_bytes_raw()
+    try:
+        dh = ephemeral.exchange(_public_key(config.public_key))
+    except ValueError:  # cryptography refuses an all-zero output
+        raise HpkeError("HPKE encryption failed: low-order public key") from None
+    key, nonce = _key_and_nonce(dh, enc, config.public_key, info)
+    return Ciphertext(config.config_id, enc, AESGCM(key).encrypt(nonce, plaintext, aad))
+
+
+def open_(keypair: HpkeKeypair, ciphertext: Ciphertext, info: bytes, aad: bytes = b"") -> bytes:
+    """Open `ciphertext` (base mode, AEAD associated data `aad`, first
     sequence number); raises HpkeError on any failure. `decapsulate`, then
     `open_payload`."""
     dh = decapsulate(keypair, ciphertext)
-    return open_payload(keypair, ciphertext.enc, ciphertext.payload, info, dh)
+    return open_payload(keypair, ciphertext.enc, ciphertext.payload, info, dh, aad)
 
 
 def decapsulate(keypair: HpkeKeypair, ciphertext: Ciphertext) -> bytes:
@@ -240,18 +267,36 @@ def decapsulate_enc(keypair: HpkeKeypair, enc: bytes) -> bytes:
 
 
 def open_payload(
-    keypair: HpkeKeypair, enc: bytes, payload: bytes | memoryview, info: bytes, dh: bytes
+    keypair: HpkeKeypair,
+    enc: bytes,
+    payload: bytes | memoryview,
+    info: bytes,
+    dh: bytes,
+    aad: bytes = b"",
 ) -> bytes:
     """The rest of an open, from the ciphertext's parts and `dh`, the output
     of `decapsulate_enc` for `enc`: the KEM's shared secret, the key
-    schedule and AES-128-GCM (all under the GIL). `payload` may be a view
-    into a larger buffer (a stored ciphertext), which is not copied. Raises
-    HpkeError if the ciphertext does not open with this context."""
-    enc = bytes(enc)
-    # ExtractAndExpand(dh, kem_context = enc || pkRm).
+    schedule and AES-128-GCM with `aad` as its associated data (all under
+    the GIL). `payload` may be a view into a larger buffer (a stored
+    ciphertext), which is not copied. Raises HpkeError if the ciphertext
+    does not open with this context."""
+    key, nonce = _key_and_nonce(dh, bytes(enc), keypair.recipient_public_key, info)
+    try:
+        return AESGCM(key).decrypt(nonce, payload, aad or None)
+    except (InvalidTag, ValueError) as e:
+        raise HpkeError("HPKE decryption failed") from e
+
+
+def _key_and_nonce(
+    dh: bytes, enc: bytes, recipient_public_key: bytes, info: bytes
+) -> tuple[bytes, bytes]:
+    """The AEAD key and the first message's nonce of a base-mode context:
+    the KEM's ExtractAndExpand (section 4.1) and the KeySchedule (section
+    5.1), shared by the seal and the open."""
+    # ExtractAndExpand(dh, kem_context = enc || pkR).
     eae_prk = _empty_salt_hmac(_EAE_PRK_PREFIX + dh)
     shared_secret = _hmac(
-        eae_prk, _SHARED_SECRET_PREFIX + enc + keypair.recipient_public_key + _FIRST_BLOCK
+        eae_prk, _SHARED_SECRET_PREFIX + enc + recipient_public_key + _FIRST_BLOCK
     )
     # KeySchedule (section 5.1), base mode: psk and psk_id empty.
     info_hash = _empty_salt_hmac(_INFO_HASH_PREFIX + info)
@@ -260,10 +305,7 @@ def open_payload(
     key = _hmac(secret, _KEY_PREFIX + info_hash + _FIRST_BLOCK)[:_KEY_SIZE]
     # The first message of the context: its nonce is the base nonce itself.
     nonce = _hmac(secret, _NONCE_PREFIX + info_hash + _FIRST_BLOCK)[:_NONCE_SIZE]
-    try:
-        return AESGCM(key).decrypt(nonce, payload, None)
-    except (InvalidTag, ValueError) as e:
-        raise HpkeError("HPKE decryption failed") from e
+    return key, nonce
 
 
 def input_share_info(
