@@ -193,7 +193,7 @@ def deploy_survey(
         from veil.invite.token import key_id, public_key_bytes
         from veil.task import b64e
 
-        for entry in public["questions"]:
+        for entry in (*public["questions"], *public.get("breakdowns", [])):
             der = public_key_bytes(issuer_keys[entry["id"]].public_key())
             entry["issuer_public_key"] = b64e(der)
             entry["issuer_key_id"] = b64e(key_id(der))

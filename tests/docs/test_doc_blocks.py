@@ -31,6 +31,9 @@ RUN = {
     ),
     ("docs/SURVEYS.md", "Run a survey", "sh"): "tests/docs/test_surveys_walkthrough.py",
     ("docs/SURVEYS.md", "Text questions", "sh"): "tests/docs/test_doc_blocks.py",
+    ("docs/SURVEYS.md", "Breakdowns: a question's answers in each group", "toml"): (
+        "tests/survey/test_breakdown.py"
+    ),
     ("docs/DEPLOYING.md", "Deploying a survey across two organisations", "sh"): (
         "tests/docs/test_deploying_tls_trial.py"  # the trial; the other block is parsed
     ),

@@ -109,7 +109,7 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
     except (SurveyError, DeployError, OSError) as e:
         print(f"veil survey deploy: {e}", file=sys.stderr)
         return 2
-    print(f"wrote the deployment of {survey.name!r} ({len(survey.questions)} tasks) to {dep.out}:")
+    print(f"wrote the deployment of {survey.name!r} ({len(survey.tasked)} tasks) to {dep.out}:")
     print(
         f"  {dep.leader_config.parent}/   to the leader's operator:  veil leader --config "
         f"{dep.leader_config}"
@@ -416,7 +416,7 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
     survey = files.survey
     assert survey.opens is not None and survey.closes is not None
     infos = {}
-    for q in survey.questions:
+    for q in survey.tasked:
         try:
             task = files.tasks[q.id]
             with Collector(task, leader_root_certificates=read_pem(args.leader_ca)) as c:
@@ -483,7 +483,7 @@ def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:
     except SurveyCollectError:
         return {}
     out = {}
-    for q in survey.questions:
+    for q in survey.tasked:
         job = recorded.jobs.get(q.id)
         if job is None:
             continue

@@ -3,7 +3,9 @@
 It reads the deployment's client/ directory (``survey.json``, veil.survey.description,
 and one task file per question), turns each answer into its question's
 measurement (`veil.survey.Question.to_measurement`) and uploads one report per
-answered question with `veil.client.Client`.
+answered question with `veil.client.Client`. A breakdown is answered from the
+answers already given: one more report, under its own task, whenever both its
+question and its group question are answered (`Question.breakdown_measurement`).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class SurveyClient:
         self.tasks: dict[str, ClientTask] = self.description.load_tasks()
         self.issuer_keys: str | None = None
         if self.survey.invitations:
-            self.issuer_keys = _issuer_keys(self.survey.questions, self.tasks, issuer_keys)
+            self.issuer_keys = _issuer_keys(self.survey.tasked, self.tasks, issuer_keys)
         elif issuer_keys is not None:
             raise SurveyError("this survey does not use invitations: it has no issuer keys")
         # Channels connect on first use; creating them here checks the
@@ -139,7 +141,8 @@ class SurveyClient:
         return now - now % self.survey.time_precision
 
     def measurements(self, answers: Any) -> dict[str, Any]:
-        """Each answered question's measurement; AnswerError on any bad answer."""
+        """Each answered question's measurement, and each breakdown's whose two
+        questions are answered (by its id); AnswerError on any bad answer."""
         if not isinstance(answers, Mapping):
             raise AnswerError(
                 f"answers must be an object keyed by question id, got {type(answers).__name__}"
@@ -157,11 +160,16 @@ class SurveyClient:
                 f"question {missing[0].id!r} needs an answer (the survey marks it required);"
                 f" give {missing[0].allowed()}"
             )
-        return {
+        out = {
             q.id: q.to_measurement(answers[q.id])
             for q in self.survey.questions
             if q.id in answers and answers[q.id] is not None
         }
+        for b in self.survey.breakdowns:
+            assert b.of is not None and b.by is not None
+            if b.of.id in out and b.by.id in out:
+                out[b.id] = b.breakdown_measurement(out[b.of.id], out[b.by.id])
+        return out
 
     def respond(self, answers: Mapping[str, Any]) -> Responses:
         """Upload one respondent's answers (one report per answered question)."""
@@ -177,7 +185,7 @@ class SurveyClient:
         names the respondent, counting from 1), then each question's reports go
         up in batches. `on_progress` is called with the number of reports sent
         by each batch."""
-        per_question: dict[str, list[Any]] = {q.id: [] for q in self.survey.questions}
+        per_question: dict[str, list[Any]] = {q.id: [] for q in self.survey.tasked}
         count = 0
         for n, answers in enumerate(respondents, 1):
             try:
@@ -215,7 +223,7 @@ class SurveyClient:
         if count != 1:
             raise AnswerError("an invitation is for one respondent: give one set of answers")
         assert self.invitation is not None and self.issuer is not None
-        qids = [q.id for q in self.survey.questions]
+        qids = [q.id for q in self.survey.tasked]
         tickets = dict(
             zip(
                 qids,

@@ -59,7 +59,7 @@ def survey_status(
     assert survey.opens is not None and survey.closes is not None
     questions: list[dict[str, Any]] = []
     spent_total = Fraction(0)
-    for q in survey.questions:
+    for q in survey.tasked:
         task, info = tasks[q.id], infos[q.id]
         own, counted = charged(task.dp, task.vdaf, info.collections_finished, survey.zcdp)
         spent_total += counted

@@ -168,7 +168,7 @@ def load_collector_dir(directory: str | os.PathLike[str]) -> SurveyFiles:
     if survey.opens is None or survey.closes is None:
         raise SurveyCollectError(f"{survey.path}: the survey has no window (`opens`, `closes`)")
     tasks = {}
-    for q in survey.questions:
+    for q in survey.tasked:
         path = directory / f"{q.id}.toml"
         try:
             task = load_task(path, CollectorTask)
@@ -299,7 +299,7 @@ def collect_survey(
     try:
         # Every key is checked before any batch is closed: one wrong file
         # must not cost the questions collected before it is found.
-        for q in survey.questions:
+        for q in survey.tasked:
             if q.id not in state.jobs and q.id not in state.text:
                 try:
                     collectors[q.id].check_collector_key()
@@ -309,7 +309,7 @@ def collect_survey(
         pending: dict[str, str] = {}
         elsewhere: dict[str, str] = {}
         ended: dict[str, str] = {}
-        for q in survey.questions:
+        for q in survey.tasked:
             if q.kind == "text":
                 outcome = _collect_text(
                     survey, q, collectors[q.id], state, state_path, wait, confidence, say

@@ -155,25 +155,27 @@ def _run(
     bars: _Progress,
     say: Callable[[str], None],
 ) -> list[QuestionResult]:
-    total = len(answers) * len(survey.questions)
+    total = len(answers) * len(survey.tasked)
     batch: dict[str, tuple[int, int]] = {}
     # One report per respondent and question: say so, or "1500 reports" for
     # 300 respondents looks like a miscount.
     per = f"{len(answers):,} respondents x {len(survey.questions)} questions"
+    if survey.breakdowns:
+        per += f" and {len(survey.breakdowns)} breakdowns"
     with bars.bar(total, f"upload ({per})") as bar:
-        for q in survey.questions:
+        for q in survey.tasked:
             with Client(deployment.tasks[q.id].client) as client:
                 report_time = client.report_time()
                 precision = deployment.tasks[q.id].client.time_precision
                 batch[q.id] = (report_time, precision)
-                measurements = [q.to_measurement(a[q.id]) for a in answers]
+                measurements = [q.measurement_from(a) for a in answers]
                 for i in range(0, len(measurements), UPLOAD_CHUNK):
                     chunk = measurements[i : i + UPLOAD_CHUNK]
                     client.upload_batch(chunk, report_time)
                     bar.update(len(chunk))
 
     # A text question's reports are aggregated when each level is collected.
-    counted = [q for q in survey.questions if q.kind != "text"]
+    counted = [q for q in survey.tasked if q.kind != "text"]
     total = len(answers) * len(counted)
     store = SqliteDatastore(deployment.root / "leader.db")
     try:
@@ -195,7 +197,7 @@ def _run(
         store.close()
 
     results = []
-    for q in survey.questions:
+    for q in survey.tasked:
         start, precision = batch[q.id]
         with Collector(deployment.tasks[q.id].collector) as collector:
             if q.kind == "text":

@@ -94,14 +94,16 @@ def simulate_text_answers(
 
 def truth(question: Question, answers: Sequence[Answers]) -> int | list[int]:
     """The exact aggregate the collector estimates, in Prio3's output terms:
-    a count, a sum, per-option counts or per-coordinate sums."""
+    a count, a sum, per-option (or a breakdown's per-cell) counts or
+    per-coordinate sums."""
     if question.kind == "text":
         raise ValueError("a text question's truth is each answer's count (veil.local.demo)")
-    measurements = [question.to_measurement(a[question.id]) for a in answers]
+    measurements = [question.measurement_from(a) for a in answers]
     if question.kind in ("yes_no", "integer"):
         return sum(int(m) for m in measurements)
-    if question.kind == "choice":
-        counts = [0] * len(question.options)
+    if question.kind == "choice" or question.vdaf_type == "histogram":
+        # One answer (a choice's option, a breakdown's cell) a report.
+        counts = [0] * len(question.element_labels())
         for m in measurements:
             counts[m] += 1
         return counts

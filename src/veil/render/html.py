@@ -7,6 +7,11 @@ Every figure is inline SVG drawn here (no script, no external asset, no
 font to fetch), and reads on its own: the question's words as its title, the
 unit on the axis, each estimate as a bar with its confidence interval drawn
 across it, n beside it.
+
+A breakdown is a table first (a row per group, a column per category, each
+cell's estimate with its interval under it), the primary view for every reader;
+its heat map beneath repeats the estimates as shades (darker: more), labelled
+and described for a screen reader, each cell's value in its tooltip.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ td:first-child, th:first-child { text-align: left; }
 .privacy summary { cursor: pointer; font-weight: 600; }
 .banner { background: #fff4e0; border-left: 4px solid #a05a00; padding: 0.5rem 1rem;
           font-weight: 600; }
+table.breakdown td { vertical-align: top; }
+table.breakdown .ci { display: block; color: #4a5562; font-size: 0.85em; }
+table.breakdown caption { text-align: left; color: #4a5562; }
 svg text { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }
 """
 
@@ -134,6 +142,81 @@ def chart(r: QuestionResult) -> str:
     return "".join(parts)
 
 
+# The heat map's shades, lightest (least) to darkest (most): one hue, so that
+# order reads without colour vision; the values are in the table above it.
+SHADES = ("#f1f6fb", "#d3e3f1", "#a9c8e3", "#75a5cf", "#3f78b0", "#1d4f80")
+CELL_W = 96
+CELL_H = 26
+
+
+def breakdown_table(r: QuestionResult) -> str:
+    """A breakdown's cells as a table: a row per group, a column per category."""
+    assert r.question.by is not None
+    groups, categories = r.table
+    head = "".join(f'<th scope="col">{escape(c)}</th>' for c in categories)
+    body = []
+    for i, g in enumerate(groups):
+        cells = r.rows[i * len(categories) : (i + 1) * len(categories)]
+        tds = "".join(
+            f"<td>{_num(row.estimate)}"
+            f'<span class="ci">{_num(row.ci_low)} to {_num(row.ci_high)}</span></td>'
+            for row in cells
+        )
+        body.append(f'<tr><th scope="row">{escape(g)}</th>{tds}</tr>')
+    return (
+        f'<table class="breakdown"><caption>{escape(r.unit)} in each cell, with its'
+        f" {r.confidence:.0%} interval under it; rows: {escape(r.question.by.text)}</caption>"
+        f'<thead><tr><th scope="col">group</th>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def heat_map(r: QuestionResult) -> str:
+    """A breakdown's estimates as shades of one hue (the table gives the values)."""
+    groups, categories = r.table
+    top = max((row.estimate for row in r.rows), default=0.0)
+    left = LABEL_WIDTH
+    width = left + CELL_W * len(categories) + RIGHT
+    height = TOP + CELL_H * len(groups) + 12
+    label = (
+        f"Heat map of {r.question.text}: darker cells hold more {r.unit}; the table above"
+        " gives each value"
+    )
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="8" y="18" font-size="12" fill="#4a5562">darker: more'
+        f" (lightest 0, darkest {_num(top)})</text>",
+    ]
+    for j, c in enumerate(categories):
+        cx = left + CELL_W * j + CELL_W / 2
+        name = c if len(c) <= 14 else c[:13] + "…"
+        parts.append(
+            f'<text x="{cx:.1f}" y="{TOP - 8}" font-size="12" text-anchor="middle"'
+            f' fill="#1d232b">{escape(name)}</text>'
+        )
+    for i, g in enumerate(groups):
+        y = TOP + CELL_H * i
+        name = g if len(g) <= 26 else g[:25] + "…"
+        parts.append(
+            f'<text x="{left - 8}" y="{y + CELL_H / 2 + 4:.1f}" font-size="12"'
+            f' text-anchor="end" fill="#1d232b">{escape(name)}</text>'
+        )
+        for j in range(len(categories)):
+            row = r.rows[i * len(categories) + j]
+            share = row.estimate / top if top > 0 else 0.0
+            shade = SHADES[min(len(SHADES) - 1, int(share * len(SHADES)))]
+            parts.append(
+                f'<rect x="{left + CELL_W * j}" y="{y}" width="{CELL_W - 2}"'
+                f' height="{CELL_H - 2}" fill="{shade}" stroke="#8a96a3" stroke-width="0.5">'
+                f"<title>{escape(row.label)}: {_num(row.estimate)}"
+                f" [{_num(row.ci_low)}, {_num(row.ci_high)}]</title></rect>"
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def _spent(survey: Survey, results: Sequence[QuestionResult]) -> str:
     """The budget these collections charged the ledgers (a text question: the levels
     it queried), against the survey's total, as `veil survey status` counts it."""
@@ -153,6 +236,15 @@ def _budget(text: str) -> str:
         return _num(float(text))
     except ValueError:
         return escape(text)
+
+
+def _counted(results: Sequence[QuestionResult]) -> str:
+    """ "5 questions", and ", 1 breakdown" where there are breakdowns."""
+    breakdowns = sum(1 for r in results if r.question.kind == "breakdown")
+    words = f"{len(results) - breakdowns} questions"
+    if breakdowns:
+        words += f" and {breakdowns} breakdown{'s' if breakdowns > 1 else ''}"
+    return words
 
 
 def privacy_lines(survey: Survey) -> list[str]:
@@ -205,6 +297,18 @@ def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
             else ""
         )
         figure = chart(r) if r.rows else ""
+        if r.question.kind == "breakdown":
+            assert r.question.of is not None and r.question.by is not None
+            sections.append(
+                f"<section><h2>{escape(r.question.text)}</h2>"
+                f'<p class="meta">breakdown <code>{escape(r.question.id)}</code>:'
+                f" <code>{escape(r.question.of.id)}</code> by"
+                f" <code>{escape(r.question.by.id)}</code>, n = {r.n} respondents who answered"
+                f" both, {privacy}</p>{banner}{breakdown_table(r)}"
+                f'<figure><figcaption class="meta">The same estimates as shades</figcaption>'
+                f"{heat_map(r)}</figure></section>"
+            )
+            continue
         if r.threshold is not None:
             # A text question: its rows are the answers found, and only those.
             found = (
@@ -231,7 +335,7 @@ def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
         f"<title>{escape(survey.name)}: results</title><style>{STYLE}</style></head><body><main>"
         f"<h1>{escape(survey.name)}</h1>"
         f'<p class="meta">Window {format_time(survey.opens)} to {format_time(survey.closes)}'
-        f" (UTC); {len(results)} questions; {escape(_spent(survey, results))}.</p>"
+        f" (UTC); {_counted(results)}; {escape(_spent(survey, results))}.</p>"
         + privacy_box(survey)
         + "".join(sections)
         + "</main></body></html>\n"

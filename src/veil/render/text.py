@@ -354,6 +354,11 @@ def format_plan(
         "target: the half-width aimed at, a share of the range (0 to n for counts, the scale"
         " for means)",
     ]
+    if any(p.kind == "breakdown" for p in plans):
+        lines.append(
+            "a breakdown's rows are its cells: its target is a share of what a cell holds when"
+            " the answers spread evenly over the cells"
+        )
     cut = [p for p in plans if p.raw_half_width > p.half_width]
     if cut:
         lines.append(
@@ -380,7 +385,19 @@ def format_plan(
         if p.detection_floor is None:
             continue
         lines.append(text_plan_line(survey, p))
-    noisy = [p.question for p in plans if p.indicative]
+    noisy = [p.question for p in plans if p.indicative and p.kind != "breakdown"]
+    crowded = [p for p in plans if p.indicative and p.kind == "breakdown"]
+    if crowded:
+        lines.append(
+            f"warning: at {n:,} respondents the cells of these breakdowns will be"
+            " noise-dominated (the interval's half-width reaches what a cell holds when the"
+            " answers spread evenly): "
+            + ", ".join(
+                f"{p.question} ({_amount(p.half_width)} against {p.range_high:,.3g} per cell)"
+                for p in crowded
+            )
+            + "; give them more of the budget, fewer groups, or more respondents"
+        )
     if noisy:
         lines.append(
             f"results at {n:,} respondents will be marked indicative only (the interval spans"

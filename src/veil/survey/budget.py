@@ -180,7 +180,7 @@ def with_epsilon(survey: Survey, epsilon: Fraction) -> Survey:
         new_total = epsilon
     factor = new_total / survey.total
     questions = []
-    for q in survey.questions:
+    for q in survey.tasked:
         share = q.share * factor
         if q.mechanism == "gaussian":
             eps, rho = None, share
@@ -189,17 +189,24 @@ def with_epsilon(survey: Survey, epsilon: Fraction) -> Survey:
         else:
             eps, rho = share, None
         questions.append(replace(q, epsilon=eps, rho=rho, share=share))
+    asked = len(survey.questions)
     return replace(
         survey,
         epsilon=None if survey.zcdp else new_total,
         rho=new_total if survey.zcdp else None,
-        questions=tuple(questions),
+        questions=tuple(questions[:asked]),
+        breakdowns=tuple(questions[asked:]),
     )
 
 
 def with_local_epsilon(survey: Survey, local_epsilon: Fraction) -> Survey:
     """The same survey with randomized response at ε_L on every question."""
     eps = parse_local_epsilon(local_epsilon)
+    if survey.breakdowns:
+        raise ValueError(
+            "a survey with breakdowns takes no local layer yet: its breakdowns would send"
+            " the answers unrandomized"
+        )
     questions = tuple(replace(q, local_epsilon=eps) for q in survey.questions)
     return replace(survey, questions=questions)
 
@@ -217,7 +224,7 @@ def text_mechanism_variant(survey: Survey) -> Survey | None:
     if not texts or len(texts) == len(survey.questions) or survey.total is None:
         return None
     to = "geometric" if any(q.mechanism == "gaussian" for q in texts) else "gaussian"
-    mechanisms = [to if q.kind == "text" else q.mechanism for q in survey.questions]
+    mechanisms = [to if q.kind == "text" else q.mechanism for q in survey.tasked]
     zcdp = "gaussian" in mechanisms
     delta = survey.delta or DEFAULT_DELTA
     if survey.zcdp == zcdp:
@@ -229,7 +236,7 @@ def text_mechanism_variant(survey: Survey) -> Survey | None:
         total = zcdp_epsilon(survey.rho, delta)
     factor = total / survey.total
     questions = []
-    for q, mechanism in zip(survey.questions, mechanisms, strict=True):
+    for q, mechanism in zip(survey.tasked, mechanisms, strict=True):
         share = q.share * factor
         if mechanism == "gaussian":
             eps, rho = None, share
@@ -243,5 +250,6 @@ def text_mechanism_variant(survey: Survey) -> Survey | None:
         epsilon=None if zcdp else total,
         rho=total if zcdp else None,
         delta=delta if zcdp else None,
-        questions=tuple(questions),
+        questions=tuple(questions[: len(survey.questions)]),
+        breakdowns=tuple(questions[len(survey.questions) :]),
     )

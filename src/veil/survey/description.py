@@ -19,7 +19,15 @@ from typing import Any
 from veil.dp.accounting import DEFAULT_DELTA
 from veil.dp.heavy_hitters import MAX_TEXT_BYTES
 from veil.dp.local import parse_local_epsilon
-from veil.survey.model import KINDS, MECHANISMS, Question, Survey, SurveyError
+from veil.survey.model import (
+    BREAKDOWN_BY,
+    BREAKDOWN_OF,
+    KINDS,
+    MECHANISMS,
+    Question,
+    Survey,
+    SurveyError,
+)
 from veil.task import ClientTask, TaskError, load_task
 from veil.times import TimeFormatError, format_time, parse_time
 
@@ -53,7 +61,11 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
     (VDAF, aggregators, HPKE config); `task_id` is its task id, so a reader
     can check that the two belong together. A report
     for a question is uploaded under that task with a time in [opens, closes).
-    Nothing in it is secret.
+    A survey with breakdowns lists them under ``"breakdowns"`` after the
+    questions, each with `id`, `text`, ``"kind": "breakdown"``, `question` and
+    `by` (the ids of the question counted and of the group question), its
+    budget, `task_file` and `task_id`: a respondent's device answers it from
+    the two answers (`Question.breakdown_measurement`). Nothing in it is secret.
     """
     if survey.opens is None or survey.closes is None:
         raise SurveyError(f"{survey.path}: a deployed survey needs a window (`opens`, `closes`)")
@@ -92,6 +104,18 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
             d["max_bytes"] = q.max_bytes
             d["case_sensitive"] = q.case_sensitive
         questions.append(d)
+    breakdowns = []
+    for b in survey.breakdowns:
+        assert b.of is not None and b.by is not None
+        d = {"id": b.id, "text": b.text, "kind": b.kind, "question": b.of.id, "by": b.by.id}
+        d["mechanism"] = b.mechanism
+        if b.rho is not None:
+            d["rho"] = str(b.rho)
+        elif b.epsilon is not None:
+            d["epsilon"] = str(b.epsilon)
+        d["task_file"] = f"{b.id}.toml"
+        d["task_id"] = task_ids[b.id]
+        breakdowns.append(d)
     out: dict[str, Any] = {
         "format": DESCRIPTION_FORMAT,
         "id": survey.id,
@@ -112,6 +136,8 @@ def public_description(survey: Survey, task_ids: Mapping[str, str]) -> dict[str,
     elif survey.epsilon is not None:
         out["epsilon"] = str(survey.epsilon)
     out["questions"] = questions
+    if breakdowns:
+        out["breakdowns"] = breakdowns
     return out
 
 
@@ -127,11 +153,11 @@ class Description:
     document: Mapping[str, Any] = field(default_factory=dict)
 
     def load_tasks(self) -> dict[str, ClientTask]:
-        """Each question's client task file, by question id, checked against the
-        task id the description names for it; SurveyError says which question's
-        file is unreadable or belongs to another deployment."""
+        """Each question's (and breakdown's) client task file, by its id, checked
+        against the task id the description names for it; SurveyError says which
+        question's file is unreadable or belongs to another deployment."""
         tasks = {}
-        for q in self.survey.questions:
+        for q in self.survey.tasked:
             path = self.task_files[q.id]
             try:
                 task = load_task(path, ClientTask)
@@ -252,6 +278,7 @@ def load_description(directory: str | Path) -> Description:
         questions.append(Question(id=qid, text=text, kind=kind, epsilon=q_eps, **fields))
     if not questions:
         raise SurveyError(f"{where}: the survey has no questions")
+    breakdowns = _breakdowns(doc, questions, files, ids, path, where, neighbouring)
     mechanism = _get(doc, "mechanism", str, where)
     survey = Survey(
         name=_get(doc, "name", str, where),
@@ -263,6 +290,7 @@ def load_description(directory: str | Path) -> Description:
         min_batch_size=1,
         max_respondents=1,
         questions=tuple(questions),
+        breakdowns=breakdowns,
         path=where,
         opens=opens,
         closes=closes,
@@ -272,3 +300,69 @@ def load_description(directory: str | Path) -> Description:
         invitations=_get(doc, "invitations", bool, where) if "invitations" in doc else False,
     )
     return Description(survey, files, ids, doc)
+
+
+def _breakdowns(
+    doc: Mapping[str, Any],
+    questions: list[Question],
+    files: dict[str, Path],
+    ids: dict[str, str],
+    path: Path,
+    where: str,
+    neighbouring: str,
+) -> tuple[Question, ...]:
+    """survey.json's "breakdowns", each resolved to its two questions; their task
+    files and ids are added to `files` and `ids`."""
+    raw_list = doc.get("breakdowns", [])
+    if not isinstance(raw_list, list):
+        raise SurveyError(f"{where}: `breakdowns` must be a list")
+    by_id = {q.id: q for q in questions}
+    out = []
+    for n, raw in enumerate(raw_list):
+        at = f"{where}: breakdown {n + 1}"
+        if not isinstance(raw, dict):
+            raise SurveyError(f"{at}: not an object")
+        bid = _get(raw, "id", str, at)
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", bid) or bid in files:
+            raise SurveyError(f"{at}: bad or repeated id {bid!r}")
+        if raw.get("kind") != "breakdown":
+            raise SurveyError(f'{at}: `kind` must be "breakdown"')
+        of = by_id.get(_get(raw, "question", str, at))
+        by = by_id.get(_get(raw, "by", str, at))
+        if of is None or by is None or of is by:
+            raise SurveyError(f"{at}: `question` and `by` must name two questions of the survey")
+        if of.kind not in BREAKDOWN_OF or by.kind not in BREAKDOWN_BY:
+            raise SurveyError(
+                f"{at}: a breakdown counts a {', '.join(BREAKDOWN_OF)} question by a"
+                f" {' or '.join(BREAKDOWN_BY)} question, not {of.kind} by {by.kind}"
+            )
+        task_file = _get(raw, "task_file", str, at)
+        if Path(task_file).name != task_file:
+            raise SurveyError(f"{at}: `task_file` must name a file in the same directory")
+        files[bid] = path.parent / task_file
+        ids[bid] = _get(raw, "task_id", str, at)
+        try:
+            b_eps, b_rho = (
+                Fraction(_get(raw, key, str, at)) if key in raw else None
+                for key in ("epsilon", "rho")
+            )
+        except (ValueError, ZeroDivisionError) as e:
+            raise SurveyError(f"{at}: {e}") from None
+        mechanism = raw.get("mechanism", doc.get("mechanism"))
+        if mechanism not in MECHANISMS:
+            raise SurveyError(f"{at}: unknown mechanism {mechanism!r}")
+        text = _get(raw, "text", str, at)
+        out.append(
+            Question(
+                id=bid,
+                text=text,
+                kind="breakdown",
+                epsilon=b_eps,
+                rho=b_rho,
+                mechanism=mechanism,
+                neighbouring=neighbouring,
+                of=of,
+                by=by,
+            )
+        )
+    return tuple(out)

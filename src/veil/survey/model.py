@@ -19,6 +19,12 @@ text           a string of ``max_bytes``  Poplar1(8 · max_bytes): heavy hitters
 A points answer splits at most ``total`` points across the options ("allocate 100
 points"); the proof bounds the sum, not each entry, so one respondent moves the
 options' totals by at most twice the total in all (`veil.dp.sensitivities`).
+A breakdown (``[[breakdown]]``, kind "breakdown", `Survey.breakdowns`) counts
+question `of` in each group of question `by` (yes_no or choice) over the cells
+group x category, from the respondent's two answers: Prio3Histogram for a
+yes_no or choice, Prio3MultihotCountVec for a multi_choice (the group's row),
+Prio3L1BoundSum for an integer (its value in the group's cell; the bound makes
+one respondent's total at most ``max`` however many groups there are).
 
 A text answer is normalised on the respondent's device (`veil.survey.text`) and
 its most frequent strings are found byte by byte (`veil.dp.heavy_hitters`).
@@ -97,6 +103,10 @@ class Question:
     min_share: Fraction | None = None
     # A points question: the points a respondent splits across the options (at most).
     total: int = 0
+    # A breakdown (kind "breakdown", `Survey.breakdowns`): question `of` counted in
+    # each group of question `by`, its own task over the cells group x category.
+    of: Question | None = None
+    by: Question | None = None
 
     @property
     def add_remove(self) -> bool:
@@ -120,6 +130,8 @@ class Question:
             return "poplar1"
         if self.kind == "points":
             return "l1boundsum"
+        if self.kind == "breakdown":
+            return _BREAKDOWN_VDAF[self._of.kind]
         if self.add_remove:
             # Every type carries the count: a histogram's buckets add up to it; the
             # others get a last coordinate that is always 1.
@@ -151,6 +163,8 @@ class Question:
                 "max_value": self.total,
                 "chunk_length": optimal_chunk_length((n + 1) * self.total.bit_length()),
             }
+        if self.kind == "breakdown":
+            return self._breakdown_params()
         if self.add_remove:
             return self._add_remove_params()
         if self.kind == "yes_no":
@@ -195,6 +209,81 @@ class Question:
             "max_measurement": self.max,
             "chunk_length": optimal_chunk_length(length * self.max.bit_length()),
         }
+
+    @property
+    def _of(self) -> Question:
+        if self.of is None or self.by is None:
+            raise ValueError(f"{self.id!r} is not a breakdown")
+        return self.of
+
+    def groups(self) -> tuple[str, ...]:
+        """A breakdown's groups: the options of its `by` question (no, yes for yes_no)."""
+        assert self.by is not None
+        return self.by.options or ("no", "yes")
+
+    def categories(self) -> tuple[str, ...]:
+        """A breakdown's categories within a group: the options of its `of` question (no,
+        yes for yes_no); () for a number, whose cells are the groups' sums."""
+        of = self._of
+        if of.kind == "yes_no":
+            return ("no", "yes")
+        return of.options
+
+    def cells(self) -> tuple[str, ...]:
+        """A breakdown's cell labels, row by row: "group / category", or the group for
+        a number (its sum)."""
+        categories = self.categories()
+        if not categories:
+            return self.groups()
+        return tuple(f"{g} / {c}" for g in self.groups() for c in categories)
+
+    def _breakdown_params(self) -> dict[str, int]:
+        of = self._of
+        groups = len(self.groups())
+        if of.kind == "integer":
+            # One respondent's value in the cell of their group, the others 0: the
+            # L1 bound makes a report's total at most max, whatever cells it fills.
+            return {
+                "length": groups,
+                "max_value": of.max,
+                "chunk_length": optimal_chunk_length((groups + 1) * of.max.bit_length()),
+            }
+        n = groups * len(self.categories())
+        if of.kind == "multi_choice":
+            weight = len(of.options) if of.local_epsilon is not None else of.max_choices
+            return {
+                "length": n,
+                "max_weight": weight,
+                "chunk_length": optimal_chunk_length(n + weight.bit_length()),
+            }
+        return {"length": n, "chunk_length": optimal_chunk_length(n)}
+
+    def breakdown_measurement(self, of_measurement: Any, by_measurement: Any) -> Any:
+        """A breakdown's measurement from the measurements of its two questions (as
+        `to_measurement` gives them): the cell of the respondent's group and answer
+        (a histogram's index), the group's row of chosen options (a multihot vector),
+        or the number in the group's cell (an L1-bound sum)."""
+        of = self._of
+        g = int(by_measurement)
+        groups = len(self.groups())
+        if of.kind in ("yes_no", "choice"):
+            return g * len(self.categories()) + int(of_measurement)
+        if of.kind == "multi_choice":
+            row = [bool(x) for x in of_measurement]
+            empty = [False] * len(row)
+            return [x for i in range(groups) for x in (row if i == g else empty)]
+        return [int(of_measurement) if i == g else 0 for i in range(groups)]
+
+    def measurement_from(self, answers: Mapping[str, Any]) -> Any:
+        """This question's measurement from one respondent's answers (by question id);
+        a breakdown's from the answers to its two questions, which must be there."""
+        if self.kind != "breakdown":
+            return self.to_measurement(answers[self.id])
+        assert self.of is not None and self.by is not None
+        return self.breakdown_measurement(
+            self.of.to_measurement(answers[self.of.id]),
+            self.by.to_measurement(answers[self.by.id]),
+        )
 
     def vdaf(self) -> Prio3[Any, Any] | Poplar1:
         """The VDAF instance of this question's task."""
@@ -262,7 +351,10 @@ class Question:
         return f"a list of {self.length} whole numbers from 0 to {self.max}"
 
     def element_labels(self) -> tuple[str, ...]:
-        """Names of the elements of the result: options, vector labels or [i]."""
+        """Names of the elements of the result: options, vector labels or [i]; a
+        breakdown's cells."""
+        if self.kind == "breakdown":
+            return self.cells()
         if self.options:
             return self.options
         if self.kind == "vector":
@@ -397,6 +489,20 @@ def parse_points(text: str, options: Sequence[str]) -> dict[str, int] | list[str
 
 YES_NO = {"yes": 1, "no": 0, "true": 1, "false": 0, "y": 1, "n": 0}
 
+# The kinds a breakdown may count, and what its cells are encoded with: one cell of a
+# histogram for a single answer, a group's row of a multihot vector for several, a
+# group's cell of an L1-bound sum for a number (one respondent moves the total by at
+# most their value, however many cells there are: docs/PRIVACY.md).
+_BREAKDOWN_VDAF = {
+    "yes_no": "histogram",
+    "choice": "histogram",
+    "multi_choice": "multihot",
+    "integer": "l1boundsum",
+}
+BREAKDOWN_OF = tuple(_BREAKDOWN_VDAF)
+# The kinds a breakdown may group by: one answer among a few named ones.
+BREAKDOWN_BY = ("yes_no", "choice")
+
 
 class AnswerError(ValueError):
     """A respondent's answer does not fit its question; the message names the
@@ -434,6 +540,13 @@ class Survey:
     # Answers only from invited respondents (veil.invite): one token per
     # question per invitation, so the privacy unit is one respondent.
     invitations: bool = False
+    # [[breakdown]] tables: questions of kind "breakdown", each its own task.
+    breakdowns: tuple[Question, ...] = ()
+
+    @property
+    def tasked(self) -> tuple[Question, ...]:
+        """Everything that has a task of its own: the questions, then the breakdowns."""
+        return (*self.questions, *self.breakdowns)
 
     @property
     def zcdp(self) -> bool:

@@ -33,6 +33,13 @@ an answer needs to be released) and ``min_share`` (that count as a share of
 the least that keeps an answer given once from being released but one time in a
 thousand (`veil.dp.heavy_hitters`). Its budget is spent over its byte levels, so
 a level's share must still be a usable ε (or ρ); it takes no ``local_epsilon``.
+
+A ``[[breakdown]]`` table (``id``, ``question``, ``by``) counts one question's
+answers in each group of another (`veil.survey.model`): ``question`` names a
+yes_no, choice, multi_choice or integer question, ``by`` a yes_no or choice
+question. It is its own task, answered from the answers already given, and takes
+its share of the budget as a question does (``epsilon``, ``rho`` or ``weight``,
+``mechanism``, ``target_error``; ``text`` is its title).
 """
 
 from __future__ import annotations
@@ -49,7 +56,15 @@ from veil.dp.local import parse_local_epsilon
 from veil.dp.mechanisms import MIN_EPSILON, MIN_RHO
 from veil.settings import SettingsError, Source, Table, parse_toml
 from veil.survey.budget import divide, exact_number, question_budget, survey_total
-from veil.survey.model import KINDS, MECHANISMS, Question, Survey, SurveyError
+from veil.survey.model import (
+    BREAKDOWN_BY,
+    BREAKDOWN_OF,
+    KINDS,
+    MECHANISMS,
+    Question,
+    Survey,
+    SurveyError,
+)
 from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
 from veil.times import TimeFormatError, format_time, parse_time
 from veil.vdaf import Field, Field64, Field128
@@ -99,6 +114,20 @@ QUESTION_KIND_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+BREAKDOWN_KEYS = (
+    "id",
+    "question",
+    "by",
+    "text",
+    "epsilon",
+    "rho",
+    "weight",
+    "mechanism",
+    "target_error",
+)
+# The most cells (groups x categories) a breakdown may have, as a question's options.
+MAX_CELLS = 100_000
+
 _ALL_KIND_KEYS = sorted({k for keys in QUESTION_KIND_KEYS.values() for k in keys})
 
 
@@ -110,14 +139,18 @@ def article(word: str) -> str:
 class _Locator:
     """Error messages at the line of a setting of [survey] or of a
     [[question]] (found by veil.settings.Source: tomllib reports no positions
-    for valid TOML)."""
+    for valid TOML). The [[breakdown]] tables are numbered after the questions:
+    index `questions` + j is breakdown j."""
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
         self.source = Source(path, text)
+        self.questions = 1 << 62
 
     def line_of(self, question: int | None, key: str | None) -> int:
         table: tuple[str | int, ...] = ("survey",) if question is None else ("question", question)
+        if question is not None and question >= self.questions:
+            table = ("breakdown", question - self.questions)
         return self.source.line_of(table, key) or 1
 
     def error(self, question: int | None, key: str | None, message: str) -> SurveyError:
@@ -137,12 +170,13 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     """Parse and validate a survey; raises ``SurveyError``."""
     loc = _Locator(path, text)
     try:
-        doc = parse_toml(text, path, ("survey", "question"))
+        doc = parse_toml(text, path, ("survey", "question", "breakdown"))
         if not isinstance(doc.data.get("survey"), dict):
             raise SurveyError(f"{path}:1: missing [survey] table (name, epsilon)")
         # Every setting of [survey] is known here; a misspelt one is refused.
         head = doc.table("survey", SURVEY_KEYS).data
         doc.tables("question", (*QUESTION_COMMON_KEYS, *_ALL_KIND_KEYS))
+        raw_breakdowns = [t.data for t in doc.tables("breakdown", BREAKDOWN_KEYS)]
     except SettingsError as e:
         if isinstance(e, SurveyError):
             raise
@@ -200,8 +234,19 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
     raw_questions = doc_data.get("question")
     if not isinstance(raw_questions, list) or not raw_questions:
         raise SurveyError(f"{path}: a survey needs at least one [[question]] table")
+    loc.questions = len(raw_questions)
+    if raw_breakdowns and neighbouring_of(head) == "add_remove":
+        raise loc.error(
+            len(raw_questions),
+            None,
+            'a breakdown cannot be asked under neighbouring = "add_remove" yet: its cells'
+            " would need a noisy count of each group, which its encoding does not carry",
+        )
+    # Breakdowns take their share of the budget as questions do, numbered after them.
+    raw_questions = [*raw_questions, *raw_breakdowns]
+    asked = len(raw_questions) - len(raw_breakdowns)
 
-    neighbouring = head.get("neighbouring", "replace_one")
+    neighbouring = neighbouring_of(head)
     if neighbouring not in ("replace_one", "add_remove"):
         raise loc.error(
             None, "neighbouring", '`neighbouring` must be "replace_one" or "add_remove"'
@@ -247,8 +292,8 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         if qid in seen:
             raise loc.error(i, "id", f"question id {qid!r} is used twice")
         seen.add(qid)
-        kind = raw.get("kind")
-        if kind not in KINDS:
+        kind = raw.get("kind") if i < asked else "breakdown"
+        if kind != "breakdown" and kind not in KINDS:
             raise loc.error(i, "kind", f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
         given = [k for k in ("epsilon", "rho", "weight") if k in raw]
         if len(given) > 1:
@@ -281,7 +326,7 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         else:
             explicit[i] = value
 
-    questions = []
+    questions: list[Question] = []
     if total is None:
         shares = {i: Fraction(0) for i in range(len(raw_questions))}
     else:
@@ -297,6 +342,11 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
                 f" minimum {MIN_RHO if rho is not None else MIN_EPSILON}: the noise would bury"
                 " its result; give it a larger share",
             )
+        if i >= asked:
+            questions.append(
+                _breakdown(loc, i, raw, questions[:asked], epsilon, rho, mechanisms[i], shares[i])
+            )
+            continue
         questions.append(
             _question(
                 loc, i, raw, epsilon, rho, mechanisms[i], shares[i], max_respondents, neighbouring
@@ -310,7 +360,8 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         mechanism=mechanism,
         min_batch_size=min_batch,
         max_respondents=max_respondents,
-        questions=tuple(questions),
+        questions=tuple(questions[:asked]),
+        breakdowns=tuple(questions[asked:]),
         path=path,
         opens=opens,
         closes=closes,
@@ -323,6 +374,106 @@ def parse_survey(text: str, path: str = "<string>") -> Survey:
         expected_respondents=expected,
         target_error=target_error,
         invitations=invitations,
+    )
+
+
+def neighbouring_of(head: Mapping[str, Any]) -> Any:
+    """[survey]'s `neighbouring` as written (checked where the survey is parsed)."""
+    return head.get("neighbouring", "replace_one")
+
+
+def _breakdown(
+    loc: _Locator,
+    i: int,
+    raw: Mapping[str, Any],
+    questions: list[Question],
+    epsilon: Fraction | None,
+    rho: Fraction | None,
+    mechanism: str,
+    share: Fraction,
+) -> Question:
+    """A [[breakdown]] table (index `i` among questions and breakdowns): question
+    `question` counted in each group of question `by`."""
+    by_id = {q.id: q for q in questions}
+    ids = ", ".join(by_id)
+    named = []
+    for key, what in (
+        ("question", "the question it counts"),
+        ("by", "the question whose answer is the group"),
+    ):
+        value = raw.get(key)
+        if not isinstance(value, str):
+            raise loc.error(
+                i, key if key in raw else "id", f"each breakdown needs `{key}`: the id of {what}"
+            )
+        if value not in by_id:
+            raise loc.error(
+                i,
+                key,
+                f"`{key}` = {value!r} is not a question of this survey; its questions are {ids}",
+            )
+        named.append(by_id[value])
+    of, by = named
+    if of.id == by.id:
+        raise loc.error(
+            i,
+            "by",
+            f"breakdown {raw['id']!r} counts {of.id!r} by itself: every group would hold its own"
+            " answer only; name another question in `by`",
+        )
+    if by.kind not in BREAKDOWN_BY:
+        raise loc.error(
+            i,
+            "by",
+            f"`by` = {by.id!r} is {article(by.kind)} {by.kind} question: a breakdown groups"
+            " respondents by the answer to a yes_no or choice question",
+        )
+    if of.kind == "text":
+        raise loc.error(
+            i,
+            "question",
+            f"`question` = {of.id!r} is a text question, which cannot be broken down: its"
+            " answers are found by their frequency among all respondents, not counted per group",
+        )
+    if of.kind not in BREAKDOWN_OF:
+        raise loc.error(
+            i,
+            "question",
+            f"`question` = {of.id!r} is {article(of.kind)} {of.kind} question; a breakdown counts"
+            f" a {', '.join(BREAKDOWN_OF[:-1])} or {BREAKDOWN_OF[-1]} question",
+        )
+    for q, key in ((of, "question"), (by, "by")):
+        if q.local_epsilon is not None:
+            raise loc.error(
+                i,
+                key,
+                f"question {q.id!r} is randomized on the respondent's device (`local_epsilon`),"
+                " which breakdowns do not take yet: its breakdown would send the answer"
+                " unrandomized; drop the breakdown or the question's local_epsilon",
+            )
+    groups = len(by.options) or 2
+    cells = groups * (len(of.options) or (2 if of.kind == "yes_no" else 1))
+    if cells > MAX_CELLS:
+        raise loc.error(
+            i,
+            "question",
+            f"breakdown {raw['id']!r} has {cells} cells (groups x categories): at most"
+            f" {MAX_CELLS} are supported",
+        )
+    text = raw.get("text", f"{of.text} (by {by.text})")
+    if not isinstance(text, str) or not text:
+        raise loc.error(i, "text", f"`text` must be a title in words, got {text!r}")
+    return Question(
+        id=raw["id"],
+        text=text,
+        kind="breakdown",
+        epsilon=epsilon,
+        rho=rho,
+        mechanism=mechanism,
+        share=share,
+        target_error=_target_error(loc, i, raw),
+        of=of,
+        by=by,
     )
 
 

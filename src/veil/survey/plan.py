@@ -26,6 +26,14 @@ to a noisy count) it is computed at answers in the middle of the range.
 A question whose interval at n spans more than half its range is the one the
 results will mark "indicative only" (veil.survey.results.BANNER).
 
+A breakdown's rows are its cells (counts of respondents, or a number's sums per
+group), each with the same noise. A cell's range is planned as its even share of
+the respondents, n / cells (times max for a number's sums): what a cell holds when
+the answers spread evenly. Its target is `target_error` of that share, and the
+breakdown is flagged noise-dominated (`indicative`) when the interval's half-width
+reaches the even share itself: a typical cell could then read as empty or as
+double its size, and fewer respondents per cell only make it worse.
+
 A text question's rows are the answers found, each a count of respondents: its
 plan adds the release threshold, the probability that an answer given by one
 respondent is released, and the detection floor at n (the least number of
@@ -131,6 +139,11 @@ def _unit(q: Question) -> tuple[str, Fraction]:
     """What a question's results count, and the top of their range per respondent."""
     if q.kind == "points":
         return f"mean points (0 to {q.total})", Fraction(q.total)
+    if q.kind == "breakdown":
+        assert q.of is not None
+        if q.of.kind == "integer":
+            return f"sum per cell (each 0 to {q.of.max})", Fraction(q.of.max)
+        return "respondents per cell", Fraction(1)
     if q.kind in ("integer", "vector"):
         return f"mean answer (0 to {q.max})", Fraction(q.max)
     if q.add_remove:
@@ -147,6 +160,8 @@ class _Question:
         self.channel = dp.local(vdaf)
         self.coordinates = q.vdaf_params.get("length", 1)
         self.unit_name, self.top = _unit(q)
+        # A breakdown's cell is planned at its even share of the respondents.
+        self.cells = len(q.cells()) if q.kind == "breakdown" else 1
         self.exact = self.plan.server_noise() is None
         scale = Fraction(1)
         if self.plan.config.mechanism is Mechanism.LAPLACE:
@@ -201,6 +216,8 @@ class _Question:
 
     def range_at(self, n: int) -> Fraction:
         """The width of a row's possible range at n."""
+        if self.q.kind == "breakdown":
+            return n * self.top / self.cells
         if self.q.mean_top is not None or self.q.add_remove:
             return self.top
         return Fraction(n)
@@ -213,8 +230,9 @@ class _Question:
         if self.narrow_enough(floor, target_error):
             return floor
         if self.channel is None and not self.q.add_remove:
-            # c·row(n) < t·range(n) is c < t·top·n for every kind: n > c/(t·top).
-            n = max(math.floor(self.c / (target_error * self.top)) + 1, floor)
+            # c·row(n) < t·range(n) is c < t·top·n/cells for every kind (cells 1 but for
+            # a breakdown): n > c·cells/(t·top).
+            n = max(math.floor(self.c * self.cells / (target_error * self.top)) + 1, floor)
             return n if n <= MAX_SEARCH else None
         hi = floor
         while not self.narrow_enough(hi, target_error):
@@ -240,7 +258,7 @@ def plan_survey(
     if respondents < 1:
         raise ValueError(f"respondents must be at least 1, got {respondents}")
     out = []
-    for q in survey.questions:
+    for q in survey.tasked:
         if q.kind == "text":
             out.append(_text_plan(survey, q, respondents, target_error))
             continue
@@ -250,6 +268,8 @@ def plan_survey(
         median, p90 = model.errors(respondents)
         half = model.half_width(respondents)
         width = model.range_at(respondents)
+        # What a row may hold: a breakdown's cell up to every respondent.
+        full = respondents * model.top if q.kind == "breakdown" else width
         out.append(
             QuestionPlan(
                 question=q.id,
@@ -258,14 +278,15 @@ def plan_survey(
                 unit=model.unit_name,
                 respondents=respondents,
                 range_high=float(width),
-                median=round(min(median, float(width)), 6),
-                p90=round(min(p90, float(width)), 6),
-                half_width=round(float(min(half, width / 2)), 6),
+                median=round(min(median, float(full)), 6),
+                p90=round(min(p90, float(full)), 6),
+                half_width=round(float(min(half, full / 2)), 6),
                 raw_half_width=round(float(half), 6),
                 target_error=float(target),
                 target=round(float(target * width), 6),
                 needed=model.needed(target, survey.min_batch_size),
-                indicative=2 * half > width / 2,
+                # A breakdown: noise as wide as a cell's even share (see above).
+                indicative=half >= width if q.kind == "breakdown" else 2 * half > width / 2,
             )
         )
     return out

@@ -16,6 +16,9 @@ multi_choice    each option's count in [0, n]
 vector          each element's sum in [0, n·max], its mean in [0, max]
 points          each option's sum non-negative, all of them summing to at
                 most n·total (L2 projection); each mean in [0, total]
+breakdown       a single answer's cells as choice (summing to n), a
+                multiple choice's each in [0, n], a number's sums
+                per group in [0, n·max]; n counts those who answered both
 ==============  =====================================================
 
 Each interval is intersected with the same range, so it still covers at its
@@ -203,6 +206,15 @@ class QuestionResult:
     collections: int = 1
 
     @property
+    def table(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A breakdown's (groups, categories): its rows are the cells, row by row
+        (one category, "sum", for a number's breakdown)."""
+        q = self.question
+        if q.kind != "breakdown":
+            raise ValueError(f"{q.id!r} is not a breakdown")
+        return q.groups(), q.categories() or ("sum",)
+
+    @property
     def shown(self) -> tuple[Row, ...]:
         """The rows a reader is shown (terminal, plots, charts): an integer's sum
         row is left out, its mean reads on the question's own scale."""
@@ -268,6 +280,15 @@ class QuestionResult:
         }
         if self.indicative:
             out["note"] = self.note
+        if self.question.kind == "breakdown":
+            assert self.question.of is not None and self.question.by is not None
+            groups, categories = self.table
+            out["breakdown"] = {
+                "question": self.question.of.id,
+                "by": self.question.by.id,
+                "groups": list(groups),
+                "categories": list(categories),
+            }
         if self.threshold is not None:
             out["threshold"] = self.threshold.value
             out["release_probability"] = self.threshold.release_probability
@@ -301,6 +322,8 @@ def question_result(q: Question, r: Collected) -> QuestionResult:
     interval that holds whenever the question's simultaneous intervals do."""
     if q.add_remove:
         return _ratio_results(q, r)
+    if q.kind == "breakdown":
+        return _breakdown_result(q, r)
     n = r.report_count
     raw = _coordinates(r)
     per = Fraction(1, n) if n else Fraction(0)
@@ -343,6 +366,30 @@ def question_result(q: Question, r: Collected) -> QuestionResult:
         ]
         unit = "respondents"
     return QuestionResult(q, n, r.against_collector, tuple(rows), unit, r.confidence, r.intervals)
+
+
+def _breakdown_result(q: Question, r: Collected) -> QuestionResult:
+    """A breakdown's cells, row by row (`Question.cells`), n those who answered both
+    its questions: a single answer's cells non-negative and summing to n, a multiple
+    choice's each a count in [0, n], a number's each group's sum in [0, n·max]."""
+    assert q.of is not None
+    n = r.report_count
+    raw = _coordinates(r)
+    zero = Fraction(0)
+    if q.of.kind in ("yes_no", "choice"):
+        shown = consistent_histogram(raw, n)
+        top, unit = Fraction(n), "respondents"
+    elif q.of.kind == "multi_choice":
+        shown = consistent_box(raw, 0, n)
+        top, unit = Fraction(n), "respondents"
+    else:
+        top, unit = Fraction(n * q.of.max), f"sum of answers (each 0 to {q.of.max})"
+        shown = consistent_box(raw, 0, top)
+    rows = tuple(
+        _row(label, s, e, Fraction(1), zero, top)
+        for label, s, e in zip(q.cells(), shown, raw, strict=True)
+    )
+    return QuestionResult(q, n, r.against_collector, rows, unit, r.confidence, r.intervals)
 
 
 def text_result(

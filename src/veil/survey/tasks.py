@@ -1,5 +1,6 @@
-"""From a survey to its tasks: one task per question, every task under the
-survey's total budget (`veil survey deploy`, `veil demo`, `veil survey plan`)."""
+"""From a survey to its tasks: one task per question and per breakdown, every
+task under the survey's total budget (`veil survey deploy`, `veil demo`,
+`veil survey plan`)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ TaskSpec = tuple[VdafSpec, DpSpec, dict[str, Any]]
 
 
 def task_specs(survey: Survey) -> dict[str, TaskSpec]:
-    """One task per question, every task under the survey's total budget.
+    """One task per question and per breakdown (`Survey.tasked`), every task under
+    the survey's total budget.
 
     A gaussian question's task names its ρ (never an ε read as ρ); a survey composed
     under zCDP counts ρ on its ledger, and its pure questions' ε as ε²/2 there.
     """
-    return {q.id: question_task(survey, q) for q in survey.questions}
+    return {q.id: question_task(survey, q) for q in survey.tasked}
 
 
 def question_task(survey: Survey, q: Question) -> TaskSpec:

@@ -342,6 +342,13 @@ class SurveySite:
                 f" questions {', '.join(counted)} (numbers, multiple choices and vectors carry"
                 " a count element there); collect those with the Python client"
             )
+        if survey.breakdowns:
+            # The page would send no breakdown report (and, by invitation, redeem
+            # too few tokens): say so before serving.
+            raise ServeError(
+                "the survey has breakdowns, which the page does not answer yet: respondents"
+                " answer it with veil survey respond or the Python client"
+            )
         try:
             by_question = self.description.load_tasks()
         except SurveyError as e:
@@ -362,6 +369,12 @@ class SurveySite:
                 }
             questions.append(question)
         self.public = {**raw, "questions": questions}
+        if "breakdowns" in raw:
+            # A breakdown is answered on the device from the answers already given.
+            self.public["breakdowns"] = [
+                {**entry, "vdaf": self.tasks[entry["task_id"]].vdaf.to_dict()}
+                for entry in raw["breakdowns"]
+            ]
         self.shapes = {tid: _shape(task) for tid, task in self.tasks.items()}
         self.limits = limits or ServeLimits()
         self.max_reports = self.limits.max_reports or len(self.tasks)
