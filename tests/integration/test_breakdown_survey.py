@@ -181,12 +181,28 @@ def test_breakdowns_through_real_servers(tmp_path: Path) -> None:
     assert "Heat map of Which tools do you use daily? (by Do you work remotely most days?)" in page
 
 
-SIMULATED = """
+SIMULATED = (
+    """
 [survey]
 name = "Exact breakdowns"
 mechanism = "none"
 min_batch_size = 10
-""" + QUESTIONS.replace('[[question]]\nid = "tools"', '[[question]]\nrequired = true\nid = "tools"')
+"""
+    + QUESTIONS
+    + """
+[[question]]
+id = "budget"
+text = "Split 10 points"
+kind = "points"
+options = ["pay", "tools"]
+total = 10
+
+[[breakdown]]
+id = "budget_by_team"
+question = "budget"
+by = "team"
+"""
+)
 
 
 def test_simulate_json_lists_each_breakdown_cell_by_cell(tmp_path: Path) -> None:
@@ -204,7 +220,10 @@ def test_simulate_json_lists_each_breakdown_cell_by_cell(tmp_path: Path) -> None
     assert entries["tools_by_remote"]["labels"] == [
         f"{yn} / {t}" for yn in ("no", "yes") for t in TOOLS
     ]
-    for bid in ("remote_by_team", "commute_by_team", "tools_by_remote"):
+    assert entries["budget_by_team"]["labels"] == [
+        f"{t} / {o}" for t in TEAMS for o in ("pay", "tools")
+    ]
+    for bid in ("remote_by_team", "commute_by_team", "tools_by_remote", "budget_by_team"):
         e = entries[bid]
         # No noise: through both servers, every cell is exactly the truth.
         assert e["estimate"] == e["truth"] == e["ci_low"] == e["ci_high"], e

@@ -65,6 +65,13 @@ id = "scores"
 kind = "vector"
 length = 2
 max = 5
+
+[[question]]
+id = "budget"
+text = "Split 10 points"
+kind = "points"
+options = ["pay", "tools"]
+total = 10
 """
 
 BREAKDOWNS = """
@@ -83,6 +90,11 @@ weight = 2
 id = "tools_by_remote"
 question = "tools"
 by = "remote"
+
+[[breakdown]]
+id = "budget_by_remote"
+question = "budget"
+by = "remote"
 """
 
 
@@ -92,44 +104,62 @@ def survey() -> Any:
 
 def test_breakdowns_are_tasks_charged_to_the_budget() -> None:
     s = survey()
-    assert [q.id for q in s.questions] == ["team", "remote", "hours", "tools", "note", "scores"]
-    assert [b.id for b in s.breakdowns] == ["remote_by_team", "hours_by_team", "tools_by_remote"]
-    # Nine shares of weight 1 and one of 2 (hours_by_team): ten in all.
+    assert [q.id for q in s.questions] == [
+        "team", "remote", "hours", "tools", "note", "scores", "budget"
+    ]  # fmt: skip
+    assert [b.id for b in s.breakdowns] == [
+        "remote_by_team", "hours_by_team", "tools_by_remote", "budget_by_remote"
+    ]  # fmt: skip
+    # Ten shares of weight 1 and one of 2 (hours_by_team): twelve in all.
     assert sum((q.share for q in s.tasked), Fraction(0)) == s.epsilon
-    assert s.breakdowns[1].epsilon == 2 * s.breakdowns[0].epsilon == Fraction(2, 5)
+    assert s.breakdowns[1].epsilon == 2 * s.breakdowns[0].epsilon == Fraction(1, 3)
     specs = task_specs(s)
     assert list(specs) == [q.id for q in s.tasked]
     vdaf, dp, _ = specs["remote_by_team"]
     assert (vdaf.type, vdaf.length) == ("histogram", 6)
-    assert dp.epsilon == "1/5"
+    assert dp.epsilon == "1/6"
     assert specs["hours_by_team"][0].type == "l1boundsum"
     assert specs["tools_by_remote"][0].type == "multihot"
+    points = specs["budget_by_remote"][0]
+    assert (points.type, points.length, points.max_value) == ("l1boundsum", 4, 10)
     for b in s.breakdowns:
         b.vdaf()  # a constructible Prio3 instance
 
 
 def test_cells_and_measurements() -> None:
     s = survey()
-    remote, hours, tools = s.breakdowns
+    remote, hours, tools, budget = s.breakdowns
     assert remote.cells() == (
         "eng / no", "eng / yes", "design / no", "design / yes", "sales / no", "sales / yes"
     )  # fmt: skip
     assert hours.cells() == ("eng", "design", "sales")
     assert tools.cells() == ("no / chat", "no / wiki", "yes / chat", "yes / wiki")
-    answers = {"team": "design", "remote": True, "hours": 37, "tools": ["wiki"]}
+    assert budget.cells() == ("no / pay", "no / tools", "yes / pay", "yes / tools")
+    answers = {
+        "team": "design", "remote": True, "hours": 37, "tools": ["wiki"], "budget": "pay:3,tools:7"
+    }  # fmt: skip
     assert remote.measurement_from(answers) == 3
     assert hours.measurement_from(answers) == [0, 37, 0]
     assert tools.measurement_from(answers) == [False, False, False, True]
+    assert budget.measurement_from(answers) == [0, 0, 3, 7]
     # Each is a valid measurement of its task's VDAF, and one respondent's number
     # is bounded over all cells together.
-    for b in (remote, hours, tools):
+    for b in (remote, hours, tools, budget):
         vdaf = registry.kind(b.vdaf_type).make(b.vdaf_params)
         vdaf.shard(b"ctx", b.measurement_from(answers), b"\0" * 16, b"\1" * vdaf.RAND_SIZE)
     assert hours.vdaf_params["max_value"] == 60
-    rows = [answers, {"team": "eng", "remote": False, "hours": 5, "tools": ["chat", "wiki"]}]
+    other = {
+        "team": "eng",
+        "remote": False,
+        "hours": 5,
+        "tools": ["chat", "wiki"],
+        "budget": [1, 2],
+    }
+    rows = [answers, other]
     assert truth(remote, rows) == [1, 0, 0, 1, 0, 0]
     assert truth(hours, rows) == [5, 37, 0]
     assert truth(tools, rows) == [1, 1, 0, 1]
+    assert truth(budget, rows) == [1, 2, 3, 7]
 
 
 BAD = [
@@ -142,6 +172,7 @@ BAD = [
     ('question = "remote"\nby = "tools"', "is a multi_choice question: a breakdown groups"),
     ('question = "note"\nby = "team"', "is a text question, which cannot be broken down"),
     ('question = "scores"\nby = "team"', "is a vector question; a breakdown counts"),
+    ('question = "remote"\nby = "budget"', "is a points question: a breakdown groups"),
     ('question = "remote"\nby = "team"\ncolour = "red"', "unknown setting 'colour'"),
     ('question = 3\nby = "team"', "each breakdown needs `question`"),
     ('question = "remote"\nby = "team"\nepsilon = -1', "must be positive"),
@@ -196,7 +227,7 @@ def test_the_description_names_each_breakdown_and_reads_back(tmp_path: Path) -> 
         "question": "remote",
         "by": "team",
         "mechanism": "geometric",
-        "epsilon": "1/5",
+        "epsilon": "1/6",
         "task_file": "remote_by_team.toml",
         "task_id": "id-remote_by_team",
     }
@@ -206,6 +237,7 @@ def test_the_description_names_each_breakdown_and_reads_back(tmp_path: Path) -> 
         ("remote_by_team", "remote", "team"),
         ("hours_by_team", "hours", "team"),
         ("tools_by_remote", "tools", "remote"),
+        ("budget_by_remote", "budget", "remote"),
     ]
     assert back.task_ids["hours_by_team"] == "id-hours_by_team"
     assert back.survey.breakdowns[0].vdaf_params == s.breakdowns[0].vdaf_params
@@ -252,7 +284,7 @@ class Fake:
     upper: list[float]
     confidence: float = 0.95
     intervals: str = "simultaneous (exact max-of-k)"
-    against_collector: Guarantee = field(default_factory=lambda: Guarantee.pure(Fraction(1, 5)))
+    against_collector: Guarantee = field(default_factory=lambda: Guarantee.pure(Fraction(1, 6)))
 
 
 def test_a_breakdown_is_published_as_a_table_with_a_heat_map() -> None:
@@ -284,6 +316,10 @@ def test_a_breakdown_is_published_as_a_table_with_a_heat_map() -> None:
     assert '<th scope="row">design</th>' in html and '<th scope="col">yes</th>' in html
     assert 'role="img" aria-label="Heat map of Remote? (by Which team?)' in html
     assert "0 questions and 2 breakdowns" in html
+    budget = s.breakdowns[3]
+    b = question_result(budget, Fake(10, [30.0, 70.0, -5.0, 120.0], [0] * 4, [200] * 4))
+    assert b.unit == "points (each respondent 0 to 10)"
+    assert [row.estimate for row in b.rows] == [30, 70, 0, 100]  # within [0, n·total]
 
 
 def test_the_surveys_doc_breakdown_parses_as_written() -> None:

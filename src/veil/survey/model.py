@@ -24,7 +24,8 @@ question `of` in each group of question `by` (yes_no or choice) over the cells
 group x category, from the respondent's two answers: Prio3Histogram for a
 yes_no or choice, Prio3MultihotCountVec for a multi_choice (the group's row),
 Prio3L1BoundSum for an integer (its value in the group's cell; the bound makes
-one respondent's total at most ``max`` however many groups there are).
+one respondent's total at most ``max`` however many groups there are) or a
+points question (its split in the group's row, at most ``total`` in all).
 
 A text answer is normalised on the respondent's device (`veil.survey.text`) and
 its most frequent strings are found byte by byte (`veil.dp.heavy_hitters`).
@@ -240,6 +241,15 @@ class Question:
     def _breakdown_params(self) -> dict[str, int]:
         of = self._of
         groups = len(self.groups())
+        if of.kind == "points":
+            # The group's row holds the split: its entries still add up to at most
+            # the total, however many groups.
+            n = groups * len(of.options)
+            return {
+                "length": n,
+                "max_value": of.total,
+                "chunk_length": optimal_chunk_length((n + 1) * of.total.bit_length()),
+            }
         if of.kind == "integer":
             # One respondent's value in the cell of their group, the others 0: the
             # L1 bound makes a report's total at most max, whatever cells it fills.
@@ -272,6 +282,10 @@ class Question:
             row = [bool(x) for x in of_measurement]
             empty = [False] * len(row)
             return [x for i in range(groups) for x in (row if i == g else empty)]
+        if of.kind == "points":
+            split = [int(x) for x in of_measurement]
+            zeros = [0] * len(split)
+            return [x for i in range(groups) for x in (split if i == g else zeros)]
         return [int(of_measurement) if i == g else 0 for i in range(groups)]
 
     def measurement_from(self, answers: Mapping[str, Any]) -> Any:
@@ -498,6 +512,7 @@ _BREAKDOWN_VDAF = {
     "choice": "histogram",
     "multi_choice": "multihot",
     "integer": "l1boundsum",
+    "points": "l1boundsum",
 }
 BREAKDOWN_OF = tuple(_BREAKDOWN_VDAF)
 # The kinds a breakdown may group by: one answer among a few named ones.

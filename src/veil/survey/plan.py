@@ -143,6 +143,8 @@ def _unit(q: Question) -> tuple[str, Fraction]:
         assert q.of is not None
         if q.of.kind == "integer":
             return f"sum per cell (each 0 to {q.of.max})", Fraction(q.of.max)
+        if q.of.kind == "points":
+            return f"points per cell (each 0 to {q.of.total})", Fraction(q.of.total)
         return "respondents per cell", Fraction(1)
     if q.kind in ("integer", "vector"):
         return f"mean answer (0 to {q.max})", Fraction(q.max)

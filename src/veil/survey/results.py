@@ -18,7 +18,8 @@ points          each option's sum non-negative, all of them summing to at
                 most n·total (L2 projection); each mean in [0, total]
 breakdown       a single answer's cells as choice (summing to n), a
                 multiple choice's each in [0, n], a number's sums
-                per group in [0, n·max]; n counts those who answered both
+                per group in [0, n·max], a points split's per cell in
+                [0, n·total]; n counts those who answered both
 ==============  =====================================================
 
 Each interval is intersected with the same range, so it still covers at its
@@ -382,6 +383,9 @@ def _breakdown_result(q: Question, r: Collected) -> QuestionResult:
     elif q.of.kind == "multi_choice":
         shown = consistent_box(raw, 0, n)
         top, unit = Fraction(n), "respondents"
+    elif q.of.kind == "points":
+        top, unit = Fraction(n * q.of.total), f"points (each respondent 0 to {q.of.total})"
+        shown = consistent_box(raw, 0, top)
     else:
         top, unit = Fraction(n * q.of.max), f"sum of answers (each 0 to {q.of.max})"
         shown = consistent_box(raw, 0, top)
