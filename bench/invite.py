@@ -31,7 +31,7 @@ from veil.aggregator.core import check_token, split_helper_share
 from veil.hpke import ROLE_HELPER, generate_keypair, input_share_info, open_, seal
 from veil.invite import blindrsa
 from veil.invite.issuer import Issuer, mint, write_keys
-from veil.invite.token import PendingToken, public_key_bytes
+from veil.invite.token import PendingToken, public_key_bytes, redemption_context
 from veil.task import DpSpec, VdafSpec, new_task
 
 
@@ -56,7 +56,7 @@ def aggregator_costs(n: int = 2000, rounds: int = 7) -> dict[str, float]:
     )  # fmt: skip
     task = files.helper
     rid = secrets.token_bytes(16)
-    pending = PendingToken.start(der, task.task_id, rid)
+    pending = PendingToken.start(der, redemption_context(task.task_id, rid))
     token = pending.finish(blindrsa.Signer(sk).blind_sign(pending.blinded_msg))
     prepared = blindrsa.prepare(b"x" * 66)
     sig = blindrsa.finalize(
@@ -127,12 +127,7 @@ def issuer_rate(
             codes = mint(d, invitations)
             issuer = Issuer(d)
             requests = [
-                [
-                    PendingToken.start(
-                        p, secrets.token_bytes(32), secrets.token_bytes(16)
-                    ).blinded_msg
-                    for p in pubs
-                ]
+                [PendingToken.start(p, secrets.token_bytes(32)).blinded_msg for p in pubs]
                 for _ in codes
             ]
 

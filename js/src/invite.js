@@ -1,10 +1,11 @@
 // Invitations in the browser: pick each question's report id, blind one
 // token per question with @cloudflare/blindrsa-ts (RFC 9474,
-// RSABSSA-SHA384-PSS-Randomized), have the issuer sign them for the
-// invitation (POST /invitation), and unblind. The same token format as
-// veil.invite.token: token_type 0x0002 || nonce || context || key id ||
-// authenticator, the nonce being the randomized variant's prefix and the
-// context SHA-256("veil-invitation-token-v1" || task id || report id).
+// RSABSSA-SHA384-PSS-Deterministic), have the issuer sign them for the
+// invitation (POST /invitation), and unblind. The tokens are veil.invite.token's:
+// Privacy Pass token type 0x0002 (RFC 9578), token_type || nonce ||
+// challenge_digest || token_key_id || authenticator, the challenge digest
+// being SHA-256 of a TokenChallenge whose redemption_context is
+// SHA-256("veil-invitation-token-v1" || task id || report id).
 
 import { RSABSSA } from '@cloudflare/blindrsa-ts';
 import { sha256 } from '@noble/hashes/sha2.js';
@@ -15,10 +16,93 @@ import { concat } from './prio3.js';
 const TOKEN_TYPE = new Uint8Array([0x00, 0x02]);
 const LABEL = new TextEncoder().encode('veil-invitation-token-v1');
 const NONCE_SIZE = 32;
+// The TokenChallenge's issuer_name and origin_info (veil.invite.token).
+const ISSUER_NAME = new TextEncoder().encode('issuer.veil.invalid');
+const ORIGIN_INFO = new Uint8Array(0);
+// The AlgorithmIdentifier of an RSASSA-PSS key (SHA-384, MGF1-SHA-384, salt
+// 48), DER: what RFC 9578 section 6.5 puts in the SPKI its key id hashes.
+const PSS_ALGORITHM = Uint8Array.from(
+  ('303d06092a864886f70d01010a3030a00d300b0609608648016503040202' +
+    'a11a301806092a864886f70d010108300b0609608648016503040202a203020130')
+    .match(/../g)
+    .map((h) => parseInt(h, 16)),
+);
 const KEYS_LABEL = new TextEncoder().encode('veil-issuer-keys-v1');
 
 const hex = (/** @type {Uint8Array} */ bytes) =>
   Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+
+const u16 = (/** @type {number} */ n) => new Uint8Array([n >> 8, n & 0xff]);
+
+/** @param {number} n */
+function derLength(n) {
+  if (n < 0x80) return new Uint8Array([n]);
+  const body = [];
+  for (let m = n; m > 0; m = Math.floor(m / 256)) body.unshift(m & 0xff);
+  return new Uint8Array([0x80 | body.length, ...body]);
+}
+
+/**
+ * A DER element's end: the offset after the element starting at `at`.
+ * @param {Uint8Array} der
+ * @param {number} at
+ */
+function derEnd(der, at) {
+  let len = der[at + 1];
+  let head = 2;
+  if (len & 0x80) {
+    const n = len & 0x7f;
+    len = 0;
+    for (let i = 0; i < n; i++) len = len * 256 + der[at + 2 + i];
+    head += n;
+  }
+  return at + head + len;
+}
+
+/**
+ * The key as RFC 9578 section 6.5 encodes it: the SPKI's rsaEncryption
+ * algorithm replaced by RSASSA-PSS's, the same RSAPublicKey bit string
+ * (veil.invite.token.pss_public_key_bytes).
+ * @param {Uint8Array} spki DER SubjectPublicKeyInfo, rsaEncryption
+ */
+export function pssPublicKey(spki) {
+  const outer = spki[1] & 0x80 ? 2 + (spki[1] & 0x7f) : 2;
+  const bitString = spki.subarray(derEnd(spki, outer), derEnd(spki, 0));
+  const body = concat(PSS_ALGORITHM, bitString);
+  return concat(new Uint8Array([0x30]), derLength(body.length), body);
+}
+
+/** RFC 9578's token_key_id: SHA-256 of the key's PSS SPKI. @param {Uint8Array} spki */
+export function tokenKeyId(spki) {
+  return sha256(pssPublicKey(spki));
+}
+
+/**
+ * The redemption context binding a token to one report of one task.
+ * @param {Uint8Array} taskId
+ * @param {Uint8Array} reportId
+ */
+export function redemptionContext(taskId, reportId) {
+  return sha256(concat(LABEL, taskId, reportId));
+}
+
+/**
+ * SHA-256 of the TokenChallenge (RFC 9577 section 2.1) carrying `context`.
+ * @param {Uint8Array} context 32 bytes
+ */
+export function challengeDigest(context) {
+  return sha256(
+    concat(
+      TOKEN_TYPE,
+      u16(ISSUER_NAME.length),
+      ISSUER_NAME,
+      new Uint8Array([context.length]),
+      context,
+      u16(ORIGIN_INFO.length),
+      ORIGIN_INFO,
+    ),
+  );
+}
 
 /**
  * The fingerprint of a survey's issuer keys, as veil.invite.token.keys_fingerprint:
@@ -53,11 +137,11 @@ export function checkIssuerKeys(questions, published) {
 }
 
 /**
- * The RFC 9474 variant of every token: the only one veil implements
- * (js/test/rfc9474.test.js holds it to the RFC's vector).
+ * The RFC 9474 variant of every token, as RFC 9578 asks of token type
+ * 0x0002 (js/test/rfc9474.test.js holds it to the RFC's vector).
  */
 export function tokenSuite() {
-  return RSABSSA.SHA384.PSS.Randomized();
+  return RSABSSA.SHA384.PSS.Deterministic();
 }
 
 /** The issuer refused the invitation; `message` is the issuer's. */
@@ -85,15 +169,15 @@ export async function prepareInvitation(tasks, options = {}) {
     const spki = b64d(task.issuer_public_key);
     const key = await importKey(spki);
     const reportId = randomBytes(REPORT_ID_SIZE);
-    const context = sha256(concat(LABEL, b64d(task.task_id), reportId));
-    const keyId = sha256(spki);
+    const digest = challengeDigest(redemptionContext(b64d(task.task_id), reportId));
+    const keyId = tokenKeyId(spki);
     const nonce = randomBytes(NONCE_SIZE);
-    const { blindedMsg, inv } = await suite.blind(key, concat(nonce, TOKEN_TYPE, context, keyId));
+    const { blindedMsg, inv } = await suite.blind(key, concat(TOKEN_TYPE, nonce, digest, keyId));
     pending.push({
       spki: task.issuer_public_key,
       reportId: b64e(reportId),
       nonce: b64e(nonce),
-      context: b64e(context),
+      digest: b64e(digest),
       keyId: b64e(keyId),
       blindedMsg: b64e(blindedMsg),
       inv: b64e(inv),
@@ -133,10 +217,9 @@ export async function finishInvitation(url, code, pending, options = {}) {
   }
   const out = [];
   for (const [i, p] of pending.entries()) {
-    const [nonce, context, keyId] = [b64d(p.nonce), b64d(p.context), b64d(p.keyId)];
-    const message = concat(nonce, TOKEN_TYPE, context, keyId);
+    const message = concat(TOKEN_TYPE, b64d(p.nonce), b64d(p.digest), b64d(p.keyId));
     const sig = await suite.finalize(await importKey(b64d(p.spki)), message, b64d(sigs[i]), b64d(p.inv));
-    out.push({ reportId: b64d(p.reportId), token: concat(TOKEN_TYPE, nonce, context, keyId, sig) });
+    out.push({ reportId: b64d(p.reportId), token: concat(message, sig) });
   }
   return out;
 }

@@ -24,7 +24,7 @@ from veil.aggregator.core import VerifyInitItem
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import UploadError, prepare_reports
 from veil.invite import blindrsa
-from veil.invite.token import TOKEN_SIZE, PendingToken, public_key_bytes
+from veil.invite.token import TOKEN_SIZE, PendingToken, public_key_bytes, redemption_context
 from veil.local.launcher import LocalDeployment
 from veil.messages import REPORT_ID_SIZE, Report
 from veil.protocol.v1 import helper_pb2
@@ -60,7 +60,9 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
 
 
 def issue(signer: blindrsa.Signer, task_id: bytes, report_id: bytes) -> bytes:
-    pending = PendingToken.start(public_key_bytes(signer.public_key), task_id, report_id)
+    pending = PendingToken.start(
+        public_key_bytes(signer.public_key), redemption_context(task_id, report_id)
+    )
     return pending.finish(signer.blind_sign(pending.blinded_msg))
 
 

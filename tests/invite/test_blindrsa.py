@@ -24,6 +24,7 @@ from veil.invite.token import (
     TokenError,
     Verifier,
     public_key_bytes,
+    redemption_context,
 )
 
 
@@ -100,7 +101,7 @@ def test_finalize_refuses_a_wrong_blind_signature() -> None:
 def _token(task_id: bytes, report_id: bytes, k: rsa.RSAPrivateKey | None = None) -> bytes:
     k = k or key()
     der = public_key_bytes(k.public_key())
-    pending = PendingToken.start(der, task_id, report_id)
+    pending = PendingToken.start(der, redemption_context(task_id, report_id))
     return pending.finish(blindrsa.Signer(k).blind_sign(pending.blinded_msg))
 
 
@@ -109,13 +110,15 @@ def test_a_token_verifies_for_its_report_only() -> None:
     task_id, report_id = secrets.token_bytes(32), secrets.token_bytes(16)
     tok = _token(task_id, report_id)
     assert len(tok) == TOKEN_SIZE
-    verifier.check(tok, task_id, report_id)
+    verifier.check(tok, redemption_context(task_id, report_id))
     with pytest.raises(TokenError, match="another report or task"):
-        verifier.check(tok, task_id, secrets.token_bytes(16))
+        verifier.check(tok, redemption_context(task_id, secrets.token_bytes(16)))
     with pytest.raises(TokenError, match="another report or task"):
-        verifier.check(tok, secrets.token_bytes(32), report_id)
+        verifier.check(tok, redemption_context(secrets.token_bytes(32), report_id))
     with pytest.raises(TokenError, match="another issuer key"):
-        verifier.check(_token(task_id, report_id, other_key()), task_id, report_id)
+        verifier.check(
+            _token(task_id, report_id, other_key()), redemption_context(task_id, report_id)
+        )
 
 
 def test_malformed_tokens_are_refused() -> None:
@@ -131,16 +134,18 @@ def test_malformed_tokens_are_refused() -> None:
         (tok[:2] + bytes([tok[2] ^ 1]) + tok[3:], "signature does not verify"),
     ):
         with pytest.raises(TokenError, match=why):
-            verifier.check(bad, task_id, report_id)
+            verifier.check(bad, redemption_context(task_id, report_id))
 
 
 def test_a_forged_signature_with_the_right_fields_is_refused() -> None:
     der = public_key_bytes(key().public_key())
     task_id, report_id = secrets.token_bytes(32), secrets.token_bytes(16)
     genuine = Token.decode(_token(task_id, report_id))
-    forged = Token(genuine.nonce, genuine.context, genuine.key_id, secrets.token_bytes(256))
+    forged = Token(
+        genuine.nonce, genuine.challenge_digest, genuine.key_id, secrets.token_bytes(256)
+    )
     with pytest.raises(TokenError, match="signature does not verify"):
-        Verifier(der).check(forged.encode(), task_id, report_id)
+        Verifier(der).check(forged.encode(), redemption_context(task_id, report_id))
 
 
 @pytest.mark.skipif(not _openssl.available(), reason="no OpenSSL 3 libcrypto")

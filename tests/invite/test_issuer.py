@@ -68,11 +68,11 @@ def tasks(deployment: Path) -> list[ClientTask]:
 
 
 def blinded(deployment: Path) -> list[bytes]:
-    from veil.invite.token import PendingToken
+    from veil.invite.token import PendingToken, redemption_context
 
     return [
         PendingToken.start(
-            t.issuer_public_key or b"", t.task_id, secrets.token_bytes(16)
+            t.issuer_public_key or b"", redemption_context(t.task_id, secrets.token_bytes(16))
         ).blinded_msg
         for t in tasks(deployment)
     ]

@@ -169,3 +169,40 @@ def test_js_and_python_agree_on_the_issuer_keys_fingerprint() -> None:
         in (out["refused"])
     )
     assert "are not the ones your link names" in out["fewer"]
+
+
+def test_js_and_python_agree_on_rfc9578_key_ids_and_challenges() -> None:
+    """js/src/invite.js computes RFC 9578's token_key_id (the key's RSASSA-PSS
+    SPKI hashed) and the TokenChallenge digest as veil.invite.token does."""
+    node = require_node_client()
+    import secrets
+
+    from veil.invite.token import challenge_digest, key_id, redemption_context
+
+    spkis = [public_key_bytes(blindrsa.generate_key().public_key()) for _ in range(2)]
+    task_id, report_id = secrets.token_bytes(32), secrets.token_bytes(16)
+    script = r"""
+    import { challengeDigest, redemptionContext, tokenKeyId } from './src/invite.js';
+    const input = JSON.parse(process.argv[1]);
+    const b = (t) => new Uint8Array(Buffer.from(t, 'base64url'));
+    const t = (u) => Buffer.from(u).toString('base64url');
+    const context = redemptionContext(b(input.task_id), b(input.report_id));
+    console.log(JSON.stringify({
+      key_ids: input.keys.map((k) => t(tokenKeyId(b(k)))),
+      digest: t(challengeDigest(context)),
+    }));
+    """
+    arg = json.dumps(
+        {"keys": [b64e(k) for k in spkis], "task_id": b64e(task_id), "report_id": b64e(report_id)}
+    )
+    done = subprocess.run(
+        [node, "--input-type=module", "-e", script, arg],
+        capture_output=True,
+        text=True,
+        cwd=JS_DIR,
+        timeout=60,
+        check=True,
+    )
+    out = json.loads(done.stdout)
+    assert out["key_ids"] == [b64e(key_id(k)) for k in spkis]
+    assert out["digest"] == b64e(challenge_digest(redemption_context(task_id, report_id)))

@@ -105,3 +105,15 @@ def rfc9474_vectors_file() -> Path | None:
     configured = os.environ.get("VEIL_RFC9474_VECTORS")
     path = (Path(configured) if configured else _DEFAULT_RFC9474) / "rfc9474.json"
     return path if path.is_file() else None
+
+
+_DEFAULT_RFC9578 = Path(__file__).resolve().parents[2].parent / "shared" / "rfc9578-test-vectors"
+
+
+def rfc9578_vectors_dir() -> Path | None:
+    """The folder of RFC 9578's Appendix A vectors as JSON, from
+    $VEIL_RFC9578_VECTORS or ../shared/rfc9578-test-vectors beside the
+    checkout; None where neither exists (they are not shipped there)."""
+    configured = os.environ.get("VEIL_RFC9578_VECTORS")
+    path = Path(configured) if configured else _DEFAULT_RFC9578
+    return path if path.is_dir() else None

@@ -35,7 +35,7 @@ from veil.hpke import (
     agg_share_info,
     seal,
 )
-from veil.invite.token import TokenError, Verifier
+from veil.invite.token import TokenError, Verifier, redemption_context
 from veil.metrics import Metrics
 from veil.task import (
     OPEN_ENDED,
@@ -180,7 +180,7 @@ def check_token(task: Task, token: bytes, report_id: bytes, where: str) -> None:
             " respondents only"
         )
     try:
-        Verifier(task.issuer_public_key).check(token, task.task_id, report_id)
+        Verifier(task.issuer_public_key).check(token, redemption_context(task.task_id, report_id))
     except TokenError as e:
         raise InvalidToken(f"{where}: invalid invitation token: {e}") from None
 

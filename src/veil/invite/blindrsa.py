@@ -1,15 +1,17 @@
-"""RSA blind signatures, RFC 9474: RSABSSA-SHA384-PSS-Randomized.
+"""RSA blind signatures, RFC 9474: RSABSSA-SHA384-PSS-Deterministic and
+RSABSSA-SHA384-PSS-Randomized.
 
-veil implements that one of the RFC's four variants (section 5): the
-deterministic ones (no message prefix) and the PSSZERO ones (no salt) are
-refused by name (`variant`), and `prepare` and `blind` refuse the empty
-prefix and salt that would make them. The modulus is the key's: any size
+veil implements those two of the RFC's four variants (section 5); tokens use
+the deterministic one (TOKEN_VARIANT), as RFC 9578 asks of its token type
+0x0002. The PSSZERO variants (no salt) are refused by name (`variant`), and
+`blind` refuses the empty salt that would make them. The modulus is the key's: any size
 from MIN_MODULUS_BITS up (the RFC's own test vectors use RSA-4096), and every
 length follows it; veil's deployments generate RSA-2048 keys (MODULUS_BITS,
 the size a token's authenticator has, veil.invite.token).
 
-The RFC's operations, named as in its section 4: `prepare` (4.1, the
-randomized variant: a 32-byte random prefix), `blind` (4.2), `blind_sign`
+The RFC's operations, named as in its section 4: `prepare_identity` and
+`prepare` (4.1: the message itself for the deterministic variant, a 32-byte
+random prefix and the message for the randomized one), `blind` (4.2), `blind_sign`
 (4.3), `finalize` (4.4), and `verify` (RSASSA-PSS verification with SHA-384,
 MGF1-SHA-384 and a 48-byte salt, as section 4.5 says).
 
@@ -46,10 +48,12 @@ MODULUS_BITS = 2048  # the keys veil generates, and a token's authenticator
 K_LEN = MODULUS_BITS // 8
 MIN_MODULUS_BITS = 2048  # nothing smaller is taken, from anyone
 PUBLIC_EXPONENT = 65537
-VARIANT = "RSABSSA-SHA384-PSS-Randomized"
+RANDOMIZED = "RSABSSA-SHA384-PSS-Randomized"
+DETERMINISTIC = "RSABSSA-SHA384-PSS-Deterministic"
+VARIANTS = (DETERMINISTIC, RANDOMIZED)
+TOKEN_VARIANT = DETERMINISTIC  # RFC 9578 section 6, token type 0x0002
 _REFUSED_VARIANTS = (
     "RSABSSA-SHA384-PSSZERO-Randomized",
-    "RSABSSA-SHA384-PSS-Deterministic",
     "RSABSSA-SHA384-PSSZERO-Deterministic",
 )
 
@@ -59,12 +63,14 @@ class BlindRSAError(ValueError):
 
 
 def variant(name: str) -> str:
-    """`name` if it is the variant veil implements; BlindRSAError otherwise,
+    """`name` if it is a variant veil implements; BlindRSAError otherwise,
     saying which one it is."""
-    if name == VARIANT:
+    if name in VARIANTS:
         return name
     known = "one of RFC 9474's variants" if name in _REFUSED_VARIANTS else "not an RFC 9474 variant"
-    raise BlindRSAError(f"{name} is {known} that veil does not implement: only {VARIANT}")
+    raise BlindRSAError(
+        f"{name} is {known} that veil does not implement: only {' and '.join(VARIANTS)}"
+    )
 
 
 def generate_key(bits: int = MODULUS_BITS) -> rsa.RSAPrivateKey:
@@ -110,13 +116,18 @@ def emsa_pss_encode(msg: bytes, em_bits: int, salt: bytes) -> bytes:
     return bytes(masked) + h + b"\xbc"
 
 
+def prepare_identity(msg: bytes) -> bytes:
+    """Section 4.1, PrepareIdentity (the deterministic variants): msg itself."""
+    return msg
+
+
 def prepare(msg: bytes, prefix: bytes | None = None) -> bytes:
-    """Section 4.1, randomized: a 32-byte prefix (random unless given) || msg."""
+    """Section 4.1, PrepareRandomize: a 32-byte prefix (random unless given) || msg."""
     if prefix is None:
         prefix = secrets.token_bytes(PREFIX_LEN)
     if not prefix:
         raise BlindRSAError(
-            f"an empty prefix is a deterministic variant; veil implements {VARIANT}"
+            f"an empty prefix is the deterministic variant: use prepare_identity ({DETERMINISTIC})"
         )
     if len(prefix) != PREFIX_LEN:
         raise BlindRSAError(f"the prefix must be {PREFIX_LEN} bytes")
@@ -150,7 +161,7 @@ def blind(
     if len(salt) != S_LEN:
         raise BlindRSAError(
             f"the salt must be {S_LEN} bytes (PSSZERO variants are refused: veil implements "
-            f"{VARIANT})"
+            f"{' and '.join(VARIANTS)})"
         )
     encoded = emsa_pss_encode(msg, n.bit_length() - 1, salt)
     m = _os2ip(encoded)

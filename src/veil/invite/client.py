@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from veil.invite import blindrsa
-from veil.invite.token import PendingToken
+from veil.invite.token import PendingToken, redemption_context
 from veil.messages import REPORT_ID_SIZE
 
 
@@ -95,7 +95,12 @@ def redeem(
             raise InvitationError(f"task {task.id_text} takes no invitation token")
         report_id = secrets.token_bytes(REPORT_ID_SIZE)
         pending.append(
-            (report_id, PendingToken.start(task.issuer_public_key, task.task_id, report_id))
+            (
+                report_id,
+                PendingToken.start(
+                    task.issuer_public_key, redemption_context(task.task_id, report_id)
+                ),
+            )
         )
     body = json.dumps(
         {"invitation": code, "blinded": [_b64(p.blinded_msg) for _, p in pending]}

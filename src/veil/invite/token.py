@@ -1,21 +1,29 @@
-"""A token's bytes and how it binds to one report (after RFC 9578, type 0x0002).
+"""A token's bytes and how it binds to one report: Privacy Pass token type
+0x0002, publicly verifiable (RFC 9578 section 6; the Token and TokenChallenge
+structures of RFC 9577 section 2):
 
     struct {
         uint16 token_type = 0x0002;
         uint8 nonce[32];
-        uint8 context[32];       // binds the token to (task id, report id)
-        uint8 token_key_id[32];  // SHA-256 of the issuer key's SubjectPublicKeyInfo
-        uint8 authenticator[256];
+        uint8 challenge_digest[32];  // SHA-256 of the encoded TokenChallenge
+        uint8 token_key_id[32];      // SHA-256 of the key's RSASSA-PSS SPKI
+        uint8 authenticator[256];    // RSABSSA-SHA384-PSS-Deterministic
     } Token;
 
-RFC 9578 signs token_type || nonce || challenge_digest || token_key_id with
-the deterministic RSABSSA variant. Here the signature is RSABSSA-SHA384-PSS-
-Randomized (RFC 9474) and the nonce is that variant's 32-byte random prefix,
-so the signed message is nonce || token_type || context || token_key_id: the
-same fields, the nonce first. The context is not a server challenge but
-SHA-256(label || task id || report id): a client picks its report id before
-the token is issued, so a token is good for exactly one report of one task,
-and an aggregator's refusal of a second report with the same id is its
+The authenticator is a blind RSA signature (RFC 9474, the deterministic PSS
+variant, veil.invite.blindrsa) of token_type || nonce || challenge_digest ||
+token_key_id, so any RFC 9578 verifier holding the issuer's public key and
+the challenge accepts a veil token. No origin sends veil's clients a
+challenge: each party builds it from the report alone, as
+
+    TokenChallenge {
+        token_type = 0x0002,
+        issuer_name = ISSUER_NAME,
+        redemption_context = SHA-256(label || task id || report id),
+        origin_info = "" }
+
+The redemption context binds a token to exactly one report of one task, and
+an aggregator's refusal of a second report with the same id is its
 spent-token check (nothing new to store).
 """
 
@@ -35,21 +43,57 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from veil.invite import blindrsa
 
 TOKEN_TYPE = 0x0002
-NONCE_SIZE = blindrsa.PREFIX_LEN
-CONTEXT_SIZE = 32
+NONCE_SIZE = 32
+DIGEST_SIZE = 32
 KEY_ID_SIZE = 32
-TOKEN_SIZE = 2 + NONCE_SIZE + CONTEXT_SIZE + KEY_ID_SIZE + blindrsa.K_LEN
+TOKEN_SIZE = 2 + NONCE_SIZE + DIGEST_SIZE + KEY_ID_SIZE + blindrsa.K_LEN
+# The TokenChallenge's issuer_name: a server name (RFC 9577 section 2.1) that
+# is the same for every veil issuer, under the reserved .invalid top-level
+# domain (RFC 2606), since the tokens are checked against the survey's keys,
+# never against an issuer's address.
+ISSUER_NAME = b"issuer.veil.invalid"
+ORIGIN_INFO = b""
 CONTEXT_LABEL = b"veil-invitation-token-v1"
 KEYS_LABEL = b"veil-issuer-keys-v1"
+
+# The AlgorithmIdentifier of an RSASSA-PSS key with SHA-384, MGF1-SHA-384 and
+# a 48-byte salt, DER (RFC 4055 section 3.1; RFC 9578 section 6.5 shows it):
+#   SEQUENCE { OID 1.2.840.113549.1.1.10 (id-RSASSA-PSS),
+#     SEQUENCE { [0] SEQUENCE { OID 2.16.840.1.101.3.4.2.2 (sha384) },
+#                [1] SEQUENCE { OID 1.2.840.113549.1.1.8 (id-mgf1),
+#                               SEQUENCE { OID sha384 } },
+#                [2] INTEGER 48 } }
+_PSS_ALGORITHM = bytes.fromhex(
+    "303d06092a864886f70d01010a3030a00d300b0609608648016503040202"
+    "a11a301806092a864886f70d010108300b0609608648016503040202a203020130"
+)
 
 
 class TokenError(ValueError):
     """A token refused; the message says why (for the uploader's error)."""
 
 
-def context(task_id: bytes, report_id: bytes) -> bytes:
-    """The 32 bytes that bind a token to one report of one task."""
+def redemption_context(task_id: bytes, report_id: bytes) -> bytes:
+    """The TokenChallenge's 32-byte redemption_context for one report of one task."""
     return hashlib.sha256(CONTEXT_LABEL + task_id + report_id).digest()
+
+
+def token_challenge(context: bytes) -> bytes:
+    """The encoded TokenChallenge (RFC 9577 section 2.1) of a veil token."""
+    if len(context) != 32:
+        raise TokenError("a redemption context is 32 bytes")
+    return (
+        struct.pack(">HH", TOKEN_TYPE, len(ISSUER_NAME))
+        + ISSUER_NAME
+        + bytes([len(context)])
+        + context
+        + struct.pack(">H", len(ORIGIN_INFO))
+        + ORIGIN_INFO
+    )
+
+
+def challenge_digest(context: bytes) -> bytes:
+    return hashlib.sha256(token_challenge(context)).digest()
 
 
 def public_key_bytes(pk: rsa.RSAPublicKey) -> bytes:
@@ -59,8 +103,35 @@ def public_key_bytes(pk: rsa.RSAPublicKey) -> bytes:
     )
 
 
+def _der_length(n: int) -> bytes:
+    if n < 0x80:
+        return bytes([n])
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([0x80 | len(body)]) + body
+
+
+@lru_cache(maxsize=256)
+def pss_public_key_bytes(public_key_der: bytes) -> bytes:
+    """The key as RFC 9578 section 6.5 encodes it for its key id: a DER
+    SubjectPublicKeyInfo under id-RSASSA-PSS (SHA-384, MGF1-SHA-384, salt 48)
+    rather than rsaEncryption, holding the same RSAPublicKey."""
+    pkcs1 = load_public_key(public_key_der).public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.PKCS1
+    )
+    bit_string = b"\x03" + _der_length(len(pkcs1) + 1) + b"\x00" + pkcs1
+    body = _PSS_ALGORITHM + bit_string
+    return b"\x30" + _der_length(len(body)) + body
+
+
 @lru_cache(maxsize=256)
 def key_id(public_key_der: bytes) -> bytes:
+    """The token_key_id of RFC 9578 section 6.5: SHA-256 of the PSS SPKI."""
+    return hashlib.sha256(pss_public_key_bytes(public_key_der)).digest()
+
+
+def spki_digest(public_key_der: bytes) -> bytes:
+    """SHA-256 of the key as task files hold it (rsaEncryption SPKI): what a
+    survey's keys fingerprint is made of."""
     return hashlib.sha256(public_key_der).digest()
 
 
@@ -86,7 +157,7 @@ def keys_fingerprint(public_keys_der: Sequence[bytes]) -> str:
     own (which would mark that respondent's tokens) unnoticed."""
     h = hashlib.sha256(KEYS_LABEL)
     for der in public_keys_der:
-        h.update(key_id(der))
+        h.update(spki_digest(der))
     return h.hexdigest()
 
 
@@ -99,26 +170,21 @@ def normalise_keys_fingerprint(text: str) -> str:
     return digits
 
 
-def token_input(ctx: bytes, kid: bytes) -> bytes:
-    """The message before the randomized prefix: token_type || context || key id."""
-    return struct.pack(">H", TOKEN_TYPE) + ctx + kid
+def token_input(nonce: bytes, digest: bytes, kid: bytes) -> bytes:
+    """What the authenticator signs (RFC 9578 section 6.1): token_type ||
+    nonce || challenge_digest || token_key_id."""
+    return struct.pack(">H", TOKEN_TYPE) + nonce + digest + kid
 
 
 @dataclass(frozen=True)
 class Token:
     nonce: bytes
-    context: bytes
+    challenge_digest: bytes
     key_id: bytes
     authenticator: bytes
 
     def encode(self) -> bytes:
-        return (
-            struct.pack(">H", TOKEN_TYPE)
-            + self.nonce
-            + self.context
-            + self.key_id
-            + self.authenticator
-        )
+        return self.authenticator_input() + self.authenticator
 
     @staticmethod
     def decode(data: bytes) -> Token:
@@ -129,13 +195,13 @@ class Token:
         if token_type != TOKEN_TYPE:
             raise TokenError(f"token type {token_type:#06x} is not {TOKEN_TYPE:#06x}")
         a = 2 + NONCE_SIZE
-        b = a + CONTEXT_SIZE
+        b = a + DIGEST_SIZE
         c = b + KEY_ID_SIZE
         return Token(data[2:a], data[a:b], data[b:c], data[c:])
 
-    def signed_message(self) -> bytes:
-        """The prepared message the authenticator signs (nonce as the prefix)."""
-        return blindrsa.prepare(token_input(self.context, self.key_id), self.nonce)
+    def authenticator_input(self) -> bytes:
+        """The message the authenticator signs (PrepareIdentity: itself)."""
+        return token_input(self.nonce, self.challenge_digest, self.key_id)
 
 
 @dataclass(frozen=True)
@@ -148,18 +214,24 @@ class Verifier:
     def key_id(self) -> bytes:
         return key_id(self.public_key_der)
 
-    def check(self, data: bytes, task_id: bytes, report_id: bytes) -> None:
-        """Raises TokenError unless `data` is a valid token for this report.
+    def check(self, data: bytes, context: bytes) -> None:
+        """Raises TokenError unless `data` is a valid token for the
+        redemption context `context` (see `redemption_context`).
 
         One signature verification; the comparisons are constant-time.
         """
+        self.check_digest(data, challenge_digest(context))
+
+    def check_digest(self, data: bytes, digest: bytes) -> None:
+        """`check` for any TokenChallenge, given its SHA-256 `digest` (RFC
+        9578 section 6.4: what a verifier of another deployment checks)."""
         token = Token.decode(data)
         if not hmac.compare_digest(token.key_id, self.key_id):
             raise TokenError("the token was issued under another issuer key")
-        if not hmac.compare_digest(token.context, context(task_id, report_id)):
+        if not hmac.compare_digest(token.challenge_digest, digest):
             raise TokenError("the token belongs to another report or task")
         pk = load_public_key(self.public_key_der)
-        if not blindrsa.verify(pk, token.signed_message(), token.authenticator):
+        if not blindrsa.verify(pk, token.authenticator_input(), token.authenticator):
             raise TokenError("the token's signature does not verify")
 
 
@@ -169,23 +241,24 @@ class PendingToken:
 
     public_key_der: bytes
     nonce: bytes
-    context: bytes
+    challenge_digest: bytes
     blinded_msg: bytes
     inv: bytes
 
     @staticmethod
-    def start(public_key_der: bytes, task_id: bytes, report_id: bytes) -> PendingToken:
+    def start(public_key_der: bytes, context: bytes) -> PendingToken:
+        """Blind a token for the redemption context `context`."""
         pk = load_public_key(public_key_der)
         nonce = secrets.token_bytes(NONCE_SIZE)
-        ctx = context(task_id, report_id)
-        msg = blindrsa.prepare(token_input(ctx, key_id(public_key_der)), nonce)
+        digest = challenge_digest(context)
+        msg = blindrsa.prepare_identity(token_input(nonce, digest, key_id(public_key_der)))
         b = blindrsa.blind(pk, msg)
-        return PendingToken(public_key_der, nonce, ctx, b.blinded_msg, b.inv)
+        return PendingToken(public_key_der, nonce, digest, b.blinded_msg, b.inv)
 
     def finish(self, blind_sig: bytes) -> bytes:
         """The token's bytes from the issuer's blind signature; raises BlindRSAError."""
         kid = key_id(self.public_key_der)
-        msg = blindrsa.prepare(token_input(self.context, kid), self.nonce)
+        msg = blindrsa.prepare_identity(token_input(self.nonce, self.challenge_digest, kid))
         pk = load_public_key(self.public_key_der)
         sig = blindrsa.finalize(pk, msg, blind_sig, self.inv)
-        return Token(self.nonce, self.context, kid, sig).encode()
+        return Token(self.nonce, self.challenge_digest, kid, sig).encode()
