@@ -1,0 +1,606 @@
+"""Estimates that agree with each other: a breakdown and the questions it crosses.
+
+A breakdown of a question Q by a group question G releases noisy cells, one per
+(group, category): a histogram over group x answer for a categorical Q, each
+group's sums for a numeric one. Q's own release and G's own release measure the
+breakdown's margins again, with noise drawn independently by each aggregator,
+whose exact variance is public (`TotalNoise.variance`). Published side by side,
+the three disagree: a team's counts do not add up to the team's own count.
+
+Reconciliation is post-processing of released values (free under DP). The cells
+x (K of them) are the unknowns; each release r measures y_r = A_r·x + e_r, its
+noise e_r independent across coordinates and releases with variance v_r per
+coordinate (A_0 = I for the breakdown itself, column sums for Q, row sums for G),
+and some facts are exact, C·x = d (a histogram's cells add up to the public
+report count n; a release without noise). The generalised least squares estimate
+under the exact constraints (Aitken 1935, with equality constraints),
+
+    x̂ = argmin Σ_r |y_r - A_r·x|² / v_r  subject to  C·x = d,
+
+is, with N a basis of C's null space, H = Σ_r A_r'A_r / v_r and
+G = N (N'HN)⁻¹ N':
+
+    x̂ = G·Σ_r A_r'y_r / v_r + (I - G·H)·C⁺d,   x̂ - x = G·Σ_r A_r'e_r / v_r.
+
+Its covariance is exactly G (G·H·G = G); a linear function t'x (a margin) is
+estimated by t'x̂ with variance t'Gt, and its error is Σ_r ω_r'e_r with weights
+ω_r = A_r·G·t / v_r on each release's noises, from which the interval follows.
+
+**At least as precise as either source.** Let U be any linear unbiased estimator
+of t'x from the releases (a cell's own noisy value, Q's own count, the sum of a
+column of cells) and T = t'x̂. D = U - T is linear, D = Σ_r b_r'e_r + (Σ_r b_r'A_r)·x
++ const, and unbiased for 0 at every x with C·x = d, so Σ_r b_r'A_r·N = 0. Then
+Cov(T, D) = Σ_r v_r·ω_r'b_r = t'G·Σ_r A_r'b_r = t'N (N'HN)⁻¹ (Σ_r b_r'A_r N)' = 0,
+so Var U = Var T + Var D ≥ Var T (the Gauss-Markov argument). Every reconciled
+cell's variance is at most its own release's v_0, every reconciled margin's at
+most min(v_Q, v_0·|column|), and likewise for any sum of cells.
+
+**Intervals.** The error of each estimate is a fixed weighted sum of the releases'
+integer noises, whose exact distributions are public. `weighted_noise_half_width`
+puts each distinct weight's noise on a common grid of step h (each term moved by
+at most h/2 by the rounding), convolves them by FFT and reads the least half-width
+c whose central mass is at least the level; the interval's half-width is c plus
+the largest total rounding error, so it covers at least at its level (up to the
+pmf tables' 1e-14), as the raw intervals do, and is at most 2% of the
+estimate's standard deviation wider than the exact one.
+
+**The cut.** As the single questions are published (veil.dp.consistent_box,
+consistent_histogram), the reconciled cells are then projected (Euclidean, exact
+in rationals) onto what is possible, block by block (`Block`): a histogram's
+cells onto the non-negative ones summing to n; a multiple choice's column (an
+option over the groups) first as a total cut to [0, n], then its cells onto the
+non-negative ones summing to that total; a numeric question's margins (its
+columns' totals) first onto the non-negative ones summing to at most n·max (or
+the points' total), then each column's cells onto its cut total. Cutting each
+cell at 0 alone would push every margin up; cutting the margin first publishes
+it as its own reconciled value cut to its range, as its question alone would
+be. A margin is published as the sum of the cut cells, so the published single-
+question totals equal the breakdown's margins. Each interval is the reconciled
+one intersected with the possible range and widened to hold the cut value. The
+cut makes the estimates biased towards the inside, as it makes the single
+questions'; the study (bench.reconcile) measures its mean squared error.
+
+**Which margins hold.** A margin constraint is a fact only when the breakdown's
+respondents are exactly the question's: `same_respondents`. A question answered
+with local randomized response is reconciled on the randomized scale, where both
+its release and the breakdown sum the very same randomized answers (a second,
+independent randomization would make no margin): the variances are the servers'
+noise alone, and the de-biasing that follows, as for the question's estimates, is
+one linear map of raw and reconciled alike, so the inequality above still holds
+(the randomization's own error is common to both).
+
+All of this is public parameters and released values: no I/O, no randomness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from veil.dp.errors import InvalidParameter
+from veil.dp.estimates import MIN_ALPHA, Estimate, _into
+from veil.dp.mechanisms import TotalNoise
+
+__all__ = [
+    "BREAKDOWN_GROUP_KINDS",
+    "BREAKDOWN_QUESTION_KINDS",
+    "Block",
+    "Margin",
+    "ReconcilePlan",
+    "Reconciled",
+    "breakdown_plan",
+    "same_respondents",
+    "weighted_noise_half_width",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+BREAKDOWN_QUESTION_KINDS = ("yes_no", "choice", "multi_choice", "integer", "points")
+BREAKDOWN_GROUP_KINDS = ("yes_no", "choice")
+
+# Grid points per standard deviation of the estimate, per noise term: the
+# rounding (s = N·h/2 for N terms) shifts the grid's quantile by at most s and is
+# added once more, so the half-width exceeds the exact one by at most 1/_GRID sd.
+_GRID = 50
+# The grid spans ±_SPAN standard deviations; beyond, every term's mass is below
+# P(|Z| > 40σ) (2.6e-25 for one discrete Laplace) and folds back harmlessly.
+_SPAN = 40
+_MAX_GRID = 1 << 22
+# Weights equal to this relative precision are one term of the convolution.
+_WEIGHT_DIGITS = 9
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def _grid_pmf(noise: TotalNoise, weight: float, step: float, size: int) -> FloatArray:
+    """The pmf of weight·Z rounded to the grid (index i for i·step, mod size)."""
+    try:
+        centre, table = noise.table()
+    except InvalidParameter:
+        # Only a discrete Gaussian too wide to tabulate gets here (σ > ~300,000): it
+        # is N(0, σ²) to double precision (TotalNoise.central_mass says why); its
+        # mass over each grid cell comes from the normal's distribution function.
+        sd = weight * math.sqrt(noise.variance())
+        reach = min(size // 2 - 1, math.ceil(_SPAN * sd / step) + 1)
+        edges = (np.arange(-reach, reach + 2) - 0.5) * step / (sd * math.sqrt(2))
+        cdf = 0.5 * (1 + np.array([math.erf(e) for e in edges]))
+        cells = np.diff(cdf)
+        spread = np.bincount(np.arange(-reach, reach + 1) % size, weights=cells, minlength=size)
+        return spread.astype(np.float64)
+    z = np.arange(-centre, centre + 1, dtype=np.float64)
+    at = np.rint(weight * z / step).astype(np.int64) % size
+    return np.bincount(at, weights=table, minlength=size).astype(np.float64)
+
+
+def _table_reach(noise: TotalNoise) -> float:
+    """The largest |Z| the noise's table holds (inf past tabulable widths)."""
+    try:
+        centre, _ = noise.table()
+    except InvalidParameter:
+        return math.inf
+    return float(centre)
+
+
+def weighted_noise_half_width(
+    terms: Sequence[tuple[TotalNoise, Sequence[float] | FloatArray]], alpha: float
+) -> tuple[float, float]:
+    """(c, mass): P(|X| ≤ c) ≥ mass ≥ 1 - alpha for X = Σ w·Z over the terms, each
+    (noise, weights) a release's noise and the weights on its independent coordinates.
+
+    Each distinct |w| (to 9 digits) of a noise is one distribution on a grid of step
+    h: w·Z rounded to the nearest multiple of h, moved by at most min(h/2, |w|·M)
+    (M the table's reach). The rounded sum's pmf is the product of the terms'
+    transforms (each to the power of its count); its least central half-width at
+    1 - alpha, plus every term's largest rounding and the weights' own rounding,
+    is c. h is the standard deviation over 50 times the number of terms, so c
+    exceeds the exact half-width by at most 2% of a standard deviation.
+    """
+    if not MIN_ALPHA <= alpha < 1:
+        raise InvalidParameter(f"alpha must be in [{MIN_ALPHA}, 1), got {alpha}")
+    grouped: dict[tuple[TotalNoise, float], int] = {}
+    weight_slack = 0.0
+    variance = 0.0
+    largest = max((float(np.max(np.abs(w), initial=0.0)) for n, w in terms if n.parts), default=0.0)
+    if largest == 0.0:
+        return 0.0, 1.0
+    for noise, weights in terms:
+        if not noise.parts:
+            continue
+        w = np.abs(np.asarray(weights, dtype=np.float64))
+        if not np.all(np.isfinite(w)):
+            raise InvalidParameter("the weights of a noise sum must be finite")
+        rounded = np.round(w / largest, _WEIGHT_DIGITS) * largest
+        reach = _table_reach(noise)
+        moved = float(np.sum(np.abs(w - rounded)))
+        weight_slack += moved * reach if moved else 0.0
+        var = noise.variance()
+        variance += float(np.sum(rounded**2)) * var
+        for value, count in zip(*np.unique(rounded, return_counts=True), strict=True):
+            if value > 0:
+                grouped[(noise, float(value))] = grouped.get((noise, float(value)), 0) + int(count)
+    if variance == 0.0:
+        return weight_slack, 1.0
+    sd = math.sqrt(variance)
+    count = sum(grouped.values())
+    step = sd / (_GRID * count)
+    size = 1 << max(4, math.ceil(math.log2(2 * _SPAN * sd / step + 1)))
+    if size > _MAX_GRID:
+        size = _MAX_GRID
+        step = 2 * _SPAN * sd / (size - 1)
+    spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
+    slack = weight_slack
+    for (noise, weight), times in grouped.items():
+        spectrum *= np.fft.rfft(_grid_pmf(noise, weight, step, size)) ** times
+        slack += times * min(step / 2, weight * _table_reach(noise))
+    pmf = np.clip(np.fft.irfft(spectrum, size), 0.0, None)
+    half = size // 2
+    # mass[m] = P(|X_grid| ≤ m·h), for m = 0 .. half - 1.
+    mass = pmf[0] + np.concatenate(([0.0], np.cumsum(pmf[1:half] + pmf[size - 1 : half : -1])))
+    reached = np.flatnonzero(mass >= 1 - alpha)
+    if reached.size == 0:  # pragma: no cover - the grid spans ±40 standard deviations
+        raise InvalidParameter("the noise sum's interval does not fit its grid")
+    m = int(reached[0])
+    return m * step + slack, min(float(mass[m]), 1.0)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, eq=False)
+class Margin:
+    """A release of sums of cells: its coordinate i measures Σ_j design[i, j]·x_j
+    with independent noise `noise` on each coordinate, and lies in [0, high].
+    `name` says which release it is ("question", "group" for a breakdown)."""
+
+    design: FloatArray
+    noise: TotalNoise
+    high: int
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        design = np.asarray(self.design, dtype=np.float64)
+        if design.ndim != 2 or design.shape[0] < 1 or not np.all(np.isfinite(design)):
+            raise InvalidParameter("a margin's design is a finite matrix of one row or more")
+        object.__setattr__(self, "design", design)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Cells that are non-negative and sum to at most `total` (exactly, if `exact`):
+    the possible set the cut projects onto, block by block.
+
+    `parts` (a partition of `cells`; None: each cell alone) orders the cut: the
+    parts' sums are projected first, then each part's cells onto their part's cut
+    sum. A part that is a margin (a column of a multiple choice, all of an
+    integer's groups) is then published as its reconciled value cut to its range,
+    where cutting each cell at 0 first would push the sum up.
+    """
+
+    cells: tuple[int, ...]
+    total: int
+    exact: bool = False
+    parts: tuple[tuple[int, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.parts is not None and sorted(j for p in self.parts for j in p) != sorted(
+            self.cells
+        ):
+            raise InvalidParameter(f"a block's parts must partition its cells: {self}")
+
+
+def _simplex(values: Sequence[Fraction], total: Fraction, exact: bool) -> list[Fraction]:
+    """The closest point (L2) with non-negative entries summing to `total` (at most
+    `total` unless `exact`): each value less a common θ, cut at 0 (veil.dp.
+    project_histogram's method, for a total that is not an integer)."""
+    clamped = [max(v, Fraction(0)) for v in values]
+    if not exact and sum(clamped, Fraction(0)) <= total:
+        return clamped
+    if total <= 0:
+        return [Fraction(0)] * len(values)
+    running = Fraction(0)
+    theta = Fraction(0)
+    for k, v in enumerate(sorted(values, reverse=True), start=1):
+        running += v
+        candidate = (running - total) / k
+        if v - candidate > 0:
+            theta = candidate
+    return [max(v - theta, Fraction(0)) for v in values]
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """One breakdown reconciled with its questions.
+
+    `cells` and `margins` (one tuple per margin, in the plan's order) are the least
+    squares estimates (unbiased) with their intervals; `shown_cells` and
+    `shown_margins` the published ones: the cells cut to the possible set, each
+    margin the sum of the cut cells, so that the tables add up.
+    """
+
+    cells: tuple[Estimate, ...]
+    margins: tuple[tuple[Estimate, ...], ...]
+    shown_cells: tuple[Estimate, ...]
+    shown_margins: tuple[tuple[Estimate, ...], ...]
+
+
+def _check_values(values: Sequence[int] | FloatArray, size: int, what: str) -> FloatArray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.shape != (size,):
+        raise InvalidParameter(f"{what} has shape {array.shape}, expected ({size},)")
+    if not np.all(np.isfinite(array)):
+        raise InvalidParameter(f"{what} holds a value that is not finite")
+    return array
+
+
+class ReconcilePlan:
+    """What reconciling one breakdown takes, from public parameters only: the
+    least squares map, the exact variances and the intervals' half-widths. Build
+    it once (`breakdown_plan` for a survey's breakdown), `apply` it to released
+    values.
+
+    `noise` is the breakdown's total noise per cell, `margins` the other releases
+    and `blocks` the possible set; a block marked exact is also a fact the least
+    squares use (the cells sum to its total). A release without noise is a fact
+    too. `simultaneous` makes each release's intervals hold together (Bonferroni:
+    the reconciled errors are correlated, so the exact max-of-k does not apply).
+    """
+
+    def __init__(
+        self,
+        cells: int,
+        noise: TotalNoise,
+        margins: Sequence[Margin],
+        blocks: Sequence[Block],
+        confidence: float = 0.95,
+        *,
+        simultaneous: bool = False,
+    ) -> None:
+        if isinstance(cells, bool) or not isinstance(cells, int) or cells < 1:
+            raise InvalidParameter(f"a breakdown has at least one cell, got {cells!r}")
+        if not 0 < confidence < 1:
+            raise InvalidParameter(f"confidence must be in (0, 1), got {confidence}")
+        self.size = cells
+        self.noise = noise
+        self.margins = tuple(margins)
+        self.blocks = tuple(blocks)
+        self.confidence = confidence
+        self.simultaneous = simultaneous
+        for m in self.margins:
+            if m.design.shape[1] != cells:
+                raise InvalidParameter(
+                    f"a margin's design has {m.design.shape[1]} columns for {cells} cells"
+                )
+        for b in self.blocks:
+            if not b.cells or any(not 0 <= j < cells for j in b.cells) or b.total < 0:
+                raise InvalidParameter(f"a block names cells outside the breakdown: {b}")
+        releases = [(np.eye(cells), noise), *((m.design, m.noise) for m in self.margins)]
+        self._variances = [n.variance() for _, n in releases]
+        # The exact facts: exact blocks, then every release without noise (its
+        # values are the right-hand side, known only when applied).
+        rows = [np.isin(np.arange(cells), b.cells).astype(np.float64) for b in blocks if b.exact]
+        rows += [
+            row for (a, _), v in zip(releases, self._variances, strict=True) if v == 0 for row in a
+        ]
+        constraints = np.array(rows).reshape(len(rows), cells)
+        self._constraints = constraints
+        h = sum(
+            (a.T @ a / v for (a, _), v in zip(releases, self._variances, strict=True) if v > 0),
+            np.zeros((cells, cells)),
+        )
+        # N: a basis of the null space of C (the directions the facts leave free).
+        if constraints.shape[0]:
+            _, s, vt = np.linalg.svd(constraints)
+            rank = int(np.sum(s > 1e-10 * s[0]))
+            basis = vt[rank:].T
+            self._pinv = np.linalg.pinv(constraints, rcond=1e-10)
+        else:
+            basis = np.eye(cells)
+            self._pinv = np.zeros((cells, 0))
+        if basis.shape[1]:
+            inner = basis.T @ h @ basis
+            gain = basis @ np.linalg.solve(inner, basis.T)
+        else:
+            gain = np.zeros((cells, cells))
+        self._gain = (gain + gain.T) / 2
+        self._fixed = (np.eye(cells) - self._gain @ h) @ self._pinv
+        self._releases = releases
+        self._widths: dict[tuple[int, int], tuple[float, float]] = {}
+        self._cache: dict[tuple[object, ...], tuple[float, float]] = {}
+
+    # ----------------------------------------------------------------- variances
+
+    def cell_variances(self) -> FloatArray:
+        """The exact variance of each reconciled cell (diag G)."""
+        variances: FloatArray = np.clip(np.diag(self._gain).copy(), 0.0, None)
+        return variances
+
+    def margin_variances(self, index: int) -> FloatArray:
+        """The exact variance of each reconciled coordinate of margin `index`."""
+        a = self.margins[index].design
+        variances: FloatArray = np.clip(np.einsum("ij,jk,ik->i", a, self._gain, a), 0.0, None)
+        return variances
+
+    def raw_cell_variances(self) -> FloatArray:
+        """Each cell's variance from its own release alone."""
+        return np.full(self.size, self._variances[0])
+
+    def raw_margin_variances(self, index: int) -> FloatArray:
+        """Each coordinate's smaller raw variance: its own release's, or the sum of
+        the breakdown's cells it covers."""
+        a = self.margins[index].design
+        from_cells = np.sum(a**2, axis=1) * self._variances[0]
+        smaller: FloatArray = np.minimum(from_cells, self._variances[index + 1])
+        return smaller
+
+    # ----------------------------------------------------------------- intervals
+
+    def _alpha(self, release: int) -> float:
+        alpha = 1 - self.confidence
+        if not self.simultaneous:
+            return alpha
+        rows = self.size if release == 0 else self.margins[release - 1].design.shape[0]
+        return alpha / rows
+
+    def _half_width(self, release: int, row: int) -> tuple[float, float]:
+        """(c, coverage) of coordinate `row` of release `release` (0: the cells)."""
+        key = (release, row)
+        if key in self._widths:
+            return self._widths[key]
+        t = np.eye(self.size)[row] if release == 0 else self.margins[release - 1].design[row]
+        gt = self._gain @ t
+        terms = [
+            (n, a @ gt / v)
+            for (a, n), v in zip(self._releases, self._variances, strict=True)
+            if v > 0
+        ]
+        alpha = self._alpha(release)
+        # Cells (and margins) of a symmetric design share their weights up to order.
+        signature = (alpha, *((n, tuple(np.sort(np.round(np.abs(w), 12)))) for n, w in terms))
+        if signature not in self._cache:
+            self._cache[signature] = weighted_noise_half_width(terms, alpha)
+        self._widths[key] = self._cache[signature]
+        return self._widths[key]
+
+    # ----------------------------------------------------------------- applying
+
+    def apply(
+        self, cells: Sequence[int] | FloatArray, margins: Sequence[Sequence[int] | FloatArray]
+    ) -> Reconciled:
+        """Reconcile released values: the breakdown's decoded cells, and each
+        margin's decoded coordinates in the plan's order (in the aggregates' own
+        units: a fixed-point task's values as decoded, scaled by the caller)."""
+        y0 = _check_values(cells, self.size, "the breakdown's values")
+        if len(margins) != len(self.margins):
+            raise InvalidParameter(f"{len(margins)} margins given for {len(self.margins)}")
+        ys = [y0] + [
+            _check_values(v, m.design.shape[0], f"margin {i}'s values")
+            for i, (v, m) in enumerate(zip(margins, self.margins, strict=True))
+        ]
+        rhs = [float(b.total) for b in self.blocks if b.exact]
+        rhs += [float(x) for y, v in zip(ys, self._variances, strict=True) if v == 0 for x in y]
+        d = np.array(rhs)
+        if d.size and not np.allclose(
+            self._constraints @ (self._pinv @ d), d, rtol=1e-9, atol=1e-6
+        ):
+            raise InvalidParameter(
+                "the exact facts contradict each other (a release without noise disagrees"
+                " with the breakdown's): their respondents are not the same"
+            )
+        b = sum(
+            (
+                a.T @ y / v
+                for (a, _), y, v in zip(self._releases, ys, self._variances, strict=True)
+                if v > 0
+            ),
+            np.zeros(self.size),
+        )
+        x = self._gain @ b + (self._fixed @ d if d.size else 0.0)
+        return self._publish(np.asarray(x, dtype=np.float64))
+
+    def _estimate(self, value: float, release: int, row: int) -> Estimate:
+        c, coverage = self._half_width(release, row)
+        v = Fraction(value)
+        return Estimate(v, v - Fraction(c), v + Fraction(c), self.confidence, coverage)
+
+    def _publish(self, x: FloatArray) -> Reconciled:
+        cells = tuple(self._estimate(float(x[j]), 0, j) for j in range(self.size))
+        margins = tuple(
+            tuple(self._estimate(float(v), i + 1, r) for r, v in enumerate(m.design @ x))
+            for i, m in enumerate(self.margins)
+        )
+        cut = [Fraction(float(v)) for v in x]
+        cell_high = [Fraction(max((b.total for b in self.blocks), default=0))] * self.size
+        for block in self.blocks:
+            parts = block.parts or tuple((j,) for j in block.cells)
+            sums = [sum((cut[j] for j in part), Fraction(0)) for part in parts]
+            for part, total in zip(
+                parts, _simplex(sums, Fraction(block.total), block.exact), strict=True
+            ):
+                for j, v in zip(part, _simplex([cut[j] for j in part], total, True), strict=True):
+                    cut[j] = v
+                    cell_high[j] = min(cell_high[j], Fraction(block.total))
+        shown_cells = tuple(
+            _into(e, v, Fraction(0), high) if self.blocks else e
+            for e, v, high in zip(cells, cut, cell_high, strict=True)
+        )
+        shown_margins = tuple(
+            tuple(
+                _into(e, sum((Fraction(w) * cut[j] for j, w in enumerate(row) if w), Fraction(0)),
+                      Fraction(0), Fraction(m.high))
+                for e, row in zip(est, m.design, strict=True)
+            )
+            for est, m in zip(margins, self.margins, strict=True)
+        )  # fmt: skip
+        return Reconciled(cells, margins, shown_cells, shown_margins)
+
+
+# --------------------------------------------------------------------------- breakdowns
+
+
+def same_respondents(breakdown_reports: int, question_reports: int) -> bool:
+    """Whether a question's release and its breakdown's hold the same respondents.
+
+    A breakdown's report is sent with the answers to both of its questions, so its
+    respondents are a subset of each question's; under replace_one both counts are
+    public, and a subset of equal size is the whole set. Only then are the
+    breakdown's margins the question's totals.
+    """
+    return breakdown_reports == question_reports
+
+
+def breakdown_plan(
+    question_kind: str,
+    categories: int,
+    group_kind: str,
+    groups: int,
+    report_count: int,
+    top: int,
+    breakdown: TotalNoise,
+    question: TotalNoise | None,
+    group: TotalNoise | None,
+    confidence: float = 0.95,
+    *,
+    simultaneous: bool = False,
+) -> ReconcilePlan:
+    """The plan for a breakdown of a question by a group question (replace_one).
+
+    Cells are group-major, cell (g, c) at index g·categories + c, as the breakdown
+    task's aggregate lays them out: groups are G's options (yes_no: "no", "yes");
+    categories are Q's options (yes_no: "no", "yes"; integer: one, its sum).
+    `top` is the most one respondent adds to a cell (1 for counts, an integer's
+    max, a points question's total), `report_count` the breakdown's n.
+
+    `question` and `group` are their releases' total noise (`NoisePlan.total_noise`),
+    or None where their respondents are not the breakdown's (`same_respondents`).
+    Margins, in this order where they hold: Q's release (each category's column sum;
+    a yes_no question's Prio3Count measures the "yes" column only), then G's (each
+    group's row sum; a yes_no group's count the "yes" row), which a respondent's one
+    cell per report gives only for a histogram breakdown (Q yes_no or choice).
+
+    The possible set: a histogram's cells are non-negative and sum to n exactly; a
+    multiple choice's column (one option in every group) to at most n; an
+    integer's cells to at most n·max; a points question's cells to at most n·total.
+
+    From the collect path, with each task's decoded aggregate and report count:
+
+        plan = breakdown_plan(
+            q.kind, categories, g.kind, groups, n, top,
+            breakdown_noise_plan.total_noise(),
+            q_noise_plan.total_noise() if same_respondents(n, n_q) else None,
+            g_noise_plan.total_noise() if same_respondents(n, n_g) else None,
+            confidence, simultaneous=True,
+        )
+        values = {"question": q_decoded, "group": g_decoded}
+        result = plan.apply(cells_decoded, [values[m.name] for m in plan.margins])
+
+    `result.shown_cells` and `result.shown_margins` are what to publish (the
+    question's and the group's totals among them), `result.cells` and
+    `result.margins` the reconciled unbiased values; the raw releases' own
+    estimates (veil.dp.estimate) are kept beside them.
+    """
+    if question_kind not in BREAKDOWN_QUESTION_KINDS:
+        raise InvalidParameter(f"no breakdown of a {question_kind!r} question")
+    if group_kind not in BREAKDOWN_GROUP_KINDS:
+        raise InvalidParameter(
+            f"a breakdown's groups come from a yes_no or choice question, not {group_kind!r}"
+        )
+    for what, value in (("categories", categories), ("groups", groups), ("top", top)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidParameter(f"{what} must be an int >= 1, got {value!r}")
+    if isinstance(report_count, bool) or not isinstance(report_count, int) or report_count < 0:
+        raise InvalidParameter(f"report_count must be an int >= 0, got {report_count!r}")
+    if (question_kind == "yes_no" and categories != 2) or (group_kind == "yes_no" and groups != 2):
+        raise InvalidParameter("a yes_no question has two cells: no, yes")
+    if question_kind == "integer" and categories != 1:
+        raise InvalidParameter("an integer question's breakdown has one cell per group")
+    histogram = question_kind in ("yes_no", "choice")
+    if histogram and top != 1:
+        raise InvalidParameter("a histogram breakdown counts respondents: top is 1")
+    k, m, n = groups, categories, report_count
+    size = k * m
+    grid = np.arange(size).reshape(k, m)
+    margins = []
+    if question is not None:
+        measured = [1] if question_kind == "yes_no" else range(m)
+        design = np.array([np.isin(np.arange(size), grid[:, c]) for c in measured], dtype=float)
+        margins.append(Margin(design, question, n * top, "question"))
+    if group is not None and histogram:
+        rows = [1] if group_kind == "yes_no" else range(k)
+        design = np.array([np.isin(np.arange(size), grid[g, :]) for g in rows], dtype=float)
+        margins.append(Margin(design, group, n, "group"))
+    everything = tuple(range(size))
+    if histogram:
+        blocks = [Block(everything, n, exact=True)]
+    else:
+        columns = [tuple(int(j) for j in grid[:, c]) for c in range(m)]
+        if question_kind == "multi_choice":
+            blocks = [Block(column, n, parts=(column,)) for column in columns]
+        else:
+            blocks = [Block(everything, n * top, parts=tuple(columns))]
+    return ReconcilePlan(size, breakdown, margins, blocks, confidence, simultaneous=simultaneous)

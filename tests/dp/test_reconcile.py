@@ -1,0 +1,311 @@
+"""A breakdown reconciled with its questions (veil.dp.reconcile): the tables add
+up, no reconciled estimate is less precise than its sources, the stated
+variances are the estimator's own, and a weighted sum of noises gets its exact
+interval (the coverage study's quick version is tests/bench/test_reconcile.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from veil.dp import DiscreteGaussian, DiscreteLaplace, InvalidParameter, TotalNoise
+from veil.dp.reconcile import (
+    Block,
+    Margin,
+    ReconcilePlan,
+    breakdown_plan,
+    same_respondents,
+    weighted_noise_half_width,
+)
+
+
+def _exact_half_width(noise: TotalNoise, alpha: float) -> int:
+    c = 0
+    while noise.central_mass(c) < 1 - alpha:
+        c += 1
+    return c
+
+
+def _laplace(scale: int | Fraction, parts: int = 2) -> TotalNoise:
+    return TotalNoise((DiscreteLaplace(scale),) * parts)
+
+
+def _gaussian(sigma2: int | Fraction) -> TotalNoise:
+    return TotalNoise((DiscreteGaussian.from_sigma_squared(sigma2),) * 2)
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+@pytest.mark.parametrize(
+    "noise",
+    [_laplace(3, 1), _laplace(Fraction(7, 2)), _gaussian(40)],
+    ids=["one-laplace", "two-laplace", "two-gaussian"],
+)
+@pytest.mark.parametrize("alpha", [0.05, 0.01])
+def test_one_noise_gets_its_exact_interval_and_two_hundredths_of_sd_more(
+    noise: TotalNoise, alpha: float
+) -> None:
+    exact = _exact_half_width(noise, alpha)
+    sd = math.sqrt(noise.variance())
+    c, mass = weighted_noise_half_width([(noise, [1.0])], alpha)
+    assert exact <= c <= exact + 0.021 * sd
+    assert mass >= 1 - alpha and mass == pytest.approx(noise.central_mass(exact), abs=1e-9)
+    # Scaling the noise scales the interval: the lattice halves with the weight.
+    half, _ = weighted_noise_half_width([(noise, [0.5])], alpha)
+    assert exact / 2 <= half <= exact / 2 + 0.021 * sd
+
+
+def test_two_copies_are_their_convolution() -> None:
+    one, two = _laplace(3, 1), _laplace(3, 2)
+    for alpha in (0.05, 0.2, 0.001):
+        exact = _exact_half_width(two, alpha)
+        c, _ = weighted_noise_half_width([(one, [1.0, -1.0])], alpha)
+        assert exact <= c <= exact + 0.021 * math.sqrt(two.variance())
+
+
+def test_a_weighted_sum_covers_as_its_mass_says() -> None:
+    """Irrational weights on noises of three laws, drawn with the real samplers."""
+    lap, wide, gauss = DiscreteLaplace(4), DiscreteLaplace(Fraction(25, 2)), DiscreteGaussian(6)
+    terms = [
+        (TotalNoise((lap, lap)), [math.sqrt(0.5), 0.1, 0.1, 0.1]),
+        (TotalNoise((wide,)), [1 / math.pi]),
+        (TotalNoise((gauss, gauss)), [0.3, -0.3]),
+    ]
+    c, mass = weighted_noise_half_width(terms, 0.1)
+    rng = random.Random("weighted")
+    runs = 4000
+    held = 0
+    for _ in range(runs):
+        x = sum(
+            w * sum(part.sample(rng) for part in noise.parts)
+            for noise, weights in terms
+            for w in weights
+        )
+        held += abs(x) <= c
+    # The stated mass, within sampling error (4 standard errors either side).
+    se = math.sqrt(mass * (1 - mass) / runs)
+    assert abs(held / runs - mass) <= 4 * se, (held / runs, mass)
+
+
+def test_no_noise_and_refused_weights() -> None:
+    assert weighted_noise_half_width([(TotalNoise(()), [1.0, 2.0])], 0.05) == (0.0, 1.0)
+    with pytest.raises(InvalidParameter, match="finite"):
+        weighted_noise_half_width([(_laplace(2), [1.0, math.nan])], 0.05)
+    with pytest.raises(InvalidParameter, match="alpha"):
+        weighted_noise_half_width([(_laplace(2), [1.0])], 1.0)
+
+
+# --------------------------------------------------------------------------- breakdowns
+
+KIND_SHAPES = {
+    "yes_no": (2, 1),
+    "choice": (None, 1),
+    "multi_choice": (None, 1),
+    "integer": (1, None),
+    "points": (None, None),
+}
+
+
+@st.composite
+def breakdowns(draw: st.DrawFn) -> tuple:  # type: ignore[type-arg]
+    """A breakdown of any kind, its releases' noise and released values."""
+    kind = draw(st.sampled_from(sorted(KIND_SHAPES)))
+    group_kind = draw(st.sampled_from(["yes_no", "choice"]))
+    fixed_m, fixed_top = KIND_SHAPES[kind]
+    m = fixed_m or draw(st.integers(2, 5))
+    k = 2 if group_kind == "yes_no" else draw(st.integers(2, 5))
+    top = fixed_top or draw(st.integers(1, 20))
+    n = draw(st.integers(0, 300))
+
+    def noise() -> TotalNoise:
+        if draw(st.booleans()):
+            return _laplace(Fraction(draw(st.integers(1, 400)), 10), draw(st.integers(1, 2)))
+        return _gaussian(Fraction(draw(st.integers(1, 4000)), 10))
+
+    breakdown = noise()
+    question = noise() if draw(st.booleans()) else None
+    group = noise() if draw(st.booleans()) else None
+    plan = breakdown_plan(kind, m, group_kind, k, n, top, breakdown, question, group)
+    spread = draw(st.integers(0, 200))
+    values = np.array(draw(st.lists(st.integers(-spread, n * top + spread), min_size=k * m,
+                                    max_size=k * m)))  # fmt: skip
+    margins = [
+        np.array(draw(st.lists(st.integers(-spread, n * top + spread), min_size=r, max_size=r)))
+        for r in (margin.design.shape[0] for margin in plan.margins)
+    ]
+    return plan, values, margins, kind, n, top, m
+
+
+@settings(max_examples=150, deadline=None)
+@given(breakdowns())
+def test_the_published_tables_add_up(case: tuple) -> None:  # type: ignore[type-arg]
+    plan, values, margins, kind, n, top, m = case
+    result = plan.apply(values, margins)
+    cells = np.array([float(e.value) for e in result.cells])
+    shown = [e.value for e in result.shown_cells]
+    for margin, rec, published in zip(
+        plan.margins, result.margins, result.shown_margins, strict=True
+    ):
+        # Published totals are the sums of the published cells, exactly.
+        for row, est in zip(margin.design, published, strict=True):
+            assert est.value == sum(
+                (Fraction(w) * v for w, v in zip(row, shown, strict=True) if w), Fraction(0)
+            )
+            assert 0 <= est.value <= margin.high and est.low <= est.value <= est.high
+        for row, est in zip(margin.design, rec, strict=True):
+            assert float(est.value) == pytest.approx(float(row @ cells), abs=1e-6 * (1 + n * top))
+    assert all(v >= 0 for v in shown)
+    assert all(e.low <= e.value <= e.high for e in result.shown_cells)
+    if kind in ("yes_no", "choice"):
+        assert sum(shown) == n  # the cells are the n respondents
+        assert sum(float(e.value) for e in result.cells) == pytest.approx(n, abs=1e-6 * (1 + n))
+    elif kind == "multi_choice":
+        columns = np.array(shown, dtype=object).reshape(-1, m).sum(axis=0)
+        assert all(c <= n for c in columns)
+    else:
+        assert sum(shown) <= n * top
+    if kind in ("multi_choice", "integer") and plan.margins:
+        # Its margin is published as its reconciled value cut to its range.
+        for rec, published in zip(result.margins[0], result.shown_margins[0], strict=True):
+            cut = min(max(float(rec.value), 0.0), n * top)
+            assert float(published.value) == pytest.approx(cut, abs=1e-6 * (1 + n * top))
+
+
+@settings(max_examples=150, deadline=None)
+@given(breakdowns())
+def test_no_reconciled_estimate_is_less_precise_than_its_sources(case: tuple) -> None:  # type: ignore[type-arg]
+    plan = case[0]
+    raw = plan.raw_cell_variances()
+    assert np.all(plan.cell_variances() <= raw * (1 + 1e-9))
+    for i in range(len(plan.margins)):
+        assert np.all(plan.margin_variances(i) <= plan.raw_margin_variances(i) * (1 + 1e-9))
+    if plan.margins:
+        # With a margin to learn from, every cell gains.
+        assert np.all(plan.cell_variances() < raw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(breakdowns())
+def test_the_stated_variance_is_the_estimators_own(case: tuple) -> None:  # type: ignore[type-arg]
+    """The estimate is affine in the released values: its weights, read off by
+    moving one released value at a time, give Σ v_r·w² = the stated variance."""
+    plan, values, margins, *_ = case
+    base = plan.apply(values, margins)
+    variances = [plan.noise.variance(), *(m.noise.variance() for m in plan.margins)]
+    released = [values.astype(float), *(m.astype(float) for m in margins)]
+    total = np.zeros(plan.size + sum(m.design.shape[0] for m in plan.margins))
+
+    def outputs(result):  # type: ignore[no-untyped-def]
+        return np.array(
+            [float(e.value) for e in (*result.cells, *(e for ms in result.margins for e in ms))]
+        )
+
+    at_base = outputs(base)
+    for r, values_r in enumerate(released):
+        for i in range(values_r.size):
+            moved = [v.copy() for v in released]
+            moved[r][i] += 1.0
+            weight = outputs(plan.apply(moved[0], moved[1:])) - at_base
+            total += variances[r] * weight**2
+    stated = np.concatenate(
+        [plan.cell_variances(), *(plan.margin_variances(i) for i in range(len(plan.margins)))]
+    )
+    assert total == pytest.approx(stated, rel=1e-6, abs=1e-9)
+
+
+def test_simultaneous_intervals_are_bonferronis() -> None:
+    args = ("choice", 3, "choice", 2, 50, 1, _laplace(2), _laplace(3), _gaussian(5))
+    each = breakdown_plan(*args, 0.9)
+    together = breakdown_plan(*args, 0.9, simultaneous=True)
+    values, margins = [5, 10, 10, 5, 10, 10], [[10, 20, 20], [25, 25]]
+    one, six = each.apply(values, margins), together.apply(values, margins)
+    for a, b in zip(one.cells, six.cells, strict=True):
+        assert b.high - b.value > a.high - a.value
+        assert b.coverage >= 1 - 0.1 / 6 > a.coverage >= 0.9
+    assert six.margins[0][0].coverage >= 1 - 0.1 / 3 and six.margins[1][0].coverage >= 1 - 0.05
+
+
+def test_consistent_releases_without_noise_come_back_unchanged() -> None:
+    truth = np.array([[3, 1, 0], [2, 2, 4]])
+    plan = breakdown_plan("choice", 3, "choice", 2, 12, 1, _laplace(2), _laplace(3), _gaussian(5))
+    result = plan.apply(truth.reshape(-1), [truth.sum(axis=0), truth.sum(axis=1)])
+    assert [float(e.value) for e in result.cells] == pytest.approx(truth.reshape(-1).tolist())
+    assert [e.value for e in result.shown_cells] == [
+        pytest.approx(v, abs=1e-9) for v in truth.reshape(-1).tolist()
+    ]
+
+
+def test_an_exact_release_is_a_fact() -> None:
+    """A question released without noise (mechanism none) fixes its margins; one
+    that contradicts an exact breakdown means other respondents, and is refused."""
+    plan = breakdown_plan("integer", 1, "choice", 3, 10, 5, _laplace(4), TotalNoise(()), None)
+    result = plan.apply([10, 3, 20], [[30]])
+    assert float(result.margins[0][0].value) == pytest.approx(30)
+    assert plan.margin_variances(0) == pytest.approx([0.0], abs=1e-9)
+    assert sum(float(e.value) for e in result.cells) == pytest.approx(30)
+    exact = breakdown_plan("integer", 1, "choice", 3, 10, 5, TotalNoise(()), TotalNoise(()), None)
+    assert [float(e.value) for e in exact.apply([10, 3, 20], [[33]]).cells] == pytest.approx(
+        [10, 3, 20]
+    )
+    with pytest.raises(InvalidParameter, match="contradict"):
+        exact.apply([10, 3, 20], [[34]])
+
+
+def test_same_respondents_is_equal_counts() -> None:
+    assert same_respondents(120, 120) and not same_respondents(118, 120)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("text", 2, "choice", 2, 10, 1), "no breakdown"),
+        (("choice", 2, "integer", 2, 10, 1), "yes_no or choice"),
+        (("yes_no", 3, "choice", 2, 10, 1), "two cells"),
+        (("choice", 3, "yes_no", 4, 10, 1), "two cells"),
+        (("integer", 2, "choice", 2, 10, 5), "one cell per group"),
+        (("choice", 3, "choice", 2, 10, 2), "top is 1"),
+        (("choice", 0, "choice", 2, 10, 1), "categories"),
+        (("choice", 3, "choice", True, 10, 1), "groups"),
+        (("choice", 3, "choice", 2, -1, 1), "report_count"),
+        (("points", 3, "choice", 2, 10, 0), "top"),
+    ],
+)
+def test_malformed_breakdowns_are_refused(args: tuple, match: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(InvalidParameter, match=match):
+        breakdown_plan(*args, _laplace(2), _laplace(2), _laplace(2))
+
+
+def test_malformed_releases_are_refused() -> None:
+    plan = breakdown_plan("choice", 3, "choice", 2, 10, 1, _laplace(2), _laplace(2), _laplace(2))
+    good = ([1, 2, 3, 1, 2, 1], [[2, 4, 4], [6, 4]])
+    plan.apply(*good)
+    for cells, margins, match in [
+        ([1, 2, 3, 1, 2], good[1], "shape"),
+        ([[1, 2, 3], [1, 2, 1]], good[1], "shape"),
+        ([1, 2, 3, 1, 2, math.nan], good[1], "not finite"),
+        ([1, 2, 3, 1, 2, math.inf], good[1], "not finite"),
+        (good[0], [[2, 4, 4]], "margins given"),
+        (good[0], [[2, 4, 4], [6, 4, 0]], "shape"),
+        (good[0], [[2, 4, 4], [6, -math.inf]], "not finite"),
+    ]:
+        with pytest.raises(InvalidParameter, match=match):
+            plan.apply(cells, margins)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameter, match="columns"):
+        ReconcilePlan(3, _laplace(2), [Margin(np.ones((1, 4)), _laplace(2), 3)], [])
+    with pytest.raises(InvalidParameter, match="outside"):
+        ReconcilePlan(3, _laplace(2), [], [Block((0, 3), 5)])
+    with pytest.raises(InvalidParameter, match="partition"):
+        Block((0, 1, 2), 5, parts=((0,), (1,)))
+    with pytest.raises(InvalidParameter, match="finite matrix"):
+        Margin(np.array([[1.0, math.nan]]), _laplace(2), 3)
+    with pytest.raises(InvalidParameter, match="confidence"):
+        ReconcilePlan(3, _laplace(2), [], [], confidence=1.0)
+    with pytest.raises(InvalidParameter, match="at least one cell"):
+        ReconcilePlan(0, _laplace(2), [], [])
