@@ -336,6 +336,14 @@ async function main() {
       showPointsTotal(/** @type {HTMLElement} */ (box));
     }
   });
+  // A box emptied by a script or an autofill may fire no input event: the total
+  // follows its change too.
+  form.addEventListener('change', (event) => {
+    const box = /** @type {HTMLElement} */ (event.target).closest('.question');
+    if (box && /** @type {HTMLElement} */ (box).dataset.kind === 'points') {
+      showPointsTotal(/** @type {HTMLElement} */ (box));
+    }
+  });
 
   form.addEventListener('submit', async (event) => {
     event.preventDefault();

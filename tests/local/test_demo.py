@@ -66,12 +66,17 @@ def test_demo_command_json(tmp_path: Path) -> None:
     # stderr is a pipe here: no progress bars drawn into it (only on a terminal).
     assert "report/s" not in out.stderr and "\r" not in out.stderr, out.stderr[-300:]
     assert [d["question"] for d in data] == [
-        "remote", "commute", "team", "tools", "ratings", "editor"
+        "remote", "commute", "team", "tools", "ratings", "budget", "editor"
     ]  # fmt: skip
     assert [d["labels"] for d in data][:2] == ["yes", "mean"]
     assert data[4]["labels"] == ["workload", "tooling", "pay"]
+    # The points question (its own survey): each option's mean points, at most 100 in all.
+    assert data[5]["kind"] == "points" and data[5]["epsilon"] == 1
+    assert data[5]["labels"] == ["training", "tools", "travel", "hiring"]
+    assert len(data[5]["truth"]) == 4 and sum(data[5]["truth"]) <= 100
+    assert sum(data[5]["estimate"]) <= 100 + 1e-6
     # The text question (its own zCDP survey) states ρ and δ too.
-    assert data[5]["kind"] == "text" and data[5]["rho"] == 0.1
+    assert data[6]["kind"] == "text" and data[6]["rho"] == 0.1
     for d in data:
         assert set(d) - {"rho", "delta"} == {
             "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon",

@@ -214,3 +214,119 @@ def test_page_before_the_window_opens_and_after_it_closes(tmp_path: Path, browse
             assert axe_violations(browser) == []
         finally:
             stop(serve)
+
+
+POINTS_SURVEY = """\
+[survey]
+name = "Priorities"
+mechanism = "none"
+min_batch_size = 1
+time_precision = {tp}
+opens = "{opens}"
+closes = "{closes}"
+
+[[question]]
+id = "budget"
+text = "Split 100 points across what we should improve"
+kind = "points"
+options = ["training", "tools", "travel"]
+total = 100
+"""
+POINTS_WINDOW = 60
+
+
+def type_points(driver: Any, values: list[str]) -> str:
+    """Type each option's points (an empty string leaves its box empty); the
+    running total as it then reads."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    for i, value in enumerate(values):
+        box = driver.find_element(By.ID, f"a-budget-{i}")
+        # As a person empties a box: each key an input event.
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(Keys.BACKSPACE)
+        if value:
+            box.send_keys(value)
+    return str(driver.find_element(By.ID, "total-budget").text)
+
+
+def test_a_points_question_in_a_browser(tmp_path: Path, browser: Any) -> None:
+    """Issue 42: a number box per option, the running total kept as the respondent
+    types (a polite live region), a split over the total refused on the page and
+    nothing sent, the page and the report audited by axe-core; the splits sent
+    summed exactly through a real leader and helper."""
+    from selenium.webdriver.common.by import By
+
+    from veil.collector.survey import collect_survey
+    from veil.deploy import deploy_survey
+    from veil.local.launcher import ServerProcess, free_port
+    from veil.survey import parse_survey
+    from veil.times import format_time
+
+    window = survey_window(POINTS_WINDOW, TP)
+    now = int(time.time())
+    opens = now - now % TP
+    closes = opens + window
+    text = POINTS_SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes))
+    survey = parse_survey(text)
+    leader_addr, helper_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    dep = deploy_survey(survey, text, tmp_path / "out", leader_addr, helper_addr, tls=False)
+    for config in (dep.leader_config, dep.helper_config):
+        config.write_text("allow_exact_release = true\n" + config.read_text())
+    helper = ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper_addr)
+    leader = ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader_addr)
+    serve = None
+    try:
+        helper.start()
+        leader.start()
+        serve, url = start_serve(dep.client_dir, tmp_path / "serve.log")
+        browser.get(url)
+        wait_for(browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
+        line = browser.find_element(By.ID, "total-budget")
+        assert line.get_attribute("aria-live") == "polite"
+        assert line.text == "0 of 100 points given."
+        labels = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#q-budget label")]
+        assert labels == ["training", "tools", "travel"]
+        assert axe_violations(browser) == []
+
+        assert type_points(browser, ["40", "", "25"]) == "65 of 100 points given."
+        assert type_points(browser, ["70", "50", ""]) == "120 of 100 points given: 20 too many."
+        assert "over" in str(line.get_attribute("class"))
+        assert axe_violations(browser) == []  # the total's error colour still contrasts
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_for(browser, lambda d: "need a change" in status_text(d))
+        error = browser.find_element(By.ID, "err-budget").text
+        assert error == "These add up to 120 points, over the 100 you have: take 20 off."
+        box = browser.find_element(By.ID, "a-budget-0")
+        assert box.get_attribute("aria-invalid") == "true"
+
+        sent = [["70", "30", ""], ["", "", "100"], ["10", "20", "30"]]
+        for i, split in enumerate(sent):
+            if i:
+                browser.get(url)
+                wait_for(
+                    browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready")
+                )
+            type_points(browser, split)
+            browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+            wait_for(
+                browser, lambda d: "Thank you" in status_text(d) or "Not sent" in status_text(d)
+            )
+            assert "Thank you" in status_text(browser), status_text(browser)
+        assert time.time() < closes, "the respondents took longer than the survey window"
+        time.sleep(max(0.0, closes - time.time() + 0.5))
+
+        outcome = collect_survey(dep.collector_dir, tmp_path / "results", wait=60)
+        assert outcome.complete, outcome.pending
+        (r,) = outcome.results
+        assert r.n == 3
+        # Mechanism none: each option's mean points exactly (80, 50 and 130 over 3).
+        assert [row.estimate for row in r.rows] == pytest.approx([80 / 3, 50 / 3, 130 / 3])
+        browser.get((tmp_path / "results" / "report.html").as_uri())
+        assert "Split 100 points" in browser.page_source
+        assert axe_violations(browser) == []
+    finally:
+        stop(serve)
+        leader.stop()
+        helper.stop()

@@ -32,7 +32,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """The example survey, simulated end to end through real servers."""
 
     from veil.dp import DPError
-    from veil.local.demo import example_survey, example_text_survey, run_survey
+    from veil.local.demo import (
+        example_points_survey,
+        example_survey,
+        example_text_survey,
+        run_survey,
+    )
     from veil.logs import configure_logging
     from veil.render.text import format_local_costs
     from veil.survey.budget import with_local_epsilon
@@ -56,6 +61,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f" questions ({survey_statement(survey).against_collector.text()},"
         f" {survey.mechanism} noise)"
     )
+    points_survey = example_points_survey()
+    say(
+        f"veil demo: then a points question of its own survey ({len(points_survey.questions)}"
+        f" question, {survey_statement(points_survey).against_collector.text()})"
+    )
     text_survey = example_text_survey()
     say(
         f"veil demo: and a text question of its own survey ({len(text_survey.questions)}"
@@ -64,6 +74,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         results = run_survey(survey, args.respondents, progress=not args.no_progress, on_status=say)
+        results += run_survey(
+            points_survey, args.respondents, progress=not args.no_progress, on_status=say
+        )
         results += run_survey(text_survey, args.respondents, on_status=say)
     except ValueError as e:
         print(f"veil demo: {e}", file=sys.stderr)

@@ -10,8 +10,10 @@ A text question goes the same way: its answers are normalised and sharded as
 Poplar1 reports, uploaded, and collected level by level through the collector's
 descent (`veil.collector.text`, as `veil survey collect` runs it): both
 aggregators verify each level in two rounds, noise every prefix count and charge
-their ledgers. `veil demo` adds the example text question
-(`data/example_text_survey.toml`) to the example survey's run.
+their ledgers. `veil demo` adds the example points question
+(`data/example_points_survey.toml`) and the example text question
+(`data/example_text_survey.toml`) to the example survey's run, each its own
+survey.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def example_survey() -> Survey:
     """The example survey shipped with veil (examples/survey.toml)."""
     text = resources.files("veil").joinpath("data/example_survey.toml").read_text("utf-8")
     return parse_survey(text, "example_survey.toml")
+
+
+def example_points_survey() -> Survey:
+    """The example points question shipped with veil (examples/points_survey.toml)."""
+    text = resources.files("veil").joinpath("data/example_points_survey.toml").read_text("utf-8")
+    return parse_survey(text, "example_points_survey.toml")
 
 
 def example_text_survey() -> Survey:
