@@ -25,6 +25,51 @@ import { TextAnswerError, encodeTextAnswer } from './text.js';
  *   max_bytes?: number, case_sensitive?: boolean}} Question
  */
 
+/**
+ * A breakdown of the public survey description: question `question` counted in
+ * each group of question `by`, with the `vdaf` of its task file added by the server.
+ * @typedef {{id: string, question: string, by: string, task_id: string,
+ *   vdaf: {type: string}}} Breakdown
+ */
+
+/**
+ * A breakdown's measurement from its two questions' measurements (as readAnswer
+ * gives them; null for a question left out), as veil.survey.Question's
+ * breakdown_measurement makes it: the cell group x category of a histogram for a
+ * yes/no or single choice, the group's row of a multihot vector for a multiple
+ * choice or of an L1-bound sum for a points split, the group's entry of an
+ * L1-bound sum for a number. Null unless both questions are answered.
+ * @param {Breakdown} b @param {Question[]} questions @param {any[]} answers
+ */
+export function breakdownMeasurement(b, questions, answers) {
+  const i = questions.findIndex((q) => q.id === b.question);
+  const j = questions.findIndex((q) => q.id === b.by);
+  if (i < 0 || j < 0) throw new Error(`breakdown ${b.id}: no such questions`);
+  const answer = answers[i];
+  if (answer === null || answers[j] === null) return null;
+  const of = questions[i];
+  const by = questions[j];
+  const groups = by.kind === 'yes_no' ? 2 : (by.options ?? []).length;
+  const group = Number(answers[j]);
+  /** @param {any[]} row @param {any} zero */
+  const inRow = (row, zero) =>
+    Array.from({ length: groups }, (_, g) => (g === group ? row : row.map(() => zero))).flat();
+  switch (of.kind) {
+    case 'yes_no':
+      return group * 2 + Number(answer);
+    case 'choice':
+      return group * (of.options ?? []).length + Number(answer);
+    case 'multi_choice':
+      return inRow(answer, false);
+    case 'points':
+      return inRow(answer, 0);
+    case 'integer':
+      return inRow([answer], 0);
+    default:
+      throw new Error(`breakdown ${b.id}: a ${of.kind} question is not broken down`);
+  }
+}
+
 /** An answer the respondent must change; the message is shown by the question. */
 class AnswerError extends Error {}
 
@@ -309,7 +354,7 @@ async function main() {
     try {
       survey = await getJson('survey.json');
       const fingerprint = checkIssuerKeys(
-        /** @type {any} */ (survey).questions,
+        /** @type {any} */ ([...survey.questions, ...(survey.breakdowns ?? [])]),
         publishedKeys,
       );
       const shown = document.getElementById('issuer-keys');
@@ -356,10 +401,17 @@ async function main() {
     button.disabled = true;
     try {
       survey ??= await getJson('survey.json');
-      const { questions, time_precision: timePrecision, invitations } =
-        /** @type {{questions: Question[], time_precision: number, invitations?: boolean}} */ (
-          survey
-        );
+      const {
+        questions,
+        breakdowns = [],
+        time_precision: timePrecision,
+        invitations,
+      } = /** @type {{questions: Question[], breakdowns?: Breakdown[], time_precision: number,
+        invitations?: boolean}} */ (survey);
+      // Every task, in the order of the survey's issuer keys: the questions, then
+      // the breakdowns (answered from the questions' answers, nothing more asked).
+      /** @type {(Question | Breakdown)[]} */
+      const tasks = [...questions, ...breakdowns];
       if (sealed === null && invitations && !invitation) {
         say('This survey is by invitation: open the link you were given.');
         return;
@@ -388,6 +440,7 @@ async function main() {
           say('Answer at least one question: nothing was sent.');
           return;
         }
+        for (const b of breakdowns) answers.push(breakdownMeasurement(b, questions, answers));
         /** @type {{reportId: Uint8Array, token: Uint8Array}[] | null} */
         let tickets = null;
         const pendingKey = `veil-invitation:${location.pathname}:${invitation}`;
@@ -396,11 +449,11 @@ async function main() {
           // The blinded tokens are kept until the issuer answered: a retry
           // after a lost answer sends the same ones and gets the same signatures.
 
-          checkIssuerKeys(/** @type {any} */ (questions), publishedKeys);
+          checkIssuerKeys(/** @type {any} */ (tasks), publishedKeys);
           let pending = JSON.parse(sessionStorage.getItem(pendingKey) ?? 'null');
           if (pending === null) {
             pending = await prepareInvitation(
-              questions.map((q) => ({
+              tasks.map((q) => ({
                 task_id: q.task_id,
                 issuer_public_key: /** @type {any} */ (q).issuer_public_key,
               })),
@@ -412,8 +465,8 @@ async function main() {
         say('Encrypting your answers on this device…');
         const configs = await getJson('hpke-configs.json');
         const reports = [];
-        for (let i = 0; i < questions.length; i++) {
-          const q = questions[i];
+        for (let i = 0; i < tasks.length; i++) {
+          const q = /** @type {Question} */ (tasks[i]);
           if (answers[i] === null) continue; // skipped: no report for it
           const c = configs[q.task_id];
           const client = new Client(

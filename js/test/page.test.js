@@ -85,3 +85,26 @@ test('a points answer is one whole number per option, at most the total in all',
   assert.equal(pointsTotalMessage(['x'], 100).over, false);
   assert.match(pointsTotalMessage(['x'], 100).text, /whole numbers/);
 });
+
+test('a breakdown is answered from its two questions as the Python client answers it', async () => {
+  const { breakdownMeasurement } = await import('../src/page.js');
+  const questions = [
+    { id: 'team', kind: 'choice', options: ['eng', 'design', 'sales'] },
+    { id: 'remote', kind: 'yes_no' },
+    { id: 'hours', kind: 'integer', max: 60 },
+    { id: 'tools', kind: 'multi_choice', options: ['chat', 'wiki'], max_choices: 2 },
+    { id: 'budget', kind: 'points', options: ['pay', 'tools'], total: 10 },
+  ];
+  const b = (question, by) => ({ id: `${question}_by_${by}`, question, by, task_id: 'x', vdaf: { type: '' } });
+  // design, remote, 37 hours, wiki, 3 and 7 points: tests/survey/test_breakdown.py's answers.
+  const answers = [1, 1, 37, [false, true], [3, 7]];
+  assert.equal(breakdownMeasurement(b('remote', 'team'), questions, answers), 3);
+  assert.deepEqual(breakdownMeasurement(b('hours', 'team'), questions, answers), [0, 37, 0]);
+  assert.deepEqual(breakdownMeasurement(b('tools', 'remote'), questions, answers), [false, false, false, true]);
+  assert.deepEqual(breakdownMeasurement(b('budget', 'remote'), questions, answers), [0, 0, 3, 7]);
+  assert.equal(breakdownMeasurement(b('team', 'remote'), questions, answers), 4);
+  // A question left out: no breakdown report.
+  assert.equal(breakdownMeasurement(b('remote', 'team'), questions, [null, 1, 37, [], [0, 0]]), null);
+  assert.equal(breakdownMeasurement(b('hours', 'team'), questions, [0, 1, null, [], [0, 0]]), null);
+  assert.throws(() => breakdownMeasurement(b('ghost', 'team'), questions, answers), /no such questions/);
+});

@@ -342,13 +342,6 @@ class SurveySite:
                 f" questions {', '.join(counted)} (numbers, multiple choices and vectors carry"
                 " a count element there); collect those with the Python client"
             )
-        if survey.breakdowns:
-            # The page would send no breakdown report (and, by invitation, redeem
-            # too few tokens): say so before serving.
-            raise ServeError(
-                "the survey has breakdowns, which the page does not answer yet: respondents"
-                " answer it with veil survey respond or the Python client"
-            )
         try:
             by_question = self.description.load_tasks()
         except SurveyError as e:
