@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from veil.cli.respondent import answer_from_text, answers_from_options, ask
+from veil.cli.respondent import _show, answer_from_text, answers_from_options, ask
 from veil.survey import parse_survey
 
 SURVEY = parse_survey(
@@ -58,3 +58,10 @@ def test_the_terminal_asks_a_points_question_until_the_split_fits() -> None:
     assert ask(SURVEY, lambda _prompt: next(typed), shown.append) == {"budget": "1:80,3:20"}
     assert "  3) travel" in shown
     assert any("the points add up to 110, over the total of 100; take 10 off" in s for s in shown)
+
+
+def test_the_summary_shows_a_split_by_option_name() -> None:
+    budget = SURVEY.question("budget")
+    assert _show(budget, "1:80,3:20") == "training 80, travel 20 (100 of 100 points)"
+    assert _show(budget, {"tools": 5}) == "tools 5 (5 of 100 points)"
+    assert _show(budget, "0,0,0") == "no points (0 of 100 points)"

@@ -266,3 +266,30 @@ def test_the_terminal_asks_a_text_question_until_it_fits(
     out, err = capsys.readouterr()
     assert "  Which editor?: Vim (counted as 'vim')" in out
     assert "stopped: nothing was sent" in err
+
+
+def test_a_points_split_over_the_total_is_refused_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = int(time.time()) // 60 * 60
+    text = SURVEY.format(opens=format_time(now - 60), closes=format_time(now + 3600)) + (
+        '\n[[question]]\nid = "budget"\nkind = "points"\noptions = ["a", "b"]\ntotal = 10\n'
+    )
+    dep = deploy_survey(parse_survey(text), text, tmp_path / "dep", "127.0.0.1:9", "127.0.0.1:9")
+    with SurveyClient(dep.client_dir) as client:
+        assert client.measurements({"budget": {"a": 4, "b": 6}}) == {"budget": [4, 6]}
+        assert client.measurements({"budget": "b:3"}) == {"budget": [0, 3]}
+        with pytest.raises(AnswerError, match="respondent 2: question 'budget': the points add"):
+            client.respond_many([GOOD, {"budget": {"a": 6, "b": 6}}])
+    answers = tmp_path / "a.toml"
+    answers.write_text("[budget]\na = 8\nb = 3\n")
+    args = ["survey", "respond", "--survey-dir", str(dep.client_dir)]
+    assert main([*args, "--answers", str(answers)]) == 2
+    assert main([*args, "--answer", "budget=a:8,b:3"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"veil survey respond: {answers}: question 'budget': the points add up to 11, over the"
+        " total of 10; take 1 off",
+        "veil survey respond: --answer 'budget=a:8,b:3': question 'budget': the points add up"
+        " to 11, over the total of 10; take 1 off",
+    ]

@@ -264,6 +264,11 @@ def _show(q: Question, answer: Any) -> str:
 
         counted = encode_text_answer(answer, q.max_bytes, q.case_sensitive).text
         return counted if counted == answer else f"{answer} (counted as {counted!r})"
+    if q.kind == "points":
+        # The split as it will be sent, by option name, with what is left of the total.
+        given = q.to_measurement(answer)
+        split = ", ".join(f"{o} {p}" for o, p in zip(q.options, given, strict=True) if p)
+        return f"{split or 'no points'} ({sum(given)} of {q.total} points)"
     if isinstance(answer, list):
         return ", ".join(map(str, answer)) or "(none)"
     return str(answer)
