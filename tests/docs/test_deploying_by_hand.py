@@ -139,7 +139,15 @@ def check_configuration_reference(demo: Path) -> None:
     (demo / "reference.toml").write_text(block.code)
     shown = load_config(demo / "reference.toml")
     defaults = load_config(demo / "leader.toml")  # as written: listen, storage, tasks
-    examples = {"listen", "storage", "tls", "helper_tls", "metrics_listen", "log_level"}
+    examples = {
+        "listen",
+        "storage",
+        "tls",
+        "helper_tls",
+        "metrics_listen",
+        "log_level",
+        "dap_listen",
+    }
     for field in dataclasses.fields(shown):
         if field.name not in examples:
             assert getattr(shown, field.name) == getattr(defaults, field.name), field.name
@@ -158,6 +166,7 @@ def check_configuration_reference(demo: Path) -> None:
         "gc": server_config.GC_KEYS,
         "keys": server_config.KEYS_KEYS,
         "connections": server_config.CONNECTIONS_KEYS,
+        "dap": server_config.DAP_KEYS,
     }
     for table, keys in tables.items():
         assert set(doc[table]) == set(keys), table

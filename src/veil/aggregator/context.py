@@ -47,13 +47,15 @@ class ReportSizes:
     enc: int = ENC_SIZE
 
     @staticmethod
-    def of(vdaf: Prio3[Any, Any], token_size: int = 0) -> ReportSizes:
+    def of(vdaf: Prio3[Any, Any], token_size: int = 0, wrapping: int = 0) -> ReportSizes:
         """The sizes for `vdaf`; a task with invitations seals a token of
-        `token_size` bytes after the helper's input share."""
+        `token_size` bytes after the helper's input share, and a task served
+        over DAP seals each input share inside a PlaintextInputShare of
+        `wrapping` bytes more (`DAP_WRAPPING`)."""
         return ReportSizes(
             public_share=vdaf.public_share_size(),
-            leader_payload=vdaf.input_share_size(0) + AEAD_TAG_SIZE,
-            helper_payload=vdaf.input_share_size(1) + token_size + AEAD_TAG_SIZE,
+            leader_payload=vdaf.input_share_size(0) + wrapping + AEAD_TAG_SIZE,
+            helper_payload=vdaf.input_share_size(1) + token_size + wrapping + AEAD_TAG_SIZE,
             verifier_share=vdaf.verifier_share_size(),
         )
 
@@ -103,6 +105,11 @@ def task_bounds(task: Task) -> AggregateBounds:
     return bounds
 
 
+# A DAP PlaintextInputShare with no private extension: an empty extension
+# list (2 bytes of length) and the input share's 4-byte length before it.
+DAP_WRAPPING = 2 + 4
+
+
 @dataclass(frozen=True)
 class TaskContext(Generic[AT]):
     """One task as this aggregator serves it (see the module)."""
@@ -139,8 +146,12 @@ class TaskContext(Generic[AT]):
         vdaf = task.vdaf.instantiate()
         # The batched (NumPy) path verifies a whole job at once; it agrees
         # with the scalar path report by report.
+        wrapping = DAP_WRAPPING if task.dap is not None else 0
         return TaskContext(
-            task, Prio3Engine(BatchPrio3(vdaf)), ReportSizes.of(vdaf, task.token_size), bounds
+            task,
+            Prio3Engine(BatchPrio3(vdaf)),
+            ReportSizes.of(vdaf, task.token_size, wrapping),
+            bounds,
         )
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
+import ssl
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from veil.cli.common import tune_for_throughput
 
@@ -25,12 +27,23 @@ def cmd_server(args: argparse.Namespace) -> int:
     try:
         config = load_config(Path(args.config))
         configure_logging(args.log_level or config.log_level, config.log_format == "json")
-        server = AggregatorServer(args.role, config)
+        server = AggregatorServer(args.role, config, _serve_http)
     except (ConfigError, ValueError) as e:
         print(f"veil {args.role}: {e}", file=sys.stderr)
         return 2
     server.serve_forever(Path(args.config))
     return 0
+
+
+def _serve_http(
+    app: Any, listener: socket.socket, tls: ssl.SSLContext | None, max_body: int
+) -> None:
+    """The leader's DAP routes behind the survey page's connection guard
+    (caps per address and in all, header and request deadlines)."""
+    from veil.web.app import ServeLimits
+    from veil.web.guard import serve
+
+    serve(app, listener, ServeLimits(max_body=max_body), tls=tls)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -17,8 +17,12 @@ Each is its own type (`LeaderTask`, `HelperTask`, `CollectorTask`,
 
 Bytes are written as unpadded base64url strings.
 
+A task served over DAP instead of veil's gRPC protocol has a `[dap]` table
+(`DapSpec`: the draft, task_info and the aggregators' DAP endpoints), from
+which `Task.dap_configuration` builds DAP's TaskConfiguration.
+
 The modules: `common` (defaults, the error, base64url and tokens), `spec`
-(`VdafSpec`, `DpSpec`), `roles` (`Task` and the four role types), `files`
+(`VdafSpec`, `DpSpec`, `DapSpec`), `roles` (`Task` and the four role types), `files`
 (`load_task`, `write_toml`, `new_task`). Their public names are exported
 here: the rest of veil imports a task's types from `veil.task`.
 """
@@ -56,6 +60,7 @@ from veil.task.roles import (
     Task,
 )
 from veil.task.spec import (
+    DapSpec,
     DpSpec,
     VdafSpec,
 )
@@ -74,6 +79,7 @@ __all__ = [
     "AggregatorTask",
     "ClientTask",
     "CollectorTask",
+    "DapSpec",
     "DpSpec",
     "HelperTask",
     "LeaderTask",

@@ -34,7 +34,7 @@ from veil.task.roles import (
     LeaderTask,
     Task,
 )
-from veil.task.spec import DpSpec, VdafSpec
+from veil.task.spec import DapSpec, DpSpec, VdafSpec
 
 T = TypeVar("T", bound=Task)
 
@@ -104,8 +104,10 @@ def new_task(
     leader_ca_sha256: str | None = None,
     helper_ca_sha256: str | None = None,
     issuer_public_key: bytes | None = None,
+    dap: DapSpec | None = None,
 ) -> TaskFiles:
-    """Fresh ids, keys and tokens, split into each party's view of the task."""
+    """Fresh ids, keys and tokens, split into each party's view of the task
+    (`dap`: served over DAP, docs/DAP.md)."""
     collector_kp = generate_keypair(secrets.randbelow(256))
     aggregator_token = secrets.token_urlsafe(32)
     collector_token = secrets.token_urlsafe(32)
@@ -125,6 +127,7 @@ def new_task(
         leader_ca_sha256=leader_ca_sha256,
         helper_ca_sha256=helper_ca_sha256,
         issuer_public_key=issuer_public_key,
+        dap=dap,
     )
     public = client._public_fields()
     verify_key = secrets.token_bytes(verify_key_size)

@@ -9,6 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from veil.dap.messages import (
+    BatchMode,
+    Extension,
+    Interval,
+    TaskConfiguration,
+    VdafConfig,
+    task_interval_extension,
+)
 from veil.hpke import HpkeConfig, HpkeKeypair
 from veil.settings import SettingsError, Table, from_mapping
 from veil.task.common import (
@@ -21,7 +29,7 @@ from veil.task.common import (
     b64d,
     b64e,
 )
-from veil.task.spec import DP_KEYS, VDAF_KEYS, DpSpec, VdafSpec
+from veil.task.spec import DAP_KEYS, DAP_VDAFS, DP_KEYS, VDAF_KEYS, DapSpec, DpSpec, VdafSpec
 from veil.trust import TrustError, normalise_fingerprint
 
 # The settings every task file holds, whatever its role.
@@ -42,6 +50,7 @@ TASK_KEYS = (
     "leader_ca_sha256",
     "helper_ca_sha256",
     "issuer_public_key",
+    "dap",
 )
 HPKE_CONFIG_KEYS = ("config_id", "public_key")
 ROLES = ("leader", "helper", "collector", "client")
@@ -84,6 +93,9 @@ class Task:
     # for a survey with invitations (veil.invite): every report then carries
     # a token signed under it and bound to its report id. None: no tokens.
     issuer_public_key: bytes | None = None
+    # Served over DAP (its [dap] table; docs/DAP.md) rather than veil's gRPC
+    # protocol; None: a veil task.
+    dap: DapSpec | None = None
 
     def __post_init__(self) -> None:
         if len(self.task_id) != TASK_ID_SIZE:
@@ -109,6 +121,14 @@ class Task:
                 load_public_key(self.issuer_public_key)
             except TokenError as e:
                 raise TaskError(f"issuer_public_key: {e}") from None
+        if self.dap is not None:
+            if self.vdaf.type not in DAP_VDAFS:
+                raise TaskError(
+                    f"a {self.vdaf.type} task cannot be served over DAP yet; DAP tasks are"
+                    f" {', '.join(DAP_VDAFS)}"
+                )
+            if self.issuer_public_key is not None:
+                raise TaskError("a task with invitations cannot be served over DAP yet")
 
     @property
     def token_size(self) -> int:
@@ -118,6 +138,31 @@ class Task:
         from veil.invite.token import TOKEN_SIZE
 
         return TOKEN_SIZE
+
+    def dap_configuration(self) -> TaskConfiguration:
+        """The task as DAP binds it into every share's associated data
+        (draft-ietf-ppm-dap section 4.2); only for a task with a [dap]
+        table. The window [not_before, not_after), when bounded, is the
+        task_interval extension, widened to whole time precisions."""
+        if self.dap is None:
+            raise TaskError("this task is not served over DAP (no [dap] table)")
+        vdaf = VdafConfig(DAP_VDAFS[self.vdaf.type], tuple(self.vdaf.params.items()))
+        extensions: tuple[Extension, ...] = ()
+        if self.not_before != DEFAULT_NOT_BEFORE or self.not_after != DEFAULT_NOT_AFTER:
+            start = self.not_before // self.time_precision
+            end = -(-self.not_after // self.time_precision)
+            extensions = (task_interval_extension(Interval(start, end - start)),)
+        return TaskConfiguration(
+            task_info=self.dap.task_info.encode(),
+            leader_aggregator_endpoint=self.dap.leader_endpoint.encode(),
+            helper_aggregator_endpoint=self.dap.helper_endpoint.encode(),
+            time_precision=self.time_precision,
+            min_batch_size=self.min_batch_size,
+            batch_mode=BatchMode.TIME_INTERVAL,
+            vdaf_type=vdaf.vdaf_type,
+            vdaf_configuration=vdaf.encode(),
+            extensions=extensions,
+        )
 
     def report_horizon(self, now: float) -> int | None:
         """Reports with a time before this are expired (None: reports never expire)."""
@@ -165,6 +210,8 @@ class Task:
                 d[key] = getattr(self, key)
         if self.issuer_public_key is not None:
             d["issuer_public_key"] = b64e(self.issuer_public_key)
+        if self.dap is not None:
+            d["dap"] = self.dap.to_dict()
         d.update(self._secrets())
         return d
 
@@ -223,6 +270,7 @@ class Task:
             issuer_public_key=(
                 _bytes(t, "issuer_public_key") if "issuer_public_key" in t.data else None
             ),
+            dap=(DapSpec.from_table(t.table("dap", DAP_KEYS)) if "dap" in t.data else None),
         )
         secrets_ = cls._secrets_from(t, config)
         try:

@@ -1,6 +1,7 @@
 """What a task computes and how it is protected: the VDAF by name and
-parameters (`VdafSpec`) and the differential privacy settings (`DpSpec`),
-each read from and written to its table of a task file.
+parameters (`VdafSpec`), the differential privacy settings (`DpSpec`) and,
+for a task served over DAP, what DAP binds of it (`DapSpec`), each read from
+and written to its table of a task file.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from veil.dap import DapVersion
 from veil.dp import (
     DPConfig,
     DPError,
@@ -126,6 +128,70 @@ class VdafSpec:
 
 
 VDAF_KEYS = ("type", *registry.PARAMS, "bits")
+
+# The VDAFs a task may serve over DAP: those with a configuration encoding in
+# draft-ietf-ppm-dap's appendix, and the draft's parameter names for them.
+DAP_VDAFS = {
+    "count": "Prio3Count",
+    "sum": "Prio3Sum",
+    "sumvec": "Prio3SumVec",
+    "histogram": "Prio3Histogram",
+    "multihot": "Prio3MultihotCountVec",
+}
+DAP_KEYS = ("version", "task_info", "leader_endpoint", "helper_endpoint")
+
+
+@dataclass(frozen=True)
+class DapSpec:
+    """A task served over DAP (docs/DAP.md): the draft it speaks and the
+    fields of DAP's TaskConfiguration that veil's task does not already
+    hold. The endpoints are the aggregators' DAP base URLs, kept exactly as
+    written: they enter every share's associated data byte for byte."""
+
+    leader_endpoint: str
+    helper_endpoint: str
+    version: str = DapVersion.DAP_19.value
+    task_info: str = ""
+
+    def __post_init__(self) -> None:
+        if self.version not in {v.value for v in DapVersion}:
+            known = ", ".join(v.value for v in DapVersion)
+            raise TaskError(f"unknown DAP version {self.version!r}; expected one of {known}")
+        for name in ("leader_endpoint", "helper_endpoint"):
+            url = getattr(self, name)
+            if not url or not all(0x21 <= ord(c) <= 0x7E for c in url) or len(url) > 0xFFFF:
+                raise TaskError(f"{name} must be a URL of printable ASCII, got {url!r}")
+        info = self.task_info.encode()
+        if len(info) > 0xFF:
+            raise TaskError(f"task_info is {len(info)} bytes in UTF-8; DAP allows at most 255")
+        if not info and self.dap_version is DapVersion.DAP_18:
+            raise TaskError("dap-18 needs a task_info of at least one byte")
+
+    @property
+    def dap_version(self) -> DapVersion:
+        return DapVersion(self.version)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "version": self.version,
+            "leader_endpoint": self.leader_endpoint,
+            "helper_endpoint": self.helper_endpoint,
+        }
+        if self.task_info:
+            d["task_info"] = self.task_info
+        return d
+
+    @staticmethod
+    def from_table(t: Table) -> DapSpec:
+        try:
+            return DapSpec(
+                leader_endpoint=t.text("leader_endpoint"),
+                helper_endpoint=t.text("helper_endpoint"),
+                version=t.text("version", DapVersion.DAP_19.value),
+                task_info=t.text("task_info", ""),
+            )
+        except TaskError as e:
+            raise t.error(None, str(e)) from None
 
 
 DP_KEYS = (

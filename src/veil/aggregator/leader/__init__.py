@@ -1,6 +1,6 @@
 """The leader's logic (draft-ietf-ppm-dap sections 4.4 to 4.6, leader side).
 
-Uploads are checked and stored (`upload.py`); a driver (`Leader.run_once`,
+Uploads are checked and stored (`upload.py`; over DAP, `dap.py`); a driver (`Leader.run_once`,
 called in a loop by the server's driver thread or by `veil worker`
 processes) groups stored reports into aggregation jobs and completes each
 with one round trip to the helper (`jobs.py`), then serves pending
@@ -18,9 +18,11 @@ import socket
 from collections.abc import Mapping, Sequence
 
 from veil.aggregator.core import AggregatorBase
+from veil.aggregator.errors import InvalidMessage
 from veil.aggregator.leader.admission import Backlog
 from veil.aggregator.leader.collection import CollectionDriver, TaskInfo
 from veil.aggregator.leader.control import Backoff
+from veil.aggregator.leader.dap import DapUploads
 from veil.aggregator.leader.jobs import JobDriver
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
@@ -29,7 +31,7 @@ from veil.aggregator.leader.skew import ClockWatch
 from veil.aggregator.leader.upload import ReportWriter
 from veil.aggregator.store.records import CollectionRecord
 from veil.messages import Report, ReportBatch
-from veil.task import LeaderTask
+from veil.task import LeaderTask, b64e
 
 
 class Leader(AggregatorBase[LeaderTask]):
@@ -67,6 +69,7 @@ class Leader(AggregatorBase[LeaderTask]):
         self.writer = ReportWriter(
             table, keys, store, clock, self.peer, self.meter, settings.admission
         )
+        self.dap = DapUploads(table, keys, self.writer, clock)
         self.collections = CollectionDriver(
             table,
             keys,
@@ -96,7 +99,13 @@ class Leader(AggregatorBase[LeaderTask]):
 
     def upload(self, task_id: bytes, reports: Sequence[Report] | ReportBatch) -> tuple[int, int]:
         """Validate and store reports, all or nothing, if the backlog admits
-        them (else Overloaded). Returns (stored, duplicates)."""
+        them (else Overloaded). Returns (stored, duplicates). A task served
+        over DAP takes its reports over DAP only (`self.dap`)."""
+        if self.table.task(task_id).dap is not None:
+            raise InvalidMessage(
+                f"task {b64e(task_id)} is served over DAP: upload its reports to the leader's"
+                " DAP endpoint"
+            )
         return self.writer.upload(task_id, reports)
 
     def create_collection(
@@ -109,7 +118,12 @@ class Leader(AggregatorBase[LeaderTask]):
         agg_param: bytes = b"",
     ) -> CollectionRecord:
         """A new collection job (or the known one); `agg_param` names a Poplar1
-        task's level and prefixes (empty for Prio3)."""
+        task's level and prefixes (empty for Prio3). A task served over DAP
+        is refused: its reports wait for DAP's aggregation (docs/DAP.md)."""
+        if self.table.task(task_id).dap is not None:
+            raise InvalidMessage(
+                f"task {b64e(task_id)} is served over DAP, whose collection is not there yet"
+            )
         return self.collections.create_collection(
             task_id, token, collection_id, start, duration, agg_param
         )

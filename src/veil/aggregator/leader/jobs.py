@@ -146,6 +146,8 @@ class JobDriver:
         for task_id, ctx in self.tasks.contexts.items():
             if ctx.by_query:
                 continue  # aggregated by its collections' queries (leader/prefixes.py)
+            if ctx.task.dap is not None:
+                continue  # served over DAP, whose aggregation is not there yet (docs/DAP.md)
             while not self.control.stopping and self.store.create_aggregation_job(
                 task_id, secrets.token_bytes(16), self.job_size(task_id)
             ):

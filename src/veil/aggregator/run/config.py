@@ -28,6 +28,8 @@ Configuration is one TOML file (paths in it are relative to the file):
     [metrics]                          # optional Prometheus endpoint
     listen = "127.0.0.1:9101"          # loopback only, unless:
     public = false                     # true: serve off loopback (no TLS, no auth)
+    [dap]                              # leader only, optional: DAP over HTTP (docs/DAP.md)
+    listen = "127.0.0.1:8080"          # loopback only unless [tls] is set
     [driver]                           # leader only
     interval = 0.5                     # seconds between idle passes
     job_size = 2000                    # reports per aggregation job (fewer where a job
@@ -168,6 +170,9 @@ class ServerConfig:
     allow_exact_release: bool = False
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # The leader's DAP routes over HTTP (docs/DAP.md), beside gRPC: host:port,
+    # loopback unless [tls] is set (its cert and key serve HTTPS too).
+    dap_listen: str | None = None
 
 
 # The settings each table of a server configuration knows; anything else is
@@ -190,6 +195,7 @@ CONFIG_KEYS = (
     "allow_exact_release",
     "admission",
     "connections",
+    "dap",
 )
 TLS_KEYS = ("cert", "key", "client_ca")
 HELPER_TLS_KEYS = ("ca", "cert", "key")
@@ -202,6 +208,7 @@ DRIVER_KEYS = (
     "max_helper_clock_lag",
 )
 METRICS_KEYS = ("listen", "public")
+DAP_KEYS = ("listen",)
 GC_KEYS = ("interval",)
 KEYS_KEYS = ("pending_seconds", "grace_seconds")
 STORAGE_KEYS = ("url", "path", "pool_size")
@@ -296,6 +303,17 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
             check_metrics_listen(metrics_listen, metrics_public)
         except ConfigError as e:
             raise metrics.error("listen", str(e)) from None
+    dap_listen = raw.table("dap", DAP_KEYS).optional_text("listen")
+    if dap_listen is not None:
+        _, sep, port = dap_listen.rpartition(":")
+        if not sep or not port.isdigit():
+            raise raw.error("dap", f"[dap] listen address {dap_listen!r} is not host:port")
+        if tls is None and not is_loopback(dap_listen):
+            raise raw.error(
+                "dap",
+                f"refusing to serve DAP on {dap_listen} without TLS: add a [tls] table with"
+                " cert and key, or listen on a loopback address",
+            )
     open_threads = raw.integer("open_threads", DEFAULT_OPEN_THREADS, minimum=0)
     if open_threads > MAX_OPEN_THREADS:
         raise raw.error(
@@ -343,6 +361,7 @@ def _parse_config(path: Path, raw: Table) -> ServerConfig:
         task_paths=tuple(base / p for p in task_files),
         keys=policy,
         allow_exact_release=raw.flag("allow_exact_release", False),
+        dap_listen=dap_listen,
         admission=admission,
         connections=connections,
     )

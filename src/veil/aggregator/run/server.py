@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from veil.aggregator.maintenance import advance_keys, collect_garbage
 from veil.aggregator.run.backend import open_storage
 from veil.aggregator.run.channels import read_pem, server_options
 from veil.aggregator.run.config import ConfigError, ServerConfig, reload_tasks, tasks_of_role
+from veil.aggregator.run.dap_http import dap_app
 from veil.aggregator.run.service import HelperService, LeaderService, add_service
 from veil.aggregator.run.signals import Signals
 from veil.aggregator.run.transport import RpcServer
@@ -39,13 +42,26 @@ _HELPER_SERVICE = helper_pb2.DESCRIPTOR.services_by_name["Helper"]
 # The health service name each role reports SERVING for (besides "").
 SERVICE_NAMES = {"leader": _LEADER_SERVICE.full_name, "helper": _HELPER_SERVICE.full_name}
 
+# Runs an ASGI application on a bound listener (TLS or not), with at most
+# `max_body` bytes a request, until the process ends: what serves the
+# leader's DAP routes (`veil leader` passes the survey page's guarded
+# server, veil.web.guard.serve).
+HttpServe = Callable[[Any, socket.socket, "ssl.SSLContext | None", int], None]
+
 
 class AggregatorServer:
     """A running leader or helper: gRPC server, health service and (leader) driver."""
 
-    def __init__(self, role: str, config: ServerConfig) -> None:
+    def __init__(
+        self, role: str, config: ServerConfig, http_serve: HttpServe | None = None
+    ) -> None:
         if role not in ("leader", "helper"):
             raise ConfigError(f"unknown role {role!r}")
+        if config.dap_listen is not None and role != "leader":
+            raise ConfigError("[dap] is the leader's: the helper serves no DAP yet")
+        if config.dap_listen is not None and http_serve is None:
+            raise ConfigError("[dap] listen needs an HTTP server to run the DAP routes")
+        self._http_serve = http_serve
         self.role = role
         self.config = config
         # Every task file is this role's, checked before the database is opened.
@@ -85,6 +101,31 @@ class AggregatorServer:
             add_service(self.server, HelperService(helper_logic), _HELPER_SERVICE, self.metrics)
             self.service_name = _HELPER_SERVICE.full_name
         self._bind()
+        self.dap_port: int | None = None
+        self._dap_listener: socket.socket | None = None
+        if config.dap_listen is not None:
+            self._dap_listener = self._bind_dap(config.dap_listen)
+            self.dap_port = self._dap_listener.getsockname()[1]
+
+    def _bind_dap(self, address: str) -> socket.socket:
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            return socket.create_server((host, int(port)), family=family, backlog=1024)
+        except OSError as e:
+            self.server.stop(None)
+            self._close_store()
+            raise ConfigError(f"cannot serve DAP on {address}: {e.strerror or e}") from None
+
+    def _dap_tls(self) -> ssl.SSLContext | None:
+        tls = self.config.tls
+        if tls is None:
+            return None
+        assert tls.cert is not None and tls.key is not None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tls.cert, tls.key)
+        return context
 
     def _bind(self) -> None:
         c = self.config
@@ -130,6 +171,16 @@ class AggregatorServer:
             host, _, port = self.config.metrics_listen.rpartition(":")
             bound = self.metrics.serve(host.strip("[]"), int(port))
             log.info("metrics on http://%s:%d/metrics", host, bound)
+        if self._dap_listener is not None:
+            assert self.leader is not None and self._http_serve is not None
+            app = dap_app(self.leader.dap, self.config.max_message_bytes)
+            serve, listener, tls = self._http_serve, self._dap_listener, self._dap_tls()
+            threading.Thread(
+                target=lambda: serve(app, listener, tls, self.config.max_message_bytes),
+                name="dap-http",
+                daemon=True,
+            ).start()
+            log.info("DAP over HTTP%s on %s", "S" if tls else "", self.config.dap_listen)
         if self.leader is not None and self.config.driver_enabled:
             leader = self.leader
             self._driver = threading.Thread(

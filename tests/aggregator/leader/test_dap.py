@@ -1,0 +1,282 @@
+"""The leader's DAP routes (veil.aggregator.run.dap_http over
+veil.aggregator.leader.dap), called as an ASGI application in process over a
+real leader and its SQLite store: the HPKE config list, uploads stored
+through the leader's report writer, and hostile uploads answered with DAP's
+problem documents or ReportErrors, nothing stored."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.backends import Backend
+from tests.support.in_process import NOW, TP, World
+from veil.aggregator.errors import InvalidMessage
+from veil.aggregator.run.dap_http import dap_app
+from veil.dap.messages import (
+    Extension,
+    HpkeConfigList,
+    Report,
+    ReportUploadStatus,
+    UploadErrors,
+    UploadRequest,
+)
+from veil.dap.report import prepare_report
+from veil.dap.versions import DapVersion, ReportError
+from veil.hpke import generate_keypair
+from veil.messages import Ciphertext
+from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
+
+UPLOAD = "application/ppm-dap;message=upload-req"
+MAX_BODY = 64 * 1024
+
+
+def _files(version: DapVersion = DapVersion.DAP_19, dap: bool = True) -> TaskFiles:
+    return new_task(
+        VdafSpec("histogram", length=4, chunk_length=2),
+        "127.0.0.1:1",
+        "127.0.0.1:2",
+        min_batch_size=2,
+        dp=DpSpec("none"),
+        dap=DapSpec("https://leader.example/", "https://helper.example/", version.value, "t")
+        if dap
+        else None,
+    )
+
+
+class Dap:
+    """A leader serving one DAP task, its routes called in process."""
+
+    def __init__(self, tmp_path: Path, version: DapVersion = DapVersion.DAP_19) -> None:
+        self.files = _files(version)
+        self.world = World(Backend(tmp_path, None), self.files)
+        self.leader = self.world.leader
+        self.app = dap_app(self.leader.dap, MAX_BODY)
+        self.version = version
+        task = self.files.client
+        self.task_id = task.task_id
+        self.path = f"/tasks/{task.id_text}/reports"
+        self.config = task.dap_configuration()
+        self.vdaf = task.vdaf.instantiate()
+
+    def report(self, value: int, time: int = NOW // TP - 1, **kw: Any) -> Report:
+        return prepare_report(
+            self.version,
+            self.task_id,
+            self.config,
+            self.vdaf,
+            value,
+            time,
+            self.leader.current_config,
+            self.world.helper.current_config,
+            **kw,
+        )
+
+    def stored(self) -> int:
+        return self.world.leader_store.unaggregated_count(self.task_id, 0, 2**63 - 1)
+
+    def call(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        return asyncio.run(_asgi(self.app, method, path, body, headers or {}))
+
+    def upload(self, *reports: Report, content_type: str = UPLOAD) -> tuple[int, Any, bytes]:
+        body = UploadRequest(reports).encode()
+        return self.call("POST", self.path, body, {"content-type": content_type})
+
+
+async def _asgi(
+    app: Any, method: str, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request through an ASGI application (what uvicorn does)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+    chunks = [body[i : i + 4096] for i in range(0, len(body), 4096)] or [b""]
+    inbox = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+        for i, c in enumerate(chunks)
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0) if inbox else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    got = {k.decode(): v.decode() for k, v in start["headers"]}
+    return (
+        start["status"],
+        got,
+        b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"),
+    )
+
+
+def _problem(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    assert headers["content-type"] == "application/problem+json"
+    doc = json.loads(body)
+    assert doc["status"] == status
+    return doc
+
+
+def test_hpke_config_list(tmp_path: Path) -> None:
+    dap = Dap(tmp_path)
+    status, headers, body = dap.call("GET", "/hpke_config")
+    assert status == 200
+    assert headers["content-type"] == "application/ppm-dap;message=hpke-config-list"
+    assert headers["cache-control"] == "max-age=300"
+    assert HpkeConfigList.decode(body).first_supported() == dap.leader.current_config
+
+
+@pytest.mark.parametrize("version", list(DapVersion))
+def test_an_upload_is_stored_and_a_retry_acknowledged(tmp_path: Path, version: DapVersion) -> None:
+    dap = Dap(tmp_path, version)
+    reports = [dap.report(v) for v in (0, 3, 3)]
+    assert dap.upload(*reports) == (200, {"content-length": "0"}, b"")
+    assert dap.stored() == 3
+    # The same upload again (a client's retry): acknowledged, stored once.
+    assert dap.upload(*reports)[0] == 200
+    assert dap.stored() == 3
+    # Another report under a stored report's id is a replay.
+    replay = dap.report(1, report_id=reports[0].metadata.report_id)
+    status, headers, body = dap.upload(replay, dap.report(2))
+    assert status == 200
+    assert headers["content-type"] == "application/ppm-dap;message=upload-errors"
+    assert UploadErrors.decode(body, version) == UploadErrors(
+        (ReportUploadStatus(replay.metadata.report_id, ReportError.REPORT_REPLAYED),)
+    )
+    assert dap.stored() == 4
+
+
+def test_reports_refused_one_by_one(tmp_path: Path) -> None:
+    dap = Dap(tmp_path)
+    good = dap.report(1)
+    late = dap.report(1, time=(NOW + 3 * TP) // TP)
+    other_key = dap.report(2)
+    stranger = generate_keypair((dap.leader.current_config.config_id + 1) % 256).config
+    unknown_key = replace(
+        other_key,
+        leader_encrypted_input_share=Ciphertext(
+            stranger.config_id,
+            other_key.leader_encrypted_input_share.enc,
+            other_key.leader_encrypted_input_share.payload,
+        ),
+    )
+    extended = dap.report(0, public_extensions=(Extension(7, b"x"),))
+    short = dap.report(3)
+    short = replace(
+        short,
+        leader_encrypted_input_share=replace(
+            short.leader_encrypted_input_share,
+            payload=short.leader_encrypted_input_share.payload[:-1],
+        ),
+    )
+    status, _, body = dap.upload(late, good, unknown_key, extended, short)
+    assert status == 200
+    assert [(s.report_id, s.error) for s in UploadErrors.decode(body, dap.version).statuses] == [
+        (late.metadata.report_id, ReportError.REPORT_TOO_EARLY),
+        (unknown_key.metadata.report_id, ReportError.HPKE_UNKNOWN_CONFIG_ID),
+        (extended.metadata.report_id, ReportError.UNSUPPORTED_EXTENSION),
+        (short.metadata.report_id, ReportError.INVALID_MESSAGE),
+    ]
+    assert dap.stored() == 1
+
+
+def test_dap_18_codes(tmp_path: Path) -> None:
+    dap = Dap(tmp_path, DapVersion.DAP_18)
+    extended = dap.report(0, public_extensions=(Extension(7, b"x"),))
+    status, _, body = dap.upload(extended)
+    assert status == 200 and body == extended.metadata.report_id + bytes([8])  # invalid_message
+
+
+@pytest.mark.parametrize(
+    ("content_type", "detail"),
+    [
+        ("application/octet-stream", "is not application/ppm-dap"),
+        ("application/dap-report", "is not application/ppm-dap"),
+        ("application/ppm-dap;message=hpke-config-list", "an upload is"),
+        ("", "no Content-Type"),
+    ],
+)
+def test_other_media_types_are_refused(tmp_path: Path, content_type: str, detail: str) -> None:
+    dap = Dap(tmp_path)
+    status, headers, body = dap.upload(dap.report(1), content_type=content_type)
+    doc = _problem(status, headers, body)
+    assert status == 415 and doc["type"] == "urn:ietf:params:ppm:dap:error:invalidMessage"
+    assert detail in doc["detail"]
+    assert dap.stored() == 0
+
+
+def test_malformed_bodies_are_refused_whole(tmp_path: Path) -> None:
+    dap = Dap(tmp_path)
+    encoded = UploadRequest((dap.report(1), dap.report(2))).encode()
+    for body, detail in [
+        (encoded[:-1], "runs past the end"),
+        (encoded + b"\x00", "UploadRequest.Report"),
+        (b"", "no report"),
+    ]:
+        status, headers, got = dap.call("POST", dap.path, body, {"content-type": UPLOAD})
+        doc = _problem(status, headers, got)
+        assert status == 400 and doc["type"].endswith(":invalidMessage")
+        assert detail in doc["detail"]
+        assert doc["taskid"] == dap.files.client.id_text
+    status, headers, got = dap.call("POST", dap.path, bytes(MAX_BODY + 1), {"content-type": UPLOAD})
+    assert status == 413 and _problem(status, headers, got)["type"].endswith(":invalidMessage")
+    status, _, _ = dap.call(
+        "POST", dap.path, b"", {"content-type": UPLOAD, "content-length": str(MAX_BODY + 1)}
+    )
+    assert status == 413
+    assert dap.stored() == 0
+
+
+def test_unknown_tasks(tmp_path: Path) -> None:
+    dap = Dap(tmp_path)
+    veil_task = _files(dap=False).client  # not served here, and not a DAP task
+    for path in [
+        f"/tasks/{base64.urlsafe_b64encode(bytes(32)).rstrip(b'=').decode()}/reports",
+        f"/tasks/{veil_task.id_text}/reports",
+        "/tasks/short/reports",
+        f"/tasks/{dap.files.client.id_text}=/reports",
+    ]:
+        status, headers, body = dap.call(
+            "POST", path, UploadRequest((dap.report(1),)).encode(), {"content-type": UPLOAD}
+        )
+        doc = _problem(status, headers, body)
+        assert status == 404 and doc["type"].endswith(":unrecognizedTask")
+    assert dap.call("GET", dap.path)[0] == 405
+    assert dap.stored() == 0
+
+
+def test_a_dap_task_takes_no_grpc_upload_and_waits_for_dap_aggregation(tmp_path: Path) -> None:
+    dap = Dap(tmp_path)
+    with pytest.raises(InvalidMessage, match="is served over DAP"):
+        dap.leader.upload(dap.task_id, [dap.world.report(1)])
+    token = dap.files.collector.collector_token
+    with pytest.raises(InvalidMessage, match="is served over DAP"):
+        dap.leader.create_collection(dap.task_id, token, bytes(16), NOW - NOW % TP - TP, TP)
+    assert dap.upload(dap.report(1), dap.report(2))[0] == 200
+    # The driver leaves a DAP task's reports: no job is made of them.
+    while dap.leader.run_once():
+        pass
+    assert dap.stored() == 2
+    assert dap.world.link.calls == 0
