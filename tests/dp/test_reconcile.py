@@ -70,6 +70,17 @@ def test_two_copies_are_their_convolution() -> None:
         assert exact <= c <= exact + 0.021 * math.sqrt(two.variance())
 
 
+def test_noises_too_wide_to_tabulate_are_rounded_copy_by_copy() -> None:
+    """A discrete Gaussian past its table (σ > ~300,000) is normal to double
+    precision; two copies at one weight, whose exact sum is not tabulated either,
+    get the normal quantile of their sum, and at most 2% of σ more."""
+    wide = TotalNoise((DiscreteGaussian.from_sigma_squared(10**11),))
+    sd = math.sqrt(2 * wide.variance())
+    c, mass = weighted_noise_half_width([(wide, [1.0, 1.0])], 0.05)
+    exact = 1.959964 * sd
+    assert exact - 1 <= c <= exact + 0.021 * sd and mass >= 0.95
+
+
 def test_a_weighted_sum_covers_as_its_mass_says() -> None:
     """Irrational weights on noises of three laws, drawn with the real samplers."""
     lap, wide, gauss = DiscreteLaplace(4), DiscreteLaplace(Fraction(25, 2)), DiscreteGaussian(6)

@@ -173,6 +173,25 @@ def test_breakdowns_through_real_servers(tmp_path: Path) -> None:
             assert "raw_estimate" in row  # the raw release is kept
     single = published["remote_by_team"]["rows"]
     assert sum(r["estimate"] for r in single) == pytest.approx(grouped, abs=1e-3)
+    # Published with the questions they measure again (veil.survey.reconciled): the
+    # team's counts are remote_by_team's row sums (the same respondents), the
+    # tools' counts tools_by_remote's column sums; remote and commute, answered by
+    # those without a team too, keep their own.
+    team = published["team"]
+    assert team["reconciled_with"] == ["remote_by_team"]
+    for t, row in zip(TEAMS, team["rows"], strict=True):
+        assert row["estimate"] == pytest.approx(
+            sum(r["estimate"] for r in single if r["label"].startswith(f"{t} / ")), abs=1e-4
+        )
+        assert row["ci_low"] <= sum(a.get("team") == t for a in answers) <= row["ci_high"]
+    by_remote = published["tools_by_remote"]["rows"]
+    assert published["tools"]["reconciled_with"] == ["tools_by_remote"]
+    for tool, row in zip(TOOLS, published["tools"]["rows"], strict=True):
+        assert row["estimate"] == pytest.approx(
+            sum(r["estimate"] for r in by_remote if r["label"].endswith(f" / {tool}")), abs=1e-4
+        )
+    assert "reconciled_with" not in published["remote"]
+    assert "reconciled_with" not in published["commute"]
     assert published["commute_by_team"]["breakdown"]["groups"] == TEAMS
     csv_text = (results / "results.csv").read_text()
     assert "commute_by_team,breakdown," in csv_text

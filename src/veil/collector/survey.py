@@ -36,6 +36,7 @@ from typing import Any
 from veil.collector.collector import (
     CollectionError,
     CollectionJobFailed,
+    CollectionResult,
     Collector,
     text_agg_param,
 )
@@ -45,6 +46,7 @@ from veil.files import replace_file
 from veil.render.html import report_html
 from veil.survey import Survey, SurveyError, load_survey
 from veil.survey.model import Question
+from veil.survey.reconciled import reconcile_results
 from veil.survey.results import (
     QuestionResult,
     question_result,
@@ -306,6 +308,7 @@ def collect_survey(
                 except CollectionError as e:
                     raise SurveyCollectError(f"question {q.id!r}: {e.message}") from e
         results: list[QuestionResult] = []
+        collected: dict[str, CollectionResult] = {}
         pending: dict[str, str] = {}
         elsewhere: dict[str, str] = {}
         ended: dict[str, str] = {}
@@ -360,6 +363,7 @@ def collect_survey(
                 pending[q.id] = f"{e.code.name}: {e.message} (run again to resume job {job_hex})"
                 continue
             state.failed.pop(q.id, None)
+            collected[q.id] = r
             results.append(question_result(q, r))
             say(
                 f"{q.id}: count withheld (add_remove)"
@@ -370,6 +374,8 @@ def collect_survey(
     finally:
         for c in collectors.values():
             c.close()
+    # Each breakdown and the questions it crosses, published as one consistent set.
+    results = reconcile_results(survey, results, collected)
     if not pending and not elsewhere and not ended:
         write_results(survey, results, out)
     return Outcome(results, pending, elsewhere, before if before != here else None, ended)

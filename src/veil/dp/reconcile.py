@@ -99,6 +99,8 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+# Released values: a decoded aggregate's integers, or floats holding them.
+Values = Sequence[float] | FloatArray
 
 BREAKDOWN_QUESTION_KINDS = ("yes_no", "choice", "multi_choice", "integer", "points")
 BREAKDOWN_GROUP_KINDS = ("yes_no", "choice")
@@ -138,6 +140,27 @@ def _grid_pmf(noise: TotalNoise, weight: float, step: float, size: int) -> Float
     return np.bincount(at, weights=table, minlength=size).astype(np.float64)
 
 
+def _integer_sum(noise: TotalNoise, times: int) -> tuple[npt.NDArray[np.int64], FloatArray] | None:
+    """(values, pmf) of the sum of `times` independent copies of the noise, exactly
+    on the integers (its transform to the power `times`, the grid wide enough that
+    past it lies less than the mass beyond 40 standard deviations), or None where
+    that grid would be too large."""
+    try:
+        centre, table = noise.table()
+    except InvalidParameter:
+        return None
+    reach = max(centre, math.ceil(_SPAN * math.sqrt(times * noise.variance())))
+    size = 1 << math.ceil(math.log2(2 * reach + 1))
+    if size > _MAX_GRID:
+        return None
+    placed = np.zeros(size)
+    placed[np.arange(-centre, centre + 1) % size] = table
+    pmf = np.clip(np.fft.irfft(np.fft.rfft(placed) ** times, size), 0.0, None)
+    values = np.arange(size, dtype=np.int64)
+    values[size // 2 :] -= size
+    return values, pmf
+
+
 def _table_reach(noise: TotalNoise) -> float:
     """The largest |Z| the noise's table holds (inf past tabulable widths)."""
     try:
@@ -153,13 +176,15 @@ def weighted_noise_half_width(
     """(c, mass): P(|X| ≤ c) ≥ mass ≥ 1 - alpha for X = Σ w·Z over the terms, each
     (noise, weights) a release's noise and the weights on its independent coordinates.
 
-    Each distinct |w| (to 9 digits) of a noise is one distribution on a grid of step
-    h: w·Z rounded to the nearest multiple of h, moved by at most min(h/2, |w|·M)
-    (M the table's reach). The rounded sum's pmf is the product of the terms'
-    transforms (each to the power of its count); its least central half-width at
-    1 - alpha, plus every term's largest rounding and the weights' own rounding,
-    is c. h is the standard deviation over 50 times the number of terms, so c
-    exceeds the exact half-width by at most 2% of a standard deviation.
+    The k copies of one noise at one |w| (to 9 digits) are summed exactly on the
+    integers (S, its transform to the power k), and w·S is put on a grid of step
+    h, rounded to the nearest multiple, moved by at most h/2 (where S's grid
+    would be too large, each copy is rounded, moved by at most min(h/2, |w|·M),
+    M the table's reach). The rounded sum's pmf is the product of the groups'
+    transforms; its least central half-width at 1 - alpha, plus every group's
+    largest rounding and the weights' own rounding, is c. h is the standard
+    deviation over 50 times the number of roundings, so c exceeds the exact
+    half-width by at most 2% of a standard deviation.
     """
     if not MIN_ALPHA <= alpha < 1:
         raise InvalidParameter(f"alpha must be in [{MIN_ALPHA}, 1), got {alpha}")
@@ -187,7 +212,12 @@ def weighted_noise_half_width(
     if variance == 0.0:
         return weight_slack, 1.0
     sd = math.sqrt(variance)
-    count = sum(grouped.values())
+    # Copies of one noise at one weight are summed exactly first, where their sum's
+    # grid is small enough, and rounded once; otherwise each copy is rounded.
+    sums = {
+        key: _integer_sum(key[0], times) if times > 1 else None for key, times in grouped.items()
+    }
+    count = sum(1 if sums[key] is not None else times for key, times in grouped.items())
     step = sd / (_GRID * count)
     size = 1 << max(4, math.ceil(math.log2(2 * _SPAN * sd / step + 1)))
     if size > _MAX_GRID:
@@ -196,8 +226,16 @@ def weighted_noise_half_width(
     spectrum = np.ones(size // 2 + 1, dtype=np.complex128)
     slack = weight_slack
     for (noise, weight), times in grouped.items():
-        spectrum *= np.fft.rfft(_grid_pmf(noise, weight, step, size)) ** times
-        slack += times * min(step / 2, weight * _table_reach(noise))
+        exact = sums[(noise, weight)]
+        reach = _table_reach(noise)
+        if exact is None:
+            spectrum *= np.fft.rfft(_grid_pmf(noise, weight, step, size)) ** times
+            slack += times * min(step / 2, weight * reach)
+            continue
+        values, pmf = exact
+        at = np.rint(weight * values / step).astype(np.int64) % size
+        spectrum *= np.fft.rfft(np.bincount(at, weights=pmf, minlength=size))
+        slack += min(step / 2, weight * reach * times)
     pmf = np.clip(np.fft.irfft(spectrum, size), 0.0, None)
     half = size // 2
     # mass[m] = P(|X_grid| ≤ m·h), for m = 0 .. half - 1.
@@ -289,7 +327,7 @@ class Reconciled:
     shown_margins: tuple[tuple[Estimate, ...], ...]
 
 
-def _check_values(values: Sequence[int] | FloatArray, size: int, what: str) -> FloatArray:
+def _check_values(values: Values, size: int, what: str) -> FloatArray:
     array = np.asarray(values, dtype=np.float64)
     if array.shape != (size,):
         raise InvalidParameter(f"{what} has shape {array.shape}, expected ({size},)")
@@ -412,11 +450,15 @@ class ReconcilePlan:
         key = (release, row)
         if key in self._widths:
             return self._widths[key]
-        t = np.eye(self.size)[row] if release == 0 else self.margins[release - 1].design[row]
-        gt = self._gain @ t
+        gt = (
+            self._gain[:, row]
+            if release == 0
+            else self._gain @ self.margins[release - 1].design[row]
+        )
+        # The breakdown's own design is the identity: its weights are G·t itself.
         terms = [
-            (n, a @ gt / v)
-            for (a, n), v in zip(self._releases, self._variances, strict=True)
+            (n, (gt if r == 0 else a @ gt) / v)
+            for r, ((a, n), v) in enumerate(zip(self._releases, self._variances, strict=True))
             if v > 0
         ]
         alpha = self._alpha(release)
@@ -429,9 +471,7 @@ class ReconcilePlan:
 
     # ----------------------------------------------------------------- applying
 
-    def apply(
-        self, cells: Sequence[int] | FloatArray, margins: Sequence[Sequence[int] | FloatArray]
-    ) -> Reconciled:
+    def apply(self, cells: Values, margins: Sequence[Values]) -> Reconciled:
         """Reconcile released values: the breakdown's decoded cells, and each
         margin's decoded coordinates in the plan's order (in the aggregates' own
         units: a fixed-point task's values as decoded, scaled by the caller)."""

@@ -41,6 +41,7 @@ from veil.collector.text import TextProgress, descend
 from veil.local.launcher import LocalDeployment
 from veil.local.simulate import simulate_respondents, truth
 from veil.survey import Question, Survey, load_survey, parse_survey
+from veil.survey.reconciled import reconcile_results
 from veil.survey.results import Number, QuestionResult, question_result, text_result
 from veil.survey.tasks import task_specs
 from veil.survey.text import MAX_PREFIXES, encode_text_answer
@@ -205,6 +206,7 @@ def _run(
         store.close()
 
     results = []
+    collected = {}
     for q in survey.tasked:
         start, precision = batch[q.id]
         with Collector(deployment.tasks[q.id].collector) as collector:
@@ -212,15 +214,11 @@ def _run(
                 typed = [a[q.id] for a in answers]
                 results.append(_collect_text(survey, q, typed, collector, start, precision, say))
                 continue
-            results.append(
-                _with_truth(
-                    q,
-                    answers,
-                    question_result(q, collector.collect(start, precision, simultaneous=True)),
-                )
-            )
+            collected[q.id] = collector.collect(start, precision, simultaneous=True)
+            results.append(_with_truth(q, answers, question_result(q, collected[q.id])))
     say("collected every question")
-    return results
+    # As `veil survey collect` publishes them: each breakdown with its questions.
+    return reconcile_results(survey, results, collected)
 
 
 def _collect_text(

@@ -43,7 +43,9 @@ needs, everywhere (results.json's `note`, a line of results.csv, report.html,
 the terminal).
 
 Every path from a collection to published rows (`veil survey collect`,
-`veil demo`, `veil simulate`) goes through `question_result`, once, and every
+`veil demo`, `veil simulate`) goes through `question_result`, once (then
+`veil.survey.reconciled` makes each breakdown and the questions it crosses one
+consistent set, each row's raw release kept), and every
 presentation (results.json and results.csv here, the terminal, the plots and
 report.html in veil.render) reads the one `QuestionResult` it gives.
 """
@@ -205,6 +207,8 @@ class QuestionResult:
     # The collections its ledgers were charged for: 1, or a text question's levels
     # queried (fewer than max_bytes when the descent skips or stops).
     collections: int = 1
+    # The breakdown or questions its rows were reconciled with (veil.survey.reconciled).
+    reconciled_with: tuple[str, ...] = ()
 
     @property
     def table(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -290,6 +294,8 @@ class QuestionResult:
                 "groups": list(groups),
                 "categories": list(categories),
             }
+        if self.reconciled_with:
+            out["reconciled_with"] = list(self.reconciled_with)
         if self.threshold is not None:
             out["threshold"] = self.threshold.value
             out["release_probability"] = self.threshold.release_probability

@@ -1,0 +1,210 @@
+"""A survey's breakdowns published with the questions they cross as one set
+(veil.survey.reconciled): the questions' totals are the sums of the breakdowns'
+published cells, the raw releases stay, and a release that is not a margin (other
+respondents, a question two breakdowns measure) is left as it was."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from veil.dp.accounting import Guarantee
+from veil.dp.estimates import estimate
+from veil.survey import Survey, parse_survey, reconciled
+from veil.survey.reconciled import BONFERRONI, reconcile_results
+from veil.survey.results import QuestionResult, question_result, results_json
+from veil.survey.tasks import question_task
+
+SURVEY = """\
+[survey]
+name = "t"
+epsilon = 3
+min_batch_size = 10
+
+[[question]]
+id = "team"
+kind = "choice"
+options = ["eng", "design", "sales"]
+
+[[question]]
+id = "remote"
+kind = "yes_no"
+
+[[question]]
+id = "hours"
+kind = "integer"
+max = 60
+
+[[question]]
+id = "budget"
+kind = "points"
+options = ["pay", "tools"]
+total = 10
+
+[[breakdown]]
+id = "remote_by_team"
+question = "remote"
+by = "team"
+
+[[breakdown]]
+id = "hours_by_remote"
+question = "hours"
+by = "remote"
+
+[[breakdown]]
+id = "budget_by_team"
+question = "budget"
+by = "team"
+"""
+
+
+@dataclass(frozen=True)
+class Released:
+    """A collection as the collector gives it (veil.collector.CollectionResult's
+    fields that results read), its intervals from the task's own noise."""
+
+    report_count: int
+    estimate: Any
+    lower: Any
+    upper: Any
+    confidence: float = 0.95
+    intervals: str = "simultaneous (exact max-of-k)"
+    against_collector: Guarantee = field(default_factory=lambda: Guarantee.pure(Fraction(1, 2)))
+
+
+def _released(survey: Survey, qid: str, n: int, values: list[int]) -> Released:
+    q = next(x for x in survey.tasked if x.id == qid)
+    vdaf, dp, _ = question_task(survey, q)
+    est = estimate(values, dp.plan(vdaf), 0.05, simultaneous=True)
+    one = len(values) == 1 and q.kind != "breakdown"
+
+    def pick(xs: list[Fraction]) -> Any:
+        return xs[0] if one else xs
+
+    return Released(
+        n,
+        pick([e.value for e in est]),
+        pick([e.low for e in est]),
+        pick([e.high for e in est]),
+    )
+
+
+def _results(
+    survey: Survey, collected: dict[str, Released]
+) -> tuple[list[QuestionResult], list[QuestionResult]]:
+    results = [question_result(q, collected[q.id]) for q in survey.tasked if q.id in collected]
+    return results, reconcile_results(survey, results, collected)
+
+
+def _rows(results: list[QuestionResult], qid: str) -> list[float]:
+    return [row.estimate for r in results if r.question.id == qid for row in r.rows]
+
+
+def _collected(survey: Survey, n: int = 40) -> dict[str, Released]:
+    # Each release a little off the truth, as noise leaves it: team 20/12/8,
+    # remote yes 5/3/2 by team, hours 300 (no) and 250 (yes), budget by team.
+    return {
+        "team": _released(survey, "team", n, [23, 9, 8]),
+        "remote": _released(survey, "remote", n, [13]),
+        "hours": _released(survey, "hours", n, [530]),
+        "budget": _released(survey, "budget", n, [190, 200]),
+        "remote_by_team": _released(survey, "remote_by_team", n, [14, 6, 10, 3, 4, 1]),
+        "hours_by_remote": _released(survey, "hours_by_remote", n, [310, 260]),
+        "budget_by_team": _released(survey, "budget_by_team", n, [90, 110, 70, 40, 40, 50]),
+    }
+
+
+def test_the_questions_totals_are_the_breakdowns_margins() -> None:
+    survey = parse_survey(SURVEY, "s.toml")
+    before, after = _results(survey, _collected(survey))
+    cells = _rows(after, "remote_by_team")  # eng/no, eng/yes, design/no, ...
+    assert sum(cells) == pytest.approx(40, abs=1e-5)
+    assert _rows(after, "remote") == pytest.approx([cells[1] + cells[3] + cells[5]], abs=1e-5)
+    assert _rows(after, "team") == pytest.approx(
+        [cells[0] + cells[1], cells[2] + cells[3], cells[4] + cells[5]], abs=1e-5
+    )
+    mean, total = _rows(after, "hours")
+    by_remote = _rows(after, "hours_by_remote")
+    assert total == pytest.approx(sum(by_remote), abs=1e-5)
+    assert mean == pytest.approx(total / 40, abs=1e-5)
+    budget = _rows(after, "budget_by_team")
+    assert [x * 40 for x in _rows(after, "budget")] == pytest.approx(
+        [budget[0] + budget[2] + budget[4], budget[1] + budget[3] + budget[5]], abs=1e-4
+    )
+    # The raw releases are kept beside them, unchanged.
+    for old, new in zip(before, after, strict=True):
+        assert [row.raw_estimate for row in new.rows] == [row.raw_estimate for row in old.rows]
+        assert [row.raw_ci_low for row in new.rows] == [row.raw_ci_low for row in old.rows]
+        assert all(row.ci_low <= row.estimate <= row.ci_high for row in new.rows)
+    doc = {q["question"]: q for q in json.loads(results_json(after))}
+    assert doc["remote_by_team"]["reconciled_with"] == ["remote", "team"]
+    assert doc["remote"]["reconciled_with"] == ["remote_by_team"]
+    assert doc["budget"]["reconciled_with"] == ["budget_by_team"]
+    assert doc["team"]["intervals"] == BONFERRONI
+    assert doc["remote"]["intervals"] == "per-coordinate"  # one row
+
+
+def test_reconciled_cells_are_narrower_than_their_own_release() -> None:
+    survey = parse_survey(SURVEY, "s.toml")
+    collected = _collected(survey, n=4000)  # far from the range's ends: nothing cut
+    collected["remote_by_team"] = _released(
+        survey, "remote_by_team", 4000, [1400, 600, 1000, 300, 400, 300]
+    )
+    collected["team"] = _released(survey, "team", 4000, [2000, 1300, 700])
+    collected["remote"] = _released(survey, "remote", 4000, [1200])
+    before, after = _results(survey, collected)
+    old = next(r for r in before if r.question.id == "remote_by_team")
+    new = next(r for r in after if r.question.id == "remote_by_team")
+    for a, b in zip(old.rows, new.rows, strict=True):
+        assert b.ci_high - b.ci_low < a.ci_high - a.ci_low
+
+
+def test_a_release_that_is_no_margin_is_left_alone() -> None:
+    survey = parse_survey(SURVEY, "s.toml")
+    collected = _collected(survey)
+    # Two respondents answered team and not remote: remote's count is 40, team's 42.
+    collected["team"] = _released(survey, "team", 42, [24, 9, 9])
+    before, after = _results(survey, collected)
+    old = {r.question.id: r for r in before}
+    new = {r.question.id: r for r in after}
+    assert new["team"] == old["team"]
+    assert new["remote_by_team"].reconciled_with == ("remote",)
+    # Team is a budget breakdown's group too, but a numeric breakdown has no group
+    # margin: budget_by_team still reconciles with budget.
+    assert new["budget_by_team"].reconciled_with == ("budget",)
+    # Remote measured by two breakdowns keeps its own totals.
+    twice = parse_survey(
+        SURVEY + '\n[[breakdown]]\nid = "remote_by_team_again"\nquestion = "remote"\nby = "team"\n',
+        "s.toml",
+    )
+    collected = _collected(twice)
+    collected["remote_by_team_again"] = _released(
+        twice, "remote_by_team_again", 40, [14, 6, 10, 3, 4, 1]
+    )
+    before, after = _results(twice, collected)
+    old = {r.question.id: r for r in before}
+    new = {r.question.id: r for r in after}
+    assert new["remote"] == old["remote"] and new["team"] == old["team"]
+    assert new["remote_by_team"] == old["remote_by_team"]  # nothing measured twice
+    assert new["hours"].reconciled_with == ("hours_by_remote",)
+
+
+def test_without_its_collections_nothing_changes() -> None:
+    survey = parse_survey(SURVEY, "s.toml")
+    collected = _collected(survey)
+    results = [question_result(q, collected[q.id]) for q in survey.tasked]
+    assert reconcile_results(survey, results, {}) == results
+
+
+def test_a_breakdown_past_the_cell_bound_keeps_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    survey = parse_survey(SURVEY, "s.toml")
+    monkeypatch.setattr(reconciled, "MAX_CELLS", 5)  # remote_by_team has 6
+    before, after = _results(survey, _collected(survey))
+    old = {r.question.id: r for r in before}
+    new = {r.question.id: r for r in after}
+    assert new["remote_by_team"] == old["remote_by_team"] and new["team"] == old["team"]
+    assert new["hours"].reconciled_with == ("hours_by_remote",)  # 2 cells
