@@ -14,6 +14,7 @@ import pytest
 
 from veil.dp.accounting import Guarantee
 from veil.dp.estimates import estimate
+from veil.render.html import report_html
 from veil.survey import Survey, parse_survey, reconciled
 from veil.survey.reconciled import BONFERRONI, reconcile_results
 from veil.survey.results import QuestionResult, question_result, results_json
@@ -24,6 +25,8 @@ SURVEY = """\
 name = "t"
 epsilon = 3
 min_batch_size = 10
+opens = 2026-12-01T00:00:00Z
+closes = 2026-12-02T00:00:00Z
 
 [[question]]
 id = "team"
@@ -208,3 +211,11 @@ def test_a_breakdown_past_the_cell_bound_keeps_its_own(monkeypatch: pytest.Monke
     new = {r.question.id: r for r in after}
     assert new["remote_by_team"] == old["remote_by_team"] and new["team"] == old["team"]
     assert new["hours"].reconciled_with == ("hours_by_remote",)  # 2 cells
+
+
+def test_the_report_says_what_is_reconciled() -> None:
+    survey = parse_survey(SURVEY, "s.toml")
+    _, after = _results(survey, _collected(survey))
+    page = report_html(survey, after)
+    assert "the two are reconciled, weighted by their exact noise" in page
+    assert "simultaneous (Bonferroni)" in page  # what the intervals are

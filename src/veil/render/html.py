@@ -259,6 +259,13 @@ def privacy_lines(survey: Survey) -> list[str]:
             " each interval is cut to the same range. results.json keeps the raw unbiased"
             " estimates beside them."
         )
+        if survey.breakdowns:
+            lines.append(
+                "Where a breakdown counts the same respondents as a question it crosses, the"
+                " two are reconciled, weighted by their exact noise, so that the question's"
+                " totals are the sums of the breakdown's cells, each at least as precise as"
+                " on its own (results.json names them under reconciled_with)."
+            )
     return lines
 
 
