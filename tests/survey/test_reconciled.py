@@ -6,7 +6,7 @@ respondents, a question two breakdowns measure) is left as it was."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -219,3 +219,23 @@ def test_the_report_says_what_is_reconciled() -> None:
     page = report_html(survey, after)
     assert "the two are reconciled, weighted by their exact noise" in page
     assert "simultaneous (Bonferroni)" in page  # what the intervals are
+
+
+def test_a_breakdown_of_randomized_answers_is_published_as_collected() -> None:
+    """Its collected values are de-biased estimates, whose error is more than the
+    servers' noise: not what the least squares weigh."""
+    survey = parse_survey(SURVEY, "s.toml")
+    remote = survey.question("remote")
+    local = replace(survey, questions=tuple(
+        replace(q, local_epsilon=Fraction(2)) if q.id == "remote" else q
+        for q in survey.questions
+    ))  # fmt: skip
+    local = replace(local, breakdowns=tuple(
+        replace(b, of=local.question("remote")) if b.of == remote else b
+        for b in local.breakdowns
+    ))  # fmt: skip
+    collected = _collected(survey)
+    results = [question_result(q, collected[q.id]) for q in survey.tasked]
+    after = {r.question.id: r for r in reconcile_results(local, results, collected)}
+    assert not after["remote_by_team"].reconciled_with and not after["team"].reconciled_with
+    assert after["budget"].reconciled_with == ("budget_by_team",)

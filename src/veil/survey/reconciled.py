@@ -18,7 +18,8 @@ measures it (two breakdowns of one question would each make its totals theirs:
 it keeps its own, and each breakdown is reconciled with its other question
 only). A group question's counts are a breakdown's margin when the breakdown is
 a histogram (a yes_no or choice question counted by group), whose cells hold
-each respondent once.
+each respondent once. A breakdown of answers randomized on the device
+(`local_epsilon`) is published as collected, for now.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def _values(r: Collected) -> list[float]:
     """The decoded aggregate: the raw unbiased estimate of each coordinate."""
     values = r.estimate if isinstance(r.estimate, list) else [r.estimate]
     return [float(v) for v in values]
+
+
+def _local(b: Question) -> bool:
+    """Whether breakdown `b` counts answers randomized on the device: its collected
+    values are then de-biased estimates whose error is not the servers' noise alone,
+    and it is published as collected (veil.dp.reconcile says how it would be
+    reconciled: on the randomized sums, de-biased afterwards)."""
+    assert b.of is not None and b.by is not None
+    return any(q.local_epsilon is not None for q in (b, b.of, b.by))
 
 
 def _margins(b: Question) -> tuple[Question, ...]:
@@ -109,7 +119,11 @@ def reconcile_results(
     breakdowns = [
         b
         for b in survey.breakdowns
-        if b.id in by_id and b.id in collected and not b.add_remove and len(b.cells()) <= MAX_CELLS
+        if b.id in by_id
+        and b.id in collected
+        and not b.add_remove
+        and len(b.cells()) <= MAX_CELLS
+        and not _local(b)
     ]
     uses = Counter(q.id for b in breakdowns for q in _margins(b))
     shared = {qid for qid, count in uses.items() if count > 1 or qid not in by_id}
