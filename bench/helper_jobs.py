@@ -7,13 +7,13 @@ from tests/). The request itself is the product's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from veil.aggregator.core import VerifyInitItem
 from veil.client import prepare_reports
 from veil.hpke import ROLE_LEADER, HpkeConfig, generate_keypair, input_share_info, open_
-from veil.messages import vdaf_ctx
+from veil.messages import Report, vdaf_ctx
 from veil.task import LeaderTask
 from veil.vdaf.engine import engine_for
 
@@ -25,14 +25,16 @@ def honest_items(
     report_time: int,
     *,
     report_ids: Sequence[bytes] | None = None,
-    tokens: Sequence[bytes] | None = None,
+    tokens: Callable[[Report], bytes] | None = None,
 ) -> list[VerifyInitItem]:
     """One item per measurement of `leader`'s task (a Prio3 task: its one
     round takes no aggregation parameter), as the leader's job sends it.
 
     Each report is built as an honest client builds it
     (veil.client.prepare_reports: at `report_time` rounded down, with
-    `report_ids` and `tokens` where given), its helper share sealed to
+    `report_ids` where given; for a task with invitations `tokens` gives
+    each sealed report's token, sent with the digest of the leader's sealed
+    share as the leader sends them), its helper share sealed to
     `helper_config`; the leader's shares are opened and verified together
     on the batched path with the task's verify key, as the leader's first
     step does (veil.aggregator.leader.job.prepare_job). The leader's shares
@@ -47,7 +49,7 @@ def honest_items(
         helper_config,
         report_time,
         report_ids=report_ids,
-        tokens=tokens,
+        invited=tokens is not None,
     )
     plaintexts = [
         open_(
@@ -72,5 +74,11 @@ def honest_items(
     ):
         if error is not None or share is None:
             raise ValueError(f"report {i}: the leader's verification failed: {error}")
-        items.append(VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, share))
+        token = tokens(r) if tokens is not None else b""
+        digest = r.leader_share_digest if token else b""
+        items.append(
+            VerifyInitItem(
+                r.report_id, r.time, r.public_share, r.helper_ct, share, b"", token, digest
+            )
+        )
     return items

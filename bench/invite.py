@@ -1,10 +1,11 @@
 """What invitations cost (scripts/bench_invite.py prints the tables).
 
-- At an aggregator, per report: the leader's `check_token` and the helper's
-  `split_helper_share` (decode, the context hash, constant-time compares,
-  one RSA-2048 PSS verification), plus the helper's HPKE open of a share
-  longer by the token, against one bare RSA-2048 verification measured in
-  the same run; all as CPU time (time.process_time), medians of rounds.
+- At an aggregator, per report: the leader's `check_token` with the
+  report's redemption context (hashing the report's shares) and the
+  helper's `helper_token_valid` (the same from its job item: decode, the
+  challenge's hashes, constant-time compares, one RSA-2048 PSS
+  verification), against one bare RSA-2048 verification measured in the
+  same run; all as CPU time (time.process_time), medians of rounds.
 - One blind signature (`Signer.blind_sign`: the private operation and its
   check) as CPU time, against `openssl speed rsa2048`'s sign rate on one
   core measured in the same run (the bare private operation in C).
@@ -25,13 +26,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
-from veil.aggregator.core import check_token, split_helper_share
-from veil.hpke import ROLE_HELPER, generate_keypair, input_share_info, open_, seal
+from veil.aggregator.core import VerifyInitItem, check_token, helper_token_valid
+from veil.client.prepare import prepare_reports
+from veil.hpke import generate_keypair
 from veil.invite import blindrsa
 from veil.invite.issuer import Issuer, mint, write_keys
-from veil.invite.token import PendingToken, public_key_bytes, redemption_context
+from veil.invite.token import PendingToken, public_key_bytes, report_context
 from veil.task import DpSpec, VdafSpec, new_task
 
 
@@ -55,9 +58,24 @@ def aggregator_costs(n: int = 2000, rounds: int = 7) -> dict[str, float]:
         dp=DpSpec("none"), issuer_public_key=der,
     )  # fmt: skip
     task = files.helper
-    rid = secrets.token_bytes(16)
-    pending = PendingToken.start(der, redemption_context(task.task_id, rid))
+    kp = generate_keypair(1)
+    (report,) = prepare_reports(
+        files.client, [1], kp.config, kp.config, int(time.time()), invited=True
+    )
+    context = report_context(task.task_id, report)
+    pending = PendingToken.start(der, context)
     token = pending.finish(blindrsa.Signer(sk).blind_sign(pending.blinded_msg))
+    item = VerifyInitItem(
+        report.report_id,
+        report.time,
+        report.public_share,
+        report.helper_ct,
+        b"",
+        b"",
+        token,
+        report.leader_share_digest,
+    )
+    assert helper_token_valid(task, item)
     prepared = blindrsa.prepare(b"x" * 66)
     sig = blindrsa.finalize(
         sk.public_key(), prepared, blindrsa.Signer(sk).blind_sign(
@@ -65,19 +83,17 @@ def aggregator_costs(n: int = 2000, rounds: int = 7) -> dict[str, float]:
         ), b.inv,
     )  # fmt: skip
     pk = sk.public_key()
-    kp = generate_keypair(1)
-    info = input_share_info(ROLE_HELPER, task.task_id, rid, 0, b"")
-    share = secrets.token_bytes(32 + 16)
-    plain_ct = seal(kp.config, info, share)
-    token_ct = seal(kp.config, info, share + token)
+    tokened = replace(report, token=token)
     return {
         "rsa-2048 verify": _cpu_us(lambda: blindrsa.verify(pk, prepared, sig), n, rounds),
-        "leader check_token": _cpu_us(lambda: check_token(task, token, rid, "report"), n, rounds),
-        "helper token check": _cpu_us(
-            lambda: split_helper_share(task, rid, share + token), n, rounds
+        "leader check_token": _cpu_us(
+            lambda: check_token(
+                task, tokened.token, report_context(task.task_id, tokened), "report"
+            ),
+            n,
+            rounds,
         ),
-        "helper HPKE open, no token": _cpu_us(lambda: open_(kp, plain_ct, info), n, rounds),
-        "helper HPKE open, with token": _cpu_us(lambda: open_(kp, token_ct, info), n, rounds),
+        "helper token check": _cpu_us(lambda: helper_token_valid(task, item), n, rounds),
     }
 
 

@@ -3,8 +3,9 @@
 //   {"issuer": url, "invitation": code, "time": seconds,
 //    "questions": [{"task": {task_id, vdaf, time_precision, issuer_public_key},
 //                   "leader": HpkeConfig, "helper": HpkeConfig, "measurement": ...}]}
-// redeems the invitation for one token per question and writes one JSON line
-// per question, {"report": {...}} (reportToJson, with its token), or one line
+// seals each question's report, redeems the invitation for one token per
+// question bound to it, and writes one JSON line per question,
+// {"report": {...}} (reportToJson, with its token), or one line
 // {"error": "<the issuer's message>"} if the invitation is refused.
 
 import { Client, InvitationError, hpkeConfigFromJson, redeemInvitation, reportToJson } from '../src/index.js';
@@ -12,23 +13,28 @@ import { Client, InvitationError, hpkeConfigFromJson, redeemInvitation, reportTo
 const chunks = [];
 for await (const chunk of process.stdin) chunks.push(chunk);
 const request = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-let tickets;
+// Each question's report sealed first: its token's challenge commits to it.
+const reports = [];
+for (const q of request.questions) {
+  const client = new Client(q.task, {
+    leader: hpkeConfigFromJson(q.leader),
+    helper: hpkeConfigFromJson(q.helper),
+  });
+  reports.push(await client.buildReport(q.measurement, request.time));
+}
+let tokened;
 try {
-  tickets = await redeemInvitation(
+  tokened = await redeemInvitation(
     request.issuer,
     request.invitation,
     request.questions.map((q) => q.task),
+    reports,
   );
 } catch (e) {
   if (!(e instanceof InvitationError)) throw e;
   process.stdout.write(`${JSON.stringify({ error: e.message })}\n`);
   process.exit(0);
 }
-for (const [i, q] of request.questions.entries()) {
-  const client = new Client(q.task, {
-    leader: hpkeConfigFromJson(q.leader),
-    helper: hpkeConfigFromJson(q.helper),
-  });
-  const report = await client.buildReport(q.measurement, request.time, tickets[i]);
+for (const report of tokened) {
   process.stdout.write(`${JSON.stringify({ report: reportToJson(report) })}\n`);
 }

@@ -28,7 +28,8 @@ const CONTEXT_PREFIX = new TextEncoder().encode('veil-v1');
 /**
  * @typedef {import('./hpke.js').Ciphertext} Ciphertext
  * @typedef {{report_id: Uint8Array, time: number, public_share: Uint8Array,
- *   leader_encrypted_input_share: Ciphertext, helper_encrypted_input_share: Ciphertext}} Report
+ *   leader_encrypted_input_share: Ciphertext, helper_encrypted_input_share: Ciphertext,
+ *   token?: Uint8Array}} Report
  */
 
 /** Unpadded base64url, as in veil's task files (veil.task.b64e). @param {Uint8Array} bytes */
@@ -115,11 +116,10 @@ export class Client {
    * measurement (before anything is drawn or sealed).
    * @param {unknown} measurement
    * @param {number} [reportTime] defaults to now
-   * @param {{reportId: Uint8Array, token: Uint8Array}} [ticket] for a survey with
-   *   invitations: the report id chosen before issuance and its token (src/invite.js)
-   * @returns {Promise<Report>}
+   * @returns {Promise<Report>} without a token: for a survey with invitations,
+   *   src/invite.js has one issued for the report as sealed, and sets it
    */
-  async buildReport(measurement, reportTime, ticket) {
+  async buildReport(measurement, reportTime) {
     let t = reportTime ?? this.reportTime();
     t -= t % this.task.time_precision;
     // Validate first, so that a bad measurement costs nothing.
@@ -127,8 +127,7 @@ export class Client {
     else this.vdaf.flp.encode(measurement);
     // The true answer goes no further than this line with a local layer.
     const sent = this.randomize === null ? measurement : this.randomize(measurement);
-    const reportId = ticket?.reportId ?? this.randomBytes(REPORT_ID_SIZE);
-    const token = ticket?.token ?? new Uint8Array(0);
+    const reportId = this.randomBytes(REPORT_ID_SIZE);
     const rand = this.randomBytes(this.vdaf.RAND_SIZE);
     const { publicShare, inputShares } = this.vdaf.shard(this.ctx, sent, reportId, rand);
     const ps = this.vdaf.encodePublicShare(publicShare);
@@ -141,12 +140,11 @@ export class Client {
       seal(
         this.configs.helper,
         inputShareInfo(ROLE_HELPER, this.taskId, reportId, t, ps),
-        // The helper checks its own copy of the token, sealed after its share.
-        concat(this.vdaf.encodeInputShare(inputShares[1]), token),
+        this.vdaf.encodeInputShare(inputShares[1]),
       ),
     ]);
     return {
-      token,
+      token: new Uint8Array(0),
       report_id: reportId,
       time: t,
       public_share: ps,

@@ -1,20 +1,24 @@
-// Invitations in the browser: pick each question's report id, blind one
-// token per question with @cloudflare/blindrsa-ts (RFC 9474,
+// Invitations in the browser: blind one token per question for the report
+// already sealed for it, with @cloudflare/blindrsa-ts (RFC 9474,
 // RSABSSA-SHA384-PSS-Deterministic), have the issuer sign them for the
 // invitation (POST /invitation), and unblind. The tokens are veil.invite.token's:
 // Privacy Pass token type 0x0002 (RFC 9578), token_type || nonce ||
 // challenge_digest || token_key_id || authenticator, the challenge digest
-// being SHA-256 of a TokenChallenge whose redemption_context is
-// SHA-256("veil-invitation-token-v1" || task id || report id).
+// being SHA-256 of a TokenChallenge whose redemption_context commits to the
+// sealed report: SHA-256("veil-invitation-report-v2" || task id || report id
+// || time || SHA-256(public share) || SHA-256(leader's sealed share) ||
+// SHA-256(helper's sealed share)), a sealed share being its config id,
+// encapsulated key and payload. Whoever sees the token on the way cannot
+// send another answer under it.
 
 import { RSABSSA } from '@cloudflare/blindrsa-ts';
 import { sha256 } from '@noble/hashes/sha2.js';
 
-import { REPORT_ID_SIZE, b64d, b64e } from './client.js';
+import { b64d, b64e } from './client.js';
 import { concat } from './prio3.js';
 
 const TOKEN_TYPE = new Uint8Array([0x00, 0x02]);
-const LABEL = new TextEncoder().encode('veil-invitation-token-v1');
+const LABEL = new TextEncoder().encode('veil-invitation-report-v2');
 const NONCE_SIZE = 32;
 // The TokenChallenge's issuer_name and origin_info (veil.invite.token).
 const ISSUER_NAME = new TextEncoder().encode('issuer.veil.invalid');
@@ -77,13 +81,29 @@ export function tokenKeyId(spki) {
   return sha256(pssPublicKey(spki));
 }
 
+/** @param {{config_id: number, enc: Uint8Array, payload: Uint8Array}} ct */
+const sealedShareDigest = (ct) => sha256(concat(new Uint8Array([ct.config_id]), ct.enc, ct.payload));
+
 /**
- * The redemption context binding a token to one report of one task.
+ * The redemption context binding a token to one sealed report of one task
+ * (veil.invite.token.report_context).
  * @param {Uint8Array} taskId
- * @param {Uint8Array} reportId
+ * @param {import('./client.js').Report} report
  */
-export function redemptionContext(taskId, reportId) {
-  return sha256(concat(LABEL, taskId, reportId));
+export function redemptionContext(taskId, report) {
+  const time = new Uint8Array(8);
+  new DataView(time.buffer).setBigUint64(0, BigInt(report.time));
+  return sha256(
+    concat(
+      LABEL,
+      taskId,
+      report.report_id,
+      time,
+      sha256(report.public_share),
+      sealedShareDigest(report.leader_encrypted_input_share),
+      sealedShareDigest(report.helper_encrypted_input_share),
+    ),
+  );
 }
 
 /**
@@ -153,29 +173,34 @@ export class InvitationError extends Error {
 }
 
 /**
- * Blind one token per task, choosing each report id: the state to keep (as
- * JSON, e.g. in sessionStorage) until the issuer answered, so that a retry
- * sends the very same blinded messages and gets the same signatures back.
+ * Blind one token per task for its sealed report (null for a question left
+ * unanswered: the issuer signs one token per question, and that one is bound
+ * to nothing): the state to keep (as JSON, e.g. in sessionStorage, with the
+ * reports) until the issuer answered, so that a retry sends the very same
+ * blinded messages and gets the same signatures back.
  * @param {{task_id: string, issuer_public_key: string}[]} tasks
+ * @param {(import('./client.js').Report | null)[]} reports
  * @param {{randomBytes?: (n: number) => Uint8Array}} [options]
  * @returns {Promise<Record<string, string>[]>}
  */
-export async function prepareInvitation(tasks, options = {}) {
+export async function prepareInvitation(tasks, reports, options = {}) {
   const randomBytes =
     options.randomBytes ?? ((n) => globalThis.crypto.getRandomValues(new Uint8Array(n)));
+  if (reports.length !== tasks.length) throw new RangeError('one report (or null) per task');
   const suite = tokenSuite();
   const pending = [];
-  for (const task of tasks) {
+  for (const [i, task] of tasks.entries()) {
     const spki = b64d(task.issuer_public_key);
     const key = await importKey(spki);
-    const reportId = randomBytes(REPORT_ID_SIZE);
-    const digest = challengeDigest(redemptionContext(b64d(task.task_id), reportId));
+    const report = reports[i];
+    const context =
+      report === null ? randomBytes(32) : redemptionContext(b64d(task.task_id), report);
+    const digest = challengeDigest(context);
     const keyId = tokenKeyId(spki);
     const nonce = randomBytes(NONCE_SIZE);
     const { blindedMsg, inv } = await suite.blind(key, concat(TOKEN_TYPE, nonce, digest, keyId));
     pending.push({
       spki: task.issuer_public_key,
-      reportId: b64e(reportId),
       nonce: b64e(nonce),
       digest: b64e(digest),
       keyId: b64e(keyId),
@@ -194,12 +219,13 @@ function importKey(spki) {
 }
 
 /**
- * Redeem `code` for the blinded tokens of `prepareInvitation`, and unblind.
+ * Redeem `code` for the blinded tokens of `prepareInvitation`, and unblind:
+ * the tokens, in the same order.
  * @param {string} url the issuer's POST /invitation
  * @param {string} code
  * @param {Record<string, string>[]} pending
  * @param {{fetch?: typeof fetch}} [options]
- * @returns {Promise<{reportId: Uint8Array, token: Uint8Array}[]>}
+ * @returns {Promise<Uint8Array[]>}
  */
 export async function finishInvitation(url, code, pending, options = {}) {
   const doFetch = options.fetch ?? globalThis.fetch;
@@ -219,18 +245,26 @@ export async function finishInvitation(url, code, pending, options = {}) {
   for (const [i, p] of pending.entries()) {
     const message = concat(TOKEN_TYPE, b64d(p.nonce), b64d(p.digest), b64d(p.keyId));
     const sig = await suite.finalize(await importKey(b64d(p.spki)), message, b64d(sigs[i]), b64d(p.inv));
-    out.push({ reportId: b64d(p.reportId), token: concat(message, sig) });
+    out.push(concat(message, sig));
   }
   return out;
 }
 
 /**
- * One {reportId, token} per task, in order, for invitation `code`.
+ * Each of `reports` (one per task, in order; null for a question left
+ * unanswered) with its token, for invitation `code`.
  * @param {string} url the issuer's POST /invitation
  * @param {string} code
  * @param {{task_id: string, issuer_public_key: string}[]} tasks
+ * @param {(import('./client.js').Report | null)[]} reports
  * @param {{fetch?: typeof fetch, randomBytes?: (n: number) => Uint8Array}} [options]
  */
-export async function redeemInvitation(url, code, tasks, options = {}) {
-  return finishInvitation(url, code, await prepareInvitation(tasks, options), options);
+export async function redeemInvitation(url, code, tasks, reports, options = {}) {
+  const tokens = await finishInvitation(
+    url,
+    code,
+    await prepareInvitation(tasks, reports, options),
+    options,
+  );
+  return reports.map((r, i) => (r === null ? null : { ...r, token: tokens[i] }));
 }

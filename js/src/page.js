@@ -6,7 +6,7 @@
 // answer.
 
 import { MeasurementError } from './circuits.js';
-import { Client, hpkeConfigFromJson, reportToJson, usableConfig } from './client.js';
+import { Client, b64e, hpkeConfigFromJson, reportToJson, usableConfig } from './client.js';
 import {
   InvitationError,
   checkIssuerKeys,
@@ -441,48 +441,66 @@ async function main() {
           return;
         }
         for (const b of breakdowns) answers.push(breakdownMeasurement(b, questions, answers));
-        /** @type {{reportId: Uint8Array, token: Uint8Array}[] | null} */
-        let tickets = null;
         const pendingKey = `veil-invitation:${location.pathname}:${invitation}`;
-        if (invitations && invitation) {
-          say('Checking your invitation…');
-          // The blinded tokens are kept until the issuer answered: a retry
-          // after a lost answer sends the same ones and gets the same signatures.
-
-          checkIssuerKeys(/** @type {any} */ (tasks), publishedKeys);
-          let pending = JSON.parse(sessionStorage.getItem(pendingKey) ?? 'null');
-          if (pending === null) {
-            pending = await prepareInvitation(
+        if (invitations && invitation) checkIssuerKeys(/** @type {any} */ (tasks), publishedKeys);
+        // By invitation: the reports sealed, then a token asked for each as
+        // sealed (its challenge commits to the report's content), both kept
+        // until the issuer answered: a retry after a lost answer sends the
+        // same blinded tokens, gets the same signatures, and sends the
+        // reports they were made for (the answers as first sent).
+        /** @type {{reports: (Record<string, unknown> | null)[], pending: Record<string, string>[]} | null} */
+        let kept =
+          invitations && invitation ? JSON.parse(sessionStorage.getItem(pendingKey) ?? 'null') : null;
+        if (kept === null) {
+          say('Encrypting your answers on this device…');
+          const configs = await getJson('hpke-configs.json');
+          /** @type {(import('./client.js').Report | null)[]} */
+          const built = [];
+          for (let i = 0; i < tasks.length; i++) {
+            const q = /** @type {Question} */ (tasks[i]);
+            if (answers[i] === null) {
+              built.push(null); // skipped: no report for it
+              continue;
+            }
+            const c = configs[q.task_id];
+            const client = new Client(
+              { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: q.dp },
+              {
+                leader: usableConfig(c.leader.map(hpkeConfigFromJson)),
+                helper: usableConfig(c.helper.map(hpkeConfigFromJson)),
+              },
+            );
+            built.push(await client.buildReport(answers[i]));
+          }
+          const reports = built.map((r, i) =>
+            r === null ? null : { task_id: tasks[i].task_id, ...reportToJson(r) },
+          );
+          if (!(invitations && invitation)) {
+            sealed = reports.filter((r) => r !== null);
+            sessionStorage.setItem(storeKey, JSON.stringify(sealed));
+          } else {
+            say('Checking your invitation…');
+            const pending = await prepareInvitation(
               tasks.map((q) => ({
                 task_id: q.task_id,
                 issuer_public_key: /** @type {any} */ (q).issuer_public_key,
               })),
+              built,
             );
-            sessionStorage.setItem(pendingKey, JSON.stringify(pending));
+            kept = { reports, pending };
+            sessionStorage.setItem(pendingKey, JSON.stringify(kept));
           }
-          tickets = await finishInvitation('invitation', invitation, pending);
         }
-        say('Encrypting your answers on this device…');
-        const configs = await getJson('hpke-configs.json');
-        const reports = [];
-        for (let i = 0; i < tasks.length; i++) {
-          const q = /** @type {Question} */ (tasks[i]);
-          if (answers[i] === null) continue; // skipped: no report for it
-          const c = configs[q.task_id];
-          const client = new Client(
-            { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: q.dp },
-            {
-              leader: usableConfig(c.leader.map(hpkeConfigFromJson)),
-              helper: usableConfig(c.helper.map(hpkeConfigFromJson)),
-            },
+        if (kept !== null) {
+          say('Checking your invitation…');
+          const tokens = await finishInvitation('invitation', invitation ?? '', kept.pending);
+          sealed = kept.reports.flatMap((r, i) =>
+            r === null ? [] : [{ ...r, token: b64e(tokens[i]) }],
           );
-          const report = await client.buildReport(answers[i], undefined, tickets?.[i]);
-          reports.push({ task_id: q.task_id, ...reportToJson(report) });
+          sessionStorage.setItem(storeKey, JSON.stringify(sealed));
+          // The sealed reports carry the tokens from here on.
+          sessionStorage.removeItem(pendingKey);
         }
-        sealed = reports;
-        sessionStorage.setItem(storeKey, JSON.stringify(sealed));
-        // The sealed reports carry the tokens from here on.
-        sessionStorage.removeItem(pendingKey);
       }
       say('Sending…');
       const response = await reach('reports', {

@@ -2,16 +2,17 @@
 invitations, each on its own (real servers on loopback): the leader at upload
 (refused with PERMISSION_DENIED, nothing stored), the helper in aggregation
 (rejected as INVALID_TOKEN, nothing recorded), also when the leader is
-bypassed. A token is bound to (task id, report id), so a spent token can only
-come back with its own report id: a duplicate, or a conflict if the report
-differs."""
+bypassed. A token's challenge commits to its task and its whole report (id,
+time, public share, both sealed shares), so a spent token can only come back
+with its own report: a duplicate; with other content it is refused as a
+token of other content."""
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 
@@ -24,9 +25,9 @@ from veil.aggregator.core import VerifyInitItem
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import UploadError, prepare_reports
 from veil.invite import blindrsa
-from veil.invite.token import TOKEN_SIZE, PendingToken, public_key_bytes, redemption_context
+from veil.invite.token import TOKEN_SIZE, PendingToken, public_key_bytes, report_context
 from veil.local.launcher import LocalDeployment
-from veil.messages import REPORT_ID_SIZE, Report
+from veil.messages import REPORT_ID_SIZE, Ciphertext, Report
 from veil.protocol.v1 import helper_pb2
 from veil.task import ClientTask, DpSpec, VdafSpec
 
@@ -59,14 +60,16 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         d.stop()
 
 
-def issue(signer: blindrsa.Signer, task_id: bytes, report_id: bytes) -> bytes:
+def issue(signer: blindrsa.Signer, task_id: bytes, report: Report) -> bytes:
+    """A token for `report` of task `task_id` as sealed, signed by `signer`."""
     pending = PendingToken.start(
-        public_key_bytes(signer.public_key), redemption_context(task_id, report_id)
+        public_key_bytes(signer.public_key), report_context(task_id, report)
     )
     return pending.finish(signer.blind_sign(pending.blinded_msg))
 
 
-def build(dep: Deployment, task: ClientTask, token: bytes | None, report_id: bytes) -> Report:
+def build(dep: Deployment, task: ClientTask, report_id: bytes | None = None) -> Report:
+    """A report of `task` sealed as an honest client seals it, without its token."""
     c = dep.client("q1")
     return prepare_reports(
         task,
@@ -74,97 +77,120 @@ def build(dep: Deployment, task: ClientTask, token: bytes | None, report_id: byt
         c.hpke_config(2),
         c.hpke_config(3),
         int(time.time()),
-        report_ids=[report_id],
-        tokens=[token if token is not None else b""],
+        report_ids=None if report_id is None else [report_id],
+        invited=True,
     )[0]
 
 
-def bad_tokens(dep: Deployment) -> dict[str, tuple[bytes, str]]:
-    """A report id and each hostile token for it in task q1, with the refusal."""
-    q1 = dep.tasks["q1"].client
-    rid = secrets.token_bytes(REPORT_ID_SIZE)
-    good = issue(keys()[0], q1.task_id, rid)
-    other_report = issue(keys()[0], q1.task_id, secrets.token_bytes(REPORT_ID_SIZE))
+def invited(dep: Deployment, task: ClientTask, signer: blindrsa.Signer) -> Report:
+    r = build(dep, task)
+    return dataclasses.replace(r, token=issue(signer, task.task_id, r))
+
+
+def other_helper_share(r: Report) -> Report:
+    """`r` with another helper share sealed in its place (same length)."""
+    ct = r.helper_ct
+    return dataclasses.replace(
+        r, helper_ct=Ciphertext(ct.config_id, ct.enc, secrets.token_bytes(len(ct.payload)))
+    )
+
+
+def bad_tokens(dep: Deployment) -> dict[str, tuple[Callable[[Report], bytes], str]]:
+    """Each hostile token for a report of task q1, made from the report as
+    sealed, with the refusal."""
+    q1 = dep.tasks["q1"].client.task_id
+    q2 = dep.tasks["q2"].client.task_id
+
+    def good(r: Report) -> bytes:
+        return issue(keys()[0], q1, r)
+
+    def other_report(r: Report) -> bytes:
+        return good(dataclasses.replace(r, report_id=secrets.token_bytes(REPORT_ID_SIZE)))
+
     return {
-        "no token": (b"", "carries no invitation token"),
-        "forged signature": (good[:-256] + secrets.token_bytes(256), "does not verify"),
-        "another task": (issue(keys()[0], dep.tasks["q2"].client.task_id, rid), "another report"),
+        "no token": (lambda r: b"", "carries no invitation token"),
+        "forged signature": (
+            lambda r: good(r)[:-256] + secrets.token_bytes(256),
+            "does not verify",
+        ),
+        "another task": (lambda r: issue(keys()[0], q2, r), "another report"),
         "another report": (other_report, "another report or task"),
-        "another issuer key": (issue(keys()[1], q1.task_id, rid), "another issuer key"),
-        "unknown issuer": (issue(keys()[2], q1.task_id, rid), "another issuer key"),
-        "truncated": (good[:100], f"exactly {TOKEN_SIZE} bytes"),
-        "trailing byte": (good + b"\x00", f"exactly {TOKEN_SIZE} bytes"),
-        "wrong type": (b"\x00\x03" + good[2:], "token type"),
-    }, rid  # type: ignore[return-value]
+        "other content": (lambda r: good(other_helper_share(r)), "other content"),
+        "another issuer key": (lambda r: issue(keys()[1], q1, r), "another issuer key"),
+        "unknown issuer": (lambda r: issue(keys()[2], q1, r), "another issuer key"),
+        "truncated": (lambda r: good(r)[:100], f"exactly {TOKEN_SIZE} bytes"),
+        "trailing byte": (lambda r: good(r) + b"\x00", f"exactly {TOKEN_SIZE} bytes"),
+        "wrong type": (lambda r: b"\x00\x03" + good(r)[2:], "token type"),
+    }
 
 
 def test_the_leader_refuses_reports_without_a_valid_token(dep: Deployment) -> None:
     q1 = dep.tasks["q1"].client
-    cases, rid = bad_tokens(dep)  # type: ignore[misc]
     client = dep.client("q1")
-    for name, (token, why) in cases.items():
-        # The helper's copy is honest: only the leader's check can refuse it.
-        report = build(dep, q1, token, rid)
+    r = build(dep, q1)
+    for name, (token, why) in bad_tokens(dep).items():
+        # The helper would refuse them too: only the leader's check is tried here.
         with pytest.raises(UploadError) as e:
-            client.upload_reports([report])
+            client.upload_reports([dataclasses.replace(r, token=token(r))])
         assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, name
         assert why in e.value.message, (name, e.value.message)
     assert dep.stored_reports("q1") == 0
     # The valid token is accepted once; the same report again is a duplicate,
-    # and the token with another report under its id is refused.
-    token = issue(keys()[0], q1.task_id, rid)
-    report = build(dep, q1, token, rid)
+    # and the token with other content under its report id is refused as a
+    # token of other content (its challenge commits to the report's content).
+    report = dataclasses.replace(r, token=issue(keys()[0], q1.task_id, r))
     assert client.upload_reports([report]).accepted == 1
     assert client.upload_reports([report]).duplicates == 1
-    with pytest.raises(UploadError) as e:
-        client.upload_reports([build(dep, q1, token, rid)])
-    assert e.value.code == grpc.StatusCode.ALREADY_EXISTS
-    # The refusal names the token, not a report id to change.
-    assert "invitation token was already spent on a report with other content" in (e.value.message)
-    assert "fresh report id" not in e.value.message
+    for other in (build(dep, q1, r.report_id), other_helper_share(r)):
+        with pytest.raises(UploadError) as e:
+            client.upload_reports([dataclasses.replace(other, token=report.token)])
+        assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert "other content under this report id" in e.value.message
+        assert "fresh report id" not in e.value.message
     assert dep.stored_reports("q1") == 1
 
 
 def test_a_task_without_invitations_refuses_a_token(dep: Deployment) -> None:
     task = dep.tasks["open"].client
-    rid = secrets.token_bytes(REPORT_ID_SIZE)
-    report = build(dep, task, b"", rid)
+    (report,) = prepare_reports(
+        task, [1], *(dep.client("open").hpke_config(r) for r in (2, 3)), int(time.time())
+    )
     client = dep.client("open")
     with pytest.raises(UploadError, match="takes no token"):
         client.upload_reports([dataclasses.replace(report, token=b"x" * TOKEN_SIZE)])
     assert client.upload_reports([report]).accepted == 1
 
 
-def _verify_init(dep: Deployment, helper_token: bytes, rid: bytes) -> VerifyInitItem:
+def _verify_init(dep: Deployment, token: Callable[[Report], bytes]) -> VerifyInitItem:
     helper_config = dep.client("q1").hpke_config(3)
     (item,) = honest_items(
-        dep.tasks["q1"].leader,
-        [1],
-        helper_config,
-        int(time.time()),
-        report_ids=[rid],
-        tokens=[helper_token],
+        dep.tasks["q1"].leader, [1], helper_config, int(time.time()), tokens=token
     )
     return item
 
 
 def test_the_helper_checks_tokens_with_the_leader_bypassed(dep: Deployment) -> None:
     files = dep.tasks["q1"]
-    cases, rid = bad_tokens(dep)  # type: ignore[misc]
-    inits = [_verify_init(dep, token, rid) for token, _ in cases.values()]
-    good_rid = secrets.token_bytes(REPORT_ID_SIZE)
-    good = _verify_init(dep, issue(keys()[0], files.leader.task_id, good_rid), good_rid)
+    cases = bad_tokens(dep)
+    inits = [_verify_init(dep, token) for token, _ in cases.values()]
+    # A leader's word on the helper's own part is not taken: the leader's
+    # digest of its share given for another helper share (the token's).
+    signer, task_id = keys()[0], files.leader.task_id
+    good = _verify_init(dep, lambda r: issue(signer, task_id, r))
+    spoiled = _verify_init(dep, lambda r: issue(signer, task_id, other_helper_share(r)))
+    lying = spoiled._replace(leader_share_digest=secrets.token_bytes(32))
+    inits += [lying, good._replace(leader_share_digest=b"")]
 
     def job(items: list[VerifyInitItem]) -> list[helper_pb2.VerifyResp]:
         return aggregate(dep.helper.address, files.leader, items)
 
-    for name, resp in zip(cases, job(inits), strict=True):
+    for name, resp in zip([*cases, "lying leader", "no digest"], job(inits), strict=True):
         assert resp.WhichOneof("result") == "reject", name
         assert resp.reject == helper_pb2.INVALID_TOKEN, name
     # Nothing of them was recorded: the same id with a valid token is new.
     store = SqliteDatastore(dep.local.root / "helper.db")
     try:
-        assert store.seen_reports(files.leader.task_id, [rid]) == set()
+        assert store.seen_reports(files.leader.task_id, [it.report_id for it in inits]) == set()
     finally:
         store.close()
     (ok,) = job([good])
@@ -177,17 +203,11 @@ def test_the_helper_checks_tokens_with_the_leader_bypassed(dep: Deployment) -> N
 def test_reports_with_valid_tokens_are_aggregated(dep: Deployment) -> None:
     q2 = dep.tasks["q2"].client
     client = dep.client("q2")
-    rids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(3)]
-    tokens = [issue(keys()[1], q2.task_id, r) for r in rids]
-    reports = prepare_reports(
-        q2,
-        [1, 1, 0],
-        client.hpke_config(2),
-        client.hpke_config(3),
-        int(time.time()),
-        report_ids=rids,
-        tokens=tokens,
+    sealed = prepare_reports(
+        q2, [1, 1, 0], client.hpke_config(2), client.hpke_config(3), int(time.time()), invited=True
     )
+    reports = [dataclasses.replace(r, token=issue(keys()[1], q2.task_id, r)) for r in sealed]
+    rids = [r.report_id for r in reports]
     assert client.upload_reports(reports).accepted == 3
     deadline = time.monotonic() + 60
     while dep.rejections("helper", "q2") == {} and time.monotonic() < deadline:
@@ -228,23 +248,22 @@ def test_refused_tokens_take_no_admission_capacity(tmp_path: Path) -> None:
         q1 = dep.tasks["q1"].client
         client = dep.client("q1")
 
-        def invited() -> Report:
-            rid = secrets.token_bytes(REPORT_ID_SIZE)
-            return build(dep, q1, issue(keys()[0], q1.task_id, rid), rid)
+        def one() -> Report:
+            return invited(dep, q1, keys()[0])
 
-        assert client.upload_reports([invited(), invited()]).accepted == 2
+        assert client.upload_reports([one(), one()]).accepted == 2
         with pytest.raises(UploadError) as e:
-            client.upload_reports([invited()])
+            client.upload_reports([one()])
         assert e.value.code == grpc.StatusCode.UNAVAILABLE  # the limit holds
-        cases, rid = bad_tokens(dep)  # type: ignore[misc]
-        for name, (token, why) in cases.items():
+        r = build(dep, q1)
+        for name, (token, why) in bad_tokens(dep).items():
             with pytest.raises(UploadError) as e:
-                client.upload_reports([build(dep, q1, token, rid)])
+                client.upload_reports([dataclasses.replace(r, token=token(r))])
             assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, (name, e.value.message)
             assert why in e.value.message, (name, e.value.message)
         # A valid token ahead of a bad one in one upload: refused for the bad one.
         with pytest.raises(UploadError) as e:
-            client.upload_reports([invited(), build(dep, q1, b"", rid)])
+            client.upload_reports([one(), r])
         assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
         assert "report 1 " in e.value.message
         assert dep.stored_reports("q1") == 2

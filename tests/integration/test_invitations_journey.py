@@ -22,7 +22,6 @@ from tests.support.helper_rpc import aggregate, honest_items
 from tests.support.window import survey_window
 from veil.client import Client, UploadError, prepare_reports
 from veil.local.launcher import ServerProcess, free_port
-from veil.messages import REPORT_ID_SIZE
 from veil.protocol.v1 import helper_pb2
 from veil.task import ClientTask, LeaderTask, load_task
 from veil.times import format_time
@@ -136,17 +135,14 @@ def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:
             with pytest.raises(ValueError, match="invited respondents only"):
                 client.upload(1)
             configs = (client.hpke_config(2), client.hpke_config(3))
-            bare = prepare_reports(task, [1], *configs, int(time.time()), tokens=[b""])
+            bare = prepare_reports(task, [1], *configs, int(time.time()), invited=True)
             with pytest.raises(UploadError) as e:
                 client.upload_reports(bare)
             assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
             assert "no invitation token" in e.value.message
         # ...and by the helper, with the leader bypassed.
         leader_task = load_task(dep / "leader" / "tasks" / "remote.toml", LeaderTask)
-        rid = secrets.token_bytes(REPORT_ID_SIZE)
-        items = honest_items(
-            leader_task, [1], configs[1], int(time.time()), report_ids=[rid], tokens=[b""]
-        )
+        items = honest_items(leader_task, [1], configs[1], int(time.time()), tokens=lambda r: b"")
         (resp,) = aggregate(helper, leader_task, items)
         assert resp.reject == helper_pb2.INVALID_TOKEN
 

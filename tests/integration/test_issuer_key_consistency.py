@@ -32,6 +32,7 @@ from veil.invite.client import redeem
 from veil.invite.issuer import mint, read_keys, write_keys
 from veil.invite.token import keys_fingerprint, public_key_bytes
 from veil.local.launcher import ServerProcess, free_port
+from veil.messages import Report
 from veil.protocol.v1 import helper_pb2
 from veil.survey import SurveyError, load_description, parse_survey
 from veil.task import LeaderTask, b64e, load_task
@@ -121,22 +122,28 @@ def test_a_fresh_issuer_key_for_one_respondent_is_refused(
         # A token made anyway, by a client that does not check: both
         # aggregators refuse it, the helper with the leader bypassed.
         tasks = load_description(respondent).load_tasks()
-        ticket = redeem(url, code, [tasks["a"], tasks["b"]])[0]
         leader_task = load_task(out / "leader" / "tasks" / "a.toml", LeaderTask)
         with Client(tasks["a"]) as client:
             leader_config, helper_config = client.hpke_config(2), client.hpke_config(3)
             now = int(time.time())
-            (item,) = honest_items(
-                leader_task, [1], helper_config, now,
-                report_ids=[ticket.report_id], tokens=[ticket.token],
-            )  # fmt: skip
+
+            # The helper's item carries a token redeemed for its own report.
+            def token_for(r: Report) -> bytes:
+                (got, _) = redeem(url, codes.pop(), [tasks["a"], tasks["b"]], [r, None])
+                assert got is not None
+                return got.token
+
+            codes = [code]
+            (item,) = honest_items(leader_task, [1], helper_config, now, tokens=token_for)
             (verdict,) = aggregate(helper_address, leader_task, [item])
             assert verdict.WhichOneof("result") == "reject"
             assert verdict.reject == helper_pb2.INVALID_TOKEN
-            (report,) = prepare_reports(
-                tasks["a"], [1], leader_config, helper_config, now,
-                report_ids=[ticket.report_id], tokens=[ticket.token],
-            )  # fmt: skip
+            (sealed,) = prepare_reports(
+                tasks["a"], [1], leader_config, helper_config, now, invited=True
+            )
+            codes = mint(evil, 1)
+            (report, _) = redeem(url, codes.pop(), [tasks["a"], tasks["b"]], [sealed, None])
+            assert report is not None
             with pytest.raises(UploadError) as e:
                 client.upload_reports([report])
             assert e.value.code == grpc.StatusCode.PERMISSION_DENIED

@@ -28,6 +28,11 @@ from veil.invite.token import (
 )
 
 
+def ctx(task_id: bytes, report_id: bytes) -> bytes:
+    """A redemption context for a report of that id in that task."""
+    return redemption_context(task_id, report_id, 3600, b"ps", bytes(32), bytes(32))
+
+
 @cache
 def key() -> rsa.RSAPrivateKey:
     return blindrsa.generate_key()
@@ -101,7 +106,7 @@ def test_finalize_refuses_a_wrong_blind_signature() -> None:
 def _token(task_id: bytes, report_id: bytes, k: rsa.RSAPrivateKey | None = None) -> bytes:
     k = k or key()
     der = public_key_bytes(k.public_key())
-    pending = PendingToken.start(der, redemption_context(task_id, report_id))
+    pending = PendingToken.start(der, ctx(task_id, report_id))
     return pending.finish(blindrsa.Signer(k).blind_sign(pending.blinded_msg))
 
 
@@ -110,15 +115,29 @@ def test_a_token_verifies_for_its_report_only() -> None:
     task_id, report_id = secrets.token_bytes(32), secrets.token_bytes(16)
     tok = _token(task_id, report_id)
     assert len(tok) == TOKEN_SIZE
-    verifier.check(tok, redemption_context(task_id, report_id))
+    verifier.check(tok, ctx(task_id, report_id))
     with pytest.raises(TokenError, match="another report or task"):
-        verifier.check(tok, redemption_context(task_id, secrets.token_bytes(16)))
+        verifier.check(tok, ctx(task_id, secrets.token_bytes(16)))
     with pytest.raises(TokenError, match="another report or task"):
-        verifier.check(tok, redemption_context(secrets.token_bytes(32), report_id))
+        verifier.check(tok, ctx(secrets.token_bytes(32), report_id))
     with pytest.raises(TokenError, match="another issuer key"):
-        verifier.check(
-            _token(task_id, report_id, other_key()), redemption_context(task_id, report_id)
-        )
+        verifier.check(_token(task_id, report_id, other_key()), ctx(task_id, report_id))
+
+
+def test_a_token_is_bound_to_every_part_of_its_report() -> None:
+    k = key()
+    der = public_key_bytes(k.public_key())
+    parts = (secrets.token_bytes(32), secrets.token_bytes(16), 3600, b"ps", b"L" * 32, b"H" * 32)
+    pending = PendingToken.start(der, redemption_context(*parts))
+    tok = pending.finish(blindrsa.Signer(k).blind_sign(pending.blinded_msg))
+    Verifier(der).check(tok, redemption_context(*parts))
+    others = (secrets.token_bytes(32), secrets.token_bytes(16), 7200, b"pt", b"l" * 32, b"h" * 32)
+    for i, other in enumerate(others):
+        changed = (*parts[:i], other, *parts[i + 1 :])
+        with pytest.raises(TokenError, match="other content under this report id"):
+            Verifier(der).check(tok, redemption_context(*changed))  # type: ignore[arg-type]
+    with pytest.raises(TokenError, match="64-bit"):
+        redemption_context(parts[0], parts[1], -1, b"", bytes(32), bytes(32))
 
 
 def test_malformed_tokens_are_refused() -> None:
@@ -134,7 +153,7 @@ def test_malformed_tokens_are_refused() -> None:
         (tok[:2] + bytes([tok[2] ^ 1]) + tok[3:], "signature does not verify"),
     ):
         with pytest.raises(TokenError, match=why):
-            verifier.check(bad, redemption_context(task_id, report_id))
+            verifier.check(bad, ctx(task_id, report_id))
 
 
 def test_a_forged_signature_with_the_right_fields_is_refused() -> None:
@@ -145,7 +164,7 @@ def test_a_forged_signature_with_the_right_fields_is_refused() -> None:
         genuine.nonce, genuine.challenge_digest, genuine.key_id, secrets.token_bytes(256)
     )
     with pytest.raises(TokenError, match="signature does not verify"):
-        Verifier(der).check(forged.encode(), redemption_context(task_id, report_id))
+        Verifier(der).check(forged.encode(), ctx(task_id, report_id))
 
 
 @pytest.mark.skipif(not _openssl.available(), reason="no OpenSSL 3 libcrypto")

@@ -188,7 +188,7 @@ def test_the_client_resends_on_the_issuers_transient_errors(
         with flaky(port, 2, status, retry_after) as proxy:
             url = f"http://127.0.0.1:{proxy.server_address[1]}/invitation"
             began = time.monotonic()
-            tickets = redeem(url, code, tasks(deployment), attempts=3, backoff=0.01)
+            tickets = redeem(url, code, tasks(deployment), [None, None], attempts=3, backoff=0.01)
             assert len(tickets) == 2 and proxy.requests == 3
             if retry_after is not None:  # the issuer's advice was followed
                 assert time.monotonic() - began >= 2 * float(retry_after)
@@ -197,13 +197,13 @@ def test_the_client_resends_on_the_issuers_transient_errors(
         with flaky(port, 5, status) as proxy:
             url = f"http://127.0.0.1:{proxy.server_address[1]}/invitation"
             with pytest.raises(InvitationError, match="the issuer is restarting"):
-                redeem(url, other, tasks(deployment), attempts=3, backoff=0.01)
+                redeem(url, other, tasks(deployment), [None, None], attempts=3, backoff=0.01)
             assert proxy.requests == 3
         # A refusal is final: sent once.
         with flaky(port, 0, status) as proxy:
             url = f"http://127.0.0.1:{proxy.server_address[1]}/invitation"
             with pytest.raises(InvitationError, match="This invitation has already been used"):
-                redeem(url, code, tasks(deployment), attempts=3, backoff=0.01)
+                redeem(url, code, tasks(deployment), [None, None], attempts=3, backoff=0.01)
             assert proxy.requests == 1
 
 

@@ -40,6 +40,12 @@ from veil.invite.token import (
     token_challenge,
 )
 
+
+def ctx(task_id: bytes, report_id: bytes) -> bytes:
+    """A redemption context for a report of that id in that task."""
+    return redemption_context(task_id, report_id, 3600, b"ps", bytes(32), bytes(32))
+
+
 VECTOR_FIELDS = (
     "skS",
     "pkS",
@@ -166,7 +172,7 @@ def test_rfc9578_token_built_by_the_rfc_text_is_accepted_by_veil() -> None:
     sk = _key()
     der = public_key_bytes(sk.public_key())
     task_id, report_id = secrets.token_bytes(32), secrets.token_bytes(16)
-    context = redemption_context(task_id, report_id)
+    context = ctx(task_id, report_id)
     by_hand = _challenge(b"issuer.veil.invalid", context, b"")
     assert token_challenge(context) == by_hand
     assert key_id(der) == hashlib.sha256(_pss_spki(sk.public_key())).digest()
@@ -174,7 +180,7 @@ def test_rfc9578_token_built_by_the_rfc_text_is_accepted_by_veil() -> None:
     Verifier(der).check(token, context)
     # Another context, or a token under a challenge of another issuer name or origin.
     with pytest.raises(TokenError, match="another report or task"):
-        Verifier(der).check(token, redemption_context(task_id, secrets.token_bytes(16)))
+        Verifier(der).check(token, ctx(task_id, secrets.token_bytes(16)))
     for other in (
         _challenge(b"issuer.example", context, b""),
         _challenge(b"issuer.veil.invalid", context, b"origin.example"),
@@ -189,7 +195,7 @@ def test_rfc9578_veil_token_verifies_by_the_rfc_text() -> None:
     sk = _key()
     pk = sk.public_key()
     der = public_key_bytes(pk)
-    context = redemption_context(secrets.token_bytes(32), secrets.token_bytes(16))
+    context = ctx(secrets.token_bytes(32), secrets.token_bytes(16))
     pending = PendingToken.start(der, context)
     token = pending.finish(blindrsa.Signer(sk).blind_sign(pending.blinded_msg))
     assert len(token) == 2 + 32 + 32 + 32 + 256

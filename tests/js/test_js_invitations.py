@@ -173,27 +173,57 @@ def test_js_and_python_agree_on_the_issuer_keys_fingerprint() -> None:
 
 def test_js_and_python_agree_on_rfc9578_key_ids_and_challenges() -> None:
     """js/src/invite.js computes RFC 9578's token_key_id (the key's RSASSA-PSS
-    SPKI hashed) and the TokenChallenge digest as veil.invite.token does."""
+    SPKI hashed), a sealed report's redemption context and the TokenChallenge
+    digest as veil.invite.token does."""
     node = require_node_client()
     import secrets
 
-    from veil.invite.token import challenge_digest, key_id, redemption_context
+    from veil.invite.token import challenge_digest, key_id, report_context
+    from veil.messages import Ciphertext, Report
 
     spkis = [public_key_bytes(blindrsa.generate_key().public_key()) for _ in range(2)]
-    task_id, report_id = secrets.token_bytes(32), secrets.token_bytes(16)
+    task_id = secrets.token_bytes(32)
+    report = Report(
+        secrets.token_bytes(16),
+        2**40 + 7,
+        secrets.token_bytes(48),
+        Ciphertext(7, secrets.token_bytes(32), secrets.token_bytes(60)),
+        Ciphertext(200, secrets.token_bytes(32), secrets.token_bytes(50)),
+    )
     script = r"""
     import { challengeDigest, redemptionContext, tokenKeyId } from './src/invite.js';
     const input = JSON.parse(process.argv[1]);
     const b = (t) => new Uint8Array(Buffer.from(t, 'base64url'));
     const t = (u) => Buffer.from(u).toString('base64url');
-    const context = redemptionContext(b(input.task_id), b(input.report_id));
+    const ct = (c) => ({ config_id: c.config_id, enc: b(c.enc), payload: b(c.payload) });
+    const r = input.report;
+    const report = {
+      report_id: b(r.report_id), time: r.time, public_share: b(r.public_share),
+      leader_encrypted_input_share: ct(r.leader), helper_encrypted_input_share: ct(r.helper),
+    };
+    const context = redemptionContext(b(input.task_id), report);
     console.log(JSON.stringify({
       key_ids: input.keys.map((k) => t(tokenKeyId(b(k)))),
+      context: t(context),
       digest: t(challengeDigest(context)),
     }));
     """
+
+    def ct(c: Ciphertext) -> dict[str, object]:
+        return {"config_id": c.config_id, "enc": b64e(c.enc), "payload": b64e(c.payload)}
+
     arg = json.dumps(
-        {"keys": [b64e(k) for k in spkis], "task_id": b64e(task_id), "report_id": b64e(report_id)}
+        {
+            "keys": [b64e(k) for k in spkis],
+            "task_id": b64e(task_id),
+            "report": {
+                "report_id": b64e(report.report_id),
+                "time": report.time,
+                "public_share": b64e(report.public_share),
+                "leader": ct(report.leader_ct),
+                "helper": ct(report.helper_ct),
+            },
+        }
     )
     done = subprocess.run(
         [node, "--input-type=module", "-e", script, arg],
@@ -205,4 +235,6 @@ def test_js_and_python_agree_on_rfc9578_key_ids_and_challenges() -> None:
     )
     out = json.loads(done.stdout)
     assert out["key_ids"] == [b64e(key_id(k)) for k in spkis]
-    assert out["digest"] == b64e(challenge_digest(redemption_context(task_id, report_id)))
+    context = report_context(task_id, report)
+    assert out["context"] == b64e(context)
+    assert out["digest"] == b64e(challenge_digest(context))

@@ -11,6 +11,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from veil.deploy import deploy_survey
 from veil.invite.client import redeem
 from veil.invite.issuer import mint
 from veil.local.launcher import ServerProcess, free_port
-from veil.messages import Ciphertext
+from veil.messages import Ciphertext, Report
 from veil.survey import load_description, parse_survey
 from veil.task import ClientTask, b64e, load_task
 from veil.times import format_time
@@ -61,24 +62,25 @@ def invited(tmp_path: Path) -> Iterator[tuple[Path, str]]:
             s.stop()
 
 
-def untokened(
-    client_dir: Path, token: bytes = b"", report_id: bytes | None = None, answer: int = 1
-) -> dict[str, Any]:
-    """A report of question `remote` sealed with `token` (none by default), as
-    the page posts it."""
+def sealed(client_dir: Path, answer: int = 1, report_id: bytes | None = None) -> Report:
+    """A report of question `remote`, sealed without its token."""
     task = load_task(client_dir / "remote.toml", ClientTask)
     with Client(task) as client:
         configs = client.hpke_config(2), client.hpke_config(3)
     ids = None if report_id is None else [report_id]
-    (r,) = prepare_reports(
-        task, [answer], *configs, int(time.time()), report_ids=ids, tokens=[token]
-    )
+    (r,) = prepare_reports(task, [answer], *configs, int(time.time()), report_ids=ids, invited=True)
+    return r
+
+
+def as_posted(client_dir: Path, r: Report) -> dict[str, Any]:
+    """Report `r` of question `remote` as the page posts it."""
+    task = load_task(client_dir / "remote.toml", ClientTask)
 
     def ct(c: Ciphertext) -> dict[str, Any]:
         return {"config_id": c.config_id, "enc": b64e(c.enc), "payload": b64e(c.payload)}
 
     return {
-        **({"token": b64e(token)} if token else {}),
+        **({"token": b64e(r.token)} if r.token else {}),
         "task_id": task.id_text,
         "report_id": b64e(r.report_id),
         "time": r.time,
@@ -86,6 +88,12 @@ def untokened(
         "leader_encrypted_input_share": ct(r.leader_ct),
         "helper_encrypted_input_share": ct(r.helper_ct),
     }
+
+
+def untokened(client_dir: Path, token: bytes = b"") -> dict[str, Any]:
+    """A report of question `remote` as the page posts it, with `token`
+    (none by default) where a token issued for it would be."""
+    return as_posted(client_dir, replace(sealed(client_dir), token=token))
 
 
 def stored(out: Path) -> int:
@@ -148,23 +156,25 @@ def test_invited_respondents_answer_in_a_browser(invited: tuple[Path, str], brow
         assert not any(c.encode() in path.read_bytes() for c in codes)
 
 
-def test_a_spent_token_with_other_content_is_refused_as_spent(invited: tuple[Path, str]) -> None:
+def test_a_spent_token_with_other_content_is_refused(invited: tuple[Path, str]) -> None:
     """A token already spent on one report, sent again with other content
-    under its report id: the page says the invitation was used, where it
-    said to reload the page and answer again (issue 40, item 7)."""
+    under its report id: its challenge commits to the first report's
+    content, so the leader refuses it as a token of other content and the
+    page answers 403 with that (issue 40, items 7 and 2)."""
     out, url = invited
     (code,) = mint(out / "issuer", 1)
     tasks = load_description(out / "client").load_tasks()
-    tickets = redeem(url + "invitation", code, list(tasks.values()))
-    ticket = dict(zip(tasks, tickets, strict=True))["remote"]
-    first = untokened(out / "client", ticket.token, ticket.report_id, 1)
-    assert post_json(url + "reports", {"reports": [first]})[0] == 200
-    other = untokened(out / "client", ticket.token, ticket.report_id, 0)
-    status, answer = post_json(url + "reports", {"reports": [other]})
-    assert status == 409, answer
-    assert answer["error"] == (
-        "this invitation was already used to answer with other content; an invitation answers once"
-    )
+    mine = sealed(out / "client", 1)
+    reports = [mine if name == "remote" else None for name in tasks]
+    answered = redeem(url + "invitation", code, list(tasks.values()), reports)
+    tokened = dict(zip(tasks, answered, strict=True))
+    first = tokened["remote"]
+    assert first is not None
+    assert post_json(url + "reports", {"reports": [as_posted(out / "client", first)]})[0] == 200
+    other = replace(sealed(out / "client", 0, first.report_id), token=first.token)
+    status, answer = post_json(url + "reports", {"reports": [as_posted(out / "client", other)]})
+    assert status == 403, answer
+    assert "other content under this report id" in answer["error"], answer
 
 
 def test_the_page_checks_the_issuer_keys_against_the_link(

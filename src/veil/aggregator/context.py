@@ -47,26 +47,26 @@ class ReportSizes:
     enc: int = ENC_SIZE
 
     @staticmethod
-    def of(vdaf: Prio3[Any, Any], token_size: int = 0, wrapping: int = 0) -> ReportSizes:
-        """The sizes for `vdaf`; a task with invitations seals a token of
-        `token_size` bytes after the helper's input share, and a task served
-        over DAP seals each input share inside a PlaintextInputShare of
-        `wrapping` bytes more (`DAP_WRAPPING`)."""
+    def of(vdaf: Prio3[Any, Any], wrapping: int = 0) -> ReportSizes:
+        """The sizes for `vdaf` (a task with invitations the same: its token
+        travels beside the report, not in a share); a task served over DAP
+        seals each input share inside a PlaintextInputShare of `wrapping`
+        bytes more (`DAP_WRAPPING`)."""
         return ReportSizes(
             public_share=vdaf.public_share_size(),
             leader_payload=vdaf.input_share_size(0) + wrapping + AEAD_TAG_SIZE,
-            helper_payload=vdaf.input_share_size(1) + token_size + wrapping + AEAD_TAG_SIZE,
+            helper_payload=vdaf.input_share_size(1) + wrapping + AEAD_TAG_SIZE,
             verifier_share=vdaf.verifier_share_size(),
         )
 
     @staticmethod
-    def of_poplar1(vdaf: Poplar1, token_size: int = 0) -> ReportSizes:
+    def of_poplar1(vdaf: Poplar1) -> ReportSizes:
         """The sizes for a Poplar1 task (its verifier shares: at most three
         elements of the leaf's 32-byte field)."""
         return ReportSizes(
             public_share=vdaf.public_share_size(),
             leader_payload=vdaf.input_share_size(0) + AEAD_TAG_SIZE,
-            helper_payload=vdaf.input_share_size(1) + token_size + AEAD_TAG_SIZE,
+            helper_payload=vdaf.input_share_size(1) + AEAD_TAG_SIZE,
             verifier_share=3 * vdaf.idpf.field_leaf.ENCODED_SIZE,
         )
 
@@ -139,7 +139,7 @@ class TaskContext(Generic[AT]):
             return TaskContext(
                 task,
                 Poplar1Engine(queries.batch),
-                ReportSizes.of_poplar1(queries.vdaf, task.token_size),
+                ReportSizes.of_poplar1(queries.vdaf),
                 bounds,
                 queries,
             )
@@ -150,7 +150,7 @@ class TaskContext(Generic[AT]):
         return TaskContext(
             task,
             Prio3Engine(BatchPrio3(vdaf)),
-            ReportSizes.of(vdaf, task.token_size, wrapping),
+            ReportSizes.of(vdaf, wrapping),
             bounds,
         )
 

@@ -35,7 +35,7 @@ from veil.hpke import (
     agg_share_info,
     seal,
 )
-from veil.invite.token import TokenError, Verifier, redemption_context
+from veil.invite.token import TokenError, Verifier, redemption_context, sealed_share_digest
 from veil.metrics import Metrics
 from veil.task import (
     OPEN_ENDED,
@@ -77,6 +77,10 @@ class VerifyInitItem(NamedTuple):
     leader_verifier_share: bytes
     # Poplar1, second round: the leader's round-2 sketch share.
     leader_verifier_share_2: bytes = b""
+    # A task with invitations: the report's token as uploaded, and SHA-256 of
+    # the leader's sealed input share, which the token's challenge commits to.
+    token: bytes = b""
+    leader_share_digest: bytes = b""
 
 
 class VerifyResult(NamedTuple):
@@ -170,9 +174,10 @@ def check_report_time(task: Task, report_time: int, now: float) -> None:
         )
 
 
-def check_token(task: Task, token: bytes, report_id: bytes, where: str) -> None:
-    """Raises InvalidToken unless `token` is valid for this report of `task`
-    (a task with invitations): one RSA verification (veil.invite.token)."""
+def check_token(task: Task, token: bytes, context: bytes, where: str) -> None:
+    """Raises InvalidToken unless `token` is valid for the report whose
+    redemption context is `context` (veil.invite.token.redemption_context)
+    in `task` (a task with invitations): one RSA verification."""
     assert task.issuer_public_key is not None
     if not token:
         raise InvalidToken(
@@ -180,22 +185,29 @@ def check_token(task: Task, token: bytes, report_id: bytes, where: str) -> None:
             " respondents only"
         )
     try:
-        Verifier(task.issuer_public_key).check(token, redemption_context(task.task_id, report_id))
+        Verifier(task.issuer_public_key).check(token, context)
     except TokenError as e:
         raise InvalidToken(f"{where}: invalid invitation token: {e}") from None
 
 
-def split_helper_share(task: Task, report_id: bytes, plaintext: bytes) -> bytes | None:
-    """The helper's input share of a task with invitations, once the token
-    sealed after it checks out for this report; None if it does not."""
-    size = task.token_size
-    if len(plaintext) < size:
-        return None
+def helper_token_valid(task: Task, it: VerifyInitItem) -> bool:
+    """Whether a report of a job carries a valid token for its content, by
+    the helper's own reckoning: the public share's digest and its own sealed
+    share's from what it received, only the leader's sealed share's digest
+    from the leader (which can only spoil its own part)."""
     try:
-        check_token(task, plaintext[-size:], report_id, "the report")
-    except InvalidToken:
-        return None
-    return plaintext[:-size]
+        context = redemption_context(
+            task.task_id,
+            it.report_id,
+            it.time,
+            it.public_share,
+            it.leader_share_digest,
+            sealed_share_digest(it.encrypted_input_share.to_bytes()),
+        )
+        check_token(task, it.token, context, "the report")
+    except (InvalidToken, TokenError):
+        return False
+    return True
 
 
 def job_deltas(

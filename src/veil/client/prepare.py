@@ -40,8 +40,10 @@ def seal_report(
 
     The shares need not come from an honest sharding: tests build reports
     with tampered shares or proofs this way and check that the aggregators
-    reject them. A `token` (a task with invitations) travels in the clear
-    for the leader and sealed after the helper's share for the helper.
+    reject them. A `token` (a task with invitations) travels beside the
+    shares; its challenge must commit to this report as sealed
+    (veil.invite.token.report_context), so an honest client seals first,
+    has the token issued for the sealed report, and sets it then.
     """
     leader_ct = seal(
         leader_config,
@@ -51,7 +53,7 @@ def seal_report(
     helper_ct = seal(
         helper_config,
         input_share_info(ROLE_HELPER, task_id, report_id, time, public_share),
-        helper_share + token,
+        helper_share,
     )
     return Report(report_id, time, public_share, leader_ct, helper_ct, token)
 
@@ -80,14 +82,15 @@ def prepare_reports(
     *,
     batch: BatchPrio3[Any, Any] | BatchPoplar1 | None = None,
     report_ids: Sequence[bytes] | None = None,
-    tokens: Sequence[bytes] | None = None,
+    invited: bool = False,
 ) -> list[Report]:
     """Shard (on the batched path) and seal `measurements`, each with a fresh
     random report id, at `report_time` rounded down to the task's
     time_precision.
 
-    A task with invitations needs `tokens`, one per measurement, issued for
-    `report_ids` chosen beforehand (veil.invite.client).
+    A task with invitations takes `invited=True`: the reports come without
+    their tokens, which veil.invite.client.redeem has issued for them as
+    sealed (a token's challenge commits to its report's content).
 
     Raises ValueError, naming the report, on an invalid measurement. Pass
     `batch` (a `BatchPrio3` of the task's VDAF) to reuse one across calls;
@@ -113,12 +116,10 @@ def prepare_reports(
     n = len(measurements)
     if report_ids is None:
         report_ids = [secrets.token_bytes(REPORT_ID_SIZE) for _ in range(n)]
-    if tokens is None:
-        if task.issuer_public_key is not None:
-            raise ValueError("this survey takes answers from invited respondents only")
-        tokens = [b""] * n
-    if len(report_ids) != n or len(tokens) != n:
-        raise ValueError("one report id and one token per measurement")
+    if task.issuer_public_key is not None and not invited:
+        raise ValueError("this survey takes answers from invited respondents only")
+    if len(report_ids) != n:
+        raise ValueError("one report id per measurement")
     rands = [secrets.token_bytes(batch.vdaf.RAND_SIZE) for _ in range(n)]
     sharded = batch.shard_batch(vdaf_ctx(task.task_id), measurements, report_ids, rands)
     return [
@@ -131,7 +132,6 @@ def prepare_reports(
             sharded.input_shares[1][i],
             leader_config,
             helper_config,
-            tokens[i],
         )
         for i, report_id in enumerate(report_ids)
     ]

@@ -20,6 +20,7 @@ from veil.client.base import ClientOptions
 from veil.client.client import Client
 from veil.client.prepare import prepare_reports
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
+from veil.messages import Report
 from veil.survey.description import load_description
 from veil.survey.model import AnswerError, Question, SurveyError
 from veil.task import ClientTask
@@ -217,35 +218,36 @@ class SurveyClient:
         report_time: int,
         on_progress: Callable[[int], None] | None,
     ) -> Responses:
-        """One invited respondent: redeem, then one report per answered question."""
+        """One invited respondent: each answered question's report sealed,
+        a token redeemed for each (bound to it as sealed), then sent."""
         from veil.invite.client import redeem
 
         if count != 1:
             raise AnswerError("an invitation is for one respondent: give one set of answers")
         assert self.invitation is not None and self.issuer is not None
         qids = [q.id for q in self.survey.tasked]
-        tickets = dict(
-            zip(
-                qids,
-                redeem(self.issuer, self.invitation, [self.tasks[q] for q in qids]),
-                strict=True,
-            )
-        )
-        sent: dict[str, int] = {}
-        for qid, ms in per_question.items():
+        sealed: list[Report | None] = []
+        for qid in qids:
+            ms = per_question.get(qid)
             if not ms:
+                sealed.append(None)
                 continue
             client = self._clients[qid]
-            report = prepare_reports(
+            (report,) = prepare_reports(
                 self.tasks[qid],
                 ms,
                 client.hpke_config(ROLE_LEADER),
                 client.hpke_config(ROLE_HELPER),
                 report_time,
-                report_ids=[tickets[qid].report_id],
-                tokens=[tickets[qid].token],
+                invited=True,
             )
-            client.upload_reports(report)
+            sealed.append(report)
+        tokened = redeem(self.issuer, self.invitation, [self.tasks[q] for q in qids], sealed)
+        sent: dict[str, int] = {}
+        for qid, answered in zip(qids, tokened, strict=True):
+            if answered is None:
+                continue
+            self._clients[qid].upload_reports([answered])
             sent[qid] = 1
             if on_progress is not None:
                 on_progress(1)

@@ -1,27 +1,27 @@
-"""A respondent's side of invitations: pick each question's report id,
-blind one token per question, have the issuer sign them for an invitation
-(POST /invitation, veil.invite.http), and unblind.
+"""A respondent's side of invitations: blind one token per question for
+the report already sealed for it, have the issuer sign them for an
+invitation (POST /invitation, veil.invite.http), and unblind.
 
-The report ids are chosen before issuance because each token is bound to
-its report (veil.invite.token); the caller must seal each question's report
-with exactly that id and token.
+The reports are sealed before issuance because each token's challenge
+commits to its report's content (veil.invite.token.report_context): the
+token is good for that report as sealed and no other.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import secrets
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from veil.invite import blindrsa
-from veil.invite.token import PendingToken, redemption_context
-from veil.messages import REPORT_ID_SIZE
+from veil.invite.token import PendingToken, report_context
+from veil.messages import Report
 
 
 class InvitedTask(Protocol):
@@ -42,14 +42,6 @@ class InvitedTask(Protocol):
 class InvitationError(Exception):
     """The issuer refused the invitation (the message is the issuer's) or
     could not be reached."""
-
-
-@dataclass(frozen=True)
-class Ticket:
-    """One question's report id and the token bound to it."""
-
-    report_id: bytes
-    token: bytes
 
 
 # The issuer's answers that say "not now" rather than "no": the invitation
@@ -78,32 +70,33 @@ def redeem(
     issuer_url: str,
     code: str,
     tasks: Sequence[InvitedTask],
+    reports: Sequence[Report | None],
     timeout: float = 30.0,
     attempts: int = 3,
     backoff: float = 0.5,
-) -> list[Ticket]:
-    """One ticket per task (in order) for invitation `code`; raises InvitationError.
+) -> list[Report | None]:
+    """Each of `reports` (one per task, in order: the report sealed for that
+    task's question, or None for a question left unanswered) with its token,
+    for invitation `code`; raises InvitationError.
 
-    A request that fails on the way, or that the issuer answers with a
-    transient error (TRANSIENT_STATUSES), is sent again as it was
-    (`attempts` in all, after the issuer's Retry-After where it gives one),
-    so an answer lost after the issuer burnt the invitation is not a lost
-    invitation."""
+    The issuer signs one token per question: a question left unanswered
+    gets one bound to nothing (a random context), dropped here. A request
+    that fails on the way, or that the issuer answers with a transient
+    error (TRANSIENT_STATUSES), is sent again as it was (`attempts` in all,
+    after the issuer's Retry-After where it gives one), so an answer lost
+    after the issuer burnt the invitation is not a lost invitation."""
+    if len(reports) != len(tasks):
+        raise ValueError("one report (or None) per task")
     pending = []
-    for task in tasks:
+    for task, report in zip(tasks, reports, strict=True):
         if task.issuer_public_key is None:
             raise InvitationError(f"task {task.id_text} takes no invitation token")
-        report_id = secrets.token_bytes(REPORT_ID_SIZE)
-        pending.append(
-            (
-                report_id,
-                PendingToken.start(
-                    task.issuer_public_key, redemption_context(task.task_id, report_id)
-                ),
-            )
+        context = (
+            secrets.token_bytes(32) if report is None else report_context(task.task_id, report)
         )
+        pending.append(PendingToken.start(task.issuer_public_key, context))
     body = json.dumps(
-        {"invitation": code, "blinded": [_b64(p.blinded_msg) for _, p in pending]}
+        {"invitation": code, "blinded": [_b64(p.blinded_msg) for p in pending]}
     ).encode()
     request = urllib.request.Request(
         issuer_url, body, {"Content-Type": "application/json"}, method="POST"
@@ -131,11 +124,12 @@ def redeem(
     sigs = answer.get("blind_signatures") if isinstance(answer, dict) else None
     if not isinstance(sigs, list) or len(sigs) != len(pending):
         raise InvitationError("the issuer's answer is malformed")
-    tickets = []
-    for (report_id, p), sig in zip(pending, sigs, strict=True):
+    out: list[Report | None] = []
+    for report, p, sig in zip(reports, pending, sigs, strict=True):
         try:
             raw = base64.urlsafe_b64decode(str(sig) + "=" * (-len(str(sig)) % 4))
-            tickets.append(Ticket(report_id, p.finish(raw)))
+            token = p.finish(raw)
         except (ValueError, blindrsa.BlindRSAError) as e:
             raise InvitationError(f"the issuer's signature is invalid: {e}") from None
-    return tickets
+        out.append(None if report is None else dataclasses.replace(report, token=token))
+    return out

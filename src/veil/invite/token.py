@@ -19,12 +19,21 @@ challenge: each party builds it from the report alone, as
     TokenChallenge {
         token_type = 0x0002,
         issuer_name = ISSUER_NAME,
-        redemption_context = SHA-256(label || task id || report id),
+        redemption_context = SHA-256(label || task id || report id || time
+            || SHA-256(public share) || SHA-256(leader's sealed share)
+            || SHA-256(helper's sealed share)),
         origin_info = "" }
 
-The redemption context binds a token to exactly one report of one task, and
-an aggregator's refusal of a second report with the same id is its
-spent-token check (nothing new to store).
+The redemption context binds a token to one report of one task, whole: its
+id and time, its public share and both sealed input shares (HPKE
+ciphertexts, config id and encapsulated key included). So the client seals
+its report before it asks for the token, and whoever sees a token in the
+clear on the way (the page's server, a proxy, the leader) cannot send
+another answer under it: each aggregator recomputes the context from the
+report it holds (the helper takes only the leader's sealed-share digest from
+the leader, and computes its own part and the public share's itself). An
+aggregator's refusal of a second report with the same id is its spent-token
+check (nothing new to store).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from veil.invite import blindrsa
+from veil.messages import Report
 
 TOKEN_TYPE = 0x0002
 NONCE_SIZE = 32
@@ -53,7 +63,7 @@ TOKEN_SIZE = 2 + NONCE_SIZE + DIGEST_SIZE + KEY_ID_SIZE + blindrsa.K_LEN
 # never against an issuer's address.
 ISSUER_NAME = b"issuer.veil.invalid"
 ORIGIN_INFO = b""
-CONTEXT_LABEL = b"veil-invitation-token-v1"
+CONTEXT_LABEL = b"veil-invitation-report-v2"
 KEYS_LABEL = b"veil-issuer-keys-v1"
 
 # The AlgorithmIdentifier of an RSASSA-PSS key with SHA-384, MGF1-SHA-384 and
@@ -73,9 +83,46 @@ class TokenError(ValueError):
     """A token refused; the message says why (for the uploader's error)."""
 
 
-def redemption_context(task_id: bytes, report_id: bytes) -> bytes:
-    """The TokenChallenge's 32-byte redemption_context for one report of one task."""
-    return hashlib.sha256(CONTEXT_LABEL + task_id + report_id).digest()
+def sealed_share_digest(sealed: bytes) -> bytes:
+    """SHA-256 of a sealed input share as stored (`Ciphertext.to_bytes`:
+    config id, encapsulated key, payload)."""
+    return hashlib.sha256(sealed).digest()
+
+
+def redemption_context(
+    task_id: bytes,
+    report_id: bytes,
+    time: int,
+    public_share: bytes,
+    leader_share_digest: bytes,
+    helper_share_digest: bytes,
+) -> bytes:
+    """The TokenChallenge's 32-byte redemption_context for one report: the
+    task, the report's id and time, its public share and the digests
+    (`sealed_share_digest`) of its two sealed input shares."""
+    if not 0 <= time < 2**64:
+        raise TokenError(f"report time {time} is not a 64-bit unsigned integer")
+    return hashlib.sha256(
+        CONTEXT_LABEL
+        + task_id
+        + report_id
+        + struct.pack(">Q", time)
+        + hashlib.sha256(public_share).digest()
+        + leader_share_digest
+        + helper_share_digest
+    ).digest()
+
+
+def report_context(task_id: bytes, report: Report) -> bytes:
+    """`redemption_context` of a sealed report of task `task_id` (its token aside)."""
+    return redemption_context(
+        task_id,
+        report.report_id,
+        report.time,
+        report.public_share,
+        sealed_share_digest(report.leader_ct.to_bytes()),
+        sealed_share_digest(report.helper_ct.to_bytes()),
+    )
 
 
 def token_challenge(context: bytes) -> bytes:
@@ -229,7 +276,10 @@ class Verifier:
         if not hmac.compare_digest(token.key_id, self.key_id):
             raise TokenError("the token was issued under another issuer key")
         if not hmac.compare_digest(token.challenge_digest, digest):
-            raise TokenError("the token belongs to another report or task")
+            raise TokenError(
+                "the token belongs to another report or task, or to other content under this"
+                " report id"
+            )
         pk = load_public_key(self.public_key_der)
         if not blindrsa.verify(pk, token.authenticator_input(), token.authenticator):
             raise TokenError("the token's signature does not verify")

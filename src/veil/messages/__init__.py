@@ -17,6 +17,7 @@ Names follow draft-ietf-ppm-dap (section 4, "Message Transport"; section
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -115,9 +116,16 @@ class Report:
     leader_ct: Ciphertext
     helper_ct: Ciphertext
     # The invitation token for a task with invitations (veil.invite.token),
-    # checked by the leader at upload and not stored; the helper checks its
-    # own copy, sealed inside its input share. Empty for other tasks.
+    # bound to the report's content: checked by the leader at upload, stored
+    # with the report and sent to the helper, which checks it on its own.
+    # Empty for other tasks.
     token: bytes = b""
+
+    @property
+    def leader_share_digest(self) -> bytes:
+        """SHA-256 of the leader's sealed share as stored (`to_bytes`), which
+        a token's challenge commits to."""
+        return hashlib.sha256(self.leader_ct.to_bytes()).digest()
 
 
 # A stored ciphertext's first byte, for each config id (to_bytes, by columns).

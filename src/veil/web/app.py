@@ -456,7 +456,7 @@ class SurveySite:
                     _ciphertext(
                         d["helper_encrypted_input_share"],
                         f"{what}: helper_encrypted_input_share",
-                        shape.helper_payload + token_size,
+                        shape.helper_payload,
                     ),
                     _b64(d["token"], f"{what}: token") if token_size else b"",
                 )

@@ -17,6 +17,7 @@ from tests.support.backends import Backend
 from veil.aggregator.core import share_merge
 from veil.aggregator.store import jobs, migrations
 from veil.aggregator.store import postgres as postgres_backend
+from veil.aggregator.store import reports as report_units
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.ledger import sqlite_ledger
 from veil.aggregator.store.migrations import LEGACY_VERSION, MIGRATIONS
@@ -225,6 +226,21 @@ def test_job_reports_read_each_field_back(store: Datastore) -> None:
         )
         for r in reversed(reports)
     ]
+
+
+def test_a_report_keeps_its_invitation_token(store: Datastore) -> None:
+    # The leader sends the helper each report's token with it (the token's
+    # challenge commits to the report, so it cannot travel inside a share).
+    tokened = replace(report(1), token=b"t" * 354)
+    assert store.put_reports(TASK, [(3600, tokened), (3600, report(2))]) == (2, 0)
+    # The same content again is a duplicate, whatever token it carries.
+    assert store.put_reports(TASK, [(3600, replace(tokened, token=b"u" * 354))]) == (0, 1)
+    assert store.create_aggregation_job(TASK, b"j" * 16, 2) == 2
+    assert {r.report_id: r.token for r in store.job_reports(TASK, b"j" * 16)} == {
+        report(1).report_id: b"t" * 354,
+        report(2).report_id: b"",
+    }
+    assert [r.token for r in store.batch_reports(TASK, 0, 7200)] == [b"t" * 354, b""]
 
 
 def test_jobs_and_aggregates(store: Datastore) -> None:
@@ -839,6 +855,10 @@ def test_an_sqlite_file_from_before_the_numbered_migrations_is_adopted(tmp_path:
         )
     store = SqliteDatastore(old)
     assert store.unaggregated_count(TASK, 0, 7200) == 1
+    # Stored before reports kept their tokens: read back with an empty one.
+    assert store.create_aggregation_job(TASK, b"j" * 16, 1) == 1
+    assert store.job_reports(TASK, b"j" * 16)[0].token == b""
+    assert store.batch_reports(TASK, 0, 7200)[0].token == b""
     store.close()
     fresh = tmp_path / "fresh.db"
     SqliteDatastore(fresh).close()
@@ -1133,6 +1153,10 @@ def test_reports_job_holds_only_reports_with_a_job_after_migrating(
     collection of finished jobs) finds what it found before."""
     monkeypatch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:8])
     monkeypatch.setattr(postgres_backend, "MIGRATIONS", MIGRATIONS[:8])
+    # Reports read as before their tokens were stored (migration 10).
+    monkeypatch.setattr(
+        report_units, "_REPORT_COLS", "report_id, time, public_share, leader_ct, helper_ct"
+    )
     old = backend.store("m")
     assert "WHERE" not in job_index(old)
     old.put_reports(TASK, [(3600, report(i)) for i in range(1, 6)])

@@ -11,10 +11,9 @@ from veil.aggregator.core import (
     REPORT_REPLAYED,
     REPORT_TOO_EARLY,
     TASK_EXPIRED,
-    AggregatorBase,
     VerifyInitItem,
     VerifyResult,
-    split_helper_share,
+    helper_token_valid,
 )
 from veil.aggregator.errors import JobConflict, ReportRejection
 from veil.messages import REPORT_ID_SIZE
@@ -25,7 +24,9 @@ def check_report(
     task: HelperTask, now: float, it: VerifyInitItem, seen: set[bytes]
 ) -> ReportRejection | None:
     """The helper's own checks of one report before its share is opened:
-    well formed, not seen, not too early by this clock, in the task's window."""
+    well formed, not seen, not too early by this clock, in the task's
+    window, and for a task with invitations a valid token for the report's
+    content (one RSA verification)."""
     # Times are stored as 64-bit signed integers: anything else is malformed,
     # and a malformed report's id is not recorded as seen.
     if len(it.report_id) != REPORT_ID_SIZE or not 0 <= it.time < 2**63:
@@ -36,34 +37,9 @@ def check_report(
         return REPORT_TOO_EARLY
     if not task.not_before <= it.time < task.not_after:
         return TASK_EXPIRED
+    if task.issuer_public_key is not None and not helper_token_valid(task, it):
+        return INVALID_TOKEN
     return None
-
-
-def open_report(
-    helper: AggregatorBase[HelperTask],
-    task: HelperTask,
-    it: VerifyInitItem,
-    info: bytes,
-    tally: dict[str, int] | None = None,
-) -> ReportRejection | bytes:
-    """The helper's input share of one report (HPKE, then the invitation
-    token split off where the task takes one), or why it was refused."""
-    ct = it.encrypted_input_share
-    keys = helper.keys
-    opened = keys.open_share(keys.keypair(ct.config_id), ct, info, tally)
-    return input_share_of(task, it.report_id, opened)
-
-
-def input_share_of(
-    task: HelperTask, report_id: bytes, opened: ReportRejection | bytes
-) -> ReportRejection | bytes:
-    """The helper's input share in an opened plaintext (the invitation token
-    split off and checked where the task takes one), or why it was refused;
-    a share that did not open stays refused as it was."""
-    if isinstance(opened, ReportRejection) or task.issuer_public_key is None:
-        return opened
-    share = split_helper_share(task, report_id, opened)
-    return INVALID_TOKEN if share is None else share
 
 
 def same_request(job_id: bytes, stored_digest: bytes, digest: bytes) -> None:

@@ -48,7 +48,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     TooLarge,
 )
-from veil.aggregator.helper.checks import check_report, input_share_of, stored_answer
+from veil.aggregator.helper.checks import check_report, stored_answer
 from veil.aggregator.keys import KeyRing, tally_open
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
@@ -375,7 +375,9 @@ def request_hash(task_id: bytes, job_id: bytes, items: Sequence[VerifyInitItem])
     """SHA-256 over the task id, the job id and each item's fields, each of
     an item's fields prefixed by its 4-byte length (time and config id as one
     9-byte field); each item packed at once, the bytes joined and hashed at
-    once."""
+    once. Where items carry tokens (a task with invitations), the item count
+    and each item's token and leader share digest follow, length-prefixed
+    (a request without any hashes as before)."""
     parts = [task_id, job_id]
     append = parts.append
     for it in items:
@@ -405,6 +407,11 @@ def request_hash(task_id: bytes, job_id: bytes, items: Sequence[VerifyInitItem])
                 lvs,
             )
         )
+    if any(it.token or it.leader_share_digest for it in items):
+        append(struct.pack(">I", len(items)))
+        for it in items:
+            for field in (it.token, it.leader_share_digest):
+                append(struct.pack(">I", len(field)) + field)
     return hashlib.sha256(b"".join(parts)).digest()
 
 
@@ -478,10 +485,7 @@ class UploadScope:
     ) -> list[Opened]:
         task = ctx.task
         opened = keys.open_shares([_share_and_info(task, it) for it in items])
-        return [
-            (input_share_of(task, it.report_id, outcome), outcome)
-            for it, outcome in zip(items, opened, strict=True)
-        ]
+        return [(outcome, outcome) for outcome in opened]
 
     def init(
         self,

@@ -51,7 +51,7 @@ from veil.aggregator.errors import (
     LevelCollected,
     ReportRejection,
 )
-from veil.aggregator.helper.checks import input_share_of, stored_answer
+from veil.aggregator.helper.checks import stored_answer
 from veil.aggregator.helper.jobs import HelperJobs, Opened
 from veil.aggregator.keys import KeyRing
 from veil.aggregator.prefixes import LevelCaches, PrefixVdaf, ShareCache
@@ -88,6 +88,8 @@ def prefix_request_hash(
             it.leader_verifier_share,
             it.leader_verifier_share_2,
         ]
+        if it.token or it.leader_share_digest:  # a task with invitations
+            parts += [it.token, it.leader_share_digest]
     return hashlib.sha256(b"".join(struct.pack(">I", len(p)) + p for p in parts)).digest()
 
 
@@ -313,7 +315,7 @@ class QueryScope:
                 fresh.append((i, key))
                 sealed.append((ct, info))
         for (i, key), outcome in zip(fresh, keys.open_shares(sealed), strict=True):
-            share = input_share_of(task, items[i].report_id, outcome)
+            share = outcome
             if not isinstance(share, ReportRejection):
                 cache.put(key, share)
             out[i] = (share, outcome)

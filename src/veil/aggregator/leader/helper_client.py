@@ -43,6 +43,8 @@ def aggregation_job_request(
         v = request.verify_inits.add(
             leader_verifier_share=it.leader_verifier_share,
             leader_verifier_share_2=it.leader_verifier_share_2,
+            token=it.token,
+            leader_share_digest=it.leader_share_digest,
         )
         v.report_share.metadata.report_id = it.report_id
         v.report_share.metadata.time = it.time

@@ -52,6 +52,12 @@ class AnyReport(Protocol):
     @property
     def helper_ct(self) -> Ciphertext: ...
 
+    @property
+    def token(self) -> bytes: ...
+
+    @property
+    def leader_share_digest(self) -> bytes: ...
+
 
 class JobSource(Protocol):
     """Where a job's reports come from, and what differs with it."""
@@ -101,6 +107,24 @@ class FinishedJob:
     verified: int
 
 
+def verify_init_item(r: AnyReport, verifier_share: bytes, share_2: bytes = b"") -> VerifyInitItem:
+    """What the helper gets of report `r` with the leader's verifier share(s):
+    for a task with invitations, the report's token and the digest of the
+    leader's sealed share, the one part of the token's challenge the helper
+    cannot compute itself."""
+    token = r.token
+    return VerifyInitItem(
+        r.report_id,
+        r.time,
+        r.public_share,
+        r.helper_ct,
+        verifier_share,
+        share_2,
+        token,
+        r.leader_share_digest if token else b"",
+    )
+
+
 def prepare_job(
     ctx: TaskContext[LeaderTask],
     job_id: bytes,
@@ -137,9 +161,7 @@ def prepare_job(
                 outcomes[r.report_id] = rejection_reason(error or VerifyError("rejected"))
                 continue
             row_of[r.report_id] = i
-            items.append(
-                VerifyInitItem(r.report_id, r.time, r.public_share, r.helper_ct, verifier_share)
-            )
+            items.append(verify_init_item(r, verifier_share))
     return PreparedJob(
         ctx.task,
         job_id,
@@ -204,14 +226,7 @@ def finish_job(
         # The next round carries every report the helper answered, with the
         # leader's first and second verifier shares.
         items = [
-            VerifyInitItem(
-                job.opened[i].report_id,
-                job.opened[i].time,
-                job.opened[i].public_share,
-                job.opened[i].helper_ct,
-                job.init.verifier_shares[i] or b"",
-                later[0][i] or b"",
-            )
+            verify_init_item(job.opened[i], job.init.verifier_shares[i] or b"", later[0][i] or b"")
             for i in answered
         ]
         answered = []

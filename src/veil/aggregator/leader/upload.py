@@ -23,6 +23,7 @@ from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BucketCollected, ReportIdTaken
+from veil.invite.token import TokenError, report_context
 from veil.messages import REPORT_ID_SIZE, Report, ReportBatch
 from veil.task import LeaderTask
 
@@ -77,8 +78,9 @@ class ReportWriter:
 
     def _check_shape(self, task: LeaderTask, batch: ReportBatch) -> None:
         """The checks an upload's reports pass before it is admitted: how
-        many, and for a task with invitations each report's id and token
-        (one RSA verification each, the reports in order)."""
+        many, and for a task with invitations each report's id and token,
+        bound to the report's content (one RSA verification each, the
+        reports in order)."""
         if not len(batch):
             raise InvalidMessage("the upload holds no report")
         if len(batch) > MAX_UPLOAD_REPORTS:
@@ -166,7 +168,12 @@ class ReportWriter:
             raise InvalidMessage(f"{where} appears twice in one upload")
         seen.add(r.report_id)
         if task.issuer_public_key is not None:
-            check_token(task, r.token, r.report_id, where)
+            # The token's challenge commits to the whole report as it came.
+            try:
+                context = report_context(task.task_id, r)
+            except TokenError as e:
+                raise InvalidMessage(f"{where}: {e}") from None
+            check_token(task, r.token, context, where)
         elif r.token:
             raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
 

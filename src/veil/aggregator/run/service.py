@@ -301,6 +301,8 @@ class HelperService(helper_pb2_grpc.HelperServicer):
                     Ciphertext(config_id, ct.enc, ct.payload),
                     v.leader_verifier_share,
                     v.leader_verifier_share_2,
+                    v.token,
+                    v.leader_share_digest,
                 )
             )
         # A task queried with an aggregation parameter names it, its batch

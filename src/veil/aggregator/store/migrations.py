@@ -164,6 +164,14 @@ MIGRATIONS: tuple[str, ...] = (
     DROP INDEX reports_job;
     CREATE INDEX reports_job ON reports (task_id, job_id) WHERE job_id IS NOT NULL;
     """,
+    # A report's invitation token (issue 40, item 2), which the leader sends
+    # the helper with the report: its challenge commits to the report's
+    # content, so the helper's copy can no longer be sealed inside the
+    # helper's own share. NULL for reports stored before (and for tasks
+    # without invitations, which store an empty one).
+    """
+    ALTER TABLE report_shares ADD COLUMN token BYTEA;
+    """,
 )
 
 SCHEMA_TABLE = (

@@ -4,6 +4,7 @@ collection_jobs, prefix_queries)."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, replace
@@ -91,10 +92,9 @@ def is_transient_storage_error(error: BaseException) -> bool:
 
 class JobReport(NamedTuple):
     """A stored report as the leader's aggregation job reads it: a plain
-    tuple of what the row holds, with a `Report`'s fields (not its
-    invitation token, never stored) and its two ciphertexts left in their
-    stored form (`Ciphertext.to_bytes`: config id, encapsulated key,
-    payload). A job reads thousands: `Report`s and their checks cost about
+    tuple of what the row holds, with a `Report`'s fields and its two
+    ciphertexts left in their stored form (`Ciphertext.to_bytes`: config
+    id, encapsulated key, payload). A job reads thousands: `Report`s and their checks cost about
     twice as much, and a `Ciphertext` of each share with its payload copied
     out about 2 µs a report more (SCALING.md, issue 28's "The leader's job
     driver on Histogram(100,10)"); the driver opens the leader's share in
@@ -105,6 +105,14 @@ class JobReport(NamedTuple):
     public_share: bytes
     leader_ct_bytes: bytes
     helper_ct_bytes: bytes
+    # A task with invitations: the token the report was uploaded with.
+    token: bytes = b""
+
+    @property
+    def leader_share_digest(self) -> bytes:
+        """SHA-256 of the leader's sealed share as stored, which a token's
+        challenge commits to (veil.invite.token.sealed_share_digest)."""
+        return hashlib.sha256(self.leader_ct_bytes).digest()
 
     @property
     def helper_ct(self) -> Ciphertext:

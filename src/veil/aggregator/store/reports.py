@@ -47,7 +47,7 @@ _AGGREGATE_COLS = "bucket, agg_share, report_count, checksum, collected_by"
 
 # A stored report whole: its state row joined to its shares. Statements
 # that only read or change the state stay on `reports`.
-_REPORT_COLS = "report_id, time, public_share, leader_ct, helper_ct"
+_REPORT_COLS = "report_id, time, public_share, leader_ct, helper_ct, token"
 _REPORTS_WITH_SHARES = "reports JOIN report_shares USING (task_id, report_id)"
 
 
@@ -207,17 +207,19 @@ def job_reports(tx: Tx, task_id: bytes, job_id: bytes) -> list[JobReport]:
     # Both backends hand BLOB/bytea as bytes and integers as int, so the
     # rows' values are taken as they come, the ciphertexts as stored.
     rows.sort(key=itemgetter(0))
-    return [JobReport(i, t, p, lc, hc) for i, t, p, lc, hc in rows]
+    # A report stored before tokens were (migration 10) reads an empty one.
+    return [JobReport(i, t, p, lc, hc, tok or b"") for i, t, p, lc, hc, tok in rows]
 
 
 def report_from_row(row: Sequence[Any]) -> Report:
-    i, t, p, lc, hc = row
+    i, t, p, lc, hc, tok = row
     return Report(
         bytes(i),
         int(t),
         bytes(p),
         Ciphertext.from_bytes(bytes(lc)),
         Ciphertext.from_bytes(bytes(hc)),
+        bytes(tok or b""),
     )
 
 
@@ -292,7 +294,9 @@ def put_reports(
             (task_id, *args),
         ):
             i = at[bytes(report_id)]
-            if tuple(content) != (
+            # The same content is the same report, whatever its token (which
+            # the stored one's challenge already bound to this content).
+            if tuple(content[:4]) != (
                 batch.times[i],
                 batch.public_shares[i],
                 leader_cts[i],
@@ -305,28 +309,32 @@ def put_reports(
         batch.public_shares,
         leader_cts,
         helper_cts,
+        batch.tokens,
         batch.times,
     )
     if seen:
         keep = [i for i, report_id in enumerate(ids) if report_id not in seen]
         columns = [[column[i] for i in keep] for column in columns]
-    new_ids, public_shares, stored_leader, stored_helper, times = columns
+    new_ids, public_shares, stored_leader, stored_helper, tokens, times = columns
     tasks = [task_id] * len(new_ids)
     # ON CONFLICT: on PostgreSQL the same report stored meanwhile through
     # another front end makes this fail to serialise and run again (then
     # finding it above), rather than fail on a duplicate key. Both rows of a
     # report are written in this one transaction, so neither exists alone.
-    tx.insert_columns(
-        "report_shares",
-        (
-            ("task_id", "bytea"),
-            ("report_id", "bytea"),
-            ("public_share", "bytea"),
-            ("leader_ct", "bytea"),
-            ("helper_ct", "bytea"),
-        ),
-        (tasks, new_ids, public_shares, stored_leader, stored_helper),
-    )
+    # A task without invitations leaves the token column NULL, read back as
+    # an empty token, as a report stored before the column.
+    share_columns: list[tuple[str, str]] = [
+        ("task_id", "bytea"),
+        ("report_id", "bytea"),
+        ("public_share", "bytea"),
+        ("leader_ct", "bytea"),
+        ("helper_ct", "bytea"),
+    ]
+    share_values = [tasks, new_ids, public_shares, stored_leader, stored_helper]
+    if any(tokens):
+        share_columns.append(("token", "bytea"))
+        share_values.append(tokens)
+    tx.insert_columns("report_shares", share_columns, share_values)
     tx.insert_columns(
         "reports",
         (("task_id", "bytea"), ("report_id", "bytea"), ("time", "bigint")),

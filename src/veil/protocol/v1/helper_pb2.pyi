@@ -46,14 +46,18 @@ class ReportShare(_message.Message):
     def __init__(self, metadata: _Optional[_Union[_messages_pb2.ReportMetadata, _Mapping]] = ..., public_share: _Optional[bytes] = ..., encrypted_input_share: _Optional[_Union[_messages_pb2.HpkeCiphertext, _Mapping]] = ...) -> None: ...
 
 class VerifyInit(_message.Message):
-    __slots__ = ("report_share", "leader_verifier_share", "leader_verifier_share_2")
+    __slots__ = ("report_share", "leader_verifier_share", "leader_verifier_share_2", "token", "leader_share_digest")
     REPORT_SHARE_FIELD_NUMBER: _ClassVar[int]
     LEADER_VERIFIER_SHARE_FIELD_NUMBER: _ClassVar[int]
     LEADER_VERIFIER_SHARE_2_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEADER_SHARE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     report_share: ReportShare
     leader_verifier_share: bytes
     leader_verifier_share_2: bytes
-    def __init__(self, report_share: _Optional[_Union[ReportShare, _Mapping]] = ..., leader_verifier_share: _Optional[bytes] = ..., leader_verifier_share_2: _Optional[bytes] = ...) -> None: ...
+    token: bytes
+    leader_share_digest: bytes
+    def __init__(self, report_share: _Optional[_Union[ReportShare, _Mapping]] = ..., leader_verifier_share: _Optional[bytes] = ..., leader_verifier_share_2: _Optional[bytes] = ..., token: _Optional[bytes] = ..., leader_share_digest: _Optional[bytes] = ...) -> None: ...
 
 class AggregationJobRequest(_message.Message):
     __slots__ = ("task_id", "aggregation_job_id", "verify_inits", "agg_param", "batch_interval", "round")
