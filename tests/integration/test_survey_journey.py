@@ -317,45 +317,52 @@ def test_collect_frictions(deploy: Any) -> None:
     env = dict(os.environ, VEIL_LOG_LEVEL="error")
     collect = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env)
     assert collect.stderr is not None
-    os.set_blocking(collect.stderr.fileno(), False)
-    seen: list[tuple[float, str]] = []
-    started = time.monotonic()
-    # The waiting collection says what it waits for, at least every 10 s: 25 s
-    # from its first word, however long the process took to start (20 s and
-    # more on a busy machine, where 25 s from the launch saw two lines).
-    first: float | None = None
-    while first is None or time.monotonic() - first < 25:
-        assert first is not None or time.monotonic() - started < 180, seen
-        ready, _, _ = select.select([collect.stderr], [], [], 0.5)
-        if ready:
-            for line in collect.stderr.read().splitlines():
-                seen.append((time.monotonic(), line))
-        said = [t for t, line in seen if "retrying:" in line]
-        first = said[0] if said else None
-        if len(said) >= 3:
-            break
-    retrying = [(t, line) for t, line in seen if "retrying:" in line]
-    assert len(retrying) >= 3, seen
-    assert all("next try in" in line for _, line in retrying)
-    # The leader's reason, said once ("retrying: retrying: ..." before).
-    assert not any("retrying: retrying" in line for _, line in retrying), retrying
-    assert all(b - a <= 10 for (a, _), (b, _) in itertools.pairwise(retrying))
+    # However it ends, the collector is not left running (a failed assertion
+    # below would leave it retrying for good).
+    try:
+        os.set_blocking(collect.stderr.fileno(), False)
+        seen: list[tuple[float, str]] = []
+        started = time.monotonic()
+        # The waiting collection says what it waits for, at least every 10 s:
+        # 25 s from its first word, however long the process took to start (20 s
+        # and more on a busy machine, where 25 s from the launch saw two lines).
+        first: float | None = None
+        while first is None or time.monotonic() - first < 25:
+            assert first is not None or time.monotonic() - started < 180, seen
+            ready, _, _ = select.select([collect.stderr], [], [], 0.5)
+            if ready:
+                for line in collect.stderr.read().splitlines():
+                    seen.append((time.monotonic(), line))
+            said = [t for t, line in seen if "retrying:" in line]
+            first = said[0] if said else None
+            if len(said) >= 3:
+                break
+        retrying = [(t, line) for t, line in seen if "retrying:" in line]
+        assert len(retrying) >= 3, seen
+        assert all("next try in" in line for _, line in retrying)
+        # The leader's reason, said once ("retrying: retrying: ..." before).
+        assert not any("retrying: retrying" in line for _, line in retrying), retrying
+        assert all(b - a <= 10 for (a, _), (b, _) in itertools.pairwise(retrying))
 
-    status = veil("survey", "status", "--survey-dir", d.collector)
-    assert status.returncode == 0, status.stderr
-    assert "closed: collecting" in status.stdout and "retrying: " in status.stdout
-    assert "retrying: retrying" not in status.stdout
-    assert "ready to collect" not in status.stdout
+        status = veil("survey", "status", "--survey-dir", d.collector)
+        assert status.returncode == 0, status.stderr
+        assert "closed: collecting" in status.stdout and "retrying: " in status.stdout
+        assert "retrying: retrying" not in status.stdout
+        assert "ready to collect" not in status.stdout
 
-    collect.send_signal(signal.SIGINT)
-    collect.wait(timeout=30)
-    os.set_blocking(collect.stderr.fileno(), True)
-    rest = collect.stderr.read()
-    collect.stderr.close()
-    assert collect.returncode == 130, rest
-    assert rest.strip().splitlines()[-1] == (
-        "veil survey collect: interrupted: run the same command again to resume"
-    )
+        collect.send_signal(signal.SIGINT)
+        collect.wait(timeout=30)
+        os.set_blocking(collect.stderr.fileno(), True)
+        rest = collect.stderr.read()
+        assert collect.returncode == 130, rest
+        assert rest.strip().splitlines()[-1] == (
+            "veil survey collect: interrupted: run the same command again to resume"
+        )
+    finally:
+        if collect.poll() is None:
+            collect.kill()
+            collect.wait()
+        collect.stderr.close()
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
 
     d.helper.start()

@@ -100,5 +100,44 @@ def test_a_stop_is_not_lost_behind_a_reload(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("restore_handlers")
 def test_without_a_config_path_sighup_is_left_alone() -> None:
     before = signal.getsignal(signal.SIGHUP)
-    Signals(None)
+    Signals(None).close()
     assert signal.getsignal(signal.SIGHUP) is before
+
+
+@pytest.mark.usefixtures("restore_handlers")
+def test_a_signal_taken_by_another_thread_wakes_the_wait(tmp_path: Path) -> None:
+    # The kernel gives a signal sent to the process to any one of its
+    # threads that does not block it. Taken by a thread other than the main
+    # one (here a thread of the driver's kind, asleep on an event), Python
+    # runs the handler only when the main thread next runs bytecode: a wait
+    # asleep on a lock never woke, and the reload waited for the next signal
+    # that happened to reach the main thread (SIGTERM: then the stop won).
+    config = tmp_path / "server.toml"
+    signals = Signals(config)
+    idle = threading.Event()
+    other = threading.Thread(target=idle.wait, name="driver")
+    other.start()
+    assert other.ident is not None
+    reloads: list[Path] = []
+
+    def on_reload(path: Path) -> list[AggregatorTask]:
+        reloads.append(path)
+        signal.pthread_kill(other.ident, signal.SIGTERM)  # type: ignore[arg-type]
+        return []
+
+    # If the wait never wakes, this ends it from the main thread (a failure,
+    # not a hang).
+    main = threading.main_thread().ident
+    assert main is not None
+    safety = threading.Timer(5.0, signal.pthread_kill, (main, signal.SIGTERM))
+    safety.start()
+    began = time.monotonic()
+    try:
+        threading.Timer(0.05, signal.pthread_kill, (other.ident, signal.SIGHUP)).start()
+        signals.wait(on_reload)
+    finally:
+        safety.cancel()
+        idle.set()
+        other.join()
+    assert reloads == [config]
+    assert time.monotonic() - began < 4.0
