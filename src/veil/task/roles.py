@@ -91,7 +91,8 @@ class Task:
     helper_ca_sha256: str | None = None
     # The invitation issuer's RSA-2048 public key (DER SubjectPublicKeyInfo)
     # for a survey with invitations (veil.invite): every report then carries
-    # a token signed under it and bound to its report id. None: no tokens.
+    # a token signed under it and bound to the report's content
+    # (veil.invite.token.report_context). None: no tokens.
     issuer_public_key: bytes | None = None
     # Served over DAP (its [dap] table; docs/DAP.md) rather than veil's gRPC
     # protocol; None: a veil task.
