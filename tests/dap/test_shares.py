@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from veil.dap.jobs import CollectionJobReq, Query
 from veil.dap.messages import (
     BatchMode,
-    CollectionJobReq,
     Extension,
     Interval,
     PlaintextInputShare,
-    Query,
     ReportMetadata,
     TaskConfiguration,
 )

@@ -278,7 +278,7 @@ def answer_from_text(q: Question, text: str) -> Any:
     """An answer as typed on the terminal or given by --answer, in the terms
     `Question.to_measurement` takes: an option by its name or its number, a list
     of them or of numbers separated by commas, a points split as option:points
-    pairs (`veil.survey.model.parse_points`), anything else as typed."""
+    pairs (`veil.survey.answers.parse_points`), anything else as typed."""
     text = text.strip()
     if q.kind in ("choice", "multi_choice"):
         picks = [t.strip() for t in text.split(",")] if q.kind == "multi_choice" else [text]

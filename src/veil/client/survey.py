@@ -21,8 +21,9 @@ from veil.client.client import Client
 from veil.client.prepare import prepare_reports
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.messages import Report
+from veil.survey.answers import AnswerError
 from veil.survey.description import load_description
-from veil.survey.model import AnswerError, Question, SurveyError
+from veil.survey.model import Question, SurveyError
 from veil.task import ClientTask
 from veil.times import format_duration, format_time
 

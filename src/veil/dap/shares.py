@@ -11,14 +11,8 @@ aggregating under parameters the client did not agree to.
 
 from __future__ import annotations
 
-from veil.dap.messages import (
-    AggregateShareAad,
-    CollectionJobReq,
-    InputShareAad,
-    PlaintextInputShare,
-    ReportMetadata,
-    TaskConfiguration,
-)
+from veil.dap.jobs import AggregateShareAad, CollectionJobReq
+from veil.dap.messages import InputShareAad, PlaintextInputShare, ReportMetadata, TaskConfiguration
 from veil.dap.versions import DapVersion, Role, aggregate_share_info, input_share_info
 from veil.hpke import Ciphertext, HpkeConfig, HpkeKeypair, open_, seal_with_aad
 

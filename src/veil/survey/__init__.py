@@ -14,6 +14,7 @@ The names below are the ones an application needs; the others live in the
 module that says what they are.
 """
 
+from veil.survey.answers import AnswerError
 from veil.survey.description import (
     DESCRIPTION_FILE,
     Description,
@@ -23,7 +24,6 @@ from veil.survey.description import (
 from veil.survey.model import (
     DEFAULT_TARGET_ERROR,
     KINDS,
-    AnswerError,
     Question,
     Survey,
     SurveyError,

@@ -37,7 +37,6 @@ The values here are what `veil.survey.parse` makes of a survey file and
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -46,7 +45,8 @@ from typing import Any
 from veil.dp.estimates import Estimate, ratio, shares, total
 from veil.dp.heavy_hitters import DEFAULT_MAX_BYTES, HeavyHittersPlan, Threshold
 from veil.settings import SettingsError
-from veil.survey.text import TextAnswerError, encode_text_answer, text_plan, text_threshold
+from veil.survey.answers import measurement
+from veil.survey.text import text_plan, text_threshold
 from veil.task import DEFAULT_MAX_CLOCK_SKEW, DEFAULT_TIME_PRECISION
 from veil.vdaf import Poplar1, Prio3, registry
 
@@ -375,133 +375,11 @@ class Question:
             return self.labels or tuple(f"[{i}]" for i in range(self.length))
         return ()
 
-    def _refuse(self, answer: Any, why: str = "") -> AnswerError:
-        return AnswerError(
-            f"question {self.id!r}: {answer!r} is not an allowed answer{why}; give {self.allowed()}"
-        )
-
     def to_measurement(self, answer: Any) -> Any:
-        """A respondent's answer in the question's terms (yes/no, a number, an
-        option name, a list of option names, a list of numbers) as the Prio3
-        measurement. Raises AnswerError naming the question, the answer and
-        what is allowed. A points answer (a mapping of option names to points, a
-        list in option order, or "a:40, b:60") becomes one entry per option, refused
-        when they add up to more than the total. A text answer is normalised and
-        becomes its 8·max_bytes bits (`veil.survey.text`). Under add_remove a
-        yes/no answer is the index of a two-bucket histogram (no, yes), and a
-        number, a list of options or a vector gets a last element 1 that counts
-        the report."""
-        if self.kind == "points":
-            return self._points(answer)
-        if self.kind == "text":
-            try:
-                return encode_text_answer(answer, self.max_bytes, self.case_sensitive).measurement
-            except TextAnswerError as e:
-                raise AnswerError(f"question {self.id!r}: {e}; give {self.allowed()}") from e
-        measurement = self._measurement(answer)
-        if not self.add_remove or self.kind in ("yes_no", "choice"):
-            return measurement
-        if self.kind == "integer":
-            return [measurement, 1]
-        if self.kind == "multi_choice":
-            return [*measurement, True]
-        return [*measurement, 1]
+        """This question's measurement of a respondent's answer
+        (`veil.survey.answers.measurement`); AnswerError if it does not fit."""
+        return measurement(self, answer)
 
-    def _measurement(self, answer: Any) -> Any:
-        if self.kind == "yes_no":
-            if isinstance(answer, str) and answer.strip().lower() in YES_NO:
-                return YES_NO[answer.strip().lower()]
-            if not isinstance(answer, bool):
-                raise self._refuse(answer, " (not a bool)")
-            return int(answer)
-        if self.kind == "integer":
-            return self._number(answer, answer)
-        if self.kind == "choice":
-            if not isinstance(answer, str) or answer not in self.options:
-                raise AnswerError(
-                    f"question {self.id!r}: {answer!r} is not one of the options; give"
-                    f" {self.allowed()}"
-                )
-            return self.options.index(answer)
-        if not isinstance(answer, (list, tuple)):
-            raise self._refuse(answer, " (not a list)")
-        if self.kind == "multi_choice":
-            unknown = [a for a in answer if not isinstance(a, str) or a not in self.options]
-            if unknown:
-                raise self._refuse(answer, f" ({unknown[0]!r} is not one of the options)")
-            if len(set(answer)) != len(answer):
-                raise self._refuse(answer, " (an option is named twice)")
-            if len(answer) > self.max_choices:
-                raise self._refuse(answer, f" ({len(answer)} options chosen)")
-            chosen = set(answer)
-            return [option in chosen for option in self.options]
-        if len(answer) != self.length:
-            raise self._refuse(answer, f" ({len(answer)} numbers)")
-        return [self._number(v, answer) for v in answer]
-
-    def _number(self, value: Any, answer: Any, top: int | None = None) -> int:
-        if isinstance(value, str) and re.fullmatch(r"\s*\d{1,30}\s*", value):
-            value = int(value)
-        top = self.max if top is None else top
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
-            raise self._refuse(answer)
-        return value
-
-    def _points(self, answer: Any) -> list[int]:
-        """A points answer as its measurement, one entry per option: from a mapping of
-        option names to points (an option left out gets 0), a list of one number per
-        option in order, or the text form `parse_points` reads."""
-        if isinstance(answer, str):
-            try:
-                answer = parse_points(answer, self.options)
-            except ValueError as e:
-                raise self._refuse(answer, f" ({e})") from None
-        if isinstance(answer, Mapping):
-            unknown = [k for k in answer if not isinstance(k, str) or k not in self.options]
-            if unknown:
-                raise self._refuse(answer, f" ({unknown[0]!r} is not one of the options)")
-            values = [answer.get(option, 0) for option in self.options]
-        elif isinstance(answer, (list, tuple)):
-            if len(answer) != len(self.options):
-                why = f" ({len(answer)} numbers for {len(self.options)} options)"
-                raise self._refuse(answer, why)
-            values = list(answer)
-        else:
-            raise self._refuse(answer, " (not a mapping of options to points)")
-        points = [self._number(v, answer, self.total) for v in values]
-        if sum(points) > self.total:
-            raise AnswerError(
-                f"question {self.id!r}: the points add up to {sum(points)}, over the total of"
-                f" {self.total}; take {sum(points) - self.total} off"
-            )
-        return points
-
-
-def parse_points(text: str, options: Sequence[str]) -> dict[str, int] | list[str]:
-    """A points answer as typed: comma-separated option:points pairs ("a:40, b:60"; an
-    option's name may hold ':', the points follow the last one), or one number per
-    option in order ("40, 60, 0"). Raises ValueError on a repeated option; the names
-    and numbers are checked by `Question.to_measurement`."""
-    parts = [p.strip() for p in text.split(",")]
-    if all(":" not in p for p in parts):
-        return parts
-    pairs: dict[str, int] = {}
-    for part in parts:
-        if not part:
-            continue
-        name, sep, value = part.rpartition(":")
-        name, value = name.strip(), value.strip()
-        if not sep or not re.fullmatch(r"\d{1,30}", value):
-            raise ValueError(f"{part!r} is not option:points")
-        if name.isdigit() and name not in options and 1 <= int(name) <= len(options):
-            name = options[int(name) - 1]  # an option by its number, as the terminal lists them
-        if name in pairs:
-            raise ValueError(f"{name!r} is given twice")
-        pairs[name] = int(value)
-    return pairs
-
-
-YES_NO = {"yes": 1, "no": 0, "true": 1, "false": 0, "y": 1, "n": 0}
 
 # The kinds a breakdown may count, and what its cells are encoded with: one cell of a
 # histogram for a single answer, a group's row of a multihot vector for several, a
@@ -517,11 +395,6 @@ _BREAKDOWN_VDAF = {
 BREAKDOWN_OF = tuple(_BREAKDOWN_VDAF)
 # The kinds a breakdown may group by: one answer among a few named ones.
 BREAKDOWN_BY = ("yes_no", "choice")
-
-
-class AnswerError(ValueError):
-    """A respondent's answer does not fit its question; the message names the
-    question, the answer given and what is allowed."""
 
 
 @dataclass(frozen=True)
