@@ -20,8 +20,8 @@ from veil.dp.estimates import Estimate, consistent_bounded_sum
 from veil.dp.sensitivities import sensitivity
 from veil.local.simulate import simulate_answer, truth
 from veil.survey import AnswerError, Survey, SurveyError, parse_survey
-from veil.survey.description import load_description, public_description
 from veil.survey.answers import parse_points
+from veil.survey.description import load_description, public_description
 from veil.survey.plan import plan_survey
 from veil.survey.results import question_result
 from veil.survey.statement import survey_statement
