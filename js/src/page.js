@@ -13,6 +13,7 @@ import {
   finishInvitation,
   prepareInvitation,
 } from './invite.js';
+import { localChannel } from './local.js';
 import { TextAnswerError, encodeTextAnswer } from './text.js';
 
 /**
@@ -440,6 +441,13 @@ async function main() {
           say('Answer at least one question: nothing was sent.');
           return;
         }
+        // An answer with a local layer is randomized here, once: its question's
+        // report and its breakdowns send that one draw (the true answer goes no further).
+        const random = (/** @type {number} */ n) => crypto.getRandomValues(new Uint8Array(n));
+        const drawn = questions.map((q, i) => answers[i] !== null && q.dp?.local_epsilon != null);
+        for (let i = 0; i < questions.length; i++) {
+          if (drawn[i]) answers[i] = localChannel(questions[i].vdaf, questions[i].dp, random)?.(answers[i]);
+        }
         for (const b of breakdowns) answers.push(breakdownMeasurement(b, questions, answers));
         const pendingKey = `veil-invitation:${location.pathname}:${invitation}`;
         if (invitations && invitation) checkIssuerKeys(/** @type {any} */ (tasks), publishedKeys);
@@ -464,7 +472,8 @@ async function main() {
             }
             const c = configs[q.task_id];
             const client = new Client(
-              { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: q.dp },
+              // Drawn above: not randomized a second time.
+              { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: drawn[i] ? undefined : q.dp },
               {
                 leader: usableConfig(c.leader.map(hpkeConfigFromJson)),
                 helper: usableConfig(c.helper.map(hpkeConfigFromJson)),

@@ -251,3 +251,47 @@ def test_simulate_json_lists_each_breakdown_cell_by_cell(tmp_path: Path) -> None
     assert sum(entries["commute_by_team"]["truth"]) == pytest.approx(
         60 * entries["commute"]["truth"]
     )  # the groups' sums add up to the question's (its truth is the mean)
+
+
+RANDOMIZED = """
+[survey]
+name = "Randomized breakdowns"
+epsilon = 2
+min_batch_size = 10
+
+[[question]]
+id = "remote"
+text = "Do you work remotely most days?"
+kind = "yes_no"
+
+[[question]]
+id = "team"
+text = "Which team are you in?"
+kind = "choice"
+options = ["engineering", "design", "sales"]
+
+[[breakdown]]
+id = "remote_by_team"
+question = "remote"
+by = "team"
+"""
+
+
+def test_a_local_layer_reaches_the_breakdown_debiased(tmp_path: Path) -> None:
+    # Every answer randomized on the device (ε_L = 2), through both servers: the
+    # breakdown sends the randomized answers and is de-biased for both channels.
+    survey = tmp_path / "survey.toml"
+    survey.write_text(RANDOMIZED)
+    out = veil(
+        "simulate", "--survey", survey, "--respondents", "400", "--json",
+        "--local-epsilon", "2", timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    entries = {e["question"]: e for e in json.loads(out.stdout)}
+    b = entries["remote_by_team"]
+    assert b["intervals"] == "simultaneous (Bonferroni)"
+    assert sum(b["truth"]) == 400
+    for truth, low, high in zip(b["truth"], b["ci_low"], b["ci_high"], strict=True):
+        assert low <= truth <= high, b
+    # A^-1 keeps each column's sum: the de-biased cells add up to the reports, noise aside.
+    assert abs(sum(b["raw_estimate"]) - 400) < 100

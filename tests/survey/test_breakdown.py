@@ -202,9 +202,10 @@ def test_more_hostile_breakdown_files() -> None:
         parse_survey(HEAD + same)
     with pytest.raises(SurveyError, match="array of tables"):
         parse_survey(HEAD.replace("[survey]", "breakdown = 1\n[survey]"))
-    local = HEAD.replace('kind = "yes_no"', 'kind = "yes_no"\nlocal_epsilon = 1')
-    with pytest.raises(SurveyError, match="local_epsilon"):
-        parse_survey(local + BREAKDOWNS)
+    local = HEAD.replace("max = 60", "max = 60\nlocal_epsilon = 1")
+    with pytest.raises(SurveyError, match="cannot be de-biased yet") as e:
+        parse_survey(local + BREAKDOWNS, "s.toml")
+    assert str(e.value).startswith("s.toml:") and "'hours' is randomized" in str(e.value)
     add_remove = HEAD.replace("epsilon = 2", 'epsilon = 2\nneighbouring = "add_remove"')
     with pytest.raises(SurveyError, match="add_remove"):
         parse_survey(add_remove + BREAKDOWNS)
@@ -328,3 +329,34 @@ def test_the_surveys_doc_breakdown_parses_as_written() -> None:
     )
     (b,) = parse_survey(HEAD + block.code, "s.toml").breakdowns
     assert (b.id, b.of and b.of.id, b.by and b.by.id) == ("remote_by_team", "remote", "team")
+
+
+def test_a_randomized_answer_is_drawn_once_for_its_question_and_its_breakdowns() -> None:
+    from veil.client.survey import device_measurements
+    from veil.dp.local import KaryResponse
+    from veil.task import new_task
+
+    text = HEAD.replace('kind = "yes_no"', 'kind = "yes_no"\nlocal_epsilon = 0.5').replace(
+        'options = ["eng", "design", "sales"]',
+        'options = ["eng", "design", "sales"]\nlocal_epsilon = 1',
+    )
+    s = parse_survey(text + BREAKDOWNS.split('[[breakdown]]\nid = "hours_by_team"')[0])
+    (b,) = s.breakdowns
+    group, answer = b.breakdown_channels()
+    assert isinstance(group, KaryResponse) and (group.k, group.epsilon) == (3, 1)
+    assert isinstance(answer, KaryResponse) and (answer.k, answer.epsilon) == (2, Fraction(1, 2))
+    tasks = {
+        qid: new_task(vdaf, "127.0.0.1:1", "127.0.0.1:2", min_batch_size=1, dp=dp).client
+        for qid, (vdaf, dp, _) in task_specs(s).items()
+    }
+    assert tasks["remote_by_team"].dp.local_epsilon is None  # never a second draw
+    changed = 0
+    for _ in range(200):
+        measured = {"team": 1, "remote": 1, "hours": 3}
+        sent, drawn = device_measurements(s, tasks, measured)
+        assert drawn == {"team", "remote"}
+        # The breakdown's cell is the one of the answers the device sent.
+        assert sent["remote_by_team"] == sent["team"] * 2 + sent["remote"]
+        assert sent["hours"] == 3
+        changed += (sent["team"], sent["remote"]) != (1, 1)
+    assert 0 < changed < 200  # randomized, and not always

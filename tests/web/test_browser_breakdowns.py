@@ -102,12 +102,16 @@ def answer(driver: Any, url: str, remote: bool, commute: int, team: int | None) 
     assert "Thank you" in status_text(driver), status_text(driver)
 
 
-def test_breakdowns_answered_in_a_browser(tmp_path: Path, browser: Any) -> None:
+def run(
+    tmp_path: Path, browser: Any, text: str, respondents: list[tuple[bool, int, int | None]]
+) -> Path:
+    """Deploy `text` (its window formatted in), serve it, answer as `respondents` in
+    the browser, wait for the close and collect: the results directory."""
     window = survey_window(WINDOW, TP)
     now = int(time.time())
     opens = now - now % TP
     closes = opens + window
-    text = SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes))
+    text = text.format(tp=TP, opens=format_time(opens), closes=format_time(closes))
     leader_addr, helper_addr = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     dep = deploy_survey(
         parse_survey(text), text, tmp_path / "out", leader_addr, helper_addr, tls=False
@@ -122,7 +126,7 @@ def test_breakdowns_answered_in_a_browser(tmp_path: Path, browser: Any) -> None:
         helper.start()
         leader.start()
         serve, url = start_serve(dep.client_dir, tmp_path / "serve.log")
-        for remote, commute, team in RESPONDENTS:
+        for remote, commute, team in respondents:
             answer(browser, url, remote, commute, team)
         assert time.time() < closes, "the respondents took longer than the survey window"
         time.sleep(max(0.0, closes - time.time() + 0.5))
@@ -133,6 +137,11 @@ def test_breakdowns_answered_in_a_browser(tmp_path: Path, browser: Any) -> None:
         stop(serve)
         leader.stop()
         helper.stop()
+    return results
+
+
+def test_breakdowns_answered_in_a_browser(tmp_path: Path, browser: Any) -> None:
+    results = run(tmp_path, browser, SURVEY, RESPONDENTS)
     published = {q["question"]: q for q in json.loads((results / "results.json").read_text())}
     grouped = [r for r in RESPONDENTS if r[2] is not None]
     remote = published["remote_by_team"]
@@ -154,3 +163,25 @@ def test_breakdowns_answered_in_a_browser(tmp_path: Path, browser: Any) -> None:
 
     assert len(browser.find_elements(By.CSS_SELECTOR, "table.breakdown")) == 2
     assert axe_violations(browser) == []
+
+
+def test_a_randomized_answer_is_drawn_once_on_the_page(tmp_path: Path, browser: Any) -> None:
+    # The remote question randomized on the device, no servers' noise, every
+    # respondent in a group: the page sends one draw to the question and to its
+    # breakdown, so the breakdown's de-biased yes cells add up to exactly the
+    # question's de-biased count of yes (both are (Y - other·n)/(keep - other)).
+    text = SURVEY.replace('kind = "yes_no"', 'kind = "yes_no"\nlocal_epsilon = 0.5')
+    text = text.split('[[breakdown]]\nid = "commute_by_team"')[0]
+    grouped = [r for r in RESPONDENTS if r[2] is not None]
+    results = run(tmp_path, browser, text, grouped)
+    published = {q["question"]: q for q in json.loads((results / "results.json").read_text())}
+    b = published["remote_by_team"]
+    assert b["intervals"] == "simultaneous (Bonferroni)" and b["n"] == len(grouped)
+    for row in b["rows"]:
+        team, yn = row["label"].split(" / ")
+        true = sum(TEAMS[r[2] or 0] == team and r[0] == (yn == "yes") for r in grouped)
+        assert row["ci_low"] <= true <= row["ci_high"], row
+    remote = published["remote"]
+    assert remote["local_epsilon"] == "0.5" and remote["n"] == len(grouped)
+    yes = sum(row["raw_estimate"] for row in b["rows"] if row["label"].endswith(" / yes"))
+    assert yes == pytest.approx(remote["rows"][0]["raw_estimate"], abs=1e-4)

@@ -83,6 +83,7 @@ def prepare_reports(
     batch: BatchPrio3[Any, Any] | BatchPoplar1 | None = None,
     report_ids: Sequence[bytes] | None = None,
     invited: bool = False,
+    randomized: bool = False,
 ) -> list[Report]:
     """Shard (on the batched path) and seal `measurements`, each with a fresh
     random report id, at `report_time` rounded down to the task's
@@ -91,6 +92,10 @@ def prepare_reports(
     A task with invitations takes `invited=True`: the reports come without
     their tokens, which veil.invite.client.redeem has issued for them as
     sealed (a token's challenge commits to its report's content).
+
+    `randomized`: the measurements have been through the task's local layer
+    already (`randomize_measurements`), so they are not drawn again; a survey
+    does so when a breakdown sends the same randomized answer as its question.
 
     Raises ValueError, naming the report, on an invalid measurement. Pass
     `batch` (a `BatchPrio3` of the task's VDAF) to reuse one across calls;
@@ -111,7 +116,8 @@ def prepare_reports(
         measurements = [_poplar1_measurement(batch, i, m) for i, m in enumerate(measurements)]
     elif batch is None:
         batch = BatchPrio3(task.vdaf.instantiate())
-    measurements = randomize_measurements(task, measurements)
+    if not randomized:
+        measurements = randomize_measurements(task, measurements)
     t = report_time - report_time % task.time_precision
     n = len(measurements)
     if report_ids is None:

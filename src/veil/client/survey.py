@@ -6,6 +6,9 @@ measurement (`veil.survey.Question.to_measurement`) and uploads one report per
 answered question with `veil.client.Client`. A breakdown is answered from the
 answers already given: one more report, under its own task, whenever both its
 question and its group question are answered (`Question.breakdown_measurement`).
+A question with a local layer (`local_epsilon`) is randomized once on this
+device (`device_measurements`): its report and its breakdowns send that one
+randomized answer, never the true one nor a second draw.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ from typing import Any
 
 from veil.client.base import ClientOptions
 from veil.client.client import Client
-from veil.client.prepare import prepare_reports
+from veil.client.prepare import prepare_reports, randomize_measurements
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.messages import Report
 from veil.survey.answers import AnswerError
 from veil.survey.description import load_description
-from veil.survey.model import Question, SurveyError
+from veil.survey.model import Question, Survey, SurveyError
 from veil.task import ClientTask
 from veil.times import format_duration, format_time
 
@@ -189,16 +192,21 @@ class SurveyClient:
         by each batch."""
         per_question: dict[str, list[Any]] = {q.id: [] for q in self.survey.tasked}
         count = 0
+        randomized: set[str] = set()
         for n, answers in enumerate(respondents, 1):
             try:
-                for qid, m in self.measurements(answers).items():
-                    per_question[qid].append(m)
-            except AnswerError as e:
+                device, drawn = device_measurements(
+                    self.survey, self.tasks, self.measurements(answers)
+                )
+            except (AnswerError, ValueError) as e:
                 raise AnswerError(f"respondent {n}: {e}") from None
+            for qid, m in device.items():
+                per_question[qid].append(m)
+            randomized |= drawn
             count += 1
         report_time = self.check_open()
         if self.survey.invitations:
-            return self._respond_invited(per_question, count, report_time, on_progress)
+            return self._respond_invited(per_question, count, report_time, on_progress, randomized)
         sent: dict[str, int] = {}
         for qid, ms in per_question.items():
             if not ms:
@@ -206,7 +214,19 @@ class SurveyClient:
             client = self._clients[qid]
             for i in range(0, len(ms), UPLOAD_CHUNK):
                 chunk = ms[i : i + UPLOAD_CHUNK]
-                client.upload_batch(chunk, report_time)
+                if qid in randomized:
+                    client.upload_reports(
+                        prepare_reports(
+                            self.tasks[qid],
+                            chunk,
+                            client.hpke_config(ROLE_LEADER),
+                            client.hpke_config(ROLE_HELPER),
+                            report_time,
+                            randomized=True,
+                        )
+                    )
+                else:
+                    client.upload_batch(chunk, report_time)
                 sent[qid] = sent.get(qid, 0) + len(chunk)
                 if on_progress is not None:
                     on_progress(len(chunk))
@@ -218,6 +238,7 @@ class SurveyClient:
         count: int,
         report_time: int,
         on_progress: Callable[[int], None] | None,
+        randomized: set[str],
     ) -> Responses:
         """One invited respondent: each answered question's report sealed,
         a token redeemed for each (bound to it as sealed), then sent."""
@@ -241,6 +262,7 @@ class SurveyClient:
                 client.hpke_config(ROLE_HELPER),
                 report_time,
                 invited=True,
+                randomized=qid in randomized,
             )
             sealed.append(report)
         tokened = redeem(self.issuer, self.invitation, [self.tasks[q] for q in qids], sealed)
@@ -253,6 +275,27 @@ class SurveyClient:
             if on_progress is not None:
                 on_progress(1)
         return Responses(count, sent)
+
+
+def device_measurements(
+    survey: Survey, tasks: Mapping[str, ClientTask], measured: Mapping[str, Any]
+) -> tuple[dict[str, Any], set[str]]:
+    """What one respondent's device sends: `measured` (each answered question's
+    measurement) with every question that has a local layer randomized once by its
+    task's channel, and each breakdown whose two questions are answered made from
+    those (randomized) measurements; and the ids whose measurements were drawn here
+    (to be sent as they are: `prepare_reports(..., randomized=True)`)."""
+    out = {q.id: measured[q.id] for q in survey.questions if q.id in measured}
+    drawn: set[str] = set()
+    for q in survey.questions:
+        if q.id in out and tasks[q.id].dp.local(tasks[q.id].vdaf) is not None:
+            (out[q.id],) = randomize_measurements(tasks[q.id], [out[q.id]])
+            drawn.add(q.id)
+    for b in survey.breakdowns:
+        assert b.of is not None and b.by is not None
+        if b.of.id in out and b.by.id in out:
+            out[b.id] = b.breakdown_measurement(out[b.of.id], out[b.by.id])
+    return out, drawn
 
 
 def _issuer_keys(

@@ -29,7 +29,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,10 @@ from veil.collector.collector import (
     Collector,
     text_agg_param,
 )
+from veil.collector.estimate import SIMULTANEOUS_BONFERRONI
 from veil.collector.text import LevelQuery, TextProgress, descend
 from veil.dp.accounting import Guarantee
+from veil.dp.local import breakdown_estimate
 from veil.files import replace_file
 from veil.render.html import report_html
 from veil.survey import Survey, SurveyError, load_survey
@@ -55,7 +57,7 @@ from veil.survey.results import (
     text_result,
 )
 from veil.survey.text import MAX_PREFIXES
-from veil.task import CollectorTask, TaskError, load_task
+from veil.task import CollectorTask, Task, TaskError, load_task
 from veil.times import format_duration, format_time
 
 __all__ = [
@@ -64,6 +66,7 @@ __all__ = [
     "collect_survey",
     "level_query",
     "load_collector_dir",
+    "local_breakdown",
     "text_guarantee",
     "write_results",
 ]
@@ -363,6 +366,8 @@ def collect_survey(
                 pending[q.id] = f"{e.code.name}: {e.message} (run again to resume job {job_hex})"
                 continue
             state.failed.pop(q.id, None)
+            if q.kind == "breakdown":
+                r = local_breakdown(q, files.tasks[q.id], r)
             collected[q.id] = r
             results.append(question_result(q, r))
             say(
@@ -480,6 +485,33 @@ def level_query(
         return [counts[p] for p in prefixes]
 
     return query
+
+
+def local_breakdown(b: Question, task: Task, r: CollectionResult) -> CollectionResult:
+    """A breakdown's collection with its cells de-biased for its questions' local
+    layers (`veil.dp.local.breakdown_estimate`: each device sent a randomized answer
+    once, to the question's task and the breakdown's alike), every cell's interval at
+    once; unchanged when neither question randomizes."""
+    assert b.of is not None and b.by is not None
+    channels = b.breakdown_channels()
+    if channels == (None, None):
+        return r
+    cells = breakdown_estimate(
+        r.noisy_aggregate,
+        r.report_count,
+        (len(b.groups()), len(b.categories()) or 1),
+        channels,
+        task.dp.plan(task.vdaf),
+        {"integer": b.of.max, "points": b.of.total}.get(b.of.kind, 1),
+        alpha=1 - r.confidence,
+    )
+    return replace(
+        r,
+        estimate=[e.value for e in cells],
+        lower=[e.low for e in cells],
+        upper=[e.high for e in cells],
+        intervals=SIMULTANEOUS_BONFERRONI,
+    )
 
 
 def text_guarantee(survey: Survey, q: Question) -> Guarantee:

@@ -75,6 +75,9 @@ __all__ = [
     "LocalChannel",
     "MultiOptionResponse",
     "VectorResponse",
+    "breakdown_error",
+    "breakdown_estimate",
+    "breakdown_half_width",
     "local_channel",
     "local_error",
     "local_estimate",
@@ -580,3 +583,128 @@ def local_error(
         per_report = 0.25
     rr_var = report_count * per_report * channel.scale**2
     return math.sqrt(rr_var + noise_var) / float(a) * unit, without
+
+
+def breakdown_estimate(
+    noised: Sequence[int],
+    report_count: int,
+    shape: tuple[int, int],
+    channels: tuple[KaryResponse | None, KaryResponse | None],
+    plan: NoisePlan,
+    top: int = 1,
+    alpha: float = 0.05,
+) -> list[Estimate]:
+    """De-biased estimates of a breakdown's cells, all with (1 - alpha) intervals at once.
+
+    The cells are `shape` = (groups, categories), row by row; `channels` the k-ary
+    randomized response of the group question and of the question counted (None where
+    it is not randomized: a breakdown sends the question's randomized answer, never a
+    second draw). The expected cells are (A_G ⊗ A_Q)·X for the true cells X, each A a
+    channel's transition matrix (identity without one), and A⁻¹ = (I - other·J)/(keep -
+    other) exactly, since keep + (k - 1)·other = 1: so X̂ = (A_G⁻¹ ⊗ A_Q⁻¹)·Y is
+    unbiased, Y being the noisy aggregate, and needs no group's count (which the
+    breakdown does not carry). `top` is the most one report adds to a cell (1 for
+    counts; a number's max).
+
+    The interval is a stated bound, as the sums' of `local_estimate`: X̂ - X is the
+    randomization's part, a sum over the n reports of independent terms, each within a
+    range of width w = top·(max - min of the entries of A_G⁻¹ ⊗ A_Q⁻¹ and 0), bounded by
+    Hoeffding's inequality at alpha/2 shared over the cells (Bonferroni), plus the
+    servers' noise passed through the same matrix, at most max|Z|·Σ|entries of a row|
+    with max|Z| over every cell bounded at alpha/2 (union bound). Coverage ≥ 1 - alpha
+    for every cell at once.
+    """
+    if not MIN_ALPHA <= alpha < 1:
+        raise InvalidParameter(f"alpha must be in [{MIN_ALPHA}, 1), got {alpha}")
+    n = _check_int(report_count, "report_count", 0)
+    groups, categories = shape
+    if len(noised) != groups * categories:
+        raise InvalidParameter(f"{len(noised)} cells, not {groups} x {categories}")
+    unit = Fraction(1)
+    if plan.config.mechanism is Mechanism.LAPLACE:
+        unit = Fraction(1, 1 << plan.config.fixed_point_bits)
+
+    (dg, og), (dq, oq) = _inverse(channels[0], groups), _inverse(channels[1], categories)
+    cells = [
+        [Fraction(noised[g * categories + c]) for c in range(categories)] for g in range(groups)
+    ]
+    # A_G⁻¹·Y, then ·A_Q⁻¹ (both symmetric): each is (diag - off)·Y + off·(the column's,
+    # then the row's, sum).
+    columns = [sum(cells[g][c] for g in range(groups)) for c in range(categories)]
+    mixed = [
+        [(dg - og) * cells[g][c] + og * columns[c] for c in range(categories)]
+        for g in range(groups)
+    ]
+    values: list[Fraction] = []
+    for g in range(groups):
+        total = sum(mixed[g], Fraction(0))
+        values.extend((dq - oq) * mixed[g][c] + oq * total for c in range(categories))
+    half = breakdown_half_width(n, shape, channels, plan, top, alpha) / unit
+    upper = Fraction(n * top) / unit
+    return [
+        Estimate(
+            v * unit,
+            max(v - half, Fraction(0)) * unit,
+            min(v + half, upper) * unit,
+            1 - alpha,
+            1 - alpha,
+        )
+        for v in values
+    ]
+
+
+def _inverse(channel: KaryResponse | None, k: int) -> tuple[Fraction, Fraction]:
+    """(diagonal, off-diagonal) of a channel's A⁻¹ over k options (of I without one)."""
+    if channel is None:
+        return Fraction(1), Fraction(0)
+    if channel.k != k:
+        raise InvalidParameter(f"a channel over {channel.k} options for {k} cells")
+    gap = channel.keep - channel.other
+    return (1 - channel.other) / gap, -channel.other / gap
+
+
+def breakdown_half_width(
+    report_count: int,
+    shape: tuple[int, int],
+    channels: tuple[KaryResponse | None, KaryResponse | None],
+    plan: NoisePlan,
+    top: int = 1,
+    alpha: float = 0.05,
+) -> Fraction:
+    """The half-width of every cell's interval in `breakdown_estimate` (before it is cut
+    to the possible range), in the answers' units: it depends on public parameters only."""
+    groups, categories = shape
+    (dg, og), (dq, oq) = _inverse(channels[0], groups), _inverse(channels[1], categories)
+    entries = {a * b for a in (dg, og, Fraction(0)) for b in (dq, oq, Fraction(0))}
+    width = top * (max(entries) - min(entries))
+    rows = (dg + (groups - 1) * abs(og)) * (dq + (categories - 1) * abs(oq))
+    k = groups * categories
+    t = float(width) * math.sqrt(report_count * math.log(4 * k / alpha) / 2)
+    unit = Fraction(1)
+    if plan.config.mechanism is Mechanism.LAPLACE:
+        unit = Fraction(1, 1 << plan.config.fixed_point_bits)
+    noise = Fraction(0)
+    if plan.server_noise() is not None:
+        c, _ = noise_half_width(plan, min(alpha / (2 * k), 0.5))
+        noise = c * rows * unit
+    return Fraction(math.ceil(t * 1e9), 10**9) + noise
+
+
+def breakdown_error(
+    report_count: int,
+    shape: tuple[int, int],
+    channels: tuple[KaryResponse | None, KaryResponse | None],
+    plan: NoisePlan,
+    top: int = 1,
+) -> float:
+    """The root mean square error of one cell of `breakdown_estimate`, at its worst over
+    the answers, in the answers' units: each report's randomized term has a variance of
+    at most w²/4 (w as there), and the servers' noise passes through a row of the
+    matrix, Var Z times the sum of its squared entries."""
+    groups, categories = shape
+    (dg, og), (dq, oq) = _inverse(channels[0], groups), _inverse(channels[1], categories)
+    entries = {a * b for a in (dg, og, Fraction(0)) for b in (dq, oq, Fraction(0))}
+    width = float(top * (max(entries) - min(entries)))
+    squares = float((dg * dg + (groups - 1) * og * og) * (dq * dq + (categories - 1) * oq * oq))
+    noise, _ = local_error(None, plan, report_count)
+    return math.sqrt(report_count * width * width / 4 + noise * noise * squares)

@@ -34,10 +34,12 @@ from tqdm import tqdm
 
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
-from veil.client.survey import UPLOAD_CHUNK
+from veil.client.prepare import prepare_reports
+from veil.client.survey import UPLOAD_CHUNK, device_measurements
 from veil.collector import Collector
-from veil.collector.survey import level_query, text_guarantee
+from veil.collector.survey import level_query, local_breakdown, text_guarantee
 from veil.collector.text import TextProgress, descend
+from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.local.launcher import LocalDeployment
 from veil.local.simulate import simulate_respondents, truth
 from veil.survey import Question, Survey, load_survey, parse_survey
@@ -171,16 +173,38 @@ def _run(
     per = f"{len(answers):,} respondents x {len(survey.questions)} questions"
     if survey.breakdowns:
         per += f" and {len(survey.breakdowns)} breakdowns"
+    # As each device sends them: an answer with a local layer drawn once, for its
+    # question's report and its breakdowns' alike (veil.client.survey).
+    tasks = {q.id: deployment.tasks[q.id].client for q in survey.tasked}
+    sent = [
+        device_measurements(
+            survey, tasks, {q.id: q.to_measurement(a[q.id]) for q in survey.questions}
+        )
+        for a in answers
+    ]
     with bars.bar(total, f"upload ({per})") as bar:
         for q in survey.tasked:
             with Client(deployment.tasks[q.id].client) as client:
                 report_time = client.report_time()
                 precision = deployment.tasks[q.id].client.time_precision
                 batch[q.id] = (report_time, precision)
-                measurements = [q.measurement_from(a) for a in answers]
+                measurements = [s[q.id] for s, _ in sent]
+                drawn = bool(sent) and q.id in sent[0][1]
                 for i in range(0, len(measurements), UPLOAD_CHUNK):
                     chunk = measurements[i : i + UPLOAD_CHUNK]
-                    client.upload_batch(chunk, report_time)
+                    if drawn:
+                        client.upload_reports(
+                            prepare_reports(
+                                tasks[q.id],
+                                chunk,
+                                client.hpke_config(ROLE_LEADER),
+                                client.hpke_config(ROLE_HELPER),
+                                report_time,
+                                randomized=True,
+                            )
+                        )
+                    else:
+                        client.upload_batch(chunk, report_time)
                     bar.update(len(chunk))
 
     # A text question's reports are aggregated when each level is collected.
@@ -215,6 +239,10 @@ def _run(
                 results.append(_collect_text(survey, q, typed, collector, start, precision, say))
                 continue
             collected[q.id] = collector.collect(start, precision, simultaneous=True)
+            if q.kind == "breakdown":
+                collected[q.id] = local_breakdown(
+                    q, deployment.tasks[q.id].collector, collected[q.id]
+                )
             results.append(_with_truth(q, answers, question_result(q, collected[q.id])))
     say("collected every question")
     # As `veil survey collect` publishes them: each breakdown with its questions.

@@ -202,13 +202,18 @@ def with_epsilon(survey: Survey, epsilon: Fraction) -> Survey:
 def with_local_epsilon(survey: Survey, local_epsilon: Fraction) -> Survey:
     """The same survey with randomized response at ε_L on every question."""
     eps = parse_local_epsilon(local_epsilon)
-    if survey.breakdowns:
-        raise ValueError(
-            "a survey with breakdowns takes no local layer yet: its breakdowns would send"
-            " the answers unrandomized"
-        )
     questions = tuple(replace(q, local_epsilon=eps) for q in survey.questions)
-    return replace(survey, questions=questions)
+    by_id = {q.id: q for q in questions}
+    breakdowns = []
+    for b in survey.breakdowns:
+        assert b.of is not None and b.by is not None
+        if b.of.kind not in ("yes_no", "choice"):
+            raise ValueError(
+                f"breakdown {b.id!r} counts a {b.of.kind} question, whose randomized answers a"
+                " breakdown cannot de-bias yet (it needs each group's exact count)"
+            )
+        breakdowns.append(replace(b, of=by_id[b.of.id], by=by_id[b.by.id]))
+    return replace(survey, questions=questions, breakdowns=tuple(breakdowns))
 
 
 def text_mechanism_variant(survey: Survey) -> Survey | None:

@@ -44,6 +44,7 @@ from typing import Any
 
 from veil.dp.estimates import Estimate, ratio, shares, total
 from veil.dp.heavy_hitters import DEFAULT_MAX_BYTES, HeavyHittersPlan, Threshold
+from veil.dp.local import KaryResponse
 from veil.settings import SettingsError
 from veil.survey.answers import measurement
 from veil.survey.text import text_plan, text_threshold
@@ -165,7 +166,7 @@ class Question:
                 "chunk_length": optimal_chunk_length((n + 1) * self.total.bit_length()),
             }
         if self.kind == "breakdown":
-            return self._breakdown_params()
+            return _breakdown_params(self)
         if self.add_remove:
             return self._add_remove_params()
         if self.kind == "yes_no":
@@ -230,6 +231,15 @@ class Question:
             return ("no", "yes")
         return of.options
 
+    def breakdown_channels(self) -> tuple[KaryResponse | None, KaryResponse | None]:
+        """A breakdown's (group question's, question's) k-ary randomized response
+        (`breakdown_channels`)."""
+        return breakdown_channels(self)
+
+    def breakdown_measurement(self, of_measurement: Any, by_measurement: Any) -> Any:
+        """A breakdown's measurement from its two questions' (`breakdown_measurement`)."""
+        return breakdown_measurement(self, of_measurement, by_measurement)
+
     def cells(self) -> tuple[str, ...]:
         """A breakdown's cell labels, row by row: "group / category", or the group for
         a number (its sum)."""
@@ -237,56 +247,6 @@ class Question:
         if not categories:
             return self.groups()
         return tuple(f"{g} / {c}" for g in self.groups() for c in categories)
-
-    def _breakdown_params(self) -> dict[str, int]:
-        of = self._of
-        groups = len(self.groups())
-        if of.kind == "points":
-            # The group's row holds the split: its entries still add up to at most
-            # the total, however many groups.
-            n = groups * len(of.options)
-            return {
-                "length": n,
-                "max_value": of.total,
-                "chunk_length": optimal_chunk_length((n + 1) * of.total.bit_length()),
-            }
-        if of.kind == "integer":
-            # One respondent's value in the cell of their group, the others 0: the
-            # L1 bound makes a report's total at most max, whatever cells it fills.
-            return {
-                "length": groups,
-                "max_value": of.max,
-                "chunk_length": optimal_chunk_length((groups + 1) * of.max.bit_length()),
-            }
-        n = groups * len(self.categories())
-        if of.kind == "multi_choice":
-            weight = len(of.options) if of.local_epsilon is not None else of.max_choices
-            return {
-                "length": n,
-                "max_weight": weight,
-                "chunk_length": optimal_chunk_length(n + weight.bit_length()),
-            }
-        return {"length": n, "chunk_length": optimal_chunk_length(n)}
-
-    def breakdown_measurement(self, of_measurement: Any, by_measurement: Any) -> Any:
-        """A breakdown's measurement from the measurements of its two questions (as
-        `to_measurement` gives them): the cell of the respondent's group and answer
-        (a histogram's index), the group's row of chosen options (a multihot vector),
-        or the number in the group's cell (an L1-bound sum)."""
-        of = self._of
-        g = int(by_measurement)
-        groups = len(self.groups())
-        if of.kind in ("yes_no", "choice"):
-            return g * len(self.categories()) + int(of_measurement)
-        if of.kind == "multi_choice":
-            row = [bool(x) for x in of_measurement]
-            empty = [False] * len(row)
-            return [x for i in range(groups) for x in (row if i == g else empty)]
-        if of.kind == "points":
-            split = [int(x) for x in of_measurement]
-            zeros = [0] * len(split)
-            return [x for i in range(groups) for x in (split if i == g else zeros)]
-        return [int(of_measurement) if i == g else 0 for i in range(groups)]
 
     def measurement_from(self, answers: Mapping[str, Any]) -> Any:
         """This question's measurement from one respondent's answers (by question id);
@@ -379,6 +339,73 @@ class Question:
         """This question's measurement of a respondent's answer
         (`veil.survey.answers.measurement`); AnswerError if it does not fit."""
         return measurement(self, answer)
+
+
+def _breakdown_params(b: Question) -> dict[str, int]:
+    """A breakdown's VDAF parameters, named as in the draft."""
+    of = b._of
+    groups = len(b.groups())
+    if of.kind == "points":
+        # The group's row holds the split: its entries still add up to at most
+        # the total, however many groups.
+        n = groups * len(of.options)
+        return {
+            "length": n,
+            "max_value": of.total,
+            "chunk_length": optimal_chunk_length((n + 1) * of.total.bit_length()),
+        }
+    if of.kind == "integer":
+        # One respondent's value in the cell of their group, the others 0: the
+        # L1 bound makes a report's total at most max, whatever cells it fills.
+        return {
+            "length": groups,
+            "max_value": of.max,
+            "chunk_length": optimal_chunk_length((groups + 1) * of.max.bit_length()),
+        }
+    n = groups * len(b.categories())
+    if of.kind == "multi_choice":
+        weight = len(of.options) if of.local_epsilon is not None else of.max_choices
+        return {
+            "length": n,
+            "max_weight": weight,
+            "chunk_length": optimal_chunk_length(n + weight.bit_length()),
+        }
+    return {"length": n, "chunk_length": optimal_chunk_length(n)}
+
+
+def breakdown_measurement(b: Question, of_measurement: Any, by_measurement: Any) -> Any:
+    """A breakdown's measurement from the measurements of its two questions (as
+    `to_measurement` gives them): the cell of the respondent's group and answer
+    (a histogram's index), the group's row of chosen options (a multihot vector),
+    or the number in the group's cell (an L1-bound sum)."""
+    of = b._of
+    g = int(by_measurement)
+    groups = len(b.groups())
+    if of.kind in ("yes_no", "choice"):
+        return g * len(b.categories()) + int(of_measurement)
+    if of.kind == "multi_choice":
+        row = [bool(x) for x in of_measurement]
+        empty = [False] * len(row)
+        return [x for i in range(groups) for x in (row if i == g else empty)]
+    if of.kind == "points":
+        split = [int(x) for x in of_measurement]
+        zeros = [0] * len(split)
+        return [x for i in range(groups) for x in (split if i == g else zeros)]
+    return [int(of_measurement) if i == g else 0 for i in range(groups)]
+
+
+def breakdown_channels(b: Question) -> tuple[KaryResponse | None, KaryResponse | None]:
+    """A breakdown's (group question's, question's) k-ary randomized response as
+    their devices apply it (veil.dp.local; None where a question has no local
+    layer): the breakdown sends those randomized answers and is de-biased for them."""
+    assert b.by is not None
+
+    def channel(q: Question) -> KaryResponse | None:
+        if q.local_epsilon is None:
+            return None
+        return KaryResponse(len(q.options) or 2, q.local_epsilon)
+
+    return channel(b.by), channel(b._of)
 
 
 # The kinds a breakdown may count, and what its cells are encoded with: one cell of a

@@ -37,9 +37,11 @@ a level's share must still be a usable ε (or ρ); it takes no ``local_epsilon``
 A ``[[breakdown]]`` table (``id``, ``question``, ``by``) counts one question's
 answers in each group of another (`veil.survey.model`): ``question`` names a
 yes_no, choice, multi_choice or integer question, ``by`` a yes_no or choice
-question. It is its own task, answered from the answers already given, and takes
-its share of the budget as a question does (``epsilon``, ``rho`` or ``weight``,
-``mechanism``, ``target_error``; ``text`` is its title).
+question. It is its own task, answered from the answers already given (a
+question's randomized answer where it has ``local_epsilon``: then it must be a
+yes_no or choice), and takes its share of the budget as a question does
+(``epsilon``, ``rho`` or ``weight``, ``mechanism``, ``target_error``; ``text`` is
+its title).
 """
 
 from __future__ import annotations
@@ -442,15 +444,15 @@ def _breakdown(
             f"`question` = {of.id!r} is {article(of.kind)} {of.kind} question; a breakdown counts"
             f" a {', '.join(BREAKDOWN_OF[:-1])} or {BREAKDOWN_OF[-1]} question",
         )
-    for q, key in ((of, "question"), (by, "by")):
-        if q.local_epsilon is not None:
-            raise loc.error(
-                i,
-                key,
-                f"question {q.id!r} is randomized on the respondent's device (`local_epsilon`),"
-                " which breakdowns do not take yet: its breakdown would send the answer"
-                " unrandomized; drop the breakdown or the question's local_epsilon",
-            )
+    if of.local_epsilon is not None and of.kind not in ("yes_no", "choice"):
+        raise loc.error(
+            i,
+            "question",
+            f"question {of.id!r} is randomized on the respondent's device (`local_epsilon`):"
+            f" a breakdown of {article(of.kind)} {of.kind} answer so randomized cannot be"
+            " de-biased yet (it needs each group's exact count, which the breakdown does not"
+            " carry); break down a yes_no or choice question, or drop its local_epsilon",
+        )
     groups = len(by.options) or 2
     cells = groups * (len(of.options) or (2 if of.kind == "yes_no" else 1))
     if cells > MAX_CELLS:

@@ -32,7 +32,10 @@ the respondents, n / cells (times max for a number's sums): what a cell holds wh
 the answers spread evenly. Its target is `target_error` of that share, and the
 breakdown is flagged noise-dominated (`indicative`) when the interval's half-width
 reaches the even share itself: a typical cell could then read as empty or as
-double its size, and fewer respondents per cell only make it worse.
+double its size, and fewer respondents per cell only make it worse. Where its
+questions randomize on the device, its half-width is the stated bound the results
+use (`veil.dp.local.breakdown_half_width`) and its errors the worst case's
+(`breakdown_error`).
 
 A text question's rows are the answers found, each a count of respondents: its
 plan adds the release threshold, the probability that an answer given by one
@@ -62,7 +65,7 @@ from fractions import Fraction
 
 from veil.dp.estimates import Estimate, noise_half_width, ratio, simultaneous_alpha
 from veil.dp.heavy_hitters import detection_floor
-from veil.dp.local import local_error, local_estimate
+from veil.dp.local import breakdown_error, breakdown_half_width, local_error, local_estimate
 from veil.dp.mechanisms import Mechanism, NoisePlan
 from veil.survey.budget import text_mechanism_variant, with_epsilon
 from veil.survey.model import DEFAULT_TARGET_ERROR, Question, Survey
@@ -162,8 +165,13 @@ class _Question:
         self.channel = dp.local(vdaf)
         self.coordinates = q.vdaf_params.get("length", 1)
         self.unit_name, self.top = _unit(q)
-        # A breakdown's cell is planned at its even share of the respondents.
+        # A breakdown's cell is planned at its even share of the respondents; its
+        # questions' local layers, if any, are the breakdown's too (veil.dp.local).
         self.cells = len(q.cells()) if q.kind == "breakdown" else 1
+        self.cell_channels = q.breakdown_channels() if q.kind == "breakdown" else (None, None)
+        self.local_cells = self.cell_channels != (None, None)
+        if self.local_cells:
+            self.shape = (len(q.groups()), len(q.categories()) or 1)
         self.exact = self.plan.server_noise() is None
         scale = Fraction(1)
         if self.plan.config.mechanism is Mechanism.LAPLACE:
@@ -184,6 +192,9 @@ class _Question:
 
     def errors(self, n: int) -> tuple[float, float]:
         """(median, 90th percentile) of one row's error at n, in the row's units."""
+        if self.local_cells:
+            rms = breakdown_error(n, self.shape, self.cell_channels, self.plan, int(self.top))
+            return 0.6745 * rms, 1.6449 * rms
         if self.exact:
             return 0.0, 0.0
         if self.channel is not None:
@@ -197,6 +208,9 @@ class _Question:
 
     def half_width(self, n: int) -> Fraction:
         """Half the width of the interval the results will show at n (all rows at once)."""
+        if self.local_cells:
+            top = int(self.top)
+            return breakdown_half_width(n, self.shape, self.cell_channels, self.plan, top)
         if self.exact:
             return Fraction(0)
         if self.channel is not None:
@@ -231,7 +245,7 @@ class _Question:
         """The smallest n >= floor whose interval is narrower than the target."""
         if self.narrow_enough(floor, target_error):
             return floor
-        if self.channel is None and not self.q.add_remove:
+        if self.channel is None and not self.q.add_remove and not self.local_cells:
             # c·row(n) < t·range(n) is c < t·top·n/cells for every kind (cells 1 but for
             # a breakdown): n > c·cells/(t·top).
             n = max(math.floor(self.c * self.cells / (target_error * self.top)) + 1, floor)

@@ -163,6 +163,17 @@ class Row:
         return out
 
 
+def _crowded(row: Row, cells: int) -> bool:
+    """A breakdown's cell whose interval's half-width (the raw one: the noise's own)
+    reaches its even share of the possible range."""
+    if None in (row.possible_low, row.possible_high, row.raw_ci_low, row.raw_ci_high):
+        return False
+    assert row.possible_high is not None and row.possible_low is not None
+    assert row.raw_ci_high is not None and row.raw_ci_low is not None
+    share = (row.possible_high - row.possible_low) / cells
+    return share > 0 and (row.raw_ci_high - row.raw_ci_low) / 2 >= share
+
+
 def _row(
     label: str,
     shown: Estimate,
@@ -254,7 +265,11 @@ class QuestionResult:
     def indicative(self) -> bool:
         """Whether noise dominates some row, or under add_remove some noisy sum
         against its range at the noisy count (`BANNER`), or a text question could
-        find nothing (`finds_nothing`)."""
+        find nothing (`finds_nothing`). A breakdown's cell is noise-dominated when
+        its interval's half-width reaches the cell's even share of its possible
+        range (the range over the cells), as `veil survey plan` warns."""
+        if self.question.kind == "breakdown":
+            return any(_crowded(row, len(self.rows)) for row in self.rows)
         return self.finds_nothing or any(
             row.noise_dominated for row in (*self.rows, *self.raw_sums)
         )
