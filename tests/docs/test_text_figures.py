@@ -48,7 +48,7 @@ def test_the_pure_epsilon_figures_are_the_codes() -> None:
     text = '\n[[question]]\nid = "editor"\ntext = "Which editor?"\nkind = "text"\n'
     survey = parse_survey(example + text, "survey.toml")
     share = survey.question("editor").epsilon
-    assert share == Fraction(2, 7)
+    assert share == Fraction(1, 4)  # five questions, one of weight 2, a breakdown and it
     floor, _ = _floor("geometric", share)
     needed = _epsilon_for(Fraction(2, 100))
     prose = _prose("docs/SURVEYS.md")

@@ -30,7 +30,7 @@ def _within(result: QuestionResult, widths: float = 3.0) -> bool:
 def test_demo_estimates_lie_near_the_truth() -> None:
     survey = example_survey()
     results = run_survey(survey, 300, progress=False, seed=1)
-    assert [r.question.id for r in results] == [q.id for q in survey.questions]
+    assert [r.question.id for r in results] == [q.id for q in survey.tasked]
     for r in results:
         assert r.n == 300
         assert _within(r), r
@@ -51,7 +51,7 @@ def test_mechanism_none_gives_the_exact_truth() -> None:
 def test_with_epsilon_rescales_every_question() -> None:
     survey = with_epsilon(example_survey(), Fraction(1, 2))
     assert survey.epsilon == Fraction(1, 2)
-    assert sum((q.epsilon for q in survey.questions), Fraction(0)) == Fraction(1, 2)
+    assert sum((q.epsilon for q in survey.tasked), Fraction(0)) == Fraction(1, 2)
 
 
 def test_demo_command_json(tmp_path: Path) -> None:
@@ -66,23 +66,30 @@ def test_demo_command_json(tmp_path: Path) -> None:
     # stderr is a pipe here: no progress bars drawn into it (only on a terminal).
     assert "report/s" not in out.stderr and "\r" not in out.stderr, out.stderr[-300:]
     assert [d["question"] for d in data] == [
-        "remote", "commute", "team", "tools", "ratings", "budget", "editor"
+        "remote", "commute", "team", "tools", "ratings", "remote_by_team", "budget", "editor"
     ]  # fmt: skip
     assert [d["labels"] for d in data][:2] == ["yes", "mean"]
     assert data[4]["labels"] == ["workload", "tooling", "pay"]
+    # The breakdown: remote by team, a cell per team and answer, row by row.
+    assert data[5]["kind"] == "breakdown" and len(data[5]["labels"]) == 12
+    assert data[5]["labels"][:2] == ["engineering / no", "engineering / yes"]
+    assert sum(data[5]["truth"]) == 200
     # The points question (its own survey): each option's mean points, at most 100 in all.
-    assert data[5]["kind"] == "points" and data[5]["epsilon"] == 1
-    assert data[5]["labels"] == ["training", "tools", "travel", "hiring"]
-    assert len(data[5]["truth"]) == 4 and sum(data[5]["truth"]) <= 100
-    assert sum(data[5]["estimate"]) <= 100 + 1e-6
+    assert data[6]["kind"] == "points" and data[6]["epsilon"] == 1
+    assert data[6]["labels"] == ["training", "tools", "travel", "hiring"]
+    assert len(data[6]["truth"]) == 4 and sum(data[6]["truth"]) <= 100
+    assert sum(data[6]["estimate"]) <= 100 + 1e-6
     # The text question (its own zCDP survey) states ρ and δ too.
-    assert data[6]["kind"] == "text" and data[6]["rho"] == 0.1
+    assert data[7]["kind"] == "text" and data[7]["rho"] == 0.1
     for d in data:
         assert set(d) - {"rho", "delta"} == {
             "question", "kind", "truth", "estimate", "ci_low", "ci_high", "intervals", "epsilon",
             "labels", "raw_estimate", "raw_ci_low", "raw_ci_high", "indicative_only",
         }  # fmt: skip
-        assert d["intervals"] in ("per-coordinate", "simultaneous (exact max-of-k)")
+        # Bonferroni: the breakdown and the questions it was reconciled with.
+        assert d["intervals"] in (
+            "per-coordinate", "simultaneous (exact max-of-k)", "simultaneous (Bonferroni)"
+        )  # fmt: skip
         columns = [
             d[k] if isinstance(d[k], list) else [d[k]] for k in ("estimate", "ci_low", "ci_high")
         ]

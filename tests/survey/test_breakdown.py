@@ -264,7 +264,7 @@ def test_the_plan_gives_each_cell_and_warns_when_noise_dominates() -> None:
     p = plans["remote_by_team"]
     assert p.kind == "breakdown" and p.unit == "respondents per cell"
     # Planned at a cell's even share: 1000 respondents over 6 cells.
-    assert p.range_high == pytest.approx(1000 / 6, rel=1e-6)
+    assert p.cell_share == pytest.approx(1000 / 6, rel=1e-6) and p.range_high == 1000
     assert not p.indicative
     assert p.needed is not None and p.needed > 1000 > plans["remote"].needed  # type: ignore[operator]
     assert plans["hours_by_team"].unit == "sum per cell (each 0 to 60)"

@@ -29,7 +29,8 @@ def test_example_parses_and_splits_budget_by_weight() -> None:
         "multi_choice",
         "vector",
     ]
-    assert sum((q.epsilon for q in survey.questions), Fraction(0)) == survey.epsilon
+    # The questions and the breakdown (remote by team) share the survey's ε.
+    assert sum((q.epsilon for q in survey.tasked), Fraction(0)) == survey.epsilon
     eps = {q.id: q.epsilon for q in survey.questions}
     assert eps["commute"] == 2 * eps["remote"]
     for q in survey.questions:

@@ -326,10 +326,11 @@ def test_the_text_mechanism_variant_states_the_same_epsilon(
 def _true_sums(q, n: int, where: str) -> list[int]:  # type: ignore[no-untyped-def]
     """The aggregate of n answers at the bottom of the range or in its middle."""
     k = q.vdaf_params.get("length", 1)
+    # One answer each: a single choice's counts (a breakdown's cells of one) add up to n.
+    single = q.vdaf_type == "histogram"
     if where == "low":
-        # One answer each: a single choice's counts add up to n.
-        return [n] + [0] * (k - 1) if q.kind == "choice" else [0] * k
-    if q.kind == "choice":
+        return [n] + [0] * (k - 1) if single else [0] * k
+    if single:
         sums = [n // k] * k
         sums[0] += n - sum(sums)
         return sums

@@ -58,7 +58,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     say = status_printer(args.json)
     say(
         f"veil demo: {args.respondents} simulated respondents answer {len(survey.questions)}"
-        f" questions ({survey_statement(survey).against_collector.text()},"
+        f" questions and a breakdown ({survey_statement(survey).against_collector.text()},"
         f" {survey.mechanism} noise)"
     )
     points_survey = example_points_survey()

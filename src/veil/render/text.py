@@ -393,7 +393,7 @@ def format_plan(
             " noise-dominated (the interval's half-width reaches what a cell holds when the"
             " answers spread evenly): "
             + ", ".join(
-                f"{p.question} ({_amount(p.half_width)} against {p.range_high:,.3g} per cell)"
+                f"{p.question} ({_amount(p.half_width)} against {p.cell_share or 0:,.3g} per cell)"
                 for p in crowded
             )
             + "; give them more of the budget, fewer groups, or more respondents"

@@ -474,8 +474,8 @@ class Survey:
         return self.rho if self.rho is not None else self.epsilon
 
     def question(self, question_id: str) -> Question:
-        """The question with this id; raises KeyError if there is none."""
-        for q in self.questions:
+        """The question (or breakdown) with this id; raises KeyError if there is none."""
+        for q in self.tasked:
             if q.id == question_id:
                 return q
         raise KeyError(question_id)

@@ -100,7 +100,10 @@ class QuestionPlan:
     the smallest number of respondents whose interval is narrower than
     `target` (never below the survey's min_batch_size; None: not within
     10^12); `indicative` whether the results at `respondents` would be marked
-    indicative only (the interval spans over half the range).
+    indicative only (the interval spans over half the range). A breakdown's
+    `range_high` is a cell's whole range (every respondent in it), and its
+    `cell_share` the cell's even share of it, of which `target` is
+    `target_error`; it is `indicative` when the half-width reaches that share.
     """
 
     question: str
@@ -126,6 +129,9 @@ class QuestionPlan:
     # The least respondents at which an answer every one of them gives is found
     # (None: not within 10^12); above `respondents`, nothing can be released.
     possible_from: int | None = None
+    # Breakdowns only (None otherwise): what a cell holds when the answers spread
+    # evenly over the cells, the range the target and the warning are planned at.
+    cell_share: float | None = None
 
     @property
     def reaches_target(self) -> bool:
@@ -293,7 +299,7 @@ def plan_survey(
                 kind=q.kind,
                 unit=model.unit_name,
                 respondents=respondents,
-                range_high=float(width),
+                range_high=float(full),
                 median=round(min(median, float(full)), 6),
                 p90=round(min(p90, float(full)), 6),
                 half_width=round(float(min(half, full / 2)), 6),
@@ -303,6 +309,7 @@ def plan_survey(
                 needed=model.needed(target, survey.min_batch_size),
                 # A breakdown: noise as wide as a cell's even share (see above).
                 indicative=half >= width if q.kind == "breakdown" else 2 * half > width / 2,
+                cell_share=round(float(width), 6) if q.kind == "breakdown" else None,
             )
         )
     return out
@@ -425,6 +432,8 @@ def _plan_fields(p: QuestionPlan) -> dict[str, object]:
     if p.kind != "text":
         for key in TEXT_FIELDS:
             del fields[key]
+    if p.kind != "breakdown":
+        del fields["cell_share"]
     return fields
 
 
