@@ -94,6 +94,12 @@ options = ["a", "b"]
 local_epsilon = 1
 """
 RELATIONS = {"replace_one": "", "add_remove": 'neighbouring = "add_remove"\n'}
+BREAKDOWN = """
+[[breakdown]]
+id = "many_by_choice"
+question = "many"
+by = "choice"
+"""
 
 
 @pytest.fixture(scope="module")
@@ -127,9 +133,10 @@ def status_outputs(tmp: Path) -> dict[str, dict[str, Any]]:
     for name, text in [
         *((rel, SURVEY.format(extra=extra)) for rel, extra in RELATIONS.items()),
         ("zcdp", ZCDP),
+        ("breakdown", SURVEY.format(extra="") + BREAKDOWN),
     ]:
         files = _deployed(tmp / name, text)
-        infos = {q.id: QuestionInfo(7, 1, 1, name == "add_remove") for q in files.survey.questions}
+        infos = {q.id: QuestionInfo(7, 1, 1, name == "add_remove") for q in files.survey.tasked}
         for when in (1.7e9, 1.7671e9, 2e9):
             out[f"{name}@{when}"] = survey_status(files.survey, files.tasks, infos, when)
     return out
@@ -153,6 +160,7 @@ def results_outputs() -> dict[str, list[dict[str, Any]]]:
     for name, text in [
         *((rel, SURVEY.format(extra=extra)) for rel, extra in RELATIONS.items()),
         ("zcdp", ZCDP),
+        ("breakdown", SURVEY.format(extra="") + BREAKDOWN),
     ]:
         survey = parse_survey(text)
         results = []
@@ -162,6 +170,8 @@ def results_outputs() -> dict[str, list[dict[str, Any]]]:
                 dims += 1 if q.kind in ("integer", "vector", "multi_choice") else 0
                 dims = max(dims, 2)
             results.append(question_result(q, _collected(dims)).to_json())
+        for b in survey.breakdowns:
+            results.append(question_result(b, _collected(len(b.cells()))).to_json())
         out[name] = results
     return out
 

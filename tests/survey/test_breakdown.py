@@ -360,3 +360,16 @@ def test_a_randomized_answer_is_drawn_once_for_its_question_and_its_breakdowns()
         assert sent["hours"] == 3
         changed += (sent["team"], sent["remote"]) != (1, 1)
     assert 0 < changed < 200  # randomized, and not always
+
+
+def test_the_plans_breakdown_field_is_in_the_observation_inventory() -> None:
+    from veil.observations import load_inventory, unclassified
+    from veil.survey.plan import plan_json
+
+    s = survey()
+    plan = json.loads(plan_json(s, plan_survey(s, 1000)))
+    (entry,) = [q for q in plan["questions"] if q["question"] == "remote_by_team"]
+    assert entry["cell_share"] == pytest.approx(1000 / 6, rel=1e-6)
+    assert "cell_share" not in plan["questions"][0]  # a question's plan has none
+    field = "json:survey-plan.questions[].cell_share"
+    assert unclassified(load_inventory(), "collector", [field]) == []
