@@ -3,7 +3,8 @@
 invite`, `veil survey issuer`, respondents answering with their invitations,
 a second answer with a used invitation refused, uploads without a token
 refused by the leader and by the helper, collection, and the report stating
-the per-respondent guarantee. Neither aggregator's database holds a code."""
+the per-respondent guarantee. Neither aggregator's database holds a code. The
+survey has a breakdown, which takes its own token from the same invitation."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ id = "team"
 text = "Which team are you in?"
 kind = "choice"
 options = ["engineering", "design"]
+
+[[breakdown]]
+id = "remote_by_team"
+question = "remote"
+by = "team"
 """
 
 
@@ -75,6 +81,8 @@ def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:
     description = json.loads((dep / "client" / "survey.json").read_text())
     assert description["invitations"] is True
     assert all("issuer_public_key" in q for q in description["questions"])
+    # One token per breakdown too, under its own issuer key.
+    assert all("issuer_public_key" in b for b in description["breakdowns"])
 
     codes_file = tmp_path / "codes.txt"
     minted = veil("survey", "invite", dep, "--count", str(N + 1), "--out", codes_file)
@@ -118,6 +126,7 @@ def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:
                 {"remote": i % 2 == 0, "team": team}, "--invitation", code, "--issuer", url
             )
             assert done.returncode == 0, done.stderr
+            assert "remote: 1, team: 1, remote_by_team: 1" in done.stdout
         # A second answer with a used invitation, an unknown one, none at all.
         again = respond({"remote": True, "team": "design"}, "--invitation", codes[0],
                         "--issuer", url)  # fmt: skip
