@@ -161,7 +161,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("task",),
     ("survey",),
     ("render",),
-    ("client", "aggregator", "collector", "deploy"),
+    ("client", "aggregator", "collector", "deploy", "reschedule"),
     ("web", "local"),
     ("cli",),
 )

@@ -33,8 +33,9 @@ kind = "yes_no"
 def test_help_names_the_survey_commands() -> None:
     help_text = " ".join(build_parser().format_help().split())
     assert "and more" not in help_text
-    assert "survey surveys: plan, deploy, respond, serve, invite, issuer, status, collect" in (
-        help_text
+    assert (
+        "survey surveys: plan, deploy, respond, serve, invite, issuer, status, close, extend,"
+        " collect" in help_text
     )
 
 

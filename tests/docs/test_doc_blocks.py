@@ -97,6 +97,10 @@ NOT_RUN = {
     ("docs/PRIVACY.md", "Privacy: three guarantees", "sh"): (
         "`veil simulate` with servers, as tests/local/test_demo.py runs it; its options are parsed"
     ),
+    ("docs/SURVEYS.md", "Closing a survey early, or extending it", "sh"): (
+        "its times are examples: tests/integration/test_survey_lifecycle.py runs the commands"
+        " on a deployment with servers; the commands are parsed"
+    ),
     ("docs/SURVEYS.md", "One answer per respondent: invitations", "sh"): (
         "the issuer is a long-running server: tests/integration/test_invitations_journey.py"
         " runs the journey; the three commands are parsed"

@@ -1,6 +1,7 @@
 """A task file added to a running server's config is served after SIGHUP,
 without a restart; until then the refusal says how to load it. A served
-task whose file changed is not reloaded (task parameters are immutable)."""
+task whose file changed beyond its window is not reloaded (a task's other
+parameters are immutable; its window: test_survey_lifecycle.py)."""
 
 from __future__ import annotations
 

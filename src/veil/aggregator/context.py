@@ -157,8 +157,9 @@ class TaskContext(Generic[AT]):
 
 class TaskTable(Generic[AT]):
     """The tasks one aggregator serves, each with its context. Tasks are
-    added (at start, and on SIGHUP), never changed or removed: a reader
-    sees the old table or the new one, whole."""
+    added (at start, and on SIGHUP), never removed, and changed only in
+    their window (on SIGHUP): a reader sees the old table or the new one,
+    whole."""
 
     def __init__(self, role_name: str, task_type: type[AggregatorTask]) -> None:
         self.role_name = role_name
@@ -187,6 +188,29 @@ class TaskTable(Generic[AT]):
         self.contexts = {**self.contexts, **new}
         self.tasks = {**self.tasks, **{tid: c.task for tid, c in new.items()}}
         return list(new.values())
+
+    def change_windows(self, tasks: Mapping[bytes, AT]) -> list[tuple[AT, AT]]:
+        """Serve these tasks, each already served, with the window its file
+        gives it now (a survey closed early or extended); any other change is
+        refused, and then nothing changes. Returns (before, after) for each
+        task whose window changed."""
+        changed: dict[bytes, TaskContext[AT]] = {}
+        pairs = []
+        for tid, t in tasks.items():
+            known = self.tasks.get(tid)
+            if known is None or known == t:
+                continue
+            if not known.same_but_window(t):
+                raise TaskError(
+                    f"task {t.id_text} changed in its file beyond its window; a task's"
+                    " parameters other than its window are immutable (restart with a new"
+                    " task instead)"
+                )
+            changed[tid] = TaskContext.of(t)
+            pairs.append((known, t))
+        self.contexts = {**self.contexts, **changed}
+        self.tasks = {**self.tasks, **{tid: c.task for tid, c in changed.items()}}
+        return pairs
 
     def context(self, task_id: bytes) -> TaskContext[AT]:
         """The task's context; UnknownTask if this aggregator has no such task."""

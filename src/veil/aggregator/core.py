@@ -22,6 +22,7 @@ from veil.aggregator.errors import (
     ReportRejection,
     ReportTimeRejected,
     Unauthenticated,
+    WindowMismatch,
     WindowOpen,
 )
 from veil.aggregator.keys import KeyRing
@@ -149,6 +150,25 @@ def check_window_closed(task: Task, start: int, now: float) -> None:
             f"the task accepts reports until {format_time(task.not_after)}: its batches can be"
             f" collected after that, in {format_duration(task.not_after - now)}"
         )
+
+
+def check_window_agrees(task: Task, window: tuple[int, int] | None) -> None:
+    """At the helper: refuses, retryably, a request whose leader gives the
+    task another window than this aggregator's task file (`window`, the
+    leader's [not_before, not_after); None from a leader that does not send
+    it). The window is the one task parameter an organisation changes on its
+    own (veil survey close, veil survey extend): until both have, the two
+    would judge report times and the end of collection differently."""
+    if window is None or window == (task.not_before, task.not_after):
+        return
+    theirs, ours = window, (task.not_before, task.not_after)
+    what = "start" if theirs[1] == ours[1] else "end" if theirs[0] == ours[0] else "window"
+    raise WindowMismatch(
+        f"task {task.id_text}: the leader's and the helper's task files give it another"
+        f" {what}: the leader's window is [{_when(theirs[0])}, {_when(theirs[1])}), the"
+        f" helper's [{_when(ours[0])}, {_when(ours[1])}); each organisation runs veil"
+        " survey close (or extend) with the same time and reloads its servers (SIGHUP)"
+    )
 
 
 def check_report_time(task: Task, report_time: int, now: float) -> None:
@@ -339,6 +359,11 @@ class AggregatorBase(Generic[AT]):
         to the config since); returns the ones that were new. A task already
         served must come back unchanged: task parameters are immutable."""
         return [c.task for c in self.table.add(tasks)]
+
+    def change_windows(self, tasks: Mapping[bytes, AT]) -> list[tuple[AT, AT]]:
+        """Serve these served tasks with their files' windows now (SIGHUP
+        after veil survey close or extend); returns (before, after) pairs."""
+        return self.table.change_windows(tasks)
 
     @property
     def tasks(self) -> dict[bytes, AT]:

@@ -176,6 +176,16 @@ class Busy(Unavailable):
     one was refused unserved, its request dropped."""
 
 
+class WindowMismatch(Unavailable):
+    """The leader's and the helper's task files give a task different windows:
+    one organisation has closed or extended the survey (veil survey close,
+    veil survey extend) and the other not yet, or not to the same time.
+    Nothing is done for the task until they agree; the same request is taken
+    once both files match."""
+
+    status = "FAILED_PRECONDITION"
+
+
 class NoiseUnavailable(Unavailable):
     """No noise vector drawn ahead is ready yet (nothing was spent): retry shortly."""
 

@@ -1,6 +1,6 @@
 """The aggregators' own values as protobuf, beyond veil.messages.wire: a
-report's rejection reason (veil.aggregator.errors.ReportRejection) and a
-batch interval. The services (veil.aggregator.run.service) write them and
+report's rejection reason (veil.aggregator.errors.ReportRejection), a
+batch interval and a task's window. The services (veil.aggregator.run.service) write them and
 the leader's client of the helper (veil.aggregator.leader.helper_client)
 reads them."""
 
@@ -12,6 +12,19 @@ from veil.protocol.v1 import helper_pb2, messages_pb2
 
 def interval_pb(start: int, duration: int) -> messages_pb2.Interval:
     return messages_pb2.Interval(start=start, duration=duration)
+
+
+def window_pb(not_before: int, not_after: int) -> helper_pb2.TaskWindow:
+    return helper_pb2.TaskWindow(not_before=not_before, not_after=not_after)
+
+
+def window_from_pb(
+    request: helper_pb2.AggregationJobRequest | helper_pb2.AggregateShareRequest,
+) -> tuple[int, int] | None:
+    """The leader's window of the request's task; None where it sends none."""
+    if not request.HasField("task_window"):
+        return None
+    return request.task_window.not_before, request.task_window.not_after
 
 
 # Rejection reasons on the wire (helper.proto's ReportError), one by one.

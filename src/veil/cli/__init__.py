@@ -4,7 +4,8 @@
 - `respondent`: respondents and client apps (survey respond, upload);
 - `server`: the operators of the leader and the helper (servers, status, gc, keys);
 - `setup`: task set-up by hand (task new);
-- `web`: whoever hosts the survey page for browsers (survey serve).
+- `web`: whoever hosts the survey page for browsers (survey serve);
+- `window`: both organisations and the survey operator (survey close, extend).
 
 Each module registers its own subcommands and handlers; this one only wires them.
 """
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from veil.cli import invite, operator, respondent, server, setup, web
+from veil.cli import invite, operator, respondent, server, setup, web, window
 from veil.logs import quiet_grpc_core
 
 
@@ -34,12 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"veil {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     survey = commands.add_parser(
-        "survey", help="surveys: plan, deploy, respond, serve, invite, issuer, status, collect"
+        "survey",
+        help="surveys: plan, deploy, respond, serve, invite, issuer, status, close, extend,"
+        " collect",
     ).add_subparsers(dest="survey_command", required=True)
     operator.register(commands, survey)
     respondent.register(commands, survey)
     web.register(survey)
     invite.register(survey)
+    window.register(survey)
     setup.register(commands)
     server.register(commands)
     return parser

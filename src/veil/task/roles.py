@@ -6,7 +6,7 @@ its role, and is read as that role's type only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from veil.dap.messages import (
@@ -174,6 +174,19 @@ class Task:
     @property
     def id_text(self) -> str:
         return b64e(self.task_id)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """The report times the task accepts: [not_before, not_after)."""
+        return self.not_before, self.not_after
+
+    def same_but_window(self, other: Task) -> bool:
+        """Whether `other` is this task with at most its window changed (a
+        survey closed early or extended: veil survey close, veil survey
+        extend); the window is the one parameter an organisation changes."""
+        return type(other) is type(self) and (
+            replace(other, not_before=self.not_before, not_after=self.not_after) == self
+        )
 
     def bucket(self, time: int) -> int:
         """Start of the time_precision-aligned batch bucket holding `time`."""

@@ -137,6 +137,12 @@ def test_client_sends_the_builders_bytes(recording: RecordingHelper) -> None:
     for prefix_round in ROUNDS:
         answer = client.aggregate(task, JOB_ID, ITEMS, prefix_round)
         assert answer.results == [] and answer.helper_time is None
-    expected = [spelled_out(task.task_id, JOB_ID, ITEMS, r).SerializeToString() for r in ROUNDS]
+    expected = []
+    for r in ROUNDS:
+        request = spelled_out(task.task_id, JOB_ID, ITEMS, r)
+        # And the task's window as the leader's file gives it, for the
+        # helper to compare with its own.
+        request.task_window.not_before, request.task_window.not_after = task.window
+        expected.append(request.SerializeToString())
     assert recording.requests == expected
     assert all(m["authorization"] == f"Bearer {task.aggregator_token}" for m in recording.metadata)

@@ -24,6 +24,7 @@ from veil.aggregator.core import (
     VerifyResult,
     authorize,
     check_id,
+    check_window_agrees,
 )
 from veil.aggregator.errors import InvalidMessage, TooLarge
 from veil.aggregator.helper.jobs import (
@@ -71,13 +72,16 @@ class Helper(AggregatorBase[HelperTask]):
         start: int = 0,
         duration: int = 0,
         round_: int = 0,
+        window: tuple[int, int] | None = None,
     ) -> list[VerifyResult]:
         """One request of an aggregation job: each report's answer. A task
         queried with an aggregation parameter names it with the batch
-        [start, start + duration) and the round of the job (1 or 2)."""
+        [start, start + duration) and the round of the job (1 or 2).
+        `window` is the task's in the leader's file (check_window_agrees)."""
         ctx = self.table.context(task_id)
         task = ctx.task
         authorize(task, token, task.aggregator_token_hash, "aggregator")
+        check_window_agrees(task, window)
         began = time.monotonic()
         scope: JobScope
         if ctx.queries is None:
@@ -107,9 +111,18 @@ class Helper(AggregatorBase[HelperTask]):
         report_count: int,
         checksum: bytes,
         agg_param: bytes = b"",
+        window: tuple[int, int] | None = None,
     ) -> Ciphertext:
         """The helper's noised aggregate share of a batch (or of one level of
         it), sealed to the collector; the same bytes on a retry."""
         return self.releases.aggregate_share(
-            task_id, token, collection_id, start, duration, report_count, checksum, agg_param
+            task_id,
+            token,
+            collection_id,
+            start,
+            duration,
+            report_count,
+            checksum,
+            agg_param,
+            window,
         )

@@ -26,6 +26,7 @@ from veil.aggregator.core import (
     check_batch_size,
     check_id,
     check_interval,
+    check_window_agrees,
     check_window_closed,
     seal_share,
 )
@@ -107,13 +108,16 @@ class HelperRelease:
         report_count: int,
         checksum: bytes,
         agg_param: bytes = b"",
+        window: tuple[int, int] | None = None,
     ) -> Ciphertext:
         """The helper's noised aggregate share of a batch (or of one level of
         a batch, named by `agg_param`), sealed to the collector; the same
-        bytes on a retry."""
+        bytes on a retry. `window` is the task's in the leader's file
+        (check_window_agrees)."""
         ctx = self.tasks.context(task_id)
         task = ctx.task
         authorize(task, token, task.aggregator_token_hash, "aggregator")
+        check_window_agrees(task, window)
         if ctx.queries is None and agg_param:
             HelperQueries.rules(ctx)  # InvalidMessage: no aggregation parameter
         check_id(collection_id, "collection_job_id")

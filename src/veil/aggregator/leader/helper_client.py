@@ -11,7 +11,7 @@ import grpc
 
 from veil.aggregator.core import AggregationAnswer, VerifyInitItem, VerifyResult
 from veil.aggregator.errors import InvalidMessage, ReportRejection, from_peer
-from veil.aggregator.wire import REJECTION_FROM_PB, interval_pb
+from veil.aggregator.wire import REJECTION_FROM_PB, interval_pb, window_pb
 from veil.grpc_util import error_kind
 from veil.hpke import Ciphertext
 from veil.messages import MessageError
@@ -25,15 +25,19 @@ def aggregation_job_request(
     job_id: bytes,
     items: Sequence[VerifyInitItem],
     prefix_round: tuple[bytes, int, int, int] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> helper_pb2.AggregationJobRequest:
     """The helper's request for one aggregation job, as the leader sends it:
-    each item a `VerifyInit`, and for one round of a Poplar1 job
-    `prefix_round` = (agg_param, batch start, batch duration, round).
+    each item a `VerifyInit`, for one round of a Poplar1 job `prefix_round`
+    = (agg_param, batch start, batch duration, round), and the task's
+    `window` (not_before, not_after) in the leader's file.
 
     The one place the request is built: `GrpcHelperClient` sends it, and
     whatever else speaks to a helper as its leader (tests, benchmarks)
     builds its request here."""
     request = helper_pb2.AggregationJobRequest(task_id=task_id, aggregation_job_id=job_id)
+    if window is not None:
+        request.task_window.CopyFrom(window_pb(*window))
     if prefix_round is not None:
         agg_param, start, duration, round_ = prefix_round
         request.agg_param = agg_param
@@ -98,7 +102,8 @@ class GrpcHelperClient:
     ) -> AggregationAnswer:
         """One job (Prio3), or one round of a Poplar1 job: `prefix_round` is
         (agg_param, batch start, batch duration, round)."""
-        request = aggregation_job_request(task.task_id, job_id, items, prefix_round)
+        window = (task.not_before, task.not_after)
+        request = aggregation_job_request(task.task_id, job_id, items, prefix_round, window)
         response = self._call(task, "Aggregate", request)
         results = []
         for r in response.verify_resps:
@@ -134,6 +139,7 @@ class GrpcHelperClient:
             report_count=report_count,
             checksum=checksum,
             agg_param=agg_param,
+            task_window=window_pb(task.not_before, task.not_after),
         )
         response = self._call(task, "GetAggregateShare", request)
         try:

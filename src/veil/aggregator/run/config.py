@@ -80,6 +80,7 @@ Without [tls] the server only listens on a loopback address, and says so.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,10 @@ from veil.aggregator.run.transport import (
 )
 from veil.grpc_util import MAX_MESSAGE_BYTES, is_loopback
 from veil.settings import SettingsError, Table, read_toml
-from veil.task import AggregatorTask, TaskError, expect_role, load_task
+from veil.task import OPEN_ENDED, AggregatorTask, TaskError, expect_role, load_task
+from veil.times import format_time
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(SettingsError):
@@ -436,24 +440,40 @@ def reload_tasks(
     logic: AggregatorBase[Any],
 ) -> tuple[ServerConfig, list[AggregatorTask]]:
     """Read the config again and serve the task files added to it since the
-    process started (SIGHUP). Other changes to the config need a restart; a
-    served task whose file changed is refused (tasks are immutable), and then
-    nothing is added. Returns the updated config and the tasks added."""
+    process started (SIGHUP), and the new window of a served task whose file
+    changed only in its window (veil survey close, veil survey extend). Other
+    changes to the config need a restart; a served task whose file changed
+    otherwise is refused (a task's parameters are immutable), and then
+    nothing changes. Returns the updated config and the tasks added."""
     fresh = load_config(config_path)
     tasks = tasks_of_role(fresh, kind)
     served = logic.tasks
+    rewindowed = {}
     for tid, t in tasks.items():
         if tid in served and served[tid] != t:
-            raise ConfigError(
-                f"task {t.id_text} changed in its file; task parameters are immutable"
-            )
+            if not served[tid].same_but_window(t):
+                raise ConfigError(
+                    f"task {t.id_text} changed in its file beyond its window; a task's"
+                    " parameters other than its window are immutable"
+                )
+            rewindowed[tid] = t
     new = [t for tid, t in tasks.items() if tid not in served]
     # The ledger first: a task must never be served without its budget.
     privacy.add_tasks(new)
     added = logic.add_tasks({t.task_id: t for t in new})
+    for before, after in logic.change_windows(rewindowed):
+        log.info(
+            "SIGHUP: task %s now takes reports from %s to %s (was %s to %s)",
+            after.id_text,
+            *(
+                format_time(t) if t < OPEN_ENDED else "open end"
+                for t in (*after.window, *before.window)
+            ),
+        )
     ids = {a.task_id for a in added}
     paths = tuple(p for t, p in zip(fresh.tasks, fresh.task_paths, strict=True) if t.task_id in ids)
+    current = [rewindowed.get(t.task_id, t) for t in config.tasks]
     config = dataclasses.replace(
-        config, tasks=[*config.tasks, *added], task_paths=config.task_paths + paths
+        config, tasks=[*current, *added], task_paths=config.task_paths + paths
     )
     return config, added

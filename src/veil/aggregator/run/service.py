@@ -33,7 +33,7 @@ from veil.aggregator.helper import Helper
 from veil.aggregator.leader import Leader
 from veil.aggregator.run.transport import Metadata, RpcServer, UnaryMethod, refusal
 from veil.aggregator.store.records import CollectionRecord, is_transient_storage_error
-from veil.aggregator.wire import REJECTION_TO_PB, interval_pb
+from veil.aggregator.wire import REJECTION_TO_PB, interval_pb, window_from_pb
 from veil.hpke import Ciphertext
 from veil.messages import MessageError
 from veil.messages.wire import (
@@ -317,6 +317,7 @@ class HelperService(helper_pb2_grpc.HelperServicer):
             interval.start,
             interval.duration,
             request.round,
+            window_from_pb(request),
         )
         # The helper's own clock, read as it answers: the leader measures the
         # skew between the aggregators from it (veil.aggregator.leader.skew).
@@ -347,5 +348,6 @@ class HelperService(helper_pb2_grpc.HelperServicer):
             request.report_count,
             request.checksum,
             request.agg_param,
+            window_from_pb(request),
         )
         return helper_pb2.AggregateShareResponse(encrypted_agg_share=ciphertext_to_pb(ct))

@@ -25,29 +25,31 @@ _sym_db = _symbol_database.Default()
 from veil.protocol.v1 import messages_pb2 as veil_dot_protocol_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dveil/protocol/v1/helper.proto\x12\x10veil.protocol.v1\x1a\x1fveil/protocol/v1/messages.proto\"\x98\x01\n\x0bReportShare\x12\x32\n\x08metadata\x18\x01 \x01(\x0b\x32 .veil.protocol.v1.ReportMetadata\x12\x14\n\x0cpublic_share\x18\x02 \x01(\x0c\x12?\n\x15\x65ncrypted_input_share\x18\x03 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\"\xad\x01\n\nVerifyInit\x12\x33\n\x0creport_share\x18\x01 \x01(\x0b\x32\x1d.veil.protocol.v1.ReportShare\x12\x1d\n\x15leader_verifier_share\x18\x02 \x01(\x0c\x12\x1f\n\x17leader_verifier_share_2\x18\x03 \x01(\x0c\x12\r\n\x05token\x18\x04 \x01(\x0c\x12\x1b\n\x13leader_share_digest\x18\x05 \x01(\x0c\"\xce\x01\n\x15\x41ggregationJobRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x1a\n\x12\x61ggregation_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0cverify_inits\x18\x03 \x03(\x0b\x32\x1c.veil.protocol.v1.VerifyInit\x12\x11\n\tagg_param\x18\x04 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x05 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\x12\r\n\x05round\x18\x06 \x01(\r\"\x95\x01\n\nVerifyResp\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x1a\n\x10verifier_message\x18\x02 \x01(\x0cH\x00\x12/\n\x06reject\x18\x03 \x01(\x0e\x32\x1d.veil.protocol.v1.ReportErrorH\x00\x12\x1d\n\x15helper_verifier_share\x18\x04 \x01(\x0c\x42\x08\n\x06result\"d\n\x16\x41ggregationJobResponse\x12\x32\n\x0cverify_resps\x18\x01 \x03(\x0b\x32\x1c.veil.protocol.v1.VerifyResp\x12\x16\n\x0ehelper_time_ms\x18\x02 \x01(\x04\"\xb2\x01\n\x15\x41ggregateShareRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x03 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\x12\x14\n\x0creport_count\x18\x04 \x01(\x04\x12\x10\n\x08\x63hecksum\x18\x05 \x01(\x0c\x12\x11\n\tagg_param\x18\x06 \x01(\x0c\"W\n\x16\x41ggregateShareResponse\x12=\n\x13\x65ncrypted_agg_share\x18\x01 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext*\x9b\x02\n\x0bReportError\x12\x1c\n\x18REPORT_ERROR_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x42\x41TCH_COLLECTED\x10\x01\x12\x13\n\x0fREPORT_REPLAYED\x10\x02\x12\x12\n\x0eREPORT_DROPPED\x10\x03\x12\x1a\n\x16HPKE_UNKNOWN_CONFIG_ID\x10\x04\x12\x16\n\x12HPKE_DECRYPT_ERROR\x10\x05\x12\x15\n\x11VDAF_DECODE_ERROR\x10\x06\x12\x15\n\x11VDAF_VERIFY_ERROR\x10\x07\x12\x14\n\x10REPORT_TOO_EARLY\x10\x08\x12\x10\n\x0cTASK_EXPIRED\x10\t\x12\x13\n\x0fINVALID_MESSAGE\x10\n\x12\x11\n\rINVALID_TOKEN\x10\x0b\x32\xa8\x02\n\x06Helper\x12V\n\rGetHpkeConfig\x12#.veil.protocol.v1.HpkeConfigRequest\x1a .veil.protocol.v1.HpkeConfigList\x12^\n\tAggregate\x12\'.veil.protocol.v1.AggregationJobRequest\x1a(.veil.protocol.v1.AggregationJobResponse\x12\x66\n\x11GetAggregateShare\x12\'.veil.protocol.v1.AggregateShareRequest\x1a(.veil.protocol.v1.AggregateShareResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dveil/protocol/v1/helper.proto\x12\x10veil.protocol.v1\x1a\x1fveil/protocol/v1/messages.proto\"\x98\x01\n\x0bReportShare\x12\x32\n\x08metadata\x18\x01 \x01(\x0b\x32 .veil.protocol.v1.ReportMetadata\x12\x14\n\x0cpublic_share\x18\x02 \x01(\x0c\x12?\n\x15\x65ncrypted_input_share\x18\x03 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext\"\xad\x01\n\nVerifyInit\x12\x33\n\x0creport_share\x18\x01 \x01(\x0b\x32\x1d.veil.protocol.v1.ReportShare\x12\x1d\n\x15leader_verifier_share\x18\x02 \x01(\x0c\x12\x1f\n\x17leader_verifier_share_2\x18\x03 \x01(\x0c\x12\r\n\x05token\x18\x04 \x01(\x0c\x12\x1b\n\x13leader_share_digest\x18\x05 \x01(\x0c\"\x81\x02\n\x15\x41ggregationJobRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x1a\n\x12\x61ggregation_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0cverify_inits\x18\x03 \x03(\x0b\x32\x1c.veil.protocol.v1.VerifyInit\x12\x11\n\tagg_param\x18\x04 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x05 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\x12\r\n\x05round\x18\x06 \x01(\r\x12\x31\n\x0btask_window\x18\x07 \x01(\x0b\x32\x1c.veil.protocol.v1.TaskWindow\"3\n\nTaskWindow\x12\x12\n\nnot_before\x18\x01 \x01(\x04\x12\x11\n\tnot_after\x18\x02 \x01(\x04\"\x95\x01\n\nVerifyResp\x12\x11\n\treport_id\x18\x01 \x01(\x0c\x12\x1a\n\x10verifier_message\x18\x02 \x01(\x0cH\x00\x12/\n\x06reject\x18\x03 \x01(\x0e\x32\x1d.veil.protocol.v1.ReportErrorH\x00\x12\x1d\n\x15helper_verifier_share\x18\x04 \x01(\x0c\x42\x08\n\x06result\"d\n\x16\x41ggregationJobResponse\x12\x32\n\x0cverify_resps\x18\x01 \x03(\x0b\x32\x1c.veil.protocol.v1.VerifyResp\x12\x16\n\x0ehelper_time_ms\x18\x02 \x01(\x04\"\xe5\x01\n\x15\x41ggregateShareRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x19\n\x11\x63ollection_job_id\x18\x02 \x01(\x0c\x12\x32\n\x0e\x62\x61tch_interval\x18\x03 \x01(\x0b\x32\x1a.veil.protocol.v1.Interval\x12\x14\n\x0creport_count\x18\x04 \x01(\x04\x12\x10\n\x08\x63hecksum\x18\x05 \x01(\x0c\x12\x11\n\tagg_param\x18\x06 \x01(\x0c\x12\x31\n\x0btask_window\x18\x07 \x01(\x0b\x32\x1c.veil.protocol.v1.TaskWindow\"W\n\x16\x41ggregateShareResponse\x12=\n\x13\x65ncrypted_agg_share\x18\x01 \x01(\x0b\x32 .veil.protocol.v1.HpkeCiphertext*\x9b\x02\n\x0bReportError\x12\x1c\n\x18REPORT_ERROR_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x42\x41TCH_COLLECTED\x10\x01\x12\x13\n\x0fREPORT_REPLAYED\x10\x02\x12\x12\n\x0eREPORT_DROPPED\x10\x03\x12\x1a\n\x16HPKE_UNKNOWN_CONFIG_ID\x10\x04\x12\x16\n\x12HPKE_DECRYPT_ERROR\x10\x05\x12\x15\n\x11VDAF_DECODE_ERROR\x10\x06\x12\x15\n\x11VDAF_VERIFY_ERROR\x10\x07\x12\x14\n\x10REPORT_TOO_EARLY\x10\x08\x12\x10\n\x0cTASK_EXPIRED\x10\t\x12\x13\n\x0fINVALID_MESSAGE\x10\n\x12\x11\n\rINVALID_TOKEN\x10\x0b\x32\xa8\x02\n\x06Helper\x12V\n\rGetHpkeConfig\x12#.veil.protocol.v1.HpkeConfigRequest\x1a .veil.protocol.v1.HpkeConfigList\x12^\n\tAggregate\x12\'.veil.protocol.v1.AggregationJobRequest\x1a(.veil.protocol.v1.AggregationJobResponse\x12\x66\n\x11GetAggregateShare\x12\'.veil.protocol.v1.AggregateShareRequest\x1a(.veil.protocol.v1.AggregateShareResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'veil.protocol.v1.helper_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPORTERROR']._serialized_start=1149
-  _globals['_REPORTERROR']._serialized_end=1432
+  _globals['_REPORTERROR']._serialized_start=1304
+  _globals['_REPORTERROR']._serialized_end=1587
   _globals['_REPORTSHARE']._serialized_start=85
   _globals['_REPORTSHARE']._serialized_end=237
   _globals['_VERIFYINIT']._serialized_start=240
   _globals['_VERIFYINIT']._serialized_end=413
   _globals['_AGGREGATIONJOBREQUEST']._serialized_start=416
-  _globals['_AGGREGATIONJOBREQUEST']._serialized_end=622
-  _globals['_VERIFYRESP']._serialized_start=625
-  _globals['_VERIFYRESP']._serialized_end=774
-  _globals['_AGGREGATIONJOBRESPONSE']._serialized_start=776
-  _globals['_AGGREGATIONJOBRESPONSE']._serialized_end=876
-  _globals['_AGGREGATESHAREREQUEST']._serialized_start=879
-  _globals['_AGGREGATESHAREREQUEST']._serialized_end=1057
-  _globals['_AGGREGATESHARERESPONSE']._serialized_start=1059
-  _globals['_AGGREGATESHARERESPONSE']._serialized_end=1146
-  _globals['_HELPER']._serialized_start=1435
-  _globals['_HELPER']._serialized_end=1731
+  _globals['_AGGREGATIONJOBREQUEST']._serialized_end=673
+  _globals['_TASKWINDOW']._serialized_start=675
+  _globals['_TASKWINDOW']._serialized_end=726
+  _globals['_VERIFYRESP']._serialized_start=729
+  _globals['_VERIFYRESP']._serialized_end=878
+  _globals['_AGGREGATIONJOBRESPONSE']._serialized_start=880
+  _globals['_AGGREGATIONJOBRESPONSE']._serialized_end=980
+  _globals['_AGGREGATESHAREREQUEST']._serialized_start=983
+  _globals['_AGGREGATESHAREREQUEST']._serialized_end=1212
+  _globals['_AGGREGATESHARERESPONSE']._serialized_start=1214
+  _globals['_AGGREGATESHARERESPONSE']._serialized_end=1301
+  _globals['_HELPER']._serialized_start=1590
+  _globals['_HELPER']._serialized_end=1886
 # @@protoc_insertion_point(module_scope)

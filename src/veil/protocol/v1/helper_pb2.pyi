@@ -60,20 +60,30 @@ class VerifyInit(_message.Message):
     def __init__(self, report_share: _Optional[_Union[ReportShare, _Mapping]] = ..., leader_verifier_share: _Optional[bytes] = ..., leader_verifier_share_2: _Optional[bytes] = ..., token: _Optional[bytes] = ..., leader_share_digest: _Optional[bytes] = ...) -> None: ...
 
 class AggregationJobRequest(_message.Message):
-    __slots__ = ("task_id", "aggregation_job_id", "verify_inits", "agg_param", "batch_interval", "round")
+    __slots__ = ("task_id", "aggregation_job_id", "verify_inits", "agg_param", "batch_interval", "round", "task_window")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AGGREGATION_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     VERIFY_INITS_FIELD_NUMBER: _ClassVar[int]
     AGG_PARAM_FIELD_NUMBER: _ClassVar[int]
     BATCH_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
+    TASK_WINDOW_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     aggregation_job_id: bytes
     verify_inits: _containers.RepeatedCompositeFieldContainer[VerifyInit]
     agg_param: bytes
     batch_interval: _messages_pb2.Interval
     round: int
-    def __init__(self, task_id: _Optional[bytes] = ..., aggregation_job_id: _Optional[bytes] = ..., verify_inits: _Optional[_Iterable[_Union[VerifyInit, _Mapping]]] = ..., agg_param: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., round: _Optional[int] = ...) -> None: ...
+    task_window: TaskWindow
+    def __init__(self, task_id: _Optional[bytes] = ..., aggregation_job_id: _Optional[bytes] = ..., verify_inits: _Optional[_Iterable[_Union[VerifyInit, _Mapping]]] = ..., agg_param: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., round: _Optional[int] = ..., task_window: _Optional[_Union[TaskWindow, _Mapping]] = ...) -> None: ...
+
+class TaskWindow(_message.Message):
+    __slots__ = ("not_before", "not_after")
+    NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    not_before: int
+    not_after: int
+    def __init__(self, not_before: _Optional[int] = ..., not_after: _Optional[int] = ...) -> None: ...
 
 class VerifyResp(_message.Message):
     __slots__ = ("report_id", "verifier_message", "reject", "helper_verifier_share")
@@ -96,20 +106,22 @@ class AggregationJobResponse(_message.Message):
     def __init__(self, verify_resps: _Optional[_Iterable[_Union[VerifyResp, _Mapping]]] = ..., helper_time_ms: _Optional[int] = ...) -> None: ...
 
 class AggregateShareRequest(_message.Message):
-    __slots__ = ("task_id", "collection_job_id", "batch_interval", "report_count", "checksum", "agg_param")
+    __slots__ = ("task_id", "collection_job_id", "batch_interval", "report_count", "checksum", "agg_param", "task_window")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     REPORT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
     AGG_PARAM_FIELD_NUMBER: _ClassVar[int]
+    TASK_WINDOW_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     collection_job_id: bytes
     batch_interval: _messages_pb2.Interval
     report_count: int
     checksum: bytes
     agg_param: bytes
-    def __init__(self, task_id: _Optional[bytes] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., report_count: _Optional[int] = ..., checksum: _Optional[bytes] = ..., agg_param: _Optional[bytes] = ...) -> None: ...
+    task_window: TaskWindow
+    def __init__(self, task_id: _Optional[bytes] = ..., collection_job_id: _Optional[bytes] = ..., batch_interval: _Optional[_Union[_messages_pb2.Interval, _Mapping]] = ..., report_count: _Optional[int] = ..., checksum: _Optional[bytes] = ..., agg_param: _Optional[bytes] = ..., task_window: _Optional[_Union[TaskWindow, _Mapping]] = ...) -> None: ...
 
 class AggregateShareResponse(_message.Message):
     __slots__ = ("encrypted_agg_share",)
