@@ -103,7 +103,8 @@ NOT_RUN = {
     ),
     ("docs/SURVEYS.md", "One answer per respondent: invitations", "sh"): (
         "the issuer is a long-running server: tests/integration/test_invitations_journey.py"
-        " runs the journey; the three commands are parsed"
+        " runs the journey, tests/integration/test_panel_invitations.py the panel; the"
+        " commands are parsed"
     ),
     ("docs/DEPLOYING.md", "The survey page: respondents in a browser", "sh"): (
         "a long-running server: tests/web/test_serve.py serves the page; the command is parsed"

@@ -385,6 +385,8 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
 
     name = "veil survey respond"
     setup_logging(args.log_level)
+    if args.invitations is not None:
+        return _respond_panel(args, name)
     try:
         client = SurveyClient(
             args.survey_dir,
@@ -454,6 +456,141 @@ def cmd_survey_respond(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_codes(path: Path) -> list[tuple[int, str]]:
+    """The invitation codes of a file, one a line (blank lines skipped), each
+    with its line number; ValueError naming the file and line of a line that
+    is not one code, or of a code given twice."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e.strerror}") from None
+    codes: list[tuple[int, str]] = []
+    first: dict[str, int] = {}
+    for n, line in enumerate(lines, 1):
+        code = line.strip()
+        if not code:
+            continue
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", code):
+            raise ValueError(
+                f"{path}:{n}: not an invitation code (one code a line, as veil survey invite"
+                f" writes them): {code[:40]!r}"
+            )
+        if code in first:
+            raise ValueError(f"{path}:{n}: the same invitation code as line {first[code]}")
+        first[code] = n
+        codes.append((n, code))
+    return codes
+
+
+def _respond_panel(args: argparse.Namespace, name: str) -> int:
+    """`--answers PANEL.jsonl --invitations CODES`: the n-th respondent of the
+    panel answers with the n-th code, every line checked before anything is
+    sent. An invitation already used (by an earlier run of the same command,
+    say) is skipped and named: nothing is sent twice."""
+    from tqdm import tqdm
+
+    from veil.client import SurveyClient, UploadError
+    from veil.invite.client import InvitationError
+    from veil.invite.issuer import USED_MESSAGE
+    from veil.survey import AnswerError, SurveyError
+    from veil.trust import TrustError
+
+    try:
+        if args.invitation is not None or args.answer:
+            raise ValueError(
+                "--invitations answers a panel from --answers: not with --invitation or --answer"
+            )
+        if not args.answers or args.issuer is None:
+            raise ValueError(
+                "--invitations needs --answers PANEL.jsonl (one respondent a line, the n-th"
+                " answering with the n-th code) and --issuer URL"
+            )
+        respondents, many = read_answers(Path(args.answers))
+        if not many:
+            raise ValueError(f"{args.answers}: a panel is a .jsonl file, one respondent a line")
+        codes = read_codes(Path(args.invitations))
+        if len(codes) != len(respondents):
+            raise ValueError(
+                f"{args.answers} has {len(respondents)} respondents and {args.invitations}"
+                f" {len(codes)} invitation codes: give one code a respondent, in the same order"
+                " (nothing was sent)"
+            )
+        if not codes:
+            raise ValueError("no answers given: nothing was sent")
+        client = SurveyClient(
+            args.survey_dir,
+            invitation=codes[0][1],
+            issuer=args.issuer,
+            issuer_keys=args.issuer_keys,
+            leader_root_certificates=read_pem(args.leader_ca),
+            helper_root_certificates=read_pem(args.helper_ca),
+            private_key=read_pem(args.client_key),
+            certificate_chain=read_pem(args.client_cert),
+        )
+    except (OSError, ValueError, SurveyError, TrustError) as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    used: list[str] = []
+    sent = 0
+    reports: dict[str, int] = {}
+    with client:
+        try:
+            for where, answers in respondents:
+                try:
+                    client.measurements(answers)
+                except AnswerError as e:
+                    raise ValueError(f"{where}: {e}") from None
+            client.check_open()
+        except (ValueError, SurveyError) as e:
+            print(f"{name}: {e} (nothing was sent)", file=sys.stderr)
+            return 2
+        at = ""
+        try:
+            with tqdm(
+                total=len(respondents),
+                desc="answering",
+                unit="respondent",
+                disable=True if args.no_progress else None,
+                file=sys.stderr,
+            ) as bar:
+                for (where, answers), (line, code) in zip(respondents, codes, strict=True):
+                    at = where
+                    try:
+                        done = client.respond_invited(answers, code)
+                    except InvitationError as e:
+                        if USED_MESSAGE not in str(e):
+                            raise
+                        used.append(f"{args.invitations}:{line}")
+                    else:
+                        sent += 1
+                        for q, n in done.reports.items():
+                            reports[q] = reports.get(q, 0) + n
+                    bar.update(1)
+        except (InvitationError, UploadError, SurveyError) as e:
+            print(
+                f"{name}: {at}: {e}; the {sent} respondents before it were answered. Run the"
+                " same command again for the rest: an invitation already used is skipped, never"
+                " sent twice (this respondent's too, if the issuer took its invitation)",
+                file=sys.stderr,
+            )
+            return 1
+    answered = ", ".join(f"{q}: {n}" for q, n in reports.items())
+    print(
+        f"answered {sent} of {len(respondents)} invited respondents to"
+        f" {client.survey.name!r}" + (f" ({answered})" if answered else "")
+    )
+    if used:
+        print(
+            f"{len(used)} {'invitation was' if len(used) == 1 else 'invitations were'} already"
+            f" used, so {'its respondent was' if len(used) == 1 else 'their respondents were'}"
+            " skipped"
+            f" (nothing sent twice): {', '.join(used[:10])}{' ...' if len(used) > 10 else ''}"
+        )
+    return 0
+
+
 def _interactive(survey: Survey) -> dict[str, Any]:
     from veil.times import format_time
 
@@ -507,9 +644,16 @@ def register(
         "--invitation", metavar="CODE", help="your invitation code (a survey with invitations)"
     )
     p.add_argument(
+        "--invitations",
+        metavar="FILE",
+        help="a panel with invitations: the codes, one a line, as veil survey invite writes"
+        " them; the n-th respondent of --answers (a .jsonl file) answers with the n-th code",
+    )
+    p.add_argument(
         "--issuer",
         metavar="URL",
-        help="the issuer's address, e.g. https://survey.example/invitation (with --invitation)",
+        help="the issuer's address, e.g. https://survey.example/invitation (with --invitation"
+        " or --invitations)",
     )
     p.add_argument(
         "--issuer-keys",

@@ -206,7 +206,10 @@ class SurveyClient:
             count += 1
         report_time = self.check_open()
         if self.survey.invitations:
-            return self._respond_invited(per_question, count, report_time, on_progress, randomized)
+            assert self.invitation is not None
+            return self._respond_invited(
+                per_question, count, report_time, on_progress, randomized, self.invitation
+            )
         sent: dict[str, int] = {}
         for qid, ms in per_question.items():
             if not ms:
@@ -232,6 +235,33 @@ class SurveyClient:
                     on_progress(len(chunk))
         return Responses(count, sent)
 
+    def respond_invited(
+        self,
+        answers: Mapping[str, Any],
+        invitation: str,
+        *,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> Responses:
+        """Upload one invited respondent's answers under `invitation`, the
+        code given to that respondent (a panel answers each of its
+        respondents so, each with its own code, through one client: `veil
+        survey respond --invitations`). InvitationError as `respond`."""
+        if not self.survey.invitations:
+            raise SurveyError("this survey does not use invitations")
+        per_question: dict[str, list[Any]] = {q.id: [] for q in self.survey.tasked}
+        try:
+            device, randomized = device_measurements(
+                self.survey, self.tasks, self.measurements(answers)
+            )
+        except ValueError as e:
+            raise AnswerError(str(e)) from None
+        for qid, m in device.items():
+            per_question[qid].append(m)
+        report_time = self.check_open()
+        return self._respond_invited(
+            per_question, 1, report_time, on_progress, randomized, invitation
+        )
+
     def _respond_invited(
         self,
         per_question: Mapping[str, list[Any]],
@@ -239,6 +269,7 @@ class SurveyClient:
         report_time: int,
         on_progress: Callable[[int], None] | None,
         randomized: set[str],
+        invitation: str,
     ) -> Responses:
         """One invited respondent: each answered question's report sealed,
         a token redeemed for each (bound to it as sealed), then sent."""
@@ -246,7 +277,7 @@ class SurveyClient:
 
         if count != 1:
             raise AnswerError("an invitation is for one respondent: give one set of answers")
-        assert self.invitation is not None and self.issuer is not None
+        assert self.issuer is not None
         qids = [q.id for q in self.survey.tasked]
         sealed: list[Report | None] = []
         for qid in qids:
@@ -265,7 +296,7 @@ class SurveyClient:
                 randomized=qid in randomized,
             )
             sealed.append(report)
-        tokened = redeem(self.issuer, self.invitation, [self.tasks[q] for q in qids], sealed)
+        tokened = redeem(self.issuer, invitation, [self.tasks[q] for q in qids], sealed)
         sent: dict[str, int] = {}
         for qid, answered in zip(qids, tokened, strict=True):
             if answered is None:
