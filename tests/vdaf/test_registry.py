@@ -98,6 +98,7 @@ def test_the_cli_and_survey_questions_use_the_registry() -> None:
         "choice": {"options": ("a", "b", "c")},
         "multi_choice": {"options": ("a", "b", "c"), "max_choices": 2},
         "vector": {"length": 3, "max": 4},
+        "points": {"options": ("a", "b", "c"), "total": 10},
         "text": {"max_bytes": 4},
     }
     for kind in QUESTION_KINDS:
