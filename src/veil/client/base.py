@@ -281,6 +281,7 @@ class ClientBase:
         leader: HpkeConfig,
         helper: HpkeConfig,
         report_time: int | None,
+        randomized: bool = False,
     ) -> list[Report]:
         return prepare_reports(
             self.task,
@@ -289,6 +290,7 @@ class ClientBase:
             helper,
             self.report_time() if report_time is None else report_time,
             batch=self._batch,
+            randomized=randomized,
         )
 
     def _chunks(self, reports: Sequence[Report]) -> Iterator[Sequence[Report]]:

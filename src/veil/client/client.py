@@ -127,15 +127,22 @@ class Client:
         return self.build_reports([measurement], report_time)[0]
 
     def build_reports(
-        self, measurements: Sequence[Any], report_time: int | None = None
+        self,
+        measurements: Sequence[Any],
+        report_time: int | None = None,
+        *,
+        randomized: bool = False,
     ) -> list[Report]:
         """Shard (on the batched path) and seal many measurements, each with a
-        fresh report id. Raises ValueError, naming the report, on an invalid one."""
+        fresh report id. Raises ValueError, naming the report, on an invalid one.
+        `randomized`: the measurements went through the task's local layer
+        already (`prepare_reports`)."""
         return self._base._prepare(
             measurements,
             self.hpke_config(ROLE_LEADER),
             self.hpke_config(ROLE_HELPER),
             report_time,
+            randomized,
         )
 
     def _send(self, reports: Sequence[Report]) -> UploadResult:
@@ -166,10 +173,17 @@ class Client:
         return self.upload_reports([self.build_report(measurement, report_time)])
 
     def upload_batch(
-        self, measurements: Iterable[Any], report_time: int | None = None
+        self,
+        measurements: Iterable[Any],
+        report_time: int | None = None,
+        *,
+        randomized: bool = False,
     ) -> UploadResult:
-        """Shard, seal and upload many measurements (one request per `batch_size`)."""
-        return self.upload_reports(self.build_reports(list(measurements), report_time))
+        """Shard, seal and upload many measurements (one request per
+        `batch_size`); `randomized` as for `build_reports`."""
+        return self.upload_reports(
+            self.build_reports(list(measurements), report_time, randomized=randomized)
+        )
 
     def flush(self) -> UploadResult:
         """Send what the outbox holds for the task, oldest first; see

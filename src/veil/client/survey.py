@@ -217,19 +217,7 @@ class SurveyClient:
             client = self._clients[qid]
             for i in range(0, len(ms), UPLOAD_CHUNK):
                 chunk = ms[i : i + UPLOAD_CHUNK]
-                if qid in randomized:
-                    client.upload_reports(
-                        prepare_reports(
-                            self.tasks[qid],
-                            chunk,
-                            client.hpke_config(ROLE_LEADER),
-                            client.hpke_config(ROLE_HELPER),
-                            report_time,
-                            randomized=True,
-                        )
-                    )
-                else:
-                    client.upload_batch(chunk, report_time)
+                client.upload_batch(chunk, report_time, randomized=qid in randomized)
                 sent[qid] = sent.get(qid, 0) + len(chunk)
                 if on_progress is not None:
                     on_progress(len(chunk))

@@ -34,12 +34,10 @@ from tqdm import tqdm
 
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
-from veil.client.prepare import prepare_reports
 from veil.client.survey import UPLOAD_CHUNK, device_measurements
 from veil.collector import Collector
 from veil.collector.survey import level_query, local_breakdown, text_guarantee
 from veil.collector.text import TextProgress, descend
-from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.local.launcher import LocalDeployment
 from veil.local.simulate import simulate_respondents, truth
 from veil.survey import Question, Survey, load_survey, parse_survey
@@ -192,19 +190,7 @@ def _run(
                 drawn = bool(sent) and q.id in sent[0][1]
                 for i in range(0, len(measurements), UPLOAD_CHUNK):
                     chunk = measurements[i : i + UPLOAD_CHUNK]
-                    if drawn:
-                        client.upload_reports(
-                            prepare_reports(
-                                tasks[q.id],
-                                chunk,
-                                client.hpke_config(ROLE_LEADER),
-                                client.hpke_config(ROLE_HELPER),
-                                report_time,
-                                randomized=True,
-                            )
-                        )
-                    else:
-                        client.upload_batch(chunk, report_time)
+                    client.upload_batch(chunk, report_time, randomized=drawn)
                     bar.update(len(chunk))
 
     # A text question's reports are aggregated when each level is collected.
