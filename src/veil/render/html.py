@@ -304,6 +304,14 @@ def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
             else ""
         )
         figure = chart(r) if r.rows else ""
+        # No rows (a text question whose answers were all below the threshold):
+        # the sentence above says so; a table of headers alone would say nothing.
+        table = (
+            f"<table><tr><th>answer</th><th>estimate</th>"
+            f"<th>{r.confidence:.0%} interval</th></tr>{rows}</table>"
+            if r.rows
+            else ""
+        )
         if r.question.kind == "breakdown":
             assert r.question.of is not None and r.question.by is not None
             sections.append(
@@ -332,9 +340,7 @@ def report_html(survey: Survey, results: Sequence[QuestionResult]) -> str:
             f"<section><h2>{escape(r.question.text)}</h2>"
             f'<p class="meta">question <code>{escape(r.question.id)}</code>'
             f" ({escape(r.question.kind.replace('_', ' '))}), n = {r.n} reports,"
-            f" {privacy}</p>{banner}{figure}"
-            f"<table><tr><th>answer</th><th>estimate</th>"
-            f"<th>{r.confidence:.0%} interval</th></tr>{rows}</table></section>"
+            f" {privacy}</p>{banner}{figure}{table}</section>"
         )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
