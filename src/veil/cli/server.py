@@ -38,8 +38,9 @@ def cmd_server(args: argparse.Namespace) -> int:
 def _serve_http(
     app: Any, listener: socket.socket, tls: ssl.SSLContext | None, max_body: int
 ) -> None:
-    """The leader's DAP routes behind the survey page's connection guard
-    (caps per address and in all, header and request deadlines)."""
+    """The DAP routes (the leader's or the helper's) behind the survey
+    page's connection guard (caps per address and in all, header and
+    request deadlines)."""
     from veil.web.app import ServeLimits
     from veil.web.guard import serve
 

@@ -27,6 +27,7 @@ from veil.aggregator.core import (
     check_window_agrees,
 )
 from veil.aggregator.errors import InvalidMessage, TooLarge
+from veil.aggregator.helper.dap import DapHelper
 from veil.aggregator.helper.jobs import (
     MAX_JOB_SIZE,
     HelperJobs,
@@ -61,6 +62,8 @@ class Helper(AggregatorBase[HelperTask]):
         self.queries = HelperQueries(store)
         self.jobs = HelperJobs(self.table, self.keys, store, self.clock, metrics)
         self.releases = HelperRelease(self.table, store, self.clock, privacy, self.queries, metrics)
+        # What the helper answers over DAP, for the tasks served over it.
+        self.dap = DapHelper(self.table, self.keys, self.jobs, self.releases)
 
     def aggregate(
         self,
@@ -81,6 +84,7 @@ class Helper(AggregatorBase[HelperTask]):
         ctx = self.table.context(task_id)
         task = ctx.task
         authorize(task, token, task.aggregator_token_hash, "aggregator")
+        _not_dap(task)
         check_window_agrees(task, window)
         began = time.monotonic()
         scope: JobScope
@@ -115,6 +119,7 @@ class Helper(AggregatorBase[HelperTask]):
     ) -> Ciphertext:
         """The helper's noised aggregate share of a batch (or of one level of
         it), sealed to the collector; the same bytes on a retry."""
+        _not_dap(self.table.task(task_id))
         return self.releases.aggregate_share(
             task_id,
             token,
@@ -125,4 +130,13 @@ class Helper(AggregatorBase[HelperTask]):
             checksum,
             agg_param,
             window,
+        )
+
+
+def _not_dap(task: HelperTask) -> None:
+    """A task served over DAP is aggregated and released over DAP only
+    (`Helper.dap`): its shares open and seal under DAP's contexts."""
+    if task.dap is not None:
+        raise InvalidMessage(
+            f"task {task.id_text} is served over DAP: the leader aggregates it over DAP"
         )

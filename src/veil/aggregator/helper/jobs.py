@@ -82,6 +82,8 @@ class JobScope(Protocol):
     agg_param: Any
     # The VDAF rounds this request runs (the helper's answer is the last's).
     rounds: int
+    # The VDAF's application context (veil's, or DAP's "dap-19" || task_id).
+    context: bytes
 
     def digest(self, job_id: bytes, items: Sequence[VerifyInitItem]) -> bytes:
         """What identifies the request: a job asked again must send the same."""
@@ -311,7 +313,7 @@ class HelperJobs:
             if scope.rounds > 1:
                 leader_shares.append([it.leader_verifier_share_2 for it in chosen])
             step, last = helper_steps(
-                ctx.engine, vdaf_ctx(task.task_id), scope.agg_param, init, leader_shares
+                ctx.engine, scope.context, scope.agg_param, init, leader_shares
             )
             accepted: list[tuple[int, bytes, int]] = []  # bucket, report id, row
             for row, i in enumerate(opened):
@@ -450,6 +452,7 @@ class UploadScope:
         self.store = jobs.store
         self.metrics = jobs.metrics
         self.task_id = ctx.task.task_id
+        self.context = vdaf_ctx(self.task_id)
         # Whether each time bucket of the job was collected, as first read.
         self._collected: dict[int, bool] = {}
 
@@ -497,7 +500,7 @@ class UploadScope:
         task = ctx.task
         return ctx.engine.verify_init(
             task.verify_key,
-            vdaf_ctx(task.task_id),
+            self.context,
             1,
             None,
             [it.report_id for it in items],

@@ -65,7 +65,7 @@ from veil.aggregator.store.records import (
     QueryConflict,
 )
 from veil.hpke import ROLE_HELPER, input_share_info
-from veil.messages import REPORT_ID_SIZE
+from veil.messages import REPORT_ID_SIZE, vdaf_ctx
 from veil.task import HelperTask
 from veil.vdaf.engine import OutShares, Round
 from veil.vdaf.spec.poplar1 import Poplar1AggParam
@@ -230,6 +230,7 @@ class QueryScope:
         self.ctx = ctx
         self.store = jobs.store
         self.task_id = ctx.task.task_id
+        self.context = vdaf_ctx(self.task_id)
         self.encoded = encoded
         self.start = start
         self.duration = duration

@@ -53,6 +53,10 @@ from veil.task import HelperTask
 
 log = logging.getLogger(__name__)
 
+# Seals an encoded aggregate share to the collector (veil's own seal_share
+# unless given).
+Seal = Callable[[bytes], Ciphertext]
+
 
 class ReleaseTarget(Protocol):
     """What one release is of, and what differs with it."""
@@ -109,11 +113,13 @@ class HelperRelease:
         checksum: bytes,
         agg_param: bytes = b"",
         window: tuple[int, int] | None = None,
+        seal: Seal | None = None,
     ) -> Ciphertext:
         """The helper's noised aggregate share of a batch (or of one level of
         a batch, named by `agg_param`), sealed to the collector; the same
         bytes on a retry. `window` is the task's in the leader's file
-        (check_window_agrees)."""
+        (check_window_agrees). `seal` seals the encoded share where the
+        protocol binds another context than veil's (DAP's)."""
         ctx = self.tasks.context(task_id)
         task = ctx.task
         authorize(task, token, task.aggregator_token_hash, "aggregator")
@@ -135,7 +141,7 @@ class HelperRelease:
             # share was computed from, and returns what another process
             # stored first.
             stored = self.release(
-                ctx, target, collection_id, start, duration, report_count, checksum
+                ctx, target, collection_id, start, duration, report_count, checksum, seal
             )
         if (stored.start, stored.duration, stored.agg_param) != (
             start,
@@ -157,6 +163,7 @@ class HelperRelease:
         duration: int,
         report_count: int,
         checksum: bytes,
+        seal: Seal | None = None,
     ) -> CollectionRecord:
         """The one release step: the counts, the floor, the ceiling, the
         ledger, the noise, the seal and the commit."""
@@ -172,15 +179,11 @@ class HelperRelease:
         noised, _ = self.privacy.release_in(
             task, engine.noise_modulus(agg_param), collection_id, start, duration, share
         )
-        ct = seal_share(
-            task,
-            ROLE_HELPER,
-            start,
-            duration,
-            count,
-            engine.encode_agg_share(agg_param, noised),
-            target.encoded,
-        )
+        encoded = engine.encode_agg_share(agg_param, noised)
+        if seal is not None:
+            ct = seal(encoded)
+        else:
+            ct = seal_share(task, ROLE_HELPER, start, duration, count, encoded, target.encoded)
         record = CollectionRecord(
             task.task_id,
             collection_id,

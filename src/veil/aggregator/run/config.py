@@ -28,7 +28,7 @@ Configuration is one TOML file (paths in it are relative to the file):
     [metrics]                          # optional Prometheus endpoint
     listen = "127.0.0.1:9101"          # loopback only, unless:
     public = false                     # true: serve off loopback (no TLS, no auth)
-    [dap]                              # leader only, optional: DAP over HTTP (docs/DAP.md)
+    [dap]                              # optional: DAP over HTTP (docs/DAP.md)
     listen = "127.0.0.1:8080"          # loopback only unless [tls] is set
     [driver]                           # leader only
     interval = 0.5                     # seconds between idle passes
@@ -174,7 +174,7 @@ class ServerConfig:
     allow_exact_release: bool = False
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
-    # The leader's DAP routes over HTTP (docs/DAP.md), beside gRPC: host:port,
+    # The DAP routes over HTTP (docs/DAP.md), beside gRPC: host:port,
     # loopback unless [tls] is set (its cert and key serve HTTPS too).
     dap_listen: str | None = None
 

@@ -22,6 +22,7 @@ from veil.aggregator.maintenance import advance_keys, collect_garbage
 from veil.aggregator.run.backend import open_storage
 from veil.aggregator.run.channels import read_pem, server_options
 from veil.aggregator.run.config import ConfigError, ServerConfig, reload_tasks, tasks_of_role
+from veil.aggregator.run.dap_helper_http import dap_helper_app
 from veil.aggregator.run.dap_http import dap_app
 from veil.aggregator.run.service import HelperService, LeaderService, add_service
 from veil.aggregator.run.signals import Signals
@@ -44,7 +45,7 @@ SERVICE_NAMES = {"leader": _LEADER_SERVICE.full_name, "helper": _HELPER_SERVICE.
 
 # Runs an ASGI application on a bound listener (TLS or not), with at most
 # `max_body` bytes a request, until the process ends: what serves the
-# leader's DAP routes (`veil leader` passes the survey page's guarded
+# leader's and the helper's DAP routes (`veil leader` passes the survey page's guarded
 # server, veil.web.guard.serve).
 HttpServe = Callable[[Any, socket.socket, "ssl.SSLContext | None", int], None]
 
@@ -57,8 +58,6 @@ class AggregatorServer:
     ) -> None:
         if role not in ("leader", "helper"):
             raise ConfigError(f"unknown role {role!r}")
-        if config.dap_listen is not None and role != "leader":
-            raise ConfigError("[dap] is the leader's: the helper serves no DAP yet")
         if config.dap_listen is not None and http_serve is None:
             raise ConfigError("[dap] listen needs an HTTP server to run the DAP routes")
         self._http_serve = http_serve
@@ -78,6 +77,7 @@ class AggregatorServer:
         server = self.server
         self.metrics.track_waiting(lambda: float(server.waiting))
         self.leader: Leader | None = None
+        self.helper: Helper | None = None
         self.logic: AggregatorBase[Any]
         self._stop = threading.Event()
         self._driver: threading.Thread | None = None
@@ -97,7 +97,7 @@ class AggregatorServer:
                 metrics=self.metrics,
                 open_threads=config.open_threads,
             )
-            self.logic = helper_logic
+            self.logic = self.helper = helper_logic
             add_service(self.server, HelperService(helper_logic), _HELPER_SERVICE, self.metrics)
             self.service_name = _HELPER_SERVICE.full_name
         self._bind()
@@ -172,8 +172,12 @@ class AggregatorServer:
             bound = self.metrics.serve(host.strip("[]"), int(port))
             log.info("metrics on http://%s:%d/metrics", host, bound)
         if self._dap_listener is not None:
-            assert self.leader is not None and self._http_serve is not None
-            app = dap_app(self.leader.dap, self.config.max_message_bytes)
+            assert self._http_serve is not None
+            if self.leader is not None:
+                app = dap_app(self.leader.dap, self.config.max_message_bytes)
+            else:
+                assert self.helper is not None
+                app = dap_helper_app(self.helper.dap, self.config.max_message_bytes)
             serve, listener, tls = self._http_serve, self._dap_listener, self._dap_tls()
             threading.Thread(
                 target=lambda: serve(app, listener, tls, self.config.max_message_bytes),
