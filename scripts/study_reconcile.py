@@ -1,8 +1,10 @@
 """Coverage and precision of reconciled breakdowns, with the exact noise
 (bench.reconcile over veil.dp.reconcile). Prints a Markdown table
-(docs/reports/ACCURACY.md).
+(docs/reports/ACCURACY.md); --joint for breakdowns that share a margin,
+reconciled together.
 
     python scripts/study_reconcile.py --runs 2000
+    python scripts/study_reconcile.py --runs 2000 --joint
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 # The measurements (bench/) live beside scripts/, outside the veil package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.reconcile import format_study, run
+from bench.reconcile import format_study, run, run_joint
 
 
 def main() -> int:
@@ -23,9 +25,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2000, help="releases per configuration")
     parser.add_argument("--sizes", type=int, nargs="+", default=[20, 2000], help="respondents")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--joint", action="store_true", help="breakdowns sharing a margin, reconciled together"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    points = run(
+    points = (run_joint if args.joint else run)(
         args.sizes,
         args.runs,
         args.seed,

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from bench.reconcile import BUDGETS, CONFIGS, binomial_below, study
+from bench.reconcile import BUDGETS, CONFIGS, JOINT_CONFIGS, binomial_below, joint_study, study
 from tests.support.modes import LONG
 
 RUNS = 2000 if LONG else 300
@@ -30,6 +30,26 @@ def test_reconciled_intervals_cover_and_gain(config, budget) -> None:  # type: i
     assert point.raw_cover >= 0.9 and point.width_ratio < 1
     assert point.exact_ratio < 1
     # Measured over the runs (paired with the raw estimators on the same noise).
+    assert point.measured_ratio < 1, point
+
+
+# Breakdowns reconciled together: the one tied both ways (a question by two
+# groups, one of them another breakdown's group) in the quick mode.
+JOINT = [
+    (c, b)
+    for c in JOINT_CONFIGS
+    for b in BUDGETS
+    if LONG or (c.name == "three tied both ways" and b is BUDGETS[0])
+]
+
+
+@pytest.mark.parametrize(("config", "budget"), JOINT, ids=lambda x: getattr(x, "name", None))
+def test_jointly_reconciled_intervals_cover_and_gain(config, budget) -> None:  # type: ignore[no-untyped-def]
+    name, dp = budget
+    point = joint_study(config, dp, name, 30, RUNS, random.Random(f"joint-{config.name}-{name}"))
+    assert point.p_low > 1e-3, point
+    assert point.raw_cover >= 0.9 and point.width_ratio < 1
+    assert point.exact_ratio < 1
     assert point.measured_ratio < 1, point
 
 

@@ -13,13 +13,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import optimize
 
 from veil.dp import DiscreteGaussian, DiscreteLaplace, InvalidParameter, TotalNoise
 from veil.dp.reconcile import (
     Block,
+    Crossing,
     Margin,
     ReconcilePlan,
+    _transport,
     breakdown_plan,
+    joint_plan,
     same_respondents,
     weighted_noise_half_width,
 )
@@ -320,3 +324,145 @@ def test_malformed_releases_are_refused() -> None:
         ReconcilePlan(3, _laplace(2), [], [], confidence=1.0)
     with pytest.raises(InvalidParameter, match="at least one cell"):
         ReconcilePlan(0, _laplace(2), [], [])
+
+
+# --------------------------------------------------------------------------- joint plans
+
+
+@st.composite
+def joint_breakdowns(draw: st.DrawFn) -> tuple:  # type: ignore[type-arg]
+    """Two or three breakdowns over a few questions, sharing some: a question by
+    two groups, two questions by one group, a group that is another's question."""
+    n = draw(st.integers(0, 200))
+    questions = {"a": ("yes_no", 2), "b": ("choice", draw(st.integers(2, 4))),
+                 "c": ("choice", draw(st.integers(2, 3))), "d": ("integer", 1),
+                 "e": ("multi_choice", 3)}  # fmt: skip
+    pairs = draw(st.lists(st.sampled_from([
+        ("a", "b"), ("a", "c"), ("b", "c"), ("c", "b"), ("b", "a"), ("d", "b"), ("d", "a"),
+        ("e", "c"),
+    ]), min_size=2, max_size=3))  # fmt: skip
+
+    def noise() -> TotalNoise:
+        if draw(st.booleans()):
+            return _laplace(Fraction(draw(st.integers(1, 400)), 10), draw(st.integers(1, 2)))
+        return _gaussian(Fraction(draw(st.integers(1, 4000)), 10))
+
+    crossings = []
+    for q, g in pairs:
+        kind, m = questions[q]
+        top = 7 if kind == "integer" else 1
+        crossings.append(Crossing(q, kind, m, g, questions[g][0], questions[g][1], n, top, noise()))
+    releases = {q: noise() for q in questions if draw(st.booleans()) or q == pairs[0][0]}
+    plan = joint_plan(crossings, releases)
+    spread = draw(st.integers(0, 100))
+    high = n * 7
+
+    def values(size: int) -> np.ndarray:  # type: ignore[type-arg]
+        return np.array(draw(st.lists(st.integers(-spread, high + spread), min_size=size,
+                                      max_size=size)))  # fmt: skip
+
+    margins = [values(m.design.shape[0]) for m in plan.margins]
+    return plan, values(plan.size), margins, crossings, n
+
+
+@settings(max_examples=120, deadline=None)
+@given(joint_breakdowns())
+def test_joint_tables_add_up_in_every_breakdown(case: tuple) -> None:  # type: ignore[type-arg]
+    """Every published total equals the sum of every breakdown's published cells
+    that measure it; each breakdown's cells are possible."""
+    plan, values, margins, crossings, n = case
+    result = plan.apply(values, margins)
+    shown = np.array([float(e.value) for e in result.shown_cells])
+    assert np.all(shown >= 0)
+    for margin, published in zip(plan.margins, result.shown_margins, strict=True):
+        totals = np.array([float(e.value) for e in published])
+        for design in (margin.design, *margin.others):
+            assert design @ shown == pytest.approx(totals, abs=1e-9 * (1 + n * 7))
+        rec = np.array([float(e.value) for e in result.cells])
+        for design in margin.others:  # tied before the cut too
+            assert design @ rec == pytest.approx(margin.design @ rec, abs=1e-6 * (1 + n * 7))
+    for c, piece in zip(crossings, plan.pieces, strict=True):
+        if c.histogram:
+            assert shown[list(piece)].sum() == pytest.approx(n, abs=1e-9 * (1 + n))
+
+
+@settings(max_examples=120, deadline=None)
+@given(joint_breakdowns())
+def test_joint_estimates_are_at_least_as_precise_as_any_source(case: tuple) -> None:  # type: ignore[type-arg]
+    plan = case[0]
+    assert np.all(plan.cell_variances() <= plan.raw_cell_variances() * (1 + 1e-9))
+    for i, m in enumerate(plan.margins):
+        smallest = plan.raw_margin_variances(i)
+        assert np.all(plan.margin_variances(i) <= smallest * (1 + 1e-9) + 1e-9)
+        for design in (m.design, *m.others):  # every breakdown's sum is a source
+            assert np.all(smallest <= (design**2) @ plan.raw_cell_variances() * (1 + 1e-12))
+
+
+def test_a_question_two_breakdowns_measure_gains_from_both() -> None:
+    """remote by team and remote by office: remote's reconciled total is more
+    precise than from either breakdown with remote alone, and each breakdown's
+    cells gain from the other's."""
+    args = ("yes_no", 2, "choice", 3, 100, 1)
+    alone = breakdown_plan(*args, _laplace(3), _laplace(3), _laplace(3))
+    by_team = Crossing("remote", "yes_no", 2, "team", "choice", 3, 100, 1, _laplace(3))
+    by_office = Crossing("remote", "yes_no", 2, "office", "choice", 2, 100, 1, _laplace(3))
+    joint = joint_plan([by_team, by_office], dict.fromkeys(("remote", "team", "office"),
+                                                           _laplace(3)))  # fmt: skip
+    assert [m.name for m in joint.margins] == ["remote", "team", "office"]
+    assert joint.margin_variances(0)[0] < alone.margin_variances(0)[0]
+    assert np.all(joint.cell_variances()[:6] < alone.cell_variances())
+    assert joint.pieces == (tuple(range(6)), tuple(range(6, 10)))
+
+
+def test_transport_meets_both_sets_of_totals() -> None:
+    """The cut of a cross-tied histogram: non-negative, its rows and columns the
+    given totals, and the closest such point."""
+    values = [Fraction(v) for v in (-3, 5, 2, 8, -1, 4)]
+    rows, columns = ((0, 1, 2), (3, 4, 5)), ((0, 3), (1, 4), (2, 5))
+    out = _transport(values, rows, columns, [Fraction(6), Fraction(9)],
+                     [Fraction(5), Fraction(3), Fraction(7)])  # fmt: skip
+    x = np.array([float(out[j]) for j in range(6)])
+    assert np.all(x >= 0)
+    assert x.reshape(2, 3).sum(axis=1) == pytest.approx([6, 9], abs=1e-9)
+    assert x.reshape(2, 3).sum(axis=0) == pytest.approx([5, 3, 7], abs=1e-9)
+    # The closest such point: no better one found by a general solver (the last
+    # column's total follows from the others').
+    target = np.array([float(v) for v in values])
+    best = optimize.minimize(
+        lambda y: float(np.sum((y - target) ** 2)),
+        np.full(6, 2.5),
+        constraints=[{"type": "eq", "fun": lambda y: np.concatenate(
+            [y.reshape(2, 3).sum(axis=1) - [6, 9], y.reshape(2, 3).sum(axis=0)[:2] - [5, 3]])}],
+        bounds=[(0, None)] * 6,
+        method="SLSQP",
+        options={"ftol": 1e-12},
+    )  # fmt: skip
+    assert best.success
+    assert np.sum((x - target) ** 2) <= best.fun + 1e-6
+    assert x == pytest.approx(best.x, abs=1e-4)
+
+
+def test_malformed_joint_plans_are_refused() -> None:
+    one = Crossing("q", "choice", 3, "g", "choice", 2, 10, 1, _laplace(2))
+    with pytest.raises(InvalidParameter, match="by itself"):
+        Crossing("q", "choice", 3, "q", "choice", 3, 10, 1, _laplace(2))
+    with pytest.raises(InvalidParameter, match="one breakdown or more"):
+        joint_plan([], {})
+    other = Crossing("q", "choice", 3, "h", "yes_no", 2, 11, 1, _laplace(2))
+    with pytest.raises(InvalidParameter, match="different report counts"):
+        joint_plan([one, other], {"q": _laplace(2)})
+    # Without the shared release, they are apart: nothing ties them.
+    assert not joint_plan([one, other], {}).margins
+    with pytest.raises(InvalidParameter, match="partition the cells"):
+        ReconcilePlan(3, [((0, 1), _laplace(2))], [], [])
+    with pytest.raises(InvalidParameter, match="link differ"):
+        ReconcilePlan(4, _laplace(2), [], [Block((0, 1), 5, True, ((0,), (1,)), "x"),
+                                            Block((2, 3), 6, True, ((2,), (3,)), "x")])  # fmt: skip
+    with pytest.raises(InvalidParameter, match="linked block has parts"):
+        Block((0, 1), 5, link="x")
+    with pytest.raises(InvalidParameter, match="cross partition"):
+        Block((0, 1), 5, False, ((0, 1),), cross=((0,), (1,)))
+    with pytest.raises(InvalidParameter, match="one shape"):
+        Margin(np.ones((1, 4)), _laplace(2), 3, "x", (np.ones((2, 4)),))
+    with pytest.raises(InvalidParameter, match="tie"):
+        ReconcilePlan(2, _laplace(2), [], [], ties=[[1.0, math.inf]])

@@ -220,6 +220,11 @@ total = 10
 id = "budget_by_team"
 question = "budget"
 by = "team"
+
+[[breakdown]]
+id = "budget_by_remote"
+question = "budget"
+by = "remote"
 """
 )
 
@@ -242,7 +247,11 @@ def test_simulate_json_lists_each_breakdown_cell_by_cell(tmp_path: Path) -> None
     assert entries["budget_by_team"]["labels"] == [
         f"{t} / {o}" for t in TEAMS for o in ("pay", "tools")
     ]
-    for bid in ("remote_by_team", "commute_by_team", "tools_by_remote", "budget_by_team"):
+    assert entries["budget_by_remote"]["labels"] == [
+        f"{yn} / {o}" for yn in ("no", "yes") for o in ("pay", "tools")
+    ]
+    breakdowns = ("remote_by_team", "commute_by_team", "tools_by_remote", "budget_by_team")
+    for bid in (*breakdowns, "budget_by_remote"):
         e = entries[bid]
         # No noise: through both servers, every cell is exactly the truth.
         assert e["estimate"] == e["truth"] == e["ci_low"] == e["ci_high"], e
@@ -251,6 +260,12 @@ def test_simulate_json_lists_each_breakdown_cell_by_cell(tmp_path: Path) -> None
     assert sum(entries["commute_by_team"]["truth"]) == pytest.approx(
         60 * entries["commute"]["truth"]
     )  # the groups' sums add up to the question's (its truth is the mean)
+    # budget is measured by two breakdowns, reconciled together: each one's
+    # option totals are the question's (its truth the mean points per respondent).
+    for bid, groups in (("budget_by_team", 3), ("budget_by_remote", 2)):
+        per_option = [sum(entries[bid]["estimate"][o::2]) / 60 for o in range(2)]
+        assert per_option == pytest.approx(entries["budget"]["estimate"])
+        assert len(entries[bid]["estimate"]) == 2 * groups
 
 
 RANDOMIZED = """

@@ -1,7 +1,8 @@
 """A survey's breakdowns published with the questions they cross as one set
 (veil.survey.reconciled): the questions' totals are the sums of the breakdowns'
-published cells, the raw releases stay, and a release that is not a margin (other
-respondents, a question two breakdowns measure) is left as it was."""
+published cells, the raw releases stay, breakdowns that measure one question are
+reconciled together, and a release that is not a margin (other respondents) is
+left as it was."""
 
 from __future__ import annotations
 
@@ -179,20 +180,129 @@ def test_a_release_that_is_no_margin_is_left_alone() -> None:
     # Team is a budget breakdown's group too, but a numeric breakdown has no group
     # margin: budget_by_team still reconciles with budget.
     assert new["budget_by_team"].reconciled_with == ("budget",)
-    # Remote measured by two breakdowns keeps its own totals.
+    assert new["hours"].reconciled_with == ("hours_by_remote",)
+
+
+OFFICE = """
+[[question]]
+id = "office"
+kind = "choice"
+options = ["north", "south"]
+
+[[question]]
+id = "lunch"
+kind = "choice"
+options = ["in", "out", "none"]
+
+[[breakdown]]
+id = "remote_by_office"
+question = "remote"
+by = "office"
+
+[[breakdown]]
+id = "lunch_by_team"
+question = "lunch"
+by = "team"
+
+[[breakdown]]
+id = "hours_by_office"
+question = "hours"
+by = "office"
+"""
+
+
+def _joint(n: int = 40) -> tuple[list[QuestionResult], list[QuestionResult]]:
+    survey = parse_survey(SURVEY + OFFICE, "s.toml")
+    collected = _collected(survey, n)
+    collected |= {
+        "office": _released(survey, "office", n, [26, 15]),
+        "lunch": _released(survey, "lunch", n, [18, 15, 6]),
+        "remote_by_office": _released(survey, "remote_by_office", n, [19, 5, 9, 8]),
+        "lunch_by_team": _released(survey, "lunch_by_team", n, [9, 8, 3, 5, 4, 2, 4, 3, 1]),
+        "hours_by_office": _released(survey, "hours_by_office", n, [290, 250]),
+    }
+    return _results(survey, collected)
+
+
+def test_a_question_two_breakdowns_measure_is_every_ones_margin() -> None:
+    """Remote by team and remote by office, team counted by remote_by_team and
+    lunch_by_team, hours by remote and by office: one least squares problem, and
+    every published total is every breakdown's sum of it."""
+    before, after = _joint()
+    remote_team = _rows(after, "remote_by_team")  # eng/no, eng/yes, design/no, ...
+    remote_office = _rows(after, "remote_by_office")  # north/no, north/yes, south/...
+    lunch_team = _rows(after, "lunch_by_team")  # eng/in, eng/out, eng/none, design/...
+    (remote,) = _rows(after, "remote")
+    assert remote == pytest.approx(sum(remote_team[1::2]), abs=1e-5)
+    assert remote == pytest.approx(sum(remote_office[1::2]), abs=1e-5)
+    team = _rows(after, "team")
+    for g in range(3):
+        # remote_by_team is tied on both remote and team: its cells are cut onto
+        # both sets of totals at once.
+        assert team[g] == pytest.approx(sum(lunch_team[3 * g : 3 * g + 3]), abs=1e-5)
+        assert team[g] == pytest.approx(sum(remote_team[2 * g : 2 * g + 2]), abs=1e-5)
+    lunch = _rows(after, "lunch")
+    for c in range(3):
+        assert lunch[c] == pytest.approx(sum(lunch_team[c::3]), abs=1e-5)
+    office = _rows(after, "office")
+    assert office == pytest.approx([sum(remote_office[:2]), sum(remote_office[2:])], abs=1e-5)
+    _, hours = _rows(after, "hours")
+    assert hours == pytest.approx(sum(_rows(after, "hours_by_remote")), abs=1e-4)
+    assert hours == pytest.approx(sum(_rows(after, "hours_by_office")), abs=1e-4)
+    doc = {q["question"]: q for q in json.loads(results_json(after))}
+    assert doc["remote"]["reconciled_with"] == ["remote_by_team", "remote_by_office"]
+    assert doc["hours"]["reconciled_with"] == ["hours_by_remote", "hours_by_office"]
+    assert doc["team"]["reconciled_with"] == ["remote_by_team", "lunch_by_team"]
+    assert doc["remote_by_team"]["reconciled_with"] == ["remote", "team"]
+    assert doc["lunch_by_team"]["reconciled_with"] == ["team", "lunch"]
+    for old, new in zip(before, after, strict=True):
+        assert [row.raw_estimate for row in new.rows] == [row.raw_estimate for row in old.rows]
+        assert all(row.ci_low <= row.estimate <= row.ci_high for row in new.rows)
+        assert all(row.estimate >= 0 for row in new.rows)
+
+
+def test_breakdowns_measuring_one_question_with_other_respondents_are_apart() -> None:
+    """remote_by_office counted 39 reports where remote counted 40: remote is no
+    margin of it, and remote_by_team alone is reconciled with remote."""
+    survey = parse_survey(SURVEY + OFFICE, "s.toml")
+    collected = _collected(survey)
+    collected |= {
+        "office": _released(survey, "office", 40, [26, 15]),
+        "lunch": _released(survey, "lunch", 40, [18, 15, 6]),
+        "remote_by_office": _released(survey, "remote_by_office", 39, [19, 5, 9, 8]),
+        "lunch_by_team": _released(survey, "lunch_by_team", 40, [9, 8, 3, 5, 4, 2, 4, 3, 1]),
+        "hours_by_office": _released(survey, "hours_by_office", 40, [290, 250]),
+    }
+    _, after = _results(survey, collected)
+    new = {r.question.id: r for r in after}
+    assert new["remote"].reconciled_with == ("remote_by_team",)
+    assert not new["remote_by_office"].reconciled_with
+    assert new["office"].reconciled_with == ()
+    (remote,) = _rows(after, "remote")
+    assert remote == pytest.approx(sum(_rows(after, "remote_by_team")[1::2]), abs=1e-5)
+
+
+def test_two_copies_of_one_breakdown_agree() -> None:
+    """Two breakdowns of remote by team, tied on remote and on team: both publish
+    the same cells, whose sums are remote's and team's totals."""
     twice = parse_survey(
         SURVEY + '\n[[breakdown]]\nid = "remote_by_team_again"\nquestion = "remote"\nby = "team"\n',
         "s.toml",
     )
     collected = _collected(twice)
     collected["remote_by_team_again"] = _released(
-        twice, "remote_by_team_again", 40, [14, 6, 10, 3, 4, 1]
+        twice, "remote_by_team_again", 40, [16, 5, 9, 2, 6, 2]
     )
-    before, after = _results(twice, collected)
-    old = {r.question.id: r for r in before}
+    _, after = _results(twice, collected)
     new = {r.question.id: r for r in after}
-    assert new["remote"] == old["remote"] and new["team"] == old["team"]
-    assert new["remote_by_team"] == old["remote_by_team"]  # nothing measured twice
+    assert new["remote"].reconciled_with == ("remote_by_team", "remote_by_team_again")
+    assert new["team"].reconciled_with == ("remote_by_team", "remote_by_team_again")
+    (remote,) = _rows(after, "remote")
+    team = _rows(after, "team")
+    for b in ("remote_by_team", "remote_by_team_again"):
+        cells = _rows(after, b)
+        assert remote == pytest.approx(sum(cells[1::2]), abs=1e-5)
+        assert team == pytest.approx([sum(cells[2 * g : 2 * g + 2]) for g in range(3)], abs=1e-5)
     assert new["hours"].reconciled_with == ("hours_by_remote",)
 
 

@@ -60,6 +60,17 @@ one intersected with the possible range and widened to hold the cut value. The
 cut makes the estimates biased towards the inside, as it makes the single
 questions'; the study (bench.reconcile) measures its mean squared error.
 
+**Several breakdowns.** Where one question's release measures two breakdowns'
+margins (remote by team and remote by office; two breakdowns by team), the
+unknowns are all their cells and the breakdowns' sums of that question's totals
+are tied, equal (a fact: the same respondents' totals), so the whole connected
+set is one least squares problem (`joint_plan`): every release is weighed once,
+the argument above holds as it stands (the ties are part of C), and the cut
+keeps the ties (a shared release's totals are cut first, once, and every
+breakdown's cells onto them; a histogram tied through both its question and its
+group onto its row and column totals at once). Then every published total is
+the sum of every breakdown's cells that measure it.
+
 **Which margins hold.** A margin constraint is a fact only when the breakdown's
 respondents are exactly the question's: `same_respondents`. A question answered
 with local randomized response is reconciled on the randomized scale, where both
@@ -75,7 +86,7 @@ All of this is public parameters and released values: no I/O, no randomness.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -90,10 +101,12 @@ __all__ = [
     "BREAKDOWN_GROUP_KINDS",
     "BREAKDOWN_QUESTION_KINDS",
     "Block",
+    "Crossing",
     "Margin",
     "ReconcilePlan",
     "Reconciled",
     "breakdown_plan",
+    "joint_plan",
     "same_respondents",
     "weighted_noise_half_width",
 ]
@@ -260,12 +273,19 @@ class Margin:
     noise: TotalNoise
     high: int
     name: str = ""
+    # Other breakdowns' cells that measure the same totals (a question two
+    # breakdowns cross): a tie makes them equal, and each is a raw estimator.
+    others: tuple[FloatArray, ...] = ()
 
     def __post_init__(self) -> None:
-        design = np.asarray(self.design, dtype=np.float64)
-        if design.ndim != 2 or design.shape[0] < 1 or not np.all(np.isfinite(design)):
-            raise InvalidParameter("a margin's design is a finite matrix of one row or more")
-        object.__setattr__(self, "design", design)
+        designs = [np.asarray(d, dtype=np.float64) for d in (self.design, *self.others)]
+        for design in designs:
+            if design.ndim != 2 or design.shape[0] < 1 or not np.all(np.isfinite(design)):
+                raise InvalidParameter("a margin's design is a finite matrix of one row or more")
+            if design.shape != designs[0].shape:
+                raise InvalidParameter("a margin's designs must all have one shape")
+        object.__setattr__(self, "design", designs[0])
+        object.__setattr__(self, "others", tuple(designs[1:]))
 
 
 @dataclass(frozen=True)
@@ -284,12 +304,30 @@ class Block:
     total: int
     exact: bool = False
     parts: tuple[tuple[int, ...], ...] | None = None
+    # Blocks of one link have parts whose sums are the same totals (a question's,
+    # measured by two breakdowns): those sums are cut once, from the first such
+    # block, and each block's parts are cut onto them, so that both publish the
+    # same totals.
+    link: str | None = None
+    # A second partition whose sums are cut too, the cells then onto both sets of
+    # totals at once (`_transport`): a histogram's rows where its parts are its
+    # columns, both measured by other breakdowns. Only for an exact block.
+    cross: tuple[tuple[int, ...], ...] | None = None
+    cross_link: str | None = None
 
     def __post_init__(self) -> None:
         if self.parts is not None and sorted(j for p in self.parts for j in p) != sorted(
             self.cells
         ):
             raise InvalidParameter(f"a block's parts must partition its cells: {self}")
+        if self.link is not None and self.parts is None:
+            raise InvalidParameter(f"a linked block has parts: {self}")
+        if self.cross is not None and (
+            self.parts is None
+            or not self.exact
+            or sorted(j for p in self.cross for j in p) != sorted(self.cells)
+        ):
+            raise InvalidParameter(f"a block's cross partition needs parts, exactly: {self}")
 
 
 def _simplex(values: Sequence[Fraction], total: Fraction, exact: bool) -> list[Fraction]:
@@ -309,6 +347,70 @@ def _simplex(values: Sequence[Fraction], total: Fraction, exact: bool) -> list[F
         if v - candidate > 0:
             theta = candidate
     return [max(v - theta, Fraction(0)) for v in values]
+
+
+def _shift(values: FloatArray, total: float) -> float:
+    """The u with Σ max(values + u, 0) = total (total > 0): _simplex's -θ, in floats.
+    A value of -inf (a cell of a column whose total is 0) stays at 0."""
+    ordered = np.sort(values[np.isfinite(values)])[::-1]
+    running = np.cumsum(ordered)
+    k = np.arange(1, ordered.size + 1)
+    theta = (running - total) / k
+    # The largest value is always kept (it exceeds θ by the total, which rounding
+    # may hide when the total is below the values' precision).
+    last = int(np.flatnonzero(ordered - theta > 0)[-1:].sum())
+    return float(-theta[last])
+
+
+def _transport(
+    values: Sequence[Fraction],
+    rows: Sequence[Sequence[int]],
+    columns: Sequence[Sequence[int]],
+    row_totals: Sequence[Fraction],
+    column_totals: Sequence[Fraction],
+) -> dict[int, Fraction]:
+    """The closest point (L2) to `values` (by cell) with non-negative entries whose
+    sums over each row and each column are the given totals (equal in all).
+
+    It is x = max(values + u_row + v_column, 0) for the dual variables u, v that
+    give the totals; they are found by exact coordinate ascent on the dual (each
+    row's u, then each column's v, is _simplex's θ with the others fixed), which
+    converges for this strongly convex problem (Tseng 2001). Floats, to 1e-12 of
+    the total: the rows are exact to that, the columns exact after a last column
+    step. A histogram breakdown whose question and group are both measured by
+    other breakdowns is cut so."""
+    cells = sorted(j for row in rows for j in row)
+    at = {j: i for i, j in enumerate(cells)}
+    x = np.array([float(values[j]) for j in cells])
+    row_of, column_of = np.zeros(x.size, dtype=np.int64), np.zeros(x.size, dtype=np.int64)
+    for r, row in enumerate(rows):
+        row_of[[at[j] for j in row]] = r
+    for c, column in enumerate(columns):
+        column_of[[at[j] for j in column]] = c
+    r_tot = np.array([float(t) for t in row_totals])
+    c_tot = np.array([float(t) for t in column_totals])
+    u, v = np.zeros(len(rows)), np.zeros(len(columns))
+    members_r = [row_of == r for r in range(len(rows))]
+    members_c = [column_of == c for c in range(len(columns))]
+    tolerance = 1e-12 * (1.0 + float(np.sum(r_tot)))
+
+    def step(
+        totals: FloatArray, members: list[npt.NDArray[np.bool_]], other: FloatArray
+    ) -> FloatArray:
+        return np.array([
+            _shift(x[m] + other[m], t) if t > 0 else -np.inf
+            for t, m in zip(totals, members, strict=True)
+        ])  # fmt: skip
+
+    for _ in range(20_000):
+        u = step(r_tot, members_r, v[column_of])
+        v = step(c_tot, members_c, u[row_of])
+        out = np.maximum(x + u[row_of] + v[column_of], 0.0)
+        residual = np.abs(np.bincount(row_of, out, minlength=len(rows)) - r_tot)
+        if float(np.max(residual, initial=0.0)) <= tolerance:
+            break
+    out = np.maximum(x + u[row_of] + v[column_of], 0.0)
+    return {j: Fraction(float(out[at[j]])) for j in cells}
 
 
 @dataclass(frozen=True)
@@ -337,34 +439,42 @@ def _check_values(values: Values, size: int, what: str) -> FloatArray:
 
 
 class ReconcilePlan:
-    """What reconciling one breakdown takes, from public parameters only: the
-    least squares map, the exact variances and the intervals' half-widths. Build
-    it once (`breakdown_plan` for a survey's breakdown), `apply` it to released
-    values.
+    """What reconciling breakdowns takes, from public parameters only: the least
+    squares map, the exact variances and the intervals' half-widths. Build it once
+    (`breakdown_plan` for one breakdown, `joint_plan` for breakdowns that share a
+    margin), `apply` it to released values.
 
-    `noise` is the breakdown's total noise per cell, `margins` the other releases
-    and `blocks` the possible set; a block marked exact is also a fact the least
-    squares use (the cells sum to its total). A release without noise is a fact
-    too. `simultaneous` makes each release's intervals hold together (Bonferroni:
-    the reconciled errors are correlated, so the exact max-of-k does not apply).
+    `noise` is the breakdown's total noise per cell, or, for several breakdowns
+    reconciled together, one (cells, noise) piece per breakdown, the pieces
+    partitioning the cells; `margins` are the other releases and `blocks` the
+    possible set; a block marked exact is also a fact the least squares use (the
+    cells sum to its total). A release without noise is a fact too, and so is each
+    row t of `ties` (t·x = 0: two breakdowns' sums of one question's totals are
+    equal). `simultaneous` makes each release's intervals hold together (Bonferroni:
+    the reconciled errors are correlated, so the exact max-of-k does not apply),
+    a breakdown's cells among themselves.
     """
 
     def __init__(
         self,
         cells: int,
-        noise: TotalNoise,
+        noise: TotalNoise | Sequence[tuple[Sequence[int], TotalNoise]],
         margins: Sequence[Margin],
         blocks: Sequence[Block],
         confidence: float = 0.95,
         *,
         simultaneous: bool = False,
+        ties: Sequence[Sequence[float]] | FloatArray = (),
     ) -> None:
         if isinstance(cells, bool) or not isinstance(cells, int) or cells < 1:
             raise InvalidParameter(f"a breakdown has at least one cell, got {cells!r}")
         if not 0 < confidence < 1:
             raise InvalidParameter(f"confidence must be in (0, 1), got {confidence}")
         self.size = cells
-        self.noise = noise
+        pieces = [(tuple(range(cells)), noise)] if isinstance(noise, TotalNoise) else list(noise)
+        self.pieces = tuple(tuple(int(j) for j in p) for p, _ in pieces)
+        if sorted(j for p in self.pieces for j in p) != list(range(cells)) or not all(self.pieces):
+            raise InvalidParameter("the breakdowns' pieces must partition the cells")
         self.margins = tuple(margins)
         self.blocks = tuple(blocks)
         self.confidence = confidence
@@ -377,14 +487,38 @@ class ReconcilePlan:
         for b in self.blocks:
             if not b.cells or any(not 0 <= j < cells for j in b.cells) or b.total < 0:
                 raise InvalidParameter(f"a block names cells outside the breakdown: {b}")
-        releases = [(np.eye(cells), noise), *((m.design, m.noise) for m in self.margins)]
+        linked: dict[str, Block] = {}
+        for b in self.blocks:
+            if b.link is None:
+                continue
+            first = linked.setdefault(b.link, b)
+            if (len(first.parts or ()), first.total, first.exact) != (
+                len(b.parts or ()),
+                b.total,
+                b.exact,
+            ):
+                raise InvalidParameter(f"blocks of one link differ in their parts or total: {b}")
+        tie_rows = np.asarray(ties, dtype=np.float64).reshape(-1, cells)
+        if not np.all(np.isfinite(tie_rows)):
+            raise InvalidParameter("a tie is a finite row over the cells")
+        eye = np.eye(cells)
+        releases = [(eye[list(p)], n) for p, (_, n) in zip(self.pieces, pieces, strict=True)]
+        releases += [(m.design, m.noise) for m in self.margins]
         self._variances = [n.variance() for _, n in releases]
-        # The exact facts: exact blocks, then every release without noise (its
-        # values are the right-hand side, known only when applied).
+        self._cell_variance = np.zeros(cells)
+        for p, v in zip(self.pieces, self._variances, strict=False):
+            self._cell_variance[list(p)] = v
+        self._piece_of = np.zeros(cells, dtype=np.int64)
+        for i, p in enumerate(self.pieces):
+            self._piece_of[list(p)] = i
+        # The exact facts: exact blocks, every release without noise (its values
+        # are the right-hand side, known only when applied), then the ties (0).
         rows = [np.isin(np.arange(cells), b.cells).astype(np.float64) for b in blocks if b.exact]
         rows += [
             row for (a, _), v in zip(releases, self._variances, strict=True) if v == 0 for row in a
         ]
+        rows += list(tie_rows)
+        self._ties = len(tie_rows)
         constraints = np.array(rows).reshape(len(rows), cells)
         self._constraints = constraints
         h = sum(
@@ -411,6 +545,11 @@ class ReconcilePlan:
         self._widths: dict[tuple[int, int], tuple[float, float]] = {}
         self._cache: dict[tuple[object, ...], tuple[float, float]] = {}
 
+    @property
+    def noise(self) -> TotalNoise:
+        """The breakdown's noise per cell (the first breakdown's, of several)."""
+        return self._releases[0][1]
+
     # ----------------------------------------------------------------- variances
 
     def cell_variances(self) -> FloatArray:
@@ -426,24 +565,26 @@ class ReconcilePlan:
 
     def raw_cell_variances(self) -> FloatArray:
         """Each cell's variance from its own release alone."""
-        return np.full(self.size, self._variances[0])
+        return self._cell_variance.copy()
 
     def raw_margin_variances(self, index: int) -> FloatArray:
-        """Each coordinate's smaller raw variance: its own release's, or the sum of
-        the breakdown's cells it covers."""
-        a = self.margins[index].design
-        from_cells = np.sum(a**2, axis=1) * self._variances[0]
-        smaller: FloatArray = np.minimum(from_cells, self._variances[index + 1])
-        return smaller
+        """Each coordinate's smallest raw variance: its own release's, or the sum of
+        the cells of any breakdown that measures it."""
+        m = self.margins[index]
+        smallest: FloatArray = np.full(m.design.shape[0], self._variances[len(self.pieces) + index])
+        for a in (m.design, *m.others):
+            smallest = np.minimum(smallest, (a**2) @ self._cell_variance)
+        return smallest
 
     # ----------------------------------------------------------------- intervals
 
-    def _alpha(self, release: int) -> float:
+    def _alpha(self, release: int, row: int) -> float:
         alpha = 1 - self.confidence
         if not self.simultaneous:
             return alpha
-        rows = self.size if release == 0 else self.margins[release - 1].design.shape[0]
-        return alpha / rows
+        if release == 0:
+            return alpha / len(self.pieces[int(self._piece_of[row])])
+        return alpha / int(self.margins[release - 1].design.shape[0])
 
     def _half_width(self, release: int, row: int) -> tuple[float, float]:
         """(c, coverage) of coordinate `row` of release `release` (0: the cells)."""
@@ -455,13 +596,12 @@ class ReconcilePlan:
             if release == 0
             else self._gain @ self.margins[release - 1].design[row]
         )
-        # The breakdown's own design is the identity: its weights are G·t itself.
         terms = [
-            (n, (gt if r == 0 else a @ gt) / v)
-            for r, ((a, n), v) in enumerate(zip(self._releases, self._variances, strict=True))
+            (n, (a @ gt) / v)
+            for (a, n), v in zip(self._releases, self._variances, strict=True)
             if v > 0
         ]
-        alpha = self._alpha(release)
+        alpha = self._alpha(release, row)
         # Cells (and margins) of a symmetric design share their weights up to order.
         signature = (alpha, *((n, tuple(np.sort(np.round(np.abs(w), 12)))) for n, w in terms))
         if signature not in self._cache:
@@ -472,18 +612,20 @@ class ReconcilePlan:
     # ----------------------------------------------------------------- applying
 
     def apply(self, cells: Values, margins: Sequence[Values]) -> Reconciled:
-        """Reconcile released values: the breakdown's decoded cells, and each
-        margin's decoded coordinates in the plan's order (in the aggregates' own
-        units: a fixed-point task's values as decoded, scaled by the caller)."""
-        y0 = _check_values(cells, self.size, "the breakdown's values")
+        """Reconcile released values: the breakdowns' decoded cells (one after the
+        other, as the pieces lay them out), and each margin's decoded coordinates
+        in the plan's order (in the aggregates' own units: a fixed-point task's
+        values as decoded, scaled by the caller)."""
+        x0 = _check_values(cells, self.size, "the breakdown's values")
         if len(margins) != len(self.margins):
             raise InvalidParameter(f"{len(margins)} margins given for {len(self.margins)}")
-        ys = [y0] + [
+        ys = [x0[list(p)] for p in self.pieces] + [
             _check_values(v, m.design.shape[0], f"margin {i}'s values")
             for i, (v, m) in enumerate(zip(margins, self.margins, strict=True))
         ]
         rhs = [float(b.total) for b in self.blocks if b.exact]
         rhs += [float(x) for y, v in zip(ys, self._variances, strict=True) if v == 0 for x in y]
+        rhs += [0.0] * self._ties
         d = np.array(rhs)
         if d.size and not np.allclose(
             self._constraints @ (self._pinv @ d), d, rtol=1e-9, atol=1e-6
@@ -516,15 +658,34 @@ class ReconcilePlan:
         )
         cut = [Fraction(float(v)) for v in x]
         cell_high = [Fraction(max((b.total for b in self.blocks), default=0))] * self.size
+        linked: dict[str, list[Fraction]] = {}
+
+        def totals(
+            block: Block, parts: Sequence[Sequence[int]], link: str | None
+        ) -> list[Fraction]:
+            if link in linked:
+                return linked[link]
+            sums = [sum((cut[j] for j in part), Fraction(0)) for part in parts]
+            cut_sums = _simplex(sums, Fraction(block.total), block.exact)
+            if link is not None:
+                linked[link] = cut_sums
+            return cut_sums
+
         for block in self.blocks:
             parts = block.parts or tuple((j,) for j in block.cells)
-            sums = [sum((cut[j] for j in part), Fraction(0)) for part in parts]
-            for part, total in zip(
-                parts, _simplex(sums, Fraction(block.total), block.exact), strict=True
-            ):
-                for j, v in zip(part, _simplex([cut[j] for j in part], total, True), strict=True):
+            first = totals(block, parts, block.link)
+            if block.cross is not None:
+                second = totals(block, block.cross, block.cross_link)
+                for j, v in _transport(cut, parts, block.cross, first, second).items():
                     cut[j] = v
-                    cell_high[j] = min(cell_high[j], Fraction(block.total))
+            else:
+                for part, total in zip(parts, first, strict=True):
+                    for j, v in zip(
+                        part, _simplex([cut[j] for j in part], total, True), strict=True
+                    ):
+                        cut[j] = v
+            for j in block.cells:
+                cell_high[j] = min(cell_high[j], Fraction(block.total))
         shown_cells = tuple(
             _into(e, v, Fraction(0), high) if self.blocks else e
             for e, v, high in zip(cells, cut, cell_high, strict=True)
@@ -604,43 +765,150 @@ def breakdown_plan(
     `result.margins` the reconciled unbiased values; the raw releases' own
     estimates (veil.dp.estimate) are kept beside them.
     """
-    if question_kind not in BREAKDOWN_QUESTION_KINDS:
-        raise InvalidParameter(f"no breakdown of a {question_kind!r} question")
-    if group_kind not in BREAKDOWN_GROUP_KINDS:
-        raise InvalidParameter(
-            f"a breakdown's groups come from a yes_no or choice question, not {group_kind!r}"
-        )
-    for what, value in (("categories", categories), ("groups", groups), ("top", top)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidParameter(f"{what} must be an int >= 1, got {value!r}")
-    if isinstance(report_count, bool) or not isinstance(report_count, int) or report_count < 0:
-        raise InvalidParameter(f"report_count must be an int >= 0, got {report_count!r}")
-    if (question_kind == "yes_no" and categories != 2) or (group_kind == "yes_no" and groups != 2):
-        raise InvalidParameter("a yes_no question has two cells: no, yes")
-    if question_kind == "integer" and categories != 1:
-        raise InvalidParameter("an integer question's breakdown has one cell per group")
-    histogram = question_kind in ("yes_no", "choice")
-    if histogram and top != 1:
-        raise InvalidParameter("a histogram breakdown counts respondents: top is 1")
-    k, m, n = groups, categories, report_count
-    size = k * m
-    grid = np.arange(size).reshape(k, m)
-    margins = []
-    if question is not None:
-        measured = [1] if question_kind == "yes_no" else range(m)
-        design = np.array([np.isin(np.arange(size), grid[:, c]) for c in measured], dtype=float)
-        margins.append(Margin(design, question, n * top, "question"))
-    if group is not None and histogram:
-        rows = [1] if group_kind == "yes_no" else range(k)
-        design = np.array([np.isin(np.arange(size), grid[g, :]) for g in rows], dtype=float)
-        margins.append(Margin(design, group, n, "group"))
-    everything = tuple(range(size))
-    if histogram:
-        blocks = [Block(everything, n, exact=True)]
-    else:
-        columns = [tuple(int(j) for j in grid[:, c]) for c in range(m)]
-        if question_kind == "multi_choice":
-            blocks = [Block(column, n, parts=(column,)) for column in columns]
+    crossing = Crossing(
+        "question", question_kind, categories, "group", group_kind, groups, report_count, top,
+        breakdown,
+    )  # fmt: skip
+    releases = {k: v for k, v in (("question", question), ("group", group)) if v is not None}
+    return joint_plan([crossing], releases, confidence, simultaneous=simultaneous)
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """One breakdown of a joint plan: its question (the key of its release, its
+    kind and categories) by its group question (key, kind, groups), its report
+    count, `top` (the most one respondent adds to a cell) and its total noise per
+    cell. Cells are laid out as `breakdown_plan` says."""
+
+    question: str
+    question_kind: str
+    categories: int
+    group: str
+    group_kind: str
+    groups: int
+    report_count: int
+    top: int
+    noise: TotalNoise
+
+    def __post_init__(self) -> None:
+        q, g = self.question_kind, self.group_kind
+        if q not in BREAKDOWN_QUESTION_KINDS:
+            raise InvalidParameter(f"no breakdown of a {q!r} question")
+        if g not in BREAKDOWN_GROUP_KINDS:
+            raise InvalidParameter(
+                f"a breakdown's groups come from a yes_no or choice question, not {g!r}"
+            )
+        if self.question == self.group:
+            raise InvalidParameter(f"a breakdown of {self.question!r} by itself")
+        for what in ("categories", "groups", "top"):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameter(f"{what} must be an int >= 1, got {value!r}")
+        n = self.report_count
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidParameter(f"report_count must be an int >= 0, got {n!r}")
+        if (q == "yes_no" and self.categories != 2) or (g == "yes_no" and self.groups != 2):
+            raise InvalidParameter("a yes_no question has two cells: no, yes")
+        if q == "integer" and self.categories != 1:
+            raise InvalidParameter("an integer question's breakdown has one cell per group")
+        if self.histogram and self.top != 1:
+            raise InvalidParameter("a histogram breakdown counts respondents: top is 1")
+
+    @property
+    def histogram(self) -> bool:
+        """Whether its cells count respondents, one cell each (Q yes_no or choice)."""
+        return self.question_kind in ("yes_no", "choice")
+
+    @property
+    def size(self) -> int:
+        return self.groups * self.categories
+
+
+def joint_plan(
+    crossings: Sequence[Crossing],
+    releases: Mapping[str, TotalNoise],
+    confidence: float = 0.95,
+    *,
+    simultaneous: bool = False,
+) -> ReconcilePlan:
+    """The plan for breakdowns reconciled together with the questions they cross.
+
+    The cells are each crossing's, one after the other (`ReconcilePlan.pieces`).
+    `releases` holds the total noise of each question's release that is a margin
+    (its respondents the breakdowns'; `same_respondents`), by key. A release
+    measures a crossing's column sums where it is its question, its row sums where
+    it is its group and the crossing a histogram, as in `breakdown_plan`. Measured
+    by two crossings or more, a release is one margin (over the first one's cells)
+    and the others' sums are tied to the first's (equal, a fact: the same
+    respondents' totals), so the least squares weigh every release at once.
+
+    The cut keeps the ties: a shared release's totals are cut once, to their range,
+    and each crossing's cells onto them (`Block.link`), in rationals; a histogram
+    crossing whose question and group are both shared is cut onto its row and
+    column totals at once (`_transport`, to 1e-12 of n).
+    """
+    crossings = list(crossings)
+    if not crossings:
+        raise InvalidParameter("a joint plan reconciles one breakdown or more")
+    offsets = np.cumsum([0] + [c.size for c in crossings])
+    total = int(offsets[-1])
+    # key -> [(crossing, its full totals over the cells: one row per option)]
+    measures: dict[str, list[tuple[int, FloatArray, int]]] = {}
+    for i, c in enumerate(crossings):
+        grid = offsets[i] + np.arange(c.size).reshape(c.groups, c.categories)
+        roles = [(c.question, grid.T, c.top)]
+        if c.histogram:
+            roles.append((c.group, grid, 1))
+        for key, lines, top in roles:
+            if key in releases:
+                full = np.array([np.isin(np.arange(total), line) for line in lines], dtype=float)
+                measures.setdefault(key, []).append((i, full, top))
+    shared = {k for k, ms in measures.items() if len(ms) > 1}
+    kinds = {c.question: c.question_kind for c in crossings}
+    kinds |= {c.group: c.group_kind for c in crossings}
+    margins, ties = [], []
+    for key, ms in measures.items():
+        first, full, top = ms[0]
+        if any(crossings[i].report_count != crossings[first].report_count for i, _, _ in ms):
+            raise InvalidParameter(
+                f"breakdowns measuring the release {key!r} have different report counts:"
+                " they do not hold the same respondents"
+            )
+        measured = [1] if kinds[key] == "yes_no" else list(range(full.shape[0]))
+        n = crossings[first].report_count
+        margins.append(
+            Margin(full[measured], releases[key], n * top, key,
+                   tuple(other[measured] for _, other, _ in ms[1:]))
+        )  # fmt: skip
+        ties += [row for _, other, _ in ms[1:] for row in full - other]
+    blocks = []
+    for i, c in enumerate(crossings):
+        grid = offsets[i] + np.arange(c.size).reshape(c.groups, c.categories)
+        n, everything = c.report_count, tuple(range(int(offsets[i]), int(offsets[i + 1])))
+        columns = tuple(tuple(int(j) for j in grid[:, col]) for col in range(c.categories))
+        rows = tuple(tuple(int(j) for j in grid[g, :]) for g in range(c.groups))
+        on_question = c.question in shared
+        if c.histogram:
+            if on_question and c.group in shared:
+                blocks.append(Block(everything, n, True, columns, c.question, rows, c.group))
+            elif on_question:
+                blocks.append(Block(everything, n, True, columns, c.question))
+            elif c.group in shared:
+                blocks.append(Block(everything, n, True, rows, c.group))
+            else:
+                blocks.append(Block(everything, n, exact=True))
+        elif c.question_kind == "multi_choice":
+            blocks += [
+                Block(col, n, parts=(col,), link=f"{c.question}#{j}" if on_question else None)
+                for j, col in enumerate(columns)
+            ]
         else:
-            blocks = [Block(everything, n * top, parts=tuple(columns))]
-    return ReconcilePlan(size, breakdown, margins, blocks, confidence, simultaneous=simultaneous)
+            link = c.question if on_question else None
+            blocks.append(Block(everything, n * c.top, parts=columns, link=link))
+    pieces = [
+        (range(int(offsets[i]), int(offsets[i + 1])), c.noise) for i, c in enumerate(crossings)
+    ]
+    return ReconcilePlan(
+        total, pieces, margins, blocks, confidence, simultaneous=simultaneous,
+        ties=np.array(ties).reshape(len(ties), total),
+    )  # fmt: skip
