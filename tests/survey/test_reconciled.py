@@ -15,8 +15,11 @@ import pytest
 
 from veil.dp.accounting import Guarantee
 from veil.dp.estimates import estimate
+from veil.observations import load_inventory, unclassified
 from veil.render.html import report_html
+from veil.render.text import _amount, format_plan
 from veil.survey import Survey, parse_survey, reconciled
+from veil.survey.plan import plan_json, plan_survey
 from veil.survey.reconciled import BONFERRONI, reconcile_results
 from veil.survey.results import QuestionResult, question_result, results_json
 from veil.survey.tasks import question_task
@@ -349,3 +352,46 @@ def test_a_breakdown_of_randomized_answers_is_published_as_collected() -> None:
     after = {r.question.id: r for r in reconcile_results(local, results, collected)}
     assert not after["remote_by_team"].reconciled_with and not after["team"].reconciled_with
     assert after["budget"].reconciled_with == ("budget_by_team",)
+
+
+def test_the_plan_gives_the_reconciled_half_widths_collect_publishes() -> None:
+    """veil survey plan's reconciled_half_width is the widest row's half-width that
+    collect publishes, at the same n (far from the range's ends: nothing cut)."""
+    survey = parse_survey(SURVEY + OFFICE, "s.toml")
+    n = 4000
+    values = {
+        "team": [2000, 1300, 700], "remote": [1200], "hours": [100_000], "budget": [15_000, 14_000],
+        "office": [2500, 1500], "lunch": [1800, 1500, 700],
+        "remote_by_team": [1400, 600, 1000, 300, 400, 300],
+        "hours_by_remote": [60_000, 40_000],
+        "budget_by_team": [5_000, 4_500, 5_000, 5_000, 5_000, 4_500],
+        "remote_by_office": [1700, 800, 1100, 400],
+        "lunch_by_team": [800, 800, 400, 600, 500, 200, 400, 200, 100],
+        "hours_by_office": [55_000, 45_000],
+    }  # fmt: skip
+    collected = {qid: _released(survey, qid, n, v) for qid, v in values.items()}
+    _, after = _results(survey, collected)
+    plans = {p.question: p for p in plan_survey(survey, n)}
+    for r in after:
+        p = plans[r.question.id]
+        assert r.reconciled_with, r.question.id  # every one is reconciled
+        rows = r.rows[:1] if r.question.kind == "integer" else r.rows  # its mean, as planned
+        published = max((row.ci_high - row.ci_low) / 2 for row in rows)
+        assert p.reconciled_half_width == pytest.approx(published, rel=1e-5, abs=1e-5), (
+            r.question.id
+        )
+        assert p.reconciled_half_width < p.half_width
+    doc = json.loads(plan_json(survey, list(plans.values())))
+    assert all("reconciled_half_width" in q for q in doc["questions"])
+    field = "json:survey-plan.questions[].reconciled_half_width"
+    assert unclassified(load_inventory(), "collector", [field]) == []
+    text = format_plan(survey, list(plans.values()))
+    assert f"team {_amount(plans['team'].half_width)} → " in text
+
+
+def test_the_plan_has_no_reconciled_half_width_without_a_breakdown() -> None:
+    survey = parse_survey(SURVEY.split("[[breakdown]]")[0], "s.toml")
+    plans = plan_survey(survey, 1000)
+    assert all(p.reconciled_half_width is None for p in plans)
+    assert "reconciled_half_width" not in plan_json(survey, plans)
+    assert "reconciled, as collect publishes" not in format_plan(survey, plans)

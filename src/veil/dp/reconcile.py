@@ -578,6 +578,15 @@ class ReconcilePlan:
 
     # ----------------------------------------------------------------- intervals
 
+    def cell_half_width(self, cell: int) -> float:
+        """The half-width of cell `cell`'s reconciled interval (before the cut): it
+        depends on public parameters only, as `apply` gives it."""
+        return self._half_width(0, cell)[0]
+
+    def margin_half_width(self, index: int, row: int) -> float:
+        """The half-width of coordinate `row` of margin `index`'s reconciled interval."""
+        return self._half_width(index + 1, row)[0]
+
     def _alpha(self, release: int, row: int) -> float:
         alpha = 1 - self.confidence
         if not self.simultaneous:

@@ -35,7 +35,10 @@ reaches the even share itself: a typical cell could then read as empty or as
 double its size, and fewer respondents per cell only make it worse. Where its
 questions randomize on the device, its half-width is the stated bound the results
 use (`veil.dp.local.breakdown_half_width`) and its errors the worst case's
-(`breakdown_error`).
+(`breakdown_error`). A breakdown and the questions it measures again are published
+reconciled (veil.survey.reconciled): `reconciled_half_width` is the half-width
+then, from the same plan `veil survey collect` makes, every question answered by
+the n respondents (so that each is a margin), every row at once.
 
 A text question's rows are the answers found, each a count of respondents: its
 plan adds the release threshold, the probability that an answer given by one
@@ -69,6 +72,7 @@ from veil.dp.local import breakdown_error, breakdown_half_width, local_error, lo
 from veil.dp.mechanisms import Mechanism, NoisePlan
 from veil.survey.budget import text_mechanism_variant, with_epsilon
 from veil.survey.model import DEFAULT_TARGET_ERROR, Question, Survey
+from veil.survey.reconciled import reconcile_plans
 from veil.survey.tasks import question_task
 from veil.task import DpSpec, VdafSpec
 
@@ -132,6 +136,9 @@ class QuestionPlan:
     # Breakdowns only (None otherwise): what a cell holds when the answers spread
     # evenly over the cells, the range the target and the warning are planned at.
     cell_share: float | None = None
+    # A breakdown, or a question a breakdown measures again, reconciled as collect
+    # publishes them (veil.survey.reconciled): its half-width then (None otherwise).
+    reconciled_half_width: float | None = None
 
     @property
     def reaches_target(self) -> bool:
@@ -279,6 +286,7 @@ def plan_survey(
     questions' own."""
     if respondents < 1:
         raise ValueError(f"respondents must be at least 1, got {respondents}")
+    reconciled = _reconciled_half_widths(survey, respondents)
     out = []
     for q in survey.tasked:
         if q.kind == "text":
@@ -310,8 +318,28 @@ def plan_survey(
                 # A breakdown: noise as wide as a cell's even share (see above).
                 indicative=half >= width if q.kind == "breakdown" else 2 * half > width / 2,
                 cell_share=round(float(width), 6) if q.kind == "breakdown" else None,
+                reconciled_half_width=(
+                    round(min(reconciled[q.id] * float(model.per_row(respondents)),
+                              float(full) / 2), 6)
+                    if q.id in reconciled else None
+                ),
             )
-        )
+        )  # fmt: skip
+    return out
+
+
+def _reconciled_half_widths(survey: Survey, n: int) -> dict[str, float]:
+    """Each breakdown's and each reconciled question's half-width (its widest row,
+    every row at once) after reconciliation, in its aggregate's units, with the
+    plan `veil survey collect` makes when every question has the n respondents."""
+    counts = {q.id: n for q in survey.tasked if q.kind != "text"}
+    out: dict[str, float] = {}
+    for joint in reconcile_plans(survey, counts, lambda _b: (CONFIDENCE, True)):
+        plan = joint.plan
+        for b, piece in zip(joint.breakdowns, plan.pieces, strict=True):
+            out[b.id] = max(plan.cell_half_width(j) for j in piece)
+        for i, m in enumerate(plan.margins):
+            out[m.name] = max(plan.margin_half_width(i, r) for r in range(m.design.shape[0]))
     return out
 
 
@@ -434,6 +462,8 @@ def _plan_fields(p: QuestionPlan) -> dict[str, object]:
             del fields[key]
     if p.kind != "breakdown":
         del fields["cell_share"]
+    if p.reconciled_half_width is None:
+        del fields["reconciled_half_width"]
     return fields
 
 
