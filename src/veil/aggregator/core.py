@@ -29,6 +29,7 @@ from veil.aggregator.keys import KeyRing
 from veil.aggregator.opener import OpenPool
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BatchAggregate, ShareMerge
+from veil.dap.versions import vdaf_context
 from veil.dp.bounds import AggregateBounds
 from veil.hpke import (
     Ciphertext,
@@ -37,6 +38,7 @@ from veil.hpke import (
     seal,
 )
 from veil.invite.token import TokenError, Verifier, redemption_context, sealed_share_digest
+from veil.messages import vdaf_ctx
 from veil.metrics import Metrics
 from veil.task import (
     OPEN_ENDED,
@@ -104,6 +106,15 @@ class AggregationAnswer:
 def rejection_reason(error: VdafError) -> ReportRejection:
     """The counted rejection reason of a report the VDAF refused."""
     return VDAF_DECODE_ERROR if isinstance(error, CodecError) else VDAF_VERIFY_ERROR
+
+
+def task_vdaf_ctx(task: Task) -> bytes:
+    """The VDAF's application context of a task: DAP's (``"dap-19" ||
+    task_id``, draft-ietf-ppm-dap section 4.4.2) for a task served over DAP,
+    veil's own otherwise."""
+    if task.dap is not None:
+        return vdaf_context(task.dap.dap_version, task.task_id)
+    return vdaf_ctx(task.task_id)
 
 
 def report_checksum(report_id: bytes) -> bytes:

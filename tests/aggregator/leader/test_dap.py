@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import urllib.parse
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,22 +20,30 @@ import pytest
 from tests.support.backends import Backend
 from tests.support.in_process import NOW, TP, World
 from veil.aggregator.errors import InvalidMessage
+from veil.aggregator.leader.dap_client import ByProtocol, DapHelperClient
+from veil.aggregator.run.dap_helper_http import dap_helper_app
 from veil.aggregator.run.dap_http import dap_app
+from veil.dap.jobs import CollectionJobReq, CollectionJobResp, Query
 from veil.dap.messages import (
+    BatchMode,
     Extension,
     HpkeConfigList,
+    Interval,
     Report,
     ReportUploadStatus,
     UploadErrors,
     UploadRequest,
 )
+from veil.dap.problems import media_type
 from veil.dap.report import prepare_report
-from veil.dap.versions import DapVersion, ReportError
+from veil.dap.shares import open_aggregate_share
+from veil.dap.versions import DapVersion, ReportError, Role
 from veil.hpke import generate_keypair
 from veil.messages import Ciphertext
 from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
 
 UPLOAD = "application/ppm-dap;message=upload-req"
+COLLECT = "application/ppm-dap;message=collection-job-req"
 MAX_BODY = 64 * 1024
 
 
@@ -57,7 +67,7 @@ class Dap:
         self.files = _files(version)
         self.world = World(Backend(tmp_path, None), self.files)
         self.leader = self.world.leader
-        self.app = dap_app(self.leader.dap, MAX_BODY)
+        self.app = dap_app(self.leader.dap, MAX_BODY, self.leader.dap_collections)
         self.version = version
         task = self.files.client
         self.task_id = task.task_id
@@ -267,16 +277,115 @@ def test_unknown_tasks(tmp_path: Path) -> None:
     assert dap.stored() == 0
 
 
-def test_a_dap_task_takes_no_grpc_upload_and_waits_for_dap_aggregation(tmp_path: Path) -> None:
+def _in_process(app: Any) -> Any:
+    """An HTTP client into `app` (the helper's DAP routes) in this process."""
+
+    def send(request: urllib.request.Request) -> tuple[int, dict[str, str], bytes]:
+        url = urllib.parse.urlsplit(request.full_url)
+        path = url.path + (f"?{url.query}" if url.query else "")
+        body = request.data if isinstance(request.data, bytes) else b""
+        headers = {k.lower(): v for k, v in request.header_items()}
+        return asyncio.run(_asgi(app, request.get_method(), path, body, headers))
+
+    return send
+
+
+def _over_dap(dap: Dap) -> None:
+    """The leader's link to the helper as `veil leader` builds it, the DAP
+    helper's routes served in process."""
+    client = DapHelperClient(send=_in_process(dap_helper_app(dap.world.helper.dap, MAX_BODY)))
+    dap.leader.peer.api = ByProtocol(dap.world.link, client)
+
+
+def _collection_req(start: int, duration: int = 1, **kw: Any) -> bytes:
+    return CollectionJobReq(
+        Query(BatchMode.TIME_INTERVAL, Interval(start, duration)), **kw
+    ).encode()
+
+
+def test_a_dap_task_is_aggregated_and_collected_over_dap_only(tmp_path: Path) -> None:
     dap = Dap(tmp_path)
     with pytest.raises(InvalidMessage, match="is served over DAP"):
         dap.leader.upload(dap.task_id, [dap.world.report(1)])
     token = dap.files.collector.collector_token
     with pytest.raises(InvalidMessage, match="is served over DAP"):
         dap.leader.create_collection(dap.task_id, token, bytes(16), NOW - NOW % TP - TP, TP)
-    assert dap.upload(dap.report(1), dap.report(2))[0] == 200
-    # The driver leaves a DAP task's reports: no job is made of them.
+    _over_dap(dap)
+    when = NOW // TP - 1
+    assert dap.upload(*(dap.report(v, when) for v in (1, 2, 2)))[0] == 200
     while dap.leader.run_once():
         pass
-    assert dap.stored() == 2
+    # Aggregated with the DAP helper, nothing over veil's own protocol.
+    assert dap.stored() == 0
     assert dap.world.link.calls == 0
+
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    request = _collection_req(when)
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    status, headers, _ = dap.call("POST", jobs, request, auth)
+    assert status == 201
+    location = headers["location"]
+    assert dap.call("POST", jobs, request, auth)[1]["location"] == location
+    assert dap.call("GET", location, b"", auth)[2] == b""  # not collected yet
+    while dap.leader.run_once():
+        pass
+    status, headers, body = dap.call("GET", location, b"", auth)
+    assert status == 200 and headers["content-type"] == media_type("collection-job-resp")
+    resp = CollectionJobResp.decode(body)
+    assert (resp.report_count, resp.interval) == (3, Interval(when, 1))
+    shares = [
+        dap.vdaf.decode_agg_share(
+            None,
+            open_aggregate_share(
+                dap.version,
+                dap.files.collector.collector_hpke_keypair,
+                role,
+                dap.task_id,
+                dap.config,
+                CollectionJobReq.decode(request),
+                ct,
+            ),
+        )
+        for role, ct in (
+            (Role.LEADER, resp.leader_encrypted_agg_share),
+            (Role.HELPER, resp.helper_encrypted_agg_share),
+        )
+    ]
+    assert dap.vdaf.unshard(None, shares, 3) == [0, 1, 2, 0]
+    # The batch is collected: another collection of it is refused.
+    other = dap.call("POST", jobs, _collection_req(when - 1, 2), auth)
+    assert _problem(*other)["type"].endswith(":batchOverlap")
+
+
+def test_hostile_collection_requests_create_nothing(tmp_path: Path) -> None:
+    dap = Dap(tmp_path)
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    when = NOW // TP - 1
+    good = _collection_req(when)
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    cases = [
+        (good[:-1], auth, 400, "invalidMessage"),
+        (good, {**auth, "content-type": UPLOAD}, 415, "invalidMessage"),
+        (good, {"content-type": COLLECT}, 401, "about:blank"),
+        (good, {**auth, "authorization": "Bearer wrong"}, 401, "about:blank"),
+        (_collection_req(when, 0), auth, 400, "batchInvalid"),
+        (_collection_req(when, agg_param=b"x"), auth, 400, "invalidAggregationParameter"),
+        (_collection_req(when, extensions=(Extension(4),)), auth, 400, "unsupportedExtension"),
+        (good + bytes(MAX_BODY), auth, 413, "invalidMessage"),
+    ]
+    for body, headers, status, kind in cases:
+        got = dap.call("POST", jobs, body, headers)
+        assert got[0] == status, (kind, got)
+        assert json.loads(got[2])["type"].endswith(kind)
+    unknown = "/tasks/" + "A" * 43 + "/collection_jobs"
+    assert _problem(*dap.call("POST", unknown, good, auth))["type"].endswith(":unrecognizedTask")
+    stale = f"{jobs}/{'A' * 22}"
+    assert dap.call("GET", stale, b"", auth)[0] == 404
+    assert dap.call("GET", stale, b"", {})[0] == 401
+    assert _problem(*dap.call("POST", jobs, good, auth))["type"].endswith(":invalidBatchSize")
+    # The honest request is taken after all of them, once the batch holds
+    # min_batch_size reports.
+    assert dap.upload(*(dap.report(v, when) for v in (1, 2)))[0] == 200
+    got = dap.call("POST", jobs, good, auth)
+    assert got[0] == 201, got

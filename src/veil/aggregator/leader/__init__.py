@@ -23,6 +23,7 @@ from veil.aggregator.leader.admission import Backlog
 from veil.aggregator.leader.collection import CollectionDriver, TaskInfo
 from veil.aggregator.leader.control import Backoff
 from veil.aggregator.leader.dap import DapUploads
+from veil.aggregator.leader.dap_collections import DapCollections
 from veil.aggregator.leader.jobs import JobDriver
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
@@ -82,6 +83,7 @@ class Leader(AggregatorBase[LeaderTask]):
             Backoff(settings.retry_seconds, settings.max_retry_seconds),
             self.jobs.job_size,
         )
+        self.dap_collections = DapCollections(self.dap, self.collections)
 
     @property
     def job_sizes(self) -> dict[bytes, int]:
@@ -119,10 +121,11 @@ class Leader(AggregatorBase[LeaderTask]):
     ) -> CollectionRecord:
         """A new collection job (or the known one); `agg_param` names a Poplar1
         task's level and prefixes (empty for Prio3). A task served over DAP
-        is refused: its reports wait for DAP's aggregation (docs/DAP.md)."""
+        is collected over DAP only (`self.dap_collections`)."""
         if self.table.task(task_id).dap is not None:
             raise InvalidMessage(
-                f"task {b64e(task_id)} is served over DAP, whose collection is not there yet"
+                f"task {b64e(task_id)} is served over DAP: collect it with a collection job at"
+                " the leader's DAP endpoint"
             )
         return self.collections.create_collection(
             task_id, token, collection_id, start, duration, agg_param

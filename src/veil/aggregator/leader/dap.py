@@ -8,14 +8,16 @@ A report is stored as veil stores any report: its time in seconds (DAP's
 Time counts the task's time precision), its public share and both sealed
 input shares as they came. A report with a public extension is refused
 (veil knows no report extension yet), so what is stored is all a later
-open needs to rebuild the report's InputShareAad. The reports of a DAP task
-wait in the store: the aggregation of DAP tasks is not there yet
-(docs/DAP.md), so the job driver leaves them.
+open needs to rebuild the report's InputShareAad (`open_leader_shares`,
+for the job driver, which sends the reports of a DAP task to a DAP helper
+through `veil.aggregator.leader.dap_client`).
+
+The collector's side is `veil.aggregator.leader.dap_collections`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from veil.aggregator.context import TaskTable
 from veil.aggregator.errors import (
@@ -23,24 +25,95 @@ from veil.aggregator.errors import (
     BatchCollected,
     InvalidMessage,
     ReportIdConflict,
+    ReportRejection,
     ReportTimeRejected,
     UnknownTask,
 )
 from veil.aggregator.keys import KeyRing
 from veil.aggregator.leader.upload import MAX_UPLOAD_REPORTS, ReportWriter
+from veil.aggregator.store.records import JobReport
 from veil.dap.codec import DecodeError
+from veil.dap.jobs import CollectionJobReq, Query
 from veil.dap.messages import (
+    BatchMode,
     HpkeConfig,
     HpkeConfigList,
+    Interval,
     Report,
+    ReportMetadata,
     ReportUploadStatus,
     UploadErrors,
     UploadRequest,
 )
 from veil.dap.problems import Problem, ProblemType
-from veil.dap.versions import DapVersion, ReportError
+from veil.dap.shares import open_input_share, seal_aggregate_share
+from veil.dap.versions import DapVersion, ReportError, Role
+from veil.hpke import Ciphertext, HpkeError
 from veil.messages import Report as VeilReport
 from veil.task import LeaderTask
+
+
+def open_leader_shares(
+    keys: KeyRing, task: LeaderTask, reports: Sequence[JobReport]
+) -> list[ReportRejection | bytes]:
+    """The leader's input share of each stored report of a DAP task, opened
+    with DAP's `info` and InputShareAad (section 4.5.2.3), or why it did
+    not open (a private extension, which veil does not know, is
+    invalid_message)."""
+    assert task.dap is not None
+    version = task.dap.dap_version
+    config = task.dap_configuration()
+    tp = task.time_precision
+    out: list[ReportRejection | bytes] = []
+    for r in reports:
+        ct = Ciphertext.from_bytes(r.leader_ct_bytes) if r.leader_ct_bytes else None
+        keypair = keys.keypair(ct.config_id) if ct is not None else None
+        if ct is None or keypair is None:
+            out.append(ReportRejection.HPKE_UNKNOWN_CONFIG_ID)
+            continue
+        try:
+            share = open_input_share(
+                version,
+                keypair,
+                Role.LEADER,
+                task.task_id,
+                config,
+                ReportMetadata(r.report_id, r.time // tp),
+                r.public_share,
+                ct,
+            )
+        except HpkeError:
+            out.append(ReportRejection.HPKE_DECRYPT_ERROR)
+            continue
+        except DecodeError:
+            out.append(ReportRejection.INVALID_MESSAGE)
+            continue
+        out.append(ReportRejection.INVALID_MESSAGE if share.private_extensions else share.payload)
+    return out
+
+
+def collection_job_req(task: LeaderTask, start: int, duration: int) -> CollectionJobReq:
+    """The CollectionJobReq of a time-interval collection of [start, +duration)
+    seconds: the collector's request as DAP binds it into both aggregate
+    shares (veil's collections take no aggregation parameter or
+    extension, so the request is rebuilt from the batch alone)."""
+    tp = task.time_precision
+    return CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(start // tp, duration // tp)))
+
+
+def seal_leader_share(task: LeaderTask, start: int, duration: int, share: bytes) -> Ciphertext:
+    """The leader's aggregate share of a DAP task sealed to the collector
+    (section 4.6.7)."""
+    assert task.dap is not None
+    return seal_aggregate_share(
+        task.dap.dap_version,
+        task.collector_hpke_config,
+        Role.LEADER,
+        task.task_id,
+        task.dap_configuration(),
+        collection_job_req(task, start, duration),
+        share,
+    )
 
 
 class DapAbort(Exception):

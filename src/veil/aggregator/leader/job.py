@@ -26,11 +26,11 @@ from veil.aggregator.core import (
     VerifyResult,
     job_deltas,
     rejection_reason,
+    task_vdaf_ctx,
 )
 from veil.aggregator.errors import ReportRejection
 from veil.aggregator.store.records import BatchAggregate
 from veil.hpke import Ciphertext
-from veil.messages import vdaf_ctx
 from veil.task import LeaderTask
 from veil.vdaf import VerifyError
 from veil.vdaf.engine import Round, leader_steps
@@ -212,7 +212,7 @@ def finish_job(
             helper_next[i] = res.helper_verifier_share
     out, later = leader_steps(
         engine,
-        vdaf_ctx(task.task_id),
+        task_vdaf_ctx(task),
         job.agg_param,
         job.init,
         messages,

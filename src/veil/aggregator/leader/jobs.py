@@ -23,6 +23,7 @@ from veil.aggregator.core import (
     VerifyInitItem,
     VerifyResult,
     share_merge,
+    task_vdaf_ctx,
 )
 from veil.aggregator.errors import (
     InvalidMessage,
@@ -35,6 +36,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.keys import KeyRing, tally_open
 from veil.aggregator.leader.control import Backoff, DriverControl
+from veil.aggregator.leader.dap import open_leader_shares
 from veil.aggregator.leader.job import AnyReport, PreparedJob, finish_job, prepare_job
 from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
@@ -46,7 +48,7 @@ from veil.aggregator.store.records import (
     is_transient_storage_error,
 )
 from veil.hpke import ROLE_LEADER, input_share_info
-from veil.messages import Report, vdaf_ctx
+from veil.messages import Report
 from veil.task import LeaderTask, b64e
 from veil.vdaf.engine import Round
 
@@ -146,8 +148,6 @@ class JobDriver:
         for task_id, ctx in self.tasks.contexts.items():
             if ctx.by_query:
                 continue  # aggregated by its collections' queries (leader/prefixes.py)
-            if ctx.task.dap is not None:
-                continue  # served over DAP, whose aggregation is not there yet (docs/DAP.md)
             while not self.control.stopping and self.store.create_aggregation_job(
                 task_id, secrets.token_bytes(16), self.job_size(task_id)
             ):
@@ -309,10 +309,14 @@ class JobDriver:
         reports = self.store.job_reports(task_id, job_id)
         keys = self.keys
         keys.know_keys({r.leader_ct_bytes[0] for r in reports if r.leader_ct_bytes})
-        # The job's shares opened at once, over the opener's threads.
-        shares = keys.open_stored_shares(
-            [(r.leader_ct_bytes, leader_share_info(task, r)) for r in reports]
-        )
+        # The job's shares opened at once, over the opener's threads (a DAP
+        # task's with DAP's info and associated data).
+        if task.dap is not None:
+            shares = open_leader_shares(keys, task, reports)
+        else:
+            shares = keys.open_stored_shares(
+                [(r.leader_ct_bytes, leader_share_info(task, r)) for r in reports]
+            )
         tally: dict[str, int] = {}  # HPKE outcomes, counted once for the job
         for share in shares:
             tally_open(share, tally)
@@ -320,7 +324,7 @@ class JobDriver:
 
         def init(ids: list[bytes], public: list[bytes], plaintexts: list[bytes]) -> Round:
             return ctx.engine.verify_init(
-                task.verify_key, vdaf_ctx(task_id), 0, None, ids, public, plaintexts
+                task.verify_key, task_vdaf_ctx(task), 0, None, ids, public, plaintexts
             )
 
         job = prepare_job(ctx, job_id, None, reports, shares, init, began)

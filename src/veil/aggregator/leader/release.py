@@ -23,6 +23,7 @@ from typing import Any
 from veil.aggregator.context import TaskContext
 from veil.aggregator.core import seal_share
 from veil.aggregator.errors import AggregatorError
+from veil.aggregator.leader.dap import seal_leader_share
 from veil.aggregator.leader.peer import HelperApi
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import CollectionRecord
@@ -102,12 +103,9 @@ def leader_share(
         record.duration,
         list(share),
     )
+    encoded = engine.encode_agg_share(agg_param, noised)
+    if task.dap is not None:
+        return seal_leader_share(task, record.start, record.duration, encoded)
     return seal_share(
-        task,
-        ROLE_LEADER,
-        record.start,
-        record.duration,
-        count,
-        engine.encode_agg_share(agg_param, noised),
-        record.agg_param,
+        task, ROLE_LEADER, record.start, record.duration, count, encoded, record.agg_param
     )

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -44,11 +43,12 @@ from veil.aggregator.helper.dap import (
 from veil.aggregator.run.dap_http import (
     HPKE_CONFIG_MAX_AGE,
     RETRY_AFTER,
+    bearer_token,
     problem_response,
     task_id_of,
+    unauthorized,
 )
 from veil.dap.problems import (
-    PROBLEM_MEDIA_TYPE,
     MediaTypeError,
     Problem,
     ProblemType,
@@ -57,19 +57,6 @@ from veil.dap.problems import (
 )
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-def bearer_token(request: Request) -> str | None:
-    """The token of an ``Authorization: Bearer TOKEN`` header (RFC 6750
-    section 2.1; the scheme's name is case-insensitive); None without one."""
-    value = request.headers.get("authorization")
-    if value is None:
-        return None
-    scheme, _, token = value.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or " " in token:
-        return None
-    return token
 
 
 def resource_id_of(text: str) -> bytes | None:
@@ -90,18 +77,6 @@ def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _unauthorized(detail: str) -> Response:
-    # No DAP error type fits, and the draft keeps its URNs to its own
-    # types: RFC 9457's about:blank with the status's title.
-    body = {"type": "about:blank", "title": "Unauthorized", "status": 401, "detail": detail}
-    return Response(
-        json.dumps(body, separators=(",", ":")).encode(),
-        401,
-        media_type=PROBLEM_MEDIA_TYPE,
-        headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"},
-    )
-
-
 def _answer(call: Handler) -> Handler:
     """Map the logic's refusals to their answers."""
 
@@ -111,7 +86,7 @@ def _answer(call: Handler) -> Handler:
         except DapAbort as e:
             return problem_response(e.problem)
         except DapUnauthorized as e:
-            return _unauthorized(str(e))
+            return unauthorized(str(e))
         except DapRetry as e:
             return Response(
                 str(e), 503, media_type="text/plain", headers={"Retry-After": str(RETRY_AFTER)}

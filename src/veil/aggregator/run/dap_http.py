@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from veil.aggregator.leader.dap import DapAbort, DapUnavailable, DapUploads
+from veil.aggregator.leader.dap_collections import DapCollections, DapUnauthorized
 from veil.dap.messages import TASK_ID_SIZE
 from veil.dap.problems import (
     PROBLEM_MEDIA_TYPE,
@@ -41,6 +43,8 @@ from veil.dap.problems import (
 HPKE_CONFIG_MAX_AGE = 300
 # Seconds a client is asked to wait before sending an upload again.
 RETRY_AFTER = 5
+# Seconds a collector is asked to wait between two polls of a collection job.
+COLLECTION_RETRY_AFTER = 2
 
 
 def problem_response(problem: Problem) -> Response:
@@ -49,6 +53,31 @@ def problem_response(problem: Problem) -> Response:
         problem.status,
         media_type=PROBLEM_MEDIA_TYPE,
         headers={"Cache-Control": "no-store"},
+    )
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header (RFC 6750
+    section 2.1; the scheme's name is case-insensitive); None without one."""
+    value = request.headers.get("authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        return None
+    return token
+
+
+def unauthorized(detail: str) -> Response:
+    # No DAP error type fits, and the draft keeps its URNs to its own
+    # types: RFC 9457's about:blank with the status's title.
+    body = {"type": "about:blank", "title": "Unauthorized", "status": 401, "detail": detail}
+    return Response(
+        json.dumps(body, separators=(",", ":")).encode(),
+        401,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"},
     )
 
 
@@ -66,9 +95,12 @@ def task_id_of(text: str) -> bytes | None:
     return raw
 
 
-def dap_app(uploads: DapUploads, max_body: int) -> Starlette:
-    """The leader's DAP routes over `uploads`; an upload's body may hold at
-    most `max_body` bytes."""
+def dap_app(
+    uploads: DapUploads, max_body: int, collections: DapCollections | None = None
+) -> Starlette:
+    """The leader's DAP routes over `uploads` (and `collections`, the
+    collector's routes); a request's body may hold at most `max_body`
+    bytes."""
 
     async def hpke_config(request: Request) -> Response:
         body = await run_in_threadpool(uploads.hpke_config_list)
@@ -113,12 +145,104 @@ def dap_app(uploads: DapUploads, max_body: int) -> Starlette:
             return Response(b"", 200)
         return Response(errors.encode(version), 200, media_type=media_type("upload-errors"))
 
-    return Starlette(
-        routes=[
-            Route("/hpke_config", hpke_config, methods=["GET"]),
-            Route("/tasks/{task_id}/reports", upload, methods=["POST"]),
+    async def create_collection(request: Request) -> Response:
+        assert collections is not None
+        task_id = task_id_of(request.path_params["task_id"])
+        if task_id is None:
+            return _unknown_task()
+        try:
+            if message_of(request.headers.get("content-type")) != "collection-job-req":
+                raise MediaTypeError(f"a collection job is {media_type('collection-job-req')}")
+        except MediaTypeError as e:
+            return problem_response(Problem(ProblemType.INVALID_MESSAGE, str(e), 415, task_id))
+        body = await _body(request, max_body)
+        if body is None:
+            return _too_large(task_id, max_body)
+        try:
+            job = await run_in_threadpool(collections.create, task_id, bearer_token(request), body)
+        except DapAbort as e:
+            return problem_response(e.problem)
+        except DapUnauthorized as e:
+            return unauthorized(str(e))
+        except DapUnavailable as e:
+            return _unavailable(e)
+        root = request.scope.get("root_path", "")
+        where = f"{root}/tasks/{_b64(task_id)}/collection_jobs/{_b64(job)}"
+        # Deferred (section 3.1): the collector polls the job's location.
+        return Response(
+            b"", 201, headers={"Location": where, "Retry-After": str(COLLECTION_RETRY_AFTER)}
+        )
+
+    async def poll_collection(request: Request) -> Response:
+        assert collections is not None
+        task_id = task_id_of(request.path_params["task_id"])
+        if task_id is None:
+            return _unknown_task()
+        job = _id16(request.path_params["job_id"])
+        if job is None:
+            return problem_response(
+                Problem(ProblemType.INVALID_MESSAGE, "no collection job of that id", 404, task_id)
+            )
+        try:
+            answer = await run_in_threadpool(collections.poll, task_id, bearer_token(request), job)
+        except DapAbort as e:
+            return problem_response(e.problem)
+        except DapUnauthorized as e:
+            return unauthorized(str(e))
+        except DapUnavailable as e:
+            return _unavailable(e)
+        if answer is None:
+            return Response(b"", 200, headers={"Retry-After": str(COLLECTION_RETRY_AFTER)})
+        return Response(answer, 200, media_type=media_type("collection-job-resp"))
+
+    routes = [
+        Route("/hpke_config", hpke_config, methods=["GET"]),
+        Route("/tasks/{task_id}/reports", upload, methods=["POST"]),
+    ]
+    if collections is not None:
+        routes += [
+            Route("/tasks/{task_id}/collection_jobs", create_collection, methods=["POST"]),
+            Route("/tasks/{task_id}/collection_jobs/{job_id}", poll_collection, methods=["GET"]),
         ]
+    return Starlette(routes=routes)
+
+
+async def _body(request: Request, max_body: int) -> bytes | None:
+    """The request's body; None beyond `max_body` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > max_body):
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_body:
+            return None
+    return bytes(body)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _id16(text: str) -> bytes | None:
+    """A 16-byte id from its URL form (unpadded base64url); None otherwise."""
+    if len(text) != 22 or not text.isascii():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "==")
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == 16 and _b64(raw) == text else None
+
+
+def _unknown_task() -> Response:
+    return problem_response(
+        Problem(ProblemType.UNRECOGNIZED_TASK, "a task id is 32 bytes in unpadded base64url", 404)
     )
+
+
+def _unavailable(e: Exception) -> Response:
+    return Response(str(e), 503, media_type="text/plain", headers={"Retry-After": str(RETRY_AFTER)})
 
 
 def _too_large(task_id: bytes, max_body: int) -> Response:

@@ -174,7 +174,9 @@ class AggregatorServer:
         if self._dap_listener is not None:
             assert self._http_serve is not None
             if self.leader is not None:
-                app = dap_app(self.leader.dap, self.config.max_message_bytes)
+                app = dap_app(
+                    self.leader.dap, self.config.max_message_bytes, self.leader.dap_collections
+                )
             else:
                 assert self.helper is not None
                 app = dap_helper_app(self.helper.dap, self.config.max_message_bytes)

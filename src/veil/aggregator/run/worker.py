@@ -9,12 +9,14 @@ machines lease aggregation and collection jobs from the database.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from veil.aggregator.leader import Leader
 from veil.aggregator.leader.control import DriverControl
+from veil.aggregator.leader.dap_client import ByProtocol, DapHelperClient
 from veil.aggregator.leader.helper_client import GrpcHelperClient
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
@@ -36,6 +38,15 @@ from veil.vdaf.batch.kernels import kernels
 log = logging.getLogger(__name__)
 
 
+def _dap_trust(config: ServerConfig) -> ssl.SSLContext | None:
+    """How the leader reaches a DAP helper over https: the [helper_tls] CA
+    where one is configured (the one gRPC trusts), else the system's."""
+    tls = config.helper_tls
+    if tls is None or tls.ca is None:
+        return None
+    return ssl.create_default_context(cafile=str(tls.ca))
+
+
 def make_leader(
     config: ServerConfig,
     tasks: Mapping[bytes, LeaderTask],
@@ -50,7 +61,10 @@ def make_leader(
         tasks,
         LeaderParts(
             store,
-            GrpcHelperClient(helper_channel_factory(config)),
+            ByProtocol(
+                GrpcHelperClient(helper_channel_factory(config)),
+                DapHelperClient(_dap_trust(config)),
+            ),
             privacy,
             metrics=metrics,
             control=DriverControl(stop),

@@ -1,0 +1,144 @@
+"""The collector's side of a DAP task at the leader (draft-ietf-ppm-dap
+section 4.6, leader side): a CollectionJobReq creates a collection job of
+the leader's one collection driver (its checks, its release step), and a
+poll answers the CollectionJobResp once the job is finished. HTTP stays
+outside (`veil.aggregator.run.dap_http`)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from veil.aggregator.errors import (
+    AggregatorError,
+    BatchCollected,
+    BatchTooSmall,
+    JobConflict,
+    NotFound,
+    Unauthenticated,
+    UnknownTask,
+)
+from veil.aggregator.leader.collection import CollectionDriver
+from veil.aggregator.leader.dap import DapAbort, DapUnavailable, DapUploads
+from veil.dap.codec import DecodeError
+from veil.dap.jobs import CollectionJobReq, CollectionJobResp
+from veil.dap.messages import BatchMode, Interval, extensions_in_order
+from veil.dap.problems import Problem, ProblemType
+
+
+class DapUnauthorized(Exception):
+    """A request without the task's bearer token (answered 401)."""
+
+
+class DapCollections:
+    """The collector's side of a DAP task at the leader (section 4.6):
+    collection jobs of the leader's one collection driver, created from a
+    CollectionJobReq and polled for the CollectionJobResp."""
+
+    def __init__(self, uploads: DapUploads, collections: CollectionDriver) -> None:
+        self.uploads = uploads
+        self.collections = collections
+
+    def create(self, task_id: bytes, token: str | None, body: bytes) -> bytes:
+        """A CollectionJobReq: the collection job's id (the first 16 bytes
+        of SHA-256 over the body, so a retried request finds its job)."""
+        task = self.uploads.task(task_id)
+        try:
+            request = CollectionJobReq.decode(body)
+        except DecodeError as e:
+            raise DapAbort(Problem(ProblemType.INVALID_MESSAGE, str(e), 400, task_id)) from None
+        if request.query.batch_mode is not BatchMode.TIME_INTERVAL:
+            raise DapAbort(
+                Problem(
+                    ProblemType.INVALID_MESSAGE,
+                    "this task's batch mode is time-interval",
+                    400,
+                    task_id,
+                )
+            )
+        if not extensions_in_order(request.extensions):
+            raise DapAbort(
+                Problem(
+                    ProblemType.INVALID_EXTENSION,
+                    "the collection job's extensions are not in increasing order",
+                    400,
+                    task_id,
+                )
+            )
+        if request.extensions:
+            raise DapAbort(
+                Problem(
+                    ProblemType.UNSUPPORTED_EXTENSION,
+                    "this task takes no collection job extension",
+                    400,
+                    task_id,
+                    tuple(e.extension_type for e in request.extensions),
+                )
+            )
+        if request.agg_param:
+            raise DapAbort(
+                Problem(
+                    ProblemType.INVALID_AGGREGATION_PARAMETER,
+                    "Prio3's aggregation parameter is empty",
+                    400,
+                    task_id,
+                )
+            )
+        interval = request.query.batch_interval
+        assert interval is not None
+        tp = task.time_precision
+        if interval.duration == 0 or (interval.start + interval.duration) * tp >= 2**63:
+            raise DapAbort(
+                Problem(
+                    ProblemType.BATCH_INVALID,
+                    "a batch interval is non-empty and within the time range",
+                    400,
+                    task_id,
+                )
+            )
+        collection_id = hashlib.sha256(body).digest()[:16]
+        try:
+            self.collections.create_collection(
+                task_id, token, collection_id, interval.start * tp, interval.duration * tp
+            )
+        except AggregatorError as e:
+            raise _refused(e, task_id) from None
+        return collection_id
+
+    def poll(self, task_id: bytes, token: str | None, collection_id: bytes) -> bytes | None:
+        """The encoded CollectionJobResp once the job is finished (None while
+        it is not)."""
+        task = self.uploads.task(task_id)
+        try:
+            record = self.collections.get_collection(task_id, token, collection_id)
+        except AggregatorError as e:
+            raise _refused(e, task_id) from None
+        if record.state == "failed":
+            raise DapAbort(Problem(ProblemType.BATCH_INVALID, record.error_message, 400, task_id))
+        if record.state != "finished" or record.leader_ct is None or record.helper_ct is None:
+            return None
+        tp = task.time_precision
+        return CollectionJobResp(
+            record.report_count,
+            Interval(record.start // tp, record.duration // tp),
+            record.leader_ct,
+            record.helper_ct,
+        ).encode()
+
+
+def _refused(e: AggregatorError, task_id: bytes) -> Exception:
+    """A collection refused by the leader's logic, as DAP answers it."""
+    if isinstance(e, Unauthenticated):
+        return DapUnauthorized(str(e))
+    if e.retryable:
+        return DapUnavailable(str(e))
+    if isinstance(e, UnknownTask):
+        return DapAbort(Problem(ProblemType.UNRECOGNIZED_TASK, str(e), 404, task_id))
+    if isinstance(e, NotFound):
+        return DapAbort(Problem(ProblemType.INVALID_MESSAGE, str(e), 404, task_id))
+    if isinstance(e, BatchCollected):
+        return DapAbort(Problem(ProblemType.BATCH_OVERLAP, str(e), 400, task_id))
+    if isinstance(e, JobConflict):
+        return DapAbort(Problem(ProblemType.INVALID_MESSAGE, str(e), 409, task_id))
+    if isinstance(e, BatchTooSmall):
+        return DapAbort(Problem(ProblemType.INVALID_BATCH_SIZE, str(e), 400, task_id))
+    return DapAbort(Problem(ProblemType.BATCH_INVALID, str(e), 400, task_id))

@@ -1,0 +1,181 @@
+"""A DAP deployment of veil: a `veil leader` and a `veil helper` process,
+each serving DAP over HTTP on loopback beside gRPC (SQLite), a DAP client
+uploading to the leader, the leader's driver aggregating each task's
+reports with the helper over DAP (aggregation jobs and the aggregate share),
+and a collector creating a collection job, polling it, opening both
+aggregate shares with DAP's associated data and unsharding Count and
+Histogram results exactly (no DP in the tasks). One pair of servers serves
+every case."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from veil.dap.jobs import CollectionJobReq, CollectionJobResp, Query
+from veil.dap.messages import BatchMode, HpkeConfigList, Interval, UploadRequest
+from veil.dap.problems import media_type
+from veil.dap.report import prepare_report
+from veil.dap.shares import open_aggregate_share
+from veil.dap.versions import DapVersion, Role
+from veil.hpke import HpkeConfig
+from veil.local.launcher import ServerProcess, free_port
+from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task, write_toml
+
+TP = 3600
+VERSION = DapVersion.DAP_19
+
+
+def _call(
+    url: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(
+        url, data=body, headers=headers or {}, method="POST" if body is not None else "GET"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            return response.status, headers, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+@dataclass
+class Deployment:
+    leader_url: str
+    tasks: dict[str, TaskFiles]
+    leader_config: HpkeConfig
+    helper_config: HpkeConfig
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    tmp = tmp_path_factory.mktemp("dap")
+    leader_dap, helper_dap = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    leader_grpc, helper_grpc = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    spec = DapSpec(f"http://{leader_dap}/", f"http://{helper_dap}/", VERSION.value, "veil")
+    tasks = {
+        "count": new_task(
+            VdafSpec("count"),
+            leader_grpc,
+            helper_grpc,
+            min_batch_size=2,
+            dp=DpSpec("none"),
+            dap=spec,
+        ),
+        "histogram": new_task(
+            VdafSpec("histogram", length=4, chunk_length=2),
+            leader_grpc,
+            helper_grpc,
+            min_batch_size=2,
+            dp=DpSpec("none"),
+            dap=spec,
+        ),
+    }
+    servers = []
+    for role, grpc, dap in (
+        ("helper", helper_grpc, helper_dap),
+        ("leader", leader_grpc, leader_dap),
+    ):
+        names = []
+        for name, files in tasks.items():
+            write_toml(tmp / f"{name}.{role}.toml", getattr(files, role).to_dict(), secret=True)
+            names.append(f"{name}.{role}.toml")
+        config: dict[str, Any] = {
+            "listen": grpc,
+            "storage": f"{role}.db",
+            "tasks": names,
+            "allow_exact_release": True,
+            "dap": {"listen": dap},
+        }
+        if role == "leader":
+            config["driver"] = {"interval": 0.2}
+        write_toml(tmp / f"{role}.toml", config, secret=False)
+        server = ServerProcess(role, tmp / f"{role}.toml", tmp / f"{role}.log", grpc)
+        server.start()
+        servers.append(server)
+    try:
+        configs = []
+        for address in (leader_dap, helper_dap):
+            status, _, body = _call(f"http://{address}/hpke_config")
+            assert status == 200
+            config = HpkeConfigList.decode(body).first_supported()
+            assert config is not None
+            configs.append(config)
+        yield Deployment(f"http://{leader_dap}", tasks, configs[0], configs[1])
+    finally:
+        for server in reversed(servers):
+            server.stop()
+
+
+def _collect(d: Deployment, name: str, measurements: list[Any]) -> list[int] | int:
+    files = d.tasks[name]
+    task = files.client
+    config = task.dap_configuration()
+    vdaf = task.vdaf.instantiate()
+    when = int(time.time()) // TP - 1  # the previous hour, closed
+    reports = [
+        prepare_report(
+            VERSION, task.task_id, config, vdaf, m, when, d.leader_config, d.helper_config
+        )
+        for m in measurements
+    ]
+    tasks = f"{d.leader_url}/tasks/{task.id_text}"
+    upload = UploadRequest(tuple(reports)).encode()
+    status, _, body = _call(f"{tasks}/reports", upload, {"Content-Type": media_type("upload-req")})
+    assert (status, body) == (200, b"")
+
+    request = CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(when, 1)))
+    auth = {"Authorization": f"Bearer {files.collector.collector_token}"}
+    status, _, body = _call(
+        f"{tasks}/collection_jobs",
+        request.encode(),
+        {"Content-Type": media_type("collection-job-req")},
+    )
+    assert status == 401  # the collector's token is asked for
+    status, headers, _ = _call(
+        f"{tasks}/collection_jobs",
+        request.encode(),
+        {"Content-Type": media_type("collection-job-req"), **auth},
+    )
+    assert status == 201
+    location = d.leader_url + headers["location"]
+    deadline = time.monotonic() + 120
+    while True:
+        status, headers, body = _call(location, headers=auth)
+        assert status == 200, body
+        if body:
+            break
+        assert time.monotonic() < deadline, "the collection did not finish"
+        time.sleep(0.2)
+    assert headers["content-type"] == media_type("collection-job-resp")
+    resp = CollectionJobResp.decode(body)
+    assert resp.report_count == len(measurements)
+    assert resp.interval == Interval(when, 1)
+    keypair = files.collector.collector_hpke_keypair
+    shares = [
+        vdaf.decode_agg_share(
+            None,
+            open_aggregate_share(VERSION, keypair, role, task.task_id, config, request, ct),
+        )
+        for role, ct in (
+            (Role.LEADER, resp.leader_encrypted_agg_share),
+            (Role.HELPER, resp.helper_encrypted_agg_share),
+        )
+    ]
+    result: list[int] | int = vdaf.unshard(None, shares, resp.report_count)
+    return result
+
+
+def test_count_is_collected_exactly_over_dap(deployment: Deployment) -> None:
+    assert _collect(deployment, "count", [1, 0, 1, 1, 0]) == 3
+
+
+def test_histogram_is_collected_exactly_over_dap(deployment: Deployment) -> None:
+    assert _collect(deployment, "histogram", [0, 3, 3, 1, 3, 2]) == [1, 1, 1, 3]
