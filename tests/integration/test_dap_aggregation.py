@@ -4,11 +4,12 @@ uploading to the leader, the leader's driver aggregating each task's
 reports with the helper over DAP (aggregation jobs and the aggregate share),
 and a collector creating a collection job, polling it, opening both
 aggregate shares with DAP's associated data and unsharding Count and
-Histogram results exactly (no DP in the tasks). One pair of servers serves
-every case."""
+Histogram results exactly (no DP in the tasks). One pair of servers on
+SQLite serves every case; the Histogram runs on PostgreSQL too."""
 
 from __future__ import annotations
 
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from bench.postgres import as_url, with_schema
 from veil.dap.jobs import CollectionJobReq, CollectionJobResp, Query
 from veil.dap.messages import BatchMode, HpkeConfigList, Interval, UploadRequest
 from veil.dap.problems import media_type
@@ -55,8 +57,13 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """A leader and a helper over DAP, each on SQLite or each in a
+    PostgreSQL schema of its own (`request.param`)."""
     tmp = tmp_path_factory.mktemp("dap")
+    dsn = request.getfixturevalue("postgres_server") if request.param == "postgres" else None
     leader_dap, helper_dap = (f"127.0.0.1:{free_port()}" for _ in range(2))
     leader_grpc, helper_grpc = (f"127.0.0.1:{free_port()}" for _ in range(2))
     spec = DapSpec(f"http://{leader_dap}/", f"http://{helper_dap}/", VERSION.value, "veil")
@@ -89,7 +96,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             names.append(f"{name}.{role}.toml")
         config: dict[str, Any] = {
             "listen": grpc,
-            "storage": f"{role}.db",
+            "storage": f"{role}.db"
+            if dsn is None
+            else as_url(with_schema(dsn, f"{role}_{secrets.token_hex(4)}")),
             "tasks": names,
             "allow_exact_release": True,
             "dap": {"listen": dap},
@@ -173,9 +182,20 @@ def _collect(d: Deployment, name: str, measurements: list[Any]) -> list[int] | i
     return result
 
 
+# Each case on SQLite, and one on PostgreSQL too: a pair of servers each.
+SQLITE = pytest.mark.parametrize("deployment", ["sqlite"], indirect=True)
+BOTH = pytest.mark.parametrize(
+    "deployment",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    indirect=True,
+)
+
+
+@SQLITE
 def test_count_is_collected_exactly_over_dap(deployment: Deployment) -> None:
     assert _collect(deployment, "count", [1, 0, 1, 1, 0]) == 3
 
 
+@BOTH
 def test_histogram_is_collected_exactly_over_dap(deployment: Deployment) -> None:
     assert _collect(deployment, "histogram", [0, 3, 3, 1, 3, 2]) == [1, 1, 1, 3]
