@@ -9,12 +9,14 @@ from veil.dap.jobs import CollectionJobReq, Query
 from veil.dap.messages import (
     BatchMode,
     Extension,
+    InputShareAad,
     Interval,
     PlaintextInputShare,
     ReportMetadata,
     TaskConfiguration,
 )
 from veil.dap.shares import (
+    input_share_aads,
     open_aggregate_share,
     open_input_share,
     seal_aggregate_share,
@@ -104,3 +106,14 @@ def test_aggregate_share_round_trip_and_binding() -> None:
     ]:
         with pytest.raises(HpkeError):
             open_aggregate_share(V19, collector, role, TASK_ID, TASK, req, ct)
+
+
+@pytest.mark.parametrize("version", list(DapVersion))
+def test_a_jobs_associated_data_is_each_reports_input_share_aad(version: DapVersion) -> None:
+    reports = [
+        (META, b""),
+        (ReportMetadata(b"s" * 16, 1, (Extension(9, b"x"),)), b"public share"),
+    ]
+    assert input_share_aads(version, TASK_ID, TASK, reports) == [
+        InputShareAad(TASK_ID, TASK, meta, public).encode(version) for meta, public in reports
+    ]

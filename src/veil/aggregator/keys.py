@@ -188,6 +188,26 @@ class KeyRing:
             ]
         )
 
+    def open_shares_with_aad(
+        self, shares: Sequence[tuple[Ciphertext, bytes, bytes]]
+    ) -> list[ReportRejection | bytes]:
+        """`open_shares` of (ciphertext, info, associated data): DAP's input
+        shares, which bind their context as the AEAD's associated data."""
+        keypair = self.keypair
+        keyed = [(keypair(ct.config_id), ct.enc, ct.payload, info) for ct, info, _ in shares]
+        dhs = self.opener.map(_decapsulated, keyed)
+        out: list[ReportRejection | bytes] = []
+        for (kp, enc, payload, info), dh, (_, _, aad) in zip(keyed, dhs, shares, strict=True):
+            if isinstance(dh, ReportRejection):
+                out.append(dh)
+                continue
+            assert kp is not None
+            try:
+                out.append(open_payload(kp, enc, payload, info, dh, aad))
+            except HpkeError:
+                out.append(HPKE_DECRYPT_ERROR)
+        return out
+
     def _open_all(self, keyed: list[_Sealed]) -> list[ReportRejection | bytes]:
         dhs = self.opener.map(_decapsulated, keyed)
         return [_open_decapsulated(share, dh) for share, dh in zip(keyed, dhs, strict=True)]

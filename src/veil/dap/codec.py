@@ -44,16 +44,18 @@ class Reader:
 
     def take(self, n: int, field: str) -> bytes:
         """The next `n` bytes (a fixed-length field such as ReportID[16])."""
-        if n > self.remaining:
-            raise self._fail(field, f"needs {n} bytes, {self.remaining} left")
-        out = self._data[self._pos : self._pos + n]
-        self._pos += n
-        return out
+        # Read once per field of every report of a job: kept to the bone.
+        pos = self._pos
+        end = pos + n
+        if end > len(self._data):
+            raise self._fail(field, f"needs {n} bytes, {len(self._data) - pos} left")
+        self._pos = end
+        return self._data[pos:end]
 
     def uint(self, size: int, field: str) -> int:
         """A big-endian unsigned integer of `size` bytes (uint8 to uint64)."""
         assert size in _UINT_SIZES
-        return int.from_bytes(self.take(size, field), "big")
+        return int.from_bytes(self.take(size, field))
 
     def opaque(
         self, prefix: int, field: str, minimum: int = 0, maximum: int | None = None
@@ -63,14 +65,16 @@ class Reader:
         given."""
         assert prefix in (1, 2, 4)
         length = self.uint(prefix, field)
-        top = (1 << (8 * prefix)) - 1 if maximum is None else maximum
         if length < minimum:
             raise self._fail(field, f"length {length} is below the minimum {minimum}")
-        if length > top:
-            raise self._fail(field, f"length {length} is above the maximum {top}")
-        if length > self.remaining:
+        if maximum is not None and length > maximum:
+            raise self._fail(field, f"length {length} is above the maximum {maximum}")
+        pos = self._pos
+        end = pos + length
+        if end > len(self._data):
             raise self._fail(field, f"length {length} runs past the end ({self.remaining} left)")
-        return self.take(length, field)
+        self._pos = end
+        return self._data[pos:end]
 
     def vector(self, prefix: int, field: str, what: str, minimum: int = 0) -> Reader:
         """A vector of structures with a `prefix`-byte length in bytes, as a

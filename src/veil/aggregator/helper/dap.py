@@ -68,14 +68,15 @@ from veil.dap.messages import (
     BatchMode,
     HpkeConfig,
     HpkeConfigList,
+    PlaintextInputShare,
     ReportMetadata,
     extensions_in_order,
 )
 from veil.dap.pingpong import MessageType, PingPong, finish
 from veil.dap.problems import Problem, ProblemType
-from veil.dap.shares import open_input_share, seal_aggregate_share
-from veil.dap.versions import DapVersion, ReportError, Role, vdaf_context
-from veil.hpke import Ciphertext, HpkeError
+from veil.dap.shares import input_share_aads, seal_aggregate_share
+from veil.dap.versions import DapVersion, ReportError, Role, input_share_info, vdaf_context
+from veil.hpke import Ciphertext
 from veil.task import HelperTask
 
 # The id of a DAP task's one VDAF verification key (veil's task files hold
@@ -172,16 +173,20 @@ class DapScope(UploadScope):
         self.config = ctx.task.dap_configuration()
         self.read = init
         self.context = vdaf_context(version, self.task_id)
-        # The stored answer, where the job was answered before.
+        # The answer: the stored one where the job was answered before,
+        # else the one this request's verification encoded.
         self.answer: bytes | None = None
 
     def encode(self, results: Sequence[VerifyResult]) -> bytes:
+        """The AggregationJobResp, kept as the answer (the job's record
+        stores the same bytes)."""
         by_id = {r.report_id: r for r in results}
         resps = [
             early if early is not None else verify_resp(self.task, self.version, by_id[report_id])
             for report_id, early in zip(self.read.report_ids, self.read.early, strict=True)
         ]
-        return AggregationJobResp(tuple(resps)).encode(self.version)
+        self.answer = AggregationJobResp(tuple(resps)).encode(self.version)
+        return self.answer
 
     def stored(self, job_id: bytes, digest: bytes) -> list[VerifyResult] | None:
         return self._answered(job_id, self.store.helper_job(self.task_id, job_id), digest)
@@ -207,36 +212,32 @@ class DapScope(UploadScope):
     def open(
         self, ctx: TaskContext[HelperTask], keys: KeyRing, items: Sequence[VerifyInitItem]
     ) -> list[Opened]:
-        out: list[Opened] = []
-        for it in items:
-            outcome = self._open(keys, it)
-            out.append((outcome, outcome))
-        return out
+        aads = input_share_aads(
+            self.version,
+            self.task_id,
+            self.config,
+            [(self.read.metadata[it.report_id], it.public_share) for it in items],
+        )
+        info = input_share_info(self.version, Role.HELPER)
+        opened = keys.open_shares_with_aad(
+            [(it.encrypted_input_share, info, aad) for it, aad in zip(items, aads, strict=True)]
+        )
+        return [(payload_of(outcome), outcome) for outcome in opened]
 
-    def _open(self, keys: KeyRing, it: VerifyInitItem) -> ReportRejection | bytes:
-        keypair = keys.keypair(it.encrypted_input_share.config_id)
-        if keypair is None:
-            return ReportRejection.HPKE_UNKNOWN_CONFIG_ID
-        try:
-            share = open_input_share(
-                self.version,
-                keypair,
-                Role.HELPER,
-                self.task_id,
-                self.config,
-                self.read.metadata[it.report_id],
-                it.public_share,
-                it.encrypted_input_share,
-            )
-        except HpkeError:
-            return ReportRejection.HPKE_DECRYPT_ERROR
-        except DecodeError:
-            return ReportRejection.INVALID_MESSAGE
-        if share.private_extensions:
-            # veil knows no report extension (section 4.5.2.4: an unknown
-            # one makes the input share invalid_message).
-            return ReportRejection.INVALID_MESSAGE
-        return share.payload
+
+def payload_of(opened: ReportRejection | bytes) -> ReportRejection | bytes:
+    """The VDAF input share of an opened PlaintextInputShare, or why there
+    is none: veil knows no report extension (section 4.5.2.4: an unknown
+    one makes the input share invalid_message)."""
+    if isinstance(opened, ReportRejection):
+        return opened
+    try:
+        share = PlaintextInputShare.decode(opened)
+    except DecodeError:
+        return ReportRejection.INVALID_MESSAGE
+    if share.private_extensions:
+        return ReportRejection.INVALID_MESSAGE
+    return share.payload
 
 
 def verify_resp(task: HelperTask, version: DapVersion, result: VerifyResult) -> VerifyResp:

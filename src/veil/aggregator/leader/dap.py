@@ -39,6 +39,7 @@ from veil.dap.messages import (
     HpkeConfig,
     HpkeConfigList,
     Interval,
+    PlaintextInputShare,
     Report,
     ReportMetadata,
     ReportUploadStatus,
@@ -46,9 +47,9 @@ from veil.dap.messages import (
     UploadRequest,
 )
 from veil.dap.problems import Problem, ProblemType
-from veil.dap.shares import open_input_share, seal_aggregate_share
-from veil.dap.versions import DapVersion, ReportError, Role
-from veil.hpke import Ciphertext, HpkeError
+from veil.dap.shares import input_share_aads, seal_aggregate_share
+from veil.dap.versions import DapVersion, ReportError, Role, input_share_info
+from veil.hpke import Ciphertext
 from veil.messages import Report as VeilReport
 from veil.task import LeaderTask
 
@@ -57,34 +58,33 @@ def open_leader_shares(
     keys: KeyRing, task: LeaderTask, reports: Sequence[JobReport]
 ) -> list[ReportRejection | bytes]:
     """The leader's input share of each stored report of a DAP task, opened
-    with DAP's `info` and InputShareAad (section 4.5.2.3), or why it did
-    not open (a private extension, which veil does not know, is
-    invalid_message)."""
+    with DAP's `info` and InputShareAad (section 4.5.2.3) over the opener's
+    threads, or why it did not open (a private extension, which veil does
+    not know, is invalid_message)."""
     assert task.dap is not None
     version = task.dap.dap_version
-    config = task.dap_configuration()
     tp = task.time_precision
+    cts = [Ciphertext.from_bytes(r.leader_ct_bytes) if r.leader_ct_bytes else None for r in reports]
+    aads = input_share_aads(
+        version,
+        task.task_id,
+        task.dap_configuration(),
+        [(ReportMetadata(r.report_id, r.time // tp), r.public_share) for r in reports],
+    )
+    info = input_share_info(version, Role.LEADER)
+    # (An empty ciphertext, which upload never stores, opens as of an
+    # unknown config.)
+    unknown = Ciphertext(256, b"", b"")
+    opened = keys.open_shares_with_aad(
+        [(ct or unknown, info, aad) for ct, aad in zip(cts, aads, strict=True)]
+    )
     out: list[ReportRejection | bytes] = []
-    for r in reports:
-        ct = Ciphertext.from_bytes(r.leader_ct_bytes) if r.leader_ct_bytes else None
-        keypair = keys.keypair(ct.config_id) if ct is not None else None
-        if ct is None or keypair is None:
-            out.append(ReportRejection.HPKE_UNKNOWN_CONFIG_ID)
+    for outcome in opened:
+        if isinstance(outcome, ReportRejection):
+            out.append(outcome)
             continue
         try:
-            share = open_input_share(
-                version,
-                keypair,
-                Role.LEADER,
-                task.task_id,
-                config,
-                ReportMetadata(r.report_id, r.time // tp),
-                r.public_share,
-                ct,
-            )
-        except HpkeError:
-            out.append(ReportRejection.HPKE_DECRYPT_ERROR)
-            continue
+            share = PlaintextInputShare.decode(outcome)
         except DecodeError:
             out.append(ReportRejection.INVALID_MESSAGE)
             continue
