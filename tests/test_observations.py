@@ -8,19 +8,26 @@ shown failing on a field the inventory does not classify."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
 import tomllib
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, cast
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health_pb2
 
 from veil.aggregator import errors
+from veil.aggregator.run import dap_helper_http, dap_http
 from veil.collector import CollectionResult
 from veil.collector.status import QuestionInfo, survey_status
 from veil.collector.survey import load_collector_dir
+from veil.dap import jobs as dap_jobs
+from veil.dap import messages as dap_messages
+from veil.dap import pingpong, problems
 from veil.deploy import deploy_survey
 from veil.dp.accounting import Guarantee
 from veil.grpc_util import ERROR_KIND_KEY, RETRY_AFTER_KEY, RETRYABLE_KEY
@@ -28,6 +35,7 @@ from veil.metrics import Metrics
 from veil.observations import (
     Inventory,
     InventoryError,
+    dap_message_fields,
     json_paths,
     load_inventory,
     message_fields,
@@ -299,6 +307,149 @@ def test_every_route_of_the_survey_page_is_classified(inventory: Inventory, tmp_
     }
     assert "http:POST /reports" in routes
     assert unclassified(inventory, "respondent", routes) == []
+
+
+# --- DAP over HTTP ---------------------------------------------------------------
+
+# The DAP messages each party receives (decoded, or opened from its own
+# sealed share), the route module whose answers it reads, and the one whose
+# requests it serves.
+DAP_VIEWS: dict[str, tuple[tuple[type, ...], ModuleType | None, ModuleType | None]] = {
+    "respondent": ((dap_messages.HpkeConfigList, dap_messages.UploadErrors), dap_http, None),
+    "collector": ((dap_jobs.CollectionJobResp,), dap_http, None),
+    "leader_operator": (
+        (
+            dap_messages.UploadRequest,
+            dap_messages.PlaintextInputShare,
+            dap_jobs.CollectionJobReq,
+            dap_jobs.AggregationJobResp,
+            pingpong.PingPong,
+            dap_jobs.AggregateShare,
+        ),
+        dap_helper_http,
+        dap_http,
+    ),
+    "helper_operator": (
+        (
+            dap_jobs.AggregationJobInitReq,
+            dap_jobs.AggregationJobContinueReq,
+            dap_jobs.AggregateShareReq,
+            dap_messages.PlaintextInputShare,
+            pingpong.PingPong,
+        ),
+        None,
+        dap_helper_http,
+    ),
+}
+# Built by each party from its own task files and never sent: the
+# associated data of a sealed share and what it holds.
+DAP_NOT_SENT = {
+    dap_messages.TaskConfiguration,
+    dap_messages.VdafConfig,
+    dap_messages.InputShareAad,
+    dap_jobs.AggregateShareAad,
+    problems.Problem,  # sent as its JSON document, walked as json:dap-problem
+}
+
+
+def _dap_dataclasses() -> set[type]:
+    return {
+        value
+        for module in (dap_jobs, dap_messages, pingpong, problems)
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and dataclasses.is_dataclass(value)
+        and value.__module__.startswith("veil.dap.")
+    }
+
+
+def _headers(module: ModuleType) -> tuple[set[str], set[str]]:
+    """The HTTP headers a route module sets on its answers (``headers=``
+    dict literals) and reads from requests (``request.headers.get``)."""
+    tree = ast.parse(Path(cast(str, module.__file__)).read_text(encoding="utf-8"))
+    sent: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "headers":
+            keys = node.value.keys if isinstance(node.value, ast.Dict) else []
+            sent.update(k.value.lower() for k in keys if isinstance(k, ast.Constant))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr == "headers"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            read.add(str(node.args[0].value).lower())
+    return sent, read
+
+
+def _routes(module: ModuleType) -> set[str]:
+    # The apps only close over their parts, so they are built without them.
+    if module is dap_http:
+        app = dap_http.dap_app(cast(Any, None), 1, cast(Any, object()))
+    else:
+        app = dap_helper_http.dap_helper_app(cast(Any, None), 1)
+    return {
+        f"http:{method} {route.path}"
+        for route in app.routes
+        for method in getattr(route, "methods", None) or ("GET",)
+        if method != "HEAD"
+    }
+
+
+def dap_observations(party: str) -> list[str]:
+    received, answers_of, serves = DAP_VIEWS[party]
+    observed = {"dap:" + f for m in received for f in dap_message_fields(m)}
+    if answers_of is not None:
+        every_member = problems.Problem(
+            problems.ProblemType.INVALID_MESSAGE, "detail", 400, bytes(32), (1,)
+        )
+        observed.update(json_paths(json.loads(every_member.to_json()), "json:dap-problem"))
+        observed.add("http:status")
+        observed.update(f"http:header {h}" for h in _headers(answers_of)[0])
+    if serves is not None:
+        observed.update(_routes(serves))
+        observed.update(f"http:header {h}" for h in _headers(serves)[1])
+    return sorted(observed)
+
+
+@pytest.mark.parametrize("party", sorted(DAP_VIEWS))
+def test_every_dap_field_a_party_sees_is_classified(inventory: Inventory, party: str) -> None:
+    observed = dap_observations(party)
+    assert unclassified(inventory, party, observed) == []
+    listed = {w for w in inventory.of(party) if w.startswith(("dap:", "json:dap-problem."))}
+    assert sorted(listed - set(observed)) == [], "no such field, or not seen by this party"
+
+
+def test_every_dap_message_is_seen_by_a_party_or_never_sent() -> None:
+    walked = {
+        m for received, _, _ in DAP_VIEWS.values() for root in received for m in _walked(root)
+    }
+    assert sorted(c.__name__ for c in _dap_dataclasses() - walked - DAP_NOT_SENT) == []
+    # The walk reaches nested messages and the routes' headers.
+    observed = dap_observations("leader_operator")
+    assert "dap:ReportMetadata.public_extensions" in observed
+    assert "http:header location" in observed and "http:header authorization" in observed
+    assert "http:POST /tasks/{task_id}/collection_jobs" in observed
+
+
+def _walked(root: type) -> set[type]:
+    names = {f.split(".")[0] for f in dap_message_fields(root)}
+    return {c for c in _dap_dataclasses() if c.__name__ in names}
+
+
+def test_a_new_dap_field_is_reported(inventory: Inventory) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class CollectionJobResp:  # as the draft's, with one field more
+        report_count: int
+        interval: dap_messages.Interval
+        reports_span: dap_messages.Interval
+
+    observed = ["dap:" + f for f in dap_message_fields(CollectionJobResp)]
+    assert unclassified(inventory, "collector", observed) == ["dap:CollectionJobResp.reports_span"]
 
 
 # --- the checks fail on what is not classified ------------------------------------

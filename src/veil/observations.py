@@ -12,13 +12,16 @@ it observes (an id such as ``rpc:veil.protocol.v1.TaskInfo.reports`` or
 An observation may carry ``add_remove``: its class under add_remove neighbouring
 where it differs. docs/OBSERVATIONS.md is written from the data
 (`python scripts/gen_observations.py`), and tests/test_observations.py walks the
-protobuf descriptors and output formats a collector sees and fails on any field
-the data does not classify.
+protobuf descriptors, DAP's message dataclasses (``dap:ReportMetadata.time``)
+and the output formats a collector sees, and fails on any field the data does
+not classify.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -32,6 +35,7 @@ __all__ = [
     "Inventory",
     "InventoryError",
     "Observation",
+    "dap_message_fields",
     "json_paths",
     "load_inventory",
     "message_fields",
@@ -151,6 +155,31 @@ def message_fields(message: Descriptor, seen: set[str] | None = None) -> Iterato
         yield f.full_name
         if f.type == FieldDescriptor.TYPE_MESSAGE:
             yield from message_fields(f.message_type, seen)
+
+
+def dap_message_fields(message: type, seen: set[type] | None = None) -> Iterator[str]:
+    """Every field a DAP `message` (a dataclass of veil.dap, or one it holds
+    such as veil's Ciphertext) can carry, nested messages included, each by
+    its class and field name (``ReportMetadata.time``), once: the dataclass
+    counterpart of `message_fields`."""
+    seen = set() if seen is None else seen
+    if message in seen:
+        return
+    seen.add(message)
+    hints = typing.get_type_hints(message)
+    for f in dataclasses.fields(message):
+        yield f"{message.__name__}.{f.name}"
+        for inner in _dataclasses_in(hints[f.name]):
+            yield from dap_message_fields(inner, seen)
+
+
+def _dataclasses_in(hint: Any) -> Iterator[type]:
+    """The dataclasses a field's type names: itself, or inside a tuple, a
+    union or an Optional."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        yield hint
+    for arg in typing.get_args(hint):
+        yield from _dataclasses_in(arg)
 
 
 def response_fields(services: Iterable[ServiceDescriptor], methods: Iterable[str]) -> list[str]:
