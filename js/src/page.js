@@ -39,7 +39,9 @@ import { TextAnswerError, encodeTextAnswer } from './text.js';
  * breakdown_measurement makes it: the cell group x category of a histogram for a
  * yes/no or single choice, the group's row of a multihot vector for a multiple
  * choice or of an L1-bound sum for a points split, the group's entry of an
- * L1-bound sum for a number. Null unless both questions are answered.
+ * L1-bound sum for a number; for a randomized multiple choice or number, the
+ * group's row of its bits and a last 1 (a multihot vector). Null unless both
+ * questions are answered.
  * @param {Breakdown} b @param {Question[]} questions @param {any[]} answers
  */
 export function breakdownMeasurement(b, questions, answers) {
@@ -55,6 +57,12 @@ export function breakdownMeasurement(b, questions, answers) {
   /** @param {any[]} row @param {any} zero */
   const inRow = (row, zero) =>
     Array.from({ length: groups }, (_, g) => (g === group ? row : row.map(() => zero))).flat();
+  if (of.dp?.local_epsilon != null && (of.kind === 'multi_choice' || of.kind === 'integer')) {
+    // A randomized multiple choice's bits, or a number's one (drawn as max or 0),
+    // then 1: the group's count, which de-biasing its cells needs.
+    const bits = of.kind === 'multi_choice' ? answer.map(Boolean) : [Number(answer) !== 0];
+    return inRow([...bits, true], false);
+  }
   switch (of.kind) {
     case 'yes_no':
       return group * 2 + Number(answer);

@@ -108,3 +108,23 @@ test('a breakdown is answered from its two questions as the Python client answer
   assert.equal(breakdownMeasurement(b('hours', 'team'), questions, [0, 1, null, [], [0, 0]]), null);
   assert.throws(() => breakdownMeasurement(b('ghost', 'team'), questions, answers), /no such questions/);
 });
+
+test('a breakdown of a randomized multiple choice or number sends its bits and a count', async () => {
+  const { breakdownMeasurement } = await import('../src/page.js');
+  const local = { local_epsilon: '2' };
+  const questions = [
+    { id: 'team', kind: 'choice', options: ['eng', 'design', 'sales'] },
+    { id: 'hours', kind: 'integer', max: 60, dp: local },
+    { id: 'tools', kind: 'multi_choice', options: ['chat', 'wiki'], max_choices: 2, dp: local },
+  ];
+  const b = (question, by) => ({ id: `${question}_by_${by}`, question, by, task_id: 'x', vdaf: { type: '' } });
+  // The randomized answers as drawn (a number as its max or 0): as
+  // tests/survey/test_breakdown.py's randomized breakdowns.
+  const hours = [false, false, false, false, true, true];
+  assert.deepEqual(breakdownMeasurement(b('hours', 'team'), questions, [1, 60, [true, false]]), [...hours.slice(0, 2), true, true, false, false]);
+  assert.deepEqual(breakdownMeasurement(b('hours', 'team'), questions, [2, 0, [true, false]]), [false, false, false, false, false, true]);
+  assert.deepEqual(
+    breakdownMeasurement(b('tools', 'team'), questions, [0, 0, [true, false]]),
+    [true, false, true, false, false, false, false, false, false],
+  );
+});

@@ -285,9 +285,32 @@ text = "Which team are you in?"
 kind = "choice"
 options = ["engineering", "design", "sales"]
 
+[[question]]
+id = "hours"
+text = "How many hours a week do you work?"
+kind = "integer"
+max = 60
+
+[[question]]
+id = "tools"
+text = "Which tools do you use daily?"
+kind = "multi_choice"
+options = ["email", "chat", "wiki"]
+max_choices = 2
+
 [[breakdown]]
 id = "remote_by_team"
 question = "remote"
+by = "team"
+
+[[breakdown]]
+id = "hours_by_team"
+question = "hours"
+by = "team"
+
+[[breakdown]]
+id = "tools_by_team"
+question = "tools"
 by = "team"
 """
 
@@ -310,3 +333,11 @@ def test_a_local_layer_reaches_the_breakdown_debiased(tmp_path: Path) -> None:
         assert low <= truth <= high, b
     # A^-1 keeps each column's sum: the de-biased cells add up to the reports, noise aside.
     assert abs(sum(b["raw_estimate"]) - 400) < 100
+    # A randomized number and multiple choice by a randomized group: each report
+    # carries its bits and its group's count, and every cell is de-biased.
+    for bid, labels in (("hours_by_team", 3), ("tools_by_team", 9)):
+        e = entries[bid]
+        assert e["intervals"] == "simultaneous (Bonferroni)" and len(e["truth"]) == labels
+        for truth, low, high in zip(e["truth"], e["ci_low"], e["ci_high"], strict=True):
+            assert low <= truth <= high, e
+    assert sum(entries["hours_by_team"]["truth"]) == 400 * entries["hours"]["truth"]

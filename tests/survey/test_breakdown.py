@@ -202,10 +202,11 @@ def test_more_hostile_breakdown_files() -> None:
         parse_survey(HEAD + same)
     with pytest.raises(SurveyError, match="array of tables"):
         parse_survey(HEAD.replace("[survey]", "breakdown = 1\n[survey]"))
-    local = HEAD.replace("max = 60", "max = 60\nlocal_epsilon = 1")
-    with pytest.raises(SurveyError, match="cannot be de-biased yet") as e:
+    # A points question takes no local layer, in a breakdown or not.
+    local = HEAD.replace("total = 10", "total = 10\nlocal_epsilon = 1")
+    with pytest.raises(SurveyError, match="local_epsilon") as e:
         parse_survey(local + BREAKDOWNS, "s.toml")
-    assert str(e.value).startswith("s.toml:") and "'hours' is randomized" in str(e.value)
+    assert str(e.value).startswith("s.toml:")
     add_remove = HEAD.replace("epsilon = 2", 'epsilon = 2\nneighbouring = "add_remove"')
     with pytest.raises(SurveyError, match="add_remove"):
         parse_survey(add_remove + BREAKDOWNS)
@@ -373,3 +374,94 @@ def test_the_plans_breakdown_field_is_in_the_observation_inventory() -> None:
     assert "cell_share" not in plan["questions"][0]  # a question's plan has none
     field = "json:survey-plan.questions[].cell_share"
     assert unclassified(load_inventory(), "collector", [field]) == []
+
+
+RANDOMIZED = (
+    HEAD.replace("max = 60", "max = 60\nlocal_epsilon = 2").replace(
+        "max_choices = 2", "max_choices = 1\nlocal_epsilon = 1"
+    )
+    + BREAKDOWNS.split('[[breakdown]]\nid = "budget_by_remote"')[0]
+)
+
+
+def test_a_randomized_multiple_choice_or_number_is_broken_down_with_its_counts() -> None:
+    """Each report sends its group's row of the randomized answer's bits (a number's
+    one: max or 0) and a last 1, the group's count (veil.dp.local.
+    counted_breakdown_estimate); the cells published are still group x category."""
+    from veil.client.survey import device_measurements
+    from veil.dp.local import BoundedResponse, MultiOptionResponse
+    from veil.survey.model import counted, counted_channels
+    from veil.task import new_task
+
+    s = parse_survey(RANDOMIZED, "s.toml")
+    hours, tools = s.question("hours_by_team"), s.question("tools_by_remote")
+    assert counted(hours) and counted(tools) and not counted(s.question("remote_by_team"))
+    assert (hours.vdaf_type, hours.vdaf_params["length"], hours.vdaf_params["max_weight"]) == (
+        "multihot", 6, 2)  # fmt: skip
+    assert (tools.vdaf_params["length"], tools.vdaf_params["max_weight"]) == (6, 3)
+    assert hours.cells() == ("eng", "design", "sales")
+    assert tools.cells() == ("no / chat", "no / wiki", "yes / chat", "yes / wiki")
+    group, channel = counted_channels(tools)
+    assert group is None and isinstance(channel, MultiOptionResponse)
+    assert (channel.length, channel.max_choices, channel.epsilon) == (2, 1, 1)
+    assert isinstance(counted_channels(hours)[1], BoundedResponse)
+    tasks = {
+        qid: new_task(vdaf, "127.0.0.1:1", "127.0.0.1:2", min_batch_size=1, dp=dp).client
+        for qid, (vdaf, dp, _) in task_specs(s).items()
+    }
+    assert tasks["hours_by_team"].dp.local_epsilon is None  # never a second draw
+    for _ in range(50):
+        sent, drawn = device_measurements(
+            s, tasks, {"team": 2, "remote": 1, "hours": 37, "tools": [False, True]}
+        )
+        assert {"hours", "tools"} <= drawn and sent["hours"] in (0, 60)
+        assert sent["hours_by_team"] == [False] * 4 + [sent["hours"] == 60, True]
+        assert sent["tools_by_remote"] == [False] * 3 + [*sent["tools"], True]
+        for b in ("hours_by_team", "tools_by_remote"):
+            s.question(b).vdaf().flp.encode(sent[b])  # a valid measurement (its weight too)
+    # The truth veil simulate compares with: each group's sums of the true answers.
+    answers = [{"team": "sales", "remote": True, "hours": 37, "tools": ["wiki"]}] * 3
+    assert truth(hours, answers) == [0, 0, 111] and truth(tools, answers) == [0, 0, 0, 3]
+    plan = {p.question: p for p in plan_survey(s, 2000)}
+    assert 0 < plan["hours_by_team"].half_width <= plan["hours_by_team"].range_high / 2
+    assert plan["tools_by_remote"].median > 0
+
+
+def test_local_epsilon_for_the_whole_survey_takes_its_breakdowns() -> None:
+    from veil.survey.budget import with_local_epsilon
+
+    plain = parse_survey(HEAD + BREAKDOWNS.split('[[breakdown]]\nid = "budget_by_remote"')[0])
+    local = with_local_epsilon(plain, Fraction(2))
+    assert all(b.of is not None and b.of.local_epsilon == 2 for b in local.breakdowns)
+    with pytest.raises(ValueError, match="points question, which takes no local_epsilon"):
+        with_local_epsilon(survey(), Fraction(2))
+
+
+def test_a_respondent_answers_randomized_breakdowns(tmp_path: Path) -> None:
+    """The respondent's client reads and counts the answers before it draws
+    (SurveyClient.measurements), then sends the breakdowns made from the draws."""
+    from veil.client.survey import SurveyClient, device_measurements
+    from veil.deploy import deploy_survey
+
+    s = parse_survey(RANDOMIZED, "s.toml")
+    dep = deploy_survey(s, RANDOMIZED, tmp_path / "dep", "127.0.0.1:9", "127.0.0.1:9")
+    task = json.loads((dep.client_dir / "survey.json").read_text())
+    assert [b["id"] for b in task["breakdowns"]] == [b.id for b in s.breakdowns]
+    with SurveyClient(dep.client_dir) as client:
+        answers = {"team": "sales", "remote": "yes", "hours": 37, "tools": ["wiki"]}
+        measured = client.measurements(answers)
+        assert set(measured) >= {"hours_by_team", "tools_by_remote"}
+        sent, drawn = device_measurements(client.survey, client.tasks, measured)
+        assert {"hours", "tools"} <= drawn
+        assert sent["hours_by_team"][-2:] == [sent["hours"] == 60, True]
+
+
+def test_a_randomized_points_breakdown_deploys_nothing(tmp_path: Path) -> None:
+    from veil.cli import main
+
+    text = HEAD.replace("total = 10", "total = 10\nlocal_epsilon = 1") + BREAKDOWNS
+    (tmp_path / "s.toml").write_text(text)
+    code = main(["survey", "deploy", "--survey", str(tmp_path / "s.toml"), "--out",
+                 str(tmp_path / "dep"), "--leader", "127.0.0.1:9", "--helper", "127.0.0.1:9",
+                 "--no-tls"])  # fmt: skip
+    assert code == 2 and not (tmp_path / "dep").exists()

@@ -170,8 +170,11 @@ def test_a_randomized_answer_is_drawn_once_on_the_page(tmp_path: Path, browser: 
     # respondent in a group: the page sends one draw to the question and to its
     # breakdown, so the breakdown's de-biased yes cells add up to exactly the
     # question's de-biased count of yes (both are (Y - other·n)/(keep - other)).
+    # The commute randomized too (drawn as 180 or 0): its breakdown sends the draw's
+    # bit and the group's count, and its de-biased group sums add up to exactly the
+    # question's de-biased sum (both are (180·bits - b·n)/a).
     text = SURVEY.replace('kind = "yes_no"', 'kind = "yes_no"\nlocal_epsilon = 0.5')
-    text = text.split('[[breakdown]]\nid = "commute_by_team"')[0]
+    text = text.replace("max = 180", "max = 180\nlocal_epsilon = 1")
     grouped = [r for r in RESPONDENTS if r[2] is not None]
     results = run(tmp_path, browser, text, grouped)
     published = {q["question"]: q for q in json.loads((results / "results.json").read_text())}
@@ -185,3 +188,11 @@ def test_a_randomized_answer_is_drawn_once_on_the_page(tmp_path: Path, browser: 
     assert remote["local_epsilon"] == "0.5" and remote["n"] == len(grouped)
     yes = sum(row["raw_estimate"] for row in b["rows"] if row["label"].endswith(" / yes"))
     assert yes == pytest.approx(remote["rows"][0]["raw_estimate"], abs=1e-4)
+    commute = published["commute_by_team"]
+    assert commute["intervals"] == "simultaneous (Bonferroni)" and commute["n"] == len(grouped)
+    for i, row in enumerate(commute["rows"]):
+        true = sum(r[1] for r in grouped if r[2] == i)
+        assert row["ci_low"] <= true <= row["ci_high"], row
+    total = next(r for r in published["commute"]["rows"] if r["label"] == "sum")
+    by_team = sum(row["raw_estimate"] for row in commute["rows"])
+    assert by_team == pytest.approx(total["raw_estimate"], abs=1e-3)

@@ -43,11 +43,12 @@ from veil.collector.collector import (
 from veil.collector.estimate import SIMULTANEOUS_BONFERRONI
 from veil.collector.text import LevelQuery, TextProgress, descend
 from veil.dp.accounting import Guarantee
+from veil.dp.counted import counted_breakdown_estimate
 from veil.dp.local import breakdown_estimate
 from veil.files import replace_file
 from veil.render.html import report_html
 from veil.survey import Survey, SurveyError, load_survey
-from veil.survey.model import Question
+from veil.survey.model import Question, counted, counted_channels
 from veil.survey.reconciled import reconcile_results
 from veil.survey.results import (
     QuestionResult,
@@ -490,9 +491,28 @@ def level_query(
 def local_breakdown(b: Question, task: Task, r: CollectionResult) -> CollectionResult:
     """A breakdown's collection with its cells de-biased for its questions' local
     layers (`veil.dp.local.breakdown_estimate`: each device sent a randomized answer
-    once, to the question's task and the breakdown's alike), every cell's interval at
-    once; unchanged when neither question randomizes."""
+    once, to the question's task and the breakdown's alike; for a randomized multiple
+    choice or number, `counted_breakdown_estimate` over its bits and each group's
+    count), every cell's interval at once; unchanged when neither question randomizes."""
     assert b.of is not None and b.by is not None
+    if counted(b):
+        group, question = counted_channels(b)
+        cells = counted_breakdown_estimate(
+            r.noisy_aggregate,
+            r.report_count,
+            (len(b.groups()), len(b.categories()) or 1),
+            group,
+            question,
+            task.dp.plan(task.vdaf),
+            alpha=1 - r.confidence,
+        )
+        return replace(
+            r,
+            estimate=[e.value for e in cells],
+            lower=[e.low for e in cells],
+            upper=[e.high for e in cells],
+            intervals=SIMULTANEOUS_BONFERRONI,
+        )
     channels = b.breakdown_channels()
     if channels == (None, None):
         return r

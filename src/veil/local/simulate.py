@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from veil.survey import Question, Survey
+from veil.survey.model import counted
 
 Answers = Mapping[str, Any]  # question id -> answer, for one respondent
 
@@ -98,6 +100,10 @@ def truth(question: Question, answers: Sequence[Answers]) -> int | list[int]:
     per-coordinate sums."""
     if question.kind == "text":
         raise ValueError("a text question's truth is each answer's count (veil.local.demo)")
+    if question.kind == "breakdown" and question.of is not None and counted(question):
+        # Its reports carry randomized bits and a count; the collector estimates the
+        # cells of true answers (each group's sums), as an uncounted breakdown's.
+        question = replace(question, of=replace(question.of, local_epsilon=None))
     measurements = [question.measurement_from(a) for a in answers]
     if question.kind in ("yes_no", "integer"):
         return sum(int(m) for m in measurements)

@@ -207,10 +207,9 @@ def with_local_epsilon(survey: Survey, local_epsilon: Fraction) -> Survey:
     breakdowns = []
     for b in survey.breakdowns:
         assert b.of is not None and b.by is not None
-        if b.of.kind not in ("yes_no", "choice"):
+        if b.of.kind == "points":
             raise ValueError(
-                f"breakdown {b.id!r} counts a {b.of.kind} question, whose randomized answers a"
-                " breakdown cannot de-bias yet (it needs each group's exact count)"
+                f"breakdown {b.id!r} counts a points question, which takes no local_epsilon"
             )
         breakdowns.append(replace(b, of=by_id[b.of.id], by=by_id[b.by.id]))
     return replace(survey, questions=questions, breakdowns=tuple(breakdowns))

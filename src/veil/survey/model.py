@@ -42,9 +42,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from veil.dp.counted import BitChannel
 from veil.dp.estimates import Estimate, ratio, shares, total
 from veil.dp.heavy_hitters import DEFAULT_MAX_BYTES, HeavyHittersPlan, Threshold
-from veil.dp.local import KaryResponse
+from veil.dp.local import BoundedResponse, KaryResponse, MultiOptionResponse
 from veil.settings import SettingsError
 from veil.survey.answers import measurement
 from veil.survey.text import text_plan, text_threshold
@@ -133,7 +134,7 @@ class Question:
         if self.kind == "points":
             return "l1boundsum"
         if self.kind == "breakdown":
-            return _BREAKDOWN_VDAF[self._of.kind]
+            return "multihot" if counted(self) else _BREAKDOWN_VDAF[self._of.kind]
         if self.add_remove:
             # Every type carries the count: a histogram's buckets add up to it; the
             # others get a last coordinate that is always 1.
@@ -341,10 +342,25 @@ class Question:
         return measurement(self, answer)
 
 
+def counted(b: Question) -> bool:
+    """Whether breakdown `b` counts bits of a randomized multiple choice or number
+    with each group's count (`breakdown_measurement`): their de-biasing needs the
+    group's respondents (veil.dp.counted.counted_breakdown_estimate)."""
+    return b._of.local_epsilon is not None and b._of.kind in ("multi_choice", "integer")
+
+
 def _breakdown_params(b: Question) -> dict[str, int]:
     """A breakdown's VDAF parameters, named as in the draft."""
     of = b._of
     groups = len(b.groups())
+    if counted(b):
+        # A group's row: the answer's bits (a number's one), then 1 for the count.
+        width = (len(of.options) or 1) + 1
+        return {
+            "length": groups * width,
+            "max_weight": width,
+            "chunk_length": optimal_chunk_length(groups * width + width.bit_length()),
+        }
     if of.kind == "points":
         # The group's row holds the split: its entries still add up to at most
         # the total, however many groups.
@@ -381,6 +397,14 @@ def breakdown_measurement(b: Question, of_measurement: Any, by_measurement: Any)
     of = b._of
     g = int(by_measurement)
     groups = len(b.groups())
+    if counted(b):
+        # The randomized answer's bits (a number is drawn as its max or 0: its
+        # bit), then 1: the group's count, which the de-biasing needs. What a
+        # device sends is made from its draw (veil.client.survey.device_measurements).
+        values = list(of_measurement) if of.kind == "multi_choice" else [of_measurement]
+        row = [bool(x) for x in values] + [True]
+        empty = [False] * len(row)
+        return [x for i in range(groups) for x in (row if i == g else empty)]
     if of.kind in ("yes_no", "choice"):
         return g * len(b.categories()) + int(of_measurement)
     if of.kind == "multi_choice":
@@ -401,11 +425,25 @@ def breakdown_channels(b: Question) -> tuple[KaryResponse | None, KaryResponse |
     assert b.by is not None
 
     def channel(q: Question) -> KaryResponse | None:
-        if q.local_epsilon is None:
-            return None
+        if q.local_epsilon is None or q.kind not in ("yes_no", "choice"):
+            return None  # a counted breakdown's question: `counted_channels`
         return KaryResponse(len(q.options) or 2, q.local_epsilon)
 
     return channel(b.by), channel(b._of)
+
+
+def counted_channels(b: Question) -> tuple[KaryResponse | None, BitChannel]:
+    """A counted breakdown's (group question's k-ary response or None, its question's
+    channel), as the devices apply them (the question's task's: veil.survey.tasks)."""
+    assert b.by is not None and counted(b)
+    of = b._of
+    assert of.local_epsilon is not None
+    question: BitChannel = (
+        MultiOptionResponse(len(of.options), of.max_choices, of.local_epsilon)
+        if of.kind == "multi_choice"
+        else BoundedResponse(of.max, of.local_epsilon)
+    )
+    return breakdown_channels(b)[0], question
 
 
 # The kinds a breakdown may count, and what its cells are encoded with: one cell of a

@@ -38,8 +38,9 @@ A ``[[breakdown]]`` table (``id``, ``question``, ``by``) counts one question's
 answers in each group of another (`veil.survey.model`): ``question`` names a
 yes_no, choice, multi_choice or integer question, ``by`` a yes_no or choice
 question. It is its own task, answered from the answers already given (a
-question's randomized answer where it has ``local_epsilon``: then it must be a
-yes_no or choice), and takes its share of the budget as a question does
+question's randomized answer where it has ``local_epsilon``; a randomized
+multi_choice's or integer's breakdown counts each group's respondents too, which
+its de-biasing needs), and takes its share of the budget as a question does
 (``epsilon``, ``rho`` or ``weight``, ``mechanism``, ``target_error``; ``text`` is
 its title).
 """
@@ -443,15 +444,6 @@ def _breakdown(
             "question",
             f"`question` = {of.id!r} is {article(of.kind)} {of.kind} question; a breakdown counts"
             f" a {', '.join(BREAKDOWN_OF[:-1])} or {BREAKDOWN_OF[-1]} question",
-        )
-    if of.local_epsilon is not None and of.kind not in ("yes_no", "choice"):
-        raise loc.error(
-            i,
-            "question",
-            f"question {of.id!r} is randomized on the respondent's device (`local_epsilon`):"
-            f" a breakdown of {article(of.kind)} {of.kind} answer so randomized cannot be"
-            " de-biased yet (it needs each group's exact count, which the breakdown does not"
-            " carry); break down a yes_no or choice question, or drop its local_epsilon",
         )
     groups = len(by.options) or 2
     cells = groups * (len(of.options) or (2 if of.kind == "yes_no" else 1))

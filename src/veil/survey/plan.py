@@ -66,12 +66,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
+from veil.dp.counted import counted_breakdown_error, counted_half_width
 from veil.dp.estimates import Estimate, noise_half_width, ratio, simultaneous_alpha
 from veil.dp.heavy_hitters import detection_floor
-from veil.dp.local import breakdown_error, breakdown_half_width, local_error, local_estimate
+from veil.dp.local import (
+    breakdown_error,
+    breakdown_half_width,
+    local_error,
+    local_estimate,
+)
 from veil.dp.mechanisms import Mechanism, NoisePlan
 from veil.survey.budget import text_mechanism_variant, with_epsilon
-from veil.survey.model import DEFAULT_TARGET_ERROR, Question, Survey
+from veil.survey.model import DEFAULT_TARGET_ERROR, Question, Survey, counted, counted_channels
 from veil.survey.reconciled import reconcile_plans
 from veil.survey.tasks import question_task
 from veil.task import DpSpec, VdafSpec
@@ -182,7 +188,9 @@ class _Question:
         # questions' local layers, if any, are the breakdown's too (veil.dp.local).
         self.cells = len(q.cells()) if q.kind == "breakdown" else 1
         self.cell_channels = q.breakdown_channels() if q.kind == "breakdown" else (None, None)
-        self.local_cells = self.cell_channels != (None, None)
+        # A randomized multiple choice's or number's breakdown counts bits and groups.
+        self.counted = counted_channels(q) if q.kind == "breakdown" and counted(q) else None
+        self.local_cells = self.cell_channels != (None, None) or self.counted is not None
         if self.local_cells:
             self.shape = (len(q.groups()), len(q.categories()) or 1)
         self.exact = self.plan.server_noise() is None
@@ -205,6 +213,9 @@ class _Question:
 
     def errors(self, n: int) -> tuple[float, float]:
         """(median, 90th percentile) of one row's error at n, in the row's units."""
+        if self.counted is not None:
+            rms = counted_breakdown_error(n, self.shape, *self.counted, self.plan)
+            return 0.6745 * rms, 1.6449 * rms
         if self.local_cells:
             rms = breakdown_error(n, self.shape, self.cell_channels, self.plan, int(self.top))
             return 0.6745 * rms, 1.6449 * rms
@@ -221,6 +232,8 @@ class _Question:
 
     def half_width(self, n: int) -> Fraction:
         """Half the width of the interval the results will show at n (all rows at once)."""
+        if self.counted is not None:
+            return counted_half_width(n, self.shape, *self.counted, self.plan)
         if self.local_cells:
             top = int(self.top)
             return breakdown_half_width(n, self.shape, self.cell_channels, self.plan, top)
