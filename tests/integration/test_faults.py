@@ -35,7 +35,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             {"min_batch_size": 1},
         ),
     }
-    d = start_deployment(tmp_path, tasks, job_size=25)
+    # A leader killed while it holds jobs hands them over after the lease: the
+    # restarted leader is another driver, which waits it out (a minute with
+    # the default lease).
+    d = start_deployment(tmp_path, tasks, job_size=25, lease_seconds=5.0)
     try:
         yield d
     finally:

@@ -42,6 +42,10 @@ BUCKETS = 12 if LONG else 4
 BATCHES_PER_BUCKET = 20 if LONG else 6
 PHASES = ("upload", "aggregation", "collection")
 BATCH = 20
+# A leader killed while it holds aggregation jobs or a collection hands them
+# over after this lease: the restarted leader is another driver, which waits
+# it out before it takes them over (a minute with the default lease).
+LEASE = 5.0
 # Transient while a server restarts; anything else is a failed test.
 _TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
@@ -137,7 +141,10 @@ def _upload_until_acknowledged(client: Client, reports: list[Report], deadline: 
 def test_sigkill_everywhere_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     spec = VdafSpec("sum", max_measurement=100)
     dep = start_deployment(
-        tmp_path, {"sum": (spec, DpSpec("none"), {"min_batch_size": 1})}, job_size=BATCH
+        tmp_path,
+        {"sum": (spec, DpSpec("none"), {"min_batch_size": 1})},
+        job_size=BATCH,
+        lease_seconds=LEASE,
     )
     try:
         chaos = Chaos({"leader": dep.leader, "helper": dep.helper})

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veil.aggregator.leader.settings import DEFAULT_LEASE_SECONDS
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
 from veil.collector import Collector
@@ -78,9 +79,15 @@ def start_deployment(
     job_size: int = 500,
     metrics: bool = False,
     extra_config: Mapping[str, Any] | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> Deployment:
     return Deployment(
         LocalDeployment.start(
-            root, tasks, job_size=job_size, metrics=metrics, extra_config=extra_config
+            root,
+            tasks,
+            job_size=job_size,
+            metrics=metrics,
+            extra_config=extra_config,
+            lease_seconds=lease_seconds,
         )
     )
