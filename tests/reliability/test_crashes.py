@@ -3,10 +3,13 @@ aggregation and collection: after restarts, each collected batch (mechanism
 none) is exactly the sum of the valid reports the leader acknowledged.
 
 A kill site is a phase (upload, aggregation once the uploads are in,
-collection) and a server: a run kills at every site at least once, about 20
-times in short mode (about 100 in long mode). Kill moments are drawn with
-`secrets`, so every run tries other points; the figures of a run go to
-$VEIL_RELIABILITY_OUT (see tests/support/reliability.py).
+collection) and a server: a run kills at every site at least once. Short
+mode kills about 12 times: 6 while 12 batches in two buckets are uploaded
+and aggregated, and up to 3 during each bucket's collection (every site,
+and a collection resumed after a kill of either server). Long mode
+(VEIL_TEST_LONG=1) kills about 100 times over 12 buckets. Kill moments are
+drawn with `secrets`, so every run tries other points; the figures of a run
+go to $VEIL_RELIABILITY_OUT (see tests/support/reliability.py).
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ from veil.task import DpSpec, VdafSpec
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
 # Crashes while uploads arrive and are aggregated; the collection phase adds more.
-CRASHES_DURING_UPLOAD = 70 if LONG else 8
+CRASHES_DURING_UPLOAD = 70 if LONG else 6
 CRASHES_PER_COLLECTION = 3
-BUCKETS = 12 if LONG else 4
+BUCKETS = 12 if LONG else 2
 BATCHES_PER_BUCKET = 20 if LONG else 6
 PHASES = ("upload", "aggregation", "collection")
 BATCH = 20

@@ -5,8 +5,10 @@ exact report count, and each aggregator's ledger holds exactly one spend per
 collection.
 
 A chaos run kills at every site (upload, aggregation, collection; leader
-and helper) at least once, about 20 times in short mode (about 100 in long
-mode, VEIL_TEST_LONG=1); its figures go to $VEIL_RELIABILITY_OUT.
+and helper) at least once: about 12 times in short mode (6 while two
+buckets' reports are uploaded and aggregated, up to 3 during each bucket's
+collection, with its budget, noise and store), about 100 in long mode
+(VEIL_TEST_LONG=1, 10 buckets); its figures go to $VEIL_RELIABILITY_OUT.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
 NOISY = DpSpec("geometric", epsilon="1")
 SPEC = VdafSpec("sum", max_measurement=100)
-CRASHES_DURING_UPLOAD = 80 if LONG else 8
+CRASHES_DURING_UPLOAD = 80 if LONG else 6
 CRASHES_PER_COLLECTION = 5 if LONG else 3
-BUCKETS = 10 if LONG else 4
+BUCKETS = 10 if LONG else 2
 BATCHES_PER_BUCKET = 6 if LONG else 3
 BATCH = 20
 # A leader killed while it holds a job hands it over after this.
