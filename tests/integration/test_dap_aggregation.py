@@ -2,9 +2,10 @@
 each serving DAP over HTTP on loopback beside gRPC (SQLite), a DAP client
 uploading to the leader, the leader's driver aggregating each task's
 reports with the helper over DAP (aggregation jobs and the aggregate share),
-and a collector creating a collection job, polling it, opening both
-aggregate shares with DAP's associated data and unsharding Count and
-Histogram results exactly (no DP in the tasks). One pair of servers on
+and veil's DAP collector (veil.collector.DapCollector) creating a
+collection job, polling it, opening both aggregate shares with DAP's
+associated data and unsharding Count and Histogram results exactly (no DP
+in the tasks). One pair of servers on
 SQLite serves every case; the Histogram runs on PostgreSQL too."""
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import grpc
 import pytest
 
 from bench.postgres import as_url, with_schema
-from veil.dap.jobs import CollectionJobReq, CollectionJobResp, Query
-from veil.dap.messages import BatchMode, HpkeConfigList, Interval, UploadRequest
+from veil.collector import CollectionError, DapCollector, collector_for
+from veil.dap.messages import HpkeConfigList, UploadRequest
 from veil.dap.problems import media_type
 from veil.dap.report import prepare_report
-from veil.dap.shares import open_aggregate_share
-from veil.dap.versions import DapVersion, Role
+from veil.dap.versions import DapVersion
 from veil.hpke import HpkeConfig
 from veil.local.launcher import ServerProcess, free_port
 from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task, write_toml
@@ -86,7 +87,7 @@ def deployment(
         ),
     }
     servers = []
-    for role, grpc, dap in (
+    for role, listen, dap in (
         ("helper", helper_grpc, helper_dap),
         ("leader", leader_grpc, leader_dap),
     ):
@@ -95,7 +96,7 @@ def deployment(
             write_toml(tmp / f"{name}.{role}.toml", getattr(files, role).to_dict(), secret=True)
             names.append(f"{name}.{role}.toml")
         config: dict[str, Any] = {
-            "listen": grpc,
+            "listen": listen,
             "storage": f"{role}.db"
             if dsn is None
             else as_url(with_schema(dsn, f"{role}_{secrets.token_hex(4)}")),
@@ -106,7 +107,7 @@ def deployment(
         if role == "leader":
             config["driver"] = {"interval": 0.2}
         write_toml(tmp / f"{role}.toml", config, secret=False)
-        server = ServerProcess(role, tmp / f"{role}.toml", tmp / f"{role}.log", grpc)
+        server = ServerProcess(role, tmp / f"{role}.toml", tmp / f"{role}.log", listen)
         server.start()
         servers.append(server)
     try:
@@ -140,46 +141,23 @@ def _collect(d: Deployment, name: str, measurements: list[Any]) -> list[int] | i
     status, _, body = _call(f"{tasks}/reports", upload, {"Content-Type": media_type("upload-req")})
     assert (status, body) == (200, b"")
 
-    request = CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(when, 1)))
-    auth = {"Authorization": f"Bearer {files.collector.collector_token}"}
-    status, _, body = _call(
-        f"{tasks}/collection_jobs",
-        request.encode(),
-        {"Content-Type": media_type("collection-job-req")},
+    # The collector's token is asked for: a wrong one is refused, nothing collected.
+    wrong = replace(files.collector, collector_token="not-the-token")
+    with pytest.raises(CollectionError) as refused:
+        DapCollector(wrong).collect(when * TP, TP)
+    assert refused.value.code is grpc.StatusCode.UNAUTHENTICATED
+    with collector_for(files.collector) as collector:
+        assert isinstance(collector, DapCollector)
+        result = collector.collect(when * TP, TP, wait=120)
+    assert result.report_count == len(measurements)
+    assert (result.start, result.duration) == (when * TP, TP)
+    estimate: list[int] | int = (
+        [int(v) for v in result.estimate]
+        if isinstance(result.estimate, list)
+        else int(result.estimate)
     )
-    assert status == 401  # the collector's token is asked for
-    status, headers, _ = _call(
-        f"{tasks}/collection_jobs",
-        request.encode(),
-        {"Content-Type": media_type("collection-job-req"), **auth},
-    )
-    assert status == 201
-    location = d.leader_url + headers["location"]
-    deadline = time.monotonic() + 120
-    while True:
-        status, headers, body = _call(location, headers=auth)
-        assert status == 200, body
-        if body:
-            break
-        assert time.monotonic() < deadline, "the collection did not finish"
-        time.sleep(0.2)
-    assert headers["content-type"] == media_type("collection-job-resp")
-    resp = CollectionJobResp.decode(body)
-    assert resp.report_count == len(measurements)
-    assert resp.interval == Interval(when, 1)
-    keypair = files.collector.collector_hpke_keypair
-    shares = [
-        vdaf.decode_agg_share(
-            None,
-            open_aggregate_share(VERSION, keypair, role, task.task_id, config, request, ct),
-        )
-        for role, ct in (
-            (Role.LEADER, resp.leader_encrypted_agg_share),
-            (Role.HELPER, resp.helper_encrypted_agg_share),
-        )
-    ]
-    result: list[int] | int = vdaf.unshard(None, shares, resp.report_count)
-    return result
+    assert result.estimate == estimate  # exact: no DP in these tasks
+    return estimate
 
 
 # Each case on SQLite, and one on PostgreSQL too: a pair of servers each.

@@ -22,6 +22,7 @@ import grpc
 from veil.collector.estimate import collection_guarantee, estimates, interval_kind
 from veil.dp import decode
 from veil.dp.accounting import Guarantee
+from veil.dp.bounds import AggregateBounds
 from veil.dp.estimates import Estimate
 from veil.dp.heavy_hitters import HeavyHittersPlan, count_estimates
 from veil.grpc_util import RpcRefused, is_retryable, open_channel
@@ -30,6 +31,7 @@ from veil.messages.wire import ciphertext_from_pb
 from veil.protocol.v1 import leader_pb2, leader_pb2_grpc, messages_pb2
 from veil.task import CollectorTask, expect_role
 from veil.trust import check_roots
+from veil.vdaf import Prio3
 from veil.vdaf.errors import AggParamError
 from veil.vdaf.spec.idpf import to_bits
 from veil.vdaf.spec.poplar1 import Poplar1, Poplar1AggParam
@@ -513,42 +515,63 @@ class Collector:
         count = job.report_count
         leader = self._open(ROLE_LEADER, job.leader_encrypted_agg_share, start, duration, count)
         helper = self._open(ROLE_HELPER, job.helper_encrypted_agg_share, start, duration, count)
-        p = self.vdaf.field.MODULUS
-        noisy = decode(self.vdaf.merge(None, [leader, helper]), p)
-        est, spent = estimates(self.task, noisy, confidence, count, simultaneous=simultaneous)
-        odd = tuple(self.bounds.out_of_range(noisy, count))
-        if odd:
-            low, high = self.bounds.plausible(count)
-            log.warning(
-                "collected batch [%d, +%d): coordinates %s decode outside [%d, %d], where"
-                " %d reports plus noise lie: a sum wrapped around the field, or an"
-                " aggregator misbehaved",
-                start,
-                duration,
-                list(odd),
-                low,
-                high,
-                count,
-            )
-        scalar = not self.task.vdaf.kind.vector
+        return batch_result(
+            self.task, self.vdaf, self.bounds, [leader, helper], count,
+            (start, duration), confidence, simultaneous, seconds,
+        )  # fmt: skip
 
-        def pick(values: list[Fraction]) -> Any:
-            return values[0] if scalar else values
 
-        return CollectionResult(
-            start=start,
-            duration=duration,
-            report_count=count,
-            estimate=pick([e.value for e in est]),
-            lower=pick([e.low for e in est]),
-            upper=pick([e.high for e in est]),
-            confidence=confidence,
-            intervals=interval_kind(self.task, len(noisy), simultaneous),
-            spent=spent,
-            unit=self.task.dp.unit,
-            against_collector=collection_guarantee(self.task),
-            mechanism=self.task.dp.mechanism,
-            noisy_aggregate=noisy,
-            seconds=seconds,
-            out_of_range=odd,
+def batch_result(
+    task: CollectorTask,
+    vdaf: Prio3[Any, Any],
+    bounds: AggregateBounds,
+    shares: list[list[int]],
+    count: int,
+    batch: tuple[int, int],
+    confidence: float,
+    simultaneous: bool,
+    seconds: float,
+) -> CollectionResult:
+    """The result of a batch from both aggregators' opened shares (the
+    leader's first), whichever protocol carried them: merged, decoded to
+    signed integers, and estimated with the task's public noise."""
+    start, duration = batch
+    p = vdaf.field.MODULUS
+    noisy = decode(vdaf.merge(None, shares), p)
+    est, spent = estimates(task, noisy, confidence, count, simultaneous=simultaneous)
+    odd = tuple(bounds.out_of_range(noisy, count))
+    if odd:
+        low, high = bounds.plausible(count)
+        log.warning(
+            "collected batch [%d, +%d): coordinates %s decode outside [%d, %d], where"
+            " %d reports plus noise lie: a sum wrapped around the field, or an"
+            " aggregator misbehaved",
+            start,
+            duration,
+            list(odd),
+            low,
+            high,
+            count,
         )
+    scalar = not task.vdaf.kind.vector
+
+    def pick(values: list[Fraction]) -> Any:
+        return values[0] if scalar else values
+
+    return CollectionResult(
+        start=start,
+        duration=duration,
+        report_count=count,
+        estimate=pick([e.value for e in est]),
+        lower=pick([e.low for e in est]),
+        upper=pick([e.high for e in est]),
+        confidence=confidence,
+        intervals=interval_kind(task, len(noisy), simultaneous),
+        spent=spent,
+        unit=task.dp.unit,
+        against_collector=collection_guarantee(task),
+        mechanism=task.dp.mechanism,
+        noisy_aggregate=noisy,
+        seconds=seconds,
+        out_of_range=odd,
+    )

@@ -1,0 +1,284 @@
+"""veil.collector.dap: the collector of a DAP task against a leader on
+loopback that answers what each test tells it to (a real HTTP server), so
+that every answer a collector parses from the network can be hostile: a
+refusal's problem document, a wrong media type, a malformed or truncated
+CollectionJobResp, one for another interval, shares that do not open, no
+Location. Each is a CollectionError naming what was wrong, and the honest
+answer, sealed as a leader and a helper seal (DAP's AggregateShareAad),
+is collected exactly after them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import grpc
+import pytest
+
+from veil.collector import (
+    CollectionError,
+    CollectionJobFailed,
+    CollectionResult,
+    Collector,
+    DapCollector,
+    UnusableTask,
+    collector_for,
+)
+from veil.dap.jobs import CollectionJobReq, CollectionJobResp, Query
+from veil.dap.messages import BatchMode, Interval
+from veil.dap.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType, media_type
+from veil.dap.shares import seal_aggregate_share
+from veil.dap.versions import DapVersion, Role
+from veil.hpke import Ciphertext
+from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
+
+TP = 3600
+WHEN = 480_000  # time precisions since the epoch
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class HostileLeader:
+    """An HTTP server answering each request with the next of `answers`
+    (404 once they run out), recording what it was sent."""
+
+    def __init__(self) -> None:
+        self.answers: list[Answer] = []
+        self.seen: list[tuple[str, str, dict[str, str], bytes]] = []
+        leader = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                leader.seen.append((self.command, self.path, headers, body))
+                answer = leader.answers.pop(0) if leader.answers else Answer(404)
+                self.send_response(answer.status)
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.end_headers()
+                self.wfile.write(answer.body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def leader() -> Iterator[HostileLeader]:
+    server = HostileLeader()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def files(leader: HostileLeader) -> TaskFiles:
+    return _task(DapSpec(leader.url, "http://127.0.0.1:9/", DapVersion.DAP_19.value, "veil"))
+
+
+def _task(dap: DapSpec | None) -> TaskFiles:
+    addresses = ("127.0.0.1:1", "127.0.0.1:2")
+    return new_task(VdafSpec("count"), *addresses, min_batch_size=2, dp=DpSpec("none"), dap=dap)
+
+
+REQUEST = CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(WHEN, 1)))
+CREATED = Answer(201, headers={"Location": "/tasks/x/collection_jobs/job", "Retry-After": "1"})
+
+
+def _resp(files: TaskFiles, shares: tuple[list[int], list[int]], count: int) -> CollectionJobResp:
+    """A CollectionJobResp as an honest leader and helper seal it."""
+    task = files.collector
+    vdaf = task.vdaf.instantiate()
+    sealed = [
+        seal_aggregate_share(
+            DapVersion.DAP_19,
+            task.collector_hpke_keypair.config,
+            role,
+            task.task_id,
+            task.dap_configuration(),
+            REQUEST,
+            vdaf.encode_agg_share(share),
+        )
+        for role, share in zip((Role.LEADER, Role.HELPER), shares, strict=True)
+    ]
+    return CollectionJobResp(count, Interval(WHEN, 1), sealed[0], sealed[1])
+
+
+def _finished(body: bytes, content_type: str = media_type("collection-job-resp")) -> Answer:
+    return Answer(200, body, {"Content-Type": content_type})
+
+
+def _problem(kind: ProblemType, detail: str, status: int = 400) -> Answer:
+    body = Problem(kind, detail, status).to_json()
+    return Answer(status, body, {"Content-Type": PROBLEM_MEDIA_TYPE})
+
+
+def _collect(leader: HostileLeader, files: TaskFiles, *answers: Answer) -> CollectionResult:
+    leader.answers = list(answers)
+    leader.seen.clear()
+    return DapCollector(files.collector).collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
+
+
+def _honest(files: TaskFiles) -> bytes:
+    p = files.collector.vdaf.instantiate().field.MODULUS
+    return _resp(files, ([5], [p - 2]), 3).encode()
+
+
+def test_a_batch_is_collected_and_the_requests_are_the_drafts(
+    leader: HostileLeader, files: TaskFiles
+) -> None:
+    # The leader defers twice (200 empty), then answers: 5 + (-2) = 3.
+    result = _collect(leader, files, CREATED, Answer(200), Answer(200), _finished(_honest(files)))
+    assert result.estimate == 3 and result.report_count == 3
+    (method, path, headers, body), *polls = leader.seen
+    assert (method, path) == ("POST", f"/tasks/{files.collector.id_text}/collection_jobs")
+    assert headers["content-type"] == media_type("collection-job-req")
+    assert headers["authorization"] == f"Bearer {files.collector.collector_token}"
+    assert body == REQUEST.encode()
+    assert [(m, p) for m, p, _, _ in polls] == [("GET", "/tasks/x/collection_jobs/job")] * 3
+    assert all(h["authorization"] == headers["authorization"] for _, _, h, _ in polls)
+
+
+def test_a_leader_that_is_busy_is_asked_again(leader: HostileLeader, files: TaskFiles) -> None:
+    busy = Answer(503, b"backlog full", {"Retry-After": "1"})
+    result = _collect(leader, files, busy, CREATED, busy, _finished(_honest(files)))
+    assert result.estimate == 3
+
+
+@pytest.mark.parametrize(
+    ("answers", "code", "says"),
+    [
+        (
+            [_problem(ProblemType.BATCH_OVERLAP, "the batch was collected")],
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "batchOverlap: the batch was collected",
+        ),
+        (
+            [_problem(ProblemType.UNRECOGNIZED_TASK, "no such task", 404)],
+            grpc.StatusCode.NOT_FOUND,
+            "unrecognizedTask",
+        ),
+        ([Answer(401, b"{}")], grpc.StatusCode.UNAUTHENTICATED, "token was refused"),
+        ([Answer(400, b"<html>")], grpc.StatusCode.INVALID_ARGUMENT, "no DAP problem"),
+        ([Answer(201)], grpc.StatusCode.INTERNAL, "without a Location"),
+        ([Answer(200)], grpc.StatusCode.INTERNAL, "answered the collection job request 200"),
+    ],
+    ids=["problem", "unknown-task", "401", "not-a-problem", "no-location", "not-created"],
+)
+def test_a_refused_creation_is_a_clear_error(
+    leader: HostileLeader,
+    files: TaskFiles,
+    answers: list[Answer],
+    code: grpc.StatusCode,
+    says: str,
+) -> None:
+    with pytest.raises(CollectionError) as refused:
+        _collect(leader, files, *answers)
+    assert refused.value.code is code
+    assert says in refused.value.message
+
+
+def test_a_failed_job_is_told_as_failed(leader: HostileLeader, files: TaskFiles) -> None:
+    failed = _problem(ProblemType.BATCH_INVALID, "the helper refused the batch")
+    with pytest.raises(CollectionJobFailed, match="batchInvalid: the helper refused the batch"):
+        _collect(leader, files, CREATED, failed)
+
+
+def _hostile_answers(files: TaskFiles) -> dict[str, tuple[Answer, str]]:
+    honest = _honest(files)
+    resp = CollectionJobResp.decode(honest)
+    elsewhere = CollectionJobResp(3, Interval(WHEN + 1, 1), *_shares(resp))
+    wider = CollectionJobResp(3, Interval(WHEN, 2), *_shares(resp))
+    leader, helper = _shares(resp)
+    garbled = Ciphertext(leader.config_id, leader.enc, bytes(len(leader.payload)))
+    return {
+        "media type": (
+            _finished(honest, "application/octet-stream"),
+            "is not application/ppm-dap",
+        ),
+        "another message": (_finished(honest, media_type("aggregate-share")), "CollectionJobResp"),
+        "truncated": (_finished(honest[:-1]), "without a CollectionJobResp"),
+        "trailing bytes": (_finished(honest + b"\0"), "without a CollectionJobResp"),
+        "cut in its interval": (_finished(honest[:12]), "without a CollectionJobResp"),
+        "another interval": (_finished(elsewhere.encode()), "not within the query's"),
+        "a wider interval": (_finished(wider.encode()), "not within the query's"),
+        "a share that does not open": (
+            _finished(CollectionJobResp(3, resp.interval, garbled, helper).encode()),
+            "cannot open the leader's aggregate share",
+        ),
+        "shares swapped": (
+            _finished(CollectionJobResp(3, resp.interval, helper, leader).encode()),
+            "cannot open the leader's aggregate share",
+        ),
+    }
+
+
+def _shares(resp: CollectionJobResp) -> tuple[Ciphertext, Ciphertext]:
+    return resp.leader_encrypted_agg_share, resp.helper_encrypted_agg_share
+
+
+HOSTILE = [
+    "media type",
+    "another message",
+    "truncated",
+    "trailing bytes",
+    "cut in its interval",
+    "another interval",
+    "a wider interval",
+    "a share that does not open",
+    "shares swapped",
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_collection_job_resp_is_a_clear_error(
+    leader: HostileLeader, files: TaskFiles, case: str
+) -> None:
+    answer, says = _hostile_answers(files)[case]
+    with pytest.raises(CollectionError) as refused:
+        _collect(leader, files, CREATED, answer)
+    assert says in refused.value.message
+    assert refused.value.code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS)
+    # The honest answer is collected after it.
+    assert _collect(leader, files, CREATED, _finished(_honest(files))).estimate == 3
+
+
+def test_an_unreachable_leader_is_named(files: TaskFiles) -> None:
+    dap = DapSpec("http://127.0.0.1:9/", "http://127.0.0.1:9/", DapVersion.DAP_19.value, "veil")
+    task = _task(dap).collector
+    with pytest.raises(CollectionError) as refused:
+        DapCollector(task).collect(WHEN * TP, TP, wait=0.5)
+    assert refused.value.code is grpc.StatusCode.UNAVAILABLE
+    assert "cannot reach the DAP leader at http://127.0.0.1:9/" in refused.value.message
+
+
+def test_the_protocol_is_chosen_by_task_or_by_name(files: TaskFiles) -> None:
+    assert isinstance(collector_for(files.collector), DapCollector)
+    grpc_task = _task(None).collector
+    with collector_for(grpc_task) as chosen:
+        assert isinstance(chosen, Collector)
+    with pytest.raises(UnusableTask, match="not served over DAP"):
+        collector_for(grpc_task, protocol="dap")
+    with pytest.raises(ValueError, match="'grpc' or 'dap'"):
+        collector_for(files.collector, protocol="http")
+    with pytest.raises(ValueError, match="not whole time precisions"):
+        DapCollector(files.collector).collect(WHEN * TP + 1, TP)
