@@ -9,14 +9,12 @@ is collected exactly after them."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 import pytest
 
+from tests.dap.scripted_server import Answer, ScriptedServer
 from veil.collector import (
     CollectionError,
     CollectionJobFailed,
@@ -38,60 +36,15 @@ TP = 3600
 WHEN = 480_000  # time precisions since the epoch
 
 
-@dataclass
-class Answer:
-    status: int
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class HostileLeader:
-    """An HTTP server answering each request with the next of `answers`
-    (404 once they run out), recording what it was sent."""
-
-    def __init__(self) -> None:
-        self.answers: list[Answer] = []
-        self.seen: list[tuple[str, str, dict[str, str], bytes]] = []
-        leader = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length)
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                leader.seen.append((self.command, self.path, headers, body))
-                answer = leader.answers.pop(0) if leader.answers else Answer(404)
-                self.send_response(answer.status)
-                for name, value in answer.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(answer.body)))
-                self.end_headers()
-                self.wfile.write(answer.body)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
-def leader() -> Iterator[HostileLeader]:
-    server = HostileLeader()
+def leader() -> Iterator[ScriptedServer]:
+    server = ScriptedServer()
     yield server
     server.close()
 
 
 @pytest.fixture(scope="module")
-def files(leader: HostileLeader) -> TaskFiles:
+def files(leader: ScriptedServer) -> TaskFiles:
     return _task(DapSpec(leader.url, "http://127.0.0.1:9/", DapVersion.DAP_19.value, "veil"))
 
 
@@ -132,7 +85,7 @@ def _problem(kind: ProblemType, detail: str, status: int = 400) -> Answer:
     return Answer(status, body, {"Content-Type": PROBLEM_MEDIA_TYPE})
 
 
-def _collect(leader: HostileLeader, files: TaskFiles, *answers: Answer) -> CollectionResult:
+def _collect(leader: ScriptedServer, files: TaskFiles, *answers: Answer) -> CollectionResult:
     leader.answers = list(answers)
     leader.seen.clear()
     return DapCollector(files.collector).collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
@@ -144,7 +97,7 @@ def _honest(files: TaskFiles) -> bytes:
 
 
 def test_a_batch_is_collected_and_the_requests_are_the_drafts(
-    leader: HostileLeader, files: TaskFiles
+    leader: ScriptedServer, files: TaskFiles
 ) -> None:
     # The leader defers twice (200 empty), then answers: 5 + (-2) = 3.
     result = _collect(leader, files, CREATED, Answer(200), Answer(200), _finished(_honest(files)))
@@ -158,7 +111,7 @@ def test_a_batch_is_collected_and_the_requests_are_the_drafts(
     assert all(h["authorization"] == headers["authorization"] for _, _, h, _ in polls)
 
 
-def test_a_leader_that_is_busy_is_asked_again(leader: HostileLeader, files: TaskFiles) -> None:
+def test_a_leader_that_is_busy_is_asked_again(leader: ScriptedServer, files: TaskFiles) -> None:
     busy = Answer(503, b"backlog full", {"Retry-After": "1"})
     result = _collect(leader, files, busy, CREATED, busy, _finished(_honest(files)))
     assert result.estimate == 3
@@ -185,7 +138,7 @@ def test_a_leader_that_is_busy_is_asked_again(leader: HostileLeader, files: Task
     ids=["problem", "unknown-task", "401", "not-a-problem", "no-location", "not-created"],
 )
 def test_a_refused_creation_is_a_clear_error(
-    leader: HostileLeader,
+    leader: ScriptedServer,
     files: TaskFiles,
     answers: list[Answer],
     code: grpc.StatusCode,
@@ -197,7 +150,7 @@ def test_a_refused_creation_is_a_clear_error(
     assert says in refused.value.message
 
 
-def test_a_failed_job_is_told_as_failed(leader: HostileLeader, files: TaskFiles) -> None:
+def test_a_failed_job_is_told_as_failed(leader: ScriptedServer, files: TaskFiles) -> None:
     failed = _problem(ProblemType.BATCH_INVALID, "the helper refused the batch")
     with pytest.raises(CollectionJobFailed, match="batchInvalid: the helper refused the batch"):
         _collect(leader, files, CREATED, failed)
@@ -251,7 +204,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize("case", HOSTILE)
 def test_a_hostile_collection_job_resp_is_a_clear_error(
-    leader: HostileLeader, files: TaskFiles, case: str
+    leader: ScriptedServer, files: TaskFiles, case: str
 ) -> None:
     answer, says = _hostile_answers(files)[case]
     with pytest.raises(CollectionError) as refused:

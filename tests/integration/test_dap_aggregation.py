@@ -1,19 +1,17 @@
 """A DAP deployment of veil: a `veil leader` and a `veil helper` process,
-each serving DAP over HTTP on loopback beside gRPC (SQLite), a DAP client
-uploading to the leader, the leader's driver aggregating each task's
-reports with the helper over DAP (aggregation jobs and the aggregate share),
-and veil's DAP collector (veil.collector.DapCollector) creating a
-collection job, polling it, opening both aggregate shares with DAP's
-associated data and unsharding Count and Histogram results exactly (no DP
-in the tasks). One pair of servers on
-SQLite serves every case; the Histogram runs on PostgreSQL too."""
+each serving DAP over HTTP on loopback beside gRPC (SQLite), veil's DAP
+client (veil.client.DapClient) uploading to the leader, the leader's driver
+aggregating each task's reports with the helper over DAP (aggregation jobs
+and the aggregate share), and veil's DAP collector
+(veil.collector.DapCollector) creating a collection job, polling it,
+opening both aggregate shares with DAP's associated data and unsharding
+Count and Histogram results exactly (no DP in the tasks). One pair of
+servers on SQLite serves every case; the Histogram runs on PostgreSQL too."""
 
 from __future__ import annotations
 
 import secrets
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,12 +20,9 @@ import grpc
 import pytest
 
 from bench.postgres import as_url, with_schema
+from veil.client import DapClient, client_for
 from veil.collector import CollectionError, DapCollector, collector_for
-from veil.dap.messages import HpkeConfigList, UploadRequest
-from veil.dap.problems import media_type
-from veil.dap.report import prepare_report
 from veil.dap.versions import DapVersion
-from veil.hpke import HpkeConfig
 from veil.local.launcher import ServerProcess, free_port
 from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 
@@ -35,26 +30,10 @@ TP = 3600
 VERSION = DapVersion.DAP_19
 
 
-def _call(
-    url: str, body: bytes | None = None, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(
-        url, data=body, headers=headers or {}, method="POST" if body is not None else "GET"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            headers = {k.lower(): v for k, v in response.headers.items()}
-            return response.status, headers, response.read()
-    except urllib.error.HTTPError as e:
-        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
-
-
 @dataclass
 class Deployment:
     leader_url: str
     tasks: dict[str, TaskFiles]
-    leader_config: HpkeConfig
-    helper_config: HpkeConfig
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +90,7 @@ def deployment(
         server.start()
         servers.append(server)
     try:
-        configs = []
-        for address in (leader_dap, helper_dap):
-            status, _, body = _call(f"http://{address}/hpke_config")
-            assert status == 200
-            config = HpkeConfigList.decode(body).first_supported()
-            assert config is not None
-            configs.append(config)
-        yield Deployment(f"http://{leader_dap}", tasks, configs[0], configs[1])
+        yield Deployment(f"http://{leader_dap}", tasks)
     finally:
         for server in reversed(servers):
             server.stop()
@@ -127,19 +99,11 @@ def deployment(
 def _collect(d: Deployment, name: str, measurements: list[Any]) -> list[int] | int:
     files = d.tasks[name]
     task = files.client
-    config = task.dap_configuration()
-    vdaf = task.vdaf.instantiate()
     when = int(time.time()) // TP - 1  # the previous hour, closed
-    reports = [
-        prepare_report(
-            VERSION, task.task_id, config, vdaf, m, when, d.leader_config, d.helper_config
-        )
-        for m in measurements
-    ]
-    tasks = f"{d.leader_url}/tasks/{task.id_text}"
-    upload = UploadRequest(tuple(reports)).encode()
-    status, _, body = _call(f"{tasks}/reports", upload, {"Content-Type": media_type("upload-req")})
-    assert (status, body) == (200, b"")
+    with client_for(task) as client:
+        assert isinstance(client, DapClient)
+        uploaded = client.upload_batch(measurements, report_time=when * TP)
+    assert uploaded.accepted == len(measurements)
 
     # The collector's token is asked for: a wrong one is refused, nothing collected.
     wrong = replace(files.collector, collector_token="not-the-token")

@@ -1,0 +1,361 @@
+"""The client of a DAP task (draft-ietf-ppm-dap section 4.4, client side):
+`Client`'s uploads over DAP's HTTP routes.
+
+Each aggregator's HpkeConfigList is fetched from ``{endpoint}/hpke_config``
+(and kept for `config_lifetime` seconds); each measurement is sharded under
+the context ``tag || task_id``, its input shares sealed with DAP's `info`
+and InputShareAad (`veil.dap.report`), and the reports are POSTed as an
+UploadRequest to ``{leader}/tasks/{task-id}/reports``. The leader answers
+with UploadErrors naming the reports it refused. A report refused with
+``hpke_unknown_config_id`` (``outdated_config`` under -18) is sealed again,
+once, to the configs fetched anew (-19's rule), with the same report id and
+randomness: the same report under the aggregators' current keys. A retried
+request sends the same reports, which the leader acknowledges without
+storing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin
+
+import grpc
+
+from veil.client.base import ClientOptions, UploadResult
+from veil.client.client import Client
+from veil.client.retry import RetryPolicy, UploadError
+from veil.dap.codec import DecodeError
+from veil.dap.messages import REPORT_ID_SIZE, HpkeConfigList, Report, UploadErrors, UploadRequest
+from veil.dap.problems import MediaTypeError, Problem, media_type, message_of
+from veil.dap.report import prepare_report
+from veil.dap.versions import ReportError
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
+from veil.task import Task
+from veil.trust import check_roots
+
+log = logging.getLogger(__name__)
+
+# The largest answer read from an aggregator: an HpkeConfigList or
+# UploadErrors is far smaller.
+MAX_ANSWER = 1 << 20
+
+# Sends one HTTP request: (status, headers with lower-case names, body);
+# status 0, with the reason as body, when the server cannot be reached.
+Send = Callable[[urllib.request.Request], tuple[int, dict[str, str], bytes]]
+
+# What says the leader does not hold the key a report was sealed to.
+UNKNOWN_CONFIG = (ReportError.HPKE_UNKNOWN_CONFIG_ID, ReportError.OUTDATED_CONFIG)
+
+_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    415: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A measurement and the randomness its report was built from, so that
+    it can be sealed again to fresh configs as the same report."""
+
+    measurement: Any
+    time: int
+    report_id: bytes
+    rand: bytes
+
+
+class DapClient:
+    """Uploads measurements of one DAP task (a task file with a `[dap]`
+    table) to its leader over DAP; `upload`, `upload_batch` and
+    `hpke_config` as `Client`'s. `options` as `Client`'s (trust, timeout,
+    retries, batch size, clock, config lifetime), without an outbox. `send`
+    replaces the HTTP client. Raises UploadError when the leader refuses a
+    request or a report, or stays unreachable."""
+
+    def __init__(
+        self,
+        task: Task,
+        options: ClientOptions | None = None,
+        *,
+        send: Send | None = None,
+        **changes: Any,
+    ) -> None:
+        options = ClientOptions.given(options, changes)
+        if task.dap is None:
+            raise ValueError(f"task {task.id_text} is not served over DAP (no [dap] table)")
+        if task.vdaf.is_prefix:
+            raise ValueError("a poplar1 task is not served over DAP")
+        if options.outbox is not None:
+            raise ValueError("a DAP client keeps no outbox yet")
+        if options.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        check_roots(
+            options.leader_root_certificates,
+            options.helper_root_certificates,
+            task.leader_ca_sha256,
+            task.helper_ca_sha256,
+        )
+        self.task = task
+        self.dap = task.dap
+        self.options = options
+        self.vdaf = task.vdaf.instantiate()
+        self.configuration = task.dap_configuration()
+        self.policy = RetryPolicy(options.retries, options.backoff, options.max_delay)
+        self.send = send or self._urlopen
+        self._tls = {
+            ROLE_LEADER: _context(options.leader_root_certificates),
+            ROLE_HELPER: _context(options.helper_root_certificates),
+        }
+        self._endpoints = {
+            ROLE_LEADER: _base(self.dap.leader_endpoint),
+            ROLE_HELPER: _base(self.dap.helper_endpoint),
+        }
+        self._configs: dict[int, tuple[HpkeConfig, float]] = {}
+
+    def close(self) -> None:
+        """Nothing to close (each request is its own connection); kept so that
+        a DapClient is used as a Client is."""
+
+    def __enter__(self) -> DapClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def hpke_config(self, role: int) -> HpkeConfig:
+        """The aggregator's HPKE config (`role`: veil.hpke.ROLE_LEADER or
+        ROLE_HELPER) from its HpkeConfigList, the first one veil can seal to,
+        kept for `config_lifetime` seconds."""
+        cached = self._configs.get(role)
+        if cached is not None and time.monotonic() - cached[1] < self.options.config_lifetime:
+            return cached[0]
+        url = urljoin(self._endpoints[role], "hpke_config")
+        _, headers, body = self._call(urllib.request.Request(url), role)
+        name = "leader" if role == ROLE_LEADER else "helper"
+        try:
+            if message_of(headers.get("content-type")) != "hpke-config-list":
+                raise MediaTypeError(f"{headers.get('content-type')!r} is not an HpkeConfigList")
+            config = HpkeConfigList.decode(body).first_supported()
+        except (MediaTypeError, DecodeError) as e:
+            raise UploadError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the DAP {name} at {self._endpoints[role]} answered no HpkeConfigList: {e}",
+            ) from None
+        if config is None:
+            raise UploadError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the DAP {name} offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
+            )
+        self._configs[role] = (config, time.monotonic())
+        return config
+
+    def report_time(self) -> int:
+        """Now, rounded down to the task's time_precision (seconds)."""
+        now = int(self.options.clock())
+        return now - now % self.task.time_precision
+
+    def upload(self, measurement: Any, report_time: int | None = None) -> UploadResult:
+        """Shard, seal and upload one measurement."""
+        return self.upload_batch([measurement], report_time)
+
+    def upload_batch(
+        self, measurements: Iterable[Any], report_time: int | None = None
+    ) -> UploadResult:
+        """Shard, seal and upload many measurements (one request per
+        `batch_size`); `report_time` in seconds, a multiple of the task's
+        time_precision (now by default). Raises ValueError on an invalid
+        measurement before anything is sent."""
+        when = self.report_time() if report_time is None else report_time
+        tp = self.task.time_precision
+        if when % tp:
+            raise ValueError(f"report_time {when} is not a multiple of time_precision {tp}")
+        pending = [
+            _Pending(
+                m,
+                when // tp,
+                secrets.token_bytes(REPORT_ID_SIZE),
+                secrets.token_bytes(self.vdaf.RAND_SIZE),
+            )
+            for m in measurements
+        ]
+        reports = self._seal(pending)
+        accepted = 0
+        for start in range(0, len(pending), self.options.batch_size):
+            chunk = slice(start, start + self.options.batch_size)
+            accepted += self._upload(pending[chunk], reports[chunk])
+        return UploadResult(accepted, 0)
+
+    def _seal(self, pending: Sequence[_Pending]) -> list[Report]:
+        leader, helper = self.hpke_config(ROLE_LEADER), self.hpke_config(ROLE_HELPER)
+        out = []
+        for i, p in enumerate(pending):
+            try:
+                out.append(
+                    prepare_report(
+                        self.dap.dap_version,
+                        self.task.task_id,
+                        self.configuration,
+                        self.vdaf,
+                        p.measurement,
+                        p.time,
+                        leader,
+                        helper,
+                        report_id=p.report_id,
+                        rand=p.rand,
+                    )
+                )
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"measurement {i} ({p.measurement!r}): {e}") from None
+        return out
+
+    def _upload(self, pending: Sequence[_Pending], reports: Sequence[Report]) -> int:
+        """POST one UploadRequest; how many reports the leader took. A report
+        refused for an unknown HPKE config is sealed again once to configs
+        fetched anew; UploadError for any other refusal."""
+        refused = self._post(reports)
+        unknown = [i for i, e in refused.items() if e in UNKNOWN_CONFIG]
+        if unknown:
+            log.info("the leader holds no key for %d reports: fetching its configs", len(unknown))
+            self._configs.clear()
+            again = [pending[i] for i in unknown]
+            retried = self._post(self._seal(again))
+            refused = {i: e for i, e in refused.items() if i not in unknown}
+            refused.update({unknown[j]: e for j, e in retried.items()})
+        if refused:
+            named = ", ".join(
+                f"{reports[i].metadata.report_id.hex()}: {e.name.lower()}"
+                for i, e in sorted(refused.items())[:5]
+            )
+            raise UploadError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the DAP leader took {len(reports) - len(refused)} of {len(reports)} reports"
+                f" and refused {len(refused)} ({named}{', ...' if len(refused) > 5 else ''})",
+                kind="report_refused",
+            )
+        return len(reports)
+
+    def _post(self, reports: Sequence[Report]) -> dict[int, ReportError]:
+        """The reports of one UploadRequest the leader refused, by index."""
+        url = urljoin(self._endpoints[ROLE_LEADER], f"tasks/{self.task.id_text}/reports")
+        body = UploadRequest(tuple(reports)).encode()
+        request = urllib.request.Request(
+            url, body, {"Content-Type": media_type("upload-req")}, method="POST"
+        )
+        _, headers, answer = self._call(request, ROLE_LEADER)
+        if not answer:
+            return {}
+        try:
+            if message_of(headers.get("content-type")) != "upload-errors":
+                raise MediaTypeError(f"{headers.get('content-type')!r} is not UploadErrors")
+            errors = UploadErrors.decode(answer, self.dap.dap_version)
+        except (MediaTypeError, DecodeError) as e:
+            raise UploadError(
+                grpc.StatusCode.INTERNAL,
+                f"the DAP leader answered the upload without UploadErrors: {e} (the reports"
+                " may or may not be stored: sending them again is safe)",
+            ) from None
+        index = {r.metadata.report_id: i for i, r in enumerate(reports)}
+        unknown = [s.report_id.hex() for s in errors.statuses if s.report_id not in index]
+        if unknown:
+            raise UploadError(
+                grpc.StatusCode.INTERNAL,
+                f"the DAP leader's UploadErrors names reports it was not sent: {unknown[:3]}",
+            )
+        return {index[s.report_id]: s.error for s in errors.statuses}
+
+    def _call(
+        self, request: urllib.request.Request, role: int
+    ) -> tuple[int, dict[str, str], bytes]:
+        """The answer to `request`, sent again as the retry policy says while
+        the aggregator is unreachable or busy (503, 429)."""
+        attempt = 0
+        while True:
+            status, headers, body = self.send(request)
+            if 200 <= status < 300:
+                return status, headers, body
+            error = self._refusal(status, headers, body, role)
+            if not self.policy.should_retry(error, attempt):
+                raise error
+            wait = self.policy.delay(attempt, error.retry_after)
+            log.info("retrying in %.1f s after %s (attempt %d)", wait, error.message, attempt + 1)
+            time.sleep(wait)
+            attempt += 1
+
+    def _refusal(self, status: int, headers: dict[str, str], body: bytes, role: int) -> UploadError:
+        name = "leader" if role == ROLE_LEADER else "helper"
+        where = f"the DAP {name} at {self._endpoints[role]}"
+        if status == 0:
+            reason = body.decode(errors="replace")
+            return UploadError(
+                grpc.StatusCode.UNAVAILABLE, f"cannot reach {where}: {reason}", retryable=True
+            )
+        if status in (429, 503):
+            advised = headers.get("retry-after", "")
+            return UploadError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"{where} answered {status}: busy",
+                retryable=True,
+                retry_after=float(advised) if advised.isdigit() else None,
+            )
+        code = _CODES.get(
+            status, grpc.StatusCode.INTERNAL if status >= 500 else grpc.StatusCode.UNKNOWN
+        )
+        try:
+            problem = Problem.from_json(body, status)
+        except ValueError:
+            return UploadError(code, f"{where} answered {status}")
+        return UploadError(
+            code, f"{where} refused the request: {problem.type.value}: {problem.detail}"
+        )
+
+    def _urlopen(self, request: urllib.request.Request) -> tuple[int, dict[str, str], bytes]:
+        role = (
+            ROLE_LEADER
+            if request.full_url.startswith(self._endpoints[ROLE_LEADER])
+            else ROLE_HELPER
+        )
+        try:
+            with urllib.request.urlopen(
+                request, timeout=self.options.timeout, context=self._tls[role]
+            ) as r:
+                return r.status, _lower(r.headers.items()), r.read(MAX_ANSWER)
+        except urllib.error.HTTPError as e:
+            return e.code, _lower(e.headers.items()), e.read(MAX_ANSWER)
+        except (urllib.error.URLError, OSError) as e:
+            return 0, {}, str(getattr(e, "reason", e)).encode()
+
+
+def _base(endpoint: str) -> str:
+    return endpoint if endpoint.endswith("/") else endpoint + "/"
+
+
+def _context(pem: bytes | None) -> ssl.SSLContext | None:
+    return None if pem is None else ssl.create_default_context(cadata=pem.decode())
+
+
+def _lower(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {k.lower(): v for k, v in items}
+
+
+def client_for(
+    task: Task, options: ClientOptions | None = None, *, protocol: str | None = None, **changes: Any
+) -> Client | DapClient:
+    """The client of `task`: over DAP (`DapClient`) for a task with a
+    `[dap]` table, else veil's gRPC (`Client`); `protocol` ("grpc" or
+    "dap") chooses."""
+    chosen = protocol or ("dap" if task.dap is not None else "grpc")
+    if chosen == "dap":
+        return DapClient(task, options, **changes)
+    if chosen == "grpc":
+        return Client(task, options, **changes)
+    raise ValueError(f"protocol must be 'grpc' or 'dap', not {protocol!r}")

@@ -1,0 +1,263 @@
+"""veil.client.dap: the client's upload over DAP against an aggregator on
+loopback that answers what each test tells it to (a real HTTP server): the
+requests are the draft's, a report refused for an unknown HPKE config is
+sealed again once to the configs fetched anew (-19) as the same report, and
+every answer parsed from the network can be hostile (a problem document, a
+wrong media type, a malformed HpkeConfigList or UploadErrors, UploadErrors
+naming a report not sent), each a clear UploadError; an invalid
+measurement sends nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import grpc
+import pytest
+
+from tests.dap.scripted_server import Answer, ScriptedServer
+from veil.client import Client, DapClient, UploadError, client_for
+from veil.dap.messages import HpkeConfig, HpkeConfigList, UploadErrors, UploadRequest
+from veil.dap.messages import ReportUploadStatus as Status
+from veil.dap.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType, media_type
+from veil.dap.shares import open_input_share
+from veil.dap.versions import DapVersion, ReportError, Role
+from veil.hpke import HpkeKeypair, generate_keypair
+from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
+
+TP = 3600
+WHEN = 480_000 * TP
+VERSION = DapVersion.DAP_19
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedServer]:
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def files(server: ScriptedServer) -> TaskFiles:
+    # The leader at the server's root, the helper under /helper/.
+    dap = DapSpec(server.url, server.url + "helper/", VERSION.value, "veil")
+    addresses = ("127.0.0.1:1", "127.0.0.1:2")
+    return new_task(VdafSpec("count"), *addresses, min_batch_size=2, dp=DpSpec("none"), dap=dap)
+
+
+KEYS = {name: generate_keypair(i) for i, name in enumerate(("leader", "helper", "new"))}
+
+
+def _configs(keypair: HpkeKeypair) -> Answer:
+    body = HpkeConfigList((HpkeConfig.of(keypair.config),)).encode()
+    return Answer(200, body, {"Content-Type": media_type("hpke-config-list")})
+
+
+def _errors(*statuses: Status) -> Answer:
+    body = UploadErrors(statuses).encode(VERSION)
+    return Answer(200, body, {"Content-Type": media_type("upload-errors")})
+
+
+def _client(files: TaskFiles) -> DapClient:
+    return DapClient(files.client, retries=2, backoff=0.01)
+
+
+def _upload(
+    server: ScriptedServer, files: TaskFiles, *answers: Answer | Callable[[bytes], Answer]
+) -> int:
+    """Three reports uploaded by a fresh client, the server answering `answers`."""
+    server.answers = list(answers)
+    server.seen.clear()
+    return _client(files).upload_batch([1, 0, 1], report_time=WHEN).accepted
+
+
+def _uploads(server: ScriptedServer) -> list[UploadRequest]:
+    return [UploadRequest.decode(body) for m, _, _, body in server.seen if m == "POST"]
+
+
+def _opens(files: TaskFiles, request: UploadRequest, leader: HpkeKeypair) -> None:
+    """Each report's shares open with the leader's key given and the helper's."""
+    task = files.client
+    for report in request.reports:
+        for keypair, role, ct in (
+            (leader, Role.LEADER, report.leader_encrypted_input_share),
+            (KEYS["helper"], Role.HELPER, report.helper_encrypted_input_share),
+        ):
+            open_input_share(
+                VERSION, keypair, role, task.task_id, task.dap_configuration(),
+                report.metadata, report.public_share, ct,
+            )  # fmt: skip
+
+
+def test_reports_are_uploaded_as_the_draft_says(server: ScriptedServer, files: TaskFiles) -> None:
+    ok = Answer(200)
+    assert _upload(server, files, _configs(KEYS["leader"]), _configs(KEYS["helper"]), ok) == 3
+    (m1, p1, _, _), (m2, p2, _, _), (m3, p3, headers, _) = server.seen
+    assert [(m1, p1), (m2, p2)] == [("GET", "/hpke_config"), ("GET", "/helper/hpke_config")]
+    assert (m3, p3) == ("POST", f"/tasks/{files.client.id_text}/reports")
+    assert headers["content-type"] == media_type("upload-req")
+    (request,) = _uploads(server)
+    assert len(request.reports) == 3
+    assert {r.metadata.time for r in request.reports} == {WHEN // TP}
+    assert len({r.metadata.report_id for r in request.reports}) == 3
+    _opens(files, request, KEYS["leader"])
+
+
+def _refusing(error: ReportError, first: int) -> Callable[[bytes], Answer]:
+    """UploadErrors refusing the first `first` reports of the request with `error`."""
+
+    def answer(body: bytes) -> Answer:
+        reports = UploadRequest.decode(body).reports[:first]
+        return _errors(*(Status(r.metadata.report_id, error) for r in reports))
+
+    return answer
+
+
+def test_an_unknown_config_is_fetched_again_once(server: ScriptedServer, files: TaskFiles) -> None:
+    # The leader refuses two of three reports for their key, then takes
+    # them sealed to its new key: the same reports (ids, times), sealed anew.
+    unknown = _refusing(ReportError.HPKE_UNKNOWN_CONFIG_ID, 2)
+    configs = (_configs(KEYS["leader"]), _configs(KEYS["helper"]))
+    fresh = (_configs(KEYS["new"]), _configs(KEYS["helper"]))
+    assert _upload(server, files, *configs, unknown, *fresh, Answer(200)) == 3
+    first, again = _uploads(server)
+    assert [r.metadata for r in again.reports] == [r.metadata for r in first.reports[:2]]
+    assert {r.leader_encrypted_input_share.config_id for r in again.reports} == {
+        KEYS["new"].config.config_id
+    }
+    _opens(files, again, KEYS["new"])
+
+
+def test_a_config_still_unknown_is_an_error(server: ScriptedServer, files: TaskFiles) -> None:
+    unknown = _refusing(ReportError.HPKE_UNKNOWN_CONFIG_ID, 2)
+    configs = (_configs(KEYS["leader"]), _configs(KEYS["helper"]))
+    with pytest.raises(UploadError, match="took 1 of 3 reports and refused 2") as refused:
+        _upload(server, files, *configs, unknown, *configs, unknown)
+    assert "hpke_unknown_config_id" in refused.value.message
+    assert len(_uploads(server)) == 2  # refetched once, not again
+
+
+def test_a_refused_report_is_named(server: ScriptedServer, files: TaskFiles) -> None:
+    replayed = _refusing(ReportError.REPORT_REPLAYED, 1)
+    configs = (_configs(KEYS["leader"]), _configs(KEYS["helper"]))
+    with pytest.raises(
+        UploadError, match=r"took 2 of 3 reports and refused 1 \(\w{32}: report_replayed\)"
+    ):
+        _upload(server, files, *configs, replayed)
+    assert len(_uploads(server)) == 1  # not sent again
+
+
+def test_a_busy_leader_is_asked_again(server: ScriptedServer, files: TaskFiles) -> None:
+    busy = Answer(503, b"backlog full", {"Retry-After": "0"})
+    configs = (_configs(KEYS["leader"]), _configs(KEYS["helper"]))
+    assert _upload(server, files, busy, *configs, busy, Answer(200)) == 3
+    first, again = _uploads(server)
+    assert first == again  # the same reports, byte for byte
+
+
+def _problem(kind: ProblemType, detail: str, status: int) -> Answer:
+    return Answer(
+        status, Problem(kind, detail, status).to_json(), {"Content-Type": PROBLEM_MEDIA_TYPE}
+    )
+
+
+CONFIGS = "configs"
+# A list of one config veil does not speak (DHKEM(P-256)).
+P256_ONLY = HpkeConfigList((HpkeConfig(1, 0x0010, 1, 1, b"\4" + bytes(64)),)).encode()
+HOSTILE: dict[str, tuple[list[Answer | str], grpc.StatusCode, str]] = {
+    "configs of another media type": (
+        [Answer(200, b"\0" * 10, {"Content-Type": "application/octet-stream"})],
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "answered no HpkeConfigList",
+    ),
+    "a malformed HpkeConfigList": (
+        [Answer(200, b"\0\x05\x01", {"Content-Type": media_type("hpke-config-list")})],
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "answered no HpkeConfigList",
+    ),
+    "no config veil seals to": (
+        [Answer(200, P256_ONLY, {"Content-Type": media_type("hpke-config-list")})],
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "offers no HPKE config",
+    ),
+    "a problem document": (
+        [CONFIGS, _problem(ProblemType.UNRECOGNIZED_TASK, "no such task", 404)],
+        grpc.StatusCode.NOT_FOUND,
+        "unrecognizedTask: no such task",
+    ),
+    "a refusal without a problem": (
+        [CONFIGS, Answer(400, b"<html>")],
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "answered 400",
+    ),
+    "UploadErrors of another media type": (
+        [CONFIGS, Answer(200, b"\0" * 17, {"Content-Type": "text/plain"})],
+        grpc.StatusCode.INTERNAL,
+        "without UploadErrors",
+    ),
+    "truncated UploadErrors": (
+        [CONFIGS, Answer(200, b"\0" * 16, {"Content-Type": media_type("upload-errors")})],
+        grpc.StatusCode.INTERNAL,
+        "without UploadErrors",
+    ),
+    "an unknown ReportError": (
+        [CONFIGS, Answer(200, b"\1" * 16 + b"\xff", {"Content-Type": media_type("upload-errors")})],
+        grpc.StatusCode.INTERNAL,
+        "without UploadErrors",
+    ),
+    "UploadErrors naming another report": (
+        [CONFIGS, _errors(Status(b"\7" * 16, ReportError.REPORT_REPLAYED))],
+        grpc.StatusCode.INTERNAL,
+        "names reports it was not sent",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_answer_is_a_clear_error(
+    server: ScriptedServer, files: TaskFiles, case: str
+) -> None:
+    script, code, says = HOSTILE[case]
+    answers: list[Answer] = []
+    for a in script:
+        answers += [_configs(KEYS["leader"]), _configs(KEYS["helper"])] if a == CONFIGS else [a]
+    with pytest.raises(UploadError) as refused:
+        _upload(server, files, *answers)
+    assert refused.value.code is code
+    assert says in refused.value.message
+    # The honest answers are taken after it.
+    configs = (_configs(KEYS["leader"]), _configs(KEYS["helper"]))
+    assert _upload(server, files, *configs, Answer(200)) == 3
+
+
+def test_an_invalid_measurement_sends_nothing(server: ScriptedServer, files: TaskFiles) -> None:
+    server.answers = [_configs(KEYS["leader"]), _configs(KEYS["helper"])]
+    server.seen.clear()
+    with pytest.raises(ValueError, match="measurement 1"):
+        _client(files).upload_batch([1, 7], report_time=WHEN)
+    assert _uploads(server) == []
+    with pytest.raises(ValueError, match="not a multiple of time_precision"):
+        _client(files).upload(1, report_time=WHEN + 1)
+
+
+def test_an_unreachable_leader_is_named(files: TaskFiles) -> None:
+    dap = DapSpec("http://127.0.0.1:9/", "http://127.0.0.1:9/", VERSION.value, "veil")
+    addresses = ("127.0.0.1:1", "127.0.0.1:2")
+    task = new_task(VdafSpec("count"), *addresses, min_batch_size=2, dp=DpSpec("none"), dap=dap)
+    with pytest.raises(UploadError) as refused:
+        DapClient(task.client, retries=0).upload(1)
+    assert refused.value.code is grpc.StatusCode.UNAVAILABLE
+    assert "cannot reach the DAP leader at http://127.0.0.1:9/" in refused.value.message
+
+
+def test_the_protocol_is_chosen_by_task_or_by_name(files: TaskFiles) -> None:
+    assert isinstance(client_for(files.client), DapClient)
+    addresses = ("127.0.0.1:1", "127.0.0.1:2")
+    grpc_task = new_task(VdafSpec("count"), *addresses, min_batch_size=2, dp=DpSpec("none"))
+    with client_for(grpc_task.client) as chosen:
+        assert isinstance(chosen, Client)
+    with pytest.raises(ValueError, match="not served over DAP"):
+        client_for(grpc_task.client, protocol="dap")
+    with pytest.raises(ValueError, match="'grpc' or 'dap'"):
+        client_for(files.client, protocol="http")
+    with pytest.raises(ValueError, match="no outbox"):
+        DapClient(files.client, outbox="x.db")
