@@ -1,13 +1,16 @@
 """A text question end to end through a real leader and helper: deployed by
 `veil survey deploy`'s function, answered by SurveyClient (what `veil survey
 respond` and the outbox use), collected by `veil survey collect`'s function
-level by level, stopped and resumed between levels, published."""
+level by level, stopped and resumed between levels, published; and one whose
+first level fails. The two surveys are deployed together and answered inside
+one window (the module's fixture)."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,39 +22,63 @@ from veil.client import Client
 from veil.client.outbox import Outbox
 from veil.client.survey import SurveyClient
 from veil.collector.survey import collect_survey
-from veil.deploy import deploy_survey
+from veil.deploy import Deployment, deploy_survey
 from veil.local.launcher import ServerProcess, free_port
 from veil.survey import AnswerError, parse_survey
 
 pytestmark = pytest.mark.slow
 
 TP = 5
-# Two process starts and eleven respondents inside the window at the suite's
-# own load; stretched by the slowdown measured as the test deploys
-# (tests/support/window.py).
-WINDOW = 45
+# Four process starts and twelve respondents inside the window at the
+# suite's own load (two starts and eleven respondents were given 45 s; the
+# module's two surveys share one window); stretched by the slowdown measured
+# as the module deploys (tests/support/window.py).
+WINDOW = 55
 ANSWERS = ["Vim"] * 4 + [" nano"] * 3 + ["éd"] * 2 + ["once"]
 
 
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+@dataclass
+class Surveys:
+    """The module's two surveys, answered and closed: each one's collector/."""
+
+    resumed: Path
+    one_answer: Path
+
+
+def deploy(root: Path, text: str, started: list[ServerProcess]) -> Deployment:
+    """Deploy `text` under `root` (exact release allowed) and start its helper
+    and leader, appending them to `started`."""
+    leader_addr = f"127.0.0.1:{free_port()}"
+    helper_addr = f"127.0.0.1:{free_port()}"
+    dep = deploy_survey(parse_survey(text), text, root / "out", leader_addr, helper_addr, tls=False)
+    for config in (dep.leader_config, dep.helper_config):
+        config.write_text("allow_exact_release = true\n" + config.read_text())
+    for role, config, addr in (
+        ("helper", dep.helper_config, helper_addr),
+        ("leader", dep.leader_config, leader_addr),
+    ):
+        server = ServerProcess(role, config, root / f"{role}.log", addr)
+        started.append(server)
+        server.start()
+    return dep
+
+
+@pytest.fixture(scope="module")
+def surveys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Surveys]:
+    """Both tests' surveys deployed with one window, answered, and closed: the
+    first takes eleven answers (one through the outbox) of at most 5 bytes
+    beside a yes/no question, the second one answer of at most 3 bytes."""
     window = survey_window(WINDOW, TP)
     now = int(time.time())
     opens = now - now % TP
     closes = opens + window
-    text = editors_survey(opens, closes, TP, max_bytes=5, more=REMOTE)
-    leader_addr = f"127.0.0.1:{free_port()}"
-    helper_addr = f"127.0.0.1:{free_port()}"
-    dep = deploy_survey(
-        parse_survey(text), text, tmp_path / "out", leader_addr, helper_addr, tls=False
-    )
-    for config in (dep.leader_config, dep.helper_config):
-        config.write_text("allow_exact_release = true\n" + config.read_text())
-    helper = ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper_addr)
-    leader = ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader_addr)
+    root = tmp_path_factory.mktemp("text")
+    started: list[ServerProcess] = []
     try:
-        helper.start()
-        leader.start()
+        dep = deploy(
+            root / "resumed", editors_survey(opens, closes, TP, max_bytes=5, more=REMOTE), started
+        )
+        once = deploy(root / "once", editors_survey(opens, closes, TP, max_bytes=3), started)
         with SurveyClient(dep.client_dir) as client:
             with pytest.raises(AnswerError, match="too long: 6 bytes"):
                 client.respond({"editor": "emacs!"})
@@ -59,24 +86,27 @@ def servers(tmp_path: Path) -> Iterator[tuple[Path, int]]:
             q = client.survey.question("editor")
             task = client.tasks["editor"]
         # One more through the durable outbox: sealed and committed before it is sent.
-        with Client(task, outbox=tmp_path / "outbox.db") as outboxed:
+        with Client(task, outbox=root / "outbox.db") as outboxed:
             outboxed.upload_batch([q.to_measurement(" VIM")], outboxed.report_time())
-        with Outbox(tmp_path / "outbox.db") as outbox:
+        with Outbox(root / "outbox.db") as outbox:
             assert outbox.pending_count(task.task_id) == 0  # acknowledged, so gone
         description = json.loads((dep.client_dir / "survey.json").read_text())
         (editor,) = [q for q in description["questions"] if q["id"] == "editor"]
         assert (editor["max_bytes"], editor["case_sensitive"]) == (5, False)
+        with SurveyClient(once.client_dir) as client:
+            client.respond({"editor": "vim"})
+        assert time.time() < closes, "the respondents took longer than the survey window"
         time.sleep(max(0.0, closes - time.time() + 0.5))
-        yield dep.collector_dir, closes
+        yield Surveys(dep.collector_dir, once.collector_dir)
     finally:
-        leader.stop()
-        helper.stop()
+        for server in reversed(started):
+            server.stop()
 
 
 def test_a_text_question_collected_level_by_level_and_resumed(
-    servers: tuple[Path, int], tmp_path: Path
+    surveys: Surveys, tmp_path: Path
 ) -> None:
-    collector_dir, _ = servers
+    collector_dir = surveys.resumed
     out = tmp_path / "results"
     said: list[str] = []
 
@@ -106,39 +136,18 @@ def test_a_text_question_collected_level_by_level_and_resumed(
     assert "editor,text,11,vim,5" in (out / "results.csv").read_text()
 
 
-def test_a_text_question_whose_level_failed_is_said_to_be_over(tmp_path: Path) -> None:
+def test_a_text_question_whose_level_failed_is_said_to_be_over(
+    surveys: Surveys, tmp_path: Path
+) -> None:
     """One respondent under a floor of two: the first level's collection
     fails at the leader, for good (each aggregator takes a level of a batch
     once). `veil survey collect` says the question cannot be collected and
     does not advise running again, which would only fail the same way."""
-    window = survey_window(WINDOW, TP)
-    now = int(time.time())
-    opens = now - now % TP
-    closes = opens + window
-    text = editors_survey(opens, closes, TP, max_bytes=3)
-    leader_addr = f"127.0.0.1:{free_port()}"
-    helper_addr = f"127.0.0.1:{free_port()}"
-    dep = deploy_survey(
-        parse_survey(text), text, tmp_path / "out", leader_addr, helper_addr, tls=False
-    )
-    for config in (dep.leader_config, dep.helper_config):
-        config.write_text("allow_exact_release = true\n" + config.read_text())
-    helper = ServerProcess("helper", dep.helper_config, tmp_path / "helper.log", helper_addr)
-    leader = ServerProcess("leader", dep.leader_config, tmp_path / "leader.log", leader_addr)
-    try:
-        helper.start()
-        leader.start()
-        with SurveyClient(dep.client_dir) as client:
-            client.respond({"editor": "vim"})
-        time.sleep(max(0.0, closes - time.time() + 0.5))
-        out = tmp_path / "results"
-        for _ in range(2):  # running again says the same
-            done = veil("survey", "collect", "--survey-dir", dep.collector_dir, "--out", out)
-            assert done.returncode == 1, done.stderr
-            assert "editor cannot be collected: the collection of a level failed" in done.stderr
-            assert "running again cannot collect this question" in done.stderr
-            assert "run the same command again" not in done.stderr
-        assert not (out / "results.json").exists()
-    finally:
-        leader.stop()
-        helper.stop()
+    out = tmp_path / "results"
+    for _ in range(2):  # running again says the same
+        done = veil("survey", "collect", "--survey-dir", surveys.one_answer, "--out", out)
+        assert done.returncode == 1, done.stderr
+        assert "editor cannot be collected: the collection of a level failed" in done.stderr
+        assert "running again cannot collect this question" in done.stderr
+        assert "run the same command again" not in done.stderr
+    assert not (out / "results.json").exists()
