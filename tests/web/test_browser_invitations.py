@@ -35,8 +35,11 @@ __all__ = ["browser"]  # the fixture, used by name
 TP = 60
 
 
-@pytest.fixture
-def invited(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+@pytest.fixture(scope="module")
+def invited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """One deployment with invitations for the module's tests (servers, page
+    and issuer): each test mints codes of its own and counts what it adds."""
+    tmp_path = tmp_path_factory.mktemp("invited")
     opens = int(time.time()) // TP * TP
     text = SURVEY.format(
         epsilon="1", mechanism="geometric", tp=TP, opens=format_time(opens),
@@ -102,6 +105,12 @@ def stored(out: Path) -> int:
     return n
 
 
+def used_invitations(out: Path) -> int:
+    with sqlite3.connect(out / "issuer" / "issuer.db") as db:
+        n: int = db.execute("SELECT COUNT(used) FROM invitations").fetchone()[0]
+    return n
+
+
 def submit(driver: Any, url: str) -> str:
     from selenium.webdriver.common.by import By
 
@@ -122,6 +131,7 @@ def test_invited_respondents_answer_in_a_browser(invited: tuple[Path, str], brow
 
     out, url = invited
     codes = mint(out / "issuer", 2)
+    before = stored(out)
     browser.get("about:blank")
     respond(browser, f"{url}#invitation={codes[0]}", answers(0))
     # A second link opened in the same tab changes only the fragment: the page
@@ -132,7 +142,7 @@ def test_invited_respondents_answer_in_a_browser(invited: tuple[Path, str], brow
     wait_for(browser, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
     assert "Thank you" not in status_text(browser)
     respond(browser, f"{url}#invitation={codes[1]}", answers(1))
-    assert stored(out) == 2 * 5
+    assert stored(out) == before + 2 * 5
     browser.get("about:blank")
     again = submit(browser, f"{url}#invitation={codes[0]}")
     assert "This invitation has already been used." in again
@@ -151,7 +161,7 @@ def test_invited_respondents_answer_in_a_browser(invited: tuple[Path, str], brow
     forged = untokened(out / "client", b"\x00\x02" + secrets.token_bytes(352))
     status, answer = post_json(url + "reports", {"reports": [forged]})
     assert status == 403 and "invalid invitation token" in answer["error"], answer
-    assert stored(out) == 2 * 5
+    assert stored(out) == before + 2 * 5
     for path in (out / "leader").glob("leader.db*"):
         assert not any(c.encode() in path.read_bytes() for c in codes)
 
@@ -189,6 +199,7 @@ def test_the_page_checks_the_issuer_keys_against_the_link(
 
     out, url = invited
     (code,) = mint(out / "issuer", 1)
+    used = used_invitations(out)
     published = issuer_keys_fingerprint(out / "issuer")
     other = "ab" * 32
     browser.get("about:blank")
@@ -199,8 +210,7 @@ def test_the_page_checks_the_issuer_keys_against_the_link(
     assert f"names ({other})" in said and "your invitation is unused" in said
     controls = browser.find_elements(By.CSS_SELECTOR, "#survey input, #survey button")
     assert controls and all(not c.is_enabled() for c in controls)
-    with sqlite3.connect(out / "issuer" / "issuer.db") as db:
-        assert db.execute("SELECT COUNT(used) FROM invitations").fetchone()[0] == 0
+    assert used_invitations(out) == used
     browser.get("about:blank")
     spelled = ":".join(published[i : i + 2] for i in range(0, 64, 2)).upper()
     browser.get(f"{url}#invitation={code}&keys={spelled}")
