@@ -4,6 +4,7 @@ without --force."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -11,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from veil.cli import main as veil_main
-from veil.task import CollectorTask, load_task
+from veil.dap.messages import TaskConfiguration
+from veil.dap.versions import DapVersion
+from veil.task import CollectorTask, DapSpec, load_task
+
+ROLES = ("leader", "helper", "collector", "client")
 
 
 def task_new(out: Path, *extra: str) -> int:
@@ -75,3 +80,100 @@ def load_task_bytes(data: bytes, tmp_path: Path) -> CollectorTask:
     task = load_task(copy, CollectorTask)
     assert isinstance(task, CollectorTask)
     return task
+
+
+# --- --protocol dap -----------------------------------------------------------------
+
+DAP = (
+    "--protocol",
+    "dap",
+    "--dap-leader",
+    "https://l.example/",
+    "--dap-helper",
+    "https://h.example/",
+)
+
+
+def test_a_dap_task_is_written_with_its_task_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert task_new(tmp_path, *DAP, "--task-info", "survey 7") == 0
+    printed = capsys.readouterr().out
+    tasks = {role: load_task(tmp_path / f"t.{role}.toml") for role in ROLES}
+    for task in tasks.values():
+        assert task.dap == DapSpec("https://l.example/", "https://h.example/", "dap-19", "survey 7")
+    client = tasks["client"]
+    configuration = client.dap_configuration()
+    # The printed bytes are the TaskConfiguration every party binds.
+    hex_line = next(line for line in printed.splitlines() if "TaskConfiguration" in line)
+    encoded = bytes.fromhex(hex_line.split()[-1])
+    assert encoded == configuration.encode(DapVersion.DAP_19)
+    decoded = TaskConfiguration.decode(encoded, DapVersion.DAP_19)
+    assert decoded.leader_aggregator_endpoint == b"https://l.example/"
+    assert decoded.task_info == b"survey 7" and decoded.vdaf_type == 1  # Prio3Count
+    assert f"task id {client.task_id.hex()} (hex)" in printed
+    # --json carries the same, and -18 is chosen per task.
+    assert (
+        task_new(tmp_path, *DAP, "--dap-version", "dap-18", "--task-info", "x", "--force", "--json")
+        == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    task = load_task(tmp_path / "t.collector.toml")
+    assert doc["dap"] == {
+        "version": "dap-18",
+        "task_id_hex": task.task_id.hex(),
+        "task_configuration": task.dap_configuration().encode(DapVersion.DAP_18).hex(),
+    }
+
+
+def test_a_grpc_task_has_no_dap_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert task_new(tmp_path, "--protocol", "grpc") == 0
+    assert "TaskConfiguration" not in capsys.readouterr().out
+    assert load_task(tmp_path / "t.leader.toml").dap is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (("--protocol", "dap"), "needs --dap-leader and --dap-helper"),
+        (("--protocol", "dap", "--dap-leader", "https://l/"), "needs --dap-leader and"),
+        (("--dap-leader", "https://l/"), "--dap-leader belongs to --protocol dap"),
+        (("--task-info", "x"), "--task-info belongs to --protocol dap"),
+        ((*DAP, "--dap-version", "dap-17"), "unknown DAP version 'dap-17'"),
+        ((*DAP, "--dap-version", "dap-18"), "dap-18 needs a task_info of at least one byte"),
+        ((*DAP, "--task-info", "é" * 128), "task_info is 256 bytes in UTF-8"),
+        (("--protocol", "dap", "--dap-leader", "https://l /", "--dap-helper", "https://h/"),
+         "leader_endpoint must be a URL of printable ASCII"),
+        (("--protocol", "dap", "--dap-leader", "", "--dap-helper", "https://h/"),
+         "leader_endpoint must be a URL"),
+    ],
+    ids=["no-endpoints", "no-helper", "leader-without-dap", "info-without-dap", "version",
+         "dap-18-empty-info", "info-too-long", "space-in-url", "empty-url"],
+)  # fmt: skip
+def test_malformed_dap_arguments_are_refused_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], says: str
+) -> None:
+    capsys.readouterr()
+    assert task_new(tmp_path, *extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("veil task new: ") and says in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_vdaf_dap_cannot_carry_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    code = veil_main(
+        [
+            "task", "new", "--vdaf", "l1boundsum", "--max-value", "3", "--length", "2",
+            "--chunk-length", "1", "--leader", "127.0.0.1:1", "--helper", "127.0.0.1:2",
+            "--out", str(tmp_path), *DAP,
+        ]
+    )  # fmt: skip
+    assert code == 2
+    assert "cannot be served over DAP yet" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit):
+        task_new(tmp_path, "--protocol", "http")

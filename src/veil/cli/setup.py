@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from veil.dap import DEFAULT_VERSION
 from veil.dp import DPError
 from veil.dp.accounting import decimal_text, zcdp_rho
 from veil.dp.mechanisms import MAX_EPSILON, parse_budget
@@ -21,6 +22,7 @@ from veil.task import (
     DEFAULT_MIN_BATCH_SIZE,
     DEFAULT_TIME_PRECISION,
     VDAF_TYPES,
+    DapSpec,
     DpSpec,
     TaskError,
     VdafSpec,
@@ -87,6 +89,7 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         print(f"veil task new: {e}", file=sys.stderr)
         return 2
     try:
+        dap = _dap_spec(args)
         files = new_task(
             vdaf,
             args.leader,
@@ -96,6 +99,12 @@ def cmd_task_new(args: argparse.Namespace) -> int:
             max_clock_skew=args.max_clock_skew,
             dp=dp,
             report_expiry_age=args.report_expiry_age,
+            dap=dap,
+        )
+        # What another DAP implementation needs: the task id and the
+        # TaskConfiguration every share's associated data binds.
+        configuration = (
+            None if dap is None else files.client.dap_configuration().encode(dap.dap_version).hex()
         )
     except TaskError as e:
         print(f"veil task new: {e}", file=sys.stderr)
@@ -147,20 +156,25 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         )
     statement = task_statement(dp, vdaf)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "task_id": files.client.id_text,
-                    "files": {role: str(p) for role, p in paths.items()},
-                    "privacy": statement.to_json(),
-                },
-                indent=2,
-            )
-        )
+        out_json: dict[str, Any] = {
+            "task_id": files.client.id_text,
+            "files": {role: str(p) for role, p in paths.items()},
+            "privacy": statement.to_json(),
+        }
+        if dap is not None:
+            out_json["dap"] = {
+                "version": dap.version,
+                "task_id_hex": files.client.task_id.hex(),
+                "task_configuration": configuration,
+            }
+        print(json.dumps(out_json, indent=2))
         return 0
     print(f"task {files.client.id_text}")
     for role, p in paths.items():
         print(f"  {role:9} {p}")
+    if dap is not None:
+        print(f"DAP ({dap.version}): task id {files.client.task_id.hex()} (hex)")
+        print(f"  TaskConfiguration {configuration}")
     print("privacy:")
     for line in statement.lines():
         print(f"  {line}")
@@ -210,6 +224,34 @@ def _dp_spec(args: argparse.Namespace, local_max_choices: int) -> DpSpec:
         local_epsilon=args.local_epsilon,
         local_max_choices=local_max_choices,
         neighbouring=args.neighbouring,
+    )
+
+
+def _dap_spec(args: argparse.Namespace) -> DapSpec | None:
+    """The [dap] table of a task served over DAP (--protocol dap), or None."""
+    given = [
+        name
+        for name, value in (
+            ("--dap-leader", args.dap_leader),
+            ("--dap-helper", args.dap_helper),
+            ("--dap-version", args.dap_version),
+            ("--task-info", args.task_info),
+        )
+        if value is not None
+    ]
+    if args.protocol != "dap":
+        if given:
+            raise TaskError(f"{given[0]} belongs to --protocol dap")
+        return None
+    if args.dap_leader is None or args.dap_helper is None:
+        raise TaskError(
+            "--protocol dap needs --dap-leader and --dap-helper, the aggregators' DAP base URLs"
+        )
+    return DapSpec(
+        args.dap_leader,
+        args.dap_helper,
+        args.dap_version or DEFAULT_VERSION.value,
+        "" if args.task_info is None else args.task_info,
     )
 
 
@@ -327,5 +369,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--json",
         action="store_true",
         help="print the task id, the files written and the privacy statement as JSON",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=("grpc", "dap"),
+        default="grpc",
+        help="serve the task over veil's gRPC (default) or over DAP's HTTP (docs/DAP.md);"
+        " dap prints the encoded TaskConfiguration another implementation needs",
+    )
+    p.add_argument("--dap-leader", help="the leader's DAP base URL (--protocol dap)")
+    p.add_argument("--dap-helper", help="the helper's DAP base URL (--protocol dap)")
+    p.add_argument("--dap-version", help="dap-19 (default) or dap-18 (--protocol dap)")
+    p.add_argument(
+        "--task-info", help="DAP's task_info, at most 255 bytes (--protocol dap; dap-18: required)"
     )
     p.set_defaults(func=cmd_task_new)
