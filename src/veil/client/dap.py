@@ -22,7 +22,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -46,10 +46,6 @@ log = logging.getLogger(__name__)
 # The largest answer read from an aggregator: an HpkeConfigList or
 # UploadErrors is far smaller.
 MAX_ANSWER = 1 << 20
-
-# Sends one HTTP request: (status, headers with lower-case names, body);
-# status 0, with the reason as body, when the server cannot be reached.
-Send = Callable[[urllib.request.Request], tuple[int, dict[str, str], bytes]]
 
 # What says the leader does not hold the key a report was sealed to.
 UNKNOWN_CONFIG = (ReportError.HPKE_UNKNOWN_CONFIG_ID, ReportError.OUTDATED_CONFIG)
@@ -78,16 +74,14 @@ class DapClient:
     """Uploads measurements of one DAP task (a task file with a `[dap]`
     table) to its leader over DAP; `upload`, `upload_batch` and
     `hpke_config` as `Client`'s. `options` as `Client`'s (trust, timeout,
-    retries, batch size, clock, config lifetime), without an outbox. `send`
-    replaces the HTTP client. Raises UploadError when the leader refuses a
-    request or a report, or stays unreachable."""
+    retries, batch size, clock, config lifetime), without an outbox.
+    Raises UploadError when the leader refuses a request or a report, or
+    stays unreachable."""
 
     def __init__(
         self,
         task: Task,
         options: ClientOptions | None = None,
-        *,
-        send: Send | None = None,
         **changes: Any,
     ) -> None:
         options = ClientOptions.given(options, changes)
@@ -111,7 +105,6 @@ class DapClient:
         self.vdaf = task.vdaf.instantiate()
         self.configuration = task.dap_configuration()
         self.policy = RetryPolicy(options.retries, options.backoff, options.max_delay)
-        self.send = send or self._urlopen
         self._tls = {
             ROLE_LEADER: _context(options.leader_root_certificates),
             ROLE_HELPER: _context(options.helper_root_certificates),
@@ -280,7 +273,7 @@ class DapClient:
         the aggregator is unreachable or busy (503, 429)."""
         attempt = 0
         while True:
-            status, headers, body = self.send(request)
+            status, headers, body = self._urlopen(request, role)
             if 200 <= status < 300:
                 return status, headers, body
             error = self._refusal(status, headers, body, role)
@@ -318,12 +311,12 @@ class DapClient:
             code, f"{where} refused the request: {problem.type.value}: {problem.detail}"
         )
 
-    def _urlopen(self, request: urllib.request.Request) -> tuple[int, dict[str, str], bytes]:
-        role = (
-            ROLE_LEADER
-            if request.full_url.startswith(self._endpoints[ROLE_LEADER])
-            else ROLE_HELPER
-        )
+    def _urlopen(
+        self, request: urllib.request.Request, role: int
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Sends `request` to the aggregator of `role`: (status, headers with
+        lower-case names, body); status 0, with the reason as body, when it
+        cannot be reached."""
         try:
             with urllib.request.urlopen(
                 request, timeout=self.options.timeout, context=self._tls[role]

@@ -56,9 +56,6 @@ from veil.trust import check_roots
 # aggregate shares, far below this for every task veil can serve.
 MAX_ANSWER = 16 << 20
 
-# Sends one HTTP request: (status, headers with lower-case names, body).
-Send = Callable[[urllib.request.Request], tuple[int, dict[str, str], bytes]]
-
 # A refusal's HTTP status as the gRPC status `CollectionError` carries.
 _CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
@@ -80,7 +77,7 @@ class DapCollector:
     from its leader over DAP; `collect` takes and returns what
     `Collector.collect` does. `leader_root_certificates` (PEM) trusts an
     https leader endpoint (the system's roots if None), checked against the
-    CA the task pins for the leader; `send` replaces the HTTP client."""
+    CA the task pins for the leader."""
 
     def __init__(
         self,
@@ -89,7 +86,6 @@ class DapCollector:
         leader_root_certificates: bytes | None = None,
         timeout: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        send: Send | None = None,
     ) -> None:
         self.task: CollectorTask = expect_role(task, CollectorTask)
         if task.dap is None:
@@ -116,7 +112,6 @@ class DapCollector:
             if leader_root_certificates is None
             else ssl.create_default_context(cadata=leader_root_certificates.decode())
         )
-        self.send = send or self._urlopen
         base = self.dap.leader_endpoint
         self.tasks_url = urljoin(
             base if base.endswith("/") else base + "/", f"tasks/{task.id_text}"
@@ -252,7 +247,7 @@ class DapCollector:
         CollectionError for a refusal."""
         delay = 0.2
         while True:
-            status, headers, body = self.send(request)
+            status, headers, body = self._urlopen(request)
             if 0 < status < 400:
                 return status, headers, body
             error = self._refusal(status, body, polling)
