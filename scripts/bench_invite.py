@@ -5,8 +5,8 @@ verification in the same run, and the issuer's invitations per second.
 
 The example survey has 5 questions (one blind signature each per invitation).
 The issuer is driven by 1 and by 8 concurrent clients (threads calling it as
-the HTTP endpoint's thread pool does): one at a time, each redemption waits
-for its own fsync; concurrent ones share a commit and sign on every core.
+the HTTP endpoint's thread pool does): each redemption's burn is written
+while it signs, and concurrent ones share a commit and sign on every core.
 
 The logic lives in ``bench.invite``; this only parses flags and prints.
 """

@@ -8,11 +8,14 @@ with nothing used rather than a bare 500."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import http.server
 import json
 import os
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -35,11 +38,13 @@ from veil.invite.issuer import (
     DB_FILE,
     UNAVAILABLE_MESSAGE,
     UNKNOWN_MESSAGE,
+    InvitationUsed,
     Issuer,
     IssuerError,
     IssuerUnavailable,
     mint,
 )
+from veil.invite.token import PendingToken
 from veil.local.launcher import free_port
 from veil.survey import parse_survey
 from veil.times import format_time
@@ -269,3 +274,110 @@ def test_an_issuer_that_loses_write_access_answers_503_and_uses_nothing(
     assert used(deployment) == 0
     assert len(issuer.redeem(code, request)) == 2  # writable again: the same request works
     assert used(deployment) == 1
+
+
+# An issuer whose last signature of a redemption never finishes: it prints
+# once the burn is on disk (read back through a connection of its own) and
+# waits there to be killed, the signatures never sent.
+KILLED_WHILE_SIGNING = r"""
+import base64, json, sqlite3, sys, time
+from pathlib import Path
+from veil.invite.issuer import DB_FILE, Issuer, code_hash
+
+issuer_dir, code = Path(sys.argv[1]), sys.argv[2]
+blinded = [base64.b64decode(b) for b in json.loads(sys.stdin.read())]
+issuer = Issuer(issuer_dir)
+
+def sign_until_killed(blinded_msg):
+    select = "SELECT used FROM invitations WHERE code_hash = ?"
+    deadline = time.monotonic() + 60
+    with sqlite3.connect(issuer_dir / DB_FILE) as db:
+        while db.execute(select, (code_hash(code),)).fetchone()[0] is None:
+            if time.monotonic() > deadline:
+                sys.exit("the burn was never committed")
+            time.sleep(0.01)
+    print("burned, still signing", flush=True)
+    time.sleep(3600)
+
+issuer.signers[-1].blind_sign = sign_until_killed
+issuer.redeem(code, blinded)
+"""
+
+
+def _pending(deployment: Path) -> list[PendingToken]:
+    return [
+        PendingToken.start(t.issuer_public_key or b"", secrets.token_bytes(32))
+        for t in tasks(deployment)
+    ]
+
+
+def test_an_issuer_killed_while_signing_keeps_the_burn_for_the_same_request(
+    deployment: Path,
+) -> None:
+    # The burn is written while the blinded messages are signed: a process
+    # killed after that commit and before its answer leaves the invitation
+    # used, and the respondent's client, sending the same request again,
+    # gets the signatures it never received; any other request is refused.
+    issuer_dir = deployment / "issuer"
+    (code,) = mint(issuer_dir, 1)
+    pending = _pending(deployment)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WHILE_SIGNING, str(issuer_dir), code],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps([base64.b64encode(p.blinded_msg).decode() for p in pending]))
+        proc.stdin.close()
+        line = proc.stdout.readline()
+        assert line == "burned, still signing\n", (line, proc.stderr and proc.stderr.read())
+        proc.kill()
+        assert proc.wait(timeout=20) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=20)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert used(deployment) == 1
+    issuer = Issuer(issuer_dir)  # the issuer restarted
+    sigs = issuer.redeem(code, [p.blinded_msg for p in pending])
+    tokens = [p.finish(s) for p, s in zip(pending, sigs, strict=True)]  # each verifies
+    assert len(tokens) == 2
+    assert issuer.redeem(code, [p.blinded_msg for p in pending]) == sigs
+    with pytest.raises(InvitationUsed):
+        issuer.redeem(code, blinded(deployment))
+    assert used(deployment) == 1
+
+
+def test_a_failed_signing_keeps_a_burn_whose_retry_was_answered(
+    deployment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A redemption whose signing fails undoes its burn, unless the same
+    # request sent again (here through a second issuer on the same file, as
+    # another process would) has been answered meanwhile: those signatures
+    # left, so the invitation stays used.
+    issuer_dir = deployment / "issuer"
+    (code,) = mint(issuer_dir, 1)
+    first, second = Issuer(issuer_dir), Issuer(issuer_dir)
+    request = blinded(deployment)
+    answered: list[list[bytes]] = []
+
+    def fail_after_the_retry_answered(blinded_msg: bytes) -> bytes:
+        deadline = time.monotonic() + 60
+        while used(deployment) == 0:  # the first redemption's burn, committed
+            assert time.monotonic() < deadline, "the burn was never committed"
+            time.sleep(0.01)
+        answered.append(second.redeem(code, request))
+        raise RuntimeError("signing failed")
+
+    monkeypatch.setattr(first.signers[-1], "blind_sign", fail_after_the_retry_answered)
+    with pytest.raises(RuntimeError, match="signing failed"):
+        first.redeem(code, request)
+    monkeypatch.undo()
+    assert used(deployment) == 1
+    (sigs,) = answered
+    assert first.redeem(code, request) == sigs
+    with pytest.raises(InvitationUsed):
+        first.redeem(code, blinded(deployment))

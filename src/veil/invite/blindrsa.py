@@ -219,13 +219,19 @@ class Signer:
         assert self._key is not None
         return _os2ip(self._key._decrypt_to_bytes(m))  # type: ignore[no-untyped-call]
 
-    def blind_sign(self, blinded_msg: bytes) -> bytes:
-        """Section 4.3: the blind signature of `blinded_msg` (modulus_len bytes)."""
+    def check(self, blinded_msg: bytes) -> int:
+        """`blinded_msg` as an integer, if it is one this key can sign
+        (modulus_len bytes, below the modulus); BlindRSAError otherwise."""
         if len(blinded_msg) != self.modulus_len:
             raise BlindRSAError(f"a blinded message is exactly {self.modulus_len} bytes")
         m = _os2ip(blinded_msg)
         if m >= self._n:
             raise BlindRSAError("the blinded message is not below the modulus")
+        return m
+
+    def blind_sign(self, blinded_msg: bytes) -> bytes:
+        """Section 4.3: the blind signature of `blinded_msg` (modulus_len bytes)."""
+        m = self.check(blinded_msg)
         s = self._private_op(m)
         if self._public_op(s) != m:
             raise BlindRSAError("signing failed: the signature does not verify")
