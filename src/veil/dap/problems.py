@@ -164,6 +164,20 @@ class Problem:
         )
 
 
+class DapAbort(Exception):
+    """A request refused whole, with the problem document to answer (the
+    leader's and the helper's routes alike)."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
+class DapUnauthorized(Exception):
+    """A request without the task's bearer token: DAP has no error type for
+    it, and the route answers 401."""
+
+
 _TITLES = {
     ProblemType.INVALID_MESSAGE: "A message could not be parsed or was otherwise invalid.",
     ProblemType.UNRECOGNIZED_TASK: "The task id is unknown.",

@@ -73,7 +73,7 @@ from veil.dap.messages import (
     extensions_in_order,
 )
 from veil.dap.pingpong import MessageType, PingPong, finish
-from veil.dap.problems import Problem, ProblemType
+from veil.dap.problems import DapAbort, DapUnauthorized, Problem, ProblemType
 from veil.dap.shares import input_share_aads, seal_aggregate_share
 from veil.dap.versions import DapVersion, ReportError, Role, input_share_info, vdaf_context
 from veil.hpke import Ciphertext
@@ -115,19 +115,6 @@ _PROBLEMS: tuple[tuple[type[AggregatorError], ProblemType, int], ...] = (
     (JobConflict, ProblemType.INVALID_MESSAGE, 409),
     (InvalidMessage, ProblemType.INVALID_MESSAGE, 400),
 )
-
-
-class DapAbort(Exception):
-    """A request refused whole, with the problem document to answer."""
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.detail)
-        self.problem = problem
-
-
-class DapUnauthorized(Exception):
-    """A request without the task's bearer token (no DAP error type: the
-    route answers 401)."""
 
 
 class DapRetry(Exception):

@@ -46,7 +46,7 @@ from veil.dap.messages import (
     UploadErrors,
     UploadRequest,
 )
-from veil.dap.problems import Problem, ProblemType
+from veil.dap.problems import DapAbort, Problem, ProblemType
 from veil.dap.shares import input_share_aads, seal_aggregate_share
 from veil.dap.versions import DapVersion, ReportError, Role, input_share_info
 from veil.hpke import Ciphertext
@@ -114,14 +114,6 @@ def seal_leader_share(task: LeaderTask, start: int, duration: int, share: bytes)
         collection_job_req(task, start, duration),
         share,
     )
-
-
-class DapAbort(Exception):
-    """A request refused whole, with the problem document to answer."""
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.detail)
-        self.problem = problem
 
 
 class DapUnavailable(Exception):

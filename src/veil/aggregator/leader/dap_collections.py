@@ -18,15 +18,11 @@ from veil.aggregator.errors import (
     UnknownTask,
 )
 from veil.aggregator.leader.collection import CollectionDriver
-from veil.aggregator.leader.dap import DapAbort, DapUnavailable, DapUploads
+from veil.aggregator.leader.dap import DapUnavailable, DapUploads
 from veil.dap.codec import DecodeError
 from veil.dap.jobs import CollectionJobReq, CollectionJobResp
 from veil.dap.messages import BatchMode, Interval, extensions_in_order
-from veil.dap.problems import Problem, ProblemType
-
-
-class DapUnauthorized(Exception):
-    """A request without the task's bearer token (answered 401)."""
+from veil.dap.problems import DapAbort, DapUnauthorized, Problem, ProblemType
 
 
 class DapCollections:

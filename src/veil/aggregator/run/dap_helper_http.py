@@ -35,25 +35,24 @@ from starlette.routing import Route
 
 from veil.aggregator.helper.dap import (
     RESOURCE_ID_SIZE,
-    DapAbort,
     DapHelper,
     DapRetry,
-    DapUnauthorized,
 )
 from veil.aggregator.run.dap_http import (
     HPKE_CONFIG_MAX_AGE,
     RETRY_AFTER,
     bearer_token,
     problem_response,
+    read_message,
     task_id_of,
     unauthorized,
 )
 from veil.dap.problems import (
-    MediaTypeError,
+    DapAbort,
+    DapUnauthorized,
     Problem,
     ProblemType,
     media_type,
-    message_of,
 )
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -127,28 +126,7 @@ def dap_helper_app(helper: DapHelper, max_body: int) -> Starlette:
 
     async def body_of(request: Request, task_id: bytes, message: str) -> bytes:
         """The request's body, a DAP `message` of at most `max_body` bytes."""
-        try:
-            if message_of(request.headers.get("content-type")) != message:
-                raise MediaTypeError(f"this route takes {media_type(message)}")
-        except MediaTypeError as e:
-            raise DapAbort(Problem(ProblemType.INVALID_MESSAGE, str(e), 415, task_id)) from None
-        too_large = DapAbort(
-            Problem(
-                ProblemType.INVALID_MESSAGE,
-                f"a request's body holds at most {max_body} bytes",
-                413,
-                task_id,
-            )
-        )
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > max_body):
-            raise too_large
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body:
-                raise too_large
-        return bytes(body)
+        return await read_message(request, task_id, message, max_body)
 
     def location(request: Request, task_id: bytes, kind: str, raw: bytes) -> str:
         return f"{request.scope.get('root_path', '')}/tasks/{_b64(task_id)}/{kind}/{_b64(raw)}"

@@ -26,11 +26,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from veil.aggregator.leader.dap import DapAbort, DapUnavailable, DapUploads
-from veil.aggregator.leader.dap_collections import DapCollections, DapUnauthorized
+from veil.aggregator.leader.dap import DapUnavailable, DapUploads
+from veil.aggregator.leader.dap_collections import DapCollections
 from veil.dap.messages import TASK_ID_SIZE
 from veil.dap.problems import (
     PROBLEM_MEDIA_TYPE,
+    DapAbort,
+    DapUnauthorized,
     MediaTypeError,
     Problem,
     ProblemType,
@@ -121,20 +123,8 @@ def dap_app(
                 )
             )
         try:
-            if message_of(request.headers.get("content-type")) != "upload-req":
-                raise MediaTypeError(f"an upload is {media_type('upload-req')}")
-        except MediaTypeError as e:
-            return problem_response(Problem(ProblemType.INVALID_MESSAGE, str(e), 415, task_id))
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > max_body):
-            return _too_large(task_id, max_body)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body:
-                return _too_large(task_id, max_body)
-        try:
-            version, errors = await run_in_threadpool(uploads.upload, task_id, bytes(body))
+            body = await read_message(request, task_id, "upload-req", max_body, "an upload is")
+            version, errors = await run_in_threadpool(uploads.upload, task_id, body)
         except DapAbort as e:
             return problem_response(e.problem)
         except DapUnavailable as e:
@@ -151,14 +141,9 @@ def dap_app(
         if task_id is None:
             return _unknown_task()
         try:
-            if message_of(request.headers.get("content-type")) != "collection-job-req":
-                raise MediaTypeError(f"a collection job is {media_type('collection-job-req')}")
-        except MediaTypeError as e:
-            return problem_response(Problem(ProblemType.INVALID_MESSAGE, str(e), 415, task_id))
-        body = await _body(request, max_body)
-        if body is None:
-            return _too_large(task_id, max_body)
-        try:
+            body = await read_message(
+                request, task_id, "collection-job-req", max_body, "a collection job is"
+            )
             job = await run_in_threadpool(collections.create, task_id, bearer_token(request), body)
         except DapAbort as e:
             return problem_response(e.problem)
@@ -207,16 +192,34 @@ def dap_app(
     return Starlette(routes=routes)
 
 
-async def _body(request: Request, max_body: int) -> bytes | None:
-    """The request's body; None beyond `max_body` bytes."""
+async def read_message(
+    request: Request, task_id: bytes, message: str, max_body: int, what: str = "this route takes"
+) -> bytes:
+    """The request's body, the DAP `message` its media type names, of at most
+    `max_body` bytes; otherwise DapAbort with the draft's invalidMessage, 415
+    for another media type ("{what} {media type}"), 413 for a larger body (its
+    declared length checked before anything is read)."""
+    try:
+        if message_of(request.headers.get("content-type")) != message:
+            raise MediaTypeError(f"{what} {media_type(message)}")
+    except MediaTypeError as e:
+        raise DapAbort(Problem(ProblemType.INVALID_MESSAGE, str(e), 415, task_id)) from None
+    too_large = DapAbort(
+        Problem(
+            ProblemType.INVALID_MESSAGE,
+            f"a request's body holds at most {max_body} bytes",
+            413,
+            task_id,
+        )
+    )
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > max_body):
-        return None
+        raise too_large
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > max_body:
-            return None
+            raise too_large
     return bytes(body)
 
 
@@ -243,14 +246,3 @@ def _unknown_task() -> Response:
 
 def _unavailable(e: Exception) -> Response:
     return Response(str(e), 503, media_type="text/plain", headers={"Retry-After": str(RETRY_AFTER)})
-
-
-def _too_large(task_id: bytes, max_body: int) -> Response:
-    return problem_response(
-        Problem(
-            ProblemType.INVALID_MESSAGE,
-            f"an upload's body holds at most {max_body} bytes",
-            413,
-            task_id,
-        )
-    )
