@@ -9,6 +9,7 @@ is collected exactly after them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import grpc
@@ -29,6 +30,7 @@ from veil.dap.messages import BatchMode, Interval
 from veil.dap.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType, media_type
 from veil.dap.shares import seal_aggregate_share
 from veil.dap.versions import DapVersion, Role
+from veil.dp.accounting import Guarantee
 from veil.hpke import Ciphertext
 from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
 
@@ -235,3 +237,32 @@ def test_the_protocol_is_chosen_by_task_or_by_name(files: TaskFiles) -> None:
         collector_for(files.collector, protocol="http")
     with pytest.raises(ValueError, match="not whole time precisions"):
         DapCollector(files.collector).collect(WHEN * TP + 1, TP)
+
+
+@pytest.mark.parametrize("other", [None, "helper"])
+def test_the_interval_is_from_the_noise_actually_added(
+    leader: ScriptedServer, other: str | None
+) -> None:
+    # ε = 1 on a count (Δ = 1): each veil aggregator adds one discrete Laplace of
+    # scale 1, whose P(|Z| <= c) = 1 - 2q^(c+1)/(1+q) with q = e^-1 (one draw), and
+    # the sum of two such when both are veil. The 95% half-width is the least c
+    # that holds that mass: 3 for one draw, 4 for two (from the sum's pmf).
+    dap = DapSpec(leader.url, "http://127.0.0.1:9/", other_implementation=other)
+    files = new_task(
+        VdafSpec("count"), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=2,
+        dp=DpSpec("geometric", epsilon="1"), dap=dap,
+    )  # fmt: skip
+    q = math.exp(-1)
+    one = min(c for c in range(50) if 1 - 2 * q ** (c + 1) / (1 + q) >= 0.95)
+    pmf = {z: math.tanh(0.5) * q ** abs(z) for z in range(-60, 61)}
+    two_pmf = {z: sum(pmf[k] * pmf.get(z - k, 0.0) for k in pmf) for z in range(-50, 51)}
+    two = min(c for c in range(50) if sum(two_pmf[z] for z in range(-c, c + 1)) >= 0.95)
+    assert (one, two) == (3, 4)
+    leader.answers = [CREATED, _finished(_honest(files))]
+    leader.seen.clear()
+    result = DapCollector(files.collector).collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
+    assert result.estimate == 3 and result.confidence == 0.95
+    assert result.upper - result.estimate == result.estimate - result.lower
+    assert result.upper - result.estimate == (one if other else two)
+    assert result.noise_added_by == (("leader",) if other else ("leader", "helper"))
+    assert result.against_collector == Guarantee.pure(1)

@@ -9,6 +9,7 @@ exceed the configured ε, from the collector's view and from one aggregator's vi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -495,3 +496,19 @@ def test_centred_lift_inverts_reduction(modulus, data) -> None:
     combined = (apply_noise([share], [noise], modulus)[0] + rest) % modulus
     if abs(value + noise) <= half:
         assert centred_lift(combined, modulus) == value + noise
+
+
+def test_a_plan_with_one_noising_aggregator() -> None:
+    """The noise of a task whose other aggregator adds none (a DAP peer): one
+    draw of the same distribution, the same charge; split mode refused."""
+    both = NoisePlan.for_task(DPConfig.geometric(1), "Prio3Count", {})
+    one = dataclasses.replace(both, noising=1)
+    assert one.total_noise() == TotalNoise((DiscreteLaplace(Fraction(1)),))
+    assert both.total_noise() == TotalNoise((DiscreteLaplace(Fraction(1)),) * 2)
+    assert one.charge == both.charge == 1
+    for bad in (0, 3, -1, True, 1.0, "1"):
+        with pytest.raises(InvalidParameter, match="noising must be an int in \\[1, 2\\]"):
+            dataclasses.replace(both, noising=bad)
+    split = NoisePlan.for_task(DPConfig.geometric(1, NoiseMode.SPLIT), "Prio3Count", {})
+    with pytest.raises(InvalidParameter, match="with only one adding noise use independent"):
+        dataclasses.replace(split, noising=1)

@@ -12,7 +12,9 @@ import pytest
 from veil.aggregator.run.config import ConfigError, load_config
 from veil.dap.messages import BatchMode, Interval, TaskConfiguration, VdafConfig
 from veil.dap.versions import DapVersion
+from veil.dp.accounting import Guarantee
 from veil.settings import SettingsError
+from veil.survey.statement import privacy_statement
 from veil.task import (
     DapSpec,
     DpSpec,
@@ -34,8 +36,7 @@ def _files(vdaf: VdafSpec = SUM, **kw: Any) -> TaskFiles:
         "127.0.0.1:1",
         "127.0.0.1:2",
         min_batch_size=10,
-        dp=DpSpec("geometric", epsilon="1"),
-        **({"dap": DAP} | kw),
+        **({"dap": DAP, "dp": DpSpec("geometric", epsilon="1")} | kw),
     )
 
 
@@ -134,3 +135,83 @@ def test_the_servers_dap_table(tmp_path: Path, dap: dict[str, Any], error: str) 
         secret=False,
     )
     assert load_config(tmp_path / "ok.toml").dap_listen == "[::1]:8080"
+
+
+# --------------------------------------------------------------------------- another implementation
+
+
+def _other(role: str | None, dp: DpSpec | None = None) -> TaskFiles:
+    spec = DapSpec("https://l/", "https://h/", other_implementation=role)
+    return _files(dap=spec, **({"dp": dp} if dp else {}))
+
+
+@pytest.mark.parametrize("role", ["leader", "helper"])
+def test_another_implementation_keeps_its_role_in_the_files(tmp_path: Path, role: str) -> None:
+    for task in (_other(role).leader, _other(role).collector):
+        write_toml(tmp_path / "t.toml", task.to_dict(), secret=True)
+        assert f'other_implementation = "{role}"' in (tmp_path / "t.toml").read_text()
+        assert load_task(tmp_path / "t.toml") == task
+    veil = "helper" if role == "leader" else "leader"
+    assert _other(role).client.noise_added_by == (veil,)
+    # Both veil: the key is not written and both add noise.
+    assert "other_implementation" not in _other(None).leader.to_dict()["dap"]
+    assert _other(None).client.noise_added_by == ("leader", "helper")
+
+
+@pytest.mark.parametrize("value", ["", "other", "Helper", "both", "veil", "helper "])
+def test_an_unknown_other_implementation_is_refused(value: str) -> None:
+    with pytest.raises(TaskError, match="other_implementation must be one of leader, helper"):
+        DapSpec("https://l/", "https://h/", other_implementation=value)
+
+
+@pytest.mark.parametrize("value", [1, True, ["helper"], {"role": "helper"}])
+def test_an_other_implementation_of_another_type_is_refused(tmp_path: Path, value: Any) -> None:
+    d = _files().leader.to_dict()
+    d["dap"]["other_implementation"] = value
+    write_toml(tmp_path / "t.toml", d, secret=True)
+    with pytest.raises(SettingsError, match="'other_implementation' in \\[dap\\] must be a string"):
+        load_task(tmp_path / "t.toml")
+
+
+def test_split_mode_with_another_implementation_is_refused() -> None:
+    split = DpSpec("geometric", epsilon="1", mode="split", split_opt_in=True)
+    assert _other(None, split).client.noise_added_by == ("leader", "helper")
+    with pytest.raises(TaskError, match="use independent mode"):
+        _other("helper", split)
+
+
+def test_the_statement_says_who_adds_noise() -> None:
+    both = privacy_statement(_other(None).client)
+    assert both.against_collector == Guarantee.pure(1)
+    assert both.against_collector_and_one_aggregator == Guarantee.pure(1)
+    assert "noise_added_by" not in both.to_json()
+    assert both.to_json()["covers"]["against_collector_and_one_aggregator"] == ["values"]
+    # The helper is another implementation: the leader adds the whole noise, so
+    # against the collector (and the collector with the helper) ε is unchanged;
+    # with the leader, which knows all the noise, there is none.
+    task = _other("helper").client
+    statement = privacy_statement(task)
+    assert statement.against_collector == Guarantee.pure(1)
+    assert statement.against_collector_and_one_aggregator.is_none
+    out = statement.to_json()
+    assert out["noise_added_by"] == ["leader"]
+    assert out["against_collector_and_helper"] == Guarantee.pure(1).to_json()
+    assert out["against_collector_and_leader"] == Guarantee.no_privacy().to_json()
+    assert out["ledgers_charge"] == "against_collector"
+    assert out["covers"]["against_collector_and_one_aggregator"] == []
+    text = statement.text()
+    assert "Only the leader (veil) adds noise; the helper runs another DAP implementation" in text
+    assert "Against the collector together with the helper (which adds no noise): ε = 1" in text
+    with_leader = "Against the collector together with the leader (which adds all of it): no "
+    assert with_leader + "differential privacy" in text
+    assert "one of the two aggregators" not in text
+    assert privacy_statement(_other("leader").client).to_json()["noise_added_by"] == ["helper"]
+    # What the ledgers charge is what they charged with two veil aggregators.
+    assert task.dp.charge(task.vdaf) == _other(None).client.dp.charge(task.vdaf)
+
+
+def test_the_collectors_noise_is_what_veil_adds() -> None:
+    both, one = _other(None).client.noise_plan(), _other("helper").client.noise_plan()
+    assert one.server_noise() == both.server_noise()
+    assert len(both.total_noise().parts) == 2 and len(one.total_noise().parts) == 1
+    assert one.total_noise().variance() == pytest.approx(both.total_noise().variance() / 2)

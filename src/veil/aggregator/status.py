@@ -212,7 +212,7 @@ def gather(
                     for c in collections
                 ],
                 "budget": budget,
-                "privacy": task_statement(task.dp, task.vdaf).to_json(),
+                "privacy": task_statement(task.dp, task.vdaf, task.noise_added_by).to_json(),
                 **({"prefix_queries": queries} if queries is not None else {}),
             }
         )

@@ -90,6 +90,9 @@ class CollectionResult:
     # bound, veil.dp.bounds): impossible for an honest batch that did not wrap
     # around the field, except with probability 1e-12. Empty when all is well.
     out_of_range: tuple[int, ...] = ()
+    # The aggregator roles whose noise the result carries: both, or veil's one
+    # when the other runs another DAP implementation (which adds none).
+    noise_added_by: tuple[str, ...] = ("leader", "helper")
 
     @property
     def epsilon_spent(self) -> Fraction:
@@ -574,4 +577,5 @@ def batch_result(
         noisy_aggregate=noisy,
         seconds=seconds,
         out_of_range=odd,
+        noise_added_by=task.noise_added_by if task.dp.has_noise else (),
     )

@@ -47,7 +47,9 @@ def estimates(
 
     The charge is `NoisePlan.charge` (the weaker guarantee, in ε or ρ). Intervals
     come from the exact distribution of the total noise, which depends
-    on public parameters only. With mechanism none they have zero width.
+    on public parameters only: the noise the aggregators in
+    `task.noise_added_by` draw (one of them when the other is another DAP
+    implementation). With mechanism none they have zero width.
 
     With a local layer (the task's `local_epsilon`) the estimates are de-biased for
     the respondents' randomized response and the intervals cover both it and the
@@ -58,7 +60,7 @@ def estimates(
     `simultaneous` makes the intervals of all coordinates hold at once with
     probability `confidence` (see `interval_kind`); otherwise each holds on its own.
     """
-    plan = task.dp.plan(task.vdaf)
+    plan = task.noise_plan()
     amount = plan.charge or Fraction(0)
     channel = task.dp.local(task.vdaf)
     if channel is not None:

@@ -258,6 +258,11 @@ class PrivacyStatement:
     against_everyone: Guarantee | None = None
     charged: str = "against_collector_and_one_aggregator"
     notes: tuple[str, ...] = ()
+    # The aggregator roles that add noise: both, or one when the other runs an
+    # implementation that adds none (a DAP peer); `against_collector` then holds
+    # against the collector with the other one too, and
+    # `against_collector_and_one_aggregator` (the worse of the two) is none.
+    noise_added_by: tuple[str, ...] = ("leader", "helper")
 
     def to_json(self) -> dict[str, Any]:
         """The `privacy` object of `veil task new --json` (see docs/DEPLOYING.md)."""
@@ -272,6 +277,13 @@ class PrivacyStatement:
         if self.against_everyone is not None:
             out["against_everyone"] = self.against_everyone.to_json()
         out["ledgers_charge"] = self.charged
+        if len(self.noise_added_by) == 1:
+            (silent,) = {"leader", "helper"} - set(self.noise_added_by)
+            out["noise_added_by"] = list(self.noise_added_by)
+            out[f"against_collector_and_{silent}"] = self.against_collector.to_json()
+            out[f"against_collector_and_{self.noise_added_by[0]}"] = (
+                self.against_collector_and_one_aggregator.to_json()
+            )
         out.update(self._scope())
         return out
 
@@ -285,7 +297,9 @@ class PrivacyStatement:
             if noised
             else [],
             # An aggregator sees each report arrive: values only, in either relation.
-            "against_collector_and_one_aggregator": ["values"] if noised else [],
+            "against_collector_and_one_aggregator": (
+                ["values"] if noised and len(self.noise_added_by) > 1 else []
+            ),
         }
         if self.against_everyone is not None:
             covers["against_everyone"] = ["values"]
@@ -309,9 +323,21 @@ class PrivacyStatement:
             f"Privacy unit: {self.unit}; what is protected is {self.neighbouring.words}.",
             f"Against the collector and anyone who sees the results: "
             f"{self.against_collector.text()}.",
-            f"Against the collector together with one of the two aggregators: "
-            f"{self.against_collector_and_one_aggregator.text()}.",
         ]
+        if len(self.noise_added_by) == 1:
+            (noising,) = self.noise_added_by
+            (silent,) = {"leader", "helper"} - {noising}
+            out += [
+                f"Against the collector together with the {silent} (which adds no noise): "
+                f"{self.against_collector.text()}.",
+                f"Against the collector together with the {noising} (which adds all of it): "
+                f"{self.against_collector_and_one_aggregator.text()}.",
+            ]
+        else:
+            out.append(
+                f"Against the collector together with one of the two aggregators: "
+                f"{self.against_collector_and_one_aggregator.text()}."
+            )
         if self.against_everyone is not None:
             out.append(
                 f"Against everyone, including both aggregators together: "

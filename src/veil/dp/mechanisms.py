@@ -440,8 +440,20 @@ class NoisePlan:
 
     config: DPConfig
     sensitivity: Sensitivity
+    # How many aggregators draw `server_noise`: both, unless the other one is an
+    # implementation that adds none (a DAP peer; only independent mode then).
+    noising: int = AGGREGATORS
 
     def __post_init__(self) -> None:
+        noising = self.noising
+        whole = isinstance(noising, int) and not isinstance(noising, bool)
+        if not whole or not 1 <= noising <= AGGREGATORS:
+            raise InvalidParameter(f"noising must be an int in [1, {AGGREGATORS}], got {noising!r}")
+        if noising != AGGREGATORS and self.config.mode is NoiseMode.SPLIT:
+            raise InvalidParameter(
+                "split mode divides the noise between both aggregators; with only one"
+                " adding noise use independent mode"
+            )
         # The split mode's Pólya sampler tabulates its CDF once per scale, in time
         # linear in the scale (about 7 s at 1e5, minutes past 1e6), and walks the
         # CDF past the table: a larger scale would stall the noise pool.
@@ -535,15 +547,15 @@ class NoisePlan:
     def total_noise(self) -> TotalNoise:
         """The noise in the collector's combined result (public: no data enters it).
 
-        Independent mode: the sum of the aggregators' noises; split mode: exactly one
-        discrete Laplace of scale Δ₁/ε.
+        Independent mode: the sum of the noises of the `noising` aggregators; split
+        mode: exactly one discrete Laplace of scale Δ₁/ε.
         """
         noise = self.server_noise()
         if noise is None:
             return TotalNoise(())
         if isinstance(noise, PolyaDifference):
             return TotalNoise((DiscreteLaplace(noise.scale),))
-        return TotalNoise((noise,) * AGGREGATORS)
+        return TotalNoise((noise,) * self.noising)
 
     def total_noise_pmf(self) -> tuple[int, npt.NDArray[np.float64]]:
         """(M, p): p[i] = P(total noise = i - M), tail mass beyond M below 1e-14."""

@@ -123,8 +123,36 @@ def _local_note(epsilon: Fraction) -> str:
     )
 
 
-def task_statement(dp: DpSpec, vdaf: VdafSpec) -> PrivacyStatement:
-    """The statement of one task over its whole budget."""
+def task_statement(
+    dp: DpSpec, vdaf: VdafSpec, noise_added_by: tuple[str, ...] = ("leader", "helper")
+) -> PrivacyStatement:
+    """The statement of one task over its whole budget; `noise_added_by` the
+    aggregator roles that add noise (`Task.noise_added_by`)."""
+    statement = _task_statement(dp, vdaf)
+    if len(noise_added_by) != 1 or statement.against_collector.is_none:
+        return statement
+    (noising,) = noise_added_by
+    (silent,) = {"leader", "helper"} - {noising}
+    # Only veil's aggregator adds noise, the whole of it (independent mode): the
+    # collector and the other implementation's aggregator know none of it, so
+    # they hold the task's guarantee; the collector with veil's aggregator knows
+    # all of it and learns the exact aggregates.
+    note = (
+        f"Only the {noising} (veil) adds noise; the {silent} runs another DAP implementation,"
+        f" which adds none. The {noising} adds the whole noise, so the guarantee against the"
+        f" collector is unchanged, and holds against the collector together with the"
+        f" {silent}; the collector together with the {noising} learns the exact aggregates."
+    )
+    return replace(
+        statement,
+        against_collector_and_one_aggregator=Guarantee.no_privacy(),
+        charged="against_collector",
+        noise_added_by=noise_added_by,
+        notes=(note, *statement.notes),
+    )
+
+
+def _task_statement(dp: DpSpec, vdaf: VdafSpec) -> PrivacyStatement:
     totals = _task_totals(dp, vdaf)
     local = None if dp.local(vdaf) is None else Fraction(dp.local_epsilon or 0)
     if totals is None:
@@ -255,7 +283,7 @@ def privacy_statement(subject: Task | Survey) -> PrivacyStatement:
     """The statement of a task (over its budget) or a survey (over its total)."""
     if isinstance(subject, Survey):
         return survey_statement(subject)
-    return task_statement(subject.dp, subject.vdaf)
+    return task_statement(subject.dp, subject.vdaf, subject.noise_added_by)
 
 
 # --------------------------------------------------------------------------- for the public

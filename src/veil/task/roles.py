@@ -17,6 +17,8 @@ from veil.dap.messages import (
     VdafConfig,
     task_interval_extension,
 )
+from veil.dp import NoisePlan
+from veil.dp.mechanisms import AGGREGATORS
 from veil.hpke import HpkeConfig, HpkeKeypair
 from veil.settings import SettingsError, Table, from_mapping
 from veil.task.common import (
@@ -130,6 +132,27 @@ class Task:
                 )
             if self.issuer_public_key is not None:
                 raise TaskError("a task with invitations cannot be served over DAP yet")
+            if self.dap.other_implementation is not None and self.dp.mode == "split":
+                raise TaskError(
+                    f"split mode halves the noise between two veil aggregators; the"
+                    f" {self.dap.other_implementation} here is another DAP implementation,"
+                    " which adds none: use independent mode (veil's side then adds the whole"
+                    " noise)"
+                )
+
+    @property
+    def noise_added_by(self) -> tuple[str, ...]:
+        """The aggregator roles that add DP noise: both, unless another DAP
+        implementation runs one of them (it adds none)."""
+        return ("leader", "helper") if self.dap is None else self.dap.noise_added_by
+
+    def noise_plan(self) -> NoisePlan:
+        """The noise of one collection as the collector receives it: the
+        task's plan, drawn by each aggregator in `noise_added_by`."""
+        plan = self.dp.plan(self.vdaf)
+        if len(self.noise_added_by) == AGGREGATORS:
+            return plan
+        return replace(plan, noising=len(self.noise_added_by))
 
     @property
     def token_size(self) -> int:

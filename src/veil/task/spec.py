@@ -138,7 +138,9 @@ DAP_VDAFS = {
     "histogram": "Prio3Histogram",
     "multihot": "Prio3MultihotCountVec",
 }
-DAP_KEYS = ("version", "task_info", "leader_endpoint", "helper_endpoint")
+DAP_KEYS = ("version", "task_info", "leader_endpoint", "helper_endpoint", "other_implementation")
+# The aggregator roles another DAP implementation may play beside a veil one.
+OTHER_IMPLEMENTATION_ROLES = ("leader", "helper")
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,18 @@ class DapSpec:
     helper_endpoint: str
     version: str = DapVersion.DAP_19.value
     task_info: str = ""
+    # The aggregator role ("leader" or "helper") run by another DAP
+    # implementation, which adds no DP noise (DAP itself adds none); None: both
+    # aggregators are veil. veil's side then adds the whole noise (docs/DAP.md).
+    other_implementation: str | None = None
 
     def __post_init__(self) -> None:
+        other = self.other_implementation
+        if other is not None and other not in OTHER_IMPLEMENTATION_ROLES:
+            raise TaskError(
+                f"other_implementation must be one of {', '.join(OTHER_IMPLEMENTATION_ROLES)}"
+                f" (the aggregator another DAP implementation runs), got {other!r}"
+            )
         if self.version not in {v.value for v in DapVersion}:
             known = ", ".join(v.value for v in DapVersion)
             raise TaskError(f"unknown DAP version {self.version!r}; expected one of {known}")
@@ -171,6 +183,11 @@ class DapSpec:
     def dap_version(self) -> DapVersion:
         return DapVersion(self.version)
 
+    @property
+    def noise_added_by(self) -> tuple[str, ...]:
+        """The aggregator roles that add DP noise: veil's, never the other implementation's."""
+        return tuple(r for r in OTHER_IMPLEMENTATION_ROLES if r != self.other_implementation)
+
     def to_dict(self) -> dict[str, Any]:
         d = {
             "version": self.version,
@@ -179,6 +196,8 @@ class DapSpec:
         }
         if self.task_info:
             d["task_info"] = self.task_info
+        if self.other_implementation is not None:
+            d["other_implementation"] = self.other_implementation
         return d
 
     @staticmethod
@@ -189,6 +208,7 @@ class DapSpec:
                 helper_endpoint=t.text("helper_endpoint"),
                 version=t.text("version", DapVersion.DAP_19.value),
                 task_info=t.text("task_info", ""),
+                other_implementation=t.optional_text("other_implementation"),
             )
         except TaskError as e:
             raise t.error(None, str(e)) from None
