@@ -20,7 +20,7 @@ from veil.cli import main
 from veil.collector.survey import STATE_FORMAT
 from veil.deploy import deploy_survey
 from veil.survey import parse_survey
-from veil.task import DpSpec, VdafSpec, new_task, write_toml
+from veil.task import DapSpec, DpSpec, VdafSpec, new_task, write_toml
 from veil.times import format_time
 
 
@@ -171,3 +171,51 @@ def test_collect_names_an_unreachable_leader(
     assert rc == 1
     assert "the leader at 127.0.0.1:9 cannot be reached" in err
     assert "\n" not in err
+
+
+@pytest.fixture
+def dap_files(tmp_path: Path) -> dict[str, Path]:
+    dap = DapSpec("http://127.0.0.1:9/", "http://127.0.0.1:9/h/")
+    task = new_task(
+        VdafSpec("count"), "127.0.0.1:9", "127.0.0.1:9", min_batch_size=1, dp=DpSpec("none"),
+        dap=dap,
+    )  # fmt: skip
+    paths = {}
+    for role in ("collector", "client"):
+        paths[role] = tmp_path / f"dap.{role}.toml"
+        write_toml(paths[role], getattr(task, role).to_dict(), secret=True)
+    return paths
+
+
+def test_refusals_for_a_dap_task(
+    dap_files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What veil collect and veil upload refuse for a task served over DAP,
+    before any connection (nothing listens at its endpoints)."""
+    collector, client = str(dap_files["collector"]), str(dap_files["client"])
+    job = "00" * 16
+    hour = int(time.time()) // 3600 * 3600
+    for args, message in [
+        (["--task", collector, "--job-id", job], "--job-id is for veil's gRPC"),
+        (["--task", collector, "--job-id", "abc"], "--job-id is for veil's gRPC"),
+        (["--task", collector, "--start", format_time(hour)], "has not ended"),
+        (["--task", collector, "--duration", "-3600"], "multiple of 3600 s"),
+        (["--task", collector, "--leader-ca", "/nonexistent/ca.pem"], "ca.pem"),
+    ]:
+        rc, err = run(capsys, *args)
+        assert rc == 2 and err.startswith("veil collect: ") and message in err, (args, err)
+        assert len(err.splitlines()) == 1, err
+    for args, message in [
+        (["--outbox", "o.db", "1"], "--outbox cannot be used with this task"),
+        (["--client-cert", "c.pem", "1"], "--client-cert cannot be used"),
+        (
+            ["--client-key", "k.pem", "--client-cert", "c.pem", "1"],
+            "--client-cert and --client-key",
+        ),
+        (["1", "abc"], "value 2: not a valid count measurement"),
+        ([], "give a value or --file"),
+        (["--file", "/nonexistent/values.txt"], "cannot read --file"),
+    ]:
+        rc = main(["upload", "--task", client, *args])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and err.startswith("veil upload: ") and message in err, (args, err)

@@ -10,21 +10,25 @@ servers on SQLite serves every case; the Histogram runs on PostgreSQL too."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
 from bench.postgres import as_url, with_schema
+from veil.cli import main
 from veil.client import DapClient, client_for
 from veil.collector import CollectionError, DapCollector, collector_for
 from veil.dap.versions import DapVersion
 from veil.local.launcher import ServerProcess, free_port
 from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task, write_toml
+from veil.times import format_time
 
 TP = 3600
 VERSION = DapVersion.DAP_19
@@ -141,3 +145,29 @@ def test_count_is_collected_exactly_over_dap(deployment: Deployment) -> None:
 @BOTH
 def test_histogram_is_collected_exactly_over_dap(deployment: Deployment) -> None:
     assert _collect(deployment, "histogram", [0, 3, 3, 1, 3, 2]) == [1, 1, 1, 3]
+
+
+@SQLITE
+def test_the_cli_uploads_and_collects_over_dap(
+    deployment: Deployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """veil upload and veil collect on a DAP task's files: they pick DAP
+    (DapClient, DapCollector) from its [dap] table. Another batch than
+    test_count's: two hours back, an invalid value first refused."""
+    files = deployment.tasks["count"]
+    for role in ("client", "collector"):
+        write_toml(tmp_path / f"{role}.toml", getattr(files, role).to_dict(), secret=True)
+    start = (int(time.time()) // TP - 2) * TP
+    client, collector = str(tmp_path / "client.toml"), str(tmp_path / "collector.toml")
+    # --time inside the hour, rounded down as over gRPC.
+    assert main(["upload", "--task", client, "--time", str(start + 5), "1", "2"]) == 2
+    assert "invalid measurement: value 2" in capsys.readouterr().err
+    assert main(["upload", "--task", client, "--time", str(start + 5), "1", "0", "1", "1"]) == 0
+    assert capsys.readouterr().out.strip() == "uploaded 4 reports (0 already stored)"
+    assert (
+        main(["collect", "--task", collector, "--start", format_time(start), "--wait", "120"]) == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["batch"]["start"] == start and out["report_count"] == 4
+    assert out["estimate"] == 3 and out["collection_job_id"] is None
+    assert out["noise_added_by"] == []  # mechanism none: nobody adds noise

@@ -509,7 +509,7 @@ def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from veil.collector import CollectionError, Collector
+    from veil.collector import CollectionError, Collector, collector_for
     from veil.task import CollectorTask
     from veil.times import TimeFormatError, format_time, parse_time
 
@@ -548,6 +548,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
         )
         return 2
     job_id = None
+    if args.job_id is not None and task.dap is not None:
+        print(
+            f"{name}: --job-id is for veil's gRPC: this task is served over DAP, whose"
+            " leader names the collection job from the batch; collect the same batch again"
+            " to resume",
+            file=sys.stderr,
+        )
+        return 2
     if args.job_id is not None:
         try:
             job_id = bytes.fromhex(args.job_id)
@@ -557,13 +565,17 @@ def cmd_collect(args: argparse.Namespace) -> int:
             print(f"{name}: --job-id must be 32 hex digits", file=sys.stderr)
             return 2
     try:
-        collector = Collector(task, leader_root_certificates=read_pem(args.leader_ca))
+        # A task with a [dap] table is collected over DAP (DapCollector).
+        collector = collector_for(task, leader_root_certificates=read_pem(args.leader_ca))
     except (OSError, ValueError) as e:  # TrustError, UnusableTask
         print(f"{name}: {e}", file=sys.stderr)
         return 2
     with collector:
         try:
-            if job_id is None:
+            # Over DAP there is no call that checks the collector's key ahead (a
+            # wrong one fails when the shares are opened, named), and no job id
+            # to choose: the leader names the job from the batch.
+            if job_id is None and isinstance(collector, Collector):
                 collector.check_collector_key()
                 job_id = secrets.token_bytes(16)
                 print(
@@ -589,7 +601,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                     "duration": r.duration,
                     "start_time": format_time(r.start),
                 },
-                "collection_job_id": job_id.hex(),
+                "collection_job_id": None if job_id is None else job_id.hex(),
                 # add_remove: the count is protected; the leader sent 0 (not a count).
                 "report_count": None if task.dp.counts_protected else r.report_count,
                 "estimate": number(r.estimate),
@@ -603,7 +615,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 "spent": {r.unit: str(r.spent)} if r.unit else None,
                 "privacy_against_collector": r.against_collector.to_json(),
                 "seconds": round(r.seconds, 3),
-            },
+            }
+            # Over DAP the other aggregator may add no noise: say whose the result carries.
+            | ({} if task.dap is None else {"noise_added_by": list(r.noise_added_by)}),
             indent=2,
             default=str,
         )

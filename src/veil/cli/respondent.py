@@ -26,10 +26,31 @@ def parse_measurement(spec: VdafSpec, text: str) -> Any:
 
 
 def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str | None) -> Any:
-    """A Client from the trust and mTLS arguments; None (after saying why) on a user mistake."""
-    from veil.client import Client, ClientOptions, OutboxError
+    """A Client from the trust and mTLS arguments; None (after saying why) on a user mistake.
+
+    A task with a [dap] table gets a DapClient (`client_for`): DAP names no
+    client certificate and keeps no outbox yet, so either is refused for it."""
+    from veil.client import ClientOptions, OutboxError, client_for
     from veil.trust import TrustError
 
+    if task.dap is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--client-cert", args.client_cert),
+                ("--client-key", args.client_key),
+                ("--outbox", outbox),
+            )
+            if value is not None
+        ]
+        if given:
+            print(
+                f"veil {command}: {' and '.join(given)} cannot be used with this task: it is"
+                " served over DAP, whose uploads take no client certificate, and veil's DAP"
+                " client keeps no outbox yet",
+                file=sys.stderr,
+            )
+            return None
     try:
         options = ClientOptions(
             leader_root_certificates=read_pem(args.leader_ca),
@@ -40,7 +61,7 @@ def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str 
             outbox_max_reports=getattr(args, "outbox_max", None) or DEFAULT_MAX_REPORTS,
             retries=args.retries,
         )
-        return Client(task, options)
+        return client_for(task, options)
     except (OSError, TrustError, OutboxError, ValueError) as e:
         print(f"veil {command}: {e}", file=sys.stderr)
         return None
@@ -115,9 +136,13 @@ def cmd_upload(args: argparse.Namespace) -> int:
     client = _open_client(args, "upload", task, args.outbox)
     if client is None:
         return 2
+    when = args.time
+    if when is not None and task.dap is not None:
+        # As veil's gRPC client does; DapClient takes whole time precisions only.
+        when -= when % task.time_precision
     with client:
         try:
-            result = client.upload_batch(measurements, report_time=args.time)
+            result = client.upload_batch(measurements, report_time=when)
         except OutboxFull as e:
             print(f"veil upload: {e}", file=sys.stderr)
             return 1
