@@ -127,6 +127,21 @@ def test_a_dap_task_is_written_with_its_task_configuration(
     }
 
 
+def test_a_dap_task_beside_another_implementation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert task_new(tmp_path, *DAP, "--dap-other-implementation", "helper", "--json") == 0
+    privacy = json.loads(capsys.readouterr().out)["privacy"]
+    assert privacy["noise_added_by"] == ["leader"]
+    assert privacy["against_collector_and_helper"] == privacy["against_collector"]
+    for role in ROLES:
+        task = load_task(tmp_path / f"t.{role}.toml")
+        assert task.dap is not None and task.dap.other_implementation == "helper"
+    assert task_new(tmp_path, *DAP, "--dap-other-implementation", "leader", "--force") == 0
+    assert "Only the helper (veil) adds noise" in capsys.readouterr().out
+
+
 def test_a_grpc_task_has_no_dap_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert task_new(tmp_path, "--protocol", "grpc") == 0
     assert "TaskConfiguration" not in capsys.readouterr().out
@@ -147,9 +162,17 @@ def test_a_grpc_task_has_no_dap_table(tmp_path: Path, capsys: pytest.CaptureFixt
          "leader_endpoint must be a URL of printable ASCII"),
         (("--protocol", "dap", "--dap-leader", "", "--dap-helper", "https://h/"),
          "leader_endpoint must be a URL"),
+        (("--dap-other-implementation", "helper"),
+         "--dap-other-implementation belongs to --protocol dap"),
+        ((*DAP, "--dap-other-implementation", "other"),
+         "other_implementation must be one of leader, helper"),
+        ((*DAP, "--dap-other-implementation", ""), "other_implementation must be one of"),
+        ((*DAP, "--dap-other-implementation", "helper", "--mode", "split", "--split-opt-in"),
+         "use independent mode"),
     ],
     ids=["no-endpoints", "no-helper", "leader-without-dap", "info-without-dap", "version",
-         "dap-18-empty-info", "info-too-long", "space-in-url", "empty-url"],
+         "dap-18-empty-info", "info-too-long", "space-in-url", "empty-url",
+         "other-without-dap", "other-unknown", "other-empty", "other-split"],
 )  # fmt: skip
 def test_malformed_dap_arguments_are_refused_and_nothing_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], says: str

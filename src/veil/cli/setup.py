@@ -154,7 +154,7 @@ def cmd_task_new(args: argparse.Namespace) -> int:
             " such a task unless its own config says allow_exact_release = true",
             file=sys.stderr,
         )
-    statement = task_statement(dp, vdaf)
+    statement = task_statement(dp, vdaf, files.client.noise_added_by)
     if args.json:
         out_json: dict[str, Any] = {
             "task_id": files.client.id_text,
@@ -236,6 +236,7 @@ def _dap_spec(args: argparse.Namespace) -> DapSpec | None:
             ("--dap-helper", args.dap_helper),
             ("--dap-version", args.dap_version),
             ("--task-info", args.task_info),
+            ("--dap-other-implementation", args.dap_other_implementation),
         )
         if value is not None
     ]
@@ -252,6 +253,7 @@ def _dap_spec(args: argparse.Namespace) -> DapSpec | None:
         args.dap_helper,
         args.dap_version or DEFAULT_VERSION.value,
         "" if args.task_info is None else args.task_info,
+        args.dap_other_implementation,
     )
 
 
@@ -380,6 +382,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--dap-leader", help="the leader's DAP base URL (--protocol dap)")
     p.add_argument("--dap-helper", help="the helper's DAP base URL (--protocol dap)")
     p.add_argument("--dap-version", help="dap-19 (default) or dap-18 (--protocol dap)")
+    p.add_argument(
+        "--dap-other-implementation",
+        metavar="ROLE",
+        help="leader or helper: that aggregator runs another DAP implementation, which adds no"
+        " noise; veil's adds all of it (--protocol dap; independent noise mode only)",
+    )
     p.add_argument(
         "--task-info", help="DAP's task_info, at most 255 bytes (--protocol dap; dap-18: required)"
     )
