@@ -72,7 +72,9 @@ def test_secrets_owner_only_and_never_logged(
         "plain": (VdafSpec("sum", max_measurement=10), DpSpec("none"), {"min_batch_size": 1}),
         "noisy": (VdafSpec("count"), DpSpec("geometric", epsilon="1"), {"min_batch_size": 3}),
     }
-    dep = start_deployment(tmp_path, tasks, metrics=True)
+    # A 5 s lease: the leader killed below may hold a job, which its restart
+    # (another driver) takes over only once the lease has run out.
+    dep = start_deployment(tmp_path, tasks, metrics=True, lease_seconds=5.0)
     root = dep.local.root
     try:
         t = bucket(2)
