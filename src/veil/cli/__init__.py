@@ -1,6 +1,7 @@
 """The `veil` command: one module per group of users.
 
-- `operator`: the survey operator (demo, simulate, survey deploy, collect);
+- `operator`: the survey operator (demo, simulate, survey deploy, survey collect);
+- `collect`: the collector of one task (collect);
 - `respondent`: respondents and client apps (survey respond, upload);
 - `server`: the operators of the leader and the helper (servers, status, gc, keys);
 - `setup`: task set-up by hand (task new);
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from veil.cli import invite, operator, respondent, server, setup, web, window
+from veil.cli import collect, invite, operator, respondent, server, setup, web, window
 from veil.logs import quiet_grpc_core
 
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         " collect",
     ).add_subparsers(dest="survey_command", required=True)
     operator.register(commands, survey)
+    collect.register(commands)
     respondent.register(commands, survey)
     web.register(survey)
     invite.register(survey)
