@@ -15,6 +15,7 @@ from hypothesis import settings
 from bench.postgres import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
 from tests.support.backends import KINDS, Backend
 from tests.support.vectors import vectors_dir
+from veil.local.launcher import share_ports
 
 # CI replays the same examples every run, so a landing is never decided by a
 # random draw; developers' runs (and VEIL_TEST_LONG) explore new ones.
@@ -39,7 +40,12 @@ def pytest_configure(config: pytest.Config) -> None:
     and more on a busy machine, holding the cache lock every other process
     waits on; left to the tests, that was a respondent inside some survey's
     window, which closed before it had sent anything."""
-    if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        # Each worker draws its servers' ports from a part of the range of its own.
+        share_ports(int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
+        return
+    if config.getoption("dist", "no") == "no":
         return
     warm = "from veil.vdaf.batch import kernels as k; k.kernels(); k.idpf_kernels()"
     subprocess.run([sys.executable, "-c", warm], check=True)

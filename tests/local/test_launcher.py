@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from veil.local import launcher
 from veil.local.launcher import LocalDeployment, ServerProcess, free_port
 from veil.task import DpSpec, VdafSpec
 
@@ -28,6 +29,26 @@ def test_free_ports_lie_below_the_range_outgoing_connections_use() -> None:
         pytest.skip(f"outgoing connections use ports from {start}: no room below")
     ports = [free_port() for _ in range(200)]
     assert all(10000 <= port < start for port in ports)
+
+
+def test_processes_sharing_the_range_draw_from_parts_of_their_own() -> None:
+    # The suite's parallel workers each take a part (tests/conftest.py): no
+    # two of them can draw one free port and both try to bind it.
+    path = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    if not path.exists() or int(path.read_text().split()[0]) < 10000 + 4 * 1000:
+        pytest.skip("no room below the ports outgoing connections use for four parts")
+    width = (int(path.read_text().split()[0]) - 10000) // 4
+    before = launcher._part
+    try:
+        for index in range(4):
+            launcher.share_ports(index, 4)
+            ports = [free_port() for _ in range(50)]
+            low = 10000 + index * width
+            assert all(low <= port < low + width for port in ports), (index, ports)
+        with pytest.raises(ValueError, match="index"):
+            launcher.share_ports(4, 4)
+    finally:
+        launcher._part = before
 
 
 def test_a_server_of_the_other_role_on_the_address_is_not_taken_for_it(

@@ -49,6 +49,23 @@ _handed_out: set[int] = set()
 _LOW_PORT = 10000
 _RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
+# The part of that range this process draws from, (index, count): processes
+# that choose ports at the same time (the test suite's parallel workers) each
+# take their own part, so that no two of them draw one free port, each to
+# bind it a moment later (seen once with six workers: "Address already in
+# use" for a leader's metrics port).
+_part: tuple[int, int] = (0, 1)
+
+
+def share_ports(index: int, count: int) -> None:
+    """From now on, draw ports from the index-th of `count` equal parts of
+    the range below outgoing connections' (one per process choosing ports
+    at once)."""
+    global _part
+    if not 0 <= index < count:
+        raise ValueError(f"part {index} of {count}: the index must be from 0 to count - 1")
+    _part = (index, count)
+
 
 def _outgoing_range_start() -> int | None:
     try:
@@ -62,11 +79,13 @@ def free_port() -> int:
     process has not handed out before and, where the kernel says which
     ports outgoing connections use, outside them."""
     start = _outgoing_range_start()
+    index, count = _part
+    width = (start - _LOW_PORT) // count if start is not None else 0
     while True:
         with socket.socket() as s:
-            if start is not None and start - _LOW_PORT >= 1000:
+            if width >= 1000:
                 try:
-                    s.bind(("127.0.0.1", _LOW_PORT + secrets.randbelow(start - _LOW_PORT)))
+                    s.bind(("127.0.0.1", _LOW_PORT + index * width + secrets.randbelow(width)))
                 except OSError:
                     continue
             else:
