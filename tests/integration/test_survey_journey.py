@@ -389,9 +389,13 @@ def test_collect_frictions(deploy: Any) -> None:
     assert d.collections() == 5
 
 
-def pty_session(args: list[str], replies: list[str], timeout: float = 60) -> tuple[int, str]:
+def pty_session(args: list[str], replies: list[str], timeout: float = 180) -> tuple[int, str]:
     """Run a command on a pseudo-terminal, sending each reply after the next
-    prompt (every prompt ends in "> "); its exit status and everything shown."""
+    prompt (every prompt ends in "> "); its exit status and everything shown.
+    `timeout` bounds the whole session: a deadline on conditions (a prompt,
+    the exit), so a generous one costs nothing when they come; 60 s ran out
+    while the respondent sent its answers in a full run beside two
+    CPU-bound processes."""
     master, slave = os.openpty()
     proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
     os.close(slave)
