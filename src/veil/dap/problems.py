@@ -14,8 +14,12 @@ from __future__ import annotations
 import base64
 import enum
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from veil.dap.messages import Extension
 
 MEDIA_TYPE = "application/ppm-dap"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -176,6 +180,34 @@ class DapAbort(Exception):
 class DapUnauthorized(Exception):
     """A request without the task's bearer token: DAP has no error type for
     it, and the route answers 401."""
+
+
+def refuse_extensions_and_agg_param(
+    task_id: bytes, extensions: Sequence[Extension], agg_param: bytes, job: str
+) -> None:
+    """DapAbort for a Prio3 time-interval task's `job` ("aggregation job",
+    "collection job") that carries an extension (none applies: a
+    leader-selected batch id is the other batch mode's) or a non-empty
+    aggregation parameter (Prio3's is empty)."""
+    if extensions:
+        raise DapAbort(
+            Problem(
+                ProblemType.UNSUPPORTED_EXTENSION,
+                f"this task takes no {job} extension",
+                400,
+                task_id,
+                tuple(e.extension_type for e in extensions),
+            )
+        )
+    if agg_param:
+        raise DapAbort(
+            Problem(
+                ProblemType.INVALID_AGGREGATION_PARAMETER,
+                "Prio3's aggregation parameter is empty",
+                400,
+                task_id,
+            )
+        )
 
 
 _TITLES = {

@@ -73,7 +73,13 @@ from veil.dap.messages import (
     extensions_in_order,
 )
 from veil.dap.pingpong import MessageType, PingPong, finish
-from veil.dap.problems import DapAbort, DapUnauthorized, Problem, ProblemType
+from veil.dap.problems import (
+    DapAbort,
+    DapUnauthorized,
+    Problem,
+    ProblemType,
+    refuse_extensions_and_agg_param,
+)
 from veil.dap.shares import input_share_aads, seal_aggregate_share
 from veil.dap.versions import DapVersion, ReportError, Role, input_share_info, vdaf_context
 from veil.hpke import Ciphertext
@@ -324,27 +330,9 @@ class DapHelper:
         task_id = task.task_id
         if not extensions_in_order(request.extensions):
             raise _invalid("the aggregation job's extensions are not in increasing order", task_id)
-        if request.extensions:
-            # A time-interval task has no aggregation job extension, and
-            # leader_selected_batch_id is for the other batch mode.
-            raise DapAbort(
-                Problem(
-                    ProblemType.UNSUPPORTED_EXTENSION,
-                    "this task takes no aggregation job extension",
-                    400,
-                    task_id,
-                    tuple(e.extension_type for e in request.extensions),
-                )
-            )
-        if request.agg_param:
-            raise DapAbort(
-                Problem(
-                    ProblemType.INVALID_AGGREGATION_PARAMETER,
-                    "Prio3's aggregation parameter is empty",
-                    400,
-                    task_id,
-                )
-            )
+        refuse_extensions_and_agg_param(
+            task_id, request.extensions, request.agg_param, "aggregation job"
+        )
         if len(request.verify_inits) > MAX_JOB_SIZE:
             raise DapAbort(
                 Problem(

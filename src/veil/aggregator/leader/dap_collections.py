@@ -22,7 +22,13 @@ from veil.aggregator.leader.dap import DapUnavailable, DapUploads
 from veil.dap.codec import DecodeError
 from veil.dap.jobs import CollectionJobReq, CollectionJobResp
 from veil.dap.messages import BatchMode, Interval, extensions_in_order
-from veil.dap.problems import DapAbort, DapUnauthorized, Problem, ProblemType
+from veil.dap.problems import (
+    DapAbort,
+    DapUnauthorized,
+    Problem,
+    ProblemType,
+    refuse_extensions_and_agg_param,
+)
 
 
 class DapCollections:
@@ -60,25 +66,9 @@ class DapCollections:
                     task_id,
                 )
             )
-        if request.extensions:
-            raise DapAbort(
-                Problem(
-                    ProblemType.UNSUPPORTED_EXTENSION,
-                    "this task takes no collection job extension",
-                    400,
-                    task_id,
-                    tuple(e.extension_type for e in request.extensions),
-                )
-            )
-        if request.agg_param:
-            raise DapAbort(
-                Problem(
-                    ProblemType.INVALID_AGGREGATION_PARAMETER,
-                    "Prio3's aggregation parameter is empty",
-                    400,
-                    task_id,
-                )
-            )
+        refuse_extensions_and_agg_param(
+            task_id, request.extensions, request.agg_param, "collection job"
+        )
         interval = request.query.batch_interval
         assert interval is not None
         tp = task.time_precision
