@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from veil.cli import main as veil_main
-from veil.dap.messages import TaskConfiguration
+from veil.dap.messages import BatchMode, TaskConfiguration
 from veil.dap.versions import DapVersion
 from veil.task import CollectorTask, DapSpec, load_task
 
@@ -142,6 +142,21 @@ def test_a_dap_task_beside_another_implementation(
     assert "Only the helper (veil) adds noise" in capsys.readouterr().out
 
 
+def test_a_leader_selected_dap_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert task_new(tmp_path, *DAP, "--batch-mode", "leader-selected", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    for role in ROLES:
+        task = load_task(tmp_path / f"t.{role}.toml")
+        assert task.dap is not None and task.dap.batch_mode == "leader-selected"
+    config = load_task(tmp_path / "t.collector.toml").dap_configuration()
+    assert config.batch_mode is BatchMode.LEADER_SELECTED
+    assert doc["dap"]["task_configuration"] == config.encode(DapVersion.DAP_19).hex()
+    # The default is time-interval, written as before (no key).
+    assert task_new(tmp_path, *DAP, "--force") == 0
+    assert "batch_mode" not in (tmp_path / "t.leader.toml").read_text()
+
+
 def test_a_grpc_task_has_no_dap_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert task_new(tmp_path, "--protocol", "grpc") == 0
     assert "TaskConfiguration" not in capsys.readouterr().out
@@ -169,10 +184,16 @@ def test_a_grpc_task_has_no_dap_table(tmp_path: Path, capsys: pytest.CaptureFixt
         ((*DAP, "--dap-other-implementation", ""), "other_implementation must be one of"),
         ((*DAP, "--dap-other-implementation", "helper", "--mode", "split", "--split-opt-in"),
          "use independent mode"),
+        (("--batch-mode", "leader-selected"), "--batch-mode belongs to --protocol dap"),
+        ((*DAP, "--batch-mode", "fixed-size"),
+         "batch_mode must be one of time-interval, leader-selected, got 'fixed-size'"),
+        ((*DAP, "--batch-mode", ""), "batch_mode must be one of"),
+        ((*DAP, "--batch-mode", "Leader-Selected"), "batch_mode must be one of"),
     ],
     ids=["no-endpoints", "no-helper", "leader-without-dap", "info-without-dap", "version",
          "dap-18-empty-info", "info-too-long", "space-in-url", "empty-url",
-         "other-without-dap", "other-unknown", "other-empty", "other-split"],
+         "other-without-dap", "other-unknown", "other-empty", "other-split",
+         "mode-without-dap", "mode-unknown", "mode-empty", "mode-case"],
 )  # fmt: skip
 def test_malformed_dap_arguments_are_refused_and_nothing_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], says: str

@@ -42,14 +42,25 @@ SHARE_REQ = "application/ppm-dap;message=aggregate-share-req"
 TIME = NOW // TP - 1
 
 
-def dap_files(version: DapVersion, min_batch_size: int = 2) -> TaskFiles:
+def dap_files(
+    version: DapVersion,
+    min_batch_size: int = 2,
+    batch_mode: str = "time-interval",
+    dp: DpSpec | None = None,
+) -> TaskFiles:
     return new_task(
         VdafSpec("histogram", length=4, chunk_length=2),
         "127.0.0.1:1",
         "127.0.0.1:2",
         min_batch_size=min_batch_size,
-        dp=DpSpec("none"),
-        dap=DapSpec("https://leader.example/", "https://helper.example/", version.value, "t"),
+        dp=dp or DpSpec("none"),
+        dap=DapSpec(
+            "https://leader.example/",
+            "https://helper.example/",
+            version.value,
+            "t",
+            batch_mode=batch_mode,
+        ),
     )
 
 
@@ -57,10 +68,17 @@ class DapHelper:
     """A helper serving one DAP Histogram(4) task (no DP), with the leader's
     side of its jobs."""
 
-    def __init__(self, tmp_path: Path, version: DapVersion = DapVersion.DAP_19) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        version: DapVersion = DapVersion.DAP_19,
+        batch_mode: str = "time-interval",
+        backend: Backend | None = None,
+        dp: DpSpec | None = None,
+    ) -> None:
         self.version = version
-        self.files = dap_files(version)
-        self.world = World(Backend(tmp_path, None), self.files)
+        self.files = dap_files(version, batch_mode=batch_mode, dp=dp)
+        self.world = World(backend or Backend(tmp_path, None), self.files)
         self.helper = self.world.helper
         self.app = dap_helper_app(self.helper.dap, MAX_BODY)
         task = self.files.leader
@@ -141,15 +159,23 @@ class DapHelper:
         return CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(start, duration)))
 
     def share_req(
-        self, ids: list[bytes], request: CollectionJobReq | None = None, count: int | None = None
+        self,
+        ids: list[bytes],
+        request: CollectionJobReq | None = None,
+        count: int | None = None,
+        batch_id: bytes | None = None,
     ) -> bytes:
-        request = request or self.collection()
-        assert request.query.batch_interval is not None
+        """An AggregateShareReq of the batch of `ids`: the collection's
+        interval, or the leader-selected batch `batch_id` (the query empty)."""
+        if batch_id is not None:
+            request = request or CollectionJobReq(Query(BatchMode.LEADER_SELECTED))
+            selector = BatchSelector(BatchMode.LEADER_SELECTED, batch_id=batch_id)
+        else:
+            request = request or self.collection()
+            assert request.query.batch_interval is not None
+            selector = BatchSelector(BatchMode.TIME_INTERVAL, request.query.batch_interval)
         return AggregateShareReq(
-            request,
-            BatchSelector(BatchMode.TIME_INTERVAL, request.query.batch_interval),
-            len(ids) if count is None else count,
-            batch_checksum(ids),
+            request, selector, len(ids) if count is None else count, batch_checksum(ids)
         ).encode()
 
     def open_share(self, ciphertext: Any, request: CollectionJobReq | None = None) -> list[int]:

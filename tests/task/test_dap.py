@@ -4,12 +4,13 @@ refused, and DAP's TaskConfiguration built from the task
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from veil.aggregator.run.config import ConfigError, load_config
+from veil.aggregator.run.config import ConfigError, load_config, tasks_of_role
 from veil.dap.messages import BatchMode, Interval, TaskConfiguration, VdafConfig
 from veil.dap.versions import DapVersion
 from veil.dp.accounting import Guarantee
@@ -18,6 +19,8 @@ from veil.survey.statement import privacy_statement
 from veil.task import (
     DapSpec,
     DpSpec,
+    HelperTask,
+    LeaderTask,
     TaskError,
     TaskFiles,
     VdafSpec,
@@ -170,6 +173,57 @@ def test_an_other_implementation_of_another_type_is_refused(tmp_path: Path, valu
     d["dap"]["other_implementation"] = value
     write_toml(tmp_path / "t.toml", d, secret=True)
     with pytest.raises(SettingsError, match="'other_implementation' in \\[dap\\] must be a string"):
+        load_task(tmp_path / "t.toml")
+
+
+# --------------------------------------------------------------------------- batch modes
+
+
+def test_a_leader_selected_task_keeps_its_mode_and_binds_it(tmp_path: Path) -> None:
+    spec = DapSpec("https://l/", "https://h/", batch_mode="leader-selected")
+    files = _files(dap=spec)
+    for task in (files.leader, files.helper, files.client):
+        write_toml(tmp_path / "t.toml", task.to_dict(), secret=True)
+        assert 'batch_mode = "leader-selected"' in (tmp_path / "t.toml").read_text()
+        assert load_task(tmp_path / "t.toml") == task
+    config = files.client.dap_configuration()
+    # Batch mode 2 with an empty batch_config (section 4.2), bound into every
+    # share's associated data with the rest of the configuration.
+    interval = _files(dap=DapSpec("https://l/", "https://h/")).client.dap_configuration()
+    assert config.batch_mode is BatchMode.LEADER_SELECTED and config.batch_config == b""
+    assert config == replace(interval, batch_mode=BatchMode.LEADER_SELECTED)
+    encoded = config.encode(DapVersion.DAP_19)
+    assert encoded != interval.encode(DapVersion.DAP_19)
+    assert TaskConfiguration.decode(encoded, DapVersion.DAP_19) == config
+
+
+def test_veils_leader_refuses_a_leader_selected_task_its_helper_serves(tmp_path: Path) -> None:
+    files = _files(dap=DapSpec("https://l/", "https://h/", batch_mode="leader-selected"))
+    for role in ("leader", "helper"):
+        write_toml(tmp_path / f"t.{role}.toml", getattr(files, role).to_dict(), secret=True)
+        write_toml(
+            tmp_path / f"{role}.toml",
+            {"listen": "127.0.0.1:7001", "storage": f"{role}.db", "tasks": [f"t.{role}.toml"]},
+            secret=False,
+        )
+    helper = load_config(tmp_path / "helper.toml")
+    assert list(tasks_of_role(helper, HelperTask)) == [files.helper.task_id]
+    with pytest.raises(ConfigError, match="does not form leader-selected batches yet"):
+        tasks_of_role(load_config(tmp_path / "leader.toml"), LeaderTask)
+
+
+@pytest.mark.parametrize("value", ["", "fixed-size", "leader_selected", "Time-Interval", "2"])
+def test_an_unknown_batch_mode_is_refused(tmp_path: Path, value: str) -> None:
+    with pytest.raises(TaskError, match="batch_mode must be one of time-interval, leader-selected"):
+        DapSpec("https://l/", "https://h/", batch_mode=value)
+    d = _files().leader.to_dict()
+    d["dap"]["batch_mode"] = value
+    write_toml(tmp_path / "t.toml", d, secret=True)
+    with pytest.raises(SettingsError, match="batch_mode must be one of"):
+        load_task(tmp_path / "t.toml")
+    d["dap"]["batch_mode"] = 2
+    write_toml(tmp_path / "t.toml", d, secret=True)
+    with pytest.raises(SettingsError, match="'batch_mode' in \\[dap\\] must be a string"):
         load_task(tmp_path / "t.toml")
 
 

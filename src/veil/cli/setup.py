@@ -237,6 +237,7 @@ def _dap_spec(args: argparse.Namespace) -> DapSpec | None:
             ("--dap-version", args.dap_version),
             ("--task-info", args.task_info),
             ("--dap-other-implementation", args.dap_other_implementation),
+            ("--batch-mode", args.batch_mode),
         )
         if value is not None
     ]
@@ -254,6 +255,7 @@ def _dap_spec(args: argparse.Namespace) -> DapSpec | None:
         args.dap_version or DEFAULT_VERSION.value,
         "" if args.task_info is None else args.task_info,
         args.dap_other_implementation,
+        "time-interval" if args.batch_mode is None else args.batch_mode,
     )
 
 
@@ -387,6 +389,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="ROLE",
         help="leader or helper: that aggregator runs another DAP implementation, which adds no"
         " noise; veil's adds all of it (--protocol dap; independent noise mode only)",
+    )
+    p.add_argument(
+        "--batch-mode",
+        metavar="MODE",
+        help="time-interval (default: the collector names an interval) or leader-selected (the"
+        " leader forms batches of at least min_batch_size) (--protocol dap)",
     )
     p.add_argument(
         "--task-info", help="DAP's task_info, at most 255 bytes (--protocol dap; dap-18: required)"

@@ -182,7 +182,9 @@ class Task:
             helper_aggregator_endpoint=self.dap.helper_endpoint.encode(),
             time_precision=self.time_precision,
             min_batch_size=self.min_batch_size,
-            batch_mode=BatchMode.TIME_INTERVAL,
+            batch_mode=(
+                BatchMode.LEADER_SELECTED if self.dap.leader_selected else BatchMode.TIME_INTERVAL
+            ),
             vdaf_type=vdaf.vdaf_type,
             vdaf_configuration=vdaf.encode(),
             extensions=extensions,

@@ -138,9 +138,21 @@ DAP_VDAFS = {
     "histogram": "Prio3Histogram",
     "multihot": "Prio3MultihotCountVec",
 }
-DAP_KEYS = ("version", "task_info", "leader_endpoint", "helper_endpoint", "other_implementation")
+DAP_KEYS = (
+    "version",
+    "task_info",
+    "leader_endpoint",
+    "helper_endpoint",
+    "other_implementation",
+    "batch_mode",
+)
 # The aggregator roles another DAP implementation may play beside a veil one.
 OTHER_IMPLEMENTATION_ROLES = ("leader", "helper")
+# DAP's batch modes by the draft's names (section 5): the collector names a
+# time interval, or the leader chooses each batch.
+TIME_INTERVAL = "time-interval"
+LEADER_SELECTED = "leader-selected"
+BATCH_MODES = (TIME_INTERVAL, LEADER_SELECTED)
 
 
 @dataclass(frozen=True)
@@ -158,8 +170,15 @@ class DapSpec:
     # implementation, which adds no DP noise (DAP itself adds none); None: both
     # aggregators are veil. veil's side then adds the whole noise (docs/DAP.md).
     other_implementation: str | None = None
+    # How reports are grouped into batches: by time (the collector names an
+    # interval) or by the leader (each batch a 32-byte id it chooses).
+    batch_mode: str = TIME_INTERVAL
 
     def __post_init__(self) -> None:
+        if self.batch_mode not in BATCH_MODES:
+            raise TaskError(
+                f"batch_mode must be one of {', '.join(BATCH_MODES)}, got {self.batch_mode!r}"
+            )
         other = self.other_implementation
         if other is not None and other not in OTHER_IMPLEMENTATION_ROLES:
             raise TaskError(
@@ -184,6 +203,11 @@ class DapSpec:
         return DapVersion(self.version)
 
     @property
+    def leader_selected(self) -> bool:
+        """Whether the leader chooses each batch (DAP's leader-selected mode)."""
+        return self.batch_mode == LEADER_SELECTED
+
+    @property
     def noise_added_by(self) -> tuple[str, ...]:
         """The aggregator roles that add DP noise: veil's, never the other implementation's."""
         return tuple(r for r in OTHER_IMPLEMENTATION_ROLES if r != self.other_implementation)
@@ -198,6 +222,8 @@ class DapSpec:
             d["task_info"] = self.task_info
         if self.other_implementation is not None:
             d["other_implementation"] = self.other_implementation
+        if self.batch_mode != TIME_INTERVAL:
+            d["batch_mode"] = self.batch_mode
         return d
 
     @staticmethod
@@ -209,6 +235,7 @@ class DapSpec:
                 version=t.text("version", DapVersion.DAP_19.value),
                 task_info=t.text("task_info", ""),
                 other_implementation=t.optional_text("other_implementation"),
+                batch_mode=t.text("batch_mode", TIME_INTERVAL),
             )
         except TaskError as e:
             raise t.error(None, str(e)) from None

@@ -21,6 +21,7 @@ Every request is handled synchronously.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ from veil.aggregator.core import (
     VerifyInitItem,
     VerifyResult,
     authorize,
+    job_deltas,
+    leader_selected_bucket,
     share_merge,
 )
 from veil.aggregator.errors import (
@@ -53,7 +56,7 @@ from veil.aggregator.helper.checks import same_request
 from veil.aggregator.helper.jobs import MAX_JOB_SIZE, HelperJobs, Opened, UploadScope
 from veil.aggregator.helper.release import HelperRelease
 from veil.aggregator.keys import KeyRing
-from veil.aggregator.store.records import HelperJob
+from veil.aggregator.store.records import BatchAggregate, HelperJob
 from veil.dap.codec import DecodeError
 from veil.dap.jobs import (
     AggregateShare,
@@ -61,10 +64,12 @@ from veil.dap.jobs import (
     AggregationJobContinueReq,
     AggregationJobInitReq,
     AggregationJobResp,
+    BatchSelector,
     VerifyResp,
     VerifyRespType,
 )
 from veil.dap.messages import (
+    LEADER_SELECTED_BATCH_ID_EXTENSION,
     BatchMode,
     HpkeConfig,
     HpkeConfigList,
@@ -84,6 +89,7 @@ from veil.dap.shares import input_share_aads, seal_aggregate_share
 from veil.dap.versions import DapVersion, ReportError, Role, input_share_info, vdaf_context
 from veil.hpke import Ciphertext
 from veil.task import HelperTask
+from veil.vdaf.engine import OutShares
 
 # The id of a DAP task's one VDAF verification key (veil's task files hold
 # one key; the leader names it in every AggregationJobInitReq).
@@ -144,6 +150,9 @@ class _Init:
     items: list[VerifyInitItem]
     metadata: dict[bytes, ReportMetadata]
     early: list[VerifyResp | None]
+    # The leader-selected batch the job's reports join (None: a task of
+    # time buckets).
+    batch_id: bytes | None = None
 
 
 class DapScope(UploadScope):
@@ -166,6 +175,9 @@ class DapScope(UploadScope):
         self.config = ctx.task.dap_configuration()
         self.read = init
         self.context = vdaf_context(version, self.task_id)
+        # The one bucket of a leader-selected job's batch (None: each
+        # report's time bucket).
+        self.batch = None if init.batch_id is None else leader_selected_bucket(init.batch_id)
         # The answer: the stored one where the job was answered before,
         # else the one this request's verification encoded.
         self.answer: bytes | None = None
@@ -190,8 +202,23 @@ class DapScope(UploadScope):
         job: HelperJob,
         results: Sequence[VerifyResult],
     ) -> list[VerifyResult] | None:
+        job = dataclasses.replace(job, batch_id=self.read.batch_id)
         stored = self.store.commit_helper_job(job, share_merge(ctx.engine))
         return self._answered(job.job_id, stored, job.request_hash)
+
+    def bucket(self, ctx: TaskContext[HelperTask], it: VerifyInitItem) -> int:
+        """A leader-selected job's reports all join its batch's bucket."""
+        return super().bucket(ctx, it) if self.batch is None else self.batch
+
+    def deltas(
+        self,
+        ctx: TaskContext[HelperTask],
+        out: OutShares,
+        accepted: Sequence[tuple[int, bytes, int]],
+    ) -> list[BatchAggregate]:
+        if self.batch is not None:
+            accepted = [(self.batch, report_id, row) for _, report_id, row in accepted]
+        return job_deltas(ctx.engine, out, accepted)
 
     def _answered(
         self, job_id: bytes, stored: tuple[bytes, bytes] | None, digest: bytes
@@ -330,9 +357,25 @@ class DapHelper:
         task_id = task.task_id
         if not extensions_in_order(request.extensions):
             raise _invalid("the aggregation job's extensions are not in increasing order", task_id)
-        refuse_extensions_and_agg_param(
-            task_id, request.extensions, request.agg_param, "aggregation job"
-        )
+        assert task.dap is not None
+        extensions = request.extensions
+        batch_id: bytes | None = None
+        if task.dap.leader_selected:
+            # Section 5.2.2: the batch id is required, and well formed.
+            try:
+                batch_id = request.batch_id()
+            except DecodeError as e:
+                raise _invalid(str(e), task_id) from None
+            if batch_id is None:
+                raise _invalid(
+                    "a leader-selected task's aggregation job names its batch"
+                    " (the leader_selected_batch_id extension)",
+                    task_id,
+                )
+            extensions = tuple(
+                e for e in extensions if e.extension_type != LEADER_SELECTED_BATCH_ID_EXTENSION
+            )
+        refuse_extensions_and_agg_param(task_id, extensions, request.agg_param, "aggregation job")
         if len(request.verify_inits) > MAX_JOB_SIZE:
             raise DapAbort(
                 Problem(
@@ -394,7 +437,7 @@ class DapHelper:
                 )
             )
         ids = [v.report_share.metadata.report_id for v in request.verify_inits]
-        return _Init(ids, items, metadata, early)
+        return _Init(ids, items, metadata, early, batch_id)
 
     def job_known(self, task_id: bytes, token: str | None, job_id: bytes) -> DapVersion:
         """The task's draft, if this helper holds the job; DapAbort with
@@ -478,11 +521,11 @@ class DapHelper:
             raise _invalid(str(e), task_id) from None
         selector = request.batch_selector
         query = request.collection_job_req.query
-        if selector.batch_mode is not BatchMode.TIME_INTERVAL:
-            raise _invalid("this task's batch mode is time-interval", task_id)
-        if query.batch_mode is not BatchMode.TIME_INTERVAL or query.batch_interval != (
-            selector.batch_interval
-        ):
+        mode = BatchMode.LEADER_SELECTED if task.dap.leader_selected else BatchMode.TIME_INTERVAL
+        if selector.batch_mode is not mode:
+            raise _invalid(f"this task's batch mode is {task.dap.batch_mode}", task_id)
+        if query.batch_mode is not mode or query.batch_interval != selector.batch_interval:
+            # A leader-selected query is empty: any batch id agrees with it.
             raise DapAbort(
                 Problem(
                     ProblemType.BATCH_INVALID,
@@ -513,18 +556,7 @@ class DapHelper:
             )
         if request.collection_job_req.agg_param:
             raise _invalid("Prio3's aggregation parameter is empty", task_id)
-        interval = selector.batch_interval
-        assert interval is not None
-        tp = task.time_precision
-        if interval.duration == 0 or (interval.start + interval.duration) * tp >= 2**63:
-            raise DapAbort(
-                Problem(
-                    ProblemType.BATCH_INVALID,
-                    "a batch interval is non-empty and within the time range",
-                    400,
-                    task_id,
-                )
-            )
+        start, duration = self._batch(task, selector)
         config = task.dap_configuration()
         collector = task.collector_hpke_config
 
@@ -545,15 +577,49 @@ class DapHelper:
                 task_id,
                 token,
                 share_id,
-                interval.start * tp,
-                interval.duration * tp,
+                start,
+                duration,
                 request.report_count,
                 request.checksum,
                 seal=seal,
+                batch_id=selector.batch_id,
             )
         except AggregatorError as e:
             raise _mapped(e, task_id) from None
         return share_id, AggregateShare(ct).encode()
+
+    def _batch(self, task: HelperTask, selector: BatchSelector) -> tuple[int, int]:
+        """The (start, duration) the release step takes for the selected
+        batch: its interval in seconds, or a leader-selected batch's bucket
+        (duration 1). batchInvalid for an empty interval, or a batch id of
+        which this helper aggregated no report (section 4.6.4: it names no
+        batch bucket that can be collected)."""
+        task_id = task.task_id
+        if selector.batch_id is not None:
+            bucket = leader_selected_bucket(selector.batch_id)
+            if not self.releases.store.batch_aggregates(task_id, bucket, bucket + 1):
+                raise DapAbort(
+                    Problem(
+                        ProblemType.BATCH_INVALID,
+                        "this helper aggregated no report into a batch of that id",
+                        400,
+                        task_id,
+                    )
+                )
+            return bucket, 1
+        interval = selector.batch_interval
+        assert interval is not None
+        tp = task.time_precision
+        if interval.duration == 0 or (interval.start + interval.duration) * tp >= 2**63:
+            raise DapAbort(
+                Problem(
+                    ProblemType.BATCH_INVALID,
+                    "a batch interval is non-empty and within the time range",
+                    400,
+                    task_id,
+                )
+            )
+        return interval.start * tp, interval.duration * tp
 
     def stored_share(self, task_id: bytes, token: str | None, share_id: bytes) -> bytes:
         """GET of an aggregate share: the AggregateShare released before."""

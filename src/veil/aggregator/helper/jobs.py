@@ -476,12 +476,16 @@ class UploadScope:
         if horizon is not None and it.time < horizon:
             # Expired: its replay record may already be gone (DAP: report_dropped).
             return REPORT_DROPPED
-        bucket = ctx.task.bucket(it.time)
+        bucket = self.bucket(ctx, it)
         collected = self._collected.get(bucket)
         if collected is None:
             aggs = self.store.batch_aggregates(self.task_id, bucket, bucket + 1)
             collected = self._collected[bucket] = any(a.collected_by is not None for a in aggs)
         return BATCH_COLLECTED if collected else None
+
+    def bucket(self, ctx: TaskContext[HelperTask], it: VerifyInitItem) -> int:
+        """The bucket a report of this job joins: its time's."""
+        return ctx.task.bucket(it.time)
 
     def open(
         self, ctx: TaskContext[HelperTask], keys: KeyRing, items: Sequence[VerifyInitItem]

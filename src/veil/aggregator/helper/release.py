@@ -114,12 +114,17 @@ class HelperRelease:
         agg_param: bytes = b"",
         window: tuple[int, int] | None = None,
         seal: Seal | None = None,
+        batch_id: bytes | None = None,
     ) -> Ciphertext:
         """The helper's noised aggregate share of a batch (or of one level of
         a batch, named by `agg_param`), sealed to the collector; the same
         bytes on a retry. `window` is the task's in the leader's file
         (check_window_agrees). `seal` seals the encoded share where the
-        protocol binds another context than veil's (DAP's)."""
+        protocol binds another context than veil's (DAP's). `batch_id`
+        names a batch the leader chose (DAP's leader-selected mode), whose
+        bucket is [start, +1): it has no interval to check, and its window
+        need not have closed, since no later report joins a batch once
+        formed."""
         ctx = self.tasks.context(task_id)
         task = ctx.task
         authorize(task, token, task.aggregator_token_hash, "aggregator")
@@ -131,9 +136,10 @@ class HelperRelease:
         if ctx.queries is not None:
             target = Level(self, ctx, agg_param, start, duration, collection_id)
         else:
-            target = Buckets(self, ctx, start, duration, collection_id)
-        check_interval(task, start, duration)
-        check_window_closed(task, start, self.clock())
+            target = Buckets(self, ctx, start, duration, collection_id, batch_id)
+        if batch_id is None:
+            check_interval(task, start, duration)
+            check_window_closed(task, start, self.clock())
         stored = self.store.get_collection(task_id, collection_id)
         if stored is None:
             # Computed without a lock; the commit closes what it released
@@ -215,14 +221,21 @@ class Buckets:
         start: int,
         duration: int,
         collection_id: bytes,
+        batch_id: bytes | None = None,
     ) -> None:
         self.release = release
         self.ctx = ctx
         self.start, self.duration = start, duration
         self.collection_id = collection_id
+        self.batch_id = batch_id
 
     def _batch(self) -> str:
+        if self.batch_id is not None:
+            return f"batch {self.batch_id.hex()}"
         return f"the batch overlapping [{self.start}, +{self.duration})"
+
+    def _where(self, bucket: int) -> str:
+        return "" if self.batch_id is not None else f" (time bucket {bucket})"
 
     def summary(self) -> tuple[list[int], int, bytes, int]:
         task_id = self.ctx.task.task_id
@@ -230,7 +243,7 @@ class Buckets:
         for a in aggs:
             if a.collected_by is not None and a.collected_by != self.collection_id:
                 raise BatchCollected(
-                    f"{self._batch()} was already collected (time bucket {a.bucket}); a batch is"
+                    f"{self._batch()} was already collected{self._where(a.bucket)}; a batch is"
                     " collected at most once"
                 )
         share, count, checksum = batch_summary(self.ctx.engine, aggs)
@@ -252,7 +265,7 @@ class Buckets:
             return self.release.store.commit_helper_collection(record, self.ctx.task.time_precision)
         except BucketCollected as e:
             raise BatchCollected(
-                f"{self._batch()} was already collected (time bucket {e.bucket}); a batch is"
+                f"{self._batch()} was already collected{self._where(e.bucket)}; a batch is"
                 " collected at most once"
             ) from None
         except BatchChanged:

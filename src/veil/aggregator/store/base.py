@@ -228,6 +228,9 @@ class Datastore:
     def helper_job(self, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | None:
         return self._read(lambda tx: jobs.helper_job(tx, task_id, job_id))
 
+    def helper_job_batch(self, task_id: bytes, job_id: bytes) -> bytes | None:
+        return self._read(lambda tx: jobs.helper_job_batch(tx, task_id, job_id))
+
     def seen_reports(self, task_id: bytes, report_ids: Sequence[bytes]) -> set[bytes]:
         return self._read(lambda tx: report_units.seen_reports(tx, task_id, report_ids))
 

@@ -38,13 +38,21 @@ def helper_job(tx: Tx, task_id: bytes, job_id: bytes) -> tuple[bytes, bytes] | N
     return None if row is None else (bytes(row[0]), bytes(row[1]))
 
 
+def helper_job_batch(tx: Tx, task_id: bytes, job_id: bytes) -> bytes | None:
+    """The leader-selected batch a helper job's reports joined, if any."""
+    row = tx.one(
+        "SELECT batch_id FROM helper_jobs WHERE task_id = ? AND job_id = ?", (task_id, job_id)
+    )
+    return None if row is None or row[0] is None else bytes(row[0])
+
+
 def insert_helper_job(tx: Tx, job: HelperJob) -> None:
     """The helper's record of a job (its request's hash and its answer, kept
     to answer a retry identically), for Prio3's jobs and Poplar1's."""
     tx.run(
-        "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (job.task_id, job.job_id, job.request_hash, job.response, _time.time()),
+        "INSERT INTO helper_jobs (task_id, job_id, request_hash, response, created, batch_id)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        (job.task_id, job.job_id, job.request_hash, job.response, _time.time(), job.batch_id),
     )
 
 

@@ -172,6 +172,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE report_shares ADD COLUMN token BYTEA;
     """,
+    # The leader-selected batch each of the helper's DAP jobs put its reports
+    # in (issue 43: the leader_selected_batch_id extension); NULL for a job
+    # of time buckets.
+    """
+    ALTER TABLE helper_jobs ADD COLUMN batch_id BYTEA;
+    """,
 )
 
 SCHEMA_TABLE = (

@@ -200,6 +200,9 @@ class HelperJob:
     reports: Sequence[tuple[bytes, int]]
     rejected: Sequence[str]
     deltas: Sequence[BatchAggregate]
+    # The leader-selected batch the job's reports joined (DAP's
+    # leader_selected_batch_id); None for a job of time buckets.
+    batch_id: bytes | None = None
 
 
 @dataclass(frozen=True)
