@@ -36,6 +36,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tomli_w
 
@@ -43,7 +44,7 @@ from veil.files import create_file
 from veil.grpc_util import is_loopback
 from veil.survey import DESCRIPTION_FILE, Survey, public_description
 from veil.survey.tasks import task_specs
-from veil.task import new_task
+from veil.task import DapSpec, new_task
 from veil.trust import TrustError, bundle_fingerprints
 
 PRIVATE_DIR = 0o700
@@ -101,6 +102,65 @@ def _ca_pins(tls: bool, leader_ca: bytes | None, helper_ca: bytes | None) -> dic
     return pins
 
 
+def _dap_listen(
+    survey: Survey,
+    specs: dict[str, Any],
+    dap: DapSpec,
+    tls: bool,
+    leader: str,
+    helper: str,
+) -> dict[str, str]:
+    """Where each veil aggregator serves DAP (its config's `[dap] listen`):
+    the port of its DAP endpoint, on loopback as its gRPC listener is; the
+    role another implementation runs gets none. DeployError for a survey
+    DAP cannot carry yet or endpoints that do not fit the deployment."""
+    from veil.task.spec import DAP_VDAFS
+
+    if survey.invitations:
+        raise DeployError(
+            "a survey with invitations cannot be deployed over DAP yet: deploy it without"
+            " --protocol dap"
+        )
+    if dap.leader_selected:
+        raise DeployError(
+            "a survey is collected over its window, a time interval: --batch-mode"
+            " leader-selected is not for surveys"
+        )
+    for qid, (vdaf, _, _) in specs.items():
+        if vdaf.type not in DAP_VDAFS:
+            raise DeployError(
+                f"question {qid!r} is a {vdaf.type} task, which DAP cannot carry yet (DAP"
+                f" tasks are {', '.join(DAP_VDAFS)}): deploy the survey without --protocol dap"
+            )
+    out = {}
+    for role, url, grpc_address in (
+        ("leader", dap.leader_endpoint, leader),
+        ("helper", dap.helper_endpoint, helper),
+    ):
+        parts = urlsplit(url)
+        want = "https" if tls else "http"
+        if parts.scheme != want:
+            raise DeployError(
+                f"the {role}'s DAP endpoint {url!r} must be an {want} URL"
+                + (" (--no-tls serves plain HTTP)" if not tls else " (the servers serve TLS)")
+            )
+        try:
+            port = parts.port or (443 if tls else 80)
+        except ValueError:
+            raise DeployError(f"the {role}'s DAP endpoint {url!r} has no valid port") from None
+        if not parts.hostname:
+            raise DeployError(f"the {role}'s DAP endpoint {url!r} names no host")
+        if role == dap.other_implementation:
+            continue  # that aggregator is not veil: it has no config here
+        if str(port) == grpc_address.rpartition(":")[2]:
+            raise DeployError(
+                f"the {role}'s DAP endpoint {url!r} is on its gRPC port {port}: give each its own"
+            )
+        local = not tls or is_loopback(f"{parts.hostname}:{port}")
+        out[role] = f"127.0.0.1:{port}" if local else f"0.0.0.0:{port}"
+    return out
+
+
 def deploy_survey(
     survey: Survey,
     survey_text: str,
@@ -112,6 +172,7 @@ def deploy_survey(
     time_precision: int | None = None,
     leader_ca: bytes | None = None,
     helper_ca: bytes | None = None,
+    dap: DapSpec | None = None,
 ) -> Deployment:
     """Write the deployment of ``survey`` under ``out`` (which must not exist).
 
@@ -121,7 +182,9 @@ def deploy_survey(
     (`leader_ca_sha256`, `helper_ca_sha256`: clients and the collector then
     trust that CA for that aggregator only, veil.trust) and are copied to
     client/leader-ca.pem, client/helper-ca.pem and the leader's
-    tls/helper-ca.crt.
+    tls/helper-ca.crt. With `dap` every question's task is served over DAP
+    (its [dap] table, as `veil task new --protocol dap` writes it), and each
+    server's config gets `[dap] listen` at its endpoint's port (`_dap_listen`).
     """
     out = Path(out)
     pins = _ca_pins(tls, leader_ca, helper_ca)
@@ -140,6 +203,8 @@ def deploy_survey(
         host, sep, port = address.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise DeployError(f"{address!r} is not host:port")
+    specs = task_specs(survey)
+    dap_listen = {} if dap is None else _dap_listen(survey, specs, dap, tls, leader, helper)
     if out.exists() or out.is_symlink():
         raise DeployError(f"{out} already exists; choose a new directory (nothing is overwritten)")
     dirs = {name: out / name for name in ("leader", "helper", "collector", "client")}
@@ -148,7 +213,6 @@ def deploy_survey(
         d.mkdir(mode=PUBLIC_DIR if name == "client" else PRIVATE_DIR)
     for role in ("leader", "helper"):
         (dirs[role] / "tasks").mkdir(mode=PRIVATE_DIR)
-    specs = task_specs(survey)
     issuer_keys = {}
     if survey.invitations:
         from veil.invite import blindrsa
@@ -179,6 +243,7 @@ def deploy_survey(
             max_clock_skew=survey.max_clock_skew,
             leader_ca_sha256=pins.get("leader"),
             helper_ca_sha256=pins.get("helper"),
+            dap=dap,
             **kwargs,
         )
         task_names.append(qid)
@@ -211,6 +276,8 @@ def deploy_survey(
             # As docs/OPERATING.md says servers log: text lines ("json" for a log shipper).
             "log_format": "text",
         }
+        if role in dap_listen:
+            config["dap"] = {"listen": dap_listen[role]}
         if tls:
             # Server-authenticated TLS on both servers. The leader proves itself
             # to the helper with its bearer token, as in DAP; requiring client

@@ -109,6 +109,10 @@ NOT_RUN = {
     ("docs/DEPLOYING.md", "The survey page: respondents in a browser", "sh"): (
         "a long-running server: tests/web/test_serve.py serves the page; the command is parsed"
     ),
+    ("docs/DAP.md", "A survey over DAP", "sh"): (
+        "long-running servers: tests/integration/test_dap_survey.py runs the commands with free"
+        " ports and SIGHUP to the servers' processes; the commands are parsed"
+    ),
     ("docs/DEPLOYING.md", "Scaling out on PostgreSQL", "sh"): (
         "long-running servers on PostgreSQL: tests/integration/test_scale_out.py runs them;"
         " the commands are parsed"

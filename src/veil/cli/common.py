@@ -11,7 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from veil.task import Task, TaskError, load_task
+from veil.task import DapSpec, Task, TaskError, load_task
 
 if TYPE_CHECKING:
     from veil.survey.results import QuestionResult
@@ -103,3 +103,62 @@ def number(x: Any) -> Any:
     if isinstance(x, Fraction):
         return int(x) if x.denominator == 1 else float(x)
     return x
+
+
+def add_dap_options(p: argparse.ArgumentParser, protocol_help: str) -> None:
+    """The options of a task served over DAP (`veil task new`, `veil survey
+    deploy`): --protocol and the [dap] table's values (`dap_spec` reads them)."""
+    p.add_argument("--protocol", choices=("grpc", "dap"), default="grpc", help=protocol_help)
+    p.add_argument("--dap-leader", help="the leader's DAP base URL (--protocol dap)")
+    p.add_argument("--dap-helper", help="the helper's DAP base URL (--protocol dap)")
+    p.add_argument("--dap-version", help="dap-19 (default) or dap-18 (--protocol dap)")
+    p.add_argument(
+        "--dap-other-implementation",
+        metavar="ROLE",
+        help="leader or helper: that aggregator runs another DAP implementation, which adds no"
+        " noise; veil's adds all of it (--protocol dap; independent noise mode only)",
+    )
+    p.add_argument(
+        "--batch-mode",
+        metavar="MODE",
+        help="time-interval (default: the collector names an interval) or leader-selected (the"
+        " leader forms batches of at least min_batch_size) (--protocol dap)",
+    )
+    p.add_argument(
+        "--task-info", help="DAP's task_info, at most 255 bytes (--protocol dap; dap-18: required)"
+    )
+
+
+def dap_spec(args: argparse.Namespace) -> DapSpec | None:
+    """The [dap] table of a task served over DAP (--protocol dap), or None;
+    TaskError for an option that does not fit."""
+    from veil.dap import DEFAULT_VERSION
+
+    given = [
+        name
+        for name, value in (
+            ("--dap-leader", args.dap_leader),
+            ("--dap-helper", args.dap_helper),
+            ("--dap-version", args.dap_version),
+            ("--task-info", args.task_info),
+            ("--dap-other-implementation", args.dap_other_implementation),
+            ("--batch-mode", args.batch_mode),
+        )
+        if value is not None
+    ]
+    if args.protocol != "dap":
+        if given:
+            raise TaskError(f"{given[0]} belongs to --protocol dap")
+        return None
+    if args.dap_leader is None or args.dap_helper is None:
+        raise TaskError(
+            "--protocol dap needs --dap-leader and --dap-helper, the aggregators' DAP base URLs"
+        )
+    return DapSpec(
+        args.dap_leader,
+        args.dap_helper,
+        args.dap_version or DEFAULT_VERSION.value,
+        "" if args.task_info is None else args.task_info,
+        args.dap_other_implementation,
+        "time-interval" if args.batch_mode is None else args.batch_mode,
+    )

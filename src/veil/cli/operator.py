@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from veil.cli.common import (
+    add_dap_options,
     add_retired_ca,
+    dap_spec,
     print_results,
     read_pem,
     setup_logging,
@@ -23,7 +25,9 @@ from veil.cli.common import (
 
 if TYPE_CHECKING:
     from veil.collector.survey import SurveyFiles
+    from veil.deploy import Deployment
     from veil.survey import Survey
+    from veil.task import DapSpec
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -92,12 +96,14 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
     from veil.deploy import DeployError, deploy_survey
     from veil.survey import SurveyError, load_survey
     from veil.survey.statement import survey_statement
+    from veil.task import TaskError
     from veil.times import format_time
 
     try:
+        dap = dap_spec(args)
         survey = load_survey(args.survey)
         text = Path(args.survey).read_text(encoding="utf-8")
-    except (SurveyError, OSError) as e:
+    except (TaskError, SurveyError, OSError) as e:
         print(f"veil survey deploy: {e}", file=sys.stderr)
         return 2
     # The plan first: with --strict, a survey that cannot reach its target is
@@ -116,8 +122,9 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
             time_precision=args.time_precision,
             leader_ca=read_pem(args.leader_ca),
             helper_ca=read_pem(args.helper_ca),
+            dap=dap,
         )
-    except (SurveyError, DeployError, OSError) as e:
+    except (SurveyError, DeployError, TaskError, OSError) as e:
         print(f"veil survey deploy: {e}", file=sys.stderr)
         return 2
     print(f"wrote the deployment of {survey.name!r} ({len(survey.tasked)} tasks) to {dep.out}:")
@@ -154,6 +161,8 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
             "no invitations: anyone holding the client files may answer, and more than once;"
             " set invitations = true in [survey] for one answer per respondent"
         )
+    if dap is not None:
+        _print_dap(dep, dap)
     assert survey.opens is not None and survey.closes is not None
     print(
         f"window: {format_time(survey.opens)} to {format_time(survey.closes)}; collect after it"
@@ -179,6 +188,21 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
                 " give each aggregator's CA themselves."
             )
     return 0
+
+
+def _print_dap(dep: Deployment, dap: DapSpec) -> None:
+    """What another DAP implementation needs of each question's task: its id in
+    hex and its encoded TaskConfiguration (as `veil task new --protocol dap`)."""
+    from veil.task import ClientTask, load_task
+
+    print(
+        f"DAP ({dap.version}): the leader at {dap.leader_endpoint}, the helper at"
+        f" {dap.helper_endpoint}; each question's task id (hex) and TaskConfiguration:"
+    )
+    for path in sorted(dep.client_dir.glob("*.toml")):
+        task = load_task(path, ClientTask)
+        print(f"  {path.stem}: {task.task_id.hex()}")
+        print(f"    {task.dap_configuration().encode(dap.dap_version).hex()}")
 
 
 def cmd_survey_plan(args: argparse.Namespace) -> int:
@@ -426,6 +450,17 @@ def cmd_survey_status(args: argparse.Namespace) -> int:
         return 2
     survey = files.survey
     assert survey.opens is not None and survey.closes is not None
+    other = [t for t in files.tasks.values() if t.dap and t.dap.other_implementation == "leader"]
+    if other:
+        # A veil leader answers GetTaskInfo (gRPC) for its DAP tasks too; DAP
+        # itself has no route for what it tells.
+        print(
+            f"{name}: this survey's leader is another DAP implementation: DAP has no route for"
+            " the reports received or the collections done, so veil survey status cannot show"
+            " them (its window is in collector/survey.toml; veil survey collect collects it)",
+            file=sys.stderr,
+        )
+        return 2
     infos = {}
     for q in survey.tasked:
         try:
@@ -496,7 +531,9 @@ def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:
     out = {}
     for q in survey.tasked:
         job = recorded.jobs.get(q.id)
-        if job is None:
+        if job is None or files.tasks[q.id].dap is not None:
+            # A DAP leader names a collection job from its request, not from
+            # the id state.json keeps: a DAP question's job is not asked for.
             continue
         job_id = bytes.fromhex(job)  # State.load checked it
         with Collector(files.tasks[q.id], leader_root_certificates=read_pem(args.leader_ca)) as c:
@@ -581,6 +618,12 @@ def register(
         action="store_true",
         help="refuse (write nothing) when a question cannot reach its target accuracy at the"
         " survey's expected_respondents",
+    )
+    add_dap_options(
+        p,
+        "serve every question's task over veil's gRPC (default) or over DAP's HTTP"
+        " (docs/DAP.md): each server's config then has [dap] listen at its endpoint's port,"
+        " and the tasks' ids and TaskConfigurations are printed",
     )
     p.set_defaults(func=cmd_survey_deploy)
 

@@ -10,7 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from veil.dap import DEFAULT_VERSION
+from veil.cli.common import add_dap_options, dap_spec
 from veil.dp import DPError
 from veil.dp.accounting import decimal_text, zcdp_rho
 from veil.dp.mechanisms import MAX_EPSILON, parse_budget
@@ -22,7 +22,6 @@ from veil.task import (
     DEFAULT_MIN_BATCH_SIZE,
     DEFAULT_TIME_PRECISION,
     VDAF_TYPES,
-    DapSpec,
     DpSpec,
     TaskError,
     VdafSpec,
@@ -89,7 +88,7 @@ def cmd_task_new(args: argparse.Namespace) -> int:
         print(f"veil task new: {e}", file=sys.stderr)
         return 2
     try:
-        dap = _dap_spec(args)
+        dap = dap_spec(args)
         files = new_task(
             vdaf,
             args.leader,
@@ -227,38 +226,6 @@ def _dp_spec(args: argparse.Namespace, local_max_choices: int) -> DpSpec:
     )
 
 
-def _dap_spec(args: argparse.Namespace) -> DapSpec | None:
-    """The [dap] table of a task served over DAP (--protocol dap), or None."""
-    given = [
-        name
-        for name, value in (
-            ("--dap-leader", args.dap_leader),
-            ("--dap-helper", args.dap_helper),
-            ("--dap-version", args.dap_version),
-            ("--task-info", args.task_info),
-            ("--dap-other-implementation", args.dap_other_implementation),
-            ("--batch-mode", args.batch_mode),
-        )
-        if value is not None
-    ]
-    if args.protocol != "dap":
-        if given:
-            raise TaskError(f"{given[0]} belongs to --protocol dap")
-        return None
-    if args.dap_leader is None or args.dap_helper is None:
-        raise TaskError(
-            "--protocol dap needs --dap-leader and --dap-helper, the aggregators' DAP base URLs"
-        )
-    return DapSpec(
-        args.dap_leader,
-        args.dap_helper,
-        args.dap_version or DEFAULT_VERSION.value,
-        "" if args.task_info is None else args.task_info,
-        args.dap_other_implementation,
-        "time-interval" if args.batch_mode is None else args.batch_mode,
-    )
-
-
 def _delta(text: str) -> Fraction:
     try:
         value = Fraction(text)
@@ -374,29 +341,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="print the task id, the files written and the privacy statement as JSON",
     )
-    p.add_argument(
-        "--protocol",
-        choices=("grpc", "dap"),
-        default="grpc",
-        help="serve the task over veil's gRPC (default) or over DAP's HTTP (docs/DAP.md);"
+    add_dap_options(
+        p,
+        "serve the task over veil's gRPC (default) or over DAP's HTTP (docs/DAP.md);"
         " dap prints the encoded TaskConfiguration another implementation needs",
-    )
-    p.add_argument("--dap-leader", help="the leader's DAP base URL (--protocol dap)")
-    p.add_argument("--dap-helper", help="the helper's DAP base URL (--protocol dap)")
-    p.add_argument("--dap-version", help="dap-19 (default) or dap-18 (--protocol dap)")
-    p.add_argument(
-        "--dap-other-implementation",
-        metavar="ROLE",
-        help="leader or helper: that aggregator runs another DAP implementation, which adds no"
-        " noise; veil's adds all of it (--protocol dap; independent noise mode only)",
-    )
-    p.add_argument(
-        "--batch-mode",
-        metavar="MODE",
-        help="time-interval (default: the collector names an interval) or leader-selected (the"
-        " leader forms batches of at least min_batch_size) (--protocol dap)",
-    )
-    p.add_argument(
-        "--task-info", help="DAP's task_info, at most 255 bytes (--protocol dap; dap-18: required)"
     )
     p.set_defaults(func=cmd_task_new)

@@ -31,6 +31,7 @@ import grpc
 
 from veil.client.base import ClientOptions, UploadResult
 from veil.client.client import Client
+from veil.client.prepare import randomize_measurements
 from veil.client.retry import RetryPolicy, UploadError
 from veil.dap.codec import DecodeError
 from veil.dap.messages import REPORT_ID_SIZE, HpkeConfigList, Report, UploadErrors, UploadRequest
@@ -162,16 +163,25 @@ class DapClient:
         return self.upload_batch([measurement], report_time)
 
     def upload_batch(
-        self, measurements: Iterable[Any], report_time: int | None = None
+        self,
+        measurements: Iterable[Any],
+        report_time: int | None = None,
+        *,
+        randomized: bool = False,
     ) -> UploadResult:
         """Shard, seal and upload many measurements (one request per
         `batch_size`); `report_time` in seconds, a multiple of the task's
-        time_precision (now by default). Raises ValueError on an invalid
-        measurement before anything is sent."""
+        time_precision (now by default). A task with a local layer
+        randomizes each measurement first, as `Client` does, unless
+        `randomized` says they went through it already. Raises ValueError on
+        an invalid measurement before anything is sent."""
         when = self.report_time() if report_time is None else report_time
         tp = self.task.time_precision
         if when % tp:
             raise ValueError(f"report_time {when} is not a multiple of time_precision {tp}")
+        measured: Sequence[Any] = list(measurements)
+        if not randomized:
+            measured = randomize_measurements(self.task, measured)
         pending = [
             _Pending(
                 m,
@@ -179,7 +189,7 @@ class DapClient:
                 secrets.token_bytes(REPORT_ID_SIZE),
                 secrets.token_bytes(self.vdaf.RAND_SIZE),
             )
-            for m in measurements
+            for m in measured
         ]
         reports = self._seal(pending)
         accepted = 0

@@ -3,7 +3,8 @@
 It reads the deployment's client/ directory (``survey.json``, veil.survey.description,
 and one task file per question), turns each answer into its question's
 measurement (`veil.survey.Question.to_measurement`) and uploads one report per
-answered question with `veil.client.Client`. A breakdown is answered from the
+answered question with `veil.client.Client` (`DapClient` for a survey deployed
+over DAP, whose tasks have a [dap] table). A breakdown is answered from the
 answers already given: one more report, under its own task, whenever both its
 question and its group question are answered (`Question.breakdown_measurement`).
 A question with a local layer (`local_epsilon`) is randomized once on this
@@ -21,6 +22,7 @@ from typing import Any
 
 from veil.client.base import ClientOptions
 from veil.client.client import Client
+from veil.client.dap import DapClient, client_for
 from veil.client.prepare import prepare_reports, randomize_measurements
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.messages import Report
@@ -104,16 +106,23 @@ class SurveyClient:
             raise SurveyError("this survey does not use invitations: it has no issuer keys")
         # Channels connect on first use; creating them here checks the
         # certificates (veil.trust.TrustError) before any answer is taken.
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[str, Client | DapClient] = {}
         options = ClientOptions(
             leader_root_certificates=leader_root_certificates,
             helper_root_certificates=helper_root_certificates,
             private_key=private_key,
             certificate_chain=certificate_chain,
         )
+        dap = [qid for qid, task in self.tasks.items() if task.dap is not None]
+        if dap and (private_key is not None or certificate_chain is not None):
+            raise SurveyError(
+                "this survey is served over DAP, whose uploads name no client certificate:"
+                " leave out the client certificate and key"
+            )
         try:
             for qid, task in self.tasks.items():
-                self._clients[qid] = Client(task, options)
+                # Over DAP for a task with a [dap] table (`veil survey deploy --protocol dap`).
+                self._clients[qid] = client_for(task, options)
         except BaseException:
             self.close()
             raise
@@ -274,6 +283,7 @@ class SurveyClient:
                 sealed.append(None)
                 continue
             client = self._clients[qid]
+            assert isinstance(client, Client)  # invitations are not served over DAP yet
             (report,) = prepare_reports(
                 self.tasks[qid],
                 ms,
@@ -289,7 +299,9 @@ class SurveyClient:
         for qid, answered in zip(qids, tokened, strict=True):
             if answered is None:
                 continue
-            self._clients[qid].upload_reports([answered])
+            client = self._clients[qid]
+            assert isinstance(client, Client)
+            client.upload_reports([answered])
             sent[qid] = 1
             if on_progress is not None:
                 on_progress(1)

@@ -40,6 +40,7 @@ from veil.collector.collector import (
     Collector,
     text_agg_param,
 )
+from veil.collector.dap import collector_for
 from veil.collector.estimate import SIMULTANEOUS_BONFERRONI
 from veil.collector.text import LevelQuery, TextProgress, descend
 from veil.dp.accounting import Guarantee
@@ -298,17 +299,21 @@ def collect_survey(
         _record(Path(directory), here)
     state_path = out / STATE_FILE
     state = State.load(state_path, survey, start, duration)
+    # Over DAP for a survey deployed with --protocol dap (its tasks' [dap] tables).
     collectors = {
-        qid: Collector(task, leader_root_certificates=leader_root_certificates)
+        qid: collector_for(task, leader_root_certificates=leader_root_certificates)
         for qid, task in files.tasks.items()
     }
     try:
         # Every key is checked before any batch is closed: one wrong file
-        # must not cost the questions collected before it is found.
+        # must not cost the questions collected before it is found. DAP has no
+        # call to ask the leader for it: a share sealed to another key fails,
+        # named, when it is opened (docs/DAP.md).
         for q in survey.tasked:
-            if q.id not in state.jobs and q.id not in state.text:
+            c = collectors[q.id]
+            if isinstance(c, Collector) and q.id not in state.jobs and q.id not in state.text:
                 try:
-                    collectors[q.id].check_collector_key()
+                    c.check_collector_key()
                 except CollectionError as e:
                     raise SurveyCollectError(f"question {q.id!r}: {e.message}") from e
         results: list[QuestionResult] = []
@@ -318,8 +323,10 @@ def collect_survey(
         ended: dict[str, str] = {}
         for q in survey.tasked:
             if q.kind == "text":
+                text_collector = collectors[q.id]
+                assert isinstance(text_collector, Collector)  # no text question over DAP
                 outcome = _collect_text(
-                    survey, q, collectors[q.id], state, state_path, wait, confidence, say
+                    survey, q, text_collector, state, state_path, wait, confidence, say
                 )
                 if isinstance(outcome, _Ended):
                     ended[q.id] = outcome.why

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,6 +108,13 @@ def new_task(
 ) -> TaskFiles:
     """Fresh ids, keys and tokens, split into each party's view of the task
     (`dap`: served over DAP, docs/DAP.md)."""
+    if (
+        dap is not None
+        and dap.task_interval is None
+        and (not_before != DEFAULT_NOT_BEFORE or not_after != DEFAULT_NOT_AFTER)
+    ):
+        # DAP binds the window as created: kept, whatever later moves the window.
+        dap = replace(dap, task_interval=(not_before, not_after))
     collector_kp = generate_keypair(secrets.randbelow(256))
     aggregator_token = secrets.token_urlsafe(32)
     collector_token = secrets.token_urlsafe(32)

@@ -166,15 +166,21 @@ class Task:
     def dap_configuration(self) -> TaskConfiguration:
         """The task as DAP binds it into every share's associated data
         (draft-ietf-ppm-dap section 4.2); only for a task with a [dap]
-        table. The window [not_before, not_after), when bounded, is the
+        table. The window the task was created with (its [dap] table's
+        task_interval; else [not_before, not_after), when bounded) is the
         task_interval extension, widened to whole time precisions."""
         if self.dap is None:
             raise TaskError("this task is not served over DAP (no [dap] table)")
         vdaf = VdafConfig(DAP_VDAFS[self.vdaf.type], tuple(self.vdaf.params.items()))
         extensions: tuple[Extension, ...] = ()
-        if self.not_before != DEFAULT_NOT_BEFORE or self.not_after != DEFAULT_NOT_AFTER:
-            start = self.not_before // self.time_precision
-            end = -(-self.not_after // self.time_precision)
+        window = self.dap.task_interval
+        if window is None and (
+            self.not_before != DEFAULT_NOT_BEFORE or self.not_after != DEFAULT_NOT_AFTER
+        ):
+            window = (self.not_before, self.not_after)
+        if window is not None:
+            start = window[0] // self.time_precision
+            end = -(-window[1] // self.time_precision)
             extensions = (task_interval_extension(Interval(start, end - start)),)
         return TaskConfiguration(
             task_info=self.dap.task_info.encode(),

@@ -145,6 +145,8 @@ DAP_KEYS = (
     "helper_endpoint",
     "other_implementation",
     "batch_mode",
+    "task_interval_start",
+    "task_interval_end",
 )
 # The aggregator roles another DAP implementation may play beside a veil one.
 OTHER_IMPLEMENTATION_ROLES = ("leader", "helper")
@@ -173,6 +175,11 @@ class DapSpec:
     # How reports are grouped into batches: by time (the collector names an
     # interval) or by the leader (each batch a 32-byte id it chooses).
     batch_mode: str = TIME_INTERVAL
+    # The window the task was created with, [start, end) in seconds: DAP's
+    # task_interval extension, bound into every share's associated data, so
+    # it stays as created when `veil survey close` or `extend` moves the
+    # window veil's aggregators enforce (None: from the window, where bounded).
+    task_interval: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.batch_mode not in BATCH_MODES:
@@ -197,6 +204,13 @@ class DapSpec:
             raise TaskError(f"task_info is {len(info)} bytes in UTF-8; DAP allows at most 255")
         if not info and self.dap_version is DapVersion.DAP_18:
             raise TaskError("dap-18 needs a task_info of at least one byte")
+        if self.task_interval is not None:
+            start, end = self.task_interval
+            if not 0 <= start < end < 2**63:
+                raise TaskError(
+                    f"task_interval_start must be before task_interval_end, both seconds"
+                    f" since the epoch; got [{start}, {end})"
+                )
 
     @property
     def dap_version(self) -> DapVersion:
@@ -213,7 +227,7 @@ class DapSpec:
         return tuple(r for r in OTHER_IMPLEMENTATION_ROLES if r != self.other_implementation)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {
+        d: dict[str, Any] = {
             "version": self.version,
             "leader_endpoint": self.leader_endpoint,
             "helper_endpoint": self.helper_endpoint,
@@ -224,10 +238,16 @@ class DapSpec:
             d["other_implementation"] = self.other_implementation
         if self.batch_mode != TIME_INTERVAL:
             d["batch_mode"] = self.batch_mode
+        if self.task_interval is not None:
+            d["task_interval_start"], d["task_interval_end"] = self.task_interval
         return d
 
     @staticmethod
     def from_table(t: Table) -> DapSpec:
+        start = t.optional_integer("task_interval_start", minimum=0)
+        end = t.optional_integer("task_interval_end", minimum=0)
+        if (start is None) != (end is None):
+            raise t.error(None, "give task_interval_start and task_interval_end together")
         try:
             return DapSpec(
                 leader_endpoint=t.text("leader_endpoint"),
@@ -236,6 +256,7 @@ class DapSpec:
                 task_info=t.text("task_info", ""),
                 other_implementation=t.optional_text("other_implementation"),
                 batch_mode=t.text("batch_mode", TIME_INTERVAL),
+                task_interval=None if start is None or end is None else (start, end),
             )
         except TaskError as e:
             raise t.error(None, str(e)) from None

@@ -1,0 +1,177 @@
+"""`veil survey deploy --protocol dap` (issue 43): every question's task gets
+the [dap] table `veil task new --protocol dap` writes, each server's config
+its `[dap] listen`, and the command prints each task's id and
+TaskConfiguration; `veil survey close` leaves the TaskConfiguration every
+share binds as it was. Malformed values are refused with one line and
+nothing written. A survey deployed so, run through real servers:
+tests/integration/test_dap_survey.py."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from veil.cli import main
+from veil.dap.messages import TaskConfiguration
+from veil.dap.versions import DapVersion
+from veil.task import ClientTask, CollectorTask, DapSpec, HelperTask, LeaderTask, load_task
+from veil.times import format_time
+
+OPENS, CLOSES = 1_777_593_600, 1_777_593_600 + 7 * 86_400
+SURVEY = f"""\
+[survey]
+name = "dap deploy"
+epsilon = 1
+min_batch_size = 5
+opens = {format_time(OPENS)}
+closes = {format_time(CLOSES)}
+{{extra}}
+[[question]]
+id = "likes"
+kind = "yes_no"
+
+[[question]]
+id = "score"
+kind = "integer"
+max = 10
+{{question}}"""
+TEXT_QUESTION = '\n[[question]]\nid = "editor"\nkind = "text"\n'
+LEADER, HELPER = "http://127.0.0.1:8001/", "http://127.0.0.1:8002/dap/"
+
+
+def _dap(leader: str = LEADER, helper: str = HELPER) -> tuple[str, ...]:
+    return ("--protocol", "dap", "--dap-leader", leader, "--dap-helper", helper)
+
+
+DAP = _dap()
+
+
+def _deploy(tmp_path: Path, *options: str, extra: str = "", question: str = "") -> tuple[int, Path]:
+    survey = tmp_path / "survey.toml"
+    survey.write_text(SURVEY.format(extra=extra, question=question))
+    out = tmp_path / "dep"
+    code = main(
+        [
+            "survey", "deploy", "--survey", str(survey), "--out", str(out),
+            "--leader", "127.0.0.1:7001", "--helper", "127.0.0.1:7002", "--no-tls", *options,
+        ]
+    )  # fmt: skip
+    return code, out
+
+
+def test_every_task_and_server_gets_its_dap_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _deploy(
+        tmp_path, "--protocol", "dap", "--dap-leader", LEADER, "--dap-helper", HELPER,
+        "--task-info", "dap deploy",
+    )  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 0
+    want = DapSpec(LEADER, HELPER, "dap-19", "dap deploy", task_interval=(OPENS, CLOSES))
+    for qid in ("likes", "score"):
+        tasks = [
+            load_task(out / "leader" / "tasks" / f"{qid}.toml", LeaderTask),
+            load_task(out / "helper" / "tasks" / f"{qid}.toml", HelperTask),
+            load_task(out / "collector" / f"{qid}.toml", CollectorTask),
+            load_task(out / "client" / f"{qid}.toml", ClientTask),
+        ]
+        assert {t.dap for t in tasks} == {want}
+        assert len({t.task_id for t in tasks}) == 1
+        client = tasks[-1]
+        # What another implementation needs, printed: the id and the bytes.
+        configuration = client.dap_configuration().encode(DapVersion.DAP_19)
+        assert f"  {qid}: {client.task_id.hex()}\n    {configuration.hex()}\n" in said
+        decoded = TaskConfiguration.decode(configuration, DapVersion.DAP_19)
+        assert decoded.leader_aggregator_endpoint == LEADER.encode()
+    for role, port in (("leader", 8001), ("helper", 8002)):
+        config = tomllib.loads((out / role / f"{role}.toml").read_text())
+        assert config["dap"] == {"listen": f"127.0.0.1:{port}"}
+
+
+def test_closing_early_keeps_what_every_share_binds(tmp_path: Path) -> None:
+    code, out = _deploy(tmp_path, *DAP)
+    assert code == 0
+    path = out / "client" / "score.toml"
+    before = load_task(path, ClientTask)
+    end = OPENS + 86_400
+    assert main(["survey", "close", str(out), "--at", format_time(end)]) == 0
+    after = load_task(path, ClientTask)
+    assert (after.not_before, after.not_after) == (OPENS, end)
+    # DAP's task_interval is the window as deployed: a report sealed before
+    # the close still opens at both aggregators after it.
+    assert after.dap_configuration() == before.dap_configuration()
+    assert load_task(out / "helper" / "tasks" / "score.toml", HelperTask).dap == before.dap
+
+
+def test_without_dap_nothing_changes(tmp_path: Path) -> None:
+    code, out = _deploy(tmp_path)
+    assert code == 0
+    assert load_task(out / "client" / "score.toml", ClientTask).dap is None
+    assert "dap" not in tomllib.loads((out / "leader" / "leader.toml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("options", "extra", "question", "message"),
+    [
+        (("--dap-leader", LEADER), "", "", "--dap-leader belongs to --protocol dap"),
+        (("--task-info", "x"), "", "", "--task-info belongs to --protocol dap"),
+        (
+            ("--protocol", "dap", "--dap-leader", LEADER),
+            "",
+            "",
+            "--protocol dap needs --dap-leader and --dap-helper",
+        ),
+        ((*DAP, "--dap-version", "dap-17"), "", "", "unknown DAP version 'dap-17'"),
+        (
+            (*DAP, "--dap-other-implementation", "collector"),
+            "",
+            "",
+            "other_implementation must be one of leader, helper",
+        ),
+        ((*DAP, "--task-info", "x" * 256), "", "", "task_info is 256 bytes"),
+        ((*DAP, "--batch-mode", "leader-selected"), "", "", "is not for surveys"),
+        (
+            _dap("https://127.0.0.1:8001/"),
+            "",
+            "",
+            "the leader's DAP endpoint 'https://127.0.0.1:8001/' must be an http URL",
+        ),
+        (
+            _dap(helper="http://:8002/"),
+            "",
+            "",
+            "names no host",
+        ),
+        (
+            _dap("http://127.0.0.1:99999/"),
+            "",
+            "",
+            "has no valid port",
+        ),
+        (
+            _dap("http://127.0.0.1:7001/"),
+            "",
+            "",
+            "is on its gRPC port 7001",
+        ),
+        (DAP, "", TEXT_QUESTION, "question 'editor' is a poplar1 task, which DAP cannot carry"),
+        (DAP, "invitations = true", "", "a survey with invitations cannot be deployed over DAP"),
+    ],
+)
+def test_malformed_values_are_refused_and_nothing_written(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    options: tuple[str, ...],
+    extra: str,
+    question: str,
+    message: str,
+) -> None:
+    code, out = _deploy(tmp_path, *options, extra=extra, question=question)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("veil survey deploy: ") and message in err, err
+    assert err.count("\n") == 1, err
+    assert not out.exists()
