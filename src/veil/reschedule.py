@@ -139,7 +139,7 @@ def _collector(d: Path) -> PartyFiles:
         raise RescheduleError(str(e)) from None
     tasks = [
         TaskFile("collector", d / f"{q.id}.toml", _load(d / f"{q.id}.toml", CollectorTask))
-        for q in survey.questions
+        for q in survey.tasked  # the questions' and the breakdowns' tasks
     ]
     return PartyFiles("collector", d, tasks, d / "survey.toml")
 

@@ -108,6 +108,43 @@ def test_close_changes_every_party_s_files(
     assert "nothing changed" in capsys.readouterr().out
 
 
+BREAKDOWN = """
+[[question]]
+id = "team"
+kind = "choice"
+options = ["design", "sales"]
+text = "Team?"
+
+[[breakdown]]
+id = "remote_by_team"
+question = "remote"
+by = "team"
+"""
+
+
+def test_a_breakdown_s_files_change_with_the_questions(
+    tmp_path: Path, window: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A breakdown is a task of its own in every party's files. collector/'s
+    # were left out, and a survey with a breakdown could not be closed at
+    # all: "leader/ and collector/ hold the task files of different tasks".
+    opens, closes = window
+    text = SURVEY.format(opens=format_time(opens), closes=format_time(closes)) + BREAKDOWN
+    dep = tmp_path / "dep"
+    deploy_survey(parse_survey(text), text, dep, "127.0.0.1:1", "127.0.0.1:2", tls=False)
+    at = opens + 2 * TP
+    assert main(["survey", "close", str(dep), "--at", format_time(at)]) == 0
+    assert "18 files changed in leader/, helper/, collector/, client/" in capsys.readouterr().out
+    assert _ends(dep) == {at}
+    breakdown = load_collector_dir(dep / "collector").tasks["remote_by_team"]
+    assert breakdown.not_after == at
+    # The survey operator's part alone, as its organisation would run it.
+    later = opens + 1 * TP
+    assert main(["survey", "close", str(dep / "collector"), "--at", format_time(later)]) == 0
+    assert "5 files changed in collector/" in capsys.readouterr().out
+    assert load_collector_dir(dep / "collector").tasks["remote_by_team"].not_after == later
+
+
 def test_each_organisation_changes_its_own_part(
     dep: Path, window: tuple[int, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
