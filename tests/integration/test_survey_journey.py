@@ -430,6 +430,7 @@ def pty_session(args: list[str], replies: list[str], timeout: float = 180) -> tu
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
         os.close(master)
 
 
@@ -505,13 +506,15 @@ def test_survey_plaintext_journey(deploy: Any) -> None:
     ]  # fmt: skip
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = results / "state.json"
-    deadline = time.monotonic() + 60
-    while not (state.exists() and json.loads(state.read_text())["jobs"]):
-        assert time.monotonic() < deadline and first.poll() is None
-        time.sleep(0.1)
-    time.sleep(0.5)  # let the job reach the leader
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while not (state.exists() and json.loads(state.read_text())["jobs"]):
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)  # let the job reach the leader
+    finally:  # however the wait ends, the collector is killed and reaped
+        first.send_signal(signal.SIGKILL)
+        first.wait()
     started = json.loads(state.read_text())["jobs"]
     assert list(started) == ["remote"]
     d.helper.start()

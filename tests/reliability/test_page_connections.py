@@ -119,10 +119,10 @@ class Attacker:
 def test_one_address_cannot_hold_the_page(site: SurveyServers, tmp_path: Path) -> None:
     # The honest address needs more than the default 20 uploads a minute here;
     # the attack never completes a request, so the rate limit is no defence.
-    serve, url = start_serve(site.deployment.client_dir, tmp_path / "serve.log", "--rate", "1000")
-    port = int(url.rstrip("/").rsplit(":", 1)[1])
     report = sealed_report(site.deployment.client_dir, "remote", 1)
     body = json.dumps({"reports": [report]}).encode()
+    serve, url = start_serve(site.deployment.client_dir, tmp_path / "serve.log", "--rate", "1000")
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
     attacker = Attacker(port)
     results: list[tuple[str, int, float]] = []
     try:

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
@@ -175,30 +176,39 @@ def start_serve(
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
     url = f"{'https' if context else 'http'}://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 30
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"veil survey serve exited: {log.read_text()[-2000:]}")
-        try:
-            if http(url, context=context)[0] == 200:
-                return proc, url
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"veil survey serve did not answer; see {log}")
-        time.sleep(0.1)
+    # Whatever ends the wait (a page not up in time, an answer that is no
+    # HTTP, an interrupt), the process is stopped and reaped: one left
+    # running is reported ("subprocess ... is still running") when it is
+    # garbage-collected, in whichever later test that happens.
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"veil survey serve exited: {log.read_text()[-2000:]}")
+            try:
+                if http(url, context=context)[0] == 200:
+                    return proc, url
+            except (OSError, HTTPException):  # not listening yet, or cut off starting
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"veil survey serve did not answer; see {log}")
+            time.sleep(0.1)
+    except BaseException:
+        stop(proc)
+        raise
 
 
 def stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is not None and proc.poll() is None:
+    """Stop `veil survey serve` (SIGTERM, then SIGKILL after 15 s) and reap it."""
+    if proc is None:
+        return
+    if proc.poll() is None:
         proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextmanager
