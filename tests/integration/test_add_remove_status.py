@@ -5,8 +5,9 @@ Two real aggregators on 127.0.0.1 serve an add_remove survey; between single
 uploads (each aggregated before the next poll) the collector calls GetTaskInfo
 for every question and runs `veil survey status` (text and JSON): every answer
 is the same byte for byte, while the leader's own database counts each report.
-After the close, one collection per question (`veil collect`, whose JSON has
-no count either): the status shows them, still without a count.
+Once the survey is closed, one collection per question (`veil collect`,
+whose JSON has no count either): the status shows them, still without a
+count.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import veil
-from tests.support.window import survey_window
+from tests.support.window import LONG_WINDOW, close_survey
 from veil.cli import main
 from veil.client import SurveyClient
 from veil.collector import Collector
@@ -33,9 +34,6 @@ from veil.times import format_time
 pytestmark = pytest.mark.slow
 
 TP = 2
-# The window at the suite's own load, stretched by the slowdown measured when
-# the test deploys (tests/support/window.py).
-WINDOW = 30
 SURVEY = """
 [survey]
 name = "Counts withheld"
@@ -58,10 +56,11 @@ options = ["a", "b"]
 
 
 @pytest.fixture
-def deployed(tmp_path: Path) -> Iterator[tuple[Path, int, int]]:
-    window = survey_window(WINDOW, TP)
+def deployed(tmp_path: Path) -> Iterator[tuple[Path, int, int, list[ServerProcess]]]:
+    """The survey deployed, open for an hour, and its servers running: the
+    deployment, its window and the servers (tests/support/window.py)."""
     opens = int(time.time()) // TP * TP
-    closes = opens + window
+    closes = opens + LONG_WINDOW
     survey = tmp_path / "survey.toml"
     survey.write_text(SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes)))
     leader, helper = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -78,7 +77,7 @@ def deployed(tmp_path: Path) -> Iterator[tuple[Path, int, int]]:
     try:
         for server in servers:
             server.start()
-        yield dep, opens, closes
+        yield dep, opens, closes, servers
     finally:
         for server in servers:
             server.stop()
@@ -121,9 +120,9 @@ def collector_view(collector_dir: Path, capsys: pytest.CaptureFixture[str]) -> A
 
 
 def test_polling_between_single_uploads_shows_nothing_that_depends_on_the_count(
-    deployed: tuple[Path, int, int], capsys: pytest.CaptureFixture[str]
+    deployed: tuple[Path, int, int, list[ServerProcess]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dep, opens, closes = deployed
+    dep, opens, closes, servers = deployed
     collector_dir = dep / "collector"
     first = collector_view(collector_dir, capsys)
     _, text, status = first
@@ -135,9 +134,8 @@ def test_polling_between_single_uploads_shows_nothing_that_depends_on_the_count(
             respondent.respond({"remote": "yes", "team": "b"})
             wait_aggregated(dep, 2 * n)  # two questions, one report each
             assert collector_view(collector_dir, capsys) == first, f"after upload {n}"
-    assert time.time() < closes, "the window closed before the uploads were done"
 
-    time.sleep(max(0.0, closes - time.time() + 0.2))
+    closes = close_survey(dep, servers)
     capsys.readouterr()
     # One collection per question (`veil collect`, whose JSON withholds the count).
     for qid in ("remote", "team"):

@@ -1,11 +1,12 @@
 """A survey with breakdowns run as its parties run it, each step a real `veil`
 process: deploy, the two servers, respondents answering by label with
 `veil survey respond` (each breakdown answered from the answers given, one
-more report each), the window closing, `veil survey collect`; and `veil
-simulate --json` with no noise, where every breakdown cell must be the truth.
+more report each), the survey closed once they are done, `veil survey
+collect`; and `veil simulate --json` with no noise, where every breakdown
+cell must be the truth.
 
-The window (time precision 2 s) is sized as the survey journey's
-(tests/support/window.py)."""
+The survey is open for an hour (time precision 2 s) and closed as the survey
+journey's is (tests/support/window.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import veil
-from tests.support.window import survey_window
+from tests.support.window import LONG_WINDOW, close_survey
 from veil.local.launcher import ServerProcess, free_port
 from veil.times import format_time
 
@@ -107,9 +108,8 @@ def cells(answers: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def test_breakdowns_through_real_servers(tmp_path: Path) -> None:
-    window = survey_window(46, TP)
     opens = int(time.time()) // TP * TP
-    closes = opens + window
+    closes = opens + LONG_WINDOW
     survey = tmp_path / "survey.toml"
     survey.write_text(
         '[survey]\nname = "Breakdowns"\nepsilon = 2.1\nmin_batch_size = 50\n'
@@ -151,7 +151,7 @@ def test_breakdowns_through_real_servers(tmp_path: Path) -> None:
         sent = 300 * 3 + grouped + grouped + 300 + grouped
         assert f"sent {sent} answers of 300 respondents" in done.stdout
         assert f"remote_by_team: {grouped}" in done.stdout
-        time.sleep(max(0.0, closes - time.time() + 0.2))
+        close_survey(dep, servers)
         results = tmp_path / "results"
         out = veil(
             "survey", "collect", "--survey-dir", dep / "collector", "--out", results,

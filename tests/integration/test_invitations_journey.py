@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.cli import veil
 from tests.support.helper_rpc import aggregate, honest_items
-from tests.support.window import survey_window
+from tests.support.window import LONG_WINDOW, close_survey
 from veil.client import Client, UploadError, prepare_reports
 from veil.local.launcher import ServerProcess, free_port
 from veil.protocol.v1 import helper_pb2
@@ -60,14 +60,13 @@ by = "team"
 
 
 def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:
-    # 100 s at the suite's own load, stretched by the slowdown measured now
-    # (tests/support/window.py). Everything up to the last respondent runs
-    # inside the window: the deployment, two mintings, three servers' starts
-    # and six respondents' processes, which outlasted a minute stretched so
-    # when the suite ran beside two CPU-bound processes.
-    window = survey_window(100, TP)
+    # Open for an hour, and closed once the respondents are done
+    # (tests/support/window.py): the deployment, two mintings, three servers'
+    # starts and six respondents' processes run inside the window, and
+    # outlasted a window sized to fit them when the suite ran beside two
+    # CPU-bound processes.
     opens = int(time.time()) // TP * TP
-    closes = opens + window
+    closes = opens + LONG_WINDOW
     survey = tmp_path / "survey.toml"
     survey.write_text(
         SURVEY.format(n=N, tp=TP, opens=format_time(opens), closes=format_time(closes))
@@ -158,7 +157,7 @@ def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:
         (resp,) = aggregate(helper, leader_task, items)
         assert resp.reject == helper_pb2.INVALID_TOKEN
 
-        time.sleep(max(0.0, closes - time.time() + 0.5))
+        close_survey(dep, servers)
         results = tmp_path / "results"
         collected = veil(
             "survey", "collect", "--survey-dir", dep / "collector", "--out", results, timeout=180

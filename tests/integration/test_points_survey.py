@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.cli import veil
 from tests.support.reports import encoded_report
-from tests.support.window import survey_window
+from tests.support.window import LONG_WINDOW, close_survey
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import Client
 from veil.local.launcher import ServerProcess, free_port
@@ -31,9 +31,6 @@ from veil.vdaf.spec.circuits import encode_range_checked_int
 pytestmark = pytest.mark.slow
 
 TP = 2
-# Four process starts and an upload inside the window at the suite's own load,
-# stretched by the slowdown measured as the test deploys (tests/support/window.py).
-WINDOW = 40
 OPTIONS = ["training", "tools", "travel", "hiring"]
 QUESTIONS = """
 [[question]]
@@ -72,10 +69,11 @@ def points(answer: Any) -> list[int]:
 
 
 @pytest.fixture
-def deployed(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    window = survey_window(WINDOW, TP)
+def deployed(tmp_path: Path) -> Iterator[tuple[Path, list[ServerProcess]]]:
+    """The survey deployed, open for an hour (closed by the test once its
+    respondents are done: tests/support/window.py), and its servers running."""
     opens = int(time.time()) // TP * TP
-    closes = opens + window
+    closes = opens + LONG_WINDOW
     survey = tmp_path / "survey.toml"
     survey.write_text(
         f'[survey]\nname = "Priorities"\nepsilon = 4\nmin_batch_size = 10\n'
@@ -96,14 +94,16 @@ def deployed(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     try:
         for server in servers:
             server.start()
-        yield dep, closes
+        yield dep, servers
     finally:
         for server in servers:
             server.stop()
 
 
-def test_points_survey_end_to_end(deployed: tuple[Path, int], tmp_path: Path) -> None:
-    dep, closes = deployed
+def test_points_survey_end_to_end(
+    deployed: tuple[Path, list[ServerProcess]], tmp_path: Path
+) -> None:
+    dep, servers = deployed
     client_dir, collector_dir = dep / "client", dep / "collector"
     answers = panel(40, seed=5)
     jsonl = tmp_path / "panel.jsonl"
@@ -136,7 +136,7 @@ def test_points_survey_end_to_end(deployed: tuple[Path, int], tmp_path: Path) ->
         t = client.report_time()
         assert client.upload_reports([encoded_report(client, bits, t)]).accepted == 1
 
-    time.sleep(max(0.0, closes - time.time() + 0.2))
+    close_survey(dep, servers)
     results = tmp_path / "results"
     out = veil(
         "survey", "collect", "--survey-dir", collector_dir, "--out", results,

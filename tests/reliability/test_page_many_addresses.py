@@ -20,7 +20,7 @@ trusted proxy's address, the attackers not). The short mode holds the
 attack 12 s, past several header deadlines, and allows an honest request 2 s
 or three times the slowest it took before the attack, whichever is longer,
 stretched by how much slower than the suite alone a process starts just
-before the attack (tests/support/window.py: the suite may share the machine
+before the attack (tests/support/slowdown.py: the suite may share the machine
 with other work: at load about 20 the unstretched bound failed);
 VEIL_TEST_LONG=1 holds it 40 s to the 2 s. Before the change the attack's
 harm was refusals (503), not delay, which no stretch of the bound lets
@@ -42,6 +42,7 @@ import pytest
 
 from tests.support.modes import LONG
 from tests.support.reliability import record
+from tests.support.slowdown import SUITE_SLOWDOWN, startup_slowdown
 from tests.support.survey_site import (
     SurveyServers,
     sealed_report,
@@ -49,7 +50,6 @@ from tests.support.survey_site import (
     stop,
     survey_servers,
 )
-from tests.support.window import SUITE_SLOWDOWN, startup_slowdown
 
 pytestmark = [pytest.mark.slow, pytest.mark.adversarial]
 

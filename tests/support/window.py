@@ -1,58 +1,84 @@
-"""Survey windows sized by how slow this machine is now.
+"""A survey's window in the tests: long, and closed by the test once its
+respondents are done.
 
-A test that deploys a survey must fit its respondents inside the window and
-then wait for the window to close before it collects. A window sized for the
-suite's own load closes too early on a busier machine (40 to 60 s closed
-before a respondent's process had answered at load 6 to 14: "the survey
-closed at ...: nothing was sent"); sized for the worst machine, every run
-waits minutes. So a test states the window it needs while the suite runs
-alone, margin included, and `survey_window` stretches it by how much slower
-than that a `veil` process starts just before the test deploys. The tests'
-processes are CPU-bound (imports, keys, sharding), so a start's wall time over
-its CPU time is how much longer the work inside the window takes while other
-processes share the cores.
+A window sized to fit the respondents closed under them on a machine busier
+than guessed ("the survey closed at ...: nothing was sent"), and was waited
+out to its end on a quiet one. So a test deploys a survey open for
+LONG_WINDOW, which no load outlasts, and when its respondents have answered
+(a condition) it closes the survey as its organisations would
+(`close_survey`): `veil survey close` on the deployment, SIGHUP to both
+servers, waiting until each logged the new window, then until the new end,
+at most one time_precision away, has passed.
 """
 
 from __future__ import annotations
 
 import math
-import resource
-import statistics
-import subprocess
-import sys
+import re
+import signal
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
-# The slowdown the tests' windows were sized at: the suite alone runs two
-# worker processes a core (tests/conftest.py), each at about half speed.
-SUITE_SLOWDOWN = 2.0
-# The median of three starts: one start can fall in a quiet or a busy moment.
-SAMPLES = 3
+from tests.support.cli import veil
+from tests.support.slowdown import SUITE_SLOWDOWN, startup_slowdown
+from tests.support.wait import wait_until
+from veil.local.launcher import ServerProcess
+from veil.times import format_time, parse_time
+
+# Seconds a test's survey is open for: far longer than any run of its
+# respondents, however busy the machine.
+LONG_WINDOW = 3600
+
+_CLOSES = re.compile(r"the survey closes at (\S+) \(was ")
 
 
-def startup_slowdown() -> float:
-    """Wall time over CPU time of starting `veil` (its CLI and every command
-    module imported) in a child process, the median of SAMPLES starts."""
-    ratios = []
-    for _ in range(SAMPLES):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.monotonic()
-        subprocess.run(
-            [sys.executable, "-m", "veil.cli", "--version"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        wall = time.monotonic() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        ratios.append(wall / max(cpu, 1e-3))
-    return statistics.median(ratios)
+def close_survey(parts: Path | Sequence[Path], servers: Sequence[ServerProcess]) -> int:
+    """Close a deployed survey now; returns its new end.
+
+    `parts` is the directory `veil survey deploy` wrote, or the parts of it
+    each organisation holds (the first closes at the end of the current
+    time-precision interval, the others at that same time). Each of `servers`
+    (the leader and the helper, running) is sent SIGHUP, and this waits
+    until each has logged that it takes reports up to the new end, then
+    until that end has passed: the survey is then closed for every party and
+    can be collected."""
+    first, *others = [parts] if isinstance(parts, Path) else parts
+    closed = veil("survey", "close", first)
+    assert closed.returncode == 0, closed.stderr
+    said = _CLOSES.search(closed.stdout)
+    assert said is not None, closed.stdout
+    end = parse_time(said.group(1))
+    for part in others:
+        done = veil("survey", "close", part, "--at", format_time(end))
+        assert done.returncode == 0, done.stderr
+    reload(servers, end)
+    wait_until(lambda: time.time() >= end, f"the survey's new end, {format_time(end)}")
+    return end
+
+
+def reload(servers: Sequence[ServerProcess], end: int) -> None:
+    """SIGHUP to each of `servers`, then wait until each has logged that it
+    takes reports up to `end`. A server changes every task's window before
+    it logs the first (veil.aggregator.run.config.reload_tasks), so one line
+    says all of them changed."""
+    line = f" to {format_time(end)} (was "
+    logged = {s.log: s.log.read_text().count(line) for s in servers}
+    for server in servers:
+        assert server.proc is not None and server.proc.poll() is None, server.role
+        server.proc.send_signal(signal.SIGHUP)
+    wait_until(
+        lambda: all(log.read_text().count(line) > n for log, n in logged.items()),
+        f"the servers to take reports up to {format_time(end)} after SIGHUP",
+        timeout=120,
+    )
 
 
 def survey_window(at_suite_load: float, time_precision: int) -> int:
-    """The window, in seconds, for a test that needs `at_suite_load` seconds
-    (its margin included) while the suite runs alone: stretched by the
-    slowdown measured now beyond SUITE_SLOWDOWN (never shortened), and rounded
-    up to whole time_precision buckets (a survey's opens and closes are
-    aligned to them)."""
+    """The window, in seconds, for a test that still waits out its survey's
+    window (those not yet closing it with `close_survey`): `at_suite_load`
+    seconds, its margin included, stretched by the slowdown measured now
+    beyond the suite's own (tests/support/slowdown.py; never shortened), and
+    rounded up to whole time_precision buckets."""
     stretch = max(1.0, startup_slowdown() / SUITE_SLOWDOWN)
     return math.ceil(at_suite_load * stretch / time_precision) * time_precision
