@@ -30,6 +30,7 @@ class _NoHelper:
         job_id: bytes,
         items: Sequence[VerifyInitItem],
         prefix_round: tuple[bytes, int, int, int] | None = None,
+        batch_id: bytes | None = None,
     ) -> AggregationAnswer:
         raise RuntimeError("this leader takes uploads only")
 
@@ -42,6 +43,7 @@ class _NoHelper:
         report_count: int,
         checksum: bytes,
         agg_param: bytes = b"",
+        batch_id: bytes | None = None,
     ) -> Ciphertext:
         raise RuntimeError("this leader takes uploads only")
 

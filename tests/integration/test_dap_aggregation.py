@@ -5,8 +5,11 @@ aggregating each task's reports with the helper over DAP (aggregation jobs
 and the aggregate share), and veil's DAP collector
 (veil.collector.DapCollector) creating a collection job, polling it,
 opening both aggregate shares with DAP's associated data and unsharding
-Count and Histogram results exactly (no DP in the tasks). One pair of
-servers on SQLite serves every case; the Histogram runs on PostgreSQL too."""
+Count and Histogram results exactly (no DP in the tasks). Two Count tasks
+are leader-selected (DAP's second batch mode): the leader forms batches of
+min_batch_size reports and the collector asks for the next one, without DP
+and with it. One pair of servers on SQLite serves every case; the Histogram
+and the leader-selected batches run on PostgreSQL too."""
 
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ def deployment(
     leader_dap, helper_dap = (f"127.0.0.1:{free_port()}" for _ in range(2))
     leader_grpc, helper_grpc = (f"127.0.0.1:{free_port()}" for _ in range(2))
     spec = DapSpec(f"http://{leader_dap}/", f"http://{helper_dap}/", VERSION.value, "veil")
+    chosen = replace(spec, batch_mode="leader-selected")
     tasks = {
         "count": new_task(
             VdafSpec("count"),
@@ -67,6 +71,24 @@ def deployment(
             min_batch_size=2,
             dp=DpSpec("none"),
             dap=spec,
+        ),
+        "chosen": new_task(
+            VdafSpec("count"),
+            leader_grpc,
+            helper_grpc,
+            min_batch_size=3,
+            dp=DpSpec("none"),
+            dap=chosen,
+        ),
+        # A budget of one collection: batches of disjoint reports compose in
+        # parallel, so each is released.
+        "chosen_dp": new_task(
+            VdafSpec("count"),
+            leader_grpc,
+            helper_grpc,
+            min_batch_size=3,
+            dp=DpSpec("geometric", epsilon="1", budget="1"),
+            dap=chosen,
         ),
     }
     servers = []
@@ -171,3 +193,87 @@ def test_the_cli_uploads_and_collects_over_dap(
     assert out["batch"]["start"] == start and out["report_count"] == 4
     assert out["estimate"] == 3 and out["collection_job_id"] is None
     assert out["noise_added_by"] == []  # mechanism none: nobody adds noise
+
+
+def _next_batch(files: TaskFiles, deadline: float) -> Any:
+    """The next batch the leader chose, asked again while it has none ready
+    (its driver forms the batches from the stored uploads)."""
+    with collector_for(files.collector) as collector:
+        assert isinstance(collector, DapCollector)
+        while True:
+            try:
+                return collector.collect_next(wait=120)
+            except CollectionError as e:
+                if "invalidBatchSize" not in str(e) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+
+@BOTH
+def test_leader_selected_batches_are_formed_and_collected_once_each(
+    deployment: Deployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two batches of min_batch_size (3) reports each, formed by the leader
+    as the uploads come and collected one after the other, each exactly;
+    then no batch is ready (one report waits for two more), and the
+    collector is refused with invalidBatchSize; veil collect takes the third
+    once it is full."""
+    files = deployment.tasks["chosen"]
+    now = int(time.time()) // TP * TP
+    deadline = time.monotonic() + 120
+    results = []
+    for values in ([1, 0, 1], [1, 1, 1]):
+        with client_for(files.client) as client:
+            assert client.upload_batch(values, report_time=now).accepted == 3
+        results.append(_next_batch(files, deadline))
+    assert [(r.report_count, r.estimate) for r in results] == [(3, 2), (3, 3)]
+    ids = {r.collection_job_id for r in results}
+    assert len(ids) == 2 and None not in ids
+    # The leader's answer names the task's window (here every time), not the
+    # reports' times.
+    assert results[0].start == 0 and results[0].duration >= 2**62
+    with client_for(files.client) as client:
+        assert client.upload_batch([1], report_time=now).accepted == 1
+    with pytest.raises(CollectionError, match="invalidBatchSize") as refused:
+        DapCollector(files.collector).collect_next(wait=30)
+    assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    # The other mode's calls are refused before any request.
+    with pytest.raises(ValueError, match="leader-selected"):
+        DapCollector(files.collector).collect(now, TP)
+
+    # veil collect takes the next batch once two more reports fill it, and
+    # refuses an option naming a batch.
+    write_toml(tmp_path / "collector.toml", files.collector.to_dict(), secret=True)
+    collector = str(tmp_path / "collector.toml")
+    for option in (["--start", format_time(now)], ["--duration", str(TP)], ["--include-open"]):
+        assert main(["collect", "--task", collector, *option]) == 2
+        assert "this task is leader-selected" in capsys.readouterr().err
+    with client_for(files.client) as client:
+        assert client.upload_batch([0, 1], report_time=now).accepted == 2
+    while True:
+        code = main(["collect", "--task", collector, "--wait", "120"])
+        if code == 0 or time.monotonic() > deadline:
+            break
+        assert "invalidBatchSize" in capsys.readouterr().err
+        time.sleep(0.2)
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["report_count"], out["estimate"]) == (3, 2)
+    assert len(bytes.fromhex(out["collection_job_id"])) == 16
+    assert out["collection_job_id"] not in {i.hex() for i in ids if i is not None}
+
+
+@BOTH
+def test_leader_selected_batches_with_dp_are_charged_once_each(deployment: Deployment) -> None:
+    """With DP (geometric, ε = 1, a budget of one collection): two batches
+    of disjoint reports are each released with noise, charged once and in
+    parallel, so both fit the budget."""
+    files = deployment.tasks["chosen_dp"]
+    now = int(time.time()) // TP * TP
+    deadline = time.monotonic() + 120
+    for _ in range(2):
+        with client_for(files.client) as client:
+            assert client.upload_batch([1, 1, 0], report_time=now).accepted == 3
+        result = _next_batch(files, deadline)
+        assert result.report_count == 3 and result.mechanism == "geometric"
+        assert result.noise_added_by == ("leader", "helper") and result.spent == 1

@@ -197,19 +197,17 @@ def test_a_leader_selected_task_keeps_its_mode_and_binds_it(tmp_path: Path) -> N
     assert TaskConfiguration.decode(encoded, DapVersion.DAP_19) == config
 
 
-def test_veils_leader_refuses_a_leader_selected_task_its_helper_serves(tmp_path: Path) -> None:
+def test_both_servers_serve_a_leader_selected_task(tmp_path: Path) -> None:
     files = _files(dap=DapSpec("https://l/", "https://h/", batch_mode="leader-selected"))
-    for role in ("leader", "helper"):
+    for role, kind in (("leader", LeaderTask), ("helper", HelperTask)):
         write_toml(tmp_path / f"t.{role}.toml", getattr(files, role).to_dict(), secret=True)
         write_toml(
             tmp_path / f"{role}.toml",
             {"listen": "127.0.0.1:7001", "storage": f"{role}.db", "tasks": [f"t.{role}.toml"]},
             secret=False,
         )
-    helper = load_config(tmp_path / "helper.toml")
-    assert list(tasks_of_role(helper, HelperTask)) == [files.helper.task_id]
-    with pytest.raises(ConfigError, match="does not form leader-selected batches yet"):
-        tasks_of_role(load_config(tmp_path / "leader.toml"), LeaderTask)
+        config = load_config(tmp_path / f"{role}.toml")
+        assert list(tasks_of_role(config, kind)) == [files.leader.task_id]
 
 
 @pytest.mark.parametrize("value", ["", "fixed-size", "leader_selected", "Time-Interval", "2"])

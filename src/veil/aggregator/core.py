@@ -55,12 +55,6 @@ log = logging.getLogger(__name__)
 CHECKSUM_SIZE = 32
 # Upper bound on the number of time buckets in one collected interval.
 MAX_BATCH_BUCKETS = 100_000
-# A leader-selected batch (DAP's second batch mode) is one bucket of its own,
-# numbered LEADER_SELECTED_BUCKETS plus the first 7 bytes of its 32-byte id:
-# beyond every time a report may carry (an upload past now is refused), so
-# that no time bucket, no expiry by report time and no time-interval ledger
-# entry ever meets it, and within the ledger's bounds (±2**62).
-LEADER_SELECTED_BUCKETS = 2**61
 
 # Reasons a report is rejected during aggregation, by their short names.
 BATCH_COLLECTED = ReportRejection.BATCH_COLLECTED
@@ -141,14 +135,6 @@ def authorize(task: Task, token: str | None, stored_hash: bytes | None, who: str
         raise Unauthenticated(f"missing bearer token: send 'authorization: Bearer <{who} token>'")
     if not token_matches(token, stored_hash):
         raise Unauthenticated(f"wrong {who} token for task {task.id_text}")
-
-
-def leader_selected_bucket(batch_id: bytes) -> int:
-    """The bucket of the leader-selected batch `batch_id`: its aggregate's
-    rows, its collection's start (duration 1) and its ledger entry. Two ids
-    alike in their first 7 bytes share it, and are then one batch, released
-    once and charged once: never a report counted twice."""
-    return LEADER_SELECTED_BUCKETS + int.from_bytes(batch_id[:7])
 
 
 def check_interval(task: Task, start: int, duration: int) -> None:

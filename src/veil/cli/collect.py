@@ -14,44 +14,41 @@ from veil.cli.common import add_retired_ca, load_task_file, number, read_pem, se
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from veil.collector import CollectionError, Collector, collector_for
+    from veil.collector import CollectionError, Collector, DapCollector, collector_for
     from veil.task import CollectorTask
-    from veil.times import TimeFormatError, format_time, parse_time
+    from veil.times import format_time
 
     name = "veil collect"
     setup_logging(args.log_level)
     task = load_task_file(args.task, CollectorTask, "collect")
-    tp = task.time_precision
     now = int(time.time())
-    duration = args.duration or tp
-    if duration <= 0 or duration % tp:
-        print(f"{name}: --duration must be a positive multiple of {tp} s", file=sys.stderr)
-        return 2
-    if args.start is None:
-        # The last complete interval: collecting the current one would close
-        # it while respondents may still upload to it.
-        start = now - now % tp - duration
-    else:
-        try:
-            start = parse_time(args.start, epoch_seconds=True)
-        except TimeFormatError as e:
-            print(f"{name}: --start: {e}", file=sys.stderr)
-            return 2
-        if start % tp:
+    # DAP's leader-selected mode: the leader chooses each batch.
+    chosen = task.dap is not None and task.dap.leader_selected
+    if chosen:
+        given = [
+            option
+            for option, value in (
+                ("--start", args.start),
+                ("--duration", args.duration),
+                ("--include-open", args.include_open or None),
+                ("--job-id", args.job_id),
+            )
+            if value is not None
+        ]
+        if given:
             print(
-                f"{name}: --start {format_time(start)} is not aligned to the task's time"
-                f" precision of {tp} s: use {format_time(start - start % tp)}",
+                f"{name}: {given[0]} names a batch, and this task is leader-selected: its"
+                " leader chooses each batch (one that holds min_batch_size reports and was"
+                " not collected)",
                 file=sys.stderr,
             )
             return 2
-    if start + duration > now and not args.include_open and args.job_id is None:
-        print(
-            f"{name}: the batch [{format_time(start)}, {format_time(start + duration)}) has not"
-            " ended: collecting it now stops every later upload to it. Give --include-open to"
-            " do it anyway, or collect a batch that has ended",
-            file=sys.stderr,
-        )
-        return 2
+        start, duration = 0, 0  # the leader's choice
+    else:
+        interval = _interval(args, task.time_precision, now, name)
+        if interval is None:
+            return 2
+        start, duration = interval
     job_id = None
     if args.job_id is not None and task.dap is not None:
         print(
@@ -87,14 +84,21 @@ def cmd_collect(args: argparse.Namespace) -> int:
                     f"{name}: collection job {job_id.hex()} (to resume: --job-id {job_id.hex()})",
                     file=sys.stderr,
                 )
-            r = collector.collect(
-                start,
-                duration,
-                wait=args.wait,
-                confidence=args.confidence,
-                simultaneous=args.simultaneous,
-                collection_job_id=job_id,
-            )
+            if chosen:
+                assert isinstance(collector, DapCollector)
+                r = collector.collect_next(
+                    wait=args.wait, confidence=args.confidence, simultaneous=args.simultaneous
+                )
+                job_id = r.collection_job_id
+            else:
+                r = collector.collect(
+                    start,
+                    duration,
+                    wait=args.wait,
+                    confidence=args.confidence,
+                    simultaneous=args.simultaneous,
+                    collection_job_id=job_id,
+                )
         except CollectionError as e:
             print(f"{name}: {e}", file=sys.stderr)
             return 1
@@ -130,6 +134,42 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interval(args: argparse.Namespace, tp: int, now: int, name: str) -> tuple[int, int] | None:
+    """The batch --start and --duration name (None: refused, said on stderr)."""
+    from veil.times import TimeFormatError, format_time, parse_time
+
+    duration = args.duration or tp
+    if duration <= 0 or duration % tp:
+        print(f"{name}: --duration must be a positive multiple of {tp} s", file=sys.stderr)
+        return None
+    if args.start is None:
+        # The last complete interval: collecting the current one would close
+        # it while respondents may still upload to it.
+        start = now - now % tp - duration
+    else:
+        try:
+            start = parse_time(args.start, epoch_seconds=True)
+        except TimeFormatError as e:
+            print(f"{name}: --start: {e}", file=sys.stderr)
+            return None
+        if start % tp:
+            print(
+                f"{name}: --start {format_time(start)} is not aligned to the task's time"
+                f" precision of {tp} s: use {format_time(start - start % tp)}",
+                file=sys.stderr,
+            )
+            return None
+    if start + duration > now and not args.include_open and args.job_id is None:
+        print(
+            f"{name}: the batch [{format_time(start)}, {format_time(start + duration)}) has not"
+            " ended: collecting it now stops every later upload to it. Give --include-open to"
+            " do it anyway, or collect a batch that has ended",
+            file=sys.stderr,
+        )
+        return None
+    return start, duration
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
         "collect",
@@ -140,7 +180,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             " default batch is therefore the last complete interval. A batch is lost (spent"
             " without a result) only when the aggregators released their shares and this"
             " collector cannot open them (a wrong key, checked before starting) or when the"
-            " job id is lost: it is printed first, and --job-id resumes it."
+            " job id is lost: it is printed first, and --job-id resumes it. A DAP task in"
+            " leader-selected mode names no batch: its leader chooses the next one that holds"
+            " min_batch_size reports."
         ),
     )
     p.add_argument("--task", required=True, help="the collector's task file")

@@ -93,6 +93,10 @@ class CollectionResult:
     # The aggregator roles whose noise the result carries: both, or veil's one
     # when the other runs another DAP implementation (which adds none).
     noise_added_by: tuple[str, ...] = ("leader", "helper")
+    # The leader's collection job of a batch it chose (DAP's leader-selected
+    # mode, `DapCollector.collect_next`): its id names the batch to the
+    # collector, whom DAP's CollectionJobResp does not tell the batch id.
+    collection_job_id: bytes | None = None
 
     @property
     def epsilon_spent(self) -> Fraction:

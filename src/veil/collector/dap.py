@@ -20,12 +20,14 @@ error type.
 
 from __future__ import annotations
 
+import base64
 import secrets
 import ssl
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urljoin
 
@@ -145,16 +147,66 @@ class DapCollector:
         `collection_job_id` is not sent: a DAP leader names the job from the
         request, the same for the same batch. Raises CollectionError."""
         del collection_job_id
+        if self.dap.leader_selected:
+            raise ValueError(
+                "this task is leader-selected: the leader chooses each batch (collect_next)"
+            )
         tp = self.task.time_precision
         if start % tp or duration % tp or duration <= 0:
             raise ValueError(
                 f"the batch [{start}, +{duration}) is not whole time precisions ({tp} s)"
             )
         began = self.clock()
-        deadline = began + wait
-        waiting = None if on_wait is None else _Waiting(on_wait, self.clock)
         query = Interval(start // tp, duration // tp)
         request = CollectionJobReq(Query(BatchMode.TIME_INTERVAL, query))
+        _, resp = self._job(request, began, wait, poll_interval, on_wait)
+        self._within(resp, query)
+        return self._result(request, resp, (start, duration), confidence, simultaneous, began)
+
+    def collect_next(
+        self,
+        *,
+        wait: float = 300.0,
+        poll_interval: float = 0.05,
+        confidence: float = 0.95,
+        simultaneous: bool = False,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> CollectionResult:
+        """Collect the next batch of a leader-selected task: the leader
+        chooses one that holds min_batch_size reports and that no collection
+        has (the query is empty, section 5.2.1). The result's
+        `collection_job_id` is the leader's job (DAP's CollectionJobResp
+        names no batch id), its start and duration the interval the leader
+        answered. A leader without a batch ready refuses with
+        invalidBatchSize (a CollectionError). Raises CollectionError."""
+        if not self.dap.leader_selected:
+            raise ValueError("this task is time-interval: name the batch's interval (collect)")
+        began = self.clock()
+        request = CollectionJobReq(Query(BatchMode.LEADER_SELECTED))
+        url, resp = self._job(request, began, wait, poll_interval, on_wait)
+        tp = self.task.time_precision
+        got = resp.interval
+        batch = (got.start * tp, got.duration * tp)
+        result = self._result(request, resp, batch, confidence, simultaneous, began)
+        job = url.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            job_id = base64.urlsafe_b64decode(job + "=" * (-len(job) % 4))
+        except ValueError:
+            raise self._bad(f"named its collection job {job!r}, not in base64url") from None
+        return replace(result, collection_job_id=job_id)
+
+    def _job(
+        self,
+        request: CollectionJobReq,
+        began: float,
+        wait: float,
+        poll_interval: float,
+        on_wait: Callable[[str], None] | None,
+    ) -> tuple[str, CollectionJobResp]:
+        """POST `request` and poll the job until the leader answers its
+        CollectionJobResp: (the job's URL, the answer)."""
+        deadline = began + wait
+        waiting = None if on_wait is None else _Waiting(on_wait, self.clock)
         headers = {**self._auth, "Content-Type": media_type("collection-job-req")}
         post = urllib.request.Request(
             f"{self.tasks_url}/collection_jobs", request.encode(), headers, method="POST"
@@ -182,7 +234,18 @@ class DapCollector:
             )
             if status != 200:
                 raise self._bad(f"answered a poll of its collection job {status}")
-        resp = self._response(answer, body, query)
+        return url, self._response(answer, body)
+
+    def _result(
+        self,
+        request: CollectionJobReq,
+        resp: CollectionJobResp,
+        batch: tuple[int, int],
+        confidence: float,
+        simultaneous: bool,
+        began: float,
+    ) -> CollectionResult:
+        """Both shares opened, merged and estimated."""
         shares = [
             self._open(role, request, ct, resp.report_count)
             for role, ct in (
@@ -192,10 +255,19 @@ class DapCollector:
         ]
         return batch_result(
             self.task, self.vdaf, self.bounds, shares, resp.report_count,
-            (start, duration), confidence, simultaneous, self.clock() - began,
+            batch, confidence, simultaneous, self.clock() - began,
         )  # fmt: skip
 
-    def _response(self, answer: dict[str, str], body: bytes, query: Interval) -> CollectionJobResp:
+    def _within(self, resp: CollectionJobResp, query: Interval) -> None:
+        """The answer's interval lies within the query's."""
+        got = resp.interval
+        if got.start < query.start or got.start + got.duration > query.start + query.duration:
+            raise self._bad(
+                f"answered the interval [{got.start}, +{got.duration}) (time precisions), not"
+                f" within the query's [{query.start}, +{query.duration})"
+            )
+
+    def _response(self, answer: dict[str, str], body: bytes) -> CollectionJobResp:
         """The CollectionJobResp the leader answered, checked."""
         try:
             if message_of(answer.get("content-type")) != "collection-job-resp":
@@ -205,12 +277,6 @@ class DapCollector:
             raise self._bad(
                 f"answered its collection job without a CollectionJobResp: {e}"
             ) from None
-        got = resp.interval
-        if got.start < query.start or got.start + got.duration > query.start + query.duration:
-            raise self._bad(
-                f"answered the interval [{got.start}, +{got.duration}) (time precisions), not"
-                f" within the query's [{query.start}, +{query.duration})"
-            )
         return resp
 
     def _open(self, role: Role, request: CollectionJobReq, ct: Ciphertext, count: int) -> list[int]:

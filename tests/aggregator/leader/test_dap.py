@@ -47,24 +47,34 @@ COLLECT = "application/ppm-dap;message=collection-job-req"
 MAX_BODY = 64 * 1024
 
 
-def _files(version: DapVersion = DapVersion.DAP_19, dap: bool = True) -> TaskFiles:
+def _files(
+    version: DapVersion = DapVersion.DAP_19,
+    dap: bool = True,
+    batch_mode: str = "time-interval",
+    min_batch_size: int = 2,
+) -> TaskFiles:
+    spec = DapSpec(
+        "https://leader.example/",
+        "https://helper.example/",
+        version.value,
+        "t",
+        batch_mode=batch_mode,
+    )
     return new_task(
         VdafSpec("histogram", length=4, chunk_length=2),
         "127.0.0.1:1",
         "127.0.0.1:2",
-        min_batch_size=2,
+        min_batch_size=min_batch_size,
         dp=DpSpec("none"),
-        dap=DapSpec("https://leader.example/", "https://helper.example/", version.value, "t")
-        if dap
-        else None,
+        dap=spec if dap else None,
     )
 
 
 class Dap:
     """A leader serving one DAP task, its routes called in process."""
 
-    def __init__(self, tmp_path: Path, version: DapVersion = DapVersion.DAP_19) -> None:
-        self.files = _files(version)
+    def __init__(self, tmp_path: Path, version: DapVersion = DapVersion.DAP_19, **kw: Any) -> None:
+        self.files = _files(version, **kw)
         self.world = World(Backend(tmp_path, None), self.files)
         self.leader = self.world.leader
         self.app = dap_app(self.leader.dap, MAX_BODY, self.leader.dap_collections)
@@ -389,3 +399,85 @@ def test_hostile_collection_requests_create_nothing(tmp_path: Path) -> None:
     assert dap.upload(*(dap.report(v, when) for v in (1, 2)))[0] == 200
     got = dap.call("POST", jobs, good, auth)
     assert got[0] == 201, got
+
+
+LS_REQUEST = CollectionJobReq(Query(BatchMode.LEADER_SELECTED)).encode()
+
+
+def test_leader_selected_batches_hold_min_batch_size_after_rejections(tmp_path: Path) -> None:
+    """The leader fills each batch to min_batch_size (3): a report the
+    helper rejects leaves its batch short, and the batch takes the next
+    upload before it is collected; the next batch is another."""
+    dap = Dap(tmp_path, batch_mode="leader-selected", min_batch_size=3)
+    _over_dap(dap)
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    when = NOW // TP - 1
+    # The helper's share of the second report does not open: the helper
+    # rejects it, the leader counts it for no batch.
+    bad = dap.report(1, when)
+    helper_ct = bad.helper_encrypted_input_share
+    bad = replace(bad, helper_encrypted_input_share=replace(helper_ct, payload=bytes(16)))
+    assert dap.upload(dap.report(0, when), bad, dap.report(3, when))[0] == 200
+    while dap.leader.run_once():
+        pass
+    store = dap.world.leader_store
+    assert store.ready_batch(dap.task_id, 3) is None
+    assert _problem(*dap.call("POST", jobs, LS_REQUEST, auth))["type"].endswith(":invalidBatchSize")
+    # The next uploads: one fills the first batch, three make the second.
+    assert dap.upload(*(dap.report(v, when) for v in (3, 2, 2, 1)))[0] == 200
+    while dap.leader.run_once():
+        pass
+    results = []
+    for _ in range(2):
+        status, headers, _ = dap.call("POST", jobs, LS_REQUEST, auth)
+        assert status == 201
+        location = headers["location"]
+        # Asked again while it is pending: the same job.
+        assert dap.call("POST", jobs, LS_REQUEST, auth)[1]["location"] == location
+        while dap.leader.run_once():
+            pass
+        status, headers, body = dap.call("GET", location, b"", auth)
+        assert status == 200, body
+        resp = CollectionJobResp.decode(body)
+        shares = [
+            dap.vdaf.decode_agg_share(
+                None,
+                open_aggregate_share(
+                    dap.version,
+                    dap.files.collector.collector_hpke_keypair,
+                    role,
+                    dap.task_id,
+                    dap.config,
+                    CollectionJobReq.decode(LS_REQUEST),
+                    ct,
+                ),
+            )
+            for role, ct in (
+                (Role.LEADER, resp.leader_encrypted_agg_share),
+                (Role.HELPER, resp.helper_encrypted_agg_share),
+            )
+        ]
+        assert resp.report_count == 3
+        results.append(dap.vdaf.unshard(None, shares, 3))
+    # Between them every report but the rejected one, each once; the first
+    # batch holds 0 and 3 and one of the next uploads.
+    assert [sum(c) for c in zip(*results, strict=True)] == [1, 1, 2, 2]
+    assert all(sum(r) == 3 for r in results)
+    assert any(r[0] == 1 and r[3] >= 1 for r in results)
+    # Each report in one batch, none left: the next request finds no batch.
+    assert _problem(*dap.call("POST", jobs, LS_REQUEST, auth))["type"].endswith(":invalidBatchSize")
+
+
+def test_a_query_of_the_other_batch_mode_is_refused(tmp_path: Path) -> None:
+    chosen = Dap(tmp_path, batch_mode="leader-selected")
+    (tmp_path / "ti").mkdir()
+    interval = Dap(tmp_path / "ti")
+    for dap, body in ((chosen, _collection_req(NOW // TP - 1)), (interval, LS_REQUEST)):
+        token = dap.files.collector.collector_token
+        jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+        auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+        doc = _problem(*dap.call("POST", jobs, body, auth))
+        assert doc["type"].endswith(":invalidMessage") and "batch mode" in doc["detail"]
+        assert dap.world.leader_store.collections(dap.task_id) == []

@@ -34,7 +34,6 @@ from veil.aggregator.core import (
     VerifyResult,
     authorize,
     job_deltas,
-    leader_selected_bucket,
     share_merge,
 )
 from veil.aggregator.errors import (
@@ -56,7 +55,7 @@ from veil.aggregator.helper.checks import same_request
 from veil.aggregator.helper.jobs import MAX_JOB_SIZE, HelperJobs, Opened, UploadScope
 from veil.aggregator.helper.release import HelperRelease
 from veil.aggregator.keys import KeyRing
-from veil.aggregator.store.records import BatchAggregate, HelperJob
+from veil.aggregator.store.records import BatchAggregate, HelperJob, leader_selected_bucket
 from veil.dap.codec import DecodeError
 from veil.dap.jobs import (
     AggregateShare,

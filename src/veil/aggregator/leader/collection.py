@@ -60,6 +60,16 @@ _ONCE = (
 )
 
 
+def batch_ready(store: Datastore, task: LeaderTask, batch_id: bytes, bucket: int) -> bool:
+    """Whether a leader-selected batch can be closed: none of its jobs
+    unfinished, and min_batch_size of its reports aggregated (else it is
+    open, and the job driver fills it again)."""
+    if store.batch_unfinished(task.task_id, batch_id):
+        return False
+    aggs = store.batch_aggregates(task.task_id, bucket, bucket + 1)
+    return sum(a.report_count for a in aggs) >= task.min_batch_size
+
+
 @dataclass(frozen=True)
 class TaskInfo:
     collector_hpke_config: HpkeConfig
@@ -305,6 +315,13 @@ class CollectionDriver:
         start, end = record.start, record.start + record.duration
         engine = ctx.engine
         share: list[int] = []
+        batch_id: bytes | None = None
+        if task.dap is not None and task.dap.leader_selected:
+            batch_id = self.store.batch_of_bucket(task.task_id, start)
+            if batch_id is None:
+                return self._fail(record, Internal("the leader holds no batch of this job"), True)
+            if record.leader_ct is None and not batch_ready(self.store, task, batch_id, start):
+                return False  # its jobs finish, or more reports fill it, first
         if record.leader_ct is not None:
             # Stored by an earlier veil, which drew the leader's share first.
             count, checksum = record.report_count, record.checksum
@@ -317,7 +334,9 @@ class CollectionDriver:
                     BatchCollected("the batch was already collected by another job"),
                     reopen=False,
                 )
-            if self.store.unaggregated_count(task.task_id, start, end):
+            if self.store.unaggregated_count(task.task_id, start, end) or (
+                batch_id is not None and self.store.batch_unfinished(task.task_id, batch_id)
+            ):
                 return False  # the next pass aggregates them first
             share, count, checksum = batch_summary(
                 engine, self.store.batch_aggregates(task.task_id, start, end)
@@ -353,6 +372,7 @@ class CollectionDriver:
                 share,
                 self.store.update_collection,
                 record.leader_ct,
+                batch_id,
             )
         except HelperRefused as refused:
             by_helper = refused.error

@@ -94,9 +94,13 @@ def open_leader_shares(
 
 def collection_job_req(task: LeaderTask, start: int, duration: int) -> CollectionJobReq:
     """The CollectionJobReq of a time-interval collection of [start, +duration)
-    seconds: the collector's request as DAP binds it into both aggregate
+    seconds, or of any collection of a leader-selected task (its query is
+    empty): the collector's request as DAP binds it into both aggregate
     shares (veil's collections take no aggregation parameter or
     extension, so the request is rebuilt from the batch alone)."""
+    assert task.dap is not None
+    if task.dap.leader_selected:
+        return CollectionJobReq(Query(BatchMode.LEADER_SELECTED))
     tp = task.time_precision
     return CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(start // tp, duration // tp)))
 

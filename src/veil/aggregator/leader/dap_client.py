@@ -49,6 +49,7 @@ from veil.dap.jobs import (
     ReportShare,
     VerifyInit,
     VerifyRespType,
+    batch_id_extension,
 )
 from veil.dap.messages import BatchMode, Interval, ReportMetadata
 from veil.dap.pingpong import MessageType, PingPong, initialize
@@ -108,14 +109,16 @@ class DapHelperClient:
         job_id: bytes,
         items: Sequence[VerifyInitItem],
         prefix_round: tuple[bytes, int, int, int] | None = None,
+        batch_id: bytes | None = None,
     ) -> AggregationAnswer:
         assert task.dap is not None and prefix_round is None
+        assert (batch_id is not None) == task.dap.leader_selected
         version = task.dap.dap_version
         tp = task.time_precision
         request = AggregationJobInitReq(
             VERIFICATION_KEY_ID,
             b"",
-            (),
+            () if batch_id is None else (batch_id_extension(batch_id),),
             tuple(
                 VerifyInit(
                     ReportShare(
@@ -170,12 +173,17 @@ class DapHelperClient:
         report_count: int,
         checksum: bytes,
         agg_param: bytes = b"",
+        batch_id: bytes | None = None,
     ) -> Ciphertext:
         assert not agg_param
         tp = task.time_precision
+        if batch_id is not None:
+            selector = BatchSelector(BatchMode.LEADER_SELECTED, batch_id=batch_id)
+        else:
+            selector = BatchSelector(BatchMode.TIME_INTERVAL, Interval(start // tp, duration // tp))
         request = AggregateShareReq(
             collection_job_req(task, start, duration),
-            BatchSelector(BatchMode.TIME_INTERVAL, Interval(start // tp, duration // tp)),
+            selector,
             report_count,
             checksum,
         )
@@ -269,9 +277,11 @@ class ByProtocol:
         job_id: bytes,
         items: Sequence[VerifyInitItem],
         prefix_round: tuple[bytes, int, int, int] | None = None,
+        batch_id: bytes | None = None,
     ) -> AggregationAnswer:
-        api = self.dap if task.dap is not None else self.grpc
-        return api.aggregate(task, job_id, items, prefix_round)
+        if task.dap is not None:
+            return self.dap.aggregate(task, job_id, items, prefix_round, batch_id)
+        return self.grpc.aggregate(task, job_id, items, prefix_round)
 
     def aggregate_share(
         self,
@@ -282,8 +292,12 @@ class ByProtocol:
         report_count: int,
         checksum: bytes,
         agg_param: bytes = b"",
+        batch_id: bytes | None = None,
     ) -> Ciphertext:
-        api = self.dap if task.dap is not None else self.grpc
-        return api.aggregate_share(
+        if task.dap is not None:
+            return self.dap.aggregate_share(
+                task, collection_id, start, duration, report_count, checksum, agg_param, batch_id
+            )
+        return self.grpc.aggregate_share(
             task, collection_id, start, duration, report_count, checksum, agg_param
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
+from veil.aggregator.core import authorize
 from veil.aggregator.errors import (
     AggregatorError,
     BatchCollected,
@@ -19,6 +20,7 @@ from veil.aggregator.errors import (
 )
 from veil.aggregator.leader.collection import CollectionDriver
 from veil.aggregator.leader.dap import DapUnavailable, DapUploads
+from veil.aggregator.store.records import CollectionRecord, StorageConflict
 from veil.dap.codec import DecodeError
 from veil.dap.jobs import CollectionJobReq, CollectionJobResp
 from veil.dap.messages import BatchMode, Interval, extensions_in_order
@@ -48,11 +50,14 @@ class DapCollections:
             request = CollectionJobReq.decode(body)
         except DecodeError as e:
             raise DapAbort(Problem(ProblemType.INVALID_MESSAGE, str(e), 400, task_id)) from None
-        if request.query.batch_mode is not BatchMode.TIME_INTERVAL:
+        assert task.dap is not None
+        leader_selected = task.dap.leader_selected
+        mode = BatchMode.LEADER_SELECTED if leader_selected else BatchMode.TIME_INTERVAL
+        if request.query.batch_mode is not mode:
             raise DapAbort(
                 Problem(
                     ProblemType.INVALID_MESSAGE,
-                    "this task's batch mode is time-interval",
+                    f"this task's batch mode is {task.dap.batch_mode}",
                     400,
                     task_id,
                 )
@@ -69,6 +74,14 @@ class DapCollections:
         refuse_extensions_and_agg_param(
             task_id, request.extensions, request.agg_param, "collection job"
         )
+        if leader_selected:
+            # The leader chooses the batch (section 5.2.1); a repeated
+            # request finds the pending job (see docs/DAP.md, Readings).
+            try:
+                record = self._create_leader_selected(task_id, token, hashlib.sha256(body).digest())
+            except AggregatorError as e:
+                raise _refused(e, task_id) from None
+            return record.job_id
         interval = request.query.batch_interval
         assert interval is not None
         tp = task.time_precision
@@ -90,6 +103,36 @@ class DapCollections:
             raise _refused(e, task_id) from None
         return collection_id
 
+    def _create_leader_selected(
+        self, task_id: bytes, token: str | None, digest: bytes
+    ) -> CollectionRecord:
+        """A collection of a leader-selected task (DAP's): the batch is the
+        leader's choice, the oldest that holds min_batch_size reports and
+        that no collection has. The same request while the task's last
+        collection is pending finds it (`digest`, the request's hash, and
+        the batch's id name the job). BatchTooSmall while no batch is ready."""
+        ctx = self.collections.tasks.context(task_id)
+        task = ctx.task
+        authorize(task, token, task.collector_token_hash, "collector")
+        pending = [c for c in self.collections.store.collections(task_id) if c.state == "pending"]
+        if pending:
+            return pending[-1]
+        chosen = self.collections.store.ready_batch(task_id, task.min_batch_size)
+        if chosen is None:
+            raise BatchTooSmall(
+                f"no batch holds min_batch_size ({task.min_batch_size}) reports yet that was"
+                " not collected: wait for more reports"
+            )
+        batch_id, bucket = chosen
+        collection_id = hashlib.sha256(digest + batch_id).digest()[:16]
+        self.collections.privacy.check(task, bucket, 1)
+        try:
+            return self.collections.store.put_collection(
+                CollectionRecord(task_id, collection_id, bucket, 1, "pending")
+            )
+        except StorageConflict as e:
+            raise JobConflict(str(e)) from None
+
     def poll(self, task_id: bytes, token: str | None, collection_id: bytes) -> bytes | None:
         """The encoded CollectionJobResp once the job is finished (None while
         it is not)."""
@@ -103,9 +146,18 @@ class DapCollections:
         if record.state != "finished" or record.leader_ct is None or record.helper_ct is None:
             return None
         tp = task.time_precision
+        assert task.dap is not None
+        if task.dap.leader_selected:
+            # Every report of the batch lies in the task's window: its
+            # interval, widened to whole time precisions, tells the
+            # collector nothing of the reports (docs/DAP.md, Readings).
+            first = task.not_before // tp
+            interval = Interval(first, -(-task.not_after // tp) - first)
+        else:
+            interval = Interval(record.start // tp, record.duration // tp)
         return CollectionJobResp(
             record.report_count,
-            Interval(record.start // tp, record.duration // tp),
+            interval,
             record.leader_ct,
             record.helper_ct,
         ).encode()

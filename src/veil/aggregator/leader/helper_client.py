@@ -99,9 +99,12 @@ class GrpcHelperClient:
         job_id: bytes,
         items: Sequence[VerifyInitItem],
         prefix_round: tuple[bytes, int, int, int] | None = None,
+        batch_id: bytes | None = None,
     ) -> AggregationAnswer:
         """One job (Prio3), or one round of a Poplar1 job: `prefix_round` is
-        (agg_param, batch start, batch duration, round)."""
+        (agg_param, batch start, batch duration, round). veil's gRPC has no
+        leader-selected batch (`batch_id`: DAP's only)."""
+        assert batch_id is None
         window = (task.not_before, task.not_after)
         request = aggregation_job_request(task.task_id, job_id, items, prefix_round, window)
         response = self._call(task, "Aggregate", request)
@@ -131,7 +134,9 @@ class GrpcHelperClient:
         report_count: int,
         checksum: bytes,
         agg_param: bytes = b"",
+        batch_id: bytes | None = None,
     ) -> Ciphertext:
+        assert batch_id is None  # DAP's only
         request = helper_pb2.AggregateShareRequest(
             task_id=task.task_id,
             collection_job_id=collection_id,

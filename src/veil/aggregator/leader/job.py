@@ -91,6 +91,8 @@ class PreparedJob:
     items: list[VerifyInitItem]
     row_of: dict[bytes, int]  # report id -> row of `opened` (and of `init`)
     outcomes: dict[bytes, ReportRejection | None]  # reports the leader already rejected
+    # The leader-selected batch the job's reports join (None: their time buckets).
+    batch_id: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ aggregates are merged under the store's lock.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
@@ -46,6 +47,7 @@ from veil.aggregator.store.records import (
     JobReport,
     StorageConflict,
     is_transient_storage_error,
+    leader_selected_bucket,
 )
 from veil.hpke import ROLE_LEADER, input_share_info
 from veil.messages import Report
@@ -78,9 +80,12 @@ class UploadJobs:
     a report the helper finds too early goes back to pending until its clock
     has caught up, and each accepted report adds to its time bucket."""
 
-    def __init__(self, peer: HelperPeer, now: float) -> None:
+    def __init__(self, peer: HelperPeer, now: float, batch_id: bytes | None = None) -> None:
         self.peer = peer
         self.now = now
+        # A leader-selected job's batch: its reports add to the batch's one
+        # bucket, not to their times'.
+        self.batch = None if batch_id is None else leader_selected_bucket(batch_id)
 
     def check_answer(self, answer: AggregationAnswer, items: Sequence[VerifyInitItem]) -> None:
         if [x.report_id for x in answer.results] != [x.report_id for x in items]:
@@ -92,7 +97,7 @@ class UploadJobs:
         return self.peer.too_early_wait(task, report.time, self.now)
 
     def bucket(self, task: LeaderTask, report: AnyReport) -> int:
-        return task.bucket(report.time)
+        return task.bucket(report.time) if self.batch is None else self.batch
 
 
 class JobDriver:
@@ -145,12 +150,10 @@ class JobDriver:
         tasks = self.tasks.tasks
         # Only our tasks, each asked directly: cheaper on a large shared table
         # than looking for the tasks that have pending reports.
-        for task_id, ctx in self.tasks.contexts.items():
+        for ctx in self.tasks.contexts.values():
             if ctx.by_query:
                 continue  # aggregated by its collections' queries (leader/prefixes.py)
-            while not self.control.stopping and self.store.create_aggregation_job(
-                task_id, secrets.token_bytes(16), self.job_size(task_id)
-            ):
+            while not self.control.stopping and self._create_job(ctx.task):
                 progress = True
         while not self.control.stopping:
             # Before the statement: the lease's expiry, which the database
@@ -176,6 +179,17 @@ class JobDriver:
             if not finished:
                 break  # every job failed and waits for its retry: collections go on
         return progress
+
+    def _create_job(self, task: LeaderTask) -> int:
+        """A new job of the task's pending reports; a leader-selected task's
+        joins a batch in the same transaction (veil.aggregator.store.batches),
+        a new one of 32 random bytes where none is open."""
+        task_id, job_id, size = task.task_id, secrets.token_bytes(16), self.job_size(task.task_id)
+        if task.dap is not None and task.dap.leader_selected:
+            return self.store.create_batch_job(
+                task_id, job_id, size, task.min_batch_size, secrets.token_bytes(32)
+            )
+        return self.store.create_aggregation_job(task_id, job_id, size)
 
     def _job_failed(self, task_id: bytes, job_id: bytes, error: Exception) -> bool:
         """Settle a job that failed for a reason other than the helper being
@@ -328,6 +342,8 @@ class JobDriver:
             )
 
         job = prepare_job(ctx, job_id, None, reports, shares, init, began)
+        if task.dap is not None and task.dap.leader_selected:
+            job = dataclasses.replace(job, batch_id=self.store.job_batch(task_id, job_id))
         lease = self.settings.lease_seconds
         if job.items and (leased_at is None or time.monotonic() - leased_at >= RENEW_AFTER * lease):
             # Verification, or the jobs before it in the lease, took a while:
@@ -341,7 +357,7 @@ class JobDriver:
         if not job.items:
             return AggregationAnswer([])
         try:
-            return self.peer.aggregate(job.task, job.job_id, job.items)
+            return self.peer.aggregate(job.task, job.job_id, job.items, job.batch_id)
         except Unavailable:
             self.meter.helper_unavailable()
             raise
@@ -353,7 +369,7 @@ class JobDriver:
         its clock has caught up (HelperPeer.too_early_wait)."""
         task = job.task
         ctx = self.tasks.context(task.task_id)
-        done = finish_job(ctx, UploadJobs(self.peer, self.clock()), job, answer)
+        done = finish_job(ctx, UploadJobs(self.peer, self.clock(), job.batch_id), job, answer)
         outcomes, deferred = done.outcomes, done.deferred
         self.store.finish_aggregation_job(
             task.task_id,

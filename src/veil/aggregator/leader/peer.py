@@ -32,6 +32,7 @@ class HelperApi(Protocol):
         job_id: bytes,
         items: Sequence[VerifyInitItem],
         prefix_round: tuple[bytes, int, int, int] | None = None,
+        batch_id: bytes | None = None,
     ) -> AggregationAnswer: ...
 
     def aggregate_share(
@@ -43,6 +44,7 @@ class HelperApi(Protocol):
         report_count: int,
         checksum: bytes,
         agg_param: bytes = b"",
+        batch_id: bytes | None = None,
     ) -> Ciphertext: ...
 
 
@@ -64,11 +66,19 @@ class HelperPeer:
         self.max_clock_lag = max_clock_lag
 
     def aggregate(
-        self, task: LeaderTask, job_id: bytes, items: Sequence[VerifyInitItem]
+        self,
+        task: LeaderTask,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        batch_id: bytes | None = None,
     ) -> AggregationAnswer:
-        """The helper's step of a job; reads the helper's clock from its answer."""
+        """The helper's step of a job (of the leader-selected batch
+        `batch_id`, if any); reads the helper's clock from its answer."""
         sent = self.clock()
-        answer = self.api.aggregate(task, job_id, items)
+        if batch_id is None:
+            answer = self.api.aggregate(task, job_id, items)
+        else:
+            answer = self.api.aggregate(task, job_id, items, batch_id=batch_id)
         if answer.helper_time is not None:
             reading = ClockOffset.measure(
                 task.helper_address, sent, answer.helper_time, self.clock()

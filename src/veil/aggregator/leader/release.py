@@ -51,19 +51,23 @@ def release(
     share: Sequence[int],
     commit: Callable[[CollectionRecord], None],
     drawn: Ciphertext | None = None,
+    batch_id: bytes | None = None,
 ) -> CollectionRecord:
     """Release the collection `record` of `count` reports (XOR of their
     checksums `checksum`, the leader's aggregate share `share`): the
     helper's share, then the leader's (`drawn`: the one an earlier veil
     drew and stored first), committed as the finished record.
     HelperRefused for the helper's refusal; AggregatorError for the
-    leader's own ledger or noise."""
+    leader's own ledger or noise. `batch_id` names a leader-selected
+    batch (DAP's), whose bucket is the record's [start, +1)."""
     task = ctx.task
     start, duration = record.start, record.duration
+    args = (task, record.job_id, start, duration, count, checksum, record.agg_param)
     try:
-        helper_ct = api.aggregate_share(
-            task, record.job_id, start, duration, count, checksum, record.agg_param
-        )
+        if batch_id is None:
+            helper_ct = api.aggregate_share(*args)
+        else:
+            helper_ct = api.aggregate_share(*args, batch_id=batch_id)
     except AggregatorError as e:
         raise HelperRefused(e) from None
     leader_ct = drawn or leader_share(ctx, privacy, record, agg_param, count, share)

@@ -429,11 +429,6 @@ def tasks_of_role(config: ServerConfig, kind: type[AT]) -> dict[bytes, AT]:
             tasks[task.task_id] = expect_role(task, kind, str(path))
         except TaskError as e:
             raise ConfigError(str(e)) from None
-        if task.role == "leader" and task.dap is not None and task.dap.leader_selected:
-            raise ConfigError(
-                f"{path}: veil's leader does not form leader-selected batches yet; veil's"
-                " helper serves such a task beside another implementation's leader (docs/DAP.md)"
-            )
     return tasks
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
-from veil.aggregator.store import collection_jobs, jobs, prefix_queries, upkeep
+from veil.aggregator.store import batches, collection_jobs, jobs, prefix_queries, upkeep
 from veil.aggregator.store import reports as report_units
 from veil.aggregator.store.records import (
     Backoff,
@@ -98,6 +98,29 @@ class Datastore:
 
     def create_aggregation_job(self, task_id: bytes, job_id: bytes, limit: int) -> int:
         return self._write(lambda tx: jobs.create_aggregation_job(tx, task_id, job_id, limit))
+
+    # --- leader-selected batches (veil.aggregator.store.batches) ------------
+
+    def create_batch_job(
+        self, task_id: bytes, job_id: bytes, limit: int, min_batch_size: int, new_batch_id: bytes
+    ) -> int:
+        return self._write(
+            lambda tx: batches.create_batch_job(
+                tx, task_id, job_id, limit, min_batch_size, new_batch_id
+            )
+        )
+
+    def job_batch(self, task_id: bytes, job_id: bytes) -> bytes | None:
+        return self._read(lambda tx: batches.job_batch(tx, task_id, job_id))
+
+    def ready_batch(self, task_id: bytes, min_batch_size: int) -> tuple[bytes, int] | None:
+        return self._read(lambda tx: batches.ready_batch(tx, task_id, min_batch_size))
+
+    def batch_of_bucket(self, task_id: bytes, bucket: int) -> bytes | None:
+        return self._read(lambda tx: batches.batch_of_bucket(tx, task_id, bucket))
+
+    def batch_unfinished(self, task_id: bytes, batch_id: bytes) -> bool:
+        return self._read(lambda tx: batches.batch_unfinished(tx, task_id, batch_id))
 
     def acquire_aggregation_jobs(
         self, owner: str, lease_seconds: float, limit: int

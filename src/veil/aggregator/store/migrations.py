@@ -178,6 +178,17 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE helper_jobs ADD COLUMN batch_id BYTEA;
     """,
+    # The leader's leader-selected batches (veil.aggregator.store.batches):
+    # each batch's id and bucket, and the batch each aggregation job's
+    # reports join, chosen when the job is made.
+    """
+    CREATE TABLE leader_batches (
+        task_id BYTEA NOT NULL, batch_id BYTEA NOT NULL, bucket BIGINT NOT NULL,
+        created DOUBLE PRECISION NOT NULL, PRIMARY KEY (task_id, batch_id));
+    ALTER TABLE aggregation_jobs ADD COLUMN batch_id BYTEA;
+    CREATE INDEX aggregation_jobs_batch ON aggregation_jobs (task_id, batch_id)
+        WHERE batch_id IS NOT NULL;
+    """,
 )
 
 SCHEMA_TABLE = (

@@ -15,6 +15,23 @@ from veil.messages import ENC_SIZE, Ciphertext
 
 # Report states on the leader.
 PENDING, IN_JOB, AGGREGATED, REJECTED = 0, 1, 2, 3
+
+# A leader-selected batch (DAP's second batch mode) is one bucket of its own,
+# numbered LEADER_SELECTED_BUCKETS plus the first 7 bytes of its 32-byte id:
+# beyond every time a report may carry (an upload past now is refused), so
+# that no time bucket, no expiry by report time and no time-interval ledger
+# entry ever meets it, and within the ledger's bounds (±2**62).
+LEADER_SELECTED_BUCKETS = 2**61
+
+
+def leader_selected_bucket(batch_id: bytes) -> int:
+    """The bucket of the leader-selected batch `batch_id`: its aggregate's
+    rows, its collection's start (duration 1) and its ledger entry. Two ids
+    alike in their first 7 bytes share it, and are then one batch, released
+    once and charged once: never a report counted twice."""
+    return LEADER_SELECTED_BUCKETS + int.from_bytes(batch_id[:7])
+
+
 REPORT_STATE_NAMES = {
     PENDING: "pending",
     IN_JOB: "in_job",
