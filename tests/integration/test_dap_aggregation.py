@@ -41,6 +41,8 @@ VERSION = DapVersion.DAP_19
 class Deployment:
     leader_url: str
     tasks: dict[str, TaskFiles]
+    # Where each server's config (leader.toml, helper.toml) is.
+    root: Path
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +118,7 @@ def deployment(
         server.start()
         servers.append(server)
     try:
-        yield Deployment(f"http://{leader_dap}", tasks)
+        yield Deployment(f"http://{leader_dap}", tasks, tmp)
     finally:
         for server in reversed(servers):
             server.stop()
@@ -261,6 +263,20 @@ def test_leader_selected_batches_are_formed_and_collected_once_each(
     assert (out["report_count"], out["estimate"]) == (3, 2)
     assert len(bytes.fromhex(out["collection_job_id"])) == 16
     assert out["collection_job_id"] not in {i.hex() for i in ids if i is not None}
+    # veil status shows each server's leader-selected batches by their ids.
+    task_id = files.leader.id_text
+    for role in ("leader", "helper"):
+        config = str(deployment.root / f"{role}.toml")
+        assert main(["status", "--config", config, "--json"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        (chosen,) = (t for t in status["tasks"] if t["task_id"] == task_id)
+        states = [(b["state"], b["aggregated"]) for b in chosen["batches"] if "batch_id" in b]
+        assert states == [("collected", 3)] * 3
+        assert all(b["start_utc"] is None for b in chosen["batches"])
+        if role == "leader":  # its reports, counted by state
+            assert chosen["reports"] == {"aggregated": 9}
+        assert main(["status", "--config", config]) == 0
+        assert capsys.readouterr().out.count("  batch ") >= 3
 
 
 @BOTH

@@ -19,7 +19,7 @@ from veil.aggregator.maintenance import active_key
 from veil.aggregator.run.config import ServerConfig
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.postgres import storage_label
-from veil.aggregator.store.records import CollectionRecord
+from veil.aggregator.store.records import LEADER_SELECTED_BUCKETS, CollectionRecord
 from veil.dp import BudgetLedger, BudgetStatus, BudgetUnit, DPError
 from veil.dp.accounting import Guarantee
 from veil.survey.statement import task_statement
@@ -30,9 +30,23 @@ TEXT_BATCHES = 12
 
 
 def _utc(t: float | None) -> str | None:
-    if t is None:
-        return None
+    if t is None or t >= LEADER_SELECTED_BUCKETS:
+        return None  # a leader-selected batch has no time (see _where)
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _where(start: int) -> str:
+    """A batch's start as people read it: its time, or a leader-selected
+    batch's id (the first 7 bytes its bucket holds)."""
+    if start >= LEADER_SELECTED_BUCKETS:
+        return f"batch {start - LEADER_SELECTED_BUCKETS:014x}.."
+    return str(_utc(start))
+
+
+def _span(start: int, duration: int) -> str:
+    if start >= LEADER_SELECTED_BUCKETS:
+        return _where(start)
+    return f"[{_utc(start)}, +{duration} s)"
 
 
 def _budget(status: BudgetStatus, delta: Fraction) -> dict[str, Any]:
@@ -133,8 +147,11 @@ def gather(
         finished_by = {c.job_id for c in collections if c.state == "finished"}
         queries = _prefix_queries(task, store, collections) if task.vdaf.is_prefix else None
         batches = []
-        for bucket in sorted(set(counts) | set(closed)):
-            by_state = counts.get(bucket, {})
+        # A leader-selected task's reports are counted by time (its
+        # `reports`), its batches are the leader's: only those are listed.
+        by_time = {} if task.dap is not None and task.dap.leader_selected else counts
+        for bucket in sorted(set(by_time) | set(closed)):
+            by_state = by_time.get(bucket, {})
             closed_by = closed.get(bucket)
             if closed_by is None:
                 state = "open"
@@ -159,6 +176,9 @@ def gather(
                     levels=[q["level"] for q in levels],
                     state=_prefix_batch_state(task, levels),
                 )
+            if bucket >= LEADER_SELECTED_BUCKETS:
+                # DAP's leader-selected batch: its id's first 7 bytes, in hex.
+                batch["batch_id"] = f"{bucket - LEADER_SELECTED_BUCKETS:014x}"
             batches.append(batch)
         totals: Counter[str] = Counter()
         for by_state in counts.values():
@@ -370,7 +390,7 @@ def render_text(status: dict[str, Any]) -> str:
                 out.append(f"    ... {hidden} older")
             for b in batches[-TEXT_BATCHES:]:
                 out.append(
-                    f"    {b['start_utc']:<22} {b['aggregated']:>10} {b['pending']:>8}"
+                    f"    {_where(b['start']):<22} {b['aggregated']:>10} {b['pending']:>8}"
                     f" {b['rejected']:>9}  {b['state']}"
                 )
         queries = t.get("prefix_queries", [])
@@ -385,7 +405,7 @@ def render_text(status: dict[str, Any]) -> str:
         for c in t["collections"]:
             error = f": {c['error']}" if c["error"] else ""
             out.append(
-                f"    {c['job_id'][:16]}  [{_utc(c['start'])}, +{c['duration']} s)"
+                f"    {c['job_id'][:16]}  {_span(c['start'], c['duration'])}"
                 f"  {c['state']}, {c['report_count']} reports{error}"
             )
     for name, b in status["surveys"].items():
