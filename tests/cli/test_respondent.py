@@ -8,7 +8,14 @@ import re
 
 import pytest
 
-from veil.cli.respondent import _show, answer_from_text, answers_from_options, ask
+from veil.cli.respondent import (
+    OUTBOX_MAX_REPORTS,
+    _show,
+    answer_from_text,
+    answers_from_options,
+    ask,
+)
+from veil.client.outbox import DEFAULT_MAX_REPORTS
 from veil.survey import parse_survey
 
 SURVEY = parse_survey(
@@ -65,3 +72,7 @@ def test_the_summary_shows_a_split_by_option_name() -> None:
     assert _show(budget, "1:80,3:20") == "training 80, travel 20 (100 of 100 points)"
     assert _show(budget, {"tools": 5}) == "tools 5 (5 of 100 points)"
     assert _show(budget, "0,0,0") == "no points (0 of 100 points)"
+
+
+def test_the_outbox_limit_in_the_help_is_the_outbox_default() -> None:
+    assert OUTBOX_MAX_REPORTS == DEFAULT_MAX_REPORTS

@@ -16,24 +16,50 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from veil.cli import collect, invite, operator, respondent, server, setup, web, window
 from veil.logs import quiet_grpc_core
 
 
 def _version() -> str:
+    # importlib.metadata is a fifth of a bare start's imports: only --version pays it.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("veil")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "unknown"
 
 
+class _Version(argparse.Action):
+    """argparse's "version" action, with the version looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"veil {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="veil", description="veil: private aggregation with differentially private output"
     )
-    parser.add_argument("--version", action="version", version=f"veil {_version()}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True)
     survey = commands.add_parser(
         "survey",

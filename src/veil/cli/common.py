@@ -11,10 +11,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from veil.task import DapSpec, Task, TaskError, load_task
-
 if TYPE_CHECKING:
     from veil.survey.results import QuestionResult
+    from veil.task import DapSpec, Task
 
 # One CA file for both aggregators lets either pose as the other to clients
 # (and as the leader to the collector): `--ca` refuses, saying so.
@@ -41,6 +40,42 @@ class _RetiredCa(argparse.Action):
 def add_retired_ca(parser: argparse.ArgumentParser) -> None:
     """The old shared-trust option, kept only to say what replaced it."""
     parser.add_argument("--ca", action=_RetiredCa, help=argparse.SUPPRESS)
+
+
+if TYPE_CHECKING:
+    _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:  # not subscriptable at run time
+    _SubParsers = argparse._SubParsersAction
+
+
+class DeferredCommands(_SubParsers):
+    """Subcommands whose arguments are added only when one is chosen (to run
+    it or to print its help): what they are built from (the VDAF registry,
+    the task defaults) is imported then, not at every start of `veil`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._arguments: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
+
+    def defer(
+        self, name: str, arguments: Callable[[argparse.ArgumentParser], None], **kwargs: Any
+    ) -> None:
+        """Command `name` (`kwargs` as for add_parser), given its arguments by
+        `arguments(parser)` when it is chosen."""
+        self.add_parser(name, **kwargs)
+        self._arguments[name] = arguments
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        add = self._arguments.pop(values[0], None)
+        if add is not None:
+            add(self.choices[values[0]])
+        super().__call__(parser, namespace, values, option_string)
 
 
 def setup_logging(level: str) -> None:
@@ -79,12 +114,14 @@ def tune_for_throughput() -> None:
     limit_blas_threads(1)
 
 
-T = TypeVar("T", bound=Task)
+T = TypeVar("T", bound="Task")
 
 
 def load_task_file(path: str, kind: type[T], command: str) -> T:
     """The task file at `path`, of the role `kind`; a mistake in it is a
     user's mistake: `veil <command>: <message>` on stderr and exit status 2."""
+    from veil.task import TaskError, load_task
+
     try:
         return load_task(Path(path), kind)
     except (OSError, TaskError) as e:
@@ -133,6 +170,7 @@ def dap_spec(args: argparse.Namespace) -> DapSpec | None:
     """The [dap] table of a task served over DAP (--protocol dap), or None;
     TaskError for an option that does not fit."""
     from veil.dap import DEFAULT_VERSION
+    from veil.task import DapSpec, TaskError
 
     given = [
         name

@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veil.cli.common import add_retired_ca, load_task_file, read_pem, setup_logging
-from veil.client.outbox import DEFAULT_MAX_REPORTS
-from veil.task import Task, VdafSpec
 
 if TYPE_CHECKING:
     from veil.survey import Question, Survey
+    from veil.task import VdafSpec
+
+# veil.client.outbox.DEFAULT_MAX_REPORTS, for the help text: importing the
+# client to read it would cost every `veil` start a third of a CPU-second
+# (tests/cli/test_respondent.py holds the two equal).
+OUTBOX_MAX_REPORTS = 100_000
 
 
 def parse_measurement(spec: VdafSpec, text: str) -> Any:
@@ -31,6 +35,7 @@ def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str 
     A task with a [dap] table gets a DapClient (`client_for`): DAP names no
     client certificate and keeps no outbox yet, so either is refused for it."""
     from veil.client import ClientOptions, OutboxError, client_for
+    from veil.client.outbox import DEFAULT_MAX_REPORTS
     from veil.trust import TrustError
 
     if task.dap is not None:
@@ -93,6 +98,7 @@ def _say_result(result: Any) -> int:
 
 def cmd_upload(args: argparse.Namespace) -> int:
     from veil.client import OutboxFull, UploadError
+    from veil.task import Task
 
     setup_logging(args.log_level)
     task = load_task_file(args.task, Task, "upload")
@@ -162,6 +168,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_outbox_flush(args: argparse.Namespace) -> int:
+    from veil.task import Task
+
     setup_logging(args.log_level)
     if not Path(args.outbox).is_file():
         print(f"veil outbox flush: no outbox at {args.outbox}", file=sys.stderr)
@@ -709,7 +717,7 @@ def register(
         "--outbox-max",
         type=_positive,
         metavar="N",
-        help=f"reports the outbox may hold (default {DEFAULT_MAX_REPORTS})",
+        help=f"reports the outbox may hold (default {OUTBOX_MAX_REPORTS})",
     )
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=cmd_upload)

@@ -8,27 +8,12 @@ import os
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from veil.cli.common import add_dap_options, dap_spec
-from veil.dp import DPError
-from veil.dp.accounting import decimal_text, zcdp_rho
-from veil.dp.mechanisms import MAX_EPSILON, parse_budget
-from veil.settings import SettingsError, read_toml
-from veil.survey.statement import task_statement
-from veil.task import (
-    DEFAULT_DP_MODE,
-    DEFAULT_MAX_CLOCK_SKEW,
-    DEFAULT_MIN_BATCH_SIZE,
-    DEFAULT_TIME_PRECISION,
-    VDAF_TYPES,
-    DpSpec,
-    TaskError,
-    VdafSpec,
-    new_task,
-    write_toml,
-)
-from veil.vdaf import registry
+from veil.cli.common import DeferredCommands, add_dap_options, dap_spec
+
+if TYPE_CHECKING:
+    from veil.task import DpSpec
 
 
 def _read_config(path: Path, role: str, listen: str) -> dict[str, Any]:
@@ -37,11 +22,14 @@ def _read_config(path: Path, role: str, listen: str) -> dict[str, Any]:
     if not path.exists():
         return {"listen": listen, "storage": f"{role}.db", "tasks": []}
     from veil.aggregator.run.config import CONFIG_KEYS
+    from veil.settings import read_toml
 
     return dict(read_toml(path, CONFIG_KEYS).data)
 
 
 def _add_task_to_config(path: Path, config: dict[str, Any], task_file: Path) -> None:
+    from veil.task import write_toml
+
     rel = os.path.relpath(Path(task_file).resolve(), path.parent.resolve())
     tasks = list(config.get("tasks", []))
     if str(rel) not in tasks:
@@ -61,6 +49,11 @@ def _exists(path: Path) -> int:
 
 
 def cmd_task_new(args: argparse.Namespace) -> int:
+    from veil.dp import DPError
+    from veil.settings import SettingsError
+    from veil.survey.statement import task_statement
+    from veil.task import TaskError, VdafSpec, new_task, write_toml
+
     # With a local layer a multihot report may carry any number of options (the
     # randomization turns bits on), so the proof admits every weight and
     # --max-weight bounds the respondent's own answer instead.
@@ -183,6 +176,10 @@ def cmd_task_new(args: argparse.Namespace) -> int:
 def _dp_spec(args: argparse.Namespace, local_max_choices: int) -> DpSpec:
     """The [dp] table from the options; a gaussian task gets ρ, solved from ε and δ
     if those are given (the task file always names ρ itself)."""
+    from veil.dp.accounting import decimal_text, zcdp_rho
+    from veil.dp.mechanisms import MAX_EPSILON, parse_budget
+    from veil.task import DpSpec, TaskError
+
     mechanism = args.mechanism
     epsilon, rho, delta = args.epsilon, args.rho, args.delta
     if mechanism == "gaussian":
@@ -227,6 +224,8 @@ def _dp_spec(args: argparse.Namespace, local_max_choices: int) -> DpSpec:
 
 
 def _delta(text: str) -> Fraction:
+    from veil.task import TaskError
+
     try:
         value = Fraction(text)
     except (ValueError, ZeroDivisionError):
@@ -238,9 +237,22 @@ def _delta(text: str) -> Fraction:
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     task = commands.add_parser("task", help="task definitions").add_subparsers(
-        dest="task_command", required=True
+        dest="task_command", required=True, action=DeferredCommands
     )
-    p = task.add_parser("new", help="write matching task files for every party")
+    assert isinstance(task, DeferredCommands)
+    task.defer("new", _task_new_arguments, help="write matching task files for every party")
+
+
+def _task_new_arguments(p: argparse.ArgumentParser) -> None:
+    from veil.task import (
+        DEFAULT_DP_MODE,
+        DEFAULT_MAX_CLOCK_SKEW,
+        DEFAULT_MIN_BATCH_SIZE,
+        DEFAULT_TIME_PRECISION,
+        VDAF_TYPES,
+    )
+    from veil.vdaf import registry
+
     p.add_argument(
         "--vdaf",
         required=True,

@@ -8,16 +8,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from veil.reschedule import (
-    RescheduleError,
-    Window,
-    check_close,
-    check_extend,
-    load_parties,
-    reschedule,
-)
 from veil.times import TimeFormatError, format_duration, format_time, parse_time
+
+if TYPE_CHECKING:
+    from veil.reschedule import Window
 
 
 def _time(text: str) -> int:
@@ -36,6 +32,8 @@ def cmd_survey_extend(args: argparse.Namespace) -> int:
 
 
 def _change(verb: str, args: argparse.Namespace, end: int | None) -> int:
+    from veil.reschedule import RescheduleError, check_close, check_extend, load_parties, reschedule
+
     name = f"veil survey {verb}"
     now = time.time()
     try:
