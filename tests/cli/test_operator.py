@@ -187,6 +187,33 @@ def dap_files(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
+def test_refusals_for_a_leader_selected_dap_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """veil collect names no batch of a task whose leader chooses them:
+    each option that would is refused alone, before any connection."""
+    dap = DapSpec("http://127.0.0.1:9/", "http://127.0.0.1:9/h/", batch_mode="leader-selected")
+    task = new_task(
+        VdafSpec("count"), "127.0.0.1:9", "127.0.0.1:9", min_batch_size=1, dp=DpSpec("none"),
+        dap=dap,
+    )  # fmt: skip
+    collector = tmp_path / "collector.toml"
+    write_toml(collector, task.collector.to_dict(), secret=True)
+    hour = int(time.time()) // 3600 * 3600
+    for option in (
+        ["--start", format_time(hour - 3600)],
+        ["--duration", "3600"],
+        ["--include-open"],
+        ["--job-id", "00" * 16],
+    ):
+        rc, err = run(capsys, "--task", str(collector), *option)
+        assert rc == 2 and err.startswith(f"veil collect: {option[0]} names a batch"), err
+        assert "this task is leader-selected" in err and len(err.splitlines()) == 1
+    # Without them it asks the leader, which nothing answers here.
+    rc, err = run(capsys, "--task", str(collector), "--wait", "1")
+    assert rc == 1 and "cannot reach" in err, err
+
+
 def test_refusals_for_a_dap_task(
     dap_files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
