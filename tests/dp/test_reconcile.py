@@ -150,7 +150,13 @@ def test_the_stated_variance_is_the_estimators_own(case: tuple) -> None:  # type
     stated = np.concatenate(
         [plan.cell_variances(), *(plan.margin_variances(i) for i in range(len(plan.margins)))]
     )
-    assert total == pytest.approx(stated, rel=1e-6, abs=1e-9)
+    # The gain is an inverse computed in floats, so its error is bounded
+    # norm-wise (relative to its largest entries, not to each one) and grows
+    # with its condition number: releases whose variances differ by 4e7 (a
+    # noiseless-looking margin beside noisy cells) gave 1.2e-6 relative on a
+    # cell at a condition number of 7.8e7, about 70 epsilons times it.
+    rel = 1e-6 + 1e3 * np.finfo(float).eps * np.linalg.cond(plan._gain)
+    assert np.abs(total - stated).max() <= rel * np.abs(stated).max() + 1e-9, (total, stated)
 
 
 def test_simultaneous_intervals_are_bonferronis() -> None:
