@@ -53,11 +53,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (pyproject's addopts): three workers per core. Much of the
-    suite's time is spent waiting (for servers to start, for survey windows
-    to close, for a crash's restart): one worker per core left the cores
-    half idle (14 minutes against 8 with two per core in one CI rehearsal),
-    and with two per core they were still idle 11% of a quiet run, in
-    stretches of 30 s at 40% where every worker waited on a window."""
+    suite's time is spent waiting (for servers to start, for a crash's
+    restart, and when this was measured for survey windows to close, which
+    the survey tests now close themselves): one worker per core left the
+    cores half idle (14 minutes against 8 with two per core in one CI
+    rehearsal), and with two per core they were still idle 11% of a quiet
+    run, in stretches of 30 s at 40% where every worker waited on a window."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return 3 * (cores or 1)
 

@@ -24,7 +24,7 @@ import pytest
 
 from tests.support.cli import veil
 from tests.support.modes import LONG
-from tests.support.window import survey_window
+from tests.support.window import LONG_WINDOW, close_survey
 from veil.aggregator.store.records import AGGREGATED
 from veil.client import Client, UploadError
 from veil.collector import CollectionError, Collector
@@ -217,16 +217,17 @@ def test_an_extension_never_reopens_a_released_batch(
     survey: Callable[..., Running], restart: bool, backend: str, request: pytest.FixtureRequest
 ) -> None:
     dsn = request.getfixturevalue("postgres_server") if backend == "postgres" else None
-    s = survey(window=survey_window(20, TP), dsn=dsn)
+    s = survey(window=LONG_WINDOW, dsn=dsn)
     sent = s.respond(3)
     assert sent.returncode == 0, sent.stderr
-    wait_until(s.closes)
+    servers = [s.servers["helper"], s.servers["leader"]]
+    close_survey(s.dep, servers)
     results = s.root / "results"
     collected = veil("survey", "collect", "--survey-dir", s.dep / "collector", "--out", results)
     assert collected.returncode == 0, collected.stderr
-    # The operator's collector/ knows: refused, nothing written.
-    # Time enough for three commands, a reload and two uploads.
-    until = (int(time.time()) // TP) * TP + survey_window(30, TP)
+    # The operator's collector/ knows: refused, nothing written. An hour
+    # more, closed again below once the uploads are done.
+    until = (int(time.time()) // TP) * TP + LONG_WINDOW
     refused = veil("survey", "extend", s.dep, "--until", format_time(until))
     assert refused.returncode == 2
     assert "extending never reopens it" in refused.stderr
@@ -249,11 +250,13 @@ def test_an_extension_never_reopens_a_released_batch(
         assert "was already collected; reports for it are no longer accepted" in str(late.value)
         # The extension's own time takes reports.
         assert client.upload(1).accepted == 1
-    wait_until(until)
+    # The extension closed now by both organisations (and the client's
+    # files): a collection over it, the released batch included, is refused.
+    end = close_survey([s.dep / part for part in ("leader", "helper", "client")], servers)
     old = load_task(s.dep / "collector" / "remote.toml", CollectorTask)
     with (
-        Collector(replace(old, not_after=until)) as collector,
+        Collector(replace(old, not_after=end)) as collector,
         pytest.raises(CollectionError) as again,
     ):
-        collector.collect(s.opens, until - s.opens, wait=30)
+        collector.collect(s.opens, end - s.opens, wait=30)
     assert "already collected" in str(again.value)

@@ -2,8 +2,9 @@
 `veil survey deploy`'s function, answered by SurveyClient (what `veil survey
 respond` and the outbox use), collected by `veil survey collect`'s function
 level by level, stopped and resumed between levels, published; and one whose
-first level fails. The two surveys are deployed together and answered inside
-one window (the module's fixture)."""
+first level fails. The two surveys are deployed together, open for an hour,
+answered, and closed as soon as the respondents are done (the module's
+fixture; tests/support/window.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from tests.support.cli import veil
 from tests.support.text_survey import REMOTE, editors_survey
-from tests.support.window import survey_window
+from tests.support.window import LONG_WINDOW, close_survey
 from veil.client import Client
 from veil.client.outbox import Outbox
 from veil.client.survey import SurveyClient
@@ -29,11 +30,6 @@ from veil.survey import AnswerError, parse_survey
 pytestmark = pytest.mark.slow
 
 TP = 5
-# Four process starts and twelve respondents inside the window at the
-# suite's own load (two starts and eleven respondents were given 45 s; the
-# module's two surveys share one window); stretched by the slowdown measured
-# as the module deploys (tests/support/window.py).
-WINDOW = 55
 ANSWERS = ["Vim"] * 4 + [" nano"] * 3 + ["éd"] * 2 + ["once"]
 
 
@@ -68,10 +64,9 @@ def surveys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Surveys]:
     """Both tests' surveys deployed with one window, answered, and closed: the
     first takes eleven answers (one through the outbox) of at most 5 bytes
     beside a yes/no question, the second one answer of at most 3 bytes."""
-    window = survey_window(WINDOW, TP)
     now = int(time.time())
     opens = now - now % TP
-    closes = opens + window
+    closes = opens + LONG_WINDOW
     root = tmp_path_factory.mktemp("text")
     started: list[ServerProcess] = []
     try:
@@ -95,8 +90,9 @@ def surveys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Surveys]:
         assert (editor["max_bytes"], editor["case_sensitive"]) == (5, False)
         with SurveyClient(once.client_dir) as client:
             client.respond({"editor": "vim"})
-        assert time.time() < closes, "the respondents took longer than the survey window"
-        time.sleep(max(0.0, closes - time.time() + 0.5))
+        # Each deployment's helper and leader, in the order deploy started them.
+        close_survey(dep.out, started[:2])
+        close_survey(once.out, started[2:])
         yield Surveys(dep.collector_dir, once.collector_dir)
     finally:
         for server in reversed(started):

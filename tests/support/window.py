@@ -13,7 +13,6 @@ at most one time_precision away, has passed.
 
 from __future__ import annotations
 
-import math
 import re
 import signal
 import time
@@ -21,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.cli import veil
-from tests.support.slowdown import SUITE_SLOWDOWN, startup_slowdown
 from tests.support.wait import wait_until
 from veil.local.launcher import ServerProcess
 from veil.times import format_time, parse_time
@@ -72,13 +70,3 @@ def reload(servers: Sequence[ServerProcess], end: int) -> None:
         f"the servers to take reports up to {format_time(end)} after SIGHUP",
         timeout=120,
     )
-
-
-def survey_window(at_suite_load: float, time_precision: int) -> int:
-    """The window, in seconds, for a test that still waits out its survey's
-    window (those not yet closing it with `close_survey`): `at_suite_load`
-    seconds, its margin included, stretched by the slowdown measured now
-    beyond the suite's own (tests/support/slowdown.py; never shortened), and
-    rounded up to whole time_precision buckets."""
-    stretch = max(1.0, startup_slowdown() / SUITE_SLOWDOWN)
-    return math.ceil(at_suite_load * stretch / time_precision) * time_precision

@@ -4,8 +4,9 @@ respondents with known answers (between them every option of every
 question); the page shards and seals each answer; a real leader and helper
 aggregate; collection gives the exact sums with mechanism none and sums
 within their intervals with geometric noise. A points question is answered
-on a page of its own. The three surveys are deployed together and answered
-inside one window (the module's fixture), then each test collects its own.
+on a page of its own. The three surveys are deployed together, open for an
+hour, answered, and closed as soon as the respondents are done (the module's
+fixture; tests/support/window.py), then each test collects its own.
 
 Needs chromium and chromedriver (`.ci/run` installs Debian's `chromium` and
 `chromium-driver`); skips without them, except under CI, where it fails.
@@ -25,9 +26,10 @@ import pytest
 from tests.support.browser import answers, browser, respond, status_text, wait_for
 from tests.support.modes import unavailable
 from tests.support.survey_site import SurveyServers, start_serve, stop, survey_servers, write_survey
-from tests.support.window import survey_window
+from tests.support.window import LONG_WINDOW, close_survey
 from veil.collector import Collector
 from veil.deploy import Deployment
+from veil.local.launcher import ServerProcess
 from veil.task import CollectorTask, load_task
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -39,13 +41,6 @@ __all__ = ["browser"]  # the fixture, used by name
 RESPONDENTS = 12
 NOISY_RESPONDENTS = 5
 TP = 5
-# Long enough for nine process starts (six took about 15 s on a 2-core
-# machine busy with the suite alone), the 19 respondents of the team surveys
-# and the points page's 3 (41 respondents took about 40 s) inside the
-# window, which must close before either aggregator releases a batch: the
-# fixture waits for the rest of it. Stretched by the slowdown measured as
-# the module deploys (tests/support/window.py).
-WINDOW = 95
 
 
 def expected(n: int) -> dict[str, Any]:
@@ -156,11 +151,10 @@ def answered(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator
     """The team survey without noise and with geometric noise, and the points
     survey, deployed with one window and their servers running: each answered
     in the browser (the team page also refusing a bad answer, shown on a phone
-    and audited), then the window waited out. Collection is each test's."""
-    window = survey_window(WINDOW, TP)
+    and audited), then closed. Collection is each test's."""
     now = int(time.time())
     opens = now - now % TP
-    closes = opens + window
+    closes = opens + LONG_WINDOW
     root = tmp_path_factory.mktemp("browser")
     with ExitStack() as stack:
         exact = stack.enter_context(
@@ -169,7 +163,9 @@ def answered(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator
         noisy = stack.enter_context(
             survey_servers(root / "noisy", "geometric", opens, closes, TP, "--rate", "1000")
         )
-        points, points_url = stack.enter_context(points_servers(root / "points", opens, closes))
+        points, points_url, points_run = stack.enter_context(
+            points_servers(root / "points", opens, closes)
+        )
         check_refuses_bad_answer(browser, exact.url)
         # The page as a respondent first sees it, on a phone-sized screen.
         browser.get(exact.url)
@@ -181,8 +177,9 @@ def answered(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Iterator
         for i in range(NOISY_RESPONDENTS):
             respond(browser, noisy.url, answers(i))
         answer_points(browser, points_url)
-        assert time.time() < closes, "the respondents took longer than the survey window"
-        time.sleep(max(0.0, closes - time.time() + 0.5))
+        for s in (exact, noisy):
+            s.closes = close_survey(s.deployment.out, [s.helper, s.leader])
+        close_survey(points.out, points_run)
         yield Answered(exact, noisy, points)
 
 
@@ -282,11 +279,13 @@ def type_points(driver: Any, values: list[str]) -> str:
 
 
 @contextmanager
-def points_servers(root: Path, opens: int, closes: int) -> Iterator[tuple[Deployment, str]]:
+def points_servers(
+    root: Path, opens: int, closes: int
+) -> Iterator[tuple[Deployment, str, list[ServerProcess]]]:
     """The points survey deployed (mechanism none) with its leader, helper and
-    page running: the deployment and the page's address."""
+    page running: the deployment, the page's address and the two servers."""
     from veil.deploy import deploy_survey
-    from veil.local.launcher import ServerProcess, free_port
+    from veil.local.launcher import free_port
     from veil.survey import parse_survey
     from veil.times import format_time
 
@@ -302,7 +301,7 @@ def points_servers(root: Path, opens: int, closes: int) -> Iterator[tuple[Deploy
         helper.start()
         leader.start()
         serve, url = start_serve(dep.client_dir, root / "serve.log")
-        yield dep, url
+        yield dep, url, [helper, leader]
     finally:
         stop(serve)
         leader.stop()
