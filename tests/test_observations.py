@@ -25,6 +25,7 @@ from veil.aggregator.run import dap_helper_http, dap_http
 from veil.collector import CollectionResult
 from veil.collector.status import QuestionInfo, survey_status
 from veil.collector.survey import load_collector_dir
+from veil.dap import invitation as dap_invitation
 from veil.dap import jobs as dap_jobs
 from veil.dap import messages as dap_messages
 from veil.dap import pingpong, problems
@@ -325,6 +326,8 @@ DAP_VIEWS: dict[str, tuple[tuple[type, ...], ModuleType | None, ModuleType | Non
             dap_jobs.AggregationJobResp,
             pingpong.PingPong,
             dap_jobs.AggregateShare,
+            # Read from a report's public extension (a task with invitations).
+            dap_invitation.InvitationExtension,
         ),
         dap_helper_http,
         dap_http,
@@ -336,6 +339,7 @@ DAP_VIEWS: dict[str, tuple[tuple[type, ...], ModuleType | None, ModuleType | Non
             dap_jobs.AggregateShareReq,
             dap_messages.PlaintextInputShare,
             pingpong.PingPong,
+            dap_invitation.InvitationExtension,
         ),
         None,
         dap_helper_http,
@@ -355,7 +359,7 @@ DAP_NOT_SENT = {
 def _dap_dataclasses() -> set[type]:
     return {
         value
-        for module in (dap_jobs, dap_messages, pingpong, problems)
+        for module in (dap_jobs, dap_messages, pingpong, problems, dap_invitation)
         for value in vars(module).values()
         if isinstance(value, type)
         and dataclasses.is_dataclass(value)

@@ -116,11 +116,6 @@ def _dap_listen(
     DAP cannot carry yet or endpoints that do not fit the deployment."""
     from veil.task.spec import DAP_VDAFS
 
-    if survey.invitations:
-        raise DeployError(
-            "a survey with invitations cannot be deployed over DAP yet: deploy it without"
-            " --protocol dap"
-        )
     if dap.leader_selected:
         raise DeployError(
             "a survey is collected over its window, a time interval: --batch-mode"

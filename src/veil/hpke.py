@@ -159,6 +159,7 @@ __all__ = [
     "decapsulate_enc",
     "generate_keypair",
     "input_share_info",
+    "new_ephemeral",
     "open_",
     "open_payload",
     "seal",
@@ -208,18 +209,37 @@ def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
     return Ciphertext(config.config_id, out[:ENC_SIZE], out[ENC_SIZE:])
 
 
-def seal_with_aad(config: HpkeConfig, info: bytes, aad: bytes, plaintext: bytes) -> Ciphertext:
+def new_ephemeral() -> tuple[bytes, bytes]:
+    """A fresh ephemeral X25519 key for one seal: (its private key, the
+    encapsulated key `enc` a ciphertext sealed with it carries)."""
+    sk = X25519PrivateKey.generate()
+    return sk.private_bytes_raw(), sk.public_key().public_bytes_raw()
+
+
+def seal_with_aad(
+    config: HpkeConfig,
+    info: bytes,
+    aad: bytes,
+    plaintext: bytes,
+    ephemeral: bytes | None = None,
+) -> Ciphertext:
     """SealBase(pkR, info, aad, pt) of RFC 9180 section 6.1 for veil's one
-    suite: a fresh ephemeral key (its Encap, section 4.1), the key schedule
-    of `open_payload` and AES-128-GCM over `plaintext` with `aad` as its
+    suite: a fresh ephemeral key (its Encap, section 4.1; `ephemeral`, a
+    private key from `new_ephemeral`, where the caller must know `enc`
+    before it seals, used for this one seal), the key schedule of
+    `open_payload` and AES-128-GCM over `plaintext` with `aad` as its
     associated data. Raises HpkeError for another suite or a public key that
     gives an all-zero shared secret."""
     if not config.is_supported():
         raise HpkeError(f"HPKE config {config.config_id} uses an unsupported suite")
-    ephemeral = X25519PrivateKey.generate()
-    enc = ephemeral.public_key().public_bytes_raw()
+    sk = (
+        X25519PrivateKey.generate()
+        if ephemeral is None
+        else X25519PrivateKey.from_private_bytes(ephemeral)
+    )
+    enc = sk.public_key().public_bytes_raw()
     try:
-        dh = ephemeral.exchange(_public_key(config.public_key))
+        dh = sk.exchange(_public_key(config.public_key))
     except ValueError:  # cryptography refuses an all-zero output
         raise HpkeError("HPKE encryption failed: low-order public key") from None
     key, nonce = _key_and_nonce(dh, enc, config.public_key, info)

@@ -106,6 +106,26 @@ def test_closing_early_keeps_what_every_share_binds(tmp_path: Path) -> None:
     assert load_task(out / "helper" / "tasks" / "score.toml", HelperTask).dap == before.dap
 
 
+def test_with_another_helper_only_the_leader_checks_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _deploy(
+        tmp_path, *DAP, "--dap-other-implementation", "helper", extra="invitations = true"
+    )
+    said = capsys.readouterr().out
+    assert code == 0
+    task = load_task(out / "leader" / "tasks" / "score.toml", LeaderTask)
+    assert task.issuer_public_key is not None and task.dap is not None
+    assert task.dap.other_implementation == "helper"
+    privacy = said[said.index("privacy (the whole survey") :]
+    assert "only veil's leader checks tokens" in " ".join(privacy.split())
+    # With both aggregators veil, both check: the statement has no such note.
+    (tmp_path / "both").mkdir()
+    code, _ = _deploy(tmp_path / "both", *DAP, extra="invitations = true")
+    assert code == 0
+    assert "only veil's" not in capsys.readouterr().out
+
+
 def test_without_dap_nothing_changes(tmp_path: Path) -> None:
     code, out = _deploy(tmp_path)
     assert code == 0
@@ -158,7 +178,6 @@ def test_without_dap_nothing_changes(tmp_path: Path) -> None:
             "is on its gRPC port 7001",
         ),
         (DAP, "", TEXT_QUESTION, "question 'editor' is a poplar1 task, which DAP cannot carry"),
-        (DAP, "invitations = true", "", "a survey with invitations cannot be deployed over DAP"),
     ],
 )
 def test_malformed_values_are_refused_and_nothing_written(

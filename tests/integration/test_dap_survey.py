@@ -4,22 +4,27 @@ loopback beside gRPC, SQLite), respondents answering with `veil survey
 respond` (veil's DAP client), `veil survey status` (the leader's report
 counts), the window closed early with `veil survey close` once they are done
 (the servers told by SIGHUP), and `veil survey collect` collecting every
-question over DAP, exactly (no DP in the survey). What the deploy writes and
+question over DAP, exactly (no DP in the survey); and a survey with
+invitations, a panel answering through a real issuer, each report's token
+in veil's invitation extension. What the deploy writes and
 refuses: tests/cli/test_survey_dap.py."""
 
 from __future__ import annotations
 
 import json
-import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.cli import veil
+from tests.support.window import close_survey
 from veil.local.launcher import ServerProcess, free_port
-from veil.task import ClientTask, load_task
 from veil.times import format_time
 
 pytestmark = pytest.mark.slow
@@ -33,6 +38,7 @@ min_batch_size = 3
 time_precision = {tp}
 opens = {opens}
 closes = {closes}
+{extra}
 
 [[question]]
 id = "remote"
@@ -54,13 +60,6 @@ ANSWERS = [
 ]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def servers() -> Iterator[list[ServerProcess]]:
     started: list[ServerProcess] = []
@@ -69,23 +68,46 @@ def servers() -> Iterator[list[ServerProcess]]:
         server.stop()
 
 
-def test_a_survey_over_dap_is_answered_and_collected_exactly(
-    tmp_path: Path, servers: list[ServerProcess]
-) -> None:
-    # A long window, closed early once the respondents are done: nothing
-    # here depends on how fast the machine is.
+@dataclass
+class Deployed:
+    root: Path
+    dep: Path
+    opens: int
+    closes: int
+
+    def close_and_collect(self, servers: list[ServerProcess]) -> dict[str, Any]:
+        """`veil survey close` now, the servers told by SIGHUP
+        (tests/support/window.py), then `veil survey collect` once the new end
+        has passed: the results by question."""
+        end = close_survey(self.dep, servers)
+        assert self.opens < end < self.closes
+        results = self.root / "results"
+        collected = veil(
+            "survey", "collect", "--survey-dir", self.dep / "collector", "--out", results,
+            "--wait", "120",
+        )  # fmt: skip
+        assert collected.returncode == 0, collected.stderr
+        assert time.time() < self.closes
+        return {r["question"]: r for r in json.loads((results / "results.json").read_text())}
+
+
+def deploy(root: Path, servers: list[ServerProcess], extra: str = "", *options: str) -> Deployed:
+    """The survey deployed over DAP with a long window (closed early once the
+    respondents are done: nothing here depends on how fast the machine is),
+    and its leader and helper started."""
     opens = int(time.time()) // TP * TP
     closes = opens + 3600
-    (tmp_path / "survey.toml").write_text(
-        SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes))
+    (root / "survey.toml").write_text(
+        SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes), extra=extra)
     )
     grpc = {role: f"127.0.0.1:{free_port()}" for role in ("leader", "helper")}
     dap = {role: f"http://127.0.0.1:{free_port()}/" for role in ("leader", "helper")}
-    dep = tmp_path / "dep"
+    dep = root / "dep"
     deployed = veil(
-        "survey", "deploy", "--survey", tmp_path / "survey.toml", "--out", dep,
+        "survey", "deploy", "--survey", root / "survey.toml", "--out", dep,
         "--leader", grpc["leader"], "--helper", grpc["helper"], "--no-tls",
         "--protocol", "dap", "--dap-leader", dap["leader"], "--dap-helper", dap["helper"],
+        *options,
     )  # fmt: skip
     assert deployed.returncode == 0, deployed.stderr
     assert "DAP (dap-19)" in deployed.stdout
@@ -93,47 +115,75 @@ def test_a_survey_over_dap_is_answered_and_collected_exactly(
         config = dep / role / f"{role}.toml"
         # Exact sums (mechanism none): each operator opts in in its own config.
         config.write_text("allow_exact_release = true\n" + config.read_text())
-        server = ServerProcess(role, config, tmp_path / f"{role}.log", grpc[role])
+        server = ServerProcess(role, config, root / f"{role}.log", grpc[role])
         server.start()
         servers.append(server)
+    return Deployed(root, dep, opens, closes)
 
+
+def rows(published: dict[str, Any]) -> dict[str, dict[str, float]]:
+    return {q: {row["label"]: row["estimate"] for row in r["rows"]} for q, r in published.items()}
+
+
+def test_a_survey_over_dap_is_answered_and_collected_exactly(
+    tmp_path: Path, servers: list[ServerProcess]
+) -> None:
+    d = deploy(tmp_path, servers)
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps(a) + "\n" for a in ANSWERS))
-    sent = veil("survey", "respond", "--survey-dir", dep / "client", "--answers", answers)
+    sent = veil("survey", "respond", "--survey-dir", d.dep / "client", "--answers", answers)
     assert sent.returncode == 0, sent.stderr
     # Stored by the leader's DAP upload route, counted by its GetTaskInfo.
-    status = veil("survey", "status", "--survey-dir", dep / "collector", "--json")
+    status = veil("survey", "status", "--survey-dir", d.dep / "collector", "--json")
     assert status.returncode == 0, status.stderr
     shown = json.loads(status.stdout)
     assert shown["state"] == "open"
     assert {q["id"]: q["reports"] for q in shown["questions"]} == {"remote": 5, "team": 5}
 
-    closed = veil("survey", "close", dep)
-    assert closed.returncode == 0, closed.stderr
-    end = load_task(dep / "client" / "remote.toml", ClientTask).not_after
-    assert opens < end < closes
-    marks = {s.role: _log(tmp_path, s.role).count("now takes reports from") for s in servers}
-    for server in servers:
-        assert server.proc is not None
-        server.proc.send_signal(signal.SIGHUP)
-    wait_for(
-        lambda: all(_log(tmp_path, r).count("now takes reports from") > n for r, n in marks.items())
-    )
-    while time.time() < end:  # the new end, a condition of its own
-        time.sleep(min(0.5, max(0.0, end - time.time()) + 0.01))
-    results = tmp_path / "results"
-    collected = veil(
-        "survey", "collect", "--survey-dir", dep / "collector", "--out", results, "--wait", "120"
-    )
-    assert collected.returncode == 0, collected.stderr
-    assert time.time() < closes
-    published = {r["question"]: r for r in json.loads((results / "results.json").read_text())}
+    published = d.close_and_collect(servers)
     assert {q: r["n"] for q, r in published.items()} == {"remote": 5, "team": 5}
-    rows = {q: {row["label"]: row["estimate"] for row in r["rows"]} for q, r in published.items()}
-    assert rows["team"] == {"red": 1, "green": 1, "blue": 3}
-    assert rows["remote"] == {"yes": 3}
+    assert rows(published) == {"team": {"red": 1, "green": 1, "blue": 3}, "remote": {"yes": 3}}
 
 
-def _log(root: Path, role: str) -> str:
-    path = root / f"{role}.log"
-    return path.read_text() if path.exists() else ""
+def test_an_invited_panel_over_dap_is_collected_exactly(
+    tmp_path: Path, servers: list[ServerProcess]
+) -> None:
+    # Each report's token in veil's invitation extension, checked by the
+    # leader at upload and by the helper in aggregation; a real issuer.
+    d = deploy(tmp_path, servers, "invitations = true")
+    codes = tmp_path / "codes.txt"
+    minted = veil("survey", "invite", d.dep, "--count", "5", "--out", codes)
+    assert minted.returncode == 0, minted.stderr
+    panel = tmp_path / "panel.jsonl"
+    panel.write_text("".join(json.dumps(a) + "\n" for a in ANSWERS))
+    port = free_port()
+    issuer = subprocess.Popen(
+        [sys.executable, "-m", "veil.cli", "survey", "issuer", "--issuer-dir", str(d.dep),
+         "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert issuer.stdout is not None
+        assert "issuing on" in issuer.stdout.readline()
+
+        def respond() -> subprocess.CompletedProcess[str]:
+            return veil(
+                "survey", "respond", "--survey-dir", d.dep / "client", "--answers", panel,
+                "--invitations", codes, "--issuer", f"http://127.0.0.1:{port}/invitation",
+                "--no-progress",
+            )  # fmt: skip
+
+        done = respond()
+        assert done.returncode == 0, done.stderr
+        assert "answered 5 of 5 invited respondents" in done.stdout
+        # The same panel again: every invitation is used, nothing is sent twice.
+        again = respond()
+        assert "answered 0 of 5 invited respondents" in again.stdout, again.stderr
+    finally:
+        issuer.terminate()
+        issuer.wait(timeout=20)
+        if issuer.stdout is not None:
+            issuer.stdout.close()
+    published = d.close_and_collect(servers)
+    assert {q: r["n"] for q, r in published.items()} == {"remote": 5, "team": 5}
+    assert rows(published) == {"team": {"red": 1, "green": 1, "blue": 3}, "remote": {"yes": 3}}

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from veil.aggregator.errors import UnknownTask, WrongLength
 from veil.aggregator.prefixes import PrefixVdaf
+from veil.dap.invitation import INVITATION_DATA_SIZE
 from veil.dp import DPError
 from veil.dp.bounds import AggregateBounds
 from veil.hpke import AEAD_TAG_SIZE, ENC_SIZE, Ciphertext
@@ -47,14 +48,16 @@ class ReportSizes:
     enc: int = ENC_SIZE
 
     @staticmethod
-    def of(vdaf: Prio3[Any, Any], wrapping: int = 0) -> ReportSizes:
+    def of(vdaf: Prio3[Any, Any], wrapping: int = 0, leader_extra: int = 0) -> ReportSizes:
         """The sizes for `vdaf` (a task with invitations the same: its token
         travels beside the report, not in a share); a task served over DAP
         seals each input share inside a PlaintextInputShare of `wrapping`
-        bytes more (`DAP_WRAPPING`)."""
+        bytes more (`DAP_WRAPPING`), and the leader's holds `leader_extra`
+        more where its private extensions carry the token
+        (`Task.invitation_private`)."""
         return ReportSizes(
             public_share=vdaf.public_share_size(),
-            leader_payload=vdaf.input_share_size(0) + wrapping + AEAD_TAG_SIZE,
+            leader_payload=vdaf.input_share_size(0) + wrapping + leader_extra + AEAD_TAG_SIZE,
             helper_payload=vdaf.input_share_size(1) + wrapping + AEAD_TAG_SIZE,
             verifier_share=vdaf.verifier_share_size(),
         )
@@ -108,6 +111,9 @@ def task_bounds(task: Task) -> AggregateBounds:
 # A DAP PlaintextInputShare with no private extension: an empty extension
 # list (2 bytes of length) and the input share's 4-byte length before it.
 DAP_WRAPPING = 2 + 4
+# veil's invitation extension encoded (type, data length, data), where the
+# leader's share holds it.
+INVITATION_EXTENSION_BYTES = 2 + 2 + INVITATION_DATA_SIZE
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,9 @@ class TaskContext(Generic[AT]):
         return TaskContext(
             task,
             Prio3Engine(BatchPrio3(vdaf)),
-            ReportSizes.of(vdaf, wrapping),
+            ReportSizes.of(
+                vdaf, wrapping, INVITATION_EXTENSION_BYTES if task.invitation_private else 0
+            ),
             bounds,
         )
 

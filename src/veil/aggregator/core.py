@@ -8,6 +8,7 @@ below imports generated code.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ from veil.aggregator.keys import KeyRing
 from veil.aggregator.opener import OpenPool
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BatchAggregate, ShareMerge
+from veil.dap.invitation import InvitationExtension, dap_redemption_context, sealed_key_digest
 from veil.dap.versions import vdaf_context
 from veil.dp.bounds import AggregateBounds
 from veil.hpke import (
@@ -37,8 +39,14 @@ from veil.hpke import (
     agg_share_info,
     seal,
 )
-from veil.invite.token import TokenError, Verifier, redemption_context, sealed_share_digest
-from veil.messages import vdaf_ctx
+from veil.invite.token import (
+    TokenError,
+    Verifier,
+    redemption_context,
+    report_context,
+    sealed_share_digest,
+)
+from veil.messages import Report, vdaf_ctx
 from veil.metrics import Metrics
 from veil.task import (
     OPEN_ENDED,
@@ -221,19 +229,74 @@ def check_token(task: Task, token: bytes, context: bytes, where: str) -> None:
         raise InvalidToken(f"{where}: invalid invitation token: {e}") from None
 
 
+def token_context(
+    task: Task,
+    report_id: bytes,
+    time: int,
+    public_share: bytes,
+    leader_digest: bytes,
+    helper_ct: Ciphertext,
+) -> bytes:
+    """The redemption context a report's token must be signed for, given the
+    leader's part of it: over gRPC the digests of both sealed shares, over
+    DAP those of their HPKE keys (veil.dap.invitation: the token rides in
+    what the shares are sealed with)."""
+    if task.dap is not None:
+        helper_digest = sealed_key_digest(helper_ct.config_id, helper_ct.enc)
+        return dap_redemption_context(
+            task.task_id, report_id, time, public_share, leader_digest, helper_digest
+        )
+    return redemption_context(
+        task.task_id,
+        report_id,
+        time,
+        public_share,
+        leader_digest,
+        sealed_share_digest(helper_ct.to_bytes()),
+    )
+
+
+def report_token(task: Task, report: Report) -> tuple[bytes, bytes]:
+    """An uploaded report's token and the redemption context it must be
+    signed for (the leader's view: both sealed shares at hand). A DAP
+    report's token field holds its invitation extension's data, whose
+    leader key digest must be the leader's share's. Raises TokenError for
+    an extension that is not one."""
+    if task.dap is None:
+        return report.token, report_context(task.task_id, report)
+    if not report.token:
+        return b"", bytes(32)  # check_token refuses a missing token first
+    carried = InvitationExtension.decode(report.token)
+    leader = report.leader_ct
+    if not hmac.compare_digest(
+        carried.leader_key_digest, sealed_key_digest(leader.config_id, leader.enc)
+    ):
+        raise TokenError("the invitation extension names another leader share than the report's")
+    context = token_context(
+        task,
+        report.report_id,
+        report.time,
+        report.public_share,
+        carried.leader_key_digest,
+        report.helper_ct,
+    )
+    return carried.token, context
+
+
 def helper_token_valid(task: Task, it: VerifyInitItem) -> bool:
     """Whether a report of a job carries a valid token for its content, by
     the helper's own reckoning: the public share's digest and its own sealed
     share's from what it received, only the leader's sealed share's digest
-    from the leader (which can only spoil its own part)."""
+    from the leader (which can only spoil its own part; over DAP it comes in
+    the report's invitation extension, which both shares are sealed with)."""
     try:
-        context = redemption_context(
-            task.task_id,
+        context = token_context(
+            task,
             it.report_id,
             it.time,
             it.public_share,
             it.leader_share_digest,
-            sealed_share_digest(it.encrypted_input_share.to_bytes()),
+            it.encrypted_input_share,
         )
         check_token(task, it.token, context, "the report")
     except (InvalidToken, TokenError):

@@ -169,7 +169,8 @@ def cmd_survey_deploy(args: argparse.Namespace) -> int:
         " closes"
     )
     print("privacy (the whole survey, every question composed):")
-    for line in survey_statement(survey).lines():
+    checkers = ("leader", "helper") if dap is None else dap.noise_added_by
+    for line in survey_statement(survey, checkers).lines():
         print(f"  {line}")
     if survey.mechanism == "none":
         print(

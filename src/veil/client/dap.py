@@ -34,11 +34,19 @@ from veil.client.client import Client
 from veil.client.prepare import randomize_measurements
 from veil.client.retry import RetryPolicy, UploadError
 from veil.dap.codec import DecodeError
-from veil.dap.messages import REPORT_ID_SIZE, HpkeConfigList, Report, UploadErrors, UploadRequest
+from veil.dap.invitation import InvitationExtension, dap_redemption_context, sealed_key_digest
+from veil.dap.messages import (
+    REPORT_ID_SIZE,
+    Extension,
+    HpkeConfigList,
+    Report,
+    UploadErrors,
+    UploadRequest,
+)
 from veil.dap.problems import MediaTypeError, Problem, media_type, message_of
 from veil.dap.report import prepare_report
-from veil.dap.versions import ReportError
-from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
+from veil.dap.versions import ReportError, vdaf_context
+from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig, new_ephemeral
 from veil.task import Task
 from veil.trust import check_roots
 
@@ -69,6 +77,20 @@ class _Pending:
     time: int
     report_id: bytes
     rand: bytes
+
+
+@dataclass(frozen=True)
+class InvitedReport:
+    """An invited report between `DapClient.prepare_invited` and
+    `upload_invited`: what it is built from, the aggregators' configs and
+    the ephemeral keys its shares are sealed with, the leader's key digest
+    and the redemption context its token is signed for."""
+
+    pending: _Pending
+    configs: tuple[HpkeConfig, HpkeConfig]
+    ephemerals: tuple[bytes, bytes]
+    leader_key_digest: bytes
+    context: bytes
 
 
 class DapClient:
@@ -198,25 +220,102 @@ class DapClient:
             accepted += self._upload(pending[chunk], reports[chunk])
         return UploadResult(accepted, 0)
 
+    def prepare_invited(
+        self, measurement: Any, report_time: int, *, randomized: bool = False
+    ) -> InvitedReport:
+        """The first half of an invited report (a survey with invitations,
+        veil.dap.invitation): `measurement` sharded, its shares' HPKE keys
+        drawn, and the redemption context its token must be signed for.
+        `upload_invited` seals and sends it with that token."""
+        tp = self.task.time_precision
+        if report_time % tp:
+            raise ValueError(f"report_time {report_time} is not a multiple of time_precision {tp}")
+        if self.task.issuer_public_key is None:
+            raise ValueError(f"task {self.task.id_text} takes no invitation token")
+        (measured,) = (
+            [measurement] if randomized else randomize_measurements(self.task, [measurement])
+        )
+        pending = _Pending(
+            measured,
+            report_time // tp,
+            secrets.token_bytes(REPORT_ID_SIZE),
+            secrets.token_bytes(self.vdaf.RAND_SIZE),
+        )
+        leader, helper = self.hpke_config(ROLE_LEADER), self.hpke_config(ROLE_HELPER)
+        (leader_sk, leader_enc), (helper_sk, helper_enc) = new_ephemeral(), new_ephemeral()
+        # Sharded here for the public share the context commits to; the
+        # report is sharded again, to the same bytes, when it is sealed.
+        public_share, _ = self.vdaf.shard(
+            vdaf_context(self.dap.dap_version, self.task.task_id),
+            measured,
+            pending.report_id,
+            pending.rand,
+        )
+        leader_digest = sealed_key_digest(leader.config_id, leader_enc)
+        context = dap_redemption_context(
+            self.task.task_id,
+            pending.report_id,
+            report_time,
+            self.vdaf.encode_public_share(public_share),
+            leader_digest,
+            sealed_key_digest(helper.config_id, helper_enc),
+        )
+        return InvitedReport(
+            pending, (leader, helper), (leader_sk, helper_sk), leader_digest, context
+        )
+
+    def upload_invited(self, invited: InvitedReport, token: bytes) -> UploadResult:
+        """Seal and upload a report from `prepare_invited` with its token in
+        the invitation extension (public, or in the leader's input share
+        where the helper is another implementation: `Task.invitation_private`).
+        A report the leader refuses is an UploadError: it is not sealed again
+        to other keys, which its token does not cover."""
+        extension = (InvitationExtension(token, invited.leader_key_digest).extension(),)
+        # Private to veil's leader where the helper is another implementation.
+        private = self.task.invitation_private
+        report = self._seal_one(
+            invited.pending,
+            *invited.configs,
+            () if private else extension,
+            invited.ephemerals,
+            extension if private else (),
+        )
+        refused = self._post([report])
+        if refused:
+            self._refused([report], refused)
+        return UploadResult(1, 0)
+
+    def _seal_one(
+        self,
+        p: _Pending,
+        leader: HpkeConfig,
+        helper: HpkeConfig,
+        extensions: tuple[Extension, ...] = (),
+        ephemerals: tuple[bytes, bytes] | None = None,
+        leader_private: tuple[Extension, ...] = (),
+    ) -> Report:
+        return prepare_report(
+            self.dap.dap_version,
+            self.task.task_id,
+            self.configuration,
+            self.vdaf,
+            p.measurement,
+            p.time,
+            leader,
+            helper,
+            report_id=p.report_id,
+            rand=p.rand,
+            public_extensions=extensions,
+            ephemerals=ephemerals,
+            leader_private_extensions=leader_private,
+        )
+
     def _seal(self, pending: Sequence[_Pending]) -> list[Report]:
         leader, helper = self.hpke_config(ROLE_LEADER), self.hpke_config(ROLE_HELPER)
         out = []
         for i, p in enumerate(pending):
             try:
-                out.append(
-                    prepare_report(
-                        self.dap.dap_version,
-                        self.task.task_id,
-                        self.configuration,
-                        self.vdaf,
-                        p.measurement,
-                        p.time,
-                        leader,
-                        helper,
-                        report_id=p.report_id,
-                        rand=p.rand,
-                    )
-                )
+                out.append(self._seal_one(p, leader, helper))
             except (ValueError, TypeError) as e:
                 raise ValueError(f"measurement {i} ({p.measurement!r}): {e}") from None
         return out
@@ -235,17 +334,20 @@ class DapClient:
             refused = {i: e for i, e in refused.items() if i not in unknown}
             refused.update({unknown[j]: e for j, e in retried.items()})
         if refused:
-            named = ", ".join(
-                f"{reports[i].metadata.report_id.hex()}: {e.name.lower()}"
-                for i, e in sorted(refused.items())[:5]
-            )
-            raise UploadError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"the DAP leader took {len(reports) - len(refused)} of {len(reports)} reports"
-                f" and refused {len(refused)} ({named}{', ...' if len(refused) > 5 else ''})",
-                kind="report_refused",
-            )
+            self._refused(reports, refused)
         return len(reports)
+
+    def _refused(self, reports: Sequence[Report], refused: dict[int, ReportError]) -> None:
+        named = ", ".join(
+            f"{reports[i].metadata.report_id.hex()}: {e.name.lower()}"
+            for i, e in sorted(refused.items())[:5]
+        )
+        raise UploadError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the DAP leader took {len(reports) - len(refused)} of {len(reports)} reports"
+            f" and refused {len(refused)} ({named}{', ...' if len(refused) > 5 else ''})",
+            kind="report_refused",
+        )
 
     def _post(self, reports: Sequence[Report]) -> dict[int, ReportError]:
         """The reports of one UploadRequest the leader refused, by index."""

@@ -14,6 +14,7 @@ randomized answer, never the true one nor a second draw.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 
 from veil.client.base import ClientOptions
 from veil.client.client import Client
-from veil.client.dap import DapClient, client_for
+from veil.client.dap import DapClient, InvitedReport, client_for
 from veil.client.prepare import prepare_reports, randomize_measurements
 from veil.hpke import ROLE_HELPER, ROLE_LEADER
 from veil.messages import Report
@@ -268,22 +269,31 @@ class SurveyClient:
         randomized: set[str],
         invitation: str,
     ) -> Responses:
-        """One invited respondent: each answered question's report sealed,
-        a token redeemed for each (bound to it as sealed), then sent."""
-        from veil.invite.client import redeem
+        """One invited respondent: each answered question's report sealed (a
+        DAP report made ready to seal: its token is inside what it is sealed
+        with, veil.dap.invitation), a token redeemed for each (bound to it),
+        then sent."""
+        from veil.invite.client import redeem_tokens
+        from veil.invite.token import report_context
 
         if count != 1:
             raise AnswerError("an invitation is for one respondent: give one set of answers")
         assert self.issuer is not None
         qids = [q.id for q in self.survey.tasked]
-        sealed: list[Report | None] = []
+        ready: dict[str, Report | InvitedReport] = {}
+        contexts: list[bytes | None] = []
         for qid in qids:
             ms = per_question.get(qid)
             if not ms:
-                sealed.append(None)
+                contexts.append(None)
                 continue
             client = self._clients[qid]
-            assert isinstance(client, Client)  # invitations are not served over DAP yet
+            if isinstance(client, DapClient):
+                (m,) = ms
+                invited = client.prepare_invited(m, report_time, randomized=qid in randomized)
+                ready[qid] = invited
+                contexts.append(invited.context)
+                continue
             (report,) = prepare_reports(
                 self.tasks[qid],
                 ms,
@@ -293,15 +303,21 @@ class SurveyClient:
                 invited=True,
                 randomized=qid in randomized,
             )
-            sealed.append(report)
-        tokened = redeem(self.issuer, invitation, [self.tasks[q] for q in qids], sealed)
+            ready[qid] = report
+            contexts.append(report_context(self.tasks[qid].task_id, report))
+        tokens = redeem_tokens(self.issuer, invitation, [self.tasks[q] for q in qids], contexts)
         sent: dict[str, int] = {}
-        for qid, answered in zip(qids, tokened, strict=True):
-            if answered is None:
+        for qid, token in zip(qids, tokens, strict=True):
+            prepared = ready.get(qid)
+            if prepared is None or token is None:
                 continue
             client = self._clients[qid]
-            assert isinstance(client, Client)
-            client.upload_reports([answered])
+            if isinstance(prepared, InvitedReport):
+                assert isinstance(client, DapClient)
+                client.upload_invited(prepared, token)
+            else:
+                assert isinstance(client, Client)
+                client.upload_reports([dataclasses.replace(prepared, token=token)])
             sent[qid] = 1
             if on_progress is not None:
                 on_progress(1)

@@ -104,8 +104,15 @@ def survey_status(
         "spent": str(spent_total),
         "total": str(total),
         # What the survey promises, and to whom (covers, released_exactly, ...).
-        "privacy": survey_statement(survey).to_json(),
+        "privacy": survey_statement(survey, _token_checkers(tasks)).to_json(),
     }
+
+
+def _token_checkers(tasks: Mapping[str, CollectorTask]) -> tuple[str, ...]:
+    """The aggregator roles that check invitation tokens: veil's (both, unless
+    another DAP implementation runs one)."""
+    roles = {r for t in tasks.values() for r in t.noise_added_by}
+    return tuple(r for r in ("leader", "helper") if r in roles)
 
 
 def render_text(status: Mapping[str, Any], now: float, opens: int, closes: int) -> str:

@@ -39,9 +39,15 @@ def prepare_report(
     report_id: bytes | None = None,
     rand: bytes | None = None,
     public_extensions: tuple[Extension, ...] = (),
+    ephemerals: tuple[bytes, bytes] | None = None,
+    leader_private_extensions: tuple[Extension, ...] = (),
 ) -> Report:
     """The Report of `measurement` at `time` (in the task's time precision,
-    as DAP counts it), sealed to the `leader` and `helper` configs."""
+    as DAP counts it), sealed to the `leader` and `helper` configs;
+    `ephemerals`, the leader's and the helper's HPKE ephemeral keys
+    (`veil.hpke.new_ephemeral`) where the caller needs their encapsulated
+    keys first (an invitation token commits to them: veil.dap.invitation);
+    `leader_private_extensions` in the leader's PlaintextInputShare."""
     report_id = secrets.token_bytes(REPORT_ID_SIZE) if report_id is None else report_id
     rand = secrets.token_bytes(vdaf.RAND_SIZE) if rand is None else rand
     public_share, input_shares = vdaf.shard(
@@ -58,10 +64,16 @@ def prepare_report(
             task,
             metadata,
             encoded_public,
-            PlaintextInputShare((), vdaf.encode_input_share(share)),
+            PlaintextInputShare(private, vdaf.encode_input_share(share)),
+            ephemeral,
         )
-        for config, role, share in zip(
-            (leader, helper), (Role.LEADER, Role.HELPER), input_shares, strict=True
+        for config, role, share, ephemeral, private in zip(
+            (leader, helper),
+            (Role.LEADER, Role.HELPER),
+            input_shares,
+            ephemerals or (None, None),
+            (leader_private_extensions, ()),
+            strict=True,
         )
     ]
     return Report(metadata, encoded_public, sealed[0], sealed[1])

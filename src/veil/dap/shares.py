@@ -35,11 +35,13 @@ def seal_input_share(
     metadata: ReportMetadata,
     public_share: bytes,
     share: PlaintextInputShare,
+    ephemeral: bytes | None = None,
 ) -> Ciphertext:
     """A client's SealBase of one aggregator's PlaintextInputShare (section
-    4.4.2)."""
+    4.4.2); `ephemeral` as `veil.hpke.seal_with_aad`'s."""
     aad = InputShareAad(task_id, task, metadata, public_share).encode(version)
-    return seal_with_aad(config, input_share_info(version, server_role), aad, share.encode())
+    info = input_share_info(version, server_role)
+    return seal_with_aad(config, info, aad, share.encode(), ephemeral)
 
 
 def open_input_share(

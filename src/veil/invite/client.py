@@ -87,14 +87,40 @@ def redeem(
     after the issuer burnt the invitation is not a lost invitation."""
     if len(reports) != len(tasks):
         raise ValueError("one report (or None) per task")
+    contexts = [
+        None if report is None else report_context(task.task_id, report)
+        for task, report in zip(tasks, reports, strict=True)
+    ]
+    tokens = redeem_tokens(issuer_url, code, tasks, contexts, timeout, attempts, backoff)
+    return [
+        None if report is None or token is None else dataclasses.replace(report, token=token)
+        for report, token in zip(reports, tokens, strict=True)
+    ]
+
+
+def redeem_tokens(
+    issuer_url: str,
+    code: str,
+    tasks: Sequence[InvitedTask],
+    contexts: Sequence[bytes | None],
+    timeout: float = 30.0,
+    attempts: int = 3,
+    backoff: float = 0.5,
+) -> list[bytes | None]:
+    """`redeem` for redemption contexts (one per task, in order; None for a
+    question left unanswered): each context's token. A DAP report's context
+    commits to what it will be sealed with, before it is (veil.dap.invitation)."""
+    if len(contexts) != len(tasks):
+        raise ValueError("one context (or None) per task")
     pending = []
-    for task, report in zip(tasks, reports, strict=True):
+    for task, context in zip(tasks, contexts, strict=True):
         if task.issuer_public_key is None:
             raise InvitationError(f"task {task.id_text} takes no invitation token")
-        context = (
-            secrets.token_bytes(32) if report is None else report_context(task.task_id, report)
+        pending.append(
+            PendingToken.start(
+                task.issuer_public_key, secrets.token_bytes(32) if context is None else context
+            )
         )
-        pending.append(PendingToken.start(task.issuer_public_key, context))
     body = json.dumps(
         {"invitation": code, "blinded": [_b64(p.blinded_msg) for p in pending]}
     ).encode()
@@ -124,12 +150,12 @@ def redeem(
     sigs = answer.get("blind_signatures") if isinstance(answer, dict) else None
     if not isinstance(sigs, list) or len(sigs) != len(pending):
         raise InvitationError("the issuer's answer is malformed")
-    out: list[Report | None] = []
-    for report, p, sig in zip(reports, pending, sigs, strict=True):
+    out: list[bytes | None] = []
+    for context, p, sig in zip(contexts, pending, sigs, strict=True):
         try:
             raw = base64.urlsafe_b64decode(str(sig) + "=" * (-len(str(sig)) % 4))
             token = p.finish(raw)
         except (ValueError, blindrsa.BlindRSAError) as e:
             raise InvitationError(f"the issuer's signature is invalid: {e}") from None
-        out.append(None if report is None else dataclasses.replace(report, token=token))
+        out.append(None if context is None else token)
     return out

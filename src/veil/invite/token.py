@@ -96,14 +96,17 @@ def redemption_context(
     public_share: bytes,
     leader_share_digest: bytes,
     helper_share_digest: bytes,
+    label: bytes = CONTEXT_LABEL,
 ) -> bytes:
     """The TokenChallenge's 32-byte redemption_context for one report: the
     task, the report's id and time, its public share and the digests
-    (`sealed_share_digest`) of its two sealed input shares."""
+    (`sealed_share_digest`) of its two sealed input shares. A DAP report's
+    digests are of its shares' keys instead, under its own `label`
+    (veil.dap.invitation)."""
     if not 0 <= time < 2**64:
         raise TokenError(f"report time {time} is not a 64-bit unsigned integer")
     return hashlib.sha256(
-        CONTEXT_LABEL
+        label
         + task_id
         + report_id
         + struct.pack(">Q", time)

@@ -203,12 +203,30 @@ def _survey_local(survey: Survey) -> tuple[Guarantee | None, list[str]]:
     ]
 
 
-def survey_statement(survey: Survey) -> PrivacyStatement:
-    """The statement of a survey over its total budget (every question composed)."""
+def _one_checker_note(role: str) -> str:
+    other = "helper" if role == "leader" else "leader"
+    return (
+        f"Over DAP with another implementation as the {other}, only veil's {role} checks "
+        f"tokens (DAP has none, and the token rides in the {role}'s own share, which the "
+        f"{other} never sees): the guarantee per respondent rests on the {role} alone, "
+        "which, were it to let reports without a valid unspent token through, would let "
+        "one person answer a question many times."
+    )
+
+
+def survey_statement(
+    survey: Survey, token_checkers: tuple[str, ...] = ("leader", "helper")
+) -> PrivacyStatement:
+    """The statement of a survey over its total budget (every question composed);
+    `token_checkers`, the aggregator roles that check invitation tokens (both,
+    unless another DAP implementation runs one: `Task.noise_added_by`, veil's)."""
     statement = _survey_statement(survey)
     unit = INVITED_UNIT if survey.invitations else SURVEY_UNIT
     note = _INVITED_NOTE if survey.invitations else _UNINVITED_NOTE
-    return replace(statement, unit=unit, notes=(*statement.notes, note))
+    notes = (*statement.notes, note)
+    if survey.invitations and len(token_checkers) == 1:
+        notes = (*notes, _one_checker_note(token_checkers[0]))
+    return replace(statement, unit=unit, notes=notes)
 
 
 def _survey_statement(survey: Survey) -> PrivacyStatement:

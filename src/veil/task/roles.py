@@ -130,8 +130,12 @@ class Task:
                     f"a {self.vdaf.type} task cannot be served over DAP yet; DAP tasks are"
                     f" {', '.join(DAP_VDAFS)}"
                 )
-            if self.issuer_public_key is not None:
-                raise TaskError("a task with invitations cannot be served over DAP yet")
+            if self.issuer_public_key is not None and self.dap.other_implementation == "leader":
+                raise TaskError(
+                    "a task with invitations cannot have another DAP implementation as its"
+                    " leader: it would discard every report carrying veil's invitation extension"
+                    " (docs/DAP.md, 'Invitations over DAP')"
+                )
             if self.dap.other_implementation is not None and self.dp.mode == "split":
                 raise TaskError(
                     f"split mode halves the noise between two veil aggregators; the"
@@ -153,6 +157,18 @@ class Task:
         if len(self.noise_added_by) == AGGREGATORS:
             return plan
         return replace(plan, noising=len(self.noise_added_by))
+
+    @property
+    def invitation_private(self) -> bool:
+        """Whether a DAP report's invitation extension rides in the leader's
+        input share, private to it, rather than in the report's public
+        extensions: with another implementation as the helper, which knows
+        no such extension and would refuse the report (docs/DAP.md)."""
+        return (
+            self.issuer_public_key is not None
+            and self.dap is not None
+            and self.dap.other_implementation == "helper"
+        )
 
     @property
     def token_size(self) -> int:

@@ -57,6 +57,7 @@ from veil.aggregator.helper.release import HelperRelease
 from veil.aggregator.keys import KeyRing
 from veil.aggregator.store.records import BatchAggregate, HelperJob, leader_selected_bucket
 from veil.dap.codec import DecodeError
+from veil.dap.invitation import INVITATION_EXTENSION, InvitationExtension
 from veil.dap.jobs import (
     AggregateShare,
     AggregateShareReq,
@@ -87,6 +88,7 @@ from veil.dap.problems import (
 from veil.dap.shares import input_share_aads, seal_aggregate_share
 from veil.dap.versions import DapVersion, ReportError, Role, input_share_info, vdaf_context
 from veil.hpke import Ciphertext
+from veil.invite.token import TokenError
 from veil.task import HelperTask
 from veil.vdaf.engine import OutShares
 
@@ -98,7 +100,8 @@ RESOURCE_ID_SIZE = 16
 
 # A report the engine refused, as DAP names it. A VDAF decode error is the
 # draft's invalid_message (section 4.5.2.4: an input share that cannot be
-# decoded); a task with invitations is never served over DAP.
+# decoded), and so is a report of a task with invitations whose token is
+# missing or not for it (the draft has no closer code).
 _REPORT_ERRORS = {
     ReportRejection.BATCH_COLLECTED: ReportError.BATCH_COLLECTED,
     ReportRejection.REPORT_REPLAYED: ReportError.REPORT_REPLAYED,
@@ -242,6 +245,14 @@ class DapScope(UploadScope):
             [(it.encrypted_input_share, info, aad) for it, aad in zip(items, aads, strict=True)]
         )
         return [(payload_of(outcome), outcome) for outcome in opened]
+
+
+def _invitation_only(task: HelperTask, meta: ReportMetadata) -> bool:
+    """Whether a report's public extensions are all veil's invitation
+    extension, in a task with invitations (the one place veil knows it)."""
+    return task.issuer_public_key is not None and all(
+        e.extension_type == INVITATION_EXTENSION for e in meta.public_extensions
+    )
 
 
 def payload_of(opened: ReportRejection | bytes) -> ReportRejection | bytes:
@@ -403,22 +414,35 @@ class DapHelper:
             meta = share.metadata
             refusal: ReportError | None = None
             leader_share = b""
+            invitation = InvitationExtension(b"", b"")
             if request.verification_key_id != VERIFICATION_KEY_ID:
                 refusal = ReportError.UNKNOWN_VERIFICATION_KEY_ID
-            elif meta.public_extensions:
-                # veil knows no report extension; -18 has no code for it.
+            elif meta.public_extensions and not _invitation_only(task, meta):
+                # veil knows one report extension, for a task with invitations
+                # only; -18 has no code for an unsupported one.
                 dap_18 = version is DapVersion.DAP_18
                 refusal = (
                     ReportError.INVALID_MESSAGE if dap_18 else ReportError.UNSUPPORTED_EXTENSION
                 )
+            elif len(meta.public_extensions) > 1:  # the same extension twice
+                refusal = ReportError.INVALID_MESSAGE
             else:
+                if meta.public_extensions:
+                    # The token is checked with the report's other checks
+                    # (helper_token_valid); a missing one fails there.
+                    try:
+                        invitation = InvitationExtension.decode(
+                            meta.public_extensions[0].extension_data
+                        )
+                    except TokenError:
+                        refusal = ReportError.INVALID_MESSAGE
                 try:
                     inbound = PingPong.decode(v.payload)
                 except DecodeError:
                     inbound = None
                 if inbound is None or inbound.type is not MessageType.INITIALIZE:
                     # The VDAF's ping-pong rejects a message it cannot read.
-                    refusal = ReportError.VDAF_VERIFY_ERROR
+                    refusal = refusal or ReportError.VDAF_VERIFY_ERROR
                 else:
                     leader_share = inbound.verifier_share
             if refusal is not None:
@@ -433,6 +457,9 @@ class DapHelper:
                     share.public_share,
                     share.encrypted_input_share,
                     leader_share,
+                    b"",
+                    invitation.token,
+                    invitation.leader_key_digest,
                 )
             )
         ids = [v.report_share.metadata.report_id for v in request.verify_inits]

@@ -6,9 +6,11 @@ an UploadErrors answer. HTTP stays outside (`veil.aggregator.run.dap_http`).
 
 A report is stored as veil stores any report: its time in seconds (DAP's
 Time counts the task's time precision), its public share and both sealed
-input shares as they came. A report with a public extension is refused
-(veil knows no report extension yet), so what is stored is all a later
-open needs to rebuild the report's InputShareAad (`open_leader_shares`,
+input shares as they came, and for a task with invitations its invitation
+extension's data (veil.dap.invitation) as its token. A report with any
+other public extension is refused (veil knows no other), so what is stored
+is all a later open needs to rebuild the report's InputShareAad
+(`open_leader_shares`,
 for the job driver, which sends the reports of a DAP task to a DAP helper
 through `veil.aggregator.leader.dap_client`).
 
@@ -24,6 +26,7 @@ from veil.aggregator.errors import (
     AggregatorError,
     BatchCollected,
     InvalidMessage,
+    InvalidToken,
     ReportIdConflict,
     ReportRejection,
     ReportTimeRejected,
@@ -33,9 +36,11 @@ from veil.aggregator.keys import KeyRing
 from veil.aggregator.leader.upload import MAX_UPLOAD_REPORTS, ReportWriter
 from veil.aggregator.store.records import JobReport
 from veil.dap.codec import DecodeError
+from veil.dap.invitation import INVITATION_EXTENSION
 from veil.dap.jobs import CollectionJobReq, Query
 from veil.dap.messages import (
     BatchMode,
+    Extension,
     HpkeConfig,
     HpkeConfigList,
     Interval,
@@ -47,9 +52,9 @@ from veil.dap.messages import (
     UploadRequest,
 )
 from veil.dap.problems import DapAbort, Problem, ProblemType
-from veil.dap.shares import input_share_aads, seal_aggregate_share
+from veil.dap.shares import input_share_aads, open_input_share, seal_aggregate_share
 from veil.dap.versions import DapVersion, ReportError, Role, input_share_info
-from veil.hpke import Ciphertext
+from veil.hpke import Ciphertext, HpkeError
 from veil.messages import Report as VeilReport
 from veil.task import LeaderTask
 
@@ -65,11 +70,15 @@ def open_leader_shares(
     version = task.dap.dap_version
     tp = task.time_precision
     cts = [Ciphertext.from_bytes(r.leader_ct_bytes) if r.leader_ct_bytes else None for r in reports]
+    public = (lambda _: ()) if task.invitation_private else _extensions
     aads = input_share_aads(
         version,
         task.task_id,
         task.dap_configuration(),
-        [(ReportMetadata(r.report_id, r.time // tp), r.public_share) for r in reports],
+        [
+            (ReportMetadata(r.report_id, r.time // tp, public(r.token)), r.public_share)
+            for r in reports
+        ],
     )
     info = input_share_info(version, Role.LEADER)
     # (An empty ciphertext, which upload never stores, opens as of an
@@ -79,7 +88,7 @@ def open_leader_shares(
         [(ct or unknown, info, aad) for ct, aad in zip(cts, aads, strict=True)]
     )
     out: list[ReportRejection | bytes] = []
-    for outcome in opened:
+    for outcome, token in zip(opened, (r.token for r in reports), strict=True):
         if isinstance(outcome, ReportRejection):
             out.append(outcome)
             continue
@@ -88,8 +97,30 @@ def open_leader_shares(
         except DecodeError:
             out.append(ReportRejection.INVALID_MESSAGE)
             continue
-        out.append(ReportRejection.INVALID_MESSAGE if share.private_extensions else share.payload)
+        # The one private extension veil knows, its invitation extension,
+        # where the helper is another implementation (checked at upload).
+        allowed = task.invitation_private and _private_invitation(share) == token
+        bad = share.private_extensions and not allowed
+        out.append(ReportRejection.INVALID_MESSAGE if bad else share.payload)
     return out
+
+
+def _extensions(invitation: bytes) -> tuple[Extension, ...]:
+    """A stored report's public extensions: its invitation extension's data
+    is kept as its token (a task with invitations), none else."""
+    return (Extension(INVITATION_EXTENSION, invitation),) if invitation else ()
+
+
+def _private_invitation(share: PlaintextInputShare) -> bytes | ReportError:
+    """The invitation extension's data among a leader share's private
+    extensions: b"" if there is none, invalid_message for any other or one
+    given twice (veil knows no other)."""
+    types = [e.extension_type for e in share.private_extensions]
+    if not types:
+        return b""
+    if types != [INVITATION_EXTENSION]:
+        return ReportError.INVALID_MESSAGE
+    return share.private_extensions[0].extension_data
 
 
 def collection_job_req(task: LeaderTask, start: int, duration: int) -> CollectionJobReq:
@@ -199,14 +230,57 @@ class DapUploads:
                 refused.append(ReportUploadStatus(report.metadata.report_id, error))
         return version, UploadErrors(tuple(refused))
 
+    def _private_invitation(self, task: LeaderTask, report: Report) -> bytes | ReportError:
+        """The invitation extension's data in the leader's input share of a
+        task whose helper is another implementation (`Task.invitation_private`),
+        opened for it at upload ("" where the share has none: the token's
+        check refuses it), or why the share gives none."""
+        assert task.dap is not None
+        ct = report.leader_encrypted_input_share
+        keypair = self.keys.keypair(ct.config_id)
+        if keypair is None:  # as _store answers it
+            dap_18 = task.dap.dap_version is DapVersion.DAP_18
+            return ReportError.OUTDATED_CONFIG if dap_18 else ReportError.HPKE_UNKNOWN_CONFIG_ID
+        try:
+            share = open_input_share(
+                task.dap.dap_version,
+                keypair,
+                Role.LEADER,
+                task.task_id,
+                task.dap_configuration(),
+                report.metadata,
+                report.public_share,
+                ct,
+            )
+        except HpkeError:
+            return ReportError.HPKE_DECRYPT_ERROR
+        except DecodeError:
+            return ReportError.INVALID_MESSAGE
+        return _private_invitation(share)
+
     def _store(self, task: LeaderTask, report: Report) -> ReportError | None:
         """Store one report; the ReportError it is refused with, if any."""
         meta = report.metadata
         assert task.dap is not None
         dap_18 = task.dap.dap_version is DapVersion.DAP_18
-        if meta.public_extensions:
-            # veil knows no report extension yet; -18 has no code for it.
-            return ReportError.INVALID_MESSAGE if dap_18 else ReportError.UNSUPPORTED_EXTENSION
+        invitation = b""
+        if task.invitation_private:
+            if meta.public_extensions:
+                return ReportError.INVALID_MESSAGE if dap_18 else ReportError.UNSUPPORTED_EXTENSION
+            found = self._private_invitation(task, report)
+            if isinstance(found, ReportError):
+                return found
+            invitation = found
+        elif meta.public_extensions:
+            types = [e.extension_type for e in meta.public_extensions]
+            if task.issuer_public_key is None or set(types) != {INVITATION_EXTENSION}:
+                # veil knows one report extension, for a task with invitations
+                # only; -18 has no code for an unsupported one.
+                return ReportError.INVALID_MESSAGE if dap_18 else ReportError.UNSUPPORTED_EXTENSION
+            if len(types) > 1:  # the same extension twice (section 4.4.2)
+                return ReportError.INVALID_MESSAGE
+            # Checked, with the token it holds, by the report writer.
+            invitation = meta.public_extensions[0].extension_data
         if self.keys.keypair(report.leader_encrypted_input_share.config_id) is None:
             # -18 asks for outdated_config here; -19 removed it.
             return ReportError.OUTDATED_CONFIG if dap_18 else ReportError.HPKE_UNKNOWN_CONFIG_ID
@@ -221,11 +295,14 @@ class DapUploads:
             report.public_share,
             report.leader_encrypted_input_share,
             report.helper_encrypted_input_share,
+            invitation,
         )
         try:
             self.writer.upload(task.task_id, [veil_report])
         except ReportIdConflict:
             return ReportError.REPORT_REPLAYED
+        except InvalidToken:  # missing, malformed, or not for this report
+            return ReportError.INVALID_MESSAGE
         except BatchCollected:
             return ReportError.BATCH_COLLECTED
         except ReportTimeRejected:

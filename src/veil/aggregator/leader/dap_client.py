@@ -40,6 +40,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.leader.dap import collection_job_req
 from veil.aggregator.leader.peer import HelperApi
 from veil.dap.codec import DecodeError
+from veil.dap.invitation import INVITATION_EXTENSION
 from veil.dap.jobs import (
     AggregateShare,
     AggregateShareReq,
@@ -51,7 +52,7 @@ from veil.dap.jobs import (
     VerifyRespType,
     batch_id_extension,
 )
-from veil.dap.messages import BatchMode, Interval, ReportMetadata
+from veil.dap.messages import BatchMode, Extension, Interval, ReportMetadata
 from veil.dap.pingpong import MessageType, PingPong, initialize
 from veil.dap.problems import Problem, ProblemType, media_type
 from veil.dap.versions import ReportError
@@ -122,7 +123,16 @@ class DapHelperClient:
             tuple(
                 VerifyInit(
                     ReportShare(
-                        ReportMetadata(it.report_id, it.time // tp),
+                        # A task with invitations: the stored invitation
+                        # extension (veil.aggregator.leader.dap), public
+                        # unless the helper is another implementation.
+                        ReportMetadata(
+                            it.report_id,
+                            it.time // tp,
+                            (Extension(INVITATION_EXTENSION, it.token),)
+                            if it.token and not task.invitation_private
+                            else (),
+                        ),
                         it.public_share,
                         it.encrypted_input_share,
                     ),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from veil.aggregator.context import TaskTable
-from veil.aggregator.core import check_report_time, check_token
+from veil.aggregator.core import check_report_time, check_token, report_token
 from veil.aggregator.errors import (
     AggregatorError,
     BatchCollected,
@@ -23,7 +23,7 @@ from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import BucketCollected, ReportIdTaken
-from veil.invite.token import TokenError, report_context
+from veil.invite.token import TokenError
 from veil.messages import REPORT_ID_SIZE, Report, ReportBatch
 from veil.task import LeaderTask
 
@@ -170,10 +170,10 @@ class ReportWriter:
         if task.issuer_public_key is not None:
             # The token's challenge commits to the whole report as it came.
             try:
-                context = report_context(task.task_id, r)
+                token, context = report_token(task, r)
             except TokenError as e:
                 raise InvalidMessage(f"{where}: {e}") from None
-            check_token(task, r.token, context, where)
+            check_token(task, token, context, where)
         elif r.token:
             raise InvalidMessage(f"{where}: this task takes no token (no invitations)")
 
