@@ -116,6 +116,11 @@ def _dap_listen(
     DAP cannot carry yet or endpoints that do not fit the deployment."""
     from veil.task.spec import DAP_VDAFS
 
+    if survey.invitations and dap.other_implementation == "leader":
+        raise DeployError(
+            "a survey with invitations cannot have another DAP implementation as its leader:"
+            " it would discard every report carrying veil's invitation extension"
+        )
     if dap.leader_selected:
         raise DeployError(
             "a survey is collected over its window, a time interval: --batch-mode"

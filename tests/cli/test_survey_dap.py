@@ -154,6 +154,12 @@ def test_without_dap_nothing_changes(tmp_path: Path) -> None:
         ((*DAP, "--task-info", "x" * 256), "", "", "task_info is 256 bytes"),
         ((*DAP, "--batch-mode", "leader-selected"), "", "", "is not for surveys"),
         (
+            (*DAP, "--dap-other-implementation", "leader"),
+            "invitations = true",
+            "",
+            "cannot have another DAP implementation as its leader",
+        ),
+        (
             _dap("https://127.0.0.1:8001/"),
             "",
             "",
