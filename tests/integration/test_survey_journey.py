@@ -504,11 +504,14 @@ def test_survey_plaintext_journey(deploy: Any) -> None:
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = results / "state.json"
     try:
+        # Killed once its first job has reached the leader (the job is saved
+        # in state.json before it is sent).
         deadline = time.monotonic() + 60
-        while not (state.exists() and json.loads(state.read_text())["jobs"]):
+        while not (state.exists() and json.loads(state.read_text())["jobs"]) or (
+            d.collections() == 0
+        ):
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.1)
-        time.sleep(0.5)  # let the job reach the leader
     finally:  # however the wait ends, the collector is killed and reaped
         first.send_signal(signal.SIGKILL)
         first.wait()
