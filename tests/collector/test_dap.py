@@ -266,3 +266,36 @@ def test_the_interval_is_from_the_noise_actually_added(
     assert result.upper - result.estimate == (one if other else two)
     assert result.noise_added_by == (("leader",) if other else ("leader", "helper"))
     assert result.against_collector == Guarantee.pure(1)
+
+
+def test_a_collection_job_is_deleted_and_a_refusal_named(
+    leader: ScriptedServer, files: TaskFiles
+) -> None:
+    """DapCollector.delete sends the draft's DELETE to the job's resource,
+    with the collector's token; a refusal is a CollectionError naming it,
+    and a busy leader is asked again."""
+    collector = DapCollector(files.collector)
+    job = bytes(range(16))
+    busy = Answer(503, b"backlog full", {"Retry-After": "1"})
+    leader.answers = [busy, Answer(200)]
+    leader.seen.clear()
+    collector.delete(job)
+    where = f"/tasks/{files.collector.id_text}/collection_jobs/AAECAwQFBgcICQoLDA0ODw"
+    assert [(m, p) for m, p, _, _ in leader.seen] == [("DELETE", where)] * 2
+    assert all(
+        h["authorization"] == f"Bearer {files.collector.collector_token}"
+        for _, _, h, _ in leader.seen
+    )
+    for answer, code, says in [
+        (
+            _problem(ProblemType.INVALID_MESSAGE, "no collection job of that id", 404),
+            grpc.StatusCode.NOT_FOUND,
+            "invalidMessage: no collection job of that id",
+        ),
+        (Answer(401, b"{}"), grpc.StatusCode.UNAUTHENTICATED, "token was refused"),
+        (Answer(204), grpc.StatusCode.INTERNAL, "deletion of its collection job 204"),
+    ]:
+        leader.answers = [answer]
+        with pytest.raises(CollectionError) as refused:
+            collector.delete(job)
+        assert refused.value.code is code and says in refused.value.message

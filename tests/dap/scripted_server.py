@@ -44,7 +44,7 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(answer.body)
 
-            do_GET = do_POST = _answer
+            do_GET = do_POST = do_DELETE = _answer
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -144,7 +144,8 @@ def gather(
             aggregated[a.bucket] += a.report_count
             closed[a.bucket] = closed.get(a.bucket) or a.collected_by
         collections = store.collections(task.task_id)
-        finished_by = {c.job_id for c in collections if c.state == "finished"}
+        # A job its collector deleted keeps its batch closed for good.
+        finished_by = {c.job_id for c in collections if c.state in ("finished", "deleted")}
         queries = _prefix_queries(task, store, collections) if task.vdaf.is_prefix else None
         batches = []
         # A leader-selected task's reports are counted by time (its

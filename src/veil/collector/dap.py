@@ -195,6 +195,21 @@ class DapCollector:
             raise self._bad(f"named its collection job {job!r}, not in base64url") from None
         return replace(result, collection_job_id=job_id)
 
+    def delete(self, collection_job_id: bytes, *, wait: float = 30.0) -> None:
+        """Delete a collection job at the leader (DAP's DELETE of the job,
+        draft-ietf-ppm-dap section 4.6): the collector gives it up. A veil
+        leader keeps what a batch collected once needs (its ledger, every
+        share released, the batch closed for good; docs/DAP.md, Readings).
+        `collection_job_id` is the job's id, as `collect_next` gives it.
+        Raises CollectionError (a job the leader does not hold is NOT_FOUND)."""
+        job = base64.urlsafe_b64encode(collection_job_id).rstrip(b"=").decode()
+        request = urllib.request.Request(
+            f"{self.tasks_url}/collection_jobs/{job}", headers=self._auth, method="DELETE"
+        )
+        status, _, _ = self._call(request, self.clock() + wait, None)
+        if status != 200:
+            raise self._bad(f"answered the deletion of its collection job {status}")
+
     def _job(
         self,
         request: CollectionJobReq,

@@ -73,9 +73,15 @@ def _files(
 class Dap:
     """A leader serving one DAP task, its routes called in process."""
 
-    def __init__(self, tmp_path: Path, version: DapVersion = DapVersion.DAP_19, **kw: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        version: DapVersion = DapVersion.DAP_19,
+        backend: Backend | None = None,
+        **kw: Any,
+    ) -> None:
         self.files = _files(version, **kw)
-        self.world = World(Backend(tmp_path, None), self.files)
+        self.world = World(backend or Backend(tmp_path, None), self.files)
         self.leader = self.world.leader
         self.app = dap_app(self.leader.dap, MAX_BODY, self.leader.dap_collections)
         self.version = version
@@ -481,3 +487,111 @@ def test_a_query_of_the_other_batch_mode_is_refused(tmp_path: Path) -> None:
         doc = _problem(*dap.call("POST", jobs, body, auth))
         assert doc["type"].endswith(":invalidMessage") and "batch mode" in doc["detail"]
         assert dap.world.leader_store.collections(dap.task_id) == []
+
+
+def test_a_collection_job_is_deleted_by_its_collector(tmp_path: Path, backend: Backend) -> None:
+    """DELETE of a collection job (section 4.6): a finished job is kept as
+    deleted, its poll 404, its batch collected for good (the same request
+    and an overlapping one batchOverlap); a pending job that closed nothing
+    is discarded whole and the same request makes it again; a repeated
+    delete of a kept job is 200 again. Hostile deletions change nothing."""
+    dap = Dap(tmp_path, backend=backend)
+    _over_dap(dap)
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    bearer = {"authorization": f"Bearer {token}"}
+    when = NOW // TP - 2
+    assert dap.upload(*(dap.report(v, t) for v in (1, 2) for t in (when, when + 1)))[0] == 200
+    while dap.leader.run_once():
+        pass
+    first = _collection_req(when)
+    status, headers, _ = dap.call("POST", jobs, first, auth)
+    assert status == 201
+    location = headers["location"]
+    while dap.leader.run_once():
+        pass
+    assert dap.call("GET", location, b"", bearer)[0] == 200
+    store = dap.world.leader_store
+    before = (store.collections(dap.task_id), store.batch_aggregates(dap.task_id, 0, 2**63 - 1))
+
+    # Hostile deletions: refused with the draft's types, nothing changed.
+    unknown_task = "/tasks/" + "A" * 43 + "/collection_jobs/" + location.rsplit("/", 1)[1]
+    cases = [
+        (location, {}, 401, "about:blank"),
+        (location, {"authorization": "Bearer wrong"}, 401, "about:blank"),
+        (location, {"authorization": f"Bearer {dap.files.leader.aggregator_token}"}, 401, None),
+        (unknown_task, bearer, 404, "unrecognizedTask"),
+        ("/tasks/not-a-task/collection_jobs/" + "A" * 22, bearer, 404, "unrecognizedTask"),
+        (f"{jobs}/{'A' * 22}", bearer, 404, "invalidMessage"),
+        (f"{jobs}/{'A' * 21}", bearer, 404, "invalidMessage"),
+        (f"{jobs}/{'A' * 21}B", bearer, 404, "invalidMessage"),
+        (f"{jobs}/{'%FF' * 22}", bearer, 404, "invalidMessage"),
+        (f"{jobs}/{'A' * 300}", bearer, 404, "invalidMessage"),
+    ]
+    for path, headers, status, kind in cases:
+        got = dap.call("DELETE", path, b"", headers)
+        assert got[0] == status, (path, got)
+        if kind is not None:
+            assert json.loads(got[2])["type"].endswith(kind), got
+    assert (store.collections(dap.task_id), store.batch_aggregates(dap.task_id, 0, 2**63 - 1)) == (
+        before
+    )
+
+    # The finished job deleted: kept, its poll 404, its batch collected.
+    for _ in range(2):
+        assert dap.call("DELETE", location, b"", bearer)[:3:2] == (200, b"")
+    (kept,) = store.collections(dap.task_id)
+    assert kept.state == "deleted" and kept.leader_ct is not None
+    assert store.batch_aggregates(dap.task_id, 0, 2**63 - 1) == before[1]
+    gone = _problem(*dap.call("GET", location, b"", bearer))
+    assert gone["status"] == 404 and "deleted" in gone["detail"]
+    assert _problem(*dap.call("POST", jobs, first, auth))["type"].endswith(":batchOverlap")
+    overlap = _collection_req(when, 2)
+    assert _problem(*dap.call("POST", jobs, overlap, auth))["type"].endswith(":batchOverlap")
+    assert dap.leader.collections.task_info(dap.task_id, token).collections_finished == 1
+
+    # A pending job that has closed nothing yet is discarded whole: the
+    # same request makes it again, and it is collected.
+    second = _collection_req(when + 1)
+    status, headers, _ = dap.call("POST", jobs, second, auth)
+    assert status == 201
+    pending = headers["location"]
+    assert dap.call("DELETE", pending, b"", bearer)[0] == 200
+    assert [c.state for c in store.collections(dap.task_id)] == ["deleted"]
+    assert dap.call("GET", pending, b"", bearer)[0] == 404
+    assert dap.call("DELETE", pending, b"", bearer)[0] == 404
+    assert dap.call("POST", jobs, second, auth)[1]["location"] == pending
+    while dap.leader.run_once():
+        pass
+    resp = CollectionJobResp.decode(dap.call("GET", pending, b"", bearer)[2])
+    assert resp.report_count == 2
+
+
+def test_a_pending_collection_job_that_closed_its_batch_is_kept(tmp_path: Path) -> None:
+    """A pending job deleted once it has closed its batch is never driven
+    again, and its batch is never collected by another job."""
+    dap = Dap(tmp_path)
+    _over_dap(dap)
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    when = NOW // TP - 1
+    assert dap.upload(*(dap.report(v, when) for v in (1, 2)))[0] == 200
+    while dap.leader.run_once():
+        pass
+    status, headers, _ = dap.call("POST", jobs, _collection_req(when), auth)
+    assert status == 201
+    store = dap.world.leader_store
+    (record,) = store.collections(dap.task_id)
+    store.close_batch(dap.task_id, record.start, record.start + record.duration, record.job_id, TP)
+    assert (
+        dap.call("DELETE", headers["location"], b"", {"authorization": f"Bearer {token}"})[0] == 200
+    )
+    while dap.leader.run_once():
+        pass
+    (kept,) = store.collections(dap.task_id)
+    assert (kept.state, kept.leader_ct) == ("deleted", None)
+    assert dap.leader.collections.task_info(dap.task_id, token).collections_finished == 0
+    refused = dap.call("POST", jobs, _collection_req(when - 1, 2), auth)
+    assert _problem(*refused)["type"].endswith(":batchOverlap")

@@ -60,6 +60,20 @@ _ONCE = (
 )
 
 
+_DELETED = (
+    "collection job {} was deleted by its collector after it closed its batch: a batch is"
+    " collected at most once"
+)
+
+
+def released(record: CollectionRecord) -> bool:
+    """Whether a collection job released its batch: finished, or deleted by
+    its collector after the leader drew its share."""
+    return record.state == "finished" or (
+        record.state == "deleted" and record.leader_ct is not None
+    )
+
+
 def batch_ready(store: Datastore, task: LeaderTask, batch_id: bytes, bucket: int) -> bool:
     """Whether a leader-selected batch can be closed: none of its jobs
     unfinished, and min_batch_size of its reports aggregated (else it is
@@ -138,6 +152,8 @@ class CollectionDriver:
         if existing is not None:
             if (existing.start, existing.duration) != (start, duration):
                 raise JobConflict(f"collection job {collection_id.hex()} is for another batch")
+            if existing.state == "deleted":
+                raise BatchCollected(_DELETED.format(collection_id.hex()))
             return existing
         end = start + duration
         aggs = self.store.batch_aggregates(task_id, start, end)
@@ -178,7 +194,7 @@ class CollectionDriver:
         task = self.tasks.task(task_id)
         authorize(task, token, task.collector_token_hash, "collector")
         assert task.collector_hpke_config is not None
-        finished = sum(1 for c in self.store.collections(task_id) if c.state == "finished")
+        finished = sum(1 for c in self.store.collections(task_id) if released(c))
         if task.dp.counts_protected:
             # Not even read: the answer, and the time taken to give it, do not
             # depend on how many reports there are.
@@ -200,8 +216,31 @@ class CollectionDriver:
         record = self.store.get_collection(task_id, collection_id)
         if record is None:
             raise NotFound(f"no collection job {collection_id.hex()} in this task")
+        if record.state == "deleted":
+            raise NotFound(f"collection job {collection_id.hex()} was deleted by its collector")
         # Under add_remove the count is protected: the collector never sees it.
         return replace(record, report_count=task.dp.released_count(record.report_count))
+
+    def delete_collection(self, task_id: bytes, token: str | None, collection_id: bytes) -> None:
+        """The collector deletes its collection job (DAP's DELETE, section
+        4.6): the job is never driven again and its poll is NotFound. A job
+        that holds nothing of its batch yet is discarded whole (its batch
+        stays collectable, the same request makes it again); one that
+        closed its batch or drew its share is kept as deleted, its batch
+        collected for good: the ledgers and every released share stay, and
+        a batch is never drawn again. Deleting it again changes nothing.
+        NotFound for a job this task does not hold."""
+        task = self.tasks.task(task_id)
+        authorize(task, token, task.collector_token_hash, "collector")
+        outcome = self.store.delete_collection(task_id, collection_id)
+        if outcome is None:
+            raise NotFound(f"no collection job {collection_id.hex()} in this task")
+        log.info(
+            "collection job %s deleted by its collector (%s)",
+            collection_id.hex(),
+            outcome,
+            extra={"task_id": task.id_text, "job_id": collection_id.hex()},
+        )
 
     # --- the driver ---------------------------------------------------------
 

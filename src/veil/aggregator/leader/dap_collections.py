@@ -1,8 +1,9 @@
 """The collector's side of a DAP task at the leader (draft-ietf-ppm-dap
 section 4.6, leader side): a CollectionJobReq creates a collection job of
-the leader's one collection driver (its checks, its release step), and a
-poll answers the CollectionJobResp once the job is finished. HTTP stays
-outside (`veil.aggregator.run.dap_http`)."""
+the leader's one collection driver (its checks, its release step), a
+poll answers the CollectionJobResp once the job is finished, and the
+collector may delete its job. HTTP stays outside
+(`veil.aggregator.run.dap_http`)."""
 
 from __future__ import annotations
 
@@ -127,11 +128,25 @@ class DapCollections:
         collection_id = hashlib.sha256(digest + batch_id).digest()[:16]
         self.collections.privacy.check(task, bucket, 1)
         try:
-            return self.collections.store.put_collection(
+            record = self.collections.store.put_collection(
                 CollectionRecord(task_id, collection_id, bucket, 1, "pending")
             )
         except StorageConflict as e:
             raise JobConflict(str(e)) from None
+        if record.state == "deleted":
+            # Not reached: a job kept as deleted closed its batch, which
+            # ready_batch then passes over.
+            raise BatchCollected(f"collection job {collection_id.hex()} was deleted")
+        return record
+
+    def delete(self, task_id: bytes, token: str | None, collection_id: bytes) -> None:
+        """The collector's DELETE of its collection job (section 4.6,
+        "Collection Job Deletion"; see CollectionDriver.delete_collection)."""
+        self.uploads.task(task_id)
+        try:
+            self.collections.delete_collection(task_id, token, collection_id)
+        except AggregatorError as e:
+            raise _refused(e, task_id) from None
 
     def poll(self, task_id: bytes, token: str | None, collection_id: bytes) -> bytes | None:
         """The encoded CollectionJobResp once the job is finished (None while

@@ -180,6 +180,26 @@ def dap_app(
             return Response(b"", 200, headers={"Retry-After": str(COLLECTION_RETRY_AFTER)})
         return Response(answer, 200, media_type=media_type("collection-job-resp"))
 
+    async def delete_collection(request: Request) -> Response:
+        assert collections is not None
+        task_id = task_id_of(request.path_params["task_id"])
+        if task_id is None:
+            return _unknown_task()
+        job = _id16(request.path_params["job_id"])
+        if job is None:
+            return problem_response(
+                Problem(ProblemType.INVALID_MESSAGE, "no collection job of that id", 404, task_id)
+            )
+        try:
+            await run_in_threadpool(collections.delete, task_id, bearer_token(request), job)
+        except DapAbort as e:
+            return problem_response(e.problem)
+        except DapUnauthorized as e:
+            return unauthorized(str(e))
+        except DapUnavailable as e:
+            return _unavailable(e)
+        return Response(b"", 200)
+
     routes = [
         Route("/hpke_config", hpke_config, methods=["GET"]),
         Route("/tasks/{task_id}/reports", upload, methods=["POST"]),
@@ -188,6 +208,11 @@ def dap_app(
         routes += [
             Route("/tasks/{task_id}/collection_jobs", create_collection, methods=["POST"]),
             Route("/tasks/{task_id}/collection_jobs/{job_id}", poll_collection, methods=["GET"]),
+            Route(
+                "/tasks/{task_id}/collection_jobs/{job_id}",
+                delete_collection,
+                methods=["DELETE"],
+            ),
         ]
     return Starlette(routes=routes)
 

@@ -224,6 +224,11 @@ class Datastore:
     def fail_collection(self, record: CollectionRecord, reopen: bool) -> None:
         self._write(lambda tx: collection_jobs.fail_collection(tx, record, reopen))
 
+    def delete_collection(self, task_id: bytes, job_id: bytes) -> str | None:
+        """Delete a collection job for its collector (see
+        collection_jobs.delete_collection): "discarded", "deleted" or None."""
+        return self._write(lambda tx: collection_jobs.delete_collection(tx, task_id, job_id))
+
     def close_batch(self, task_id: bytes, start: int, end: int, job_id: bytes, step: int) -> None:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
         self._write(lambda tx: report_units.close_batch(tx, task_id, start, end, job_id, step))

@@ -133,6 +133,37 @@ def fail_collection(tx: Tx, record: CollectionRecord, reopen: bool) -> None:
     update_collection(tx, record)
 
 
+def delete_collection(tx: Tx, task_id: bytes, job_id: bytes) -> str | None:
+    """The collector's deletion of a collection job (draft-ietf-ppm-dap
+    section 4.6, "Collection Job Deletion"): None if there is no such job;
+    "discarded" if the job held nothing of a batch (no bucket closed by it,
+    no leader share drawn) and is gone whole, so that the same request
+    creates it again; else "deleted": the job is kept, never driven again,
+    and its batch stays collected, since a share may have left it (the
+    draft forbids deleting what double-collection checks need)."""
+    row = tx.one(
+        "SELECT state, leader_ct FROM collections WHERE task_id = ? AND job_id = ?" + tx.for_update,
+        (task_id, job_id),
+    )
+    if row is None:
+        return None
+    if str(row[0]) == "deleted":
+        return "deleted"
+    holds = tx.one(
+        "SELECT 1 FROM batch_aggregates WHERE task_id = ? AND collected_by = ?",
+        (task_id, job_id),
+    )
+    if holds is None and row[1] is None:
+        tx.run("DELETE FROM collections WHERE task_id = ? AND job_id = ?", (task_id, job_id))
+        return "discarded"
+    tx.run(
+        "UPDATE collections SET state = 'deleted', lease_owner = NULL, lease_expiry = 0"
+        " WHERE task_id = ? AND job_id = ?",
+        (task_id, job_id),
+    )
+    return "deleted"
+
+
 def acquire_collections(
     tx: Tx, owner: str, lease_seconds: float, limit: int
 ) -> list[CollectionRecord]:

@@ -228,7 +228,7 @@ class CollectionRecord:
     job_id: bytes
     start: int
     duration: int
-    state: str  # pending | finished | failed
+    state: str  # pending | finished | failed | deleted (by its collector, over DAP)
     report_count: int = 0
     checksum: bytes = b""
     leader_ct: Ciphertext | None = None
