@@ -32,13 +32,16 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from Crypto.PublicKey import RSA as _PyRSA
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from veil.invite import _openssl
+
+if TYPE_CHECKING:
+    from Crypto.PublicKey import RSA as _PyRSA
 
 HASH = hashlib.sha384
 H_LEN = 48
@@ -187,6 +190,10 @@ def _gcd(a: int, b: int) -> int:
 
 @lru_cache(maxsize=64)
 def _pycryptodome_key(der: bytes) -> _PyRSA.RsaKey:
+    # Only a signer without OpenSSL's libcrypto needs pycryptodome's RSA: its
+    # import (ASN.1, big integers) is not paid by every process that verifies.
+    from Crypto.PublicKey import RSA as _PyRSA
+
     return _PyRSA.import_key(der)
 
 

@@ -22,8 +22,6 @@ from veil.aggregator.maintenance import advance_keys, collect_garbage
 from veil.aggregator.run.backend import open_storage
 from veil.aggregator.run.channels import read_pem, server_options
 from veil.aggregator.run.config import ConfigError, ServerConfig, reload_tasks, tasks_of_role
-from veil.aggregator.run.dap_helper_http import dap_helper_app
-from veil.aggregator.run.dap_http import dap_app
 from veil.aggregator.run.service import HelperService, LeaderService, add_service
 from veil.aggregator.run.signals import Signals
 from veil.aggregator.run.transport import RpcServer
@@ -172,6 +170,11 @@ class AggregatorServer:
             bound = self.metrics.serve(host.strip("[]"), int(port))
             log.info("metrics on http://%s:%d/metrics", host, bound)
         if self._dap_listener is not None:
+            # Imported here: Starlette and the DAP routes are for a server with
+            # [dap] listen, and cost every other start their import.
+            from veil.aggregator.run.dap_helper_http import dap_helper_app
+            from veil.aggregator.run.dap_http import dap_app
+
             assert self._http_serve is not None
             if self.leader is not None:
                 app = dap_app(
