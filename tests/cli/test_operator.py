@@ -233,7 +233,6 @@ def test_refusals_for_a_dap_task(
         assert rc == 2 and err.startswith("veil collect: ") and message in err, (args, err)
         assert len(err.splitlines()) == 1, err
     for args, message in [
-        (["--outbox", "o.db", "1"], "--outbox cannot be used with this task"),
         (["--client-cert", "c.pem", "1"], "--client-cert cannot be used"),
         (
             ["--client-key", "k.pem", "--client-cert", "c.pem", "1"],

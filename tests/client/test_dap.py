@@ -9,13 +9,16 @@ measurement sends nothing."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
 from tests.dap.scripted_server import Answer, ScriptedServer
-from veil.client import Client, DapClient, UploadError, client_for
+from veil.client import Client, DapClient, Outbox, OutboxError, UploadError, client_for
+from veil.client.dap import DapReports
 from veil.dap.messages import HpkeConfig, HpkeConfigList, UploadErrors, UploadRequest
 from veil.dap.messages import ReportUploadStatus as Status
 from veil.dap.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType, media_type
@@ -259,5 +262,71 @@ def test_the_protocol_is_chosen_by_task_or_by_name(files: TaskFiles) -> None:
         client_for(grpc_task.client, protocol="dap")
     with pytest.raises(ValueError, match="'grpc' or 'dap'"):
         client_for(files.client, protocol="http")
-    with pytest.raises(ValueError, match="no outbox"):
-        DapClient(files.client, outbox="x.db")
+
+
+def test_the_outbox_keeps_what_the_leader_did_not_take(
+    server: ScriptedServer, files: TaskFiles, tmp_path: Path
+) -> None:
+    """With an outbox, each report is stored before it is sent: a leader
+    that stays busy leaves all pending (the result says so, nothing
+    raised), a client opened again seals with the configs the outbox
+    remembered, and a flush sends the stored reports byte for byte. Of the
+    leader's UploadErrors, report_replayed is a report it holds already
+    (acknowledged) and any other keeps the report apart, refused; a refusal
+    of the whole request not about the reports keeps them pending."""
+    box = tmp_path / "dap.outbox"
+    server.seen.clear()
+    busy = Answer(503, b"busy", {"Retry-After": "0"})
+    server.answers = [_configs(KEYS["leader"]), _configs(KEYS["helper"]), busy, busy]
+    with DapClient(files.client, retries=1, backoff=0.01, outbox=box) as client:
+        result = client.upload_batch([1, 0, 1], report_time=WHEN)
+    assert (result.accepted, result.pending) == (0, 3) and "busy" in (result.error or "")
+    first, again = _uploads(server)
+    assert first == again
+
+    # Opened again: no config fetched, a fourth report stored, and the
+    # leader refuses the whole request for a reason not about the reports.
+    server.seen.clear()
+    unauthorized = Answer(404, Problem(ProblemType.UNRECOGNIZED_TASK, "no", 404).to_json())
+    server.answers = [unauthorized]
+    with DapClient(files.client, retries=0, outbox=box) as client:
+        result = client.upload(1, report_time=WHEN)
+    assert (result.accepted, result.pending) == (0, 4)
+    assert [m for m, _, _, _ in server.seen] == ["POST"]
+    (sent,) = _uploads(server)
+    assert sent.reports[:3] == first.reports
+
+    # The first replayed (held already), the second invalid: kept apart.
+    def answer(body: bytes) -> Answer:
+        reports = UploadRequest.decode(body).reports
+        return _errors(
+            Status(reports[0].metadata.report_id, ReportError.REPORT_REPLAYED),
+            Status(reports[1].metadata.report_id, ReportError.INVALID_MESSAGE),
+        )
+
+    server.seen.clear()
+    server.answers = [answer]
+    with DapClient(files.client, retries=0, outbox=box) as client:
+        result = client.flush()
+        assert (result.accepted, result.duplicates, result.refused, result.pending) == (2, 1, 1, 0)
+        assert client.flush().accepted == 0
+    assert len(_uploads(server)) == 1
+    with Outbox(box, codec=DapReports(TP)) as outbox:
+        (status,) = outbox.status()
+    assert (status.delivered, status.refused, status.pending) == (3, 1, 0)
+
+
+def test_a_dap_report_stored_damaged_is_named(files: TaskFiles, tmp_path: Path) -> None:
+    box = tmp_path / "dap.outbox"
+    with Outbox(box, codec=DapReports(TP)) as outbox:
+        outbox.add(files.client.task_id, [])
+    with sqlite3.connect(box) as db:
+        db.execute(
+            "INSERT INTO reports (task_id, report_id, time, report, stored) VALUES (?, ?, 0, ?, 0)",
+            (files.client.task_id, bytes(16), b"\x00" * 5),
+        )
+    with (
+        Outbox(box, codec=DapReports(TP)) as outbox,
+        pytest.raises(OutboxError, match="report 1 is damaged"),
+    ):
+        outbox.pending(files.client.task_id, 10)

@@ -33,7 +33,7 @@ def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str 
     """A Client from the trust and mTLS arguments; None (after saying why) on a user mistake.
 
     A task with a [dap] table gets a DapClient (`client_for`): DAP names no
-    client certificate and keeps no outbox yet, so either is refused for it."""
+    client certificate, so one is refused for it."""
     from veil.client import ClientOptions, OutboxError, client_for
     from veil.client.outbox import DEFAULT_MAX_REPORTS
     from veil.trust import TrustError
@@ -44,15 +44,13 @@ def _open_client(args: argparse.Namespace, command: str, task: Any, outbox: str 
             for flag, value in (
                 ("--client-cert", args.client_cert),
                 ("--client-key", args.client_key),
-                ("--outbox", outbox),
             )
             if value is not None
         ]
         if given:
             print(
                 f"veil {command}: {' and '.join(given)} cannot be used with this task: it is"
-                " served over DAP, whose uploads take no client certificate, and veil's DAP"
-                " client keeps no outbox yet",
+                " served over DAP, whose uploads take no client certificate",
                 file=sys.stderr,
             )
             return None

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -164,10 +164,19 @@ def _refuses_report(error: UploadError) -> bool:
     return not error.retryable and error.code in REPORT_REFUSALS
 
 
+@dataclass(frozen=True)
+class PartlyRefused:
+    """A request the leader took, naming the reports it refused, each for its
+    own sake (DAP's UploadErrors): `refused` maps their ids to why, `taken`
+    counts the others."""
+
+    taken: UploadResult
+    refused: dict[bytes, str]
+
+
+R = TypeVar("R")
 # What the delivery plan is told about a batch it asked to send.
-Sent = UploadResult | UploadError
-# The plan asks for a batch to be sent (a list) or is done (the result).
-Step = list[Report] | UploadResult
+Sent = UploadResult | UploadError | PartlyRefused
 
 
 class ClientBase:
@@ -299,69 +308,108 @@ class ClientBase:
     # -- the outbox's delivery plan ----------------------------------------
 
     def _delivery_plan(self) -> Generator[list[Report], Sent, UploadResult]:
-        """Deliver what the outbox holds for the task, oldest first.
-
-        A generator that yields each batch to send and is sent back what
-        came of it, so that the blocking and the asyncio client drive the
-        same decisions: a batch acknowledged leaves the outbox; an error
-        worth retrying later (leader unreachable after the retry policy),
-        or one that is not about the reports (an unknown task, a wrong
-        credential), stops the flush with everything still pending; a batch
-        refused for a report's own sake (REPORT_REFUSALS) is sent again
-        report by report, to keep the good ones apart from the refused,
-        which stay in the outbox marked refused.
-        """
+        """Deliver what the outbox holds for the task (`delivery_plan`)."""
         assert self.outbox is not None
-        box, task_id = self.outbox, self.task.task_id
-        expired = box.drop_expired(task_id, self.task.report_horizon(self.clock()))
-        if expired:
-            log.warning("outbox: dropped %d reports past the task's report_expiry_age", expired)
-        accepted = duplicates = refused = 0
-        error: str | None = None
-        retry_after: float | None = None
-        after = 0
-        while error is None:
-            rows = box.pending(task_id, self.batch_size, after)
-            if not rows:
-                break
-            after = rows[-1][0]
-            for chunk in upload_batches([r for _, r in rows], self.batch_size):
-                reports = list(chunk)
-                outcome = yield reports
-                bisect = isinstance(outcome, UploadError) and _refuses_report(outcome)
-                if bisect and len(reports) > 1:
-                    # One bad report refuses the whole request: find it.
-                    outcomes = []
-                    for r in reports:
-                        outcomes.append((r, (yield [r])))
-                else:
-                    outcomes = [(r, outcome) for r in reports]
-                done = []
-                for report, result in outcomes:
-                    if isinstance(result, UploadResult):
-                        done.append(report.report_id)
-                    elif not _refuses_report(result):
-                        error = str(result)
-                        retry_after = result.retry_after
-                    else:
-                        log.warning("outbox: the leader refused a report for good: %s", result)
-                        box.refuse(task_id, report.report_id, str(result))
+        return delivery_plan(self.outbox, self.task, self.clock(), self.batch_size, upload_batches)
+
+
+def delivery_plan(
+    box: Outbox[R],
+    task: Task,
+    now: float,
+    batch_size: int,
+    chunks: Callable[[Sequence[R], int], Iterator[Sequence[R]]],
+) -> Generator[list[R], Sent, UploadResult]:
+    """Deliver what `box` holds for `task`, oldest first, in the requests
+    `chunks` makes of at most `batch_size` reports.
+
+    A generator that yields each batch to send and is sent back what came
+    of it, so that every client (blocking, asyncio, DAP) drives the same
+    decisions: a batch acknowledged leaves the outbox; an error worth
+    retrying later (leader unreachable after the retry policy), or one that
+    is not about the reports (an unknown task, a wrong credential), stops
+    the flush with everything still pending; a batch refused for a report's
+    own sake (REPORT_REFUSALS) is sent again report by report, to keep the
+    good ones apart from the refused, which stay in the outbox marked
+    refused. A leader that names the reports it refused in its answer
+    (DAP's UploadErrors: `PartlyRefused`) has the others acknowledged at
+    once.
+    """
+    task_id, report_id = task.task_id, box.codec.report_id
+    expired = box.drop_expired(task_id, task.report_horizon(now))
+    if expired:
+        log.warning("outbox: dropped %d reports past the task's report_expiry_age", expired)
+    accepted = duplicates = refused = 0
+    error: str | None = None
+    retry_after: float | None = None
+    after = 0
+    while error is None:
+        rows = box.pending(task_id, batch_size, after)
+        if not rows:
+            break
+        after = rows[-1][0]
+        for chunk in chunks([r for _, r in rows], batch_size):
+            reports = list(chunk)
+            outcome = yield reports
+            if isinstance(outcome, PartlyRefused):
+                for report in reports:
+                    why = outcome.refused.get(report_id(report))
+                    if why is not None:
+                        log.warning("outbox: the leader refused a report for good: %s", why)
+                        box.refuse(task_id, report_id(report), why)
                         refused += 1
-                box.acknowledge(task_id, done)
-                # One result per request sent, however many reports it carried.
-                for result in {id(o): o for _, o in outcomes}.values():
-                    if isinstance(result, UploadResult):
-                        accepted += result.accepted
-                        duplicates += result.duplicates
-                if error is not None:
-                    break
-        pending = box.pending_count(task_id)
-        if error is not None:
-            log.warning("outbox: %d reports kept for a later flush: %s", pending, error)
-        return UploadResult(accepted, duplicates, pending, refused, expired, error, retry_after)
+                box.acknowledge(
+                    task_id, [report_id(r) for r in reports if report_id(r) not in outcome.refused]
+                )
+                accepted += outcome.taken.accepted
+                duplicates += outcome.taken.duplicates
+                continue
+            bisect = isinstance(outcome, UploadError) and _refuses_report(outcome)
+            if bisect and len(reports) > 1:
+                # One bad report refuses the whole request: find it.
+                outcomes = []
+                for r in reports:
+                    outcomes.append((r, (yield [r])))
+            else:
+                outcomes = [(r, outcome) for r in reports]
+            done = []
+            for report, result in outcomes:
+                if isinstance(result, UploadResult):
+                    done.append(report_id(report))
+                elif isinstance(result, PartlyRefused):
+                    why = result.refused.get(report_id(report))
+                    if why is None:
+                        done.append(report_id(report))
+                    else:
+                        box.refuse(task_id, report_id(report), why)
+                        refused += 1
+                elif not _refuses_report(result):
+                    error = str(result)
+                    retry_after = result.retry_after
+                else:
+                    log.warning("outbox: the leader refused a report for good: %s", result)
+                    box.refuse(task_id, report_id(report), str(result))
+                    refused += 1
+            box.acknowledge(task_id, done)
+            # One result per request sent, however many reports it carried.
+            for result in {id(o): o for _, o in outcomes}.values():
+                if isinstance(result, UploadResult):
+                    accepted += result.accepted
+                    duplicates += result.duplicates
+                elif isinstance(result, PartlyRefused):
+                    accepted += result.taken.accepted
+                    duplicates += result.taken.duplicates
+            if error is not None:
+                break
+    pending = box.pending_count(task_id)
+    if error is not None:
+        log.warning("outbox: %d reports kept for a later flush: %s", pending, error)
+    return UploadResult(accepted, duplicates, pending, refused, expired, error, retry_after)
 
 
-def advance(plan: Generator[list[Report], Sent, UploadResult], sent: Sent | None) -> Step:
+def advance(
+    plan: Generator[list[R], Sent, UploadResult], sent: Sent | None
+) -> list[R] | UploadResult:
     """The plan's next batch to send, or its result once it is done."""
     try:
         return next(plan) if sent is None else plan.send(sent)

@@ -12,6 +12,15 @@ once, to the configs fetched anew (-19's rule), with the same report id and
 randomness: the same report under the aggregators' current keys. A retried
 request sends the same reports, which the leader acknowledges without
 storing twice.
+
+With an outbox (`ClientOptions.outbox`), each report is sealed and committed
+to it before it is sent, as `Client` does (veil.client.outbox, the same
+file format and delivery plan, DAP's reports kept as their encoding), and
+leaves it once the leader took it: a report the leader names in
+UploadErrors is kept there marked refused, except `report_replayed`, which
+to a report sent again after a crash means the leader holds it already. The
+outbox keeps sealed reports, not measurements: a report the leader refuses
+for an unknown HPKE config is refused for good then, not sealed again.
 """
 
 from __future__ import annotations
@@ -19,18 +28,27 @@ from __future__ import annotations
 import logging
 import secrets
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 import grpc
 
-from veil.client.base import ClientOptions, UploadResult
+from veil.client.base import (
+    ClientOptions,
+    PartlyRefused,
+    Sent,
+    UploadResult,
+    advance,
+    delivery_plan,
+)
 from veil.client.client import Client
+from veil.client.outbox import Outbox
 from veil.client.prepare import randomize_measurements
 from veil.client.retry import RetryPolicy, UploadError
 from veil.dap.codec import DecodeError
@@ -69,6 +87,30 @@ _CODES = {
 
 
 @dataclass(frozen=True)
+class DapReports:
+    """DAP's reports as an outbox keeps them (veil.client.outbox.ReportCodec):
+    their encoding; a report's time counts `time_precision`s."""
+
+    time_precision: int
+
+    def encode(self, report: Report) -> bytes:
+        return report.encode()
+
+    def decode(self, blob: bytes) -> Report:
+        return Report.decode(blob)  # a DecodeError is a ValueError
+
+    def report_id(self, report: Report) -> bytes:
+        return report.metadata.report_id
+
+    def time(self, report: Report) -> int:
+        return report.metadata.time * self.time_precision
+
+
+def _slices(reports: Sequence[Report], size: int) -> Iterator[Sequence[Report]]:
+    return (reports[i : i + size] for i in range(0, len(reports), size))
+
+
+@dataclass(frozen=True)
 class _Pending:
     """A measurement and the randomness its report was built from, so that
     it can be sealed again to fresh configs as the same report."""
@@ -96,10 +138,11 @@ class InvitedReport:
 class DapClient:
     """Uploads measurements of one DAP task (a task file with a `[dap]`
     table) to its leader over DAP; `upload`, `upload_batch` and
-    `hpke_config` as `Client`'s. `options` as `Client`'s (trust, timeout,
-    retries, batch size, clock, config lifetime), without an outbox.
-    Raises UploadError when the leader refuses a request or a report, or
-    stays unreachable."""
+    `hpke_config` and `flush` as `Client`'s. `options` as `Client`'s (trust,
+    timeout, retries, batch size, clock, config lifetime, outbox). Raises
+    UploadError when the leader refuses a request or a report, or stays
+    unreachable (with an outbox: the reports stay pending instead, and the
+    result says so)."""
 
     def __init__(
         self,
@@ -112,8 +155,6 @@ class DapClient:
             raise ValueError(f"task {task.id_text} is not served over DAP (no [dap] table)")
         if task.vdaf.is_prefix:
             raise ValueError("a poplar1 task is not served over DAP")
-        if options.outbox is not None:
-            raise ValueError("a DAP client keeps no outbox yet")
         if options.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         check_roots(
@@ -137,10 +178,21 @@ class DapClient:
             ROLE_HELPER: _base(self.dap.helper_endpoint),
         }
         self._configs: dict[int, tuple[HpkeConfig, float]] = {}
+        self.outbox: Outbox[Report] | None = (
+            None
+            if options.outbox is None
+            else Outbox(
+                options.outbox,
+                options.outbox_max_reports,
+                codec=DapReports(task.time_precision),
+            )
+        )
+        self._flush_lock = threading.Lock()
 
     def close(self) -> None:
-        """Nothing to close (each request is its own connection); kept so that
-        a DapClient is used as a Client is."""
+        """Close the outbox, if any (each request is its own connection)."""
+        if self.outbox is not None:
+            self.outbox.close()
 
     def __enter__(self) -> DapClient:
         return self
@@ -155,6 +207,12 @@ class DapClient:
         cached = self._configs.get(role)
         if cached is not None and time.monotonic() - cached[1] < self.options.config_lifetime:
             return cached[0]
+        if self.outbox is not None:
+            # A client restarted while an aggregator is away still seals.
+            saved = self.outbox.config(self.task.task_id, role)
+            if saved is not None and 0 <= time.time() - saved[1] < self.options.config_lifetime:
+                self._configs[role] = (saved[0], time.monotonic() - (time.time() - saved[1]))
+                return saved[0]
         url = urljoin(self._endpoints[role], "hpke_config")
         _, headers, body = self._call(urllib.request.Request(url), role)
         name = "leader" if role == ROLE_LEADER else "helper"
@@ -173,6 +231,8 @@ class DapClient:
                 f"the DAP {name} offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
             )
         self._configs[role] = (config, time.monotonic())
+        if self.outbox is not None:
+            self.outbox.save_config(self.task.task_id, role, config, time.time())
         return config
 
     def report_time(self) -> int:
@@ -214,6 +274,9 @@ class DapClient:
             for m in measured
         ]
         reports = self._seal(pending)
+        if self.outbox is not None:
+            self.outbox.add(self.task.task_id, reports)
+            return self.flush()
         accepted = 0
         for start in range(0, len(pending), self.options.batch_size):
             chunk = slice(start, start + self.options.batch_size)
@@ -280,10 +343,46 @@ class DapClient:
             invited.ephemerals,
             extension if private else (),
         )
+        if self.outbox is not None:
+            self.outbox.add(self.task.task_id, [report])
+            return self.flush()
         refused = self._post([report])
         if refused:
             self._refused([report], refused)
         return UploadResult(1, 0)
+
+    def flush(self) -> UploadResult:
+        """Send what the outbox holds for the task, oldest first, as
+        `Client.flush` (the same delivery plan). Raises ValueError if the
+        client has no outbox."""
+        if self.outbox is None:
+            raise ValueError("this client has no outbox (pass outbox=PATH)")
+        with self._flush_lock:
+            plan = delivery_plan(
+                self.outbox, self.task, self.options.clock(), self.options.batch_size, _slices
+            )
+            step = advance(plan, None)
+            while isinstance(step, list):
+                try:
+                    sent: Sent = self._send(step)
+                except UploadError as e:
+                    sent = e
+                step = advance(plan, sent)
+            return step
+
+    def _send(self, reports: Sequence[Report]) -> UploadResult | PartlyRefused:
+        """One UploadRequest of the outbox's reports: what the leader took,
+        and why it refused the others. `report_replayed` is a report the
+        leader holds already (sent before a crash, its answer lost)."""
+        refused = self._post(reports)
+        replayed = sum(1 for e in refused.values() if e is ReportError.REPORT_REPLAYED)
+        named = {
+            reports[i].metadata.report_id: e.name.lower()
+            for i, e in refused.items()
+            if e is not ReportError.REPORT_REPLAYED
+        }
+        taken = UploadResult(len(reports) - len(refused), replayed)
+        return PartlyRefused(taken, named) if named else taken
 
     def _seal_one(
         self,

@@ -1,13 +1,16 @@
 """A durable outbox: sealed reports kept in a local SQLite file until the
 leader has acknowledged them.
 
-`Client(..., outbox=PATH)` and `AsyncClient(..., outbox=PATH)` seal each
-report and commit it here *before* sending it; a report leaves only when the
-leader acknowledged it. The leader acknowledges a report id it already holds
-(with the same content) without storing it again (draft-ietf-ppm-dap
-section 4.4.2), so a report sent, then resent after the client was killed
-before it could delete it, is counted once. Pending reports survive process
-restarts and leader outages; `flush()` sends them.
+`Client(..., outbox=PATH)`, `AsyncClient(..., outbox=PATH)` and
+`DapClient(..., outbox=PATH)` seal each report and commit it here *before*
+sending it; a report leaves only when the leader acknowledged it. A
+`ReportCodec` says how one kind of report is kept (veil's own, by default;
+DAP's, `veil.client.dap.DapReports`), one kind per task. The leader
+acknowledges a report id it already holds (with the same content) without
+storing it again (draft-ietf-ppm-dap section 4.4.2), so a report sent, then
+resent after the client was killed before it could delete it, is counted
+once. Pending reports survive process restarts and leader outages;
+`flush()` sends them.
 
 The file holds only what the leader would see (sealed shares, report ids and
 times) and the aggregators' public HPKE configs, so that a client restarted
@@ -30,6 +33,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar, overload
 
 from google.protobuf.message import DecodeError
 
@@ -63,6 +67,46 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 
 
+R = TypeVar("R")
+
+
+class ReportCodec(Protocol[R]):
+    """How an outbox keeps one kind of sealed report."""
+
+    def encode(self, report: R) -> bytes:
+        """The report's bytes, as stored."""
+        ...
+
+    def decode(self, blob: bytes) -> R:
+        """The report stored as `blob`; ValueError if it is not one."""
+        ...
+
+    def report_id(self, report: R) -> bytes: ...
+
+    def time(self, report: R) -> int:
+        """The report's time, in seconds since the epoch."""
+        ...
+
+
+class VeilReports:
+    """veil's own reports (the gRPC protocol's), kept as their protobuf."""
+
+    def encode(self, report: Report) -> bytes:
+        return bytes(report_to_pb(report).SerializeToString())
+
+    def decode(self, blob: bytes) -> Report:
+        try:
+            return report_from_pb(leader_pb2.Report.FromString(blob), "the report")
+        except DecodeError as e:
+            raise ValueError(str(e)) from None
+
+    def report_id(self, report: Report) -> bytes:
+        return report.report_id
+
+    def time(self, report: Report) -> int:
+        return report.time
+
+
 class OutboxError(Exception):
     """The outbox file cannot be used (not an outbox, unreadable, damaged)."""
 
@@ -83,8 +127,9 @@ class TaskStatus:
     expired: int  # dropped unsent: older than the task's report_expiry_age
 
 
-class Outbox:
+class Outbox(Generic[R]):
     """Sealed reports awaiting the leader's acknowledgement, in one SQLite file.
+    `codec` says how they are kept (veil's own reports unless given).
 
     Raises OutboxError if `path` exists and is not a veil outbox. Example::
 
@@ -95,9 +140,32 @@ class Outbox:
             box.acknowledge(task_id, [r.report_id for _, r in batch])
     """
 
-    def __init__(self, path: str | os.PathLike[str], max_reports: int = DEFAULT_MAX_REPORTS):
+    @overload
+    def __init__(
+        self: Outbox[Report],
+        path: str | os.PathLike[str],
+        max_reports: int = DEFAULT_MAX_REPORTS,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_reports: int = DEFAULT_MAX_REPORTS,
+        *,
+        codec: ReportCodec[R],
+    ) -> None: ...
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_reports: int = DEFAULT_MAX_REPORTS,
+        *,
+        codec: ReportCodec[R] | None = None,
+    ) -> None:
         if max_reports < 1:
             raise ValueError("an outbox must hold at least one report")
+        self.codec: ReportCodec[R] = codec or VeilReports()  # type: ignore[assignment]
         self.path = Path(path)
         self.max_reports = max_reports
         self._lock = threading.Lock()
@@ -108,7 +176,7 @@ class Outbox:
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> Outbox:
+    def __enter__(self) -> Outbox[R]:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -126,11 +194,12 @@ class Outbox:
                     self._conn.execute("ROLLBACK")
                 raise
 
-    def add(self, task_id: bytes, reports: Sequence[Report]) -> None:
+    def add(self, task_id: bytes, reports: Sequence[R]) -> None:
         """Store sealed reports (all or none). Raises OutboxFull, storing
         nothing, if they do not fit. A report id already held is kept as it is."""
+        codec = self.codec
         rows = [
-            (task_id, r.report_id, r.time, report_to_pb(r).SerializeToString(), time.time())
+            (task_id, codec.report_id(r), codec.time(r), codec.encode(r), time.time())
             for r in reports
         ]
         with self._tx() as conn:
@@ -147,7 +216,7 @@ class Outbox:
                 rows,
             )
 
-    def pending(self, task_id: bytes, limit: int, after: int = 0) -> list[tuple[int, Report]]:
+    def pending(self, task_id: bytes, limit: int, after: int = 0) -> list[tuple[int, R]]:
         """Up to `limit` pending reports, oldest stored first, with their
         sequence numbers (pass the last one as `after` to go on)."""
         with self._lock:
@@ -159,8 +228,8 @@ class Outbox:
         out = []
         for seq, blob in rows:
             try:
-                report = report_from_pb(leader_pb2.Report.FromString(blob), f"report {seq}")
-            except (DecodeError, ValueError) as e:
+                report = self.codec.decode(bytes(blob))
+            except ValueError as e:
                 raise OutboxError(f"outbox {self.path}: report {seq} is damaged: {e}") from None
             out.append((int(seq), report))
         return out
