@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import secrets
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import veil
 from bench.postgres import DSN_ENV, find_pg_bin, postgres_dsn, with_schema
 from tests.support.backends import KINDS, Backend
 from tests.support.vectors import vectors_dir
@@ -45,6 +47,13 @@ def pytest_configure(config: pytest.Config) -> None:
         # Each worker draws its servers' ports from a part of the range of its own.
         share_ports(int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
         return
+    # The suite starts `veil` processes by the hundred. An editable install's
+    # modules have no bytecode until an import writes it, and none ever does
+    # where PYTHONDONTWRITEBYTECODE is set (as on CI's machines): each process
+    # then compiled every veil module it imported from source, 0.25 of its
+    # 0.8 CPU-s of imports. Compiled once here, they are read by every process
+    # (the variable stops writing, not reading).
+    compileall.compile_dir(Path(veil.__file__).parent, quiet=1)
     if config.getoption("dist", "no") == "no":
         return
     warm = "from veil.vdaf.batch import kernels as k; k.kernels(); k.idpf_kernels()"
