@@ -32,6 +32,7 @@ from veil.dap.jobs import (
     VerifyResp,
     VerifyRespType,
     batch_id_extension,
+    continue_resp,
 )
 from veil.dap.messages import (
     BatchMode,
@@ -257,6 +258,26 @@ def test_aggregation_job_resp_and_report_errors(
             key.encode(version)
     else:
         assert key.encode(version)[-1] == unknown_key
+
+
+@given(st.binary(min_size=16, max_size=16), st.binary(min_size=1, max_size=40))
+def test_a_continue_written_out_is_verify_resps_encoding(report_id: bytes, payload: bytes) -> None:
+    for version in DapVersion:
+        expected = VerifyResp(report_id, VerifyRespType.CONTINUE, payload).encode(version)
+        assert continue_resp(report_id, payload) == expected
+    with pytest.raises(ValueError):
+        continue_resp(report_id, b"")  # a continue carries its message
+    with pytest.raises(ValueError):
+        continue_resp(report_id[:15], payload)
+
+
+def test_a_plaintext_input_share_without_extensions_is_read_as_the_text_says() -> None:
+    assert PlaintextInputShare.decode(u16(0) + u32(2) + b"ab") == PlaintextInputShare((), b"ab")
+    for bad in (u16(0) + u32(0), u16(0) + u32(3) + b"ab", u16(0) + u32(1) + b"ab", u16(0)):
+        with pytest.raises(DecodeError):
+            PlaintextInputShare.decode(bad)
+    with_one = u16(4) + u16(9) + u16(0) + u32(1) + b"x"
+    assert PlaintextInputShare.decode(with_one) == PlaintextInputShare((Extension(9),), b"x")
 
 
 def test_report_error_codes_differ_between_the_drafts() -> None:

@@ -6,9 +6,11 @@ refused."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from veil.dap.codec import DecodeError
-from veil.dap.pingpong import MessageType, PingPong, finish, initialize
+from veil.dap.pingpong import MessageType, PingPong, finish, initialize, initialize_share
 
 
 def test_each_type_is_encoded_as_the_text_says() -> None:
@@ -42,3 +44,30 @@ def test_a_type_carries_only_its_fields() -> None:
         PingPong(MessageType.INITIALIZE, verifier_message=b"m")
     with pytest.raises(ValueError):
         PingPong(MessageType.FINISH, verifier_share=b"s")
+
+
+@given(st.binary(max_size=40) | st.builds(initialize, st.binary(max_size=40)))
+def test_initialize_share_reads_what_decode_reads(data: bytes) -> None:
+    """The helper's quick read of the leader's first message agrees with
+    PingPong.decode on any bytes: the verifier share of an initialize
+    message, None for another type or for bytes that are not a message."""
+    try:
+        message = PingPong.decode(data)
+    except DecodeError:
+        expected = None
+    else:
+        expected = message.verifier_share if message.type is MessageType.INITIALIZE else None
+    assert initialize_share(data) == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x00\x00\x00\x02a",
+        b"\x00\x00\x00\x00\x00\x00",
+        b"\x00\x00\x00\x00",
+        b"\x02" + bytes(4),
+    ],
+)
+def test_initialize_share_refuses_what_is_not_an_initialize(data: bytes) -> None:
+    assert initialize_share(data) is None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from veil.messages import MessageError
 
 _UINT_SIZES = (1, 2, 4, 8)
+_ZEROS = {n: bytes(n) for n in (1, 2, 4)}
 
 
 class DecodeError(MessageError):
@@ -54,8 +55,14 @@ class Reader:
 
     def uint(self, size: int, field: str) -> int:
         """A big-endian unsigned integer of `size` bytes (uint8 to uint64)."""
-        assert size in _UINT_SIZES
-        return int.from_bytes(self.take(size, field))
+        # Read several times for every report of a job: the bounds check
+        # inline, as in take.
+        pos = self._pos
+        end = pos + size
+        if end > len(self._data):
+            raise self._fail(field, f"needs {size} bytes, {len(self._data) - pos} left")
+        self._pos = end
+        return int.from_bytes(self._data[pos:end])
 
     def opaque(
         self, prefix: int, field: str, minimum: int = 0, maximum: int | None = None
@@ -63,18 +70,32 @@ class Reader:
         """A vector of bytes with a `prefix`-byte length: ``opaque
         field<minimum..maximum>``, the maximum being the prefix's own unless
         given."""
-        assert prefix in (1, 2, 4)
-        length = self.uint(prefix, field)
+        data = self._data
+        pos = self._pos
+        start = pos + prefix
+        if start > len(data):
+            raise self._fail(field, f"needs {prefix} bytes, {len(data) - pos} left")
+        length = int.from_bytes(data[pos:start])
+        self._pos = start
         if length < minimum:
             raise self._fail(field, f"length {length} is below the minimum {minimum}")
         if maximum is not None and length > maximum:
             raise self._fail(field, f"length {length} is above the maximum {maximum}")
-        pos = self._pos
-        end = pos + length
-        if end > len(self._data):
+        end = start + length
+        if end > len(data):
             raise self._fail(field, f"length {length} runs past the end ({self.remaining} left)")
         self._pos = end
-        return self._data[pos:end]
+        return data[start:end]
+
+    def empty_vector(self, prefix: int) -> bool:
+        """Whether the next field is a vector of length 0 (its `prefix`
+        zero bytes), read if so: the common case of a list of extensions,
+        without a Reader of its own."""
+        pos = self._pos
+        if self._data[pos : pos + prefix] == _ZEROS[prefix]:
+            self._pos = pos + prefix
+            return True
+        return False
 
     def vector(self, prefix: int, field: str, what: str, minimum: int = 0) -> Reader:
         """A vector of structures with a `prefix`-byte length in bytes, as a

@@ -165,6 +165,15 @@ class VerifyResp:
         raise DecodeError(f"{r.what}.verify_resp_type: {code} is not a VerifyRespType")
 
 
+def continue_resp(report_id: bytes, payload: bytes) -> bytes:
+    """``VerifyResp(report_id, CONTINUE, payload).encode(version)``, the same
+    bytes under either draft, written out: the helper answers one for every
+    report it verifies."""
+    if len(report_id) != REPORT_ID_SIZE or not payload:
+        return VerifyResp(report_id, VerifyRespType.CONTINUE, payload).encode(DapVersion.DAP_19)
+    return report_id + b"\x00" + put_opaque(payload, 4, "payload", 1)
+
+
 @dataclass(frozen=True)
 class AggregationJobResp:
     verify_resps: tuple[VerifyResp, ...]

@@ -60,20 +60,38 @@ class PingPong:
     def decode(cls, data: bytes) -> PingPong:
         r = Reader(data, "PingPong")
         code = r.uint(1, "type")
-        if code not in MessageType._value2member_map_:
+        kind = _TYPES.get(code)
+        if kind is None:
             raise DecodeError(f"PingPong.type: {code} is not a MessageType")
-        kind = MessageType(code)
         message = r.opaque(4, "verifier_message") if kind is not MessageType.INITIALIZE else b""
         share = r.opaque(4, "verifier_share") if kind is not MessageType.FINISH else b""
         r.end()
         return cls(kind, message, share)
 
 
+_TYPES = {t.value: t for t in MessageType}
+
+
+def initialize_share(data: bytes) -> bytes | None:
+    """The verifier share of an `initialize` message, None if `data` is not
+    one (another type, or not a PingPong): what `PingPong.decode` tells,
+    read without building the message (one of every report of a job)."""
+    if data[:1] == b"\x00" and len(data) >= 5 and int.from_bytes(data[1:5]) == len(data) - 5:
+        return data[5:]
+    try:
+        message = PingPong.decode(data)
+    except DecodeError:
+        return None
+    return message.verifier_share if message.type is MessageType.INITIALIZE else None
+
+
 def initialize(verifier_share: bytes) -> bytes:
-    """The leader's first message: its verifier share."""
-    return PingPong(MessageType.INITIALIZE, verifier_share=verifier_share).encode()
+    """The leader's first message: its verifier share (PingPong's encoding,
+    written out: one of every report of a job)."""
+    return b"\x00" + put_opaque(verifier_share, 4, "verifier_share")
 
 
 def finish(verifier_message: bytes) -> bytes:
-    """The last message of a verification: the verifier message."""
-    return PingPong(MessageType.FINISH, verifier_message=verifier_message).encode()
+    """The last message of a verification: the verifier message (PingPong's
+    encoding, written out: one of every report of a job)."""
+    return b"\x02" + put_opaque(verifier_message, 4, "verifier_message")

@@ -63,10 +63,10 @@ from veil.dap.jobs import (
     AggregateShareReq,
     AggregationJobContinueReq,
     AggregationJobInitReq,
-    AggregationJobResp,
     BatchSelector,
     VerifyResp,
     VerifyRespType,
+    continue_resp,
 )
 from veil.dap.messages import (
     LEADER_SELECTED_BATCH_ID_EXTENSION,
@@ -77,7 +77,7 @@ from veil.dap.messages import (
     ReportMetadata,
     extensions_in_order,
 )
-from veil.dap.pingpong import MessageType, PingPong, finish
+from veil.dap.pingpong import finish, initialize_share
 from veil.dap.problems import (
     DapAbort,
     DapUnauthorized,
@@ -188,11 +188,18 @@ class DapScope(UploadScope):
         """The AggregationJobResp, kept as the answer (the job's record
         stores the same bytes)."""
         by_id = {r.report_id: r for r in results}
-        resps = [
-            early if early is not None else verify_resp(self.task, self.version, by_id[report_id])
-            for report_id, early in zip(self.read.report_ids, self.read.early, strict=True)
-        ]
-        self.answer = AggregationJobResp(tuple(resps)).encode(self.version)
+        parts = []
+        # AggregationJobResp's encoding, each verified report's written out.
+        for report_id, early in zip(self.read.report_ids, self.read.early, strict=True):
+            if early is not None:
+                parts.append(early.encode(self.version))
+                continue
+            result = by_id[report_id]
+            if result.reject is None and result.verifier_message is not None:
+                parts.append(continue_resp(report_id, finish(result.verifier_message)))
+            else:
+                parts.append(verify_resp(self.task, self.version, result).encode(self.version))
+        self.answer = b"".join(parts)
         return self.answer
 
     def stored(self, job_id: bytes, digest: bytes) -> list[VerifyResult] | None:
@@ -436,15 +443,12 @@ class DapHelper:
                         )
                     except TokenError:
                         refusal = ReportError.INVALID_MESSAGE
-                try:
-                    inbound = PingPong.decode(v.payload)
-                except DecodeError:
-                    inbound = None
-                if inbound is None or inbound.type is not MessageType.INITIALIZE:
+                verifier_share = initialize_share(v.payload)
+                if verifier_share is None:
                     # The VDAF's ping-pong rejects a message it cannot read.
                     refusal = refusal or ReportError.VDAF_VERIFY_ERROR
                 else:
-                    leader_share = inbound.verifier_share
+                    leader_share = verifier_share
             if refusal is not None:
                 early.append(VerifyResp(meta.report_id, VerifyRespType.REJECT, error=refusal))
                 continue
