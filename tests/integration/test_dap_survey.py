@@ -88,6 +88,12 @@ class Deployed:
         )  # fmt: skip
         assert collected.returncode == 0, collected.stderr
         assert time.time() < self.closes
+        # A DAP leader names each job from its request: nothing claims a job
+        # id of veil's own, and state.json keeps none for the run to resume.
+        for qid in ("remote", "team"):
+            assert f"{qid}: collecting over DAP (the leader names the job" in collected.stderr
+        assert "(job " not in collected.stderr
+        assert json.loads((results / "state.json").read_text())["jobs"] == {}
         return {r["question"]: r for r in json.loads((results / "results.json").read_text())}
 
 

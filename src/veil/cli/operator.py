@@ -533,8 +533,9 @@ def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:
     for q in survey.tasked:
         job = recorded.jobs.get(q.id)
         if job is None or files.tasks[q.id].dap is not None:
-            # A DAP leader names a collection job from its request, not from
-            # the id state.json keeps: a DAP question's job is not asked for.
+            # A DAP leader names a collection job from its request: state.json
+            # keeps no id for a DAP question (one kept by an earlier run means
+            # nothing to the leader), so its job is not asked for.
             continue
         job_id = bytes.fromhex(job)  # State.load checked it
         with Collector(files.tasks[q.id], leader_root_certificates=read_pem(args.leader_ca)) as c:

@@ -336,7 +336,15 @@ def collect_survey(
                     results.append(outcome)
                 continue
             job_hex = state.jobs.get(q.id)
-            if job_hex is None:
+            over_dap = files.tasks[q.id].dap is not None
+            if over_dap:
+                # A DAP leader names the job itself, from the request: the same
+                # request finds the same job, so there is no id to keep or send.
+                if state.jobs.pop(q.id, None) is not None:
+                    state.save(state_path)
+                job_hex = None
+                say(f"{q.id}: collecting over DAP (the leader names the job from the request)")
+            elif job_hex is None:
                 job_hex = secrets.token_bytes(16).hex()
                 state.jobs[q.id] = job_hex
                 state.save(state_path)  # before the job exists: a kill now resumes it
@@ -352,13 +360,13 @@ def collect_survey(
                     # One level for the whole question: every row's interval
                     # holds at once at `confidence` (the row count is public).
                     simultaneous=True,
-                    collection_job_id=bytes.fromhex(job_hex),
+                    collection_job_id=None if job_hex is None else bytes.fromhex(job_hex),
                     on_wait=_prefixed(say, q.id),
                 )
             except CollectionJobFailed as e:
                 # The job is over; the next run may start another (the
                 # aggregators still refuse a batch already collected).
-                del state.jobs[q.id]
+                state.jobs.pop(q.id, None)
                 state.failed[q.id] = f"{e.code.name}: {e.message}"
                 state.save(state_path)
                 pending[q.id] = f"the collection failed: {e.code.name}: {e.message}"
@@ -367,11 +375,16 @@ def collect_survey(
                 if e.kind == "batch_collected":
                     # Another job (another --out, another copy of collector/)
                     # took this batch; this one was never created.
-                    del state.jobs[q.id]
+                    state.jobs.pop(q.id, None)
                     state.save(state_path)
                     elsewhere[q.id] = e.message
                     continue
-                pending[q.id] = f"{e.code.name}: {e.message} (run again to resume job {job_hex})"
+                again = (
+                    "run again to resume: the leader finds the job by its request"
+                    if job_hex is None
+                    else f"run again to resume job {job_hex}"
+                )
+                pending[q.id] = f"{e.code.name}: {e.message} ({again})"
                 continue
             state.failed.pop(q.id, None)
             if q.kind == "breakdown":
