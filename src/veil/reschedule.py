@@ -19,7 +19,10 @@ survey can be collected as soon as it has passed. Extending moves the end
 later, to a time still to come; it never reopens what was released: each
 aggregator refuses uploads to, and a second collection of, a time bucket
 already collected, and a collector/ directory that has collected refuses
-to be extended.
+to be extended. A survey over DAP keeps the task_interval it was deployed
+with (bound into every share), and one whose task another implementation
+serves is not extended past it: that implementation would refuse the
+reports (docs/DAP.md, "A survey over DAP").
 """
 
 from __future__ import annotations
@@ -235,8 +238,9 @@ def check_close(window: Window, at: int) -> None:
 
 def check_extend(window: Window, until: int, now: float, parties: list[PartyFiles]) -> None:
     """Refuses an extension that is none: not after the current end, or not
-    after now (it would reopen nothing), off the time precision, or of a
-    survey whose collection has begun."""
+    after now (it would reopen nothing), off the time precision, of a
+    survey whose collection has begun, or past the task_interval of a DAP
+    task another implementation serves."""
     _check_aligned(window, until)
     if until < window.closes:
         raise RescheduleError(
@@ -254,6 +258,31 @@ def check_extend(window: Window, until: int, now: float, parties: list[PartyFile
                 f"{party.directory} has collected this survey (or begun to): its batch is"
                 " released, and extending never reopens it"
             )
+    _check_dap_interval(until, parties)
+
+
+def _check_dap_interval(until: int, parties: list[PartyFiles]) -> None:
+    """Refuses to move the end past a DAP task's deployed task_interval when
+    another implementation serves it. The interval is bound into every share
+    (the TaskConfiguration in the associated data), so it stays as deployed:
+    veil's aggregators follow the window the files state, but another
+    implementation refuses every report after the interval's end (the
+    draft's task_interval extension), and the survey would seem open to
+    respondents whose answers are all refused."""
+    for party in parties:
+        for f in party.tasks:
+            dap = f.task.dap
+            if dap is None or dap.other_implementation is None or dap.task_interval is None:
+                continue
+            end = dap.task_interval[1]
+            if until > end:
+                raise RescheduleError(
+                    f"{f.path}: this task is served over DAP with another implementation as the"
+                    f" {dap.other_implementation}, which refuses every report after the task"
+                    f" interval deployed, ending {format_time(end)} (it is bound into every"
+                    f" share and cannot move): extend the survey to {format_time(end)} at the"
+                    " latest, or deploy a new survey for the time after it"
+                )
 
 
 def _check_aligned(window: Window, t: int) -> None:

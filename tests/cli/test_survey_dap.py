@@ -2,12 +2,14 @@
 the [dap] table `veil task new --protocol dap` writes, each server's config
 its `[dap] listen`, and the command prints each task's id and
 TaskConfiguration; `veil survey close` leaves the TaskConfiguration every
-share binds as it was. Malformed values are refused with one line and
-nothing written. A survey deployed so, run through real servers:
-tests/integration/test_dap_survey.py."""
+share binds as it was, and `veil survey extend` past the deployed
+task_interval is refused when another implementation serves the task.
+Malformed values are refused with one line and nothing written. A survey
+deployed so, run through real servers: tests/integration/test_dap_survey.py."""
 
 from __future__ import annotations
 
+import time
 import tomllib
 from pathlib import Path
 
@@ -200,3 +202,104 @@ def test_malformed_values_are_refused_and_nothing_written(
     assert err.startswith("veil survey deploy: ") and message in err, err
     assert err.count("\n") == 1, err
     assert not out.exists()
+
+
+DAY = 86_400
+
+
+def _deploy_ahead(tmp_path: Path, *options: str) -> tuple[Path, int, int]:
+    """The survey deployed over DAP with a window that is still to come:
+    (the deployment, its opening, its end)."""
+    opens = (int(time.time()) // DAY + 2) * DAY
+    closes = opens + 7 * DAY
+    text = SURVEY.format(extra="", question="")
+    text = text.replace(format_time(OPENS), format_time(opens))
+    text = text.replace(format_time(CLOSES), format_time(closes))
+    (tmp_path / "survey.toml").write_text(text)
+    out = tmp_path / "dep"
+    code = main(
+        [
+            "survey", "deploy", "--survey", str(tmp_path / "survey.toml"), "--out", str(out),
+            "--leader", "127.0.0.1:7001", "--helper", "127.0.0.1:7002", "--no-tls", *DAP,
+            *options,
+        ]
+    )  # fmt: skip
+    assert code == 0
+    return out, opens, closes
+
+
+def _files(out: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _extend(out: Path, until: int, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["survey", "extend", str(out), "--until", format_time(until)])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("other", ["helper", "leader"])
+def test_extending_past_the_interval_another_implementation_enforces_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], other: str
+) -> None:
+    out, opens, closes = _deploy_ahead(tmp_path, "--dap-other-implementation", other)
+    assert main(["survey", "close", str(out), "--at", format_time(opens + DAY)]) == 0
+    before = _files(out)
+    code, err = _extend(out, closes + DAY, capsys)
+    assert code == 2
+    assert err.startswith("veil survey extend: ") and err.count("\n") == 1, err
+    assert f"another implementation as the {other}" in err
+    assert f"extend the survey to {format_time(closes)} at the latest" in err
+    assert _files(out) == before
+    # Each party's part alone is refused too: every one holds the [dap] table.
+    for part in ("leader", "helper", "collector", "client"):
+        assert _extend(out / part, closes + DAY, capsys)[0] == 2
+    assert _files(out) == before
+    # Back to the deployed end, inside the interval: veil's servers and the
+    # other implementation take the same reports.
+    assert _extend(out, closes, capsys)[0] == 0
+    after = load_task(out / "client" / "score.toml", ClientTask)
+    assert after.not_after == closes
+    assert after.dap is not None and after.dap.task_interval == (opens, closes)
+
+
+def test_extending_past_the_interval_between_two_veils_moves_the_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Both aggregators veil: each follows the window its files state, and the
+    # bytes every share binds stay as deployed.
+    out, _, closes = _deploy_ahead(tmp_path)
+    path = out / "helper" / "tasks" / "likes.toml"
+    bound = load_task(path, HelperTask).dap_configuration()
+    assert _extend(out, closes + DAY, capsys)[0] == 0
+    after = load_task(path, HelperTask)
+    assert after.not_after == closes + DAY
+    assert after.dap_configuration() == bound
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("task_interval_end", '"soon"', "task_interval_end"),
+        ("task_interval_end", "-1", "task_interval_end"),
+        ("task_interval_end", "1.5", "task_interval_end"),
+        ("task_interval_end", str(2**64), "task_interval_end"),
+        ("task_interval_end", "0", "task_interval_start must be before task_interval_end"),
+        ("other_implementation", '"collector"', "other_implementation must be one of"),
+        ("other_implementation", "7", "other_implementation"),
+    ],
+)
+def test_a_hostile_dap_table_stops_an_extension_with_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: str, message: str
+) -> None:
+    out, _, closes = _deploy_ahead(tmp_path, "--dap-other-implementation", "helper")
+    path = out / "leader" / "tasks" / "score.toml"
+    text = path.read_text()
+    lines = [line for line in text.splitlines() if not line.startswith(f"{key} =")]
+    at = lines.index("[dap]") + 1
+    path.write_text("\n".join([*lines[:at], f"{key} = {value}", *lines[at:]]) + "\n")
+    before = _files(out)
+    code, err = _extend(out, closes + DAY, capsys)
+    assert code == 2
+    assert err.startswith("veil survey extend: ") and message in err, err
+    assert _files(out) == before
