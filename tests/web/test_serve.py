@@ -35,7 +35,7 @@ from veil.hpke import HpkeConfig
 from veil.local.launcher import free_port
 from veil.messages import Report
 from veil.survey import parse_survey
-from veil.task import ClientTask, b64d, b64e, load_task
+from veil.task import ClientTask, DapSpec, b64d, b64e, load_task
 from veil.web import SurveySite
 from veil.web.app import ServeError
 from veil.web.page import render_page
@@ -449,6 +449,32 @@ def test_add_remove_survey_the_page_cannot_answer_is_refused(tmp_path: Path) -> 
     )
     with pytest.raises(ServeError, match="commute, tools, ratings"):
         SurveySite(dep.client_dir)
+
+
+def test_a_survey_over_dap_the_page_cannot_answer_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The page seals with veil's own context and its server relays over gRPC,
+    # which a DAP task refuses: serving it would refuse every respondent.
+    text = (
+        '[survey]\nname = "over dap"\nepsilon = 1\nmin_batch_size = 5\n'
+        "opens = 2026-05-01T00:00:00Z\ncloses = 2026-05-02T00:00:00Z\n\n"
+        '[[question]]\nid = "remote"\nkind = "yes_no"\n\n'
+        '[[question]]\nid = "team"\nkind = "choice"\noptions = ["red", "blue"]\n'
+    )
+    dap = DapSpec("http://127.0.0.1:8001/", "http://127.0.0.1:8002/", "dap-19", "")
+    dep = deploy_survey(
+        parse_survey(text), text, tmp_path / "out", "127.0.0.1:1", "127.0.0.1:2", tls=False,
+        dap=dap,
+    )  # fmt: skip
+    with pytest.raises(ServeError, match=r"deployed over DAP \(questions remote, team\)"):
+        SurveySite(dep.client_dir)
+    port = free_port()  # refused before it would listen
+    code = veil_main(
+        ["survey", "serve", "--survey-dir", str(dep.client_dir), "--listen", f"127.0.0.1:{port}"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "veil survey respond" in err and err.count("\n") == 1, err
 
 
 def test_a_port_in_use_is_said_before_serving(

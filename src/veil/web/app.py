@@ -346,6 +346,16 @@ class SurveySite:
             by_question = self.description.load_tasks()
         except SurveyError as e:
             raise ServeError(str(e)) from None
+        over_dap = [qid for qid, task in by_question.items() if task.dap is not None]
+        if over_dap:
+            # The relay forwards the page's reports over veil's gRPC, sealed
+            # with veil's own HPKE info, and a DAP task takes neither: every
+            # respondent would be refused. Say so before serving.
+            raise ServeError(
+                f"the survey is deployed over DAP (questions {', '.join(over_dap)}), and the"
+                " page cannot answer it yet: it seals and relays reports over veil's gRPC only;"
+                " respondents answer with veil survey respond or the Python client"
+            )
         self.tasks: dict[str, Task] = {t.id_text: t for t in by_question.values()}
         self.question_of = {t.id_text: qid for qid, t in by_question.items()}
         questions = []
