@@ -5,7 +5,9 @@ collection, all recorded in tests/fixtures/dap/veil_jobs.json
 (make_veil_jobs.py, then make_veil_jobs.ts under Node). Here, without Node:
 veil's helper, given the recorded AggregationJobInitReq again under the
 recorded task and keys, answers dap-ts's helper's AggregationJobResp byte for
-byte; dap-ts's helper took veil's leader's AggregateShareReq (its report
+byte; dap-ts's leader, given the same reports, built veil's leader's
+AggregationJobInitReq byte for byte and finished its job on veil's helper's
+answer; dap-ts's helper took veil's leader's AggregateShareReq (its report
 count and checksum are those of dap-ts's own bucket) and sealed the same
 aggregate share veil's helper seals; dap-ts's collector built veil's
 CollectionJobReq byte for byte and decrypted veil's collection to the
@@ -172,3 +174,31 @@ def test_dap_ts_collects_veils_collection() -> None:
         "start": resp.interval.start,
         "duration": resp.interval.duration,
     }
+
+
+def test_dap_ts_leader_builds_veils_job_and_finishes_on_veils_answer(
+    recorded: RecordedHelper,
+) -> None:
+    exchange = _exchange("aggregation_jobs")
+    # dap-ts's leader, given the uploaded reports in the job's order, sends
+    # what veil's leader sent: the same verifier shares, the same encoding.
+    assert DAP_TS["leader_rejected"] == []
+    assert DAP_TS["leader_request"] == exchange["request"]
+    # veil's helper answers dap-ts's leader's request with the answer dap-ts's
+    # leader finished on: every report continued, an output share each.
+    status, answer = recorded.post(
+        "aggregation_jobs", bytes.fromhex(DAP_TS["leader_request"]), INIT
+    )
+    assert status == 200 and answer.hex() == exchange["response"]
+    finished = DAP_TS["leader_finished"]
+    assert [f["error"] for f in finished] == [None] * len(VEIL["measurements"])
+    # dap-ts's leader's output shares and veil's helper's aggregate share of
+    # the same reports sum to the measurements' count.
+    status, share = recorded.post(
+        "aggregate_shares", bytes.fromhex(_exchange("aggregate_shares")["request"]), SHARE_REQ
+    )
+    assert status == 200, share
+    p = 2**64 - 2**32 + 1
+    leader = sum(int.from_bytes(bytes.fromhex(f["output_share"]), "little") for f in finished)
+    helper = int.from_bytes(recorded.open_share(share), "little")
+    assert (leader + helper) % p == sum(VEIL["measurements"])
