@@ -65,11 +65,14 @@ export function isSupported(config) {
 }
 
 /**
- * Seal `plaintext` to `config` with `info` as the context (base mode, empty aad).
+ * Seal `plaintext` to `config` with `info` as the context (base mode), and
+ * `aad` as the AEAD's associated data: empty for veil's own reports, DAP's
+ * InputShareAad for a DAP report (./dap.js).
  * @param {HpkeConfig} config @param {Uint8Array} info @param {Uint8Array} plaintext
+ * @param {Uint8Array} [aad]
  * @returns {Promise<Ciphertext>}
  */
-export async function seal(config, info, plaintext) {
+export async function seal(config, info, plaintext, aad = new Uint8Array(0)) {
   if (!isSupported(config)) {
     throw new HpkeError(`HPKE config ${config.config_id} uses an unsupported suite`);
   }
@@ -81,7 +84,7 @@ export async function seal(config, info, plaintext) {
   }
   const s = theSuite();
   const recipientPublicKey = await s.kem.deserializePublicKey(config.public_key);
-  const { ct, enc } = await s.seal({ recipientPublicKey, info }, plaintext);
+  const { ct, enc } = await s.seal({ recipientPublicKey, info }, plaintext, aad);
   return { config_id: config.config_id, enc: new Uint8Array(enc), payload: new Uint8Array(ct) };
 }
 

@@ -1,6 +1,7 @@
 // veil's client for browsers and node: the modules mirror veil.vdaf (field,
 // xof, poly, gadgets, circuits, flp, prio3; idpf and poplar1 for text
-// answers), veil.hpke and veil.client.
+// answers), veil.hpke and veil.client, and dap (veil.dap.report) for a DAP
+// task's reports.
 
 export { CodecError, Field, Field64, Field128, Field255 } from './field.js';
 export { XofFixedKeyAes128, XofTurboShake128 } from './xof.js';
@@ -28,6 +29,14 @@ export {
   reportToJson,
   usableConfig,
 } from './client.js';
+export {
+  DAP_VERSIONS,
+  DapClient,
+  dapInputShareInfo,
+  dapVdafContext,
+  encodeInputShareAad,
+  encodeReportMetadata,
+} from './dap.js';
 export {
   InvitationError,
   finishInvitation,

@@ -18,15 +18,16 @@ import grpc
 import pytest
 
 from tests.dap.scripted_server import Answer, ScriptedServer
+from tests.support.dap_reports import dap_aggregate
 from veil.client import Client, DapClient, Outbox, OutboxError, UploadError, client_for
 from veil.client.dap import DapReports
 from veil.dap.messages import HpkeConfig, HpkeConfigList, UploadErrors, UploadRequest
 from veil.dap.messages import ReportUploadStatus as Status
 from veil.dap.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType, media_type
 from veil.dap.shares import open_input_share
-from veil.dap.versions import DapVersion, ReportError, Role, vdaf_context
+from veil.dap.versions import DapVersion, ReportError, Role
 from veil.hpke import HpkeKeypair, generate_keypair
-from veil.task import DapSpec, DpSpec, Task, TaskFiles, VdafSpec, new_task
+from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
 
 TP = 3600
 WHEN = 480_000 * TP
@@ -333,41 +334,6 @@ def test_a_dap_report_stored_damaged_is_named(files: TaskFiles, tmp_path: Path) 
         outbox.pending(files.client.task_id, 10)
 
 
-def _dap_sum(task: Task, requests: list[UploadRequest]) -> int:
-    """The exact sum of the uploaded reports: each opened with both
-    aggregators' keys, verified and aggregated under the task's DAP VDAF
-    context, as an honest pair of aggregators would."""
-    vdaf = task.vdaf.instantiate()
-    ctx = vdaf_context(VERSION, task.task_id)
-    verify_key = bytes(vdaf.VERIFY_KEY_SIZE)
-    agg = [vdaf.agg_init(None) for _ in range(2)]
-    count = 0
-    for request in requests:
-        for report in request.reports:
-            public = vdaf.decode_public_share(report.public_share)
-            nonce = report.metadata.report_id
-            states, shares = [], []
-            for j, (keypair, role, ct) in enumerate(
-                (
-                    (KEYS["leader"], Role.LEADER, report.leader_encrypted_input_share),
-                    (KEYS["helper"], Role.HELPER, report.helper_encrypted_input_share),
-                )
-            ):
-                plain = open_input_share(
-                    VERSION, keypair, role, task.task_id, task.dap_configuration(),
-                    report.metadata, report.public_share, ct,
-                )  # fmt: skip
-                share = vdaf.decode_input_share(j, plain.payload)
-                state, verifier = vdaf.verify_init(verify_key, ctx, j, None, nonce, public, share)
-                states.append(state)
-                shares.append(verifier)
-            message = vdaf.verifier_shares_to_message(ctx, None, shares)
-            for j, state in enumerate(states):
-                agg[j] = vdaf.agg_update(None, agg[j], vdaf.verify_next(ctx, state, message))
-            count += 1
-    return int(vdaf.unshard(None, agg, count))
-
-
 def test_a_local_layer_randomizes_before_the_upload(server: ScriptedServer) -> None:
     # Every respondent answers yes at ε_L = 1: each report carries yes with
     # probability keep = e/(1+e) ≈ 0.73, so of 200 reports the yes count falls
@@ -386,6 +352,6 @@ def test_a_local_layer_randomizes_before_the_upload(server: ScriptedServer) -> N
     client = DapClient(task, retries=2, backoff=0.01, batch_size=200)
     assert client.upload_batch([1] * 200, report_time=WHEN).accepted == 200
     (request,) = _uploads(server)
-    yes = _dap_sum(task, [request])
+    yes = dap_aggregate(task, VERSION, KEYS["leader"], KEYS["helper"], request.reports)
     assert yes < 200, "every report carries the true answer: the local layer was skipped"
     assert 100 <= yes <= 190

@@ -104,3 +104,42 @@ def js_reports(
         out.append(item["error"] if "error" in item else report_from_json(item["report"]))
     assert len(out) == len(measurements)
     return out
+
+
+def js_dap_reports(
+    task: Task,
+    leader: HpkeConfig,
+    helper: HpkeConfig,
+    measurements: Sequence[Any],
+    report_time: int,
+    version: str | None = None,
+) -> list[bytes | str]:
+    """One entry per measurement of a DAP task: the encoded DAP Report the
+    JS client built (js/src/dap.js), or the message with which it refused the
+    measurement. `version` overrides the task's draft (a wrong one seals
+    shares the aggregators cannot open)."""
+    node = require_node_client()
+    assert task.dap is not None
+    configuration = task.dap_configuration().encode(task.dap.dap_version)
+    request = {
+        "task": task_json(task),
+        "leader": config_json(leader),
+        "helper": config_json(helper),
+        "dap": {"version": version or task.dap.version, "configuration": b64e(configuration)},
+        "measurements": list(measurements),
+        "time": report_time,
+    }
+    done = subprocess.run(
+        [node, str(JS_DIR / "scripts" / "dap-reports.mjs")],
+        input=json.dumps(request).encode(),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    out: list[bytes | str] = []
+    for line in done.stdout.decode().splitlines():
+        item = json.loads(line)
+        out.append(item["error"] if "error" in item else b64d(item["report"]))
+    assert len(out) == len(measurements)
+    return out

@@ -1,0 +1,157 @@
+"""The JavaScript client's DAP reports (js/src/dap.js) against veil's Python
+encoding: each report the JS client builds decodes as the draft's Report
+(veil.dap.messages), encodes again to the same bytes, carries its time in
+time precisions, and opens, verifies and aggregates under the task's DAP
+version and TaskConfiguration to the exact sum; sealed under the other
+draft's tag, no share opens. Malformed measurements are refused with the
+Python client's messages, before anything is sealed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.dap_reports import dap_aggregate
+from tests.support.node import js_dap_reports, require_node_client
+from veil.dap.messages import (
+    InputShareAad,
+    PlaintextInputShare,
+    Report,
+    ReportMetadata,
+    TaskConfiguration,
+)
+from veil.dap.versions import DapVersion, Role, input_share_info, vdaf_context
+from veil.hpke import Ciphertext, HpkeError, generate_keypair
+from veil.task import DapSpec, DpSpec, VdafSpec, new_task
+
+TP = 3600
+WHEN = 480_000 * TP + 1234  # not on the time precision: rounded down
+LEADER, HELPER = generate_keypair(3), generate_keypair(4)
+
+CASES: dict[str, tuple[VdafSpec, list[Any], Any]] = {
+    "count": (VdafSpec("count"), [1, 0, 1, 1], 3),
+    "sum": (VdafSpec("sum", max_measurement=100), [5, 99, 0], 104),
+    "histogram": (VdafSpec("histogram", length=4, chunk_length=2), [0, 3, 3], [1, 0, 0, 2]),
+    "sumvec": (
+        VdafSpec("sumvec", length=3, max_measurement=7, chunk_length=2),
+        [[1, 2, 3], [7, 0, 7]],
+        [8, 2, 10],
+    ),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _node() -> None:
+    require_node_client()
+
+
+def _task(vdaf: VdafSpec, version: DapVersion = DapVersion.DAP_19) -> Any:
+    dap = DapSpec("https://leader.example/", "https://helper.example/dap/", version.value, "js")
+    files = new_task(vdaf, "127.0.0.1:1", "127.0.0.1:2", min_batch_size=2, dp=DpSpec("none"),
+                     dap=dap, time_precision=TP)  # fmt: skip
+    return files.client
+
+
+@pytest.mark.parametrize("version", list(DapVersion))
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_js_dap_reports_open_and_sum_exactly(name: str, version: DapVersion) -> None:
+    vdaf, measurements, want = CASES[name]
+    task = _task(vdaf, version)
+    built = js_dap_reports(task, LEADER.config, HELPER.config, measurements, WHEN)
+    reports = []
+    for encoded in built:
+        assert isinstance(encoded, bytes), encoded
+        report = Report.decode(encoded)
+        assert report.encode() == encoded
+        assert report.metadata.time == WHEN // TP
+        assert report.metadata.public_extensions == ()
+        reports.append(report)
+    assert len({r.metadata.report_id for r in reports}) == len(reports)
+    assert dap_aggregate(task, version, LEADER, HELPER, reports) == want
+
+
+def test_a_report_sealed_under_another_draft_does_not_open() -> None:
+    task = _task(VdafSpec("count"))
+    (encoded,) = js_dap_reports(task, LEADER.config, HELPER.config, [1], WHEN, version="dap-18")
+    assert isinstance(encoded, bytes)
+    with pytest.raises(HpkeError):
+        dap_aggregate(task, DapVersion.DAP_19, LEADER, HELPER, [Report.decode(encoded)])
+
+
+def test_malformed_measurements_are_refused() -> None:
+    task = _task(VdafSpec("sum", max_measurement=100))
+    got = js_dap_reports(task, LEADER.config, HELPER.config, [101, -1, 7], WHEN)
+    assert isinstance(got[0], str) and isinstance(got[1], str)
+    assert isinstance(got[2], bytes)
+
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dap_js_encodings.json"
+
+
+def encodings() -> dict[str, Any]:
+    """Python's encoding of every part the JS client writes, from fixed inputs
+    (tests/fixtures/dap_js_encodings.json was written from it, with an
+    "about" key): js/test/dap.test.js encodes the same inputs and compares."""
+    task = _task(VdafSpec("count"))
+    configuration = task.dap_configuration().encode(DapVersion.DAP_19)
+    report_id, time, public_share = bytes(range(16)), 480_000, bytes([7] * 5)
+    metadata = ReportMetadata(report_id, time)
+    leader = Ciphertext(3, bytes([1] * 32), bytes([2] * 40))
+    helper = Ciphertext(255, bytes([9]), bytes([8]))
+    aad = InputShareAad(task.task_id, task.dap_configuration(), metadata, public_share)
+    return {
+        "task_id": task.task_id.hex(),
+        "configuration": configuration.hex(),
+        "report_id": report_id.hex(),
+        "time": time,
+        "public_share": public_share.hex(),
+        "payload": bytes([5] * 20).hex(),
+        "leader": {"config_id": 3, "enc": leader.enc.hex(), "payload": leader.payload.hex()},
+        "helper": {"config_id": 255, "enc": helper.enc.hex(), "payload": helper.payload.hex()},
+        "metadata_encoded": metadata.encode().hex(),
+        "input_share_aad": aad.encode(DapVersion.DAP_19).hex(),
+        "plaintext_input_share": PlaintextInputShare((), bytes([5] * 20)).encode().hex(),
+        "report": Report(metadata, public_share, leader, helper).encode().hex(),
+        "info": {
+            v.value: {
+                "leader": input_share_info(v, Role.LEADER).hex(),
+                "helper": input_share_info(v, Role.HELPER).hex(),
+                "vdaf_context": vdaf_context(v, task.task_id).hex(),
+            }
+            for v in DapVersion
+        },
+    }
+
+
+def test_the_encoding_fixture_is_pythons() -> None:
+    # The fixture's task id is drawn anew by each new_task: the check rebuilds
+    # every encoding from the fixture's own task and configuration.
+    fixture = json.loads(FIXTURE.read_text())
+    task_id = bytes.fromhex(fixture["task_id"])
+    configuration = bytes.fromhex(fixture["configuration"])
+    assert (
+        TaskConfiguration.decode(configuration, DapVersion.DAP_19).encode(DapVersion.DAP_19)
+        == configuration
+    )
+    metadata = ReportMetadata(bytes.fromhex(fixture["report_id"]), fixture["time"])
+    public_share = bytes.fromhex(fixture["public_share"])
+    cts = [
+        Ciphertext(c["config_id"], bytes.fromhex(c["enc"]), bytes.fromhex(c["payload"]))
+        for c in (fixture["leader"], fixture["helper"])
+    ]
+    task = TaskConfiguration.decode(configuration, DapVersion.DAP_19)
+    aad = InputShareAad(task_id, task, metadata, public_share).encode(DapVersion.DAP_19)
+    plain = PlaintextInputShare((), bytes.fromhex(fixture["payload"])).encode()
+    assert fixture["metadata_encoded"] == metadata.encode().hex()
+    assert fixture["input_share_aad"] == aad.hex()
+    assert fixture["plaintext_input_share"] == plain.hex()
+    assert fixture["report"] == Report(metadata, public_share, *cts).encode().hex()
+    for v in DapVersion:
+        assert fixture["info"][v.value] == {
+            "leader": input_share_info(v, Role.LEADER).hex(),
+            "helper": input_share_info(v, Role.HELPER).hex(),
+            "vdaf_context": vdaf_context(v, task_id).hex(),
+        }
