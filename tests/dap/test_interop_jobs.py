@@ -1,17 +1,17 @@
 """veil's aggregator paths against another implementation's: dap-ts (an
 independent TypeScript implementation of draft-ietf-ppm-dap-19) was fed the
-bytes a veil leader sent its veil helper for a Prio3Count task, and veil's
-collection, all recorded in tests/fixtures/dap/veil_jobs.json
-(make_veil_jobs.py, then make_veil_jobs.ts under Node). Here, without Node:
-veil's helper, given the recorded AggregationJobInitReq again under the
-recorded task and keys, answers dap-ts's helper's AggregationJobResp byte for
-byte; dap-ts's leader, given the same reports, built veil's leader's
-AggregationJobInitReq byte for byte and finished its job on veil's helper's
-answer; dap-ts's helper took veil's leader's AggregateShareReq (its report
-count and checksum are those of dap-ts's own bucket) and sealed the same
-aggregate share veil's helper seals; dap-ts's collector built veil's
-CollectionJobReq byte for byte and decrypted veil's collection to the
-measurements' count."""
+bytes a veil leader sent its veil helper for a Prio3Count and a
+Prio3Histogram task, and veil's collection, all recorded in
+tests/fixtures/dap/veil_jobs.json (make_veil_jobs.py, then make_veil_jobs.ts
+under Node). Here, without Node: veil's helper, given the recorded
+AggregationJobInitReq again under the recorded task and keys, answers dap-ts's
+helper's AggregationJobResp byte for byte; dap-ts's leader, given the same
+reports, built veil's leader's AggregationJobInitReq byte for byte and
+finished its job on veil's helper's answer; dap-ts's helper took veil's
+leader's AggregateShareReq (its report count and checksum are those of
+dap-ts's own bucket) and sealed the same aggregate share veil's helper seals;
+dap-ts's collector built veil's CollectionJobReq byte for byte and decrypted
+veil's Count collection to the measurements' count."""
 
 from __future__ import annotations
 
@@ -45,44 +45,46 @@ from veil.task import CollectorTask, HelperTask, LeaderTask, load_task
 FIXTURE = json.loads(
     (Path(__file__).parents[1] / "fixtures" / "dap" / "veil_jobs.json").read_text()
 )
-VEIL, DAP_TS = FIXTURE["veil"], FIXTURE["dap_ts"]
+JOBS: dict[str, dict[str, Any]] = FIXTURE["jobs"]
 V19 = DapVersion.DAP_19
 
 
-def _exchange(path: str) -> dict[str, str]:
-    (found,) = [e for e in VEIL["exchanges"] if e["path"] == path]
+def _exchange(job: dict[str, Any], path: str) -> dict[str, str]:
+    (found,) = [e for e in job["veil"]["exchanges"] if e["path"] == path]
     return found
 
 
-def _task(tmp_path: Path, role: str, kind: type[Any]) -> Any:
-    path = tmp_path / f"{role}.toml"
-    path.write_text(VEIL["tasks"][role])
-    return load_task(path, kind)
-
-
 class RecordedHelper:
-    """A veil helper holding the recorded task, verification key and HPKE
-    key, its clock at the recording's, its DAP routes called in process."""
+    """A veil helper holding a recorded task, verification key and HPKE key,
+    its clock at the recording's, its DAP routes called in process."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.task: HelperTask = _task(tmp_path, "helper", HelperTask)
-        self.leader: LeaderTask = _task(tmp_path, "leader", LeaderTask)
-        self.collector: CollectorTask = _task(tmp_path, "collector", CollectorTask)
+    def __init__(self, tmp_path: Path, job: dict[str, Any]) -> None:
+        veil = job["veil"]
+        self.job = job
+        self.task: HelperTask = self._task(tmp_path, "helper", HelperTask)
+        self.leader: LeaderTask = self._task(tmp_path, "leader", LeaderTask)
+        self.collector: CollectorTask = self._task(tmp_path, "collector", CollectorTask)
+        self.vdaf = self.task.vdaf.instantiate()
         self.store = SqliteDatastore(tmp_path / "helper.db")
-        private = bytes.fromhex(VEIL["helper_hpke_private_key"])
-        spec = VEIL["dap_ts_input"]
+        spec = veil["dap_ts_input"]
         config = HpkeConfig(spec["helper_config_id"], bytes.fromhex(spec["helper_public_key"]))
+        private = bytes.fromhex(veil["helper_hpke_private_key"])
         assert self.store.add_first_hpke_key(
-            HpkeKey(HpkeKeypair(config, private), "active", VEIL["now"])
+            HpkeKey(HpkeKeypair(config, private), "active", veil["now"])
         )
         self.helper = Helper(
             {self.task.task_id: self.task},
             self.store,
             PrivacyEngine(str(tmp_path / "ledger.db"), [self.task], allow_exact_release=True),
-            clock=lambda: VEIL["now"],
+            clock=lambda: veil["now"],
         )
         assert self.helper.privacy.pool.wait_ready(60)
         self.app = dap_helper_app(self.helper.dap, MAX_BODY)
+
+    def _task(self, tmp_path: Path, role: str, kind: type[Any]) -> Any:
+        path = tmp_path / f"{role}.toml"
+        path.write_text(self.job["veil"]["tasks"][role])
+        return load_task(path, kind)
 
     def close(self) -> None:
         self.helper.opener.close()
@@ -105,100 +107,115 @@ class RecordedHelper:
             Role.HELPER,
             self.task.task_id,
             self.task.dap_configuration(),
-            CollectionJobReq.decode(bytes.fromhex(VEIL["collection_job_req"])),
+            CollectionJobReq.decode(bytes.fromhex(self.job["veil"]["collection_job_req"])),
             AggregateShare.decode(body).encrypted_aggregate_share,
         )
 
+    def expected(self) -> Any:
+        """The aggregate of the recorded measurements."""
+        measurements = self.job["veil"]["measurements"]
+        if self.task.vdaf.type == "count":
+            return sum(measurements)
+        return [measurements.count(i) for i in range(self.task.vdaf.params["length"])]
 
-@pytest.fixture
-def recorded(tmp_path: Path) -> Any:
-    helper = RecordedHelper(tmp_path)
+
+@pytest.fixture(params=sorted(JOBS))
+def recorded(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    helper = RecordedHelper(tmp_path, JOBS[request.param])
     yield helper
     helper.close()
 
 
 def test_the_fixture_is_what_dap_ts_answered() -> None:
     assert FIXTURE["dap_ts_commit"].startswith("a3412ee")
-    # dap-ts built the task's configuration from its parameters: veil's bytes.
-    assert DAP_TS["task_configuration"] == VEIL["task_configuration"]
-    # Every report veil's leader sent was accepted by dap-ts's helper.
-    init = AggregationJobInitReq.decode(bytes.fromhex(_exchange("aggregation_jobs")["request"]))
-    ids = [vi.report_share.metadata.report_id for vi in init.verify_inits]
-    assert len(ids) == len(VEIL["measurements"]) == len(DAP_TS["reports"])
-    assert all(r["error"] is None for r in DAP_TS["reports"])
+    assert sorted(JOBS) == ["count", "histogram"]
+    for job in JOBS.values():
+        veil, dap_ts = job["veil"], job["dap_ts"]
+        # dap-ts built the task's configuration from its parameters: veil's bytes.
+        assert dap_ts["task_configuration"] == veil["task_configuration"]
+        # Every report veil's leader sent was accepted by dap-ts's helper.
+        init = AggregationJobInitReq.decode(
+            bytes.fromhex(_exchange(job, "aggregation_jobs")["request"])
+        )
+        assert len(init.verify_inits) == len(veil["measurements"]) == len(dap_ts["reports"])
+        assert all(r["error"] is None for r in dap_ts["reports"])
 
 
 def test_veils_helper_answers_the_job_as_dap_ts_does(recorded: RecordedHelper) -> None:
-    exchange = _exchange("aggregation_jobs")
+    exchange = _exchange(recorded.job, "aggregation_jobs")
     assert exchange["content_type"] == INIT
-    body = bytes.fromhex(exchange["request"])
-    status, answer = recorded.post("aggregation_jobs", body, INIT)
+    status, answer = recorded.post("aggregation_jobs", bytes.fromhex(exchange["request"]), INIT)
     assert status == 200, answer
     # The recorded answer is veil's helper's of the time, and today's is the
-    # same: byte for byte what dap-ts's helper answered (Count's verifier
-    # message is empty, the answer has no randomness).
-    assert answer.hex() == exchange["response"] == DAP_TS["aggregation_job_resp"]
+    # same: byte for byte what dap-ts's helper answered (nothing in it is
+    # drawn at random: Count's verifier message is empty, Histogram's the
+    # joint randomness seed both derive).
+    assert answer.hex() == exchange["response"] == recorded.job["dap_ts"]["aggregation_job_resp"]
     resps = AggregationJobResp.decode(answer, V19).verify_resps
     assert [r.type for r in resps] == [VerifyRespType.CONTINUE] * len(resps)
-
-
-def test_dap_ts_takes_veils_aggregate_share_request(recorded: RecordedHelper) -> None:
-    request = AggregateShareReq.decode(bytes.fromhex(_exchange("aggregate_shares")["request"]))
-    # dap-ts's bucket: share (8) || report count (8) || checksum (32) || times.
-    bucket = bytes.fromhex(DAP_TS["bucket"])
-    assert request.report_count == int.from_bytes(bucket[8:16], "big") == len(VEIL["measurements"])
-    assert request.checksum == bucket[16:48]
-    # Both helpers seal the same aggregate share: veil's today, from the
-    # recorded job, and dap-ts's, opened with veil's collector code.
-    status, _ = recorded.post(
-        "aggregation_jobs", bytes.fromhex(_exchange("aggregation_jobs")["request"]), INIT
-    )
-    assert status == 200
-    status, answer = recorded.post(
-        "aggregate_shares", bytes.fromhex(_exchange("aggregate_shares")["request"]), SHARE_REQ
-    )
-    assert status == 200, answer
-    veils = recorded.open_share(answer)
-    assert veils == recorded.open_share(bytes.fromhex(_exchange("aggregate_shares")["response"]))
-    assert recorded.open_share(bytes.fromhex(DAP_TS["aggregate_share"])) == veils == bucket[:8]
-
-
-def test_dap_ts_collects_veils_collection() -> None:
-    # dap-ts's collector encodes the same query as veil's collector sent,
-    # and the leader's and helper's shares of veil's answer open under it.
-    assert DAP_TS["collection_job_req"] == VEIL["collection_job_req"]
-    resp = CollectionJobResp.decode(bytes.fromhex(VEIL["collection_job_resp"]))
-    assert DAP_TS["collected"] == {
-        "count": sum(VEIL["measurements"]),
-        "report_count": resp.report_count,
-        "start": resp.interval.start,
-        "duration": resp.interval.duration,
-    }
 
 
 def test_dap_ts_leader_builds_veils_job_and_finishes_on_veils_answer(
     recorded: RecordedHelper,
 ) -> None:
-    exchange = _exchange("aggregation_jobs")
+    dap_ts = recorded.job["dap_ts"]
+    exchange = _exchange(recorded.job, "aggregation_jobs")
     # dap-ts's leader, given the uploaded reports in the job's order, sends
     # what veil's leader sent: the same verifier shares, the same encoding.
-    assert DAP_TS["leader_rejected"] == []
-    assert DAP_TS["leader_request"] == exchange["request"]
+    assert dap_ts["leader_rejected"] == []
+    assert dap_ts["leader_request"] == exchange["request"]
     # veil's helper answers dap-ts's leader's request with the answer dap-ts's
     # leader finished on: every report continued, an output share each.
     status, answer = recorded.post(
-        "aggregation_jobs", bytes.fromhex(DAP_TS["leader_request"]), INIT
+        "aggregation_jobs", bytes.fromhex(dap_ts["leader_request"]), INIT
     )
     assert status == 200 and answer.hex() == exchange["response"]
-    finished = DAP_TS["leader_finished"]
-    assert [f["error"] for f in finished] == [None] * len(VEIL["measurements"])
+    finished = dap_ts["leader_finished"]
+    assert [f["error"] for f in finished] == [None] * len(recorded.job["veil"]["measurements"])
     # dap-ts's leader's output shares and veil's helper's aggregate share of
-    # the same reports sum to the measurements' count.
-    status, share = recorded.post(
-        "aggregate_shares", bytes.fromhex(_exchange("aggregate_shares")["request"]), SHARE_REQ
-    )
+    # the same reports unshard to the measurements' aggregate.
+    request = bytes.fromhex(_exchange(recorded.job, "aggregate_shares")["request"])
+    status, share = recorded.post("aggregate_shares", request, SHARE_REQ)
     assert status == 200, share
-    p = 2**64 - 2**32 + 1
-    leader = sum(int.from_bytes(bytes.fromhex(f["output_share"]), "little") for f in finished)
-    helper = int.from_bytes(recorded.open_share(share), "little")
-    assert (leader + helper) % p == sum(VEIL["measurements"])
+    vdaf = recorded.vdaf
+    leader = vdaf.merge(
+        None, [vdaf.decode_agg_share(None, bytes.fromhex(f["output_share"])) for f in finished]
+    )
+    helper = vdaf.decode_agg_share(None, recorded.open_share(share))
+    assert vdaf.unshard(None, [leader, helper], len(finished)) == recorded.expected()
+
+
+def test_dap_ts_takes_veils_aggregate_share_request(recorded: RecordedHelper) -> None:
+    dap_ts = recorded.job["dap_ts"]
+    exchange = _exchange(recorded.job, "aggregate_shares")
+    request = AggregateShareReq.decode(bytes.fromhex(exchange["request"]))
+    # dap-ts's bucket: share || report count (8) || checksum (32) || times.
+    bucket = bytes.fromhex(dap_ts["bucket"])
+    share, count, checksum = bucket[:-56], bucket[-56:-48], bucket[-48:-16]
+    assert request.report_count == int.from_bytes(count, "big") == 4
+    assert request.checksum == checksum
+    # Both helpers seal the same aggregate share: veil's today, from the
+    # recorded job, and dap-ts's, opened with veil's collector code.
+    init = bytes.fromhex(_exchange(recorded.job, "aggregation_jobs")["request"])
+    assert recorded.post("aggregation_jobs", init, INIT)[0] == 200
+    status, answer = recorded.post(
+        "aggregate_shares", bytes.fromhex(exchange["request"]), SHARE_REQ
+    )
+    assert status == 200, answer
+    veils = recorded.open_share(answer)
+    assert veils == recorded.open_share(bytes.fromhex(exchange["response"]))
+    assert recorded.open_share(bytes.fromhex(dap_ts["aggregate_share"])) == veils == share
+
+
+def test_dap_ts_collects_veils_count_collection() -> None:
+    veil, dap_ts = JOBS["count"]["veil"], JOBS["count"]["dap_ts"]
+    # dap-ts's collector encodes the same query as veil's collector sent,
+    # and the leader's and helper's shares of veil's answer open under it.
+    assert dap_ts["collection_job_req"] == veil["collection_job_req"]
+    resp = CollectionJobResp.decode(bytes.fromhex(veil["collection_job_resp"]))
+    assert dap_ts["collected"] == {
+        "count": sum(veil["measurements"]),
+        "report_count": resp.report_count,
+        "start": resp.interval.start,
+        "duration": resp.interval.duration,
+    }
