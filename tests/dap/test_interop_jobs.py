@@ -219,3 +219,23 @@ def test_dap_ts_collects_veils_count_collection() -> None:
         "start": resp.interval.start,
         "duration": resp.interval.duration,
     }
+
+
+@pytest.mark.parametrize("recorded", ["count"], indirect=True)
+def test_refused_reports_answered_as_dap_ts_does(recorded: RecordedHelper) -> None:
+    # A job of veil's leader altered on its way (make_veil_jobs.py's
+    # `tampered`): a flipped helper ciphertext, an unknown config id, a
+    # flipped leader verifier share, a time a day ahead.
+    refused, dap_ts = recorded.job["veil"]["refused_job"], recorded.job["dap_ts"]
+    assert [r["error"] for r in dap_ts["refused_reports"]] == [
+        "hpke-decrypt-error",
+        "hpke-unknown-config-id",
+        "vdaf-verify-error",
+        "report-too-early",
+    ]
+    status, answer = recorded.post("aggregation_jobs", bytes.fromhex(refused["request"]), INIT)
+    assert status == 200, answer
+    # The same refusals with the same codes, byte for byte.
+    assert answer.hex() == refused["response"] == dap_ts["refused_job_resp"]
+    resps = AggregationJobResp.decode(answer, V19).verify_resps
+    assert [r.type for r in resps] == [VerifyRespType.REJECT] * 4
