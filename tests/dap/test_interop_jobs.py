@@ -1,7 +1,7 @@
 """veil's aggregator paths against another implementation's: dap-ts (an
 independent TypeScript implementation of draft-ietf-ppm-dap-19) was fed the
-bytes a veil leader sent its veil helper for a Prio3Count and a
-Prio3Histogram task, and veil's collection, all recorded in
+bytes a veil leader sent its veil helper for a Prio3Count, a Prio3Sum and
+a Prio3Histogram task, and veil's collection, all recorded in
 tests/fixtures/dap/veil_jobs.json (make_veil_jobs.py, then make_veil_jobs.ts
 under Node). Here, without Node: veil's helper, given the recorded
 AggregationJobInitReq again under the recorded task and keys, answers dap-ts's
@@ -114,7 +114,7 @@ class RecordedHelper:
     def expected(self) -> Any:
         """The aggregate of the recorded measurements."""
         measurements = self.job["veil"]["measurements"]
-        if self.task.vdaf.type == "count":
+        if self.task.vdaf.type in ("count", "sum"):
             return sum(measurements)
         return [measurements.count(i) for i in range(self.task.vdaf.params["length"])]
 
@@ -128,7 +128,7 @@ def recorded(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 def test_the_fixture_is_what_dap_ts_answered() -> None:
     assert FIXTURE["dap_ts_commit"].startswith("a3412ee")
-    assert sorted(JOBS) == ["count", "histogram"]
+    assert sorted(JOBS) == ["count", "histogram", "sum"]
     for job in JOBS.values():
         veil, dap_ts = job["veil"], job["dap_ts"]
         # dap-ts built the task's configuration from its parameters: veil's bytes.
