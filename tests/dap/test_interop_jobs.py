@@ -11,7 +11,9 @@ finished its job on veil's helper's answer; dap-ts's helper took veil's
 leader's AggregateShareReq (its report count and checksum are those of
 dap-ts's own bucket) and sealed the same aggregate share veil's helper seals;
 dap-ts's collector built veil's CollectionJobReq byte for byte and decrypted
-veil's Count collection to the measurements' count."""
+veil's Count collection to the measurements' count; dap-ts's leader asked
+veil's helper for the batch's share with veil's leader's AggregateShareReq,
+byte for byte, and its CollectionJobResp opens with veil's collector code."""
 
 from __future__ import annotations
 
@@ -54,6 +56,13 @@ def _exchange(job: dict[str, Any], path: str) -> dict[str, str]:
     return found
 
 
+def _load(tmp_path: Path, job: dict[str, Any], role: str, kind: type[Any]) -> Any:
+    """`role`'s recorded task, read from its file's text."""
+    path = tmp_path / f"{role}.toml"
+    path.write_text(job["veil"]["tasks"][role])
+    return load_task(path, kind)
+
+
 class RecordedHelper:
     """A veil helper holding a recorded task, verification key and HPKE key,
     its clock at the recording's, its DAP routes called in process."""
@@ -82,9 +91,7 @@ class RecordedHelper:
         self.app = dap_helper_app(self.helper.dap, MAX_BODY)
 
     def _task(self, tmp_path: Path, role: str, kind: type[Any]) -> Any:
-        path = tmp_path / f"{role}.toml"
-        path.write_text(self.job["veil"]["tasks"][role])
-        return load_task(path, kind)
+        return _load(tmp_path, self.job, role, kind)
 
     def close(self) -> None:
         self.helper.opener.close()
@@ -239,3 +246,40 @@ def test_refused_reports_answered_as_dap_ts_does(recorded: RecordedHelper) -> No
     assert answer.hex() == refused["response"] == dap_ts["refused_job_resp"]
     resps = AggregationJobResp.decode(answer, V19).verify_resps
     assert [r.type for r in resps] == [VerifyRespType.REJECT] * 4
+
+
+def test_dap_ts_leader_collects_from_veils_helper(tmp_path: Path) -> None:
+    veil, dap_ts = JOBS["count"]["veil"], JOBS["count"]["dap_ts"]
+    # dap-ts's leader, from its own bucket of the output shares it finished,
+    # asks veil's helper for the batch's share with veil's leader's bytes.
+    assert (
+        dap_ts["leader_aggregate_share_req"]
+        == _exchange(JOBS["count"], "aggregate_shares")["request"]
+    )
+    # Its CollectionJobResp (its own share sealed, veil's helper's beside it)
+    # opens with veil's collector code to the count, as with dap-ts's collector.
+    resp = CollectionJobResp.decode(bytes.fromhex(dap_ts["leader_collection_job_resp"]))
+    assert dap_ts["leader_collected"] == dap_ts["collected"]
+    collector: CollectorTask = _load(tmp_path, JOBS["count"], "collector", CollectorTask)
+    request = CollectionJobReq.decode(bytes.fromhex(veil["collection_job_req"]))
+    vdaf = collector.vdaf.instantiate()
+    shares = [
+        vdaf.decode_agg_share(
+            None,
+            open_aggregate_share(
+                V19,
+                collector.collector_hpke_keypair,
+                role,
+                collector.task_id,
+                collector.dap_configuration(),
+                request,
+                ct,
+            ),
+        )
+        for role, ct in (
+            (Role.LEADER, resp.leader_encrypted_agg_share),
+            (Role.HELPER, resp.helper_encrypted_agg_share),
+        )
+    ]
+    assert resp.report_count == 4
+    assert vdaf.unshard(None, shares, resp.report_count) == sum(veil["measurements"])
