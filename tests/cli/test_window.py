@@ -274,3 +274,16 @@ def test_a_time_without_an_offset_is_refused(dep: Path, capsys: pytest.CaptureFi
         main(["survey", "extend", str(dep), "--until", "2030-01-01T00:00:00"])
     assert stopped.value.code == 2
     assert "has no UTC offset" in capsys.readouterr().err
+
+
+def test_close_now_ends_after_every_report_made_by_now(
+    dep: Path, window: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Now a third of a second into an aligned second: a report made in that
+    # third carries the interval starting at that second, so the survey must
+    # close at the end of that interval, not at its start (already passed).
+    opens, _ = window
+    aligned = opens + 3 * TP
+    monkeypatch.setattr(time, "time", lambda: aligned + 0.3)
+    assert main(["survey", "close", str(dep)]) == 0
+    assert _ends(dep) == {aligned + TP}

@@ -5,6 +5,7 @@ on the runner's own part of the deployment (veil.reschedule)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -39,7 +40,9 @@ def _change(verb: str, args: argparse.Namespace, end: int | None) -> int:
     try:
         parties, window = load_parties(Path(args.deployment))
         if end is None:  # close now: at the end of the current interval
-            end = _round_up(int(now), window.time_precision)
+            # Strictly after any report made by now: int(now) rounds down, and
+            # an aligned second would close at a time already passed.
+            end = _round_up(math.ceil(now), window.time_precision)
         if verb == "close":
             check_close(window, end)
         else:
