@@ -317,6 +317,13 @@ def test_every_route_of_the_survey_page_is_classified(inventory: Inventory, tmp_
 # requests it serves.
 DAP_VIEWS: dict[str, tuple[tuple[type, ...], ModuleType | None, ModuleType | None]] = {
     "respondent": ((dap_messages.HpkeConfigList, dap_messages.UploadErrors), dap_http, None),
+    # `veil survey serve` for a survey over DAP: the page's DAP reports it
+    # relays, and what the leader answers it (veil.web.app).
+    "page_operator": (
+        (dap_messages.Report, dap_messages.HpkeConfigList, dap_messages.UploadErrors),
+        dap_http,
+        None,
+    ),
     "collector": ((dap_jobs.CollectionJobResp,), dap_http, None),
     "leader_operator": (
         (

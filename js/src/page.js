@@ -2,11 +2,13 @@
 // src/veil/web/static/veil-survey.js; `veil survey serve` serves it with
 // Subresource Integrity). It reads the answers from the form that the server
 // rendered, checks them, shards and seals each one on this device with the
-// Prio3 client, and posts only the sealed reports: the server never sees an
+// Prio3 client (as DAP reports, ./dap.js, for a survey deployed over DAP),
+// and posts only the sealed reports: the server never sees an
 // answer.
 
 import { MeasurementError } from './circuits.js';
 import { Client, b64e, hpkeConfigFromJson, reportToJson, usableConfig } from './client.js';
+import { DapClient } from './dap.js';
 import {
   InvitationError,
   checkIssuerKeys,
@@ -470,7 +472,7 @@ async function main() {
         if (kept === null) {
           say('Encrypting your answers on this device…');
           const configs = await getJson('hpke-configs.json');
-          /** @type {(import('./client.js').Report | null)[]} */
+          /** @type {(import('./client.js').Report | Uint8Array | null)[]} */
           const built = [];
           for (let i = 0; i < tasks.length; i++) {
             const q = /** @type {Question} */ (tasks[i]);
@@ -479,18 +481,26 @@ async function main() {
               continue;
             }
             const c = configs[q.task_id];
-            const client = new Client(
-              // Drawn above: not randomized a second time.
-              { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: drawn[i] ? undefined : q.dp },
-              {
-                leader: usableConfig(c.leader.map(hpkeConfigFromJson)),
-                helper: usableConfig(c.helper.map(hpkeConfigFromJson)),
-              },
+            // Drawn above: not randomized a second time.
+            const task = { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision, dp: drawn[i] ? undefined : q.dp };
+            const sealTo = {
+              leader: usableConfig(c.leader.map(hpkeConfigFromJson)),
+              helper: usableConfig(c.helper.map(hpkeConfigFromJson)),
+            };
+            // A survey deployed over DAP: the draft's Report, relayed as a DAP upload.
+            const dap = /** @type {any} */ (q).dap;
+            built.push(
+              dap
+                ? await new DapClient(task, sealTo, dap).buildDapReport(answers[i])
+                : await new Client(task, sealTo).buildReport(answers[i]),
             );
-            built.push(await client.buildReport(answers[i]));
           }
           const reports = built.map((r, i) =>
-            r === null ? null : { task_id: tasks[i].task_id, ...reportToJson(r) },
+            r === null
+              ? null
+              : r instanceof Uint8Array
+                ? { task_id: tasks[i].task_id, dap_report: b64e(r) }
+                : { task_id: tasks[i].task_id, ...reportToJson(r) },
           );
           if (!(invitations && invitation)) {
             sealed = reports.filter((r) => r !== null);

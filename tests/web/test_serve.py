@@ -30,6 +30,7 @@ from tests.support.survey_site import (
     survey_servers,
 )
 from veil.cli import main as veil_main
+from veil.dap.versions import DapVersion
 from veil.deploy import deploy_survey
 from veil.hpke import HpkeConfig
 from veil.local.launcher import free_port
@@ -451,30 +452,40 @@ def test_add_remove_survey_the_page_cannot_answer_is_refused(tmp_path: Path) -> 
         SurveySite(dep.client_dir)
 
 
-def test_a_survey_over_dap_the_page_cannot_answer_is_refused(
+def test_a_survey_over_dap_gives_the_page_what_it_seals_with(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The page seals with veil's own context and its server relays over gRPC,
-    # which a DAP task refuses: serving it would refuse every respondent.
+    # Each question's draft and encoded TaskConfiguration, which every share
+    # binds; with invitations (whose tokens the page commits to veil's gRPC
+    # reports) the survey is refused before serving. The page answering it:
+    # tests/web/test_browser_dap.py.
     text = (
         '[survey]\nname = "over dap"\nepsilon = 1\nmin_batch_size = 5\n'
-        "opens = 2026-05-01T00:00:00Z\ncloses = 2026-05-02T00:00:00Z\n\n"
+        "opens = 2026-05-01T00:00:00Z\ncloses = 2026-05-02T00:00:00Z\n{extra}\n"
         '[[question]]\nid = "remote"\nkind = "yes_no"\n\n'
         '[[question]]\nid = "team"\nkind = "choice"\noptions = ["red", "blue"]\n'
     )
-    dap = DapSpec("http://127.0.0.1:8001/", "http://127.0.0.1:8002/", "dap-19", "")
+    dap = DapSpec("http://127.0.0.1:8001/", "http://127.0.0.1:8002/", "dap-18", "page")
+    plain = text.format(extra="")
     dep = deploy_survey(
-        parse_survey(text), text, tmp_path / "out", "127.0.0.1:1", "127.0.0.1:2", tls=False,
+        parse_survey(plain), plain, tmp_path / "out", "127.0.0.1:1", "127.0.0.1:2", tls=False,
         dap=dap,
     )  # fmt: skip
-    with pytest.raises(ServeError, match=r"deployed over DAP \(questions remote, team\)"):
-        SurveySite(dep.client_dir)
-    port = free_port()  # refused before it would listen
-    code = veil_main(
-        ["survey", "serve", "--survey-dir", str(dep.client_dir), "--listen", f"127.0.0.1:{port}"]
-    )
-    err = capsys.readouterr().err
-    assert code == 2 and "veil survey respond" in err and err.count("\n") == 1, err
+    site = SurveySite(dep.client_dir)
+    try:
+        for q in site.public["questions"]:
+            task = site.tasks[q["task_id"]]
+            encoded = task.dap_configuration().encode(DapVersion.DAP_18)
+            assert q["dap"] == {"version": "dap-18", "configuration": b64e(encoded)}
+    finally:
+        site.close()
+    invited = text.format(extra="invitations = true\n")
+    dep = deploy_survey(
+        parse_survey(invited), invited, tmp_path / "invited", "127.0.0.1:1", "127.0.0.1:2",
+        tls=False, dap=dap,
+    )  # fmt: skip
+    with pytest.raises(ServeError, match="deployed over DAP with invitations"):
+        SurveySite(dep.client_dir, issuer_dir=dep.out / "issuer")
 
 
 def test_a_port_in_use_is_said_before_serving(

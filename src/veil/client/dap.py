@@ -351,6 +351,20 @@ class DapClient:
             self._refused([report], refused)
         return UploadResult(1, 0)
 
+    def upload_reports(self, reports: Sequence[Report]) -> UploadResult:
+        """Upload reports sealed elsewhere (the survey page's, which `veil
+        survey serve` relays) in one UploadRequest. A report the leader holds
+        already (report_replayed) counts as a duplicate; UploadError for any
+        other refusal, naming the reports (a report sealed to a config the
+        leader no longer holds cannot be sealed again here)."""
+        refused = self._post(reports)
+        named: dict[int, ReportError] = {
+            i: e for i, e in refused.items() if e is not ReportError.REPORT_REPLAYED
+        }
+        if named:
+            self._refused(reports, named)
+        return UploadResult(len(reports) - len(refused), len(refused))
+
     def flush(self) -> UploadResult:
         """Send what the outbox holds for the task, oldest first, as
         `Client.flush` (the same delivery plan). Raises ValueError if the

@@ -46,7 +46,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from veil.client import Client, ClientOptions, UploadError
+from veil.client import ClientOptions, DapClient, UploadError, client_for
+from veil.dap.codec import DecodeError
+from veil.dap.messages import Report as DapReport
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig
 from veil.invite.http import PATH as INVITATION_PATH
 from veil.invite.http import endpoint as invitation_endpoint
@@ -243,6 +245,20 @@ def _shape(task: Task) -> _TaskShape:
     )
 
 
+# A DAP PlaintextInputShare's two length prefixes: its extensions' (empty)
+# and its payload's (draft-ietf-ppm-dap section 4.4.2).
+_DAP_SHARE_PREFIXES = 2 + 4
+
+
+def _dap_part(task: Task) -> dict[str, Any]:
+    """What the page needs of a DAP task to seal its reports: the draft and
+    the encoded TaskConfiguration every share binds; nothing without DAP."""
+    if task.dap is None:
+        return {}
+    configuration = task.dap_configuration().encode(task.dap.dap_version)
+    return {"dap": {"version": task.dap.version, "configuration": b64e(configuration)}}
+
+
 def _static(name: str) -> bytes:
     return (resources.files("veil.web") / "static" / name).read_bytes()
 
@@ -347,14 +363,13 @@ class SurveySite:
         except SurveyError as e:
             raise ServeError(str(e)) from None
         over_dap = [qid for qid, task in by_question.items() if task.dap is not None]
-        if over_dap:
-            # The relay forwards the page's reports over veil's gRPC, sealed
-            # with veil's own HPKE info, and a DAP task takes neither: every
-            # respondent would be refused. Say so before serving.
+        if over_dap and survey.invitations:
+            # The page's tokens commit to a report as veil's gRPC seals it;
+            # over DAP they ride in an extension (veil.dap.invitation) the
+            # page does not write yet.
             raise ServeError(
-                f"the survey is deployed over DAP (questions {', '.join(over_dap)}), and the"
-                " page cannot answer it yet: it seals and relays reports over veil's gRPC only;"
-                " respondents answer with veil survey respond or the Python client"
+                "the survey is deployed over DAP with invitations, which the page cannot answer"
+                " yet: respondents answer with veil survey respond or the Python client"
             )
         self.tasks: dict[str, Task] = {t.id_text: t for t in by_question.values()}
         self.question_of = {t.id_text: qid for qid, t in by_question.items()}
@@ -370,12 +385,16 @@ class SurveySite:
                 question["dp"] = {
                     k: dp[k] for k in ("local_epsilon", "local_max_choices") if k in dp
                 }
-            questions.append(question)
+            questions.append({**question, **_dap_part(task)})
         self.public = {**raw, "questions": questions}
         if "breakdowns" in raw:
             # A breakdown is answered on the device from the answers already given.
             self.public["breakdowns"] = [
-                {**entry, "vdaf": self.tasks[entry["task_id"]].vdaf.to_dict()}
+                {
+                    **entry,
+                    "vdaf": self.tasks[entry["task_id"]].vdaf.to_dict(),
+                    **_dap_part(self.tasks[entry["task_id"]]),
+                }
                 for entry in raw["breakdowns"]
             ]
         self.shapes = {tid: _shape(task) for tid, task in self.tasks.items()}
@@ -396,7 +415,9 @@ class SurveySite:
             backoff=0.2,
             max_delay=0.5,
         )
-        self.clients = {tid: Client(task, options) for tid, task in self.tasks.items()}
+        # Over DAP for a task with a [dap] table: the page seals DAP reports
+        # (js/src/dap.js) and they are relayed as DAP uploads.
+        self.clients = {tid: client_for(task, options) for tid, task in self.tasks.items()}
         self.script = _static("veil-survey.js")
         self.style = _static("survey.css")
         self.icon = _static("favicon.svg")
@@ -425,7 +446,7 @@ class SurveySite:
             for tid, client in self.clients.items()
         }
 
-    def parse_reports(self, body: bytes) -> dict[str, list[Report]]:
+    def parse_reports(self, body: bytes) -> dict[str, list[Report | DapReport]]:
         """The reports of a POST body, grouped by task id; BadRequest otherwise."""
         try:
             doc = json.loads(body)
@@ -439,9 +460,18 @@ class SurveySite:
             raise BadRequest("`reports` must be a non-empty list")
         if len(items) > self.max_reports:
             raise BadRequest(f"at most {self.max_reports} reports per request")
-        grouped: dict[str, list[Report]] = {}
+        grouped: dict[str, list[Report | DapReport]] = {}
         for n, item in enumerate(items):
             what = f"report {n + 1}"
+            if _known(item, self.tasks) and self.tasks[item["task_id"]].dap is not None:
+                tid = item["task_id"]
+                if tid in grouped:
+                    raise BadRequest(
+                        f"{what}: a second report for question {self.question_of[tid]!r}"
+                    )
+                d = _object(item, {"task_id", "dap_report"}, what)
+                grouped[tid] = [self._dap_report(d["dap_report"], tid, what)]
+                continue
             token_size = self.tasks[item["task_id"]].token_size if _known(item, self.tasks) else 0
             d = _object(item, _REPORT_KEYS | ({"token"} if token_size else set()), what)
             tid = d["task_id"]
@@ -473,11 +503,36 @@ class SurveySite:
             ]
         return grouped
 
-    def upload(self, grouped: dict[str, list[Report]]) -> tuple[int, int]:
+    def _dap_report(self, value: Any, tid: str, what: str) -> DapReport:
+        """A DAP task's report: the draft's Report encoding, in base64url,
+        of the sizes the task's VDAF gives (each sealed PlaintextInputShare
+        6 bytes longer than the share: its two length prefixes)."""
+        shape = self.shapes[tid]
+        try:
+            report = DapReport.decode(_b64(value, f"{what}: dap_report"))
+        except DecodeError as e:
+            raise BadRequest(f"{what}: not a DAP report ({e})") from None
+        if len(report.public_share) != shape.public_share:
+            raise BadRequest(f"{what}: public_share must be {shape.public_share} bytes")
+        for name, ct, size in (
+            ("leader", report.leader_encrypted_input_share, shape.leader_payload),
+            ("helper", report.helper_encrypted_input_share, shape.helper_payload),
+        ):
+            if len(ct.enc) != ENC_SIZE or len(ct.payload) != size + _DAP_SHARE_PREFIXES:
+                raise BadRequest(f"{what}: the {name}'s share is not of this task's size")
+        if report.metadata.public_extensions:
+            raise BadRequest(f"{what}: the page's reports carry no extension")
+        return report
+
+    def upload(self, grouped: dict[str, list[Report | DapReport]]) -> tuple[int, int]:
         """Forward to the leader, task by task (blocking). Raises UploadError."""
         accepted = duplicates = 0
         for tid, reports in grouped.items():
-            result = self.clients[tid].upload_reports(reports)
+            client = self.clients[tid]
+            if isinstance(client, DapClient):
+                result = client.upload_reports([r for r in reports if isinstance(r, DapReport)])
+            else:
+                result = client.upload_reports([r for r in reports if isinstance(r, Report)])
             accepted += result.accepted
             duplicates += result.duplicates
         return accepted, duplicates
