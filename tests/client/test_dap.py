@@ -6,7 +6,7 @@ every answer parsed from the network can be hostile (a problem document, a
 wrong media type, a malformed HpkeConfigList or UploadErrors, UploadErrors
 naming a report not sent), each a clear UploadError; an invalid
 measurement sends nothing; a task's local layer randomizes what the shares
-carry."""
+carry; reports sealed elsewhere (the survey page's) are relayed as they are."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from veil.client.dap import DapReports
 from veil.dap.messages import HpkeConfig, HpkeConfigList, UploadErrors, UploadRequest
 from veil.dap.messages import ReportUploadStatus as Status
 from veil.dap.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType, media_type
+from veil.dap.report import prepare_report
 from veil.dap.shares import open_input_share
 from veil.dap.versions import DapVersion, ReportError, Role
 from veil.hpke import HpkeKeypair, generate_keypair
@@ -355,3 +356,28 @@ def test_a_local_layer_randomizes_before_the_upload(server: ScriptedServer) -> N
     yes = dap_aggregate(task, VERSION, KEYS["leader"], KEYS["helper"], request.reports)
     assert yes < 200, "every report carries the true answer: the local layer was skipped"
     assert 100 <= yes <= 190
+
+
+def test_reports_sealed_elsewhere_are_relayed_as_they_are(
+    server: ScriptedServer, files: TaskFiles
+) -> None:
+    # What `veil survey serve` does with the page's DAP reports: one
+    # UploadRequest of the very bytes, a replayed report a duplicate, any
+    # other refusal named, nothing sealed again.
+    task = files.client
+    vdaf, config = task.vdaf.instantiate(), task.dap_configuration()
+    leader, helper = KEYS["leader"].config, KEYS["helper"].config
+    sealed = [
+        prepare_report(VERSION, task.task_id, config, vdaf, m, WHEN // TP, leader, helper)
+        for m in (1, 0, 1)
+    ]
+    server.answers = [_refusing(ReportError.REPORT_REPLAYED, 1)]
+    server.seen.clear()
+    result = _client(files).upload_reports(sealed)
+    assert (result.accepted, result.duplicates) == (2, 1)
+    (request,) = _uploads(server)
+    assert request.reports == tuple(sealed)
+    server.answers = [_refusing(ReportError.HPKE_UNKNOWN_CONFIG_ID, 2)]
+    with pytest.raises(UploadError, match=r"took 1 of 3 reports and refused 2 .*hpke_unknown"):
+        _client(files).upload_reports(sealed)
+    assert len(_uploads(server)) == 2  # not sealed again, not fetched
