@@ -215,21 +215,7 @@ class DapClient:
                 return saved[0]
         url = urljoin(self._endpoints[role], "hpke_config")
         _, headers, body = self._call(urllib.request.Request(url), role)
-        name = "leader" if role == ROLE_LEADER else "helper"
-        try:
-            if message_of(headers.get("content-type")) != "hpke-config-list":
-                raise MediaTypeError(f"{headers.get('content-type')!r} is not an HpkeConfigList")
-            config = HpkeConfigList.decode(body).first_supported()
-        except (MediaTypeError, DecodeError) as e:
-            raise UploadError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"the DAP {name} at {self._endpoints[role]} answered no HpkeConfigList: {e}",
-            ) from None
-        if config is None:
-            raise UploadError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"the DAP {name} offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
-            )
+        config = _config_from(headers, body, role, self._endpoints[role])
         self._configs[role] = (config, time.monotonic())
         if self.outbox is not None:
             self.outbox.save_config(self.task.task_id, role, config, time.time())
@@ -501,40 +487,13 @@ class DapClient:
             status, headers, body = self._urlopen(request, role)
             if 200 <= status < 300:
                 return status, headers, body
-            error = self._refusal(status, headers, body, role)
+            error = _refusal(status, headers, body, role, self._endpoints[role])
             if not self.policy.should_retry(error, attempt):
                 raise error
             wait = self.policy.delay(attempt, error.retry_after)
             log.info("retrying in %.1f s after %s (attempt %d)", wait, error.message, attempt + 1)
             time.sleep(wait)
             attempt += 1
-
-    def _refusal(self, status: int, headers: dict[str, str], body: bytes, role: int) -> UploadError:
-        name = "leader" if role == ROLE_LEADER else "helper"
-        where = f"the DAP {name} at {self._endpoints[role]}"
-        if status == 0:
-            reason = body.decode(errors="replace")
-            return UploadError(
-                grpc.StatusCode.UNAVAILABLE, f"cannot reach {where}: {reason}", retryable=True
-            )
-        if status in (429, 503):
-            advised = headers.get("retry-after", "")
-            return UploadError(
-                grpc.StatusCode.UNAVAILABLE,
-                f"{where} answered {status}: busy",
-                retryable=True,
-                retry_after=float(advised) if advised.isdigit() else None,
-            )
-        code = _CODES.get(
-            status, grpc.StatusCode.INTERNAL if status >= 500 else grpc.StatusCode.UNKNOWN
-        )
-        try:
-            problem = Problem.from_json(body, status)
-        except ValueError:
-            return UploadError(code, f"{where} answered {status}")
-        return UploadError(
-            code, f"{where} refused the request: {problem.type.value}: {problem.detail}"
-        )
 
     def _urlopen(
         self, request: urllib.request.Request, role: int
@@ -577,3 +536,54 @@ def client_for(
     if chosen == "grpc":
         return Client(task, options, **changes)
     raise ValueError(f"protocol must be 'grpc' or 'dap', not {protocol!r}")
+
+
+def _config_from(headers: dict[str, str], body: bytes, role: int, endpoint: str) -> HpkeConfig:
+    """The first config veil can seal to in an aggregator's HpkeConfigList
+    answer; UploadError if it is none or sent none."""
+    name = "leader" if role == ROLE_LEADER else "helper"
+    try:
+        if message_of(headers.get("content-type")) != "hpke-config-list":
+            raise MediaTypeError(f"{headers.get('content-type')!r} is not an HpkeConfigList")
+        config = HpkeConfigList.decode(body).first_supported()
+    except (MediaTypeError, DecodeError) as e:
+        raise UploadError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the DAP {name} at {endpoint} answered no HpkeConfigList: {e}",
+        ) from None
+    if config is None:
+        raise UploadError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the DAP {name} offers no HPKE config with X25519/HKDF-SHA256/AES-128-GCM",
+        )
+    return config
+
+
+def _refusal(
+    status: int, headers: dict[str, str], body: bytes, role: int, endpoint: str
+) -> UploadError:
+    """The UploadError for an aggregator's answer `status` (0: unreachable,
+    `body` then says why), from its problem document where it sent one."""
+    name = "leader" if role == ROLE_LEADER else "helper"
+    where = f"the DAP {name} at {endpoint}"
+    if status == 0:
+        reason = body.decode(errors="replace")
+        return UploadError(
+            grpc.StatusCode.UNAVAILABLE, f"cannot reach {where}: {reason}", retryable=True
+        )
+    if status in (429, 503):
+        advised = headers.get("retry-after", "")
+        return UploadError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"{where} answered {status}: busy",
+            retryable=True,
+            retry_after=float(advised) if advised.isdigit() else None,
+        )
+    code = _CODES.get(
+        status, grpc.StatusCode.INTERNAL if status >= 500 else grpc.StatusCode.UNKNOWN
+    )
+    try:
+        problem = Problem.from_json(body, status)
+    except ValueError:
+        return UploadError(code, f"{where} answered {status}")
+    return UploadError(code, f"{where} refused the request: {problem.type.value}: {problem.detail}")

@@ -289,22 +289,11 @@ class CollectionDriver:
         message = str(error)
         if reopen:
             message += " (nothing was released: the batch can be collected again)"
-        self.store.fail_collection(
-            CollectionRecord(
-                record.task_id,
-                record.job_id,
-                record.start,
-                record.duration,
-                "failed",
-                record.report_count,
-                record.checksum,
-                record.leader_ct,
-                None,
-                STATUS_CODES.get(error.status, 13),
-                message,
-            ),
-            reopen=reopen,
+        code = STATUS_CODES.get(error.status, 13)
+        failed = replace(
+            record, state="failed", helper_ct=None, error_code=code, error_message=message
         )
+        self.store.fail_collection(failed, reopen=reopen)
         return True
 
     def _retry(self, record: CollectionRecord, error: AggregatorError) -> bool:
