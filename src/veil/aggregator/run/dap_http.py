@@ -19,6 +19,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -47,6 +49,8 @@ HPKE_CONFIG_MAX_AGE = 300
 RETRY_AFTER = 5
 # Seconds a collector is asked to wait between two polls of a collection job.
 COLLECTION_RETRY_AFTER = 2
+
+T = TypeVar("T")
 
 
 def problem_response(problem: Problem) -> Response:
@@ -115,22 +119,14 @@ def dap_app(
     async def upload(request: Request) -> Response:
         task_id = task_id_of(request.path_params["task_id"])
         if task_id is None:
-            return problem_response(
-                Problem(
-                    ProblemType.UNRECOGNIZED_TASK,
-                    "a task id is 32 bytes in unpadded base64url",
-                    404,
-                )
-            )
+            return _unknown_task()
         try:
             body = await read_message(request, task_id, "upload-req", max_body, "an upload is")
             version, errors = await run_in_threadpool(uploads.upload, task_id, body)
         except DapAbort as e:
             return problem_response(e.problem)
         except DapUnavailable as e:
-            return Response(
-                str(e), 503, media_type="text/plain", headers={"Retry-After": str(RETRY_AFTER)}
-            )
+            return _unavailable(e)
         if not errors.statuses:
             return Response(b"", 200)
         return Response(errors.encode(version), 200, media_type=media_type("upload-errors"))
@@ -144,13 +140,11 @@ def dap_app(
             body = await read_message(
                 request, task_id, "collection-job-req", max_body, "a collection job is"
             )
-            job = await run_in_threadpool(collections.create, task_id, bearer_token(request), body)
         except DapAbort as e:
             return problem_response(e.problem)
-        except DapUnauthorized as e:
-            return unauthorized(str(e))
-        except DapUnavailable as e:
-            return _unavailable(e)
+        job = await _collector_call(collections.create, task_id, bearer_token(request), body)
+        if isinstance(job, Response):
+            return job
         root = request.scope.get("root_path", "")
         where = f"{root}/tasks/{_b64(task_id)}/collection_jobs/{_b64(job)}"
         # Deferred (section 3.1): the collector polls the job's location.
@@ -160,44 +154,26 @@ def dap_app(
 
     async def poll_collection(request: Request) -> Response:
         assert collections is not None
-        task_id = task_id_of(request.path_params["task_id"])
-        if task_id is None:
-            return _unknown_task()
-        job = _id16(request.path_params["job_id"])
-        if job is None:
-            return problem_response(
-                Problem(ProblemType.INVALID_MESSAGE, "no collection job of that id", 404, task_id)
-            )
-        try:
-            answer = await run_in_threadpool(collections.poll, task_id, bearer_token(request), job)
-        except DapAbort as e:
-            return problem_response(e.problem)
-        except DapUnauthorized as e:
-            return unauthorized(str(e))
-        except DapUnavailable as e:
-            return _unavailable(e)
+        job = _collection_job_of(request)
+        if isinstance(job, Response):
+            return job
+        task_id, job_id = job
+        answer = await _collector_call(collections.poll, task_id, bearer_token(request), job_id)
+        if isinstance(answer, Response):
+            return answer
         if answer is None:
             return Response(b"", 200, headers={"Retry-After": str(COLLECTION_RETRY_AFTER)})
         return Response(answer, 200, media_type=media_type("collection-job-resp"))
 
     async def delete_collection(request: Request) -> Response:
         assert collections is not None
-        task_id = task_id_of(request.path_params["task_id"])
-        if task_id is None:
-            return _unknown_task()
-        job = _id16(request.path_params["job_id"])
-        if job is None:
-            return problem_response(
-                Problem(ProblemType.INVALID_MESSAGE, "no collection job of that id", 404, task_id)
-            )
-        try:
-            await run_in_threadpool(collections.delete, task_id, bearer_token(request), job)
-        except DapAbort as e:
-            return problem_response(e.problem)
-        except DapUnauthorized as e:
-            return unauthorized(str(e))
-        except DapUnavailable as e:
-            return _unavailable(e)
+        job = _collection_job_of(request)
+        if isinstance(job, Response):
+            return job
+        task_id, job_id = job
+        refused = await _collector_call(collections.delete, task_id, bearer_token(request), job_id)
+        if isinstance(refused, Response):
+            return refused
         return Response(b"", 200)
 
     routes = [
@@ -261,6 +237,35 @@ def _id16(text: str) -> bytes | None:
     except (binascii.Error, ValueError):
         return None
     return raw if len(raw) == 16 and _b64(raw) == text else None
+
+
+def _collection_job_of(request: Request) -> tuple[bytes, bytes] | Response:
+    """The task id and collection job id of a collection job's URL, or the
+    problem response refusing it."""
+    task_id = task_id_of(request.path_params["task_id"])
+    if task_id is None:
+        return _unknown_task()
+    job = _id16(request.path_params["job_id"])
+    if job is None:
+        return problem_response(
+            Problem(ProblemType.INVALID_MESSAGE, "no collection job of that id", 404, task_id)
+        )
+    return task_id, job
+
+
+async def _collector_call(
+    call: Callable[[bytes, str | None, bytes], T], task_id: bytes, token: str | None, arg: bytes
+) -> T | Response:
+    """`call(task_id, token, arg)` run off the event loop: its answer, or
+    the response its refusal maps to (a problem document, 401, or 503)."""
+    try:
+        return await run_in_threadpool(call, task_id, token, arg)
+    except DapAbort as e:
+        return problem_response(e.problem)
+    except DapUnauthorized as e:
+        return unauthorized(str(e))
+    except DapUnavailable as e:
+        return _unavailable(e)
 
 
 def _unknown_task() -> Response:
