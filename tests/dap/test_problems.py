@@ -6,11 +6,14 @@ import json
 
 import pytest
 
+from veil.dap.messages import Interval
 from veil.dap.problems import (
     MESSAGES,
+    DapAbort,
     MediaTypeError,
     Problem,
     ProblemType,
+    batch_interval_seconds,
     media_type,
     message_of,
 )
@@ -104,3 +107,20 @@ def test_a_problem_is_an_error_status() -> None:
     assert (
         problem.task_id is None and problem.detail == "" and problem.unsupported_extensions == (1,)
     )
+
+
+def test_a_batch_interval_is_counted_in_seconds_and_refused_empty_or_past_the_range() -> None:
+    task_id = bytes(range(32))
+    assert batch_interval_seconds(task_id, Interval(1_000, 2), 3600) == (3_600_000, 7200)
+    # The last interval that ends before 2^63 seconds is taken.
+    assert batch_interval_seconds(task_id, Interval(2**63 - 2, 1), 1) == (2**63 - 2, 1)
+    for interval, tp in ((Interval(1_000, 0), 3600), (Interval(2**63 - 1, 1), 1)):
+        with pytest.raises(DapAbort) as raised:
+            batch_interval_seconds(task_id, interval, tp)
+        problem = raised.value.problem
+        assert (problem.type, problem.status, problem.task_id) == (
+            ProblemType.BATCH_INVALID,
+            400,
+            task_id,
+        )
+        assert problem.detail == "a batch interval is non-empty and within the time range"

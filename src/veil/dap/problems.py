@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from veil.dap.messages import Extension
+    from veil.dap.messages import Extension, Interval
 
 MEDIA_TYPE = "application/ppm-dap"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -208,6 +208,25 @@ def refuse_extensions_and_agg_param(
                 task_id,
             )
         )
+
+
+def batch_interval_seconds(
+    task_id: bytes, interval: Interval, time_precision: int
+) -> tuple[int, int]:
+    """The (start, duration) in seconds of a query's batch interval (given
+    in units of the task's `time_precision`); DapAbort with batchInvalid for
+    an empty interval or one ending past the time range."""
+    tp = time_precision
+    if interval.duration == 0 or (interval.start + interval.duration) * tp >= 2**63:
+        raise DapAbort(
+            Problem(
+                ProblemType.BATCH_INVALID,
+                "a batch interval is non-empty and within the time range",
+                400,
+                task_id,
+            )
+        )
+    return interval.start * tp, interval.duration * tp
 
 
 _TITLES = {

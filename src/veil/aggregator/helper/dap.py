@@ -83,6 +83,7 @@ from veil.dap.problems import (
     DapUnauthorized,
     Problem,
     ProblemType,
+    batch_interval_seconds,
     refuse_extensions_and_agg_param,
 )
 from veil.dap.shares import input_share_aads, seal_aggregate_share
@@ -639,17 +640,7 @@ class DapHelper:
             return bucket, 1
         interval = selector.batch_interval
         assert interval is not None
-        tp = task.time_precision
-        if interval.duration == 0 or (interval.start + interval.duration) * tp >= 2**63:
-            raise DapAbort(
-                Problem(
-                    ProblemType.BATCH_INVALID,
-                    "a batch interval is non-empty and within the time range",
-                    400,
-                    task_id,
-                )
-            )
-        return interval.start * tp, interval.duration * tp
+        return batch_interval_seconds(task_id, interval, task.time_precision)
 
     def stored_share(self, task_id: bytes, token: str | None, share_id: bytes) -> bytes:
         """GET of an aggregate share: the AggregateShare released before."""

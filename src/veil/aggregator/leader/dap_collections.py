@@ -30,6 +30,7 @@ from veil.dap.problems import (
     DapUnauthorized,
     Problem,
     ProblemType,
+    batch_interval_seconds,
     refuse_extensions_and_agg_param,
 )
 
@@ -85,21 +86,10 @@ class DapCollections:
             return record.job_id
         interval = request.query.batch_interval
         assert interval is not None
-        tp = task.time_precision
-        if interval.duration == 0 or (interval.start + interval.duration) * tp >= 2**63:
-            raise DapAbort(
-                Problem(
-                    ProblemType.BATCH_INVALID,
-                    "a batch interval is non-empty and within the time range",
-                    400,
-                    task_id,
-                )
-            )
+        start, duration = batch_interval_seconds(task_id, interval, task.time_precision)
         collection_id = hashlib.sha256(body).digest()[:16]
         try:
-            self.collections.create_collection(
-                task_id, token, collection_id, interval.start * tp, interval.duration * tp
-            )
+            self.collections.create_collection(task_id, token, collection_id, start, duration)
         except AggregatorError as e:
             raise _refused(e, task_id) from None
         return collection_id
