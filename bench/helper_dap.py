@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.helper_jobs import honest_items
+from bench.helper_jobs import CallContext, honest_items
 from veil.aggregator.helper import Helper
 from veil.aggregator.leader.helper_client import aggregation_job_request
 from veil.aggregator.privacy import PrivacyEngine
@@ -48,19 +48,6 @@ from veil.vdaf.engine import engine_for
 
 TP = 3600
 VERSION = DapVersion.DAP_19
-
-
-class _Context:
-    """What the gRPC servicer reads of a call: the leader's token."""
-
-    def __init__(self, token: str) -> None:
-        self.metadata = (("authorization", f"Bearer {token}"),)
-
-    def invocation_metadata(self) -> Any:
-        return self.metadata
-
-    def abort(self, code: Any, details: str) -> None:
-        raise RuntimeError(f"{code}: {details}")
 
 
 def count_tasks() -> tuple[TaskFiles, TaskFiles]:
@@ -160,7 +147,7 @@ def one_round(reports: int, job_size: int, dap_first: bool) -> Round:
         )
         stack.callback(helper.opener.close)
         service = HelperService(helper)
-        context = _Context(grpc_files.leader.aggregator_token)
+        context = CallContext(grpc_files.leader.aggregator_token)
         grpc_jobs = [
             aggregation_job_request(
                 grpc_files.leader.task_id,

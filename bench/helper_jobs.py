@@ -18,6 +18,20 @@ from veil.task import LeaderTask
 from veil.vdaf.engine import engine_for
 
 
+class CallContext:
+    """What the helper's gRPC servicer reads of a call, run in this process
+    without a server: the leader's token."""
+
+    def __init__(self, token: str) -> None:
+        self.metadata = (("authorization", f"Bearer {token}"),)
+
+    def invocation_metadata(self) -> Any:
+        return self.metadata
+
+    def abort(self, code: Any, details: str) -> None:
+        raise RuntimeError(f"{code}: {details}")
+
+
 def honest_items(
     leader: LeaderTask,
     measurements: Sequence[Any],

@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.helper_jobs import honest_items
+from bench.helper_jobs import CallContext, honest_items
 from bench.postgres import postgres_dsn, with_schema
 from scripts.bench_workers import VDAFS, hpke_open_floors
 from veil.aggregator.helper import Helper
@@ -53,19 +53,6 @@ from veil.protocol.v1 import helper_pb2
 from veil.task import DpSpec, new_task
 
 TP = 3600
-
-
-class Context:
-    """What the servicer reads of a call: the leader's token."""
-
-    def __init__(self, token: str) -> None:
-        self.metadata = (("authorization", f"Bearer {token}"),)
-
-    def invocation_metadata(self) -> Any:
-        return self.metadata
-
-    def abort(self, code: Any, details: str) -> None:
-        raise RuntimeError(f"{code}: {details}")
 
 
 def requests(vdaf: str, reports: int, job_size: int, helper: Helper, files: Any) -> list[bytes]:
@@ -113,7 +100,7 @@ def one_round(
         )
         stack.callback(helper.opener.close)
         service = HelperService(helper)
-        context = Context(files.leader.aggregator_token)
+        context = CallContext(files.leader.aggregator_token)
         jobs = requests(vdaf, reports, job_size, helper, files)
         parse = helper_pb2.AggregationJobRequest.FromString
         serialize = helper_pb2.AggregationJobResponse.SerializeToString
