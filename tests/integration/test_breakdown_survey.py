@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import veil
+from tests.support.survey_toml import commute, remote, team
 from tests.support.window import LONG_WINDOW, close_survey
 from veil.local.launcher import ServerProcess, free_port
 from veil.times import format_time
@@ -27,24 +28,14 @@ from veil.times import format_time
 pytestmark = pytest.mark.slow
 
 TP = 2
-QUESTIONS = """
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-
-[[question]]
-id = "commute"
-text = "How many minutes is your commute?"
-kind = "integer"
-max = 120
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design", "sales"]
-
+QUESTIONS = (
+    "\n"
+    + remote()
+    + "\n"
+    + commute(120)
+    + "\n"
+    + team()
+    + """
 [[question]]
 id = "tools"
 text = "Which tools do you use daily?"
@@ -67,6 +58,7 @@ id = "tools_by_remote"
 question = "tools"
 by = "remote"
 """
+)
 TEAMS = ["engineering", "design", "sales"]
 TOOLS = ["email", "chat", "wiki"]
 # Wide enough that every interval holds the truth but about once in 10^6 runs
@@ -268,23 +260,18 @@ def test_simulate_json_lists_each_breakdown_cell_by_cell(tmp_path: Path) -> None
         assert len(entries[bid]["estimate"]) == 2 * groups
 
 
-RANDOMIZED = """
+RANDOMIZED = (
+    """
 [survey]
 name = "Randomized breakdowns"
 epsilon = 2
 min_batch_size = 10
 
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design", "sales"]
-
+"""
+    + remote()
+    + "\n"
+    + team()
+    + """
 [[question]]
 id = "hours"
 text = "How many hours a week do you work?"
@@ -313,6 +300,7 @@ id = "tools_by_team"
 question = "tools"
 by = "team"
 """
+)
 
 
 def test_a_local_layer_reaches_the_breakdown_debiased(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import veil
+from tests.support.survey_toml import remote, team
 from tests.support.window import close_survey
 from veil.local.launcher import ServerProcess, free_port
 from veil.times import format_time
@@ -30,7 +31,8 @@ from veil.times import format_time
 pytestmark = pytest.mark.slow
 
 TP = 2
-SURVEY = """\
+SURVEY = (
+    """\
 [survey]
 name = "DAP survey"
 mechanism = "none"
@@ -40,17 +42,11 @@ opens = {opens}
 closes = {closes}
 {extra}
 
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-
-[[question]]
-id = "team"
-text = "Which team?"
-kind = "choice"
-options = ["red", "green", "blue"]
 """
+    + remote()
+    + "\n"
+    + team(("red", "green", "blue"), text="Which team?")
+)
 ANSWERS = [
     {"remote": True, "team": "red"},
     {"remote": False, "team": "blue"},

@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.cli import veil
 from tests.support.helper_rpc import aggregate, honest_items
+from tests.support.survey_toml import remote, team
 from tests.support.window import LONG_WINDOW, close_survey
 from veil.client import Client, UploadError, prepare_reports
 from veil.local.launcher import ServerProcess, free_port
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.slow
 
 TP = 2
 N = 3
-SURVEY = """
+SURVEY = (
+    """
 [survey]
 name = "Invited"
 epsilon = 2
@@ -41,22 +43,17 @@ time_precision = {tp}
 opens = "{opens}"
 closes = "{closes}"
 
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design"]
-
+"""
+    + remote()
+    + "\n"
+    + team(("engineering", "design"))
+    + """
 [[breakdown]]
 id = "remote_by_team"
 question = "remote"
 by = "team"
 """
+)
 
 
 def test_survey_with_invitations_through_the_cli(tmp_path: Path) -> None:

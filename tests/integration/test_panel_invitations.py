@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import veil
+from tests.support.survey_toml import remote, team
 from tests.support.window import LONG_WINDOW
 from veil.local.launcher import ServerProcess, free_port
 from veil.times import format_time
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.slow
 
 TP = 2
 N = 3
-SURVEY = """
+SURVEY = (
+    """
 [survey]
 name = "Panel"
 epsilon = 2
@@ -34,17 +36,11 @@ time_precision = {tp}
 opens = "{opens}"
 closes = "{closes}"
 
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design"]
 """
+    + remote()
+    + "\n"
+    + team(("engineering", "design"))
+)
 
 
 def test_a_panel_answers_with_its_invitations_line_by_line(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import veil
+from tests.support.survey_toml import commute, remote, team
 from tests.support.tls import write_ca, write_server_cert
 from tests.support.window import LONG_WINDOW, close_survey
 from veil.hpke import generate_keypair
@@ -45,24 +46,14 @@ from veil.times import format_time
 pytestmark = pytest.mark.slow
 
 TP = 2
-QUESTIONS = """
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-
-[[question]]
-id = "commute"
-text = "How many minutes is your commute?"
-kind = "integer"
-max = 120
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design", "sales"]
-
+QUESTIONS = (
+    "\n"
+    + remote()
+    + "\n"
+    + commute(120)
+    + "\n"
+    + team()
+    + """
 [[question]]
 id = "tools"
 text = "Which tools do you use daily?"
@@ -78,6 +69,7 @@ length = 2
 max = 10
 labels = ["workload", "pay"]
 """
+)
 LABELS = {
     "remote": ["yes"],
     "commute": ["mean", "sum"],

@@ -18,6 +18,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
+from tests.support.survey_toml import commute, remote, team
 from veil.client import Client
 from veil.deploy import Deployment, deploy_survey
 from veil.local.launcher import ServerProcess, free_port
@@ -26,7 +27,8 @@ from veil.survey import parse_survey
 from veil.task import ClientTask, b64e, load_task
 from veil.times import format_time
 
-SURVEY = """\
+SURVEY = (
+    """\
 [survey]
 name = "Team survey"
 epsilon = {epsilon}
@@ -37,24 +39,13 @@ time_precision = {tp}
 opens = "{opens}"
 closes = "{closes}"
 
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-required = true
-
-[[question]]
-id = "commute"
-text = "How many minutes is your commute?"
-kind = "integer"
-max = 180
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design", "sales"]
-
+"""
+    + remote(required=True)
+    + "\n"
+    + commute()
+    + "\n"
+    + team()
+    + """
 [[question]]
 id = "tools"
 text = "Which tools do you use daily (up to 2)?"
@@ -71,6 +62,7 @@ length = 2
 max = 10
 labels = ["workload", "tooling"]
 """
+)
 
 
 @dataclass

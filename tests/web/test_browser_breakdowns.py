@@ -22,6 +22,7 @@ import pytest
 from tests.support.browser import browser, status_text, wait_for
 from tests.support.cli import veil
 from tests.support.survey_site import start_serve, stop
+from tests.support.survey_toml import commute, remote, team
 from tests.support.window import LONG_WINDOW, close_survey
 from tests.web.test_browser import axe_violations
 from veil.deploy import deploy_survey
@@ -35,7 +36,8 @@ __all__ = ["browser"]  # the fixture, used by name
 TP = 5
 TEAMS = ["engineering", "design", "sales"]
 
-SURVEY = """\
+SURVEY = (
+    """\
 [survey]
 name = "Breakdowns in a browser"
 mechanism = "none"
@@ -45,24 +47,13 @@ time_precision = {tp}
 opens = "{opens}"
 closes = "{closes}"
 
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-required = true
-
-[[question]]
-id = "commute"
-text = "How many minutes is your commute?"
-kind = "integer"
-max = 180
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design", "sales"]
-
+"""
+    + remote(required=True)
+    + "\n"
+    + commute()
+    + "\n"
+    + team()
+    + """
 [[breakdown]]
 id = "remote_by_team"
 question = "remote"
@@ -73,6 +64,7 @@ id = "commute_by_team"
 question = "commute"
 by = "team"
 """
+)
 
 # The same survey with the remote question and the commute randomized on the
 # device (a local layer).

@@ -26,6 +26,7 @@ from tests.support.browser import browser, status_text, wait_for
 from tests.support.cli import veil
 from tests.support.node import js_dap_reports
 from tests.support.survey_site import http, post_json, start_serve, stop
+from tests.support.survey_toml import commute, remote, team
 from tests.support.window import LONG_WINDOW, close_survey
 from veil.dap.messages import Extension, Report
 from veil.deploy import deploy_survey
@@ -40,7 +41,8 @@ __all__ = ["browser"]  # the fixture, used by name
 
 TP = 5
 
-SURVEY = """\
+SURVEY = (
+    """\
 [survey]
 name = "DAP in a browser"
 mechanism = "none"
@@ -50,24 +52,13 @@ time_precision = {tp}
 opens = "{opens}"
 closes = "{closes}"
 
-[[question]]
-id = "remote"
-text = "Do you work remotely most days?"
-kind = "yes_no"
-required = true
-
-[[question]]
-id = "commute"
-text = "How many minutes is your commute?"
-kind = "integer"
-max = 180
-
-[[question]]
-id = "team"
-text = "Which team are you in?"
-kind = "choice"
-options = ["engineering", "design", "sales"]
 """
+    + remote(required=True)
+    + "\n"
+    + commute()
+    + "\n"
+    + team()
+)
 
 RESPONDENTS = [(True, 10, 0), (False, 45, 2), (True, 30, 2)]
 
