@@ -319,6 +319,29 @@ def _collection_req(start: int, duration: int = 1, **kw: Any) -> bytes:
     ).encode()
 
 
+def _agg_shares(dap: Dap, request: bytes, resp: CollectionJobResp) -> list[Any]:
+    """The leader's and the helper's aggregate shares of `resp`, opened with
+    the collector's key for the CollectionJobReq `request`."""
+    return [
+        dap.vdaf.decode_agg_share(
+            None,
+            open_aggregate_share(
+                dap.version,
+                dap.files.collector.collector_hpke_keypair,
+                role,
+                dap.task_id,
+                dap.config,
+                CollectionJobReq.decode(request),
+                ct,
+            ),
+        )
+        for role, ct in (
+            (Role.LEADER, resp.leader_encrypted_agg_share),
+            (Role.HELPER, resp.helper_encrypted_agg_share),
+        )
+    ]
+
+
 def test_a_dap_task_is_aggregated_and_collected_over_dap_only(tmp_path: Path) -> None:
     dap = Dap(tmp_path)
     with pytest.raises(InvalidMessage, match="is served over DAP"):
@@ -349,24 +372,7 @@ def test_a_dap_task_is_aggregated_and_collected_over_dap_only(tmp_path: Path) ->
     assert status == 200 and headers["content-type"] == media_type("collection-job-resp")
     resp = CollectionJobResp.decode(body)
     assert (resp.report_count, resp.interval) == (3, Interval(when, 1))
-    shares = [
-        dap.vdaf.decode_agg_share(
-            None,
-            open_aggregate_share(
-                dap.version,
-                dap.files.collector.collector_hpke_keypair,
-                role,
-                dap.task_id,
-                dap.config,
-                CollectionJobReq.decode(request),
-                ct,
-            ),
-        )
-        for role, ct in (
-            (Role.LEADER, resp.leader_encrypted_agg_share),
-            (Role.HELPER, resp.helper_encrypted_agg_share),
-        )
-    ]
+    shares = _agg_shares(dap, request, resp)
     assert dap.vdaf.unshard(None, shares, 3) == [0, 1, 2, 0]
     # The batch is collected: another collection of it is refused.
     other = dap.call("POST", jobs, _collection_req(when - 1, 2), auth)
@@ -447,24 +453,7 @@ def test_leader_selected_batches_hold_min_batch_size_after_rejections(tmp_path: 
         status, headers, body = dap.call("GET", location, b"", auth)
         assert status == 200, body
         resp = CollectionJobResp.decode(body)
-        shares = [
-            dap.vdaf.decode_agg_share(
-                None,
-                open_aggregate_share(
-                    dap.version,
-                    dap.files.collector.collector_hpke_keypair,
-                    role,
-                    dap.task_id,
-                    dap.config,
-                    CollectionJobReq.decode(LS_REQUEST),
-                    ct,
-                ),
-            )
-            for role, ct in (
-                (Role.LEADER, resp.leader_encrypted_agg_share),
-                (Role.HELPER, resp.helper_encrypted_agg_share),
-            )
-        ]
+        shares = _agg_shares(dap, LS_REQUEST, resp)
         assert resp.report_count == 3
         results.append(dap.vdaf.unshard(None, shares, 3))
     # Between them every report but the rejected one, each once; the first
