@@ -25,11 +25,12 @@ import grpc
 import pytest
 
 from bench.postgres import as_url, with_schema
+from tests.support.dap_servers import dap_servers
 from veil.cli import main
 from veil.client import DapClient, client_for
 from veil.collector import CollectionError, DapCollector, collector_for
 from veil.dap.versions import DapVersion
-from veil.local.launcher import ServerProcess, free_port
+from veil.local.launcher import free_port
 from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task, write_toml
 from veil.times import format_time
 
@@ -93,35 +94,14 @@ def deployment(
             dap=chosen,
         ),
     }
-    servers = []
-    for role, listen, dap in (
-        ("helper", helper_grpc, helper_dap),
-        ("leader", leader_grpc, leader_dap),
-    ):
-        names = []
-        for name, files in tasks.items():
-            write_toml(tmp / f"{name}.{role}.toml", getattr(files, role).to_dict(), secret=True)
-            names.append(f"{name}.{role}.toml")
-        config: dict[str, Any] = {
-            "listen": listen,
-            "storage": f"{role}.db"
-            if dsn is None
-            else as_url(with_schema(dsn, f"{role}_{secrets.token_hex(4)}")),
-            "tasks": names,
-            "allow_exact_release": True,
-            "dap": {"listen": dap},
-        }
-        if role == "leader":
-            config["driver"] = {"interval": 0.2}
-        write_toml(tmp / f"{role}.toml", config, secret=False)
-        server = ServerProcess(role, tmp / f"{role}.toml", tmp / f"{role}.log", listen)
-        server.start()
-        servers.append(server)
-    try:
+
+    def storage(role: str) -> str:
+        if dsn is None:
+            return f"{role}.db"
+        return as_url(with_schema(dsn, f"{role}_{secrets.token_hex(4)}"))
+
+    with dap_servers(tmp, tasks, (leader_grpc, leader_dap), (helper_grpc, helper_dap), storage):
         yield Deployment(f"http://{leader_dap}", tasks, tmp)
-    finally:
-        for server in reversed(servers):
-            server.stop()
 
 
 def _collect(d: Deployment, name: str, measurements: list[Any]) -> list[int] | int:

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.dap_servers import dap_servers
 from veil.aggregator.store.sqlite import SqliteDatastore
 from veil.client import DapClient
 from veil.client.dap import InvitedReport
@@ -39,8 +39,8 @@ from veil.dap.report import prepare_report
 from veil.dap.versions import DapVersion, ReportError, vdaf_context
 from veil.invite import blindrsa
 from veil.invite.token import PendingToken, public_key_bytes
-from veil.local.launcher import ServerProcess, free_port
-from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task, write_toml
+from veil.local.launcher import free_port
+from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
 
 TP = 3600
 VERSION = DapVersion.DAP_19
@@ -102,31 +102,8 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tasks = {"q1": task(0), "q2": task(1), "open": task(None), "beside": task(0, "helper")}
     beside = tasks["beside"]
     tasks["beside"] = replace(beside, helper=replace(beside.helper, issuer_public_key=None))
-    servers = []
-    for role, listen, dap in (
-        ("helper", helper_grpc, helper_dap),
-        ("leader", leader_grpc, leader_dap),
-    ):
-        for name, files in tasks.items():
-            write_toml(root / f"{name}.{role}.toml", getattr(files, role).to_dict(), secret=True)
-        config: dict[str, Any] = {
-            "listen": listen,
-            "storage": f"{role}.db",
-            "tasks": [f"{name}.{role}.toml" for name in tasks],
-            "allow_exact_release": True,
-            "dap": {"listen": dap},
-        }
-        if role == "leader":
-            config["driver"] = {"interval": 0.2}
-        write_toml(root / f"{role}.toml", config, secret=False)
-        server = ServerProcess(role, root / f"{role}.toml", root / f"{role}.log", listen)
-        server.start()
-        servers.append(server)
-    try:
+    with dap_servers(root, tasks, (leader_grpc, leader_dap), (helper_grpc, helper_dap)):
         yield Deployment(root, tasks, f"http://{helper_dap}/")
-    finally:
-        for server in reversed(servers):
-            server.stop()
 
 
 def when() -> int:
