@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.wait import wait_until
+from tests.support.wait import kill_once
 from veil.client import Outbox
 from veil.client.dap import DapReports
 from veil.collector import DapCollector
@@ -86,10 +86,7 @@ def test_killed_dap_client_delivers_every_report_exactly_once(tmp_path: Path) ->
         assert leader.pid is not None
         os.kill(leader.pid, signal.SIGSTOP)
         try:
-            child = subprocess.Popen(veil(*upload, *["1"] * 4), stderr=subprocess.DEVNULL)
-            wait_until(lambda: pending(box) == 4, "4 reports in the outbox")
-            child.kill()
-            assert child.wait() == -signal.SIGKILL
+            kill_once(veil(*upload, *["1"] * 4), lambda: pending(box) == 4, "4 reports stored")
         finally:
             os.kill(leader.pid, signal.SIGCONT)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.deployment import start_deployment
-from tests.support.wait import wait_until
+from tests.support.wait import kill_once
 from veil.client import Outbox
 from veil.task import DpSpec, VdafSpec
 
@@ -59,21 +59,14 @@ def test_killed_client_delivers_every_report_exactly_once(tmp_path: Path) -> Non
         assert dep.leader.pid is not None
         os.kill(dep.leader.pid, signal.SIGSTOP)
         try:
-            child = subprocess.Popen(veil(*upload, *["1"] * 7), stderr=subprocess.DEVNULL)
-            wait_until(lambda: pending(box) == 7, "7 reports in the outbox")
-            time.sleep(0.5)  # let the request leave (the test holds either way)
-            child.kill()
-            assert child.wait() == -signal.SIGKILL
+            kill_once(veil(*upload, *["1"] * 7), lambda: pending(box) == 7, "7 reports stored")
         finally:
             os.kill(dep.leader.pid, signal.SIGCONT)
 
         # 2. The leader is down: the client seals with the configs the outbox
         # remembered, stores, and is killed while it retries.
         dep.leader.stop(signal.SIGKILL)
-        child = subprocess.Popen(veil(*upload, *["1"] * 4), stderr=subprocess.DEVNULL)
-        wait_until(lambda: pending(box) == 11, "11 reports in the outbox")
-        child.kill()
-        assert child.wait() == -signal.SIGKILL
+        kill_once(veil(*upload, *["1"] * 4), lambda: pending(box) == 11, "11 reports stored")
 
         # 3. Still down: an upload that gives up leaves its reports pending, says so.
         gave_up = subprocess.run(

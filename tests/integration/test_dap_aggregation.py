@@ -5,7 +5,7 @@ aggregating each task's reports with the helper over DAP (aggregation jobs
 and the aggregate share), and veil's DAP collector
 (veil.collector.DapCollector) creating a collection job, polling it,
 opening both aggregate shares with DAP's associated data and unsharding
-Count and Histogram results exactly (no DP in the tasks). Two Count tasks
+Count, Sum, Histogram and SumVec results exactly (no DP in those tasks). Two Count tasks
 are leader-selected (DAP's second batch mode): the leader forms batches of
 min_batch_size reports and the collector asks for the next one, without DP
 and with it. One pair of servers on SQLite serves every case; the Histogram
@@ -69,6 +69,22 @@ def deployment(
         ),
         "histogram": new_task(
             VdafSpec("histogram", length=4, chunk_length=2),
+            leader_grpc,
+            helper_grpc,
+            min_batch_size=2,
+            dp=DpSpec("none"),
+            dap=spec,
+        ),
+        "sum": new_task(
+            VdafSpec("sum", max_measurement=100),
+            leader_grpc,
+            helper_grpc,
+            min_batch_size=2,
+            dp=DpSpec("none"),
+            dap=spec,
+        ),
+        "sumvec": new_task(
+            VdafSpec("sumvec", length=3, max_measurement=7, chunk_length=2),
             leader_grpc,
             helper_grpc,
             min_batch_size=2,
@@ -149,6 +165,17 @@ def test_count_is_collected_exactly_over_dap(deployment: Deployment) -> None:
 @BOTH
 def test_histogram_is_collected_exactly_over_dap(deployment: Deployment) -> None:
     assert _collect(deployment, "histogram", [0, 3, 3, 1, 3, 2]) == [1, 1, 1, 3]
+
+
+@SQLITE
+def test_sum_is_collected_exactly_over_dap(deployment: Deployment) -> None:
+    assert _collect(deployment, "sum", [100, 0, 37, 1, 62]) == 200
+
+
+@SQLITE
+def test_sumvec_is_collected_exactly_over_dap(deployment: Deployment) -> None:
+    vectors = [[7, 0, 3], [1, 1, 1], [0, 6, 7]]
+    assert _collect(deployment, "sumvec", vectors) == [8, 7, 11]
 
 
 @SQLITE
