@@ -45,6 +45,9 @@ TP = 10
 MAX_CLOCK_SKEW = 290
 PER_BUCKET = 100
 WAIT = 120.0
+# How much further ahead the late bucket is when the helper is behind: the
+# time the test has to see its reports wait at the leader.
+LOOKOUT = 60
 # Reports expire after EXPIRY s; one OLD s old is within that by the leader's
 # clock, and beyond it by the clock of a helper SKEW s ahead.
 EXPIRY = 3600
@@ -123,10 +126,15 @@ def test_every_acknowledged_report_is_collected_with_the_clocks_apart(
 ) -> None:
     dep, offset = skewed
     began = time.monotonic()
-    # One bucket just ahead of the leader's clock (too early for a helper
-    # SKEW s behind, for 10 to 20 s), one a minute back (taken at once).
-    late = (int(time.time()) // TP + 1) * TP
-    early = late - 6 * TP
+    # One bucket ahead of the leader's clock, one a minute back (taken at
+    # once). With the helper SKEW s behind, the late bucket is too early for
+    # it until the leader's clock passes late + SKEW - MAX_CLOCK_SKEW: the
+    # wait the test watches for. Just ahead (10 to 20 s of waiting) was not
+    # long enough for the leader's first job and status to come beside a
+    # whole suite and two busy loops; a minute further ahead is.
+    ahead = LOOKOUT if offset < 0 else 0
+    late = (int(time.time() + ahead) // TP + 1) * TP
+    early = late - ahead - 6 * TP
     client = dep.client("skew")
     acknowledged = 0
     for t in (late, early):
@@ -163,7 +171,7 @@ def test_every_acknowledged_report_is_collected_with_the_clocks_apart(
         acknowledged += client.upload_batch([1], old).accepted
 
     with dep.collector("skew") as collector:
-        result = collector.collect(old, late + TP - old, wait=WAIT)
+        result = collector.collect(old, late + TP - old, wait=WAIT + LOOKOUT)
     assert (result.report_count, result.estimate) == (acknowledged, acknowledged)
     assert dep.rejections("leader", "skew") == {}
     assert dep.rejections("helper", "skew") == {}
