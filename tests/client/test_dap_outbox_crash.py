@@ -7,18 +7,15 @@ helper` serving DAP on loopback (SQLite), and real client processes."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.wait import kill_once
-from veil.client import Outbox
+from tests.support.outbox import flush, kill_while_frozen, pending
+from tests.support.outbox import veil_command as veil
 from veil.client.dap import DapReports
 from veil.collector import DapCollector
 from veil.local.launcher import ServerProcess, free_port
@@ -29,15 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.fault]
 TP = 3600
 
 
-def veil(*args: str) -> list[str]:
-    return [sys.executable, "-m", "veil.cli", *args]
-
-
-def pending(box: Path) -> int:
-    if not box.exists():
-        return 0
-    with Outbox(box, codec=DapReports(TP)) as outbox:
-        return sum(t.pending for t in outbox.status())
+CODEC = DapReports(TP)
 
 
 def test_killed_dap_client_delivers_every_report_exactly_once(tmp_path: Path) -> None:
@@ -79,27 +68,15 @@ def test_killed_dap_client_delivers_every_report_exactly_once(tmp_path: Path) ->
         # Delivered at once; the outbox now also remembers both HPKE configs.
         done = subprocess.run(veil(*upload, *["1"] * 3), capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        assert pending(box) == 0
+        assert pending(box, CODEC) == 0
 
         # Sealed, stored, sent, never acknowledged: the leader is frozen,
         # so the request waits for an answer when the client is killed.
         assert leader.pid is not None
-        os.kill(leader.pid, signal.SIGSTOP)
-        try:
-            kill_once(veil(*upload, *["1"] * 4), lambda: pending(box) == 4, "4 reports stored")
-        finally:
-            os.kill(leader.pid, signal.SIGCONT)
+        kill_while_frozen(leader.pid, veil(*upload, *["1"] * 4), box, 4, CODEC)
 
         # One flush delivers everything, once.
-        flush = subprocess.run(
-            veil("outbox", "flush", "--outbox", str(box), "--task", str(task)),
-            capture_output=True,
-            text=True,
-        )
-        assert flush.returncode == 0, flush.stderr
-        assert pending(box) == 0
-        with Outbox(box, codec=DapReports(TP)) as outbox:
-            (final,) = outbox.status()
+        final = flush(box, task, CODEC)
         assert (final.delivered, final.refused, final.expired) == (7, 0, 0)
 
         result = DapCollector(files.collector).collect(int(t), TP, wait=120)

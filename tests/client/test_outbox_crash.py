@@ -8,18 +8,17 @@ processes."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.deployment import start_deployment
+from tests.support.outbox import flush, kill_while_frozen, pending
+from tests.support.outbox import veil_command as veil
 from tests.support.wait import kill_once
-from veil.client import Outbox
 from veil.task import DpSpec, VdafSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
@@ -27,27 +26,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.fault]
 TP = 3600
 
 
-def veil(*args: str) -> list[str]:
-    return [sys.executable, "-m", "veil.cli", *args]
-
-
-def pending(box: Path) -> int:
-    if not box.exists():
-        return 0
-    with Outbox(box) as outbox:
-        return sum(t.pending for t in outbox.status())
-
-
 def test_killed_client_delivers_every_report_exactly_once(tmp_path: Path) -> None:
     dep = start_deployment(
         tmp_path / "servers", {"count": (VdafSpec("count"), DpSpec("none"), {"min_batch_size": 1})}
     )
     try:
-        task = str(dep.local.root / "count.client.toml")
+        task = dep.local.root / "count.client.toml"
         box = tmp_path / "client.outbox"
         now = int(time.time())
         t = str(now - now % TP - TP)
-        upload = ["upload", "--task", task, "--outbox", str(box), "--time", t]
+        upload = ["upload", "--task", str(task), "--outbox", str(box), "--time", t]
 
         # Delivered at once; the outbox now also remembers both HPKE configs.
         done = subprocess.run(veil(*upload, *["1"] * 5), capture_output=True, text=True)
@@ -57,11 +45,7 @@ def test_killed_client_delivers_every_report_exactly_once(tmp_path: Path) -> Non
         # 1. Sealed, stored, sent, never acknowledged: the leader is frozen,
         # so the request waits for an answer when the client is killed.
         assert dep.leader.pid is not None
-        os.kill(dep.leader.pid, signal.SIGSTOP)
-        try:
-            kill_once(veil(*upload, *["1"] * 7), lambda: pending(box) == 7, "7 reports stored")
-        finally:
-            os.kill(dep.leader.pid, signal.SIGCONT)
+        kill_while_frozen(dep.leader.pid, veil(*upload, *["1"] * 7), box, 7)
 
         # 2. The leader is down: the client seals with the configs the outbox
         # remembered, stores, and is killed while it retries.
@@ -87,15 +71,7 @@ def test_killed_client_delivers_every_report_exactly_once(tmp_path: Path) -> Non
 
         # The leader is back: one flush delivers everything, once.
         dep.leader.start()
-        flush = subprocess.run(
-            veil("outbox", "flush", "--outbox", str(box), "--task", task),
-            capture_output=True,
-            text=True,
-        )
-        assert flush.returncode == 0, flush.stderr
-        assert pending(box) == 0
-        with Outbox(box) as outbox:
-            (final,) = outbox.status()
+        final = flush(box, task)
         assert (final.delivered, final.refused, final.expired) == (19, 0, 0)
 
         with dep.collector("count") as collector:
