@@ -320,7 +320,13 @@ DAP_VIEWS: dict[str, tuple[tuple[type, ...], ModuleType | None, ModuleType | Non
     # `veil survey serve` for a survey over DAP: the page's DAP reports it
     # relays, and what the leader answers it (veil.web.app).
     "page_operator": (
-        (dap_messages.Report, dap_messages.HpkeConfigList, dap_messages.UploadErrors),
+        (
+            dap_messages.Report,
+            dap_messages.HpkeConfigList,
+            dap_messages.UploadErrors,
+            # Read from a report's public extension (a survey with invitations).
+            dap_invitation.InvitationExtension,
+        ),
         dap_http,
         None,
     ),

@@ -8,11 +8,30 @@
 // The TaskConfiguration every share binds comes encoded from the task's
 // owner (`veil survey deploy --protocol dap` prints it, and
 // Task.dap_configuration() builds it): this client writes no part of it.
+//
+// A survey with invitations (veil.dap.invitation, docs/DAP.md "Invitations
+// over DAP"): the report's token rides in veil's InvitationExtension, a
+// public extension (or, where the helper is another implementation, one in
+// the leader's PlaintextInputShare), which is inside what both shares are
+// sealed with. So the token cannot commit to the sealed shares: it commits
+// to their HPKE config ids and encapsulated keys, drawn first
+// (`prepareInvited`); the report is sealed under those keys once the token
+// is back (`sealInvited`).
 
-import { Client, REPORT_ID_SIZE, TASK_ID_SIZE, b64d } from './client.js';
-import { ROLE_CLIENT, ROLE_HELPER, ROLE_LEADER, seal } from './hpke.js';
+import { sha256 } from '@noble/hashes/sha2.js';
+
+import { Client, REPORT_ID_SIZE, TASK_ID_SIZE, b64d, b64e } from './client.js';
+import { ROLE_CLIENT, ROLE_HELPER, ROLE_LEADER, ephemeralEnc, seal } from './hpke.js';
+import { dapRedemptionContext } from './invite.js';
 import { Poplar1 } from './poplar1.js';
 import { concat } from './prio3.js';
+
+/** veil's report extension carrying an invitation token (veil.dap.invitation). */
+export const INVITATION_EXTENSION = 0xff56;
+/** The bytes of an InvitationExtension's data: the token, then a SHA-256. */
+export const INVITATION_DATA_SIZE = 354 + 32;
+/** Where a task's invitation extension goes: the report's public extensions, or the leader's share. */
+export const INVITATION_PLACES = ['public', 'leader'];
 
 /** The drafts veil speaks (veil.dap.versions): each one's version tag. */
 export const DAP_VERSIONS = ['dap-19', 'dap-18'];
@@ -66,16 +85,27 @@ function opaque(bytes, size, min = 0) {
   return concat(uint(bytes.length, size), bytes);
 }
 
+/** @typedef {{type: number, data: Uint8Array}} Extension */
+
+/**
+ * A list of Extensions: extension_type (uint16) || extension_data<0..2^16-1>
+ * each, the whole in a 2-byte length.
+ * @param {Extension[]} extensions
+ */
+function encodeExtensions(extensions) {
+  return opaque(concat(...extensions.map((e) => concat(uint(e.type, 2), opaque(e.data, 2)))), 2);
+}
+
 /**
  * ReportMetadata: report_id[16] || time (uint64, in time precisions) ||
- * public_extensions<0..2^16-1> (none).
- * @param {Uint8Array} reportId @param {number} time
+ * public_extensions<0..2^16-1>.
+ * @param {Uint8Array} reportId @param {number} time @param {Extension[]} [extensions]
  */
-export function encodeReportMetadata(reportId, time) {
+export function encodeReportMetadata(reportId, time, extensions = []) {
   if (reportId.length !== REPORT_ID_SIZE) {
     throw new RangeError(`report id must be ${REPORT_ID_SIZE} bytes`);
   }
-  return concat(reportId, uint(time, 8), new Uint8Array(2));
+  return concat(reportId, uint(time, 8), encodeExtensions(extensions));
 }
 
 /**
@@ -89,12 +119,46 @@ export function encodeInputShareAad(taskId, configuration, metadata, publicShare
 }
 
 /**
- * PlaintextInputShare: private_extensions<0..2^16-1> (none) || payload<0..2^32-1>.
- * @param {Uint8Array} payload the encoded input share
+ * PlaintextInputShare: private_extensions<0..2^16-1> || payload<0..2^32-1>.
+ * @param {Uint8Array} payload the encoded input share @param {Extension[]} [extensions]
  */
-export function encodePlaintextInputShare(payload) {
-  return concat(new Uint8Array(2), opaque(payload, 4));
+export function encodePlaintextInputShare(payload, extensions = []) {
+  return concat(encodeExtensions(extensions), opaque(payload, 4));
 }
+
+/**
+ * SHA-256 of a sealed share's HPKE config id (one byte) and encapsulated
+ * key (veil.dap.invitation.sealed_key_digest).
+ * @param {number} configId @param {Uint8Array} enc
+ */
+export function sealedKeyDigest(configId, enc) {
+  return sha256(concat(uint(configId, 1), enc));
+}
+
+/**
+ * veil's InvitationExtension: the token, then the leader's key digest.
+ * @param {Uint8Array} token @param {Uint8Array} leaderKeyDigest
+ * @returns {Extension}
+ */
+export function invitationExtension(token, leaderKeyDigest) {
+  const data = concat(token, leaderKeyDigest);
+  if (data.length !== INVITATION_DATA_SIZE || leaderKeyDigest.length !== 32) {
+    throw new RangeError(`an invitation extension's data is ${INVITATION_DATA_SIZE} bytes`);
+  }
+  return { type: INVITATION_EXTENSION, data };
+}
+
+/**
+ * An invited report between `prepareInvited` and `sealInvited`, as JSON
+ * (kept by the page until the issuer answered): what the report is built
+ * from (time in time precisions; measurement as sent, after any local
+ * layer), the HPKE configs and ephemeral private keys its shares are sealed
+ * with, and the redemption context its token is signed for. Every byte
+ * string in base64url.
+ * @typedef {{time: number, report_id: string, rand: string, measurement: any,
+ *   leader: {config_id: number, public_key: string}, helper: {config_id: number, public_key: string},
+ *   ephemerals: string[], leader_key_digest: string, context: string}} InvitedReport
+ */
 
 /**
  * HpkeCiphertext: config_id || enc<1..2^16-1> || payload<1..2^32-1>.
@@ -110,14 +174,20 @@ export class DapClient extends Client {
    * @param {import('./client.js').TaskDescription} task
    * @param {{leader: import('./hpke.js').HpkeConfig, helper: import('./hpke.js').HpkeConfig}} configs
    *   each aggregator's HPKE config, from its DAP HpkeConfigList
-   * @param {{version: string, configuration: string}} dap the draft's version
-   *   ("dap-19" or "dap-18") and the encoded TaskConfiguration, base64url
+   * @param {{version: string, configuration: string, invitation?: string}} dap the
+   *   draft's version ("dap-19" or "dap-18"), the encoded TaskConfiguration,
+   *   base64url, and for a task with invitations where its extension goes
+   *   (`INVITATION_PLACES`)
    * @param {{now?: () => number, randomBytes?: (n: number) => Uint8Array}} [options]
    */
   constructor(task, configs, dap, options = {}) {
     super(task, configs, options);
     if (this.vdaf instanceof Poplar1) throw new RangeError('a poplar1 task is not served over DAP');
     this.version = dap.version;
+    this.invitation = dap.invitation ?? null;
+    if (this.invitation !== null && !INVITATION_PLACES.includes(this.invitation)) {
+      throw new RangeError(`an invitation extension goes in ${INVITATION_PLACES.join(' or ')}`);
+    }
     this.ctx = dapVdafContext(dap.version, this.taskId);
     this.configuration = b64d(dap.configuration);
     if (this.taskId.length !== TASK_ID_SIZE || this.configuration.length === 0) {
@@ -133,28 +203,122 @@ export class DapClient extends Client {
    * @returns {Promise<Uint8Array>}
    */
   async buildDapReport(measurement, reportTime) {
-    const tp = this.task.time_precision;
     const t = reportTime ?? this.reportTime();
     this.vdaf.flp.encode(measurement);
     // The true answer goes no further than this line with a local layer.
     const sent = this.randomize === null ? measurement : this.randomize(measurement);
     const reportId = this.randomBytes(REPORT_ID_SIZE);
     const rand = this.randomBytes(this.vdaf.RAND_SIZE);
+    // DAP counts a report's time in time precisions (veil.dap.report).
+    const time = Math.floor(t / this.task.time_precision);
+    return this.sealReport(sent, time, reportId, rand, this.configs.leader, this.configs.helper);
+  }
+
+  /**
+   * The first half of an invited report (veil.dap.invitation; Python's
+   * `DapClient.prepare_invited`): the measurement checked (and randomized,
+   * with a local layer), its randomness and its shares' ephemeral HPKE keys
+   * drawn, and the redemption context its token must be signed for. Throws
+   * MeasurementError on an invalid measurement, before anything is drawn.
+   * @param {unknown} measurement
+   * @param {number} [reportTime] seconds, defaults to now; rounded down to the time precision
+   * @returns {Promise<InvitedReport>}
+   */
+  async prepareInvited(measurement, reportTime) {
+    if (this.invitation === null) throw new RangeError('this DAP task takes no invitation token');
+    const tp = this.task.time_precision;
+    const time = Math.floor((reportTime ?? this.reportTime()) / tp);
+    this.vdaf.flp.encode(measurement);
+    const sent = this.randomize === null ? measurement : this.randomize(measurement);
+    const reportId = this.randomBytes(REPORT_ID_SIZE);
+    const rand = this.randomBytes(this.vdaf.RAND_SIZE);
+    const ephemerals = [this.randomBytes(32), this.randomBytes(32)];
+    const { leader, helper } = this.configs;
+    const [leaderDigest, helperDigest] = await Promise.all(
+      [leader, helper].map(async (c, i) => sealedKeyDigest(c.config_id, await ephemeralEnc(ephemerals[i]))),
+    );
+    // Sharded here for the public share the context commits to; sharded
+    // again, to the same bytes, when the report is sealed.
+    const { publicShare } = this.vdaf.shard(this.ctx, sent, reportId, rand);
+    const context = dapRedemptionContext(
+      this.taskId,
+      reportId,
+      time * tp,
+      this.vdaf.encodePublicShare(publicShare),
+      leaderDigest,
+      helperDigest,
+    );
+    const config = (/** @type {import('./hpke.js').HpkeConfig} */ c) => ({
+      config_id: c.config_id,
+      public_key: b64e(c.public_key),
+    });
+    return {
+      time,
+      report_id: b64e(reportId),
+      rand: b64e(rand),
+      measurement: sent,
+      leader: config(leader),
+      helper: config(helper),
+      ephemerals: ephemerals.map(b64e),
+      leader_key_digest: b64e(leaderDigest),
+      context: b64e(context),
+    };
+  }
+
+  /**
+   * Seal a report from `prepareInvited` with its token in the invitation
+   * extension: a public extension, or in the leader's input share where the
+   * task says so (the helper is another implementation). The encoded Report.
+   * @param {InvitedReport} invited @param {Uint8Array} token
+   * @returns {Promise<Uint8Array>}
+   */
+  async sealInvited(invited, token) {
+    const extension = invitationExtension(token, b64d(invited.leader_key_digest));
+    const inLeader = this.invitation === 'leader';
+    const config = (/** @type {{config_id: number, public_key: string}} */ c) => ({
+      config_id: c.config_id,
+      public_key: b64d(c.public_key),
+    });
+    return this.sealReport(
+      invited.measurement,
+      invited.time,
+      b64d(invited.report_id),
+      b64d(invited.rand),
+      config(invited.leader),
+      config(invited.helper),
+      {
+        publicExtensions: inLeader ? [] : [extension],
+        leaderExtensions: inLeader ? [extension] : [],
+        ephemerals: invited.ephemerals.map(b64d),
+      },
+    );
+  }
+
+  /**
+   * The encoded Report of `sent` (a checked measurement, already through any
+   * local layer) at `time` (in time precisions), sealed to `leader` and `helper`.
+   * @param {unknown} sent @param {number} time @param {Uint8Array} reportId @param {Uint8Array} rand
+   * @param {import('./hpke.js').HpkeConfig} leader @param {import('./hpke.js').HpkeConfig} helper
+   * @param {{publicExtensions?: Extension[], leaderExtensions?: Extension[],
+   *   ephemerals?: Uint8Array[]}} [options]
+   */
+  async sealReport(sent, time, reportId, rand, leader, helper, options = {}) {
+    const { publicExtensions = [], leaderExtensions = [], ephemerals = [] } = options;
     const { publicShare, inputShares } = this.vdaf.shard(this.ctx, sent, reportId, rand);
     const ps = this.vdaf.encodePublicShare(publicShare);
-    // DAP counts a report's time in time precisions (veil.dap.report).
-    const metadata = encodeReportMetadata(reportId, Math.floor(t / tp));
+    const metadata = encodeReportMetadata(reportId, time, publicExtensions);
     const aad = encodeInputShareAad(this.taskId, this.configuration, metadata, ps);
     const [leaderCt, helperCt] = await Promise.all(
       [
-        [this.configs.leader, ROLE_LEADER, inputShares[0]],
-        [this.configs.helper, ROLE_HELPER, inputShares[1]],
-      ].map(([config, role, share]) =>
+        [leader, ROLE_LEADER, inputShares[0], leaderExtensions, ephemerals[0]],
+        [helper, ROLE_HELPER, inputShares[1], [], ephemerals[1]],
+      ].map(([config, role, share, extensions, ephemeral]) =>
         seal(
           config,
           dapInputShareInfo(this.version, role),
-          encodePlaintextInputShare(this.vdaf.encodeInputShare(share)),
+          encodePlaintextInputShare(this.vdaf.encodeInputShare(share), extensions),
           aad,
+          ephemeral,
         ),
       ),
     );

@@ -65,14 +65,62 @@ export function isSupported(config) {
 }
 
 /**
+ * The ephemeral key pair of a raw X25519 private key (32 bytes), as hpke-js
+ * takes one: for a seal whose encapsulated key the caller must know first
+ * (an invitation token over DAP commits to it, veil.hpke.new_ephemeral).
+ * @param {Uint8Array} privateKey
+ */
+async function ephemeralPair(privateKey) {
+  if (privateKey.length !== PUBLIC_KEY_SIZE) {
+    throw new HpkeError(`an ephemeral X25519 key is ${PUBLIC_KEY_SIZE} bytes`);
+  }
+  const kem = theSuite().kem;
+  const sk = await kem.deserializePrivateKey(privateKey);
+  const pk = await kem.deserializePublicKey(await x25519Public(sk));
+  return { privateKey: sk, publicKey: pk };
+}
+
+/**
+ * The X25519 public key of a private CryptoKey: its JWK's `x`, or, where a
+ * browser does not export it (hpke-js meets this in Firefox), the key's
+ * product with the base point.
+ * @param {CryptoKey} sk
+ */
+async function x25519Public(sk) {
+  try {
+    const jwk = await globalThis.crypto.subtle.exportKey('jwk', sk);
+    const bin = atob(String(jwk.x).replace(/-/g, '+').replace(/_/g, '/'));
+    return Uint8Array.from(bin, (c) => c.charCodeAt(0));
+  } catch {
+    const base = new Uint8Array(PUBLIC_KEY_SIZE);
+    base[0] = 9;
+    const point = await globalThis.crypto.subtle.importKey('raw', base, { name: 'X25519' }, true, []);
+    const bits = await globalThis.crypto.subtle.deriveBits({ name: 'X25519', public: point }, sk, 256);
+    return new Uint8Array(bits);
+  }
+}
+
+/**
+ * The encapsulated key (`enc`) a seal with ephemeral private key
+ * `privateKey` writes: its X25519 public key.
+ * @param {Uint8Array} privateKey 32 bytes
+ */
+export async function ephemeralEnc(privateKey) {
+  const { publicKey } = await ephemeralPair(privateKey);
+  return new Uint8Array(await theSuite().kem.serializePublicKey(publicKey));
+}
+
+/**
  * Seal `plaintext` to `config` with `info` as the context (base mode), and
  * `aad` as the AEAD's associated data: empty for veil's own reports, DAP's
- * InputShareAad for a DAP report (./dap.js).
+ * InputShareAad for a DAP report (./dap.js). `ephemeral`, a raw X25519
+ * private key, where the caller drew it (see `ephemeralEnc`); a fresh one
+ * otherwise.
  * @param {HpkeConfig} config @param {Uint8Array} info @param {Uint8Array} plaintext
- * @param {Uint8Array} [aad]
+ * @param {Uint8Array} [aad] @param {Uint8Array} [ephemeral]
  * @returns {Promise<Ciphertext>}
  */
-export async function seal(config, info, plaintext, aad = new Uint8Array(0)) {
+export async function seal(config, info, plaintext, aad = new Uint8Array(0), ephemeral = undefined) {
   if (!isSupported(config)) {
     throw new HpkeError(`HPKE config ${config.config_id} uses an unsupported suite`);
   }
@@ -84,7 +132,10 @@ export async function seal(config, info, plaintext, aad = new Uint8Array(0)) {
   }
   const s = theSuite();
   const recipientPublicKey = await s.kem.deserializePublicKey(config.public_key);
-  const { ct, enc } = await s.seal({ recipientPublicKey, info }, plaintext, aad);
+  // hpke-js takes a caller's ephemeral key pair as `ekm` (meant for tests:
+  // here it is fresh randomness drawn by the caller, never reused).
+  const ekm = ephemeral === undefined ? undefined : await ephemeralPair(ephemeral);
+  const { ct, enc } = await s.seal({ recipientPublicKey, info, ekm }, plaintext, aad);
   return { config_id: config.config_id, enc: new Uint8Array(enc), payload: new Uint8Array(ct) };
 }
 

@@ -19,6 +19,8 @@ import { concat } from './prio3.js';
 
 const TOKEN_TYPE = new Uint8Array([0x00, 0x02]);
 const LABEL = new TextEncoder().encode('veil-invitation-report-v2');
+// A DAP report's (veil.dap.invitation.DAP_CONTEXT_LABEL).
+const DAP_LABEL = new TextEncoder().encode('veil-invitation-dap-report-v1');
 const NONCE_SIZE = 32;
 // The TokenChallenge's issuer_name and origin_info (veil.invite.token).
 const ISSUER_NAME = new TextEncoder().encode('issuer.veil.invalid');
@@ -85,25 +87,47 @@ export function tokenKeyId(spki) {
 const sealedShareDigest = (ct) => sha256(concat(new Uint8Array([ct.config_id]), ct.enc, ct.payload));
 
 /**
+ * SHA-256(label || task id || report id || time || SHA-256(public share)
+ * || leader's digest || helper's digest) (veil.invite.token.redemption_context).
+ * @param {Uint8Array} label @param {Uint8Array} taskId @param {Uint8Array} reportId
+ * @param {number} time seconds @param {Uint8Array} publicShare
+ * @param {Uint8Array} leaderDigest @param {Uint8Array} helperDigest
+ */
+function bindingContext(label, taskId, reportId, time, publicShare, leaderDigest, helperDigest) {
+  const t = new Uint8Array(8);
+  new DataView(t.buffer).setBigUint64(0, BigInt(time));
+  return sha256(
+    concat(label, taskId, reportId, t, sha256(publicShare), leaderDigest, helperDigest),
+  );
+}
+
+/**
  * The redemption context binding a token to one sealed report of one task
  * (veil.invite.token.report_context).
  * @param {Uint8Array} taskId
  * @param {import('./client.js').Report} report
  */
 export function redemptionContext(taskId, report) {
-  const time = new Uint8Array(8);
-  new DataView(time.buffer).setBigUint64(0, BigInt(report.time));
-  return sha256(
-    concat(
-      LABEL,
-      taskId,
-      report.report_id,
-      time,
-      sha256(report.public_share),
-      sealedShareDigest(report.leader_encrypted_input_share),
-      sealedShareDigest(report.helper_encrypted_input_share),
-    ),
+  return bindingContext(
+    LABEL,
+    taskId,
+    report.report_id,
+    report.time,
+    report.public_share,
+    sealedShareDigest(report.leader_encrypted_input_share),
+    sealedShareDigest(report.helper_encrypted_input_share),
   );
+}
+
+/**
+ * The redemption context of a DAP report's token (veil.dap.invitation.
+ * dap_redemption_context): the digests are of its shares' HPKE keys
+ * (./dap.js, `sealedKeyDigest`), drawn before the shares are sealed.
+ * @param {Uint8Array} taskId @param {Uint8Array} reportId @param {number} time seconds
+ * @param {Uint8Array} publicShare @param {Uint8Array} leaderKeyDigest @param {Uint8Array} helperKeyDigest
+ */
+export function dapRedemptionContext(taskId, reportId, time, publicShare, leaderKeyDigest, helperKeyDigest) {
+  return bindingContext(DAP_LABEL, taskId, reportId, time, publicShare, leaderKeyDigest, helperKeyDigest);
 }
 
 /**
@@ -173,13 +197,15 @@ export class InvitationError extends Error {
 }
 
 /**
- * Blind one token per task for its sealed report (null for a question left
- * unanswered: the issuer signs one token per question, and that one is bound
+ * Blind one token per task for its sealed report, or for the redemption
+ * context given (`{context}`, base64url: a DAP report's, whose token is
+ * sealed inside it, ./dap.js `prepareInvited`), null for a question left
+ * unanswered (the issuer signs one token per question, and that one is bound
  * to nothing): the state to keep (as JSON, e.g. in sessionStorage, with the
  * reports) until the issuer answered, so that a retry sends the very same
  * blinded messages and gets the same signatures back.
  * @param {{task_id: string, issuer_public_key: string}[]} tasks
- * @param {(import('./client.js').Report | null)[]} reports
+ * @param {(import('./client.js').Report | {context: string} | null)[]} reports
  * @param {{randomBytes?: (n: number) => Uint8Array}} [options]
  * @returns {Promise<Record<string, string>[]>}
  */
@@ -194,7 +220,11 @@ export async function prepareInvitation(tasks, reports, options = {}) {
     const key = await importKey(spki);
     const report = reports[i];
     const context =
-      report === null ? randomBytes(32) : redemptionContext(b64d(task.task_id), report);
+      report === null
+        ? randomBytes(32)
+        : 'context' in report
+          ? b64d(report.context)
+          : redemptionContext(b64d(task.task_id), report);
     const digest = challengeDigest(context);
     const keyId = tokenKeyId(spki);
     const nonce = randomBytes(NONCE_SIZE);

@@ -465,14 +465,18 @@ async function main() {
         // sealed (its challenge commits to the report's content), both kept
         // until the issuer answered: a retry after a lost answer sends the
         // same blinded tokens, gets the same signatures, and sends the
-        // reports they were made for (the answers as first sent).
+        // reports they were made for (the answers as first sent). Over DAP
+        // the token is sealed inside its report, so what is kept until then
+        // is what the report is built from: the answer as sent (after any
+        // local layer), its randomness and keys, never the true answer of a
+        // randomized question.
         /** @type {{reports: (Record<string, unknown> | null)[], pending: Record<string, string>[]} | null} */
         let kept =
           invitations && invitation ? JSON.parse(sessionStorage.getItem(pendingKey) ?? 'null') : null;
         if (kept === null) {
           say('Encrypting your answers on this device…');
           const configs = await getJson('hpke-configs.json');
-          /** @type {(import('./client.js').Report | Uint8Array | null)[]} */
+          /** @type {(import('./client.js').Report | Uint8Array | import('./dap.js').InvitedReport | null)[]} */
           const built = [];
           for (let i = 0; i < tasks.length; i++) {
             const q = /** @type {Question} */ (tasks[i]);
@@ -489,6 +493,13 @@ async function main() {
             };
             // A survey deployed over DAP: the draft's Report, relayed as a DAP upload.
             const dap = /** @type {any} */ (q).dap;
+            if (dap && invitations && invitation) {
+              // Its token goes inside what its shares are sealed with: only
+              // its randomness and keys are drawn now, and it is sealed once
+              // the token is back (./dap.js).
+              built.push(await new DapClient(task, sealTo, dap).prepareInvited(answers[i]));
+              continue;
+            }
             built.push(
               dap
                 ? await new DapClient(task, sealTo, dap).buildDapReport(answers[i])
@@ -500,7 +511,9 @@ async function main() {
               ? null
               : r instanceof Uint8Array
                 ? { task_id: tasks[i].task_id, dap_report: b64e(r) }
-                : { task_id: tasks[i].task_id, ...reportToJson(r) },
+                : 'context' in r
+                  ? { task_id: tasks[i].task_id, dap_invited: r }
+                  : { task_id: tasks[i].task_id, ...reportToJson(r) },
           );
           if (!(invitations && invitation)) {
             sealed = reports.filter((r) => r !== null);
@@ -512,7 +525,7 @@ async function main() {
                 task_id: q.task_id,
                 issuer_public_key: /** @type {any} */ (q).issuer_public_key,
               })),
-              built,
+              /** @type {any[]} */ (built),
             );
             kept = { reports, pending };
             sessionStorage.setItem(pendingKey, JSON.stringify(kept));
@@ -521,9 +534,25 @@ async function main() {
         if (kept !== null) {
           say('Checking your invitation…');
           const tokens = await finishInvitation('invitation', invitation ?? '', kept.pending);
-          sealed = kept.reports.flatMap((r, i) =>
-            r === null ? [] : [{ ...r, token: b64e(tokens[i]) }],
-          );
+          sealed = [];
+          for (const [i, r] of kept.reports.entries()) {
+            if (r === null) continue;
+            if (r.dap_invited === undefined) {
+              sealed.push({ ...r, token: b64e(tokens[i]) });
+              continue;
+            }
+            // Over DAP: sealed now, with its token inside (drawn and
+            // randomized before: nothing is drawn again).
+            const q = /** @type {any} */ (tasks[i]);
+            const invited = /** @type {import('./dap.js').InvitedReport} */ (r.dap_invited);
+            const task = { task_id: q.task_id, vdaf: q.vdaf, time_precision: timePrecision };
+            const sealTo = {
+              leader: hpkeConfigFromJson(invited.leader),
+              helper: hpkeConfigFromJson(invited.helper),
+            };
+            const report = await new DapClient(task, sealTo, q.dap).sealInvited(invited, tokens[i]);
+            sealed.push({ task_id: q.task_id, dap_report: b64e(report) });
+          }
           sessionStorage.setItem(storeKey, JSON.stringify(sealed));
           // The sealed reports carry the tokens from here on.
           sessionStorage.removeItem(pendingKey);

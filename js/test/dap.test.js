@@ -10,7 +10,7 @@ import { dirname, resolve } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { b64e } from '../src/client.js';
+import { b64d, b64e } from '../src/client.js';
 import {
   DapClient,
   dapInputShareInfo,
@@ -102,4 +102,61 @@ test('a built report: metadata, then the public share, then two ciphertexts', as
     () => new DapClient(task, { leader: config, helper: config }, { version: 'dap-20', configuration: 'AA' }),
     RangeError,
   );
+});
+
+// An invited report (a survey with invitations: veil.dap.invitation) built
+// by the JS client from the inputs of tests/fixtures/dap_js_invitation.json,
+// where Python's prepare_invited and upload_invited wrote their outputs
+// (tests/js/test_js_dap.py checks them): the same leader key digest,
+// redemption context and Report, byte for byte, with the extension public
+// or in the leader's share.
+const invited = JSON.parse(
+  readFileSync(resolve(here, '..', '..', 'tests', 'fixtures', 'dap_js_invitation.json'), 'utf8'),
+);
+
+for (const c of invited.cases) {
+  test(`an invited report as Python builds it (${c.vdaf.type}, extension ${c.invitation})`, async () => {
+    // The JS client draws, in order: report id, VDAF randomness, the
+    // leader's and the helper's ephemeral keys.
+    const draws = [c.report_id, c.rand, ...c.ephemerals].map(bytes);
+    const client = new DapClient(
+      { task_id: b64e(bytes(c.task_id)), vdaf: c.vdaf, time_precision: c.time_precision },
+      {
+        leader: { config_id: c.leader.config_id, public_key: bytes(c.leader.public_key) },
+        helper: { config_id: c.helper.config_id, public_key: bytes(c.helper.public_key) },
+      },
+      { version: c.version, configuration: b64e(bytes(c.configuration)), invitation: c.invitation },
+      {
+        randomBytes: (n) => {
+          const next = draws.shift();
+          assert.equal(next.length, n);
+          return next;
+        },
+      },
+    );
+    const prepared = await client.prepareInvited(c.measurement, c.time * c.time_precision + 7);
+    assert.equal(draws.length, 0);
+    assert.equal(hex(b64d(prepared.leader_key_digest)), c.leader_key_digest);
+    assert.equal(hex(b64d(prepared.context)), c.context);
+    // Kept as JSON by the page until the issuer answers.
+    const kept = JSON.parse(JSON.stringify(prepared));
+    const report = await client.sealInvited(kept, bytes(c.token));
+    assert.equal(hex(report), c.report);
+  });
+}
+
+test('an invited report needs a task with invitations and a token of the right size', async () => {
+  const c = invited.cases[0];
+  const task = { task_id: b64e(bytes(c.task_id)), vdaf: c.vdaf, time_precision: c.time_precision };
+  const configs = {
+    leader: { config_id: 3, public_key: bytes(c.leader.public_key) },
+    helper: { config_id: 4, public_key: bytes(c.helper.public_key) },
+  };
+  const dap = { version: c.version, configuration: b64e(bytes(c.configuration)) };
+  await assert.rejects(new DapClient(task, configs, dap).prepareInvited(1), RangeError);
+  assert.throws(() => new DapClient(task, configs, { ...dap, invitation: 'helper' }), RangeError);
+  const client = new DapClient(task, configs, { ...dap, invitation: 'public' });
+  await assert.rejects(client.prepareInvited(2), { name: 'MeasurementError' });
+  const prepared = await client.prepareInvited(1);
+  await assert.rejects(client.sealInvited(prepared, bytes(c.token).subarray(1)), RangeError);
 });

@@ -381,3 +381,10 @@ def test_reports_sealed_elsewhere_are_relayed_as_they_are(
     with pytest.raises(UploadError, match=r"took 1 of 3 reports and refused 2 .*hpke_unknown"):
         _client(files).upload_reports(sealed)
     assert len(_uploads(server)) == 2  # not sealed again, not fetched
+    # Reports with invitation tokens: the leader acknowledges one sent again
+    # as it was, so a replayed one is a token spent on other content.
+    server.answers = [_refusing(ReportError.REPORT_REPLAYED, 1)]
+    with pytest.raises(UploadError, match="invitation token was already spent") as refused:
+        _client(files).upload_reports(sealed, invited=True)
+    assert refused.value.code == grpc.StatusCode.ALREADY_EXISTS
+    assert sealed[0].metadata.report_id.hex() in refused.value.message

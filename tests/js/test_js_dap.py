@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from tests.support.dap_reports import dap_aggregate
 from tests.support.node import js_dap_reports, require_node_client
+from veil.dap.invitation import (
+    INVITATION_EXTENSION,
+    InvitationExtension,
+    dap_redemption_context,
+    sealed_key_digest,
+)
 from veil.dap.messages import (
     InputShareAad,
     PlaintextInputShare,
@@ -23,8 +30,10 @@ from veil.dap.messages import (
     ReportMetadata,
     TaskConfiguration,
 )
+from veil.dap.report import prepare_report
 from veil.dap.versions import DapVersion, Role, input_share_info, vdaf_context
-from veil.hpke import Ciphertext, HpkeError, generate_keypair
+from veil.hpke import Ciphertext, HpkeConfig, HpkeError, generate_keypair
+from veil.invite.token import TOKEN_SIZE
 from veil.task import DapSpec, DpSpec, VdafSpec, new_task
 
 TP = 3600
@@ -155,3 +164,105 @@ def test_the_encoding_fixture_is_pythons() -> None:
             "helper": input_share_info(v, Role.HELPER).hex(),
             "vdaf_context": vdaf_context(v, task_id).hex(),
         }
+
+
+INVITED_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dap_js_invitation.json"
+# Token bytes of the right size: sealing does not check them.
+TOKEN = bytes(i % 251 for i in range(TOKEN_SIZE))
+
+
+def invited_report(case: dict[str, Any]) -> dict[str, str]:
+    """Python's invited DAP report from the inputs of one case of
+    tests/fixtures/dap_js_invitation.json (DapClient.prepare_invited and
+    upload_invited without the network): the leader's key digest, the
+    token's redemption context and the encoded Report, in hex."""
+    version = DapVersion(case["version"])
+    task_id = bytes.fromhex(case["task_id"])
+    configuration = TaskConfiguration.decode(bytes.fromhex(case["configuration"]), version)
+    vdaf = VdafSpec.from_dict(case["vdaf"]).instantiate()
+    configs = [
+        HpkeConfig(c["config_id"], bytes.fromhex(c["public_key"]))
+        for c in (case["leader"], case["helper"])
+    ]
+    ephemerals = [bytes.fromhex(e) for e in case["ephemerals"]]
+    digests = [
+        sealed_key_digest(c.config_id, X25519PrivateKey.from_private_bytes(e).public_key()
+                          .public_bytes_raw())
+        for c, e in zip(configs, ephemerals, strict=True)
+    ]  # fmt: skip
+    report_id, rand = bytes.fromhex(case["report_id"]), bytes.fromhex(case["rand"])
+    public_share, _ = vdaf.shard(
+        vdaf_context(version, task_id), case["measurement"], report_id, rand
+    )
+    context = dap_redemption_context(
+        task_id,
+        report_id,
+        case["time"] * case["time_precision"],
+        vdaf.encode_public_share(public_share),
+        *digests,
+    )
+    extension = (InvitationExtension(bytes.fromhex(case["token"]), digests[0]).extension(),)
+    in_leader = case["invitation"] == "leader"
+    report = prepare_report(
+        version, task_id, configuration, vdaf, case["measurement"], case["time"], *configs,
+        report_id=report_id, rand=rand, public_extensions=() if in_leader else extension,
+        ephemerals=(ephemerals[0], ephemerals[1]),
+        leader_private_extensions=extension if in_leader else (),
+    )  # fmt: skip
+    return {
+        "leader_key_digest": digests[0].hex(),
+        "context": context.hex(),
+        "report": report.encode().hex(),
+    }
+
+
+def invited_fixture() -> dict[str, Any]:
+    """The fixture's inputs and Python's outputs (written to
+    tests/fixtures/dap_js_invitation.json with an "about" key): a Count
+    task with its extension public, a Histogram task with it in the
+    leader's share; js/test/dap.test.js builds the same with the JS client."""
+    cases = []
+    for n, (vdaf, measurement, place) in enumerate(
+        [(VdafSpec("count"), 1, "public"),
+         (VdafSpec("histogram", length=4, chunk_length=2), 2, "leader")]
+    ):  # fmt: skip
+        task = _task(vdaf)
+        case = {
+            "version": "dap-19",
+            "task_id": task.task_id.hex(),
+            "configuration": task.dap_configuration().encode(DapVersion.DAP_19).hex(),
+            "vdaf": vdaf.to_dict(),
+            "time_precision": TP,
+            "time": 480_000 + n,
+            "measurement": measurement,
+            "invitation": place,
+            "report_id": bytes(range(16 * n, 16 * n + 16)).hex(),
+            "rand": bytes(
+                (7 * i + n) % 256 for i in range(task.vdaf.instantiate().RAND_SIZE)
+            ).hex(),
+            "leader": {"config_id": 3, "public_key": LEADER.config.public_key.hex()},
+            "helper": {"config_id": 4, "public_key": HELPER.config.public_key.hex()},
+            "ephemerals": [bytes([n + 1] * 32).hex(), bytes([n + 2] * 32).hex()],
+            "token": TOKEN.hex(),
+        }
+        cases.append({**case, **invited_report(case)})
+    return {"cases": cases}
+
+
+def test_the_invitation_fixture_is_pythons() -> None:
+    """Each case's outputs are what Python builds from its inputs, and its
+    report carries the extension where the case says (the JS test compares
+    its own build with the same outputs)."""
+    for case in json.loads(INVITED_FIXTURE.read_text())["cases"]:
+        assert invited_report(case) == {
+            k: case[k] for k in ("leader_key_digest", "context", "report")
+        }
+        report = Report.decode(bytes.fromhex(case["report"]))
+        public = report.metadata.public_extensions
+        if case["invitation"] == "public":
+            assert [e.extension_type for e in public] == [INVITATION_EXTENSION]
+            assert public[0].extension_data == bytes.fromhex(case["token"]) + bytes.fromhex(
+                case["leader_key_digest"]
+            )
+        else:
+            assert public == ()

@@ -1,11 +1,18 @@
-"""A survey deployed over DAP answered in a real browser (Debian's headless
-Chromium, as tests/support/browser.py drives it): the page builds each
-answer's DAP Report (js/src/dap.js), `veil survey serve` relays it to the
-leader as a DAP upload, a real leader and helper aggregate over DAP with
-mechanism none, and `veil survey collect` publishes every answer exactly.
-Hostile DAP reports at the relay (not base64url, truncated, trailing bytes,
-shares of the wrong size, an extension, veil's own report shape for a DAP
-task, a body that is not JSON) are refused 400 with nothing stored.
+"""A survey with invitations deployed over DAP answered in a real browser
+(Debian's headless Chromium, as tests/support/browser.py drives it): each
+respondent opens an invitation link, the page draws each answer's DAP report
+keys, redeems the invitation for tokens bound to them at the issuer `veil
+survey serve --issuer-dir` serves, and seals each Report with its token in
+veil's invitation extension (js/src/dap.js); `veil survey serve` checks and
+relays it to the leader as a DAP upload, a real leader and helper aggregate
+over DAP with mechanism none, and `veil survey collect` publishes every
+answer exactly. The same link again is refused on the page. Hostile DAP
+reports at the relay (not base64url, truncated, trailing bytes, shares of
+the wrong size, another extension, veil's own report shape for a DAP task,
+a body that is not JSON; for the invitation extension: missing, oversized,
+given twice, a garbled token or leader key digest, a token for another
+report) are refused 400, and a spent token with other content 409, with
+nothing stored.
 
 Needs chromium and chromedriver; skips without them, except under CI, where
 it fails.
@@ -15,8 +22,10 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +37,16 @@ from tests.support.node import js_dap_reports
 from tests.support.survey_site import http, post_json, start_serve, stop
 from tests.support.survey_toml import commute, remote, team
 from tests.support.window import LONG_WINDOW, close_survey
-from veil.dap.messages import Extension, Report
+from veil.client import DapClient
+from veil.dap.invitation import INVITATION_EXTENSION, InvitationExtension
+from veil.dap.messages import Extension, Report, ReportMetadata
+from veil.dap.report import prepare_report
 from veil.deploy import deploy_survey
 from veil.hpke import HpkeConfig
+from veil.invite.client import redeem_tokens
+from veil.invite.issuer import mint
 from veil.local.launcher import ServerProcess, free_port
-from veil.survey import parse_survey
+from veil.survey import load_description, parse_survey
 from veil.task import ClientTask, DapSpec, b64d, load_task
 from veil.times import format_time
 
@@ -45,6 +59,7 @@ SURVEY = (
     """\
 [survey]
 name = "DAP in a browser"
+invitations = true
 mechanism = "none"
 min_batch_size = 1
 max_respondents = 1000
@@ -63,9 +78,11 @@ closes = "{closes}"
 RESPONDENTS = [(True, 10, 0), (False, 45, 2), (True, 30, 2)]
 
 
-def _answer(driver: Any, url: str, remote: bool, commute: int, team: int) -> None:
+def _answer(driver: Any, url: str, remote: bool, commute: int, team: int) -> str:
+    """Answer on the page at `url` (a link with its invitation); what the page says."""
     from selenium.webdriver.common.by import By
 
+    driver.get("about:blank")
     driver.get(url)
     wait_for(driver, lambda d: d.find_element(By.ID, "survey").get_attribute("data-ready"))
     driver.find_element(By.ID, "a-remote-yes" if remote else "a-remote-no").click()
@@ -73,7 +90,7 @@ def _answer(driver: Any, url: str, remote: bool, commute: int, team: int) -> Non
     driver.find_element(By.ID, f"a-team-{team}").click()
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait_for(driver, lambda d: "Thank you" in status_text(d) or "Not sent" in status_text(d))
-    assert "Thank you" in status_text(driver), status_text(driver)
+    return status_text(driver)
 
 
 def _stored(leader_config: Path) -> int:
@@ -117,6 +134,75 @@ def _hostile(task_id: str, real: bytes) -> list[tuple[str, Any]]:
     ]
 
 
+def _invited_report(url: str, client_dir: Path, code: str) -> Report:
+    """A report of question `remote` (yes) with its token in the invitation
+    extension, as the Python client builds it (DapClient.prepare_invited),
+    redeemed at the page's issuer with invitation `code` and sealed, not sent."""
+    description = load_description(client_dir)
+    tasks = description.load_tasks()
+    task = tasks["remote"]
+    with DapClient(task) as client:
+        when = int(time.time()) // TP * TP
+        invited = client.prepare_invited(1, when)
+        contexts = [invited.context if q == "remote" else None for q in tasks]
+        tokens = redeem_tokens(url + "invitation", code, list(tasks.values()), contexts)
+        token = tokens[list(tasks).index("remote")]
+        assert token is not None
+        extension = InvitationExtension(token, invited.leader_key_digest).extension()
+        assert task.dap is not None
+        return prepare_report(
+            task.dap.dap_version, task.task_id, client.configuration, client.vdaf,
+            1, invited.pending.time, *invited.configs, report_id=invited.pending.report_id,
+            rand=invited.pending.rand, public_extensions=(extension,),
+            ephemerals=invited.ephemerals,
+        )  # fmt: skip
+
+
+def _with(report: Report, extensions: tuple[Extension, ...], report_id: bytes | None = None) -> str:
+    """`report` with other public extensions (and report id), encoded as the page posts it."""
+    metadata = ReportMetadata(
+        report.metadata.report_id if report_id is None else report_id,
+        report.metadata.time,
+        extensions,
+    )
+    return _b64(
+        Report(
+            metadata,
+            report.public_share,
+            report.leader_encrypted_input_share,
+            report.helper_encrypted_input_share,
+        ).encode()
+    )
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
+
+
+def _hostile_invitations(report: Report) -> list[tuple[str, bytes, str]]:
+    """(what, the report as posted, the error's words) for reports of a task
+    with invitations whose invitation extension is not what the relay takes."""
+    (ext,) = report.metadata.public_extensions
+    data = ext.extension_data
+    token_size = len(data) - 32
+
+    def extension(d: bytes) -> tuple[Extension, ...]:
+        return (Extension(INVITATION_EXTENSION, d),)
+
+    return [
+        ("no extension", _with(report, ()), "carries one extension"),
+        ("oversized", _with(report, extension(data + b"\0")), "is 386 bytes, not 387"),
+        ("given twice", _with(report, (ext, ext)), "carries one extension"),
+        ("a garbled token", _with(report, extension(_flip(data, token_size - 1))),
+         "signature does not verify"),
+        ("another token type", _with(report, extension(_flip(data, 1))), "token type"),
+        ("a garbled key digest", _with(report, extension(_flip(data, token_size))),
+         "leader key digest"),
+        ("a token for another report", _with(report, (ext,), secrets.token_bytes(16)),
+         "belongs to another report"),
+    ]  # fmt: skip
+
+
 def test_a_survey_over_dap_answered_in_a_browser(tmp_path: Path, browser: Any) -> None:
     now = int(time.time())
     opens = now - now % TP
@@ -132,6 +218,7 @@ def test_a_survey_over_dap_answered_in_a_browser(tmp_path: Path, browser: Any) -
     )  # fmt: skip
     for config in (dep.leader_config, dep.helper_config):
         config.write_text("allow_exact_release = true\n" + config.read_text())
+    codes = mint(dep.out / "issuer", len(RESPONDENTS) + 1)
     servers: list[ServerProcess] = []
     serve = None
     try:
@@ -139,14 +226,23 @@ def test_a_survey_over_dap_answered_in_a_browser(tmp_path: Path, browser: Any) -
             server = ServerProcess(role, config, tmp_path / f"{role}.log", grpc[role])
             server.start()
             servers.append(server)
-        serve, url = start_serve(dep.client_dir, tmp_path / "serve.log")
+        serve, url = start_serve(
+            dep.client_dir, tmp_path / "serve.log", "--issuer-dir", str(dep.out / "issuer")
+        )
         public = json.loads(http(url + "survey.json")[2])
         assert {q["dap"]["version"] for q in public["questions"]} == {"dap-19"}
-        for remote, commute, team in RESPONDENTS:
-            _answer(browser, url, remote, commute, team)
+        assert {q["dap"]["invitation"] for q in public["questions"]} == {"public"}
+        for code, (remote, commute, team) in zip(codes, RESPONDENTS, strict=False):
+            said = _answer(browser, f"{url}#invitation={code}", remote, commute, team)
+            assert "Thank you" in said, said
         stored = _stored(dep.leader_config)
         assert stored == 3 * len(RESPONDENTS)
-        # A real report, built by the page's client code, to spoil.
+        # The same invitation again: the issuer refuses it, nothing is sent.
+        again = _answer(browser, f"{url}#invitation={codes[0]}", True, 1, 0)
+        assert "This invitation has already been used." in again, again
+        assert _stored(dep.leader_config) == stored
+        # A real report, built by the page's client code, to spoil (it
+        # carries no invitation extension: refused for that too).
         task_id = public["questions"][0]["task_id"]
         real = _js_report(url, dep.client_dir, task_id)
         for what, item in _hostile(task_id, real):
@@ -159,7 +255,31 @@ def test_a_survey_over_dap_answered_in_a_browser(tmp_path: Path, browser: Any) -
             "POST",
         )
         assert 400 <= status < 500
+        # An invited report with its token (the last code's), spoilt at the
+        # invitation extension; then sent whole, again, and with other content.
+        invited = _invited_report(url, dep.client_dir, codes[-1])
+        for what, posted, words in _hostile_invitations(invited):
+            item = {"task_id": task_id, "dap_report": posted}
+            status, answer = post_json(url + "reports", {"reports": [item]})
+            assert status == 400 and answer["error"].startswith("report 1"), (what, answer)
+            assert words in answer["error"], (what, answer)
         assert _stored(dep.leader_config) == stored
+        item = {"task_id": task_id, "dap_report": _b64(invited.encode())}
+        assert post_json(url + "reports", {"reports": [item]}) == (
+            200, {"accepted": 1, "duplicates": 0}
+        )  # fmt: skip
+        assert post_json(url + "reports", {"reports": [item]})[0] == 200
+        helper = invited.helper_encrypted_input_share
+        other = Report(
+            invited.metadata,
+            invited.public_share,
+            invited.leader_encrypted_input_share,
+            replace(helper, payload=_flip(helper.payload, 0)),
+        )
+        item = {"task_id": task_id, "dap_report": _b64(other.encode())}
+        status, answer = post_json(url + "reports", {"reports": [item]})
+        assert status == 409 and "invitation was already used" in answer["error"], answer
+        assert _stored(dep.leader_config) == stored + 1
         close_survey(dep.out, servers)
         results = tmp_path / "results"
         out = veil("survey", "collect", "--survey-dir", dep.out / "collector", "--out", results)
@@ -170,7 +290,8 @@ def test_a_survey_over_dap_answered_in_a_browser(tmp_path: Path, browser: Any) -
             server.stop()
     published = {q["question"]: q for q in json.loads((results / "results.json").read_text())}
     rows = {q: {r["label"]: r["estimate"] for r in p["rows"]} for q, p in published.items()}
-    assert rows["remote"]["yes"] == 2
+    # The browser's three respondents, and the relayed Python report (yes).
+    assert rows["remote"]["yes"] == 3
     assert rows["commute"]["sum"] == 85
     assert rows["team"] == {"engineering": 1, "design": 0, "sales": 2}
 

@@ -12,6 +12,7 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,18 @@ from tests.support.survey_site import (
     survey_servers,
 )
 from veil.cli import main as veil_main
+from veil.dap.invitation import INVITATION_DATA_SIZE, INVITATION_EXTENSION
+from veil.dap.messages import Extension
+from veil.dap.report import prepare_report
 from veil.dap.versions import DapVersion
 from veil.deploy import deploy_survey
-from veil.hpke import HpkeConfig
+from veil.hpke import HpkeConfig, generate_keypair
 from veil.local.launcher import free_port
 from veil.messages import Report
 from veil.survey import parse_survey
 from veil.task import ClientTask, DapSpec, b64d, b64e, load_task
 from veil.web import SurveySite
-from veil.web.app import ServeError
+from veil.web.app import BadRequest, ServeError
 from veil.web.page import render_page
 
 pytestmark = pytest.mark.slow
@@ -456,8 +460,10 @@ def test_a_survey_over_dap_gives_the_page_what_it_seals_with(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Each question's draft and encoded TaskConfiguration, which every share
-    # binds; with invitations (whose tokens the page commits to veil's gRPC
-    # reports) the survey is refused before serving. The page answering it:
+    # binds; with invitations, where its invitation extension goes: public,
+    # or in the leader's share where the helper is another implementation
+    # (whose reports the relay takes with that share the extension's size
+    # larger, and no public extension). The page answering it:
     # tests/web/test_browser_dap.py.
     text = (
         '[survey]\nname = "over dap"\nepsilon = 1\nmin_batch_size = 5\n'
@@ -466,26 +472,58 @@ def test_a_survey_over_dap_gives_the_page_what_it_seals_with(
         '[[question]]\nid = "team"\nkind = "choice"\noptions = ["red", "blue"]\n'
     )
     dap = DapSpec("http://127.0.0.1:8001/", "http://127.0.0.1:8002/", "dap-18", "page")
-    plain = text.format(extra="")
-    dep = deploy_survey(
-        parse_survey(plain), plain, tmp_path / "out", "127.0.0.1:1", "127.0.0.1:2", tls=False,
-        dap=dap,
-    )  # fmt: skip
-    site = SurveySite(dep.client_dir)
-    try:
-        for q in site.public["questions"]:
-            task = site.tasks[q["task_id"]]
-            encoded = task.dap_configuration().encode(DapVersion.DAP_18)
-            assert q["dap"] == {"version": "dap-18", "configuration": b64e(encoded)}
-    finally:
-        site.close()
     invited = text.format(extra="invitations = true\n")
-    dep = deploy_survey(
-        parse_survey(invited), invited, tmp_path / "invited", "127.0.0.1:1", "127.0.0.1:2",
-        tls=False, dap=dap,
-    )  # fmt: skip
-    with pytest.raises(ServeError, match="deployed over DAP with invitations"):
-        SurveySite(dep.client_dir, issuer_dir=dep.out / "issuer")
+    for name, survey, spec, place in (
+        ("plain", text.format(extra=""), dap, None),
+        ("invited", invited, dap, "public"),
+        ("private", invited, replace(dap, other_implementation="helper"), "leader"),
+    ):
+        dep = deploy_survey(
+            parse_survey(survey), survey, tmp_path / name, "127.0.0.1:1", "127.0.0.1:2",
+            tls=False, dap=spec,
+        )  # fmt: skip
+        issuer = {"issuer_dir": dep.out / "issuer"} if place else {}
+        site = SurveySite(dep.client_dir, **issuer)
+        try:
+            for q in site.public["questions"]:
+                task = site.tasks[q["task_id"]]
+                encoded = task.dap_configuration().encode(DapVersion.DAP_18)
+                want = {"version": "dap-18", "configuration": b64e(encoded)}
+                assert q["dap"] == want | ({"invitation": place} if place else {})
+            if name == "private":
+                _private_invitation_reports(site)
+        finally:
+            site.close()
+
+
+def _private_invitation_reports(site: SurveySite) -> None:
+    """Where the invitation extension rides in the leader's share, the
+    relay takes a report whose leader share holds it (it cannot read the
+    token: the leader checks it) and refuses one without it, or with a
+    public one too."""
+    task = next(iter(site.tasks.values()))
+    assert task.dap is not None and task.invitation_private
+    leader, helper = generate_keypair(1).config, generate_keypair(2).config
+    extension = (Extension(INVITATION_EXTENSION, bytes(INVITATION_DATA_SIZE)),)
+
+    def posted(**where: tuple[Extension, ...]) -> bytes:
+        report = prepare_report(
+            task.dap.dap_version if task.dap else DapVersion.DAP_19, task.task_id,
+            task.dap_configuration(), task.vdaf.instantiate(), 1, 1000, leader, helper, **where,
+        )  # fmt: skip
+        item = {"task_id": task.id_text, "dap_report": b64e(report.encode())}
+        return json.dumps({"reports": [item]}).encode()
+
+    assert list(site.parse_reports(posted(leader_private_extensions=extension))) == [task.id_text]
+    for body, words in (
+        (posted(), "the leader's share is not of this task's size"),
+        (
+            posted(leader_private_extensions=extension, public_extensions=extension),
+            "carry no extension",
+        ),
+    ):
+        with pytest.raises(BadRequest, match=words):
+            site.parse_reports(body)
 
 
 def test_a_port_in_use_is_said_before_serving(

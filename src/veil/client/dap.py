@@ -337,13 +337,24 @@ class DapClient:
             self._refused([report], refused)
         return UploadResult(1, 0)
 
-    def upload_reports(self, reports: Sequence[Report]) -> UploadResult:
+    def upload_reports(self, reports: Sequence[Report], *, invited: bool = False) -> UploadResult:
         """Upload reports sealed elsewhere (the survey page's, which `veil
         survey serve` relays) in one UploadRequest. A report the leader holds
         already (report_replayed) counts as a duplicate; UploadError for any
         other refusal, naming the reports (a report sealed to a config the
-        leader no longer holds cannot be sealed again here)."""
+        leader no longer holds cannot be sealed again here). `invited`:
+        reports carrying invitation tokens, which the leader acknowledges
+        again when sent again as they were, so that report_replayed is a
+        token spent on other content: UploadError ALREADY_EXISTS."""
         refused = self._post(reports)
+        replayed = [i for i, e in refused.items() if e is ReportError.REPORT_REPLAYED]
+        if invited and replayed:
+            raise UploadError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"report {reports[replayed[0]].metadata.report_id.hex()}: its invitation token"
+                " was already spent on a report with other content",
+                kind="report_refused",
+            )
         named: dict[int, ReportError] = {
             i: e for i, e in refused.items() if e is not ReportError.REPORT_REPLAYED
         }

@@ -58,6 +58,7 @@ from veil.messages import ENC_SIZE, REPORT_ID_SIZE, Ciphertext, Report
 from veil.survey import Description, SurveyError, load_description
 from veil.task import Task, b64e
 from veil.vdaf.spec.xof import XofTurboShake128
+from veil.web.dap import ReportRefused, check_report, page_part, share_overhead
 
 log = logging.getLogger("veil.web")
 
@@ -245,20 +246,6 @@ def _shape(task: Task) -> _TaskShape:
     )
 
 
-# A DAP PlaintextInputShare's two length prefixes: its extensions' (empty)
-# and its payload's (draft-ietf-ppm-dap section 4.4.2).
-_DAP_SHARE_PREFIXES = 2 + 4
-
-
-def _dap_part(task: Task) -> dict[str, Any]:
-    """What the page needs of a DAP task to seal its reports: the draft and
-    the encoded TaskConfiguration every share binds; nothing without DAP."""
-    if task.dap is None:
-        return {}
-    configuration = task.dap_configuration().encode(task.dap.dap_version)
-    return {"dap": {"version": task.dap.version, "configuration": b64e(configuration)}}
-
-
 def _static(name: str) -> bytes:
     return (resources.files("veil.web") / "static" / name).read_bytes()
 
@@ -362,15 +349,6 @@ class SurveySite:
             by_question = self.description.load_tasks()
         except SurveyError as e:
             raise ServeError(str(e)) from None
-        over_dap = [qid for qid, task in by_question.items() if task.dap is not None]
-        if over_dap and survey.invitations:
-            # The page's tokens commit to a report as veil's gRPC seals it;
-            # over DAP they ride in an extension (veil.dap.invitation) the
-            # page does not write yet.
-            raise ServeError(
-                "the survey is deployed over DAP with invitations, which the page cannot answer"
-                " yet: respondents answer with veil survey respond or the Python client"
-            )
         self.tasks: dict[str, Task] = {t.id_text: t for t in by_question.values()}
         self.question_of = {t.id_text: qid for qid, t in by_question.items()}
         questions = []
@@ -385,7 +363,7 @@ class SurveySite:
                 question["dp"] = {
                     k: dp[k] for k in ("local_epsilon", "local_max_choices") if k in dp
                 }
-            questions.append({**question, **_dap_part(task)})
+            questions.append({**question, **page_part(task)})
         self.public = {**raw, "questions": questions}
         if "breakdowns" in raw:
             # A breakdown is answered on the device from the answers already given.
@@ -393,7 +371,7 @@ class SurveySite:
                 {
                     **entry,
                     "vdaf": self.tasks[entry["task_id"]].vdaf.to_dict(),
-                    **_dap_part(self.tasks[entry["task_id"]]),
+                    **page_part(self.tasks[entry["task_id"]]),
                 }
                 for entry in raw["breakdowns"]
             ]
@@ -506,7 +484,8 @@ class SurveySite:
     def _dap_report(self, value: Any, tid: str, what: str) -> DapReport:
         """A DAP task's report: the draft's Report encoding, in base64url,
         of the sizes the task's VDAF gives (each sealed PlaintextInputShare
-        6 bytes longer than the share: its two length prefixes)."""
+        longer than the share: veil.web.dap.share_overhead), with the
+        extensions the task takes (veil.web.dap.check_report)."""
         shape = self.shapes[tid]
         try:
             report = DapReport.decode(_b64(value, f"{what}: dap_report"))
@@ -514,14 +493,17 @@ class SurveySite:
             raise BadRequest(f"{what}: not a DAP report ({e})") from None
         if len(report.public_share) != shape.public_share:
             raise BadRequest(f"{what}: public_share must be {shape.public_share} bytes")
-        for name, ct, size in (
-            ("leader", report.leader_encrypted_input_share, shape.leader_payload),
-            ("helper", report.helper_encrypted_input_share, shape.helper_payload),
+        overhead = share_overhead(self.tasks[tid])
+        for name, ct, size, extra in (
+            ("leader", report.leader_encrypted_input_share, shape.leader_payload, overhead[0]),
+            ("helper", report.helper_encrypted_input_share, shape.helper_payload, overhead[1]),
         ):
-            if len(ct.enc) != ENC_SIZE or len(ct.payload) != size + _DAP_SHARE_PREFIXES:
+            if len(ct.enc) != ENC_SIZE or len(ct.payload) != size + extra:
                 raise BadRequest(f"{what}: the {name}'s share is not of this task's size")
-        if report.metadata.public_extensions:
-            raise BadRequest(f"{what}: the page's reports carry no extension")
+        try:
+            check_report(self.tasks[tid], report)
+        except ReportRefused as e:
+            raise BadRequest(f"{what}: {e}") from None
         return report
 
     def upload(self, grouped: dict[str, list[Report | DapReport]]) -> tuple[int, int]:
@@ -530,7 +512,10 @@ class SurveySite:
         for tid, reports in grouped.items():
             client = self.clients[tid]
             if isinstance(client, DapClient):
-                result = client.upload_reports([r for r in reports if isinstance(r, DapReport)])
+                result = client.upload_reports(
+                    [r for r in reports if isinstance(r, DapReport)],
+                    invited=self.issuer is not None,
+                )
             else:
                 result = client.upload_reports([r for r in reports if isinstance(r, Report)])
             accepted += result.accepted
