@@ -204,14 +204,19 @@ def test_refusals_for_a_leader_selected_dap_task(
         ["--start", format_time(hour - 3600)],
         ["--duration", "3600"],
         ["--include-open"],
-        ["--job-id", "00" * 16],
     ):
         rc, err = run(capsys, "--task", str(collector), *option)
         assert rc == 2 and err.startswith(f"veil collect: {option[0]} names a batch"), err
         assert "this task is leader-selected" in err and len(err.splitlines()) == 1
-    # Without them it asks the leader, which nothing answers here.
-    rc, err = run(capsys, "--task", str(collector), "--wait", "1")
-    assert rc == 1 and "cannot reach" in err, err
+    # A job id names the leader's job: one of another length or alphabet is
+    # refused before any connection.
+    for job in ("00" * 15, "00" * 17, "zz" * 16, "-" + "0" * 31):
+        rc, err = run(capsys, "--task", str(collector), "--job-id", job)
+        assert rc == 2 and "--job-id must be 32 hex digits" in err, err
+    # Without them (or with a job id) it asks the leader, which nothing answers here.
+    for option in ([], ["--job-id", "00" * 16]):
+        rc, err = run(capsys, "--task", str(collector), "--wait", "1", *option)
+        assert rc == 1 and "cannot reach" in err, err
 
 
 def test_refusals_for_a_dap_task(
@@ -223,8 +228,9 @@ def test_refusals_for_a_dap_task(
     job = "00" * 16
     hour = int(time.time()) // 3600 * 3600
     for args, message in [
-        (["--task", collector, "--job-id", job], "--job-id is for veil's gRPC"),
-        (["--task", collector, "--job-id", "abc"], "--job-id is for veil's gRPC"),
+        (["--task", collector, "--job-id", "abc"], "--job-id must be 32 hex digits"),
+        (["--task", collector, "--job-id", job + "00"], "--job-id must be 32 hex digits"),
+        (["--task", collector, "--job-id", "g" * 32], "--job-id must be 32 hex digits"),
         (["--task", collector, "--start", format_time(hour)], "has not ended"),
         (["--task", collector, "--duration", "-3600"], "multiple of 3600 s"),
         (["--task", collector, "--leader-ca", "/nonexistent/ca.pem"], "ca.pem"),

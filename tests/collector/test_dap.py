@@ -56,7 +56,10 @@ def _task(dap: DapSpec | None) -> TaskFiles:
 
 
 REQUEST = CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(WHEN, 1)))
-CREATED = Answer(201, headers={"Location": "/tasks/x/collection_jobs/job", "Retry-After": "1"})
+# The job's id as the leader names it: 16 bytes, unpadded base64url.
+JOB = bytes(range(16))
+JOB_PATH = "/tasks/x/collection_jobs/AAECAwQFBgcICQoLDA0ODw"
+CREATED = Answer(201, headers={"Location": JOB_PATH, "Retry-After": "1"})
 
 
 def _resp(files: TaskFiles, shares: tuple[list[int], list[int]], count: int) -> CollectionJobResp:
@@ -104,12 +107,13 @@ def test_a_batch_is_collected_and_the_requests_are_the_drafts(
     # The leader defers twice (200 empty), then answers: 5 + (-2) = 3.
     result = _collect(leader, files, CREATED, Answer(200), Answer(200), _finished(_honest(files)))
     assert result.estimate == 3 and result.report_count == 3
+    assert result.collection_job_id == JOB  # the leader's name for it
     (method, path, headers, body), *polls = leader.seen
     assert (method, path) == ("POST", f"/tasks/{files.collector.id_text}/collection_jobs")
     assert headers["content-type"] == media_type("collection-job-req")
     assert headers["authorization"] == f"Bearer {files.collector.collector_token}"
     assert body == REQUEST.encode()
-    assert [(m, p) for m, p, _, _ in polls] == [("GET", "/tasks/x/collection_jobs/job")] * 3
+    assert [(m, p) for m, p, _, _ in polls] == [("GET", JOB_PATH)] * 3
     assert all(h["authorization"] == headers["authorization"] for _, _, h, _ in polls)
 
 
@@ -150,6 +154,65 @@ def test_a_refused_creation_is_a_clear_error(
         _collect(leader, files, *answers)
     assert refused.value.code is code
     assert says in refused.value.message
+
+
+def test_a_job_named_by_its_id_is_polled_not_created(
+    leader: ScriptedServer, files: TaskFiles
+) -> None:
+    """`collection_job_id` resumes the job the leader named (on_job tells
+    it once the job is created): only GETs of its resource, and the same
+    result."""
+    named: list[bytes] = []
+    leader.answers = [CREATED, _finished(_honest(files))]
+    collector = DapCollector(files.collector)
+    first = collector.collect(WHEN * TP, TP, wait=10, poll_interval=0.01, on_job=named.append)
+    assert named == [JOB]
+    leader.answers = [Answer(200), _finished(_honest(files))]
+    leader.seen.clear()
+    again = collector.collect(
+        WHEN * TP, TP, wait=10, poll_interval=0.01, collection_job_id=JOB, on_job=named.append
+    )
+    assert (again.estimate, again.collection_job_id, named) == (first.estimate, JOB, [JOB])
+    where = f"/tasks/{files.collector.id_text}/collection_jobs/AAECAwQFBgcICQoLDA0ODw"
+    assert [(m, p) for m, p, _, _ in leader.seen] == [("GET", where)] * 2
+    # A leader naming its job otherwise than by 16 bytes: collected, no id.
+    other = Answer(201, headers={"Location": "/tasks/x/collection_jobs/job"})
+    leader.answers = [other, _finished(_honest(files))]
+    assert collector.collect(WHEN * TP, TP, wait=10, poll_interval=0.01).collection_job_id is None
+
+
+def test_a_hostile_job_id_is_refused_before_anything_is_sent(
+    leader: ScriptedServer, files: TaskFiles
+) -> None:
+    """An id of another length is refused before any request; a job the
+    leader does not hold in this task (another task's) is its refusal,
+    named; one of another batch does not pass as this batch's."""
+    collector = DapCollector(files.collector)
+    leader.seen.clear()
+    for bad in (b"", bytes(15), bytes(17), bytes(32)):
+        with pytest.raises(ValueError, match="16 bytes"):
+            collector.collect(WHEN * TP, TP, collection_job_id=bad)
+    assert leader.seen == []
+    leader.answers = [
+        _problem(ProblemType.INVALID_MESSAGE, "no collection job x in this task", 404)
+    ]
+    with pytest.raises(CollectionError) as refused:
+        collector.collect(WHEN * TP, TP, wait=10, poll_interval=0.01, collection_job_id=JOB)
+    assert refused.value.code is grpc.StatusCode.NOT_FOUND
+    assert "invalidMessage: no collection job x in this task" in refused.value.message
+    assert [m for m, _, _, _ in leader.seen] == ["GET"]
+    # The job of the hour before: its answer is not within this batch.
+    for when in (WHEN - 1, WHEN + 1):
+        with pytest.raises(CollectionError) as refused:
+            leader.answers = [_finished(_honest(files))]
+            collector.collect(when * TP, TP, wait=10, poll_interval=0.01, collection_job_id=JOB)
+        assert f"was collection job {JOB.hex()} created for the batch" in refused.value.message
+    # Within a wider batch, its shares do not open under that batch's request.
+    leader.answers = [_finished(_honest(files))]
+    with pytest.raises(CollectionError) as refused:
+        collector.collect(WHEN * TP, 2 * TP, wait=10, poll_interval=0.01, collection_job_id=JOB)
+    assert refused.value.code is grpc.StatusCode.DATA_LOSS
+    assert "cannot open" in refused.value.message and JOB.hex() in refused.value.message
 
 
 def test_a_failed_job_is_told_as_failed(leader: ScriptedServer, files: TaskFiles) -> None:

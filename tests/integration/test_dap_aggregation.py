@@ -195,13 +195,30 @@ def test_the_cli_uploads_and_collects_over_dap(
     assert "invalid measurement: value 2" in capsys.readouterr().err
     assert main(["upload", "--task", client, "--time", str(start + 5), "1", "0", "1", "1"]) == 0
     assert capsys.readouterr().out.strip() == "uploaded 4 reports (0 already stored)"
-    assert (
-        main(["collect", "--task", collector, "--start", format_time(start), "--wait", "120"]) == 0
-    )
-    out = json.loads(capsys.readouterr().out)
+    batch = ["--task", collector, "--start", format_time(start), "--wait", "120"]
+    assert main(["collect", *batch]) == 0
+    got = capsys.readouterr()
+    out = json.loads(got.out)
     assert out["batch"]["start"] == start and out["report_count"] == 4
-    assert out["estimate"] == 3 and out["collection_job_id"] is None
-    assert out["noise_added_by"] == []  # mechanism none: nobody adds noise
+    assert out["estimate"] == 3 and out["noise_added_by"] == []  # mechanism none: no noise
+    # The leader's job, told as it was created, and resumed by its id: the
+    # same answer, polled from its resource.
+    job = out["collection_job_id"]
+    assert len(bytes.fromhex(job)) == 16
+    assert f"collection job {job} (to resume: --job-id {job})" in got.err
+    assert main(["collect", *batch, "--job-id", job]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["collection_job_id"], again["estimate"], again["report_count"]) == (job, 3, 4)
+    # The job is this task's: the leader-selected task holds no job of that
+    # id, and the next hour's batch is not this job's.
+    write_toml(
+        tmp_path / "chosen.toml", deployment.tasks["chosen"].collector.to_dict(), secret=True
+    )
+    assert main(["collect", "--task", str(tmp_path / "chosen.toml"), "--job-id", job]) == 1
+    assert f"no collection job {job} in this task" in capsys.readouterr().err
+    later = ["--start", format_time(start + TP), "--job-id", job]
+    assert main(["collect", "--task", collector, *later]) == 1
+    assert f"was collection job {job} created for the batch" in capsys.readouterr().err
 
 
 def _next_batch(files: TaskFiles, deadline: float) -> Any:
@@ -270,6 +287,11 @@ def test_leader_selected_batches_are_formed_and_collected_once_each(
     assert (out["report_count"], out["estimate"]) == (3, 2)
     assert len(bytes.fromhex(out["collection_job_id"])) == 16
     assert out["collection_job_id"] not in {i.hex() for i in ids if i is not None}
+    # --job-id polls that job again: its batch, not the next (none is ready).
+    job = out["collection_job_id"]
+    assert main(["collect", "--task", collector, "--job-id", job, "--wait", "30"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["collection_job_id"], again["report_count"], again["estimate"]) == (job, 3, 2)
     # veil status shows each server's leader-selected batches by their ids.
     task_id = files.leader.id_text
     for role in ("leader", "helper"):

@@ -31,7 +31,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 ("--start", args.start),
                 ("--duration", args.duration),
                 ("--include-open", args.include_open or None),
-                ("--job-id", args.job_id),
             )
             if value is not None
         ]
@@ -50,14 +49,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
             return 2
         start, duration = interval
     job_id = None
-    if args.job_id is not None and task.dap is not None:
-        print(
-            f"{name}: --job-id is for veil's gRPC: this task is served over DAP, whose"
-            " leader names the collection job from the batch; collect the same batch again"
-            " to resume",
-            file=sys.stderr,
-        )
-        return 2
     if args.job_id is not None:
         try:
             job_id = bytes.fromhex(args.job_id)
@@ -72,24 +63,40 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:  # TrustError, UnusableTask
         print(f"{name}: {e}", file=sys.stderr)
         return 2
+
+    def started(job: bytes) -> None:
+        print(
+            f"{name}: collection job {job.hex()} (to resume: --job-id {job.hex()})", file=sys.stderr
+        )
+
     with collector:
         try:
             # Over DAP there is no call that checks the collector's key ahead (a
             # wrong one fails when the shares are opened, named), and no job id
-            # to choose: the leader names the job from the batch.
+            # to choose: the leader names the job (DapCollector's on_job).
             if job_id is None and isinstance(collector, Collector):
                 collector.check_collector_key()
                 job_id = secrets.token_bytes(16)
-                print(
-                    f"{name}: collection job {job_id.hex()} (to resume: --job-id {job_id.hex()})",
-                    file=sys.stderr,
-                )
+                started(job_id)
             if chosen:
                 assert isinstance(collector, DapCollector)
                 r = collector.collect_next(
-                    wait=args.wait, confidence=args.confidence, simultaneous=args.simultaneous
+                    wait=args.wait,
+                    confidence=args.confidence,
+                    simultaneous=args.simultaneous,
+                    collection_job_id=job_id,
+                    on_job=started,
                 )
-                job_id = r.collection_job_id
+            elif isinstance(collector, DapCollector):
+                r = collector.collect(
+                    start,
+                    duration,
+                    wait=args.wait,
+                    confidence=args.confidence,
+                    simultaneous=args.simultaneous,
+                    collection_job_id=job_id,
+                    on_job=started,
+                )
             else:
                 r = collector.collect(
                     start,
@@ -99,6 +106,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
                     simultaneous=args.simultaneous,
                     collection_job_id=job_id,
                 )
+            job_id = r.collection_job_id or job_id
         except CollectionError as e:
             print(f"{name}: {e}", file=sys.stderr)
             return 1
@@ -200,7 +208,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="allow a batch that has not ended yet: this stops every later upload to it",
     )
     p.add_argument(
-        "--job-id", help="resume this collection job (32 hex digits, printed when it started)"
+        "--job-id",
+        help="resume this collection job (32 hex digits, printed when it started; over DAP the"
+        " leader's id of the job, polled with the batch --start and --duration name)",
     )
     p.add_argument(
         "--wait",

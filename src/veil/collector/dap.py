@@ -10,7 +10,8 @@ task's configuration and the very request), decoded and unsharded with the
 task's VDAF, and estimated as `Collector` does. A retry sends the same
 request, and veil's leader finds the same job (its id derives from the
 body), so a collection interrupted while pending is resumed by collecting
-the same batch again.
+the same batch again, or by polling the job the leader named (its id, the
+last segment of its ``Location``, which a result carries).
 
 Everything read from the network is checked before it is used: the status,
 the media type, the message's encoding, the interval against the query; a
@@ -54,6 +55,9 @@ from veil.hpke import Ciphertext, HpkeError
 from veil.task import CollectorTask, expect_role
 from veil.trust import check_roots
 
+# The size of a collection job's id (veil's leader's, and what veil collect
+# --job-id takes).
+JOB_ID_SIZE = 16
 # The largest answer read from the leader: a CollectionJobResp holds two
 # aggregate shares, far below this for every task veil can serve.
 MAX_ANSWER = 16 << 20
@@ -141,12 +145,15 @@ class DapCollector:
         simultaneous: bool = False,
         collection_job_id: bytes | None = None,
         on_wait: Callable[[str], None] | None = None,
+        on_job: Callable[[bytes], None] | None = None,
     ) -> CollectionResult:
         """Collect the batch [start, start + duration) (seconds since the epoch,
-        multiples of the task's time_precision), as `Collector.collect`.
-        `collection_job_id` is not sent: a DAP leader names the job from the
-        request, the same for the same batch. Raises CollectionError."""
-        del collection_job_id
+        multiples of the task's time_precision), as `Collector.collect`. The
+        leader names the job (its `Location`): the result's
+        `collection_job_id`, told to `on_job` once the job is created.
+        `collection_job_id`, a job the leader named before (16 bytes), is
+        polled instead of creating one (a GET of the job's resource, section 4.6).
+        Raises CollectionError."""
         if self.dap.leader_selected:
             raise ValueError(
                 "this task is leader-selected: the leader chooses each batch (collect_next)"
@@ -159,9 +166,22 @@ class DapCollector:
         began = self.clock()
         query = Interval(start // tp, duration // tp)
         request = CollectionJobReq(Query(BatchMode.TIME_INTERVAL, query))
-        _, resp = self._job(request, began, wait, poll_interval, on_wait)
-        self._within(resp, query)
-        return self._result(request, resp, (start, duration), confidence, simultaneous, began)
+        url, resp = self._job(
+            request, began, wait, poll_interval, on_wait, collection_job_id, on_job
+        )
+        try:
+            self._within(resp, query)
+            result = self._result(request, resp, (start, duration), confidence, simultaneous, began)
+        except CollectionError as e:
+            if collection_job_id is None:
+                raise
+            # The job polled may be of another batch: its shares bind its own request.
+            raise CollectionError(
+                e.code,
+                f"{e.message} (was collection job {collection_job_id.hex()} created for the"
+                f" batch [{start}, +{duration})?)",
+            ) from None
+        return replace(result, collection_job_id=_job_id(url))
 
     def collect_next(
         self,
@@ -170,29 +190,36 @@ class DapCollector:
         poll_interval: float = 0.05,
         confidence: float = 0.95,
         simultaneous: bool = False,
+        collection_job_id: bytes | None = None,
         on_wait: Callable[[str], None] | None = None,
+        on_job: Callable[[bytes], None] | None = None,
     ) -> CollectionResult:
         """Collect the next batch of a leader-selected task: the leader
         chooses one that holds min_batch_size reports and that no collection
         has (the query is empty, section 5.2.1). The result's
         `collection_job_id` is the leader's job (DAP's CollectionJobResp
-        names no batch id), its start and duration the interval the leader
-        answered. A leader without a batch ready refuses with
-        invalidBatchSize (a CollectionError). Raises CollectionError."""
+        names no batch id), told to `on_job` once the job is created, its
+        start and duration the interval the leader answered. A leader
+        without a batch ready refuses with invalidBatchSize (a
+        CollectionError). `collection_job_id`, a job the leader named
+        before, is polled instead of asking for the next batch (its result
+        is that job's batch's). Raises CollectionError."""
         if not self.dap.leader_selected:
             raise ValueError("this task is time-interval: name the batch's interval (collect)")
         began = self.clock()
         request = CollectionJobReq(Query(BatchMode.LEADER_SELECTED))
-        url, resp = self._job(request, began, wait, poll_interval, on_wait)
+        url, resp = self._job(
+            request, began, wait, poll_interval, on_wait, collection_job_id, on_job
+        )
         tp = self.task.time_precision
         got = resp.interval
         batch = (got.start * tp, got.duration * tp)
         result = self._result(request, resp, batch, confidence, simultaneous, began)
-        job = url.rstrip("/").rsplit("/", 1)[-1]
-        try:
-            job_id = base64.urlsafe_b64decode(job + "=" * (-len(job) % 4))
-        except ValueError:
-            raise self._bad(f"named its collection job {job!r}, not in base64url") from None
+        job_id = _job_id(url)
+        if job_id is None:
+            raise self._bad(
+                f"named its collection job {url!r}, not {JOB_ID_SIZE} bytes in unpadded base64url"
+            )
         return replace(result, collection_job_id=job_id)
 
     def delete(self, collection_job_id: bytes, *, wait: float = 30.0) -> None:
@@ -202,9 +229,10 @@ class DapCollector:
         share released, the batch closed for good; docs/DAP.md, Readings).
         `collection_job_id` is the job's id, as `collect_next` gives it.
         Raises CollectionError (a job the leader does not hold is NOT_FOUND)."""
-        job = base64.urlsafe_b64encode(collection_job_id).rstrip(b"=").decode()
         request = urllib.request.Request(
-            f"{self.tasks_url}/collection_jobs/{job}", headers=self._auth, method="DELETE"
+            f"{self.tasks_url}/collection_jobs/{_b64(collection_job_id)}",
+            headers=self._auth,
+            method="DELETE",
         )
         status, _, _ = self._call(request, self.clock() + wait, None)
         if status != 200:
@@ -217,21 +245,32 @@ class DapCollector:
         wait: float,
         poll_interval: float,
         on_wait: Callable[[str], None] | None,
+        job_id: bytes | None = None,
+        on_job: Callable[[bytes], None] | None = None,
     ) -> tuple[str, CollectionJobResp]:
-        """POST `request` and poll the job until the leader answers its
-        CollectionJobResp: (the job's URL, the answer)."""
+        """POST `request` (or take the job `job_id` the leader named before)
+        and poll the job until the leader answers its CollectionJobResp:
+        (the job's URL, the answer)."""
         deadline = began + wait
         waiting = None if on_wait is None else _Waiting(on_wait, self.clock)
-        headers = {**self._auth, "Content-Type": media_type("collection-job-req")}
-        post = urllib.request.Request(
-            f"{self.tasks_url}/collection_jobs", request.encode(), headers, method="POST"
-        )
-        # An unreachable leader fails fast here; later polls ride out restarts.
-        status, answer, _ = self._call(post, min(deadline, began + 15.0), waiting)
-        location = answer.get("location")
-        if status != 201 or not location:
-            raise self._bad(f"answered the collection job request {status} without a Location")
-        url = urljoin(self.tasks_url + "/", location)
+        if job_id is not None:
+            if len(job_id) != JOB_ID_SIZE:
+                raise ValueError(f"a collection job id is {JOB_ID_SIZE} bytes, not {len(job_id)}")
+            url = f"{self.tasks_url}/collection_jobs/{_b64(job_id)}"
+        else:
+            headers = {**self._auth, "Content-Type": media_type("collection-job-req")}
+            post = urllib.request.Request(
+                f"{self.tasks_url}/collection_jobs", request.encode(), headers, method="POST"
+            )
+            # An unreachable leader fails fast here; later polls ride out restarts.
+            status, answer, _ = self._call(post, min(deadline, began + 15.0), waiting)
+            location = answer.get("location")
+            if status != 201 or not location:
+                raise self._bad(f"answered the collection job request {status} without a Location")
+            url = urljoin(self.tasks_url + "/", location)
+            named = _job_id(url)
+            if named is not None and on_job is not None:
+                on_job(named)
         body = b""
         while not body:
             if self.clock() > deadline:
@@ -378,6 +417,25 @@ class DapCollector:
             return e.code, _lower(e.headers.items()), e.read(MAX_ANSWER)
         except (urllib.error.URLError, OSError) as e:
             return 0, {}, str(getattr(e, "reason", e)).encode()
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _job_id(url: str) -> bytes | None:
+    """The id of the collection job at `url`: its last segment, JOB_ID_SIZE
+    bytes in unpadded base64url (veil's leader's; the draft's resource,
+    `{leader}/tasks/{task-id}/collection_jobs/{collection-job-id}`); None
+    for anything else."""
+    text = url.rstrip("/").rsplit("/", 1)[-1]
+    if not text.isascii():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        return None
+    return raw if len(raw) == JOB_ID_SIZE and _b64(raw) == text else None
 
 
 def _lower(items: Iterable[tuple[str, str]]) -> dict[str, str]:
