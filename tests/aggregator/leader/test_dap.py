@@ -573,7 +573,8 @@ def test_a_pending_collection_job_that_closed_its_batch_is_kept(tmp_path: Path) 
     assert status == 201
     store = dap.world.leader_store
     (record,) = store.collections(dap.task_id)
-    store.close_batch(dap.task_id, record.start, record.start + record.duration, record.job_id, TP)
+    # The driver's step, closing the batch for the job, before the deletion.
+    store.close_collection_batch(record, TP)
     assert (
         dap.call("DELETE", headers["location"], b"", {"authorization": f"Bearer {token}"})[0] == 200
     )
@@ -584,3 +585,46 @@ def test_a_pending_collection_job_that_closed_its_batch_is_kept(tmp_path: Path) 
     assert dap.leader.collections.task_info(dap.task_id, token).collections_finished == 0
     refused = dap.call("POST", jobs, _collection_req(when - 1, 2), auth)
     assert _problem(*refused)["type"].endswith(":batchOverlap")
+
+
+@pytest.mark.parametrize("batch_mode", ["time-interval", "leader-selected"])
+def test_a_deletion_racing_the_driver_leaves_no_batch_closed(
+    tmp_path: Path, backend: Backend, batch_mode: str
+) -> None:
+    """The collector deletes a pending job after the driver's pass read it
+    and before the driver closes its batch (the steps run in that order):
+    the job is discarded, and the driver's step closes nothing and asks
+    the helper nothing, so the batch stays collectable: collected exactly
+    by the next request, in both batch modes. (The driver once closed the
+    batch for the discarded job: collected by nobody, released never.)"""
+    dap = Dap(tmp_path, backend=backend, batch_mode=batch_mode)
+    _over_dap(dap)
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    bearer = {"authorization": f"Bearer {token}"}
+    when = NOW // TP - 1
+    assert dap.upload(*(dap.report(v, when) for v in (1, 3)))[0] == 200
+    while dap.leader.run_once():
+        pass
+    request = LS_REQUEST if batch_mode == "leader-selected" else _collection_req(when)
+    status, headers, _ = dap.call("POST", jobs, request, auth)
+    assert status == 201
+    leader, helper = dap.world.leader_store, dap.world.helper_store
+    (read,) = leader.acquire_collections("driver", 60.0, 16)  # the driver's pass reads it
+    assert dap.call("DELETE", headers["location"], b"", bearer)[0] == 200  # discarded
+    assert leader.collections(dap.task_id) == []
+    assert dap.leader.collections.run_collection(read, "driver", 60.0) is False
+    everything = (dap.task_id, 0, 2**63 - 1)
+    assert [a.collected_by for a in leader.batch_aggregates(*everything)] == [None]
+    assert leader.collections(dap.task_id) == helper.collections(dap.task_id) == []
+    # The batch is collected by the next request, exactly.
+    status, headers, _ = dap.call("POST", jobs, request, auth)
+    assert status == 201
+    while dap.leader.run_once():
+        pass
+    status, _, body = dap.call("GET", headers["location"], b"", bearer)
+    assert status == 200, body
+    resp = CollectionJobResp.decode(body)
+    assert resp.report_count == 2
+    assert dap.vdaf.unshard(None, _agg_shares(dap, request, resp), 2) == [0, 1, 0, 1]

@@ -44,6 +44,7 @@ from veil.aggregator.leader.release import HelperRefused, release
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.records import (
+    CollectionGone,
     CollectionRecord,
     StorageConflict,
     is_transient_storage_error,
@@ -223,13 +224,10 @@ class CollectionDriver:
 
     def delete_collection(self, task_id: bytes, token: str | None, collection_id: bytes) -> None:
         """The collector deletes its collection job (DAP's DELETE, section
-        4.6): the job is never driven again and its poll is NotFound. A job
-        that holds nothing of its batch yet is discarded whole (its batch
-        stays collectable, the same request makes it again); one that
-        closed its batch or drew its share is kept as deleted, its batch
-        collected for good: the ledgers and every released share stay, and
-        a batch is never drawn again. Deleting it again changes nothing.
-        NotFound for a job this task does not hold."""
+        4.6): never driven again, its poll NotFound; discarded whole if it
+        holds nothing of its batch yet, else kept as deleted, its batch
+        collected for good (see collection_jobs.delete_collection). NotFound
+        for a job this task does not hold."""
         task = self.tasks.task(task_id)
         authorize(task, token, task.collector_token_hash, "collector")
         outcome = self.store.delete_collection(task_id, collection_id)
@@ -355,7 +353,10 @@ class CollectionDriver:
             count, checksum = record.report_count, record.checksum
         else:
             try:
-                self.store.close_batch(task.task_id, start, end, record.job_id, task.time_precision)
+                self.store.close_collection_batch(record, task.time_precision)
+            except CollectionGone as e:  # deleted by its collector since: it closed nothing
+                log.info("%s: its batch stays collectable", e)
+                return False
             except StorageConflict:
                 return self._fail(
                     record,

@@ -233,6 +233,11 @@ class Datastore:
         """Mark every bucket of [start, end) collected by `job_id` (idempotent for that job)."""
         self._write(lambda tx: report_units.close_batch(tx, task_id, start, end, job_id, step))
 
+    def close_collection_batch(self, record: CollectionRecord, step: int) -> None:
+        """close_batch for a pending collection job, serialized with its deletion
+        (collection_jobs.close_collection_batch); CollectionGone if not pending."""
+        self._write(lambda tx: collection_jobs.close_collection_batch(tx, record, step))
+
     # --- helper -----------------------------------------------------------
     #
     # Any number of helper processes may share one PostgreSQL store: what
@@ -357,12 +362,9 @@ class Datastore:
 
     # --- operations: keys, garbage collection, status (both roles) -------
     #
-    # commit_helper_job (above) also records, for GC, the job id and the
-    # report time with each replay record and the time the job record was
-    # written, so that GC can delete a replay record once a replay would be
-    # refused anyway (older than the expiry horizon, or in a collected
-    # bucket); a job record is deleted with its last replay record (see
-    # collect_garbage).
+    # commit_helper_job (above) also records what GC reads: the job id and
+    # report time of each replay record, the job record's time (see
+    # upkeep.collect_garbage).
     # hpke_keys: every key with its state, oldest first.
     # activate_hpke_key: in one transaction, make `config_id` (pending or
     #   active) the active key and every other active key expired with

@@ -12,6 +12,7 @@ from veil.aggregator.store.records import (
     COLLECTION_COLS,
     COLLECTION_PLACEHOLDERS,
     Backoff,
+    CollectionGone,
     CollectionRecord,
     StorageConflict,
     check_batch_unchanged,
@@ -133,6 +134,28 @@ def fail_collection(tx: Tx, record: CollectionRecord, reopen: bool) -> None:
     update_collection(tx, record)
 
 
+def close_collection_batch(tx: Tx, record: CollectionRecord, step: int) -> None:
+    """Close the batch of the pending collection job `record`
+    (close_batch), in one transaction with a conditional update of the
+    job's row: CollectionGone, nothing closed, if the job is no longer
+    pending (deleted by its collector, or done). A deletion locks the same
+    row (delete_collection), so the two are serialized: the job is either
+    discarded before this, which then closes nothing, or kept as deleted
+    after it, since it closed its batch. Never a batch closed by a
+    discarded job, collected by nobody. (On PostgreSQL the update, a new
+    version of the row even though it changes nothing, makes a deletion
+    that waited for it start again from a fresh snapshot.)"""
+    task_id, job_id = record.task_id, record.job_id
+    claimed = tx.run(
+        "UPDATE collections SET state = state WHERE task_id = ? AND job_id = ?"
+        " AND state = 'pending'",
+        (task_id, job_id),
+    )
+    if claimed == 0:
+        raise CollectionGone(f"collection job {job_id.hex()} is no longer pending")
+    close_batch(tx, task_id, record.start, record.start + record.duration, job_id, step)
+
+
 def delete_collection(tx: Tx, task_id: bytes, job_id: bytes) -> str | None:
     """The collector's deletion of a collection job (draft-ietf-ppm-dap
     section 4.6, "Collection Job Deletion"): None if there is no such job;
@@ -140,7 +163,9 @@ def delete_collection(tx: Tx, task_id: bytes, job_id: bytes) -> str | None:
     no leader share drawn) and is gone whole, so that the same request
     creates it again; else "deleted": the job is kept, never driven again,
     and its batch stays collected, since a share may have left it (the
-    draft forbids deleting what double-collection checks need)."""
+    draft forbids deleting what double-collection checks need). The job's
+    row is locked first: a driver closing its batch
+    (close_collection_batch) runs wholly before or wholly after this."""
     row = tx.one(
         "SELECT state, leader_ct FROM collections WHERE task_id = ? AND job_id = ?" + tx.for_update,
         (task_id, job_id),

@@ -67,6 +67,11 @@ class BucketCollected(StorageConflict):
         self.bucket = bucket
 
 
+class CollectionGone(StorageConflict):
+    """A collection job is no longer pending (its collector deleted it, or
+    it is done): it closes no batch."""
+
+
 class ReportsAggregated(StorageConflict):
     """The helper's replay records already hold some of a job's reports: another
     job (on any process) aggregated them after this one read the records."""
