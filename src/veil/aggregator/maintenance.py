@@ -170,6 +170,7 @@ def collect_garbage(
                     "collections": result.collections,
                     "prefix_reports": result.prefix_reports,
                     "prefix_queries": result.prefix_queries,
+                    "leader_batches": result.leader_batches,
                 },
             )
     store.reclaim_space(full=full_vacuum)

@@ -23,6 +23,7 @@ from veil.aggregator.errors import InvalidMessage
 from veil.aggregator.leader.dap_client import ByProtocol, DapHelperClient
 from veil.aggregator.run.dap_helper_http import dap_helper_app
 from veil.aggregator.run.dap_http import dap_app
+from veil.aggregator.store.records import LEADER_SELECTED_BUCKETS
 from veil.dap.jobs import CollectionJobReq, CollectionJobResp, Query
 from veil.dap.messages import (
     BatchMode,
@@ -52,6 +53,7 @@ def _files(
     dap: bool = True,
     batch_mode: str = "time-interval",
     min_batch_size: int = 2,
+    report_expiry_age: int | None = None,
 ) -> TaskFiles:
     spec = DapSpec(
         "https://leader.example/",
@@ -67,6 +69,7 @@ def _files(
         min_batch_size=min_batch_size,
         dp=DpSpec("none"),
         dap=spec if dap else None,
+        report_expiry_age=report_expiry_age,
     )
 
 
@@ -628,3 +631,72 @@ def test_a_deletion_racing_the_driver_leaves_no_batch_closed(
     resp = CollectionJobResp.decode(body)
     assert resp.report_count == 2
     assert dap.vdaf.unshard(None, _agg_shares(dap, request, resp), 2) == [0, 1, 0, 1]
+
+
+def test_leader_selected_batches_go_with_their_reports_expiry(
+    tmp_path: Path, backend: Backend
+) -> None:
+    """Garbage collection takes a leader-selected batch by the rule it takes
+    a time bucket by, report expiry: once every report of the batch is past
+    the task's report_expiry_age, at the leader (its reports, the batch's
+    record, aggregate and collection) and at the helper (its replay
+    records, the batch's aggregate and released share), collected or not; a
+    batch with a report still young stays whole, and is collected after."""
+    dap = Dap(tmp_path, backend=backend, batch_mode="leader-selected", report_expiry_age=4 * TP)
+    _over_dap(dap)
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    bearer = {"authorization": f"Bearer {token}"}
+    old, young = NOW // TP - 3, NOW // TP - 1
+    leader, helper = dap.world.leader_store, dap.world.helper_store
+
+    def collect() -> CollectionJobResp:
+        status, headers, _ = dap.call("POST", jobs, LS_REQUEST, auth)
+        assert status == 201
+        while dap.leader.run_once():
+            pass
+        status, _, body = dap.call("GET", headers["location"], b"", bearer)
+        assert status == 200, body
+        return CollectionJobResp.decode(body)
+
+    def batches(store: Any) -> set[int]:
+        rows = store.batch_aggregates(dap.task_id, LEADER_SELECTED_BUCKETS, 2**63 - 1)
+        return {a.bucket for a in rows}
+
+    # Batch 1 (old reports) collected; batch 2 (old) and 3 (young) not.
+    for when in (old, old, young):
+        assert dap.upload(dap.report(1, when), dap.report(0, when))[0] == 200
+        while dap.leader.run_once():
+            pass
+        if len(batches(leader)) == 1 and not leader.collections(dap.task_id):
+            assert collect().report_count == 2
+    assert len(batches(leader)) == len(batches(helper)) == 3
+    assert [c.state for c in helper.collections(dap.task_id)] == ["finished"]
+
+    def gc(now: int) -> None:
+        # As veil.aggregator.maintenance.gc_task at `now`, but for the helper's
+        # job records: they are dated by the wall clock, not by this test's.
+        horizon = now - 4 * TP - dap.files.leader.max_clock_skew
+        for store in (leader, helper):
+            store.collect_garbage(dap.task_id, TP, horizon, None)
+
+    gc(NOW)  # nothing has expired
+    assert len(batches(leader)) == len(batches(helper)) == 3
+    assert len(leader.collections(dap.task_id)) == 1
+
+    # Two hours on the old reports are past the four hours' expiry (with
+    # the task's clock skew), the young ones not.
+    gc(NOW + 2 * TP)
+    counts = leader.report_counts(dap.task_id, TP)
+    assert set(counts) == {young * TP} and sum(counts[young * TP].values()) == 2
+    (kept,) = batches(leader)
+    assert batches(helper) == {kept}
+    assert leader.collections(dap.task_id) == helper.collections(dap.task_id) == []
+    batch_id = leader.batch_of_bucket(dap.task_id, kept)
+    assert batch_id is not None
+    assert leader.ready_batch(dap.task_id, 2) == (batch_id, kept)
+    # The young batch, whole at both, is the one collected next, exactly.
+    resp = collect()
+    assert resp.report_count == 2
+    assert dap.vdaf.unshard(None, _agg_shares(dap, LS_REQUEST, resp), 2) == [1, 1, 0, 0]

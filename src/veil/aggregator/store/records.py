@@ -304,6 +304,7 @@ class GcResult:
     collections: int = 0
     prefix_reports: int = 0
     prefix_queries: int = 0
+    leader_batches: int = 0
 
     def total(self) -> int:
         return sum(astuple(self))

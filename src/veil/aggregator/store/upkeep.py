@@ -14,11 +14,13 @@ from veil.aggregator.store.records import (
     KEY_ACTIVE,
     KEY_EXPIRED,
     KEY_STATES,
+    LEADER_SELECTED_BUCKETS,
     REJECTED,
     GcResult,
     HpkeKey,
     StorageConflict,
     hpke_key_values,
+    leader_selected_bucket,
 )
 from veil.aggregator.store.tx import Tx
 from veil.hpke import HpkeConfig, HpkeKeypair
@@ -236,6 +238,14 @@ def collect_garbage(
       report and counts nothing twice.
     - Finished or failed collections whose interval ends at or before
       `report_horizon`.
+    - A leader-selected batch (DAP's; its bucket lies beyond every time,
+      so the rules above never reach it) once none of its reports is left:
+      the leader's reports and the helper's replay records of such a task
+      go by age alone (no time bucket of it is ever collected), so once
+      every report of the batch is past `report_horizon`, as a time bucket
+      goes once its end is. Its aggregate rows, its collections but a
+      pending one, and the leader's record of it (leader_batches, so that
+      no later job joins it) go together (`_spent_batches`).
 
     A Poplar1 task (`last_level` is its last level) also:
 
@@ -255,12 +265,73 @@ def collect_garbage(
     that only age would release.
     """
     statements = gc_statements(task_id, time_precision, report_horizon, job_horizon, last_level)
+    if report_horizon is not None:
+        statements += _spent_batches(tx, task_id, report_horizon)
     counts: dict[str, int] = {}
     for kind, q, args in statements:
         n = tx.run(q, args)
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + n
     return GcResult(**counts)
+
+
+def _spent_batches(
+    tx: Tx, task_id: bytes, horizon: int
+) -> list[tuple[str | None, str, tuple[Any, ...]]]:
+    """The statements deleting the task's leader-selected batches of which
+    no report is left once gc_statements' have run: at the leader, none in
+    a job of the batch that is not aggregated or rejected before `horizon`;
+    at the helper, no replay record of a job of the batch from `horizon`
+    on. A batch a pending collection claims is kept. Read before anything
+    is deleted, in the same transaction; a batch's bucket is computed from
+    its id (leader_selected_bucket), which SQL cannot do alike in both
+    dialects."""
+    live = {
+        leader_selected_bucket(bytes(r[0]))
+        for r in tx.rows(
+            "SELECT DISTINCT j.batch_id FROM aggregation_jobs j WHERE j.task_id = ?"
+            " AND j.batch_id IS NOT NULL AND EXISTS (SELECT 1 FROM reports r"
+            " WHERE r.task_id = j.task_id AND r.job_id = j.job_id"
+            " AND (r.state NOT IN (?, ?) OR r.time >= ?))"
+            " UNION SELECT DISTINCT j.batch_id FROM helper_jobs j WHERE j.task_id = ?"
+            " AND j.batch_id IS NOT NULL AND EXISTS (SELECT 1 FROM helper_reports h"
+            " WHERE h.task_id = j.task_id AND h.job_id = j.job_id"
+            " AND (h.time IS NULL OR h.time >= ?))",
+            (task_id, AGGREGATED, REJECTED, horizon, task_id, horizon),
+        )
+    }
+    claimed = "SELECT start FROM collections WHERE task_id = ? AND state = 'pending'"
+    live |= {int(r[0]) for r in tx.rows(claimed, (task_id,))}
+    first = LEADER_SELECTED_BUCKETS
+    known = {
+        int(r[0])
+        for r in tx.rows(
+            "SELECT bucket FROM leader_batches WHERE task_id = ?"
+            " UNION SELECT bucket FROM batch_aggregates WHERE task_id = ? AND bucket >= ?"
+            " UNION SELECT start FROM collections WHERE task_id = ? AND start >= ?",
+            (task_id, task_id, first, task_id, first),
+        )
+    }
+    statements: list[tuple[str | None, str, tuple[Any, ...]]] = []
+    for bucket in sorted(known - live):
+        statements += [
+            (
+                "batch_aggregates",
+                "DELETE FROM batch_aggregates WHERE task_id = ? AND bucket = ?",
+                (task_id, bucket),
+            ),
+            (
+                "collections",
+                "DELETE FROM collections WHERE task_id = ? AND start = ? AND state != 'pending'",
+                (task_id, bucket),
+            ),
+            (
+                "leader_batches",
+                "DELETE FROM leader_batches WHERE task_id = ? AND bucket = ?",
+                (task_id, bucket),
+            ),
+        ]
+    return statements
 
 
 def add_hpke_key(tx: Tx, key: HpkeKey) -> None:
