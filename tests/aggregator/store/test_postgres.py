@@ -1,14 +1,22 @@
 """What the PostgreSQL backend does its own way: the round trips a unit of
-work costs (each one is CPU at the client, per aggregation job)."""
+work costs (each one is CPU at the client, per aggregation job), and two
+units that meet on a row's lock."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from tests.aggregator.store.test_storage import TASK
+from tests.support.wait import wait_until
+from veil.aggregator.store import collection_jobs
 from veil.aggregator.store.postgres import PostgresDatastore
+from veil.aggregator.store.records import CollectionGone, CollectionRecord
 from veil.aggregator.store.tx import PostgresTx
 
 pytestmark = pytest.mark.postgres
@@ -41,3 +49,70 @@ def test_many_without_rows_sends_nothing(postgres: str, tmp_path: Path) -> None:
         with pytest.raises(psycopg.errors.UndefinedTable):
             tx.many("INSERT INTO no_such_table VALUES (?)", [(1,)])
         conn.pgconn.untrace()
+
+
+def _blocked_by(watch: psycopg.Connection[Any], pid: int) -> bool:
+    """Whether another backend waits for a lock that backend `pid` holds."""
+    row = watch.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
+    ).fetchone()
+    return row is not None and row[0] > 0
+
+
+def _while_held(
+    postgres: str, hold: Callable[[PostgresTx], object], then: Callable[[], object]
+) -> list[object]:
+    """Run `hold` in a transaction of its own, then `then` in another thread,
+    wait until that thread waits for a lock `hold` took, and commit: what
+    `then` returned or raised."""
+    got: list[object] = []
+
+    def run() -> None:
+        try:
+            got.append(then())
+        except Exception as e:
+            got.append(e)
+
+    with psycopg.connect(postgres) as conn, psycopg.connect(postgres, autocommit=True) as watch:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        thread = threading.Thread(target=run, daemon=True)
+        with conn.transaction():
+            hold(PostgresTx(conn))
+            thread.start()
+            wait_until(lambda: _blocked_by(watch, conn.info.backend_pid), "the other unit to wait")
+        thread.join(timeout=60)
+    return got
+
+
+def test_a_deletion_and_the_closing_of_its_batch_wait_for_each_other(postgres: str) -> None:
+    """A collector's deletion and the collection driver's closing of the
+    job's batch, run at once in two transactions: whichever comes second
+    waits for the first's row lock, and then sees what it did (PostgreSQL
+    has it start again, from a fresh snapshot). The job is either kept as
+    deleted, its batch closed, or discarded, its batch open: never
+    discarded with its batch closed."""
+    store = PostgresDatastore(postgres, pool_size=2)
+    try:
+        first = CollectionRecord(TASK, b"a" * 16, 0, 3600, "pending")
+        second = CollectionRecord(TASK, b"b" * 16, 3600, 3600, "pending")
+        for record in (first, second):
+            store.put_collection(record)
+        # The driver closes first: the deletion keeps the job.
+        got = _while_held(
+            postgres,
+            lambda tx: collection_jobs.close_collection_batch(tx, first, 3600),
+            lambda: store.delete_collection(TASK, first.job_id),
+        )
+        assert got == ["deleted"]
+        assert [a.collected_by for a in store.batch_aggregates(TASK, 0, 3600)] == [first.job_id]
+        # The deletion comes first: the driver closes nothing.
+        got = _while_held(
+            postgres,
+            lambda tx: collection_jobs.delete_collection(tx, TASK, second.job_id),
+            lambda: store.close_collection_batch(second, 3600),
+        )
+        assert len(got) == 1 and isinstance(got[0], CollectionGone), got
+        assert store.batch_aggregates(TASK, 3600, 7200) == []
+        assert [c.state for c in store.collections(TASK)] == ["deleted"]
+    finally:
+        store.close()
