@@ -5,8 +5,8 @@ structured requests whose fields are drawn from valid, edge and random
 values, with and without the right bearer token. For every call:
 
 - the answer is OK or one of the documented statuses (docs/CLIENT.md, "Errors");
-  INTERNAL is allowed only as gRPC's own refusal of bytes that do not parse,
-  never as the handler's "internal error";
+  bytes that are not the method's message are INVALID_ARGUMENT from veil's
+  own parsing, naming the method, and INTERNAL is never an answer;
 - a refused call changes nothing in the server's database;
 - an accepted call changes only what it acknowledges (an upload stores
   exactly `accepted` reports; a helper job adds exactly the reports it
