@@ -133,32 +133,52 @@ def _dap_listen(
                 f" tasks are {', '.join(DAP_VDAFS)}): deploy the survey without --protocol dap"
             )
     out = {}
+    plain = "--no-tls serves plain HTTP" if not tls else "the servers serve TLS"
     for role, url, grpc_address in (
         ("leader", dap.leader_endpoint, leader),
         ("helper", dap.helper_endpoint, helper),
     ):
-        parts = urlsplit(url)
-        want = "https" if tls else "http"
-        if parts.scheme != want:
-            raise DeployError(
-                f"the {role}'s DAP endpoint {url!r} must be an {want} URL"
-                + (" (--no-tls serves plain HTTP)" if not tls else " (the servers serve TLS)")
-            )
-        try:
-            port = parts.port or (443 if tls else 80)
-        except ValueError:
-            raise DeployError(f"the {role}'s DAP endpoint {url!r} has no valid port") from None
-        if not parts.hostname:
-            raise DeployError(f"the {role}'s DAP endpoint {url!r} names no host")
         if role == dap.other_implementation:
-            continue  # that aggregator is not veil: it has no config here
-        if str(port) == grpc_address.rpartition(":")[2]:
-            raise DeployError(
-                f"the {role}'s DAP endpoint {url!r} is on its gRPC port {port}: give each its own"
-            )
-        local = not tls or is_loopback(f"{parts.hostname}:{port}")
-        out[role] = f"127.0.0.1:{port}" if local else f"0.0.0.0:{port}"
+            # That aggregator is not veil: it has no config here.
+            _dap_endpoint_port(role, url, tls, plain)
+        else:
+            out[role] = dap_listen_address(role, url, grpc_address, tls, plain)
     return out
+
+
+def _dap_endpoint_port(role: str, url: str, tls: bool, why: str) -> int:
+    """The port of `role`'s DAP endpoint `url`; DeployError unless it is an
+    https URL with `tls` (an http one without), naming a host and a valid
+    port (`why` says where TLS comes from)."""
+    parts = urlsplit(url)
+    want = "https" if tls else "http"
+    if parts.scheme != want:
+        raise DeployError(f"the {role}'s DAP endpoint {url!r} must be an {want} URL ({why})")
+    try:
+        port = parts.port or (443 if tls else 80)
+    except ValueError:
+        raise DeployError(f"the {role}'s DAP endpoint {url!r} has no valid port") from None
+    if not parts.hostname:
+        raise DeployError(f"the {role}'s DAP endpoint {url!r} names no host")
+    return port
+
+
+def dap_listen_address(role: str, url: str, grpc_listen: str, tls: bool, why: str) -> str:
+    """Where a veil aggregator serves DAP (its config's `[dap] listen`) for
+    its DAP endpoint `url`: that URL's port, on loopback where the server
+    serves plain HTTP or the endpoint names a loopback host, else on every
+    interface (serving the config's [tls] certificate). `tls` is whether
+    the server serves TLS, and `why` says why it does or does not, for the
+    error. DeployError for an endpoint of the other scheme, without a host
+    or a valid port, or on the port of the server's gRPC listener
+    `grpc_listen`. What `veil survey deploy` and `veil task new` both write."""
+    port = _dap_endpoint_port(role, url, tls, why)
+    if str(port) == grpc_listen.rpartition(":")[2]:
+        raise DeployError(
+            f"the {role}'s DAP endpoint {url!r} is on its gRPC port {port}: give each its own"
+        )
+    local = not tls or is_loopback(f"{urlsplit(url).hostname}:{port}")
+    return f"127.0.0.1:{port}" if local else f"0.0.0.0:{port}"
 
 
 def deploy_survey(

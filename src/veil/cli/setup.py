@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from veil.cli.common import DeferredCommands, add_dap_options, dap_spec
 
 if TYPE_CHECKING:
-    from veil.task import DpSpec
+    from veil.task import DapSpec, DpSpec
 
 
 def _read_config(path: Path, role: str, listen: str) -> dict[str, Any]:
@@ -25,6 +25,57 @@ def _read_config(path: Path, role: str, listen: str) -> dict[str, Any]:
     from veil.settings import read_toml
 
     return dict(read_toml(path, CONFIG_KEYS).data)
+
+
+def _serve_dap(role: str, path: Path, config: dict[str, Any], dap: DapSpec) -> str | None:
+    """Give the server config `config` (at `path`) `[dap] listen` for the
+    role's DAP endpoint, where `veil survey deploy` would put it
+    (veil.deploy.dap_listen_address), serving TLS as the config does (its
+    [tls] table). A config already serving DAP on that port is kept as it
+    is. DeployError, nothing changed, for the role another implementation
+    runs (it reads no veil config), a config serving DAP on another port
+    (never overwritten), or a loopback port in use on this machine; the
+    address newly given, or None."""
+    from veil.deploy import DeployError, dap_listen_address
+    from veil.grpc_util import is_loopback
+
+    option = f"--{role}-config"
+    if role == dap.other_implementation:
+        raise DeployError(
+            f"{option}: the {role} runs another DAP implementation"
+            f" (--dap-other-implementation {role}), which reads no veil config"
+        )
+    url = dap.leader_endpoint if role == "leader" else dap.helper_endpoint
+    tls = "tls" in config
+    why = f"{path.name} has " + (
+        "a [tls] table: its server serves TLS" if tls else "no [tls] table: it serves plain HTTP"
+    )
+    listen = dap_listen_address(role, url, str(config.get("listen", "")), tls, why)
+    table = config.get("dap")
+    current = table.get("listen") if isinstance(table, dict) else table
+    port = listen.rpartition(":")[2]
+    if current is not None:
+        if str(current).rpartition(":")[2] == port:
+            return None
+        raise DeployError(
+            f"{path} already serves DAP on {current!r} ([dap] listen), not on port {port} of"
+            f" the {role}'s DAP endpoint {url!r}: give the endpoint that port, or change"
+            " [dap] listen by hand (it is never overwritten)"
+        )
+    if is_loopback(listen):
+        # A loopback port is this machine's: one already taken would stop
+        # the server at its start (a public one may be another machine's).
+        import socket
+
+        try:
+            socket.create_server(("127.0.0.1", int(port))).close()
+        except OSError as e:
+            raise DeployError(
+                f"the {role}'s DAP endpoint {url!r}: port {port} is in use on this machine"
+                f" ({e.strerror or e}), where {path} would serve DAP: choose another port"
+            ) from None
+    config["dap"] = {**(table or {}), "listen": listen}
+    return listen
 
 
 def _add_task_to_config(path: Path, config: dict[str, Any], task_file: Path) -> None:
@@ -112,6 +163,26 @@ def cmd_task_new(args: argparse.Namespace) -> int:
             except SettingsError as e:
                 print(f"veil task new: {e}", file=sys.stderr)
                 return 2
+    served = {}
+    if dap is not None:
+        from veil.deploy import DeployError
+        from veil.grpc_util import is_loopback
+
+        try:
+            for role, (config_path, config) in configs.items():
+                listen = _serve_dap(role, config_path, config, dap)
+                if listen is not None:
+                    served[role] = (config_path, listen)
+            # Two servers on one machine (a loopback address) need two ports.
+            listens = [listen for _, listen in served.values()]
+            if len(listens) == 2 and listens[0] == listens[1] and is_loopback(listens[0]):
+                raise DeployError(
+                    f"the leader and the helper would both serve DAP on {listens[0]}:"
+                    " give each DAP endpoint its own port"
+                )
+        except DeployError as e:
+            print(f"veil task new: {e}", file=sys.stderr)
+            return 2
     out = Path(args.out)
     tasks = {
         "leader": files.leader,
@@ -167,6 +238,8 @@ def cmd_task_new(args: argparse.Namespace) -> int:
     if dap is not None:
         print(f"DAP ({dap.version}): task id {files.client.task_id.hex()} (hex)")
         print(f"  TaskConfiguration {configuration}")
+        for role, (config_path, listen) in served.items():
+            print(f"  the {role} serves it on {listen} ([dap] listen added to {config_path})")
     print("privacy:")
     for line in statement.lines():
         print(f"  {line}")
@@ -346,8 +419,16 @@ def _task_new_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace task files of the same name (their task's keys are lost)",
     )
-    p.add_argument("--leader-config", help="add the task to this leader.toml (created if missing)")
-    p.add_argument("--helper-config", help="add the task to this helper.toml (created if missing)")
+    p.add_argument(
+        "--leader-config",
+        help="add the task to this leader.toml (created if missing; with --protocol dap, its"
+        " [dap] listen too)",
+    )
+    p.add_argument(
+        "--helper-config",
+        help="add the task to this helper.toml (created if missing; with --protocol dap, its"
+        " [dap] listen too)",
+    )
     p.add_argument(
         "--json",
         action="store_true",
