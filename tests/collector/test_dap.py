@@ -62,8 +62,13 @@ JOB_PATH = "/tasks/x/collection_jobs/AAECAwQFBgcICQoLDA0ODw"
 CREATED = Answer(201, headers={"Location": JOB_PATH, "Retry-After": "1"})
 
 
-def _resp(files: TaskFiles, shares: tuple[list[int], list[int]], count: int) -> CollectionJobResp:
-    """A CollectionJobResp as an honest leader and helper seal it."""
+def _resp(
+    files: TaskFiles,
+    shares: tuple[list[int], list[int]],
+    count: int,
+    request: CollectionJobReq = REQUEST,
+) -> CollectionJobResp:
+    """A CollectionJobResp as an honest leader and helper seal it for `request`."""
     task = files.collector
     vdaf = task.vdaf.instantiate()
     sealed = [
@@ -73,7 +78,7 @@ def _resp(files: TaskFiles, shares: tuple[list[int], list[int]], count: int) -> 
             role,
             task.task_id,
             task.dap_configuration(),
-            REQUEST,
+            request,
             vdaf.encode_agg_share(share),
         )
         for role, share in zip((Role.LEADER, Role.HELPER), shares, strict=True)
@@ -179,6 +184,32 @@ def test_a_job_named_by_its_id_is_polled_not_created(
     other = Answer(201, headers={"Location": "/tasks/x/collection_jobs/job"})
     leader.answers = [other, _finished(_honest(files))]
     assert collector.collect(WHEN * TP, TP, wait=10, poll_interval=0.01).collection_job_id is None
+
+
+def test_a_batch_the_leader_chose_is_collected_whatever_it_names_its_job(
+    leader: ScriptedServer,
+) -> None:
+    """collect_next gives the batch the leader chose with the job's id where
+    the leader names it by 16 bytes, and without one (None, as `collect`)
+    where it names it otherwise: the batch's result, already released and
+    opened, is not thrown away for the form of a URL (asking again would
+    give the next batch, not this one)."""
+    dap = DapSpec(leader.url, "http://127.0.0.1:9/", batch_mode="leader-selected")
+    files = _task(dap)
+    p = files.collector.vdaf.instantiate().field.MODULUS
+    request = CollectionJobReq(Query(BatchMode.LEADER_SELECTED))
+    honest = _finished(_resp(files, ([5], [p - 2]), 3, request).encode())
+    collector = DapCollector(files.collector)
+    for location, job_id in (
+        (JOB_PATH, JOB),
+        ("/tasks/x/collection_jobs/3f2c5e1a-9b7d-4e6f-8a1b-2c3d4e5f6a7b", None),
+        ("/tasks/x/collection_jobs/job", None),
+    ):
+        leader.answers = [Answer(201, headers={"Location": location}), honest]
+        result = collector.collect_next(wait=10, poll_interval=0.01)
+        assert (result.estimate, result.report_count) == (3, 3)
+        assert (result.start, result.duration) == (WHEN * TP, TP)
+        assert result.collection_job_id == job_id, location
 
 
 def test_a_hostile_job_id_is_refused_before_anything_is_sent(

@@ -198,7 +198,8 @@ class DapCollector:
         chooses one that holds min_batch_size reports and that no collection
         has (the query is empty, section 5.2.1). The result's
         `collection_job_id` is the leader's job (DAP's CollectionJobResp
-        names no batch id), told to `on_job` once the job is created, its
+        names no batch id; None where the leader names its job otherwise
+        than by 16 bytes), told to `on_job` once the job is created, its
         start and duration the interval the leader answered. A leader
         without a batch ready refuses with invalidBatchSize (a
         CollectionError). `collection_job_id`, a job the leader named
@@ -215,12 +216,9 @@ class DapCollector:
         got = resp.interval
         batch = (got.start * tp, got.duration * tp)
         result = self._result(request, resp, batch, confidence, simultaneous, began)
-        job_id = _job_id(url)
-        if job_id is None:
-            raise self._bad(
-                f"named its collection job {url!r}, not {JOB_ID_SIZE} bytes in unpadded base64url"
-            )
-        return replace(result, collection_job_id=job_id)
+        # Released and opened: a job named otherwise than by JOB_ID_SIZE bytes
+        # still gives its batch (None, as `collect`), which asking again would not.
+        return replace(result, collection_job_id=_job_id(url))
 
     def delete(self, collection_job_id: bytes, *, wait: float = 30.0) -> None:
         """Delete a collection job at the leader (DAP's DELETE of the job,
