@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import urllib.parse
 import urllib.request
 from dataclasses import replace
@@ -560,9 +561,13 @@ def test_a_collection_job_is_deleted_by_its_collector(tmp_path: Path, backend: B
     assert resp.report_count == 2
 
 
-def test_a_pending_collection_job_that_closed_its_batch_is_kept(tmp_path: Path) -> None:
+def test_a_pending_collection_job_that_closed_its_batch_is_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A pending job deleted once it has closed its batch is never driven
-    again, and its batch is never collected by another job."""
+    again, and its batch is never collected by another job: a driver's step
+    on a read of the job from before the deletion asks the helper nothing,
+    and its log does not call the batch collectable."""
     dap = Dap(tmp_path)
     _over_dap(dap)
     token = dap.files.collector.collector_token
@@ -581,6 +586,10 @@ def test_a_pending_collection_job_that_closed_its_batch_is_kept(tmp_path: Path) 
     assert (
         dap.call("DELETE", headers["location"], b"", {"authorization": f"Bearer {token}"})[0] == 200
     )
+    with caplog.at_level(logging.INFO, logger="veil.aggregator.leader.collection"):
+        assert dap.leader.collections.run_collection(record, "driver", 60.0) is False
+    assert "no longer pending" in caplog.text and "collectable" not in caplog.text
+    assert dap.world.helper_store.collections(dap.task_id) == []
     while dap.leader.run_once():
         pass
     (kept,) = store.collections(dap.task_id)

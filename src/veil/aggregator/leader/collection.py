@@ -354,8 +354,8 @@ class CollectionDriver:
         else:
             try:
                 self.store.close_collection_batch(record, task.time_precision)
-            except CollectionGone as e:  # deleted by its collector since: it closed nothing
-                log.info("%s: its batch stays collectable", e)
+            except CollectionGone as e:  # deleted, or ended by another driver, since read
+                log.info("%s: this step closes nothing and asks the helper nothing", e)
                 return False
             except StorageConflict:
                 return self._fail(
