@@ -4,7 +4,8 @@ loopback beside gRPC, SQLite), respondents answering with `veil survey
 respond` (veil's DAP client), `veil survey status` (the leader's report
 counts), the window closed early with `veil survey close` once they are done
 (the servers told by SIGHUP), and `veil survey collect` collecting every
-question over DAP, exactly (no DP in the survey); and a survey with
+question over DAP, exactly (no DP in the survey), a run stopped once the
+leader named a job resumed by polling that job; and a survey with
 invitations, a panel answering through a real issuer, each report's token
 in veil's invitation extension. What the deploy writes and
 refuses: tests/cli/test_survey_dap.py."""
@@ -15,6 +16,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,10 @@ import pytest
 from tests.support.cli import veil
 from tests.support.survey_toml import remote, team
 from tests.support.window import close_survey
+from veil.collector.dap import DapCollector
+from veil.collector.survey import collect_survey
 from veil.local.launcher import ServerProcess, free_port
+from veil.task import b64e, load_task
 from veil.times import format_time
 
 pytestmark = pytest.mark.slow
@@ -47,6 +52,7 @@ closes = {closes}
     + "\n"
     + team(("red", "green", "blue"), text="Which team?")
 )
+EXACT = {"team": {"red": 1, "green": 1, "blue": 3}, "remote": {"yes": 3}}
 ANSWERS = [
     {"remote": True, "team": "red"},
     {"remote": False, "team": "blue"},
@@ -84,12 +90,14 @@ class Deployed:
         )  # fmt: skip
         assert collected.returncode == 0, collected.stderr
         assert time.time() < self.closes
-        # A DAP leader names each job from its request: nothing claims a job
-        # id of veil's own, and state.json keeps none for the run to resume.
-        for qid in ("remote", "team"):
+        # A DAP leader names each job (nothing claims a job id of veil's
+        # own), and state.json keeps the id it named, as it keeps a gRPC job's.
+        jobs = json.loads((results / "state.json").read_text())["jobs"]
+        assert sorted(jobs) == ["remote", "team"]
+        for qid, job in jobs.items():
             assert f"{qid}: collecting over DAP (the leader names the job" in collected.stderr
+            assert f"{qid}: the leader named the job {job}" in collected.stderr
         assert "(job " not in collected.stderr
-        assert json.loads((results / "state.json").read_text())["jobs"] == {}
         return {r["question"]: r for r in json.loads((results / "results.json").read_text())}
 
 
@@ -144,7 +152,7 @@ def test_a_survey_over_dap_is_answered_and_collected_exactly(
 
     published = d.close_and_collect(servers)
     assert {q: r["n"] for q, r in published.items()} == {"remote": 5, "team": 5}
-    assert rows(published) == {"team": {"red": 1, "green": 1, "blue": 3}, "remote": {"yes": 3}}
+    assert rows(published) == EXACT
 
 
 def test_an_invited_panel_over_dap_is_collected_exactly(
@@ -188,4 +196,70 @@ def test_an_invited_panel_over_dap_is_collected_exactly(
             issuer.stdout.close()
     published = d.close_and_collect(servers)
     assert {q: r["n"] for q, r in published.items()} == {"remote": 5, "team": 5}
-    assert rows(published) == {"team": {"red": 1, "green": 1, "blue": 3}, "remote": {"yes": 3}}
+    assert rows(published) == EXACT
+
+
+def test_a_collection_stopped_once_its_job_is_named_polls_that_job(
+    tmp_path: Path, servers: list[ServerProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`veil survey collect` over DAP keeps the job id the leader named in
+    state.json: a run stopped once the first question's job exists polls
+    that job when run again (only GETs of it), and a job id the leader does
+    not hold (404) is asked for again by the same request, which finds or
+    recreates the job; exact results."""
+    d = deploy(tmp_path, servers)
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps(a) + "\n" for a in ANSWERS))
+    sent = veil("survey", "respond", "--survey-dir", d.dep / "client", "--answers", answers)
+    assert sent.returncode == 0, sent.stderr
+    close_survey(d.dep, servers)
+    collector, results = d.dep / "collector", tmp_path / "results"
+    state = results / "state.json"
+
+    class Stop(Exception):
+        pass
+
+    def stop_once_named(line: str) -> None:
+        if line.startswith("remote: the leader named the job"):
+            raise Stop
+
+    with pytest.raises(Stop):
+        collect_survey(collector, results, wait=120, say=stop_once_named)
+    kept = json.loads(state.read_text())["jobs"]
+    assert list(kept) == ["remote"]
+    # A job the leader never held, kept for the other question.
+    stale = "5a" * 16
+    doc = json.loads(state.read_text())
+    doc["jobs"]["team"] = stale
+    state.write_text(json.dumps(doc))
+
+    # Every request the collector sends, seen on its way to the real leader.
+    seen: list[tuple[str, str]] = []
+    urlopen = DapCollector._urlopen
+
+    def record(self: DapCollector, request: urllib.request.Request) -> Any:
+        seen.append((request.get_method(), request.full_url))
+        return urlopen(self, request)
+
+    monkeypatch.setattr(DapCollector, "_urlopen", record)
+    said: list[str] = []
+    outcome = collect_survey(collector, results, wait=120, say=said.append)
+    assert outcome.complete, outcome.pending
+    task = {qid: load_task(collector / f"{qid}.toml").id_text for qid in ("remote", "team")}
+
+    def calls(qid: str) -> list[tuple[str, str]]:
+        return [(m, url.split("/collection_jobs", 1)[1]) for m, url in seen if task[qid] in url]
+
+    remote = calls("remote")
+    assert remote and set(remote) == {("GET", f"/{b64e(bytes.fromhex(kept['remote']))}")}
+    assert f"remote: resuming job {kept['remote']}" in said
+    team = calls("team")
+    assert team[:2] == [("GET", f"/{b64e(bytes.fromhex(stale))}"), ("POST", "")], team
+    assert any(line.startswith(f"team: the leader holds no job {stale}") for line in said)
+    jobs = json.loads(state.read_text())["jobs"]
+    assert jobs["remote"] == kept["remote"] and jobs["team"] != stale
+    assert {m for m, _ in team[2:]} == {"GET"}
+    assert f"team: the leader named the job {jobs['team']}" in said
+    published = {r["question"]: r for r in json.loads((results / "results.json").read_text())}
+    assert {q: r["n"] for q, r in published.items()} == {"remote": 5, "team": 5}
+    assert rows(published) == EXACT

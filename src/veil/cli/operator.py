@@ -533,9 +533,9 @@ def _collecting(files: SurveyFiles, args: argparse.Namespace) -> dict[str, str]:
     for q in survey.tasked:
         job = recorded.jobs.get(q.id)
         if job is None or files.tasks[q.id].dap is not None:
-            # A DAP leader names a collection job from its request: state.json
-            # keeps no id for a DAP question (one kept by an earlier run means
-            # nothing to the leader), so its job is not asked for.
+            # A DAP question's job is the DAP leader's, which has no call
+            # telling a pending job apart without taking its shares: not
+            # asked for here (`veil survey collect` polls it).
             continue
         job_id = bytes.fromhex(job)  # State.load checked it
         with Collector(files.tasks[q.id], leader_root_certificates=read_pem(args.leader_ca)) as c:
@@ -661,8 +661,9 @@ def register(
         help="after the survey closes: collect every question into labelled results",
         description=(
             "Collect every question of a survey over its whole window, once, after the window"
-            " has closed. RESULTS/state.json records each collection job before it starts: if"
-            " the run stops for any reason, run the same command again to resume it (no"
+            " has closed. RESULTS/state.json records each collection job before it starts (over"
+            " DAP, as soon as the leader names it): if the run stops for any reason, run the"
+            " same command again to resume it (no"
             " question is ever collected twice). Writes RESULTS/results.json, results.csv and"
             " report.html."
         ),

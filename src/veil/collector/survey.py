@@ -7,8 +7,12 @@ records each question's collection job id *before* the job is created, so a
 run killed at any point is resumed by running it again, which polls the same
 jobs (the leader answers a known job id with the same job, and serves a
 finished job's sealed shares again) and never starts a second collection of a
-question. Before any batch is closed, every question's collector HPKE key is
-checked against the one the leader's task seals to.
+question. Over DAP the leader names the job: its id is recorded as soon as
+the leader answers the request, and a run stopped before that sends the same
+request again, which a veil leader answers with the same job; a job kept
+that the leader no longer holds (404) is asked for again so too. Before
+any batch is closed, every question's collector HPKE key is checked against
+the one the leader's task seals to (over gRPC).
 
 A text question is collected level by level (`veil.collector.text`): one
 collection of the same batch per byte of its answers, each asking for the
@@ -33,6 +37,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from veil.collector.collector import (
     CollectionError,
     CollectionJobFailed,
@@ -40,7 +46,7 @@ from veil.collector.collector import (
     Collector,
     text_agg_param,
 )
-from veil.collector.dap import collector_for
+from veil.collector.dap import DapCollector, collector_for
 from veil.collector.estimate import SIMULTANEOUS_BONFERRONI
 from veil.collector.text import LevelQuery, TextProgress, descend
 from veil.dp.accounting import Guarantee
@@ -337,32 +343,34 @@ def collect_survey(
                 continue
             job_hex = state.jobs.get(q.id)
             over_dap = files.tasks[q.id].dap is not None
-            if over_dap:
-                # A DAP leader names the job itself, from the request: the same
-                # request finds the same job, so there is no id to keep or send.
-                if state.jobs.pop(q.id, None) is not None:
-                    state.save(state_path)
-                job_hex = None
+            if job_hex is not None:
+                say(f"{q.id}: resuming job {job_hex}")
+            elif over_dap:
+                # A DAP leader names the job itself (its Location), kept once
+                # it is created (`on_job`); until then the same request finds it.
                 say(f"{q.id}: collecting over DAP (the leader names the job from the request)")
-            elif job_hex is None:
+            else:
                 job_hex = secrets.token_bytes(16).hex()
                 state.jobs[q.id] = job_hex
                 state.save(state_path)  # before the job exists: a kill now resumes it
                 say(f"{q.id}: collecting (job {job_hex})")
-            else:
-                say(f"{q.id}: resuming job {job_hex}")
+            job = _Job(q.id, collectors[q.id], state, state_path, say)
             try:
-                r = collectors[q.id].collect(
-                    start,
-                    duration,
-                    wait=wait,
-                    confidence=confidence,
-                    # One level for the whole question: every row's interval
-                    # holds at once at `confidence` (the row count is public).
-                    simultaneous=True,
-                    collection_job_id=None if job_hex is None else bytes.fromhex(job_hex),
-                    on_wait=_prefixed(say, q.id),
-                )
+                try:
+                    r = job.collect(start, duration, job_hex, wait, confidence)
+                except CollectionError as e:
+                    if not over_dap or job_hex is None or e.code is not grpc.StatusCode.NOT_FOUND:
+                        raise
+                    # The leader no longer holds the job kept (deleted, or
+                    # another leader's): the same request finds or recreates it.
+                    say(
+                        f"{q.id}: the leader holds no job {job_hex} ({e.message}); asking again"
+                        " with the same request, which finds or recreates the job"
+                    )
+                    state.jobs.pop(q.id, None)
+                    state.save(state_path)
+                    job_hex = None
+                    r = job.collect(start, duration, None, wait, confidence)
             except CollectionJobFailed as e:
                 # The job is over; the next run may start another (the
                 # aggregators still refuse a batch already collected).
@@ -379,6 +387,7 @@ def collect_survey(
                     state.save(state_path)
                     elsewhere[q.id] = e.message
                     continue
+                job_hex = state.jobs.get(q.id)  # a DAP leader's, once it named it
                 again = (
                     "run again to resume: the leader finds the job by its request"
                     if job_hex is None
@@ -405,6 +414,42 @@ def collect_survey(
     if not pending and not elsewhere and not ended:
         write_results(survey, results, out)
     return Outcome(results, pending, elsewhere, before if before != here else None, ended)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One question's collection job, as `collect_survey` runs it: a DAP
+    leader's job id is kept in state.json as soon as the leader names it,
+    so that a run stopped from then on polls that job (as a gRPC question's
+    id, kept before its job exists)."""
+
+    qid: str
+    collector: Collector | DapCollector
+    state: State
+    state_path: Path
+    say: Callable[[str], None]
+
+    def collect(
+        self, start: int, duration: int, job_hex: str | None, wait: float, confidence: float
+    ) -> CollectionResult:
+        c = self.collector
+        options: dict[str, Any] = {
+            "wait": wait,
+            "confidence": confidence,
+            # One level for the whole question: every row's interval holds at
+            # once at `confidence` (the row count is public).
+            "simultaneous": True,
+            "collection_job_id": None if job_hex is None else bytes.fromhex(job_hex),
+            "on_wait": _prefixed(self.say, self.qid),
+        }
+        if isinstance(c, DapCollector):
+            return c.collect(start, duration, on_job=self._named, **options)
+        return c.collect(start, duration, **options)
+
+    def _named(self, job: bytes) -> None:
+        self.state.jobs[self.qid] = job.hex()
+        self.state.save(self.state_path)  # a run stopped from now on polls this job
+        self.say(f"{self.qid}: the leader named the job {job.hex()}")
 
 
 def _collect_text(
