@@ -56,9 +56,10 @@ def _task(dap: DapSpec | None) -> TaskFiles:
 
 
 REQUEST = CollectionJobReq(Query(BatchMode.TIME_INTERVAL, Interval(WHEN, 1)))
-# The job's id as the leader names it: 16 bytes, unpadded base64url.
+# The job's id as the leader names it: 16 bytes, unpadded base64url; its
+# Location relative to the task's URL ({leader}/tasks/{task-id}/).
 JOB = bytes(range(16))
-JOB_PATH = "/tasks/x/collection_jobs/AAECAwQFBgcICQoLDA0ODw"
+JOB_PATH = "collection_jobs/AAECAwQFBgcICQoLDA0ODw"
 CREATED = Answer(201, headers={"Location": JOB_PATH, "Retry-After": "1"})
 
 
@@ -118,7 +119,8 @@ def test_a_batch_is_collected_and_the_requests_are_the_drafts(
     assert headers["content-type"] == media_type("collection-job-req")
     assert headers["authorization"] == f"Bearer {files.collector.collector_token}"
     assert body == REQUEST.encode()
-    assert [(m, p) for m, p, _, _ in polls] == [("GET", JOB_PATH)] * 3
+    job = f"/tasks/{files.collector.id_text}/{JOB_PATH}"
+    assert [(m, p) for m, p, _, _ in polls] == [("GET", job)] * 3
     assert all(h["authorization"] == headers["authorization"] for _, _, h, _ in polls)
 
 
@@ -181,7 +183,7 @@ def test_a_job_named_by_its_id_is_polled_not_created(
     where = f"/tasks/{files.collector.id_text}/collection_jobs/AAECAwQFBgcICQoLDA0ODw"
     assert [(m, p) for m, p, _, _ in leader.seen] == [("GET", where)] * 2
     # A leader naming its job otherwise than by 16 bytes: collected, no id.
-    other = Answer(201, headers={"Location": "/tasks/x/collection_jobs/job"})
+    other = Answer(201, headers={"Location": "collection_jobs/job"})
     leader.answers = [other, _finished(_honest(files))]
     assert collector.collect(WHEN * TP, TP, wait=10, poll_interval=0.01).collection_job_id is None
 
@@ -202,8 +204,8 @@ def test_a_batch_the_leader_chose_is_collected_whatever_it_names_its_job(
     collector = DapCollector(files.collector)
     for location, job_id in (
         (JOB_PATH, JOB),
-        ("/tasks/x/collection_jobs/3f2c5e1a-9b7d-4e6f-8a1b-2c3d4e5f6a7b", None),
-        ("/tasks/x/collection_jobs/job", None),
+        ("collection_jobs/3f2c5e1a-9b7d-4e6f-8a1b-2c3d4e5f6a7b", None),
+        ("collection_jobs/job", None),
     ):
         leader.answers = [Answer(201, headers={"Location": location}), honest]
         result = collector.collect_next(wait=10, poll_interval=0.01)
@@ -244,6 +246,72 @@ def test_a_hostile_job_id_is_refused_before_anything_is_sent(
         collector.collect(WHEN * TP, 2 * TP, wait=10, poll_interval=0.01, collection_job_id=JOB)
     assert refused.value.code is grpc.StatusCode.DATA_LOSS
     assert "cannot open" in refused.value.message and JOB.hex() in refused.value.message
+
+
+def test_the_token_goes_nowhere_but_the_tasks_jobs_at_the_leader(
+    leader: ScriptedServer, files: TaskFiles
+) -> None:
+    """A Location on another origin (host, port or scheme, or
+    protocol-relative) or outside the task's collection jobs is refused,
+    naming it, with nothing more sent: a second real server on loopback,
+    where each points, is never called, and the leader only had the
+    POST. A redirect of a poll to that server is not followed either."""
+    other = ScriptedServer()
+    try:
+        port = other.url.rsplit(":", 1)[1].rstrip("/")
+        mine = leader.url.rsplit(":", 1)[1].rstrip("/")
+        job = f"tasks/{files.collector.id_text}/{JOB_PATH}"
+        for location in (
+            f"{other.url}{job}",  # another port
+            f"http://localhost:{mine}/{job}",  # another host name
+            f"https://127.0.0.1:{mine}/{job}",  # another scheme
+            f"//127.0.0.1:{port}/{job}",  # protocol-relative
+            f"http://x@127.0.0.1:{mine}/{job}",  # user information
+            "/tasks/AAAA/collection_jobs/AAECAwQFBgcICQoLDA0ODw",  # another task
+            f"/tasks/{files.collector.id_text}/aggregation_jobs/x",  # not a job
+            f"/tasks/{files.collector.id_text}/collection_jobs/",  # the jobs, not one
+            f"/tasks/{files.collector.id_text}/collection_jobs/%2e%2e/x",
+            "/",
+        ):
+            leader.answers = [Answer(201, headers={"Location": location})]
+            leader.seen.clear()
+            with pytest.raises(CollectionError) as refused:
+                DapCollector(files.collector).collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
+            assert f"named its collection job elsewhere: the Location {location!r}" in (
+                refused.value.message
+            )
+            assert [m for m, _, _, _ in leader.seen] == ["POST"], location
+        # A poll answered by a redirect to the other server.
+        for status in (301, 302, 303, 307, 308):
+            redirect = Answer(status, headers={"Location": f"{other.url}{job}"})
+            leader.answers = [CREATED, redirect]
+            with pytest.raises(
+                CollectionError, match=f"answered a poll of its collection job {status}"
+            ):
+                DapCollector(files.collector).collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
+        assert other.seen == []
+        # Control: the same server, named as the task's, is reached.
+        # Controls: the leader's own origin, absolute, is followed; and the
+        # other server, where a task names it as its leader, is reached.
+        leader.answers = [Answer(201, headers={"Location": f"{leader.url}{job}"})]
+        leader.answers.append(_finished(_honest(files)))
+        assert (
+            DapCollector(files.collector)
+            .collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
+            .estimate
+            == 3
+        )
+        there = _task(DapSpec(other.url, "http://127.0.0.1:9/", DapVersion.DAP_19.value, "veil"))
+        other.answers = [CREATED, _finished(_honest(there))]
+        assert (
+            DapCollector(there.collector)
+            .collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
+            .estimate
+            == 3
+        )
+        assert [m for m, _, _, _ in other.seen] == ["POST", "GET"]
+    finally:
+        other.close()
 
 
 def test_a_failed_job_is_told_as_failed(leader: ScriptedServer, files: TaskFiles) -> None:

@@ -4,7 +4,10 @@ side): the same results as `Collector`, over DAP's HTTP routes.
 A collection job is created by POSTing a CollectionJobReq (a time-interval
 query) to ``{leader}/tasks/{task-id}/collection_jobs`` with the collector's
 token as ``Authorization: Bearer``; the leader answers with the job's
-``Location``, which is polled until it holds the CollectionJobResp. Each
+``Location``, which is polled until it holds the CollectionJobResp (a
+``Location`` elsewhere than the task's collection jobs at the leader's
+origin is refused, and no redirect is followed: the token goes to the
+leader the task file names, nowhere else). Each
 aggregate share is opened with DAP's ``info`` and AggregateShareAad (the
 task's configuration and the very request), decoded and unsharded with the
 task's VDAF, and estimated as `Collector` does. A retry sends the same
@@ -50,6 +53,7 @@ from veil.dap.jobs import CollectionJobReq, CollectionJobResp, Query
 from veil.dap.messages import BatchMode, Interval
 from veil.dap.problems import MediaTypeError, Problem, ProblemType, media_type, message_of
 from veil.dap.shares import open_aggregate_share
+from veil.dap.urls import opener, resource_within
 from veil.dap.versions import Role
 from veil.hpke import Ciphertext, HpkeError
 from veil.task import CollectorTask, expect_role
@@ -123,6 +127,7 @@ class DapCollector:
             base if base.endswith("/") else base + "/", f"tasks/{task.id_text}"
         )
         self._auth = {"Authorization": f"Bearer {task.collector_token}"}
+        self._opener = opener(self.tls)
 
     def close(self) -> None:
         """Nothing to close (each request is its own connection); kept so that
@@ -265,7 +270,13 @@ class DapCollector:
             location = answer.get("location")
             if status != 201 or not location:
                 raise self._bad(f"answered the collection job request {status} without a Location")
-            url = urljoin(self.tasks_url + "/", location)
+            try:
+                # The token goes to the task's jobs at the leader, nowhere else.
+                url = resource_within(
+                    self.tasks_url + "/", location, f"{self.tasks_url}/collection_jobs/"
+                )
+            except ValueError as e:
+                raise self._bad(f"named its collection job elsewhere: {e}") from None
             named = _job_id(url)
             if named is not None and on_job is not None:
                 on_job(named)
@@ -409,7 +420,7 @@ class DapCollector:
         """Sends `request`: status 0 with the reason as body when the leader
         cannot be reached."""
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.tls) as r:
+            with self._opener.open(request, timeout=self.timeout) as r:
                 return r.status, _lower(r.headers.items()), r.read(MAX_ANSWER + 1)[:MAX_ANSWER]
         except urllib.error.HTTPError as e:
             return e.code, _lower(e.headers.items()), e.read(MAX_ANSWER)

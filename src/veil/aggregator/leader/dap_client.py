@@ -13,7 +13,9 @@ The same job asked again sends the same bytes, so the helper finds the job
 it created (its id derives from the body). An aggregate share is one POST
 of an AggregateShareReq. Requests carry the task's aggregator token as
 ``Authorization: Bearer``. The helper may answer at once or later (section
-3.1): an empty 2xx answer is polled at its ``Location`` until it is ready.
+3.1): an empty 2xx answer is polled at its ``Location`` until it is ready,
+a ``Location`` below the resource asked, at the helper's origin (no other:
+the token goes nowhere else, and no redirect is followed).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from veil.dap.jobs import (
 from veil.dap.messages import BatchMode, Extension, Interval, ReportMetadata
 from veil.dap.pingpong import MessageType, PingPong, initialize
 from veil.dap.problems import Problem, ProblemType, media_type
+from veil.dap.urls import opener, resource_within
 from veil.dap.versions import ReportError
 from veil.hpke import Ciphertext
 from veil.task import LeaderTask
@@ -103,6 +106,7 @@ class DapHelperClient:
         self.tls = tls
         self.timeout = timeout
         self.send = send or self._urlopen
+        self._opener = opener(tls)
 
     def aggregate(
         self,
@@ -228,8 +232,13 @@ class DapHelperClient:
                 raise Unavailable(f"the helper deferred its {resource} answer and did not give it")
             wait = answer.get("retry-after", "1")
             time.sleep(min(float(wait) if wait.isdigit() else 1.0, MAX_POLL_WAIT))
+            try:
+                # The token goes to this resource at the helper, nowhere else.
+                there = resource_within(url, location, url + "/")
+            except ValueError as e:
+                raise InvalidMessage(f"the helper deferred its {resource} answer: {e}") from None
             poll = urllib.request.Request(
-                urljoin(url, location), headers={"Authorization": headers["Authorization"]}
+                there, headers={"Authorization": headers["Authorization"]}
             )
             status, answer, got = self._call(poll)
         if answer.get("content-type", "").replace(" ", "") != media_type(expected):
@@ -247,7 +256,7 @@ class DapHelperClient:
 
     def _urlopen(self, request: urllib.request.Request) -> tuple[int, dict[str, str], bytes]:
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.tls) as r:
+            with self._opener.open(request, timeout=self.timeout) as r:
                 return r.status, _lower(r.headers.items()), r.read()
         except urllib.error.HTTPError as e:
             return e.code, _lower(e.headers.items()), e.read()
