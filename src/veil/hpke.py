@@ -209,10 +209,15 @@ def seal(config: HpkeConfig, info: bytes, plaintext: bytes) -> Ciphertext:
     return Ciphertext(config.config_id, out[:ENC_SIZE], out[ENC_SIZE:])
 
 
-def new_ephemeral() -> tuple[bytes, bytes]:
+def new_ephemeral(private: bytes | None = None) -> tuple[bytes, bytes]:
     """A fresh ephemeral X25519 key for one seal: (its private key, the
-    encapsulated key `enc` a ciphertext sealed with it carries)."""
-    sk = X25519PrivateKey.generate()
+    encapsulated key `enc` a ciphertext sealed with it carries). `private`:
+    32 bytes to take as the private key instead (a test's fixed key)."""
+    sk = (
+        X25519PrivateKey.generate()
+        if private is None
+        else X25519PrivateKey.from_private_bytes(private)
+    )
     return sk.private_bytes_raw(), sk.public_key().public_bytes_raw()
 
 

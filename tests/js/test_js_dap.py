@@ -8,20 +8,20 @@ Python client's messages, before anything is sealed."""
 
 from __future__ import annotations
 
+import functools
 import json
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from tests.support.dap_reports import dap_aggregate
 from tests.support.node import js_dap_reports, require_node_client
+from veil.client.dap import DapClient
 from veil.dap.invitation import (
     INVITATION_EXTENSION,
-    InvitationExtension,
-    dap_redemption_context,
-    sealed_key_digest,
 )
 from veil.dap.messages import (
     InputShareAad,
@@ -30,11 +30,18 @@ from veil.dap.messages import (
     ReportMetadata,
     TaskConfiguration,
 )
-from veil.dap.report import prepare_report
 from veil.dap.versions import DapVersion, Role, input_share_info, vdaf_context
-from veil.hpke import Ciphertext, HpkeConfig, HpkeError, generate_keypair
-from veil.invite.token import TOKEN_SIZE
-from veil.task import DapSpec, DpSpec, VdafSpec, new_task
+from veil.hpke import (
+    ROLE_HELPER,
+    ROLE_LEADER,
+    Ciphertext,
+    HpkeConfig,
+    HpkeError,
+    generate_keypair,
+)
+from veil.invite import blindrsa
+from veil.invite.token import TOKEN_SIZE, public_key_bytes
+from veil.task import ClientTask, DapSpec, DpSpec, VdafSpec, new_task
 
 TP = 3600
 WHEN = 480_000 * TP + 1234  # not on the time precision: rounded down
@@ -169,92 +176,114 @@ def test_the_encoding_fixture_is_pythons() -> None:
 INVITED_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dap_js_invitation.json"
 # Token bytes of the right size: sealing does not check them.
 TOKEN = bytes(i % 251 for i in range(TOKEN_SIZE))
+# The invited tasks' aggregators: the discard port on loopback, which
+# refuses at once, so that an invited report stays in the client's outbox.
+INVITED_ENDPOINTS = ("http://127.0.0.1:9/", "http://127.0.0.1:9/dap/")
 
 
-def invited_report(case: dict[str, Any]) -> dict[str, str]:
+@functools.cache
+def _issuer_key() -> bytes:
+    # The client only needs a task that takes tokens: sealing checks none.
+    return public_key_bytes(blindrsa.generate_key().public_key())
+
+
+def _invited_task(case: dict[str, Any]) -> ClientTask:
+    """The client's task of one case: its task id and configuration, its
+    invitation extension where the case puts it (in the leader's share
+    where the helper is another implementation)."""
+    dap = DapSpec(
+        *INVITED_ENDPOINTS, case["version"], "js",
+        other_implementation="helper" if case["invitation"] == "leader" else None,
+    )  # fmt: skip
+    files = new_task(
+        VdafSpec.from_dict(case["vdaf"]), "127.0.0.1:1", "127.0.0.1:2", min_batch_size=2,
+        dp=DpSpec("none"), dap=dap, time_precision=case["time_precision"],
+        issuer_public_key=_issuer_key(),
+    )  # fmt: skip
+    return replace(files.client, task_id=bytes.fromhex(case["task_id"]))
+
+
+def invited_report(case: dict[str, Any], outbox: Path) -> dict[str, str]:
     """Python's invited DAP report from the inputs of one case of
-    tests/fixtures/dap_js_invitation.json (DapClient.prepare_invited and
-    upload_invited without the network): the leader's key digest, the
-    token's redemption context and the encoded Report, in hex."""
+    tests/fixtures/dap_js_invitation.json, built by the client's own
+    public path: DapClient.prepare_invited, with the case's report id,
+    randomness and ephemeral keys as its draws (its test hook), then
+    upload_invited with the case's token, which keeps the report in the
+    client's outbox (the leader is unreachable), where it is read: the
+    leader's key digest, the token's redemption context and the encoded
+    Report, in hex."""
+    task = _invited_task(case)
     version = DapVersion(case["version"])
-    task_id = bytes.fromhex(case["task_id"])
-    configuration = TaskConfiguration.decode(bytes.fromhex(case["configuration"]), version)
-    vdaf = VdafSpec.from_dict(case["vdaf"]).instantiate()
+    assert task.dap_configuration().encode(version).hex() == case["configuration"]
     configs = [
         HpkeConfig(c["config_id"], bytes.fromhex(c["public_key"]))
         for c in (case["leader"], case["helper"])
     ]
-    ephemerals = [bytes.fromhex(e) for e in case["ephemerals"]]
-    digests = [
-        sealed_key_digest(c.config_id, X25519PrivateKey.from_private_bytes(e).public_key()
-                          .public_bytes_raw())
-        for c, e in zip(configs, ephemerals, strict=True)
-    ]  # fmt: skip
-    report_id, rand = bytes.fromhex(case["report_id"]), bytes.fromhex(case["rand"])
-    public_share, _ = vdaf.shard(
-        vdaf_context(version, task_id), case["measurement"], report_id, rand
-    )
-    context = dap_redemption_context(
-        task_id,
-        report_id,
-        case["time"] * case["time_precision"],
-        vdaf.encode_public_share(public_share),
-        *digests,
-    )
-    extension = (InvitationExtension(bytes.fromhex(case["token"]), digests[0]).extension(),)
-    in_leader = case["invitation"] == "leader"
-    report = prepare_report(
-        version, task_id, configuration, vdaf, case["measurement"], case["time"], *configs,
-        report_id=report_id, rand=rand, public_extensions=() if in_leader else extension,
-        ephemerals=(ephemerals[0], ephemerals[1]),
-        leader_private_extensions=extension if in_leader else (),
-    )  # fmt: skip
+    drawn = [bytes.fromhex(case["report_id"]), bytes.fromhex(case["rand"])]
+    drawn += [bytes.fromhex(e) for e in case["ephemerals"]]
+
+    def draw(n: int) -> bytes:
+        got = drawn.pop(0)
+        assert len(got) == n
+        return got
+
+    when = case["time"] * case["time_precision"]
+    with DapClient(task, outbox=outbox, retries=0, clock=lambda: when) as client:
+        assert client.outbox is not None
+        for role, config in zip((ROLE_LEADER, ROLE_HELPER), configs, strict=True):
+            client.outbox.save_config(task.task_id, role, config, time.time())
+        invited = client.prepare_invited(case["measurement"], when, draw=draw)
+        assert drawn == []
+        result = client.upload_invited(invited, bytes.fromhex(case["token"]))
+        assert (result.accepted, result.pending) == (0, 1)
+        ((_, report),) = client.outbox.pending(task.task_id, 2)
     return {
-        "leader_key_digest": digests[0].hex(),
-        "context": context.hex(),
+        "leader_key_digest": invited.leader_key_digest.hex(),
+        "context": invited.context.hex(),
         "report": report.encode().hex(),
     }
 
 
-def invited_fixture() -> dict[str, Any]:
+def invited_fixture(directory: Path) -> dict[str, Any]:
     """The fixture's inputs and Python's outputs (written to
-    tests/fixtures/dap_js_invitation.json with an "about" key): a Count
-    task with its extension public, a Histogram task with it in the
-    leader's share; js/test/dap.test.js builds the same with the JS client."""
+    tests/fixtures/dap_js_invitation.json with an "about" key; each
+    client's outbox in `directory`): a Count task with its extension
+    public, a Histogram task with it in the leader's share;
+    js/test/dap.test.js builds the same with the JS client."""
     cases = []
     for n, (vdaf, measurement, place) in enumerate(
         [(VdafSpec("count"), 1, "public"),
          (VdafSpec("histogram", length=4, chunk_length=2), 2, "leader")]
     ):  # fmt: skip
-        task = _task(vdaf)
-        case = {
+        case: dict[str, Any] = {
             "version": "dap-19",
-            "task_id": task.task_id.hex(),
-            "configuration": task.dap_configuration().encode(DapVersion.DAP_19).hex(),
+            "task_id": bytes(range(100 + n, 132 + n)).hex(),
             "vdaf": vdaf.to_dict(),
             "time_precision": TP,
             "time": 480_000 + n,
             "measurement": measurement,
             "invitation": place,
             "report_id": bytes(range(16 * n, 16 * n + 16)).hex(),
-            "rand": bytes(
-                (7 * i + n) % 256 for i in range(task.vdaf.instantiate().RAND_SIZE)
-            ).hex(),
+            "rand": bytes((7 * i + n) % 256 for i in range(vdaf.instantiate().RAND_SIZE)).hex(),
             "leader": {"config_id": 3, "public_key": LEADER.config.public_key.hex()},
             "helper": {"config_id": 4, "public_key": HELPER.config.public_key.hex()},
             "ephemerals": [bytes([n + 1] * 32).hex(), bytes([n + 2] * 32).hex()],
             "token": TOKEN.hex(),
         }
-        cases.append({**case, **invited_report(case)})
+        configuration = _invited_task(case).dap_configuration().encode(DapVersion.DAP_19)
+        case["configuration"] = configuration.hex()
+        cases.append({**case, **invited_report(case, directory / f"outbox-{n}.sqlite")})
     return {"cases": cases}
 
 
-def test_the_invitation_fixture_is_pythons() -> None:
-    """Each case's outputs are what Python builds from its inputs, and its
-    report carries the extension where the case says (the JS test compares
-    its own build with the same outputs)."""
-    for case in json.loads(INVITED_FIXTURE.read_text())["cases"]:
-        assert invited_report(case) == {
+def test_the_invitation_fixture_is_pythons(tmp_path: Path) -> None:
+    """Each case's outputs are what the Python client builds from its
+    inputs, and its report carries the extension where the case says (the
+    JS test compares its own build with the same outputs)."""
+    cases = json.loads(INVITED_FIXTURE.read_text())["cases"]
+    assert [c["invitation"] for c in cases] == ["public", "leader"]
+    for n, case in enumerate(cases):
+        assert invited_report(case, tmp_path / f"outbox-{n}.sqlite") == {
             k: case[k] for k in ("leader_key_digest", "context", "report")
         }
         report = Report.decode(bytes.fromhex(case["report"]))

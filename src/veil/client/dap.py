@@ -32,7 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -270,12 +270,24 @@ class DapClient:
         return UploadResult(accepted, 0)
 
     def prepare_invited(
-        self, measurement: Any, report_time: int, *, randomized: bool = False
+        self,
+        measurement: Any,
+        report_time: int,
+        *,
+        randomized: bool = False,
+        draw: Callable[[int], bytes] | None = None,
     ) -> InvitedReport:
         """The first half of an invited report (a survey with invitations,
         veil.dap.invitation): `measurement` sharded, its shares' HPKE keys
         drawn, and the redemption context its token must be signed for.
-        `upload_invited` seals and sends it with that token."""
+        `upload_invited` seals and sends it with that token.
+
+        `draw` is a test hook, never for production: `draw(n)` gives the n
+        bytes drawn in place of `secrets`, in this order: the report id, the
+        VDAF's randomness, the leader's and the helper's ephemeral private
+        keys (32 bytes each), so that a test holds the report's bytes
+        against another implementation's (tests/js/test_js_dap.py)."""
+        take = secrets.token_bytes if draw is None else draw
         tp = self.task.time_precision
         if report_time % tp:
             raise ValueError(f"report_time {report_time} is not a multiple of time_precision {tp}")
@@ -285,13 +297,11 @@ class DapClient:
             [measurement] if randomized else randomize_measurements(self.task, [measurement])
         )
         pending = _Pending(
-            measured,
-            report_time // tp,
-            secrets.token_bytes(REPORT_ID_SIZE),
-            secrets.token_bytes(self.vdaf.RAND_SIZE),
+            measured, report_time // tp, take(REPORT_ID_SIZE), take(self.vdaf.RAND_SIZE)
         )
         leader, helper = self.hpke_config(ROLE_LEADER), self.hpke_config(ROLE_HELPER)
-        (leader_sk, leader_enc), (helper_sk, helper_enc) = new_ephemeral(), new_ephemeral()
+        fixed = (None, None) if draw is None else (draw(32), draw(32))
+        (leader_sk, leader_enc), (helper_sk, helper_enc) = map(new_ephemeral, fixed)
         # Sharded here for the public share the context commits to; the
         # report is sharded again, to the same bytes, when it is sealed.
         public_share, _ = self.vdaf.shard(
