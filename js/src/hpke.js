@@ -132,8 +132,16 @@ export async function seal(config, info, plaintext, aad = new Uint8Array(0), eph
   }
   const s = theSuite();
   const recipientPublicKey = await s.kem.deserializePublicKey(config.public_key);
-  // hpke-js takes a caller's ephemeral key pair as `ekm` (meant for tests:
-  // here it is fresh randomness drawn by the caller, never reused).
+  // hpke-js takes a caller's ephemeral key pair as `ekm` (meant for tests).
+  // Here it is randomness the caller drew for one invited report (./dap.js
+  // prepareInvited), whose token commits to its `enc` before the report is
+  // sealed. A retry or a reload seals that report again with the same key:
+  // safe, because it seals the same plaintext with the same info and
+  // associated data (the report's content is kept and its token is
+  // deterministic: the issuer signs the same blinded message alike, and
+  // finalizing gives the same token), so the same key and nonce give the
+  // same ciphertext and a second seal reveals nothing. Other content must
+  // never be sealed under a key used once: that would reuse the AEAD's nonce.
   const ekm = ephemeral === undefined ? undefined : await ephemeralPair(ephemeral);
   const { ct, enc } = await s.seal({ recipientPublicKey, info, ekm }, plaintext, aad);
   return { config_id: config.config_id, enc: new Uint8Array(enc), payload: new Uint8Array(ct) };

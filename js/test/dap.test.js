@@ -145,6 +145,27 @@ for (const c of invited.cases) {
   });
 }
 
+// The page keeps an invited report (as JSON) until the issuer answers; a
+// retry, or a reload with a new client, seals it again with the same
+// ephemeral keys (the token committed to their encapsulated keys): the same
+// report, byte for byte, since its content and the token are the same.
+test('a retry or a reload seals an invited report to the same bytes', async () => {
+  const c = invited.cases[1];
+  const task = { task_id: b64e(bytes(c.task_id)), vdaf: c.vdaf, time_precision: c.time_precision };
+  const configs = {
+    leader: { config_id: c.leader.config_id, public_key: bytes(c.leader.public_key) },
+    helper: { config_id: c.helper.config_id, public_key: bytes(c.helper.public_key) },
+  };
+  const dap = { version: c.version, configuration: b64e(bytes(c.configuration)), invitation: c.invitation };
+  const kept = JSON.stringify(await new DapClient(task, configs, dap).prepareInvited(c.measurement));
+  const first = await new DapClient(task, configs, dap).sealInvited(JSON.parse(kept), bytes(c.token));
+  const again = await new DapClient(task, configs, dap).sealInvited(JSON.parse(kept), bytes(c.token));
+  assert.equal(hex(again), hex(first));
+  // Control: a report drawn anew is other bytes.
+  const other = await new DapClient(task, configs, dap).prepareInvited(c.measurement);
+  assert.notEqual(hex(await new DapClient(task, configs, dap).sealInvited(other, bytes(c.token))), hex(first));
+});
+
 test('an invited report needs a task with invitations and a token of the right size', async () => {
   const c = invited.cases[0];
   const task = { task_id: b64e(bytes(c.task_id)), vdaf: c.vdaf, time_precision: c.time_precision };

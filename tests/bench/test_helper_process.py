@@ -13,13 +13,21 @@ import pytest
 from bench.helper_process import Round, Run, run, table, thread_cpu_ns, tick_cpu_ns
 
 
-def test_the_clocks_count_a_busy_thread() -> None:
-    before, ticks = thread_cpu_ns(os.getpid()), tick_cpu_ns(os.getpid())
-    began = time.process_time()
-    while time.process_time() - began < 0.05:
+def test_the_clocks_count_a_busy_thread_alike() -> None:
+    """The two clocks the benchmark reads (the threads' schedstat, ns; the
+    process's utime+stime, in clock ticks) count a busy span of this
+    process alike: each at least most of the CPU time the span took, and
+    within a generous factor of each other (the ticks' cross-check of the
+    benchmark holds to 6 per cent over a run)."""
+    pid = os.getpid()
+    before, ticks, began = thread_cpu_ns(pid), tick_cpu_ns(pid), time.process_time_ns()
+    while time.process_time_ns() - began < 250_000_000:
         pass
-    assert thread_cpu_ns(os.getpid()) - before >= 40_000_000
-    assert tick_cpu_ns(os.getpid()) >= ticks
+    spent = time.process_time_ns() - began
+    counted, ticked = thread_cpu_ns(pid) - before, tick_cpu_ns(pid) - ticks
+    assert counted >= 0.8 * spent, (counted, spent)
+    # A tick is 10 ms: the ticks may lag the nanoseconds by about one.
+    assert 0.5 * counted - 20_000_000 <= ticked <= 1.5 * counted + 20_000_000, (ticked, counted)
 
 
 @pytest.mark.slow
