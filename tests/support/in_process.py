@@ -5,7 +5,7 @@ clock fixed at NOW. The aggregator tests build on it to check each rule."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tests.support.backends import Backend
 from tests.support.helper_rpc import honest_items
@@ -73,7 +73,9 @@ class InProcessHelper:
 
 
 class World:
-    def __init__(self, backend: Backend, files: TaskFiles) -> None:
+    def __init__(
+        self, backend: Backend, files: TaskFiles, clock: Callable[[], float] = lambda: NOW
+    ) -> None:
         self.files = files
         self.helper_store = backend.store("helper")
         self.leader_store = backend.store("leader")
@@ -81,7 +83,7 @@ class World:
             {files.helper.task_id: files.helper},
             self.helper_store,
             PrivacyEngine(backend.ledger("helper"), [files.helper], allow_exact_release=True),
-            clock=lambda: NOW,
+            clock=clock,
         )
         self.link = InProcessHelper(self.helper)
         self.leader = Leader(
@@ -90,7 +92,7 @@ class World:
                 self.leader_store,
                 self.link,
                 PrivacyEngine(backend.ledger("leader"), [files.leader], allow_exact_release=True),
-                clock=lambda: NOW,
+                clock=clock,
             ),
             LeaderSettings(job_size=4),
         )

@@ -12,6 +12,7 @@ import json
 import logging
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,10 +83,11 @@ class Dap:
         tmp_path: Path,
         version: DapVersion = DapVersion.DAP_19,
         backend: Backend | None = None,
+        clock: Callable[[], float] = lambda: NOW,
         **kw: Any,
     ) -> None:
         self.files = _files(version, **kw)
-        self.world = World(backend or Backend(tmp_path, None), self.files)
+        self.world = World(backend or Backend(tmp_path, None), self.files, clock)
         self.leader = self.world.leader
         self.app = dap_app(self.leader.dap, MAX_BODY, self.leader.dap_collections)
         self.version = version
@@ -709,3 +711,71 @@ def test_leader_selected_batches_go_with_their_reports_expiry(
     resp = collect()
     assert resp.report_count == 2
     assert dap.vdaf.unshard(None, _agg_shares(dap, LS_REQUEST, resp), 2) == [1, 1, 0, 0]
+
+
+def test_a_batch_near_expiry_takes_no_fresh_report_after_the_helpers_gc(
+    tmp_path: Path, backend: Backend
+) -> None:
+    """A leader-selected batch retires once its oldest report is within the
+    margin of expiry (veil.aggregator.store.batches.joinable_from): after
+    the helper's GC took a short batch of old reports, fresh reports go to
+    a new batch, which is collected exactly, and the leader's GC then takes
+    the old one as the helper's did. Joining the old batch instead (the
+    code before) left the leader counting reports the helper had deleted:
+    that batch failed collection with batchMismatch, and never went."""
+    now = [NOW]
+    dap = Dap(
+        tmp_path,
+        backend=backend,
+        clock=lambda: now[0],
+        batch_mode="leader-selected",
+        min_batch_size=3,
+        report_expiry_age=4 * TP,
+    )
+    _over_dap(dap)
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    bearer = {"authorization": f"Bearer {token}"}
+    leader, helper = dap.world.leader_store, dap.world.helper_store
+
+    def batches(store: Any) -> set[int]:
+        rows = store.batch_aggregates(dap.task_id, LEADER_SELECTED_BUCKETS, 2**63 - 1)
+        return {a.bucket for a in rows}
+
+    def gc(store: Any) -> None:
+        horizon = now[0] - 4 * TP - dap.files.leader.max_clock_skew
+        store.collect_garbage(dap.task_id, TP, horizon, None)
+
+    # Two reports three hours old: batch B, short of the floor of 3.
+    assert dap.upload(*(dap.report(1, NOW // TP - 3) for _ in range(2)))[0] == 200
+    while dap.leader.run_once():
+        pass
+    (old,) = batches(leader)
+    assert batches(helper) == {old}
+    # Two hours on, the helper's GC runs first: B's reports there expired.
+    now[0] = NOW + 2 * TP
+    gc(helper)
+    assert batches(helper) == set()
+    # Three fresh reports: B is retired, they make a new batch of their own.
+    fresh = NOW // TP + 1
+    assert dap.upload(*(dap.report(v, fresh) for v in (0, 1, 1)))[0] == 200
+    while dap.leader.run_once():
+        pass
+    young = batches(leader) - {old}
+    assert len(young) == 1 and batches(helper) == young
+    status, headers, _ = dap.call("POST", jobs, LS_REQUEST, auth)
+    assert status == 201
+    while dap.leader.run_once():
+        pass
+    status, _, body = dap.call("GET", headers["location"], b"", bearer)
+    assert status == 200, body
+    resp = CollectionJobResp.decode(body)
+    assert resp.report_count == 3
+    assert dap.vdaf.unshard(None, _agg_shares(dap, LS_REQUEST, resp), 3) == [1, 2, 0, 0]
+    # The leader's GC takes B as the helper's did, and keeps the young one.
+    gc(leader)
+    assert batches(leader) == young
+    (bucket,) = young
+    assert leader.batch_of_bucket(dap.task_id, old) is None
+    assert leader.batch_of_bucket(dap.task_id, bucket) is not None

@@ -12,11 +12,17 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.aggregator.store.test_storage import TASK
+from tests.aggregator.store.test_storage import MERGE, TASK, report, share
 from tests.support.wait import wait_until
-from veil.aggregator.store import collection_jobs
+from veil.aggregator.store import batches, collection_jobs, upkeep
 from veil.aggregator.store.postgres import PostgresDatastore
-from veil.aggregator.store.records import CollectionGone, CollectionRecord
+from veil.aggregator.store.records import (
+    BatchAggregate,
+    CollectionGone,
+    CollectionRecord,
+    GcResult,
+    leader_selected_bucket,
+)
 from veil.aggregator.store.tx import PostgresTx
 
 pytestmark = pytest.mark.postgres
@@ -114,5 +120,49 @@ def test_a_deletion_and_the_closing_of_its_batch_wait_for_each_other(postgres: s
         assert len(got) == 1 and isinstance(got[0], CollectionGone), got
         assert store.batch_aggregates(TASK, 3600, 7200) == []
         assert [c.state for c in store.collections(TASK)] == ["deleted"]
+    finally:
+        store.close()
+
+
+def _spent_batch(store: PostgresDatastore, task: bytes) -> None:
+    """Batch A of two reports aggregated at 3600, short of the floor of 3,
+    and a fresh report pending: a GC with its horizon at 5000 finds A spent."""
+    store.put_reports(task, [(3600, report(n, 3600)) for n in (0, 1)])
+    assert store.create_batch_job(task, b"0" * 16, 10, 3, b"A" * 32, None) == 2
+    delta = BatchAggregate(leader_selected_bucket(b"A" * 32), share(1, 2), 2, b"c" * 32)
+    ids = {r.report_id: None for r in store.job_reports(task, b"0" * 16)}
+    store.finish_aggregation_job(task, b"0" * 16, ids, [delta], MERGE)
+    store.put_reports(task, [(10**6, report(2, 10**6))])
+
+
+def test_gc_and_a_job_joining_its_batch_wait_for_each_other(postgres: str) -> None:
+    """GC taking a spent leader-selected batch and a new job joining it, run
+    at once in two transactions (without the rule of batches.joinable_from,
+    which keeps the two from both deciding): the job's write of the batch's
+    row makes the second wait and start again from a fresh snapshot. GC
+    first: the job makes a new batch; the job first: GC keeps the batch,
+    its new report in a job. Never a job in a batch without its record."""
+    store = PostgresDatastore(postgres, pool_size=2)
+    a, bucket = b"A" * 32, leader_selected_bucket(b"A" * 32)
+    try:
+        _spent_batch(store, TASK)
+        got = _while_held(
+            postgres,
+            lambda tx: upkeep.collect_garbage(tx, TASK, 3600, 5000, None),
+            lambda: store.create_batch_job(TASK, b"1" * 16, 10, 3, b"B" * 32, None),
+        )
+        assert got == [1]
+        assert store.batch_of_bucket(TASK, bucket) is None
+        assert store.job_batch(TASK, b"1" * 16) == b"B" * 32
+        other = b"u" * 32
+        _spent_batch(store, other)
+        got = _while_held(
+            postgres,
+            lambda tx: batches.create_batch_job(tx, other, b"1" * 16, 10, 3, b"B" * 32, None),
+            lambda: store.collect_garbage(other, 3600, 5000, None),
+        )
+        assert len(got) == 1 and isinstance(got[0], GcResult) and not got[0].leader_batches
+        assert store.batch_of_bucket(other, bucket) == a
+        assert store.job_batch(other, b"1" * 16) == a
     finally:
         store.close()

@@ -43,6 +43,7 @@ from veil.aggregator.leader.meter import LeaderMeter
 from veil.aggregator.leader.peer import HelperPeer
 from veil.aggregator.leader.settings import LeaderSettings
 from veil.aggregator.store.base import Datastore
+from veil.aggregator.store.batches import joinable_from
 from veil.aggregator.store.records import (
     JobReport,
     StorageConflict,
@@ -183,11 +184,15 @@ class JobDriver:
     def _create_job(self, task: LeaderTask) -> int:
         """A new job of the task's pending reports; a leader-selected task's
         joins a batch in the same transaction (veil.aggregator.store.batches),
-        a new one of 32 random bytes where none is open."""
+        a new one of 32 random bytes where none is open and young enough
+        (batches.joinable_from)."""
         task_id, job_id, size = task.task_id, secrets.token_bytes(16), self.job_size(task.task_id)
         if task.dap is not None and task.dap.leader_selected:
+            oldest = joinable_from(
+                self.clock(), task.report_expiry_age, task.time_precision, task.max_clock_skew
+            )
             return self.store.create_batch_job(
-                task_id, job_id, size, task.min_batch_size, secrets.token_bytes(32)
+                task_id, job_id, size, task.min_batch_size, secrets.token_bytes(32), oldest
             )
         return self.store.create_aggregation_job(task_id, job_id, size)
 

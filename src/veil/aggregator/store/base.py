@@ -102,12 +102,10 @@ class Datastore:
     # --- leader-selected batches (veil.aggregator.store.batches) ------------
 
     def create_batch_job(
-        self, task_id: bytes, job_id: bytes, limit: int, min_batch_size: int, new_batch_id: bytes
+        self, task_id: bytes, job_id: bytes, limit: int, floor: int, new: bytes, oldest: int | None
     ) -> int:
         return self._write(
-            lambda tx: batches.create_batch_job(
-                tx, task_id, job_id, limit, min_batch_size, new_batch_id
-            )
+            lambda tx: batches.create_batch_job(tx, task_id, job_id, limit, floor, new, oldest)
         )
 
     def job_batch(self, task_id: bytes, job_id: bytes) -> bytes | None:
