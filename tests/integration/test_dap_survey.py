@@ -40,7 +40,7 @@ SURVEY = (
     """\
 [survey]
 name = "DAP survey"
-mechanism = "none"
+mechanism = "{mechanism}"
 min_batch_size = 3
 time_precision = {tp}
 opens = {opens}
@@ -94,6 +94,8 @@ class Deployed:
         # own), and state.json keeps the id it named, as it keeps a gRPC job's.
         jobs = json.loads((results / "state.json").read_text())["jobs"]
         assert sorted(jobs) == ["remote", "team"]
+        # Each question's job is its own, though both send the same request.
+        assert len(set(jobs.values())) == len(jobs)
         for qid, job in jobs.items():
             assert f"{qid}: collecting over DAP (the leader names the job" in collected.stderr
             assert f"{qid}: the leader named the job {job}" in collected.stderr
@@ -101,14 +103,26 @@ class Deployed:
         return {r["question"]: r for r in json.loads((results / "results.json").read_text())}
 
 
-def deploy(root: Path, servers: list[ServerProcess], extra: str = "", *options: str) -> Deployed:
+def deploy(
+    root: Path,
+    servers: list[ServerProcess],
+    extra: str = "",
+    *options: str,
+    mechanism: str = "none",
+) -> Deployed:
     """The survey deployed over DAP with a long window (closed early once the
     respondents are done: nothing here depends on how fast the machine is),
     and its leader and helper started."""
     opens = int(time.time()) // TP * TP
     closes = opens + 3600
     (root / "survey.toml").write_text(
-        SURVEY.format(tp=TP, opens=format_time(opens), closes=format_time(closes), extra=extra)
+        SURVEY.format(
+            tp=TP,
+            opens=format_time(opens),
+            closes=format_time(closes),
+            extra=extra,
+            mechanism=mechanism,
+        )
     )
     grpc = {role: f"127.0.0.1:{free_port()}" for role in ("leader", "helper")}
     dap = {role: f"http://127.0.0.1:{free_port()}/" for role in ("leader", "helper")}
@@ -153,6 +167,30 @@ def test_a_survey_over_dap_is_answered_and_collected_exactly(
     published = d.close_and_collect(servers)
     assert {q: r["n"] for q, r in published.items()} == {"remote": 5, "team": 5}
     assert rows(published) == EXACT
+
+
+def test_every_question_of_a_survey_over_dap_with_dp_is_collected(
+    tmp_path: Path, servers: list[ServerProcess]
+) -> None:
+    """With noise, each question's collection is charged to the survey's one
+    ledger: two questions over one window send the same CollectionJobReq,
+    and their jobs (the ledger's spends) must still be two."""
+    d = deploy(tmp_path, servers, "epsilon = 2", mechanism="geometric")
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("".join(json.dumps(a) + "\n" for a in ANSWERS))
+    sent = veil("survey", "respond", "--survey-dir", d.dep / "client", "--answers", answers)
+    assert sent.returncode == 0, sent.stderr
+    published = d.close_and_collect(servers)
+    assert {q: r["n"] for q, r in published.items()} == {"remote": 5, "team": 5}
+    status = veil("survey", "status", "--survey-dir", d.dep / "collector", "--json")
+    assert status.returncode == 0, status.stderr
+    shown = json.loads(status.stdout)
+    # Both released with noise, each charged once: the survey's whole budget.
+    assert {q["id"]: q["spent_in_own_unit"] for q in shown["questions"]} == {
+        "remote": "1",
+        "team": "1",
+    }
+    assert shown["spent"] == shown["total"] == "2"
 
 
 def test_an_invited_panel_over_dap_is_collected_exactly(

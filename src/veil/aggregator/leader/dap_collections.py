@@ -87,7 +87,10 @@ class DapCollections:
         interval = request.query.batch_interval
         assert interval is not None
         start, duration = batch_interval_seconds(task_id, interval, task.time_precision)
-        collection_id = hashlib.sha256(body).digest()[:16]
+        # The task's id is hashed in: every question of a survey sends the
+        # same CollectionJobReq for the same window, and the survey's ledger,
+        # shared by its tasks, knows each spend by its collection's id.
+        collection_id = hashlib.sha256(task_id + body).digest()[:16]
         try:
             self.collections.create_collection(task_id, token, collection_id, start, duration)
         except AggregatorError as e:
