@@ -144,17 +144,36 @@ def test_concurrent_redemptions_of_one_invitation_get_one_set_of_signatures(
     deployment: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     issuer = Issuer(deployment / "issuer")
-    # Both redemptions read the invitation as unused and sign before either
-    # commits (each waits for the other before its first signature): the one
-    # that commits second has its signatures dropped and is refused.
+    # Each redemption signs only once the other has come to sign too, or has
+    # been answered. Where both read the invitation as unused, both sign
+    # before either's burn decides: the one decided second has its
+    # signatures dropped and is refused. The burn is committed while the
+    # first signs, so the other may instead read it as used and be refused
+    # at once; either way one set of signatures leaves.
     sign = issuer.signers[0].blind_sign
-    both_signing = threading.Barrier(2)
+    redeem = issuer.redeem
+    turn = threading.Condition()
+    signing = answered = 0
 
-    def sign_after_the_other_read(blinded_msg: bytes) -> bytes:
-        both_signing.wait(timeout=30)
+    def sign_after_the_other(blinded_msg: bytes) -> bytes:
+        nonlocal signing
+        with turn:
+            signing += 1
+            turn.notify_all()
+            turn.wait_for(lambda: signing >= 2 or answered >= 1, timeout=60)
         return sign(blinded_msg)
 
-    monkeypatch.setattr(issuer.signers[0], "blind_sign", sign_after_the_other_read)
+    def redeem_then_say(code: str, request: list[bytes]) -> list[bytes]:
+        nonlocal answered
+        try:
+            return redeem(code, request)
+        finally:
+            with turn:
+                answered += 1
+                turn.notify_all()
+
+    monkeypatch.setattr(issuer.signers[0], "blind_sign", sign_after_the_other)
+    monkeypatch.setattr(issuer, "redeem", redeem_then_say)
     (code,) = mint(deployment / "issuer", 1)
     before = used(deployment)
     a, b = blinded(deployment), blinded(deployment)
