@@ -9,6 +9,7 @@ import json
 import secrets
 import sys
 import time
+from typing import Any
 
 from veil.cli.common import add_retired_ca, load_task_file, number, read_pem, setup_logging
 
@@ -78,34 +79,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
                 collector.check_collector_key()
                 job_id = secrets.token_bytes(16)
                 started(job_id)
+            asked: dict[str, Any] = {
+                "wait": args.wait,
+                "confidence": args.confidence,
+                "simultaneous": args.simultaneous,
+                "collection_job_id": job_id,
+            }
             if chosen:
                 assert isinstance(collector, DapCollector)
-                r = collector.collect_next(
-                    wait=args.wait,
-                    confidence=args.confidence,
-                    simultaneous=args.simultaneous,
-                    collection_job_id=job_id,
-                    on_job=started,
-                )
+                r = collector.collect_next(on_job=started, **asked)
             elif isinstance(collector, DapCollector):
-                r = collector.collect(
-                    start,
-                    duration,
-                    wait=args.wait,
-                    confidence=args.confidence,
-                    simultaneous=args.simultaneous,
-                    collection_job_id=job_id,
-                    on_job=started,
-                )
+                r = collector.collect(start, duration, on_job=started, **asked)
             else:
-                r = collector.collect(
-                    start,
-                    duration,
-                    wait=args.wait,
-                    confidence=args.confidence,
-                    simultaneous=args.simultaneous,
-                    collection_job_id=job_id,
-                )
+                r = collector.collect(start, duration, **asked)
             job_id = r.collection_job_id or job_id
         except CollectionError as e:
             print(f"{name}: {e}", file=sys.stderr)
