@@ -325,6 +325,23 @@ def _collection_req(start: int, duration: int = 1, **kw: Any) -> bytes:
     ).encode()
 
 
+def _collected(dap: Dap, request: bytes) -> CollectionJobResp:
+    """The collector's POST of `request`, the leader's jobs driven until none
+    is left, then its GET: the CollectionJobResp."""
+    token = dap.files.collector.collector_token
+    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
+    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
+    status, headers, _ = dap.call("POST", jobs, request, auth)
+    assert status == 201
+    while dap.leader.run_once():
+        pass
+    status, _, body = dap.call(
+        "GET", headers["location"], b"", {"authorization": auth["authorization"]}
+    )
+    assert status == 200, body
+    return CollectionJobResp.decode(body)
+
+
 def _agg_shares(dap: Dap, request: bytes, resp: CollectionJobResp) -> list[Any]:
     """The leader's and the helper's aggregate shares of `resp`, opened with
     the collector's key for the CollectionJobReq `request`."""
@@ -633,13 +650,7 @@ def test_a_deletion_racing_the_driver_leaves_no_batch_closed(
     assert [a.collected_by for a in leader.batch_aggregates(*everything)] == [None]
     assert leader.collections(dap.task_id) == helper.collections(dap.task_id) == []
     # The batch is collected by the next request, exactly.
-    status, headers, _ = dap.call("POST", jobs, request, auth)
-    assert status == 201
-    while dap.leader.run_once():
-        pass
-    status, _, body = dap.call("GET", headers["location"], b"", bearer)
-    assert status == 200, body
-    resp = CollectionJobResp.decode(body)
+    resp = _collected(dap, request)
     assert resp.report_count == 2
     assert dap.vdaf.unshard(None, _agg_shares(dap, request, resp), 2) == [0, 1, 0, 1]
 
@@ -655,21 +666,11 @@ def test_leader_selected_batches_go_with_their_reports_expiry(
     batch with a report still young stays whole, and is collected after."""
     dap = Dap(tmp_path, backend=backend, batch_mode="leader-selected", report_expiry_age=4 * TP)
     _over_dap(dap)
-    token = dap.files.collector.collector_token
-    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
-    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
-    bearer = {"authorization": f"Bearer {token}"}
     old, young = NOW // TP - 3, NOW // TP - 1
     leader, helper = dap.world.leader_store, dap.world.helper_store
 
     def collect() -> CollectionJobResp:
-        status, headers, _ = dap.call("POST", jobs, LS_REQUEST, auth)
-        assert status == 201
-        while dap.leader.run_once():
-            pass
-        status, _, body = dap.call("GET", headers["location"], b"", bearer)
-        assert status == 200, body
-        return CollectionJobResp.decode(body)
+        return _collected(dap, LS_REQUEST)
 
     def batches(store: Any) -> set[int]:
         rows = store.batch_aggregates(dap.task_id, LEADER_SELECTED_BUCKETS, 2**63 - 1)
@@ -733,10 +734,6 @@ def test_a_batch_near_expiry_takes_no_fresh_report_after_the_helpers_gc(
         report_expiry_age=4 * TP,
     )
     _over_dap(dap)
-    token = dap.files.collector.collector_token
-    jobs = f"/tasks/{dap.files.client.id_text}/collection_jobs"
-    auth = {"authorization": f"Bearer {token}", "content-type": COLLECT}
-    bearer = {"authorization": f"Bearer {token}"}
     leader, helper = dap.world.leader_store, dap.world.helper_store
 
     def batches(store: Any) -> set[int]:
@@ -764,13 +761,7 @@ def test_a_batch_near_expiry_takes_no_fresh_report_after_the_helpers_gc(
         pass
     young = batches(leader) - {old}
     assert len(young) == 1 and batches(helper) == young
-    status, headers, _ = dap.call("POST", jobs, LS_REQUEST, auth)
-    assert status == 201
-    while dap.leader.run_once():
-        pass
-    status, _, body = dap.call("GET", headers["location"], b"", bearer)
-    assert status == 200, body
-    resp = CollectionJobResp.decode(body)
+    resp = _collected(dap, LS_REQUEST)
     assert resp.report_count == 3
     assert dap.vdaf.unshard(None, _agg_shares(dap, LS_REQUEST, resp), 3) == [1, 2, 0, 0]
     # The leader's GC takes B as the helper's did, and keeps the young one.
