@@ -233,6 +233,45 @@ def test_helper_unreachable_mid_pipeline(world: World) -> None:
     assert (record.state, record.report_count) == ("finished", 12)
 
 
+class Away(InProcessHelper):
+    """Cannot be reached at all."""
+
+    def aggregate(
+        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
+    ) -> AggregationAnswer:
+        raise Unavailable("helper away")
+
+
+def test_a_collection_waiting_on_unaggregated_reports_says_the_helper_is_away(
+    world: World,
+) -> None:
+    # The helper went away before the batch's reports were aggregated: the
+    # pass ends at the aggregation jobs, before the collections, and the job
+    # said nothing ("waiting for the aggregators") for as long as it was away.
+    task_id = world.files.client.task_id
+    token = world.files.collector.collector_token
+    world.leader.upload(task_id, [world.report(v % 3) for v in range(6)])
+    helper = world.leader.peer.api
+    world.leader.peer.api = Away(world.helper)
+    job = secrets.token_bytes(16)
+    world.leader.create_collection(task_id, token, job, T, TP)
+    for _ in range(2):  # said once, and not written again while it holds
+        world.leader.run_once()  # the first pass makes the aggregation job
+        assert world.leader.control.helper_unreachable
+        record = world.leader.get_collection(task_id, token, job)
+        assert record.state == "pending"
+        assert record.error_message == ("retrying: the helper cannot be reached: helper away"), (
+            record.error_message
+        )
+    assert world.leader_store.note_collections([task_id], 14, record.error_message) == 0
+    # Nothing else of the job changed: back, the helper gets it at once.
+    world.leader.peer.api = helper
+    while world.leader.run_once():
+        pass
+    record = world.leader.get_collection(task_id, token, job)
+    assert (record.state, record.report_count) == ("finished", 6)
+
+
 def test_helper_refuses_times_outside_64_bits(world: World) -> None:
     # Found by the RPC fuzzer: a uint64 time above 2**63 - 1 reached SQLite.
     task = world.files.leader

@@ -290,6 +290,10 @@ def test_collect_frictions(deploy: Any) -> None:
     done = veil("survey", "respond", "--survey-dir", d.client, "--answers", jsonl)
     assert done.returncode == 0, done.stderr
     d.close()
+    # Stopped before or after the leader aggregated the five reports (the
+    # former on a busy machine), the collection says it is retrying (a job
+    # whose reports were not aggregated said only "waiting" for as long as
+    # the helper was away: CollectionDriver.note_helper_away).
     d.helper.stop()
     results = d.root / "results"
     # Ctrl-C as at a terminal: the child takes SIGINT as Python's

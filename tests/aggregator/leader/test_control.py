@@ -28,10 +28,12 @@ def test_the_servers_own_event_stops_the_driver() -> None:
 def test_helper_unreachable_lasts_until_the_next_pass() -> None:
     control = DriverControl()
     assert not control.helper_unreachable
-    control.helper_away()
+    control.helper_away("call to helper failed")
     assert control.helper_unreachable
+    assert control.away_because == "call to helper failed"
     control.begin_pass()
     assert not control.helper_unreachable
+    assert control.away_because == ""  # said of the last pass only
     assert not control.wait(0.0)  # not a stop
 
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from veil.aggregator.core import AggregatorBase
 from veil.aggregator.errors import InvalidMessage
 from veil.aggregator.leader.admission import Backlog
-from veil.aggregator.leader.collection import CollectionDriver, TaskInfo
+from veil.aggregator.leader.collection import CollectionDriver, TaskInfo, note_helper_away
 from veil.aggregator.leader.control import Backoff
 from veil.aggregator.leader.dap import DapUploads
 from veil.aggregator.leader.dap_collections import DapCollections
@@ -149,5 +149,6 @@ class Leader(AggregatorBase[LeaderTask]):
         self.control.begin_pass()
         progress = self.jobs.run_pass()
         if self.control.helper_unreachable:
+            note_helper_away(self.store, list(self.tasks), self.control.away_because)
             return progress
         return progress | self.collections.run_pass(self.worker_id, self.settings.lease_seconds)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from veil.aggregator.context import TaskTable
@@ -93,6 +93,18 @@ class TaskInfo:
     collections_finished: int
     # Under add_remove the count is protected: reports and rejected are 0.
     counts_withheld: bool = False
+
+
+def note_helper_away(store: Datastore, task_ids: Sequence[bytes], because: str) -> None:
+    """A driver's pass ended before the collections, at a helper that could
+    not be reached (`because`: the failed call's error): each pending
+    collection job of `task_ids` says so while it waits, as it would had it
+    asked the helper itself. Without this, a job whose reports were not yet
+    aggregated when the helper went away said nothing for as long as it was
+    away. Nothing else of a job changes: it is tried at its time once the
+    helper is back."""
+    why = Unavailable(f"the helper cannot be reached: {because or 'no answer'}")
+    store.note_collections(task_ids, STATUS_CODES[why.status], f"retrying: {why}")
 
 
 class CollectionDriver:
@@ -312,7 +324,7 @@ class CollectionDriver:
             extra={"task_id": b64e(record.task_id), "job_id": record.job_id.hex()},
         )
         if isinstance(error, Unavailable):
-            self.control.helper_away()
+            self.control.helper_away(str(error))
         return False
 
     def run_collection(

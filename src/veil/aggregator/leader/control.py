@@ -22,6 +22,7 @@ class DriverControl:
         # the server and its driver together.
         self._stop = stop if stop is not None else threading.Event()
         self._helper_unreachable = threading.Event()
+        self._away_because = ""
 
     def stop(self) -> None:
         """Stop the driver between two steps (the current one finishes)."""
@@ -39,9 +40,17 @@ class DriverControl:
         """A new pass: the helper is presumed reachable until a call says not."""
         self._helper_unreachable.clear()
 
-    def helper_away(self) -> None:
-        """The helper could not be reached: the pass ends, the loop backs off."""
+    def helper_away(self, because: str = "") -> None:
+        """The helper could not be reached (`because`: the failed call's
+        error): the pass ends, the loop backs off."""
+        self._away_because = because
         self._helper_unreachable.set()
+
+    @property
+    def away_because(self) -> str:
+        """Why the last pass found the helper unreachable ("" if it did not,
+        or did not say)."""
+        return self._away_because if self._helper_unreachable.is_set() else ""
 
     @property
     def helper_unreachable(self) -> bool:

@@ -288,7 +288,7 @@ class JobDriver:
                 e,
                 extra={"task_id": job.task.id_text, "job_id": job.job_id.hex()},
             )
-            self.control.helper_away()
+            self.control.helper_away(str(e))
             return False
         except StorageConflict:
             # Our lease had expired and another driver finished the job first.

@@ -166,9 +166,6 @@ class Datastore:
     def renew_collection(
         self, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
     ) -> bool:
-        """Extend `owner`'s lease of a pending collection job (a Poplar1
-        level's takes many aggregation jobs); False if it is no longer
-        pending or leased to another."""
         return self._write(
             lambda tx: collection_jobs.renew_collection(tx, task_id, job_id, owner, lease_seconds)
         )
@@ -179,6 +176,9 @@ class Datastore:
         return self._write(
             lambda tx: collection_jobs.defer_collection(tx, task_id, job_id, code, message, backoff)
         )
+
+    def note_collections(self, task_ids: Sequence[bytes], code: int, message: str) -> int:
+        return self._write(lambda tx: collection_jobs.note_waiting(tx, task_ids, code, message))
 
     def open_aggregation_jobs(self) -> list[tuple[bytes, bytes]]:
         return self._read(jobs.open_aggregation_jobs)

@@ -7,6 +7,7 @@ transaction each, as in veil.aggregator.store.reports.
 from __future__ import annotations
 
 import time as _time
+from collections.abc import Sequence
 
 from veil.aggregator.store.records import (
     COLLECTION_COLS,
@@ -208,8 +209,9 @@ def acquire_collections(
 def renew_collection(
     tx: Tx, task_id: bytes, job_id: bytes, owner: str, lease_seconds: float
 ) -> bool:
-    """Extend `owner`'s lease of a pending collection job; False if the job
-    is no longer pending or is leased to another (as renew_aggregation_job)."""
+    """Extend `owner`'s lease of a pending collection job (a Poplar1 level's
+    takes many aggregation jobs); False if the job is no longer pending or is
+    leased to another (as renew_aggregation_job)."""
     return (
         tx.run(
             f"UPDATE collections SET lease_expiry = {tx.now} + ? WHERE task_id = ?"
@@ -218,6 +220,23 @@ def renew_collection(
         )
         == 1
     )
+
+
+def note_waiting(tx: Tx, task_ids: Sequence[bytes], code: int, message: str) -> int:
+    """Say why the pending collection jobs of `task_ids` wait (`code`,
+    `message`, shown while they are pending) without counting a failed
+    attempt or putting off their next one; rows that already say so are
+    not written. Returns how many were."""
+    changed = 0
+    for i in range(0, len(task_ids), 500):
+        chunk = task_ids[i : i + 500]
+        changed += tx.run(
+            "UPDATE collections SET error_code = ?, error_message = ? WHERE state = 'pending'"
+            f" AND task_id IN ({', '.join('?' * len(chunk))})"
+            " AND (error_code <> ? OR error_message <> ?)",
+            (code, message, *chunk, code, message),
+        )
+    return changed
 
 
 def defer_collection(
