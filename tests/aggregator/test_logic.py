@@ -34,6 +34,7 @@ from veil.aggregator.errors import (
     Unauthenticated,
     Unavailable,
     UnknownTask,
+    WindowMismatch,
     WindowOpen,
     WrongLength,
 )
@@ -43,6 +44,7 @@ from veil.aggregator.leader.helper_client import aggregation_job_request
 from veil.aggregator.leader.settings import LeaderParts, LeaderSettings
 from veil.aggregator.privacy import PrivacyEngine
 from veil.aggregator.store.records import JobReport
+from veil.client import prepare_report
 from veil.hpke import Ciphertext, HpkeConfig
 from veil.task import DpSpec, Task, TaskFiles, VdafSpec, new_task
 
@@ -270,6 +272,70 @@ def test_a_collection_waiting_on_unaggregated_reports_says_the_helper_is_away(
         pass
     record = world.leader.get_collection(task_id, token, job)
     assert (record.state, record.report_count) == ("finished", 6)
+
+
+class AwayFor(InProcessHelper):
+    """Raises `error` for the tasks of `tasks`; the others' calls reach the helper."""
+
+    def __init__(self, helper: Helper, tasks: set[bytes], error: Unavailable) -> None:
+        super().__init__(helper)
+        self.tasks = tasks
+        self.error = error
+
+    def aggregate(
+        self,
+        task: Task,
+        job_id: bytes,
+        items: Sequence[VerifyInitItem],
+        prefix_round: tuple[bytes, int, int, int] | None = None,
+    ) -> AggregationAnswer:
+        if task.task_id in self.tasks:
+            raise self.error
+        return super().aggregate(task, job_id, items, prefix_round)
+
+
+@pytest.mark.parametrize(
+    ("other_helper", "error", "said"),
+    [
+        # This helper, away: said as on the other task's collections.
+        (
+            "127.0.0.1:2",
+            Unavailable("helper away"),
+            "retrying: the helper cannot be reached: helper away",
+        ),
+        # Another helper of the leader's, away: not this task's.
+        ("127.0.0.1:3", Unavailable("the other helper is away"), ""),
+        # This helper, answering the other task that its task files give it
+        # another window for now: that task's alone (its text names it).
+        ("127.0.0.1:2", WindowMismatch("task o: the leader's and the helper's windows differ"), ""),
+    ],
+)
+def test_a_pass_ended_at_another_tasks_job_is_said_where_that_tasks_helper_is_this_ones(
+    world: World, other_helper: str, error: Unavailable, said: str
+) -> None:
+    # A leader's tasks need not share a helper, nor their collectors: a pass
+    # that ends at another helper's call is no reason this task's collection
+    # can tell, and that call's text is not its collector's to read.
+    task_id = world.files.client.task_id
+    token = world.files.collector.collector_token
+    assert world.files.leader.helper_address == "127.0.0.1:2"
+    world.leader.upload(task_id, [world.report(v % 3) for v in range(6)])
+    while world.leader.run_once():  # aggregated
+        pass
+    other = new_task(
+        VdafSpec("count"), "127.0.0.1:1", other_helper, min_batch_size=2, dp=DpSpec("none")
+    )
+    world.leader.add_tasks({other.leader.task_id: other.leader})
+    leader_config, helper_config = world.leader.current_config, world.helper.current_config
+    reports = [prepare_report(other.client, 1, leader_config, helper_config, T) for _ in "ab"]
+    world.leader.upload(other.leader.task_id, reports)
+    world.leader.peer.api = AwayFor(world.helper, {other.leader.task_id}, error)
+    job = secrets.token_bytes(16)
+    world.leader.create_collection(task_id, token, job, T, TP)
+    world.leader.run_once()  # ends at the other task's job, before the collections
+    assert world.leader.control.helper_unreachable
+    record = world.leader.get_collection(task_id, token, job)
+    assert (record.state, record.error_message) == ("pending", said), record.error_message
 
 
 def test_helper_refuses_times_outside_64_bits(world: World) -> None:

@@ -293,7 +293,7 @@ def test_collect_frictions(deploy: Any) -> None:
     # Stopped before or after the leader aggregated the five reports (the
     # former on a busy machine), the collection says it is retrying (a job
     # whose reports were not aggregated said only "waiting" for as long as
-    # the helper was away: CollectionDriver.note_helper_away).
+    # the helper was away: leader.collection.note_helper_away).
     d.helper.stop()
     results = d.root / "results"
     # Ctrl-C as at a terminal: the child takes SIGINT as Python's

@@ -28,12 +28,15 @@ def test_the_servers_own_event_stops_the_driver() -> None:
 def test_helper_unreachable_lasts_until_the_next_pass() -> None:
     control = DriverControl()
     assert not control.helper_unreachable
-    control.helper_away("call to helper failed")
+    control.helper_away("call to helper failed", "grpc h:1")
     assert control.helper_unreachable
-    assert control.away_because == "call to helper failed"
+    assert (control.away_because, control.away_helper) == ("call to helper failed", "grpc h:1")
     control.begin_pass()
     assert not control.helper_unreachable
-    assert control.away_because == ""  # said of the last pass only
+    # Said of the last pass only.
+    assert (control.away_because, control.away_helper) == ("", None)
+    control.helper_away("refused for now")
+    assert (control.away_because, control.away_helper) == ("refused for now", None)
     assert not control.wait(0.0)  # not a stop
 
 

@@ -149,6 +149,6 @@ class Leader(AggregatorBase[LeaderTask]):
         self.control.begin_pass()
         progress = self.jobs.run_pass()
         if self.control.helper_unreachable:
-            note_helper_away(self.store, list(self.tasks), self.control.away_because)
+            note_helper_away(self.store, self.tasks.values(), self.control)
             return progress
         return progress | self.collections.run_pass(self.worker_id, self.settings.lease_seconds)

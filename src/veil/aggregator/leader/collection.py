@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from veil.aggregator.context import TaskTable
@@ -38,7 +38,7 @@ from veil.aggregator.errors import (
 from veil.aggregator.keys import KeyRing
 from veil.aggregator.leader.control import Backoff, DriverControl
 from veil.aggregator.leader.meter import LeaderMeter
-from veil.aggregator.leader.peer import HelperPeer
+from veil.aggregator.leader.peer import HelperPeer, helper_of
 from veil.aggregator.leader.prefixes import JOB_SIZE, LeaderPrefixes
 from veil.aggregator.leader.release import HelperRefused, release
 from veil.aggregator.privacy import PrivacyEngine
@@ -95,15 +95,21 @@ class TaskInfo:
     counts_withheld: bool = False
 
 
-def note_helper_away(store: Datastore, task_ids: Sequence[bytes], because: str) -> None:
+def note_helper_away(store: Datastore, tasks: Iterable[LeaderTask], control: DriverControl) -> None:
     """A driver's pass ended before the collections, at a helper that could
-    not be reached (`because`: the failed call's error): each pending
-    collection job of `task_ids` says so while it waits, as it would had it
-    asked the helper itself. Without this, a job whose reports were not yet
-    aggregated when the helper went away said nothing for as long as it was
-    away. Nothing else of a job changes: it is tried at its time once the
-    helper is back."""
-    why = Unavailable(f"the helper cannot be reached: {because or 'no answer'}")
+    not be reached (`control.away_helper`, `control.away_because`: the failed
+    call's error): each pending collection job of `tasks` served by that
+    helper says so while it waits, as it would had it asked the helper
+    itself. Without this, a job whose reports were not yet aggregated when
+    the helper went away said nothing for as long as it was away. The jobs
+    of tasks with another helper are left as they are: this helper is not
+    theirs, and its call's text is not their collectors' to read. Nothing
+    else of a job changes: it is tried at its time once the helper is back."""
+    away = control.away_helper
+    task_ids = [t.task_id for t in tasks if away is not None and helper_of(t) == away]
+    if not task_ids:
+        return
+    why = Unavailable(f"the helper cannot be reached: {control.away_because or 'no answer'}")
     store.note_collections(task_ids, STATUS_CODES[why.status], f"retrying: {why}")
 
 

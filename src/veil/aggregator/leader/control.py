@@ -23,6 +23,7 @@ class DriverControl:
         self._stop = stop if stop is not None else threading.Event()
         self._helper_unreachable = threading.Event()
         self._away_because = ""
+        self._away_helper: str | None = None
 
     def stop(self) -> None:
         """Stop the driver between two steps (the current one finishes)."""
@@ -40,10 +41,13 @@ class DriverControl:
         """A new pass: the helper is presumed reachable until a call says not."""
         self._helper_unreachable.clear()
 
-    def helper_away(self, because: str = "") -> None:
+    def helper_away(self, because: str = "", helper: str | None = None) -> None:
         """The helper could not be reached (`because`: the failed call's
-        error): the pass ends, the loop backs off."""
+        error; `helper`: which one, as peer.helper_of names it, where the
+        pending collections of its tasks may say so): the pass ends, the
+        loop backs off."""
         self._away_because = because
+        self._away_helper = helper
         self._helper_unreachable.set()
 
     @property
@@ -51,6 +55,12 @@ class DriverControl:
         """Why the last pass found the helper unreachable ("" if it did not,
         or did not say)."""
         return self._away_because if self._helper_unreachable.is_set() else ""
+
+    @property
+    def away_helper(self) -> str | None:
+        """Which helper the last pass found unreachable (None if it did not,
+        or did not say)."""
+        return self._away_helper if self._helper_unreachable.is_set() else None
 
     @property
     def helper_unreachable(self) -> bool:

@@ -34,13 +34,14 @@ from veil.aggregator.errors import (
     Unauthenticated,
     Unavailable,
     UnknownTask,
+    WindowMismatch,
 )
 from veil.aggregator.keys import KeyRing, tally_open
 from veil.aggregator.leader.control import Backoff, DriverControl
 from veil.aggregator.leader.dap import open_leader_shares
 from veil.aggregator.leader.job import AnyReport, PreparedJob, finish_job, prepare_job
 from veil.aggregator.leader.meter import LeaderMeter
-from veil.aggregator.leader.peer import HelperPeer
+from veil.aggregator.leader.peer import HelperPeer, helper_of
 from veil.aggregator.leader.settings import LeaderSettings
 from veil.aggregator.store.base import Datastore
 from veil.aggregator.store.batches import joinable_from
@@ -288,7 +289,12 @@ class JobDriver:
                 e,
                 extra={"task_id": job.task.id_text, "job_id": job.job_id.hex()},
             )
-            self.control.helper_away(str(e))
+            # Said on the pending collections of this helper's tasks
+            # (collection.note_helper_away), but not of a helper that
+            # answered, refusing this task's window for now: that is this
+            # task's alone, and its text names the task.
+            away = None if isinstance(e, WindowMismatch) else helper_of(job.task)
+            self.control.helper_away(str(e), away)
             return False
         except StorageConflict:
             # Our lease had expired and another driver finished the job first.

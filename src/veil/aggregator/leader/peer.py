@@ -19,6 +19,14 @@ _TOO_EARLY_WAIT = 30.0
 _MIN_TOO_EARLY_WAIT = 1.0
 
 
+def helper_of(task: LeaderTask) -> str:
+    """Which helper a task's calls go to: its DAP helper's endpoint, or its
+    gRPC address (a leader's tasks need not share one)."""
+    if task.dap is not None:
+        return f"dap {task.dap.helper_endpoint}"
+    return f"grpc {task.helper_address}"
+
+
 class HelperApi(Protocol):
     """The helper as the leader calls it (a gRPC client in production).
 
