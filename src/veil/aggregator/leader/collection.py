@@ -99,17 +99,19 @@ def note_helper_away(store: Datastore, tasks: Iterable[LeaderTask], control: Dri
     """A driver's pass ended before the collections, at a helper that could
     not be reached (`control.away_helper`, `control.away_because`: the failed
     call's error): each pending collection job of `tasks` served by that
-    helper says so while it waits, as it would had it asked the helper
-    itself. Without this, a job whose reports were not yet aggregated when
-    the helper went away said nothing for as long as it was away. The jobs
-    of tasks with another helper are left as they are: this helper is not
-    theirs, and its call's text is not their collectors' to read. Nothing
-    else of a job changes: it is tried at its time once the helper is back."""
+    helper says so while it waits, in the words it would use had it asked
+    the helper itself (CollectionDriver._retry), so that the two never
+    overwrite each other. Without this, a job whose reports were not yet
+    aggregated when the helper went away said nothing for as long as it was
+    away. The jobs of tasks with another helper are left as they are: this
+    helper is not theirs, and its call's text is not their collectors' to
+    read. Nothing else of a job changes: it is tried at its time once the
+    helper is back (and then says nothing while its reports are aggregated)."""
     away = control.away_helper
     task_ids = [t.task_id for t in tasks if away is not None and helper_of(t) == away]
     if not task_ids:
         return
-    why = Unavailable(f"the helper cannot be reached: {control.away_because or 'no answer'}")
+    why = Unavailable(control.away_because or "the helper did not answer")
     store.note_collections(task_ids, STATUS_CODES[why.status], f"retrying: {why}")
 
 
@@ -384,6 +386,8 @@ class CollectionDriver:
             if self.store.unaggregated_count(task.task_id, start, end) or (
                 batch_id is not None and self.store.batch_unfinished(task.task_id, batch_id)
             ):
+                if record.error_message:  # this pass found no helper away: not why it waits
+                    self.store.update_collection(replace(record, error_code=0, error_message=""))
                 return False  # the next pass aggregates them first
             share, count, checksum = batch_summary(
                 engine, self.store.batch_aggregates(task.task_id, start, end)
