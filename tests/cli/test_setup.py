@@ -155,6 +155,11 @@ def test_a_leader_selected_dap_task(tmp_path: Path, capsys: pytest.CaptureFixtur
     # The default is time-interval, written as before (no key).
     assert task_new(tmp_path, *DAP, "--force") == 0
     assert "batch_mode" not in (tmp_path / "t.leader.toml").read_text()
+    # Reports may expire past the margin a leader-selected batch retires
+    # within (the larger of time_precision and max_clock_skew).
+    assert task_new(tmp_path, *DAP, "--batch-mode", "leader-selected", "--report-expiry-age",
+                    "3601", "--force") == 0  # fmt: skip
+    assert load_task(tmp_path / "t.leader.toml").report_expiry_age == 3601
 
 
 def test_a_grpc_task_has_no_dap_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,11 +194,19 @@ def test_a_grpc_task_has_no_dap_table(tmp_path: Path, capsys: pytest.CaptureFixt
          "batch_mode must be one of time-interval, leader-selected, got 'fixed-size'"),
         ((*DAP, "--batch-mode", ""), "batch_mode must be one of"),
         ((*DAP, "--batch-mode", "Leader-Selected"), "batch_mode must be one of"),
+        ((*DAP, "--batch-mode", "leader-selected", "--report-expiry-age", "3600"),
+         "report_expiry_age = 3600 is no larger than the larger of time_precision = 3600 and"
+         " max_clock_skew = 60"),
+        ((*DAP, "--batch-mode", "leader-selected", "--report-expiry-age", "90",
+          "--time-precision", "60", "--max-clock-skew", "90"),
+         "report_expiry_age = 90 is no larger than the larger of time_precision = 60 and"
+         " max_clock_skew = 90"),
     ],
     ids=["no-endpoints", "no-helper", "leader-without-dap", "info-without-dap", "version",
          "dap-18-empty-info", "info-too-long", "space-in-url", "empty-url",
          "other-without-dap", "other-unknown", "other-empty", "other-split",
-         "mode-without-dap", "mode-unknown", "mode-empty", "mode-case"],
+         "mode-without-dap", "mode-unknown", "mode-empty", "mode-case",
+         "expiry-within-precision", "expiry-within-skew"],
 )  # fmt: skip
 def test_malformed_dap_arguments_are_refused_and_nothing_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], says: str

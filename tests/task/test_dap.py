@@ -4,6 +4,10 @@ refused, and DAP's TaskConfiguration built from the task
 
 from __future__ import annotations
 
+import re
+import socket
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,7 @@ from veil.task import (
 
 DAP = DapSpec("https://leader.example/dap/", "https://helper.example/", task_info="info")
 SUM = VdafSpec("sum", max_measurement=9)
+ROLES = ("leader", "helper", "collector", "client")
 
 
 def _files(vdaf: VdafSpec = SUM, **kw: Any) -> TaskFiles:
@@ -223,6 +228,90 @@ def test_an_unknown_batch_mode_is_refused(tmp_path: Path, value: str) -> None:
     write_toml(tmp_path / "t.toml", d, secret=True)
     with pytest.raises(SettingsError, match="'batch_mode' in \\[dap\\] must be a string"):
         load_task(tmp_path / "t.toml")
+
+
+def _leader_selected(other: str | None = None, **kw: Any) -> TaskFiles:
+    spec = DapSpec("https://l/", "https://h/", batch_mode="leader-selected")
+    return _files(dap=replace(spec, other_implementation=other), **kw)
+
+
+def _retiring(age: int, tp: int, skew: int) -> str:
+    return re.escape(
+        f"report_expiry_age = {age} is no larger than the larger of time_precision = {tp}"
+        f" and max_clock_skew = {skew}: the leader of a leader-selected task retires a batch"
+        f" once its oldest report is within {max(tp, skew)} s of expiry, so every batch would"
+        f" retire as it is made; set report_expiry_age well above {max(tp, skew)}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tp", "skew", "age"), [(3600, 60, 3600), (3600, 60, 61), (60, 600, 600), (60, 600, 1)]
+)
+def test_a_leader_selected_task_expiring_within_its_batches_margin_is_refused(
+    tp: int, skew: int, age: int
+) -> None:
+    """veil's leader retires a batch once its oldest report is within
+    max(time_precision, max_clock_skew) of report_expiry_age
+    (store.batches.joinable_from): with an expiry no larger, every batch
+    retired at birth unless its first job filled it."""
+    times = {"time_precision": tp, "max_clock_skew": skew}
+    with pytest.raises(TaskError, match=_retiring(age, tp, skew)):
+        _leader_selected(**times, report_expiry_age=age)
+    # A second more, and a batch takes jobs for a second.
+    margin = max(tp, skew)
+    assert _leader_selected(**times, report_expiry_age=margin + 1).leader.report_expiry_age
+    # No batch retires in the other mode, nor at another implementation's leader.
+    assert _files(**times, report_expiry_age=age).leader.report_expiry_age == age
+    assert _leader_selected("leader", **times, report_expiry_age=age).helper.report_expiry_age
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ({"report_expiry_age": 3600}, _retiring(3600, 3600, 60)),
+        ({"time_precision": 7200}, _retiring(3601, 7200, 60)),
+        ({"max_clock_skew": 86400}, _retiring(3601, 3600, 86400)),
+        ({"batch_mode": "leader-selected"}, _retiring(60, 3600, 60)),
+    ],
+    ids=["expiry", "precision", "skew", "mode"],
+)
+def test_a_task_file_expiring_within_its_batches_margin_stops_its_servers_start(
+    tmp_path: Path, edit: dict[str, Any], says: str
+) -> None:
+    """A task file edited on disk into a leader-selected task whose batches
+    would retire at birth is refused where it is read, naming the file, and
+    a server listing it does not start: it stores nothing."""
+    # The mode's case is a time-interval task whose reports expire in a minute.
+    mode, age = ("time-interval", 60) if "batch_mode" in edit else ("leader-selected", 3601)
+    files = _files(dap=DapSpec("https://l/", "https://h/", batch_mode=mode), report_expiry_age=age)
+    for role in ROLES:
+        d = getattr(files, role).to_dict()
+        for key, value in edit.items():
+            (d["dap"] if key == "batch_mode" else d)[key] = value
+        write_toml(tmp_path / f"t.{role}.toml", d, secret=True)
+        with pytest.raises(SettingsError, match=f"t\\.{role}\\.toml.*: {says}"):
+            load_task(tmp_path / f"t.{role}.toml")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        listen = f"127.0.0.1:{held.getsockname()[1]}"
+    for role in ("leader", "helper"):
+        config = tmp_path / f"{role}.toml"
+        write_toml(
+            config,
+            {"listen": listen, "storage": f"{role}.db", "tasks": [f"t.{role}.toml"]},
+            secret=False,
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "veil.cli", role, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert re.match(f"veil {role}: .*t\\.{role}\\.toml.*: {says}", last), last
+    written = {f"t.{role}.toml" for role in ROLES} | {"leader.toml", "helper.toml"}
+    assert {p.name for p in tmp_path.iterdir()} == written
 
 
 def test_split_mode_with_another_implementation_is_refused() -> None:

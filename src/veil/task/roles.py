@@ -136,6 +136,7 @@ class Task:
                     " leader: it would discard every report carrying veil's invitation extension"
                     " (docs/DAP.md, 'Invitations over DAP')"
                 )
+            self._check_batch_retirement()
             if self.dap.other_implementation is not None and self.dp.mode == "split":
                 raise TaskError(
                     f"split mode halves the noise between two veil aggregators; the"
@@ -143,6 +144,30 @@ class Task:
                     " which adds none: use independent mode (veil's side then adds the whole"
                     " noise)"
                 )
+
+    def _check_batch_retirement(self) -> None:
+        """veil's leader retires a leader-selected batch once its oldest
+        report is within a margin of expiry, the larger of time_precision and
+        max_clock_skew (veil.aggregator.store.batches.joinable_from): an
+        expiry no larger than that retires every batch as it is made, short
+        of min_batch_size unless its first job fills it. Another
+        implementation's leader has its own rule."""
+        age = self.report_expiry_age
+        if age is None or self.dap is None or not self.dap.leader_selected:
+            return
+        if self.dap.other_implementation == "leader":
+            return
+        margin = max(self.time_precision, self.max_clock_skew)
+        if age <= margin:
+            raise TaskError(
+                f"report_expiry_age = {age} is no larger than the larger of time_precision ="
+                f" {self.time_precision} and max_clock_skew = {self.max_clock_skew}: the leader"
+                f" of a leader-selected task retires a batch once its oldest report is within"
+                f" {margin} s of expiry, so every batch would retire as it is made; set"
+                f" report_expiry_age well above {margin} (a batch takes reports for"
+                " report_expiry_age less that margin), lower time_precision or max_clock_skew,"
+                " or leave report_expiry_age unset"
+            )
 
     @property
     def noise_added_by(self) -> tuple[str, ...]:
