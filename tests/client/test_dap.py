@@ -4,8 +4,9 @@ requests are the draft's, a report refused for an unknown HPKE config is
 sealed again once to the configs fetched anew (-19) as the same report, and
 every answer parsed from the network can be hostile (a problem document, a
 wrong media type, a malformed HpkeConfigList or UploadErrors, UploadErrors
-naming a report not sent), each a clear UploadError; an invalid
-measurement sends nothing; a task's local layer randomizes what the shares
+naming a report not sent), each a clear UploadError; a redirect is not
+followed, to another real server on loopback; an invalid measurement sends
+nothing; a task's local layer randomizes what the shares
 carry; reports sealed elsewhere (the survey page's) are relayed as they are."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from veil.dap.problems import PROBLEM_MEDIA_TYPE, Problem, ProblemType, media_ty
 from veil.dap.report import prepare_report
 from veil.dap.shares import open_input_share
 from veil.dap.versions import DapVersion, ReportError, Role
-from veil.hpke import HpkeKeypair, generate_keypair
+from veil.hpke import ROLE_LEADER, HpkeKeypair, generate_keypair
 from veil.task import DapSpec, DpSpec, TaskFiles, VdafSpec, new_task
 
 TP = 3600
@@ -233,6 +234,52 @@ def test_a_hostile_answer_is_a_clear_error(
     # The honest answers are taken after it.
     configs = (_configs(KEYS["leader"]), _configs(KEYS["helper"]))
     assert _upload(server, files, *configs, Answer(200)) == 3
+
+
+def test_no_redirect_is_followed(server: ScriptedServer, files: TaskFiles) -> None:
+    """An aggregator answering GET hpke_config with a redirect to another
+    real server on loopback, which would serve a valid config, is refused,
+    the error naming the status and the Location, and the other server is
+    never asked (urllib followed it, and the reports were sealed to the
+    config found there); so is the leader redirecting an upload (urllib
+    sent a 301, 302 or 303 on there as a GET, whose empty 200 read as
+    every report taken)."""
+    other = ScriptedServer()
+    leader, helper = _configs(KEYS["leader"]), _configs(KEYS["helper"])
+    try:
+        there = f"{other.url}hpke_config"
+        for status in (301, 302, 303, 307, 308):
+            redirect = Answer(status, headers={"Location": there})
+            for answers, name, endpoint in (
+                ([redirect], "leader", server.url),
+                ([leader, redirect], "helper", f"{server.url}helper/"),
+                ([leader, helper, redirect], "leader", server.url),  # the upload
+            ):
+                other.answers = [_configs(KEYS["new"]), Answer(200)]
+                with pytest.raises(UploadError) as refused:
+                    _upload(server, files, *answers)
+                assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+                assert refused.value.message == (
+                    f"the DAP {name} at {endpoint} answered {status}, a redirect to {there!r}:"
+                    " veil follows no redirect from a DAP aggregator (the task's endpoint must"
+                    " be where the aggregator answers)"
+                )
+                assert len(server.seen) == len(answers)
+        assert other.seen == []
+        # Control: where a task names the other server as its leader, it
+        # serves the config the redirects pointed to.
+        dap = DapSpec(other.url, server.url + "helper/", VERSION.value, "veil")
+        addresses = ("127.0.0.1:1", "127.0.0.1:2")
+        elsewhere = new_task(
+            VdafSpec("count"), *addresses, min_batch_size=2, dp=DpSpec("none"), dap=dap
+        )
+        other.answers = [_configs(KEYS["new"])]
+        assert DapClient(elsewhere.client).hpke_config(ROLE_LEADER) == KEYS["new"].config
+        assert [(m, p) for m, p, _, _ in other.seen] == [("GET", "/hpke_config")]
+    finally:
+        other.close()
+    # The honest answers are taken after it.
+    assert _upload(server, files, leader, helper, Answer(200)) == 3
 
 
 def test_an_invalid_measurement_sends_nothing(server: ScriptedServer, files: TaskFiles) -> None:

@@ -11,7 +11,10 @@ with UploadErrors naming the reports it refused. A report refused with
 once, to the configs fetched anew (-19's rule), with the same report id and
 randomness: the same report under the aggregators' current keys. A retried
 request sends the same reports, which the leader acknowledges without
-storing twice.
+storing twice. No HTTP redirect is followed, of an hpke_config or an
+upload: a 3xx is an UploadError naming its Location, nothing fetched from
+or sent there (the client carries no token, but a config fetched elsewhere
+would seal the reports to another's key).
 
 With an outbox (`ClientOptions.outbox`), each report is sealed and committed
 to it before it is sent, as `Client` does (veil.client.outbox, the same
@@ -63,6 +66,7 @@ from veil.dap.messages import (
 )
 from veil.dap.problems import MediaTypeError, Problem, media_type, message_of
 from veil.dap.report import prepare_report
+from veil.dap.urls import opener
 from veil.dap.versions import ReportError, vdaf_context
 from veil.hpke import ROLE_HELPER, ROLE_LEADER, HpkeConfig, new_ephemeral
 from veil.task import Task
@@ -169,9 +173,10 @@ class DapClient:
         self.vdaf = task.vdaf.instantiate()
         self.configuration = task.dap_configuration()
         self.policy = RetryPolicy(options.retries, options.backoff, options.max_delay)
-        self._tls = {
-            ROLE_LEADER: _context(options.leader_root_certificates),
-            ROLE_HELPER: _context(options.helper_root_certificates),
+        # No redirect is followed: a 3xx is the aggregator's answer (_refusal).
+        self._openers = {
+            ROLE_LEADER: opener(_context(options.leader_root_certificates)),
+            ROLE_HELPER: opener(_context(options.helper_root_certificates)),
         }
         self._endpoints = {
             ROLE_LEADER: _base(self.dap.leader_endpoint),
@@ -523,9 +528,7 @@ class DapClient:
         lower-case names, body); status 0, with the reason as body, when it
         cannot be reached."""
         try:
-            with urllib.request.urlopen(
-                request, timeout=self.options.timeout, context=self._tls[role]
-            ) as r:
+            with self._openers[role].open(request, timeout=self.options.timeout) as r:
                 return r.status, _lower(r.headers.items()), r.read(MAX_ANSWER)
         except urllib.error.HTTPError as e:
             return e.code, _lower(e.headers.items()), e.read(MAX_ANSWER)
@@ -599,6 +602,15 @@ def _refusal(
             f"{where} answered {status}: busy",
             retryable=True,
             retry_after=float(advised) if advised.isdigit() else None,
+        )
+    location = headers.get("location")
+    if 300 <= status < 400 and location is not None:
+        # Followed, a redirect would fetch the aggregator's keys from, or
+        # send the reports to, wherever its Location points.
+        return UploadError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"{where} answered {status}, a redirect to {location!r}: veil follows no redirect"
+            " from a DAP aggregator (the task's endpoint must be where the aggregator answers)",
         )
     code = _CODES.get(
         status, grpc.StatusCode.INTERNAL if status >= 500 else grpc.StatusCode.UNKNOWN
