@@ -3,7 +3,7 @@ loopback that answers what each test tells it to (a real HTTP server), so
 that every answer a collector parses from the network can be hostile: a
 refusal's problem document, a wrong media type, a malformed or truncated
 CollectionJobResp, one for another interval, shares that do not open, no
-Location. Each is a CollectionError naming what was wrong, and the honest
+Location, a redirect. Each is a CollectionError naming what was wrong, and the honest
 answer, sealed as a leader and a helper seal (DAP's AggregateShareAad),
 is collected exactly after them."""
 
@@ -312,6 +312,41 @@ def test_the_token_goes_nowhere_but_the_tasks_jobs_at_the_leader(
         assert [m for m, _, _, _ in other.seen] == ["POST", "GET"]
     finally:
         other.close()
+
+
+def test_a_redirected_collection_job_request_is_told_as_a_redirect(
+    leader: ScriptedServer, files: TaskFiles
+) -> None:
+    """The leader answering the collection job request with a redirect to
+    another real server on loopback: the error says so, naming the status
+    and the Location, and that veil follows no redirect with the
+    collector's token (it said the leader answered "without a Location");
+    the other server is never called, nor is the job told to `on_job`."""
+    other = ScriptedServer()
+    named: list[bytes] = []
+    try:
+        there = f"{other.url}tasks/{files.collector.id_text}/collection_jobs"
+        for status, location in [(s, there) for s in (301, 302, 303, 307, 308)] + [(302, None)]:
+            leader.answers = [Answer(status, headers={"Location": location} if location else {})]
+            leader.seen.clear()
+            with pytest.raises(CollectionError) as refused:
+                DapCollector(files.collector).collect(
+                    WHEN * TP, TP, wait=10, poll_interval=0.01, on_job=named.append
+                )
+            to = f"to {location!r}" if location else "without a Location"
+            assert refused.value.message == (
+                f"the DAP leader at {leader.url} answered the collection job request {status},"
+                f" a redirect {to}: veil follows no redirect, which would carry the collector's"
+                " token elsewhere (the task's leader_endpoint must be where the leader answers)"
+            )
+            assert [m for m, _, _, _ in leader.seen] == ["POST"]
+        assert other.seen == [] and named == []
+    finally:
+        other.close()
+    # Other answers without a Location are told as before.
+    leader.answers = [Answer(200)]
+    with pytest.raises(CollectionError, match="request 200 without a Location"):
+        DapCollector(files.collector).collect(WHEN * TP, TP, wait=10, poll_interval=0.01)
 
 
 def test_a_failed_job_is_told_as_failed(leader: ScriptedServer, files: TaskFiles) -> None:

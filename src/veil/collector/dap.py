@@ -6,8 +6,9 @@ query) to ``{leader}/tasks/{task-id}/collection_jobs`` with the collector's
 token as ``Authorization: Bearer``; the leader answers with the job's
 ``Location``, which is polled until it holds the CollectionJobResp (a
 ``Location`` elsewhere than the task's collection jobs at the leader's
-origin is refused, and no redirect is followed: the token goes to the
-leader the task file names, nowhere else). Each
+origin is refused, and no redirect is followed, a 3xx to the request
+being an error naming its Location: the token goes to the leader the
+task file names, nowhere else). Each
 aggregate share is opened with DAP's ``info`` and AggregateShareAad (the
 task's configuration and the very request), decoded and unsharded with the
 task's VDAF, and estimated as `Collector` does. A retry sends the same
@@ -268,6 +269,13 @@ class DapCollector:
             # An unreachable leader fails fast here; later polls ride out restarts.
             status, answer, _ = self._call(post, min(deadline, began + 15.0), waiting)
             location = answer.get("location")
+            if 300 <= status < 400:
+                to = f"to {location!r}" if location else "without a Location"
+                raise self._bad(
+                    f"answered the collection job request {status}, a redirect {to}: veil"
+                    " follows no redirect, which would carry the collector's token elsewhere"
+                    " (the task's leader_endpoint must be where the leader answers)"
+                )
             if status != 201 or not location:
                 raise self._bad(f"answered the collection job request {status} without a Location")
             try:
