@@ -31,8 +31,10 @@ from veil.aggregator.errors import (
     Internal,
     InvalidAggParam,
     JobConflict,
+    NoiseUnavailable,
     NotFound,
     Unavailable,
+    WindowMismatch,
     WindowOpen,
 )
 from veil.aggregator.keys import KeyRing
@@ -331,7 +333,11 @@ class CollectionDriver:
             error,
             extra={"task_id": b64e(record.task_id), "job_id": record.job_id.hex()},
         )
-        if isinstance(error, Unavailable):
+        # Not for the leader's own noise not yet drawn, nor one task's window
+        # refused by a helper that answered: the other collections go on.
+        if isinstance(error, Unavailable) and not isinstance(
+            error, (NoiseUnavailable, WindowMismatch)
+        ):
             self.control.helper_away(str(error))
         return False
 

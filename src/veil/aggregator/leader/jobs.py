@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 _REFUSES_THE_JOB = (TooLarge, InvalidMessage, JobConflict)
 # Refusals that say the deployment is misconfigured, not the job.
 _MISCONFIGURED = (Unauthenticated, UnknownTask)
+# How long a job waits after its helper refused the task's window for now:
+# not the growing backoff, since the two organisations' files may agree at
+# any moment, and about as often as the driver asks a helper that is away.
+_WINDOW_BACKOFF = Backoff(2.0, 2.0)
 # Aggregation jobs a driver leases at once (see JobDriver._run_jobs).
 JOBS_PER_LEASE = 4
 # A job's lease is renewed before the helper's round trip only once this
@@ -289,12 +293,17 @@ class JobDriver:
                 e,
                 extra={"task_id": job.task.id_text, "job_id": job.job_id.hex()},
             )
+            if isinstance(e, WindowMismatch):
+                # A helper that answered, refusing this task's window for
+                # now: this task's alone, so its job waits and the pass goes
+                # on (ending it held up every task of the leader until the
+                # two organisations' files agreed).
+                why = f"{type(e).__name__}: {e}"
+                self.store.defer_aggregation_job(job.task.task_id, job.job_id, why, _WINDOW_BACKOFF)
+                return False
             # Said on the pending collections of this helper's tasks
-            # (collection.note_helper_away), but not of a helper that
-            # answered, refusing this task's window for now: that is this
-            # task's alone, and its text names the task.
-            away = None if isinstance(e, WindowMismatch) else helper_of(job.task)
-            self.control.helper_away(str(e), away)
+            # (collection.note_helper_away).
+            self.control.helper_away(str(e), helper_of(job.task))
             return False
         except StorageConflict:
             # Our lease had expired and another driver finished the job first.
