@@ -235,15 +235,6 @@ def test_helper_unreachable_mid_pipeline(world: World) -> None:
     assert (record.state, record.report_count) == ("finished", 12)
 
 
-class Away(InProcessHelper):
-    """Cannot be reached at all."""
-
-    def aggregate(
-        self, task: Task, job_id: bytes, items: Sequence[VerifyInitItem]
-    ) -> AggregationAnswer:
-        raise Unavailable("helper away")
-
-
 def test_a_collection_waiting_on_unaggregated_reports_says_the_helper_is_away(
     world: World,
 ) -> None:
@@ -254,7 +245,7 @@ def test_a_collection_waiting_on_unaggregated_reports_says_the_helper_is_away(
     token = world.files.collector.collector_token
     world.leader.upload(task_id, [world.report(v % 3) for v in range(6)])
     helper = world.leader.peer.api
-    world.leader.peer.api = Away(world.helper)
+    world.leader.peer.api = AwayFor(world.helper, {task_id}, Unavailable("helper away"))
     job = secrets.token_bytes(16)
     world.leader.create_collection(task_id, token, job, T, TP)
     for _ in range(2):  # said once, and not written again while it holds
