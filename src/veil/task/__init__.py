@@ -58,6 +58,7 @@ from veil.task.roles import (
     HelperTask,
     LeaderTask,
     Task,
+    retirement_margin,
 )
 from veil.task.spec import (
     DapSpec,
@@ -93,6 +94,7 @@ __all__ = [
     "hash_token",
     "load_task",
     "new_task",
+    "retirement_margin",
     "token_matches",
     "write_toml",
 ]

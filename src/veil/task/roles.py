@@ -58,6 +58,14 @@ HPKE_CONFIG_KEYS = ("config_id", "public_key")
 ROLES = ("leader", "helper", "collector", "client")
 
 
+def retirement_margin(time_precision: int, max_clock_skew: int) -> int:
+    """How near its expiry the oldest report of a leader-selected batch may
+    come before veil's leader retires the batch (takes no job into it): the
+    larger of the task's time precision and its max_clock_skew
+    (veil.aggregator.store.batches.joinable_from says why)."""
+    return max(time_precision, max_clock_skew)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Task:
     """What every party knows of a task: its public parameters.
@@ -157,7 +165,7 @@ class Task:
             return
         if self.dap.other_implementation == "leader":
             return
-        margin = max(self.time_precision, self.max_clock_skew)
+        margin = retirement_margin(self.time_precision, self.max_clock_skew)
         if age <= margin:
             raise TaskError(
                 f"report_expiry_age = {age} is no larger than the larger of time_precision ="

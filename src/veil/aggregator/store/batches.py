@@ -34,6 +34,7 @@ import time as _time
 from veil.aggregator.store.jobs import create_aggregation_job
 from veil.aggregator.store.records import AGGREGATED, IN_JOB, REJECTED, leader_selected_bucket
 from veil.aggregator.store.tx import Tx
+from veil.task import retirement_margin
 
 # The reports of batch `b` that count for it: in its jobs, not rejected.
 _MEMBERS = (
@@ -105,8 +106,7 @@ def joinable_from(
     expire), which the helper then counts alone for the batch."""
     if report_expiry_age is None:
         return None
-    margin = max(time_precision, max_clock_skew)
-    return int(now) - report_expiry_age + margin
+    return int(now) - report_expiry_age + retirement_margin(time_precision, max_clock_skew)
 
 
 def create_batch_job(

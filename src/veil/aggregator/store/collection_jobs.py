@@ -228,13 +228,11 @@ def note_waiting(tx: Tx, task_ids: Sequence[bytes], code: int, message: str) -> 
     attempt or putting off their next one; rows that already say so are
     not written. Returns how many were."""
     changed = 0
-    for i in range(0, len(task_ids), 500):
-        chunk = task_ids[i : i + 500]
+    for where, ids in tx.id_lists("task_id", task_ids):
         changed += tx.run(
-            "UPDATE collections SET error_code = ?, error_message = ? WHERE state = 'pending'"
-            f" AND task_id IN ({', '.join('?' * len(chunk))})"
-            " AND (error_code <> ? OR error_message <> ?)",
-            (code, message, *chunk, code, message),
+            f"UPDATE collections SET error_code = ?, error_message = ? WHERE state = 'pending'"
+            f" AND {where} AND (error_code <> ? OR error_message <> ?)",
+            (code, message, *ids, code, message),
         )
     return changed
 
